@@ -1,0 +1,12 @@
+/*
+ * cli/cli.h — the subcommands of the meshpoint program. Each takes the arguments after its name and
+ * returns the process exit status (0 ok, 1 a failed operation or check, 2 bad usage or input).
+ */
+#ifndef MP_CLI_H
+#define MP_CLI_H
+
+int mp_cmd_train(int argc, char **argv);
+int mp_cmd_eval(int argc, char **argv);
+int mp_cmd_data(int argc, char **argv);
+
+#endif

@@ -1,0 +1,72 @@
+/* core/alloc.c — see alloc.h. Counters are atomics so the async checkpoint thread may allocate too. */
+#include "core/alloc.h"
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Atomic int64_t g_mem[MP_MEM_NCAT];
+static _Atomic int64_t g_total, g_peak;
+
+static void charge(mp_mem_cat cat, int64_t n) {
+    g_mem[cat] += n;
+    int64_t t = (g_total += n);
+    int64_t p = g_peak;
+    while (t > p && !atomic_compare_exchange_weak(&g_peak, &p, t)) {}
+}
+
+static void die(size_t n, const char *file, int line) {
+    fprintf(stderr, "meshpoint: out of memory allocating %zu bytes at %s:%d\n", n, file, line);
+    abort();
+}
+
+void *mp_malloc_(size_t n, mp_mem_cat cat, const char *file, int line) {
+    void *p = malloc(n ? n : 1);
+    if (!p) die(n, file, line);
+    charge(cat, (int64_t)n);
+    return p;
+}
+
+void *mp_calloc_(size_t n, mp_mem_cat cat, const char *file, int line) {
+    void *p = calloc(1, n ? n : 1);
+    if (!p) die(n, file, line);
+    charge(cat, (int64_t)n);
+    return p;
+}
+
+void *mp_aligned_(size_t n, mp_mem_cat cat, const char *file, int line) {
+    size_t rounded = (n + 63) / 64 * 64;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) die(n, file, line);
+    charge(cat, (int64_t)n);
+    return p;
+}
+
+void *mp_realloc_(void *p, size_t old_n, size_t n, mp_mem_cat cat, const char *file, int line) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) die(n, file, line);
+    charge(cat, (int64_t)n - (int64_t)old_n);
+    return q;
+}
+
+char *mp_strdup_(const char *s, const char *file, int line) {
+    size_t n = strlen(s) + 1;
+    char *p = mp_malloc_(n, MP_MEM_OTHER, file, line);
+    memcpy(p, s, n);
+    return p;
+}
+
+void mp_free_acct(void *p, size_t n, mp_mem_cat cat) {
+    if (!p) return;
+    free(p);
+    charge(cat, -(int64_t)n);
+}
+
+int64_t mp_mem_current(mp_mem_cat cat) { return g_mem[cat]; }
+int64_t mp_mem_peak_total(void) { return g_peak; }
+
+const char *mp_mem_cat_name(mp_mem_cat cat) {
+    static const char *names[MP_MEM_NCAT] = {"other", "params", "grads", "optim", "gather",
+                                             "activations", "comm", "ckpt"};
+    return (unsigned)cat < MP_MEM_NCAT ? names[cat] : "?";
+}

@@ -1,0 +1,51 @@
+/*
+ * core/alloc.h — checked host allocation with per-category accounting.
+ *
+ * As in llm.c, allocation failure is not recoverable mid-training: the checked wrappers print the size,
+ * file and line and abort. Every allocation is charged to a category so tests and logs can report, from
+ * the allocator's own numbers, what a rank holds (parameters, gradients, optimizer moments, ...).
+ * Accounting is by explicit size (mp_free_acct takes the size back), kept in a small global table:
+ * allocation happens at start-up, never inside a training step.
+ */
+#ifndef MP_ALLOC_H
+#define MP_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    MP_MEM_OTHER = 0,
+    MP_MEM_PARAMS,      /* fp32 master parameters (local shard) */
+    MP_MEM_GRADS,       /* gradients of the local shard */
+    MP_MEM_OPTIM,       /* Adam moments of the local shard */
+    MP_MEM_GATHER,      /* gathered (unsharded) parameter / gradient buffers for FSDP */
+    MP_MEM_ACTS,        /* activations and scratch for one step */
+    MP_MEM_COMM,        /* communication staging */
+    MP_MEM_CKPT,        /* checkpoint host buffers */
+    MP_MEM_NCAT
+} mp_mem_cat;
+
+void *mp_malloc_(size_t n, mp_mem_cat cat, const char *file, int line);
+void *mp_calloc_(size_t n, mp_mem_cat cat, const char *file, int line);
+/* Aligned (64 B) allocation for kernel buffers. */
+void *mp_aligned_(size_t n, mp_mem_cat cat, const char *file, int line);
+void *mp_realloc_(void *p, size_t old_n, size_t n, mp_mem_cat cat, const char *file, int line);
+char *mp_strdup_(const char *s, const char *file, int line);
+/* Frees p (NULL ok) and takes n bytes off category cat. */
+void mp_free_acct(void *p, size_t n, mp_mem_cat cat);
+
+#define mp_malloc(n, cat) mp_malloc_((n), (cat), __FILE__, __LINE__)
+#define mp_calloc(n, cat) mp_calloc_((n), (cat), __FILE__, __LINE__)
+#define mp_aligned(n, cat) mp_aligned_((n), (cat), __FILE__, __LINE__)
+#define mp_realloc(p, o, n, cat) mp_realloc_((p), (o), (n), (cat), __FILE__, __LINE__)
+#define mp_strdup(s) mp_strdup_((s), __FILE__, __LINE__)
+/* Plain scratch allocations not worth accounting (category OTHER, size not tracked on free). */
+#define mp_xmalloc(n) mp_malloc_((n), MP_MEM_OTHER, __FILE__, __LINE__)
+#define mp_xcalloc(n) mp_calloc_((n), MP_MEM_OTHER, __FILE__, __LINE__)
+
+/* Bytes currently charged to a category, and the high-water mark of all categories together. */
+int64_t mp_mem_current(mp_mem_cat cat);
+int64_t mp_mem_peak_total(void);
+const char *mp_mem_cat_name(mp_mem_cat cat);
+
+#endif

@@ -1,0 +1,127 @@
+/*
+ * core/backend.h — the device backend: a small table of function pointers (as ggml's backend
+ * interface), so layers/ and cli/ never branch on CPU vs CUDA.
+ *
+ * All buffers passed to ops are device buffers of that backend (on CPU: host memory). Layout is
+ * row-major. Activations are [N, D] with N = B*T tokens, token n = b*T + t. Attention tensors are
+ * [B, T, heads, head_dim]. fp32 throughout on CPU.
+ *
+ * Gradient conventions (uniform, so callers can rely on them):
+ *   - weight gradients (dw, dwte, ...) ACCUMULATE (+=): micro-batches add up; the caller zeroes them.
+ *   - activation gradients WRITE (=) unless the op's comment says "accumulates".
+ *
+ * Vocab-parallel cross-entropy is split into local pieces so that the caller can all-reduce between
+ * them over the tensor-parallel group (MAX of row maxima, SUM of exp sums, SUM of target logits); with
+ * tp = 1 those all-reduces are no-ops. Columns of the local logits at index >= v_valid are vocab padding
+ * and never take part.
+ */
+#ifndef MP_BACKEND_H
+#define MP_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+typedef struct mp_backend mp_backend;
+
+struct mp_backend {
+    const char *name;      /* "cpu", "cuda" */
+    mp_device device;
+
+    /* ---- memory ---- */
+    void *(*alloc)(mp_backend *be, size_t bytes, mp_mem_cat cat);   /* zero-filled; aborts on OOM */
+    void (*free)(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat);
+    void (*memset0)(mp_backend *be, void *p, size_t bytes);
+    void (*to_host)(mp_backend *be, void *host_dst, const void *dev_src, size_t bytes);
+    void (*to_device)(mp_backend *be, void *dev_dst, const void *host_src, size_t bytes);
+    void (*copy)(mp_backend *be, void *dst, const void *src, size_t bytes);   /* device to device */
+    void (*synchronize)(mp_backend *be);
+
+    /* ---- dense linear algebra ----
+     * C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T; lda/ldb/ldc are row strides of the
+     * matrices as stored (row-major). */
+    void (*gemm)(mp_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+    /* ---- elementwise ---- */
+    void (*add)(mp_backend *be, float *out, const float *a, const float *b, int64_t n);  /* out = a+b */
+    void (*accumulate)(mp_backend *be, float *dst, const float *src, int64_t n);         /* dst += src */
+    void (*scale)(mp_backend *be, float *x, float s, int64_t n);                          /* x *= s */
+    double (*sumsq)(mp_backend *be, const float *x, int64_t n);  /* sum of squares, accumulated in double */
+
+    /* ---- embedding (vocab-parallel) ----
+     * Rows of wte are global vocab ids [v_start, v_start + v_local). out[n] = wte[tok[n]-v_start] when
+     * tok[n] is in range, else 0 (the caller all-reduces over tp). */
+    void (*embed_fwd)(mp_backend *be, float *out, const int32_t *tok, const float *wte, int N, int D,
+                      int v_start, int v_local);
+    /* dwte[tok[n]-v_start] += dout[n] for in-range tokens. */
+    void (*embed_bwd)(mp_backend *be, float *dwte, const float *dout, const int32_t *tok, int N, int D,
+                      int v_start, int v_local);
+
+    /* ---- RMSNorm ---- y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); rstd[N] saved for backward. */
+    void (*rmsnorm_fwd)(mp_backend *be, float *y, float *rstd, const float *x, const float *w, int N, int D,
+                        float eps);
+    /* dx ACCUMULATES (+=) (the residual stream adds into it); dw accumulates. */
+    void (*rmsnorm_bwd)(mp_backend *be, float *dx, float *dw, const float *dy, const float *x, const float *w,
+                        const float *rstd, int N, int D);
+
+    /* ---- RoPE (HF rotate_half: pairs i and i + hd/2) ----
+     * x is [B, T, H, hd]; token t has position pos0 + t. cos/sin tables are [max_pos, hd/2] (rope_init).
+     * fwd rotates in place; bwd applies the inverse rotation in place (the gradient of a rotation). */
+    void (*rope_fwd)(mp_backend *be, float *x, const float *cos_t, const float *sin_t, int B, int T, int H,
+                     int hd, int pos0);
+    void (*rope_bwd)(mp_backend *be, float *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
+                     int hd, int pos0);
+
+    /* ---- causal grouped-query attention ----
+     * q [B,T,H,hd], k,v [B,T,KV,hd], query head h uses kv head h / (H/KV). scale = 1/sqrt(hd).
+     * out [B,T,H,hd]. att [B,H,T,T] holds the softmax probabilities (upper triangle zero) for backward. */
+    void (*attn_fwd)(mp_backend *be, float *out, float *att, const float *q, const float *k, const float *v,
+                     int B, int T, int H, int KV, int hd);
+    /* dq, dk, dv are written (=). scratch must hold B*H*T*T floats (it may alias nothing else). */
+    void (*attn_bwd)(mp_backend *be, float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                     const float *att, const float *q, const float *k, const float *v, int B, int T, int H,
+                     int KV, int hd);
+
+    /* ---- SwiGLU ---- out = silu(gate) * up, elementwise over n. */
+    void (*swiglu_fwd)(mp_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    /* dgate, dup written (=). */
+    void (*swiglu_bwd)(mp_backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                       const float *up, int64_t n);
+
+    /* ---- vocab-parallel cross-entropy over logits [N, V_local] (row stride V_local) ---- */
+    /* rowmax[n] = max over valid local columns. */
+    void (*xent_rowmax)(mp_backend *be, float *rowmax, const float *logits, int N, int v_local, int v_valid);
+    /* sumexp[n] = sum_j exp(logits[n,j] - rowmax[n]) over valid local columns (rowmax = global max). */
+    void (*xent_sumexp)(mp_backend *be, float *sumexp, const float *logits, const float *rowmax, int N,
+                        int v_local, int v_valid);
+    /* tlogit[n] = logits[n, tgt[n]-v_start] if the target is local, else 0. */
+    void (*xent_target)(mp_backend *be, float *tlogit, const float *logits, const int32_t *tgt, int N,
+                        int v_local, int v_start);
+    /* losses[n] = log(sumexp[n]) + rowmax[n] - tlogit[n] (all three global). */
+    void (*xent_loss)(mp_backend *be, float *losses, const float *rowmax, const float *sumexp,
+                      const float *tlogit, int N);
+    /* In place: logits <- dloss * (softmax - onehot(tgt)) with global rowmax/sumexp; padding columns 0. */
+    void (*xent_bwd)(mp_backend *be, float *logits, const float *rowmax, const float *sumexp,
+                     const int32_t *tgt, float dloss, int N, int v_local, int v_valid, int v_start);
+
+    /* ---- optimizer ----
+     * AdamW on n elements; step >= 1 (bias correction uses it); decoupled weight decay wd*lr*p. */
+    void (*adamw)(mp_backend *be, float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int step, float grad_scale);
+
+    void *impl;            /* backend private state */
+};
+
+/* The CPU backend (a static table; no init needed). */
+mp_backend *mp_backend_cpu(void);
+/* The backend for "cpu" or "cuda"; MP_EDEVICE with a clear message if unavailable (e.g. no GPU). */
+mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err);
+
+/* Precomputes RoPE tables cos/sin [max_pos, hd/2] on the host, in double then rounded:
+ * inv_freq_i = theta^(-2i/hd), angle = pos * inv_freq_i (HF LlamaRotaryEmbedding). */
+void mp_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, double theta);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * core/comm.h — collectives as a table of function pointers (MPI on CPU; NCCL can take its place on
+ * GPUs), over one group of ranks. Every op counts the bytes it sends from this rank, per op kind, with
+ * the accounting of a ring algorithm, so tests can check the traffic of the parallel plan against a
+ * formula (docs/PARALLEL.md):
+ *   all_reduce(n bytes)      2 * (p-1)/p * n
+ *   all_gather(n per rank)   (p-1) * n        (each rank's n bytes reach p-1 others)
+ *   reduce_scatter(n total)  (p-1)/p * n
+ *   broadcast(n bytes)       n on the root, 0 elsewhere
+ * A group of size 1 moves nothing and counts nothing.
+ * Buffers are device buffers of the backend the communicator was made for. fp32 unless stated.
+ */
+#ifndef MP_COMM_H
+#define MP_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/error.h"
+
+typedef enum { MP_COMM_ALLREDUCE = 0, MP_COMM_ALLGATHER, MP_COMM_REDUCE_SCATTER, MP_COMM_BCAST,
+               MP_COMM_NOPS } mp_comm_op;
+
+typedef struct mp_comm mp_comm;
+
+struct mp_comm {
+    const char *name;   /* "self", "mpi", "nccl" */
+    int rank, size;
+    /* In place: sum (op_max = 0) or max (op_max = 1) of x[n] over the group. */
+    void (*all_reduce)(mp_comm *c, float *x, int64_t n, int op_max);
+    /* Same in double (for norms and loss sums that must not lose precision). */
+    void (*all_reduce_f64)(mp_comm *c, double *x, int64_t n);
+    /* out[sum counts] = concatenation over ranks r of in_r[counts[r]]; counts may differ (uneven). */
+    void (*all_gatherv)(mp_comm *c, float *out, const float *in, const int64_t *counts);
+    /* in[sum counts] summed over the group; rank r receives elements [displ_r, displ_r + counts[r]). */
+    void (*reduce_scatterv)(mp_comm *c, float *out, const float *in, const int64_t *counts);
+    /* Broadcast of raw bytes from root. */
+    void (*broadcast)(mp_comm *c, void *buf, size_t bytes, int root);
+    void (*barrier)(mp_comm *c);
+    void (*destroy)(mp_comm *c);
+
+    int64_t bytes_sent[MP_COMM_NOPS];   /* counted per op kind, see the formulas above */
+    int64_t calls[MP_COMM_NOPS];
+    void *impl;
+};
+
+/* A communicator of one rank: every op is an identity (copy where in != out). */
+mp_comm *mp_comm_self(void);
+/* Sum of bytes_sent over all op kinds; reset of the counters. */
+int64_t mp_comm_total_bytes(const mp_comm *c);
+void mp_comm_reset_counters(mp_comm *c);
+
+#endif

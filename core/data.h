@@ -1,0 +1,75 @@
+/*
+ * core/data.h — token files and the deterministic batch loader.
+ *
+ * Formats:
+ *   MP_DATA_LLMC  llm.c: int32 header[256] (header[0] = 20240520 magic, header[1] = version 1,
+ *                 header[2] = token count), then uint16 tokens.
+ *   MP_DATA_U16   raw little-endian uint16 tokens (nanoGPT's train.bin).
+ *   MP_DATA_U32   raw little-endian uint32 tokens.
+ * Files are memory-mapped; opening checks the header, the size against the token count, and that every
+ * token id is < vocab_size (the message names the file, the offset and the id).
+ *
+ * Loader: the data is a stream of sequences of T+1 tokens. Global batch g (of B sequences) starts at
+ * token position pos; its sequence k reads tokens [pos + k*T, pos + k*T + T + 1), inputs the first T
+ * and targets the last T. Any rank may ask for any range of sequences of the current batch, so which
+ * sequence lands where depends only on its global index k, never on the mesh. After a batch pos
+ * advances by B*T; when the next batch would run past the end, pos wraps to 0 and epoch increments.
+ * The cursor (pos, epoch) is all the state there is: saving and restoring it continues exactly.
+ */
+#ifndef MP_DATA_H
+#define MP_DATA_H
+
+#include <stdint.h>
+#include "core/error.h"
+
+typedef enum { MP_DATA_LLMC = 0, MP_DATA_U16, MP_DATA_U32 } mp_data_format;
+
+#define MP_LLMC_MAGIC 20240520
+#define MP_LLMC_HEADER_INTS 256
+
+typedef struct mp_token_file {
+    char path[1024];
+    mp_data_format format;
+    int64_t ntokens;
+    const void *tokens;     /* into the mapping, past any header */
+    void *map;              /* mmap base */
+    size_t map_bytes;
+} mp_token_file;
+
+/* "llmc" | "u16" | "u32" -> format; -1 if unknown. */
+int mp_data_format_parse(const char *s);
+const char *mp_data_format_name(mp_data_format f);
+
+/* Opens and validates path. Errors are MP_EINPUT: missing file, short header, wrong magic (the message
+ * suggests --data-format u16 for raw files), unsupported version, truncated (fewer tokens than the header
+ * says, or a raw size not a multiple of the token size), token id >= vocab_size. */
+mp_code mp_token_file_open(mp_token_file *f, const char *path, mp_data_format fmt, int vocab_size, mp_err *err);
+void mp_token_file_close(mp_token_file *f);
+static inline int32_t mp_token_at(const mp_token_file *f, int64_t i) {
+    return f->format == MP_DATA_U32 ? (int32_t)((const uint32_t *)f->tokens)[i]
+                                    : (int32_t)((const uint16_t *)f->tokens)[i];
+}
+
+/* Writes tokens (each < 65536) as an llm.c-format file; MP_EIO naming the path on failure. */
+mp_code mp_token_file_write_llmc(const char *path, const uint16_t *tokens, int64_t n, mp_err *err);
+
+typedef struct mp_loader_cursor {
+    int64_t pos;     /* token position of the current batch */
+    int64_t epoch;
+} mp_loader_cursor;
+
+typedef struct mp_loader {
+    const mp_token_file *file;
+    int batch;       /* B: sequences per global batch */
+    int seq_len;     /* T */
+    mp_loader_cursor cur;
+} mp_loader;
+
+/* MP_EINPUT if the file holds fewer than B*T + 1 tokens. */
+mp_code mp_loader_init(mp_loader *l, const mp_token_file *f, int batch, int seq_len, mp_err *err);
+/* Fills count sequences [first, first + count) of the current batch: inputs/targets are [count, T]. */
+void mp_loader_get(const mp_loader *l, int first, int count, int32_t *inputs, int32_t *targets);
+/* Moves to the next global batch (wrapping at the end of the data). */
+void mp_loader_advance(mp_loader *l);
+
+#endif

@@ -1,0 +1,44 @@
+/* core/tensor.c — see tensor.h. */
+#include "core/tensor.h"
+#include <assert.h>
+#include <string.h>
+
+size_t mp_dtype_size(mp_dtype dt) {
+    switch (dt) {
+    case MP_F32: return 4;
+    case MP_BF16: return 2;
+    case MP_I32: return 4;
+    }
+    return 0;
+}
+
+const char *mp_dtype_name(mp_dtype dt) {
+    switch (dt) {
+    case MP_F32: return "f32";
+    case MP_BF16: return "bf16";
+    case MP_I32: return "i32";
+    }
+    return "?";
+}
+
+int mp_dtype_parse(const char *s) {
+    if (!strcmp(s, "f32") || !strcmp(s, "float32")) return MP_F32;
+    if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) return MP_BF16;
+    if (!strcmp(s, "i32") || !strcmp(s, "int32")) return MP_I32;
+    return -1;
+}
+
+mp_tensor mp_tensor_make(void *data, mp_dtype dt, mp_device dev, int ndim, const int64_t *shape) {
+    assert(ndim >= 1 && ndim <= MP_MAX_DIMS);
+    mp_tensor t = {.data = data, .dtype = dt, .device = dev, .ndim = ndim};
+    for (int i = 0; i < MP_MAX_DIMS; i++) t.shape[i] = i < ndim ? shape[i] : 1;
+    return t;
+}
+
+int64_t mp_tensor_numel(const mp_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+size_t mp_tensor_bytes(const mp_tensor *t) { return (size_t)mp_tensor_numel(t) * mp_dtype_size(t->dtype); }

@@ -1,0 +1,92 @@
+/*
+ * layers/llama.h — the Llama model (HF LlamaForCausalLM) on a dp x tp mesh: parameters, forward,
+ * backward. Knows nothing of files; talks to devices only through mp_backend and to other ranks only
+ * through the mesh's mp_comm tables, so one code path serves 1x1 and every larger mesh.
+ *
+ * Parameters are named and shaped as in Hugging Face (model.layers.3.self_attn.q_proj.weight, ...).
+ * Each rank holds, per parameter, its tensor-parallel slice (whole heads of q/k/v, rows of gate/up,
+ * columns of o/down, vocab rows of embed_tokens/lm_head padded to a multiple of tp) and, of that slice,
+ * its FSDP shard: a balanced range of dim-0 rows over the dp group (mp_split). The shard is what the
+ * optimizer updates and what a checkpoint stores; the full TP slice is gathered per FSDP unit (the
+ * embedding, each block, the head) just before use.
+ *
+ * Loss convention: llama_forward computes per-token cross-entropy over the local micro-batch and
+ * returns its sum; llama_backward(scale) accumulates the gradient of scale * that sum into the shard
+ * gradients (after the dp reduce-scatter). With scale = 1 / (global tokens per step), summing over
+ * micro-batches and dp ranks gives the gradient of the global mean loss.
+ */
+#ifndef MP_LLAMA_H
+#define MP_LLAMA_H
+
+#include <stdint.h>
+#include "core/backend.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/mesh.h"
+
+typedef enum {
+    LLAMA_REPLICATED = 0,  /* same on every tp rank (norm weights) */
+    LLAMA_SPLIT_ROWS,      /* dim 0 split over tp: q/k/v/gate/up (column-parallel), embed/lm_head (vocab) */
+    LLAMA_SPLIT_COLS       /* dim 1 split over tp: o/down (row-parallel) */
+} llama_tp_split;
+
+typedef struct llama_param {
+    char name[96];             /* HF name */
+    int ndim;                  /* 1 or 2 */
+    int64_t gshape[2];         /* global logical shape (vocab unpadded) */
+    llama_tp_split split;
+    int64_t tp_off[2];         /* TP slice: offset in the global index space ... */
+    int64_t tp_shape[2];       /* ... and shape in memory (vocab slices may include padding rows) */
+    int64_t valid_rows;        /* rows of the TP slice inside the global tensor (< tp_shape[0] if padded) */
+    int64_t shard_row0, shard_rows;   /* this rank's FSDP shard: rows of the TP slice */
+    int unit;                  /* FSDP unit it belongs to */
+    int decay;                 /* weight decay applies */
+    float *full, *full_grad;   /* the gathered TP slice and its gradient (valid while the unit is live) */
+    float *shard, *shard_grad; /* the local shard (persistent) */
+    float *m, *v;              /* Adam moments of the shard */
+} llama_param;
+
+typedef struct llama_options {
+    int micro_batch;           /* sequences per forward on this rank */
+    int seq_len;
+    int sp;                    /* sequence parallel (only meaningful for tp > 1) */
+    int reshard_after_forward; /* FSDP: free gathered block weights after forward (ZeRO-3) */
+} llama_options;
+
+typedef struct llama_model llama_model;
+
+/* Checks the config against the mesh (num_key_value_heads % tp, seq_len % tp under SP, ...) with
+ * messages naming the field, then allocates everything a training step needs. */
+mp_code llama_create(llama_model **out, const mp_model_config *cfg, const llama_options *opt, mp_mesh *mesh,
+                     mp_backend *be, mp_err *err);
+void llama_destroy(llama_model *m);
+
+/* Initialises every shard from the counter-based RNG keyed by (seed, name, global element index):
+ * normal(0, initializer_range) for matrices, 1 for norm weights. Bitwise identical on every mesh.
+ * Zeroes gradients and moments. */
+void llama_init_weights(llama_model *m, uint64_t seed);
+
+/* Forward on inputs/targets (host, [micro_batch, seq_len] each; targets may be NULL: no loss).
+ * Returns the sum of per-token losses over the local micro-batch (0 without targets). */
+double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets);
+/* Backward of the last forward (which must have had targets); see the loss convention above. */
+void llama_backward(llama_model *m, float scale);
+/* Zeroes the shard gradients. */
+void llama_zero_grad(llama_model *m);
+/* Global L2 norm of the shard gradients over the whole mesh, each element counted once. */
+double llama_grad_norm(llama_model *m);
+
+int llama_num_params(const llama_model *m);
+llama_param *llama_param_at(llama_model *m, int i);
+/* Index of a parameter by HF name, or -1. */
+int llama_param_find(const llama_model *m, const char *name);
+
+/* The logits of the last forward: [micro_batch*seq_len, v_local] device buffer, vocab columns
+ * [*v_start, *v_start + v_local) of which the first *v_valid are real vocabulary. */
+const float *llama_logits(const llama_model *m, int *v_start, int *v_local, int *v_valid);
+
+const mp_model_config *llama_config(const llama_model *m);
+mp_backend *llama_backend(const llama_model *m);
+mp_mesh *llama_mesh(const llama_model *m);
+
+#endif
