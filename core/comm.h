@@ -7,7 +7,22 @@
  *   all_gather(n per rank)   (p-1) * n        (each rank's n bytes reach p-1 others)
  *   reduce_scatter(n total)  (p-1)/p * n
  *   broadcast(n bytes)       n on the root, 0 elsewhere
- * A group of size 1 moves nothing and counts nothing.
+ * A group of size 1 moves nothing and counts nothing (neither bytes nor calls).
+ *
+ * Exact per-rank formulas (integers, deterministic, also for uneven sizes). p = group size, r = this
+ * rank, e = element size (4 for fp32, 8 for all_reduce_f64), c[] = counts, T = sum of c[]:
+ *   all_gatherv         e * (p-1) * c[r]       this rank's block goes to the p-1 others
+ *   reduce_scatterv     e * (T - c[r])         this rank's share of every other rank's block
+ *   all_reduce(n elems) e * ((n - b_r) + (p-1) * b_r), b_r = count of part r of mp_split(n, p, r):
+ *                       a reduce-scatter then an all-gather over the mp_split blocks of the vector
+ *   broadcast(B bytes)  B on the root, 0 elsewhere
+ * Summed over the group these are exactly the ring totals: e*(p-1)*T for all_gatherv and
+ * reduce_scatterv, 2*(p-1)*e*n for all_reduce, so with even sizes each rank's count is the ring one
+ * ((p-1)*n, (p-1)/p*n, 2(p-1)/p*n). calls[op] counts one per call; all_reduce_f64 counts as ALLREDUCE.
+ * The counters describe the plan's traffic; they are not read back from the MPI library.
+ *
+ * Results: all_reduce returns bitwise the same values on every rank of the group; on a fixed mesh the
+ * summation order, hence the bits, are the same from run to run (see core/comm_mpi.h).
  * Buffers are device buffers of the backend the communicator was made for. fp32 unless stated.
  */
 #ifndef MP_COMM_H

@@ -42,7 +42,8 @@ const char *mp_data_format_name(mp_data_format f);
 
 /* Opens and validates path. Errors are MP_EINPUT: missing file, short header, wrong magic (the message
  * suggests --data-format u16 for raw files), unsupported version, truncated (fewer tokens than the header
- * says, or a raw size not a multiple of the token size), token id >= vocab_size. */
+ * says, or a raw size not a multiple of the token size), empty, token id >= vocab_size (vocab_size <= 0:
+ * no id check). */
 mp_code mp_token_file_open(mp_token_file *f, const char *path, mp_data_format fmt, int vocab_size, mp_err *err);
 void mp_token_file_close(mp_token_file *f);
 static inline int32_t mp_token_at(const mp_token_file *f, int64_t i) {
@@ -71,5 +72,8 @@ mp_code mp_loader_init(mp_loader *l, const mp_token_file *f, int batch, int seq_
 void mp_loader_get(const mp_loader *l, int first, int count, int32_t *inputs, int32_t *targets);
 /* Moves to the next global batch (wrapping at the end of the data). */
 void mp_loader_advance(mp_loader *l);
+/* Restores a saved cursor (e.g. from a checkpoint), checking that its batch lies inside the file:
+ * MP_EINPUT naming the file otherwise. Equivalent to l->cur = cur when valid. */
+mp_code mp_loader_set_cursor(mp_loader *l, mp_loader_cursor cur, mp_err *err);
 
 #endif

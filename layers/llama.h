@@ -23,6 +23,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/mesh.h"
+#include "core/optim.h"
 
 typedef enum {
     LLAMA_REPLICATED = 0,  /* same on every tp rank (norm weights) */
@@ -71,17 +72,26 @@ void llama_init_weights(llama_model *m, uint64_t seed);
 double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets);
 /* Backward of the last forward (which must have had targets); see the loss convention above. */
 void llama_backward(llama_model *m, float scale);
+/* Finishes the gradients of a step after its last micro-batch: all-reduces over tp the gradients of
+ * replicated parameters when sequence parallelism made them partial. No-op on tp = 1 or without SP. */
+void llama_sync_grads(llama_model *m);
 /* Zeroes the shard gradients. */
 void llama_zero_grad(llama_model *m);
 /* Global L2 norm of the shard gradients over the whole mesh, each element counted once. */
 double llama_grad_norm(llama_model *m);
+
+/* One AdamW update of every local shard (t is the 1-based step, grad_scale the clipping factor);
+ * gathered copies become stale and are gathered again on next use. */
+void llama_step(llama_model *m, const mp_adamw_hparams *hp, double lr, int64_t t, float grad_scale);
+/* Tells the model its shards were written from outside (checkpoint load): gathered copies are stale. */
+void llama_shards_changed(llama_model *m);
 
 int llama_num_params(const llama_model *m);
 llama_param *llama_param_at(llama_model *m, int i);
 /* Index of a parameter by HF name, or -1. */
 int llama_param_find(const llama_model *m, const char *name);
 
-/* The logits of the last forward: [micro_batch*seq_len, v_local] device buffer, vocab columns
+/* The logits of the last forward (valid until llama_backward, which turns them into their gradient): [micro_batch*seq_len, v_local] device buffer, vocab columns
  * [*v_start, *v_start + v_local) of which the first *v_valid are real vocabulary. */
 const float *llama_logits(const llama_model *m, int *v_start, int *v_local, int *v_valid);
 

@@ -1,0 +1,227 @@
+/*
+ * cli/cmd_train.c — `meshpoint train`: the training loop, the one place that ties model, optimizer,
+ * data and (later) checkpoints together.
+ *
+ * A step: zero the shard gradients; for each of grad_accum micro-steps, every dp rank takes its slice of
+ * the global batch (mp_batch_split: a sequence's rank depends only on its global index), runs forward
+ * and backward with scale 1/(B*T); finish the gradients (SP all-reduce), take the global gradient norm,
+ * clip, and run AdamW at the scheduled learning rate. The loss reported is the global mean, summed in
+ * double over dp. Logs go to stderr (rank 0) and, one JSON object per step, to RUN/metrics.jsonl.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "cli/runtime.h"
+#include "core/log.h"
+#include "core/sched.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* mkdir -p for one or two levels; MP_EIO naming the path. */
+static mp_code make_dir(const char *path, mp_err *err) {
+    char buf[MP_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) && errno != EEXIST) return mp_err_set(err, MP_EIO, "cannot create %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) && errno != EEXIST) return mp_err_set(err, MP_EIO, "cannot create %s: %s", buf, strerror(errno));
+    return MP_OK;
+}
+
+typedef struct train_flags {
+    const char *config, *run_dir, *device, *data_format, *train_data, *val_data;
+    mp_train_config tc;
+    int set_steps, set_batch, set_seq, set_lr, set_min_lr, set_seed, set_warmup, set_accum, set_tp, set_dp,
+        set_sp, set_raf, set_eval_every, set_eval_batches, set_log_every, set_clip, set_wd, set_decay, set_train,
+        set_val;
+    int sp_flag, raf_flag;
+} train_flags;
+
+/* Flag values override the config file's "train" object; the `set` markers tell which were given. */
+static void apply_overrides(train_flags *f, const mp_train_config *cli, mp_train_config *t) {
+#define OV(flag, field) if (f->flag) t->field = cli->field
+    OV(set_steps, steps); OV(set_batch, batch_size); OV(set_seq, seq_len); OV(set_lr, lr);
+    OV(set_min_lr, min_lr); OV(set_seed, seed); OV(set_warmup, warmup_steps); OV(set_accum, grad_accum);
+    OV(set_tp, tp); OV(set_dp, dp); OV(set_eval_every, eval_every); OV(set_eval_batches, eval_batches);
+    OV(set_log_every, log_every); OV(set_clip, grad_clip); OV(set_wd, weight_decay); OV(set_decay, decay_steps);
+#undef OV
+    if (f->set_sp) t->sp = f->sp_flag;
+    if (f->set_raf) t->reshard_after_forward = f->raf_flag;
+    if (f->set_train) snprintf(t->train_data, sizeof t->train_data, "%s", f->train_data);
+    if (f->set_val) snprintf(t->val_data, sizeof t->val_data, "%s", f->val_data);
+}
+
+static const char *train_about =
+    "Trains a Llama model. The config is a JSON file with Hugging Face config.json fields at the top level\n"
+    "and an optional \"train\" object (steps, batch_size, seq_len, lr, ...); flags override it. Run under\n"
+    "`mpirun -np N` for a dp x tp mesh (N = tp * dp).";
+
+int mp_cmd_train(int argc, char **argv) {
+    train_flags f = {.run_dir = "run", .device = "cpu", .data_format = "llmc", .train_data = "", .val_data = ""};
+    mp_train_config_default(&f.tc);
+    mp_train_config *c = &f.tc;
+    int64_t seed = (int64_t)c->seed;
+    static const char *const formats[] = {"llmc", "u16", "u32", NULL};
+    static const char *const devices[] = {"cpu", "cuda", NULL};
+    const mp_arg flags[] = {
+        {"config", MP_ARG_STRING, &f.config, "FILE", "model + training config (JSON, HF field names)"},
+        {"run-dir", MP_ARG_STRING, &f.run_dir, "DIR", "run directory (metrics.jsonl, checkpoints/)"},
+        {"train-data", MP_ARG_STRING, &f.train_data, "FILE", "training tokens", .set = &f.set_train},
+        {"val-data", MP_ARG_STRING, &f.val_data, "FILE", "validation tokens (optional)", .set = &f.set_val},
+        {"data-format", MP_ARG_STRING, &f.data_format, "FMT", "token file format", formats},
+        {"steps", MP_ARG_I64, &c->steps, "N", "optimizer steps", .set = &f.set_steps},
+        {"batch", MP_ARG_INT, &c->batch_size, "B", "global batch in sequences", .set = &f.set_batch},
+        {"grad-accum", MP_ARG_INT, &c->grad_accum, "K", "micro-steps per step", .set = &f.set_accum},
+        {"seq-len", MP_ARG_INT, &c->seq_len, "T", "sequence length", .set = &f.set_seq},
+        {"lr", MP_ARG_DOUBLE, &c->lr, "X", "peak learning rate", .set = &f.set_lr},
+        {"min-lr", MP_ARG_DOUBLE, &c->min_lr, "X", "final learning rate", .set = &f.set_min_lr},
+        {"warmup", MP_ARG_I64, &c->warmup_steps, "N", "linear warmup steps", .set = &f.set_warmup},
+        {"decay-steps", MP_ARG_I64, &c->decay_steps, "N", "cosine steps after warmup (0: to the end)", .set = &f.set_decay},
+        {"weight-decay", MP_ARG_DOUBLE, &c->weight_decay, "X", "AdamW weight decay", .set = &f.set_wd},
+        {"grad-clip", MP_ARG_DOUBLE, &c->grad_clip, "X", "global gradient-norm clip (0: off)", .set = &f.set_clip},
+        {"seed", MP_ARG_I64, &seed, "S", "seed of the parameter initialisation", .set = &f.set_seed},
+        {"eval-every", MP_ARG_I64, &c->eval_every, "N", "validation every N steps (0: at the end)", .set = &f.set_eval_every},
+        {"eval-batches", MP_ARG_INT, &c->eval_batches, "N", "validation batches", .set = &f.set_eval_batches},
+        {"log-every", MP_ARG_I64, &c->log_every, "N", "log every N steps", .set = &f.set_log_every},
+        {"tp", MP_ARG_INT, &c->tp, "N", "tensor-parallel degree", .set = &f.set_tp},
+        {"dp", MP_ARG_INT, &c->dp, "N", "data-parallel degree (0: world / tp)", .set = &f.set_dp},
+        {"sp", MP_ARG_SWITCH, &f.sp_flag, NULL, "sequence parallelism (default: on when tp > 1)", .set = &f.set_sp},
+        {"reshard-after-forward", MP_ARG_SWITCH, &f.raf_flag, NULL,
+         "FSDP: free gathered weights after forward (ZeRO-3; default on)", .set = &f.set_raf},
+        {"device", MP_ARG_STRING, &f.device, "DEV", "compute device", devices},
+        {0}};
+    mp_runtime rt;
+    mp_runtime_start(&rt, &argc, &argv);
+    mp_err err;
+    mp_err_clear(&err);
+    int npos = 0, help = 0, status = 0;
+    llama_model *model = NULL;
+    mp_token_file train = {0}, val = {0};
+    int32_t *in = NULL, *tgt = NULL;
+    FILE *metrics = NULL;
+    if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
+    if (help) {
+        if (rt.rank == 0) mp_args_help(stdout, "meshpoint train --config FILE [options]", train_about, flags);
+        goto done;
+    }
+    if (npos) { mp_err_set(&err, MP_EINPUT, "unexpected argument \"%s\"", argv[0]); goto fail; }
+    if (!f.config) { mp_err_set(&err, MP_EINPUT, "--config FILE is required"); goto fail; }
+    mp_train_config cli = *c;
+    cli.seed = (uint64_t)seed;
+    mp_model_config mc;
+    mp_model_config_default(&mc);
+    mp_train_config_default(c);
+    if (mp_config_load(f.config, &mc, c, &err)) goto fail;
+    apply_overrides(&f, &cli, c);
+    if (mp_train_config_validate(c, &err)) { mp_err_wrap(&err, "training options"); goto fail; }
+    if (!c->train_data[0]) { mp_err_set(&err, MP_EINPUT, "no training data: pass --train-data FILE or set train.train_data"); goto fail; }
+    if (mp_runtime_mesh(&rt, c->tp, c->dp, f.device, &err)) goto fail;
+    mp_mesh *mesh = &rt.mesh;
+    c->dp = mesh->dp;
+    mp_batch_split bs;
+    if (mp_batch_split_init(&bs, c->batch_size, c->grad_accum, mesh->dp, &err)) goto fail;
+    mp_data_format fmt = (mp_data_format)mp_data_format_parse(f.data_format);
+    if (mp_token_file_open(&train, c->train_data, fmt, mc.vocab_size, &err)) goto fail;
+    if (c->val_data[0] && mp_token_file_open(&val, c->val_data, fmt, mc.vocab_size, &err)) goto fail;
+    mp_loader loader;
+    if (mp_loader_init(&loader, &train, c->batch_size, c->seq_len, &err)) goto fail;
+    if (c->val_data[0]) {
+        mp_loader probe;
+        if (mp_loader_init(&probe, &val, c->batch_size, c->seq_len, &err)) goto fail;
+    }
+    if (mp_runtime_model(&rt, &mc, c, bs.micro, &model, &err)) goto fail;
+    llama_init_weights(model, c->seed);
+    if (rt.rank == 0) {
+        if (make_dir(f.run_dir, &err)) goto fail_local;
+        char path[MP_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", f.run_dir);
+        metrics = fopen(path, "w");
+        if (!metrics) { mp_err_set(&err, MP_EIO, "cannot write %s: %s", path, strerror(errno)); goto fail_local; }
+    }
+    size_t tok_bytes = (size_t)bs.micro * c->seq_len * sizeof(int32_t);
+    in = mp_xmalloc(tok_bytes);
+    tgt = mp_xmalloc(tok_bytes);
+    mp_info("model: %lld parameters, %d layers, hidden %d; mesh dp %d x tp %d%s; batch %d x %d tokens "
+            "(micro %d x accum %d per rank)",
+            (long long)mp_model_num_params(&mc), mc.num_hidden_layers, mc.hidden_size, mesh->dp, mesh->tp,
+            mesh->tp > 1 ? (c->sp < 0 || c->sp ? ", SP" : ", no SP") : "", c->batch_size, c->seq_len, bs.micro,
+            bs.grad_accum);
+    mp_lr_schedule sched = {c->lr, c->min_lr, c->warmup_steps,
+                            c->decay_steps ? c->decay_steps : c->steps - c->warmup_steps};
+    mp_adamw_hparams hp = {c->beta1, c->beta2, c->adam_eps, c->weight_decay};
+    double tokens_per_step = (double)c->batch_size * c->seq_len;
+    double t_start = now_s(), t_last = t_start;
+    double last_loss = NAN;
+    for (int64_t step = 0; step < c->steps; step++) {
+        llama_zero_grad(model);
+        double loss_sum = 0;
+        for (int a = 0; a < bs.grad_accum; a++) {
+            mp_loader_get(&loader, mp_batch_first(&bs, a, mesh->dp_rank), bs.micro, in, tgt);
+            loss_sum += llama_forward(model, in, tgt);
+            llama_backward(model, (float)(1.0 / tokens_per_step));
+        }
+        mp_loader_advance(&loader);
+        llama_sync_grads(model);
+        mesh->dp_comm->all_reduce_f64(mesh->dp_comm, &loss_sum, 1);
+        double loss = loss_sum / tokens_per_step;
+        double norm = llama_grad_norm(model);
+        double clip = c->grad_clip > 0 && norm > c->grad_clip ? c->grad_clip / (norm + 1e-6) : 1.0;
+        double lr = mp_lr_at(&sched, step);
+        llama_step(model, &hp, lr, step + 1, (float)clip);
+        last_loss = loss;
+        if (!isfinite(loss)) {
+            mp_err_set(&err, MP_ECHECK, "loss is %g at step %lld: training diverged", loss, (long long)step + 1);
+            goto fail;
+        }
+        double t = now_s();
+        double tok_s = tokens_per_step / (t - t_last);
+        t_last = t;
+        if (metrics) {
+            fprintf(metrics,
+                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, "
+                    "\"time_s\": %.3f}\n",
+                    (long long)step + 1, loss, lr, norm, tok_s, t - t_start);
+            fflush(metrics);
+        }
+        if (c->log_every && ((step + 1) % c->log_every == 0 || step + 1 == c->steps))
+            mp_info("step %5lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)step + 1,
+                    (long long)c->steps, loss, lr, norm, tok_s);
+        int last = step + 1 == c->steps;
+        if (c->val_data[0] && ((c->eval_every && (step + 1) % c->eval_every == 0) || last)) {
+            double vl = mp_eval_loss(model, &val, &bs, c->seq_len, c->eval_batches, in, tgt, &err);
+            if (isnan(vl)) goto fail;
+            mp_info("step %5lld | val loss %.6f", (long long)step + 1, vl);
+            if (metrics) fprintf(metrics, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)step + 1, vl);
+        }
+    }
+    if (c->steps > 0) mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, last_loss,
+                              now_s() - t_start);
+    goto done;
+fail_local:
+    status = mp_runtime_fail(&rt, &err, 0);
+    goto done;
+fail:
+    status = mp_runtime_fail(&rt, &err, 1);
+done:
+    if (metrics) fclose(metrics);
+    free(in);
+    free(tgt);
+    llama_destroy(model);
+    mp_token_file_close(&train);
+    mp_token_file_close(&val);
+    mp_runtime_end(&rt);
+    return status;
+}

@@ -1,0 +1,90 @@
+/* cli/runtime.c — see runtime.h. */
+#include "cli/runtime.h"
+#include <mpi.h>
+#include <stdio.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/log.h"
+
+/* True when an MPI launcher started this process (Open MPI, MPICH/Hydra, Slurm PMI). */
+static int launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {
+    memset(rt, 0, sizeof *rt);
+    rt->world = 1;
+    if (launched_by_mpi()) {
+        MPI_Init(argc, argv);
+        rt->mpi = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &rt->world);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
+    }
+    mp_log_set_rank(rt->rank, rt->world);
+}
+
+mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_err *err) {
+    MP_TRY(mp_backend_get(device, &rt->be, err));
+    if (rt->mpi) {
+        MP_TRY(mp_mesh_init_mpi(&rt->mesh, tp, dp, err));
+    } else {
+        if (tp != 1 || (dp != 0 && dp != 1))
+            return mp_err_set(err, MP_EINPUT,
+                              "--tp %d --dp %d needs %d processes, but this is a single process; launch with "
+                              "mpirun -np %d",
+                              tp, dp, tp * (dp ? dp : 1), tp * (dp ? dp : 1));
+        mp_mesh_init_single(&rt->mesh);
+    }
+    rt->have_mesh = 1;
+    return MP_OK;
+}
+
+int mp_runtime_fail(const mp_runtime *rt, const mp_err *err, int collective) {
+    if (!collective || rt->rank == 0) fprintf(stderr, "meshpoint: error: %s\n", err->msg);
+    return mp_exit_status(err->code);
+}
+
+void mp_runtime_end(mp_runtime *rt) {
+    if (rt->have_mesh) mp_mesh_destroy(&rt->mesh);
+    rt->have_mesh = 0;
+    if (rt->mpi) MPI_Finalize();
+    rt->mpi = 0;
+}
+
+mp_code mp_batch_split_init(mp_batch_split *s, int global, int grad_accum, int dp, mp_err *err) {
+    if (global % (grad_accum * dp))
+        return mp_err_set(err, MP_EINPUT,
+                          "the global batch (%d sequences) is not divisible by grad_accum (%d) x dp (%d)", global,
+                          grad_accum, dp);
+    s->global = global;
+    s->grad_accum = grad_accum;
+    s->micro = global / grad_accum / dp;
+    return MP_OK;
+}
+
+mp_code mp_runtime_model(mp_runtime *rt, const mp_model_config *cfg, const mp_train_config *tc, int micro,
+                         llama_model **out, mp_err *err) {
+    llama_options o = {.micro_batch = micro, .seq_len = tc->seq_len,
+                       .sp = tc->sp < 0 ? rt->mesh.tp > 1 : tc->sp,
+                       .reshard_after_forward = tc->reshard_after_forward};
+    return llama_create(out, cfg, &o, &rt->mesh, rt->be, err);
+}
+
+double mp_eval_loss(llama_model *m, const mp_token_file *f, const mp_batch_split *bs, int T, int nbatches,
+                    int32_t *in, int32_t *tgt, mp_err *err) {
+    mp_loader l;
+    if (mp_loader_init(&l, f, bs->global, T, err) != MP_OK) return NAN;
+    mp_mesh *mesh = llama_mesh(m);
+    double sum = 0;
+    for (int b = 0; b < nbatches; b++) {
+        for (int a = 0; a < bs->grad_accum; a++) {
+            mp_loader_get(&l, mp_batch_first(bs, a, mesh->dp_rank), bs->micro, in, tgt);
+            sum += llama_forward(m, in, tgt);
+        }
+        mp_loader_advance(&l);
+        if (l.cur.epoch > 0) { nbatches = b + 1; break; }   /* the file holds fewer batches: use them once */
+    }
+    mesh->dp_comm->all_reduce_f64(mesh->dp_comm, &sum, 1);
+    return sum / ((double)nbatches * bs->global * T);
+}

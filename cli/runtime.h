@@ -1,0 +1,59 @@
+/*
+ * cli/runtime.h — what every model-running subcommand sets up: MPI (only when launched by mpirun),
+ * the dp x tp mesh, the device backend; and the shared pieces of the train and eval loops (building the
+ * model, the dp/micro-batch split of a global batch, evaluation over a token file).
+ *
+ * Errors found identically on every rank (bad flags, bad config, bad data) are printed by rank 0 only,
+ * so an 8-rank job prints one message, not eight.
+ */
+#ifndef MP_RUNTIME_H
+#define MP_RUNTIME_H
+
+#include "core/backend.h"
+#include "core/config.h"
+#include "core/data.h"
+#include "core/error.h"
+#include "core/mesh.h"
+#include "layers/llama.h"
+
+typedef struct mp_runtime {
+    int mpi;          /* MPI was initialised by us */
+    int world, rank;  /* before the mesh exists */
+    mp_mesh mesh;
+    int have_mesh;
+    mp_backend *be;
+} mp_runtime;
+
+/* Initialises MPI if the process was started by an MPI launcher (else world = 1). */
+void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv);
+/* Builds the mesh (tp, dp; dp = 0 means world / tp) and picks the backend ("cpu" | "cuda"). */
+mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_err *err);
+/* Prints err (rank 0 only when the error is the same on every rank: `collective` = 1) and returns the
+ * exit status for it. */
+int mp_runtime_fail(const mp_runtime *rt, const mp_err *err, int collective);
+/* Tears down the mesh and MPI. */
+void mp_runtime_end(mp_runtime *rt);
+
+/* How one global batch of B sequences is split: grad_accum micro-steps, each of B/grad_accum sequences
+ * split over dp. Sequence k of the batch goes to micro-step k / (B/ga), dp rank (k % (B/ga)) / mb. */
+typedef struct mp_batch_split {
+    int global, grad_accum, micro;   /* micro = sequences per rank per micro-step */
+} mp_batch_split;
+
+/* MP_EINPUT naming the numbers if B is not divisible by grad_accum * dp. */
+mp_code mp_batch_split_init(mp_batch_split *s, int global, int grad_accum, int dp, mp_err *err);
+/* First sequence index (in the global batch) of dp rank r's part of micro-step a. */
+static inline int mp_batch_first(const mp_batch_split *s, int a, int r) {
+    return a * (s->global / s->grad_accum) + r * s->micro;
+}
+
+/* Builds the Llama model for the mesh and options. */
+mp_code mp_runtime_model(mp_runtime *rt, const mp_model_config *cfg, const mp_train_config *tc, int micro,
+                         llama_model **out, mp_err *err);
+
+/* Mean per-token loss over the first nbatches global batches of f (batch B sequences of length T,
+ * split over dp like training). in/tgt are host buffers of micro*T ints. Identical on every rank. */
+double mp_eval_loss(llama_model *m, const mp_token_file *f, const mp_batch_split *bs, int T, int nbatches,
+                    int32_t *in, int32_t *tgt, mp_err *err);
+
+#endif

@@ -1,0 +1,372 @@
+/*
+ * core/backend_cpu.c — the CPU implementation of struct mp_backend (core/backend.h), fp32.
+ *
+ * gemm is OpenBLAS cblas_sgemm (row-major); attention lives in core/kernels_cpu_attn.c. Everything
+ * else is plain loops over restrict pointers that gcc vectorises at -O3 -march=native; the exps go
+ * through mp_expf (core/kernels_cpu.h) so that those loops vectorise too.
+ *
+ * Threads: only where the work is large and the items are independent (cross-entropy rows, SwiGLU,
+ * AdamW elements) do loops run under OpenMP, always with a static schedule, so each output element is
+ * computed by the same arithmetic whatever the thread count. Reductions (sumsq, RMSNorm rows, the
+ * softmax sums) run in one fixed order: results are bitwise reproducible run to run.
+ *
+ * Gradient conventions follow backend.h: weight gradients accumulate, activation gradients are written,
+ * except rmsnorm_bwd's dx, which accumulates into the residual stream.
+ */
+#include "core/backend.h"
+#include "core/kernels_cpu.h"
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* Loops below this many elements stay on one thread (the team start costs more than it saves). */
+#define MP_OMP_MIN (1 << 15)
+
+/* ---- memory ---- */
+
+static void *cpu_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) {
+    void *p = mp_aligned(bytes, cat);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_free(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat) { mp_free_acct(p, bytes, cat); }
+
+static void cpu_memset0(mp_backend *be, void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+}
+
+static void cpu_copy(mp_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) memmove(dst, src, bytes);
+}
+
+static void cpu_to_host(mp_backend *be, void *host_dst, const void *dev_src, size_t bytes) {
+    cpu_copy(be, host_dst, dev_src, bytes);
+}
+
+static void cpu_to_device(mp_backend *be, void *dev_dst, const void *host_src, size_t bytes) {
+    cpu_copy(be, dev_dst, host_src, bytes);
+}
+
+static void cpu_synchronize(mp_backend *be) {}
+
+/* ---- dense linear algebra ---- */
+
+/* C = alpha op(A) op(B) + beta C. K == 0 is handled here (C = beta C) so OpenBLAS never sees a
+ * degenerate leading dimension. */
+static void cpu_gemm(mp_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    assert(M >= 0 && N >= 0 && K >= 0);
+    if (M == 0 || N == 0) return;
+    assert(ldc >= N);
+    if (K == 0) {
+        for (int i = 0; i < M; i++) {
+            float *restrict c = C + (size_t)i * ldc;
+            if (beta == 0.0f) memset(c, 0, (size_t)N * sizeof(float));
+            else for (int j = 0; j < N; j++) c[j] *= beta;
+        }
+        return;
+    }
+    assert(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N));
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ---- elementwise ---- */
+
+static void cpu_add(mp_backend *be, float *out, const float *a, const float *b, int64_t n) {
+    /* out may alias a or b (x = x + y), so no restrict here; gcc versions the loop on overlap. */
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void cpu_accumulate(mp_backend *be, float *dst, const float *src, int64_t n) {
+    float *restrict d = dst;
+    const float *restrict s = src;
+    for (int64_t i = 0; i < n; i++) d[i] += s[i];
+}
+
+static void cpu_scale(mp_backend *be, float *x, float s, int64_t n) {
+    float *restrict p = x;
+    for (int64_t i = 0; i < n; i++) p[i] *= s;
+}
+
+/* Sum of squares in double: fixed blocks of 4096, each summed by one vectorised reduction, the block
+ * sums added in index order. The order depends only on n, never on threads. */
+static double cpu_sumsq(mp_backend *be, const float *x, int64_t n) {
+    double total = 0.0;
+    for (int64_t i0 = 0; i0 < n; i0 += 4096) {
+        int64_t i1 = i0 + 4096 < n ? i0 + 4096 : n;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = i0; i < i1; i++) s += (double)x[i] * (double)x[i];
+        total += s;
+    }
+    return total;
+}
+
+/* ---- embedding ---- */
+
+static void cpu_embed_fwd(mp_backend *be, float *out, const int32_t *tok, const float *wte, int N, int D,
+                          int v_start, int v_local) {
+    for (int n = 0; n < N; n++) {
+        int64_t r = (int64_t)tok[n] - v_start;
+        float *o = out + (size_t)n * D;
+        if (r >= 0 && r < v_local) memcpy(o, wte + (size_t)r * D, (size_t)D * sizeof(float));
+        else memset(o, 0, (size_t)D * sizeof(float));
+    }
+}
+
+/* Tokens in order, so repeated tokens add up in a fixed order. */
+static void cpu_embed_bwd(mp_backend *be, float *dwte, const float *dout, const int32_t *tok, int N, int D,
+                          int v_start, int v_local) {
+    for (int n = 0; n < N; n++) {
+        int64_t r = (int64_t)tok[n] - v_start;
+        if (r < 0 || r >= v_local) continue;
+        float *restrict d = dwte + (size_t)r * D;
+        const float *restrict g = dout + (size_t)n * D;
+        for (int i = 0; i < D; i++) d[i] += g[i];
+    }
+}
+
+/* ---- RMSNorm ---- */
+
+static void cpu_rmsnorm_fwd(mp_backend *be, float *y, float *rstd, const float *x, const float *w, int N,
+                            int D, float eps) {
+    for (int n = 0; n < N; n++) {
+        const float *restrict xr = x + (size_t)n * D;
+        float *restrict yr = y + (size_t)n * D;
+        double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
+        for (int i = 0; i < D; i++) ss += (double)xr[i] * xr[i];
+        float r = (float)(1.0 / sqrt(ss / D + (double)eps));
+        rstd[n] = r;
+        for (int i = 0; i < D; i++) yr[i] = xr[i] * r * w[i];
+    }
+}
+
+/* dx_i += r * (w_i dy_i - x_i r^2 mean_j(w_j dy_j x_j)),  dw_i += sum_n dy_i x_i r. */
+static void cpu_rmsnorm_bwd(mp_backend *be, float *dx, float *dw, const float *dy, const float *x,
+                            const float *w, const float *rstd, int N, int D) {
+    for (int n = 0; n < N; n++) {
+        const float *restrict xr = x + (size_t)n * D;
+        const float *restrict g = dy + (size_t)n * D;
+        float *restrict dxr = dx + (size_t)n * D;
+        float *restrict dwp = dw;
+        const float r = rstd[n];
+        double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+        for (int i = 0; i < D; i++) dot += (double)(w[i] * g[i]) * xr[i];
+        const float c = (float)(dot / D) * r * r;
+        for (int i = 0; i < D; i++) {
+            dxr[i] += r * (w[i] * g[i] - xr[i] * c);
+            dwp[i] += g[i] * xr[i] * r;
+        }
+    }
+}
+
+/* ---- RoPE ---- */
+
+/* Rotates (x_i, x_{i+h}) by +angle (dir = 1) or -angle (dir = -1) for every token and head. */
+static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd,
+                       int pos0, float dir) {
+    assert(hd % 2 == 0 && pos0 >= 0);
+    const int half = hd / 2;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *restrict c = cos_t + (size_t)(pos0 + t) * half;
+            const float *restrict s = sin_t + (size_t)(pos0 + t) * half;
+            for (int h = 0; h < H; h++) {
+                float *restrict lo = x + (((size_t)b * T + t) * H + h) * hd;
+                float *restrict hi = lo + half;
+                for (int i = 0; i < half; i++) {
+                    float a = lo[i], bb = hi[i], si = dir * s[i];
+                    lo[i] = a * c[i] - bb * si;
+                    hi[i] = bb * c[i] + a * si;
+                }
+            }
+        }
+}
+
+static void cpu_rope_fwd(mp_backend *be, float *x, const float *cos_t, const float *sin_t, int B, int T,
+                         int H, int hd, int pos0) {
+    rope_apply(x, cos_t, sin_t, B, T, H, hd, pos0, 1.0f);
+}
+
+/* The gradient of a rotation is the inverse rotation. */
+static void cpu_rope_bwd(mp_backend *be, float *dx, const float *cos_t, const float *sin_t, int B, int T,
+                         int H, int hd, int pos0) {
+    rope_apply(dx, cos_t, sin_t, B, T, H, hd, pos0, -1.0f);
+}
+
+/* ---- attention (core/kernels_cpu_attn.c) ---- */
+
+static void cpu_attn_fwd(mp_backend *be, float *out, float *att, const float *q, const float *k,
+                         const float *v, int B, int T, int H, int KV, int hd) {
+    mp_cpu_attn_fwd(out, att, q, k, v, B, T, H, KV, hd);
+}
+
+static void cpu_attn_bwd(mp_backend *be, float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                         const float *att, const float *q, const float *k, const float *v, int B, int T,
+                         int H, int KV, int hd) {
+    mp_cpu_attn_bwd(dq, dk, dv, scratch, dout, att, q, k, v, B, T, H, KV, hd);
+}
+
+/* ---- SwiGLU ---- */
+
+static void cpu_swiglu_fwd(mp_backend *be, float *out, const float *gate, const float *up, int64_t n) {
+    float *restrict o = out;
+    const float *restrict g = gate, *restrict u = up;
+#pragma omp parallel for simd schedule(static) if (n >= MP_OMP_MIN)
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + mp_expf(-g[i])) * u[i];
+}
+
+/* silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). */
+static void cpu_swiglu_bwd(mp_backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                           const float *up, int64_t n) {
+    float *restrict dg = dgate, *restrict du = dup;
+    const float *restrict d = dout, *restrict g = gate, *restrict u = up;
+#pragma omp parallel for simd schedule(static) if (n >= MP_OMP_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + mp_expf(-g[i]));
+        float silu = g[i] * s;
+        du[i] = d[i] * silu;
+        dg[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+    }
+}
+
+/* ---- vocab-parallel cross-entropy ---- */
+
+static void cpu_xent_rowmax(mp_backend *be, float *rowmax, const float *logits, int N, int v_local,
+                            int v_valid) {
+    assert(v_valid >= 0 && v_valid <= v_local);
+#pragma omp parallel for schedule(static) if ((int64_t)N * v_valid >= MP_OMP_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *restrict l = logits + (size_t)n * v_local;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < v_valid; j++) mx = l[j] > mx ? l[j] : mx;
+        rowmax[n] = mx;
+    }
+}
+
+/* A row whose global max is -inf (no finite logit anywhere) has sumexp 0. */
+static void cpu_xent_sumexp(mp_backend *be, float *sumexp, const float *logits, const float *rowmax, int N,
+                            int v_local, int v_valid) {
+    assert(v_valid >= 0 && v_valid <= v_local);
+#pragma omp parallel for schedule(static) if ((int64_t)N * v_valid >= MP_OMP_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *restrict l = logits + (size_t)n * v_local;
+        const float mx = rowmax[n];
+        if (mx == -INFINITY) {
+            sumexp[n] = 0.0f;
+            continue;
+        }
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int j = 0; j < v_valid; j++) s += mp_expf(l[j] - mx);
+        sumexp[n] = s;
+    }
+}
+
+static void cpu_xent_target(mp_backend *be, float *tlogit, const float *logits, const int32_t *tgt, int N,
+                            int v_local, int v_start) {
+    for (int n = 0; n < N; n++) {
+        int64_t c = (int64_t)tgt[n] - v_start;
+        tlogit[n] = (c >= 0 && c < v_local) ? logits[(size_t)n * v_local + c] : 0.0f;
+    }
+}
+
+static void cpu_xent_loss(mp_backend *be, float *losses, const float *rowmax, const float *sumexp,
+                          const float *tlogit, int N) {
+    for (int n = 0; n < N; n++) losses[n] = (float)(log((double)sumexp[n]) + rowmax[n] - tlogit[n]);
+}
+
+static void cpu_xent_bwd(mp_backend *be, float *logits, const float *rowmax, const float *sumexp,
+                         const int32_t *tgt, float dloss, int N, int v_local, int v_valid, int v_start) {
+    assert(v_valid >= 0 && v_valid <= v_local);
+#pragma omp parallel for schedule(static) if ((int64_t)N * v_local >= MP_OMP_MIN)
+    for (int n = 0; n < N; n++) {
+        float *restrict l = logits + (size_t)n * v_local;
+        const float mx = rowmax[n];
+        const float f = mx == -INFINITY ? 0.0f : dloss / sumexp[n];   /* no finite logit: no gradient */
+        for (int j = 0; j < v_valid; j++) l[j] = f * mp_expf(l[j] - mx);
+        for (int j = v_valid; j < v_local; j++) l[j] = 0.0f;
+        int64_t c = (int64_t)tgt[n] - v_start;
+        if (c >= 0 && c < v_valid) l[c] -= dloss;
+    }
+}
+
+/* ---- optimizer ---- */
+
+/* PyTorch AdamW: g *= grad_scale; m, v updated; p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p), with
+ * mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step) (the corrections computed in double). */
+/* Elements [i0, i1) of the AdamW update. no-math-errno: sqrtf of a non-negative value never sets
+ * errno, and without the flag the loop cannot vectorise. */
+__attribute__((optimize("no-math-errno")))
+static void adamw_range(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+                        int64_t i0, int64_t i1, float lr, float beta1, float beta2, float eps, float wd,
+                        float bc1, float bc2, float grad_scale) {
+    for (int64_t i = i0; i < i1; i++) {
+        float gi = g[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * ((mi * bc1) / (sqrtf(vi * bc2) + eps) + wd * p[i]);
+    }
+}
+
+/* PyTorch AdamW: g *= grad_scale; m, v updated; p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p), with
+ * mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step) (the corrections computed in double).
+ * Chunks of 16384 elements are the work items; each element's arithmetic is the same on any thread. */
+static void cpu_adamw(mp_backend *be, float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                      float beta1, float beta2, float eps, float wd, int step, float grad_scale) {
+    assert(step >= 1);
+    const float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
+    const float bc2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
+    const int64_t chunk = 16384, nchunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t i0 = c * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+        adamw_range(p, g, m, v, i0, i1, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale);
+    }
+}
+
+/* ---- the table ---- */
+
+static mp_backend g_cpu = {
+    .name = "cpu",
+    .device = MP_DEV_CPU,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memset0 = cpu_memset0,
+    .to_host = cpu_to_host,
+    .to_device = cpu_to_device,
+    .copy = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .gemm = cpu_gemm,
+    .add = cpu_add,
+    .accumulate = cpu_accumulate,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .embed_fwd = cpu_embed_fwd,
+    .embed_bwd = cpu_embed_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .rope_fwd = cpu_rope_fwd,
+    .rope_bwd = cpu_rope_bwd,
+    .attn_fwd = cpu_attn_fwd,
+    .attn_bwd = cpu_attn_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .xent_rowmax = cpu_xent_rowmax,
+    .xent_sumexp = cpu_xent_sumexp,
+    .xent_target = cpu_xent_target,
+    .xent_loss = cpu_xent_loss,
+    .xent_bwd = cpu_xent_bwd,
+    .adamw = cpu_adamw,
+    .impl = NULL,
+};
+
+mp_backend *mp_backend_cpu(void) { return &g_cpu; }

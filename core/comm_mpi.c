@@ -1,0 +1,172 @@
+/*
+ * core/comm_mpi.c — mp_comm over MPI (see core/comm_mpi.h for the design and determinism notes).
+ *
+ * Each op checks its arguments, counts its traffic with the exact formulas of core/comm.h, then calls
+ * the matching MPI collective. A group of one rank takes the self path (copy, no MPI call, nothing
+ * counted), so a tp = 1 or dp = 1 group under MPI behaves exactly as mp_comm_self().
+ */
+#include "core/comm_mpi.h"
+#include "core/alloc.h"
+#include "core/mesh.h"
+#include <assert.h>
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    MPI_Comm comm;
+    int *counts;     /* [size] int element counts, scratch for the v-collectives */
+    int *displs;     /* [size] */
+} mpi_impl;
+
+static size_t g_bcast_chunk = INT_MAX;
+
+static mpi_impl *impl_of(const mp_comm *c) {
+    assert(c && c->impl && strcmp(c->name, "mpi") == 0);
+    return (mpi_impl *)c->impl;
+}
+
+/* Fills the int counts/displs of impl from counts[size]; asserts every count, and the total, fit in an
+ * int (MPI's count type); returns the total. */
+static int64_t fill_counts(mp_comm *c, const int64_t *counts) {
+    mpi_impl *im = impl_of(c);
+    assert(counts);
+    int64_t total = 0;
+    for (int r = 0; r < c->size; r++) {
+        assert(counts[r] >= 0 && "comm: negative count");
+        assert(total <= INT_MAX && "comm: displacement does not fit in an int");
+        im->counts[r] = (int)counts[r];
+        im->displs[r] = (int)total;
+        total += counts[r];
+    }
+    assert(total <= INT_MAX && "comm: total count does not fit in an int");
+    return total;
+}
+
+/* In place sum/max over the group: MPI_Allreduce with MPI_IN_PLACE. */
+static void mpi_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
+    assert(n >= 0 && (x || n == 0));
+    if (c->size == 1) return;
+    assert(n <= INT_MAX && "comm: all_reduce count does not fit in an int");
+    int64_t s, b;
+    mp_split(n, c->size, c->rank, &s, &b);
+    c->bytes_sent[MP_COMM_ALLREDUCE] += (int64_t)sizeof(float) * ((n - b) + (int64_t)(c->size - 1) * b);
+    c->calls[MP_COMM_ALLREDUCE]++;
+    if (n == 0) return;
+    MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, op_max ? MPI_MAX : MPI_SUM, impl_of(c)->comm);
+}
+
+static void mpi_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
+    assert(n >= 0 && (x || n == 0));
+    if (c->size == 1) return;
+    assert(n <= INT_MAX && "comm: all_reduce_f64 count does not fit in an int");
+    int64_t s, b;
+    mp_split(n, c->size, c->rank, &s, &b);
+    c->bytes_sent[MP_COMM_ALLREDUCE] += (int64_t)sizeof(double) * ((n - b) + (int64_t)(c->size - 1) * b);
+    c->calls[MP_COMM_ALLREDUCE]++;
+    if (n == 0) return;
+    MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, impl_of(c)->comm);
+}
+
+/* out = concat_r in_r[counts[r]]. in may be out + displ[rank] (in place); otherwise the two must not
+ * overlap. */
+static void mpi_all_gatherv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+    if (c->size == 1) {
+        assert(counts[0] >= 0);
+        if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * sizeof(float));
+        return;
+    }
+    mpi_impl *im = impl_of(c);
+    int64_t total = fill_counts(c, counts);
+    int me = c->rank;
+    assert((out || total == 0) && (in || counts[me] == 0));
+    c->bytes_sent[MP_COMM_ALLGATHER] += (int64_t)sizeof(float) * (c->size - 1) * counts[me];
+    c->calls[MP_COMM_ALLGATHER]++;
+    if (total == 0) return;
+    const void *send = (in == out + im->displs[me]) ? MPI_IN_PLACE : (const void *)in;
+    MPI_Allgatherv(send, im->counts[me], MPI_FLOAT, out, im->counts, im->displs, MPI_FLOAT, im->comm);
+}
+
+/* out[counts[rank]] = sum over the group of in[displ_rank ...]. out must not overlap in. */
+static void mpi_reduce_scatterv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+    if (c->size == 1) {
+        assert(counts[0] >= 0);
+        if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * sizeof(float));
+        return;
+    }
+    mpi_impl *im = impl_of(c);
+    int64_t total = fill_counts(c, counts);
+    int me = c->rank;
+    assert((in || total == 0) && (out || counts[me] == 0));
+    assert((total == 0 || counts[me] == 0 ||
+            (uintptr_t)(out + counts[me]) <= (uintptr_t)in || (uintptr_t)(in + total) <= (uintptr_t)out) &&
+           "comm: reduce_scatterv out overlaps in");
+    c->bytes_sent[MP_COMM_REDUCE_SCATTER] += (int64_t)sizeof(float) * (total - counts[me]);
+    c->calls[MP_COMM_REDUCE_SCATTER]++;
+    if (total == 0) return;
+    /* MPI_Reduce_scatter needs a valid recvbuf even for a zero count on some paths. */
+    float dummy;
+    MPI_Reduce_scatter(in, counts[me] ? (void *)out : (void *)&dummy, im->counts, MPI_FLOAT, MPI_SUM, im->comm);
+}
+
+/* bytes from root to every rank, in chunks of at most g_bcast_chunk bytes. */
+static void mpi_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
+    assert(root >= 0 && root < c->size && (buf || bytes == 0));
+    if (c->size == 1) return;
+    if (c->rank == root) c->bytes_sent[MP_COMM_BCAST] += (int64_t)bytes;
+    c->calls[MP_COMM_BCAST]++;
+    MPI_Comm comm = impl_of(c)->comm;
+    for (size_t off = 0; off < bytes; off += g_bcast_chunk) {
+        size_t len = bytes - off < g_bcast_chunk ? bytes - off : g_bcast_chunk;
+        MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, comm);
+    }
+}
+
+static void mpi_barrier(mp_comm *c) {
+    if (c->size == 1) return;
+    MPI_Barrier(impl_of(c)->comm);
+}
+
+/* Frees the dup'ed MPI communicator and the table (NULL ok). Collective over the group. */
+static void mpi_destroy(mp_comm *c) {
+    if (!c) return;
+    mpi_impl *im = impl_of(c);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Comm_free(&im->comm);
+    mp_free_acct(im->counts, sizeof(int) * (size_t)c->size, MP_MEM_COMM);
+    mp_free_acct(im->displs, sizeof(int) * (size_t)c->size, MP_MEM_COMM);
+    mp_free_acct(im, sizeof *im, MP_MEM_COMM);
+    mp_free_acct(c, sizeof *c, MP_MEM_COMM);
+}
+
+mp_comm *mp_comm_mpi_create(MPI_Comm comm) {
+    int init = 0;
+    MPI_Initialized(&init);
+    assert(init && "mp_comm_mpi_create: MPI is not initialised");
+    mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
+    mpi_impl *im = mp_calloc(sizeof *im, MP_MEM_COMM);
+    MPI_Comm_dup(comm, &im->comm);
+    MPI_Comm_rank(im->comm, &c->rank);
+    MPI_Comm_size(im->comm, &c->size);
+    assert(c->size >= 1 && c->rank >= 0 && c->rank < c->size);
+    im->counts = mp_calloc(sizeof(int) * (size_t)c->size, MP_MEM_COMM);
+    im->displs = mp_calloc(sizeof(int) * (size_t)c->size, MP_MEM_COMM);
+    c->name = "mpi";
+    c->all_reduce = mpi_all_reduce;
+    c->all_reduce_f64 = mpi_all_reduce_f64;
+    c->all_gatherv = mpi_all_gatherv;
+    c->reduce_scatterv = mpi_reduce_scatterv;
+    c->broadcast = mpi_broadcast;
+    c->barrier = mpi_barrier;
+    c->destroy = mpi_destroy;
+    c->impl = im;
+    return c;
+}
+
+MPI_Comm mp_comm_mpi_handle(const mp_comm *c) { return impl_of(c)->comm; }
+
+void mp_comm_mpi_set_bcast_chunk(size_t bytes) {
+    assert(bytes >= 1 && bytes <= INT_MAX);
+    g_bcast_chunk = bytes;
+}

@@ -1,0 +1,61 @@
+/*
+ * core/comm_self.c — the communicator of a group of one rank (the 1x1 mesh, no MPI needed).
+ *
+ * Every collective over one rank is the identity: all_reduce leaves x as it is, all_gatherv and
+ * reduce_scatterv copy in to out (memmove, so in == out is fine), broadcast leaves the buffer. Nothing
+ * moves, so nothing is counted: bytes_sent and calls stay 0 (core/comm.h).
+ * Each mp_comm_self() call returns a fresh heap object owned by the caller (destroy frees it), so
+ * several of them can be destroyed independently. Buffers are host memory.
+ */
+#include "core/comm.h"
+#include "core/alloc.h"
+#include <assert.h>
+#include <string.h>
+
+static void self_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
+    assert(c && c->size == 1 && n >= 0 && (x || n == 0));
+}
+
+static void self_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
+    assert(c && c->size == 1 && n >= 0 && (x || n == 0));
+}
+
+/* out[counts[0]] = in[counts[0]]. */
+static void self_all_gatherv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+    assert(c && c->size == 1 && counts && counts[0] >= 0);
+    if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * sizeof(float));
+}
+
+/* out[counts[0]] = in[counts[0]]: the sum over one rank. */
+static void self_reduce_scatterv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+    assert(c && c->size == 1 && counts && counts[0] >= 0);
+    if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * sizeof(float));
+}
+
+static void self_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
+    assert(c && c->size == 1 && root == 0 && (buf || bytes == 0));
+}
+
+static void self_barrier(mp_comm *c) { assert(c && c->size == 1); }
+
+static void self_destroy(mp_comm *c) {
+    if (!c) return;
+    mp_free_acct(c, sizeof *c, MP_MEM_COMM);
+}
+
+/* A new communicator of one rank; aborts on OOM (as every mp_alloc). */
+mp_comm *mp_comm_self(void) {
+    mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
+    c->name = "self";
+    c->rank = 0;
+    c->size = 1;
+    c->all_reduce = self_all_reduce;
+    c->all_reduce_f64 = self_all_reduce_f64;
+    c->all_gatherv = self_all_gatherv;
+    c->reduce_scatterv = self_reduce_scatterv;
+    c->broadcast = self_broadcast;
+    c->barrier = self_barrier;
+    c->destroy = self_destroy;
+    c->impl = NULL;
+    return c;
+}

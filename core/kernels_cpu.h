@@ -1,0 +1,49 @@
+/*
+ * core/kernels_cpu.h — private to the CPU backend (core/backend_cpu.c, core/kernels_cpu_*.c).
+ *
+ * Holds what the CPU kernel files share: a vectorisable exp (glibc's expf is only vectorised under
+ * -ffast-math, which the build does not use, and cross-entropy spends N*V exps per step), and the
+ * attention kernels, which live in their own file (core/kernels_cpu_attn.c) because they are the one
+ * place that mixes OpenBLAS with OpenMP.
+ *
+ * Everything here is deterministic: no atomics, static schedules only, reductions in a fixed order.
+ */
+#ifndef MP_KERNELS_CPU_H
+#define MP_KERNELS_CPU_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* exp(x) in fp32, within ~2 ulp of the correctly rounded value for x in [-87.3, 88]; returns exactly
+ * 0 for x < -87.3 (so -INFINITY gives 0) and exp(88) for larger x (never inf). NaN in gives NaN out.
+ * Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, then Cephes' degree-6 polynomial, then a
+ * scale by 2^n built in the exponent bits. Branch-free, so loops calling it vectorise. */
+static inline float mp_expf(float x) {
+    float xc = x < -87.3f ? -87.3f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    /* round(xc / ln2) with the 1.5*2^23 trick (exact in round-to-nearest mode) */
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float s;
+    memcpy(&s, &e, sizeof s);
+    float y = p * s;
+    y = x != x ? x : y;
+    return x < -87.3f ? 0.0f : y;
+}
+
+/* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd. */
+void mp_cpu_attn_fwd(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
+                     int H, int KV, int hd);
+void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *att,
+                     const float *q, const float *k, const float *v, int B, int T, int H, int KV, int hd);
+
+#endif

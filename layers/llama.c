@@ -1,0 +1,373 @@
+/*
+ * layers/llama.c — creation, forward and backward of the Llama model under the TP plan of DESIGN.md.
+ *
+ * One code path for every mesh: with tp = 1 the tp collectives are identities (self communicator or a
+ * group of one), with dp = 1 the FSDP calls are no-ops. Per block (local sizes: Hl = H/tp heads,
+ * KVl = KV/tp kv heads, Il = this rank's intermediate columns):
+ *
+ *   x [n_res,D] -> RMSNorm -> gather_in -> q,k,v (column-parallel) -> RoPE -> causal GQA attention
+ *     -> o (row-parallel, partial sums) -> reduce_out (+ residual) -> RMSNorm -> gather_in
+ *     -> gate, up (column-parallel) -> SwiGLU -> down (row-parallel) -> reduce_out (+ residual)
+ *
+ * gather_in / reduce_out are where tensor and sequence parallelism meet: without SP the residual
+ * stream is whole on every tp rank (n_res = N), gather_in is the identity and reduce_out an all-reduce;
+ * with SP the stream is split along the (flattened) sequence into tp chunks (n_res = N/tp), gather_in is
+ * an all-gather and reduce_out a reduce-scatter. Their backwards swap roles (all-gather <-> reduce-
+ * scatter; identity <-> all-reduce). Embedding and LM head are vocab-parallel; the loss is the
+ * vocab-parallel cross-entropy (the logits are never gathered). No allocation happens in a step.
+ */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "layers/llama_impl.h"
+
+/* ---- linear layers: W is [out, in] row-major (HF/PyTorch layout) ---- */
+
+/* y[N,out] = x[N,in] W^T */
+static void linear_fwd(mp_backend *be, float *y, const float *x, const float *w, int N, int in, int out) {
+    be->gemm(be, 0, 1, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+}
+/* dx[N,in] = beta*dx + dy[N,out] W */
+static void linear_bwd_x(mp_backend *be, float *dx, const float *dy, const float *w, int N, int in, int out,
+                         float beta) {
+    be->gemm(be, 0, 0, N, in, out, 1.0f, dy, out, w, in, beta, dx, in);
+}
+/* dW[out,in] += dy^T x */
+static void linear_bwd_w(mp_backend *be, float *dw, const float *dy, const float *x, int N, int in, int out) {
+    be->gemm(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dw, in);
+}
+
+/* ---- the tp boundary (see the file comment) ---- */
+
+/* Returns the [N, D] version of a residual-stream tensor src [n_res, D]: src itself without SP, else
+ * all-gathered into dst. */
+static float *gather_in(llama_model *m, float *dst, float *src) {
+    if (!m->sp) return src;
+    mp_comm *c = m->mesh->tp_comm;
+    c->all_gatherv(c, dst, src, m->sp_counts);
+    return dst;
+}
+
+/* out[n_res, D] = residual + reduce over tp of partial[N, D] (residual may be NULL: no add). partial is
+ * clobbered. */
+static void reduce_out(llama_model *m, float *out, const float *residual, float *partial) {
+    mp_backend *be = m->be;
+    mp_comm *c = m->mesh->tp_comm;
+    int64_t n = (int64_t)m->n_res * m->D;
+    const float *sum = partial;
+    if (m->sp) {
+        c->reduce_scatterv(c, m->dres_b, partial, m->sp_counts);
+        sum = m->dres_b;
+    } else if (m->tp > 1) {
+        c->all_reduce(c, partial, n, 0);
+    }
+    if (residual) be->add(be, out, residual, sum, n);
+    else be->copy(be, out, sum, (size_t)n * sizeof(float));
+}
+
+/* Backward of gather_in: partial[N, D] input-gradients summed over tp; returns the [n_res, D] result
+ * (in partial without SP, in m->dres_b with SP). */
+static float *reduce_in_grad(llama_model *m, float *partial) {
+    mp_comm *c = m->mesh->tp_comm;
+    if (m->sp) {
+        c->reduce_scatterv(c, m->dres_b, partial, m->sp_counts);
+        return m->dres_b;
+    }
+    if (m->tp > 1) c->all_reduce(c, partial, (int64_t)m->N * m->D, 0);
+    return partial;
+}
+
+/* ---- creation ---- */
+
+static mp_code check_mesh(const mp_model_config *c, const llama_options *o, int tp, mp_err *err) {
+    if (c->num_hidden_layers > LLAMA_MAX_LAYERS)
+        return mp_err_set(err, MP_EINPUT, "num_hidden_layers (%d) exceeds the supported %d", c->num_hidden_layers,
+                          LLAMA_MAX_LAYERS);
+    if (c->num_key_value_heads % tp)
+        return mp_err_set(err, MP_EINPUT, "num_key_value_heads (%d) is not divisible by tp (%d)",
+                          c->num_key_value_heads, tp);
+    if (c->intermediate_size < tp)
+        return mp_err_set(err, MP_EINPUT, "intermediate_size (%d) is smaller than tp (%d)", c->intermediate_size, tp);
+    if (o->micro_batch <= 0) return mp_err_set(err, MP_EINPUT, "micro-batch must be > 0, got %d", o->micro_batch);
+    if (o->seq_len <= 0) return mp_err_set(err, MP_EINPUT, "seq_len must be > 0, got %d", o->seq_len);
+    if (o->seq_len > c->max_position_embeddings)
+        return mp_err_set(err, MP_EINPUT, "seq_len (%d) exceeds max_position_embeddings (%d)", o->seq_len,
+                          c->max_position_embeddings);
+    if (o->sp && tp > 1 && o->seq_len % tp)
+        return mp_err_set(err, MP_EINPUT,
+                          "seq_len (%d) is not divisible by tp (%d), required with sequence parallelism (--sp)",
+                          o->seq_len, tp);
+    return MP_OK;
+}
+
+/* Carves every activation and scratch buffer out of one allocation. */
+static void alloc_acts(llama_model *m) {
+    int64_t N = m->N, D = m->D, nr = m->n_res, qd = (int64_t)m->H_local * m->hd, kd = (int64_t)m->KV_local * m->hd;
+    int64_t Il = m->I_local, att = (int64_t)m->B * m->H_local * m->T * m->T, V = m->v_local;
+    int64_t rep = llama_replicated_shard_numel(m);
+    struct { float **p; int64_t n; } list[32 + 16 * LLAMA_MAX_LAYERS];
+    int k = 0;
+#define ADD(ptr, count) do { list[k].p = &(ptr); list[k].n = (count); k++; } while (0)
+    for (int l = 0; l < m->L; l++) {
+        llama_layer_acts *a = &m->acts[l];
+        ADD(a->x_in, nr * D); ADD(a->ln1, nr * D); ADD(a->rstd1, nr);
+        if (m->sp) ADD(a->ln1_full, N * D);
+        ADD(a->q, N * qd); ADD(a->k, N * kd); ADD(a->v, N * kd); ADD(a->att, att); ADD(a->o_in, N * qd);
+        ADD(a->x_mid, nr * D); ADD(a->ln2, nr * D); ADD(a->rstd2, nr);
+        if (m->sp) ADD(a->ln2_full, N * D);
+        ADD(a->gate, N * Il); ADD(a->up, N * Il); ADD(a->h, N * Il);
+    }
+    ADD(m->x_final, nr * D); ADD(m->lnf, nr * D); ADD(m->rstdf, nr);
+    if (m->sp) ADD(m->lnf_full, N * D);
+    ADD(m->logits, N * V);
+    ADD(m->rowmax, N); ADD(m->sumexp, N); ADD(m->tlogit, N); ADD(m->losses, N);
+    ADD(m->dres_a, nr * D); ADD(m->dres_b, nr * D); ADD(m->dfull, N * D); ADD(m->tmp_nd, N * D);
+    ADD(m->dq, N * qd); ADD(m->dk, N * kd); ADD(m->dv, N * kd); ADD(m->do_in, N * qd);
+    ADD(m->dgate, N * Il); ADD(m->dup, N * Il); ADD(m->dh, N * Il); ADD(m->att_scratch, att);
+    ADD(m->sync_buf, rep > 0 ? rep : 1);
+    int64_t half = m->hd / 2;
+    ADD(m->cos_t, (int64_t)m->T * half); ADD(m->sin_t, (int64_t)m->T * half);
+#undef ADD
+    int64_t total = 0;
+    for (int i = 0; i < k; i++) total += (list[i].n + 15) / 16 * 16;   /* 64-byte aligned pieces */
+    total += 2 * ((N + 15) / 16 * 16);                                  /* token buffers (int32) */
+    m->act_bytes = (size_t)total * sizeof(float);
+    float *base = m->be->alloc(m->be, m->act_bytes, MP_MEM_ACTS);
+    m->act_block = base;
+    int64_t off = 0;
+    for (int i = 0; i < k; i++) {
+        *list[i].p = base + off;
+        off += (list[i].n + 15) / 16 * 16;
+    }
+    m->tok_in = (int32_t *)(base + off);
+    off += (N + 15) / 16 * 16;
+    m->tok_tgt = (int32_t *)(base + off);
+    for (int l = 0; l < m->L; l++) {
+        if (!m->sp) { m->acts[l].ln1_full = m->acts[l].ln1; m->acts[l].ln2_full = m->acts[l].ln2; }
+    }
+    if (!m->sp) m->lnf_full = m->lnf;
+    /* RoPE tables: computed on the host in double, then copied to the device. */
+    size_t tb = (size_t)m->T * (size_t)half * sizeof(float);
+    float *c = mp_xmalloc(tb), *s = mp_xmalloc(tb);
+    mp_rope_tables(c, s, m->T, m->hd, m->cfg.rope_theta);
+    m->be->to_device(m->be, m->cos_t, c, tb);
+    m->be->to_device(m->be, m->sin_t, s, tb);
+    free(c);
+    free(s);
+}
+
+mp_code llama_create(llama_model **out, const mp_model_config *cfg, const llama_options *opt, mp_mesh *mesh,
+                     mp_backend *be, mp_err *err) {
+    *out = NULL;
+    MP_TRY(mp_model_config_validate(cfg, err));
+    MP_TRY(check_mesh(cfg, opt, mesh->tp, err));
+    llama_model *m = mp_calloc(sizeof *m, MP_MEM_OTHER);
+    m->cfg = *cfg;
+    m->opt = *opt;
+    m->mesh = mesh;
+    m->be = be;
+    m->tp = mesh->tp; m->tp_rank = mesh->tp_rank;
+    m->dp = mesh->dp; m->dp_rank = mesh->dp_rank;
+    m->sp = opt->sp && mesh->tp > 1;
+    m->L = cfg->num_hidden_layers;
+    m->D = cfg->hidden_size;
+    m->hd = mp_head_dim(cfg);
+    m->H_local = cfg->num_attention_heads / m->tp;
+    m->KV_local = cfg->num_key_value_heads / m->tp;
+    int64_t i0, icount;
+    mp_split(cfg->intermediate_size, m->tp, m->tp_rank, &i0, &icount);
+    m->I_local = (int)icount;
+    m->v_local = (cfg->vocab_size + m->tp - 1) / m->tp;
+    m->v_start = m->tp_rank * m->v_local;
+    int valid = cfg->vocab_size - m->v_start;
+    m->v_valid = valid < 0 ? 0 : valid > m->v_local ? m->v_local : valid;
+    m->B = opt->micro_batch;
+    m->T = opt->seq_len;
+    m->N = m->B * m->T;
+    m->n_res = m->sp ? m->N / m->tp : m->N;
+    for (int r = 0; r < m->tp && r < LLAMA_MAX_TP; r++) m->sp_counts[r] = (int64_t)m->n_res * m->D;
+    if (m->tp > LLAMA_MAX_TP) {
+        mp_free_acct(m, sizeof *m, MP_MEM_OTHER);
+        return mp_err_set(err, MP_EINPUT, "tp (%d) exceeds the supported %d", mesh->tp, LLAMA_MAX_TP);
+    }
+    llama_params_build(m);
+    llama_params_alloc(m);
+    llama_fsdp_alloc(m);
+    alloc_acts(m);
+    *out = m;
+    return MP_OK;
+}
+
+void llama_destroy(llama_model *m) {
+    if (!m) return;
+    m->be->free(m->be, m->act_block, m->act_bytes, MP_MEM_ACTS);
+    llama_fsdp_free(m);
+    llama_params_free(m);
+    mp_free_acct(m, sizeof *m, MP_MEM_OTHER);
+}
+
+/* ---- forward ---- */
+
+#define W(idx) (m->params[(idx)].full)
+#define DW(idx) (m->params[(idx)].full_grad)
+
+static void block_forward(llama_model *m, int l, float *x_out) {
+    mp_backend *be = m->be;
+    llama_layer_acts *a = &m->acts[l];
+    const llama_layer_params *p = &m->lp[l];
+    int N = m->N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd, Il = m->I_local;
+    float eps = (float)m->cfg.rms_norm_eps;
+    be->rmsnorm_fwd(be, a->ln1, a->rstd1, a->x_in, W(p->ln1), m->n_res, D, eps);
+    float *xin = gather_in(m, a->ln1_full, a->ln1);
+    linear_fwd(be, a->q, xin, W(p->wq), N, D, qd);
+    linear_fwd(be, a->k, xin, W(p->wk), N, D, kd);
+    linear_fwd(be, a->v, xin, W(p->wv), N, D, kd);
+    be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, m->T, m->H_local, m->hd, 0);
+    be->rope_fwd(be, a->k, m->cos_t, m->sin_t, m->B, m->T, m->KV_local, m->hd, 0);
+    be->attn_fwd(be, a->o_in, a->att, a->q, a->k, a->v, m->B, m->T, m->H_local, m->KV_local, m->hd);
+    linear_fwd(be, m->tmp_nd, a->o_in, W(p->wo), N, qd, D);
+    reduce_out(m, a->x_mid, a->x_in, m->tmp_nd);
+    be->rmsnorm_fwd(be, a->ln2, a->rstd2, a->x_mid, W(p->ln2), m->n_res, D, eps);
+    xin = gather_in(m, a->ln2_full, a->ln2);
+    linear_fwd(be, a->gate, xin, W(p->wg), N, D, Il);
+    linear_fwd(be, a->up, xin, W(p->wu), N, D, Il);
+    be->swiglu_fwd(be, a->h, a->gate, a->up, (int64_t)N * Il);
+    linear_fwd(be, m->tmp_nd, a->h, W(p->wd), N, Il, D);
+    reduce_out(m, x_out, a->x_mid, m->tmp_nd);
+}
+
+double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets) {
+    mp_backend *be = m->be;
+    mp_comm *tpc = m->mesh->tp_comm;
+    int N = m->N, D = m->D;
+    be->to_device(be, m->tok_in, inputs, (size_t)N * sizeof(int32_t));
+    m->have_targets = targets != NULL;
+    if (targets) be->to_device(be, m->tok_tgt, targets, (size_t)N * sizeof(int32_t));
+
+    llama_fsdp_gather(m, 0);
+    be->embed_fwd(be, m->tmp_nd, m->tok_in, W(m->p_embed), N, D, m->v_start, m->v_local);
+    reduce_out(m, m->acts[0].x_in, NULL, m->tmp_nd);
+    for (int l = 0; l < m->L; l++) {
+        llama_fsdp_gather(m, 1 + l);
+        block_forward(m, l, l + 1 < m->L ? m->acts[l + 1].x_in : m->x_final);
+    }
+    int head_unit = m->cfg.tie_word_embeddings ? 0 : m->L + 1;
+    llama_fsdp_gather(m, head_unit);
+    be->rmsnorm_fwd(be, m->lnf, m->rstdf, m->x_final, W(m->p_norm), m->n_res, D, (float)m->cfg.rms_norm_eps);
+    float *xin = gather_in(m, m->lnf_full, m->lnf);
+    linear_fwd(be, m->logits, xin, W(m->p_head), N, D, m->v_local);
+    if (!targets) return 0.0;
+
+    /* vocab-parallel cross-entropy: global max, global sum of exp, global target logit */
+    be->xent_rowmax(be, m->rowmax, m->logits, N, m->v_local, m->v_valid);
+    if (m->tp > 1) tpc->all_reduce(tpc, m->rowmax, N, 1);
+    be->xent_sumexp(be, m->sumexp, m->logits, m->rowmax, N, m->v_local, m->v_valid);
+    be->xent_target(be, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_start);
+    if (m->tp > 1) {
+        /* sumexp and tlogit are adjacent in the activation block only by accident; reduce each. */
+        tpc->all_reduce(tpc, m->sumexp, N, 0);
+        tpc->all_reduce(tpc, m->tlogit, N, 0);
+    }
+    be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
+    float hbuf[256];   /* losses come to the host in small pieces: no allocation in the step */
+    double sum = 0;
+    for (int i = 0; i < N; i += 256) {
+        int n = N - i < 256 ? N - i : 256;
+        be->to_host(be, hbuf, m->losses + i, (size_t)n * sizeof(float));
+        for (int j = 0; j < n; j++) sum += hbuf[j];
+    }
+    return sum;
+}
+
+/* ---- backward ---- */
+
+/* dres_a holds d(block output) on entry and d(block input) on return. */
+static void block_backward(llama_model *m, int l) {
+    mp_backend *be = m->be;
+    llama_layer_acts *a = &m->acts[l];
+    const llama_layer_params *p = &m->lp[l];
+    int N = m->N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd, Il = m->I_local;
+
+    /* MLP: d(down output) = d(block output), gathered under SP */
+    float *dy = gather_in(m, m->dfull, m->dres_a);
+    linear_bwd_x(be, m->dh, dy, W(p->wd), N, Il, D, 0.0f);
+    linear_bwd_w(be, DW(p->wd), dy, a->h, N, Il, D);
+    be->swiglu_bwd(be, m->dgate, m->dup, m->dh, a->gate, a->up, (int64_t)N * Il);
+    linear_bwd_x(be, m->tmp_nd, m->dgate, W(p->wg), N, D, Il, 0.0f);
+    linear_bwd_x(be, m->tmp_nd, m->dup, W(p->wu), N, D, Il, 1.0f);
+    linear_bwd_w(be, DW(p->wg), m->dgate, a->ln2_full, N, D, Il);
+    linear_bwd_w(be, DW(p->wu), m->dup, a->ln2_full, N, D, Il);
+    float *dln = reduce_in_grad(m, m->tmp_nd);
+    /* dy may alias dres_a (no SP): it is no longer read, so the residual gradient accumulates in place */
+    be->rmsnorm_bwd(be, m->dres_a, DW(p->ln2), dln, a->x_mid, W(p->ln2), a->rstd2, m->n_res, D);
+
+    /* attention */
+    dy = gather_in(m, m->dfull, m->dres_a);
+    linear_bwd_x(be, m->do_in, dy, W(p->wo), N, qd, D, 0.0f);
+    linear_bwd_w(be, DW(p->wo), dy, a->o_in, N, qd, D);
+    be->attn_bwd(be, m->dq, m->dk, m->dv, m->att_scratch, m->do_in, a->att, a->q, a->k, a->v, m->B, m->T,
+                 m->H_local, m->KV_local, m->hd);
+    be->rope_bwd(be, m->dq, m->cos_t, m->sin_t, m->B, m->T, m->H_local, m->hd, 0);
+    be->rope_bwd(be, m->dk, m->cos_t, m->sin_t, m->B, m->T, m->KV_local, m->hd, 0);
+    linear_bwd_x(be, m->tmp_nd, m->dq, W(p->wq), N, D, qd, 0.0f);
+    linear_bwd_x(be, m->tmp_nd, m->dk, W(p->wk), N, D, kd, 1.0f);
+    linear_bwd_x(be, m->tmp_nd, m->dv, W(p->wv), N, D, kd, 1.0f);
+    linear_bwd_w(be, DW(p->wq), m->dq, a->ln1_full, N, D, qd);
+    linear_bwd_w(be, DW(p->wk), m->dk, a->ln1_full, N, D, kd);
+    linear_bwd_w(be, DW(p->wv), m->dv, a->ln1_full, N, D, kd);
+    dln = reduce_in_grad(m, m->tmp_nd);
+    be->rmsnorm_bwd(be, m->dres_a, DW(p->ln1), dln, a->x_in, W(p->ln1), a->rstd1, m->n_res, D);
+}
+
+void llama_backward(llama_model *m, float scale) {
+    assert(m->have_targets);
+    mp_backend *be = m->be;
+    int N = m->N, D = m->D;
+    int head_unit = m->cfg.tie_word_embeddings ? 0 : m->L + 1;
+
+    llama_fsdp_grad_begin(m, 0);
+    if (head_unit != 0) llama_fsdp_grad_begin(m, head_unit);
+    /* head: the head unit's weights are still gathered from the forward */
+    be->xent_bwd(be, m->logits, m->rowmax, m->sumexp, m->tok_tgt, scale, N, m->v_local, m->v_valid, m->v_start);
+    linear_bwd_x(be, m->tmp_nd, m->logits, W(m->p_head), N, D, m->v_local, 0.0f);
+    linear_bwd_w(be, DW(m->p_head), m->logits, m->lnf_full, N, D, m->v_local);
+    float *dln = reduce_in_grad(m, m->tmp_nd);
+    be->memset0(be, m->dres_a, (size_t)m->n_res * D * sizeof(float));
+    be->rmsnorm_bwd(be, m->dres_a, DW(m->p_norm), dln, m->x_final, W(m->p_norm), m->rstdf, m->n_res, D);
+    if (head_unit != 0) llama_fsdp_grad_end(m, head_unit);
+
+    for (int l = m->L - 1; l >= 0; l--) {
+        llama_fsdp_gather(m, 1 + l);
+        llama_fsdp_grad_begin(m, 1 + l);
+        block_backward(m, l);
+        llama_fsdp_grad_end(m, 1 + l);
+    }
+    float *dx = gather_in(m, m->dfull, m->dres_a);
+    be->embed_bwd(be, DW(m->p_embed), dx, m->tok_in, N, D, m->v_start, m->v_local);
+    llama_fsdp_grad_end(m, 0);
+    m->have_targets = 0;
+}
+
+void llama_step(llama_model *m, const mp_adamw_hparams *hp, double lr, int64_t t, float grad_scale) {
+    mp_optim_slot slots[LLAMA_MAX_PARAMS];
+    for (int i = 0; i < m->nparams; i++) {
+        llama_param *p = &m->params[i];
+        slots[i] = (mp_optim_slot){p->shard, p->shard_grad, p->m, p->v, p->shard_rows * p->tp_shape[1], p->decay};
+    }
+    mp_adamw_step(m->be, hp, slots, m->nparams, lr, t, grad_scale);
+    llama_fsdp_invalidate(m);
+}
+
+void llama_shards_changed(llama_model *m) { llama_fsdp_invalidate(m); }
+
+const float *llama_logits(const llama_model *m, int *v_start, int *v_local, int *v_valid) {
+    if (v_start) *v_start = m->v_start;
+    if (v_local) *v_local = m->v_local;
+    if (v_valid) *v_valid = m->v_valid;
+    return m->logits;
+}
+
+const mp_model_config *llama_config(const llama_model *m) { return &m->cfg; }
+mp_backend *llama_backend(const llama_model *m) { return m->be; }
+mp_mesh *llama_mesh(const llama_model *m) { return m->mesh; }

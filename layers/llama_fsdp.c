@@ -1,0 +1,136 @@
+/*
+ * layers/llama_fsdp.c — fully-sharded data parallelism (FSDP2-style) over the dp group.
+ *
+ * Every parameter's TP slice is split along dim 0 over the dp ranks (mp_split: uneven sizes allowed);
+ * a unit's shards are contiguous in the shard storage, so one all_gatherv per unit brings the whole unit
+ * in, rank-major ([rank 0's shards | rank 1's | ...]); unpacking copies each rank's rows into place in
+ * the full TP slices. Gradients go the other way: pack rank-major, one reduce_scatterv, add to the shard
+ * gradients (adding, so micro-batches accumulate).
+ *
+ * Buffers (MP_MEM_GATHER): with reshard_after_forward every unit's gathered weights share one pool the
+ * size of the largest unit (a block is gathered again in backward); without it each unit keeps its own
+ * gathered copy from forward to backward (ZeRO-2 memory). Gathered gradients use two buffers: one for
+ * unit 0, whose gradient accumulates across the whole backward (the tied embedding is used by the head
+ * at the start of backward and by the embedding at its end), and one shared by the other units.
+ */
+#include <assert.h>
+#include <string.h>
+#include "layers/llama_impl.h"
+
+static int64_t cols_of(const llama_param *p) { return p->tp_shape[1]; }
+
+void llama_fsdp_alloc(llama_model *m) {
+    m->pool_unit = -1;
+    if (m->dp == 1) return;
+    mp_backend *be = m->be;
+    int64_t max_shard = 0;
+    for (int u = 0; u < m->nunits; u++) {
+        llama_unit *un = &m->units[u];
+        un->dp_counts = mp_calloc(sizeof(int64_t) * (size_t)m->dp, MP_MEM_OTHER);
+        for (int d = 0; d < m->dp; d++) {
+            for (int i = un->first; i < un->first + un->count; i++) {
+                int64_t r0, nr;
+                mp_split(m->params[i].tp_shape[0], m->dp, d, &r0, &nr);
+                un->dp_counts[d] += nr * cols_of(&m->params[i]);
+            }
+        }
+        assert(un->dp_counts[m->dp_rank] == un->shard_numel);
+        if (un->shard_numel > max_shard) max_shard = un->shard_numel;
+    }
+    size_t fb = (size_t)m->max_unit_full * sizeof(float);
+    m->fsdp_bytes = 0;
+    if (m->opt.reshard_after_forward) {
+        m->pool = be->alloc(be, fb, MP_MEM_GATHER);
+        m->fsdp_bytes += fb;
+    } else {
+        for (int u = 0; u < m->nunits; u++) {
+            size_t b = (size_t)m->units[u].full_numel * sizeof(float);
+            m->units[u].full = be->alloc(be, b, MP_MEM_GATHER);
+            m->fsdp_bytes += b;
+        }
+    }
+    m->grad_unit0 = be->alloc(be, (size_t)m->units[0].full_numel * sizeof(float), MP_MEM_GATHER);
+    m->grad_pool = be->alloc(be, fb, MP_MEM_GATHER);
+    m->stage = be->alloc(be, fb, MP_MEM_GATHER);
+    m->stage2 = be->alloc(be, (size_t)max_shard * sizeof(float), MP_MEM_GATHER);
+    m->fsdp_bytes += (size_t)m->units[0].full_numel * sizeof(float) + 2 * fb + (size_t)max_shard * sizeof(float);
+    m->stage2_numel = max_shard;
+}
+
+void llama_fsdp_free(llama_model *m) {
+    if (m->dp == 1) return;
+    mp_backend *be = m->be;
+    size_t fb = (size_t)m->max_unit_full * sizeof(float);
+    if (m->pool) be->free(be, m->pool, fb, MP_MEM_GATHER);
+    for (int u = 0; u < m->nunits; u++) {
+        if (m->units[u].full) be->free(be, m->units[u].full, (size_t)m->units[u].full_numel * sizeof(float), MP_MEM_GATHER);
+        mp_free_acct(m->units[u].dp_counts, sizeof(int64_t) * (size_t)m->dp, MP_MEM_OTHER);
+    }
+    be->free(be, m->grad_unit0, (size_t)m->units[0].full_numel * sizeof(float), MP_MEM_GATHER);
+    be->free(be, m->grad_pool, fb, MP_MEM_GATHER);
+    be->free(be, m->stage, fb, MP_MEM_GATHER);
+    be->free(be, m->stage2, (size_t)m->stage2_numel * sizeof(float), MP_MEM_GATHER);
+}
+
+void llama_fsdp_invalidate(llama_model *m) {
+    m->pool_unit = -1;
+    for (int u = 0; u < m->nunits; u++) m->units[u].resident = 0;
+}
+
+/* Calls fn(param, rank d, element offset of d's rows of that param in the rank-major buffer,
+ * first row, row count) for every (rank, param) of unit u, in rank-major order. */
+#define FOR_RANK_MAJOR(m, un, BODY)                                                   \
+    do {                                                                              \
+        int64_t off_ = 0;                                                             \
+        for (int d_ = 0; d_ < (m)->dp; d_++) {                                        \
+            for (int i_ = (un)->first; i_ < (un)->first + (un)->count; i_++) {        \
+                llama_param *p = &(m)->params[i_];                                    \
+                int64_t row0, nrows;                                                  \
+                mp_split(p->tp_shape[0], (m)->dp, d_, &row0, &nrows);                 \
+                int64_t seg = off_, n = nrows * p->tp_shape[1];                       \
+                (void)seg; (void)n;                                                   \
+                BODY;                                                                 \
+                off_ += n;                                                            \
+            }                                                                         \
+        }                                                                             \
+    } while (0)
+
+void llama_fsdp_gather(llama_model *m, int u) {
+    if (m->dp == 1) return;
+    llama_unit *un = &m->units[u];
+    float *base = m->opt.reshard_after_forward ? m->pool : un->full;
+    if (m->opt.reshard_after_forward ? m->pool_unit == u : un->resident) return;
+    mp_backend *be = m->be;
+    mp_comm *c = m->mesh->dp_comm;
+    c->all_gatherv(c, m->stage, m->shard_params + un->shard_off, un->dp_counts);
+    int64_t full_off = 0;
+    for (int i = un->first; i < un->first + un->count; i++) {
+        m->params[i].full = base + full_off;
+        full_off += m->params[i].tp_shape[0] * m->params[i].tp_shape[1];
+    }
+    FOR_RANK_MAJOR(m, un, be->copy(be, p->full + row0 * p->tp_shape[1], m->stage + seg, (size_t)n * sizeof(float)));
+    if (m->opt.reshard_after_forward) m->pool_unit = u;
+    else un->resident = 1;
+}
+
+void llama_fsdp_grad_begin(llama_model *m, int u) {
+    if (m->dp == 1) return;
+    llama_unit *un = &m->units[u];
+    float *base = u == 0 ? m->grad_unit0 : m->grad_pool;
+    m->be->memset0(m->be, base, (size_t)un->full_numel * sizeof(float));
+    int64_t off = 0;
+    for (int i = un->first; i < un->first + un->count; i++) {
+        m->params[i].full_grad = base + off;
+        off += m->params[i].tp_shape[0] * m->params[i].tp_shape[1];
+    }
+}
+
+void llama_fsdp_grad_end(llama_model *m, int u) {
+    if (m->dp == 1) return;
+    llama_unit *un = &m->units[u];
+    mp_backend *be = m->be;
+    FOR_RANK_MAJOR(m, un, be->copy(be, m->stage + seg, p->full_grad + row0 * p->tp_shape[1], (size_t)n * sizeof(float)));
+    mp_comm *c = m->mesh->dp_comm;
+    c->reduce_scatterv(c, m->stage2, m->stage, un->dp_counts);
+    be->accumulate(be, m->shard_grads + un->shard_off, m->stage2, un->shard_numel);
+}

@@ -1,0 +1,113 @@
+/*
+ * layers/llama_impl.h — the model's private struct, shared by the files of layers/ (llama.c: create,
+ * forward, backward; llama_params.c: the parameter table and its storage; llama_fsdp.c: gathering and
+ * reduce-scattering FSDP units). Not for use outside layers/.
+ */
+#ifndef MP_LLAMA_IMPL_H
+#define MP_LLAMA_IMPL_H
+
+#include <math.h>
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "layers/llama.h"
+
+#define LLAMA_MAX_LAYERS 256
+#define LLAMA_MAX_PARAMS (3 + 9 * LLAMA_MAX_LAYERS)
+#define LLAMA_MAX_TP 64
+
+/* Indices into the parameter table for one block. */
+typedef struct llama_layer_params {
+    int ln1, wq, wk, wv, wo, ln2, wg, wu, wd;
+} llama_layer_params;
+
+/* One FSDP unit: parameters [first, first + count) of the table, gathered and reduce-scattered together. */
+typedef struct llama_unit {
+    int first, count;
+    int64_t shard_off;       /* offset of the unit's shards in the shard storage */
+    int64_t shard_numel;     /* this rank's shard elements */
+    int64_t full_numel;      /* elements of the gathered TP slices */
+    int64_t *dp_counts;      /* shard elements of every dp rank (for the uneven collectives) */
+    float *full;             /* gathered TP slices (dp > 1), NULL when it shares the pool */
+    int resident;            /* full holds the current weights */
+} llama_unit;
+
+/* Saved activations of one block (pointers into one allocation). n_res = tokens of this rank's residual
+ * stream (N, or N/tp under SP); N = all tokens of the micro-batch. */
+typedef struct llama_layer_acts {
+    float *x_in;        /* [n_res, D] block input */
+    float *ln1, *rstd1; /* [n_res, D], [n_res] */
+    float *ln1_full;    /* [N, D]: ln1 gathered over tp under SP, else = ln1 */
+    float *q, *k, *v;   /* [N, Hl*hd], [N, KVl*hd] x2, after RoPE */
+    float *att;         /* [B, Hl, T, T] */
+    float *o_in;        /* [N, Hl*hd] attention output */
+    float *x_mid;       /* [n_res, D] after the attention residual */
+    float *ln2, *rstd2, *ln2_full;
+    float *gate, *up, *h;  /* [N, Il] */
+} llama_layer_acts;
+
+struct llama_model {
+    mp_model_config cfg;
+    llama_options opt;
+    mp_mesh *mesh;
+    mp_backend *be;
+    int tp, tp_rank, dp, dp_rank, sp;
+    int L, D, hd, H_local, KV_local, I_local;
+    int v_local, v_start, v_valid;   /* vocab slice of this tp rank (v_local includes padding) */
+    int B, T, N, n_res;
+    int64_t sp_counts[LLAMA_MAX_TP];  /* elements of each tp rank's residual chunk (SP collectives) */
+
+    int nparams;
+    llama_param params[LLAMA_MAX_PARAMS];
+    llama_layer_params lp[LLAMA_MAX_LAYERS];
+    int p_embed, p_norm, p_head;
+    int nunits;
+    llama_unit units[LLAMA_MAX_LAYERS + 2];
+    int64_t max_unit_full;
+
+    /* persistent state (one allocation per category) */
+    int64_t shard_total;
+    float *shard_params, *shard_grads, *shard_moments;
+    float *sync_buf;                 /* replicated-parameter grads packed for the SP all-reduce */
+
+    /* FSDP buffers (dp > 1) */
+    float *pool;                     /* gathered weights of the unit in use (reshard_after_forward) */
+    int pool_unit;                   /* unit whose weights the pool holds, -1 none */
+    float *grad_unit0, *grad_pool;   /* gathered grads: unit 0 (lives for the whole backward), others */
+    float *stage;                    /* pack/unpack staging for collectives */
+    float *stage2;                   /* reduce-scatter output */
+    int64_t stage2_numel;
+    size_t fsdp_bytes;
+
+    /* activations */
+    llama_layer_acts acts[LLAMA_MAX_LAYERS];
+    float *x_final, *lnf, *rstdf, *lnf_full, *logits;
+    float *rowmax, *sumexp, *tlogit, *losses;
+    float *dres_a, *dres_b;           /* [n_res, D] residual-stream gradients */
+    float *dfull;                     /* [N, D] */
+    float *tmp_nd;                    /* [N, D] partial outputs before the tp reduction */
+    float *dq, *dk, *dv, *do_in, *dgate, *dup, *dh, *att_scratch;
+    float *cos_t, *sin_t;
+    int32_t *tok_in, *tok_tgt;        /* device copies of the micro-batch tokens */
+    void *act_block;
+    size_t act_bytes;
+    int have_targets;
+};
+
+void llama_params_build(llama_model *m);
+void llama_params_alloc(llama_model *m);
+void llama_params_free(llama_model *m);
+int64_t llama_replicated_shard_numel(const llama_model *m);
+
+/* FSDP (llama_fsdp.c). On dp = 1 all of these are no-ops: full tensors alias the shards. */
+void llama_fsdp_alloc(llama_model *m);
+void llama_fsdp_free(llama_model *m);
+/* Marks every gathered copy stale (after the shards changed). */
+void llama_fsdp_invalidate(llama_model *m);
+/* Makes the gathered weights of unit u valid (one all-gather over dp, unless already resident). */
+void llama_fsdp_gather(llama_model *m, int u);
+/* Points unit u's full_grad at a zeroed gathered-gradient buffer before its backward. */
+void llama_fsdp_grad_begin(llama_model *m, int u);
+/* Reduce-scatters unit u's gathered gradients over dp and adds them to its shard gradients. */
+void llama_fsdp_grad_end(llama_model *m, int u);
+
+#endif

@@ -1,0 +1,372 @@
+/*
+ * tests/mpi_comm.c — multi-rank test of the MPI communicator (core/comm_mpi.h) and the tp x dp mesh
+ * (core/mesh.h). Run under mpiexec at several world sizes (tests/mpi_tests.cmake: -np 1, 2, 3, 4).
+ *
+ * Every rank runs the same sequence of collectives and checks. Expected values are computed locally
+ * from the formula each rank used to fill its input (integer-valued floats, so sums are exact whatever
+ * the order); the byte counters are compared with the exact per-rank formulas of core/comm.h, written
+ * out here independently, and their sum over ranks with the ring totals. Each check is agreed over the
+ * world with a raw MPI_Allreduce (never through the code under test); rank 0 prints one line per check,
+ * a failing rank prints the detail on stderr. Every rank exits 1 if any check failed anywhere, else 0.
+ */
+#include <mpi.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/comm.h"
+#include "core/comm_mpi.h"
+#include "core/mesh.h"
+
+static int g_rank, g_np, g_failed;
+
+/* Collective: every rank calls it with its local verdict; rank 0 prints the agreed result. */
+static void check(const char *name, int ok, const char *fmt, ...) {
+    if (!ok) {
+        char detail[512] = "";
+        if (fmt) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(detail, sizeof detail, fmt, ap);
+            va_end(ap);
+        }
+        fprintf(stderr, "  rank %d/%d: %s: %s\n", g_rank, g_np, name, detail);
+    }
+    int bad = !ok, nbad = 0;
+    MPI_Allreduce(&bad, &nbad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        if (nbad) printf("FAIL np=%d %s (on %d rank%s)\n", g_np, name, nbad, nbad == 1 ? "" : "s");
+        else printf("ok   np=%d %s\n", g_np, name);
+        fflush(stdout);
+    }
+    if (nbad) g_failed++;
+}
+
+static int64_t sum_over_world(int64_t v) {
+    int64_t s = 0;
+    MPI_Allreduce(&v, &s, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    return s;
+}
+
+/* Part r's size in a balanced split of n over p (first n % p parts one larger), written out here
+ * rather than taken from mp_split. */
+static int64_t part(int64_t n, int p, int r) { return n / p + (r < n % p ? 1 : 0); }
+
+/* Only counters of op may be non-zero, with exactly (bytes, calls). */
+static void check_counters(const char *name, const mp_comm *c, int op, int64_t bytes, int64_t calls) {
+    int ok = 1;
+    char d[256] = "";
+    for (int k = 0; k < MP_COMM_NOPS; k++) {
+        int64_t eb = k == op ? bytes : 0, ec = k == op ? calls : 0;
+        if (c->bytes_sent[k] != eb || c->calls[k] != ec) {
+            ok = 0;
+            snprintf(d, sizeof d, "op %d: bytes %lld calls %lld, expected bytes %lld calls %lld", k,
+                     (long long)c->bytes_sent[k], (long long)c->calls[k], (long long)eb, (long long)ec);
+        }
+    }
+    if (mp_comm_total_bytes(c) != bytes) ok = 0;
+    check(name, ok, "%s", d);
+}
+
+/* Uneven counts with a zero: r -> 2r+3, except rank 1 which contributes nothing. */
+static int64_t ucount(int r) { return r == 1 ? 0 : 2 * r + 3; }
+
+static void test_all_reduce(mp_comm *c) {
+    const int p = g_np, me = g_rank;
+    const int64_t n = 1003;   /* not a multiple of 2, 3 or 4: uneven mp_split blocks */
+    float *x = malloc(n * sizeof *x);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)((me + 1) * (i % 17) - (i % 5) * me);
+    mp_comm_reset_counters(c);
+    c->all_reduce(c, x, n, 0);
+    int ok = 1;
+    int64_t bad_i = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double e = 0;
+        for (int r = 0; r < p; r++) e += (double)((r + 1) * (i % 17) - (i % 5) * r);
+        if (x[i] != (float)e) { ok = 0; bad_i = i; }
+    }
+    check("all_reduce sum values", ok, "x[%lld] = %g", (long long)bad_i, bad_i >= 0 ? x[bad_i] : 0.0);
+    int64_t b = part(n, p, me);
+    int64_t want = p == 1 ? 0 : 4 * ((n - b) + (int64_t)(p - 1) * b);
+    check_counters("all_reduce sum bytes = 4*((n-b_r)+(p-1)*b_r)", c, MP_COMM_ALLREDUCE, want, p == 1 ? 0 : 1);
+    int64_t tot = sum_over_world(c->bytes_sent[MP_COMM_ALLREDUCE]);
+    check("all_reduce group bytes = 2*(p-1)*4n", tot == 2 * (int64_t)(p - 1) * 4 * n, "total %lld", (long long)tot);
+
+    /* max: the winner of element i is rank (i % p), with a negative baseline elsewhere */
+    for (int64_t i = 0; i < n; i++) x[i] = (i % p == me) ? (float)(i + 0.5) : (float)(-1000 - me - i);
+    mp_comm_reset_counters(c);
+    c->all_reduce(c, x, n, 1);
+    ok = 1;
+    for (int64_t i = 0; i < n; i++) {
+        float e = -3.0e38f;
+        for (int r = 0; r < p; r++) {
+            float v = (i % p == r) ? (float)(i + 0.5) : (float)(-1000 - r - i);
+            if (v > e) e = v;
+        }
+        if (x[i] != e) { ok = 0; bad_i = i; }
+    }
+    check("all_reduce max values", ok, "x[%lld] = %g", (long long)bad_i, bad_i >= 0 ? x[bad_i] : 0.0);
+    check_counters("all_reduce max bytes", c, MP_COMM_ALLREDUCE, want, p == 1 ? 0 : 1);
+
+    /* random values: every rank must hold bitwise the same result, and the same call again the same bits */
+    uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(me + 1);
+    float *y = malloc(n * sizeof *y), *y2 = malloc(n * sizeof *y2), *y0 = malloc(n * sizeof *y0);
+    double maxerr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        y[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
+    }
+    memcpy(y2, y, n * sizeof *y);
+    double *exact = malloc(n * sizeof *exact);
+    for (int64_t i = 0; i < n; i++) exact[i] = y[i];
+    MPI_Allreduce(MPI_IN_PLACE, exact, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    c->all_reduce(c, y, n, 0);
+    c->all_reduce(c, y2, n, 0);
+    memcpy(y0, y, n * sizeof *y);
+    MPI_Bcast(y0, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(y[i] - exact[i]);
+        if (e > maxerr) maxerr = e;
+    }
+    check("all_reduce random sum close to the f64 sum", maxerr < 1e-5, "max abs err %g", maxerr);
+    check("all_reduce bitwise identical on every rank", memcmp(y, y0, n * sizeof *y) == 0, "differs from rank 0");
+    check("all_reduce bitwise repeatable", memcmp(y, y2, n * sizeof *y) == 0, "second call differs");
+
+    /* f64: integer values near 1e12, exact in double but not in float */
+    double *d = malloc(n * sizeof *d);
+    for (int64_t i = 0; i < n; i++) d[i] = (double)(me + 1) * 1e12 + (double)i * (me + 3);
+    mp_comm_reset_counters(c);
+    c->all_reduce_f64(c, d, n);
+    ok = 1;
+    for (int64_t i = 0; i < n; i++) {
+        double e = 0;
+        for (int r = 0; r < p; r++) e += (double)(r + 1) * 1e12 + (double)i * (r + 3);
+        if (d[i] != e) { ok = 0; bad_i = i; }
+    }
+    check("all_reduce_f64 values", ok, "d[%lld] = %.17g", (long long)bad_i, bad_i >= 0 ? d[bad_i] : 0.0);
+    check_counters("all_reduce_f64 bytes = 8*((n-b_r)+(p-1)*b_r)", c, MP_COMM_ALLREDUCE,
+                   p == 1 ? 0 : 8 * ((n - b) + (int64_t)(p - 1) * b), p == 1 ? 0 : 1);
+    free(x); free(y); free(y2); free(y0); free(exact); free(d);
+}
+
+static void test_all_gatherv(mp_comm *c) {
+    const int p = g_np, me = g_rank;
+    int64_t *counts = malloc(p * sizeof *counts), total = 0, mydispl = 0;
+    for (int r = 0; r < p; r++) {
+        counts[r] = ucount(r);
+        if (r < me) mydispl += counts[r];
+        total += counts[r];
+    }
+    float *in = malloc((counts[me] + 1) * sizeof *in), *out = malloc(total * sizeof *out);
+    for (int64_t j = 0; j < counts[me]; j++) in[j] = (float)(1000 * me + j);
+    for (int64_t i = 0; i < total; i++) out[i] = -1;
+    mp_comm_reset_counters(c);
+    c->all_gatherv(c, out, in, counts);
+    int ok = 1;
+    int64_t at = 0, bad = -1;
+    for (int r = 0; r < p; r++)
+        for (int64_t j = 0; j < counts[r]; j++, at++)
+            if (out[at] != (float)(1000 * r + j)) { ok = 0; bad = at; }
+    check("all_gatherv uneven values", ok, "out[%lld] = %g", (long long)bad, bad >= 0 ? out[bad] : 0.0);
+    check_counters("all_gatherv bytes = 4*(p-1)*c_r", c, MP_COMM_ALLGATHER, 4 * (int64_t)(p - 1) * counts[me],
+                   p == 1 ? 0 : 1);
+    int64_t tot = sum_over_world(c->bytes_sent[MP_COMM_ALLGATHER]);
+    check("all_gatherv group bytes = 4*(p-1)*T", tot == 4 * (int64_t)(p - 1) * total, "total %lld", (long long)tot);
+
+    /* in place: this rank's block already sits at its displacement in out */
+    for (int64_t i = 0; i < total; i++) out[i] = -1;
+    for (int64_t j = 0; j < counts[me]; j++) out[mydispl + j] = (float)(1000 * me + j);
+    c->all_gatherv(c, out, out + mydispl, counts);
+    ok = 1, at = 0;
+    for (int r = 0; r < p; r++)
+        for (int64_t j = 0; j < counts[r]; j++, at++)
+            if (out[at] != (float)(1000 * r + j)) { ok = 0; bad = at; }
+    check("all_gatherv in place", ok, "out[%lld] = %g", (long long)bad, bad >= 0 ? out[bad] : 0.0);
+    free(counts); free(in); free(out);
+}
+
+static void test_reduce_scatterv(mp_comm *c) {
+    const int p = g_np, me = g_rank;
+    int64_t *counts = malloc(p * sizeof *counts), total = 0, mydispl = 0;
+    for (int r = 0; r < p; r++) {
+        counts[r] = ucount(p - 1 - r);   /* a different uneven pattern than all_gatherv's */
+        if (r < me) mydispl += counts[r];
+        total += counts[r];
+    }
+    float *in = malloc(total * sizeof *in), *out = malloc((counts[me] + 1) * sizeof *out);
+    for (int64_t i = 0; i < total; i++) in[i] = (float)((me + 1) * i + me);
+    for (int64_t j = 0; j <= counts[me]; j++) out[j] = -7;
+    mp_comm_reset_counters(c);
+    c->reduce_scatterv(c, out, in, counts);
+    int ok = 1;
+    int64_t bad = -1;
+    for (int64_t j = 0; j < counts[me]; j++) {
+        double e = 0;
+        for (int r = 0; r < p; r++) e += (double)((r + 1) * (mydispl + j) + r);
+        if (out[j] != (float)e) { ok = 0; bad = j; }
+    }
+    if (out[counts[me]] != -7) ok = 0;   /* nothing written past this rank's block */
+    check("reduce_scatterv uneven values", ok, "out[%lld] = %g", (long long)bad, bad >= 0 ? out[bad] : 0.0);
+    check_counters("reduce_scatterv bytes = 4*(T-c_r)", c, MP_COMM_REDUCE_SCATTER, 4 * (total - counts[me]),
+                   p == 1 ? 0 : 1);
+    int64_t tot = sum_over_world(c->bytes_sent[MP_COMM_REDUCE_SCATTER]);
+    check("reduce_scatterv group bytes = 4*(p-1)*T", tot == 4 * (int64_t)(p - 1) * total, "total %lld",
+          (long long)tot);
+    free(counts); free(in); free(out);
+}
+
+static void bcast_case(mp_comm *c, const char *name, size_t bytes, int root) {
+    unsigned char *buf = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) buf[i] = g_rank == root ? (unsigned char)((i * 31 + 7) & 255) : 0;
+    mp_comm_reset_counters(c);
+    c->broadcast(c, buf, bytes, root);
+    int ok = 1;
+    size_t bad = 0;
+    for (size_t i = 0; i < bytes; i++)
+        if (buf[i] != (unsigned char)((i * 31 + 7) & 255)) { ok = 0; bad = i; }
+    check(name, ok, "byte %zu = %u", bad, buf[bad]);
+    char n2[128];
+    snprintf(n2, sizeof n2, "%s: bytes = B on root %d, 0 elsewhere", name, root);
+    check_counters(n2, c, MP_COMM_BCAST, (g_rank == root && g_np > 1) ? (int64_t)bytes : 0, g_np > 1 ? 1 : 0);
+    free(buf);
+}
+
+static void test_broadcast(mp_comm *c) {
+    bcast_case(c, "broadcast from the last rank", 10007, g_np - 1);
+    mp_comm_mpi_set_bcast_chunk(1000);   /* 11 chunks, the last one short */
+    bcast_case(c, "broadcast chunked (1000 B chunks)", 10007, g_np > 1 ? 1 : 0);
+    mp_comm_mpi_set_bcast_chunk(2147483647);
+    c->barrier(c);
+    check_counters("barrier counts nothing", c, MP_COMM_BCAST, (g_rank == (g_np > 1 ? 1 : 0) && g_np > 1) ? 10007 : 0,
+                   g_np > 1 ? 1 : 0);
+}
+
+/* An MPI communicator of one rank behaves as the self comm: identity, nothing counted. */
+static void test_size_one(void) {
+    MPI_Comm alone;
+    MPI_Comm_split(MPI_COMM_WORLD, g_rank, 0, &alone);
+    mp_comm *c = mp_comm_mpi_create(alone);
+    MPI_Comm_free(&alone);
+    float x[3] = {1, 2, 3}, out[3] = {0};
+    int64_t cnt[1] = {3};
+    c->all_reduce(c, x, 3, 0);
+    c->all_gatherv(c, out, x, cnt);
+    int ok = c->size == 1 && c->rank == 0 && x[0] == 1 && x[1] == 2 && x[2] == 3 && memcmp(out, x, sizeof x) == 0;
+    c->reduce_scatterv(c, out, x, cnt);
+    ok = ok && memcmp(out, x, sizeof x) == 0;
+    check("mpi comm of size 1 is the identity", ok, "size %d rank %d", c->size, c->rank);
+    check_counters("mpi comm of size 1 counts nothing", c, MP_COMM_ALLREDUCE, 0, 0);
+    c->destroy(c);
+}
+
+static void test_mesh_ok(int tp) {
+    const int p = g_np, me = g_rank, dp = p / tp;
+    char name[160];
+    mp_mesh m;
+    mp_err err;
+    mp_err_clear(&err);
+    mp_code rc = mp_mesh_init_mpi(&m, tp, 0, &err);
+    snprintf(name, sizeof name, "mesh tp=%d dp=0->%d: init", tp, dp);
+    check(name, rc == MP_OK, "rc %d: %s", rc, err.msg);
+    if (rc != MP_OK) return;   /* same on every rank: the size check does not depend on the rank */
+    int ok = m.world == p && m.rank == me && m.tp == tp && m.dp == dp && m.tp_rank == me % tp &&
+             m.dp_rank == me / tp && m.dp_rank * tp + m.tp_rank == me && m.uses_mpi == 1 &&
+             m.world_comm->size == p && m.world_comm->rank == me && m.tp_comm->size == tp &&
+             m.tp_comm->rank == me % tp && m.dp_comm->size == dp && m.dp_comm->rank == me / tp;
+    snprintf(name, sizeof name, "mesh tp=%d dp=%d: ranks and group sizes", tp, dp);
+    check(name, ok, "tp_rank %d dp_rank %d tp_comm %d/%d dp_comm %d/%d", m.tp_rank, m.dp_rank, m.tp_comm->rank,
+          m.tp_comm->size, m.dp_comm->rank, m.dp_comm->size);
+
+    /* group membership: sum of world ranks over each group */
+    float v = (float)me;
+    m.tp_comm->all_reduce(m.tp_comm, &v, 1, 0);
+    double etp = 0, edp = 0;
+    for (int t = 0; t < tp; t++) etp += (me / tp) * tp + t;
+    for (int d = 0; d < dp; d++) edp += d * tp + me % tp;
+    float w = (float)me;
+    m.dp_comm->all_reduce(m.dp_comm, &w, 1, 0);
+    snprintf(name, sizeof name, "mesh tp=%d dp=%d: sum of world ranks over tp and dp groups", tp, dp);
+    check(name, v == (float)etp && w == (float)edp, "tp sum %g (want %g), dp sum %g (want %g)", v, etp, w, edp);
+
+    /* group order: gathering world ranks lists the group in tp_rank / dp_rank order */
+    float *g = malloc((size_t)p * sizeof *g), mine = (float)me;
+    int64_t *ones = malloc((size_t)p * sizeof *ones);
+    for (int r = 0; r < p; r++) ones[r] = 1;
+    m.tp_comm->all_gatherv(m.tp_comm, g, &mine, ones);
+    ok = 1;
+    for (int t = 0; t < tp; t++) ok &= g[t] == (float)((me / tp) * tp + t);
+    m.dp_comm->all_gatherv(m.dp_comm, g, &mine, ones);
+    for (int d = 0; d < dp; d++) ok &= g[d] == (float)(d * tp + me % tp);
+    snprintf(name, sizeof name, "mesh tp=%d dp=%d: group order by tp_rank / dp_rank", tp, dp);
+    check(name, ok, "%s", "gathered world ranks out of order");
+
+    /* each communicator counts its own traffic: one 1-element all_reduce and one 1-per-rank gather */
+    int64_t tpb = tp == 1 ? 0 : 4 * ((1 - part(1, tp, me % tp)) + (int64_t)(tp - 1) * part(1, tp, me % tp));
+    int64_t dpb = dp == 1 ? 0 : 4 * ((1 - part(1, dp, me / tp)) + (int64_t)(dp - 1) * part(1, dp, me / tp));
+    ok = m.tp_comm->bytes_sent[MP_COMM_ALLREDUCE] == tpb && m.dp_comm->bytes_sent[MP_COMM_ALLREDUCE] == dpb &&
+         m.tp_comm->bytes_sent[MP_COMM_ALLGATHER] == 4 * (tp - 1) &&
+         m.dp_comm->bytes_sent[MP_COMM_ALLGATHER] == 4 * (dp - 1) && mp_comm_total_bytes(m.world_comm) == 0 &&
+         m.tp_comm->calls[MP_COMM_ALLREDUCE] == (tp > 1) && m.dp_comm->calls[MP_COMM_ALLGATHER] == (dp > 1);
+    snprintf(name, sizeof name, "mesh tp=%d dp=%d: per-communicator counters", tp, dp);
+    check(name, ok, "tp allreduce %lld (want %lld), dp allreduce %lld (want %lld)",
+          (long long)m.tp_comm->bytes_sent[MP_COMM_ALLREDUCE], (long long)tpb,
+          (long long)m.dp_comm->bytes_sent[MP_COMM_ALLREDUCE], (long long)dpb);
+    free(g); free(ones);
+    mp_mesh_destroy(&m);
+    mp_mesh_destroy(&m);   /* twice is safe */
+    snprintf(name, sizeof name, "mesh tp=%d dp=%d: destroy clears", tp, dp);
+    check(name, !m.world_comm && !m.tp_comm && !m.dp_comm, "%s", "pointers left set");
+}
+
+/* A wrong mesh must be reported as MP_EINPUT whose message contains want (not abort, not hang). */
+static void test_mesh_bad(int tp, int dp, const char *want) {
+    char name[200];
+    mp_mesh m;
+    mp_err err;
+    mp_err_clear(&err);
+    mp_code rc = mp_mesh_init_mpi(&m, tp, dp, &err);
+    snprintf(name, sizeof name, "mesh tp=%d dp=%d rejected: \"%s\"", tp, dp, want);
+    check(name, rc == MP_EINPUT && err.code == MP_EINPUT && strstr(err.msg, want) && !m.world_comm,
+          "rc %d msg \"%s\"", rc, err.msg);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_np);
+
+    mp_comm *c = mp_comm_mpi_create(MPI_COMM_WORLD);
+    check("mpi comm basics", strcmp(c->name, "mpi") == 0 && c->rank == g_rank && c->size == g_np &&
+          mp_comm_total_bytes(c) == 0, "name %s rank %d size %d", c->name, c->rank, c->size);
+    test_all_reduce(c);
+    test_all_gatherv(c);
+    test_reduce_scatterv(c);
+    test_broadcast(c);
+    c->destroy(c);
+    test_size_one();
+
+    char want[160];
+    for (int tp = 1; tp <= g_np + 1; tp++) {
+        if (g_np % tp == 0) {
+            test_mesh_ok(tp);
+        } else {
+            snprintf(want, sizeof want, "world size %d is not a multiple of tp %d", g_np, tp);
+            test_mesh_bad(tp, 0, want);
+        }
+    }
+    snprintf(want, sizeof want, "world size %d != tp 1 x dp %d", g_np, g_np + 1);
+    test_mesh_bad(1, g_np + 1, want);
+    if (g_np == 4) test_mesh_bad(3, 2, "world size 4 != tp 3 x dp 2");
+    if (g_np == 4) test_mesh_bad(4, 2, "world size 4 != tp 4 x dp 2");
+    test_mesh_bad(0, 1, "tp must be >= 1");
+    test_mesh_bad(1, -1, "dp must be >= 1");
+
+    int total = 0;
+    MPI_Allreduce(&g_failed, &total, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (g_rank == 0) printf("%s: np=%d, %d failed check%s\n", total ? "FAILED" : "PASSED", g_np, total,
+                            total == 1 ? "" : "s");
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
