@@ -12,8 +12,9 @@ length and thread count.
 Batches follow meshpoint's loader (core/data.h): batch g's sequence k reads tokens
 [pos + k*T, pos + k*T + T + 1), pos advancing by B*T and wrapping to 0. The first --warmup steps are
 not timed; every step's time and tok/s goes to stderr; the last stdout line is
-  result impl=torch tok_per_s=X steps=K warmup=W threads=N batch=B seq_len=T
-with X = B*T*K / (total time of the K timed steps).
+  result impl=torch tok_per_s=X tok_per_s_median=M steps=K warmup=W threads=N batch=B seq_len=T
+with X = B*T*K / (total time of the K timed steps) and M = B*T / (median step time). A step is timed
+like meshpoint's: from fetching the batch to the loss read back after opt.step.
 """
 import argparse
 import os
@@ -59,7 +60,7 @@ def main():
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     nparams = sum(p.numel() for p in model.parameters())
 
     B, T = args.batch, args.seq_len
@@ -73,8 +74,9 @@ def main():
     print(f"torch_train: {nparams / 1e6:.1f}M parameters, B={B} T={T} threads={torch.get_num_threads()} "
           f"torch {torch.__version__}", file=sys.stderr)
 
-    timed = 0.0
+    dts = []
     for step in range(args.steps):
+        t0 = time.perf_counter()
         if pos + B * T + 1 > len(toks):
             pos = 0
         chunk = torch.from_numpy(np.asarray(toks[pos: pos + B * T + 1], dtype=np.int64))
@@ -84,7 +86,6 @@ def main():
         seqs = chunk[idx]
         x, y = seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous()
 
-        t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         _, loss = model(x, y)
         loss.backward()
@@ -93,12 +94,13 @@ def main():
         lv = loss.item()
         dt = time.perf_counter() - t0
         if step >= args.warmup:
-            timed += dt
+            dts.append(dt)
         print(f"step {step + 1}/{args.steps} loss {lv:.4f} norm {norm.item():.3f} {dt * 1e3:.1f} ms "
               f"{B * T / dt:.0f} tok/s{'' if step >= args.warmup else ' (warm-up)'}", file=sys.stderr)
 
-    k = args.steps - args.warmup
-    print(f"result impl=torch tok_per_s={B * T * k / timed:.1f} steps={k} warmup={args.warmup} "
+    k = len(dts)
+    print(f"result impl=torch tok_per_s={B * T * k / sum(dts):.1f} "
+          f"tok_per_s_median={B * T / float(np.median(dts)):.1f} steps={k} warmup={args.warmup} "
           f"threads={torch.get_num_threads()} batch={B} seq_len={T}")
 
 

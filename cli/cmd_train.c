@@ -191,7 +191,7 @@ int mp_cmd_train(int argc, char **argv) {
         t_last = t;
         if (metrics) {
             fprintf(metrics,
-                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, "
+                    "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.1f, "
                     "\"time_s\": %.3f}\n",
                     (long long)step + 1, loss, lr, norm, tok_s, t - t_start);
             fflush(metrics);

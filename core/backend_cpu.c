@@ -299,11 +299,7 @@ static void cpu_xent_bwd(mp_backend *be, float *logits, const float *rowmax, con
 
 /* ---- optimizer ---- */
 
-/* PyTorch AdamW: g *= grad_scale; m, v updated; p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p), with
- * mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step) (the corrections computed in double). */
-/* Elements [i0, i1) of the AdamW update. no-math-errno: sqrtf of a non-negative value never sets
- * errno, and without the flag the loop cannot vectorise. */
-__attribute__((optimize("no-math-errno")))
+/* Elements [i0, i1) of the AdamW update. */
 static void adamw_range(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
                         int64_t i0, int64_t i1, float lr, float beta1, float beta2, float eps, float wd,
                         float bc1, float bc2, float grad_scale) {
