@@ -20,6 +20,7 @@
 #include "cli/runtime.h"
 #include "core/log.h"
 #include "core/sched.h"
+#include "layers/llama_train.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -39,6 +40,18 @@ static mp_code make_dir(const char *path, mp_err *err) {
     }
     if (mkdir(buf, 0755) && errno != EEXIST) return mp_err_set(err, MP_EIO, "cannot create %s: %s", buf, strerror(errno));
     return MP_OK;
+}
+
+/* The loader feeding llama_train_step: micro-step k of the current batch, this rank's slice. */
+typedef struct train_fill_ctx {
+    mp_loader *loader;
+    const mp_batch_split *bs;
+    int dp_rank;
+} train_fill_ctx;
+
+static void train_fill(void *ctx, int k, int32_t *in, int32_t *tgt) {
+    train_fill_ctx *f = ctx;
+    mp_loader_get(f->loader, mp_batch_first(f->bs, k, f->dp_rank), f->bs->micro, in, tgt);
 }
 
 typedef struct train_flags {
@@ -165,22 +178,14 @@ int mp_cmd_train(int argc, char **argv) {
     double tokens_per_step = (double)c->batch_size * c->seq_len;
     double t_start = now_s(), t_last = t_start;
     double last_loss = NAN;
+    train_fill_ctx fc = {&loader, &bs, mesh->dp_rank};
     for (int64_t step = 0; step < c->steps; step++) {
-        llama_zero_grad(model);
-        double loss_sum = 0;
-        for (int a = 0; a < bs.grad_accum; a++) {
-            mp_loader_get(&loader, mp_batch_first(&bs, a, mesh->dp_rank), bs.micro, in, tgt);
-            loss_sum += llama_forward(model, in, tgt);
-            llama_backward(model, (float)(1.0 / tokens_per_step));
-        }
-        mp_loader_advance(&loader);
-        llama_sync_grads(model);
-        mesh->dp_comm->all_reduce_f64(mesh->dp_comm, &loss_sum, 1);
-        double loss = loss_sum / tokens_per_step;
-        double norm = llama_grad_norm(model);
-        double clip = c->grad_clip > 0 && norm > c->grad_clip ? c->grad_clip / (norm + 1e-6) : 1.0;
         double lr = mp_lr_at(&sched, step);
-        llama_step(model, &hp, lr, step + 1, (float)clip);
+        llama_step_args sa = {hp, lr, step + 1, c->grad_clip, bs.grad_accum, tokens_per_step};
+        llama_step_result sr;
+        llama_train_step(model, &sa, train_fill, &fc, in, tgt, &sr);
+        mp_loader_advance(&loader);
+        double loss = sr.loss, norm = sr.grad_norm;
         last_loss = loss;
         if (!isfinite(loss)) {
             mp_err_set(&err, MP_ECHECK, "loss is %g at step %lld: training diverged", loss, (long long)step + 1);

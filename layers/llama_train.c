@@ -1,0 +1,27 @@
+/*
+ * layers/llama_train.c — one optimizer step of the model: the part of the training loop that ties the
+ * model to the optimizer (data comes in through a callback, checkpoints stay in cli/). Shared by
+ * `meshpoint train` and the tests, so both run exactly the same arithmetic.
+ */
+#include "layers/llama_train.h"
+#include <math.h>
+
+void llama_train_step(llama_model *m, const llama_step_args *a, llama_fill_fn fill, void *ctx, int32_t *in,
+                      int32_t *tgt, llama_step_result *res) {
+    mp_mesh *mesh = llama_mesh(m);
+    llama_zero_grad(m);
+    double loss_sum = 0;
+    for (int k = 0; k < a->grad_accum; k++) {
+        fill(ctx, k, in, tgt);
+        loss_sum += llama_forward(m, in, tgt);
+        llama_backward(m, (float)(1.0 / a->tokens_per_step));
+    }
+    llama_sync_grads(m);
+    mesh->dp_comm->all_reduce_f64(mesh->dp_comm, &loss_sum, 1);
+    double norm = llama_grad_norm(m);
+    double clip = a->grad_clip > 0 && norm > a->grad_clip ? a->grad_clip / (norm + 1e-6) : 1.0;
+    llama_step(m, &a->hp, a->lr, a->step, (float)clip);
+    res->loss = loss_sum / a->tokens_per_step;
+    res->grad_norm = norm;
+    res->clip = clip;
+}

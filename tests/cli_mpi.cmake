@@ -1,0 +1,26 @@
+# tests/cli_mpi.cmake — `meshpoint train` under mpiexec: mesh errors are reported once by rank 0 before
+# any work, with exit 2; and a real 4-process run (tp 2 x dp 2) trains to the same loss as 1 process.
+set(MP_EXPECT ${CMAKE_SOURCE_DIR}/tests/expect.sh)
+set(MP_TINY ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json)
+set(MP_CLI_DATA ${CMAKE_BINARY_DIR}/cli_mpi_data)
+set(MP_MPIRUN ${MPIEXEC_EXECUTABLE} ${MPIEXEC_ARGS})
+add_test(NAME cli_mpi_data_setup COMMAND $<TARGET_FILE:meshpoint> data --out ${MP_CLI_DATA} --name t
+         ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/core/config.c ${CMAKE_SOURCE_DIR}/layers/llama.c)
+set_tests_properties(cli_mpi_data_setup PROPERTIES FIXTURES_SETUP cli_mpi_data)
+set(MP_TRAIN $<TARGET_FILE:meshpoint> train --config ${MP_TINY} --train-data ${MP_CLI_DATA}/t_train.bin --steps 3)
+function(mp_cli_mpi name code pattern np)
+  add_test(NAME cli_mpi_${name} COMMAND ${MP_EXPECT} ${code} "${pattern}" ${MP_MPIRUN} -np ${np} ${ARGN})
+  set_tests_properties(cli_mpi_${name} PROPERTIES FIXTURES_REQUIRED cli_mpi_data TIMEOUT 300 LABELS mpi
+                       ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
+endfunction()
+mp_cli_mpi(world_not_tp_dp 2 "world size 4 != tp 2 x dp 3" 4 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r1 --tp 2 --dp 3)
+mp_cli_mpi(kv_heads_not_div_tp 2 "num_key_value_heads \\(2\\) is not divisible by tp \\(4\\)" 4 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r2 --tp 4)
+mp_cli_mpi(seq_not_div_tp_sp 2 "seq_len \\(15\\) is not divisible by tp \\(2\\)" 2 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r3 --tp 2 --seq-len 15)
+mp_cli_mpi(batch_not_div_dp 2 "global batch \\(6 sequences\\) is not divisible by grad_accum \\(1\\) x dp \\(4\\)" 4 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r4 --dp 4 --batch 6)
+# without SP the same odd sequence length is fine on tp 2
+mp_cli_mpi(seq_odd_without_sp 0 "done: 3 steps" 2 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r5 --tp 2 --seq-len 15 --no-sp)
+# the same run on one process and on tp 2 x dp 2 through the CLI: the same losses
+add_test(NAME cli_mpi_same_loss_1x1_vs_tp2_dp2 COMMAND ${CMAKE_SOURCE_DIR}/tests/cli_mesh_equal.sh ${MP_MPIRUN} --
+         $<TARGET_FILE:meshpoint> ${MP_CLI_DATA}/t_train.bin ${MP_TINY} ${MP_CLI_DATA}/eq)
+set_tests_properties(cli_mpi_same_loss_1x1_vs_tp2_dp2 PROPERTIES FIXTURES_REQUIRED cli_mpi_data TIMEOUT 300 LABELS mpi
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")

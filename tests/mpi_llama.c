@@ -1,0 +1,357 @@
+/*
+ * tests/mpi_llama.c — mesh invariance of the Llama model, run under mpiexec (one ctest entry per mesh).
+ *
+ *   mpi_llama --tp T --config odd|gqa_tied [--sp 0|1] [--raf 0|1]     (world = tp x dp)
+ *
+ * Every rank also builds the same model on a private 1x1 mesh (the reference) and checks:
+ *   - every parameter, gathered from the shards of all ranks to its global form, is bitwise equal to
+ *     the reference's at initialisation;
+ *   - the step-1 loss equals the reference's within 1e-6 relative, and every step-1 gradient,
+ *     gathered to global form, within 1e-5 relative L2;
+ *   - the loss after 20 steps agrees within 1e-3 relative;
+ *   - a second run on the same mesh is bitwise identical (losses and final shards);
+ *   - the bytes the tp and dp communicators counted in one step equal the analytic count of the plan
+ *     (docs/PARALLEL.md), computed here from the config alone;
+ *   - the parameter, gradient and moment bytes the allocator charged are 1/(tp*dp) of the model's, plus
+ *     the documented padding and replication, and the gathered buffers hold at most one unit at a time.
+ * Prints one line per check; exits 1 on any failure (on every rank).
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/alloc.h"
+#include "core/comm_mpi.h"
+#include "core/mesh.h"
+#include "layers/llama.h"
+#include "layers/llama_train.h"
+
+static int g_rank, g_fail;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int all_ok = ok;
+    MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!ok) fprintf(stderr, "[rank %d] FAIL: %s\n", g_rank, msg);
+    if (g_rank == 0) printf("%s: %s\n", all_ok ? "ok  " : "FAIL", msg);
+    if (!all_ok) g_fail = 1;
+}
+
+static mp_model_config make_config(const char *name) {
+    mp_model_config c;
+    mp_model_config_default(&c);
+    if (!strcmp(name, "odd")) {          /* vocab not divisible by 4, dim-0 sizes not divisible by dp */
+        c.hidden_size = 48; c.intermediate_size = 100; c.num_hidden_layers = 2;
+        c.num_attention_heads = 4; c.num_key_value_heads = 4; c.vocab_size = 250; c.tie_word_embeddings = 0;
+    } else {                             /* grouped-query attention, tied embeddings */
+        c.hidden_size = 64; c.intermediate_size = 136; c.num_hidden_layers = 2;
+        c.num_attention_heads = 8; c.num_key_value_heads = 4; c.vocab_size = 131; c.tie_word_embeddings = 1;
+    }
+    c.max_position_embeddings = 64;
+    return c;
+}
+
+enum { B = 4, T = 16, STEPS = 20 };
+static const uint64_t SEED = 4242;
+
+/* Deterministic token stream: batch s, sequence k, position t. */
+/* Deterministic, learnable token stream (each sequence counts upwards from a hashed start), so that
+ * the 20-step loss shows real learning. */
+static int32_t token(int s, int k, int t, int vocab) {
+    uint32_t x = (uint32_t)(s * 7919 + k * 104729 + 17);
+    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+    return (int32_t)((x + (uint32_t)t) % (uint32_t)vocab);
+}
+
+typedef struct fill_ctx { int step, first, count, vocab; } fill_ctx;
+
+static void fill(void *vctx, int k, int32_t *in, int32_t *tgt) {
+    fill_ctx *c = vctx;
+    (void)k;
+    for (int j = 0; j < c->count; j++)
+        for (int t = 0; t < T; t++) {
+            in[j * T + t] = token(c->step, c->first + j, t, c->vocab);
+            tgt[j * T + t] = token(c->step, c->first + j, t + 1, c->vocab);
+        }
+}
+
+/* Global form of a parameter (or its gradient): every rank fills its shard's box of a zeroed global
+ * buffer (replicated tensors from tp rank 0 only, vocab padding dropped) and the world sums. */
+static float *gather_global(llama_model *m, int i, int grad) {
+    llama_param *p = llama_param_at(m, i);
+    mp_mesh *mesh = llama_mesh(m);
+    int64_t rows = p->gshape[0], cols = p->gshape[1];
+    float *g = calloc((size_t)(rows * cols), sizeof(float));
+    const float *src = grad ? p->shard_grad : p->shard;
+    if (p->split != LLAMA_REPLICATED || mesh->tp_rank == 0) {
+        for (int64_t r = 0; r < p->shard_rows; r++) {
+            int64_t slice_row = p->shard_row0 + r;
+            if (slice_row >= p->valid_rows) continue;
+            int64_t grow = p->tp_off[0] + slice_row;
+            for (int64_t c = 0; c < p->tp_shape[1]; c++) g[grow * cols + p->tp_off[1] + c] = src[r * p->tp_shape[1] + c];
+        }
+    }
+    /* a model on a private 1x1 mesh (the reference) already holds everything */
+    if (mesh->uses_mpi) MPI_Allreduce(MPI_IN_PLACE, g, (int)(rows * cols), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    return g;
+}
+
+static double rel_l2(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 1e-300;
+    for (int64_t i = 0; i < n; i++) { double d = (double)a[i] - b[i]; num += d * d; den += (double)b[i] * b[i]; }
+    return sqrt(num / den);
+}
+
+/* Runs STEPS steps; losses[s] gets each step's loss. After step 1 (if grads != NULL) the global
+ * gradients are stored in grads[i]. */
+static void train(llama_model *m, double *losses, float **grads) {
+    mp_mesh *mesh = llama_mesh(m);
+    int micro = B / mesh->dp;
+    int32_t *in = malloc(sizeof(int32_t) * micro * T), *tgt = malloc(sizeof(int32_t) * micro * T);
+    for (int s = 0; s < STEPS; s++) {
+        fill_ctx fc = {s, mesh->dp_rank * micro, micro, llama_config(m)->vocab_size};
+        llama_step_args a = {{0.9, 0.95, 1e-8, 0.1}, 2e-3, s + 1, 1.0, 1, (double)B * T};
+        llama_step_result r;
+        if (s == 0 && grads) {
+            /* the step's gradient before the update: run the step's pieces by hand */
+            llama_zero_grad(m);
+            fill(&fc, 0, in, tgt);
+            double l = llama_forward(m, in, tgt);
+            llama_backward(m, (float)(1.0 / (B * T)));
+            llama_sync_grads(m);
+            for (int i = 0; i < llama_num_params(m); i++) grads[i] = gather_global(m, i, 1);
+            (void)l;
+        }
+        llama_train_step(m, &a, fill, &fc, in, tgt, &r);
+        losses[s] = r.loss;
+    }
+    free(in);
+    free(tgt);
+}
+
+/* Expected bytes for one step (one micro-batch, no grad accumulation) on this rank: see PARALLEL.md. */
+static void expected_bytes(const mp_model_config *c, const mp_mesh *mesh, int sp, int raf, int64_t *tp_bytes,
+                           int64_t *dp_bytes) {
+    int p = mesh->tp, q = mesh->dp, L = c->num_hidden_layers;
+    int64_t D = c->hidden_size, hd = D / c->num_attention_heads, N = (int64_t)(B / q) * T;
+    int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, I = c->intermediate_size;
+    /* tp group: an all-reduce of n floats costs 4*((n - b) + (p-1)*b), b = this rank's mp_split part */
+#define AR(n, parts, r) ({ int64_t s_, b_; mp_split((n), (parts), (r), &s_, &b_); 4 * (((n) - b_) + ((int64_t)(parts) - 1) * b_); })
+    *tp_bytes = 0;
+    if (p > 1) {
+        int64_t nd = N * D;
+        if (sp) *tp_bytes = (int64_t)(4 + 8 * L) * 4 * (p - 1) * (nd / p);     /* AG and RS of [N, D] */
+        else *tp_bytes = (int64_t)(2 + 4 * L) * AR(nd, p, mesh->tp_rank);      /* AR of [N, D] */
+        *tp_bytes += 3 * AR(N, p, mesh->tp_rank);                              /* cross-entropy */
+        if (sp) {                                                              /* norm-weight grads */
+            int64_t rep = 0, s0, cnt;
+            mp_split(D, q, mesh->dp_rank, &s0, &cnt);
+            rep = (2 * L + 1) * cnt;
+            *tp_bytes += AR(rep, p, mesh->tp_rank);
+        }
+    }
+    /* dp group: per unit, all-gather 4*(q-1)*shard and reduce-scatter 4*(full - shard); the loss
+     * all-reduce of one double. */
+    *dp_bytes = 0;
+    if (q > 1) {
+        int64_t V = c->vocab_size, vl = (V + p - 1) / p, il0, il;
+        mp_split(I, p, mesh->tp_rank, &il0, &il);
+        int64_t qd = H / p * hd, kd = KV / p * hd;
+        /* rows x cols of every TP slice, per unit */
+        int64_t emb[2][2] = {{vl, D}, {D, 1}};
+        int64_t blk[9][2] = {{D, 1}, {qd, D}, {kd, D}, {kd, D}, {D, qd}, {D, 1}, {il, D}, {il, D}, {D, il}};
+        int64_t head[2][2] = {{D, 1}, {vl, D}};
+        int nemb = c->tie_word_embeddings ? 2 : 1;
+        int64_t shard_emb = 0, full_emb = 0, shard_blk = 0, full_blk = 0, shard_head = 0, full_head = 0;
+        for (int i = 0; i < nemb; i++) {
+            int64_t s0, cnt; mp_split(emb[i][0], q, mesh->dp_rank, &s0, &cnt);
+            shard_emb += cnt * emb[i][1]; full_emb += emb[i][0] * emb[i][1];
+        }
+        for (int i = 0; i < 9; i++) {
+            int64_t s0, cnt; mp_split(blk[i][0], q, mesh->dp_rank, &s0, &cnt);
+            shard_blk += cnt * blk[i][1]; full_blk += blk[i][0] * blk[i][1];
+        }
+        for (int i = 0; i < 2; i++) {
+            int64_t s0, cnt; mp_split(head[i][0], q, mesh->dp_rank, &s0, &cnt);
+            shard_head += cnt * head[i][1]; full_head += head[i][0] * head[i][1];
+        }
+        int64_t ag_emb = 4 * (q - 1) * shard_emb, ag_blk = 4 * (q - 1) * shard_blk, ag_head = 4 * (q - 1) * shard_head;
+        int64_t rs_emb = 4 * (full_emb - shard_emb), rs_blk = 4 * (full_blk - shard_blk), rs_head = 4 * (full_head - shard_head);
+        int tied = c->tie_word_embeddings;
+        /* forward: embedding unit, L blocks, head unit (tied: the embedding unit again, when the pool
+         * no longer holds it, i.e. with reshard_after_forward) */
+        *dp_bytes += ag_emb + L * ag_blk + (tied ? (raf ? ag_emb : 0) : ag_head);
+        /* backward: blocks gathered again with reshard_after_forward; every unit reduce-scattered */
+        *dp_bytes += (raf ? L * ag_blk : 0) + L * rs_blk + rs_emb + (tied ? 0 : rs_head);
+        *dp_bytes += mesh->dp_rank == 0 ? 8 * (q - 1) : 8;      /* loss sum (all_reduce_f64 of 1) */
+    }
+#undef AR
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    int tp = 1, sp = 1, raf = 1;
+    const char *cfg_name = "odd";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--tp")) tp = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--sp")) sp = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--raf")) raf = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--config")) cfg_name = argv[i + 1];
+    }
+    mp_model_config cfg = make_config(cfg_name);
+    mp_backend *be = mp_backend_cpu();
+    mp_err err;
+    mp_mesh mesh;
+    if (mp_mesh_init_mpi(&mesh, tp, 0, &err)) {
+        if (g_rank == 0) fprintf(stderr, "mesh: %s\n", err.msg);
+        MPI_Finalize();
+        return 2;
+    }
+    if (g_rank == 0)
+        printf("mesh tp %d x dp %d, sp %d, reshard_after_forward %d, config %s\n", mesh.tp, mesh.dp, sp, raf, cfg_name);
+
+    /* the mesh model first, so the allocator's numbers are its own */
+    int64_t before[MP_MEM_NCAT];
+    for (int k = 0; k < MP_MEM_NCAT; k++) before[k] = mp_mem_current((mp_mem_cat)k);
+    llama_options o = {B / mesh.dp, T, sp, raf};
+    llama_model *m = NULL;
+    if (llama_create(&m, &cfg, &o, &mesh, be, &err)) { fprintf(stderr, "%s\n", err.msg); MPI_Abort(MPI_COMM_WORLD, 2); }
+    int64_t held[MP_MEM_NCAT];
+    for (int k = 0; k < MP_MEM_NCAT; k++) held[k] = mp_mem_current((mp_mem_cat)k) - before[k];
+
+    mp_mesh single;
+    mp_mesh_init_single(&single);
+    llama_options o1 = {B, T, 0, 1};
+    llama_model *ref = NULL;
+    if (llama_create(&ref, &cfg, &o1, &single, be, &err)) { fprintf(stderr, "%s\n", err.msg); MPI_Abort(MPI_COMM_WORLD, 2); }
+    llama_init_weights(ref, SEED);
+    llama_init_weights(m, SEED);
+    int np = llama_num_params(m);
+
+    /* memory: parameters, gradients, moments are 1/(tp*dp) of the model plus padding and replication */
+    int64_t total = mp_model_num_params(&cfg), allowance = 0;
+    for (int i = 0; i < np; i++) {
+        llama_param *p = llama_param_at(m, i);
+        int64_t cols = p->tp_shape[1];
+        allowance += cols;                                            /* uneven dp split: <= 1 row */
+        allowance += (p->tp_shape[0] - p->valid_rows) * cols;          /* vocab padding rows */
+        if (p->split == LLAMA_REPLICATED) allowance += p->gshape[0] / mesh.dp + 1;   /* norms on every tp rank */
+    }
+    double ideal = (double)total / world;
+    int64_t pbytes = held[MP_MEM_PARAMS];
+    check(pbytes / 4 >= (int64_t)floor(ideal) - allowance && pbytes / 4 <= (int64_t)ceil(ideal) + allowance,
+          "parameter shard: %lld floats, ideal %.1f (+/- %lld allowed)", (long long)(pbytes / 4), ideal, (long long)allowance);
+    check(held[MP_MEM_GRADS] == pbytes && held[MP_MEM_OPTIM] == 2 * pbytes,
+          "gradients (%lld B) = parameters, moments (%lld B) = 2 x parameters", (long long)held[MP_MEM_GRADS],
+          (long long)held[MP_MEM_OPTIM]);
+    if (mesh.dp > 1 && raf) {
+        /* pool + grad pool + staging (each <= the largest unit) + unit-0 grads + reduce-scatter output */
+        int64_t unit_max = held[MP_MEM_GATHER];
+        int64_t biggest_unit = 0, unit_sum = 0; int cur = -1;
+        for (int i = 0; i < np; i++) {
+            llama_param *p = llama_param_at(m, i);
+            if (p->unit != cur) { if (unit_sum > biggest_unit) biggest_unit = unit_sum; unit_sum = 0; cur = p->unit; }
+            unit_sum += p->tp_shape[0] * p->tp_shape[1];
+        }
+        if (unit_sum > biggest_unit) biggest_unit = unit_sum;
+        check(unit_max <= 4 * 5 * biggest_unit, "FSDP gather buffers %lld B <= 5 x the largest unit (%lld B)",
+              (long long)unit_max, (long long)(4 * biggest_unit));
+    } else if (mesh.dp == 1) {
+        check(held[MP_MEM_GATHER] == 0, "no gather buffers on dp = 1 (%lld B)", (long long)held[MP_MEM_GATHER]);
+    }
+
+    /* initial parameters: bitwise */
+    int same = 1;
+    for (int i = 0; i < np; i++) {
+        float *g = gather_global(m, i, 0);
+        llama_param *p = llama_param_at(ref, i);
+        if (memcmp(g, p->shard, sizeof(float) * (size_t)(p->gshape[0] * p->gshape[1]))) {
+            same = 0;
+            if (g_rank == 0) fprintf(stderr, "initial %s differs\n", p->name);
+        }
+        free(g);
+    }
+    check(same, "every initial parameter bitwise equal to the 1x1 model's (%d tensors)", np);
+
+    /* communication volume of one step */
+    mp_comm_reset_counters(mesh.tp_comm);
+    mp_comm_reset_counters(mesh.dp_comm);
+    double loss_ref[STEPS], loss_m[STEPS];
+    float **gref = calloc((size_t)np, sizeof(float *)), **gm = calloc((size_t)np, sizeof(float *));
+    /* reference first step gradients */
+    train(ref, loss_ref, gref);
+    /* the mesh model: count one plain step, then restart and train for real */
+    {
+        int micro = B / mesh.dp;
+        int32_t *in = malloc(sizeof(int32_t) * micro * T), *tgt = malloc(sizeof(int32_t) * micro * T);
+        fill_ctx fc = {0, mesh.dp_rank * micro, micro, cfg.vocab_size};
+        llama_step_args a = {{0.9, 0.95, 1e-8, 0.1}, 2e-3, 1, 1.0, 1, (double)B * T};
+        llama_step_result r;
+        llama_train_step(m, &a, fill, &fc, in, tgt, &r);
+        int64_t etp, edp;
+        expected_bytes(&cfg, &mesh, sp && mesh.tp > 1, raf, &etp, &edp);
+        int64_t gtp = mp_comm_total_bytes(mesh.tp_comm), gdp = mp_comm_total_bytes(mesh.dp_comm);
+        check(gtp == etp, "tp bytes of one step: counted %lld, plan %lld", (long long)gtp, (long long)etp);
+        check(gdp == edp, "dp bytes of one step: counted %lld, plan %lld", (long long)gdp, (long long)edp);
+        free(in);
+        free(tgt);
+        llama_init_weights(m, SEED);
+    }
+    train(m, loss_m, gm);
+    check(fabs(loss_m[0] - loss_ref[0]) <= 1e-6 * fabs(loss_ref[0]), "step-1 loss %.9f vs 1x1 %.9f", loss_m[0], loss_ref[0]);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < np; i++) {
+        llama_param *p = llama_param_at(ref, i);
+        double e = rel_l2(gm[i], gref[i], p->gshape[0] * p->gshape[1]);
+        if (e > worst) { worst = e; worst_name = p->name; }
+    }
+    check(worst <= 1e-5, "step-1 gradients: worst relative L2 %.2e (%s)", worst, worst_name);
+    check(fabs(loss_m[STEPS - 1] - loss_ref[STEPS - 1]) <= 1e-3 * fabs(loss_ref[STEPS - 1]),
+          "loss after %d steps %.6f vs 1x1 %.6f", STEPS, loss_m[STEPS - 1], loss_ref[STEPS - 1]);
+    check(loss_ref[STEPS - 1] < loss_ref[0] - 0.1, "the model learns (%.4f -> %.4f)", loss_ref[0], loss_ref[STEPS - 1]);
+
+    /* bitwise repeat on this mesh */
+    size_t nbytes = 0;
+    for (int i = 0; i < np; i++) { llama_param *p = llama_param_at(m, i); nbytes += sizeof(float) * (size_t)(p->shard_rows * p->tp_shape[1]); }
+    float *shards1 = malloc(nbytes + 4);
+    size_t off = 0;
+    for (int i = 0; i < np; i++) {
+        llama_param *p = llama_param_at(m, i);
+        size_t b = sizeof(float) * (size_t)(p->shard_rows * p->tp_shape[1]);
+        memcpy((char *)shards1 + off, p->shard, b);
+        off += b;
+    }
+    double loss_m2[STEPS];
+    llama_init_weights(m, SEED);
+    train(m, loss_m2, NULL);
+    int bitwise = !memcmp(loss_m, loss_m2, sizeof loss_m);
+    off = 0;
+    for (int i = 0; i < np; i++) {
+        llama_param *p = llama_param_at(m, i);
+        size_t b = sizeof(float) * (size_t)(p->shard_rows * p->tp_shape[1]);
+        bitwise &= !memcmp((char *)shards1 + off, p->shard, b);
+        off += b;
+    }
+    check(bitwise, "a second run on this mesh is bitwise identical (losses and final shards)");
+
+    for (int i = 0; i < np; i++) { free(gref[i]); free(gm[i]); }
+    free(gref); free(gm); free(shards1);
+    llama_destroy(m);
+    llama_destroy(ref);
+    mp_mesh_destroy(&single);
+    mp_mesh_destroy(&mesh);
+    if (g_rank == 0) printf("%s\n", g_fail ? "FAILED" : "PASSED");
+    MPI_Finalize();
+    return g_fail ? 1 : 0;
+}
