@@ -9,6 +9,7 @@
  * double over dp. Logs go to stderr (rank 0) and, one JSON object per step, to RUN/metrics.jsonl.
  */
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/runtime.h"
+#include "cli/train_ckpt.h"
 #include "core/log.h"
 #include "core/sched.h"
 #include "layers/llama_train.h"
@@ -61,6 +63,10 @@ typedef struct train_flags {
         set_sp, set_raf, set_eval_every, set_eval_batches, set_log_every, set_clip, set_wd, set_decay, set_train,
         set_val;
     int sp_flag, raf_flag;
+    /* checkpoints */
+    const char *ckpt_dir, *resume_from, *compress, *on_save_error;
+    int64_t ckpt_every, stop_at;
+    int keep, resume, async_save;
 } train_flags;
 
 /* Flag values override the config file's "train" object; the `set` markers tell which were given. */
@@ -82,20 +88,47 @@ static const char *train_about =
     "and an optional \"train\" object (steps, batch_size, seq_len, lr, ...); flags override it. Run under\n"
     "`mpirun -np N` for a dp x tp mesh (N = tp * dp).";
 
+/* ---- preemption: SIGTERM/SIGINT ask for a checkpoint at the next step boundary ---- */
+
+static volatile sig_atomic_t g_stop_signal;
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+/* Every rank must agree to stop at the same step (a signal may reach ranks at different moments):
+ * one all-reduce of the flag over the world per step. */
+static int stop_requested(mp_mesh *mesh) {
+    float flag = g_stop_signal ? 1.0f : 0.0f;
+    mesh->world_comm->all_reduce(mesh->world_comm, &flag, 1, 1);
+    return flag > 0;
+}
+
+/* Parses --compress: "none", "zstd" or "zstd:LEVEL" (1..22). */
+static mp_code parse_compress(const char *s, int *level, mp_err *err) {
+    if (!strcmp(s, "none")) { *level = 0; return MP_OK; }
+    if (!strcmp(s, "zstd")) { *level = 3; return MP_OK; }
+    if (!strncmp(s, "zstd:", 5)) {
+        char *end;
+        long v = strtol(s + 5, &end, 10);
+        if (*end == '\0' && end != s + 5 && v >= 1 && v <= 22) { *level = (int)v; return MP_OK; }
+    }
+    return mp_err_set(err, MP_EINPUT, "--compress: expected none, zstd or zstd:LEVEL (1..22), got \"%s\"", s);
+}
+
 int mp_cmd_train(int argc, char **argv) {
-    train_flags f = {.run_dir = "run", .device = "cpu", .data_format = "llmc", .train_data = "", .val_data = ""};
+    train_flags f = {.run_dir = "run", .device = "cpu", .data_format = "llmc", .train_data = "", .val_data = "",
+                     .compress = "none", .on_save_error = "stop"};
     mp_train_config_default(&f.tc);
     mp_train_config *c = &f.tc;
     int64_t seed = (int64_t)c->seed;
     static const char *const formats[] = {"llmc", "u16", "u32", NULL};
     static const char *const devices[] = {"cpu", "cuda", NULL};
+    static const char *const on_err[] = {"stop", "continue", NULL};
     const mp_arg flags[] = {
         {"config", MP_ARG_STRING, &f.config, "FILE", "model + training config (JSON, HF field names)"},
         {"run-dir", MP_ARG_STRING, &f.run_dir, "DIR", "run directory (metrics.jsonl, checkpoints/)"},
         {"train-data", MP_ARG_STRING, &f.train_data, "FILE", "training tokens", .set = &f.set_train},
         {"val-data", MP_ARG_STRING, &f.val_data, "FILE", "validation tokens (optional)", .set = &f.set_val},
         {"data-format", MP_ARG_STRING, &f.data_format, "FMT", "token file format", formats},
-        {"steps", MP_ARG_I64, &c->steps, "N", "optimizer steps", .set = &f.set_steps},
+        {"steps", MP_ARG_I64, &c->steps, "N", "optimizer steps (in total, counting resumed ones)", .set = &f.set_steps},
         {"batch", MP_ARG_INT, &c->batch_size, "B", "global batch in sequences", .set = &f.set_batch},
         {"grad-accum", MP_ARG_INT, &c->grad_accum, "K", "micro-steps per step", .set = &f.set_accum},
         {"seq-len", MP_ARG_INT, &c->seq_len, "T", "sequence length", .set = &f.set_seq},
@@ -115,6 +148,15 @@ int mp_cmd_train(int argc, char **argv) {
         {"reshard-after-forward", MP_ARG_SWITCH, &f.raf_flag, NULL,
          "FSDP: free gathered weights after forward (ZeRO-3; default on)", .set = &f.set_raf},
         {"device", MP_ARG_STRING, &f.device, "DEV", "compute device", devices},
+        {"ckpt-dir", MP_ARG_STRING, &f.ckpt_dir, "DIR", "checkpoint directory (default RUN/checkpoints)"},
+        {"ckpt-every", MP_ARG_I64, &f.ckpt_every, "N", "save a checkpoint every N steps and at the end (0: never)"},
+        {"keep", MP_ARG_INT, &f.keep, "K", "keep only the newest K checkpoints (0: all)"},
+        {"resume", MP_ARG_SWITCH, &f.resume, NULL, "resume from the newest complete checkpoint in --ckpt-dir"},
+        {"resume-from", MP_ARG_STRING, &f.resume_from, "DIR", "resume from this checkpoint directory"},
+        {"compress", MP_ARG_STRING, &f.compress, "C", "checkpoint compression: none, zstd or zstd:LEVEL"},
+        {"stop-at", MP_ARG_I64, &f.stop_at, "STEP", "stop after this step with a checkpoint, as on SIGTERM (0: off)"},
+        {"async-save", MP_ARG_SWITCH, &f.async_save, NULL, "write checkpoints on a background thread"},
+        {"on-save-error", MP_ARG_STRING, &f.on_save_error, "WHAT", "when a save fails: stop (exit 1) or continue", on_err},
         {0}};
     mp_runtime rt;
     mp_runtime_start(&rt, &argc, &argv);
@@ -125,6 +167,9 @@ int mp_cmd_train(int argc, char **argv) {
     mp_token_file train = {0}, val = {0};
     int32_t *in = NULL, *tgt = NULL;
     FILE *metrics = NULL;
+    mp_checkpointer ck;
+    mp_checkpointer_init(&ck, "", NULL, 0);
+    char ckpt_root[MP_PATH_MAX];
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
     if (help) {
         if (rt.rank == 0) mp_args_help(stdout, "meshpoint train --config FILE [options]", train_about, flags);
@@ -132,6 +177,10 @@ int mp_cmd_train(int argc, char **argv) {
     }
     if (npos) { mp_err_set(&err, MP_EINPUT, "unexpected argument \"%s\"", argv[0]); goto fail; }
     if (!f.config) { mp_err_set(&err, MP_EINPUT, "--config FILE is required"); goto fail; }
+    if (f.ckpt_every < 0) { mp_err_set(&err, MP_EINPUT, "--ckpt-every must be >= 0"); goto fail; }
+    if (f.keep < 0) { mp_err_set(&err, MP_EINPUT, "--keep must be >= 0"); goto fail; }
+    ckpt_save_opts sopts = {.keep = f.keep};
+    if (parse_compress(f.compress, &sopts.zstd_level, &err)) goto fail;
     mp_train_config cli = *c;
     cli.seed = (uint64_t)seed;
     mp_model_config mc;
@@ -157,11 +206,39 @@ int mp_cmd_train(int argc, char **argv) {
     }
     if (mp_runtime_model(&rt, &mc, c, bs.micro, &model, &err)) goto fail;
     llama_init_weights(model, c->seed);
+
+    /* checkpoints: leftovers of interrupted saves go first, then resume */
+    if (f.ckpt_dir) snprintf(ckpt_root, sizeof ckpt_root, "%s", f.ckpt_dir);
+    else snprintf(ckpt_root, sizeof ckpt_root, "%s/checkpoints", f.run_dir);
+    mp_checkpointer_init(&ck, ckpt_root, &sopts, f.async_save);
+    if (rt.rank == 0 && (f.ckpt_every || f.resume)) {
+        int removed = 0;
+        if (ckpt_cleanup_partials(ckpt_root, &removed, &err)) goto fail_local;
+        if (removed) mp_warn("removed %d unfinished checkpoint(s) (*.partial) under %s", removed, ckpt_root);
+    }
+    mesh->world_comm->barrier(mesh->world_comm);
+    mp_run_state rs = {0, {0, 0}};
+    char resume_dir[MP_PATH_MAX] = "";
+    if (f.resume_from) {
+        snprintf(resume_dir, sizeof resume_dir, "%s", f.resume_from);
+    } else if (f.resume) {
+        mp_err miss;
+        if (ckpt_find_latest(ckpt_root, resume_dir, sizeof resume_dir, NULL, &miss)) {
+            mp_warn("--resume: no complete checkpoint under %s (%s): starting from step 0", ckpt_root, miss.msg);
+            resume_dir[0] = '\0';
+        }
+    }
+    if (resume_dir[0]) {
+        if (mp_checkpoint_load(model, resume_dir, &mc, &rs, &err)) { mp_err_wrap(&err, "resuming"); goto fail; }
+        if (mp_loader_set_cursor(&loader, rs.cursor, &err)) { mp_err_wrap(&err, "resuming from %s", resume_dir); goto fail; }
+        mp_info("resumed from %s at step %lld", resume_dir, (long long)rs.step);
+    }
+
     if (rt.rank == 0) {
         if (make_dir(f.run_dir, &err)) goto fail_local;
         char path[MP_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/metrics.jsonl", f.run_dir);
-        metrics = fopen(path, "w");
+        metrics = fopen(path, resume_dir[0] ? "a" : "w");
         if (!metrics) { mp_err_set(&err, MP_EIO, "cannot write %s: %s", path, strerror(errno)); goto fail_local; }
     }
     size_t tok_bytes = (size_t)bs.micro * c->seq_len * sizeof(int32_t);
@@ -172,14 +249,18 @@ int mp_cmd_train(int argc, char **argv) {
             (long long)mp_model_num_params(&mc), mc.num_hidden_layers, mc.hidden_size, mesh->dp, mesh->tp,
             mesh->tp > 1 ? (c->sp < 0 || c->sp ? ", SP" : ", no SP") : "", c->batch_size, c->seq_len, bs.micro,
             bs.grad_accum);
+    signal(SIGTERM, on_stop_signal);
+    signal(SIGINT, on_stop_signal);
     mp_lr_schedule sched = {c->lr, c->min_lr, c->warmup_steps,
                             c->decay_steps ? c->decay_steps : c->steps - c->warmup_steps};
     mp_adamw_hparams hp = {c->beta1, c->beta2, c->adam_eps, c->weight_decay};
     double tokens_per_step = (double)c->batch_size * c->seq_len;
     double t_start = now_s(), t_last = t_start;
     double last_loss = NAN;
+    int continue_on_error = !strcmp(f.on_save_error, "continue");
+    int64_t first_step = rs.step;
     train_fill_ctx fc = {&loader, &bs, mesh->dp_rank};
-    for (int64_t step = 0; step < c->steps; step++) {
+    for (int64_t step = first_step; step < c->steps; step++) {
         double lr = mp_lr_at(&sched, step);
         llama_step_args sa = {hp, lr, step + 1, c->grad_clip, bs.grad_accum, tokens_per_step};
         llama_step_result sr;
@@ -211,9 +292,53 @@ int mp_cmd_train(int argc, char **argv) {
             mp_info("step %5lld | val loss %.6f", (long long)step + 1, vl);
             if (metrics) fprintf(metrics, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)step + 1, vl);
         }
+        /* checkpoints: commit a finished async save, then maybe start the next one */
+        ckpt_stats cs;
+        int64_t committed;
+        if (mp_checkpointer_poll(&ck, &committed, &cs, &err)) goto save_failed;
+        if (committed >= 0)
+            mp_info("checkpoint step %lld committed: stall %.3f s, write %.3f s, commit %.3f s", (long long)committed,
+                    ck.last_stall_s, cs.write_s, cs.commit_s);
+        int stop = stop_requested(mesh) || (f.stop_at && step + 1 == f.stop_at && !last);
+        int due = f.ckpt_every && ((step + 1) % f.ckpt_every == 0 || last);
+        if (due || stop) {
+            mp_run_state now = {step + 1, loader.cur};
+            memset(&cs, 0, sizeof cs);
+            if (mp_checkpointer_save(&ck, model, &mc, c, &now, &cs, &err)) goto save_failed;
+            if (f.async_save)
+                mp_info("checkpoint step %lld: stall %.3f s (copy to host), writing in the background",
+                        (long long)now.step, ck.last_stall_s);
+            else
+                mp_info("checkpoint step %lld saved: %.3f s (write %.3f s, commit %.3f s, %.1f MiB this rank)",
+                        (long long)now.step, cs.stall_s, cs.write_s, cs.commit_s, cs.bytes / 1048576.0);
+        }
+        if (stop) {
+            if (mp_checkpointer_wait(&ck, NULL, &err)) goto save_failed;
+            mp_info("stopped%s after step %lld; checkpoint saved under %s", g_stop_signal ? " by signal" : "",
+                    (long long)step + 1, ckpt_root);
+            goto done;
+        }
+        continue;
+    save_failed:
+        mp_err_wrap(&err, "saving a checkpoint at step %lld", (long long)step + 1);
+        if (!continue_on_error) goto fail;
+        mp_error("%s (continuing: --on-save-error continue)", err.msg);
+        mp_err_clear(&err);
     }
-    if (c->steps > 0) mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, last_loss,
-                              now_s() - t_start);
+    if (mp_checkpointer_wait(&ck, NULL, &err)) { mp_err_wrap(&err, "saving the last checkpoint"); goto fail; }
+    if (c->steps > first_step) {
+        double elapsed = now_s() - t_start;
+        mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, last_loss, elapsed);
+        if (mesh->world > 1) {
+            double comm_s = mp_comm_total_seconds(mesh->tp_comm) + mp_comm_total_seconds(mesh->dp_comm) +
+                            mp_comm_total_seconds(mesh->world_comm);
+            int64_t ran = c->steps - first_step;
+            mp_info("comm: tp %.3f MiB/step, dp %.3f MiB/step (sent by this rank), %.1f%% of the time in "
+                    "collectives",
+                    mp_comm_total_bytes(mesh->tp_comm) / 1048576.0 / (double)ran,
+                    mp_comm_total_bytes(mesh->dp_comm) / 1048576.0 / (double)ran, 100.0 * comm_s / elapsed);
+        }
+    }
     goto done;
 fail_local:
     status = mp_runtime_fail(&rt, &err, 0);
@@ -221,6 +346,7 @@ fail_local:
 fail:
     status = mp_runtime_fail(&rt, &err, 1);
 done:
+    mp_checkpointer_free(&ck);
     if (metrics) fclose(metrics);
     free(in);
     free(tgt);

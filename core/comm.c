@@ -22,5 +22,13 @@ int64_t mp_comm_total_bytes(const mp_comm *c) {
 void mp_comm_reset_counters(mp_comm *c) {
     assert(c);
     memset(c->bytes_sent, 0, sizeof c->bytes_sent);
+    memset(c->seconds, 0, sizeof c->seconds);
     memset(c->calls, 0, sizeof c->calls);
+}
+
+/* Sum of seconds over every op kind of c. */
+double mp_comm_total_seconds(const mp_comm *c) {
+    double t = 0;
+    for (int op = 0; op < MP_COMM_NOPS; op++) t += c->seconds[op];
+    return t;
 }

@@ -55,12 +55,14 @@ struct mp_comm {
 
     int64_t bytes_sent[MP_COMM_NOPS];   /* counted per op kind, see the formulas above */
     int64_t calls[MP_COMM_NOPS];
+    double seconds[MP_COMM_NOPS];       /* wall time spent inside the collectives (benchmarks) */
     void *impl;
 };
 
 /* A communicator of one rank: every op is an identity (copy where in != out). */
 mp_comm *mp_comm_self(void);
-/* Sum of bytes_sent over all op kinds; reset of the counters. */
+/* Sum of bytes_sent (and of seconds) over all op kinds; reset of all counters. */
+double mp_comm_total_seconds(const mp_comm *c);
 int64_t mp_comm_total_bytes(const mp_comm *c);
 void mp_comm_reset_counters(mp_comm *c);
 

@@ -21,6 +21,9 @@ typedef struct {
 
 static size_t g_bcast_chunk = INT_MAX;
 
+/* Runs one MPI call and adds its wall time to c->seconds[op]. */
+#define TIMED(c, op, call) do { double t0_ = MPI_Wtime(); call; (c)->seconds[op] += MPI_Wtime() - t0_; } while (0)
+
 static mpi_impl *impl_of(const mp_comm *c) {
     assert(c && c->impl && strcmp(c->name, "mpi") == 0);
     return (mpi_impl *)c->impl;
@@ -53,7 +56,7 @@ static void mpi_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
     c->bytes_sent[MP_COMM_ALLREDUCE] += (int64_t)sizeof(float) * ((n - b) + (int64_t)(c->size - 1) * b);
     c->calls[MP_COMM_ALLREDUCE]++;
     if (n == 0) return;
-    MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, op_max ? MPI_MAX : MPI_SUM, impl_of(c)->comm);
+    TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, op_max ? MPI_MAX : MPI_SUM, impl_of(c)->comm));
 }
 
 static void mpi_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
@@ -65,7 +68,7 @@ static void mpi_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
     c->bytes_sent[MP_COMM_ALLREDUCE] += (int64_t)sizeof(double) * ((n - b) + (int64_t)(c->size - 1) * b);
     c->calls[MP_COMM_ALLREDUCE]++;
     if (n == 0) return;
-    MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, impl_of(c)->comm);
+    TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, impl_of(c)->comm));
 }
 
 /* out = concat_r in_r[counts[r]]. in may be out + displ[rank] (in place); otherwise the two must not
@@ -84,7 +87,7 @@ static void mpi_all_gatherv(mp_comm *c, float *out, const float *in, const int64
     c->calls[MP_COMM_ALLGATHER]++;
     if (total == 0) return;
     const void *send = (in == out + im->displs[me]) ? MPI_IN_PLACE : (const void *)in;
-    MPI_Allgatherv(send, im->counts[me], MPI_FLOAT, out, im->counts, im->displs, MPI_FLOAT, im->comm);
+    TIMED(c, MP_COMM_ALLGATHER, MPI_Allgatherv(send, im->counts[me], MPI_FLOAT, out, im->counts, im->displs, MPI_FLOAT, im->comm));
 }
 
 /* out[counts[rank]] = sum over the group of in[displ_rank ...]. out must not overlap in. */
@@ -106,7 +109,7 @@ static void mpi_reduce_scatterv(mp_comm *c, float *out, const float *in, const i
     if (total == 0) return;
     /* MPI_Reduce_scatter needs a valid recvbuf even for a zero count on some paths. */
     float dummy;
-    MPI_Reduce_scatter(in, counts[me] ? (void *)out : (void *)&dummy, im->counts, MPI_FLOAT, MPI_SUM, im->comm);
+    TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce_scatter(in, counts[me] ? (void *)out : (void *)&dummy, im->counts, MPI_FLOAT, MPI_SUM, im->comm));
 }
 
 /* bytes from root to every rank, in chunks of at most g_bcast_chunk bytes. */
@@ -118,7 +121,7 @@ static void mpi_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     MPI_Comm comm = impl_of(c)->comm;
     for (size_t off = 0; off < bytes; off += g_bcast_chunk) {
         size_t len = bytes - off < g_bcast_chunk ? bytes - off : g_bcast_chunk;
-        MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, comm);
+        TIMED(c, MP_COMM_BCAST, MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, comm));
     }
 }
 

@@ -58,8 +58,8 @@ Test(train, memorises_a_repeated_sequence, .timeout = 300) {
     char *cfg = NULL, *cmd = NULL, *out = NULL;
     cr_assert(asprintf(&cfg, "%s/c.json", dir) > 0);
     tu_write_file(cfg, small_model);
-    cr_assert(asprintf(&cmd, "%s train --config %s --train-data %s --run-dir %s/run --steps 300 --batch 4 "
-                             "--seq-len 32 --lr 3e-3 --min-lr 3e-4 --warmup 20 --weight-decay 0 --log-every 50",
+    cr_assert(asprintf(&cmd, "%s train --config %s --train-data %s --run-dir %s/run --steps 300 --batch 8 "
+                             "--seq-len 64 --lr 3e-3 --min-lr 1e-4 --warmup 20 --weight-decay 0 --log-every 50",
                        tu_bin(), cfg, data, dir) > 0);
     int rc = tu_run(cmd, &out);
     cr_assert_eq(rc, 0, "train failed (%d): %s", rc, out);

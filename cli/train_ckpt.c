@@ -1,0 +1,259 @@
+/* cli/train_ckpt.c — see train_ckpt.h. */
+#include "cli/train_ckpt.h"
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "core/alloc.h"
+#include "core/log.h"
+
+static const char *const kinds[3] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
+
+/* The box of parameter p this rank owns on disk: rows of its shard inside the real tensor (vocab
+ * padding clipped). Returns the number of rows (0: nothing to write or read). */
+static int64_t disk_box(const llama_param *p, int64_t off[2], int64_t shape[2]) {
+    int64_t rows = p->valid_rows - p->shard_row0;
+    if (rows > p->shard_rows) rows = p->shard_rows;
+    if (rows < 0) rows = 0;
+    off[0] = p->tp_off[0] + p->shard_row0;
+    off[1] = p->tp_off[1];
+    shape[0] = rows;
+    shape[1] = p->tp_shape[1];
+    return rows;
+}
+
+static int64_t shard_numel(const llama_param *p) { return p->shard_rows * p->tp_shape[1]; }
+
+void mp_checkpointer_init(mp_checkpointer *c, const char *root, const ckpt_save_opts *opts, int async) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->root, sizeof c->root, "%s", root);
+    if (opts) c->opts = *opts;
+    c->async = async;
+    c->inflight_step = -1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Adds the run's metadata entries to the save (rank 0's are the ones stored). */
+static mp_code add_meta(ckpt_save *s, llama_model *m, const mp_model_config *mc, const mp_train_config *tc,
+                        const mp_run_state *st, mp_err *err) {
+    mp_mesh *mesh = llama_mesh(m);
+    char buf[1024];
+    char *model_json = mp_model_config_to_json(mc), *train_json = mp_train_config_to_json(tc);
+    mp_code rc = ckpt_save_meta(s, "model_config", model_json, err);
+    if (!rc) rc = ckpt_save_meta(s, "train_config", train_json, err);
+    free(model_json);
+    free(train_json);
+    MP_TRY(rc);
+    snprintf(buf, sizeof buf, "{\"world\": %d, \"tp\": %d, \"dp\": %d, \"sp\": %s}", mesh->world, mesh->tp,
+             mesh->dp, tc->sp < 0 ? (mesh->tp > 1 ? "true" : "false") : tc->sp ? "true" : "false");
+    MP_TRY(ckpt_save_meta(s, "mesh", buf, err));
+    snprintf(buf, sizeof buf, "%lld", (long long)st->step);
+    MP_TRY(ckpt_save_meta(s, "step", buf, err));
+    snprintf(buf, sizeof buf, "{\"pos\": %lld, \"epoch\": %lld, \"batch_size\": %d, \"seq_len\": %d}",
+             (long long)st->cursor.pos, (long long)st->cursor.epoch, tc->batch_size, tc->seq_len);
+    MP_TRY(ckpt_save_meta(s, "data_cursor", buf, err));
+    snprintf(buf, sizeof buf,
+             "{\"kind\": \"warmup_cosine\", \"lr\": %.17g, \"min_lr\": %.17g, \"warmup_steps\": %lld, "
+             "\"decay_steps\": %lld, \"step\": %lld}",
+             tc->lr, tc->min_lr, (long long)tc->warmup_steps,
+             (long long)(tc->decay_steps ? tc->decay_steps : tc->steps - tc->warmup_steps), (long long)st->step);
+    MP_TRY(ckpt_save_meta(s, "lr_schedule", buf, err));
+    snprintf(buf, sizeof buf,
+             "{\"kind\": \"adamw\", \"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"weight_decay\": "
+             "%.17g, \"t\": %lld}",
+             tc->beta1, tc->beta2, tc->adam_eps, tc->weight_decay, (long long)st->step);
+    MP_TRY(ckpt_save_meta(s, "optimizer", buf, err));
+    /* Training draws no random numbers after initialisation (no dropout): the seed is the whole RNG
+     * state, and init is a pure function of (seed, name, index). */
+    snprintf(buf, sizeof buf, "{\"kind\": \"philox4x32-10\", \"seed\": %llu, \"draws_after_init\": 0}",
+             (unsigned long long)tc->seed);
+    return ckpt_save_meta(s, "rng", buf, err);
+}
+
+mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_config *mc,
+                             const mp_train_config *tc, const mp_run_state *st, ckpt_stats *stats,
+                             mp_err *err) {
+    double t0 = now_s();
+    mp_backend *be = llama_backend(m);
+    mp_mesh *mesh = llama_mesh(m);
+    int np = llama_num_params(m);
+    /* the staging buffer is reused: a save still in flight must finish before it is overwritten */
+    if (c->inflight) MP_TRY(mp_checkpointer_wait(c, NULL, err));
+    size_t need = 0;
+    for (int i = 0; i < np; i++) need += 3 * (size_t)shard_numel(llama_param_at(m, i)) * sizeof(float);
+    if (!c->host) {
+        c->host_bytes = need ? need : sizeof(float);
+        c->host = mp_aligned(c->host_bytes, MP_MEM_CKPT);
+    }
+    float *h = c->host;
+    for (int i = 0; i < np; i++) {
+        llama_param *p = llama_param_at(m, i);
+        size_t b = (size_t)shard_numel(p) * sizeof(float);
+        const float *src[3] = {p->shard, p->m, p->v};
+        for (int k = 0; k < 3; k++) {
+            be->to_host(be, h, src[k], b);
+            h += shard_numel(p);
+        }
+    }
+    ckpt_save *s = NULL;
+    MP_TRY(ckpt_save_begin(&s, mesh->world_comm, c->root, st->step, &c->opts, err));
+    mp_code rc = MP_OK;
+    h = c->host;
+    for (int i = 0; i < np && !rc; i++) {
+        llama_param *p = llama_param_at(m, i);
+        int64_t off[2], shape[2];
+        int64_t rows = disk_box(p, off, shape);
+        int writer = rows > 0 && (p->split != LLAMA_REPLICATED || mesh->tp_rank == 0);
+        for (int k = 0; k < 3 && !rc; k++) {
+            if (writer) {
+                char name[256];
+                snprintf(name, sizeof name, "%s/%s", kinds[k], p->name);
+                rc = ckpt_save_add(s, name, MP_F32, p->ndim, p->gshape, off, shape, h, err);
+            }
+            h += shard_numel(p);
+        }
+    }
+    if (!rc) rc = add_meta(s, m, mc, tc, st, err);
+    if (rc) {
+        /* an add failed locally: the commit makes every rank agree on the failure */
+        mp_err local = *err;
+        ckpt_save_commit(s, NULL, err);
+        *err = local;
+        ckpt_save_free(s);
+        return rc;
+    }
+    if (!c->async) {
+        rc = ckpt_save_commit(s, stats, err);
+        ckpt_save_free(s);
+        return rc;
+    }
+    rc = ckpt_save_start(s, err);
+    if (rc) { ckpt_save_free(s); return rc; }
+    c->inflight = s;
+    c->inflight_step = st->step;
+    c->last_stall_s = now_s() - t0;
+    return MP_OK;
+}
+
+mp_code mp_checkpointer_poll(mp_checkpointer *c, int64_t *committed_step, ckpt_stats *stats, mp_err *err) {
+    *committed_step = -1;
+    if (!c->inflight) return MP_OK;
+    int done = 0;
+    mp_code rc = ckpt_save_poll(c->inflight, &done, stats, err);
+    if (done || rc) {
+        if (!rc) *committed_step = c->inflight_step;
+        ckpt_save_free(c->inflight);
+        c->inflight = NULL;
+    }
+    return rc;
+}
+
+mp_code mp_checkpointer_wait(mp_checkpointer *c, ckpt_stats *stats, mp_err *err) {
+    if (!c->inflight) return MP_OK;
+    mp_code rc = ckpt_save_wait(c->inflight, stats, err);
+    ckpt_save_free(c->inflight);
+    c->inflight = NULL;
+    return rc;
+}
+
+void mp_checkpointer_free(mp_checkpointer *c) {
+    ckpt_save_free(c->inflight);
+    c->inflight = NULL;
+    if (c->host) mp_free_acct(c->host, c->host_bytes, MP_MEM_CKPT);
+    c->host = NULL;
+}
+
+/* ---- loading ---- */
+
+/* Compares the saved model config with the running one; the message names the first differing field. */
+static mp_code check_model_config(const ckpt_reader *r, const mp_model_config *mc, mp_err *err) {
+    const char *text = ckpt_meta_get(r, "model_config");
+    if (!text) return mp_err_set(err, MP_ECHECK, "checkpoint %s has no model_config", ckpt_reader_dir(r));
+    mp_model_config saved;
+    mp_model_config_default(&saved);
+    char where[1100];
+    snprintf(where, sizeof where, "%s: model_config", ckpt_reader_dir(r));
+    MP_TRY(mp_config_parse(text, where, &saved, NULL, err));
+#define SAME_INT(f) if (saved.f != mc->f) return mp_err_set(err, MP_EINPUT, \
+        "checkpoint %s was saved with " #f " = %d, the config says %d", ckpt_reader_dir(r), saved.f, mc->f)
+#define SAME_DBL(f) if (saved.f != mc->f) return mp_err_set(err, MP_EINPUT, \
+        "checkpoint %s was saved with " #f " = %g, the config says %g", ckpt_reader_dir(r), saved.f, mc->f)
+    SAME_INT(hidden_size); SAME_INT(intermediate_size); SAME_INT(num_hidden_layers);
+    SAME_INT(num_attention_heads); SAME_INT(num_key_value_heads); SAME_INT(vocab_size);
+    SAME_INT(tie_word_embeddings); SAME_DBL(rms_norm_eps); SAME_DBL(rope_theta);
+#undef SAME_INT
+#undef SAME_DBL
+    return MP_OK;
+}
+
+/* Reads an integer field of a JSON metadata entry. */
+static mp_code meta_int(const ckpt_reader *r, const char *key, const char *field, int64_t *out, mp_err *err) {
+    const char *text = ckpt_meta_get(r, key);
+    if (!text) return mp_err_set(err, MP_ECHECK, "checkpoint %s: metadata \"%s\" is missing", ckpt_reader_dir(r), key);
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *v = field ? cJSON_GetObjectItemCaseSensitive(j, field) : j;
+    if (!cJSON_IsNumber(v)) {
+        cJSON_Delete(j);
+        return mp_err_set(err, MP_ECHECK, "checkpoint %s: metadata \"%s\"%s%s is not a number", ckpt_reader_dir(r),
+                          key, field ? " field " : "", field ? field : "");
+    }
+    *out = (int64_t)v->valuedouble;
+    cJSON_Delete(j);
+    return MP_OK;
+}
+
+mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, mp_run_state *st,
+                           mp_err *err) {
+    ckpt_reader *r = NULL;
+    MP_TRY(ckpt_open(&r, dir, err));
+    mp_code rc = check_model_config(r, mc, err);
+    if (!rc) rc = meta_int(r, "step", NULL, &st->step, err);
+    if (!rc) rc = meta_int(r, "data_cursor", "pos", &st->cursor.pos, err);
+    if (!rc) rc = meta_int(r, "data_cursor", "epoch", &st->cursor.epoch, err);
+    mp_backend *be = llama_backend(m);
+    int np = llama_num_params(m);
+    float *tmp = NULL;
+    size_t tmp_bytes = 0;
+    for (int i = 0; i < np && !rc; i++) {
+        llama_param *p = llama_param_at(m, i);
+        int64_t off[2], shape[2];
+        int64_t rows = disk_box(p, off, shape);
+        size_t b = (size_t)shard_numel(p) * sizeof(float);
+        if (b > tmp_bytes) {
+            free(tmp);
+            tmp = mp_xcalloc(b);
+            tmp_bytes = b;
+        }
+        float *dst[3] = {p->shard, p->m, p->v};
+        for (int k = 0; k < 3 && !rc; k++) {
+            char name[256];
+            snprintf(name, sizeof name, "%s/%s", kinds[k], p->name);
+            int t = ckpt_tensor_find(r, name);
+            if (t < 0) {
+                rc = mp_err_set(err, MP_ECHECK, "checkpoint %s has no tensor %s", dir, name);
+                break;
+            }
+            const ckpt_tensor_info *ti = ckpt_tensor_at(r, t);
+            if (ti->ndim != p->ndim || ti->shape[0] != p->gshape[0] || (p->ndim == 2 && ti->shape[1] != p->gshape[1])) {
+                rc = mp_err_set(err, MP_ECHECK, "checkpoint %s: tensor %s has shape [%lld, %lld], the model needs [%lld, %lld]",
+                                dir, name, (long long)ti->shape[0], (long long)(ti->ndim > 1 ? ti->shape[1] : 1),
+                                (long long)p->gshape[0], (long long)p->gshape[1]);
+                break;
+            }
+            memset(tmp, 0, b);   /* vocab padding rows stay zero */
+            if (rows > 0) rc = ckpt_read(r, name, off, shape, tmp, err);
+            if (!rc) be->to_device(be, dst[k], tmp, b);
+        }
+    }
+    free(tmp);
+    ckpt_close(r);
+    if (!rc) llama_shards_changed(m);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/*
+ * cli/train_ckpt.h — the bridge between the training run and the checkpoint library: which tensors and
+ * which metadata a training checkpoint holds, and how a run is restored from one.
+ *
+ * Tensors (canonical HF names and shapes, vocab unpadded, each element written by exactly one rank):
+ *   model/<hf name>                 fp32 parameters
+ *   optim/exp_avg/<hf name>         AdamW first moment
+ *   optim/exp_avg_sq/<hf name>      AdamW second moment
+ * Every rank writes its FSDP shard of its TP slice as one box (vocab padding rows clipped off);
+ * replicated tensors (the norms) are written by tp rank 0 only.
+ * Metadata (JSON text): model_config (HF config.json), train_config, mesh, step, data_cursor,
+ * lr_schedule, optimizer, rng. See docs/FORMAT.md.
+ *
+ * Loading reads, for every parameter, exactly the box this rank's new shard covers — through the
+ * reader's box intersection, so the saved mesh need not equal the current one.
+ */
+#ifndef MP_TRAIN_CKPT_H
+#define MP_TRAIN_CKPT_H
+
+#include "ckpt/ckpt.h"
+#include "core/config.h"
+#include "core/data.h"
+#include "layers/llama.h"
+
+/* The non-tensor state of a run: everything besides the shards needed to continue exactly. */
+typedef struct mp_run_state {
+    int64_t step;               /* optimizer steps completed */
+    mp_loader_cursor cursor;    /* the data loader's position for the next step */
+} mp_run_state;
+
+/* A checkpointer owns the host staging buffer (parameters + both moments of the local shards) and the
+ * save in flight, if any. */
+typedef struct mp_checkpointer {
+    char root[1024];
+    ckpt_save_opts opts;
+    int async;
+    float *host;                /* staging: what the save reads while training goes on */
+    size_t host_bytes;
+    ckpt_save *inflight;        /* async save not yet committed */
+    int64_t inflight_step;
+    double last_stall_s;
+} mp_checkpointer;
+
+void mp_checkpointer_init(mp_checkpointer *c, const char *root, const ckpt_save_opts *opts, int async);
+/* Saves step st->step: copies the state into the staging buffer (the only stall for async saves),
+ * then commits (sync) or starts the background write (async; a previous save is waited for first).
+ * Collective. stats (may be NULL) gets the timings of a sync save. */
+mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_config *mc,
+                             const mp_train_config *tc, const mp_run_state *st, ckpt_stats *stats, mp_err *err);
+/* Once per step (collective): commits an async save whose files are all written. *committed_step is
+ * set to its step when it commits in this call, else -1. */
+mp_code mp_checkpointer_poll(mp_checkpointer *c, int64_t *committed_step, ckpt_stats *stats, mp_err *err);
+/* Collective: waits for an async save in flight. */
+mp_code mp_checkpointer_wait(mp_checkpointer *c, ckpt_stats *stats, mp_err *err);
+void mp_checkpointer_free(mp_checkpointer *c);
+
+/* Restores the shards, moments and run state of m from the checkpoint directory dir. Checks that the
+ * checkpoint's model config equals mc (a mismatch names the field) and every tensor's global shape. */
+mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, mp_run_state *st,
+                           mp_err *err);
+
+#endif

@@ -1,0 +1,20 @@
+# tests/resume.cmake — exact resume through the CLI on tp 2 x dp 2 (tests/resume_exact.sh): plain,
+# with --async-save, and with zstd compression.
+set(MP_RESUME_DATA ${CMAKE_BINARY_DIR}/resume_data)
+add_test(NAME resume_data_setup COMMAND $<TARGET_FILE:meshpoint> data --out ${MP_RESUME_DATA} --name t
+         ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/core/config.c ${CMAKE_SOURCE_DIR}/layers/llama.c)
+set_tests_properties(resume_data_setup PROPERTIES FIXTURES_SETUP resume_data)
+foreach(variant plain async zstd)
+  set(extra "")
+  if(variant STREQUAL "async")
+    set(extra --async-save)
+  elseif(variant STREQUAL "zstd")
+    set(extra --compress zstd:3)
+  endif()
+  add_test(NAME resume_exact_tp2_dp2_${variant}
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/resume_exact.sh $<TARGET_FILE:meshpoint> $<TARGET_FILE:tool_ckpt_equal>
+                   ${MP_RESUME_DATA}/t_train.bin ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json
+                   ${CMAKE_BINARY_DIR}/resume_${variant} ${extra})
+  set_tests_properties(resume_exact_tp2_dp2_${variant} PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300
+                       LABELS mpi ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
+endforeach()
