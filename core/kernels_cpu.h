@@ -4,7 +4,7 @@
  * Holds what the CPU kernel files share: a vectorisable exp (glibc's expf is only vectorised under
  * -ffast-math, which the build does not use, and cross-entropy spends N*V exps per step), and the
  * attention kernels, which live in their own file (core/kernels_cpu_attn.c) because they are the one
- * place that mixes OpenBLAS with OpenMP.
+ * place that runs many small sgemm calls at once.
  *
  * Everything here is deterministic: no atomics, static schedules only, reductions in a fixed order.
  */
@@ -39,6 +39,13 @@ static inline float mp_expf(float x) {
     y = x != x ? x : y;
     return x < -87.3f ? 0.0f : y;
 }
+
+/* The OpenMP team size for a CPU kernel: omp_get_max_threads(), capped by OPENBLAS_NUM_THREADS when
+ * that is set (the project's documented way to say "one thread per rank" under mpirun). The first
+ * call also switches OpenBLAS to one thread for good: all CPU parallelism goes through OpenMP (gemm
+ * splits C into row or column panels itself), so OpenBLAS's spinning pool never competes with the
+ * OpenMP team for the cores. */
+int mp_cpu_threads(void);
 
 /* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd. */
 void mp_cpu_attn_fwd(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,

@@ -1,0 +1,862 @@
+/*
+ * tests/test_kernels.c — the CPU backend's ops (core/backend.h) against float64 references.
+ *
+ * Every reference forward here is a plain, obviously-correct double-precision loop written for this
+ * file alone (no code shared with the kernels). Forwards are compared at ~1e-5 relative. Every
+ * backward is compared with central finite differences of the double reference: for a random
+ * projection r of the output, s(x) = r . f(x), the FD gradient ds/dx_i = (s(x+h e_i) - s(x-h e_i))/2h
+ * is computed in double, and the kernel's fp32 analytic gradient (the backward fed dout = r) must match
+ * it to ~1e-3 relative (max abs difference over max |FD grad|). Accumulating outputs are pre-filled
+ * with a random base and written outputs with garbage, so the += / = conventions are checked too.
+ *
+ * Shapes are small (B=2, T=5, GQA with H=4, KV=2, hd=4), plus one attention shape longer than the
+ * kernel's causal row block so that the blocked path is covered.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/alloc.h"
+#include "core/backend.h"
+#include "core/kernels_cpu.h"
+#include "tests/testutil.h"
+
+#define FWD_TOL 1e-5
+#define FD_TOL 1e-3
+#define FD_H 1e-5
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) {   /* uniform in [-1, 1), splitmix64 */
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+static float *frand(int64_t n, double amp) {
+    float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) p[i] = (float)(amp * urand());
+    return p;
+}
+static float *ffill(int64_t n, float val) {
+    float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) p[i] = val;
+    return p;
+}
+static double *todouble(const float *x, int64_t n) {
+    double *d = malloc((size_t)(n ? n : 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static float *fdup(const float *x, int64_t n) {
+    float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
+    memcpy(p, x, (size_t)n * sizeof(float));
+    return p;
+}
+
+/* max_i |a_i - b_i| / max_i |b_i| (b is the reference). */
+static double rel_err(const float *a, const double *b, int64_t n) {
+    double md = 0, mb = 1e-300;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > md || d != d) md = d != d ? INFINITY : d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return md / mb;
+}
+
+/* A reference forward: in[nin] -> out[nout], in double. */
+typedef void (*ref_fn)(const void *ctx, const double *in, double *out);
+
+/* grad[i] = d(r . f(in))/d in[i] by central differences, in double. */
+static void fd_grad(ref_fn f, const void *ctx, const double *in0, int64_t nin, const double *r, int64_t nout,
+                    double *grad) {
+    double *in = malloc((size_t)nin * sizeof(double));
+    double *out = malloc((size_t)nout * sizeof(double));
+    memcpy(in, in0, (size_t)nin * sizeof(double));
+    for (int64_t i = 0; i < nin; i++) {
+        double x = in[i], sp = 0, sm = 0;
+        in[i] = x + FD_H;
+        f(ctx, in, out);
+        for (int64_t j = 0; j < nout; j++) sp += r[j] * out[j];
+        in[i] = x - FD_H;
+        f(ctx, in, out);
+        for (int64_t j = 0; j < nout; j++) sm += r[j] * out[j];
+        in[i] = x;
+        grad[i] = (sp - sm) / (2 * FD_H);
+    }
+    free(in);
+    free(out);
+}
+
+static mp_backend *cpu(void) { return mp_backend_cpu(); }
+
+/* The CPU backend caps its OpenMP team at $OPENBLAS_NUM_THREADS, read on its first threaded op, and
+ * ctest sets that to 1. Tests of the threaded paths lift the cap to 2 first (each Criterion test runs
+ * in its own process, so this touches no other test); 2 threads work on any machine. */
+static void use_two_threads(void) {
+    setenv("OPENBLAS_NUM_THREADS", "2", 1);
+    omp_set_num_threads(2);
+}
+
+/* ---------------------------------------------------------------- backend selection, memory */
+
+Test(backend_get, cpu_returns_the_static_cpu_table) {
+    mp_backend *be = NULL;
+    mp_err err = {0};
+    cr_assert_eq(mp_backend_get("cpu", &be, &err), MP_OK);
+    cr_assert_eq(be, mp_backend_cpu());
+    cr_assert_str_eq(be->name, "cpu");
+    cr_assert_eq(be->device, MP_DEV_CPU);
+}
+
+Test(backend_get, cuda_is_a_device_error_saying_built_without_cuda) {
+    mp_backend *be = (mp_backend *)1;
+    mp_err err = {0};
+    cr_assert_eq(mp_backend_get("cuda", &be, &err), MP_EDEVICE);
+    cr_assert_null(be);
+    cr_assert_eq(err.code, MP_EDEVICE);
+    cr_assert(strstr(err.msg, "meshpoint was built without CUDA") != NULL, "msg: %s", err.msg);
+}
+
+Test(backend_get, unknown_name_is_an_input_error_naming_the_value) {
+    mp_backend *be = (mp_backend *)1;
+    mp_err err = {0};
+    cr_assert_eq(mp_backend_get("tpu9", &be, &err), MP_EINPUT);
+    cr_assert_null(be);
+    cr_assert(strstr(err.msg, "tpu9") != NULL, "msg: %s", err.msg);
+    cr_assert_eq(mp_backend_get(NULL, &be, &err), MP_EINPUT);
+    cr_assert_eq(mp_backend_get("", &be, NULL), MP_EINPUT);   /* NULL err is allowed */
+}
+
+Test(backend_memory, alloc_is_zero_filled_and_accounted_and_copies_work) {
+    mp_backend *be = cpu();
+    int64_t before = mp_mem_current(MP_MEM_ACTS);
+    size_t bytes = 1000 * sizeof(float) + 4;   /* not a multiple of the alignment */
+    float *p = be->alloc(be, bytes, MP_MEM_ACTS);
+    cr_assert_not_null(p);
+    cr_assert_eq((uintptr_t)p % 64, 0, "alloc is 64-byte aligned");
+    cr_assert_eq(mp_mem_current(MP_MEM_ACTS), before + (int64_t)bytes);
+    const unsigned char *c = (const unsigned char *)p;
+    for (size_t i = 0; i < bytes; i++) cr_assert_eq(c[i], 0, "byte %zu not zero", i);
+    float *src = frand(1000, 1.0);
+    float host[1000];
+    be->to_device(be, p, src, 1000 * sizeof(float));
+    be->to_host(be, host, p, 1000 * sizeof(float));
+    cr_assert_eq(memcmp(host, src, sizeof host), 0);
+    float *q = be->alloc(be, bytes, MP_MEM_ACTS);
+    be->copy(be, q, p, 1000 * sizeof(float));
+    cr_assert_eq(memcmp(q, src, sizeof host), 0);
+    be->memset0(be, q, 1000 * sizeof(float));
+    for (int i = 0; i < 1000; i++) cr_assert_eq(q[i], 0.0f);
+    be->synchronize(be);
+    be->free(be, p, bytes, MP_MEM_ACTS);
+    be->free(be, q, bytes, MP_MEM_ACTS);
+    cr_assert_eq(mp_mem_current(MP_MEM_ACTS), before);
+    free(src);
+}
+
+/* ---------------------------------------------------------------- gemm */
+
+/* C = alpha op(A) op(B) + beta C in double, row-major with leading dimensions. */
+static void ref_gemm(int ta, int tb, int M, int N, int K, double alpha, const float *A, int lda,
+                     const float *B, int ldb, double beta, double *C, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int p = 0; p < K; p++) {
+                double a = ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p];
+                double b = tb ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j];
+                s += a * b;
+            }
+            C[(size_t)i * ldc + j] = alpha * s + beta * C[(size_t)i * ldc + j];
+        }
+}
+
+Test(gemm, all_four_transpose_combinations_with_padded_strides_alpha_and_beta) {
+    mp_backend *be = cpu();
+    const int M = 5, N = 7, K = 3, pad = 3;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
+            int lda = acols + pad, ldb = bcols + pad + 1, ldc = N + pad;
+            float *A = frand((int64_t)arows * lda, 1.0), *B = frand((int64_t)brows * ldb, 1.0);
+            float *C = frand((int64_t)M * ldc, 1.0);
+            double *Cref = todouble(C, (int64_t)M * ldc);
+            ref_gemm(ta, tb, M, N, K, 1.5, A, lda, B, ldb, 0.5, Cref, ldc);
+            be->gemm(be, ta, tb, M, N, K, 1.5f, A, lda, B, ldb, 0.5f, C, ldc);
+            double e = rel_err(C, Cref, (int64_t)M * ldc);   /* includes the padding columns: untouched */
+            cr_assert(e < FWD_TOL, "ta=%d tb=%d rel err %g", ta, tb, e);
+            free(A), free(B), free(C), free(Cref);
+        }
+}
+
+/* Large enough to be split into per-thread panels of C: rows when M >= N, columns otherwise. */
+Test(gemm, large_products_split_over_threads_match_double_for_all_transposes) {
+    use_two_threads();
+    mp_backend *be = cpu();
+    cr_assert_geq(mp_cpu_threads(), 2);
+    const int shapes[2][3] = {{203, 70, 97}, {45, 301, 111}};
+    for (int sh = 0; sh < 2; sh++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int M = shapes[sh][0], N = shapes[sh][1], K = shapes[sh][2];
+                int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
+                int lda = acols + 5, ldb = bcols + 2, ldc = N + 3;
+                float *A = frand((int64_t)arows * lda, 1.0), *B = frand((int64_t)brows * ldb, 1.0);
+                float *C = frand((int64_t)M * ldc, 1.0);
+                double *Cref = todouble(C, (int64_t)M * ldc);
+                ref_gemm(ta, tb, M, N, K, -0.75, A, lda, B, ldb, 1.0, Cref, ldc);
+                be->gemm(be, ta, tb, M, N, K, -0.75f, A, lda, B, ldb, 1.0f, C, ldc);
+                double e = rel_err(C, Cref, (int64_t)M * ldc);
+                cr_assert(e < FWD_TOL, "M=%d N=%d K=%d ta=%d tb=%d rel err %g", M, N, K, ta, tb, e);
+                free(A), free(B), free(C), free(Cref);
+            }
+}
+
+Test(gemm, beta_zero_overwrites_garbage_and_k_zero_scales_c_by_beta) {
+    mp_backend *be = cpu();
+    const int M = 4, N = 6, K = 9;
+    float *A = frand(M * K, 1.0), *B = frand(K * N, 1.0), *C = ffill(M * N, NAN);
+    double Cref[24] = {0};
+    ref_gemm(0, 0, M, N, K, 1.0, A, K, B, N, 0.0, Cref, N);
+    be->gemm(be, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+    cr_assert(rel_err(C, Cref, M * N) < FWD_TOL);
+    float *C2 = frand(M * N, 1.0);
+    float *C2orig = fdup(C2, M * N);
+    be->gemm(be, 0, 0, M, N, 0, 1.0f, A, 1, B, N, 0.25f, C2, N);
+    for (int i = 0; i < M * N; i++) cr_assert_eq(C2[i], 0.25f * C2orig[i]);
+    free(A), free(B), free(C), free(C2), free(C2orig);
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+Test(elementwise, add_accumulate_scale_match_double_including_in_place_add) {
+    mp_backend *be = cpu();
+    const int64_t n = 1037;
+    float *a = frand(n, 3.0), *b = frand(n, 3.0), *out = ffill(n, NAN);
+    be->add(be, out, a, b, n);
+    for (int64_t i = 0; i < n; i++) cr_assert_eq(out[i], a[i] + b[i]);
+    float *a2 = fdup(a, n);
+    be->add(be, a2, a2, b, n);   /* out aliases a */
+    cr_assert_eq(memcmp(a2, out, (size_t)n * sizeof(float)), 0);
+    float *d = fdup(a, n);
+    be->accumulate(be, d, b, n);
+    cr_assert_eq(memcmp(d, out, (size_t)n * sizeof(float)), 0);
+    be->scale(be, d, -0.5f, n);
+    for (int64_t i = 0; i < n; i++) cr_assert_eq(d[i], out[i] * -0.5f);
+    free(a), free(b), free(out), free(a2), free(d);
+}
+
+Test(elementwise, sumsq_accumulates_in_double_and_is_bitwise_the_same_for_any_thread_count) {
+    use_two_threads();
+    mp_backend *be = cpu();
+    const int64_t n = 1300003;   /* several 1M-element groups of blocks, and a tail */
+    float *x = frand(n, 2.0);
+    double ref = 0;
+    for (int64_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
+    double s = be->sumsq(be, x, n);
+    cr_assert(fabs(s - ref) <= 1e-12 * ref, "sumsq %.17g ref %.17g", s, ref);
+    cr_assert_eq(be->sumsq(be, x, n), s);
+    omp_set_num_threads(1);
+    cr_assert_eq(be->sumsq(be, x, n), s);
+    cr_assert_eq(be->sumsq(be, x, 0), 0.0);
+    /* 1 + 2^-30 * k: a float accumulator would drop the small terms entirely */
+    float *y = ffill(4096 * 3, 1e-5f);
+    y[0] = 1.0f;
+    double sy = be->sumsq(be, y, 4096 * 3);
+    double ry = 1.0 + (4096.0 * 3 - 1) * (double)1e-5f * (double)1e-5f;
+    cr_assert(fabs(sy - ry) < 1e-13, "sumsq %.17g ref %.17g", sy, ry);
+    free(x), free(y);
+}
+
+Test(elementwise, fast_exp_is_within_two_ulp_and_handles_infinities) {
+    double worst = 0;
+    for (int i = 0; i <= 200000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 200000.0f;
+        double ref = exp((double)x);
+        double e = fabs((double)mp_expf(x) - ref) / ref;
+        if (e > worst) worst = e;
+    }
+    cr_assert(worst < 2.5e-7, "max rel err %g", worst);
+    cr_assert_eq(mp_expf(-INFINITY), 0.0f);
+    cr_assert_eq(mp_expf(-1000.0f), 0.0f);
+    cr_assert_eq(mp_expf(0.0f), 1.0f);
+    cr_assert(isfinite(mp_expf(1000.0f)));
+    cr_assert(isnan(mp_expf(NAN)));
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+typedef struct { const int32_t *tok; int N, D, v_start, v_local; } embed_ctx;
+
+static void ref_embed(const void *c, const double *wte, double *out) {
+    const embed_ctx *e = c;
+    for (int n = 0; n < e->N; n++)
+        for (int i = 0; i < e->D; i++) {
+            int r = e->tok[n] - e->v_start;
+            out[n * e->D + i] = (r >= 0 && r < e->v_local) ? wte[r * e->D + i] : 0.0;
+        }
+}
+
+Test(embedding, vocab_shards_look_up_their_rows_and_sum_to_the_full_lookup) {
+    mp_backend *be = cpu();
+    const int V = 10, D = 6, N = 9;
+    int32_t tok[9] = {0, 3, 4, 9, 4, 7, 3, 5, 4};
+    float *wte = frand(V * D, 1.0);
+    float *sum = ffill(N * D, 0.0f);
+    int starts[2] = {0, 4}, locals[2] = {4, 6};
+    for (int s = 0; s < 2; s++) {
+        float *out = ffill(N * D, NAN);
+        be->embed_fwd(be, out, tok, wte + starts[s] * D, N, D, starts[s], locals[s]);
+        embed_ctx c = {tok, N, D, starts[s], locals[s]};
+        double *wd = todouble(wte + starts[s] * D, (int64_t)locals[s] * D), ref[54];
+        ref_embed(&c, wd, ref);
+        cr_assert(rel_err(out, ref, N * D) == 0.0, "shard %d", s);
+        be->accumulate(be, sum, out, N * D);
+        free(out), free(wd);
+    }
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < D; i++) cr_assert_eq(sum[n * D + i], wte[tok[n] * D + i]);
+    free(wte), free(sum);
+}
+
+Test(embedding, backward_accumulates_repeated_tokens_and_matches_finite_differences) {
+    mp_backend *be = cpu();
+    const int D = 5, N = 9, v_start = 3, v_local = 5;   /* shard holds global rows 3..7 */
+    int32_t tok[9] = {0, 3, 4, 9, 4, 7, 3, 5, 4};
+    float *wte = frand(v_local * D, 1.0), *r = frand(N * D, 1.0);
+    float *base = frand(v_local * D, 1.0), *dw = fdup(base, v_local * D);
+    be->embed_bwd(be, dw, r, tok, N, D, v_start, v_local);
+    embed_ctx c = {tok, N, D, v_start, v_local};
+    double *wd = todouble(wte, v_local * D), *rd = todouble(r, N * D), fd[25];
+    fd_grad(ref_embed, &c, wd, v_local * D, rd, N * D, fd);
+    float an[25];
+    for (int i = 0; i < v_local * D; i++) an[i] = dw[i] - base[i];
+    double e = rel_err(an, fd, v_local * D);
+    cr_assert(e < FD_TOL, "rel err %g", e);
+    free(wte), free(r), free(base), free(dw), free(wd), free(rd);
+}
+
+/* ---------------------------------------------------------------- RMSNorm */
+
+typedef struct { int N, D; double eps; } rms_ctx;
+
+/* in = x[N*D] | w[D]; out = y[N*D]. */
+static void ref_rmsnorm(const void *c, const double *in, double *y) {
+    const rms_ctx *r = c;
+    const double *x = in, *w = in + r->N * r->D;
+    for (int n = 0; n < r->N; n++) {
+        double ss = 0;
+        for (int i = 0; i < r->D; i++) ss += x[n * r->D + i] * x[n * r->D + i];
+        double rstd = 1.0 / sqrt(ss / r->D + r->eps);
+        for (int i = 0; i < r->D; i++) y[n * r->D + i] = x[n * r->D + i] * rstd * w[i];
+    }
+}
+
+Test(rmsnorm, forward_and_saved_rstd_match_double) {
+    mp_backend *be = cpu();
+    const int N = 10, D = 24;
+    const float eps = 1e-5f;
+    float *x = frand(N * D, 2.0), *w = frand(D, 1.5), *y = ffill(N * D, NAN), rstd[10];
+    be->rmsnorm_fwd(be, y, rstd, x, w, N, D, eps);
+    rms_ctx c = {N, D, eps};
+    double *in = malloc((N * D + D) * sizeof(double)), *ref = malloc(N * D * sizeof(double));
+    for (int i = 0; i < N * D; i++) in[i] = x[i];
+    for (int i = 0; i < D; i++) in[N * D + i] = w[i];
+    ref_rmsnorm(&c, in, ref);
+    cr_assert(rel_err(y, ref, N * D) < FWD_TOL, "y rel err %g", rel_err(y, ref, N * D));
+    for (int n = 0; n < N; n++) {
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += (double)x[n * D + i] * x[n * D + i];
+        double rr = 1.0 / sqrt(ss / D + eps);
+        cr_assert(fabs(rstd[n] - rr) < FWD_TOL * rr, "rstd[%d]", n);
+    }
+    free(x), free(w), free(y), free(in), free(ref);
+}
+
+Test(rmsnorm, backward_dx_and_dw_accumulate_and_match_finite_differences) {
+    mp_backend *be = cpu();
+    const int N = 6, D = 8;
+    const float eps = 1e-5f;
+    float *x = frand(N * D, 2.0), *w = frand(D, 1.5), *y = malloc(N * D * sizeof(float)), rstd[6];
+    be->rmsnorm_fwd(be, y, rstd, x, w, N, D, eps);
+    float *r = frand(N * D, 1.0);
+    float *bdx = frand(N * D, 1.0), *bdw = frand(D, 1.0);
+    float *dx = fdup(bdx, N * D), *dw = fdup(bdw, D);
+    be->rmsnorm_bwd(be, dx, dw, r, x, w, rstd, N, D);
+    rms_ctx c = {N, D, eps};
+    int nin = N * D + D;
+    double *in = malloc(nin * sizeof(double)), *fd = malloc(nin * sizeof(double));
+    for (int i = 0; i < N * D; i++) in[i] = x[i];
+    for (int i = 0; i < D; i++) in[N * D + i] = w[i];
+    double *rd = todouble(r, N * D);
+    fd_grad(ref_rmsnorm, &c, in, nin, rd, N * D, fd);
+    float *an = malloc(nin * sizeof(float));
+    for (int i = 0; i < N * D; i++) an[i] = dx[i] - bdx[i];
+    for (int i = 0; i < D; i++) an[N * D + i] = dw[i] - bdw[i];
+    double ex = rel_err(an, fd, N * D), ew = rel_err(an + N * D, fd + N * D, D);
+    cr_assert(ex < FD_TOL, "dx rel err %g", ex);
+    cr_assert(ew < FD_TOL, "dw rel err %g", ew);
+    free(x), free(w), free(y), free(r), free(bdx), free(bdw), free(dx), free(dw), free(in), free(fd);
+    free(rd), free(an);
+}
+
+/* ---------------------------------------------------------------- RoPE */
+
+typedef struct { int B, T, H, hd, pos0; double theta; } rope_ctx;
+
+/* HF rotate_half with angles computed directly in double. */
+static void ref_rope(const void *c, const double *x, double *y) {
+    const rope_ctx *r = c;
+    int half = r->hd / 2;
+    for (int b = 0; b < r->B; b++)
+        for (int t = 0; t < r->T; t++)
+            for (int h = 0; h < r->H; h++) {
+                const double *xv = x + ((b * r->T + t) * r->H + h) * r->hd;
+                double *yv = y + ((b * r->T + t) * r->H + h) * r->hd;
+                for (int i = 0; i < half; i++) {
+                    double ang = (r->pos0 + t) * pow(r->theta, -2.0 * i / r->hd);
+                    yv[i] = xv[i] * cos(ang) - xv[i + half] * sin(ang);
+                    yv[i + half] = xv[i + half] * cos(ang) + xv[i] * sin(ang);
+                }
+            }
+}
+
+Test(rope, tables_match_hf_inverse_frequencies_in_double) {
+    const int P = 300, hd = 8;
+    const double theta = 10000.0;
+    float *c = ffill(P * hd / 2, NAN), *s = ffill(P * hd / 2, NAN);
+    mp_rope_tables(c, s, P, hd, theta);
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < hd / 2; i++) {
+            double a = p / pow(theta, (2.0 * i) / hd);
+            cr_assert(fabs(c[p * hd / 2 + i] - cos(a)) < 1e-7, "cos p=%d i=%d", p, i);
+            cr_assert(fabs(s[p * hd / 2 + i] - sin(a)) < 1e-7, "sin p=%d i=%d", p, i);
+        }
+    cr_assert_eq(c[0], 1.0f);
+    cr_assert_eq(s[0], 0.0f);
+    free(c), free(s);
+}
+
+Test(rope, forward_with_position_offset_matches_double_rotate_half) {
+    mp_backend *be = cpu();
+    const int B = 2, T = 5, H = 3, hd = 8, pos0 = 7, P = 16;
+    const double theta = 500000.0;
+    float *ct = malloc(P * hd / 2 * sizeof(float)), *st = malloc(P * hd / 2 * sizeof(float));
+    mp_rope_tables(ct, st, P, hd, theta);
+    int n = B * T * H * hd;
+    float *x = frand(n, 2.0);
+    double *xd = todouble(x, n), *ref = malloc(n * sizeof(double));
+    rope_ctx c = {B, T, H, hd, pos0, theta};
+    ref_rope(&c, xd, ref);
+    be->rope_fwd(be, x, ct, st, B, T, H, hd, pos0);
+    cr_assert(rel_err(x, ref, n) < FWD_TOL, "rel err %g", rel_err(x, ref, n));
+    free(ct), free(st), free(x), free(xd), free(ref);
+}
+
+Test(rope, backward_is_the_inverse_rotation_and_matches_finite_differences) {
+    mp_backend *be = cpu();
+    const int B = 2, T = 5, H = 2, hd = 4, pos0 = 3, P = 8;
+    const double theta = 10000.0;
+    float *ct = malloc(P * hd / 2 * sizeof(float)), *st = malloc(P * hd / 2 * sizeof(float));
+    mp_rope_tables(ct, st, P, hd, theta);
+    int n = B * T * H * hd;
+    float *x = frand(n, 1.0), *r = frand(n, 1.0);
+    float *dx = fdup(r, n);
+    be->rope_bwd(be, dx, ct, st, B, T, H, hd, pos0);
+    rope_ctx c = {B, T, H, hd, pos0, theta};
+    double *xd = todouble(x, n), *rd = todouble(r, n), *fd = malloc(n * sizeof(double));
+    fd_grad(ref_rope, &c, xd, n, rd, n, fd);
+    double e = rel_err(dx, fd, n);
+    cr_assert(e < FD_TOL, "rel err %g", e);
+    /* bwd(fwd(x)) == x */
+    float *y = fdup(x, n);
+    be->rope_fwd(be, y, ct, st, B, T, H, hd, pos0);
+    be->rope_bwd(be, y, ct, st, B, T, H, hd, pos0);
+    double *xd2 = todouble(x, n);
+    cr_assert(rel_err(y, xd2, n) < FWD_TOL);
+    free(ct), free(st), free(x), free(r), free(dx), free(xd), free(rd), free(fd), free(y), free(xd2);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+typedef struct { int B, T, H, KV, hd; } attn_ctx;
+
+/* in = q[B,T,H,hd] | k[B,T,KV,hd] | v[B,T,KV,hd]; out[B,T,H,hd]; causal, GQA, scale 1/sqrt(hd). */
+static void ref_attn(const void *c, const double *in, double *out) {
+    const attn_ctx *a = c;
+    const int B = a->B, T = a->T, H = a->H, KV = a->KV, hd = a->hd, rep = H / KV;
+    const double *q = in, *k = in + (size_t)B * T * H * hd, *v = k + (size_t)B * T * KV * hd;
+    double *p = malloc(T * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int g = h / rep;
+            for (int t = 0; t < T; t++) {
+                const double *qv = q + (((size_t)b * T + t) * H + h) * hd;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *kv = k + (((size_t)b * T + j) * KV + g) * hd;
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += qv[d] * kv[d];
+                    p[j] = s / sqrt((double)hd);
+                    if (p[j] > mx) mx = p[j];
+                }
+                for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+                double *o = out + (((size_t)b * T + t) * H + h) * hd;
+                for (int d = 0; d < hd; d++) {
+                    double s = 0;
+                    for (int j = 0; j <= t; j++) s += p[j] / sum * v[(((size_t)b * T + j) * KV + g) * hd + d];
+                    o[d] = s;
+                }
+            }
+        }
+    free(p);
+}
+
+/* The softmax probabilities [B,H,T,T] of the reference, for checking att. */
+static void ref_attn_probs(const attn_ctx *a, const double *in, double *att) {
+    const int B = a->B, T = a->T, H = a->H, KV = a->KV, hd = a->hd, rep = H / KV;
+    const double *q = in, *k = in + (size_t)B * T * H * hd;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                double *row = att + (((size_t)b * H + h) * T + t) * T, mx = -INFINITY, sum = 0;
+                for (int j = 0; j < T; j++) {
+                    if (j > t) { row[j] = 0; continue; }
+                    double s = 0;
+                    for (int d = 0; d < hd; d++)
+                        s += q[(((size_t)b * T + t) * H + h) * hd + d] * k[(((size_t)b * T + j) * KV + h / rep) * hd + d];
+                    row[j] = s / sqrt((double)hd);
+                    if (row[j] > mx) mx = row[j];
+                }
+                for (int j = 0; j <= t; j++) sum += (row[j] = exp(row[j] - mx));
+                for (int j = 0; j <= t; j++) row[j] /= sum;
+            }
+}
+
+/* Runs attn_fwd/attn_bwd on random inputs of the given shape and checks out and att against the
+ * double reference and dq/dk/dv against finite differences. */
+static void check_attention(int B, int T, int H, int KV, int hd, double amp) {
+    mp_backend *be = cpu();
+    attn_ctx c = {B, T, H, KV, hd};
+    int64_t nq = (int64_t)B * T * H * hd, nk = (int64_t)B * T * KV * hd, natt = (int64_t)B * H * T * T;
+    int64_t nin = nq + 2 * nk;
+    float *in = frand(nin, amp);
+    const float *q = in, *k = in + nq, *v = in + nq + nk;
+    float *out = ffill(nq, NAN), *att = ffill(natt, NAN);
+    be->attn_fwd(be, out, att, q, k, v, B, T, H, KV, hd);
+    double *ind = todouble(in, nin), *ref = malloc(nq * sizeof(double)), *refp = malloc(natt * sizeof(double));
+    ref_attn(&c, ind, ref);
+    ref_attn_probs(&c, ind, refp);
+    double eo = rel_err(out, ref, nq), ep = rel_err(att, refp, natt);
+    cr_assert(eo < FWD_TOL, "out rel err %g (B=%d T=%d H=%d KV=%d hd=%d)", eo, B, T, H, KV, hd);
+    cr_assert(ep < FWD_TOL, "att rel err %g", ep);
+    for (int64_t i = 0; i < (int64_t)B * H; i++)
+        for (int t = 0; t < T; t++)
+            for (int j = t + 1; j < T; j++) cr_assert_eq(att[(i * T + t) * T + j], 0.0f, "upper triangle");
+
+    float *r = frand(nq, 1.0);
+    float *dq = ffill(nq, NAN), *dk = ffill(nk, NAN), *dv = ffill(nk, NAN), *scratch = ffill(natt, NAN);
+    be->attn_bwd(be, dq, dk, dv, scratch, r, att, q, k, v, B, T, H, KV, hd);
+    double *rd = todouble(r, nq), *fd = malloc(nin * sizeof(double));
+    fd_grad(ref_attn, &c, ind, nin, rd, nq, fd);
+    double eq = rel_err(dq, fd, nq), ek = rel_err(dk, fd + nq, nk), ev = rel_err(dv, fd + nq + nk, nk);
+    cr_assert(eq < FD_TOL, "dq rel err %g", eq);
+    cr_assert(ek < FD_TOL, "dk rel err %g", ek);
+    cr_assert(ev < FD_TOL, "dv rel err %g", ev);
+    free(in), free(out), free(att), free(ind), free(ref), free(refp), free(r), free(dq), free(dk), free(dv);
+    free(scratch), free(rd), free(fd);
+}
+
+Test(attention, gqa_small_forward_and_backward_match_double_and_finite_differences) {
+    check_attention(2, 5, 4, 2, 4, 1.5);
+}
+
+Test(attention, multi_head_without_grouping_and_single_kv_head) {
+    check_attention(2, 5, 3, 3, 4, 1.5);   /* MHA */
+    check_attention(1, 6, 4, 1, 8, 1.5);   /* MQA */
+}
+
+Test(attention, sequence_longer_than_the_causal_row_block) {
+    check_attention(1, 150, 2, 1, 4, 1.0);
+}
+
+Test(attention, sharp_softmax_with_large_logits_stays_accurate) {
+    check_attention(1, 7, 2, 2, 4, 6.0);   /* scores up to ~70: needs the max subtraction */
+}
+
+/* Same inputs twice, and with one vs two OpenMP threads: bitwise the same out, att, dq, dk, dv. */
+Test(attention, forward_and_backward_are_bitwise_deterministic_across_runs_and_thread_counts) {
+    use_two_threads();
+    mp_backend *be = cpu();
+    const int B = 3, T = 97, H = 4, KV = 2, hd = 16;
+    int64_t nq = (int64_t)B * T * H * hd, nk = (int64_t)B * T * KV * hd, natt = (int64_t)B * H * T * T;
+    float *q = frand(nq, 1.0), *k = frand(nk, 1.0), *v = frand(nk, 1.0), *r = frand(nq, 1.0);
+    float *res[3][5];
+    int threads[3] = {2, 2, 1};
+    int64_t sizes[5] = {nq, natt, nq, nk, nk};
+    int saved = omp_get_max_threads();
+    for (int run = 0; run < 3; run++) {
+        omp_set_num_threads(threads[run]);
+        for (int i = 0; i < 5; i++) res[run][i] = ffill(sizes[i], NAN);
+        float *scratch = ffill(natt, NAN);
+        be->attn_fwd(be, res[run][0], res[run][1], q, k, v, B, T, H, KV, hd);
+        be->attn_bwd(be, res[run][2], res[run][3], res[run][4], scratch, r, res[run][1], q, k, v, B, T, H, KV,
+                     hd);
+        free(scratch);
+    }
+    omp_set_num_threads(saved);
+    for (int run = 1; run < 3; run++)
+        for (int i = 0; i < 5; i++)
+            cr_assert_eq(memcmp(res[0][i], res[run][i], (size_t)sizes[i] * sizeof(float)), 0,
+                         "run %d output %d differs", run, i);
+    for (int run = 0; run < 3; run++)
+        for (int i = 0; i < 5; i++) free(res[run][i]);
+    free(q), free(k), free(v), free(r);
+}
+
+/* ---------------------------------------------------------------- SwiGLU */
+
+typedef struct { int64_t n; } swiglu_ctx;
+
+/* in = gate[n] | up[n]; out = silu(gate) * up. */
+static void ref_swiglu(const void *c, const double *in, double *out) {
+    int64_t n = ((const swiglu_ctx *)c)->n;
+    for (int64_t i = 0; i < n; i++) out[i] = in[i] / (1.0 + exp(-in[i])) * in[n + i];
+}
+
+Test(swiglu, forward_matches_double_including_large_magnitudes) {
+    use_two_threads();
+    mp_backend *be = cpu();
+    const int64_t n = 70001;   /* above the threading threshold */
+    float *in = frand(2 * n, 4.0);
+    in[0] = -100.0f, in[1] = 100.0f, in[2] = 0.0f, in[3] = -30.0f;
+    float *out = ffill(n, NAN);
+    be->swiglu_fwd(be, out, in, in + n, n);
+    swiglu_ctx c = {n};
+    double *ind = todouble(in, 2 * n), *ref = malloc(n * sizeof(double));
+    ref_swiglu(&c, ind, ref);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(out[i] - ref[i]) / fmax(fabs(ref[i]), 1e-3);
+        if (e > worst) worst = e;
+    }
+    cr_assert(worst < FWD_TOL, "elementwise rel err %g", worst);
+    free(in), free(out), free(ind), free(ref);
+}
+
+Test(swiglu, backward_writes_dgate_dup_matching_finite_differences) {
+    mp_backend *be = cpu();
+    const int64_t n = 40;
+    float *in = frand(2 * n, 4.0), *r = frand(n, 1.0);
+    float *dg = ffill(n, NAN), *du = ffill(n, NAN);
+    be->swiglu_bwd(be, dg, du, r, in, in + n, n);
+    swiglu_ctx c = {n};
+    double *ind = todouble(in, 2 * n), *rd = todouble(r, n), *fd = malloc(2 * n * sizeof(double));
+    fd_grad(ref_swiglu, &c, ind, 2 * n, rd, n, fd);
+    double eg = rel_err(dg, fd, n), eu = rel_err(du, fd + n, n);
+    cr_assert(eg < FD_TOL, "dgate rel err %g", eg);
+    cr_assert(eu < FD_TOL, "dup rel err %g", eu);
+    free(in), free(r), free(dg), free(du), free(ind), free(rd), free(fd);
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+
+typedef struct { const int32_t *tgt; int N, V; } xent_ctx;
+
+/* in = logits[N, V] (valid vocab only); out = losses[N] = logsumexp - logit[tgt]. */
+static void ref_xent(const void *c, const double *l, double *loss) {
+    const xent_ctx *x = c;
+    for (int n = 0; n < x->N; n++) {
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < x->V; j++) mx = fmax(mx, l[n * x->V + j]);
+        for (int j = 0; j < x->V; j++) s += exp(l[n * x->V + j] - mx);
+        loss[n] = log(s) + mx - l[n * x->V + x->tgt[n]];
+    }
+}
+
+/* The global vocab V = 11 split over two shards of v_local = 6: shard 0 holds ids 0..5, shard 1 ids
+ * 6..10 plus one padding column (v_valid = 5). Padding columns hold 1e4, so a kernel that read them
+ * would get a wrong max. The caller-side all-reduces (MAX, SUM, SUM) are done here by hand. */
+#define XV 11
+#define XL 6
+#define XN 7
+
+static void xent_shards(const float *glog, float shard[2][XN * XL], int v_valid[2]) {
+    for (int s = 0; s < 2; s++) {
+        v_valid[s] = s == 0 ? XL : XV - XL;
+        for (int n = 0; n < XN; n++)
+            for (int j = 0; j < XL; j++)
+                shard[s][n * XL + j] = j < v_valid[s] ? glog[n * XV + s * XL + j] : 1e4f;
+    }
+}
+
+static void xent_forward(mp_backend *be, float shard[2][XN * XL], const int v_valid[2], const int32_t *tgt,
+                         float *rowmax, float *sumexp, float *losses) {
+    float m[2][XN], se[2][XN], tl[2][XN], tlogit[XN];
+    for (int s = 0; s < 2; s++) be->xent_rowmax(be, m[s], shard[s], XN, XL, v_valid[s]);
+    for (int n = 0; n < XN; n++) rowmax[n] = fmaxf(m[0][n], m[1][n]);
+    for (int s = 0; s < 2; s++) {
+        be->xent_sumexp(be, se[s], shard[s], rowmax, XN, XL, v_valid[s]);
+        be->xent_target(be, tl[s], shard[s], tgt, XN, XL, s * XL);
+    }
+    for (int n = 0; n < XN; n++) sumexp[n] = se[0][n] + se[1][n], tlogit[n] = tl[0][n] + tl[1][n];
+    be->xent_loss(be, losses, rowmax, sumexp, tlogit, XN);
+}
+
+Test(xent, vocab_parallel_pieces_with_padding_and_shard_offset_match_double_loss) {
+    mp_backend *be = cpu();
+    int32_t tgt[XN] = {0, 5, 6, 10, 3, 8, 10};
+    float *glog = frand(XN * XV, 5.0);
+    glog[1 * XV + 4] = 30.0f;   /* a dominant logit */
+    float shard[2][XN * XL];
+    int v_valid[2];
+    xent_shards(glog, shard, v_valid);
+    float rowmax[XN], sumexp[XN], losses[XN];
+    xent_forward(be, shard, v_valid, tgt, rowmax, sumexp, losses);
+    xent_ctx c = {tgt, XN, XV};
+    double *gd = todouble(glog, XN * XV), ref[XN];
+    ref_xent(&c, gd, ref);
+    for (int n = 0; n < XN; n++) {
+        double mx = -INFINITY, se = 0;
+        for (int j = 0; j < XV; j++) mx = fmax(mx, gd[n * XV + j]);
+        for (int j = 0; j < XV; j++) se += exp(gd[n * XV + j] - mx);
+        cr_assert_eq(rowmax[n], (float)mx, "rowmax[%d]", n);
+        cr_assert(fabs(sumexp[n] - se) < FWD_TOL * se, "sumexp[%d]", n);
+    }
+    double e = rel_err(losses, ref, XN);
+    cr_assert(e < FWD_TOL, "loss rel err %g", e);
+    free(glog), free(gd);
+}
+
+Test(xent, backward_per_shard_matches_finite_differences_and_zeroes_padding) {
+    mp_backend *be = cpu();
+    int32_t tgt[XN] = {0, 5, 6, 10, 3, 8, 10};
+    const float dloss = 0.37f;   /* the projection: d(dloss * sum losses) */
+    float *glog = frand(XN * XV, 3.0);
+    float shard[2][XN * XL];
+    int v_valid[2];
+    xent_shards(glog, shard, v_valid);
+    float rowmax[XN], sumexp[XN], losses[XN];
+    xent_forward(be, shard, v_valid, tgt, rowmax, sumexp, losses);
+    for (int s = 0; s < 2; s++)
+        be->xent_bwd(be, shard[s], rowmax, sumexp, tgt, dloss, XN, XL, v_valid[s], s * XL);
+    float an[XN * XV];
+    for (int s = 0; s < 2; s++)
+        for (int n = 0; n < XN; n++)
+            for (int j = 0; j < XL; j++) {
+                if (j < v_valid[s]) an[n * XV + s * XL + j] = shard[s][n * XL + j];
+                else cr_assert_eq(shard[s][n * XL + j], 0.0f, "padding column gradient must be 0");
+            }
+    xent_ctx c = {tgt, XN, XV};
+    double *gd = todouble(glog, XN * XV), rd[XN], fd[XN * XV];
+    for (int n = 0; n < XN; n++) rd[n] = dloss;
+    fd_grad(ref_xent, &c, gd, XN * XV, rd, XN, fd);
+    double e = rel_err(an, fd, XN * XV);
+    cr_assert(e < FD_TOL, "dlogits rel err %g", e);
+    free(glog), free(gd);
+}
+
+Test(xent, masked_minus_infinity_logits_and_an_all_padding_shard_contribute_nothing) {
+    mp_backend *be = cpu();
+    const int N = 3, VL = 4;
+    float l[12] = {1.0f, -INFINITY, 2.0f, 0.5f, -INFINITY, -INFINITY, 3.0f, -1.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int32_t tgt[3] = {2, 3, 1};
+    float mx[3], se[3], tl[3], loss[3];
+    be->xent_rowmax(be, mx, l, N, VL, VL);
+    be->xent_sumexp(be, se, l, mx, N, VL, VL);
+    be->xent_target(be, tl, l, tgt, N, VL, 0);
+    be->xent_loss(be, loss, mx, se, tl, N);
+    double want0 = log(exp(1.0) + exp(2.0) + exp(0.5)) - 2.0;
+    double want1 = log(exp(3.0) + exp(-1.0)) - (-1.0);
+    double want2 = log(4.0) - 0.0;
+    cr_assert(fabs(loss[0] - want0) < 1e-6 && fabs(loss[1] - want1) < 1e-6 && fabs(loss[2] - want2) < 1e-6);
+    be->xent_bwd(be, l, mx, se, tgt, 1.0f, N, VL, VL, 0);
+    cr_assert_eq(l[1], 0.0f);
+    cr_assert_eq(l[4], 0.0f);
+    cr_assert_eq(l[5], 0.0f);
+    /* a shard whose local columns are all padding: rowmax -inf, sumexp 0, target 0, gradient 0 */
+    float p[8] = {5, 5, 5, 5, 5, 5, 5, 5}, pm[2], gm[2] = {1.0f, 2.0f}, ps[2], pt[2];
+    int32_t ptgt[2] = {0, 1};
+    be->xent_rowmax(be, pm, p, 2, 4, 0);
+    cr_assert(pm[0] == -INFINITY && pm[1] == -INFINITY);
+    be->xent_sumexp(be, ps, p, gm, 2, 4, 0);
+    cr_assert(ps[0] == 0.0f && ps[1] == 0.0f);
+    be->xent_target(be, pt, p, ptgt, 2, 4, 100);
+    cr_assert(pt[0] == 0.0f && pt[1] == 0.0f);
+    be->xent_bwd(be, p, gm, (float[]){1.0f, 1.0f}, ptgt, 1.0f, 2, 4, 0, 100);
+    for (int i = 0; i < 8; i++) cr_assert_eq(p[i], 0.0f);
+}
+
+Test(xent, large_vocab_rows_match_double_with_threads) {
+    use_two_threads();
+    mp_backend *be = cpu();
+    const int N = 9, V = 5003, VL = 5008;   /* > the threading threshold, padded */
+    float *l = frand((int64_t)N * VL, 8.0);
+    int32_t tgt[9];
+    for (int n = 0; n < N; n++) tgt[n] = (n * 977) % V;
+    float mx[9], se[9], tl[9], loss[9];
+    be->xent_rowmax(be, mx, l, N, VL, V);
+    be->xent_sumexp(be, se, l, mx, N, VL, V);
+    be->xent_target(be, tl, l, tgt, N, VL, 0);
+    be->xent_loss(be, loss, mx, se, tl, N);
+    double *ld = malloc((size_t)N * V * sizeof(double)), ref[9];
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++) ld[(size_t)n * V + j] = l[(size_t)n * VL + j];
+    xent_ctx c = {tgt, N, V};
+    ref_xent(&c, ld, ref);
+    cr_assert(rel_err(loss, ref, N) < FWD_TOL, "loss rel err %g", rel_err(loss, ref, N));
+    be->xent_bwd(be, l, mx, se, tgt, 2.0f, N, VL, V, 0);
+    for (int n = 0; n < N; n++) {
+        double m = -INFINITY, s = 0, worst = 0;
+        for (int j = 0; j < V; j++) m = fmax(m, ld[(size_t)n * V + j]);
+        for (int j = 0; j < V; j++) s += exp(ld[(size_t)n * V + j] - m);
+        for (int j = 0; j < V; j++) {
+            double g = 2.0 * (exp(ld[(size_t)n * V + j] - m) / s - (j == tgt[n]));
+            worst = fmax(worst, fabs(l[(size_t)n * VL + j] - g));
+        }
+        cr_assert(worst < 1e-6, "row %d grad err %g", n, worst);
+        for (int j = V; j < VL; j++) cr_assert_eq(l[(size_t)n * VL + j], 0.0f);
+    }
+    free(l), free(ld);
+}
+
+/* ---------------------------------------------------------------- AdamW */
+
+Test(adamw, several_steps_match_double_with_bias_correction_weight_decay_and_grad_scale) {
+    use_two_threads();
+    mp_backend *be = cpu();
+    const int64_t n = 50001;   /* several threading chunks and a tail */
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
+    float *p = frand(n, 1.0), *m = ffill(n, 0.0f), *v = ffill(n, 0.0f);
+    double *pd = todouble(p, n), *md = calloc(n, sizeof(double)), *vd = calloc(n, sizeof(double));
+    for (int step = 1; step <= 4; step++) {
+        float *g = frand(n, step == 2 ? 1e-3 : 1.0);
+        be->adamw(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, step, (float)gs);
+        for (int64_t i = 0; i < n; i++) {
+            double gi = (double)g[i] * gs;
+            md[i] = (double)(float)b1 * md[i] + (1 - (double)(float)b1) * gi;
+            vd[i] = (double)(float)b2 * vd[i] + (1 - (double)(float)b2) * gi * gi;
+            double mh = md[i] / (1 - pow((float)b1, step)), vh = vd[i] / (1 - pow((float)b2, step));
+            pd[i] -= (double)(float)lr * (mh / (sqrt(vh) + (double)(float)eps) + (double)(float)wd * pd[i]);
+        }
+        free(g);
+        cr_assert(rel_err(m, md, n) < FWD_TOL, "step %d m rel err %g", step, rel_err(m, md, n));
+        cr_assert(rel_err(v, vd, n) < FWD_TOL, "step %d v rel err %g", step, rel_err(v, vd, n));
+        cr_assert(rel_err(p, pd, n) < FWD_TOL, "step %d p rel err %g", step, rel_err(p, pd, n));
+    }
+    free(p), free(m), free(v), free(pd), free(md), free(vd);
+}
+
+Test(adamw, first_step_moves_each_weight_by_lr_against_its_gradient_sign) {
+    mp_backend *be = cpu();
+    float p[4] = {1.0f, 1.0f, -2.0f, 0.0f}, g[4] = {3.0f, -1e-3f, 5.0f, -7.0f}, m[4] = {0}, v[4] = {0};
+    be->adamw(be, p, g, m, v, 4, 0.1f, 0.9f, 0.999f, 1e-12f, 0.0f, 1, 1.0f);
+    float want[4] = {0.9f, 1.1f, -2.1f, 0.1f};
+    for (int i = 0; i < 4; i++) cr_assert(fabsf(p[i] - want[i]) < 1e-6f, "p[%d] = %g", i, p[i]);
+}
