@@ -85,7 +85,11 @@ def main():
     out = args.keep or tempfile.mkdtemp(prefix="mp_torch_cmp_")
     try:
         cmd = [args.tool, args.config, out, str(args.seed), str(B), str(T)] + (["--perturb-norms"] if args.perturb_norms else [])
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            print(f"compare_torch: cannot run {args.tool}: {e}", file=sys.stderr)
+            return 2
         if r.returncode != 0:
             print(f"compare_torch: {' '.join(cmd)} exited {r.returncode}:\n{r.stdout}{r.stderr}", file=sys.stderr)
             return 2

@@ -1,0 +1,217 @@
+/*
+ * ckpt/ckpt.h — sharded checkpoints of named global tensors in HDF5 (format v1, docs/FORMAT.md).
+ *
+ * The library knows nothing of models. A checkpoint stores named global tensors (dtype, 1..4 dims,
+ * global shape); each tensor is written as boxes (global offset + shape) of local host data, every
+ * element by exactly one rank. Next to the tensors it stores text metadata (key -> JSON/text value).
+ *
+ *   ROOT/step_%08d/index.h5        layout tables, metadata, virtual views; written last, by rank 0
+ *   ROOT/step_%08d/rank_%05d.h5    one per rank that wrote boxes: one dataset per box
+ *   ROOT/latest                    text: the newest step directory name, replaced by rename
+ *
+ * Writing (collective over a world communicator whose ops take HOST buffers: mp_comm_self or the
+ * MPI communicator; in a CUDA run pass the MPI world, not an NCCL group):
+ *   ckpt_save_begin   every rank; rank 0 creates ROOT/step_N.partial/
+ *   ckpt_save_add     local; records a box (no copy: data must stay valid until the save is committed)
+ *   ckpt_save_meta    local; rank 0's values are the ones stored
+ *   ckpt_save_commit  every rank; writes this rank's file, fsyncs, agrees on failure, rank 0 checks
+ *                     that the boxes cover every tensor exactly once, writes index.h5, renames the
+ *                     directory to step_N, replaces `latest`, applies retention
+ * or, asynchronously: ckpt_save_start (a background thread writes the rank file), then ckpt_save_poll
+ * once per training step on every rank (an all_reduce of a done flag; commits on the caller's thread
+ * once every rank's file is written) or ckpt_save_wait. A new ckpt_save_begin first waits for a save
+ * still in flight. Errors on any rank fail the save on every rank, with the same message, and remove
+ * the .partial directory; earlier checkpoints are never touched.
+ *
+ * Reading (local, any number of processes): ckpt_open a step directory (or ckpt_open_latest ROOT),
+ * list tensors and metadata, and ckpt_read ANY box of a tensor into a caller buffer: the saved boxes
+ * that intersect it are found through a per-tensor interval index over dim 0, only the intersecting
+ * rows are read, checksums are verified, and coverage is checked (every requested element found
+ * exactly once, else an error naming the tensor and a missing region). Never zeros, never a partial
+ * load. The virtual datasets under view/ are for other tools only; this reader never reads them.
+ *
+ * Management (local, one rank): ckpt_find_latest, ckpt_cleanup_partials, ckpt_retain, ckpt_list.
+ *
+ * Failure injection for crash tests: env MP_CKPT_CRASH_AT=<point> makes the process raise(SIGKILL)
+ * at that point of a save (optionally only on rank MP_CKPT_CRASH_RANK): begin, during_rank_files
+ * (after the first box is written), after_rank_files (every file written and fsynced, before the
+ * collective commit), before_index, after_index (index fsynced, before the rename), after_rename
+ * (before `latest` is replaced), after_latest (before retention).
+ */
+#ifndef CKPT_CKPT_H
+#define CKPT_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+#define CKPT_FORMAT_NAME "meshpoint-checkpoint"
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_MAX_DIMS 4
+#define CKPT_NAME_MAX 255      /* longest tensor name, bytes */
+#define CKPT_KEY_MAX 64        /* longest metadata key, bytes */
+
+/* ---------------------------------------------------------------------------------------- writing */
+
+typedef struct ckpt_save_opts {
+    int zstd_level;          /* 0: plain contiguous datasets; 1..22: chunked, shuffle + zstd (32015) */
+    int keep;                /* > 0: after the commit rank 0 keeps only the newest `keep` checkpoints */
+    int unchecked_coverage;  /* tests only: skip the commit-time exact-cover check, so that a layout
+                                with gaps or overlaps reaches disk and the reader's checks can be
+                                exercised. Never set in real saves. */
+} ckpt_save_opts;
+
+typedef struct ckpt_stats {
+    double stall_s;      /* time the caller's thread spent inside the library for this save */
+    double wait_prev_s;  /* part of stall_s spent waiting for the previous (async) save */
+    double write_s;      /* writing + fsyncing this rank's file (on the background thread if async) */
+    double commit_s;     /* the collective commit: agreement, layout exchange, index, rename */
+    int64_t bytes;       /* tensor bytes this rank wrote (uncompressed) */
+    int64_t file_bytes;  /* size of this rank's file on disk (0 if it wrote no boxes) */
+} ckpt_stats;
+
+typedef struct ckpt_save ckpt_save;
+
+/* Begins a save of step `step` (>= 0) into root (created if missing). Collective: every rank of
+ * world calls it; rank 0 creates ROOT/step_%08d.partial (replacing a stale one) and the call fails on
+ * every rank if that fails or if ROOT/step_%08d already exists. Waits first for an async save still
+ * in flight in this process (its own result stays with its handle). opts may be NULL (defaults).
+ * On success *out is a new save; world must outlive it. */
+mp_code ckpt_save_begin(ckpt_save **out, mp_comm *world, const char *root, int64_t step,
+                        const ckpt_save_opts *opts, mp_err *e);
+
+/* Records one box of tensor `name`: ndim dims (1..4), global shape gshape, the box at offset with
+ * shape (all > 0 elements, inside gshape), row-major data of dtype dt (f32, bf16 or i32). The data is
+ * not copied: it must stay valid and unchanged until the save is committed (commit returned, or
+ * poll/wait reported completion). Names: see docs/FORMAT.md (printable ASCII, '/'-separated
+ * components, none empty, "." or ".."). Local. An error is also remembered: the commit then fails on
+ * every rank. */
+mp_code ckpt_save_add(ckpt_save *s, const char *name, mp_dtype dt, int ndim, const int64_t *gshape,
+                      const int64_t *offset, const int64_t *shape, const void *data, mp_err *e);
+
+/* Sets metadata key (1..64 chars of [A-Za-z0-9_.-]) to a text value (copied; a later call for the
+ * same key replaces it). Local; only rank 0's entries are stored. */
+mp_code ckpt_save_meta(ckpt_save *s, const char *key, const char *value, mp_err *e);
+
+/* Writes this rank's file on the calling thread and commits (see the top of this file). Collective.
+ * st (may be NULL) receives this rank's timings. The save is finished afterwards, successful or not:
+ * free it with ckpt_save_free. */
+mp_code ckpt_save_commit(ckpt_save *s, ckpt_stats *st, mp_err *e);
+
+/* Starts writing this rank's file on a background thread and returns. Local. After it, the boxes'
+ * data must stay valid until poll or wait reports completion. */
+mp_code ckpt_save_start(ckpt_save *s, mp_err *e);
+
+/* Collective (every rank, the same number of times): an all_reduce of "my file is written"; once
+ * every rank's file is written it runs the commit on this thread and sets *done = 1 (and *st).
+ * Returns the commit's result once done (an error if the save failed on any rank), MP_OK with
+ * *done = 0 while writing goes on. Calls after completion return the same result without
+ * communicating. */
+mp_code ckpt_save_poll(ckpt_save *s, int *done, ckpt_stats *st, mp_err *e);
+
+/* Collective: blocks until the save is committed (or failed) and returns its result. */
+mp_code ckpt_save_wait(ckpt_save *s, ckpt_stats *st, mp_err *e);
+
+/* Frees a save. If it was started and not finished, joins the writer thread first (no commit: the
+ * .partial directory stays for ckpt_cleanup_partials). Local. NULL is ok. */
+void ckpt_save_free(ckpt_save *s);
+
+/* The directory the save commits to (ROOT/step_%08d). */
+const char *ckpt_save_dir(const ckpt_save *s);
+
+/* ---------------------------------------------------------------------------------------- reading */
+
+typedef struct ckpt_tensor_info {
+    const char *name;
+    mp_dtype dtype;
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];   /* unused dims are 1 */
+    int box_first, nboxes;          /* its saved boxes: ckpt_box_at(box_first .. box_first+nboxes-1),
+                                       sorted by offset[0] */
+} ckpt_tensor_info;
+
+typedef struct ckpt_box_info {
+    int tensor;                     /* index of its tensor */
+    int rank;                       /* the rank that wrote it */
+    const char *file;               /* rank file name, relative to the checkpoint directory */
+    const char *dataset;            /* dataset path inside the rank file */
+    int64_t offset[CKPT_MAX_DIMS];  /* global offset (unused dims 0) */
+    int64_t shape[CKPT_MAX_DIMS];   /* box shape (unused dims 1) */
+    uint64_t checksum;              /* XXH3-64 of the box's bytes, row-major */
+    int64_t slab_rows;              /* rows of dim 0 per slab checksum */
+    int64_t nslabs;
+} ckpt_box_info;
+
+typedef struct ckpt_reader ckpt_reader;
+
+/* Opens the checkpoint in directory dir (ROOT/step_N): reads and validates index.h5 (format, version,
+ * index checksum, every table, no two boxes of a tensor overlapping). Rank files are opened on first
+ * use. Fails (MP_ECHECK) for a directory without a valid index. */
+mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e);
+/* Opens the newest complete checkpoint under root (ckpt_find_latest). */
+mp_code ckpt_open_latest(ckpt_reader **out, const char *root, mp_err *e);
+void ckpt_close(ckpt_reader *r);
+
+const char *ckpt_reader_dir(const ckpt_reader *r);
+int64_t ckpt_reader_step(const ckpt_reader *r);
+int ckpt_reader_version(const ckpt_reader *r);
+int ckpt_reader_world(const ckpt_reader *r);       /* world size of the saving job */
+
+int ckpt_num_tensors(const ckpt_reader *r);
+const ckpt_tensor_info *ckpt_tensor_at(const ckpt_reader *r, int i);
+int ckpt_tensor_find(const ckpt_reader *r, const char *name);   /* index, or -1 */
+int ckpt_num_boxes(const ckpt_reader *r);
+const ckpt_box_info *ckpt_box_at(const ckpt_reader *r, int j);
+
+int ckpt_num_meta(const ckpt_reader *r);
+const char *ckpt_meta_key(const ckpt_reader *r, int i);
+const char *ckpt_meta_value(const ckpt_reader *r, int i);
+const char *ckpt_meta_get(const ckpt_reader *r, const char *key);  /* NULL if absent */
+
+/* Indices of the saved boxes of tensor t that intersect the box (offset, shape), in offset[0] order,
+ * through the interval index (binary search over dim 0). Writes at most cap of them to out (may be
+ * NULL with cap 0) and returns how many there are. */
+int ckpt_query(const ckpt_reader *r, int t, const int64_t *offset, const int64_t *shape, int *out,
+               int cap);
+
+/* Reads the box (offset, shape) of tensor `name` (ndim of the tensor's) into buf: row-major, the
+ * tensor's dtype, numel(shape) elements. Reads only the intersecting rows of the intersecting saved
+ * boxes (directly into buf where the layout allows), verifies every byte it uses against the box or
+ * slab checksums, and checks that every element is found exactly once. On error buf is unspecified. */
+mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const int64_t *shape,
+                  void *buf, mp_err *e);
+
+/* Checks the whole checkpoint: every tensor covered exactly once, every box read in full and checked
+ * against its box checksum, its slab checksums and its dataset's attributes. Memory stays bounded
+ * (at most one slab batch of 64 MiB). *bytes_read (may be NULL) gets the bytes read. */
+mp_code ckpt_verify(ckpt_reader *r, int64_t *bytes_read, mp_err *e);
+
+/* ------------------------------------------------------------------------------------- management */
+
+/* Is dir a complete checkpoint: a valid index.h5 and every rank file it names present? MP_OK if so,
+ * MP_ECHECK with the reason if not. */
+mp_code ckpt_check_complete(const char *dir, mp_err *e);
+
+/* The newest complete checkpoint under root: `latest` is trusted when it names a complete checkpoint
+ * and no newer step directory exists; otherwise (missing, stale or corrupt `latest`) the step_*
+ * directories are scanned newest first and the first complete one wins (a warning is logged). Writes
+ * its directory to dir_out (cap bytes) and its step to *step (may be NULL). MP_EINPUT if there is
+ * none. */
+mp_code ckpt_find_latest(const char *root, char *dir_out, size_t cap, int64_t *step, mp_err *e);
+
+/* Steps of the complete checkpoints under root, ascending (*steps malloc'd, caller frees; *n may be
+ * 0). A missing root is an empty list. */
+mp_code ckpt_list(const char *root, int64_t **steps, int *n, mp_err *e);
+
+/* Removes leftover ROOT/step_*.partial directories of interrupted saves, logging each (warning).
+ * *removed (may be NULL) gets the count. Call on one rank, when no save is in progress. */
+mp_code ckpt_cleanup_partials(const char *root, int *removed, mp_err *e);
+
+/* Keeps the newest `keep` (>= 1) complete checkpoints under root and removes the older step
+ * directories (index.h5 first, so a crash mid-removal never leaves a loadable half). Directories newer
+ * than the oldest kept one are never touched. *removed (may be NULL) gets the count. One rank. */
+mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e);
+
+#endif

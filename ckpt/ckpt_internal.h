@@ -1,0 +1,152 @@
+/*
+ * ckpt/ckpt_internal.h — what the files of ckpt/ share and users do not see:
+ *   the in-memory layout of a checkpoint (ck_layout: tensors, boxes, files, slab checksums, metadata),
+ *     built by the writer (rank 0) and rebuilt by the reader from index.h5 (ckpt/index.c);
+ *   box arithmetic and the per-tensor interval index (ckpt/box.c);
+ *   HDF5 glue: per-thread error silencing, HDF5 error stack -> mp_err, dtypes, property lists
+ *     (ckpt/h5util.c);
+ *   file-system helpers: fsync, rename, recursive removal, crash points (ckpt/fsutil.c).
+ */
+#ifndef CKPT_INTERNAL_H
+#define CKPT_INTERNAL_H
+
+#include <hdf5.h>
+#include <stdint.h>
+#include <stddef.h>
+#include "ckpt/ckpt.h"
+
+#define CK_FILE_MAX 32                       /* "rank_%05d.h5" and NUL, padded */
+#define CK_DSET_MAX (CKPT_NAME_MAX + 33)     /* "/<name>/box_<k>" and NUL */
+#define CK_RANK_FORMAT_NAME "meshpoint-checkpoint-rank"
+#define CK_SLAB_TARGET_BYTES (2u << 20)      /* slab checksum granularity target: 2 MiB */
+#define CK_SLABS_MAX 4096                    /* at most this many slab checksums per box */
+#define CK_BATCH_BYTES ((size_t)64 << 20)    /* read scratch bound */
+
+/* --------------------------------------------------------------------------------------- layout */
+
+typedef struct ck_tensor {
+    char name[CKPT_NAME_MAX + 1];
+    mp_dtype dtype;
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    int64_t box_first, nboxes;
+} ck_tensor;
+
+typedef struct ck_box {
+    int tensor, file;                 /* indices into the layout's tensors / files */
+    char dataset[CK_DSET_MAX];
+    int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
+    uint64_t checksum;
+    int64_t slab_rows, slab_first, nslabs;
+} ck_box;
+
+typedef struct ck_file {
+    int rank;
+    char name[CK_FILE_MAX];
+    int64_t nboxes, bytes;
+} ck_file;
+
+typedef struct ck_layout {
+    int64_t step;
+    int world;                        /* world size of the saving job */
+    int zstd_level;                   /* informational: 0 none */
+    int ntensors, nboxes, nfiles, nmeta;
+    int64_t nslabs;
+    ck_tensor *t;                     /* sorted by name */
+    ck_box *b;                        /* grouped by tensor (in tensor order), each group by off[0..] */
+    ck_file *f;                       /* sorted by rank */
+    uint64_t *slabs;                  /* [nslabs] */
+    char **keys, **vals;              /* [nmeta], sorted by key */
+    int64_t *pmax_end;                /* [nboxes] per-tensor running max of off[0]+shp[0] (index) */
+} ck_layout;
+
+void ck_layout_free(ck_layout *L);
+/* Builds pmax_end (the interval index) of L; boxes must be grouped and sorted as documented. */
+void ck_layout_index(ck_layout *L);
+/* XXH3-64 over the canonical content of L (docs/FORMAT.md, "Index checksum"). */
+uint64_t ck_layout_hash(const ck_layout *L);
+/* Exact-cover check of tensor t: every box inside the shape, no two boxes overlapping, and (if
+ * need_full) the volumes summing to the tensor's. MP_ECHECK naming the tensor, the boxes (rank file and
+ * dataset) and the region. Needs ck_layout_index(L). */
+mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err *e);
+/* Writes index.h5 for L at path (the .partial directory's), fsyncs it. */
+mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e);
+/* Reads and validates index.h5 at path into *L. MP_ECHECK for a missing/corrupt/foreign index. */
+mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e);
+
+/* ---------------------------------------------------------------------------------------- boxes */
+
+int64_t ck_volume(int nd, const int64_t *shp);
+/* Intersection of boxes a and b (nd dims) into (io, is); returns 1 if non-empty. */
+int ck_intersect(int nd, const int64_t *ao, const int64_t *as, const int64_t *bo, const int64_t *bs,
+                 int64_t *io, int64_t *is);
+/* "[o0:e0, o1:e1, ...]" of a box. */
+void ck_box_str(char *buf, size_t cap, int nd, const int64_t *off, const int64_t *shp);
+/* Candidates of the interval index: saved boxes [*lo, *hi) of tensor t in L whose dim-0 extent may
+ * meet [q0, q1): binary searches over the running max end and the sorted starts. */
+void ck_index_range(const ck_layout *L, int t, int64_t q0, int64_t q1, int64_t *lo, int64_t *hi);
+/* Finds a region of the box (qo, qs) not covered by the n boxes (bo[i], bs[i]) (subtraction);
+ * returns 1 and the region in (mo, ms) if one exists, 0 if the boxes cover it. */
+int ck_find_gap(int nd, const int64_t *qo, const int64_t *qs, int n, const int64_t (*bo)[CKPT_MAX_DIMS],
+                const int64_t (*bs)[CKPT_MAX_DIMS], int64_t *mo, int64_t *ms);
+/* Copies the sub-box (sub_off, sub_shp), in global coordinates, from src (a row-major box at src_off
+ * with shape src_shp) into dst (a row-major box at dst_off with shape dst_shp); elements of esize
+ * bytes. The sub-box must lie inside both. */
+void ck_copy_sub(int nd, size_t esize, const int64_t *sub_off, const int64_t *sub_shp, const void *src,
+                 const int64_t *src_off, const int64_t *src_shp, void *dst, const int64_t *dst_off,
+                 const int64_t *dst_shp);
+/* Validates a tensor name / metadata key. MP_EINPUT with the reason. */
+mp_code ck_check_name(const char *name, mp_err *e);
+mp_code ck_check_key(const char *key, mp_err *e);
+/* Rows per slab checksum for a box of `rows` rows of row_bytes bytes. */
+int64_t ck_slab_rows(int64_t rows, int64_t row_bytes);
+
+/* ----------------------------------------------------------------------------------------- HDF5 */
+
+/* Silences HDF5's automatic error printing for the calling thread, registers the zstd filter. */
+void ck_h5_init(void);
+/* Sets *e to code with "<formatted context>: <summary of the HDF5 error stack>" and clears the
+ * stack; returns code. */
+mp_code ck_h5_err(mp_err *e, mp_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The HDF5 file type of a dtype (a new id the caller closes): f32 -> IEEE F32LE, i32 -> STD I32LE,
+ * bf16 -> a 16-bit IEEE-style float (sign 15, exponent 7..14 bias 127, mantissa 0..6). */
+hid_t ck_h5_type(mp_dtype dt);
+/* File access property list: sec2 driver, file locking off, library version bounds v110; for
+ * writing (for_write) also metadata aggregation and alignment of large datasets. */
+hid_t ck_h5_fapl(int for_write);
+/* Writes / reads attributes (on any object). Returns < 0 on failure (stack left for ck_h5_err). */
+herr_t ck_attr_write_str(hid_t obj, const char *name, const char *s);
+/* Arrays (1-D of n, also for n = 1) and scalars. */
+herr_t ck_attr_write_i64(hid_t obj, const char *name, const int64_t *v, int n);
+herr_t ck_attr_write_i64s(hid_t obj, const char *name, int64_t v);
+herr_t ck_attr_write_u64s(hid_t obj, const char *name, uint64_t v);
+herr_t ck_attr_write_u64(hid_t obj, const char *name, const uint64_t *v, int n);
+herr_t ck_attr_read_str(hid_t obj, const char *name, char *buf, size_t cap);
+/* Reads n values; fails unless the attribute holds exactly n elements. */
+herr_t ck_attr_read_i64(hid_t obj, const char *name, int64_t *v, int n);
+herr_t ck_attr_read_u64(hid_t obj, const char *name, uint64_t *v, int n);
+
+/* ------------------------------------------------------------------------------------ filesystem */
+
+double ck_now(void);
+/* asprintf into a new string (aborts on OOM). */
+char *ck_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* fsync of a file or a directory by path. MP_EIO naming path and errno on failure. */
+mp_code ck_fsync_path(const char *path, int is_dir, mp_err *e);
+/* rename + fsync of the parent directory. */
+mp_code ck_rename_durable(const char *from, const char *to, const char *parent, mp_err *e);
+/* mkdir -p. */
+mp_code ck_mkdirs(const char *path, mp_err *e);
+/* Removes path recursively (files and directories under it). MP_EIO on failure. */
+mp_code ck_rmtree(const char *path, mp_err *e);
+int ck_exists(const char *path);
+int ck_is_dir(const char *path);
+/* Writes text to path via path.tmp + fsync + rename + fsync(dir). */
+mp_code ck_write_text_durable(const char *dir, const char *name, const char *text, mp_err *e);
+/* raise(SIGKILL) if MP_CKPT_CRASH_AT == point (and MP_CKPT_CRASH_RANK unset or == rank). */
+void ck_crash_point(const char *point, int rank);
+/* Parses "step_%08d"-style names (exactly "step_" + digits, optionally + suffix); returns 1 and the
+ * step if name is "step_<digits><suffix>". */
+int ck_parse_step_name(const char *name, const char *suffix, int64_t *step);
+
+#endif

@@ -1,0 +1,207 @@
+/*
+ * ckpt/h5util.c — HDF5 glue for the checkpoint code.
+ *
+ * Errors: HDF5's automatic error printing is turned off for every thread that enters the library
+ * (the error stack is per thread in a thread-safe HDF5), and ck_h5_err turns the current error stack
+ * into one line for an mp_err: the outermost API call's description, then the innermost one's (where
+ * the cause is: "file write failed ... errno = 27, error message = 'File too large'" is shortened to
+ * its errno text), after the caller's context (which names file, dataset and tensor).
+ *
+ * Types: f32 and i32 map to the standard little-endian types; bf16 has no predefined HDF5 type, so it
+ * is stored as a 16-bit IEEE-style float built from F32LE (sign bit 15, exponent bits 7..14 with bias
+ * 127, mantissa bits 0..6): h5dump prints the values and h5py converts them with astype('f4').
+ *
+ * Property lists: the sec2 driver, file locking disabled (readers are never blocked, and nothing
+ * writes a file another process reads before the commit), file format bounds fixed at v110 (object
+ * headers with checksums; readable by HDF5 >= 1.10). Writers also aggregate metadata in 1 MiB blocks
+ * and align datasets of 1 MiB or more to 4 KiB, so large H5Dwrite calls go to the disk as large
+ * aligned writes.
+ */
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/zstd_filter.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static __thread int t_h5_ready;
+
+void ck_h5_init(void) {
+    if (t_h5_ready) return;
+    H5open();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    ckpt_zstd_register();
+    t_h5_ready = 1;
+}
+
+typedef struct {
+    char outer[256];
+    char inner[512];
+    int n;
+} walk_ctx;
+
+static herr_t walk_cb(unsigned n, const H5E_error2_t *err, void *data) {
+    walk_ctx *c = data;
+    const char *d = err->desc ? err->desc : "";
+    if (c->n == 0) snprintf(c->outer, sizeof c->outer, "%s%s%s", err->func_name ? err->func_name : "",
+                            err->func_name ? ": " : "", d);
+    snprintf(c->inner, sizeof c->inner, "%s", d);
+    c->n++;
+    return 0;
+}
+
+/* Shortens "... errno = 27, error message = 'File too large', ..." to "File too large (errno 27)". */
+static void shorten_inner(char *s, size_t cap) {
+    const char *m = strstr(s, "error message = '");
+    if (!m) return;
+    m += strlen("error message = '");
+    const char *q = strchr(m, '\'');
+    if (!q) return;
+    int eno = -1;
+    const char *en = strstr(s, "errno = ");
+    if (en) sscanf(en + 8, "%d", &eno);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%.*s", (int)(q - m), m);
+    const char *head_end = strchr(s, ':');
+    char head[128] = "";
+    if (head_end) snprintf(head, sizeof head, "%.*s: ", (int)(head_end - s), s);
+    if (eno >= 0) snprintf(s, cap, "%s%s (errno %d)", head, msg, eno);
+    else snprintf(s, cap, "%s%s", head, msg);
+}
+
+mp_code ck_h5_err(mp_err *e, mp_code code, const char *fmt, ...) {
+    walk_ctx c = {.n = 0};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &c);
+    H5Eclear2(H5E_DEFAULT);
+    if (!e) return code;
+    char ctx[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    if (c.n == 0) return mp_err_set(e, code, "%s", ctx);
+    shorten_inner(c.inner, sizeof c.inner);
+    if (c.n == 1) return mp_err_set(e, code, "%s: %s", ctx, c.outer);
+    return mp_err_set(e, code, "%s: %s (%s)", ctx, c.outer, c.inner);
+}
+
+hid_t ck_h5_type(mp_dtype dt) {
+    switch (dt) {
+    case MP_F32: return H5Tcopy(H5T_IEEE_F32LE);
+    case MP_I32: return H5Tcopy(H5T_STD_I32LE);
+    case MP_BF16: {
+        hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+        if (t < 0) return t;
+        /* shrink F32LE to its upper 16 bits: move the fields down by 16, then cut the size */
+        if (H5Tset_fields(t, 15, 7, 8, 0, 7) < 0 || H5Tset_precision(t, 16) < 0 || H5Tset_offset(t, 0) < 0 ||
+            H5Tset_size(t, 2) < 0 || H5Tset_ebias(t, 127) < 0) {
+            H5Tclose(t);
+            return -1;
+        }
+        return t;
+    }
+    }
+    return -1;
+}
+
+hid_t ck_h5_fapl(int for_write) {
+    hid_t p = H5Pcreate(H5P_FILE_ACCESS);
+    if (p < 0) return p;
+    if (H5Pset_fapl_sec2(p) < 0 || H5Pset_file_locking(p, 0, 1) < 0 ||
+        H5Pset_libver_bounds(p, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
+        H5Pclose(p);
+        return -1;
+    }
+    if (for_write && (H5Pset_meta_block_size(p, 1 << 20) < 0 || H5Pset_alignment(p, 1 << 20, 4096) < 0)) {
+        H5Pclose(p);
+        return -1;
+    }
+    return p;
+}
+
+herr_t ck_attr_write_str(hid_t obj, const char *name, const char *s) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    size_t n = strlen(s);
+    herr_t rc = -1;
+    hid_t sp = -1, a = -1;
+    if (t < 0) return -1;
+    if (H5Tset_size(t, n ? n : 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLPAD) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
+        goto done;
+    if ((sp = H5Screate(H5S_SCALAR)) < 0) goto done;
+    if ((a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT)) < 0) goto done;
+    char pad[1] = {0};
+    rc = H5Awrite(a, t, n ? s : pad);
+done:
+    if (a >= 0) H5Aclose(a);
+    if (sp >= 0) H5Sclose(sp);
+    H5Tclose(t);
+    return rc;
+}
+
+/* n < 0: a scalar; otherwise a 1-D array of n. */
+static herr_t attr_write_n(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v, int n) {
+    hsize_t dims[1] = {(hsize_t)(n < 0 ? 1 : n)};
+    hid_t sp = n < 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, NULL);
+    if (sp < 0) return -1;
+    hid_t a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = -1;
+    if (a >= 0) {
+        rc = H5Awrite(a, mtype, v);
+        H5Aclose(a);
+    }
+    H5Sclose(sp);
+    return rc;
+}
+
+herr_t ck_attr_write_i64(hid_t obj, const char *name, const int64_t *v, int n) {
+    return attr_write_n(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, v, n);
+}
+
+herr_t ck_attr_write_u64(hid_t obj, const char *name, const uint64_t *v, int n) {
+    return attr_write_n(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, v, n);
+}
+
+herr_t ck_attr_write_i64s(hid_t obj, const char *name, int64_t v) {
+    return attr_write_n(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, -1);
+}
+
+herr_t ck_attr_write_u64s(hid_t obj, const char *name, uint64_t v) {
+    return attr_write_n(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v, -1);
+}
+
+herr_t ck_attr_read_str(hid_t obj, const char *name, char *buf, size_t cap) {
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    herr_t rc = -1;
+    hid_t ft = H5Aget_type(a), mt = -1;
+    if (ft < 0 || H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft) > 0) goto done;
+    size_t n = H5Tget_size(ft);
+    if (n + 1 > cap) goto done;
+    mt = H5Tcopy(ft);   /* same character set: HDF5 does not convert between them */
+    if (mt < 0 || H5Tset_size(mt, n + 1) < 0 || H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0) goto done;
+    rc = H5Aread(a, mt, buf);
+    buf[n] = '\0';
+done:
+    if (mt >= 0) H5Tclose(mt);
+    if (ft >= 0) H5Tclose(ft);
+    H5Aclose(a);
+    return rc;
+}
+
+static herr_t attr_read_n(hid_t obj, const char *name, hid_t mtype, void *v, int n) {
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    herr_t rc = -1;
+    hid_t sp = H5Aget_space(a);
+    if (sp >= 0 && H5Sget_simple_extent_npoints(sp) == n) rc = H5Aread(a, mtype, v);
+    if (sp >= 0) H5Sclose(sp);
+    H5Aclose(a);
+    return rc;
+}
+
+herr_t ck_attr_read_i64(hid_t obj, const char *name, int64_t *v, int n) {
+    return attr_read_n(obj, name, H5T_NATIVE_INT64, v, n);
+}
+
+herr_t ck_attr_read_u64(hid_t obj, const char *name, uint64_t *v, int n) {
+    return attr_read_n(obj, name, H5T_NATIVE_UINT64, v, n);
+}

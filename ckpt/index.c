@@ -1,0 +1,614 @@
+/*
+ * ckpt/index.c — index.h5: writing it (rank 0, last step of a save) and reading + validating it.
+ *
+ * Objects (docs/FORMAT.md is the specification):
+ *   /                    attributes format, format_version, step, world_size, zstd_level,
+ *                        index_checksum, created_utc
+ *   /layout/tensors      compound table, one row per tensor, sorted by name
+ *   /layout/boxes        compound table, one row per saved box, grouped by tensor, by offset[0]
+ *   /layout/files        compound table, one row per rank file
+ *   /layout/slab_checksums   uint64 [nslabs]: per-slab XXH3-64 of every box, rows of boxes
+ *   /meta/<key>          scalar fixed-length UTF-8 string dataset per metadata entry
+ *   /view/<tensor name>  virtual dataset: the whole tensor, mapped onto the rank files' datasets
+ *
+ * The record structs below are the memory types of the tables; the file types are the same compounds
+ * packed (no padding), with little-endian members. Strings are fixed-length, NUL-padded. index_checksum
+ * is XXH3-64 over the canonical content of the layout and metadata (ck_layout_hash), so a flipped
+ * byte in any table or metadata value is caught even where HDF5 has no checksum of its own (raw data).
+ * The reader reads the tables, never the views (a view's missing source reads as fill values).
+ */
+#include "ckpt/ckpt_internal.h"
+#include "core/alloc.h"
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+typedef struct {
+    char name[CKPT_NAME_MAX + 1];
+    char dtype[8];
+    int32_t ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    int64_t box_first, nboxes;
+} rec_tensor;
+
+typedef struct {
+    char tensor[CKPT_NAME_MAX + 1];
+    int32_t tensor_index;
+    int32_t rank;
+    int32_t file_index;
+    char file[CK_FILE_MAX];
+    char dataset[CK_DSET_MAX];
+    int64_t offset[CKPT_MAX_DIMS];
+    int64_t shape[CKPT_MAX_DIMS];
+    uint64_t checksum;
+    int64_t slab_rows, slab_first, nslabs;
+} rec_box;
+
+typedef struct {
+    int32_t rank;
+    char name[CK_FILE_MAX];
+    int64_t nboxes, bytes;
+} rec_file;
+
+void ck_layout_free(ck_layout *L) {
+    if (!L) return;
+    free(L->t);
+    free(L->b);
+    free(L->f);
+    free(L->slabs);
+    for (int i = 0; i < L->nmeta; i++) { free(L->keys[i]); free(L->vals[i]); }
+    free(L->keys);
+    free(L->vals);
+    free(L->pmax_end);
+    memset(L, 0, sizeof *L);
+}
+
+/* ------------------------------------------------------------------------------------ checksum */
+
+static void h_i64(XXH3_state_t *s, int64_t v) { XXH3_64bits_update(s, &v, sizeof v); }
+static void h_str(XXH3_state_t *s, const char *p) { XXH3_64bits_update(s, p, strlen(p) + 1); }
+
+uint64_t ck_layout_hash(const ck_layout *L) {
+    XXH3_state_t *s = XXH3_createState();
+    if (!s) abort();
+    XXH3_64bits_reset(s);
+    h_str(s, CKPT_FORMAT_NAME);
+    h_i64(s, CKPT_FORMAT_VERSION);
+    h_i64(s, L->step);
+    h_i64(s, L->world);
+    h_i64(s, L->zstd_level);
+    h_i64(s, L->ntensors);
+    h_i64(s, L->nboxes);
+    h_i64(s, L->nfiles);
+    h_i64(s, L->nslabs);
+    h_i64(s, L->nmeta);
+    for (int i = 0; i < L->ntensors; i++) {
+        const ck_tensor *T = &L->t[i];
+        h_str(s, T->name);
+        h_str(s, mp_dtype_name(T->dtype));
+        h_i64(s, T->ndim);
+        for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, T->shape[d]);
+        h_i64(s, T->box_first);
+        h_i64(s, T->nboxes);
+    }
+    for (int i = 0; i < L->nboxes; i++) {
+        const ck_box *B = &L->b[i];
+        h_i64(s, B->tensor);
+        h_i64(s, B->file);
+        h_str(s, B->dataset);
+        for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, B->off[d]);
+        for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, B->shp[d]);
+        h_i64(s, (int64_t)B->checksum);
+        h_i64(s, B->slab_rows);
+        h_i64(s, B->slab_first);
+        h_i64(s, B->nslabs);
+    }
+    for (int i = 0; i < L->nfiles; i++) {
+        h_i64(s, L->f[i].rank);
+        h_str(s, L->f[i].name);
+        h_i64(s, L->f[i].nboxes);
+        h_i64(s, L->f[i].bytes);
+    }
+    if (L->nslabs) XXH3_64bits_update(s, L->slabs, (size_t)L->nslabs * sizeof(uint64_t));
+    for (int i = 0; i < L->nmeta; i++) {
+        h_str(s, L->keys[i]);
+        h_str(s, L->vals[i]);
+    }
+    uint64_t h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return h;
+}
+
+/* --------------------------------------------------------------------------------- HDF5 types */
+
+static hid_t str_type(size_t n) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, n);
+    H5Tset_strpad(t, H5T_STR_NULLPAD);
+    H5Tset_cset(t, H5T_CSET_ASCII);
+    return t;
+}
+
+static hid_t arr_type(hid_t base) {
+    hsize_t n[1] = {CKPT_MAX_DIMS};
+    return H5Tarray_create2(base, 1, n);
+}
+
+/* Memory compound types of the three tables (caller closes). */
+static hid_t tensor_mtype(void) {
+    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_tensor));
+    hid_t s = str_type(sizeof(((rec_tensor *)0)->name)), d = str_type(8), a = arr_type(H5T_NATIVE_INT64);
+    H5Tinsert(t, "name", HOFFSET(rec_tensor, name), s);
+    H5Tinsert(t, "dtype", HOFFSET(rec_tensor, dtype), d);
+    H5Tinsert(t, "ndim", HOFFSET(rec_tensor, ndim), H5T_NATIVE_INT32);
+    H5Tinsert(t, "shape", HOFFSET(rec_tensor, shape), a);
+    H5Tinsert(t, "box_first", HOFFSET(rec_tensor, box_first), H5T_NATIVE_INT64);
+    H5Tinsert(t, "nboxes", HOFFSET(rec_tensor, nboxes), H5T_NATIVE_INT64);
+    H5Tclose(s); H5Tclose(d); H5Tclose(a);
+    return t;
+}
+
+static hid_t box_mtype(void) {
+    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_box));
+    hid_t s = str_type(CKPT_NAME_MAX + 1), f = str_type(CK_FILE_MAX), ds = str_type(CK_DSET_MAX);
+    hid_t a = arr_type(H5T_NATIVE_INT64);
+    H5Tinsert(t, "tensor", HOFFSET(rec_box, tensor), s);
+    H5Tinsert(t, "tensor_index", HOFFSET(rec_box, tensor_index), H5T_NATIVE_INT32);
+    H5Tinsert(t, "rank", HOFFSET(rec_box, rank), H5T_NATIVE_INT32);
+    H5Tinsert(t, "file_index", HOFFSET(rec_box, file_index), H5T_NATIVE_INT32);
+    H5Tinsert(t, "file", HOFFSET(rec_box, file), f);
+    H5Tinsert(t, "dataset", HOFFSET(rec_box, dataset), ds);
+    H5Tinsert(t, "offset", HOFFSET(rec_box, offset), a);
+    H5Tinsert(t, "shape", HOFFSET(rec_box, shape), a);
+    H5Tinsert(t, "checksum", HOFFSET(rec_box, checksum), H5T_NATIVE_UINT64);
+    H5Tinsert(t, "slab_rows", HOFFSET(rec_box, slab_rows), H5T_NATIVE_INT64);
+    H5Tinsert(t, "slab_first", HOFFSET(rec_box, slab_first), H5T_NATIVE_INT64);
+    H5Tinsert(t, "nslabs", HOFFSET(rec_box, nslabs), H5T_NATIVE_INT64);
+    H5Tclose(s); H5Tclose(f); H5Tclose(ds); H5Tclose(a);
+    return t;
+}
+
+static hid_t file_mtype(void) {
+    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_file));
+    hid_t f = str_type(CK_FILE_MAX);
+    H5Tinsert(t, "rank", HOFFSET(rec_file, rank), H5T_NATIVE_INT32);
+    H5Tinsert(t, "name", HOFFSET(rec_file, name), f);
+    H5Tinsert(t, "nboxes", HOFFSET(rec_file, nboxes), H5T_NATIVE_INT64);
+    H5Tinsert(t, "bytes", HOFFSET(rec_file, bytes), H5T_NATIVE_INT64);
+    H5Tclose(f);
+    return t;
+}
+
+/* Writes a 1-D dataset of n records at path with memory type mt (file type: mt packed). */
+static herr_t write_table(hid_t loc, const char *path, hid_t mt, const void *data, hsize_t n) {
+    hid_t ft = H5Tcopy(mt);
+    herr_t rc = -1;
+    if (ft < 0) return -1;
+    if (H5Tget_class(ft) == H5T_COMPOUND) H5Tpack(ft);
+    hid_t sp = H5Screate_simple(1, &n, NULL);
+    hid_t d = sp >= 0 ? H5Dcreate2(loc, path, ft, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) : -1;
+    if (d >= 0) {
+        rc = n ? H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : 0;
+        if (H5Dclose(d) < 0) rc = -1;
+    }
+    if (sp >= 0) H5Sclose(sp);
+    H5Tclose(ft);
+    return rc;
+}
+
+/* Reads the 1-D dataset at path into a new array of *n records of size rec (memory type mt). */
+static herr_t read_table(hid_t loc, const char *path, hid_t mt, size_t rec, void **out, int64_t *n) {
+    *out = NULL;
+    *n = 0;
+    hid_t d = H5Dopen2(loc, path, H5P_DEFAULT);
+    if (d < 0) return -1;
+    herr_t rc = -1;
+    hid_t sp = H5Dget_space(d);
+    if (sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1) {
+        hsize_t dims[1];
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+        void *buf = mp_xcalloc((size_t)(dims[0] ? dims[0] : 1) * rec);
+        rc = dims[0] ? H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) : 0;
+        if (rc < 0) free(buf);
+        else { *out = buf; *n = (int64_t)dims[0]; }
+    }
+    if (sp >= 0) H5Sclose(sp);
+    H5Dclose(d);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- write */
+
+/* The NaN (or INT32_MIN) fill value of a view, in the file type's bytes. */
+static void view_fill(mp_dtype dt, void *out) {
+    if (dt == MP_F32) { float f = NAN; memcpy(out, &f, 4); }
+    else if (dt == MP_BF16) { uint16_t h = 0x7fc0; memcpy(out, &h, 2); }
+    else { int32_t v = INT32_MIN; memcpy(out, &v, 4); }
+}
+
+static mp_code write_views(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    mp_code rc = MP_OK;
+    for (int t = 0; t < L->ntensors && rc == MP_OK; t++) {
+        const ck_tensor *T = &L->t[t];
+        hsize_t dims[CKPT_MAX_DIMS];
+        for (int d = 0; d < T->ndim; d++) dims[d] = (hsize_t)T->shape[d];
+        hid_t ft = ck_h5_type(T->dtype);
+        hid_t vs = H5Screate_simple(T->ndim, dims, NULL);
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        char fill[8];
+        view_fill(T->dtype, fill);
+        herr_t hr = (ft < 0 || vs < 0 || dcpl < 0) ? -1 : H5Pset_fill_value(dcpl, ft, fill);
+        for (int64_t i = T->box_first; hr >= 0 && i < T->box_first + T->nboxes; i++) {
+            const ck_box *B = &L->b[i];
+            hsize_t st[CKPT_MAX_DIMS], cnt[CKPT_MAX_DIMS];
+            for (int d = 0; d < T->ndim; d++) { st[d] = (hsize_t)B->off[d]; cnt[d] = (hsize_t)B->shp[d]; }
+            hid_t src = H5Screate_simple(T->ndim, cnt, NULL);
+            hr = src < 0 ? -1 : H5Sselect_hyperslab(vs, H5S_SELECT_SET, st, NULL, cnt, NULL);
+            if (hr >= 0) hr = H5Pset_virtual(dcpl, vs, L->f[B->file].name, B->dataset, src);
+            if (src >= 0) H5Sclose(src);
+        }
+        if (hr >= 0) {
+            H5Sselect_all(vs);
+            char *vp = ck_fmt("view/%s", T->name);
+            hid_t d = H5Dcreate2(f, vp, ft, vs, lcpl, dcpl, H5P_DEFAULT);
+            free(vp);
+            if (d < 0 || H5Dclose(d) < 0) hr = -1;
+        }
+        if (hr < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: view of tensor %s", path, T->name);
+        if (dcpl >= 0) H5Pclose(dcpl);
+        if (vs >= 0) H5Sclose(vs);
+        if (ft >= 0) H5Tclose(ft);
+    }
+    H5Pclose(lcpl);
+    return rc;
+}
+
+static mp_code write_meta(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
+    hid_t g = H5Gcreate2(f, "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return ck_h5_err(e, MP_EIO, "writing %s: group /meta", path);
+    mp_code rc = MP_OK;
+    for (int i = 0; i < L->nmeta && rc == MP_OK; i++) {
+        size_t n = strlen(L->vals[i]);
+        hid_t t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, n ? n : 1);
+        H5Tset_strpad(t, H5T_STR_NULLPAD);
+        H5Tset_cset(t, H5T_CSET_UTF8);
+        hid_t sp = H5Screate(H5S_SCALAR);
+        hid_t d = H5Dcreate2(g, L->keys[i], t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        char pad[1] = {0};
+        herr_t hr = d < 0 ? -1 : H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, n ? L->vals[i] : pad);
+        if (d >= 0 && H5Dclose(d) < 0) hr = -1;
+        H5Sclose(sp);
+        H5Tclose(t);
+        if (hr < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: metadata %s", path, L->keys[i]);
+    }
+    if (H5Gclose(g) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "writing %s: group /meta", path);
+    return rc;
+}
+
+static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
+    if (H5Gclose(H5Gcreate2(f, "layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0)
+        return ck_h5_err(e, MP_EIO, "writing %s: group /layout", path);
+    rec_tensor *rt = mp_xcalloc(sizeof *rt * (size_t)(L->ntensors + 1));
+    rec_box *rb = mp_xcalloc(sizeof *rb * (size_t)(L->nboxes + 1));
+    rec_file *rf = mp_xcalloc(sizeof *rf * (size_t)(L->nfiles + 1));
+    for (int i = 0; i < L->ntensors; i++) {
+        const ck_tensor *T = &L->t[i];
+        snprintf(rt[i].name, sizeof rt[i].name, "%s", T->name);
+        snprintf(rt[i].dtype, sizeof rt[i].dtype, "%s", mp_dtype_name(T->dtype));
+        rt[i].ndim = T->ndim;
+        memcpy(rt[i].shape, T->shape, sizeof rt[i].shape);
+        rt[i].box_first = T->box_first;
+        rt[i].nboxes = T->nboxes;
+    }
+    for (int i = 0; i < L->nboxes; i++) {
+        const ck_box *B = &L->b[i];
+        snprintf(rb[i].tensor, sizeof rb[i].tensor, "%s", L->t[B->tensor].name);
+        rb[i].tensor_index = B->tensor;
+        rb[i].rank = L->f[B->file].rank;
+        rb[i].file_index = B->file;
+        snprintf(rb[i].file, sizeof rb[i].file, "%s", L->f[B->file].name);
+        snprintf(rb[i].dataset, sizeof rb[i].dataset, "%s", B->dataset);
+        memcpy(rb[i].offset, B->off, sizeof rb[i].offset);
+        memcpy(rb[i].shape, B->shp, sizeof rb[i].shape);
+        rb[i].checksum = B->checksum;
+        rb[i].slab_rows = B->slab_rows;
+        rb[i].slab_first = B->slab_first;
+        rb[i].nslabs = B->nslabs;
+    }
+    for (int i = 0; i < L->nfiles; i++) {
+        rf[i].rank = L->f[i].rank;
+        snprintf(rf[i].name, sizeof rf[i].name, "%s", L->f[i].name);
+        rf[i].nboxes = L->f[i].nboxes;
+        rf[i].bytes = L->f[i].bytes;
+    }
+    hid_t tt = tensor_mtype(), bt = box_mtype(), fit = file_mtype();
+    mp_code rc = MP_OK;
+    if (write_table(f, "layout/tensors", tt, rt, (hsize_t)L->ntensors) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/tensors", path);
+    else if (write_table(f, "layout/boxes", bt, rb, (hsize_t)L->nboxes) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/boxes", path);
+    else if (write_table(f, "layout/files", fit, rf, (hsize_t)L->nfiles) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/files", path);
+    else if (write_table(f, "layout/slab_checksums", H5T_NATIVE_UINT64, L->slabs, (hsize_t)L->nslabs) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/slab_checksums", path);
+    H5Tclose(tt);
+    H5Tclose(bt);
+    H5Tclose(fit);
+    free(rt);
+    free(rb);
+    free(rf);
+    return rc;
+}
+
+mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
+    ck_h5_init();
+    hid_t fapl = ck_h5_fapl(0);
+    hid_t f = fapl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    if (f < 0) return ck_h5_err(e, MP_EIO, "creating %s", path);
+    mp_code rc = MP_OK;
+    uint64_t h = ck_layout_hash(L);
+    char created[64];
+    time_t now = time(NULL);
+    struct tm tmv;
+    gmtime_r(&now, &tmv);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+    herr_t hr = ck_attr_write_str(f, "format", CKPT_FORMAT_NAME);
+    if (hr >= 0) hr = ck_attr_write_i64s(f, "format_version", CKPT_FORMAT_VERSION);
+    if (hr >= 0) hr = ck_attr_write_i64s(f, "step", L->step);
+    if (hr >= 0) hr = ck_attr_write_i64s(f, "world_size", L->world);
+    if (hr >= 0) hr = ck_attr_write_i64s(f, "zstd_level", L->zstd_level);
+    if (hr >= 0) hr = ck_attr_write_u64s(f, "index_checksum", h);
+    if (hr >= 0) hr = ck_attr_write_str(f, "created_utc", created);
+    if (hr < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: root attributes", path);
+    if (rc == MP_OK) rc = write_tables(L, f, path, e);
+    if (rc == MP_OK) rc = write_meta(L, f, path, e);
+    if (rc == MP_OK) rc = write_views(L, f, path, e);
+    if (H5Fclose(f) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "closing %s", path);
+    if (rc == MP_OK) rc = ck_fsync_path(path, 0, e);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------------------- read */
+
+typedef struct {
+    ck_layout *L;
+    hid_t g;
+    mp_code rc;
+    mp_err *e;
+    const char *path;
+} meta_ctx;
+
+static herr_t meta_cb(hid_t g, const char *name, const H5L_info_t *info, void *data) {
+    meta_ctx *c = data;
+    ck_layout *L = c->L;
+    hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
+    hid_t ft = d >= 0 ? H5Dget_type(d) : -1;
+    if (d < 0 || ft < 0 || H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft) > 0) {
+        c->rc = ck_h5_err(c->e, MP_ECHECK, "%s: metadata entry %s is not a fixed-length string", c->path, name);
+        if (ft >= 0) H5Tclose(ft);
+        if (d >= 0) H5Dclose(d);
+        return -1;
+    }
+    size_t n = H5Tget_size(ft);
+    char *buf = mp_xcalloc(n + 1);
+    herr_t hr = H5Dread(d, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+    H5Tclose(ft);
+    H5Dclose(d);
+    if (hr < 0) {
+        free(buf);
+        c->rc = ck_h5_err(c->e, MP_ECHECK, "%s: reading metadata entry %s", c->path, name);
+        return -1;
+    }
+    L->keys = realloc(L->keys, sizeof(char *) * (size_t)(L->nmeta + 1));
+    L->vals = realloc(L->vals, sizeof(char *) * (size_t)(L->nmeta + 1));
+    if (!L->keys || !L->vals) abort();
+    L->keys[L->nmeta] = mp_strdup(name);
+    L->vals[L->nmeta] = buf;
+    L->nmeta++;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Every structural rule of the layout (docs/FORMAT.md "Validation"). */
+static mp_code validate(ck_layout *L, const char *path, mp_err *e) {
+    int64_t next_box = 0, slabs_seen = 0;
+    for (int i = 0; i < L->ntensors; i++) {
+        ck_tensor *T = &L->t[i];
+        mp_err ne;
+        if (ck_check_name(T->name, &ne) != MP_OK) return mp_err_set(e, MP_ECHECK, "%s: tensors[%d]: %s", path, i, ne.msg);
+        if (i > 0 && strcmp(L->t[i - 1].name, T->name) >= 0)
+            return mp_err_set(e, MP_ECHECK, "%s: tensors table not sorted by name at %s", path, T->name);
+        if (T->ndim < 1 || T->ndim > CKPT_MAX_DIMS)
+            return mp_err_set(e, MP_ECHECK, "%s: tensor %s: ndim %d out of range", path, T->name, T->ndim);
+        for (int d = 0; d < CKPT_MAX_DIMS; d++)
+            if (d < T->ndim ? T->shape[d] <= 0 : T->shape[d] != 1)
+                return mp_err_set(e, MP_ECHECK, "%s: tensor %s: bad shape", path, T->name);
+        if (T->box_first != next_box || T->nboxes < 0 || T->box_first + T->nboxes > L->nboxes)
+            return mp_err_set(e, MP_ECHECK, "%s: tensor %s: boxes [%lld, +%lld) do not follow the previous tensor's",
+                              path, T->name, (long long)T->box_first, (long long)T->nboxes);
+        next_box += T->nboxes;
+        for (int64_t j = T->box_first; j < T->box_first + T->nboxes; j++) {
+            ck_box *B = &L->b[j];
+            if (B->tensor != i)
+                return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] belongs to tensor %d, listed under %s", path,
+                                  (long long)j, B->tensor, T->name);
+            if (B->file < 0 || B->file >= L->nfiles)
+                return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): file index %d out of range", path,
+                                  (long long)j, T->name, B->file);
+            for (int d = 0; d < CKPT_MAX_DIMS; d++) {
+                int bad = d < T->ndim ? (B->off[d] < 0 || B->shp[d] <= 0 || B->off[d] + B->shp[d] > T->shape[d])
+                                      : (B->off[d] != 0 || B->shp[d] != 1);
+                if (bad)
+                    return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): offset/shape outside the tensor",
+                                      path, (long long)j, T->name);
+            }
+            if (j > T->box_first && B->off[0] < L->b[j - 1].off[0])
+                return mp_err_set(e, MP_ECHECK, "%s: boxes of tensor %s not sorted by offset[0]", path, T->name);
+            if (B->dataset[0] != '/' || !memchr(B->dataset, 0, sizeof B->dataset))
+                return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): bad dataset path", path, (long long)j, T->name);
+            if (B->slab_rows < 1 || B->slab_rows > B->shp[0] ||
+                B->nslabs != (B->shp[0] + B->slab_rows - 1) / B->slab_rows || B->slab_first < 0 ||
+                B->slab_first + B->nslabs > L->nslabs)
+                return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): bad slab checksum fields", path,
+                                  (long long)j, T->name);
+            slabs_seen += B->nslabs;
+        }
+    }
+    if (next_box != L->nboxes)
+        return mp_err_set(e, MP_ECHECK, "%s: %d boxes, but the tensors list %lld", path, L->nboxes, (long long)next_box);
+    if (slabs_seen != L->nslabs)
+        return mp_err_set(e, MP_ECHECK, "%s: %lld slab checksums, but the boxes list %lld", path,
+                          (long long)L->nslabs, (long long)slabs_seen);
+    for (int i = 0; i < L->nfiles; i++) {
+        char want[CK_FILE_MAX];
+        snprintf(want, sizeof want, "rank_%05d.h5", L->f[i].rank);
+        if (L->f[i].rank < 0 || strcmp(want, L->f[i].name) != 0 || (i > 0 && L->f[i - 1].rank >= L->f[i].rank))
+            return mp_err_set(e, MP_ECHECK, "%s: files[%d]: bad rank file entry '%.32s'", path, i, L->f[i].name);
+    }
+    ck_layout_index(L);
+    for (int t = 0; t < L->ntensors; t++) {
+        mp_code rc = ck_layout_check_tensor(L, t, 0, e);
+        if (rc != MP_OK) return mp_err_wrap(e, "%s", path);
+    }
+    return MP_OK;
+}
+
+mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
+    ck_h5_init();
+    memset(L, 0, sizeof *L);
+    if (!ck_exists(path))
+        return mp_err_set(e, MP_ECHECK, "%s is missing: not a complete checkpoint (an interrupted save?)", path);
+    hid_t fapl = ck_h5_fapl(0);
+    hid_t f = fapl < 0 ? -1 : H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    if (f < 0) return ck_h5_err(e, MP_ECHECK, "%s: not a readable HDF5 file (corrupt or truncated index)", path);
+    mp_code rc = MP_OK;
+    char fmt[64] = "";
+    int64_t ver = 0, world = 0, zl = 0;
+    uint64_t want_hash = 0;
+    if (ck_attr_read_str(f, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, CKPT_FORMAT_NAME) != 0) {
+        rc = ck_h5_err(e, MP_ECHECK, "%s: not a meshpoint checkpoint index (format attribute '%s')", path, fmt);
+        goto done;
+    }
+    if (ck_attr_read_i64(f, "format_version", &ver, 1) < 0) {
+        rc = ck_h5_err(e, MP_ECHECK, "%s: no format_version attribute", path);
+        goto done;
+    }
+    if (ver < 1 || ver > CKPT_FORMAT_VERSION) {
+        rc = mp_err_set(e, MP_ECHECK, "%s: format version %lld; this build reads versions 1..%d", path,
+                        (long long)ver, CKPT_FORMAT_VERSION);
+        goto done;
+    }
+    if (ck_attr_read_i64(f, "step", &L->step, 1) < 0 || ck_attr_read_i64(f, "world_size", &world, 1) < 0 ||
+        ck_attr_read_i64(f, "zstd_level", &zl, 1) < 0 || ck_attr_read_u64(f, "index_checksum", &want_hash, 1) < 0) {
+        rc = ck_h5_err(e, MP_ECHECK, "%s: missing or bad root attributes", path);
+        goto done;
+    }
+    L->world = (int)world;
+    L->zstd_level = (int)zl;
+
+    rec_tensor *rt = NULL;
+    rec_box *rb = NULL;
+    rec_file *rf = NULL;
+    int64_t nt = 0, nb = 0, nf = 0, ns = 0;
+    hid_t tt = tensor_mtype(), bt = box_mtype(), fit = file_mtype();
+    herr_t h1 = read_table(f, "layout/tensors", tt, sizeof *rt, (void **)&rt, &nt);
+    herr_t h2 = h1 < 0 ? -1 : read_table(f, "layout/boxes", bt, sizeof *rb, (void **)&rb, &nb);
+    herr_t h3 = h2 < 0 ? -1 : read_table(f, "layout/files", fit, sizeof *rf, (void **)&rf, &nf);
+    herr_t h4 = h3 < 0 ? -1 : read_table(f, "layout/slab_checksums", H5T_NATIVE_UINT64, sizeof(uint64_t),
+                                         (void **)&L->slabs, &ns);
+    H5Tclose(tt);
+    H5Tclose(bt);
+    H5Tclose(fit);
+    if (h4 < 0 || nt > INT32_MAX || nb > INT32_MAX || nf > INT32_MAX) {
+        rc = ck_h5_err(e, MP_ECHECK, "%s: cannot read the layout tables", path);
+        free(rt); free(rb); free(rf);
+        goto done;
+    }
+    L->ntensors = (int)nt;
+    L->nboxes = (int)nb;
+    L->nfiles = (int)nf;
+    L->nslabs = ns;
+    L->t = mp_xcalloc(sizeof *L->t * (size_t)(nt + 1));
+    L->b = mp_xcalloc(sizeof *L->b * (size_t)(nb + 1));
+    L->f = mp_xcalloc(sizeof *L->f * (size_t)(nf + 1));
+    for (int64_t i = 0; i < nt && rc == MP_OK; i++) {
+        ck_tensor *T = &L->t[i];
+        int dt = mp_dtype_parse(rt[i].dtype[7] ? "?" : rt[i].dtype);
+        if (!memchr(rt[i].name, 0, sizeof rt[i].name) || dt < 0)
+            rc = mp_err_set(e, MP_ECHECK, "%s: tensors[%lld]: bad name or dtype", path, (long long)i);
+        memcpy(T->name, rt[i].name, sizeof T->name);
+        T->name[CKPT_NAME_MAX] = '\0';
+        T->dtype = (mp_dtype)(dt < 0 ? 0 : dt);
+        T->ndim = rt[i].ndim;
+        memcpy(T->shape, rt[i].shape, sizeof T->shape);
+        T->box_first = rt[i].box_first;
+        T->nboxes = rt[i].nboxes;
+    }
+    for (int64_t i = 0; i < nf && rc == MP_OK; i++) {
+        L->f[i].rank = rf[i].rank;
+        memcpy(L->f[i].name, rf[i].name, sizeof L->f[i].name);
+        L->f[i].name[CK_FILE_MAX - 1] = '\0';
+        L->f[i].nboxes = rf[i].nboxes;
+        L->f[i].bytes = rf[i].bytes;
+    }
+    for (int64_t i = 0; i < nb && rc == MP_OK; i++) {
+        ck_box *B = &L->b[i];
+        B->tensor = rb[i].tensor_index;
+        B->file = rb[i].file_index;
+        memcpy(B->dataset, rb[i].dataset, sizeof B->dataset);
+        memcpy(B->off, rb[i].offset, sizeof B->off);
+        memcpy(B->shp, rb[i].shape, sizeof B->shp);
+        B->checksum = rb[i].checksum;
+        B->slab_rows = rb[i].slab_rows;
+        B->slab_first = rb[i].slab_first;
+        B->nslabs = rb[i].nslabs;
+        int ok = B->tensor >= 0 && B->tensor < nt && B->file >= 0 && B->file < nf &&
+                 memchr(rb[i].tensor, 0, sizeof rb[i].tensor) && !strcmp(rb[i].tensor, L->t[B->tensor].name) &&
+                 !strcmp(rb[i].file, L->f[B->file].name) && rb[i].rank == L->f[B->file].rank;
+        if (!ok) rc = mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: tensor/file columns disagree", path, (long long)i);
+    }
+    free(rt);
+    free(rb);
+    free(rf);
+    if (rc != MP_OK) goto done;
+
+    hid_t g = H5Gopen2(f, "meta", H5P_DEFAULT);
+    if (g < 0) { rc = ck_h5_err(e, MP_ECHECK, "%s: no /meta group", path); goto done; }
+    meta_ctx mc = {.L = L, .g = g, .rc = MP_OK, .e = e, .path = path};
+    hsize_t idx = 0;
+    herr_t hr = H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, meta_cb, &mc);
+    H5Gclose(g);
+    if (mc.rc != MP_OK) { rc = mc.rc; goto done; }
+    if (hr < 0) { rc = ck_h5_err(e, MP_ECHECK, "%s: reading /meta", path); goto done; }
+    /* keys in the canonical (strcmp) order the writer hashed them in */
+    {
+        char **pairs = mp_xmalloc(sizeof(char *) * 2 * (size_t)(L->nmeta + 1));
+        for (int i = 0; i < L->nmeta; i++) { pairs[2 * i] = L->keys[i]; pairs[2 * i + 1] = L->vals[i]; }
+        qsort(pairs, (size_t)L->nmeta, 2 * sizeof(char *), cmp_str);
+        for (int i = 0; i < L->nmeta; i++) { L->keys[i] = pairs[2 * i]; L->vals[i] = pairs[2 * i + 1]; }
+        free(pairs);
+    }
+    uint64_t got = ck_layout_hash(L);
+    if (got != want_hash) {
+        rc = mp_err_set(e, MP_ECHECK,
+                        "%s: index checksum mismatch (stored %016llx, computed %016llx): the index is corrupt",
+                        path, (unsigned long long)want_hash, (unsigned long long)got);
+        goto done;
+    }
+    rc = validate(L, path, e);
+done:
+    H5Fclose(f);
+    H5Eclear2(H5E_DEFAULT);
+    if (rc != MP_OK) ck_layout_free(L);
+    return rc;
+}

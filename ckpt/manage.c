@@ -1,0 +1,203 @@
+/*
+ * ckpt/manage.c — the checkpoints of a root directory: which are complete, the newest, leftovers of
+ * interrupted saves, retention.
+ *
+ * Complete = ROOT/step_<digits> (no suffix) with an index.h5 that reads and validates (format,
+ * version, checksum, tables) and whose rank files all exist. `latest` is a hint that saves a scan of
+ * old checkpoints: it is trusted when it names a complete checkpoint and no step directory with a
+ * higher number exists; otherwise (missing, stale after a crash between rename and `latest`, corrupt,
+ * or naming a damaged checkpoint) the step directories are tried newest first.
+ * These functions are local: call them on one rank.
+ */
+#include "ckpt/ckpt_internal.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+mp_code ckpt_check_complete(const char *dir, mp_err *e) {
+    if (!ck_is_dir(dir)) return mp_err_set(e, MP_ECHECK, "%s is not a directory", dir);
+    char *ip = ck_fmt("%s/index.h5", dir);
+    ck_layout L;
+    mp_code rc = ck_index_read(ip, &L, e);
+    free(ip);
+    if (rc != MP_OK) return rc;
+    for (int i = 0; i < L.nfiles && rc == MP_OK; i++) {
+        char *p = ck_fmt("%s/%s", dir, L.f[i].name);
+        if (!ck_exists(p)) rc = mp_err_set(e, MP_ECHECK, "%s: rank file %s is missing", dir, L.f[i].name);
+        free(p);
+    }
+    ck_layout_free(&L);
+    return rc;
+}
+
+static int cmp_i64_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Steps of ROOT/step_<digits><suffix> entries that are directories, newest first. */
+static mp_code scan_steps(const char *root, const char *suffix, int64_t **out, int *n, mp_err *e) {
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d) {
+        if (errno == ENOENT) return MP_OK;
+        return mp_err_set(e, MP_EIO, "listing %s: %s", root, strerror(errno));
+    }
+    int cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int64_t step;
+        if (!ck_parse_step_name(de->d_name, suffix, &step)) continue;
+        char *p = ck_fmt("%s/%s", root, de->d_name);
+        int isd = ck_is_dir(p);
+        free(p);
+        if (!isd) continue;
+        if (*n == cap) {
+            cap = cap * 2 + 16;
+            *out = realloc(*out, sizeof(int64_t) * (size_t)cap);
+            if (!*out) abort();
+        }
+        (*out)[(*n)++] = step;
+    }
+    closedir(d);
+    if (*n > 1) qsort(*out, (size_t)*n, sizeof(int64_t), cmp_i64_desc);
+    return MP_OK;
+}
+
+/* The directory name a step's checkpoint has (matching the writer's step_%08lld). */
+static char *step_dir(const char *root, int64_t step, const char *suffix) {
+    return ck_fmt("%s/step_%08lld%s", root, (long long)step, suffix);
+}
+
+/* The step `latest` names, or -1 if it is missing or malformed. */
+static int64_t read_latest(const char *root) {
+    char *p = ck_fmt("%s/latest", root);
+    FILE *f = fopen(p, "rb");
+    free(p);
+    if (!f) return -1;
+    char buf[128] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+    int64_t step;
+    if (!ck_parse_step_name(buf, "", &step)) return -1;
+    return step;
+}
+
+mp_code ckpt_find_latest(const char *root, char *dir_out, size_t cap, int64_t *step_out, mp_err *e) {
+    int64_t *steps;
+    int n;
+    MP_TRY(scan_steps(root, "", &steps, &n, e));
+    int64_t hint = read_latest(root);
+    mp_code rc = MP_EINPUT;
+    int64_t found = -1;
+    int first = 0;
+    if (hint >= 0 && n > 0 && steps[0] == hint) {
+        char *p = step_dir(root, hint, "");
+        mp_err ce;
+        if (ckpt_check_complete(p, &ce) == MP_OK) found = hint;
+        else mp_warn("ckpt: %s/latest names %s, which is not a complete checkpoint: %s", root, p, ce.msg);
+        free(p);
+        first = 1;
+    } else if (n > 0) {
+        if (hint < 0) mp_warn("ckpt: %s/latest is missing or unreadable; scanning the step directories", root);
+        else mp_warn("ckpt: %s/latest (step %lld) is stale; scanning the step directories", root, (long long)hint);
+    }
+    for (int i = first; i < n && found < 0; i++) {
+        char *p = step_dir(root, steps[i], "");
+        mp_err ce;
+        if (ckpt_check_complete(p, &ce) == MP_OK) found = steps[i];
+        else mp_warn("ckpt: skipping %s: %s", p, ce.msg);
+        free(p);
+    }
+    free(steps);
+    if (found < 0) return mp_err_set(e, MP_EINPUT, "no complete checkpoint in %s", root);
+    char *p = step_dir(root, found, "");
+    if (strlen(p) + 1 > cap) rc = mp_err_set(e, MP_EINPUT, "checkpoint path %s too long", p);
+    else {
+        memcpy(dir_out, p, strlen(p) + 1);
+        if (step_out) *step_out = found;
+        rc = MP_OK;
+    }
+    free(p);
+    return rc;
+}
+
+mp_code ckpt_list(const char *root, int64_t **steps_out, int *n_out, mp_err *e) {
+    int64_t *steps;
+    int n;
+    MP_TRY(scan_steps(root, "", &steps, &n, e));
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        char *p = step_dir(root, steps[i], "");
+        if (ckpt_check_complete(p, NULL) == MP_OK) steps[k++] = steps[i];
+        free(p);
+    }
+    /* ascending */
+    for (int i = 0; i < k / 2; i++) {
+        int64_t t = steps[i];
+        steps[i] = steps[k - 1 - i];
+        steps[k - 1 - i] = t;
+    }
+    *steps_out = steps;
+    *n_out = k;
+    return MP_OK;
+}
+
+mp_code ckpt_cleanup_partials(const char *root, int *removed, mp_err *e) {
+    int64_t *steps;
+    int n;
+    if (removed) *removed = 0;
+    MP_TRY(scan_steps(root, ".partial", &steps, &n, e));
+    mp_code rc = MP_OK;
+    for (int i = 0; i < n && rc == MP_OK; i++) {
+        char *p = step_dir(root, steps[i], ".partial");
+        mp_warn("ckpt: removing %s, left by an interrupted save", p);
+        rc = ck_rmtree(p, e);
+        if (rc == MP_OK && removed) (*removed)++;
+        free(p);
+    }
+    free(steps);
+    if (rc == MP_OK && n > 0) rc = ck_fsync_path(root, 1, e);
+    return rc;
+}
+
+mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e) {
+    if (removed) *removed = 0;
+    if (keep < 1) return mp_err_set(e, MP_EINPUT, "retention: keep %d must be >= 1", keep);
+    int64_t *steps;
+    int n;
+    MP_TRY(scan_steps(root, "", &steps, &n, e));
+    int kept = 0, i = 0;
+    for (; i < n && kept < keep; i++) {
+        char *p = step_dir(root, steps[i], "");
+        if (ckpt_check_complete(p, NULL) == MP_OK) kept++;
+        free(p);
+    }
+    mp_code rc = MP_OK;
+    if (kept == keep) {
+        /* everything older than the oldest kept checkpoint goes, index first */
+        for (; i < n && rc == MP_OK; i++) {
+            char *p = step_dir(root, steps[i], "");
+            char *ip = ck_fmt("%s/index.h5", p);
+            rc = ck_rmtree(ip, e);
+            if (rc == MP_OK) rc = ck_fsync_path(p, 1, e);
+            if (rc == MP_OK) rc = ck_rmtree(p, e);
+            if (rc == MP_OK) {
+                mp_debug("ckpt: retention removed %s", p);
+                if (removed) (*removed)++;
+            }
+            free(ip);
+            free(p);
+        }
+        if (rc == MP_OK) rc = ck_fsync_path(root, 1, e);
+    }
+    free(steps);
+    return rc;
+}

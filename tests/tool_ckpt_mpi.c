@@ -1,0 +1,326 @@
+/*
+ * tests/tool_ckpt_mpi.c — the checkpoint library under MPI (run by mpiexec; entries in
+ * tests/ckpt.cmake and tests/python/ckpt_crash_mpi.py / test_ckpt_h5py.py).
+ *
+ *   tool_ckpt_mpi roundtrip ROOT          every rank writes its boxes of shared tensors (sharded on
+ *                                         dim 0, on dim 1, on a 2-D grid, a replicated tensor written
+ *                                         by the last rank only), commit; each rank reads back its own
+ *                                         boxes, its neighbour's and whole tensors; then an async zstd
+ *                                         save; then failures that one rank sees (a bad box on the last
+ *                                         rank) or only rank 0 sees (an element written twice) must
+ *                                         fail the save on every rank with the same message.
+ *   tool_ckpt_mpi save ROOT STEP [--zstd L] [--async]
+ *                                         saves the tensor set as STEP (for interop and crash tests;
+ *                                         MP_CKPT_CRASH_AT applies)
+ *   tool_ckpt_mpi check ROOT STEP         ckpt_find_latest must pick STEP; every rank reads every
+ *                                         tensor whole and the boxes a world of its size would own, and
+ *                                         compares them with the generator; rank 0 runs ckpt_verify.
+ * Values depend only on (tensor, global element index), so any world size can check any checkpoint.
+ * Exit status: 0 all ranks passed, 1 a check failed, 2 bad usage.
+ */
+#define _GNU_SOURCE
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "ckpt/ckpt.h"
+#include "core/comm_mpi.h"
+#include "core/log.h"
+
+static int g_rank, g_size, g_fails;
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "[rank %d] FAIL %s:%d: ", g_rank, __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, "\n");                                         \
+            g_fails++;                                                     \
+        }                                                                  \
+    } while (0)
+
+typedef struct {
+    const char *name;
+    mp_dtype dt;
+    int nd;
+    int64_t shape[4];
+} tdesc;
+
+enum { T_EMB, T_Q, T_NORM, T_AVG, T_SQ, T_BF, NT };
+static const tdesc g_t[NT] = {
+    {"model/model.embed_tokens.weight", MP_F32, 2, {37, 24}},
+    {"model/model.layers.0.self_attn.q_proj.weight", MP_F32, 2, {32, 24}},
+    {"model/model.norm.weight", MP_F32, 1, {24}},
+    {"optim/exp_avg/model.embed_tokens.weight", MP_F32, 2, {37, 24}},
+    {"optim/exp_avg_sq/model.layers.0.mlp.down_proj.weight", MP_F32, 3, {6, 10, 8}},
+    {"model/lm_head.bf16", MP_BF16, 2, {20, 6}},
+};
+
+static int64_t numel(int nd, const int64_t *s) {
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= s[d];
+    return n;
+}
+
+static void value(int tid, int64_t idx, mp_dtype dt, void *out) {
+    float f = (float)tid * 1000.0f + (float)(idx % 9973) * 0.25f - 7.0f;
+    if (dt == MP_F32) memcpy(out, &f, 4);
+    else { uint16_t h = mp_f32_to_bf16(f); memcpy(out, &h, 2); }
+}
+
+static void fill_box(int tid, const int64_t *off, const int64_t *shp, void *buf) {
+    const tdesc *t = &g_t[tid];
+    size_t es = mp_dtype_size(t->dt);
+    int64_t n = numel(t->nd, shp);
+    for (int64_t k = 0; k < n; k++) {
+        int64_t rem = k, g = 0, mul = 1, idx[4];
+        for (int d = t->nd - 1; d >= 0; d--) { idx[d] = rem % shp[d]; rem /= shp[d]; }
+        for (int d = t->nd - 1; d >= 0; d--) { g += (off[d] + idx[d]) * mul; mul *= t->shape[d]; }
+        value(tid, g, t->dt, (char *)buf + (size_t)k * es);
+    }
+}
+
+static void part(int64_t len, int n, int i, int64_t *o, int64_t *s) {
+    *o = len * i / n;
+    *s = len * (i + 1) / n - *o;
+}
+
+/* The box rank r of a world of p writes of tensor tid; returns 0 if it writes none. */
+static int owned_box(int tid, int r, int p, int64_t *off, int64_t *shp) {
+    const tdesc *t = &g_t[tid];
+    for (int d = 0; d < t->nd; d++) { off[d] = 0; shp[d] = t->shape[d]; }
+    switch (tid) {
+    case T_EMB: case T_BF: part(t->shape[0], p, r, &off[0], &shp[0]); break;
+    case T_AVG: part(t->shape[0], p, p - 1 - r, &off[0], &shp[0]); break;      /* reversed owners */
+    case T_Q: part(t->shape[1], p, r, &off[1], &shp[1]); break;                 /* column split */
+    case T_NORM: if (r != p - 1) return 0; break;                               /* replicated: one writer */
+    case T_SQ: {
+        int a = p % 2 == 0 ? 2 : 1, b = p / a;
+        part(t->shape[0], a, r % a, &off[0], &shp[0]);
+        part(t->shape[2], b, r / a, &off[2], &shp[2]);
+        break;
+    }
+    }
+    for (int d = 0; d < t->nd; d++) if (shp[d] <= 0) return 0;
+    return 1;
+}
+
+typedef struct { void *bufs[NT]; } owned;
+
+/* Adds this rank's boxes to s (buffers in *o, freed by free_owned). */
+static void add_owned(ckpt_save *s, owned *o) {
+    for (int t = 0; t < NT; t++) {
+        int64_t off[4], shp[4];
+        o->bufs[t] = NULL;
+        if (!owned_box(t, g_rank, g_size, off, shp)) continue;
+        o->bufs[t] = malloc((size_t)numel(g_t[t].nd, shp) * mp_dtype_size(g_t[t].dt));
+        fill_box(t, off, shp, o->bufs[t]);
+        mp_err e;
+        mp_code rc = ckpt_save_add(s, g_t[t].name, g_t[t].dt, g_t[t].nd, g_t[t].shape, off, shp, o->bufs[t], &e);
+        CHECK(rc == MP_OK, "add %s: %s", g_t[t].name, e.msg);
+    }
+}
+
+static void free_owned(owned *o) {
+    for (int t = 0; t < NT; t++) free(o->bufs[t]);
+}
+
+static void add_meta(ckpt_save *s) {
+    char who[32];
+    snprintf(who, sizeof who, "rank%d", g_rank);
+    ckpt_save_meta(s, "who", who, NULL);
+    ckpt_save_meta(s, "model_config", "{\"hidden_size\": 24, \"vocab_size\": 37}", NULL);
+    char mesh[64];
+    snprintf(mesh, sizeof mesh, "{\"world\": %d}", g_size);
+    ckpt_save_meta(s, "mesh", mesh, NULL);
+}
+
+static int expect_box(ckpt_reader *r, int tid, const int64_t *off, const int64_t *shp) {
+    size_t n = (size_t)numel(g_t[tid].nd, shp) * mp_dtype_size(g_t[tid].dt);
+    char *got = malloc(n), *want = malloc(n);
+    memset(got, 0x5a, n);
+    fill_box(tid, off, shp, want);
+    mp_err e;
+    mp_code rc = ckpt_read(r, g_t[tid].name, off, shp, got, &e);
+    CHECK(rc == MP_OK, "read %s: %s", g_t[tid].name, e.msg);
+    int ok = rc == MP_OK && memcmp(got, want, n) == 0;
+    CHECK(rc != MP_OK || ok, "tensor %s: data differs", g_t[tid].name);
+    free(got);
+    free(want);
+    return ok;
+}
+
+/* Reads back: whole tensors, the boxes ranks `r` and `(r+1) % p` own in a world of p. */
+static void read_back(ckpt_reader *r, int p) {
+    CHECK(ckpt_num_tensors(r) == NT, "%d tensors", ckpt_num_tensors(r));
+    for (int t = 0; t < NT; t++) {
+        int64_t z[4] = {0};
+        expect_box(r, t, z, g_t[t].shape);
+        int64_t off[4], shp[4];
+        int mine = g_rank % p, next = (g_rank + 1) % p;
+        if (owned_box(t, mine, p, off, shp)) expect_box(r, t, off, shp);
+        if (owned_box(t, next, p, off, shp)) expect_box(r, t, off, shp);
+    }
+}
+
+static mp_comm *g_w;
+
+static int cmd_save(const char *root, int64_t step, int zstd, int async) {
+    ckpt_save_opts o = {.zstd_level = zstd};
+    ckpt_save *s;
+    mp_err e;
+    mp_code rc = ckpt_save_begin(&s, g_w, root, step, &o, &e);
+    CHECK(rc == MP_OK, "begin: %s", e.msg);
+    if (rc != MP_OK) return 1;
+    owned ow;
+    add_owned(s, &ow);
+    add_meta(s);
+    ckpt_stats st;
+    if (async) {
+        rc = ckpt_save_start(s, &e);
+        int done = 0, polls = 0;
+        while (rc == MP_OK && !done) {
+            rc = ckpt_save_poll(s, &done, &st, &e);
+            if (!done) usleep(500);
+            polls++;
+        }
+    } else {
+        rc = ckpt_save_commit(s, &st, &e);
+    }
+    CHECK(rc == MP_OK, "save step %lld: %s", (long long)step, e.msg);
+    ckpt_save_free(s);
+    free_owned(&ow);
+    return rc == MP_OK ? 0 : 1;
+}
+
+static void cmd_check(const char *root, int64_t want_step) {
+    char dir[4096];
+    int64_t step = -1;
+    mp_err e;
+    mp_code rc = ckpt_find_latest(root, dir, sizeof dir, &step, &e);
+    CHECK(rc == MP_OK && step == want_step, "find_latest: rc %d step %lld (want %lld): %s", rc, (long long)step,
+          (long long)want_step, rc == MP_OK ? "" : e.msg);
+    if (rc != MP_OK) return;
+    ckpt_reader *r;
+    rc = ckpt_open(&r, dir, &e);
+    CHECK(rc == MP_OK, "open %s: %s", dir, e.msg);
+    if (rc != MP_OK) return;
+    read_back(r, g_size);
+    CHECK(ckpt_meta_get(r, "who") && !strcmp(ckpt_meta_get(r, "who"), "rank0"), "meta who");
+    if (g_rank == 0) {
+        rc = ckpt_verify(r, NULL, &e);
+        CHECK(rc == MP_OK, "verify: %s", e.msg);
+    }
+    ckpt_close(r);
+}
+
+static void cmd_roundtrip(const char *root) {
+    mp_err e;
+    if (g_rank == 0) {
+        char *cmd;
+        if (asprintf(&cmd, "rm -rf '%s'", root) > 0) { if (system(cmd) != 0) g_fails++; free(cmd); }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* 1. synchronous save, read back */
+    cmd_save(root, 1, 0, 0);
+    ckpt_reader *r;
+    mp_code rc = ckpt_open_latest(&r, root, &e);
+    CHECK(rc == MP_OK, "open: %s", e.msg);
+    if (rc == MP_OK) {
+        CHECK(ckpt_reader_world(r) == g_size, "world %d", ckpt_reader_world(r));
+        CHECK(!strcmp(ckpt_meta_get(r, "who"), "rank0"), "rank 0's metadata is stored, got %s", ckpt_meta_get(r, "who"));
+        read_back(r, g_size);
+        /* the replicated tensor has one box, from the last rank; files: one per rank */
+        int t = ckpt_tensor_find(r, g_t[T_NORM].name);
+        CHECK(t >= 0 && ckpt_tensor_at(r, t)->nboxes == 1, "replicated tensor boxes");
+        if (t >= 0) CHECK(ckpt_box_at(r, ckpt_tensor_at(r, t)->box_first)->rank == g_size - 1, "writer of norm");
+        ckpt_close(r);
+    }
+    /* 2. async + zstd */
+    cmd_save(root, 2, 3, 1);
+    rc = ckpt_open_latest(&r, root, &e);
+    CHECK(rc == MP_OK, "open: %s", e.msg);
+    if (rc == MP_OK) {
+        CHECK(ckpt_reader_step(r) == 2, "step %lld", (long long)ckpt_reader_step(r));
+        read_back(r, g_size);
+        if (g_rank == 0) CHECK(ckpt_verify(r, NULL, &e) == MP_OK, "verify: %s", e.msg);
+        ckpt_close(r);
+    }
+    /* 3. a failure on the last rank only: every rank fails with its message */
+    ckpt_save *s;
+    rc = ckpt_save_begin(&s, g_w, root, 3, NULL, &e);
+    CHECK(rc == MP_OK, "begin 3: %s", e.msg);
+    if (rc == MP_OK) {
+        owned ow;
+        add_owned(s, &ow);
+        if (g_rank == g_size - 1) {
+            int64_t off[2] = {30, 0}, shp[2] = {10, 24};
+            float junk[240] = {0};
+            CHECK(ckpt_save_add(s, g_t[T_EMB].name, MP_F32, 2, g_t[T_EMB].shape, off, shp, junk, NULL) == MP_EINPUT,
+                  "bad box accepted");
+        }
+        rc = ckpt_save_commit(s, NULL, &e);
+        char want[64];
+        snprintf(want, sizeof want, "rank %d: ", g_size - 1);
+        CHECK(rc == MP_EINPUT && (g_size == 1 || strstr(e.msg, want)) && strstr(e.msg, "outside"),
+              "step 3 should fail everywhere naming rank %d: rc %d %s", g_size - 1, rc, e.msg);
+        ckpt_save_free(s);
+        free_owned(&ow);
+    }
+    /* 4. a failure only rank 0 can see: the replicated tensor written by two ranks */
+    rc = ckpt_save_begin(&s, g_w, root, 4, NULL, &e);
+    CHECK(rc == MP_OK, "begin 4: %s", e.msg);
+    if (rc == MP_OK) {
+        owned ow;
+        add_owned(s, &ow);
+        float norm[24] = {0};
+        int64_t z[1] = {0};
+        if (g_rank == 0) ckpt_save_add(s, g_t[T_NORM].name, MP_F32, 1, g_t[T_NORM].shape, z, g_t[T_NORM].shape, norm, NULL);
+        rc = ckpt_save_commit(s, NULL, &e);
+        CHECK(rc == MP_ECHECK && strstr(e.msg, "written twice") && strstr(e.msg, g_t[T_NORM].name),
+              "step 4 should fail everywhere: rc %d %s", rc, e.msg);
+        ckpt_save_free(s);
+        free_owned(&ow);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    cmd_check(root, 2);
+    if (g_rank == 0) {
+        char p3[4096], p4[4096];
+        snprintf(p3, sizeof p3, "%s/step_00000003.partial", root);
+        snprintf(p4, sizeof p4, "%s/step_00000004.partial", root);
+        CHECK(access(p3, F_OK) != 0 && access(p4, F_OK) != 0, "failed saves left .partial dirs");
+    }
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    mp_log_set_rank(g_rank, g_size);
+    g_w = mp_comm_mpi_create(MPI_COMM_WORLD);
+    int usage = 0;
+    if (argc >= 3 && !strcmp(argv[1], "roundtrip")) {
+        cmd_roundtrip(argv[2]);
+    } else if (argc >= 4 && !strcmp(argv[1], "save")) {
+        int zstd = 0, async = 0;
+        for (int i = 4; i < argc; i++) {
+            if (!strcmp(argv[i], "--zstd") && i + 1 < argc) zstd = atoi(argv[++i]);
+            else if (!strcmp(argv[i], "--async")) async = 1;
+            else usage = 1;
+        }
+        if (!usage) cmd_save(argv[2], atoll(argv[3]), zstd, async);
+    } else if (argc >= 4 && !strcmp(argv[1], "check")) {
+        cmd_check(argv[2], atoll(argv[3]));
+    } else {
+        usage = 1;
+    }
+    int fails = g_fails;
+    MPI_Allreduce(MPI_IN_PLACE, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (usage && g_rank == 0)
+        fprintf(stderr, "usage: tool_ckpt_mpi roundtrip ROOT | save ROOT STEP [--zstd L] [--async] | check ROOT STEP\n");
+    if (!usage && g_rank == 0) fprintf(stderr, "tool_ckpt_mpi %s: %s (%d failures)\n", argv[1], fails ? "FAILED" : "ok", fails);
+    g_w->destroy(g_w);
+    MPI_Finalize();
+    return usage ? 2 : fails ? 1 : 0;
+}
