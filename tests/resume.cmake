@@ -18,3 +18,15 @@ foreach(variant plain async zstd)
   set_tests_properties(resume_exact_tp2_dp2_${variant} PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300
                        LABELS mpi ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
 endforeach()
+# Faults during a training job's save: SIGKILL at each point of the commit protocol, disk full (stop and
+# continue); resume must pick the newest complete checkpoint and finish exactly (tests/train_faults.sh).
+foreach(case crash:during_rank_files crash:after_rank_files crash:before_index crash:after_index
+             crash:after_rename crash:after_latest diskfull diskfull-continue)
+  string(REPLACE ":" "_" tname ${case})
+  add_test(NAME train_fault_${tname}
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/train_faults.sh $<TARGET_FILE:meshpoint> $<TARGET_FILE:tool_ckpt_equal>
+                   ${MP_RESUME_DATA}/t_train.bin ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json
+                   ${CMAKE_BINARY_DIR}/fault_${tname} ${case})
+  set_tests_properties(train_fault_${tname} PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300
+                       LABELS mpi ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
+endforeach()

@@ -1,0 +1,58 @@
+#!/bin/bash
+# tests/train_faults.sh MESHPOINT EQUAL_TOOL DATA CONFIG WORKDIR CASE — failures of a training job's save,
+# on tp 2 x dp 2 through the real CLI. Every case: a straight 6-step run is the reference; the faulty run
+# saves step 2, then fails while saving step 4; the run is then resumed and must continue from the
+# newest COMPLETE checkpoint, finish, and end bitwise equal to the reference (final checkpoint).
+#   crash:POINT  SIGKILL every rank at POINT of the step-4 save (MP_CKPT_CRASH_AT): during_rank_files,
+#                after_rank_files, before_index, after_index -> resume from 2; after_rename, after_latest
+#                -> step 4 is complete, resume from 4.
+#   diskfull     the step-4 save runs past the file-size limit (ulimit -f, SIGXFSZ ignored): the job
+#                exits 1 naming the failure, step 2 stays loadable.
+#   diskfull-continue  the same with --on-save-error continue: the job logs the error and finishes.
+set -u
+bin=$1; equal=$2; data=$3; config=$4; work=$5; case=$6
+mpi="mpiexec --allow-run-as-root --oversubscribe -np 4"
+rm -rf "$work"; mkdir -p "$work"
+common="train --config $config --train-data $data --steps 6 --tp 2 --dp 2 --log-every 0 --ckpt-every 2"
+fail() { echo "FAIL ($case): $*"; exit 1; }
+$mpi "$bin" $common --run-dir "$work/ref" || fail "reference run"
+run="$work/run"
+$mpi "$bin" $common --run-dir "$run" --stop-at 3 >"$work/p1.log" 2>&1 || fail "phase 1: $(cat "$work/p1.log")"
+# phase 1 saved steps 2 and 3; drop 3 so that the faulty save is the one right after step 2 -> 4
+rm -rf "$run/checkpoints/step_00000003"; echo step_00000002 > "$run/checkpoints/latest"
+expect_from=2
+case "$case" in
+crash:*)
+    point=${case#crash:}
+    MP_CKPT_CRASH_AT=$point $mpi "$bin" $common --run-dir "$run" --resume >"$work/p2.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] || fail "the job was to be killed at $point but exited 0"
+    grep -q "MP_CKPT_CRASH_AT=$point" "$work/p2.log" || fail "the crash point $point was not reached: $(cat "$work/p2.log")"
+    case "$point" in after_rename|after_latest) expect_from=4 ;; esac
+    ;;
+diskfull|diskfull-continue)
+    extra=""
+    [ "$case" = diskfull-continue ] && extra="--on-save-error continue"
+    # each rank file of this config is ~100 KiB: the limit lets the metrics file grow but not a rank file
+    # the limit goes on the ranks only (the launcher's own shared-memory files need room)
+    $mpi sh -c 'trap "" XFSZ; ulimit -f 64; exec "$@"' rank "$bin" $common --run-dir "$run" --resume --stop-at 5 $extra \
+        >"$work/p2.log" 2>&1
+    rc=$?
+    if [ "$case" = diskfull ]; then
+        [ $rc -eq 1 ] || fail "expected exit 1 on a failed save, got $rc: $(cat "$work/p2.log")"
+        grep -qi "saving a checkpoint at step 4" "$work/p2.log" || fail "no message naming the failed save: $(cat "$work/p2.log")"
+        grep -qiE "file too large|no space|EFBIG|too large" "$work/p2.log" || fail "the cause is not named: $(cat "$work/p2.log")"
+    else
+        [ $rc -eq 0 ] || fail "--on-save-error continue: expected exit 0, got $rc: $(cat "$work/p2.log")"
+        grep -qi "continuing" "$work/p2.log" || fail "no 'continuing' message: $(cat "$work/p2.log")"
+    fi
+    [ -d "$run/checkpoints/step_00000004" ] && fail "a failed save left step_00000004"
+    ls "$run/checkpoints" | grep -q partial && fail "a failed save left a .partial directory"
+    ;;
+*) fail "unknown case" ;;
+esac
+$mpi "$bin" $common --run-dir "$run" --resume >"$work/p3.log" 2>&1 || fail "resume: $(cat "$work/p3.log")"
+grep -q "resumed from .*step_0000000$expect_from at step $expect_from" "$work/p3.log" ||
+    fail "expected to resume from step $expect_from: $(cat "$work/p3.log")"
+"$equal" "$work/ref/checkpoints/step_00000006" "$run/checkpoints/step_00000006" || fail "final state differs from the straight run"
+echo "ok ($case): resumed from step $expect_from and finished bitwise equal to the straight run"
