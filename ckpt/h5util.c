@@ -27,6 +27,11 @@ static __thread int t_h5_ready;
 
 void ck_h5_init(void) {
     if (t_h5_ready) return;
+    /* HDF5's exit handler closes every file still open. After a write failed (disk full, EFBIG) a
+     * rank file can be left half-closed — H5Fclose reports the error but keeps the ID — and closing it
+     * again at exit crashes inside HDF5 1.10. Every file we open is closed explicitly, so the handler
+     * has nothing to do but that: turn it off (it must precede the first HDF5 call to take effect). */
+    H5dont_atexit();
     H5open();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     ckpt_zstd_register();
@@ -111,7 +116,9 @@ hid_t ck_h5_fapl(int for_write) {
         H5Pclose(p);
         return -1;
     }
-    if (for_write && (H5Pset_meta_block_size(p, 1 << 20) < 0 || H5Pset_alignment(p, 1 << 20, 4096) < 0)) {
+    /* STRONG: closing the file closes whatever is still open in it, also after a failed write */
+    if (for_write && (H5Pset_meta_block_size(p, 1 << 20) < 0 || H5Pset_alignment(p, 1 << 20, 4096) < 0 ||
+                      H5Pset_fclose_degree(p, H5F_CLOSE_STRONG) < 0)) {
         H5Pclose(p);
         return -1;
     }
