@@ -211,7 +211,7 @@ int mp_cmd_train(int argc, char **argv) {
     if (f.ckpt_dir) snprintf(ckpt_root, sizeof ckpt_root, "%s", f.ckpt_dir);
     else snprintf(ckpt_root, sizeof ckpt_root, "%s/checkpoints", f.run_dir);
     mp_checkpointer_init(&ck, ckpt_root, &sopts, f.async_save);
-    if (rt.rank == 0 && (f.ckpt_every || f.resume)) {
+    if (rt.rank == 0) {
         int removed = 0;
         if (ckpt_cleanup_partials(ckpt_root, &removed, &err)) goto fail_local;
         if (removed) mp_warn("removed %d unfinished checkpoint(s) (*.partial) under %s", removed, ckpt_root);

@@ -18,15 +18,13 @@ if(TARGET tool_ckpt_mpi)
                    --tool $<TARGET_FILE:tool_ckpt_mpi> --mpiexec ${MPIEXEC_EXECUTABLE}
                    --workdir ${MP_CKPT_TEST_DIR}/crash --np 4)
   set_tests_properties(ckpt_crash_mpi PROPERTIES TIMEOUT 600)
-  execute_process(COMMAND ${MP_PYTHON} -c "import h5py, numpy" RESULT_VARIABLE MP_H5PY_RC OUTPUT_QUIET ERROR_QUIET)
-  if(MP_H5PY_RC EQUAL 0 AND TARGET h5zstd)
+  # scripts/setup.sh installs python3-h5py; without it this test fails rather than being skipped.
+  if(TARGET h5zstd)
     add_test(NAME ckpt_h5py
              COMMAND ${MP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/python/test_ckpt_h5py.py
                      --tool $<TARGET_FILE:tool_ckpt_mpi> --mpiexec ${MPIEXEC_EXECUTABLE}
                      --plugins $<TARGET_FILE_DIR:h5zstd> --workdir ${MP_CKPT_TEST_DIR}/h5py --np 3)
     set_tests_properties(ckpt_h5py PROPERTIES TIMEOUT 300)
     # the tool and the plugin must be built before the test runs
-  else()
-    message(STATUS "ckpt_h5py skipped: ${MP_PYTHON} cannot import h5py, or no h5zstd plugin target")
   endif()
 endif()

@@ -30,3 +30,14 @@ foreach(case crash:during_rank_files crash:after_rank_files crash:before_index c
   set_tests_properties(train_fault_${tname} PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300
                        LABELS mpi ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
 endforeach()
+# A real training checkpoint (tp 2 x dp 2, padded vocab) read by h5py alone, plain and zstd.
+foreach(c none zstd:3)
+  string(REPLACE ":" "_" cname ${c})
+  add_test(NAME train_ckpt_h5py_${cname}
+           COMMAND ${MP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/python/test_train_ckpt_h5py.py
+                   --meshpoint $<TARGET_FILE:meshpoint> --mpiexec ${MPIEXEC_EXECUTABLE}
+                   --plugins ${CMAKE_BINARY_DIR}/plugins --config ${CMAKE_SOURCE_DIR}/tests/configs/ckpt_odd_vocab.json
+                   --data ${MP_RESUME_DATA}/t_train.bin --workdir ${CMAKE_BINARY_DIR}/train_h5py_${cname} --compress ${c})
+  set_tests_properties(train_ckpt_h5py_${cname} PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300 LABELS mpi
+                       ENVIRONMENT "OMPI_MCA_mpi_yield_when_idle=1")
+endforeach()
