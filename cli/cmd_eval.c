@@ -9,13 +9,14 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/runtime.h"
+#include "cli/train_ckpt.h"
 #include "core/log.h"
 
 static const char *eval_about =
     "Prints the mean per-token cross-entropy of the model over the first N batches of a token file.";
 
 int mp_cmd_eval(int argc, char **argv) {
-    const char *config = NULL, *data = NULL, *fmt_name = "llmc", *device = "cpu";
+    const char *config = NULL, *data = NULL, *checkpoint = NULL, *fmt_name = "llmc", *device = "cpu";
     mp_train_config tc;
     mp_train_config_default(&tc);
     int batches = 8, set_batch = 0, set_seq = 0, set_tp = 0, set_dp = 0;
@@ -30,6 +31,7 @@ int mp_cmd_eval(int argc, char **argv) {
         {"batches", MP_ARG_INT, &batches, "N", "batches to average over"},
         {"batch", MP_ARG_INT, &batch, "B", "sequences per batch", .set = &set_batch},
         {"seq-len", MP_ARG_INT, &seq, "T", "sequence length", .set = &set_seq},
+        {"checkpoint", MP_ARG_STRING, &checkpoint, "DIR", "weights from this checkpoint (RUN/checkpoints/step_N)"},
         {"seed", MP_ARG_I64, &seed, "S", "initialisation seed (without --checkpoint)"},
         {"tp", MP_ARG_INT, &tp, "N", "tensor-parallel degree", .set = &set_tp},
         {"dp", MP_ARG_INT, &dp, "N", "data-parallel degree (0: world / tp)", .set = &set_dp},
@@ -66,13 +68,18 @@ int mp_cmd_eval(int argc, char **argv) {
     if (mp_token_file_open(&file, data, (mp_data_format)mp_data_format_parse(fmt_name), mc.vocab_size, &err)) goto fail;
     if (mp_runtime_model(&rt, &mc, &tc, bs.micro, &model, &err)) goto fail;
     llama_init_weights(model, (uint64_t)seed);
+    if (checkpoint) {
+        mp_run_state st;
+        if (mp_checkpoint_load(model, checkpoint, &mc, &st, &err)) goto fail;
+    }
     size_t tb = (size_t)bs.micro * tc.seq_len * sizeof(int32_t);
     in = mp_xmalloc(tb);
     tgt = mp_xmalloc(tb);
     double loss = mp_eval_loss(model, &file, &bs, tc.seq_len, batches, in, tgt, &err);
     if (isnan(loss)) goto fail;
-    if (rt.rank == 0) printf("eval loss %.6f (%d batches x %d x %d tokens of %s)\n", loss, batches, tc.batch_size,
-                             tc.seq_len, data);
+    if (rt.rank == 0)
+        printf("eval loss %.6f (%d batches x %d x %d tokens of %s; weights: %s)\n", loss, batches, tc.batch_size,
+               tc.seq_len, data, checkpoint ? checkpoint : "initialisation");
     goto done;
 fail:
     status = mp_runtime_fail(&rt, &err, 1);

@@ -223,3 +223,36 @@ Test(cli, eval_reports_the_loss_of_the_initialisation) {
     /* a fresh model with std 0.02 weights predicts nearly uniformly over 256 ids: loss ~ ln 256 = 5.545 */
     cr_assert(loss > 5.4 && loss < 5.7, "eval loss %g", loss);
 }
+
+Test(cli, eval_of_a_checkpoint_equals_the_validation_loss_of_training, .timeout = 120) {
+    char *dir = tu_mkdtemp("evck");
+    char *data = write_repeated(dir, "t.bin", "checkpointed weights evaluate the same. ", 60);
+    char *cfg = NULL, *cmd = NULL, *out = NULL;
+    cr_assert(asprintf(&cfg, "%s/c.json", dir) > 0);
+    tu_write_file(cfg, small_model);
+    cr_assert(asprintf(&cmd, "%s train --config %s --train-data %s --val-data %s --run-dir %s/run --steps 6 "
+                             "--batch 2 --seq-len 32 --eval-batches 3 --ckpt-every 6",
+                       tu_bin(), cfg, data, data, dir) > 0);
+    cr_assert_eq(tu_run(cmd, &out), 0, "%s", out);
+    const char *p = strstr(out, "val loss ");
+    cr_assert(p, "%s", out);
+    char val[32];
+    snprintf(val, sizeof val, "%.8s", p + 9);
+    char *cmd2 = NULL, *out2 = NULL;
+    cr_assert(asprintf(&cmd2, "%s eval --config %s --data %s --batch 2 --seq-len 32 --batches 3 "
+                              "--checkpoint %s/run/checkpoints/step_00000006",
+                       tu_bin(), cfg, data, dir) > 0);
+    cr_assert_eq(tu_run(cmd2, &out2), 0, "%s", out2);
+    const char *q = strstr(out2, "eval loss ");
+    cr_assert(q, "%s", out2);
+    cr_assert(!strncmp(q + 10, val, strlen(val)), "eval of the checkpoint %s vs training's val loss %s", q + 10, val);
+    /* a checkpoint of another architecture is refused, naming the field */
+    char *cfg2 = NULL, *cmd3 = NULL, *out3 = NULL;
+    cr_assert(asprintf(&cfg2, "%s/c2.json", dir) > 0);
+    tu_write_file(cfg2, "{\"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, "
+                        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256}");
+    cr_assert(asprintf(&cmd3, "%s eval --config %s --data %s --batch 2 --seq-len 32 --checkpoint %s/run/checkpoints/step_00000006",
+                       tu_bin(), cfg2, data, dir) > 0);
+    cr_assert_eq(tu_run(cmd3, &out3), 2, "%s", out3);
+    cr_assert(strstr(out3, "intermediate_size"), "%s", out3);
+}
