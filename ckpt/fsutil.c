@@ -16,13 +16,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include "core/log.h"
 #include <unistd.h>
 
-double ck_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+double ck_now(void) { return mp_time_s(); }
 
 char *ck_fmt(const char *fmt, ...) {
     va_list ap;

@@ -24,12 +24,6 @@
 #include "core/sched.h"
 #include "layers/llama_train.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* mkdir -p for one or two levels; MP_EIO naming the path. */
 static mp_code make_dir(const char *path, mp_err *err) {
     char buf[MP_PATH_MAX];
@@ -255,7 +249,7 @@ int mp_cmd_train(int argc, char **argv) {
                             c->decay_steps ? c->decay_steps : c->steps - c->warmup_steps};
     mp_adamw_hparams hp = {c->beta1, c->beta2, c->adam_eps, c->weight_decay};
     double tokens_per_step = (double)c->batch_size * c->seq_len;
-    double t_start = now_s(), t_last = t_start;
+    double t_start = mp_time_s(), t_last = t_start;
     double last_loss = NAN;
     int continue_on_error = !strcmp(f.on_save_error, "continue");
     int64_t first_step = rs.step;
@@ -272,7 +266,7 @@ int mp_cmd_train(int argc, char **argv) {
             mp_err_set(&err, MP_ECHECK, "loss is %g at step %lld: training diverged", loss, (long long)step + 1);
             goto fail;
         }
-        double t = now_s();
+        double t = mp_time_s();
         double tok_s = tokens_per_step / (t - t_last);
         t_last = t;
         if (metrics) {
@@ -327,7 +321,7 @@ int mp_cmd_train(int argc, char **argv) {
     }
     if (mp_checkpointer_wait(&ck, NULL, &err)) { mp_err_wrap(&err, "saving the last checkpoint"); goto fail; }
     if (c->steps > first_step) {
-        double elapsed = now_s() - t_start;
+        double elapsed = mp_time_s() - t_start;
         mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, last_loss, elapsed);
         if (mesh->world > 1) {
             double comm_s = mp_comm_total_seconds(mesh->tp_comm) + mp_comm_total_seconds(mesh->dp_comm) +

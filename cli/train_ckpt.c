@@ -34,12 +34,6 @@ void mp_checkpointer_init(mp_checkpointer *c, const char *root, const ckpt_save_
     c->inflight_step = -1;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Adds the run's metadata entries to the save (rank 0's are the ones stored). */
 static mp_code add_meta(ckpt_save *s, llama_model *m, const mp_model_config *mc, const mp_train_config *tc,
                         const mp_run_state *st, mp_err *err) {
@@ -80,7 +74,7 @@ static mp_code add_meta(ckpt_save *s, llama_model *m, const mp_model_config *mc,
 mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_config *mc,
                              const mp_train_config *tc, const mp_run_state *st, ckpt_stats *stats,
                              mp_err *err) {
-    double t0 = now_s();
+    double t0 = mp_time_s();
     mp_backend *be = llama_backend(m);
     mp_mesh *mesh = llama_mesh(m);
     int np = llama_num_params(m);
@@ -138,7 +132,7 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
     if (rc) { ckpt_save_free(s); return rc; }
     c->inflight = s;
     c->inflight_step = st->step;
-    c->last_stall_s = now_s() - t0;
+    c->last_stall_s = mp_time_s() - t0;
     return MP_OK;
 }
 

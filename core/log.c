@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int g_rank = -1, g_world = 1;
 static int g_level = -1;
@@ -36,4 +37,10 @@ void mp_log(mp_log_level lvl, const char *fmt, ...) {
         fprintf(stderr, "[rank %d] %s%s\n", g_rank, tag, line);
     else
         fprintf(stderr, "%s%s\n", tag, line);
+}
+
+double mp_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

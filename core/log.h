@@ -12,6 +12,9 @@ void mp_log_set_rank(int rank, int world);
 void mp_log_set_level(mp_log_level lvl);
 void mp_log(mp_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Monotonic wall-clock seconds (for step timings and I/O statistics). */
+double mp_time_s(void);
+
 #define mp_info(...) mp_log(MP_LOG_INFO, __VA_ARGS__)
 #define mp_warn(...) mp_log(MP_LOG_WARN, __VA_ARGS__)
 #define mp_debug(...) mp_log(MP_LOG_DEBUG, __VA_ARGS__)
