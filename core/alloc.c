@@ -6,7 +6,7 @@
 #include <string.h>
 
 static _Atomic int64_t g_mem[MP_MEM_NCAT];
-static _Atomic int64_t g_total, g_peak;
+static _Atomic int64_t g_total, g_peak, g_calls;
 
 static void charge(mp_mem_cat cat, int64_t n) {
     g_mem[cat] += n;
@@ -21,6 +21,7 @@ static void die(size_t n, const char *file, int line) {
 }
 
 void *mp_malloc_(size_t n, mp_mem_cat cat, const char *file, int line) {
+    g_calls++;
     void *p = malloc(n ? n : 1);
     if (!p) die(n, file, line);
     charge(cat, (int64_t)n);
@@ -28,6 +29,7 @@ void *mp_malloc_(size_t n, mp_mem_cat cat, const char *file, int line) {
 }
 
 void *mp_calloc_(size_t n, mp_mem_cat cat, const char *file, int line) {
+    g_calls++;
     void *p = calloc(1, n ? n : 1);
     if (!p) die(n, file, line);
     charge(cat, (int64_t)n);
@@ -35,6 +37,7 @@ void *mp_calloc_(size_t n, mp_mem_cat cat, const char *file, int line) {
 }
 
 void *mp_aligned_(size_t n, mp_mem_cat cat, const char *file, int line) {
+    g_calls++;
     size_t rounded = (n + 63) / 64 * 64;
     void *p = aligned_alloc(64, rounded ? rounded : 64);
     if (!p) die(n, file, line);
@@ -43,6 +46,7 @@ void *mp_aligned_(size_t n, mp_mem_cat cat, const char *file, int line) {
 }
 
 void *mp_realloc_(void *p, size_t old_n, size_t n, mp_mem_cat cat, const char *file, int line) {
+    g_calls++;
     void *q = realloc(p, n ? n : 1);
     if (!q) die(n, file, line);
     charge(cat, (int64_t)n - (int64_t)old_n);
@@ -64,6 +68,7 @@ void mp_free_acct(void *p, size_t n, mp_mem_cat cat) {
 
 int64_t mp_mem_current(mp_mem_cat cat) { return g_mem[cat]; }
 int64_t mp_mem_peak_total(void) { return g_peak; }
+int64_t mp_mem_alloc_calls(void) { return g_calls; }
 
 const char *mp_mem_cat_name(mp_mem_cat cat) {
     static const char *names[MP_MEM_NCAT] = {"other", "params", "grads", "optim", "gather",

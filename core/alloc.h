@@ -46,6 +46,9 @@ void mp_free_acct(void *p, size_t n, mp_mem_cat cat);
 /* Bytes currently charged to a category, and the high-water mark of all categories together. */
 int64_t mp_mem_current(mp_mem_cat cat);
 int64_t mp_mem_peak_total(void);
+/* Number of allocations made so far (every wrapper above counts one): tests use it to show that a
+ * training step allocates nothing. */
+int64_t mp_mem_alloc_calls(void);
 const char *mp_mem_cat_name(mp_mem_cat cat);
 
 #endif

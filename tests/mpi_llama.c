@@ -307,7 +307,11 @@ int main(int argc, char **argv) {
         free(tgt);
         llama_init_weights(m, SEED);
     }
+    int64_t calls_before = mp_mem_alloc_calls();
     train(m, loss_m, gm);
+    /* (gather_global uses plain calloc, which the allocator does not count) */
+    check(mp_mem_alloc_calls() == calls_before, "%d training steps made no allocation (%lld made)", STEPS,
+          (long long)(mp_mem_alloc_calls() - calls_before));
     check(fabs(loss_m[0] - loss_ref[0]) <= 1e-6 * fabs(loss_ref[0]), "step-1 loss %.9f vs 1x1 %.9f", loss_m[0], loss_ref[0]);
     double worst = 0;
     const char *worst_name = "";
