@@ -24,3 +24,8 @@ add_test(NAME cli_mpi_same_loss_1x1_vs_tp2_dp2 COMMAND ${CMAKE_SOURCE_DIR}/tests
          $<TARGET_FILE:meshpoint> ${MP_CLI_DATA}/t_train.bin ${MP_TINY} ${MP_CLI_DATA}/eq)
 set_tests_properties(cli_mpi_same_loss_1x1_vs_tp2_dp2 PROPERTIES FIXTURES_REQUIRED cli_mpi_data TIMEOUT 300 LABELS mpi
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
+# gradient accumulation on the mesh (2 micro-steps of 1 sequence per rank) trains the same model
+add_test(NAME cli_mpi_same_loss_grad_accum COMMAND ${CMAKE_SOURCE_DIR}/tests/cli_mesh_equal.sh ${MP_MPIRUN} --
+         $<TARGET_FILE:meshpoint> ${MP_CLI_DATA}/t_train.bin ${MP_TINY} ${MP_CLI_DATA}/eq_accum --grad-accum 2)
+set_tests_properties(cli_mpi_same_loss_grad_accum PROPERTIES FIXTURES_REQUIRED cli_mpi_data TIMEOUT 300 LABELS mpi
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
