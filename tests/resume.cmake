@@ -41,3 +41,13 @@ foreach(c none zstd:3)
   set_tests_properties(train_ckpt_h5py_${cname} PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300 LABELS mpi
                        ENVIRONMENT "OMPI_MCA_mpi_yield_when_idle=1")
 endforeach()
+# Preemption: SIGINT to a single process, SIGTERM to an mpiexec job of 4 ranks.
+foreach(v "INT;1" "TERM;4")
+  list(GET v 0 sig)
+  list(GET v 1 np)
+  add_test(NAME train_signal_${sig}_np${np}
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/signal_stop.sh $<TARGET_FILE:meshpoint> ${MP_RESUME_DATA}/t_train.bin
+                   ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json ${CMAKE_BINARY_DIR}/signal_${sig} ${sig} ${np})
+  set_tests_properties(train_signal_${sig}_np${np} PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300 LABELS mpi
+                       ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
+endforeach()
