@@ -205,12 +205,13 @@ int mp_cmd_train(int argc, char **argv) {
     if (f.ckpt_dir) snprintf(ckpt_root, sizeof ckpt_root, "%s", f.ckpt_dir);
     else snprintf(ckpt_root, sizeof ckpt_root, "%s/checkpoints", f.run_dir);
     mp_checkpointer_init(&ck, ckpt_root, &sopts, f.async_save);
+    mp_code local = MP_OK, agreed;
     if (rt.rank == 0) {
         int removed = 0;
-        if (ckpt_cleanup_partials(ckpt_root, &removed, &err)) goto fail_local;
+        local = ckpt_cleanup_partials(ckpt_root, &removed, &err);
         if (removed) mp_warn("removed %d unfinished checkpoint(s) (*.partial) under %s", removed, ckpt_root);
     }
-    mesh->world_comm->barrier(mesh->world_comm);
+    if ((agreed = mp_runtime_agree(&rt, local, &err))) goto fail_agreed;
     mp_run_state rs = {0, {0, 0}};
     char resume_dir[MP_PATH_MAX] = "";
     if (f.resume_from) {
@@ -223,18 +224,22 @@ int mp_cmd_train(int argc, char **argv) {
         }
     }
     if (resume_dir[0]) {
-        if (mp_checkpoint_load(model, resume_dir, &mc, &rs, &err)) { mp_err_wrap(&err, "resuming"); goto fail; }
-        if (mp_loader_set_cursor(&loader, rs.cursor, &err)) { mp_err_wrap(&err, "resuming from %s", resume_dir); goto fail; }
+        /* a damaged box may fail only the ranks that read it: agree before anyone trains */
+        local = mp_checkpoint_load(model, resume_dir, &mc, &rs, &err);
+        if (local) mp_err_wrap(&err, "resuming");
+        else if ((local = mp_loader_set_cursor(&loader, rs.cursor, &err))) mp_err_wrap(&err, "resuming from %s", resume_dir);
+        if ((agreed = mp_runtime_agree(&rt, local, &err))) goto fail_agreed;
         mp_info("resumed from %s at step %lld", resume_dir, (long long)rs.step);
     }
 
     if (rt.rank == 0) {
-        if (make_dir(f.run_dir, &err)) goto fail_local;
+        local = make_dir(f.run_dir, &err);
         char path[MP_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/metrics.jsonl", f.run_dir);
-        metrics = fopen(path, resume_dir[0] ? "a" : "w");
-        if (!metrics) { mp_err_set(&err, MP_EIO, "cannot write %s: %s", path, strerror(errno)); goto fail_local; }
+        if (!local && !(metrics = fopen(path, resume_dir[0] ? "a" : "w")))
+            local = mp_err_set(&err, MP_EIO, "cannot write %s: %s", path, strerror(errno));
     }
+    if ((agreed = mp_runtime_agree(&rt, local, &err))) goto fail_agreed;
     size_t tok_bytes = (size_t)bs.micro * c->seq_len * sizeof(int32_t);
     in = mp_xmalloc(tok_bytes);
     tgt = mp_xmalloc(tok_bytes);
@@ -334,8 +339,8 @@ int mp_cmd_train(int argc, char **argv) {
         }
     }
     goto done;
-fail_local:
-    status = mp_runtime_fail(&rt, &err, 0);
+fail_agreed:
+    status = mp_exit_status(agreed);   /* the failing rank printed the message */
     goto done;
 fail:
     status = mp_runtime_fail(&rt, &err, 1);

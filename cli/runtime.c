@@ -45,6 +45,21 @@ int mp_runtime_fail(const mp_runtime *rt, const mp_err *err, int collective) {
     return mp_exit_status(err->code);
 }
 
+mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err) {
+    if (!rt->have_mesh || rt->mesh.world == 1) {
+        if (local) fprintf(stderr, "meshpoint: error: %s\n", err->msg);
+        return local;
+    }
+    mp_comm *w = rt->mesh.world_comm;
+    float v[1] = {(float)local};
+    w->all_reduce(w, v, 1, 1);
+    float first[1] = {local ? (float)rt->rank : (float)rt->mesh.world};
+    first[0] = -first[0];                     /* max of -rank = the lowest failing rank */
+    w->all_reduce(w, first, 1, 1);
+    if (local && (int)-first[0] == rt->rank) fprintf(stderr, "meshpoint: error: [rank %d] %s\n", rt->rank, err->msg);
+    return (mp_code)v[0];
+}
+
 void mp_runtime_end(mp_runtime *rt) {
     if (rt->have_mesh) mp_mesh_destroy(&rt->mesh);
     rt->have_mesh = 0;

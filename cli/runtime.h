@@ -31,6 +31,11 @@ mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_e
 /* Prints err (rank 0 only when the error is the same on every rank: `collective` = 1) and returns the
  * exit status for it. */
 int mp_runtime_fail(const mp_runtime *rt, const mp_err *err, int collective);
+/* For a step that can fail on some ranks only (reading a checkpoint, rank-0-only file work): every
+ * rank learns whether any failed, and the lowest failing rank prints its message — one message, not
+ * one per rank. Returns the highest code of any rank (MP_OK if none failed); a rank that did not fail
+ * itself exits with that code silently. Collective over the world (a no-op check without a mesh). */
+mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err);
 /* Tears down the mesh and MPI. */
 void mp_runtime_end(mp_runtime *rt);
 

@@ -9,6 +9,9 @@
 #   diskfull     the step-4 save runs past the file-size limit (ulimit -f, SIGXFSZ ignored): the job
 #                exits 1 naming the failure, step 2 stays loadable.
 #   diskfull-continue  the same with --on-save-error continue: the job logs the error and finishes.
+#   corrupt      a flipped byte in the data of rank 3's file of step 2: the resume is refused by the ranks
+#                that read that box — and by every rank, with one message naming the file, the tensor and
+#                the checksum, exit 1, no hang.
 set -u
 bin=$1; equal=$2; data=$3; config=$4; work=$5; case=$6
 mpi="mpiexec --allow-run-as-root --oversubscribe -np 4"
@@ -48,6 +51,31 @@ diskfull|diskfull-continue)
     fi
     [ -d "$run/checkpoints/step_00000004" ] && fail "a failed save left step_00000004"
     ls "$run/checkpoints" | grep -q partial && fail "a failed save left a .partial directory"
+    ;;
+corrupt)
+    /usr/bin/python3 - "$run/checkpoints/step_00000002/rank_00003.h5" <<'PY' || fail "could not corrupt the file"
+import sys, h5py
+path = sys.argv[1]
+with h5py.File(path, "r") as f:
+    name = []
+    f.visititems(lambda n, o: name.append(n) if isinstance(o, h5py.Dataset) and "mlp.down_proj" in n and name == [] else None)
+    off = f[name[0]].id.get_offset()
+with open(path, "r+b") as g:
+    g.seek(off + 5); b = g.read(1); g.seek(off + 5); g.write(bytes([b[0] ^ 0x10]))
+print("flipped a byte of", name[0])
+PY
+    timeout 120 $mpi "$bin" $common --run-dir "$run" --resume >"$work/p2.log" 2>&1
+    rc=$?
+    [ $rc -eq 124 ] && fail "the job hung after a checksum failure on one rank"
+    [ $rc -ne 0 ] || fail "a corrupt checkpoint was loaded"
+    grep -q "rank_00003.h5" "$work/p2.log" || fail "the message does not name the file: $(cat "$work/p2.log")"
+    grep -q "down_proj" "$work/p2.log" || fail "the message does not name the tensor: $(cat "$work/p2.log")"
+    grep -qi "checksum" "$work/p2.log" || fail "the message does not say checksum: $(cat "$work/p2.log")"
+    n=$(grep -c "meshpoint: error" "$work/p2.log")
+    [ "$n" -eq 1 ] || fail "the error was printed $n times: $(cat "$work/p2.log")"
+    grep -q "^step\|resumed from" "$work/p2.log" && fail "training went on: $(cat "$work/p2.log")"
+    echo "ok ($case): refused on every rank with one message: $(grep 'meshpoint: error' "$work/p2.log" | cut -c1-200)"
+    exit 0
     ;;
 *) fail "unknown case" ;;
 esac
