@@ -121,7 +121,7 @@ static void alloc_acts(llama_model *m) {
     ADD(m->x_final, nr * D); ADD(m->lnf, nr * D); ADD(m->rstdf, nr);
     if (m->sp) ADD(m->lnf_full, N * D);
     ADD(m->logits, N * V);
-    ADD(m->rowmax, N); ADD(m->sumexp, N); ADD(m->tlogit, N); ADD(m->losses, N);
+    ADD(m->rowmax, N); ADD(m->sumexp, 2 * N); ADD(m->losses, N);   /* sumexp then tlogit: one all-reduce */
     ADD(m->dres_a, nr * D); ADD(m->dres_b, nr * D); ADD(m->dfull, N * D); ADD(m->tmp_nd, N * D);
     ADD(m->dq, N * qd); ADD(m->dk, N * kd); ADD(m->dv, N * kd); ADD(m->do_in, N * qd);
     ADD(m->dgate, N * Il); ADD(m->dup, N * Il); ADD(m->dh, N * Il); ADD(m->att_scratch, att);
@@ -143,6 +143,7 @@ static void alloc_acts(llama_model *m) {
     m->tok_in = (int32_t *)(base + off);
     off += (N + 15) / 16 * 16;
     m->tok_tgt = (int32_t *)(base + off);
+    m->tlogit = m->sumexp + N;
     for (int l = 0; l < m->L; l++) {
         if (!m->sp) { m->acts[l].ln1_full = m->acts[l].ln1; m->acts[l].ln2_full = m->acts[l].ln2; }
     }
@@ -264,11 +265,7 @@ double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targe
     if (m->tp > 1) tpc->all_reduce(tpc, m->rowmax, N, 1);
     be->xent_sumexp(be, m->sumexp, m->logits, m->rowmax, N, m->v_local, m->v_valid);
     be->xent_target(be, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_start);
-    if (m->tp > 1) {
-        /* sumexp and tlogit are adjacent in the activation block only by accident; reduce each. */
-        tpc->all_reduce(tpc, m->sumexp, N, 0);
-        tpc->all_reduce(tpc, m->tlogit, N, 0);
-    }
+    if (m->tp > 1) tpc->all_reduce(tpc, m->sumexp, 2 * (int64_t)N, 0);   /* sumexp and tlogit, adjacent */
     be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
     float hbuf[256];   /* losses come to the host in small pieces: no allocation in the step */
     double sum = 0;

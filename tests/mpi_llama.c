@@ -149,7 +149,7 @@ static void expected_bytes(const mp_model_config *c, const mp_mesh *mesh, int sp
         int64_t nd = N * D;
         if (sp) *tp_bytes = (int64_t)(4 + 8 * L) * 4 * (p - 1) * (nd / p);     /* AG and RS of [N, D] */
         else *tp_bytes = (int64_t)(2 + 4 * L) * AR(nd, p, mesh->tp_rank);      /* AR of [N, D] */
-        *tp_bytes += 3 * AR(N, p, mesh->tp_rank);                              /* cross-entropy */
+        *tp_bytes += AR(N, p, mesh->tp_rank) + AR(2 * N, p, mesh->tp_rank);   /* cross-entropy: max; sums */
         if (sp) {                                                              /* norm-weight grads */
             int64_t rep = 0, s0, cnt;
             mp_split(D, q, mesh->dp_rank, &s0, &cnt);
