@@ -50,6 +50,31 @@ static void train_fill(void *ctx, int k, int32_t *in, int32_t *tgt) {
     mp_loader_get(f->loader, mp_batch_first(f->bs, k, f->dp_rank), f->bs->micro, in, tgt);
 }
 
+/* On resume, drops the lines of RUN/metrics.jsonl logged after the checkpoint's step (a crashed run may
+ * have logged steps it never saved: they are run again and logged anew). Rewrites through a temporary
+ * file and a rename. A missing file is fine. */
+static mp_code trim_metrics(const char *path, int64_t step, mp_err *err) {
+    FILE *in = fopen(path, "r");
+    if (!in) return MP_OK;
+    char tmp[MP_PATH_MAX + 40];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) { fclose(in); return mp_err_set(err, MP_EIO, "cannot write %s: %s", tmp, strerror(errno)); }
+    char line[4096];
+    int64_t dropped = 0;
+    while (fgets(line, sizeof line, in)) {
+        const char *p = strstr(line, "\"step\": ");
+        if (p && atoll(p + 8) > step) { dropped++; continue; }
+        fputs(line, out);
+    }
+    fclose(in);
+    if (fclose(out) != 0 || rename(tmp, path) != 0)
+        return mp_err_set(err, MP_EIO, "cannot rewrite %s: %s", path, strerror(errno));
+    if (dropped) mp_info("metrics: dropped %lld lines logged after step %lld (not in the checkpoint)", (long long)dropped,
+                         (long long)step);
+    return MP_OK;
+}
+
 typedef struct train_flags {
     const char *config, *run_dir, *device, *data_format, *train_data, *val_data;
     mp_train_config tc;
@@ -236,6 +261,7 @@ int mp_cmd_train(int argc, char **argv) {
         local = make_dir(f.run_dir, &err);
         char path[MP_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/metrics.jsonl", f.run_dir);
+        if (!local && resume_dir[0]) local = trim_metrics(path, rs.step, &err);
         if (!local && !(metrics = fopen(path, resume_dir[0] ? "a" : "w")))
             local = mp_err_set(&err, MP_EIO, "cannot write %s: %s", path, strerror(errno));
     }

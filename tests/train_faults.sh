@@ -83,4 +83,9 @@ $mpi "$bin" $common --run-dir "$run" --resume >"$work/p3.log" 2>&1 || fail "resu
 grep -q "resumed from .*step_0000000$expect_from at step $expect_from" "$work/p3.log" ||
     fail "expected to resume from step $expect_from: $(cat "$work/p3.log")"
 "$equal" "$work/ref/checkpoints/step_00000006" "$run/checkpoints/step_00000006" || fail "final state differs from the straight run"
+# the metrics file holds each step once (lines logged after the checkpoint by the failed run are
+# dropped on resume), with the straight run's losses
+grep -o '"step": [0-9]*, "loss": [^,]*' "$work/ref/metrics.jsonl" > "$work/ref.txt"
+grep -o '"step": [0-9]*, "loss": [^,]*' "$run/metrics.jsonl" > "$work/run.txt"
+cmp -s "$work/ref.txt" "$work/run.txt" || { paste "$work/ref.txt" "$work/run.txt"; fail "metrics.jsonl differs from the straight run"; }
 echo "ok ($case): resumed from step $expect_from and finished bitwise equal to the straight run"
