@@ -8,5 +8,6 @@
 int mp_cmd_train(int argc, char **argv);
 int mp_cmd_eval(int argc, char **argv);
 int mp_cmd_data(int argc, char **argv);
+int mp_cmd_ckpt(int argc, char **argv);
 
 #endif

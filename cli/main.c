@@ -15,6 +15,7 @@ static const char *usage =
     "  train    train a Llama model (run under mpirun for a dp x tp mesh)\n"
     "  eval     mean loss of a model over a token file\n"
     "  data     turn UTF-8 text files into byte-level token files (vocab 256)\n"
+    "  ckpt     inspect checkpoints: ls, show, verify, diff (across meshes)\n"
     "\n"
     "`meshpoint <command> --help` describes each command's options.\n";
 
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return mp_cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return mp_cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return mp_cmd_data(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt")) return mp_cmd_ckpt(argc - 2, argv + 2);
     fprintf(stderr, "meshpoint: unknown command \"%s\"\n\n%s", cmd, usage);
     return 2;
 }

@@ -31,6 +31,22 @@ typedef enum {
     LLAMA_SPLIT_COLS       /* dim 1 split over tp: o/down (row-parallel) */
 } llama_tp_split;
 
+/* A tensor of the model as a config defines it, before any mesh: HF name, logical shape, how tensor
+ * parallelism splits it, and its FSDP unit. */
+typedef struct llama_tensor_spec {
+    char name[96];
+    int ndim;                  /* 1 or 2 */
+    int64_t shape[2];          /* [rows, cols]; cols = 1 for vectors */
+    llama_tp_split split;
+    int unit;
+} llama_tensor_spec;
+
+/* The model's tensors for config c, in table order (embedding; per layer input_layernorm, q, k, v, o,
+ * post_attention_layernorm, gate, up, down; final norm; lm_head unless tied — tied: the final norm comes
+ * right after the embedding, in its unit). Writes at most cap specs to out (may be NULL) and returns
+ * the count, which is 9 * layers + 2 (+1 untied). The one list both the model and checkpoint tools use. */
+int llama_tensor_specs(const mp_model_config *c, llama_tensor_spec *out, int cap);
+
 typedef struct llama_param {
     char name[96];             /* HF name */
     int ndim;                  /* 1 or 2 */

@@ -10,6 +10,7 @@
  */
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "layers/llama_impl.h"
 
@@ -20,7 +21,7 @@ static int add_param(llama_model *m, const char *name, int ndim, int64_t rows, i
     assert(m->nparams < LLAMA_MAX_PARAMS);
     llama_param *p = &m->params[m->nparams];
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
+    snprintf(p->name, sizeof p->name, "%.95s", name);
     p->ndim = ndim;
     p->gshape[0] = rows;
     p->gshape[1] = ndim == 2 ? cols : 1;
@@ -62,42 +63,83 @@ static int add_param(llama_model *m, const char *name, int ndim, int64_t rows, i
     return m->nparams++;
 }
 
-/* Builds the parameter table. Units: untied: U0 = {embed}, U1..UL = blocks, U(L+1) = {norm, lm_head};
- * tied: U0 = {embed, norm}, U1..UL = blocks (the head reuses U0's embedding). */
-void llama_params_build(llama_model *m) {
-    const mp_model_config *c = &m->cfg;
-    int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = m->hd;
+int llama_tensor_specs(const mp_model_config *c, llama_tensor_spec *out, int cap) {
+    int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = mp_head_dim(c);
     int64_t H = c->num_attention_heads, KV = c->num_key_value_heads;
-    int L = c->num_hidden_layers;
-    char name[96];
-    m->nparams = 0;
-    m->p_embed = add_param(m, "model.embed_tokens.weight", 2, V, D, LLAMA_SPLIT_ROWS, 0);
-    if (c->tie_word_embeddings) m->p_norm = add_param(m, "model.norm.weight", 1, D, 1, LLAMA_REPLICATED, 0);
+    int L = c->num_hidden_layers, n = 0;
+#define SPEC(nd, rows, cols, sp, u, ...)                                                  \
+    do {                                                                                  \
+        if (out && n < cap) {                                                             \
+            llama_tensor_spec *t_ = &out[n];                                              \
+            snprintf(t_->name, sizeof t_->name, __VA_ARGS__);                             \
+            t_->ndim = (nd);                                                              \
+            t_->shape[0] = (rows);                                                        \
+            t_->shape[1] = (nd) == 2 ? (cols) : 1;                                        \
+            t_->split = (sp);                                                             \
+            t_->unit = (u);                                                               \
+        }                                                                                 \
+        n++;                                                                              \
+    } while (0)
+    /* Units: untied: U0 = {embed}, U1..UL = blocks, U(L+1) = {norm, lm_head}; tied: U0 = {embed, norm},
+     * U1..UL = blocks (the head reuses U0's embedding). */
+    SPEC(2, V, D, LLAMA_SPLIT_ROWS, 0, "model.embed_tokens.weight");
+    if (c->tie_word_embeddings) SPEC(1, D, 1, LLAMA_REPLICATED, 0, "model.norm.weight");
     for (int l = 0; l < L; l++) {
-        llama_layer_params *lp = &m->lp[l];
         int u = 1 + l;
-#define P(field, suffix, nd, rows, cols, split)                                   \
-        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);             \
-        lp->field = add_param(m, name, nd, rows, cols, split, u)
-        P(ln1, "input_layernorm.weight", 1, D, 1, LLAMA_REPLICATED);
-        P(wq, "self_attn.q_proj.weight", 2, H * hd, D, LLAMA_SPLIT_ROWS);
-        P(wk, "self_attn.k_proj.weight", 2, KV * hd, D, LLAMA_SPLIT_ROWS);
-        P(wv, "self_attn.v_proj.weight", 2, KV * hd, D, LLAMA_SPLIT_ROWS);
-        P(wo, "self_attn.o_proj.weight", 2, D, H * hd, LLAMA_SPLIT_COLS);
-        P(ln2, "post_attention_layernorm.weight", 1, D, 1, LLAMA_REPLICATED);
-        P(wg, "mlp.gate_proj.weight", 2, I, D, LLAMA_SPLIT_ROWS);
-        P(wu, "mlp.up_proj.weight", 2, I, D, LLAMA_SPLIT_ROWS);
-        P(wd, "mlp.down_proj.weight", 2, D, I, LLAMA_SPLIT_COLS);
-#undef P
+        SPEC(1, D, 1, LLAMA_REPLICATED, u, "model.layers.%d.input_layernorm.weight", l);
+        SPEC(2, H * hd, D, LLAMA_SPLIT_ROWS, u, "model.layers.%d.self_attn.q_proj.weight", l);
+        SPEC(2, KV * hd, D, LLAMA_SPLIT_ROWS, u, "model.layers.%d.self_attn.k_proj.weight", l);
+        SPEC(2, KV * hd, D, LLAMA_SPLIT_ROWS, u, "model.layers.%d.self_attn.v_proj.weight", l);
+        SPEC(2, D, H * hd, LLAMA_SPLIT_COLS, u, "model.layers.%d.self_attn.o_proj.weight", l);
+        SPEC(1, D, 1, LLAMA_REPLICATED, u, "model.layers.%d.post_attention_layernorm.weight", l);
+        SPEC(2, I, D, LLAMA_SPLIT_ROWS, u, "model.layers.%d.mlp.gate_proj.weight", l);
+        SPEC(2, I, D, LLAMA_SPLIT_ROWS, u, "model.layers.%d.mlp.up_proj.weight", l);
+        SPEC(2, D, I, LLAMA_SPLIT_COLS, u, "model.layers.%d.mlp.down_proj.weight", l);
     }
     if (!c->tie_word_embeddings) {
-        m->p_norm = add_param(m, "model.norm.weight", 1, D, 1, LLAMA_REPLICATED, L + 1);
-        m->p_head = add_param(m, "lm_head.weight", 2, V, D, LLAMA_SPLIT_ROWS, L + 1);
-        m->nunits = L + 2;
-    } else {
-        m->p_head = m->p_embed;
-        m->nunits = L + 1;
+        SPEC(1, D, 1, LLAMA_REPLICATED, L + 1, "model.norm.weight");
+        SPEC(2, V, D, LLAMA_SPLIT_ROWS, L + 1, "lm_head.weight");
     }
+#undef SPEC
+    return n;
+}
+
+/* Builds the parameter table from the specs: the TP slice and FSDP shard of each on this rank. */
+void llama_params_build(llama_model *m) {
+    int n = llama_tensor_specs(&m->cfg, NULL, 0);
+    assert(n <= LLAMA_MAX_PARAMS);
+    llama_tensor_spec *specs = mp_xmalloc(sizeof *specs * (size_t)n);
+    llama_tensor_specs(&m->cfg, specs, n);
+    m->nparams = 0;
+    for (int i = 0; i < n; i++) {
+        const llama_tensor_spec *t = &specs[i];
+        int idx = add_param(m, t->name, t->ndim, t->shape[0], t->shape[1], t->split, t->unit);
+        const char *nm = t->name;
+        int l = -1;
+        char field[64] = "";
+        if (sscanf(nm, "model.layers.%d.%63s", &l, field) == 2) {
+            llama_layer_params *lp = &m->lp[l];
+            if (!strcmp(field, "input_layernorm.weight")) lp->ln1 = idx;
+            else if (!strcmp(field, "self_attn.q_proj.weight")) lp->wq = idx;
+            else if (!strcmp(field, "self_attn.k_proj.weight")) lp->wk = idx;
+            else if (!strcmp(field, "self_attn.v_proj.weight")) lp->wv = idx;
+            else if (!strcmp(field, "self_attn.o_proj.weight")) lp->wo = idx;
+            else if (!strcmp(field, "post_attention_layernorm.weight")) lp->ln2 = idx;
+            else if (!strcmp(field, "mlp.gate_proj.weight")) lp->wg = idx;
+            else if (!strcmp(field, "mlp.up_proj.weight")) lp->wu = idx;
+            else if (!strcmp(field, "mlp.down_proj.weight")) lp->wd = idx;
+            else assert(!"unknown layer tensor");
+        } else if (!strcmp(nm, "model.embed_tokens.weight")) {
+            m->p_embed = idx;
+        } else if (!strcmp(nm, "model.norm.weight")) {
+            m->p_norm = idx;
+        } else if (!strcmp(nm, "lm_head.weight")) {
+            m->p_head = idx;
+        }
+    }
+    free(specs);
+    if (m->cfg.tie_word_embeddings) m->p_head = m->p_embed;
+    m->nunits = m->cfg.num_hidden_layers + (m->cfg.tie_word_embeddings ? 1 : 2);
 }
 
 /* Elements of a parameter's local shard and of its full TP slice. */
