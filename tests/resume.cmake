@@ -51,3 +51,9 @@ foreach(v "INT;1" "TERM;4")
   set_tests_properties(train_signal_${sig}_np${np} PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300 LABELS mpi
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
 endforeach()
+# Load-time resharding: saved on tp 2 x dp 2, resumed on dp 2 and on one process.
+add_test(NAME resume_on_another_mesh
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/resume_other_mesh.sh $<TARGET_FILE:meshpoint> ${MP_RESUME_DATA}/t_train.bin
+                 ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json ${CMAKE_BINARY_DIR}/resume_other_mesh)
+set_tests_properties(resume_on_another_mesh PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300 LABELS mpi
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
