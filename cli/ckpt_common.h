@@ -1,0 +1,132 @@
+/*
+ * cli/ckpt_common.h — the helpers `meshpoint ckpt ls|show|verify|diff` share (cli/ckpt_*.c; single
+ * process, read only, built on the public API of ckpt/ckpt.h only).
+ *
+ * - Exit status of every subcommand: MP_CKPT_ST_OK 0 ok, MP_CKPT_ST_FAIL 1 a check failed or the
+ *   checkpoints differ, MP_CKPT_ST_USAGE 2 bad usage or unreadable/missing input.
+ * - Locating: a DIR argument is a checkpoint directory (it holds index.h5), or a checkpoint root or a
+ *   run directory (PATH/checkpoints), meaning its newest complete checkpoint (mp_ckpt_resolve).
+ * - Chunks: every tensor is read through ckpt_read in the same "chunks": boxes that cut the tensor along
+ *   one dimension s (all dims after s whole, dims before s one index at a time), sized so that one chunk
+ *   is at most mp_ckpt_chunk_bytes() (16 MiB; env MP_CKPT_CHUNK_BYTES overrides it, tests use tiny
+ *   chunks to exercise the cutting). The reader finds the saved boxes each chunk meets, so two
+ *   checkpoints with different box layouts (different meshes) are compared chunk against identical
+ *   chunk, and memory stays bounded whatever the model size.
+ * - Statistics are over the finite elements (min, max, mean, population std, L2 norm), merged chunk by
+ *   chunk with Chan's parallel variance formula in double; NaN/Inf elements are counted separately.
+ * - Display: numbers print as integers exactly, else with 10 significant digits; JSON values compactly.
+ */
+#ifndef MP_CLI_CKPT_COMMON_H
+#define MP_CLI_CKPT_COMMON_H
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "ckpt/ckpt.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+enum { MP_CKPT_ST_OK = 0, MP_CKPT_ST_FAIL = 1, MP_CKPT_ST_USAGE = 2 };
+
+/* ------------------------------------------------------------------------------------ subcommands */
+
+/* `meshpoint ckpt ls ARGS` (argv after "ls"): the checkpoints under a root. Returns the exit status. */
+int mp_ckpt_ls(int argc, char **argv);
+/* `meshpoint ckpt show ARGS`: what one checkpoint holds, text or JSON. Returns the exit status. */
+int mp_ckpt_show(int argc, char **argv);
+/* `meshpoint ckpt verify ARGS`: integrity, metadata and tensor set. Returns the exit status. */
+int mp_ckpt_verify(int argc, char **argv);
+/* `meshpoint ckpt diff ARGS`: two checkpoints tensor by tensor and their metadata. Returns the exit status. */
+int mp_ckpt_diff(int argc, char **argv);
+
+/* ---------------------------------------------------------------------------------- small helpers */
+
+/* The chunk size in bytes: 16 MiB, or MP_CKPT_CHUNK_BYTES (>= 16) when set. */
+int64_t mp_ckpt_chunk_bytes(void);
+/* 1 if p exists and is a directory. */
+int mp_ckpt_is_dir(const char *p);
+/* 1 if p exists (any kind of file). */
+int mp_ckpt_exists(const char *p);
+/* "a/b" in a malloc'd string (aborts on out of memory). */
+char *mp_ckpt_join(const char *a, const char *b);
+/* n bytes for humans ("512 B", "1.5 MiB") into buf; returns buf. */
+const char *mp_ckpt_human(char *buf, size_t cap, int64_t n);
+/* A shape as "[256, 32]" into buf (truncated to cap); returns buf. */
+const char *mp_ckpt_shape_str(char *buf, size_t cap, int ndim, const int64_t *s);
+/* The element count of a shape (1 for ndim 0). */
+int64_t mp_ckpt_numel(int ndim, const int64_t *s);
+/* A number for display into buf: integers exactly, other values with 10 significant digits; returns buf. */
+const char *mp_ckpt_num_str(char *buf, size_t cap, double v);
+/* Prints a JSON value compactly to f (strings without quotes, numbers via mp_ckpt_num_str). */
+void mp_ckpt_print_json_value(FILE *f, const cJSON *v);
+/* Metadata entry key of r parsed as JSON (caller cJSON_Deletes), or NULL if absent or not JSON. */
+cJSON *mp_ckpt_meta_json(const ckpt_reader *r, const char *key);
+/* 1 and *out set if field of object o is present and an integer, else 0 (*out untouched). */
+int mp_ckpt_json_int(const cJSON *o, const char *field, int64_t *out);
+/* "tp 2 x dp 2" from r's mesh metadata, else "world N (no mesh metadata)", into buf; returns buf. */
+const char *mp_ckpt_mesh_str(char *buf, size_t cap, const ckpt_reader *r);
+
+/* Element i of a buffer of dtype dt, as a double (inline: the per-element loops of stats and diff). */
+/* Element i of a buffer of dtype dt, as a double. */
+static inline double mp_ckpt_elem(const void *buf, mp_dtype dt, int64_t i) {
+    switch (dt) {
+    case MP_F32: return ((const float *)buf)[i];
+    case MP_BF16: return mp_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case MP_I32: return ((const int32_t *)buf)[i];
+    }
+    return NAN;
+}
+
+/* ---------------------------------------------------------------------------- locating checkpoints */
+
+/* The checkpoint root a path means: the path, or PATH/checkpoints for a run directory. Malloc'd. */
+char *mp_ckpt_root_of(const char *path);
+/* The checkpoint directory path names (itself, or a root's newest complete checkpoint) into *dir
+ * (malloc'd); MP_EINPUT naming path when there is none. */
+mp_code mp_ckpt_resolve(const char *path, char **dir, mp_err *err);
+
+/* ----------------------------------------------------------------------------------------- chunks */
+
+/* Cuts a tensor into boxes of at most `budget` bytes along one dimension `split`: dims after it whole,
+ * dims before it one index at a time, `step` indices of split per chunk. Visits chunks in row-major
+ * order of their offsets, so two iterators over equal shapes yield identical chunks. */
+typedef struct mp_ckpt_chunk_iter {
+    int ndim, split, done;
+    int64_t shape[CKPT_MAX_DIMS], step;
+    int64_t off[CKPT_MAX_DIMS], cshape[CKPT_MAX_DIMS];  /* the current chunk */
+} mp_ckpt_chunk_iter;
+
+/* Starts it over a tensor of ndim dims, shape, esize-byte elements, chunks of at most budget bytes
+ * (budget >= esize). */
+void mp_ckpt_chunk_init(mp_ckpt_chunk_iter *it, int ndim, const int64_t *shape, size_t esize, int64_t budget);
+/* The current chunk's element count (it->off / it->cshape filled), or 0 when the iteration is over. */
+int64_t mp_ckpt_chunk_current(mp_ckpt_chunk_iter *it);
+/* Advances it to the next chunk (row-major order of the chunk offsets). */
+void mp_ckpt_chunk_next(mp_ckpt_chunk_iter *it);
+
+/* ------------------------------------------------------------------------------------- statistics */
+
+/* Statistics of one tensor's finite elements; min/max are meaningful only when n > 0. */
+typedef struct mp_ckpt_tstats {
+    int64_t n;          /* finite elements */
+    int64_t nonfinite;  /* NaN or +-Inf */
+    double min, max, mean, m2, sumsq;
+} mp_ckpt_tstats;
+
+/* The population std of s's finite elements, NaN when there are none. */
+double mp_ckpt_stats_std(const mp_ckpt_tstats *s);
+/* Streams tensor t of r through ckpt_read chunk by chunk (buf holds budget bytes) into *st; the
+ * reader's error on a failed read. */
+mp_code mp_ckpt_tensor_stats(ckpt_reader *r, const ckpt_tensor_info *t, void *buf, int64_t budget,
+                             mp_ckpt_tstats *st, mp_err *err);
+
+/* --------------------------------------------------------------------------------------- metadata */
+
+/* r's "model_config" metadata parsed into *mc (MP_OK), or MP_ECHECK / the parse error. */
+mp_code mp_ckpt_parse_model_config(const ckpt_reader *r, mp_model_config *mc, mp_err *err);
+/* The metadata keys a training checkpoint writes, NULL-terminated ("model_config" first). */
+extern const char *const mp_ckpt_known_meta[];
+
+#endif

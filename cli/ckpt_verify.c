@@ -1,0 +1,197 @@
+/*
+ * cli/ckpt_verify.c — `meshpoint ckpt verify DIR [--format-only]`: ckpt_verify (the index, every box's
+ * bytes against its checksums, coverage), then the metadata and the tensor set a training checkpoint
+ * needs. Every problem found is printed as "problem: ..." before the verdict.
+ *
+ * verify derives the expected tensor set from the model config through llama_tensor_specs, the same
+ * list the model's parameter table is built from (no model is created). When ckpt_verify fails it has
+ * stopped at the first bad box, so every tensor is then read in chunks to name each damaged one.
+ * Exit status: 0 ok, 1 a check failed, 2 bad usage or missing input.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli/args.h"
+#include "cli/ckpt_common.h"
+#include "core/alloc.h"
+#include "layers/llama.h"
+
+/* The parameters of a Llama config in HF names and logical shapes: layers/ keeps the one list
+ * (llama_tensor_specs) that the model itself is built from. Returns the count; *out is malloc'd. */
+static int training_params(const mp_model_config *c, llama_tensor_spec **out) {
+    int n = llama_tensor_specs(c, NULL, 0);
+    llama_tensor_spec *p = mp_xmalloc(sizeof *p * (size_t)n);
+    llama_tensor_specs(c, p, n);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += p[i].shape[0] * p[i].shape[1];
+    assert(total == mp_model_num_params(c));   /* the same model as core/config.c counts */
+    *out = p;
+    return n;
+}
+
+/* The tensor groups a training checkpoint stores for every parameter. */
+static const char *const kinds[3] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
+
+/* The problems found so far (each is printed when found). */
+typedef struct problems {
+    int n;
+} problems;
+
+/* Prints "problem: <fmt>" and counts it in p. */
+static void problem(problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(problems *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("problem: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    p->n++;
+}
+
+/* Checks the metadata a training checkpoint needs; each problem is reported. */
+static void verify_meta(const ckpt_reader *r, problems *pr) {
+    mp_model_config mc;
+    mp_err err;
+    if (mp_ckpt_parse_model_config(r, &mc, &err)) problem(pr, "%s", err.msg);
+    const char *step = ckpt_meta_get(r, "step");
+    if (!step) problem(pr, "metadata \"step\" is missing");
+    else {
+        char *end;
+        errno = 0;
+        long long v = strtoll(step, &end, 10);
+        while (*end == ' ' || *end == '\n') end++;
+        if (errno || end == step || *end || v < 0) problem(pr, "metadata \"step\" is not a non-negative integer: \"%s\"", step);
+        else if (v != ckpt_reader_step(r))
+            problem(pr, "metadata \"step\" (%lld) disagrees with the index's step (%lld)", v, (long long)ckpt_reader_step(r));
+    }
+    const char *dc = ckpt_meta_get(r, "data_cursor");
+    if (!dc) problem(pr, "metadata \"data_cursor\" is missing");
+    else {
+        cJSON *j = cJSON_Parse(dc);
+        int64_t v;
+        if (!cJSON_IsObject(j)) problem(pr, "metadata \"data_cursor\" is not a JSON object: %s", dc);
+        else {
+            static const char *const f[] = {"pos", "epoch", "batch_size", "seq_len"};
+            for (int i = 0; i < 4; i++)
+                if (!mp_ckpt_json_int(j, f[i], &v) || v < (i < 2 ? 0 : 1))
+                    problem(pr, "metadata \"data_cursor\": field \"%s\" is missing or not a %s integer", f[i],
+                            i < 2 ? "non-negative" : "positive");
+        }
+        cJSON_Delete(j);
+    }
+    /* the others must parse when present */
+    for (int i = 0; mp_ckpt_known_meta[i]; i++) {
+        const char *k = mp_ckpt_known_meta[i], *v = ckpt_meta_get(r, k);
+        if (!strcmp(k, "model_config") || !strcmp(k, "step") || !strcmp(k, "data_cursor")) continue;
+        if (!v) { printf("note: metadata \"%s\" is absent\n", k); continue; }
+        cJSON *j = cJSON_Parse(v);
+        if (!cJSON_IsObject(j)) problem(pr, "metadata \"%s\" is not a JSON object", k);
+        cJSON_Delete(j);
+    }
+    cJSON *m = mp_ckpt_meta_json(r, "mesh");
+    int64_t tp, dp, world;
+    if (m && mp_ckpt_json_int(m, "tp", &tp) && mp_ckpt_json_int(m, "dp", &dp) && mp_ckpt_json_int(m, "world", &world)) {
+        if (tp < 1 || dp < 1 || tp * dp != world || world != ckpt_reader_world(r))
+            problem(pr, "metadata \"mesh\" (tp %lld x dp %lld, world %lld) disagrees with itself or with the index's "
+                        "world size %d", (long long)tp, (long long)dp, (long long)world, ckpt_reader_world(r));
+    } else if (m) {
+        problem(pr, "metadata \"mesh\" lacks integer fields world, tp, dp");
+    }
+    cJSON_Delete(m);
+}
+
+/* Checks that the tensors are exactly model/, optim/exp_avg/, optim/exp_avg_sq/ of every parameter of
+ * the config, f32, with the logical HF shapes. */
+static void verify_tensor_set(const ckpt_reader *r, const mp_model_config *mc, problems *pr) {
+    llama_tensor_spec *ps;
+    int np = training_params(mc, &ps), nt = ckpt_num_tensors(r);
+    char *seen = mp_xcalloc((size_t)nt + 1);
+    char sa[128], sb[128];
+    for (int i = 0; i < np; i++)
+        for (int k = 0; k < 3; k++) {
+            char name[256];
+            snprintf(name, sizeof name, "%s/%s", kinds[k], ps[i].name);
+            int t = ckpt_tensor_find(r, name);
+            if (t < 0) { problem(pr, "tensor %s is missing (the model config needs it)", name); continue; }
+            seen[t] = 1;
+            const ckpt_tensor_info *ti = ckpt_tensor_at(r, t);
+            if (ti->dtype != MP_F32) problem(pr, "tensor %s has dtype %s, a training checkpoint stores f32", name, mp_dtype_name(ti->dtype));
+            if (ti->ndim != ps[i].ndim || ti->shape[0] != ps[i].shape[0] || (ps[i].ndim == 2 && ti->shape[1] != ps[i].shape[1]))
+                problem(pr, "tensor %s has shape %s, the model config needs %s", name, mp_ckpt_shape_str(sa, sizeof sa, ti->ndim, ti->shape),
+                        mp_ckpt_shape_str(sb, sizeof sb, ps[i].ndim, ps[i].shape));
+        }
+    for (int t = 0; t < nt; t++)
+        if (!seen[t]) problem(pr, "tensor %s is not part of the model the config describes", ckpt_tensor_at(r, t)->name);
+    free(seen);
+    free(ps);
+}
+
+/* `meshpoint ckpt verify`: see the top of this file. Returns the exit status. */
+int mp_ckpt_verify(int argc, char **argv) {
+    int format_only = 0, npos = 0, help = 0;
+    const mp_arg flags[] = {
+        {"format-only", MP_ARG_SWITCH, &format_only, NULL, "only the format checks (any checkpoint, not only training ones)"},
+        {0}};
+    mp_err err;
+    mp_err_clear(&err);
+    if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) {
+        fprintf(stderr, "meshpoint ckpt verify: %s\n", err.msg);
+        return MP_CKPT_ST_USAGE;
+    }
+    if (help) {
+        mp_args_help(stdout, "meshpoint ckpt verify DIR [--format-only]",
+                     "Verifies a checkpoint: the index, every box's bytes against its checksums, coverage; then that "
+                     "the metadata a training run needs (model_config, step, data_cursor) is present and valid and "
+                     "that the tensors are exactly model/, optim/exp_avg/ and optim/exp_avg_sq/ of every parameter "
+                     "of the model config, with its logical shape. Exit 1 naming every problem found.",
+                     flags);
+        return MP_CKPT_ST_OK;
+    }
+    if (npos != 1) {
+        fprintf(stderr, "meshpoint ckpt verify: expected one checkpoint DIR (see --help)\n");
+        return MP_CKPT_ST_USAGE;
+    }
+    char *dir = NULL;
+    if (mp_ckpt_resolve(argv[0], &dir, &err)) {
+        fprintf(stderr, "meshpoint ckpt verify: %s\n", err.msg);
+        return MP_CKPT_ST_USAGE;
+    }
+    problems pr = {0};
+    ckpt_reader *r = NULL;
+    if (ckpt_open(&r, dir, &err)) {
+        problem(&pr, "%s", err.msg);
+        printf("FAILED: %s: %d problem%s\n", dir, pr.n, pr.n == 1 ? "" : "s");
+        free(dir);
+        return MP_CKPT_ST_FAIL;
+    }
+    int64_t bytes = 0;
+    if (ckpt_verify(r, &bytes, &err)) {
+        char first[MP_ERR_MSG_MAX];
+        snprintf(first, sizeof first, "%s", err.msg);
+        problem(&pr, "%s", first);
+        /* the library stops at the first bad box: read every tensor to name each damaged one */
+        int64_t budget = mp_ckpt_chunk_bytes();
+        void *buf = mp_xmalloc((size_t)budget);
+        for (int i = 0; i < ckpt_num_tensors(r); i++) {
+            mp_ckpt_tstats s;
+            if (mp_ckpt_tensor_stats(r, ckpt_tensor_at(r, i), buf, budget, &s, &err) && strcmp(err.msg, first))
+                problem(&pr, "%s", err.msg);
+        }
+        free(buf);
+    }
+    if (!format_only) {
+        verify_meta(r, &pr);
+        mp_model_config mc;
+        mp_err ce;
+        if (mp_ckpt_parse_model_config(r, &mc, &ce) == MP_OK) verify_tensor_set(r, &mc, &pr);
+    }
+    if (pr.n) printf("FAILED: %s: %d problem%s\n", dir, pr.n, pr.n == 1 ? "" : "s");
+    else printf("ok: %d tensors, %lld bytes verified (%s)\n", ckpt_num_tensors(r), (long long)bytes, dir);
+    ckpt_close(r);
+    free(dir);
+    return pr.n ? MP_CKPT_ST_FAIL : MP_CKPT_ST_OK;
+}
