@@ -61,6 +61,9 @@ struct mp_comm {
 
 /* A communicator of one rank: every op is an identity (copy where in != out). */
 mp_comm *mp_comm_self(void);
+/* Points c's collectives (not destroy) at the one-rank implementations of mp_comm_self: how any
+ * backend's communicator of a group of one behaves, with nothing moved and nothing counted. */
+void mp_comm_use_self_ops(mp_comm *c);
 /* Sum of bytes_sent (and of seconds) over all op kinds; reset of all counters. */
 double mp_comm_total_seconds(const mp_comm *c);
 int64_t mp_comm_total_bytes(const mp_comm *c);

@@ -2,8 +2,8 @@
  * core/comm_mpi.c — mp_comm over MPI (see core/comm_mpi.h for the design and determinism notes).
  *
  * Each op checks its arguments, counts its traffic with the exact formulas of core/comm.h, then calls
- * the matching MPI collective. A group of one rank takes the self path (copy, no MPI call, nothing
- * counted), so a tp = 1 or dp = 1 group under MPI behaves exactly as mp_comm_self().
+ * the matching MPI collective. A group of one rank gets mp_comm_self's ops at creation (copy, no MPI
+ * call, nothing counted), so a tp = 1 or dp = 1 group under MPI behaves exactly as mp_comm_self().
  */
 #include "core/comm_mpi.h"
 #include "core/alloc.h"
@@ -49,7 +49,7 @@ static int64_t fill_counts(mp_comm *c, const int64_t *counts) {
 /* In place sum/max over the group: MPI_Allreduce with MPI_IN_PLACE. */
 static void mpi_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
     assert(n >= 0 && (x || n == 0));
-    if (c->size == 1) return;
+    assert(c->size > 1);
     assert(n <= INT_MAX && "comm: all_reduce count does not fit in an int");
     int64_t s, b;
     mp_split(n, c->size, c->rank, &s, &b);
@@ -61,7 +61,7 @@ static void mpi_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
 
 static void mpi_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
     assert(n >= 0 && (x || n == 0));
-    if (c->size == 1) return;
+    assert(c->size > 1);
     assert(n <= INT_MAX && "comm: all_reduce_f64 count does not fit in an int");
     int64_t s, b;
     mp_split(n, c->size, c->rank, &s, &b);
@@ -74,11 +74,7 @@ static void mpi_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
 /* out = concat_r in_r[counts[r]]. in may be out + displ[rank] (in place); otherwise the two must not
  * overlap. */
 static void mpi_all_gatherv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
-    if (c->size == 1) {
-        assert(counts[0] >= 0);
-        if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * sizeof(float));
-        return;
-    }
+    assert(c->size > 1);
     mpi_impl *im = impl_of(c);
     int64_t total = fill_counts(c, counts);
     int me = c->rank;
@@ -92,11 +88,7 @@ static void mpi_all_gatherv(mp_comm *c, float *out, const float *in, const int64
 
 /* out[counts[rank]] = sum over the group of in[displ_rank ...]. out must not overlap in. */
 static void mpi_reduce_scatterv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
-    if (c->size == 1) {
-        assert(counts[0] >= 0);
-        if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * sizeof(float));
-        return;
-    }
+    assert(c->size > 1);
     mpi_impl *im = impl_of(c);
     int64_t total = fill_counts(c, counts);
     int me = c->rank;
@@ -115,7 +107,7 @@ static void mpi_reduce_scatterv(mp_comm *c, float *out, const float *in, const i
 /* bytes from root to every rank, in chunks of at most g_bcast_chunk bytes. */
 static void mpi_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     assert(root >= 0 && root < c->size && (buf || bytes == 0));
-    if (c->size == 1) return;
+    assert(c->size > 1);
     if (c->rank == root) c->bytes_sent[MP_COMM_BCAST] += (int64_t)bytes;
     c->calls[MP_COMM_BCAST]++;
     MPI_Comm comm = impl_of(c)->comm;
@@ -126,7 +118,7 @@ static void mpi_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
 }
 
 static void mpi_barrier(mp_comm *c) {
-    if (c->size == 1) return;
+    assert(c->size > 1);
     MPI_Barrier(impl_of(c)->comm);
 }
 
@@ -164,6 +156,7 @@ mp_comm *mp_comm_mpi_create(MPI_Comm comm) {
     c->barrier = mpi_barrier;
     c->destroy = mpi_destroy;
     c->impl = im;
+    if (c->size == 1) mp_comm_use_self_ops(c);   /* a group of one: the self path, nothing counted */
     return c;
 }
 

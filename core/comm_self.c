@@ -43,18 +43,23 @@ static void self_destroy(mp_comm *c) {
     mp_free_acct(c, sizeof *c, MP_MEM_COMM);
 }
 
-/* A new communicator of one rank; aborts on OOM (as every mp_alloc). */
-mp_comm *mp_comm_self(void) {
-    mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
-    c->name = "self";
-    c->rank = 0;
-    c->size = 1;
+void mp_comm_use_self_ops(mp_comm *c) {
+    assert(c && c->size == 1);
     c->all_reduce = self_all_reduce;
     c->all_reduce_f64 = self_all_reduce_f64;
     c->all_gatherv = self_all_gatherv;
     c->reduce_scatterv = self_reduce_scatterv;
     c->broadcast = self_broadcast;
     c->barrier = self_barrier;
+}
+
+/* A new communicator of one rank; aborts on OOM (as every mp_alloc). */
+mp_comm *mp_comm_self(void) {
+    mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
+    c->name = "self";
+    c->rank = 0;
+    c->size = 1;
+    mp_comm_use_self_ops(c);
     c->destroy = self_destroy;
     c->impl = NULL;
     return c;
