@@ -82,7 +82,7 @@ int mp_cmd_eval(int argc, char **argv) {
                tc.seq_len, data, checkpoint ? checkpoint : "initialisation");
     goto done;
 fail:
-    status = mp_runtime_fail(&rt, &err, 1);
+    status = mp_runtime_fail(&rt, &err);
 done:
     free(in);
     free(tgt);

@@ -369,7 +369,7 @@ fail_agreed:
     status = mp_exit_status(agreed);   /* the failing rank printed the message */
     goto done;
 fail:
-    status = mp_runtime_fail(&rt, &err, 1);
+    status = mp_runtime_fail(&rt, &err);
 done:
     mp_checkpointer_free(&ck);
     if (metrics) fclose(metrics);

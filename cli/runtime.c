@@ -40,8 +40,8 @@ mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_e
     return MP_OK;
 }
 
-int mp_runtime_fail(const mp_runtime *rt, const mp_err *err, int collective) {
-    if (!collective || rt->rank == 0) fprintf(stderr, "meshpoint: error: %s\n", err->msg);
+int mp_runtime_fail(const mp_runtime *rt, const mp_err *err) {
+    if (rt->rank == 0) fprintf(stderr, "meshpoint: error: %s\n", err->msg);
     return mp_exit_status(err->code);
 }
 

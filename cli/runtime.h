@@ -28,9 +28,9 @@ typedef struct mp_runtime {
 void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv);
 /* Builds the mesh (tp, dp; dp = 0 means world / tp) and picks the backend ("cpu" | "cuda"). */
 mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_err *err);
-/* Prints err (rank 0 only when the error is the same on every rank: `collective` = 1) and returns the
- * exit status for it. */
-int mp_runtime_fail(const mp_runtime *rt, const mp_err *err, int collective);
+/* Prints err once (from rank 0: it is an error every rank found the same way) and returns the exit
+ * status for it. Errors only some ranks may find go through mp_runtime_agree instead. */
+int mp_runtime_fail(const mp_runtime *rt, const mp_err *err);
 /* For a step that can fail on some ranks only (reading a checkpoint, rank-0-only file work): every
  * rank learns whether any failed, and the lowest failing rank prints its message — one message, not
  * one per rank. Returns the highest code of any rank (MP_OK if none failed); a rank that did not fail

@@ -29,6 +29,14 @@ static char *write_repeated(const char *dir, const char *name, const char *text,
     return path;
 }
 
+/* Writes the small model's config into dir/c.json and returns its path. */
+static char *small_config(const char *dir) {
+    char *cfg = NULL;
+    cr_assert(asprintf(&cfg, "%s/c.json", dir) > 0);
+    tu_write_file(cfg, small_model);
+    return cfg;
+}
+
 /* Reads the "loss" values of RUN/metrics.jsonl as text (bitwise comparison) and the last one as double. */
 static int read_losses(const char *run, char lines[][64], int max, double *last) {
     char *path = NULL;
@@ -55,9 +63,7 @@ static int read_losses(const char *run, char lines[][64], int max, double *last)
 Test(train, memorises_a_repeated_sequence, .timeout = 300) {
     char *dir = tu_mkdtemp("mem");
     char *data = write_repeated(dir, "rep.bin", "meshpoint trains llamas! ", 400);
-    char *cfg = NULL, *cmd = NULL, *out = NULL;
-    cr_assert(asprintf(&cfg, "%s/c.json", dir) > 0);
-    tu_write_file(cfg, small_model);
+    char *cfg = small_config(dir), *cmd = NULL, *out = NULL;
     cr_assert(asprintf(&cmd, "%s train --config %s --train-data %s --run-dir %s/run --steps 300 --batch 8 "
                              "--seq-len 64 --lr 3e-3 --min-lr 1e-4 --warmup 20 --weight-decay 0 --log-every 50",
                        tu_bin(), cfg, data, dir) > 0);
@@ -75,9 +81,7 @@ Test(train, memorises_a_repeated_sequence, .timeout = 300) {
 Test(train, same_seed_gives_bitwise_identical_losses, .timeout = 300) {
     char *dir = tu_mkdtemp("det");
     char *data = write_repeated(dir, "d.bin", "The quick brown fox jumps over the lazy dog. 0123456789\n", 100);
-    char *cfg = NULL;
-    cr_assert(asprintf(&cfg, "%s/c.json", dir) > 0);
-    tu_write_file(cfg, small_model);
+    char *cfg = small_config(dir);
     char lines[2][64][64];
     double last;
     int n[2];
@@ -212,9 +216,7 @@ Test(cli, help_for_program_and_every_command) {
 Test(cli, eval_reports_the_loss_of_the_initialisation) {
     char *dir = tu_mkdtemp("eval");
     char *data = write_repeated(dir, "e.bin", "evaluation text, repeated. ", 50);
-    char *cfg = NULL, *cmd = NULL, *out = NULL;
-    cr_assert(asprintf(&cfg, "%s/c.json", dir) > 0);
-    tu_write_file(cfg, small_model);
+    char *cfg = small_config(dir), *cmd = NULL, *out = NULL;
     cr_assert(asprintf(&cmd, "%s eval --config %s --data %s --batch 2 --seq-len 32 --batches 3", tu_bin(), cfg, data) > 0);
     cr_assert_eq(tu_run(cmd, &out), 0, "%s", out);
     const char *p = strstr(out, "eval loss ");
@@ -227,9 +229,7 @@ Test(cli, eval_reports_the_loss_of_the_initialisation) {
 Test(cli, eval_of_a_checkpoint_equals_the_validation_loss_of_training, .timeout = 120) {
     char *dir = tu_mkdtemp("evck");
     char *data = write_repeated(dir, "t.bin", "checkpointed weights evaluate the same. ", 60);
-    char *cfg = NULL, *cmd = NULL, *out = NULL;
-    cr_assert(asprintf(&cfg, "%s/c.json", dir) > 0);
-    tu_write_file(cfg, small_model);
+    char *cfg = small_config(dir), *cmd = NULL, *out = NULL;
     cr_assert(asprintf(&cmd, "%s train --config %s --train-data %s --val-data %s --run-dir %s/run --steps 6 "
                              "--batch 2 --seq-len 32 --eval-batches 3 --ckpt-every 6",
                        tu_bin(), cfg, data, data, dir) > 0);
