@@ -48,7 +48,7 @@
 #include "core/tensor.h"
 
 #define CKPT_FORMAT_NAME "meshpoint-checkpoint"
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2          /* written; readers accept 1 and 2 (docs/FORMAT.md) */
 #define CKPT_MAX_DIMS 4
 #define CKPT_NAME_MAX 255      /* longest tensor name, bytes */
 #define CKPT_KEY_MAX 64        /* longest metadata key, bytes */
@@ -61,6 +61,12 @@ typedef struct ckpt_save_opts {
     int unchecked_coverage;  /* tests only: skip the commit-time exact-cover check, so that a layout
                                 with gaps or overlaps reaches disk and the reader's checks can be
                                 exercised. Never set in real saves. */
+    int world_size;          /* > 0: the world size recorded in the index and rank files, for offline
+                                writers that write the files of another job's ranks (ckpt_save_add_fill
+                                with file_rank < world_size). 0: the communicator's size. */
+    size_t fill_bytes;       /* buffer bound for boxes added with ckpt_save_add_fill: each box is
+                                produced and written in row bands of at most this many bytes (at least
+                                one tile row). 0: 16 MiB. */
 } ckpt_save_opts;
 
 typedef struct ckpt_stats {
@@ -73,6 +79,15 @@ typedef struct ckpt_stats {
 } ckpt_stats;
 
 typedef struct ckpt_save ckpt_save;
+
+/* Begins a save that commits to exactly the directory dir (not ROOT/step_N): written into
+ * dir.partial (a stale one from an interrupted run is removed), renamed to dir at the commit; no
+ * `latest`, no retention. If dir exists: without replace the call fails (MP_EINPUT) on every rank;
+ * with replace the old directory stays untouched until the final rename, which swaps the two
+ * atomically (renameat2 RENAME_EXCHANGE, else two renames), and is removed after it. Collective,
+ * like ckpt_save_begin. Used by offline tools (reshard, init). */
+mp_code ckpt_save_begin_dir(ckpt_save **out, mp_comm *world, const char *dir, int64_t step,
+                            const ckpt_save_opts *opts, int replace, mp_err *e);
 
 /* Begins a save of step `step` (>= 0) into root (created if missing). Collective: every rank of
  * world calls it; rank 0 creates ROOT/step_%08d.partial (replacing a stale one) and the call fails on
@@ -90,6 +105,21 @@ mp_code ckpt_save_begin(ckpt_save **out, mp_comm *world, const char *root, int64
  * every rank. */
 mp_code ckpt_save_add(ckpt_save *s, const char *name, mp_dtype dt, int ndim, const int64_t *gshape,
                       const int64_t *offset, const int64_t *shape, const void *data, mp_err *e);
+
+/* Produces the sub-box (offset, shape) (global coordinates, inside the box being written; always
+ * whole rows of dims 1.. of the box, i.e. a band of dim-0 rows) into buf, row-major. */
+typedef mp_code (*ckpt_fill_fn)(void *ctx, const int64_t *offset, const int64_t *shape, void *buf, mp_err *e);
+
+/* Like ckpt_save_add, but the data is produced on demand while the file is written: the writer calls
+ * fill for consecutive row bands of at most opts.fill_bytes and writes and hashes each band before
+ * asking for the next, so memory stays bounded whatever the box size. The box goes to the rank file
+ * of file_rank (0 <= file_rank < world size, see opts.world_size): one process may write the files
+ * of several ranks (offline resharding), each file written once all its boxes are added. Boxes of a
+ * file are written in the order added. ctx must stay valid until the commit. Synchronous saves only
+ * (ckpt_save_commit). Local; errors are remembered as for ckpt_save_add. */
+mp_code ckpt_save_add_fill(ckpt_save *s, int file_rank, const char *name, mp_dtype dt, int ndim,
+                           const int64_t *gshape, const int64_t *offset, const int64_t *shape, ckpt_fill_fn fill,
+                           void *ctx, mp_err *e);
 
 /* Sets metadata key (1..64 chars of [A-Za-z0-9_.-]) to a text value (copied; a later call for the
  * same key replaces it). Local; only rank 0's entries are stored. */
@@ -140,8 +170,9 @@ typedef struct ckpt_box_info {
     int64_t offset[CKPT_MAX_DIMS];  /* global offset (unused dims 0) */
     int64_t shape[CKPT_MAX_DIMS];   /* box shape (unused dims 1) */
     uint64_t checksum;              /* XXH3-64 of the box's bytes, row-major */
-    int64_t slab_rows;              /* rows of dim 0 per slab checksum */
-    int64_t nslabs;
+    int64_t tile_rows, tile_cols;   /* checksum tiles: rows of dim 0 x entries of dim 1 (v1: slabs,
+                                       tile_cols = the box's dim 1, or 1 for 1-D) */
+    int64_t ntiles;
 } ckpt_box_info;
 
 typedef struct ckpt_reader ckpt_reader;
@@ -182,6 +213,15 @@ int ckpt_query(const ckpt_reader *r, int t, const int64_t *offset, const int64_t
  * slab checksums, and checks that every element is found exactly once. On error buf is unspecified. */
 mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const int64_t *shape,
                   void *buf, mp_err *e);
+
+/* I/O counters of the reader since open (or the last reset): *bytes_read the bytes fetched from rank
+ * files (tensor data, uncompressed, plus tile checksum arrays), *bytes_needed the bytes the
+ * ckpt_read calls asked for. Either pointer may be NULL. */
+void ckpt_reader_io(const ckpt_reader *r, int64_t *bytes_read, int64_t *bytes_needed);
+void ckpt_reader_io_reset(ckpt_reader *r);
+/* Bounds the reader's scratch buffer (partial reads go through it) to about `bytes` (default 64 MiB;
+ * at least one tile row of the box being read is always allowed). */
+void ckpt_reader_set_scratch(ckpt_reader *r, size_t bytes);
 
 /* Checks the whole checkpoint: every tensor covered exactly once, every box read in full and checked
  * against its box checksum, its slab checksums and its dataset's attributes. Memory stays bounded

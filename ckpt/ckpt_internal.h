@@ -37,7 +37,14 @@ typedef struct ck_box {
     char dataset[CK_DSET_MAX];
     int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
     uint64_t checksum;
+    /* v1 only: slab checksums in the index (slabs[slab_first .. +nslabs)), slab_rows rows each */
     int64_t slab_rows, slab_first, nslabs;
+    /* v2: checksum tiles (ck_tile_geometry); their checksums live in the rank file at tiles_dataset,
+     * and tiles_checksum is XXH3-64 of that uint64 array. For a v1 box the reader sets
+     * tile_rows = slab_rows, tile_cols = the box's dim 1 (1 for 1-D), ntiles = nslabs. */
+    int64_t tile_rows, tile_cols, ntiles;
+    uint64_t tiles_checksum;
+    char tiles_dataset[CK_DSET_MAX];
 } ck_box;
 
 typedef struct ck_file {
@@ -47,6 +54,7 @@ typedef struct ck_file {
 } ck_file;
 
 typedef struct ck_layout {
+    int version;                      /* format_version read (1 or 2); the writer builds 2 */
     int64_t step;
     int world;                        /* world size of the saving job */
     int zstd_level;                   /* informational: 0 none */
@@ -98,8 +106,22 @@ void ck_copy_sub(int nd, size_t esize, const int64_t *sub_off, const int64_t *su
 /* Validates a tensor name / metadata key. MP_EINPUT with the reason. */
 mp_code ck_check_name(const char *name, mp_err *e);
 mp_code ck_check_key(const char *key, mp_err *e);
-/* Rows per slab checksum for a box of `rows` rows of row_bytes bytes. */
+/* Rows per slab checksum for a box of `rows` rows of row_bytes bytes (format v1). */
 int64_t ck_slab_rows(int64_t rows, int64_t row_bytes);
+
+/* ------------------------------------------------------------------------------- checksum tiles */
+/* Format v2 cuts every box into tiles: bands of tile_rows rows of dim 0 x blocks of tile_cols
+ * entries of dim 1 (the last band / block may be shorter), all of dims 2.. . Tile (i, j) is number
+ * i * ncolblocks + j; its checksum is XXH3-64 of its bytes in row-major order (the concatenation of
+ * its rows' segments). Geometry (docs/FORMAT.md): cols = shp[1] (1 for 1-D), inner = prod shp[2..];
+ * b = the largest of 8, 4, 2, 1 dividing cols with (cols / b) * inner * esize >= CK_TILE_MIN_SEG
+ * (b = 1 always qualifies); tile_cols = cols / b; tile_rows = ceil(CK_TILE_BYTES / (tile_cols * inner
+ * * esize)) clamped to [1, rows]. Column blocks so fall on the boundaries of TP degrees 2, 4 and 8. */
+#define CK_TILE_BYTES 16384
+#define CK_TILE_MIN_SEG 256
+void ck_tile_geometry(size_t esize, int nd, const int64_t *shp, int64_t *tile_rows, int64_t *tile_cols);
+/* Number of tiles: ceil(rows / tile_rows) * ceil(cols / tile_cols). */
+int64_t ck_tile_count(int nd, const int64_t *shp, int64_t tile_rows, int64_t tile_cols);
 
 /* ----------------------------------------------------------------------------------------- HDF5 */
 
