@@ -34,7 +34,8 @@
  *   bench_ckpt prime GIB             touches GIB of fresh memory (one write per page) and frees it,
  *                                    so that the next measurement allocates host-backed pages
  *   bench_ckpt hash GIB              the writer's hashing cost: XXH3-64 over every box in one pass, and
- *                                    the writer's scheme (per-slab hashes + a streaming box hash)
+ *                                    the writer's scheme (format v2: per-tile hashes, one streaming
+ *                                    state per column block, + a streaming box hash, + the tile array)
  *
  * save, async, load, raw and h5 prime 1.25x the state right before each timed part (see prime()), and
  * print the CPU time (user, sys) of the timed part where it tells the work from the noise.
@@ -55,6 +56,7 @@
 #include <hdf5.h>
 #include <xxhash.h>
 #include "ckpt/ckpt.h"
+#include "ckpt/ckpt_internal.h"   /* ck_tile_geometry: the writer's tile rule */
 #include "core/comm.h"
 #include "core/error.h"
 
@@ -452,42 +454,56 @@ static int cmd_load(const state *S, const char *dir, int boxes) {
     return 0;
 }
 
-/* Slab rows as the writer cuts them (docs/FORMAT.md: about 2 MiB slabs, at most 4096 per box). */
-static int64_t slab_rows(int64_t rows, int64_t row_bytes) {
-    int64_t k = (2 << 20) / row_bytes;
-    if (k < 1) k = 1;
-    if (k < (rows + 4095) / 4096) k = (rows + 4095) / 4096;
-    return k > rows ? rows : k;
-}
-
-/* The writer's hashing cost, two ways: one XXH3-64 pass per box, and the writer's scheme (XXH3-64 of
- * every slab, plus a streaming XXH3 state over the same slab for the box checksum: two passes). */
+/* The writer's hashing cost, two ways: one XXH3-64 pass per box, and the writer's scheme (ckpt/writer.c,
+ * format v2): the box's rows in order, each row once into a streaming box state and segment by segment
+ * into one streaming state per column block of the tile geometry (ck_tile_geometry), digested into
+ * the tile checksums at every tile-row boundary; then XXH3-64 of the tile array. */
 static int cmd_hash(const state *S) {
     char *a = xalloc(S->arena);
     fill(a, S->arena, 1);
     uint64_t h = 0;
     double one = 1e30, two = 1e30;
+    XXH3_state_t *box = XXH3_createState(), *col[8];
+    for (int j = 0; j < 8; j++) col[j] = XXH3_createState();
     for (int rep = 0; rep < 3; rep++) {   /* best of 3: the figure is CPU time, not I/O */
         double t0 = now();
         for (int j = 0; j < S->nb; j++) h ^= XXH3_64bits(a + S->b[j].at, S->b[j].bytes);
         double t1 = now();
-        XXH3_state_t *st = XXH3_createState();
         for (int j = 0; j < S->nb; j++) {
             const bspec *B = &S->b[j];
-            int64_t row = B->shp[1] * 4, rows = B->shp[0], k = slab_rows(rows, row);
-            XXH3_64bits_reset(st);
-            for (int64_t r0 = 0; r0 < rows; r0 += k) {
-                size_t n = (size_t)((r0 + k < rows ? k : rows - r0) * row);
-                h ^= XXH3_64bits(a + B->at + (size_t)(r0 * row), n);
-                XXH3_64bits_update(st, a + B->at + (size_t)(r0 * row), n);
+            int64_t shp[2] = {B->shp[0], B->shp[1]}, tr, tc;
+            ck_tile_geometry(4, 2, shp, &tr, &tc);
+            int64_t row = shp[1] * 4, rows = shp[0], seg = tc * 4, ncb = (shp[1] + tc - 1) / tc;
+            assert(ncb <= 8);
+            uint64_t *tiles = malloc(sizeof(uint64_t) * (size_t)(((rows + tr - 1) / tr) * ncb));
+            XXH3_64bits_reset(box);
+            for (int64_t k = 0; k < ncb; k++) XXH3_64bits_reset(col[k]);
+            const char *p = a + B->at;
+            for (int64_t r = 0; r < rows; r++, p += row) {
+                if (ncb == 1) {
+                    XXH3_64bits_update(col[0], p, (size_t)row);
+                    XXH3_64bits_update(box, p, (size_t)row);
+                } else {
+                    XXH3_64bits_update(box, p, (size_t)row);
+                    for (int64_t k = 0; k < ncb; k++)
+                        XXH3_64bits_update(col[k], p + k * seg, (size_t)(k < ncb - 1 ? seg : row - k * seg));
+                }
+                if ((r + 1) % tr == 0 || r + 1 == rows)
+                    for (int64_t k = 0; k < ncb; k++) {
+                        tiles[(r / tr) * ncb + k] = XXH3_64bits_digest(col[k]);
+                        XXH3_64bits_reset(col[k]);
+                    }
             }
-            h ^= XXH3_64bits_digest(st);
+            h ^= XXH3_64bits_digest(box);
+            h ^= XXH3_64bits(tiles, sizeof(uint64_t) * (size_t)(((rows + tr - 1) / tr) * ncb));
+            free(tiles);
         }
-        XXH3_freeState(st);
         double t2 = now();
         if (t1 - t0 < one) one = t1 - t0;
         if (t2 - t1 < two) two = t2 - t1;
     }
+    XXH3_freeState(box);
+    for (int j = 0; j < 8; j++) XXH3_freeState(col[j]);
     printf("hash bytes=%lld one_pass_s=%.4f writer_s=%.4f xor=%016llx\n", (long long)S->bytes, one, two,
            (unsigned long long)h);
     free(a);

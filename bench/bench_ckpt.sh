@@ -230,7 +230,7 @@ print(show("sync save: HDF5 only", "save_h5"))
 print(f"  ckpt / raw = {ratio('save_ckpt', 'save_raw')}; best times: ckpt - raw = {t('save_ckpt') - t('save_raw'):.3f} s ="
       f" HDF5 container (HDF5 only - raw) {t('save_h5') - t('save_raw'):.3f} s + the rest (ckpt - HDF5 only)"
       f" {t('save_ckpt') - t('save_h5'):.3f} s;")
-print(f"  the rest: hashing {float(hk['writer_s']):.3f} s (XXH3 of every slab + the box, measured apart), commit"
+print(f"  the rest: hashing {float(hk['writer_s']):.3f} s (XXH3 of every checksum tile + the box, measured apart), commit"
       f" {t('commit_ckpt'):.3f} s (index.h5, fsyncs, renames, latest), dataset attributes;")
 print(f"  user CPU of the save (median): ckpt {t('user_ckpt', True):.3f} s, HDF5 only {t('user_h5', True):.3f} s"
       " (the page cache copy and fsync are system time / waiting, the same for all writers)")

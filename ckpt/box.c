@@ -98,9 +98,9 @@ static frag *subtract(int nd, frag *fr, int *n, int *cap, const int64_t *bo, con
             int64_t ilo = io[d], ihi = io[d] + is[d];
             if (ilo > lo || ihi < hi) {
                 if (*n + 2 > *cap) {
-                    *cap = *cap * 2 + 8;
-                    fr = realloc(fr, (size_t)*cap * sizeof *fr);
-                    if (!fr) abort();
+                    int c = *cap * 2 + 8;
+                    fr = mp_realloc(fr, (size_t)*cap * sizeof *fr, (size_t)c * sizeof *fr, MP_MEM_OTHER);
+                    *cap = c;
                 }
             }
             if (ilo > lo) {
@@ -130,9 +130,7 @@ static frag *subtract(int nd, frag *fr, int *n, int *cap, const int64_t *bo, con
 int ck_find_gap(int nd, const int64_t *qo, const int64_t *qs, int n, const int64_t (*bo)[CKPT_MAX_DIMS],
                 const int64_t (*bs)[CKPT_MAX_DIMS], int64_t *mo, int64_t *ms) {
     int cap = 16, nf = 1;
-    frag *fr = malloc((size_t)cap * sizeof *fr);
-    if (!fr) abort();
-    memset(fr, 0, sizeof *fr);
+    frag *fr = mp_xcalloc((size_t)cap * sizeof *fr);
     for (int d = 0; d < nd; d++) { fr[0].o[d] = qo[d]; fr[0].s[d] = qs[d]; }
     for (int i = 0; i < n && nf > 0; i++) fr = subtract(nd, fr, &nf, &cap, bo[i], bs[i]);
     int found = nf > 0;
@@ -281,4 +279,40 @@ mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err 
                           T->name, (long long)total, (long long)want, reg);
     }
     return MP_OK;
+}
+
+/* Tile geometry of a box of shape shp (nd dims, elements of esize bytes), per the rule in
+ * ckpt_internal.h (docs/FORMAT.md "Checksum tiles"): column blocks of tile_cols = cols / b entries of
+ * dim 1, b the largest of 8, 4, 2, 1 dividing cols whose segment (tile_cols * inner * esize bytes) is
+ * at least CK_TILE_MIN_SEG; tile_rows rows so that a tile holds about CK_TILE_BYTES, in [1, rows]. */
+void ck_tile_geometry(size_t esize, int nd, const int64_t *shp, int64_t *tile_rows, int64_t *tile_cols) {
+    assert(esize > 0 && nd >= 1 && nd <= CKPT_MAX_DIMS && tile_rows && tile_cols);
+    int64_t rows = shp[0];
+    int64_t cols = nd >= 2 ? shp[1] : 1;
+    int64_t inner = 1;
+    for (int d = 2; d < nd; d++) inner *= shp[d];
+    assert(rows > 0 && cols > 0 && inner > 0);
+    int64_t unit = inner * (int64_t)esize;   /* bytes of one dim-1 entry */
+    int64_t b = 1;
+    static const int64_t cand[] = {8, 4, 2};
+    for (int k = 0; k < 3; k++)
+        if (cols % cand[k] == 0 && (cols / cand[k]) * unit >= CK_TILE_MIN_SEG) { b = cand[k]; break; }
+    int64_t tc = cols / b;
+    int64_t seg = tc * unit;
+    /* 1-D tensors (norm weights) are small and split by dp alone: CK_TILE_MIN_SEG-byte tiles keep a
+     * partial read of one within a few elements of what it needs */
+    int64_t target = nd == 1 ? CK_TILE_MIN_SEG : CK_TILE_BYTES;
+    int64_t tr = (target + seg - 1) / seg;
+    if (tr < 1) tr = 1;
+    if (tr > rows) tr = rows;
+    *tile_rows = tr;
+    *tile_cols = tc;
+}
+
+/* Number of tiles of a box of shape shp cut into tile_rows x tile_cols tiles (both > 0):
+ * ceil(rows / tile_rows) * ceil(cols / tile_cols), cols = shp[1] (1 for 1-D). */
+int64_t ck_tile_count(int nd, const int64_t *shp, int64_t tile_rows, int64_t tile_cols) {
+    assert(nd >= 1 && nd <= CKPT_MAX_DIMS && tile_rows > 0 && tile_cols > 0);
+    int64_t cols = nd >= 2 ? shp[1] : 1;
+    return ((shp[0] + tile_rows - 1) / tile_rows) * ((cols + tile_cols - 1) / tile_cols);
 }

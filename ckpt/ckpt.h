@@ -1,5 +1,6 @@
 /*
- * ckpt/ckpt.h — sharded checkpoints of named global tensors in HDF5 (format v1, docs/FORMAT.md).
+ * ckpt/ckpt.h — sharded checkpoints of named global tensors in HDF5 (format v2, docs/FORMAT.md;
+ * version 1 checkpoints stay readable).
  *
  * The library knows nothing of models. A checkpoint stores named global tensors (dtype, 1..4 dims,
  * global shape); each tensor is written as boxes (global offset + shape) of local host data, every
@@ -25,8 +26,8 @@
  *
  * Reading (local, any number of processes): ckpt_open a step directory (or ckpt_open_latest ROOT),
  * list tensors and metadata, and ckpt_read ANY box of a tensor into a caller buffer: the saved boxes
- * that intersect it are found through a per-tensor interval index over dim 0, only the intersecting
- * rows are read, checksums are verified, and coverage is checked (every requested element found
+ * that intersect it are found through a per-tensor interval index over dim 0, only the checksum tiles
+ * (a few KiB each, cut along dims 0 and 1) that the request meets are read, checksums are verified, and coverage is checked (every requested element found
  * exactly once, else an error naming the tensor and a missing region). Never zeros, never a partial
  * load. The virtual datasets under view/ are for other tools only; this reader never reads them.
  *
@@ -75,7 +76,7 @@ typedef struct ckpt_stats {
     double write_s;      /* writing + fsyncing this rank's file (on the background thread if async) */
     double commit_s;     /* the collective commit: agreement, layout exchange, index, rename */
     int64_t bytes;       /* tensor bytes this rank wrote (uncompressed) */
-    int64_t file_bytes;  /* size of this rank's file on disk (0 if it wrote no boxes) */
+    int64_t file_bytes;  /* size on disk of the rank files this process wrote (0 if none) */
 } ckpt_stats;
 
 typedef struct ckpt_save ckpt_save;
@@ -131,7 +132,8 @@ mp_code ckpt_save_meta(ckpt_save *s, const char *key, const char *value, mp_err 
 mp_code ckpt_save_commit(ckpt_save *s, ckpt_stats *st, mp_err *e);
 
 /* Starts writing this rank's file on a background thread and returns. Local. After it, the boxes'
- * data must stay valid until poll or wait reports completion. */
+ * data must stay valid until poll or wait reports completion. MP_EINPUT for a save with fill boxes
+ * or boxes of another rank's file (synchronous saves only; the save then fails on every rank). */
 mp_code ckpt_save_start(ckpt_save *s, mp_err *e);
 
 /* Collective (every rank, the same number of times): an all_reduce of "my file is written"; once
@@ -208,9 +210,9 @@ int ckpt_query(const ckpt_reader *r, int t, const int64_t *offset, const int64_t
                int cap);
 
 /* Reads the box (offset, shape) of tensor `name` (ndim of the tensor's) into buf: row-major, the
- * tensor's dtype, numel(shape) elements. Reads only the intersecting rows of the intersecting saved
- * boxes (directly into buf where the layout allows), verifies every byte it uses against the box or
- * slab checksums, and checks that every element is found exactly once. On error buf is unspecified. */
+ * tensor's dtype, numel(shape) elements. Reads only the checksum tiles of the intersecting saved boxes
+ * that the request meets (directly into buf where the layout allows; a whole saved box in one read),
+ * verifies every byte it uses against the box or tile checksums, and checks that every element is found exactly once. On error buf is unspecified. */
 mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const int64_t *shape,
                   void *buf, mp_err *e);
 
@@ -224,8 +226,9 @@ void ckpt_reader_io_reset(ckpt_reader *r);
 void ckpt_reader_set_scratch(ckpt_reader *r, size_t bytes);
 
 /* Checks the whole checkpoint: every tensor covered exactly once, every box read in full and checked
- * against its box checksum, its slab checksums and its dataset's attributes. Memory stays bounded
- * (at most one slab batch of 64 MiB). *bytes_read (may be NULL) gets the bytes read. */
+ * against its box checksum, its tile checksums (and the tile array against the index) and its dataset's
+ * attributes. Memory stays bounded (one batch of 64 MiB). *bytes_read (may be NULL) gets the bytes
+ * read: tensor data plus tile checksum arrays. */
 mp_code ckpt_verify(ckpt_reader *r, int64_t *bytes_read, mp_err *e);
 
 /* ------------------------------------------------------------------------------------- management */

@@ -115,10 +115,12 @@ int64_t ck_slab_rows(int64_t rows, int64_t row_bytes);
  * i * ncolblocks + j; its checksum is XXH3-64 of its bytes in row-major order (the concatenation of
  * its rows' segments). Geometry (docs/FORMAT.md): cols = shp[1] (1 for 1-D), inner = prod shp[2..];
  * b = the largest of 8, 4, 2, 1 dividing cols with (cols / b) * inner * esize >= CK_TILE_MIN_SEG
- * (b = 1 always qualifies); tile_cols = cols / b; tile_rows = ceil(CK_TILE_BYTES / (tile_cols * inner
- * * esize)) clamped to [1, rows]. Column blocks so fall on the boundaries of TP degrees 2, 4 and 8. */
-#define CK_TILE_BYTES 16384
+ * (b = 1 always qualifies); tile_cols = cols / b; tile_rows = ceil(T / (tile_cols * inner * esize))
+ * clamped to [1, rows], with T = CK_TILE_BYTES, or CK_TILE_MIN_SEG for 1-D boxes. Column blocks so
+ * fall on the boundaries of TP degrees 2, 4 and 8. */
+#define CK_TILE_BYTES 4096
 #define CK_TILE_MIN_SEG 256
+#define CK_CHUNK_BYTES (256 << 10)   /* zstd chunks: whole tile rows of one column block, about this size */
 void ck_tile_geometry(size_t esize, int nd, const int64_t *shp, int64_t *tile_rows, int64_t *tile_cols);
 /* Number of tiles: ceil(rows / tile_rows) * ceil(cols / tile_cols). */
 int64_t ck_tile_count(int nd, const int64_t *shp, int64_t tile_rows, int64_t tile_cols);
@@ -157,6 +159,10 @@ char *ck_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 mp_code ck_fsync_path(const char *path, int is_dir, mp_err *e);
 /* rename + fsync of the parent directory. */
 mp_code ck_rename_durable(const char *from, const char *to, const char *parent, mp_err *e);
+/* Replaces directory `to` by directory `from` (both in parent): renameat2 RENAME_EXCHANGE, else
+ * (EINVAL/ENOSYS) rename(to, to.replaced) + rename(from, to); then fsync of parent. *old_at gets the
+ * path now holding the old tree (caller removes it and frees the string). */
+mp_code ck_swap_dirs(const char *from, const char *to, const char *parent, char **old_at, mp_err *e);
 /* mkdir -p. */
 mp_code ck_mkdirs(const char *path, mp_err *e);
 /* Removes path recursively (files and directories under it). MP_EIO on failure. */

@@ -5,9 +5,11 @@
  *   /                    attributes format, format_version, step, world_size, zstd_level,
  *                        index_checksum, created_utc
  *   /layout/tensors      compound table, one row per tensor, sorted by name
- *   /layout/boxes        compound table, one row per saved box, grouped by tensor, by offset[0]
+ *   /layout/boxes        compound table, one row per saved box, grouped by tensor, by offset[0];
+ *                        v2: its checksum tiles (tile_rows, tile_cols, ntiles) and where their
+ *                        checksums live in the rank file (tiles_dataset, tiles_checksum)
  *   /layout/files        compound table, one row per rank file
- *   /layout/slab_checksums   uint64 [nslabs]: per-slab XXH3-64 of every box, rows of boxes
+ *   /layout/slab_checksums   v1 only: uint64 [nslabs], per-slab XXH3-64 of every box, rows of boxes
  *   /meta/<key>          scalar fixed-length UTF-8 string dataset per metadata entry
  *   /view/<tensor name>  virtual dataset: the whole tensor, mapped onto the rank files' datasets
  *
@@ -16,6 +18,12 @@
  * is XXH3-64 over the canonical content of the layout and metadata (ck_layout_hash), so a flipped
  * byte in any table or metadata value is caught even where HDF5 has no checksum of its own (raw data).
  * The reader reads the tables, never the views (a view's missing source reads as fill values).
+ *
+ * Versions: this file writes version 2 only and reads 1 and 2. A v1 index is turned into the same
+ * in-memory layout (ck_layout) as a v2 one: its boxes get tile_rows = slab_rows, tile_cols = the
+ * box's dim 1 (1 for 1-D) and ntiles = nslabs, with their tile checksums in L->slabs, so the reader
+ * has one code path. Validation is overflow-safe: crafted int64 values (offsets, shapes, counts) whose
+ * sums or products would overflow are refused, not computed with.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
@@ -46,7 +54,22 @@ typedef struct {
     int64_t shape[CKPT_MAX_DIMS];
     uint64_t checksum;
     int64_t slab_rows, slab_first, nslabs;
-} rec_box;
+} rec_box;            /* v1 */
+
+typedef struct {
+    char tensor[CKPT_NAME_MAX + 1];
+    int32_t tensor_index;
+    int32_t rank;
+    int32_t file_index;
+    char file[CK_FILE_MAX];
+    char dataset[CK_DSET_MAX];
+    int64_t offset[CKPT_MAX_DIMS];
+    int64_t shape[CKPT_MAX_DIMS];
+    uint64_t checksum;
+    int64_t tile_rows, tile_cols, ntiles;
+    uint64_t tiles_checksum;
+    char tiles_dataset[CK_DSET_MAX];
+} rec_box2;           /* v2 */
 
 typedef struct {
     int32_t rank;
@@ -72,12 +95,16 @@ void ck_layout_free(ck_layout *L) {
 static void h_i64(XXH3_state_t *s, int64_t v) { XXH3_64bits_update(s, &v, sizeof v); }
 static void h_str(XXH3_state_t *s, const char *p) { XXH3_64bits_update(s, p, strlen(p) + 1); }
 
+/* The sequence of docs/FORMAT.md "Index checksum" for L->version (1 or 2): v2 hashes each box's tile
+ * fields where v1 hashes its slab fields, and has no slab array (its slab count is 0). */
 uint64_t ck_layout_hash(const ck_layout *L) {
+    assert(L->version == 1 || L->version == 2);
+    assert(L->version == 1 || L->nslabs == 0);
     XXH3_state_t *s = XXH3_createState();
     if (!s) abort();
     XXH3_64bits_reset(s);
     h_str(s, CKPT_FORMAT_NAME);
-    h_i64(s, CKPT_FORMAT_VERSION);
+    h_i64(s, L->version);
     h_i64(s, L->step);
     h_i64(s, L->world);
     h_i64(s, L->zstd_level);
@@ -103,9 +130,17 @@ uint64_t ck_layout_hash(const ck_layout *L) {
         for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, B->off[d]);
         for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, B->shp[d]);
         h_i64(s, (int64_t)B->checksum);
-        h_i64(s, B->slab_rows);
-        h_i64(s, B->slab_first);
-        h_i64(s, B->nslabs);
+        if (L->version == 1) {
+            h_i64(s, B->slab_rows);
+            h_i64(s, B->slab_first);
+            h_i64(s, B->nslabs);
+        } else {
+            h_i64(s, B->tile_rows);
+            h_i64(s, B->tile_cols);
+            h_i64(s, B->ntiles);
+            h_i64(s, (int64_t)B->tiles_checksum);
+            h_str(s, B->tiles_dataset);
+        }
     }
     for (int i = 0; i < L->nfiles; i++) {
         h_i64(s, L->f[i].rank);
@@ -152,7 +187,30 @@ static hid_t tensor_mtype(void) {
     return t;
 }
 
-static hid_t box_mtype(void) {
+/* The box table's memory type of format version v (1: rec_box, 2: rec_box2). */
+static hid_t box_mtype(int v) {
+    assert(v == 1 || v == 2);
+    if (v == 2) {
+        hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_box2));
+        hid_t s = str_type(CKPT_NAME_MAX + 1), f = str_type(CK_FILE_MAX), ds = str_type(CK_DSET_MAX);
+        hid_t a = arr_type(H5T_NATIVE_INT64);
+        H5Tinsert(t, "tensor", HOFFSET(rec_box2, tensor), s);
+        H5Tinsert(t, "tensor_index", HOFFSET(rec_box2, tensor_index), H5T_NATIVE_INT32);
+        H5Tinsert(t, "rank", HOFFSET(rec_box2, rank), H5T_NATIVE_INT32);
+        H5Tinsert(t, "file_index", HOFFSET(rec_box2, file_index), H5T_NATIVE_INT32);
+        H5Tinsert(t, "file", HOFFSET(rec_box2, file), f);
+        H5Tinsert(t, "dataset", HOFFSET(rec_box2, dataset), ds);
+        H5Tinsert(t, "offset", HOFFSET(rec_box2, offset), a);
+        H5Tinsert(t, "shape", HOFFSET(rec_box2, shape), a);
+        H5Tinsert(t, "checksum", HOFFSET(rec_box2, checksum), H5T_NATIVE_UINT64);
+        H5Tinsert(t, "tile_rows", HOFFSET(rec_box2, tile_rows), H5T_NATIVE_INT64);
+        H5Tinsert(t, "tile_cols", HOFFSET(rec_box2, tile_cols), H5T_NATIVE_INT64);
+        H5Tinsert(t, "ntiles", HOFFSET(rec_box2, ntiles), H5T_NATIVE_INT64);
+        H5Tinsert(t, "tiles_checksum", HOFFSET(rec_box2, tiles_checksum), H5T_NATIVE_UINT64);
+        H5Tinsert(t, "tiles_dataset", HOFFSET(rec_box2, tiles_dataset), ds);
+        H5Tclose(s); H5Tclose(f); H5Tclose(ds); H5Tclose(a);
+        return t;
+    }
     hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_box));
     hid_t s = str_type(CKPT_NAME_MAX + 1), f = str_type(CK_FILE_MAX), ds = str_type(CK_DSET_MAX);
     hid_t a = arr_type(H5T_NATIVE_INT64);
@@ -296,7 +354,7 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
     if (H5Gclose(H5Gcreate2(f, "layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0)
         return ck_h5_err(e, MP_EIO, "writing %s: group /layout", path);
     rec_tensor *rt = mp_xcalloc(sizeof *rt * (size_t)(L->ntensors + 1));
-    rec_box *rb = mp_xcalloc(sizeof *rb * (size_t)(L->nboxes + 1));
+    rec_box2 *rb = mp_xcalloc(sizeof *rb * (size_t)(L->nboxes + 1));
     rec_file *rf = mp_xcalloc(sizeof *rf * (size_t)(L->nfiles + 1));
     for (int i = 0; i < L->ntensors; i++) {
         const ck_tensor *T = &L->t[i];
@@ -318,9 +376,11 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
         memcpy(rb[i].offset, B->off, sizeof rb[i].offset);
         memcpy(rb[i].shape, B->shp, sizeof rb[i].shape);
         rb[i].checksum = B->checksum;
-        rb[i].slab_rows = B->slab_rows;
-        rb[i].slab_first = B->slab_first;
-        rb[i].nslabs = B->nslabs;
+        rb[i].tile_rows = B->tile_rows;
+        rb[i].tile_cols = B->tile_cols;
+        rb[i].ntiles = B->ntiles;
+        rb[i].tiles_checksum = B->tiles_checksum;
+        snprintf(rb[i].tiles_dataset, sizeof rb[i].tiles_dataset, "%s", B->tiles_dataset);
     }
     for (int i = 0; i < L->nfiles; i++) {
         rf[i].rank = L->f[i].rank;
@@ -328,7 +388,7 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
         rf[i].nboxes = L->f[i].nboxes;
         rf[i].bytes = L->f[i].bytes;
     }
-    hid_t tt = tensor_mtype(), bt = box_mtype(), fit = file_mtype();
+    hid_t tt = tensor_mtype(), bt = box_mtype(2), fit = file_mtype();
     mp_code rc = MP_OK;
     if (write_table(f, "layout/tensors", tt, rt, (hsize_t)L->ntensors) < 0)
         rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/tensors", path);
@@ -336,8 +396,6 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
         rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/boxes", path);
     else if (write_table(f, "layout/files", fit, rf, (hsize_t)L->nfiles) < 0)
         rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/files", path);
-    else if (write_table(f, "layout/slab_checksums", H5T_NATIVE_UINT64, L->slabs, (hsize_t)L->nslabs) < 0)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/slab_checksums", path);
     H5Tclose(tt);
     H5Tclose(bt);
     H5Tclose(fit);
@@ -347,7 +405,9 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
     return rc;
 }
 
+/* Writes version 2 only (L->version == 2, no slab checksums: boxes carry their tile fields). */
 mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
+    assert(L->version == CKPT_FORMAT_VERSION && L->nslabs == 0);
     ck_h5_init();
     hid_t fapl = ck_h5_fapl(0);
     hid_t f = fapl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
@@ -418,6 +478,59 @@ static herr_t meta_cb(hid_t g, const char *name, const H5L_info_t *info, void *d
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* a * b into *out unless it overflows int64 (both >= 0). */
+static int mul_ok(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+
+/* Checks box j (of tensor T, index t) of a v1 (slab fields) or v2 (tile fields) layout and, for v1,
+ * sets its tile fields from its slab fields. T's shape is valid and its byte size fits in int64, so
+ * sums of a box's offset and shape or of its rows and tile rows cannot overflow once offsets are
+ * checked against the shape. */
+static mp_code validate_box(ck_layout *L, int t, int64_t j, const char *path, mp_err *e) {
+    ck_tensor *T = &L->t[t];
+    ck_box *B = &L->b[j];
+    if (B->tensor != t)
+        return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] belongs to tensor %d, listed under %s", path, (long long)j,
+                          B->tensor, T->name);
+    if (B->file < 0 || B->file >= L->nfiles)
+        return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): file index %d out of range", path, (long long)j,
+                          T->name, B->file);
+    for (int d = 0; d < CKPT_MAX_DIMS; d++) {
+        int bad = d < T->ndim ? (B->off[d] < 0 || B->shp[d] <= 0 || B->off[d] > T->shape[d] - B->shp[d])
+                              : (B->off[d] != 0 || B->shp[d] != 1);
+        if (bad)
+            return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): offset/shape outside the tensor", path,
+                              (long long)j, T->name);
+    }
+    if (j > T->box_first && B->off[0] < L->b[j - 1].off[0])
+        return mp_err_set(e, MP_ECHECK, "%s: boxes of tensor %s not sorted by offset[0]", path, T->name);
+    if (B->dataset[0] != '/' || !memchr(B->dataset, 0, sizeof B->dataset))
+        return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): bad dataset path", path, (long long)j, T->name);
+    int64_t rows = B->shp[0], cols = T->ndim >= 2 ? B->shp[1] : 1;
+    if (L->version == 1) {
+        if (B->slab_rows < 1 || B->slab_rows > rows || B->nslabs != (rows + B->slab_rows - 1) / B->slab_rows ||
+            B->slab_first < 0 || B->slab_first > L->nslabs - B->nslabs)
+            return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): bad slab checksum fields", path,
+                              (long long)j, T->name);
+        B->tile_rows = B->slab_rows;
+        B->tile_cols = cols;
+        B->ntiles = B->nslabs;
+        B->tiles_checksum = 0;
+        B->tiles_dataset[0] = '\0';
+        return MP_OK;
+    }
+    if (B->tile_rows < 1 || B->tile_rows > rows || B->tile_cols < 1 || B->tile_cols > cols ||
+        B->ntiles != ck_tile_count(T->ndim, B->shp, B->tile_rows, B->tile_cols))
+        return mp_err_set(e, MP_ECHECK,
+                          "%s: boxes[%lld] (tensor %s): bad checksum tile fields (tile_rows %lld, tile_cols %lld, "
+                          "ntiles %lld)",
+                          path, (long long)j, T->name, (long long)B->tile_rows, (long long)B->tile_cols,
+                          (long long)B->ntiles);
+    if (B->tiles_dataset[0] != '/' || !memchr(B->tiles_dataset, 0, sizeof B->tiles_dataset))
+        return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): bad tiles dataset path", path, (long long)j,
+                          T->name);
+    return MP_OK;
+}
+
 /* Every structural rule of the layout (docs/FORMAT.md "Validation"). */
 static mp_code validate(ck_layout *L, const char *path, mp_err *e) {
     int64_t next_box = 0, slabs_seen = 0;
@@ -429,38 +542,17 @@ static mp_code validate(ck_layout *L, const char *path, mp_err *e) {
             return mp_err_set(e, MP_ECHECK, "%s: tensors table not sorted by name at %s", path, T->name);
         if (T->ndim < 1 || T->ndim > CKPT_MAX_DIMS)
             return mp_err_set(e, MP_ECHECK, "%s: tensor %s: ndim %d out of range", path, T->name, T->ndim);
+        int64_t bytes = (int64_t)mp_dtype_size(T->dtype);
         for (int d = 0; d < CKPT_MAX_DIMS; d++)
-            if (d < T->ndim ? T->shape[d] <= 0 : T->shape[d] != 1)
+            if ((d < T->ndim ? T->shape[d] <= 0 : T->shape[d] != 1) || !mul_ok(bytes, T->shape[d], &bytes))
                 return mp_err_set(e, MP_ECHECK, "%s: tensor %s: bad shape", path, T->name);
-        if (T->box_first != next_box || T->nboxes < 0 || T->box_first + T->nboxes > L->nboxes)
+        if (T->box_first != next_box || T->nboxes < 0 || T->nboxes > L->nboxes - T->box_first)
             return mp_err_set(e, MP_ECHECK, "%s: tensor %s: boxes [%lld, +%lld) do not follow the previous tensor's",
                               path, T->name, (long long)T->box_first, (long long)T->nboxes);
         next_box += T->nboxes;
         for (int64_t j = T->box_first; j < T->box_first + T->nboxes; j++) {
-            ck_box *B = &L->b[j];
-            if (B->tensor != i)
-                return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] belongs to tensor %d, listed under %s", path,
-                                  (long long)j, B->tensor, T->name);
-            if (B->file < 0 || B->file >= L->nfiles)
-                return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): file index %d out of range", path,
-                                  (long long)j, T->name, B->file);
-            for (int d = 0; d < CKPT_MAX_DIMS; d++) {
-                int bad = d < T->ndim ? (B->off[d] < 0 || B->shp[d] <= 0 || B->off[d] + B->shp[d] > T->shape[d])
-                                      : (B->off[d] != 0 || B->shp[d] != 1);
-                if (bad)
-                    return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): offset/shape outside the tensor",
-                                      path, (long long)j, T->name);
-            }
-            if (j > T->box_first && B->off[0] < L->b[j - 1].off[0])
-                return mp_err_set(e, MP_ECHECK, "%s: boxes of tensor %s not sorted by offset[0]", path, T->name);
-            if (B->dataset[0] != '/' || !memchr(B->dataset, 0, sizeof B->dataset))
-                return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): bad dataset path", path, (long long)j, T->name);
-            if (B->slab_rows < 1 || B->slab_rows > B->shp[0] ||
-                B->nslabs != (B->shp[0] + B->slab_rows - 1) / B->slab_rows || B->slab_first < 0 ||
-                B->slab_first + B->nslabs > L->nslabs)
-                return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): bad slab checksum fields", path,
-                                  (long long)j, T->name);
-            slabs_seen += B->nslabs;
+            MP_TRY(validate_box(L, i, j, path, e));
+            slabs_seen += L->b[j].nslabs;   /* <= nslabs per box, each range inside the array: no overflow */
         }
     }
     if (next_box != L->nboxes)
@@ -482,6 +574,27 @@ static mp_code validate(ck_layout *L, const char *path, mp_err *e) {
     return MP_OK;
 }
 
+/* Copies the columns that v1 (rec_box) and v2 (rec_box2) box rows share from row R into box B. */
+#define COPY_BOX_COMMON(B, R)                                   \
+    do {                                                        \
+        (B)->tensor = (R)->tensor_index;                        \
+        (B)->file = (R)->file_index;                            \
+        memcpy((B)->dataset, (R)->dataset, sizeof (B)->dataset); \
+        memcpy((B)->off, (R)->offset, sizeof (B)->off);         \
+        memcpy((B)->shp, (R)->shape, sizeof (B)->shp);          \
+        (B)->checksum = (R)->checksum;                          \
+    } while (0)
+
+/* 1 if box B's tensor/file indices, and its row's tensor name, file name and rank columns, agree with
+ * the tensor and file tables. */
+static int box_row_ok(const ck_layout *L, const ck_box *B, const char *tensor, size_t tensor_cap, const char *file,
+                      int32_t rank) {
+    return B->tensor >= 0 && B->tensor < L->ntensors && B->file >= 0 && B->file < L->nfiles &&
+           memchr(tensor, 0, tensor_cap) && !strcmp(tensor, L->t[B->tensor].name) && memchr(file, 0, CK_FILE_MAX) &&
+           !strcmp(file, L->f[B->file].name) && rank == L->f[B->file].rank;
+}
+
+/* Reads and validates index.h5 of format version 1 or 2 (docs/FORMAT.md); refuses other versions. */
 mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
     ck_h5_init();
     memset(L, 0, sizeof *L);
@@ -504,34 +617,43 @@ mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
         goto done;
     }
     if (ver < 1 || ver > CKPT_FORMAT_VERSION) {
-        rc = mp_err_set(e, MP_ECHECK, "%s: format version %lld; this build reads versions 1..%d", path,
+        rc = mp_err_set(e, MP_ECHECK,
+                        "%s: format version %lld; this build reads versions 1..%d (a newer meshpoint wrote it?)", path,
                         (long long)ver, CKPT_FORMAT_VERSION);
         goto done;
     }
+    L->version = (int)ver;
     if (ck_attr_read_i64(f, "step", &L->step, 1) < 0 || ck_attr_read_i64(f, "world_size", &world, 1) < 0 ||
         ck_attr_read_i64(f, "zstd_level", &zl, 1) < 0 || ck_attr_read_u64(f, "index_checksum", &want_hash, 1) < 0) {
         rc = ck_h5_err(e, MP_ECHECK, "%s: missing or bad root attributes", path);
+        goto done;
+    }
+    if (world < 1 || world > INT32_MAX || zl < 0 || zl > 22) {
+        rc = mp_err_set(e, MP_ECHECK, "%s: world_size %lld or zstd_level %lld out of range", path, (long long)world,
+                        (long long)zl);
         goto done;
     }
     L->world = (int)world;
     L->zstd_level = (int)zl;
 
     rec_tensor *rt = NULL;
-    rec_box *rb = NULL;
+    void *rbv = NULL;
     rec_file *rf = NULL;
     int64_t nt = 0, nb = 0, nf = 0, ns = 0;
-    hid_t tt = tensor_mtype(), bt = box_mtype(), fit = file_mtype();
+    size_t brec = L->version == 1 ? sizeof(rec_box) : sizeof(rec_box2);
+    hid_t tt = tensor_mtype(), bt = box_mtype(L->version), fit = file_mtype();
     herr_t h1 = read_table(f, "layout/tensors", tt, sizeof *rt, (void **)&rt, &nt);
-    herr_t h2 = h1 < 0 ? -1 : read_table(f, "layout/boxes", bt, sizeof *rb, (void **)&rb, &nb);
+    herr_t h2 = h1 < 0 ? -1 : read_table(f, "layout/boxes", bt, brec, &rbv, &nb);
     herr_t h3 = h2 < 0 ? -1 : read_table(f, "layout/files", fit, sizeof *rf, (void **)&rf, &nf);
-    herr_t h4 = h3 < 0 ? -1 : read_table(f, "layout/slab_checksums", H5T_NATIVE_UINT64, sizeof(uint64_t),
-                                         (void **)&L->slabs, &ns);
+    herr_t h4 = h3 < 0 || L->version != 1 ? h3
+                                           : read_table(f, "layout/slab_checksums", H5T_NATIVE_UINT64,
+                                                        sizeof(uint64_t), (void **)&L->slabs, &ns);
     H5Tclose(tt);
     H5Tclose(bt);
     H5Tclose(fit);
     if (h4 < 0 || nt > INT32_MAX || nb > INT32_MAX || nf > INT32_MAX) {
-        rc = ck_h5_err(e, MP_ECHECK, "%s: cannot read the layout tables", path);
-        free(rt); free(rb); free(rf);
+        rc = ck_h5_err(e, MP_ECHECK, "%s: cannot read the layout tables (format version %d)", path, L->version);
+        free(rt); free(rbv); free(rf);
         goto done;
     }
     L->ntensors = (int)nt;
@@ -563,22 +685,30 @@ mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
     }
     for (int64_t i = 0; i < nb && rc == MP_OK; i++) {
         ck_box *B = &L->b[i];
-        B->tensor = rb[i].tensor_index;
-        B->file = rb[i].file_index;
-        memcpy(B->dataset, rb[i].dataset, sizeof B->dataset);
-        memcpy(B->off, rb[i].offset, sizeof B->off);
-        memcpy(B->shp, rb[i].shape, sizeof B->shp);
-        B->checksum = rb[i].checksum;
-        B->slab_rows = rb[i].slab_rows;
-        B->slab_first = rb[i].slab_first;
-        B->nslabs = rb[i].nslabs;
-        int ok = B->tensor >= 0 && B->tensor < nt && B->file >= 0 && B->file < nf &&
-                 memchr(rb[i].tensor, 0, sizeof rb[i].tensor) && !strcmp(rb[i].tensor, L->t[B->tensor].name) &&
-                 !strcmp(rb[i].file, L->f[B->file].name) && rb[i].rank == L->f[B->file].rank;
+        int ok;
+        if (L->version == 1) {
+            const rec_box *R = (const rec_box *)rbv + i;
+            COPY_BOX_COMMON(B, R);
+            B->slab_rows = R->slab_rows;
+            B->slab_first = R->slab_first;
+            B->nslabs = R->nslabs;
+            ok = box_row_ok(L, B, R->tensor, sizeof R->tensor, R->file, R->rank);
+        } else {
+            const rec_box2 *R = (const rec_box2 *)rbv + i;
+            COPY_BOX_COMMON(B, R);
+            B->tile_rows = R->tile_rows;
+            B->tile_cols = R->tile_cols;
+            B->ntiles = R->ntiles;
+            B->tiles_checksum = R->tiles_checksum;
+            memcpy(B->tiles_dataset, R->tiles_dataset, sizeof B->tiles_dataset);
+            ok = box_row_ok(L, B, R->tensor, sizeof R->tensor, R->file, R->rank);
+        }
         if (!ok) rc = mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: tensor/file columns disagree", path, (long long)i);
+        else if (!memchr(B->dataset, 0, sizeof B->dataset) || !memchr(B->tiles_dataset, 0, sizeof B->tiles_dataset))
+            rc = mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: dataset path not NUL-terminated", path, (long long)i);
     }
     free(rt);
-    free(rb);
+    free(rbv);
     free(rf);
     if (rc != MP_OK) goto done;
 

@@ -8,22 +8,47 @@
  *      the index is opened); otherwise a missing region is found by subtraction and named;
  *   3. each intersection is read from its rank file:
  *      - I is the whole saved box and its rows are contiguous in the caller's buffer (same-mesh
- *        loads): one H5Dread straight into the buffer, then the whole-box checksum;
- *      - otherwise the slabs (slab_rows rows of dim 0, all other dims) that I touches are read, in
- *        batches of at most 64 MiB, each slab checked against its slab checksum; batches whose rows
- *        all belong to I and are contiguous in the caller's buffer are read into it directly, others
- *        go through a scratch buffer and the sub-box is copied out.
+ *        loads): one read straight into the buffer, then the whole-box checksum (no tile array);
+ *      - otherwise only the checksum tiles I touches are read: the rectangle of touched tile rows x
+ *        touched column blocks, in batches of whole tile rows bounded by the scratch size (default
+ *        64 MiB, ckpt_reader_set_scratch; at least one tile row), each tile checked against its tile
+ *        checksum, and I copied out. Batches of whole-width rows that lie inside I and are contiguous
+ *        in the caller's buffer are read into it directly.
  *   Every byte copied to the caller has been checked against a checksum. Reads never go through the
  *   virtual views (a view's missing source would read as fill values).
+ *
+ * One path for both format versions: a v2 box's tile checksums are the uint64 dataset tiles_dataset
+ * next to it in its rank file, read whole on first need, checked against the index's tiles_checksum
+ * and cached (the cache is dropped whole when it would pass 32 MiB); a v1 box's slab checksums (in the
+ * index) are its tiles, tile_cols being the box's whole dim 1.
+ *
+ * Fetching: a contiguous, unfiltered dataset (every uncompressed box) is read with pread on the rank
+ * file's descriptor (sec2 driver, H5Fget_vfd_handle) at H5Dget_offset + byte offset: one pread for a
+ * band of whole-width rows, one per row segment when only some column blocks are needed. So exactly
+ * the tile bytes are read (HDF5's sieve buffer would read up to 64 KiB around each request). Chunked
+ * (zstd) datasets, whose chunks are tiles, are read with H5Dread of the tile rectangle's hyperslab.
+ *
+ * Counters (ckpt_reader_io): bytes_needed += element size x volume of every ckpt_read request;
+ * bytes_read += bytes fetched from rank files: tensor data (uncompressed size of what was fetched)
+ * plus tile checksum arrays (8 bytes per tile), by ckpt_read and ckpt_verify alike. Index and HDF5
+ * metadata reads are not counted. A read of whole tiles of a v2 box costs bytes_needed + the box's
+ * tile array once (while cached).
+ *
  * Rank files are opened on first use and kept open until ckpt_close.
  */
+#define _GNU_SOURCE
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
 #include <assert.h>
+#include <endian.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
+
+#define TILE_CACHE_MAX ((size_t)32 << 20)   /* bytes of cached tile checksum arrays */
 
 struct ckpt_reader {
     char *dir;
@@ -31,6 +56,11 @@ struct ckpt_reader {
     ckpt_tensor_info *ti;
     ckpt_box_info *bi;
     hid_t *files;         /* [nfiles], -1 until opened */
+    int *fds;             /* [nfiles], the sec2 descriptor of files[i] (-1 unknown) */
+    uint64_t **tiles;     /* [nboxes], cached tile checksums of v2 boxes (NULL: not loaded) */
+    size_t tiles_bytes;   /* bytes held in tiles[] */
+    size_t scratch;       /* scratch bound of partial reads and verify batches */
+    int64_t bytes_read, bytes_needed;
 };
 
 mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
@@ -52,7 +82,10 @@ mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
     r->ti = mp_xcalloc(sizeof *r->ti * (size_t)(L->ntensors + 1));
     r->bi = mp_xcalloc(sizeof *r->bi * (size_t)(L->nboxes + 1));
     r->files = mp_xmalloc(sizeof(hid_t) * (size_t)(L->nfiles + 1));
-    for (int i = 0; i < L->nfiles; i++) r->files[i] = -1;
+    r->fds = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
+    r->tiles = mp_xcalloc(sizeof(uint64_t *) * (size_t)(L->nboxes + 1));
+    r->scratch = CK_BATCH_BYTES;
+    for (int i = 0; i < L->nfiles; i++) { r->files[i] = -1; r->fds[i] = -1; }
     for (int i = 0; i < L->ntensors; i++) {
         ckpt_tensor_info *T = &r->ti[i];
         T->name = L->t[i].name;
@@ -72,8 +105,9 @@ mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
         memcpy(B->offset, S->off, sizeof B->offset);
         memcpy(B->shape, S->shp, sizeof B->shape);
         B->checksum = S->checksum;
-        B->slab_rows = S->slab_rows;
-        B->nslabs = S->nslabs;
+        B->tile_rows = S->tile_rows;
+        B->tile_cols = S->tile_cols;
+        B->ntiles = S->ntiles;
     }
     *out = r;
     return MP_OK;
@@ -85,12 +119,25 @@ mp_code ckpt_open_latest(ckpt_reader **out, const char *root, mp_err *e) {
     return ckpt_open(out, dir, e);
 }
 
+/* Frees every cached tile array. */
+static void drop_tiles(ckpt_reader *r) {
+    for (int j = 0; j < r->L.nboxes; j++)
+        if (r->tiles[j]) {
+            mp_free_acct(r->tiles[j], sizeof(uint64_t) * (size_t)r->L.b[j].ntiles, MP_MEM_CKPT);
+            r->tiles[j] = NULL;
+        }
+    r->tiles_bytes = 0;
+}
+
 void ckpt_close(ckpt_reader *r) {
     if (!r) return;
     for (int i = 0; i < r->L.nfiles; i++)
         if (r->files[i] >= 0) H5Fclose(r->files[i]);
     H5Eclear2(H5E_DEFAULT);
+    drop_tiles(r);
+    free(r->tiles);
     free(r->files);
+    free(r->fds);
     free(r->ti);
     free(r->bi);
     ck_layout_free(&r->L);
@@ -100,7 +147,7 @@ void ckpt_close(ckpt_reader *r) {
 
 const char *ckpt_reader_dir(const ckpt_reader *r) { return r->dir; }
 int64_t ckpt_reader_step(const ckpt_reader *r) { return r->L.step; }
-int ckpt_reader_version(const ckpt_reader *r) { (void)r; return CKPT_FORMAT_VERSION; }
+int ckpt_reader_version(const ckpt_reader *r) { return r->L.version; }
 int ckpt_reader_world(const ckpt_reader *r) { return r->L.world; }
 int ckpt_num_tensors(const ckpt_reader *r) { return r->L.ntensors; }
 const ckpt_tensor_info *ckpt_tensor_at(const ckpt_reader *r, int i) {
@@ -121,6 +168,18 @@ const char *ckpt_meta_get(const ckpt_reader *r, const char *key) {
         if (!strcmp(r->L.keys[i], key)) return r->L.vals[i];
     return NULL;
 }
+
+void ckpt_reader_io(const ckpt_reader *r, int64_t *bytes_read, int64_t *bytes_needed) {
+    if (bytes_read) *bytes_read = r->bytes_read;
+    if (bytes_needed) *bytes_needed = r->bytes_needed;
+}
+
+void ckpt_reader_io_reset(ckpt_reader *r) {
+    r->bytes_read = 0;
+    r->bytes_needed = 0;
+}
+
+void ckpt_reader_set_scratch(ckpt_reader *r, size_t bytes) { r->scratch = bytes; }
 
 int ckpt_tensor_find(const ckpt_reader *r, const char *name) {
     int lo = 0, hi = r->L.ntensors;
@@ -149,8 +208,9 @@ int ckpt_query(const ckpt_reader *r, int t, const int64_t *offset, const int64_t
 
 /* ------------------------------------------------------------------------------------- data */
 
-/* The open rank file of box j's file. */
-static mp_code rank_file(ckpt_reader *r, int fi, hid_t *out, mp_err *e) {
+/* The open rank file fi (opened on first use) and its sec2 descriptor (*fd, -1 if the driver is not
+ * sec2: then every read goes through HDF5). */
+static mp_code rank_file(ckpt_reader *r, int fi, hid_t *out, int *fd, mp_err *e) {
     if (r->files[fi] < 0) {
         char *p = ck_fmt("%s/%s", r->dir, r->L.f[fi].name);
         if (!ck_exists(p)) {
@@ -167,20 +227,66 @@ static mp_code rank_file(ckpt_reader *r, int fi, hid_t *out, mp_err *e) {
             free(p);
             return rc;
         }
+        int dfd = -1;
+        hid_t ap = H5Fget_access_plist(f);
+        void *h = NULL;
+        if (ap >= 0 && H5Pget_driver(ap) == H5FD_SEC2 && H5Fget_vfd_handle(f, H5P_DEFAULT, &h) >= 0 && h)
+            dfd = *(int *)h;
+        if (ap >= 0) H5Pclose(ap);
+        H5Eclear2(H5E_DEFAULT);
         free(p);
         r->files[fi] = f;
+        r->fds[fi] = dfd;
     }
     *out = r->files[fi];
+    if (fd) *fd = r->fds[fi];
     return MP_OK;
 }
 
-/* Opens box j's dataset and checks its shape and type against the index. *ft gets the type. */
-static mp_code open_box(ckpt_reader *r, int64_t j, hid_t *d_out, hid_t *ft_out, mp_err *e) {
+/* A dataset of a rank file being read: its HDF5 handles and, when it is contiguous and unfiltered
+ * with allocated storage, where its bytes start in the file (then it is read with pread on fd). */
+typedef struct {
+    hid_t d, ft;
+    int fd;          /* >= 0: pread at base + byte offset; -1: H5Dread */
+    int64_t base;
+    int64_t chunk_rows;   /* chunked datasets: rows of dim 0 per chunk (HDF5 reads whole chunks) */
+} src_t;
+
+static void src_close(src_t *s) {
+    if (s->ft >= 0) H5Tclose(s->ft);
+    if (s->d >= 0) H5Dclose(s->d);
+    s->d = s->ft = -1;
+}
+
+/* Fills s->fd / s->base for dataset s->d of a file with descriptor fd. */
+static void src_locate(src_t *s, int fd) {
+    s->fd = -1;
+    s->base = 0;
+    s->chunk_rows = 0;
+    hid_t dcpl = H5Dget_create_plist(s->d);
+    hsize_t cd[CKPT_MAX_DIMS];
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, CKPT_MAX_DIMS, cd) >= 1)
+        s->chunk_rows = (int64_t)cd[0];
+    if (dcpl >= 0 && fd >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl) == 0) {
+        haddr_t a = H5Dget_offset(s->d);
+        if (a != HADDR_UNDEF && a <= (haddr_t)INT64_MAX) {
+            s->fd = fd;
+            s->base = (int64_t)a;
+        }
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+}
+
+/* Opens box j's dataset and checks its shape and type against the index. */
+static mp_code open_box(ckpt_reader *r, int64_t j, src_t *s, mp_err *e) {
     const ck_box *B = &r->L.b[j];
     const ck_tensor *T = &r->L.t[B->tensor];
     const char *fname = r->L.f[B->file].name;
     hid_t f = -1;
-    MP_TRY(rank_file(r, B->file, &f, e));
+    int fd = -1;
+    s->d = s->ft = -1;
+    MP_TRY(rank_file(r, B->file, &f, &fd, e));
     hid_t d = H5Dopen2(f, B->dataset, H5P_DEFAULT);
     if (d < 0) return ck_h5_err(e, MP_ECHECK, "%s/%s: dataset %s of tensor %s is missing", r->dir, fname, B->dataset, T->name);
     hid_t want = ck_h5_type(T->dtype);
@@ -200,32 +306,97 @@ static mp_code open_box(ckpt_reader *r, int64_t j, hid_t *d_out, hid_t *ft_out, 
         return mp_err_set(e, MP_ECHECK, "%s/%s: dataset %s (tensor %s) has a type or shape other than the index says",
                           r->dir, fname, B->dataset, T->name);
     }
-    *d_out = d;
-    *ft_out = ft;
+    s->d = d;
+    s->ft = ft;
+    src_locate(s, fd);
     return MP_OK;
 }
 
-/* Reads rows [a, b) (all other dims) of the dataset of box B into dst. */
-static mp_code read_rows(ckpt_reader *r, int64_t j, hid_t d, hid_t ft, int64_t a, int64_t b, void *dst, mp_err *e) {
+/* pread of exactly n bytes at off, for box j's dataset `what`; a short read or an error is MP_ECHECK
+ * (a truncated rank file) naming the file, the dataset and the tensor. */
+static mp_code pread_all(ckpt_reader *r, int64_t j, const char *what, int fd, void *dst, size_t n, int64_t off,
+                         mp_err *e) {
+    const ck_box *B = &r->L.b[j];
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, (char *)dst + got, n - got, (off_t)(off + (int64_t)got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return mp_err_set(e, MP_ECHECK,
+                              "%s/%s: short read of dataset %s (tensor %s): %zu of %zu bytes at file offset %lld%s%s "
+                              "(truncated or corrupt rank file)",
+                              r->dir, r->L.f[B->file].name, what, r->L.t[B->tensor].name, got, n, (long long)off,
+                              k < 0 ? ": " : "", k < 0 ? strerror(errno) : "");
+        got += (size_t)k;
+    }
+    r->bytes_read += (int64_t)n;
+    return MP_OK;
+}
+
+/* Geometry of box B: cols = entries of dim 1 (1 for 1-D), unit = bytes of one dim-1 entry (all of
+ * dims 2..), row = bytes of one dim-0 row. */
+typedef struct { int64_t rows, cols, unit, row; } geom;
+
+static geom box_geom(const ck_layout *L, const ck_box *B) {
+    const ck_tensor *T = &L->t[B->tensor];
+    geom g;
+    g.rows = B->shp[0];
+    g.cols = T->ndim >= 2 ? B->shp[1] : 1;
+    g.unit = (int64_t)mp_dtype_size(T->dtype) * (T->ndim > 2 ? ck_volume(T->ndim - 2, B->shp + 2) : 1);
+    g.row = g.cols * g.unit;
+    return g;
+}
+
+/* Reads rows [a, b) x dim-1 entries [ca, cb) (all of dims 2..) of box j's dataset into dst, row-major
+ * ((b - a) x (cb - ca) x ...): pread for contiguous datasets (one call for whole-width rows, else one
+ * per row segment), H5Dread of the hyperslab otherwise. Counts the bytes in r->bytes_read. */
+static mp_code fetch(ckpt_reader *r, int64_t j, const src_t *s, int64_t a, int64_t b, int64_t ca, int64_t cb, void *dst,
+                     mp_err *e) {
     const ck_box *B = &r->L.b[j];
     const ck_tensor *T = &r->L.t[B->tensor];
+    geom g = box_geom(&r->L, B);
+    assert(0 <= a && a < b && b <= g.rows && 0 <= ca && ca < cb && cb <= g.cols);
+    size_t seg = (size_t)((cb - ca) * g.unit);
+    if (s->fd >= 0) {
+        if (ca == 0 && cb == g.cols) return pread_all(r, j, B->dataset, s->fd, dst, (size_t)(b - a) * seg, s->base + a * g.row, e);
+        for (int64_t i = a; i < b; i++)
+            MP_TRY(pread_all(r, j, B->dataset, s->fd, (char *)dst + (size_t)(i - a) * seg, seg,
+                             s->base + i * g.row + ca * g.unit, e));
+        return MP_OK;
+    }
     hsize_t st[CKPT_MAX_DIMS] = {0}, cnt[CKPT_MAX_DIMS];
     for (int k = 0; k < T->ndim; k++) cnt[k] = (hsize_t)B->shp[k];
     st[0] = (hsize_t)a;
     cnt[0] = (hsize_t)(b - a);
-    hid_t fs = H5Dget_space(d);
+    if (T->ndim >= 2) {
+        st[1] = (hsize_t)ca;
+        cnt[1] = (hsize_t)(cb - ca);
+    }
+    hid_t fs = H5Dget_space(s->d);
     hid_t ms = H5Screate_simple(T->ndim, cnt, NULL);
     herr_t hr = (fs < 0 || ms < 0) ? -1 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
-    if (hr >= 0) hr = H5Dread(d, ft, ms, fs, H5P_DEFAULT, dst);
+    if (hr >= 0) hr = H5Dread(s->d, s->ft, ms, fs, H5P_DEFAULT, dst);
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (hr < 0)
-        return ck_h5_err(e, MP_ECHECK, "%s/%s: reading rows %lld:%lld of dataset %s (tensor %s)", r->dir,
-                         r->L.f[B->file].name, (long long)a, (long long)b, B->dataset, T->name);
+        return ck_h5_err(e, MP_ECHECK, "%s/%s: reading rows %lld:%lld, columns %lld:%lld of dataset %s (tensor %s)",
+                         r->dir, r->L.f[B->file].name, (long long)a, (long long)b, (long long)ca, (long long)cb,
+                         B->dataset, T->name);
+    /* HDF5 decompresses whole chunks: count the rows of every chunk the hyperslab meets (the chunk
+     * columns are the tile columns) */
+    int64_t ra = a, rb = b;
+    if (s->chunk_rows > 0) {
+        ra = a / s->chunk_rows * s->chunk_rows;
+        rb = (b + s->chunk_rows - 1) / s->chunk_rows * s->chunk_rows;
+        if (rb > g.rows) rb = g.rows;
+    }
+    r->bytes_read += (int64_t)((size_t)(rb - ra) * seg);
     return MP_OK;
 }
 
-static mp_code checksum_error(ckpt_reader *r, int64_t j, int64_t a, int64_t b, uint64_t want, uint64_t got, mp_err *e) {
+/* "checksum mismatch" for rows [a, b) x dim-1 entries [ca, cb) of box j (box coordinates). */
+static mp_code checksum_error(ckpt_reader *r, int64_t j, int64_t a, int64_t b, int64_t ca, int64_t cb, uint64_t want,
+                              uint64_t got, mp_err *e) {
     const ck_box *B = &r->L.b[j];
     const ck_tensor *T = &r->L.t[B->tensor];
     int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
@@ -233,6 +404,10 @@ static mp_code checksum_error(ckpt_reader *r, int64_t j, int64_t a, int64_t b, u
     memcpy(shp, B->shp, sizeof shp);
     off[0] += a;
     shp[0] = b - a;
+    if (T->ndim >= 2) {
+        off[1] += ca;
+        shp[1] = cb - ca;
+    }
     char reg[256];
     ck_box_str(reg, sizeof reg, T->ndim, off, shp);
     return mp_err_set(e, MP_ECHECK,
@@ -242,16 +417,127 @@ static mp_code checksum_error(ckpt_reader *r, int64_t j, int64_t a, int64_t b, u
                       (unsigned long long)got);
 }
 
-/* Checks the slabs [s0, s1) of box j held in p (starting at row s0 * slab_rows). */
-static mp_code check_slabs(ckpt_reader *r, int64_t j, int64_t s0, int64_t s1, const char *p, int64_t row, mp_err *e) {
+/* Reads the tile checksum array of v2 box j from its rank file into buf (ntiles, native order) and
+ * checks it against the index's tiles_checksum (XXH3-64 of the array as little-endian uint64s). */
+static mp_code load_tiles(ckpt_reader *r, int64_t j, uint64_t *buf, mp_err *e) {
     const ck_box *B = &r->L.b[j];
-    for (int64_t k = s0; k < s1; k++) {
-        int64_t a = k * B->slab_rows, b = a + B->slab_rows < B->shp[0] ? a + B->slab_rows : B->shp[0];
-        uint64_t h = XXH3_64bits(p + (size_t)((a - s0 * B->slab_rows) * row), (size_t)((b - a) * row));
-        uint64_t want = r->L.slabs[B->slab_first + k];
-        if (h != want) return checksum_error(r, j, a, b, want, h, e);
+    const ck_tensor *T = &r->L.t[B->tensor];
+    const char *fname = r->L.f[B->file].name;
+    assert(r->L.version >= 2 && B->ntiles > 0);
+    hid_t f = -1;
+    int fd = -1;
+    MP_TRY(rank_file(r, B->file, &f, &fd, e));
+    src_t s = {.d = H5Dopen2(f, B->tiles_dataset, H5P_DEFAULT), .ft = -1};
+    if (s.d < 0)
+        return ck_h5_err(e, MP_ECHECK, "%s/%s: tile checksums dataset %s of dataset %s (tensor %s) is missing", r->dir,
+                         fname, B->tiles_dataset, B->dataset, T->name);
+    s.ft = H5Dget_type(s.d);
+    hid_t sp = H5Dget_space(s.d);
+    hsize_t n = 0;
+    int ok = s.ft >= 0 && sp >= 0 && H5Tget_class(s.ft) == H5T_INTEGER && H5Tget_size(s.ft) == 8 &&
+             H5Tget_sign(s.ft) == H5T_SGN_NONE && H5Sget_simple_extent_ndims(sp) == 1 &&
+             H5Sget_simple_extent_dims(sp, &n, NULL) == 1 && n == (hsize_t)B->ntiles;
+    if (sp >= 0) H5Sclose(sp);
+    mp_code rc = MP_OK;
+    size_t bytes = sizeof(uint64_t) * (size_t)B->ntiles;
+    if (!ok) {
+        H5Eclear2(H5E_DEFAULT);
+        rc = mp_err_set(e, MP_ECHECK,
+                        "%s/%s: tile checksums dataset %s of dataset %s (tensor %s) is not a uint64[%lld] array", r->dir,
+                        fname, B->tiles_dataset, B->dataset, T->name, (long long)B->ntiles);
+    } else {
+        src_locate(&s, fd);
+        if (s.fd >= 0) {
+            rc = pread_all(r, j, B->tiles_dataset, s.fd, buf, bytes, s.base, e);
+        } else if (H5Dread(s.d, H5T_STD_U64LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+            rc = ck_h5_err(e, MP_ECHECK, "%s/%s: reading tile checksums dataset %s (tensor %s)", r->dir, fname,
+                           B->tiles_dataset, T->name);
+        } else {
+            r->bytes_read += (int64_t)bytes;
+        }
+    }
+    src_close(&s);
+    if (rc != MP_OK) return rc;
+    uint64_t h = XXH3_64bits(buf, bytes);   /* buf holds the little-endian bytes */
+    if (h != B->tiles_checksum)
+        return mp_err_set(e, MP_ECHECK,
+                          "%s/%s: tile checksums dataset %s of dataset %s (tensor %s) is corrupt: XXH3 %016llx, the "
+                          "index says %016llx",
+                          r->dir, fname, B->tiles_dataset, B->dataset, T->name, (unsigned long long)h,
+                          (unsigned long long)B->tiles_checksum);
+    for (int64_t k = 0; k < B->ntiles; k++) buf[k] = le64toh(buf[k]);
+    return MP_OK;
+}
+
+/* The tile checksums of box j: v1 slab checksums from the index, v2 the cached array (loaded and
+ * checked on first need; the whole cache is dropped when it would pass TILE_CACHE_MAX). */
+static mp_code tiles_of(ckpt_reader *r, int64_t j, const uint64_t **out, mp_err *e) {
+    const ck_box *B = &r->L.b[j];
+    if (r->L.version == 1) {
+        assert(B->slab_first + B->ntiles <= r->L.nslabs);
+        *out = r->L.slabs + B->slab_first;
+        return MP_OK;
+    }
+    if (!r->tiles[j]) {
+        size_t bytes = sizeof(uint64_t) * (size_t)B->ntiles;
+        if (r->tiles_bytes + bytes > TILE_CACHE_MAX) drop_tiles(r);
+        uint64_t *buf = mp_malloc(bytes, MP_MEM_CKPT);
+        mp_code rc = load_tiles(r, j, buf, e);
+        if (rc != MP_OK) {
+            mp_free_acct(buf, bytes, MP_MEM_CKPT);
+            return rc;
+        }
+        r->tiles[j] = buf;
+        r->tiles_bytes += bytes;
+    }
+    *out = r->tiles[j];
+    return MP_OK;
+}
+
+/* Checks the tiles held in p: rows [a, b) x dim-1 entries [ca, cb) of box j, row-major, where a and ca
+ * are tile boundaries and b, cb tile boundaries or the box's end. hs is a scratch XXH3 state. */
+static mp_code check_tiles(ckpt_reader *r, int64_t j, const uint64_t *tiles, const char *p, int64_t a, int64_t b,
+                           int64_t ca, int64_t cb, XXH3_state_t *hs, mp_err *e) {
+    const ck_box *B = &r->L.b[j];
+    geom g = box_geom(&r->L, B);
+    int64_t TR = B->tile_rows, TC = B->tile_cols, ncb = (g.cols + TC - 1) / TC;
+    assert(a % TR == 0 && ca % TC == 0 && (b % TR == 0 || b == g.rows) && (cb % TC == 0 || cb == g.cols));
+    size_t w = (size_t)((cb - ca) * g.unit);   /* bytes of one row in p */
+    for (int64_t i = a / TR; i * TR < b; i++) {
+        int64_t ta = i * TR, tb = ta + TR < g.rows ? ta + TR : g.rows;
+        for (int64_t k = ca / TC; k * TC < cb; k++) {
+            int64_t tca = k * TC, tcb = tca + TC < g.cols ? tca + TC : g.cols;
+            size_t seg = (size_t)((tcb - tca) * g.unit);
+            const char *q = p + (size_t)(ta - a) * w + (size_t)((tca - ca) * g.unit);
+            uint64_t h;
+            if (seg == w) {
+                h = XXH3_64bits(q, (size_t)(tb - ta) * seg);
+            } else {
+                XXH3_64bits_reset(hs);
+                for (int64_t x = ta; x < tb; x++, q += w) XXH3_64bits_update(hs, q, seg);
+                h = XXH3_64bits_digest(hs);
+            }
+            uint64_t want = tiles[i * ncb + k];
+            if (h != want) return checksum_error(r, j, ta, tb, tca, tcb, want, h, e);
+        }
     }
     return MP_OK;
+}
+
+/* Grows the scratch buffer *p (*cap bytes) to at least n bytes. */
+static void scratch_grow(char **p, size_t *cap, size_t n) {
+    if (n <= *cap) return;
+    mp_free_acct(*p, *cap, MP_MEM_CKPT);
+    *p = mp_malloc(n, MP_MEM_CKPT);
+    *cap = n;
+}
+
+/* Tile rows per batch for box B: the scratch bound over the bytes of one tile row of width w bytes,
+ * at least 1, at most all of the box's tile rows. */
+static int64_t batch_tile_rows(const ckpt_reader *r, const ck_box *B, int64_t w) {
+    int64_t all = (B->shp[0] + B->tile_rows - 1) / B->tile_rows;
+    size_t per = r->scratch / (size_t)(B->tile_rows * w);
+    return per < 1 ? 1 : per > (size_t)all ? all : (int64_t)per;
 }
 
 /* Reads the intersection (io, is) of saved box j into the caller's box (qo, qs) at buf. */
@@ -261,59 +547,70 @@ static mp_code read_part(ckpt_reader *r, int64_t j, const int64_t *io, const int
     const ck_tensor *T = &r->L.t[B->tensor];
     int nd = T->ndim;
     size_t es = mp_dtype_size(T->dtype);
-    int64_t row = (int64_t)es * ck_volume(nd - 1, B->shp + 1);   /* bytes of one row of the saved box */
-    int contig = 1;                                                /* I's rows contiguous in buf */
+    geom g = box_geom(&r->L, B);
+    int contig = 1;                                                /* I's rows: whole rows of B, contiguous in buf */
     for (int d = 1; d < nd; d++) contig = contig && is[d] == B->shp[d] && is[d] == qs[d];
     int64_t r0 = io[0] - B->off[0], r1 = r0 + is[0];               /* rows of B that I covers */
-    hid_t d, ft;
-    MP_TRY(open_box(r, j, &d, &ft, e));
+    int64_t c0 = nd >= 2 ? io[1] - B->off[1] : 0, c1 = nd >= 2 ? c0 + is[1] : 1;
+    src_t s;
+    MP_TRY(open_box(r, j, &s, e));
     mp_code rc = MP_OK;
-    if (contig && r0 == 0 && r1 == B->shp[0]) {
-        char *dst = buf + (size_t)((io[0] - qo[0]) * row);
-        rc = read_rows(r, j, d, ft, 0, B->shp[0], dst, e);
+    if (contig && r0 == 0 && r1 == g.rows) {
+        char *dst = buf + (size_t)((io[0] - qo[0]) * g.row);
+        rc = fetch(r, j, &s, 0, g.rows, 0, g.cols, dst, e);
         if (rc == MP_OK) {
-            uint64_t h = XXH3_64bits(dst, (size_t)(B->shp[0] * row));
-            if (h != B->checksum) rc = checksum_error(r, j, 0, B->shp[0], B->checksum, h, e);
+            uint64_t h = XXH3_64bits(dst, (size_t)(g.rows * g.row));
+            if (h != B->checksum) rc = checksum_error(r, j, 0, g.rows, 0, g.cols, B->checksum, h, e);
         }
-        goto done;
+        src_close(&s);
+        return rc;
     }
-    int64_t K = B->slab_rows;
-    int64_t s0 = r0 / K, s1 = (r1 + K - 1) / K;
-    int64_t per = (int64_t)(CK_BATCH_BYTES / (size_t)(K * row));
-    if (per < 1) per = 1;
+    const uint64_t *tiles = NULL;
+    rc = tiles_of(r, j, &tiles, e);
+    if (rc != MP_OK) {
+        src_close(&s);
+        return rc;
+    }
+    int64_t TR = B->tile_rows, TC = B->tile_cols;
+    int64_t i0 = r0 / TR, i1 = (r1 + TR - 1) / TR;                 /* touched tile rows */
+    int64_t ca = c0 / TC * TC, cb = (c1 + TC - 1) / TC * TC;       /* touched column blocks */
+    if (cb > g.cols) cb = g.cols;
+    int64_t w = (cb - ca) * g.unit;
+    int64_t per = batch_tile_rows(r, B, w);
     char *tmp = NULL;
     size_t tmp_n = 0;
-    for (int64_t sa = s0; sa < s1 && rc == MP_OK; sa += per) {
-        int64_t sb = sa + per < s1 ? sa + per : s1;
-        int64_t a = sa * K, b = sb * K < B->shp[0] ? sb * K : B->shp[0];
-        if (contig && a >= r0 && b <= r1) {
-            char *dst = buf + (size_t)((B->off[0] + a - qo[0]) * row);
-            rc = read_rows(r, j, d, ft, a, b, dst, e);
-            if (rc == MP_OK) rc = check_slabs(r, j, sa, sb, dst, row, e);
+    XXH3_state_t *hs = XXH3_createState();
+    if (!hs) abort();
+    for (int64_t ia = i0; ia < i1 && rc == MP_OK; ia += per) {
+        int64_t ib = ia + per < i1 ? ia + per : i1;
+        int64_t a = ia * TR, b = ib * TR < g.rows ? ib * TR : g.rows;
+        if (contig && a >= r0 && b <= r1) {                         /* whole-width rows inside I: straight in */
+            assert(ca == 0 && cb == g.cols);
+            char *dst = buf + (size_t)((B->off[0] + a - qo[0]) * g.row);
+            rc = fetch(r, j, &s, a, b, 0, g.cols, dst, e);
+            if (rc == MP_OK) rc = check_tiles(r, j, tiles, dst, a, b, 0, g.cols, hs, e);
             continue;
         }
-        size_t need = (size_t)((b - a) * row);
-        if (need > tmp_n) {
-            mp_free_acct(tmp, tmp_n, MP_MEM_CKPT);
-            tmp = mp_malloc(need, MP_MEM_CKPT);
-            tmp_n = need;
-        }
-        rc = read_rows(r, j, d, ft, a, b, tmp, e);
-        if (rc == MP_OK) rc = check_slabs(r, j, sa, sb, tmp, row, e);
+        scratch_grow(&tmp, &tmp_n, (size_t)((b - a) * w));
+        rc = fetch(r, j, &s, a, b, ca, cb, tmp, e);
+        if (rc == MP_OK) rc = check_tiles(r, j, tiles, tmp, a, b, ca, cb, hs, e);
         if (rc == MP_OK) {
-            /* the part of I within rows [a, b) of B */
+            /* the part of I within the fetched rectangle */
             int64_t so[CKPT_MAX_DIMS], ss[CKPT_MAX_DIMS], co[CKPT_MAX_DIMS], cs[CKPT_MAX_DIMS];
             memcpy(so, B->off, sizeof so);
             memcpy(ss, B->shp, sizeof ss);
-            so[0] = B->off[0] + a;
+            so[0] += a;
             ss[0] = b - a;
+            if (nd >= 2) {
+                so[1] += ca;
+                ss[1] = cb - ca;
+            }
             if (ck_intersect(nd, so, ss, io, is, co, cs)) ck_copy_sub(nd, es, co, cs, tmp, so, ss, buf, qo, qs);
         }
     }
+    XXH3_freeState(hs);
     mp_free_acct(tmp, tmp_n, MP_MEM_CKPT);
-done:
-    H5Tclose(ft);
-    H5Dclose(d);
+    src_close(&s);
     return rc;
 }
 
@@ -329,11 +626,13 @@ mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const
     char qstr[256], tstr[256];
     ck_box_str(qstr, sizeof qstr, nd, offset, shape);
     for (int d = 0; d < nd; d++)
-        if (offset[d] < 0 || shape[d] <= 0 || offset[d] + shape[d] > T->shape[d]) {
+        if (offset[d] < 0 || shape[d] <= 0 || offset[d] > T->shape[d] - shape[d]) {
             ck_box_str(tstr, sizeof tstr, nd, zero, T->shape);
             return mp_err_set(e, MP_EINPUT, "tensor %s: requested box %s is empty or outside the tensor %s", name, qstr,
                               tstr);
         }
+    int64_t want = ck_volume(nd, shape);
+    r->bytes_needed += want * (int64_t)mp_dtype_size(T->dtype);
     int64_t lo, hi;
     ck_index_range(&r->L, t, offset[0], offset[0] + shape[0], &lo, &hi);
     int n = 0;
@@ -347,7 +646,6 @@ mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const
             hit[n++] = j;
         }
     mp_code rc = MP_OK;
-    int64_t want = ck_volume(nd, shape);
     if (covered != want) {
         int64_t mo[CKPT_MAX_DIMS], ms[CKPT_MAX_DIMS];
         char reg[256] = "?";
@@ -366,65 +664,76 @@ mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const
     return rc;
 }
 
+/* The dataset attributes of box j (open in s) agree with the index: tensor, dtype, global_offset,
+ * global_shape, checksum; v2 also tile_rows, tile_cols, tiles_checksum. */
+static mp_code check_attrs(ckpt_reader *r, int64_t j, const src_t *s, mp_err *e) {
+    const ck_box *B = &r->L.b[j];
+    const ck_tensor *T = &r->L.t[B->tensor];
+    char tn[CKPT_NAME_MAX + 2] = "", dt[16] = "";
+    int64_t go[CKPT_MAX_DIMS], gs[CKPT_MAX_DIMS], tr = 0, tc = 0;
+    uint64_t ck = 0, tck = 0;
+    int ok = ck_attr_read_str(s->d, "tensor", tn, sizeof tn) >= 0 && !strcmp(tn, T->name) &&
+             ck_attr_read_str(s->d, "dtype", dt, sizeof dt) >= 0 && !strcmp(dt, mp_dtype_name(T->dtype)) &&
+             ck_attr_read_i64(s->d, "global_offset", go, T->ndim) >= 0 &&
+             ck_attr_read_i64(s->d, "global_shape", gs, T->ndim) >= 0 && ck_attr_read_u64(s->d, "checksum", &ck, 1) >= 0 &&
+             ck == B->checksum;
+    for (int k = 0; ok && k < T->ndim; k++) ok = go[k] == B->off[k] && gs[k] == T->shape[k];
+    if (ok && r->L.version >= 2)
+        ok = ck_attr_read_i64(s->d, "tile_rows", &tr, 1) >= 0 && tr == B->tile_rows &&
+             ck_attr_read_i64(s->d, "tile_cols", &tc, 1) >= 0 && tc == B->tile_cols &&
+             ck_attr_read_u64(s->d, "tiles_checksum", &tck, 1) >= 0 && tck == B->tiles_checksum;
+    if (ok) return MP_OK;
+    H5Eclear2(H5E_DEFAULT);
+    return mp_err_set(e, MP_ECHECK, "%s/%s: attributes of dataset %s disagree with the index (tensor %s)", r->dir,
+                      r->L.f[B->file].name, B->dataset, T->name);
+}
+
 mp_code ckpt_verify(ckpt_reader *r, int64_t *bytes_read, mp_err *e) {
     ck_h5_init();
-    int64_t total = 0;
+    int64_t start = r->bytes_read;
     mp_code rc = MP_OK;
     for (int t = 0; t < r->L.ntensors && rc == MP_OK; t++) rc = ck_layout_check_tensor(&r->L, t, 1, e);
     if (rc != MP_OK) return mp_err_wrap(e, "checkpoint %s", r->dir);
     char *tmp = NULL;
     size_t tmp_n = 0;
-    XXH3_state_t *hs = XXH3_createState();
-    if (!hs) abort();
+    XXH3_state_t *hs = XXH3_createState(), *ts = XXH3_createState();
+    if (!hs || !ts) abort();
     for (int64_t j = 0; j < r->L.nboxes && rc == MP_OK; j++) {
         const ck_box *B = &r->L.b[j];
-        const ck_tensor *T = &r->L.t[B->tensor];
-        const char *fname = r->L.f[B->file].name;
-        hid_t d, ft;
-        rc = open_box(r, j, &d, &ft, e);
+        geom g = box_geom(&r->L, B);
+        src_t s;
+        rc = open_box(r, j, &s, e);
         if (rc != MP_OK) break;
-        /* the dataset's own attributes must agree with the index */
-        char tn[CKPT_NAME_MAX + 2] = "";
-        int64_t go[CKPT_MAX_DIMS], gs[CKPT_MAX_DIMS];
-        uint64_t ck = 0;
-        int ok = ck_attr_read_str(d, "tensor", tn, sizeof tn) >= 0 && !strcmp(tn, T->name) &&
-                 ck_attr_read_i64(d, "global_offset", go, T->ndim) >= 0 &&
-                 ck_attr_read_i64(d, "global_shape", gs, T->ndim) >= 0 && ck_attr_read_u64(d, "checksum", &ck, 1) >= 0 &&
-                 ck == B->checksum;
-        for (int k = 0; ok && k < T->ndim; k++) ok = go[k] == B->off[k] && gs[k] == T->shape[k];
-        if (!ok) {
-            H5Eclear2(H5E_DEFAULT);
-            rc = mp_err_set(e, MP_ECHECK, "%s/%s: attributes of dataset %s disagree with the index (tensor %s)",
-                            r->dir, fname, B->dataset, T->name);
+        rc = check_attrs(r, j, &s, e);
+        /* the tile checksums: v2 read from the rank file (not cached: verify reads each box once) */
+        uint64_t *own = NULL;
+        size_t own_n = sizeof(uint64_t) * (size_t)B->ntiles;
+        const uint64_t *tiles = r->L.version == 1 ? r->L.slabs + B->slab_first : NULL;
+        if (rc == MP_OK && !tiles) {
+            own = mp_malloc(own_n, MP_MEM_CKPT);
+            rc = load_tiles(r, j, own, e);
+            tiles = own;
         }
-        size_t es = mp_dtype_size(T->dtype);
-        int64_t row = (int64_t)es * ck_volume(T->ndim - 1, B->shp + 1);
-        int64_t K = B->slab_rows, per = (int64_t)(CK_BATCH_BYTES / (size_t)(K * row));
-        if (per < 1) per = 1;
+        int64_t per = batch_tile_rows(r, B, g.row);
         XXH3_64bits_reset(hs);
-        for (int64_t sa = 0; sa < B->nslabs && rc == MP_OK; sa += per) {
-            int64_t sb = sa + per < B->nslabs ? sa + per : B->nslabs;
-            int64_t a = sa * K, b = sb * K < B->shp[0] ? sb * K : B->shp[0];
-            size_t need = (size_t)((b - a) * row);
-            if (need > tmp_n) {
-                mp_free_acct(tmp, tmp_n, MP_MEM_CKPT);
-                tmp = mp_malloc(need, MP_MEM_CKPT);
-                tmp_n = need;
-            }
-            rc = read_rows(r, j, d, ft, a, b, tmp, e);
-            if (rc == MP_OK) rc = check_slabs(r, j, sa, sb, tmp, row, e);
-            XXH3_64bits_update(hs, tmp, need);
-            total += (int64_t)need;
+        for (int64_t a = 0; a < g.rows && rc == MP_OK; a += per * B->tile_rows) {
+            int64_t b = a + per * B->tile_rows < g.rows ? a + per * B->tile_rows : g.rows;
+            size_t need = (size_t)((b - a) * g.row);
+            scratch_grow(&tmp, &tmp_n, need);
+            rc = fetch(r, j, &s, a, b, 0, g.cols, tmp, e);
+            if (rc == MP_OK) rc = check_tiles(r, j, tiles, tmp, a, b, 0, g.cols, ts, e);
+            if (rc == MP_OK) XXH3_64bits_update(hs, tmp, need);
         }
         if (rc == MP_OK) {
             uint64_t h = XXH3_64bits_digest(hs);
-            if (h != B->checksum) rc = checksum_error(r, j, 0, B->shp[0], B->checksum, h, e);
+            if (h != B->checksum) rc = checksum_error(r, j, 0, g.rows, 0, g.cols, B->checksum, h, e);
         }
-        H5Tclose(ft);
-        H5Dclose(d);
+        if (own) mp_free_acct(own, own_n, MP_MEM_CKPT);
+        src_close(&s);
     }
     XXH3_freeState(hs);
+    XXH3_freeState(ts);
     mp_free_acct(tmp, tmp_n, MP_MEM_CKPT);
-    if (bytes_read) *bytes_read = total;
+    if (bytes_read) *bytes_read = r->bytes_read - start;
     return rc;
 }

@@ -1,28 +1,47 @@
 /*
  * ckpt/writer.c — saving a checkpoint: rank files, the collective commit, async writing.
  *
- * A save is a ckpt_save. ckpt_save_add only records boxes (pointer, no copy); the rank file is written
- * either by ckpt_save_commit on the caller's thread, or by a background pthread started with
- * ckpt_save_start. Every MPI-bound step (agreement, layout exchange) runs on the caller's thread, so
- * the communicator never sees a second thread (no MPI_THREAD_MULTIPLE needed).
+ * A save is a ckpt_save. ckpt_save_add records a pointer box (no copy); ckpt_save_add_fill records a
+ * fill box, whose data a callback produces band by band while the file is written. The rank files are
+ * written either by ckpt_save_commit on the caller's thread, or (pointer boxes of the process's own
+ * rank only) by a background pthread started with ckpt_save_start. Every MPI-bound step (agreement,
+ * layout exchange) runs on the caller's thread, so the communicator never sees a second thread (no
+ * MPI_THREAD_MULTIPLE needed).
  *
- * Rank file (ROOT/step_N.partial/rank_%05d.h5): one dataset per box at /<tensor name>/box_<k>, k
- * counting this rank's boxes of that tensor. Uncompressed boxes are CONTIGUOUS datasets written by
- * one H5Dwrite straight from the caller's buffer (file type = memory type: no conversion, no copy,
- * no fill). With zstd they are chunked (slab_rows x the box's other dims), shuffle then zstd 32015.
- * Before writing, each box is hashed in one pass: XXH3-64 of every slab (slab_rows rows of dim 0)
- * and, streaming over the same bytes, of the whole box.
+ * Rank files (DIR.partial/rank_%05d.h5): every box has a file rank, the process's own for
+ * ckpt_save_add, any rank of the recorded world (opts.world_size, else the communicator's size) for
+ * ckpt_save_add_fill; a process writes one file per distinct file rank among its boxes (ascending),
+ * its boxes in the order added, and two processes never write the same file (rank 0 checks). In a
+ * file, box k of a tensor (k counting that tensor's boxes in that file) is the dataset
+ * /<tensor name>/box_<k>, and its checksum tiles the uint64 dataset /<tensor name>/tiles_<k>.
+ * Uncompressed boxes are CONTIGUOUS datasets (file type = memory type: no conversion, no fill); a
+ * pointer box is written by one H5Dwrite straight from the caller's buffer, a fill box by one
+ * hyperslab H5Dwrite per band of dim-0 rows (at most opts.fill_bytes, a multiple of the tile rows,
+ * through one band buffer accounted as MP_MEM_CKPT). With zstd they are chunked one tile per chunk
+ * (tile_rows x tile_cols x the box's dims 2..), shuffle then zstd 32015.
+ *
+ * Checksums (format v2, docs/FORMAT.md): each box is cut into tiles by ck_tile_geometry (bands of
+ * tile_rows rows x blocks of tile_cols entries of dim 1); one pass over the bytes feeds an XXH3
+ * streaming state per column block (digested at every tile-row boundary) and one for the whole box.
+ * The tile array is stored in the rank file; the box's attributes and the index carry the box
+ * checksum and tiles_checksum = XXH3-64 of the tile array.
  *
  * Commit (every rank, caller's thread):
  *   1. agree: all_reduce(max) of (size - rank) over failing ranks; the lowest failing rank then
  *      broadcasts its error, so every rank returns the same message. On failure rank 0 removes
- *      step_N.partial (all rank files are closed by then).
- *   2. exchange: each rank's box list (names, shapes, checksums) goes to rank 0 by one broadcast per
- *      rank (the lengths first, by an all_reduce of a vector with one slot per rank).
- *   3. rank 0: builds the layout, checks names and exact coverage, writes and fsyncs index.h5,
- *      renames step_N.partial -> step_N, fsyncs ROOT, replaces ROOT/latest durably, applies retention.
+ *      the .partial directory (all rank files are closed by then).
+ *   2. exchange: each process's box list (names, shapes, file ranks, checksums, tile geometry) goes
+ *      to rank 0 by one broadcast per process (the lengths first, by an all_reduce of a vector with
+ *      one slot per process).
+ *   3. rank 0: builds the layout, checks names, file ownership and exact coverage, writes and fsyncs
+ *      index.h5, then
+ *        step mode (ckpt_save_begin): renames ROOT/step_N.partial -> step_N, fsyncs ROOT, replaces
+ *          ROOT/latest durably, applies retention;
+ *        dir mode (ckpt_save_begin_dir): renames DIR.partial -> DIR, or, replacing an existing DIR,
+ *          swaps the two atomically (ck_swap_dirs), fsyncs the parent and removes the old tree.
  *   4. agree again on rank 0's result.
- * Earlier checkpoints are never touched (only retention, after a successful commit, removes them).
+ * Earlier checkpoints are never touched (only retention, after a successful commit, removes them, and
+ * a dir-mode replace, after the swap).
  */
 #define _GNU_SOURCE
 #include "ckpt/ckpt_internal.h"
@@ -40,17 +59,27 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
+/* The tile array is hashed and written as host uint64s: the format is little-endian. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "ckpt/writer.c assumes a little-endian host (checksums are of little-endian bytes)"
+#endif
+
+#define FILL_BYTES_DEFAULT ((size_t)16 << 20)
+
 typedef struct wbox {
     char *name;
     mp_dtype dt;
     int ndim;
-    int rank;                       /* writer (filled on rank 0 for received boxes) */
+    int rank;                       /* file rank: the box goes to rank_%05d.h5 of this rank */
+    int sender;                     /* the process that writes it (set on rank 0 by the exchange) */
     int64_t gshape[CKPT_MAX_DIMS], off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
-    const void *data;
-    char dataset[CK_DSET_MAX];
+    const void *data;               /* pointer box; NULL for a fill box */
+    ckpt_fill_fn fill;              /* fill box: producer and its context */
+    void *ctx;
+    char dataset[CK_DSET_MAX], tiles_dataset[CK_DSET_MAX];
     uint64_t checksum;
-    int64_t slab_rows, nslabs;
-    uint64_t *slabs;
+    int64_t tile_rows, tile_cols, ntiles;
+    uint64_t tiles_checksum;
 } wbox;
 
 enum { ST_OPEN = 0, ST_STARTED, ST_DONE };
@@ -58,7 +87,11 @@ enum { ST_OPEN = 0, ST_STARTED, ST_DONE };
 struct ckpt_save {
     mp_comm *world;
     int rank, size;
-    char *root, *dirname, *final, *partial;
+    int wsize;                      /* recorded world size: opts.world_size, else size */
+    int dir_mode, replace;          /* ckpt_save_begin_dir */
+    char *root;                     /* step mode: ROOT; dir mode: the parent of DIR (fsynced) */
+    char *dirname, *final, *partial;
+    char *where;                    /* "in ROOT" / "to DIR", for messages */
     int64_t step;
     ckpt_save_opts o;
     wbox *b;
@@ -70,7 +103,7 @@ struct ckpt_save {
     int state;
     pthread_t th;
     int thread_live;
-    atomic_int written;             /* the rank file is written (or failed) */
+    atomic_int written;             /* the rank files are written (or failed) */
     mp_code wrc;
     mp_err werr;
     ckpt_stats st;
@@ -124,7 +157,8 @@ static mp_code agree(mp_comm *w, mp_code rc, const mp_err *le, mp_err *e) {
 
 /* ------------------------------------------------------------------------------------- begin */
 
-static mp_code prepare_dir(ckpt_save *s, mp_err *e) {
+/* Rank 0, step mode: creates ROOT and a fresh ROOT/step_N.partial; fails if step_N exists. */
+static mp_code prepare_step_dir(ckpt_save *s, mp_err *e) {
     MP_TRY(ck_mkdirs(s->root, e));
     if (ck_exists(s->final))
         return mp_err_set(e, MP_EINPUT, "checkpoint %s already exists (step %lld was saved before)", s->final,
@@ -138,8 +172,56 @@ static mp_code prepare_dir(ckpt_save *s, mp_err *e) {
     return ck_fsync_path(s->root, 1, e);
 }
 
-mp_code ckpt_save_begin(ckpt_save **out, mp_comm *world, const char *root, int64_t step,
-                        const ckpt_save_opts *opts, mp_err *e) {
+/* Rank 0, dir mode: creates the parent of DIR and a fresh DIR.partial; an existing DIR is an error
+ * unless replace (then it must be a directory, and stays untouched until the commit). */
+static mp_code prepare_target_dir(ckpt_save *s, mp_err *e) {
+    MP_TRY(ck_mkdirs(s->root, e));
+    if (ck_exists(s->final)) {
+        if (!s->replace)
+            return mp_err_set(e, MP_EINPUT, "checkpoint directory %s already exists (use --force to replace it)",
+                              s->final);
+        if (!ck_is_dir(s->final))
+            return mp_err_set(e, MP_EINPUT, "%s exists and is not a directory: it cannot be replaced by a checkpoint",
+                              s->final);
+    }
+    if (ck_exists(s->partial)) {
+        mp_warn("ckpt: removing stale %s of an interrupted save", s->partial);
+        MP_TRY(ck_rmtree(s->partial, e));
+    }
+    if (mkdir(s->partial, 0777) != 0)
+        return mp_err_set(e, MP_EIO, "creating %s: %s", s->partial, strerror(errno));
+    return ck_fsync_path(s->root, 1, e);
+}
+
+/* Splits dir into its parent (for fsync and mkdir -p) and its last component, which must name a
+ * directory that can be renamed: not empty, ".", "..", nor the root. Sets *parent and *base (new
+ * strings) or returns MP_EINPUT. */
+static mp_code split_dir(const char *dir, char **parent, char **base, mp_err *e) {
+    *parent = *base = NULL;
+    if (!dir || !*dir) return mp_err_set(e, MP_EINPUT, "checkpoint directory name is empty");
+    char *p = ck_fmt("%s", dir);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+    char *slash = strrchr(p, '/');
+    const char *b = slash ? slash + 1 : p;
+    if (!*b || !strcmp(b, ".") || !strcmp(b, "..")) {
+        free(p);
+        return mp_err_set(e, MP_EINPUT,
+                          "checkpoint directory '%s' is not a usable name (it must end in a component other than "
+                          "'/', '.' or '..')", dir);
+    }
+    *base = ck_fmt("%s", b);
+    if (!slash) *parent = ck_fmt(".");
+    else if (slash == p) *parent = ck_fmt("/");
+    else { *slash = '\0'; *parent = ck_fmt("%s", p); *slash = '/'; }
+    free(p);
+    return MP_OK;
+}
+
+/* The common part of ckpt_save_begin and ckpt_save_begin_dir: dir NULL for step mode (root, step),
+ * else dir mode (dir, replace). */
+static mp_code begin(ckpt_save **out, mp_comm *world, const char *root, const char *dir, int replace, int64_t step,
+                     const ckpt_save_opts *opts, mp_err *e) {
     assert(out && world);
     *out = NULL;
     double t0 = ck_now();
@@ -154,25 +236,50 @@ mp_code ckpt_save_begin(ckpt_save **out, mp_comm *world, const char *root, int64
     mp_code lrc = MP_OK;
     mp_err le;
     mp_err_clear(&le);
-    if (!root || !*root) lrc = mp_err_set(&le, MP_EINPUT, "checkpoint root directory is empty");
-    else if (step < 0) lrc = mp_err_set(&le, MP_EINPUT, "checkpoint step %lld is negative", (long long)step);
-    else if (opts && (opts->zstd_level < 0 || opts->zstd_level > 22))
-        lrc = mp_err_set(&le, MP_EINPUT, "zstd level %d out of range 0..22", opts->zstd_level);
     ckpt_save *s = mp_xcalloc(sizeof *s);
     s->world = world;
     s->rank = world->rank;
     s->size = world->size;
     s->step = step;
     if (opts) s->o = *opts;
-    s->root = ck_fmt("%s", root ? root : "");
-    s->dirname = ck_fmt("step_%08lld", (long long)step);
-    s->final = ck_fmt("%s/%s", s->root, s->dirname);
-    s->partial = ck_fmt("%s.partial", s->final);
+    s->wsize = s->o.world_size > 0 ? s->o.world_size : s->size;
     atomic_init(&s->written, 0);
-    if (lrc == MP_OK && s->rank == 0) lrc = prepare_dir(s, &le);
+    if (dir) {
+        s->dir_mode = 1;
+        s->replace = replace;
+        lrc = split_dir(dir, &s->root, &s->dirname, &le);
+        if (lrc == MP_OK) {
+            s->final = ck_fmt("%s", dir);
+            size_t n = strlen(s->final);
+            while (n > 1 && s->final[n - 1] == '/') s->final[--n] = '\0';
+            s->partial = ck_fmt("%s.partial", s->final);
+        } else {
+            s->root = ck_fmt(".");
+            s->dirname = ck_fmt("?");
+            s->final = ck_fmt("%s", dir ? dir : "");
+            s->partial = ck_fmt("%s.partial", s->final);
+        }
+        s->where = ck_fmt("to %s", s->final);
+    } else {
+        if (!root || !*root) lrc = mp_err_set(&le, MP_EINPUT, "checkpoint root directory is empty");
+        s->root = ck_fmt("%s", root ? root : "");
+        s->dirname = ck_fmt("step_%08lld", (long long)step);
+        s->final = ck_fmt("%s/%s", s->root, s->dirname);
+        s->partial = ck_fmt("%s.partial", s->final);
+        s->where = ck_fmt("in %s", s->root);
+    }
+    if (lrc != MP_OK) {
+    } else if (step < 0) {
+        lrc = mp_err_set(&le, MP_EINPUT, "checkpoint step %lld is negative", (long long)step);
+    } else if (s->o.zstd_level < 0 || s->o.zstd_level > 22) {
+        lrc = mp_err_set(&le, MP_EINPUT, "zstd level %d out of range 0..22", s->o.zstd_level);
+    } else if (s->o.world_size < 0) {
+        lrc = mp_err_set(&le, MP_EINPUT, "world size %d is negative", s->o.world_size);
+    }
+    if (lrc == MP_OK && s->rank == 0) lrc = s->dir_mode ? prepare_target_dir(s, &le) : prepare_step_dir(s, &le);
     mp_code rc = agree(world, lrc, &le, e);
     if (rc != MP_OK) {
-        mp_err_wrap(e, "saving checkpoint step %lld in %s", (long long)step, s->root);
+        mp_err_wrap(e, "saving checkpoint step %lld %s", (long long)step, s->where);
         ckpt_save_free(s);
         return rc;
     }
@@ -183,32 +290,47 @@ mp_code ckpt_save_begin(ckpt_save **out, mp_comm *world, const char *root, int64
     return MP_OK;
 }
 
+mp_code ckpt_save_begin(ckpt_save **out, mp_comm *world, const char *root, int64_t step,
+                        const ckpt_save_opts *opts, mp_err *e) {
+    return begin(out, world, root, NULL, 0, step, opts, e);
+}
+
+mp_code ckpt_save_begin_dir(ckpt_save **out, mp_comm *world, const char *dir, int64_t step,
+                            const ckpt_save_opts *opts, int replace, mp_err *e) {
+    /* a non-NULL dir selects dir mode; an empty one is refused there, on every rank */
+    return begin(out, world, NULL, dir ? dir : "", replace, step, opts, e);
+}
+
 const char *ckpt_save_dir(const ckpt_save *s) { return s->final; }
 
 /* --------------------------------------------------------------------------------- add / meta */
 
-mp_code ckpt_save_add(ckpt_save *s, const char *name, mp_dtype dt, int ndim, const int64_t *gshape,
-                      const int64_t *offset, const int64_t *shape, const void *data, mp_err *e) {
-    assert(s);
-    double t0 = ck_now();
-    mp_err le;
-    mp_code rc = MP_OK;
+/* Validates a box about to be added to file rank file_rank and appends it to s->b (dataset names,
+ * tile geometry set; data / fill left to the caller). Returns the new box, or NULL with *le set. */
+static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt, int ndim, const int64_t *gshape,
+                     const int64_t *offset, const int64_t *shape, int have_data, mp_err *le) {
     if (s->state != ST_OPEN) {
-        rc = mp_err_set(&le, MP_EINTERNAL, "ckpt_save_add after the save was started or committed");
-        goto out;
+        mp_err_set(le, MP_EINTERNAL, "adding a box of tensor %s after the save was started or committed",
+                   name ? name : "?");
+        return NULL;
     }
-    if ((rc = ck_check_name(name, &le)) != MP_OK) goto out;
+    if (ck_check_name(name, le) != MP_OK) return NULL;
     if (dt != MP_F32 && dt != MP_BF16 && dt != MP_I32) {
-        rc = mp_err_set(&le, MP_EINPUT, "tensor %s: unsupported dtype %d", name, (int)dt);
-        goto out;
+        mp_err_set(le, MP_EINPUT, "tensor %s: unsupported dtype %d", name, (int)dt);
+        return NULL;
     }
     if (ndim < 1 || ndim > CKPT_MAX_DIMS) {
-        rc = mp_err_set(&le, MP_EINPUT, "tensor %s: ndim %d not in 1..%d", name, ndim, CKPT_MAX_DIMS);
-        goto out;
+        mp_err_set(le, MP_EINPUT, "tensor %s: ndim %d not in 1..%d", name, ndim, CKPT_MAX_DIMS);
+        return NULL;
     }
-    if (!gshape || !offset || !shape || !data) {
-        rc = mp_err_set(&le, MP_EINPUT, "tensor %s: NULL shape, offset or data", name);
-        goto out;
+    if (!gshape || !offset || !shape || !have_data) {
+        mp_err_set(le, MP_EINPUT, "tensor %s: NULL shape, offset, data or fill callback", name);
+        return NULL;
+    }
+    if (file_rank < 0 || file_rank >= s->wsize) {
+        mp_err_set(le, MP_EINPUT, "tensor %s: file rank %d outside the world of %d ranks", name, file_rank,
+                   s->wsize);
+        return NULL;
     }
     for (int d = 0; d < ndim; d++) {
         if (gshape[d] <= 0 || shape[d] <= 0 || offset[d] < 0 || offset[d] + shape[d] > gshape[d]) {
@@ -216,40 +338,76 @@ mp_code ckpt_save_add(ckpt_save *s, const char *name, mp_dtype dt, int ndim, con
             int64_t z[CKPT_MAX_DIMS] = {0};
             ck_box_str(bs, sizeof bs, ndim, offset, shape);
             ck_box_str(gs, sizeof gs, ndim, z, gshape);
-            rc = mp_err_set(&le, MP_EINPUT, "tensor %s: box %s is empty or outside the tensor %s", name, bs, gs);
-            goto out;
+            mp_err_set(le, MP_EINPUT, "tensor %s: box %s is empty or outside the tensor %s", name, bs, gs);
+            return NULL;
         }
     }
-    int k = 0;
+    int k = 0;   /* boxes of this tensor already in this file */
     for (int i = 0; i < s->nb; i++) {
         if (strcmp(s->b[i].name, name) != 0) continue;
-        k++;
+        if (s->b[i].rank == file_rank) k++;
         int same = s->b[i].dt == dt && s->b[i].ndim == ndim;
         for (int d = 0; same && d < ndim; d++) same = s->b[i].gshape[d] == gshape[d];
         if (!same) {
-            rc = mp_err_set(&le, MP_EINPUT, "tensor %s: added again with a different dtype or global shape", name);
-            goto out;
+            mp_err_set(le, MP_EINPUT, "tensor %s: added again with a different dtype or global shape", name);
+            return NULL;
         }
     }
     if (s->nb == s->capb) {
-        s->capb = s->capb * 2 + 16;
-        s->b = realloc(s->b, sizeof *s->b * (size_t)s->capb);
-        if (!s->b) abort();
+        int cap = s->capb * 2 + 16;
+        s->b = mp_realloc(s->b, sizeof *s->b * (size_t)s->capb, sizeof *s->b * (size_t)cap, MP_MEM_OTHER);
+        s->capb = cap;
     }
     wbox *B = &s->b[s->nb++];
     memset(B, 0, sizeof *B);
     B->name = mp_strdup(name);
     B->dt = dt;
     B->ndim = ndim;
-    B->rank = s->rank;
+    B->rank = file_rank;
+    B->sender = s->rank;
     for (int d = 0; d < CKPT_MAX_DIMS; d++) {
         B->gshape[d] = d < ndim ? gshape[d] : 1;
         B->off[d] = d < ndim ? offset[d] : 0;
         B->shp[d] = d < ndim ? shape[d] : 1;
     }
-    B->data = data;
     snprintf(B->dataset, sizeof B->dataset, "/%s/box_%d", name, k);
-out:
+    snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%d", name, k);
+    ck_tile_geometry(mp_dtype_size(dt), ndim, B->shp, &B->tile_rows, &B->tile_cols);
+    B->ntiles = ck_tile_count(ndim, B->shp, B->tile_rows, B->tile_cols);
+    return B;
+}
+
+mp_code ckpt_save_add(ckpt_save *s, const char *name, mp_dtype dt, int ndim, const int64_t *gshape,
+                      const int64_t *offset, const int64_t *shape, const void *data, mp_err *e) {
+    assert(s);
+    double t0 = ck_now();
+    mp_err le;
+    mp_code rc = MP_OK;
+    wbox *B = add_box(s, s->rank, name, dt, ndim, gshape, offset, shape, data != NULL, &le);
+    if (B) B->data = data;
+    else rc = le.code;
+    s->st.stall_s += ck_now() - t0;
+    if (rc != MP_OK) {
+        remember(s, rc, &le);
+        if (e) *e = le;
+    }
+    return rc;
+}
+
+mp_code ckpt_save_add_fill(ckpt_save *s, int file_rank, const char *name, mp_dtype dt, int ndim,
+                           const int64_t *gshape, const int64_t *offset, const int64_t *shape, ckpt_fill_fn fill,
+                           void *ctx, mp_err *e) {
+    assert(s);
+    double t0 = ck_now();
+    mp_err le;
+    mp_code rc = MP_OK;
+    wbox *B = add_box(s, file_rank, name, dt, ndim, gshape, offset, shape, fill != NULL, &le);
+    if (B) {
+        B->fill = fill;
+        B->ctx = ctx;
+    } else {
+        rc = le.code;
+    }
     s->st.stall_s += ck_now() - t0;
     if (rc != MP_OK) {
         remember(s, rc, &le);
@@ -273,58 +431,151 @@ mp_code ckpt_save_meta(ckpt_save *s, const char *key, const char *value, mp_err 
             s->vals[i] = mp_strdup(value);
             return MP_OK;
         }
-    s->keys = realloc(s->keys, sizeof(char *) * (size_t)(s->nmeta + 1));
-    s->vals = realloc(s->vals, sizeof(char *) * (size_t)(s->nmeta + 1));
-    if (!s->keys || !s->vals) abort();
+    size_t old = sizeof(char *) * (size_t)s->nmeta, now = old + sizeof(char *);
+    s->keys = mp_realloc(s->keys, old, now, MP_MEM_OTHER);
+    s->vals = mp_realloc(s->vals, old, now, MP_MEM_OTHER);
     s->keys[s->nmeta] = mp_strdup(key);
     s->vals[s->nmeta] = mp_strdup(value);
     s->nmeta++;
     return MP_OK;
 }
 
-/* ------------------------------------------------------------------------------- rank file */
+/* ------------------------------------------------------------------------------- hashing */
 
-/* Hashes box B's data: slab checksums into B->slabs and the whole-box checksum. */
-static void hash_box(wbox *B) {
-    size_t es = mp_dtype_size(B->dt);
-    int64_t row = (int64_t)es * ck_volume(B->ndim - 1, B->shp + 1);
-    int64_t rows = B->shp[0];
-    B->slab_rows = ck_slab_rows(rows, row);
-    B->nslabs = (rows + B->slab_rows - 1) / B->slab_rows;
-    free(B->slabs);
-    B->slabs = mp_xmalloc(sizeof(uint64_t) * (size_t)B->nslabs);
+/* Streaming hasher of one box: fed consecutive rows of dim 0 (in any grouping), it computes the
+ * whole-box checksum and the tile checksums of ck_tile_geometry. */
+typedef struct {
+    int64_t rows, done;             /* box rows, rows fed so far */
+    int64_t row_bytes, seg_bytes;   /* a row; a full column block's segment of a row */
+    int64_t tile_rows, ncb;         /* rows per tile, column blocks */
+    XXH3_state_t *box, **col;       /* whole box; one per column block */
+    uint64_t *tiles;                /* [ntiles] */
+    int64_t ntiles;
+} hasher;
+
+static XXH3_state_t *new_state(void) {
     XXH3_state_t *st = XXH3_createState();
     if (!st) abort();
     XXH3_64bits_reset(st);
-    const char *p = B->data;
-    for (int64_t k = 0; k < B->nslabs; k++) {
-        int64_t r0 = k * B->slab_rows, r1 = r0 + B->slab_rows < rows ? r0 + B->slab_rows : rows;
-        size_t n = (size_t)((r1 - r0) * row);
-        B->slabs[k] = XXH3_64bits(p + (size_t)(r0 * row), n);
-        XXH3_64bits_update(st, p + (size_t)(r0 * row), n);
-    }
-    B->checksum = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
+    return st;
 }
 
-/* Writes box B as a dataset of file f. */
-static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, const char *path, mp_err *e) {
-    hash_box(B);
+/* Prepares h for box B (its tile geometry set). */
+static void hasher_init(hasher *h, const wbox *B) {
+    memset(h, 0, sizeof *h);
+    int64_t es = (int64_t)mp_dtype_size(B->dt);
+    int64_t cols = B->ndim >= 2 ? B->shp[1] : 1;
+    int64_t inner = ck_volume(B->ndim, B->shp) / (B->shp[0] * cols);
+    h->rows = B->shp[0];
+    h->row_bytes = cols * inner * es;
+    h->seg_bytes = B->tile_cols * inner * es;
+    h->tile_rows = B->tile_rows;
+    h->ncb = (cols + B->tile_cols - 1) / B->tile_cols;
+    h->ntiles = B->ntiles;
+    assert(h->ntiles == ((h->rows + h->tile_rows - 1) / h->tile_rows) * h->ncb);
+    h->tiles = mp_xmalloc(sizeof(uint64_t) * (size_t)h->ntiles);
+    h->box = new_state();
+    h->col = mp_xmalloc(sizeof *h->col * (size_t)h->ncb);
+    for (int64_t j = 0; j < h->ncb; j++) h->col[j] = new_state();
+}
+
+/* Digests the column states into the tiles of tile row i and resets them. */
+static void hasher_end_tile_row(hasher *h, int64_t i) {
+    for (int64_t j = 0; j < h->ncb; j++) {
+        h->tiles[i * h->ncb + j] = XXH3_64bits_digest(h->col[j]);
+        XXH3_64bits_reset(h->col[j]);
+    }
+}
+
+/* Feeds the next nrows rows (row-major, nrows * row_bytes bytes at p). */
+static void hasher_feed(hasher *h, const char *p, int64_t nrows) {
+    assert(h->done + nrows <= h->rows);
+    while (nrows > 0) {
+        int64_t i = h->done / h->tile_rows;
+        int64_t left = (i + 1) * h->tile_rows - h->done;   /* rows until the tile row ends */
+        int64_t n = nrows < left ? nrows : left;
+        if (h->ncb == 1) {
+            /* the tile's rows are contiguous: one update for the whole run */
+            size_t len = (size_t)(n * h->row_bytes);
+            XXH3_64bits_update(h->col[0], p, len);
+            XXH3_64bits_update(h->box, p, len);
+            p += len;
+        } else {
+            for (int64_t r = 0; r < n; r++) {
+                /* the row once for the box (while it is in cache), then segment by segment */
+                if (h->row_bytes <= (256 << 10)) XXH3_64bits_update(h->box, p, (size_t)h->row_bytes);
+                for (int64_t j = 0; j < h->ncb; j++) {
+                    int64_t a = j * h->seg_bytes;
+                    int64_t len = j < h->ncb - 1 ? h->seg_bytes : h->row_bytes - a;
+                    XXH3_64bits_update(h->col[j], p + a, (size_t)len);
+                    if (h->row_bytes > (256 << 10)) XXH3_64bits_update(h->box, p + a, (size_t)len);
+                }
+                p += h->row_bytes;
+            }
+        }
+        h->done += n;
+        nrows -= n;
+        if (h->done % h->tile_rows == 0 || h->done == h->rows) hasher_end_tile_row(h, i);
+    }
+}
+
+/* Sets B's checksum and tiles_checksum; the tile array stays in h->tiles. All rows must be fed. */
+static void hasher_finish(hasher *h, wbox *B) {
+    assert(h->done == h->rows);
+    B->checksum = XXH3_64bits_digest(h->box);
+    B->tiles_checksum = XXH3_64bits(h->tiles, sizeof(uint64_t) * (size_t)h->ntiles);
+}
+
+static void hasher_free(hasher *h) {
+    if (h->col)
+        for (int64_t j = 0; j < h->ncb; j++) XXH3_freeState(h->col[j]);
+    free(h->col);
+    if (h->box) XXH3_freeState(h->box);
+    free(h->tiles);
+    memset(h, 0, sizeof *h);
+}
+
+/* ------------------------------------------------------------------------------- rank files */
+
+/* Bytes of one dim-0 row of box B. */
+static int64_t row_bytes(const wbox *B) {
+    return (int64_t)mp_dtype_size(B->dt) * ck_volume(B->ndim - 1, B->shp + 1);
+}
+
+/* Rows per band of fill box B under the bound fill_bytes: a multiple of tile_rows (at least one tile
+ * row), at most the box's rows. */
+static int64_t band_rows(const wbox *B, size_t fill_bytes) {
+    int64_t r = (int64_t)(fill_bytes / (size_t)row_bytes(B));
+    r = r / B->tile_rows * B->tile_rows;
+    if (r < B->tile_rows) r = B->tile_rows;
+    if (r > B->shp[0]) r = B->shp[0];
+    return r;
+}
+
+/* Creates the dataset of box B in file f (contiguous; with zstd chunked: one column block of tiles and
+ * whole tile rows, about CK_CHUNK_BYTES per chunk, so zstd sees enough bytes and the chunk index stays
+ * small while chunks still fall on tile boundaries). */
+static mp_code create_box_dataset(ckpt_save *s, hid_t f, hid_t lcpl, hid_t ft, const wbox *B, const char *path,
+                                  hid_t *out, mp_err *e) {
+    *out = -1;
     hsize_t dims[CKPT_MAX_DIMS], chunk[CKPT_MAX_DIMS];
     for (int d = 0; d < B->ndim; d++) { dims[d] = (hsize_t)B->shp[d]; chunk[d] = dims[d]; }
-    chunk[0] = (hsize_t)B->slab_rows;
-    hid_t ft = ck_h5_type(B->dt);
+    if (B->ndim >= 2) chunk[1] = (hsize_t)B->tile_cols;
+    double tile_bytes = (double)mp_dtype_size(B->dt) * (double)B->tile_rows;
+    for (int d = 1; d < B->ndim; d++) tile_bytes *= (double)chunk[d];
+    int64_t per = (int64_t)((double)CK_CHUNK_BYTES / tile_bytes);
+    int64_t crows = B->tile_rows * (per > 1 ? per : 1);
+    chunk[0] = (hsize_t)(crows < B->shp[0] ? crows : B->shp[0]);
     hid_t sp = H5Screate_simple(B->ndim, dims, NULL);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    hid_t d = -1;
     mp_code rc = MP_OK;
-    herr_t hr = (ft < 0 || sp < 0 || dcpl < 0) ? -1 : 0;
+    herr_t hr = (sp < 0 || dcpl < 0) ? -1 : 0;
     if (hr >= 0) hr = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
     if (hr >= 0 && s->o.zstd_level > 0) {
-        double cbytes = (double)mp_dtype_size(B->dt) * (double)ck_volume(B->ndim, B->shp) / (double)B->shp[0] *
-                        (double)B->slab_rows;
+        double cbytes = (double)mp_dtype_size(B->dt);
+        for (int d = 0; d < B->ndim; d++) cbytes *= (double)chunk[d];
         if (cbytes >= 4294967295.0) {
-            rc = mp_err_set(e, MP_EINPUT, "writing %s: tensor %s: a row of %.0f bytes is too large for a chunk",
+            rc = mp_err_set(e, MP_EINPUT, "writing %s: tensor %s: a chunk of %.0f bytes is too large for HDF5",
                             path, B->name, cbytes);
             goto done;
         }
@@ -336,53 +587,145 @@ static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, const char 
         hr = H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     }
     if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s: creation properties", path, B->dataset); goto done; }
-    d = H5Dcreate2(f, B->dataset, ft, sp, lcpl, dcpl, H5P_DEFAULT);
-    if (d < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: creating dataset %s", path, B->dataset); goto done; }
-    if (H5Dwrite(d, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, B->data) < 0) {
-        rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s)", path, B->dataset, B->name);
-        goto done;
+    *out = H5Dcreate2(f, B->dataset, ft, sp, lcpl, dcpl, H5P_DEFAULT);
+    if (*out < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: creating dataset %s (tensor %s)", path, B->dataset, B->name);
+done:
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    return rc;
+}
+
+/* Writes fill box B into dataset d band by band through buf (band_cap bytes), feeding h. */
+static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher *h, void *buf, size_t band_cap,
+                                const char *path, mp_err *e) {
+    int64_t br = band_rows(B, s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT);
+    int64_t rb = row_bytes(B);
+    assert(buf && (size_t)(br * rb) <= band_cap);
+    (void)band_cap;
+    hid_t fsp = H5Dget_space(d);
+    if (fsp < 0) return ck_h5_err(e, MP_EIO, "writing %s: dataset %s: dataspace", path, B->dataset);
+    mp_code rc = MP_OK;
+    for (int64_t r0 = 0; r0 < B->shp[0] && rc == MP_OK; r0 += br) {
+        int64_t n = B->shp[0] - r0 < br ? B->shp[0] - r0 : br;
+        int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
+        memcpy(goff, B->off, sizeof goff);
+        memcpy(gshp, B->shp, sizeof gshp);
+        goff[0] += r0;
+        gshp[0] = n;
+        mp_err fe;
+        mp_err_clear(&fe);
+        mp_code frc = B->fill(B->ctx, goff, gshp, buf, &fe);
+        if (frc != MP_OK) {
+            char reg[256];
+            ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
+            rc = mp_err_set(e, frc, "writing %s: tensor %s: producing rows %s: %s", path, B->name, reg,
+                            fe.msg[0] ? fe.msg : mp_code_name(frc));
+            break;
+        }
+        hsize_t start[CKPT_MAX_DIMS] = {0}, count[CKPT_MAX_DIMS];
+        for (int k = 0; k < B->ndim; k++) count[k] = (hsize_t)gshp[k];
+        start[0] = (hsize_t)r0;
+        hid_t msp = H5Screate_simple(B->ndim, count, NULL);
+        herr_t hr = msp < 0 ? -1 : H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL);
+        if (hr >= 0) hr = H5Dwrite(d, ft, msp, fsp, H5P_DEFAULT, buf);
+        if (msp >= 0) H5Sclose(msp);
+        if (hr < 0) {
+            char reg[256];
+            ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
+            rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, B->dataset, B->name, reg);
+            break;
+        }
+        hasher_feed(h, buf, n);
     }
-    hr = ck_attr_write_str(d, "tensor", B->name);
+    H5Sclose(fsp);
+    return rc;
+}
+
+/* Writes the tile array of B (h->tiles) as the 1-D uint64 CONTIGUOUS dataset B->tiles_dataset. */
+static mp_code write_tiles(hid_t f, hid_t lcpl, const wbox *B, const hasher *h, const char *path, mp_err *e) {
+    hsize_t n = (hsize_t)h->ntiles;
+    hid_t sp = H5Screate_simple(1, &n, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t d = -1;
+    herr_t hr = (sp < 0 || dcpl < 0) ? -1 : 0;
+    if (hr >= 0) hr = H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+    if (hr >= 0) hr = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    if (hr >= 0) hr = (d = H5Dcreate2(f, B->tiles_dataset, H5T_STD_U64LE, sp, lcpl, dcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
+    if (hr >= 0) hr = H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->tiles);
+    if (d >= 0 && H5Dclose(d) < 0) hr = -1;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    if (hr < 0) return ck_h5_err(e, MP_EIO, "writing %s: tile checksums %s (tensor %s)", path, B->tiles_dataset, B->name);
+    return MP_OK;
+}
+
+/* Writes box B (its data and tile array, hashing it on the way) into file f. buf/band_cap: the band
+ * buffer for fill boxes. */
+static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, void *buf, size_t band_cap, const char *path,
+                         mp_err *e) {
+    hid_t ft = ck_h5_type(B->dt);
+    if (ft < 0) return ck_h5_err(e, MP_EIO, "writing %s: tensor %s: file type", path, B->name);
+    hid_t d = -1;
+    hasher h;
+    hasher_init(&h, B);
+    mp_code rc = create_box_dataset(s, f, lcpl, ft, B, path, &d, e);
+    if (rc != MP_OK) goto done;
+    if (B->data) {
+        hasher_feed(&h, B->data, B->shp[0]);
+        if (H5Dwrite(d, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, B->data) < 0) {
+            rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s)", path, B->dataset, B->name);
+            goto done;
+        }
+    } else {
+        rc = write_fill_bands(s, d, ft, B, &h, buf, band_cap, path, e);
+        if (rc != MP_OK) goto done;
+    }
+    hasher_finish(&h, B);
+    herr_t hr = ck_attr_write_str(d, "tensor", B->name);
     if (hr >= 0) hr = ck_attr_write_str(d, "dtype", mp_dtype_name(B->dt));
     if (hr >= 0) hr = ck_attr_write_i64(d, "global_offset", B->off, B->ndim);
     if (hr >= 0) hr = ck_attr_write_i64(d, "global_shape", B->gshape, B->ndim);
     if (hr >= 0) hr = ck_attr_write_u64s(d, "checksum", B->checksum);
-    if (hr >= 0) hr = ck_attr_write_i64s(d, "slab_rows", B->slab_rows);
-    if (hr >= 0) hr = ck_attr_write_u64(d, "slab_checksums", B->slabs, (int)B->nslabs);
-    if (hr < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: attributes of dataset %s", path, B->dataset);
+    if (hr >= 0) hr = ck_attr_write_i64s(d, "tile_rows", B->tile_rows);
+    if (hr >= 0) hr = ck_attr_write_i64s(d, "tile_cols", B->tile_cols);
+    if (hr >= 0) hr = ck_attr_write_u64s(d, "tiles_checksum", B->tiles_checksum);
+    if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: attributes of dataset %s", path, B->dataset); goto done; }
+    rc = write_tiles(f, lcpl, B, &h, path, e);
 done:
     if (d >= 0 && H5Dclose(d) < 0 && rc == MP_OK)
         rc = ck_h5_err(e, MP_EIO, "writing %s: closing dataset %s", path, B->dataset);
-    if (dcpl >= 0) H5Pclose(dcpl);
-    if (sp >= 0) H5Sclose(sp);
-    if (ft >= 0) H5Tclose(ft);
+    hasher_free(&h);
+    H5Tclose(ft);
     return rc;
 }
 
-/* Writes, closes and fsyncs this rank's file (nothing if it has no boxes). Any thread. */
-static mp_code write_rank_file(ckpt_save *s, mp_err *e) {
-    double t0 = ck_now();
-    ck_h5_init();
-    if (s->nb == 0) return MP_OK;
-    char *path = ck_fmt("%s/rank_%05d.h5", s->partial, s->rank);
+/* Writes, closes and fsyncs the rank file of file rank fr: the boxes of s with that file rank, in
+ * the order added. Adds the tensor bytes to *bytes and the file's size to *file_bytes. */
+static mp_code write_one_file(ckpt_save *s, int fr, void *buf, size_t band_cap, int64_t *bytes, int64_t *file_bytes,
+                              mp_err *e) {
+    char *path = ck_fmt("%s/rank_%05d.h5", s->partial, fr);
     mp_code rc = MP_OK;
     hid_t fapl = ck_h5_fapl(1);
     hid_t f = fapl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
     if (fapl >= 0) H5Pclose(fapl);
     if (f < 0) {
-        rc = ck_h5_err(e, MP_EIO, "creating %s", path);
+        if (ck_exists(path))   /* H5F_ACC_EXCL: a second writer of the same file rank (rank 0 checks it too) */
+            rc = mp_err_set(e, MP_EINPUT, "creating %s: the file exists already: does another process write file rank %d?",
+                            path, fr);
+        else
+            rc = ck_h5_err(e, MP_EIO, "creating %s", path);
+        H5Eclear2(H5E_DEFAULT);
         free(path);
         return rc;
     }
     herr_t hr = ck_attr_write_str(f, "format", CK_RANK_FORMAT_NAME);
     if (hr >= 0) hr = ck_attr_write_i64s(f, "format_version", CKPT_FORMAT_VERSION);
-    if (hr >= 0) hr = ck_attr_write_i64s(f, "rank", s->rank);
-    if (hr >= 0) hr = ck_attr_write_i64s(f, "world_size", s->size);
+    if (hr >= 0) hr = ck_attr_write_i64s(f, "rank", fr);
+    if (hr >= 0) hr = ck_attr_write_i64s(f, "world_size", s->wsize);
     if (hr >= 0) hr = ck_attr_write_i64s(f, "step", s->step);
     if (hr < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: root attributes", path);
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
-    int64_t bytes = 0;
     /* The disk should work while the next box is hashed: after each box, start writeback of what is
      * written so far (sync_file_range does not wait); the fsync at the end then only waits for the
      * tail. Without it the page cache holds everything until that fsync and hashing never overlaps
@@ -390,20 +733,58 @@ static mp_code write_rank_file(ckpt_save *s, mp_err *e) {
     int *fdp = NULL;
     if (H5Fget_vfd_handle(f, H5P_DEFAULT, (void **)&fdp) < 0) fdp = NULL;
     for (int i = 0; i < s->nb && rc == MP_OK; i++) {
-        rc = write_box(s, f, lcpl, &s->b[i], path, e);
+        wbox *B = &s->b[i];
+        if (B->rank != fr) continue;
+        rc = write_box(s, f, lcpl, B, buf, band_cap, path, e);
         if (rc == MP_OK && fdp) sync_file_range(*fdp, 0, 0, SYNC_FILE_RANGE_WRITE);
-        bytes += (int64_t)mp_dtype_size(s->b[i].dt) * ck_volume(s->b[i].ndim, s->b[i].shp);
-        if (i == 0) ck_crash_point("during_rank_files", s->rank);
+        *bytes += (int64_t)mp_dtype_size(B->dt) * ck_volume(B->ndim, B->shp);
+        ck_crash_point("during_rank_files", s->rank);
     }
     H5Pclose(lcpl);
     if (H5Fclose(f) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "closing %s", path);
     H5Eclear2(H5E_DEFAULT);
     if (rc == MP_OK) rc = ck_fsync_path(path, 0, e);
-    if (rc == MP_OK) rc = ck_fsync_path(s->partial, 1, e);
     struct stat st;
-    if (rc == MP_OK && stat(path, &st) == 0) s->st.file_bytes = (int64_t)st.st_size;
-    s->st.bytes = bytes;
+    if (rc == MP_OK && stat(path, &st) == 0) *file_bytes += (int64_t)st.st_size;
     free(path);
+    return rc;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Writes, closes and fsyncs this process's rank files (one per distinct file rank among its boxes,
+ * ascending; none if it has no boxes), then fsyncs the directory. Any thread. */
+static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
+    double t0 = ck_now();
+    ck_h5_init();
+    if (s->nb == 0) return MP_OK;
+    /* distinct file ranks, ascending; the band buffer for the largest band of any fill box */
+    int *frs = mp_xmalloc(sizeof(int) * (size_t)s->nb);
+    size_t band_cap = 0;
+    size_t fill_bytes = s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT;
+    for (int i = 0; i < s->nb; i++) {
+        frs[i] = s->b[i].rank;
+        if (!s->b[i].data) {
+            size_t n = (size_t)(band_rows(&s->b[i], fill_bytes) * row_bytes(&s->b[i]));
+            if (n > band_cap) band_cap = n;
+        }
+    }
+    qsort(frs, (size_t)s->nb, sizeof(int), cmp_int);
+    int nfr = 0;
+    for (int i = 0; i < s->nb; i++)
+        if (i == 0 || frs[i] != frs[i - 1]) frs[nfr++] = frs[i];
+    void *buf = band_cap ? mp_malloc(band_cap, MP_MEM_CKPT) : NULL;
+    int64_t bytes = 0, file_bytes = 0;
+    mp_code rc = MP_OK;
+    for (int k = 0; k < nfr && rc == MP_OK; k++) rc = write_one_file(s, frs[k], buf, band_cap, &bytes, &file_bytes, e);
+    if (rc == MP_OK) rc = ck_fsync_path(s->partial, 1, e);
+    mp_free_acct(buf, band_cap, MP_MEM_CKPT);
+    free(frs);
+    s->st.bytes = bytes;
+    s->st.file_bytes = file_bytes;
     s->st.write_s = ck_now() - t0;
     return rc;
 }
@@ -414,9 +795,9 @@ typedef struct { char *p; size_t n, cap; } buf_t;
 
 static void put(buf_t *b, const void *v, size_t n) {
     if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 256;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p) abort();
+        size_t cap = (b->n + n) * 2 + 256;
+        b->p = mp_realloc(b->p, b->cap, cap, MP_MEM_OTHER);
+        b->cap = cap;
     }
     memcpy(b->p + b->n, v, n);
     b->n += n;
@@ -425,21 +806,27 @@ static void put(buf_t *b, const void *v, size_t n) {
 static void put_i64(buf_t *b, int64_t v) { put(b, &v, sizeof v); }
 static void put_str(buf_t *b, const char *s) { int64_t n = (int64_t)strlen(s); put_i64(b, n); put(b, s, (size_t)n); }
 
+/* This process's box list: the recorded world size, then per box its names, file rank, shapes,
+ * checksums and tile geometry (not the tile array, which stays in the rank file). */
 static void serialize(const ckpt_save *s, buf_t *b) {
+    put_i64(b, s->wsize);
     put_i64(b, s->nb);
     for (int i = 0; i < s->nb; i++) {
         const wbox *B = &s->b[i];
         put_str(b, B->name);
         put_str(b, B->dataset);
+        put_str(b, B->tiles_dataset);
         put_i64(b, B->dt);
         put_i64(b, B->ndim);
+        put_i64(b, B->rank);
         for (int d = 0; d < CKPT_MAX_DIMS; d++) put_i64(b, B->gshape[d]);
         for (int d = 0; d < CKPT_MAX_DIMS; d++) put_i64(b, B->off[d]);
         for (int d = 0; d < CKPT_MAX_DIMS; d++) put_i64(b, B->shp[d]);
         put_i64(b, (int64_t)B->checksum);
-        put_i64(b, B->slab_rows);
-        put_i64(b, B->nslabs);
-        put(b, B->slabs, sizeof(uint64_t) * (size_t)B->nslabs);
+        put_i64(b, B->tile_rows);
+        put_i64(b, B->tile_cols);
+        put_i64(b, B->ntiles);
+        put_i64(b, (int64_t)B->tiles_checksum);
     }
 }
 
@@ -453,50 +840,67 @@ static void get(rd_t *r, void *v, size_t n) {
 
 static int64_t get_i64(rd_t *r) { int64_t v; get(r, &v, sizeof v); return v; }
 
-static char *get_str(rd_t *r) {
+/* Reads a string into buf (cap bytes); a longer or malformed one marks r bad. */
+static void get_str(rd_t *r, char *buf, size_t cap) {
     int64_t n = get_i64(r);
-    if (r->bad || n < 0 || (size_t)n > r->n - r->at) { r->bad = 1; return mp_strdup(""); }
-    char *s = mp_xmalloc((size_t)n + 1);
-    get(r, s, (size_t)n);
-    s[n] = '\0';
-    return s;
+    buf[0] = '\0';
+    if (r->bad || n < 0 || (size_t)n > r->n - r->at || (size_t)n >= cap) { r->bad = 1; return; }
+    get(r, buf, (size_t)n);
+    buf[n] = '\0';
 }
 
-/* Appends the boxes of rank `rank` from its serialized list to *all. Returns 0 on a malformed list. */
-static int deserialize(const char *p, size_t n, int rank, wbox **all, int *nall, int *cap) {
+/* Appends the boxes that process `sender` serialized to *all (file ranks kept, sender recorded) and
+ * sets *wsize to the world size it records. Returns 0 on a malformed list (lengths, dims or a tile
+ * geometry that ck_tile_geometry does not give). */
+static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nall, int *cap, int64_t *wsize) {
     rd_t r = {p, n, 0, 0};
+    *wsize = get_i64(&r);
     int64_t nb = get_i64(&r);
+    if (nb < 0) return 0;
+    char name[CKPT_NAME_MAX + 1];
     for (int64_t i = 0; i < nb && !r.bad; i++) {
         if (*nall == *cap) {
-            *cap = *cap * 2 + 64;
-            *all = realloc(*all, sizeof **all * (size_t)*cap);
-            if (!*all) abort();
+            int c = *cap * 2 + 64;
+            *all = mp_realloc(*all, sizeof **all * (size_t)*cap, sizeof **all * (size_t)c, MP_MEM_OTHER);
+            *cap = c;
         }
-        wbox *B = &(*all)[(*nall)++];
+        wbox *B = &(*all)[*nall];
         memset(B, 0, sizeof *B);
-        B->name = get_str(&r);
-        char *ds = get_str(&r);
-        snprintf(B->dataset, sizeof B->dataset, "%s", ds);
-        free(ds);
+        get_str(&r, name, sizeof name);
+        get_str(&r, B->dataset, sizeof B->dataset);
+        get_str(&r, B->tiles_dataset, sizeof B->tiles_dataset);
         B->dt = (mp_dtype)get_i64(&r);
         B->ndim = (int)get_i64(&r);
-        B->rank = rank;
+        B->rank = (int)get_i64(&r);
+        B->sender = sender;
         for (int d = 0; d < CKPT_MAX_DIMS; d++) B->gshape[d] = get_i64(&r);
         for (int d = 0; d < CKPT_MAX_DIMS; d++) B->off[d] = get_i64(&r);
         for (int d = 0; d < CKPT_MAX_DIMS; d++) B->shp[d] = get_i64(&r);
         B->checksum = (uint64_t)get_i64(&r);
-        B->slab_rows = get_i64(&r);
-        B->nslabs = get_i64(&r);
-        if (B->nslabs < 0 || (size_t)B->nslabs > (r.n - r.at) / sizeof(uint64_t)) { r.bad = 1; break; }
-        B->slabs = mp_xmalloc(sizeof(uint64_t) * (size_t)(B->nslabs + 1));
-        get(&r, B->slabs, sizeof(uint64_t) * (size_t)B->nslabs);
+        B->tile_rows = get_i64(&r);
+        B->tile_cols = get_i64(&r);
+        B->ntiles = get_i64(&r);
+        B->tiles_checksum = (uint64_t)get_i64(&r);
+        if (r.bad || B->ndim < 1 || B->ndim > CKPT_MAX_DIMS || (B->dt != MP_F32 && B->dt != MP_BF16 && B->dt != MP_I32))
+            { r.bad = 1; break; }
+        for (int d = 0; d < CKPT_MAX_DIMS; d++)
+            if (B->shp[d] <= 0) r.bad = 1;
+        if (r.bad) break;
+        int64_t tr, tc;
+        ck_tile_geometry(mp_dtype_size(B->dt), B->ndim, B->shp, &tr, &tc);
+        if (tr != B->tile_rows || tc != B->tile_cols || B->ntiles != ck_tile_count(B->ndim, B->shp, tr, tc))
+            { r.bad = 1; break; }
+        B->name = mp_strdup(name);
+        (*nall)++;
     }
     return !r.bad && r.at == r.n;
 }
 
-/* Every rank's box list to every rank (rank 0 keeps them): lengths by an all_reduce of 2 floats per
- * rank (24-bit halves, exact in a float), then one broadcast per rank with boxes. */
-static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank) {
+/* Every process's box list to every process (rank 0 keeps them): lengths by an all_reduce of 2
+ * floats per rank (24-bit halves, exact in a float), then one broadcast per rank with boxes. On rank
+ * 0, *bad_rank is the first process whose list is malformed and *bad_world the first that records a
+ * world size other than rank 0's (both -1 if none). */
+static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank, int *bad_world) {
     mp_comm *w = s->world;
     buf_t mine = {0};
     serialize(s, &mine);
@@ -507,12 +911,19 @@ static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank) {
     int cap = 0;
     *nall = 0;
     *all = NULL;
-    *bad_rank = -1;
+    *bad_rank = *bad_world = -1;
     for (int r = 0; r < w->size; r++) {
         size_t n = ((size_t)len[2 * r] << 24) | (size_t)len[2 * r + 1];
         char *buf = r == w->rank ? mine.p : mp_xmalloc(n ? n : 1);
         w->broadcast(w, buf, n, r);
-        if (w->rank == 0 && !deserialize(buf, n, r, all, nall, &cap) && *bad_rank < 0) *bad_rank = r;
+        if (w->rank == 0) {
+            int64_t ws = 0;
+            if (!deserialize(buf, n, r, all, nall, &cap, &ws)) {
+                if (*bad_rank < 0) *bad_rank = r;
+            } else if (ws != s->wsize && *bad_world < 0) {
+                *bad_world = r;
+            }
+        }
         if (r != w->rank) free(buf);
     }
     free(len);
@@ -527,37 +938,54 @@ static int cmp_wbox(const void *a, const void *b) {
     if (c) return c;
     for (int d = 0; d < CKPT_MAX_DIMS; d++)
         if (x->off[d] != y->off[d]) return x->off[d] < y->off[d] ? -1 : 1;
-    return x->rank - y->rank;
+    if (x->rank != y->rank) return x->rank - y->rank;
+    return x->sender - y->sender;
 }
 
 static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Builds the layout from all boxes (sorted here) and rank 0's metadata; checks it. */
+/* Builds the format-v2 layout from all boxes (sorted here) and rank 0's metadata; checks that every
+ * file rank is in the recorded world and written by one process only, the names, and exact coverage. */
 static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_err *e) {
     memset(L, 0, sizeof *L);
     if (nall > 1) qsort(all, (size_t)nall, sizeof *all, cmp_wbox);
+    L->version = 2;
     L->step = s->step;
-    L->world = s->size;
+    L->world = s->wsize;
     L->zstd_level = s->o.zstd_level;
-    /* files: ranks that wrote boxes */
-    int *file_of = mp_xmalloc(sizeof(int) * (size_t)s->size);
-    for (int r = 0; r < s->size; r++) file_of[r] = -1;
-    for (int i = 0; i < nall; i++) file_of[all[i].rank] = 0;
-    L->f = mp_xcalloc(sizeof *L->f * (size_t)(s->size + 1));
-    for (int r = 0; r < s->size; r++)
-        if (file_of[r] == 0) {
+    L->nslabs = 0;
+    L->slabs = mp_xmalloc(sizeof(uint64_t));   /* v2 has no slab table */
+    mp_code rc = MP_OK;
+    /* files: the file ranks that have boxes, each written by exactly one process */
+    int *owner = mp_xmalloc(sizeof(int) * (size_t)s->wsize);
+    int *file_of = mp_xmalloc(sizeof(int) * (size_t)s->wsize);
+    for (int r = 0; r < s->wsize; r++) owner[r] = file_of[r] = -1;
+    for (int i = 0; i < nall && rc == MP_OK; i++) {
+        int fr = all[i].rank;
+        if (fr < 0 || fr >= s->wsize) {
+            rc = mp_err_set(e, MP_EINTERNAL, "tensor %s: process %d sent file rank %d outside the world of %d",
+                            all[i].name, all[i].sender, fr, s->wsize);
+        } else if (owner[fr] < 0) {
+            owner[fr] = all[i].sender;
+        } else if (owner[fr] != all[i].sender) {
+            int a = owner[fr] < all[i].sender ? owner[fr] : all[i].sender;
+            int b = owner[fr] < all[i].sender ? all[i].sender : owner[fr];
+            rc = mp_err_set(e, MP_EINPUT, "rank file rank_%05d.h5 is written by two processes (%d and %d; tensor %s)",
+                            fr, a, b, all[i].name);
+        }
+    }
+    L->f = mp_xcalloc(sizeof *L->f * (size_t)(s->wsize + 1));
+    for (int r = 0; r < s->wsize; r++)
+        if (owner[r] >= 0) {
             file_of[r] = L->nfiles;
             ck_file *F = &L->f[L->nfiles++];
             F->rank = r;
             snprintf(F->name, sizeof F->name, "rank_%05d.h5", r);
         }
+    free(owner);
     L->t = mp_xcalloc(sizeof *L->t * (size_t)(nall + 1));
     L->b = mp_xcalloc(sizeof *L->b * (size_t)(nall + 1));
     L->nboxes = nall;
-    for (int i = 0; i < nall; i++) L->nslabs += all[i].nslabs;
-    L->slabs = mp_xmalloc(sizeof(uint64_t) * (size_t)(L->nslabs + 1));
-    int64_t at = 0;
-    mp_code rc = MP_OK;
     for (int i = 0; i < nall && rc == MP_OK; i++) {
         const wbox *W = &all[i];
         if (i == 0 || strcmp(W->name, all[i - 1].name) != 0) {
@@ -576,8 +1004,8 @@ static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_
                 int64_t z[CKPT_MAX_DIMS] = {0};
                 ck_box_str(a, sizeof a, P->ndim, z, P->gshape);
                 ck_box_str(b, sizeof b, W->ndim, z, W->gshape);
-                rc = mp_err_set(e, MP_EINPUT, "tensor %s: rank %d writes it as %s %s, rank %d as %s %s", W->name,
-                                P->rank, mp_dtype_name(P->dt), a, W->rank, mp_dtype_name(W->dt), b);
+                rc = mp_err_set(e, MP_EINPUT, "tensor %s: rank_%05d.h5 has it as %s %s, rank_%05d.h5 as %s %s",
+                                W->name, P->rank, mp_dtype_name(P->dt), a, W->rank, mp_dtype_name(W->dt), b);
                 break;
             }
         }
@@ -586,15 +1014,17 @@ static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_
         ck_box *B = &L->b[i];
         B->tensor = L->ntensors - 1;
         B->file = file_of[W->rank];
+        assert(B->file >= 0);
         snprintf(B->dataset, sizeof B->dataset, "%s", W->dataset);
+        snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "%s", W->tiles_dataset);
         memcpy(B->off, W->off, sizeof B->off);
         memcpy(B->shp, W->shp, sizeof B->shp);
         B->checksum = W->checksum;
-        B->slab_rows = W->slab_rows;
-        B->nslabs = W->nslabs;
-        B->slab_first = at;
-        memcpy(L->slabs + at, W->slabs, sizeof(uint64_t) * (size_t)W->nslabs);
-        at += W->nslabs;
+        B->slab_rows = B->slab_first = B->nslabs = 0;
+        B->tile_rows = W->tile_rows;
+        B->tile_cols = W->tile_cols;
+        B->ntiles = W->ntiles;
+        B->tiles_checksum = W->tiles_checksum;
         L->f[B->file].nboxes++;
         L->f[B->file].bytes += (int64_t)mp_dtype_size(W->dt) * ck_volume(W->ndim, W->shp);
     }
@@ -634,6 +1064,29 @@ static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_
     return MP_OK;
 }
 
+/* Dir mode, rank 0, index written: moves DIR.partial to DIR (swapping with an existing DIR when
+ * replacing, then removing the old tree). *renamed = 1 once the .partial name no longer holds the
+ * new checkpoint. */
+static mp_code finish_dir(ckpt_save *s, int *renamed, mp_err *e) {
+    if (!ck_exists(s->final)) {
+        MP_TRY(ck_rename_durable(s->partial, s->final, s->root, e));
+        *renamed = 1;
+        ck_crash_point("after_rename", s->rank);
+        return MP_OK;
+    }
+    if (!s->replace)
+        return mp_err_set(e, MP_EINPUT, "checkpoint directory %s already exists (use --force to replace it)", s->final);
+    char *old = NULL;
+    MP_TRY(ck_swap_dirs(s->partial, s->final, s->root, &old, e));
+    *renamed = 1;
+    ck_crash_point("after_rename", s->rank);
+    mp_err re;
+    if (ck_rmtree(old, &re) != MP_OK)
+        mp_warn("ckpt: %s replaced, but removing its old content at %s failed: %s", s->final, old, re.msg);
+    free(old);
+    return MP_OK;
+}
+
 /* Rank 0's part of the commit after the exchange. */
 static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, mp_err *e) {
     ck_layout L;
@@ -646,25 +1099,28 @@ static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, mp_err *e) {
         free(ip);
     }
     ck_layout_free(&L);
-    if (rc == MP_OK) {
-        ck_crash_point("after_index", s->rank);
+    if (rc == MP_OK) ck_crash_point("after_index", s->rank);
+    if (rc == MP_OK && s->dir_mode) {
+        rc = finish_dir(s, &renamed, e);
+    } else if (rc == MP_OK) {
         rc = ck_rename_durable(s->partial, s->final, s->root, e);
         renamed = rc == MP_OK;
-    }
-    if (rc == MP_OK) {
-        ck_crash_point("after_rename", s->rank);
-        char *txt = ck_fmt("%s\n", s->dirname);
-        rc = ck_write_text_durable(s->root, "latest", txt, e);
-        free(txt);
-        if (rc != MP_OK) mp_err_wrap(e, "checkpoint %s is complete, but updating %s/latest failed", s->final, s->root);
-    }
-    if (rc == MP_OK) {
-        ck_crash_point("after_latest", s->rank);
-        if (s->o.keep > 0) {
-            mp_err re;
-            int removed = 0;
-            if (ckpt_retain(s->root, s->o.keep, &removed, &re) != MP_OK)
-                mp_warn("ckpt: retention (keep %d) in %s failed: %s", s->o.keep, s->root, re.msg);
+        if (rc == MP_OK) {
+            ck_crash_point("after_rename", s->rank);
+            char *txt = ck_fmt("%s\n", s->dirname);
+            rc = ck_write_text_durable(s->root, "latest", txt, e);
+            free(txt);
+            if (rc != MP_OK)
+                mp_err_wrap(e, "checkpoint %s is complete, but updating %s/latest failed", s->final, s->root);
+        }
+        if (rc == MP_OK) {
+            ck_crash_point("after_latest", s->rank);
+            if (s->o.keep > 0) {
+                mp_err re;
+                int removed = 0;
+                if (ckpt_retain(s->root, s->o.keep, &removed, &re) != MP_OK)
+                    mp_warn("ckpt: retention (keep %d) in %s failed: %s", s->o.keep, s->root, re.msg);
+            }
         }
     }
     if (rc != MP_OK && !renamed) {
@@ -674,16 +1130,13 @@ static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, mp_err *e) {
     return rc;
 }
 
-/* Frees box records (names and slab checksums; never the data, which the caller owns). */
+/* Frees box records (names; never the data or fill contexts, which the caller owns). */
 static void free_boxes(wbox *b, int n) {
-    for (int i = 0; i < n; i++) {
-        free(b[i].name);
-        free(b[i].slabs);
-    }
+    for (int i = 0; i < n; i++) free(b[i].name);
     free(b);
 }
 
-/* The collective commit (after this rank's file is written or failed). Sets the final result. */
+/* The collective commit (after this rank's files are written or failed). Sets the final result. */
 static mp_code commit(ckpt_save *s, mp_err *e) {
     double t0 = ck_now();
     mp_comm *w = s->world;
@@ -696,15 +1149,18 @@ static mp_code commit(ckpt_save *s, mp_err *e) {
     } else {
         ck_crash_point("after_rank_files", s->rank);
         wbox *all = NULL;
-        int nall = 0, bad = -1;
-        exchange(s, &all, &nall, &bad);
+        int nall = 0, bad = -1, bad_world = -1;
+        exchange(s, &all, &nall, &bad, &bad_world);
         mp_code r0 = MP_OK;
         mp_err e0;
         if (s->rank == 0) {
-            if (bad >= 0) {
-                r0 = mp_err_set(&e0, MP_EINTERNAL, "malformed box list from rank %d", bad);
+            if (bad >= 0 || bad_world >= 0) {
+                if (bad >= 0) r0 = mp_err_set(&e0, MP_EINTERNAL, "malformed box list from rank %d", bad);
+                else
+                    r0 = mp_err_set(&e0, MP_EINPUT, "rank %d records a world size other than rank 0's (%d)", bad_world,
+                                    s->wsize);
                 mp_err ce;
-                ck_rmtree(s->partial, &ce);
+                if (ck_rmtree(s->partial, &ce) != MP_OK) mp_warn("ckpt: %s", ce.msg);
             } else {
                 r0 = commit_rank0(s, all, nall, &e0);
             }
@@ -712,7 +1168,7 @@ static mp_code commit(ckpt_save *s, mp_err *e) {
         free_boxes(all, nall);
         rc = agree(w, r0, &e0, e);
     }
-    if (rc != MP_OK) mp_err_wrap(e, "saving checkpoint step %lld in %s", (long long)s->step, s->root);
+    if (rc != MP_OK) mp_err_wrap(e, "saving checkpoint step %lld %s", (long long)s->step, s->where);
     s->st.commit_s = ck_now() - t0;
     s->frc = rc;
     if (rc != MP_OK && e) s->ferr = *e;
@@ -730,7 +1186,7 @@ mp_code ckpt_save_commit(ckpt_save *s, ckpt_stats *st, mp_err *e) {
     double t0 = ck_now();
     mp_err we;
     if (s->lrc == MP_OK) {
-        mp_code rc = write_rank_file(s, &we);
+        mp_code rc = write_rank_files(s, &we);
         remember(s, rc, &we);
     }
     mp_code rc = commit(s, e);
@@ -742,15 +1198,27 @@ mp_code ckpt_save_commit(ckpt_save *s, ckpt_stats *st, mp_err *e) {
 static void *writer_main(void *arg) {
     ckpt_save *s = arg;
     mp_err_clear(&s->werr);
-    s->wrc = write_rank_file(s, &s->werr);
+    s->wrc = write_rank_files(s, &s->werr);
     atomic_store(&s->written, 1);
     return NULL;
 }
 
+/* Async saves take pointer boxes of the process's own rank only. A refused save is still started
+ * (with nothing to write and the error remembered), so that poll / wait on every rank agree on the
+ * failure. */
 mp_code ckpt_save_start(ckpt_save *s, mp_err *e) {
     assert(s);
     double t0 = ck_now();
     if (s->state != ST_OPEN) return mp_err_set(e, MP_EINTERNAL, "ckpt_save_start: save already started");
+    mp_code rrc = MP_OK;
+    mp_err re;
+    for (int i = 0; i < s->nb && rrc == MP_OK; i++)
+        if (!s->b[i].data || s->b[i].rank != s->rank)
+            rrc = mp_err_set(&re, MP_EINPUT,
+                             "tensor %s: an asynchronous save (ckpt_save_start) takes only ckpt_save_add boxes of the "
+                             "process's own rank, not fill boxes or boxes for rank_%05d.h5: use ckpt_save_commit",
+                             s->b[i].name, s->b[i].rank);
+    if (rrc != MP_OK) remember(s, rrc, &re);
     s->state = ST_STARTED;
     if (s->lrc != MP_OK) {
         atomic_store(&s->written, 1);   /* nothing to write: the commit reports the error */
@@ -763,7 +1231,8 @@ mp_code ckpt_save_start(ckpt_save *s, mp_err *e) {
     }
     set_inflight(s, NULL);
     s->st.stall_s += ck_now() - t0;
-    return MP_OK;
+    if (rrc != MP_OK && e) *e = re;
+    return rrc;
 }
 
 static void join_writer(ckpt_save *s) {
@@ -821,5 +1290,6 @@ void ckpt_save_free(ckpt_save *s) {
     free(s->dirname);
     free(s->final);
     free(s->partial);
+    free(s->where);
     free(s);
 }

@@ -4,7 +4,7 @@
  * per-tensor statistics; text or --json.
  *
  * --stats streams every tensor through the shared chunks (cli/ckpt_common.h), holding one chunk plus
- * the reader's own scratch for a partial-slab read (about one chunk plus two slabs). JSON numbers of
+ * the reader's own scratch for a partial read (about one chunk plus a band of edge tiles). JSON numbers of
  * the statistics read back exactly (json_exact); NaN/Inf become null.
  * Exit status: 0 ok, 2 bad usage or unreadable/missing input.
  */

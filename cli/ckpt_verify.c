@@ -190,7 +190,15 @@ int mp_ckpt_verify(int argc, char **argv) {
         if (mp_ckpt_parse_model_config(r, &mc, &ce) == MP_OK) verify_tensor_set(r, &mc, &pr);
     }
     if (pr.n) printf("FAILED: %s: %d problem%s\n", dir, pr.n, pr.n == 1 ? "" : "s");
-    else printf("ok: %d tensors, %lld bytes verified (%s)\n", ckpt_num_tensors(r), (long long)bytes, dir);
+    else {
+        int64_t tensor_bytes = 0;
+        for (int i = 0; i < ckpt_num_tensors(r); i++) {
+            const ckpt_tensor_info *t = ckpt_tensor_at(r, i);
+            tensor_bytes += (int64_t)mp_dtype_size(t->dtype) * mp_ckpt_numel(t->ndim, t->shape);
+        }
+        printf("ok: %d tensors, %lld bytes verified (%lld bytes read with the checksum tiles; %s)\n",
+               ckpt_num_tensors(r), (long long)tensor_bytes, (long long)bytes, dir);
+    }
     ckpt_close(r);
     free(dir);
     return pr.n ? MP_CKPT_ST_FAIL : MP_CKPT_ST_OK;

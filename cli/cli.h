@@ -9,5 +9,7 @@ int mp_cmd_train(int argc, char **argv);
 int mp_cmd_eval(int argc, char **argv);
 int mp_cmd_data(int argc, char **argv);
 int mp_cmd_ckpt(int argc, char **argv);
+int mp_cmd_reshard(int argc, char **argv);
+int mp_cmd_init(int argc, char **argv);
 
 #endif

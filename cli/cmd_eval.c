@@ -70,7 +70,11 @@ int mp_cmd_eval(int argc, char **argv) {
     llama_init_weights(model, (uint64_t)seed);
     if (checkpoint) {
         mp_run_state st;
-        if (mp_checkpoint_load(model, checkpoint, &mc, &st, &err)) goto fail;
+        /* the weights only: a --model-only checkpoint (reshard) has no moments, and eval needs none */
+        mp_code local = mp_checkpoint_load(model, checkpoint, &mc, 1, &st, &err);
+        mp_code agreed = mp_runtime_agree(&rt, local, &err);
+        if (agreed) { status = mp_exit_status(agreed); goto done; }
+        mp_checkpoint_log_io(&rt.mesh, "loaded", checkpoint, &st);
     }
     size_t tb = (size_t)bs.micro * tc.seq_len * sizeof(int32_t);
     in = mp_xmalloc(tb);

@@ -237,7 +237,7 @@ int mp_cmd_train(int argc, char **argv) {
         if (removed) mp_warn("removed %d unfinished checkpoint(s) (*.partial) under %s", removed, ckpt_root);
     }
     if ((agreed = mp_runtime_agree(&rt, local, &err))) goto fail_agreed;
-    mp_run_state rs = {0, {0, 0}};
+    mp_run_state rs = {0, {0, 0}, 0, 0};
     char resume_dir[MP_PATH_MAX] = "";
     if (f.resume_from) {
         snprintf(resume_dir, sizeof resume_dir, "%s", f.resume_from);
@@ -250,11 +250,11 @@ int mp_cmd_train(int argc, char **argv) {
     }
     if (resume_dir[0]) {
         /* a damaged box may fail only the ranks that read it: agree before anyone trains */
-        local = mp_checkpoint_load(model, resume_dir, &mc, &rs, &err);
+        local = mp_checkpoint_load(model, resume_dir, &mc, 0, &rs, &err);
         if (local) mp_err_wrap(&err, "resuming");
         else if ((local = mp_loader_set_cursor(&loader, rs.cursor, &err))) mp_err_wrap(&err, "resuming from %s", resume_dir);
         if ((agreed = mp_runtime_agree(&rt, local, &err))) goto fail_agreed;
-        mp_info("resumed from %s at step %lld", resume_dir, (long long)rs.step);
+        mp_checkpoint_log_io(mesh, "resumed from", resume_dir, &rs);
     }
 
     if (rt.rank == 0) {
@@ -284,6 +284,17 @@ int mp_cmd_train(int argc, char **argv) {
     double last_loss = NAN;
     int continue_on_error = !strcmp(f.on_save_error, "continue");
     int64_t first_step = rs.step;
+    if (c->steps == 0 && !resume_dir[0] && f.ckpt_every) {
+        /* "every N steps and at the end": the end of a 0-step run is its initial state, saved as step 0
+         * (what `meshpoint init` writes offline) */
+        mp_run_state now = {0, loader.cur, 0, 0};
+        ckpt_stats cs;
+        if (mp_checkpointer_save(&ck, model, &mc, c, &now, &cs, &err) || mp_checkpointer_wait(&ck, NULL, &err)) {
+            mp_err_wrap(&err, "saving the initial state (step 0)");
+            goto fail;
+        }
+        mp_info("checkpoint step 0 (the initial state) saved under %s", ckpt_root);
+    }
     train_fill_ctx fc = {&loader, &bs, mesh->dp_rank};
     for (int64_t step = first_step; step < c->steps; step++) {
         double lr = mp_lr_at(&sched, step);

@@ -16,6 +16,8 @@ static const char *usage =
     "  eval     mean loss of a model over a token file\n"
     "  data     turn UTF-8 text files into byte-level token files (vocab 256)\n"
     "  ckpt     inspect checkpoints: ls, show, verify, diff (across meshes)\n"
+    "  reshard  convert a checkpoint offline to another tp x dp mesh (or consolidate it)\n"
+    "  init     write a step-0 checkpoint of the seeded initialisation for any mesh\n"
     "\n"
     "`meshpoint <command> --help` describes each command's options.\n";
 
@@ -29,6 +31,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return mp_cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return mp_cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return mp_cmd_ckpt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "reshard")) return mp_cmd_reshard(argc - 2, argv + 2);
+    if (!strcmp(cmd, "init")) return mp_cmd_init(argc - 2, argv + 2);
     fprintf(stderr, "meshpoint: unknown command \"%s\"\n\n%s", cmd, usage);
     return 2;
 }

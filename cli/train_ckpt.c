@@ -11,21 +11,6 @@
 
 static const char *const kinds[3] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
 
-/* The box of parameter p this rank owns on disk: rows of its shard inside the real tensor (vocab
- * padding clipped). Returns the number of rows (0: nothing to write or read). */
-static int64_t disk_box(const llama_param *p, int64_t off[2], int64_t shape[2]) {
-    int64_t rows = p->valid_rows - p->shard_row0;
-    if (rows > p->shard_rows) rows = p->shard_rows;
-    if (rows < 0) rows = 0;
-    off[0] = p->tp_off[0] + p->shard_row0;
-    off[1] = p->tp_off[1];
-    shape[0] = rows;
-    shape[1] = p->tp_shape[1];
-    return rows;
-}
-
-static int64_t shard_numel(const llama_param *p) { return p->shard_rows * p->tp_shape[1]; }
-
 void mp_checkpointer_init(mp_checkpointer *c, const char *root, const ckpt_save_opts *opts, int async) {
     memset(c, 0, sizeof *c);
     snprintf(c->root, sizeof c->root, "%s", root);
@@ -34,41 +19,44 @@ void mp_checkpointer_init(mp_checkpointer *c, const char *root, const ckpt_save_
     c->inflight_step = -1;
 }
 
-/* Adds the run's metadata entries to the save (rank 0's are the ones stored). */
-static mp_code add_meta(ckpt_save *s, llama_model *m, const mp_model_config *mc, const mp_train_config *tc,
-                        const mp_run_state *st, mp_err *err) {
-    mp_mesh *mesh = llama_mesh(m);
+mp_code mp_run_meta(mp_meta_put put, void *ctx, const mp_model_config *mc, const mp_train_config *tc, int tp,
+                    int dp, const mp_run_state *st, mp_err *err) {
     char buf[1024];
     char *model_json = mp_model_config_to_json(mc), *train_json = mp_train_config_to_json(tc);
-    mp_code rc = ckpt_save_meta(s, "model_config", model_json, err);
-    if (!rc) rc = ckpt_save_meta(s, "train_config", train_json, err);
+    mp_code rc = put(ctx, "model_config", model_json, err);
+    if (!rc) rc = put(ctx, "train_config", train_json, err);
     free(model_json);
     free(train_json);
     MP_TRY(rc);
-    snprintf(buf, sizeof buf, "{\"world\": %d, \"tp\": %d, \"dp\": %d, \"sp\": %s}", mesh->world, mesh->tp,
-             mesh->dp, tc->sp < 0 ? (mesh->tp > 1 ? "true" : "false") : tc->sp ? "true" : "false");
-    MP_TRY(ckpt_save_meta(s, "mesh", buf, err));
+    snprintf(buf, sizeof buf, "{\"world\": %d, \"tp\": %d, \"dp\": %d, \"sp\": %s}", tp * dp, tp, dp,
+             tc->sp < 0 ? (tp > 1 ? "true" : "false") : tc->sp ? "true" : "false");
+    MP_TRY(put(ctx, "mesh", buf, err));
     snprintf(buf, sizeof buf, "%lld", (long long)st->step);
-    MP_TRY(ckpt_save_meta(s, "step", buf, err));
+    MP_TRY(put(ctx, "step", buf, err));
     snprintf(buf, sizeof buf, "{\"pos\": %lld, \"epoch\": %lld, \"batch_size\": %d, \"seq_len\": %d}",
              (long long)st->cursor.pos, (long long)st->cursor.epoch, tc->batch_size, tc->seq_len);
-    MP_TRY(ckpt_save_meta(s, "data_cursor", buf, err));
+    MP_TRY(put(ctx, "data_cursor", buf, err));
     snprintf(buf, sizeof buf,
              "{\"kind\": \"warmup_cosine\", \"lr\": %.17g, \"min_lr\": %.17g, \"warmup_steps\": %lld, "
              "\"decay_steps\": %lld, \"step\": %lld}",
              tc->lr, tc->min_lr, (long long)tc->warmup_steps,
              (long long)(tc->decay_steps ? tc->decay_steps : tc->steps - tc->warmup_steps), (long long)st->step);
-    MP_TRY(ckpt_save_meta(s, "lr_schedule", buf, err));
+    MP_TRY(put(ctx, "lr_schedule", buf, err));
     snprintf(buf, sizeof buf,
              "{\"kind\": \"adamw\", \"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, \"weight_decay\": "
              "%.17g, \"t\": %lld}",
              tc->beta1, tc->beta2, tc->adam_eps, tc->weight_decay, (long long)st->step);
-    MP_TRY(ckpt_save_meta(s, "optimizer", buf, err));
+    MP_TRY(put(ctx, "optimizer", buf, err));
     /* Training draws no random numbers after initialisation (no dropout): the seed is the whole RNG
      * state, and init is a pure function of (seed, name, index). */
     snprintf(buf, sizeof buf, "{\"kind\": \"philox4x32-10\", \"seed\": %llu, \"draws_after_init\": 0}",
              (unsigned long long)tc->seed);
-    return ckpt_save_meta(s, "rng", buf, err);
+    return put(ctx, "rng", buf, err);
+}
+
+/* mp_meta_put into a save. */
+static mp_code put_save_meta(void *ctx, const char *key, const char *value, mp_err *err) {
+    return ckpt_save_meta(ctx, key, value, err);
 }
 
 mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_config *mc,
@@ -81,7 +69,7 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
     /* the staging buffer is reused: a save still in flight must finish before it is overwritten */
     if (c->inflight) MP_TRY(mp_checkpointer_wait(c, NULL, err));
     size_t need = 0;
-    for (int i = 0; i < np; i++) need += 3 * (size_t)shard_numel(llama_param_at(m, i)) * sizeof(float);
+    for (int i = 0; i < np; i++) need += 3 * (size_t)llama_shard_numel(llama_param_at(m, i)) * sizeof(float);
     if (!c->host) {
         c->host_bytes = need ? need : sizeof(float);
         c->host = mp_aligned(c->host_bytes, MP_MEM_CKPT);
@@ -89,11 +77,11 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
     float *h = c->host;
     for (int i = 0; i < np; i++) {
         llama_param *p = llama_param_at(m, i);
-        size_t b = (size_t)shard_numel(p) * sizeof(float);
+        size_t b = (size_t)llama_shard_numel(p) * sizeof(float);
         const float *src[3] = {p->shard, p->m, p->v};
         for (int k = 0; k < 3; k++) {
             be->to_host(be, h, src[k], b);
-            h += shard_numel(p);
+            h += llama_shard_numel(p);
         }
     }
     ckpt_save *s = NULL;
@@ -103,18 +91,17 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
     for (int i = 0; i < np && !rc; i++) {
         llama_param *p = llama_param_at(m, i);
         int64_t off[2], shape[2];
-        int64_t rows = disk_box(p, off, shape);
-        int writer = rows > 0 && (p->split != LLAMA_REPLICATED || mesh->tp_rank == 0);
+        int writer = llama_param_disk_box(m, p, off, shape) > 0 && llama_disk_writer(p->split, mesh->tp_rank);
         for (int k = 0; k < 3 && !rc; k++) {
             if (writer) {
                 char name[256];
                 snprintf(name, sizeof name, "%s/%s", kinds[k], p->name);
                 rc = ckpt_save_add(s, name, MP_F32, p->ndim, p->gshape, off, shape, h, err);
             }
-            h += shard_numel(p);
+            h += llama_shard_numel(p);
         }
     }
-    if (!rc) rc = add_meta(s, m, mc, tc, st, err);
+    if (!rc) rc = mp_run_meta(put_save_meta, s, mc, tc, mesh->tp, mesh->dp, st, err);
     if (rc) {
         /* an add failed locally: the commit makes every rank agree on the failure */
         mp_err local = *err;
@@ -203,14 +190,15 @@ static mp_code meta_int(const ckpt_reader *r, const char *key, const char *field
     return MP_OK;
 }
 
-mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, mp_run_state *st,
-                           mp_err *err) {
+mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int model_only,
+                           mp_run_state *st, mp_err *err) {
     ckpt_reader *r = NULL;
     MP_TRY(ckpt_open(&r, dir, err));
     mp_code rc = check_model_config(r, mc, err);
     if (!rc) rc = meta_int(r, "step", NULL, &st->step, err);
     if (!rc) rc = meta_int(r, "data_cursor", "pos", &st->cursor.pos, err);
     if (!rc) rc = meta_int(r, "data_cursor", "epoch", &st->cursor.epoch, err);
+    int nk = model_only ? 1 : 3;
     mp_backend *be = llama_backend(m);
     int np = llama_num_params(m);
     float *tmp = NULL;
@@ -218,15 +206,15 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
     for (int i = 0; i < np && !rc; i++) {
         llama_param *p = llama_param_at(m, i);
         int64_t off[2], shape[2];
-        int64_t rows = disk_box(p, off, shape);
-        size_t b = (size_t)shard_numel(p) * sizeof(float);
+        int64_t rows = llama_param_disk_box(m, p, off, shape);
+        size_t b = (size_t)llama_shard_numel(p) * sizeof(float);
         if (b > tmp_bytes) {
             free(tmp);
             tmp = mp_xcalloc(b);
             tmp_bytes = b;
         }
         float *dst[3] = {p->shard, p->m, p->v};
-        for (int k = 0; k < 3 && !rc; k++) {
+        for (int k = 0; k < nk && !rc; k++) {
             char name[256];
             snprintf(name, sizeof name, "%s/%s", kinds[k], p->name);
             int t = ckpt_tensor_find(r, name);
@@ -247,7 +235,16 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
         }
     }
     free(tmp);
+    ckpt_reader_io(r, &st->bytes_read, &st->bytes_needed);
     ckpt_close(r);
     if (!rc) llama_shards_changed(m);
     return rc;
+}
+
+void mp_checkpoint_log_io(mp_mesh *mesh, const char *what, const char *dir, const mp_run_state *st) {
+    /* every rank's counts, summed in MiB (floats: exact enough for a ratio) */
+    float v[2] = {(float)(st->bytes_read / 1048576.0), (float)(st->bytes_needed / 1048576.0)};
+    mesh->world_comm->all_reduce(mesh->world_comm, v, 2, 0);
+    mp_info("%s %s at step %lld: read %.2f MiB for %.2f MiB needed (ratio %.3f)", what, dir, (long long)st->step,
+            v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0);
 }

@@ -26,7 +26,15 @@
 typedef struct mp_run_state {
     int64_t step;               /* optimizer steps completed */
     mp_loader_cursor cursor;    /* the data loader's position for the next step */
+    int64_t bytes_read, bytes_needed;   /* set by mp_checkpoint_load: this rank's reader counters */
 } mp_run_state;
+
+/* Stores one metadata entry (a ckpt save, a reshard sink, ...). */
+typedef mp_code (*mp_meta_put)(void *ctx, const char *key, const char *value, mp_err *err);
+/* The metadata of a training checkpoint (docs/FORMAT.md, "Training checkpoints") for a tp x dp mesh
+ * and run state st, each entry through put. The one definition that `train` saves and `init` writes. */
+mp_code mp_run_meta(mp_meta_put put, void *ctx, const mp_model_config *mc, const mp_train_config *tc, int tp,
+                    int dp, const mp_run_state *st, mp_err *err);
 
 /* A checkpointer owns the host staging buffer (parameters + both moments of the local shards) and the
  * save in flight, if any. */
@@ -54,9 +62,13 @@ mp_code mp_checkpointer_poll(mp_checkpointer *c, int64_t *committed_step, ckpt_s
 mp_code mp_checkpointer_wait(mp_checkpointer *c, ckpt_stats *stats, mp_err *err);
 void mp_checkpointer_free(mp_checkpointer *c);
 
-/* Restores the shards, moments and run state of m from the checkpoint directory dir. Checks that the
- * checkpoint's model config equals mc (a mismatch names the field) and every tensor's global shape. */
-mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, mp_run_state *st,
-                           mp_err *err);
+/* Restores the shards, moments (unless model_only) and run state of m from the checkpoint directory
+ * dir. Checks that the checkpoint's model config equals mc (a mismatch names the field) and every
+ * tensor's global shape. st->bytes_read/bytes_needed get this rank's reader counters. */
+mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int model_only,
+                           mp_run_state *st, mp_err *err);
+/* Collective: logs "WHAT DIR at step N: read X MiB for Y MiB needed (ratio R)" with the counters
+ * summed over the world. */
+void mp_checkpoint_log_io(mp_mesh *mesh, const char *what, const char *dir, const mp_run_state *st);
 
 #endif

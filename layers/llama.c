@@ -80,7 +80,9 @@ static float *reduce_in_grad(llama_model *m, float *partial) {
 
 /* ---- creation ---- */
 
-static mp_code check_mesh(const mp_model_config *c, const llama_options *o, int tp, mp_err *err) {
+mp_code llama_check_layout(const mp_model_config *c, int tp, int dp, mp_err *err) {
+    if (tp < 1 || dp < 1) return mp_err_set(err, MP_EINPUT, "tp (%d) and dp (%d) must be >= 1", tp, dp);
+    if (tp > LLAMA_MAX_TP) return mp_err_set(err, MP_EINPUT, "tp (%d) exceeds the supported %d", tp, LLAMA_MAX_TP);
     if (c->num_hidden_layers > LLAMA_MAX_LAYERS)
         return mp_err_set(err, MP_EINPUT, "num_hidden_layers (%d) exceeds the supported %d", c->num_hidden_layers,
                           LLAMA_MAX_LAYERS);
@@ -89,6 +91,11 @@ static mp_code check_mesh(const mp_model_config *c, const llama_options *o, int 
                           c->num_key_value_heads, tp);
     if (c->intermediate_size < tp)
         return mp_err_set(err, MP_EINPUT, "intermediate_size (%d) is smaller than tp (%d)", c->intermediate_size, tp);
+    return MP_OK;
+}
+
+static mp_code check_mesh(const mp_model_config *c, const llama_options *o, int tp, mp_err *err) {
+    MP_TRY(llama_check_layout(c, tp, 1, err));
     if (o->micro_batch <= 0) return mp_err_set(err, MP_EINPUT, "micro-batch must be > 0, got %d", o->micro_batch);
     if (o->seq_len <= 0) return mp_err_set(err, MP_EINPUT, "seq_len must be > 0, got %d", o->seq_len);
     if (o->seq_len > c->max_position_embeddings)
@@ -188,10 +195,6 @@ mp_code llama_create(llama_model **out, const mp_model_config *cfg, const llama_
     m->N = m->B * m->T;
     m->n_res = m->sp ? m->N / m->tp : m->N;
     for (int r = 0; r < m->tp && r < LLAMA_MAX_TP; r++) m->sp_counts[r] = (int64_t)m->n_res * m->D;
-    if (m->tp > LLAMA_MAX_TP) {
-        mp_free_acct(m, sizeof *m, MP_MEM_OTHER);
-        return mp_err_set(err, MP_EINPUT, "tp (%d) exceeds the supported %d", mesh->tp, LLAMA_MAX_TP);
-    }
     llama_params_build(m);
     llama_params_alloc(m);
     llama_fsdp_alloc(m);

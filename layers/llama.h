@@ -38,6 +38,9 @@ typedef struct llama_tensor_spec {
     int ndim;                  /* 1 or 2 */
     int64_t shape[2];          /* [rows, cols]; cols = 1 for vectors */
     llama_tp_split split;
+    int vocab;                 /* rows are the vocabulary (embed_tokens, lm_head): split in equal blocks
+                                  of ceil(V / tp), padding rows in memory only. Decided by role, never
+                                  by size (intermediate_size may equal vocab_size). */
     int unit;
 } llama_tensor_spec;
 
@@ -46,6 +49,40 @@ typedef struct llama_tensor_spec {
  * right after the embedding, in its unit). Writes at most cap specs to out (may be NULL) and returns
  * the count, which is 9 * layers + 2 (+1 untied). The one list both the model and checkpoint tools use. */
 int llama_tensor_specs(const mp_model_config *c, llama_tensor_spec *out, int cap);
+
+/* Where a tensor lives on one rank of a tp x dp mesh: its TP slice and, of that slice, its FSDP
+ * shard. A pure function of (config, spec, mesh coordinates): the model builds its parameter table
+ * from it and the offline tools (reshard/) lay out checkpoints for any mesh with it, so an offline
+ * result is exactly what a job on that mesh saves. */
+typedef struct llama_placement {
+    int64_t tp_off[2];         /* TP slice: offset in the global index space ... */
+    int64_t tp_shape[2];       /* ... and shape in memory (vocab slices may include padding rows) */
+    int64_t valid_rows;        /* rows of the TP slice inside the global tensor */
+    int64_t shard_row0, shard_rows;   /* the FSDP shard: rows of the TP slice */
+} llama_placement;
+
+/* The placement of spec on rank (tp_rank, dp_rank) of a tp x dp mesh. */
+void llama_place(const mp_model_config *c, const llama_tensor_spec *spec, int tp, int tp_rank, int dp,
+                 int dp_rank, llama_placement *out);
+/* The box of the global tensor that a rank's shard covers: the shard's rows inside the real tensor
+ * (vocab padding clipped), all of the slice's columns. Returns its row count (0: an empty shard or
+ * only padding rows). What a rank loads; it also saves it if llama_disk_writer says so. */
+int64_t llama_disk_box(const llama_placement *pl, int64_t off[2], int64_t shape[2]);
+/* Whether tp rank tp_rank writes its box of a tensor split so: replicated tensors are written by tp
+ * rank 0 only, so every element of a checkpoint has exactly one writer. */
+static inline int llama_disk_writer(llama_tp_split split, int tp_rank) {
+    return split != LLAMA_REPLICATED || tp_rank == 0;
+}
+/* The seeded initial values of the box (off, shape) of spec's global tensor, row-major into out:
+ * normal(0, initializer_range) from the counter-based RNG keyed by (seed, name, global element index)
+ * for matrices, 1 for norm weights. Any box of any tensor can be generated on its own, and the
+ * values do not depend on the mesh. */
+void llama_init_box(const mp_model_config *c, const llama_tensor_spec *spec, uint64_t seed, const int64_t off[2],
+                    const int64_t shape[2], float *out);
+/* Whether the model can be laid out on a tp x dp mesh (num_key_value_heads % tp, intermediate_size
+ * >= tp, tp and layer limits, dp >= 1); MP_EINPUT naming the field otherwise. Checks nothing that
+ * only matters for running (sequence length, micro-batch). */
+mp_code llama_check_layout(const mp_model_config *c, int tp, int dp, mp_err *err);
 
 typedef struct llama_param {
     char name[96];             /* HF name */
@@ -104,6 +141,10 @@ void llama_shards_changed(llama_model *m);
 
 int llama_num_params(const llama_model *m);
 llama_param *llama_param_at(llama_model *m, int i);
+/* Elements of a parameter's local shard. */
+static inline int64_t llama_shard_numel(const llama_param *p) { return p->shard_rows * p->tp_shape[1]; }
+/* llama_disk_box of a parameter of model m on this rank. */
+int64_t llama_param_disk_box(const llama_model *m, const llama_param *p, int64_t off[2], int64_t shape[2]);
 /* Index of a parameter by HF name, or -1. */
 int llama_param_find(const llama_model *m, const char *name);
 

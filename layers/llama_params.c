@@ -14,52 +14,97 @@
 #include <string.h>
 #include "layers/llama_impl.h"
 
-/* Appends a parameter to the table; returns its index. rows/cols is the global logical shape (cols = 1
- * for vectors). */
-static int add_param(llama_model *m, const char *name, int ndim, int64_t rows, int64_t cols,
-                     llama_tp_split split, int unit) {
-    assert(m->nparams < LLAMA_MAX_PARAMS);
-    llama_param *p = &m->params[m->nparams];
+void llama_place(const mp_model_config *c, const llama_tensor_spec *spec, int tp, int tp_rank, int dp,
+                 int dp_rank, llama_placement *out) {
+    assert(tp >= 1 && tp_rank >= 0 && tp_rank < tp && dp >= 1 && dp_rank >= 0 && dp_rank < dp);
+    llama_placement *p = out;
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%.95s", name);
-    p->ndim = ndim;
-    p->gshape[0] = rows;
-    p->gshape[1] = ndim == 2 ? cols : 1;
-    p->split = split;
-    p->unit = unit;
-    p->decay = ndim == 2;
-    int tp = m->tp, r = m->tp_rank;
-    int64_t start, count;
-    switch (split) {
+    int64_t rows = spec->shape[0], cols = spec->shape[1], start, count;
+    switch (spec->split) {
     case LLAMA_REPLICATED:
-        p->tp_off[0] = 0; p->tp_off[1] = 0;
-        p->tp_shape[0] = rows; p->tp_shape[1] = p->gshape[1];
+        p->tp_shape[0] = rows;
+        p->tp_shape[1] = cols;
         p->valid_rows = rows;
         break;
     case LLAMA_SPLIT_ROWS:
-        if (rows == m->cfg.vocab_size) {            /* vocab: padded to a multiple of tp */
-            int64_t per = m->v_local;
-            p->tp_off[0] = (int64_t)r * per;
+        if (spec->vocab) {            /* vocab: equal blocks of ceil(V / tp), the last padded */
+            int64_t per = (c->vocab_size + tp - 1) / tp;
+            p->tp_off[0] = (int64_t)tp_rank * per;
             p->tp_shape[0] = per;
             int64_t valid = rows - p->tp_off[0];
             p->valid_rows = valid < 0 ? 0 : valid > per ? per : valid;
         } else {
-            mp_split(rows, tp, r, &start, &count);
+            mp_split(rows, tp, tp_rank, &start, &count);
             p->tp_off[0] = start;
             p->tp_shape[0] = count;
             p->valid_rows = count;
         }
-        p->tp_off[1] = 0;
-        p->tp_shape[1] = p->gshape[1];
+        p->tp_shape[1] = cols;
         break;
     case LLAMA_SPLIT_COLS:
-        mp_split(cols, tp, r, &start, &count);
-        p->tp_off[0] = 0; p->tp_off[1] = start;
-        p->tp_shape[0] = rows; p->tp_shape[1] = count;
+        mp_split(cols, tp, tp_rank, &start, &count);
+        p->tp_off[1] = start;
+        p->tp_shape[0] = rows;
+        p->tp_shape[1] = count;
         p->valid_rows = rows;
         break;
     }
-    mp_split(p->tp_shape[0], m->dp, m->dp_rank, &p->shard_row0, &p->shard_rows);
+    mp_split(p->tp_shape[0], dp, dp_rank, &p->shard_row0, &p->shard_rows);
+}
+
+int64_t llama_disk_box(const llama_placement *pl, int64_t off[2], int64_t shape[2]) {
+    int64_t rows = pl->valid_rows - pl->shard_row0;
+    if (rows > pl->shard_rows) rows = pl->shard_rows;
+    if (rows < 0) rows = 0;
+    off[0] = pl->tp_off[0] + pl->shard_row0;
+    off[1] = pl->tp_off[1];
+    shape[0] = rows;
+    shape[1] = pl->tp_shape[1];
+    return rows;
+}
+
+void llama_init_box(const mp_model_config *c, const llama_tensor_spec *spec, uint64_t seed, const int64_t off[2],
+                    const int64_t shape[2], float *out) {
+    assert(off[0] >= 0 && off[0] + shape[0] <= spec->shape[0] && off[1] >= 0 && off[1] + shape[1] <= spec->shape[1]);
+    float std = (float)c->initializer_range;
+    mp_philox_key key = mp_rng_key(seed, spec->name);
+    for (int64_t r = 0; r < shape[0]; r++)
+        for (int64_t col = 0; col < shape[1]; col++) {
+            int64_t gr = off[0] + r, gc = off[1] + col;
+            out[r * shape[1] + col] =
+                spec->ndim == 1 ? 1.0f : std * mp_rng_normal(key, (uint64_t)(gr * spec->shape[1] + gc));
+        }
+}
+
+int64_t llama_param_disk_box(const llama_model *m, const llama_param *p, int64_t off[2], int64_t shape[2]) {
+    llama_placement pl;
+    memcpy(pl.tp_off, p->tp_off, sizeof pl.tp_off);
+    memcpy(pl.tp_shape, p->tp_shape, sizeof pl.tp_shape);
+    pl.valid_rows = p->valid_rows;
+    pl.shard_row0 = p->shard_row0;
+    pl.shard_rows = p->shard_rows;
+    return llama_disk_box(&pl, off, shape);
+}
+
+/* Appends spec to the parameter table with this rank's placement; returns its index. */
+static int add_param(llama_model *m, const llama_tensor_spec *spec) {
+    assert(m->nparams < LLAMA_MAX_PARAMS);
+    llama_param *p = &m->params[m->nparams];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%.95s", spec->name);
+    p->ndim = spec->ndim;
+    p->gshape[0] = spec->shape[0];
+    p->gshape[1] = spec->shape[1];
+    p->split = spec->split;
+    p->unit = spec->unit;
+    p->decay = spec->ndim == 2;
+    llama_placement pl;
+    llama_place(&m->cfg, spec, m->tp, m->tp_rank, m->dp, m->dp_rank, &pl);
+    memcpy(p->tp_off, pl.tp_off, sizeof p->tp_off);
+    memcpy(p->tp_shape, pl.tp_shape, sizeof p->tp_shape);
+    p->valid_rows = pl.valid_rows;
+    p->shard_row0 = pl.shard_row0;
+    p->shard_rows = pl.shard_rows;
     return m->nparams++;
 }
 
@@ -67,22 +112,25 @@ int llama_tensor_specs(const mp_model_config *c, llama_tensor_spec *out, int cap
     int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = mp_head_dim(c);
     int64_t H = c->num_attention_heads, KV = c->num_key_value_heads;
     int L = c->num_hidden_layers, n = 0;
-#define SPEC(nd, rows, cols, sp, u, ...)                                                  \
+#define SPECV(nd, rows, cols, sp, voc, u, ...)                                            \
     do {                                                                                  \
         if (out && n < cap) {                                                             \
             llama_tensor_spec *t_ = &out[n];                                              \
+            memset(t_, 0, sizeof *t_);                                                    \
             snprintf(t_->name, sizeof t_->name, __VA_ARGS__);                             \
             t_->ndim = (nd);                                                              \
             t_->shape[0] = (rows);                                                        \
             t_->shape[1] = (nd) == 2 ? (cols) : 1;                                        \
             t_->split = (sp);                                                             \
+            t_->vocab = (voc);                                                            \
             t_->unit = (u);                                                               \
         }                                                                                 \
         n++;                                                                              \
     } while (0)
+#define SPEC(nd, rows, cols, sp, u, ...) SPECV(nd, rows, cols, sp, 0, u, __VA_ARGS__)
     /* Units: untied: U0 = {embed}, U1..UL = blocks, U(L+1) = {norm, lm_head}; tied: U0 = {embed, norm},
      * U1..UL = blocks (the head reuses U0's embedding). */
-    SPEC(2, V, D, LLAMA_SPLIT_ROWS, 0, "model.embed_tokens.weight");
+    SPECV(2, V, D, LLAMA_SPLIT_ROWS, 1, 0, "model.embed_tokens.weight");
     if (c->tie_word_embeddings) SPEC(1, D, 1, LLAMA_REPLICATED, 0, "model.norm.weight");
     for (int l = 0; l < L; l++) {
         int u = 1 + l;
@@ -98,9 +146,10 @@ int llama_tensor_specs(const mp_model_config *c, llama_tensor_spec *out, int cap
     }
     if (!c->tie_word_embeddings) {
         SPEC(1, D, 1, LLAMA_REPLICATED, L + 1, "model.norm.weight");
-        SPEC(2, V, D, LLAMA_SPLIT_ROWS, L + 1, "lm_head.weight");
+        SPECV(2, V, D, LLAMA_SPLIT_ROWS, 1, L + 1, "lm_head.weight");
     }
 #undef SPEC
+#undef SPECV
     return n;
 }
 
@@ -113,7 +162,7 @@ void llama_params_build(llama_model *m) {
     m->nparams = 0;
     for (int i = 0; i < n; i++) {
         const llama_tensor_spec *t = &specs[i];
-        int idx = add_param(m, t->name, t->ndim, t->shape[0], t->shape[1], t->split, t->unit);
+        int idx = add_param(m, t);
         const char *nm = t->name;
         int l = -1;
         char field[64] = "";
@@ -143,7 +192,6 @@ void llama_params_build(llama_model *m) {
 }
 
 /* Elements of a parameter's local shard and of its full TP slice. */
-static int64_t shard_numel(const llama_param *p) { return p->shard_rows * p->tp_shape[1]; }
 static int64_t full_numel(const llama_param *p) { return p->tp_shape[0] * p->tp_shape[1]; }
 
 /* Lays out units over the parameter table and allocates shard storage; points every parameter's shard,
@@ -170,7 +218,7 @@ void llama_params_alloc(llama_model *m) {
         llama_unit *un = &m->units[u];
         un->shard_off = total;
         for (int i = un->first; i < un->first + un->count; i++) {
-            un->shard_numel += shard_numel(&m->params[i]);
+            un->shard_numel += llama_shard_numel(&m->params[i]);
             un->full_numel += full_numel(&m->params[i]);
         }
         total += un->shard_numel;
@@ -194,7 +242,7 @@ void llama_params_alloc(llama_model *m) {
                 p->full = p->shard;
                 p->full_grad = p->shard_grad;
             }
-            off += shard_numel(p);
+            off += llama_shard_numel(p);
         }
     }
 }
@@ -208,26 +256,23 @@ void llama_params_free(llama_model *m) {
 
 void llama_init_weights(llama_model *m, uint64_t seed) {
     mp_backend *be = m->be;
-    float std = (float)m->cfg.initializer_range;
+    int nspecs = llama_tensor_specs(&m->cfg, NULL, 0);
+    llama_tensor_spec *specs = mp_xmalloc(sizeof *specs * (size_t)nspecs);
+    llama_tensor_specs(&m->cfg, specs, nspecs);
+    assert(nspecs == m->nparams);
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];
-        int64_t cols = p->tp_shape[1], n = shard_numel(p);
+        int64_t cols = p->tp_shape[1], n = llama_shard_numel(p);
         float *host = mp_aligned((size_t)(n ? n : 1) * sizeof(float), MP_MEM_OTHER);
-        mp_philox_key key = mp_rng_key(seed, p->name);
-        for (int64_t r = 0; r < p->shard_rows; r++) {
-            int64_t slice_row = p->shard_row0 + r;
-            int64_t grow = p->tp_off[0] + slice_row;
-            for (int64_t c = 0; c < cols; c++) {
-                float val;
-                if (slice_row >= p->valid_rows) val = 0.0f;     /* vocab padding never holds a value */
-                else if (p->ndim == 1) val = 1.0f;
-                else val = std * mp_rng_normal(key, (uint64_t)(grow * p->gshape[1] + p->tp_off[1] + c));
-                host[r * cols + c] = val;
-            }
-        }
+        memset(host, 0, (size_t)(n ? n : 1) * sizeof(float));   /* vocab padding never holds a value */
+        /* the shard's rows inside the real tensor, generated as one box of the global tensor */
+        int64_t off[2], shape[2];
+        if (llama_param_disk_box(m, p, off, shape) > 0) llama_init_box(&m->cfg, &specs[i], seed, off, shape, host);
+        assert(shape[1] == cols);
         be->to_device(be, p->shard, host, (size_t)n * sizeof(float));
         mp_free_acct(host, (size_t)(n ? n : 1) * sizeof(float), MP_MEM_OTHER);
     }
+    free(specs);
     size_t bytes = (size_t)m->shard_total * sizeof(float);
     be->memset0(be, m->shard_grads, bytes);
     be->memset0(be, m->shard_moments, 2 * bytes);
@@ -257,7 +302,7 @@ double llama_grad_norm(llama_model *m) {
         llama_param *p = &m->params[i];
         /* Replicated parameters are identical on every tp rank: count them on tp rank 0 only. */
         if (p->split == LLAMA_REPLICATED && m->tp_rank != 0) continue;
-        ss += m->be->sumsq(m->be, p->shard_grad, shard_numel(p));
+        ss += m->be->sumsq(m->be, p->shard_grad, llama_shard_numel(p));
     }
     m->mesh->world_comm->all_reduce_f64(m->mesh->world_comm, &ss, 1);
     return sqrt(ss);
@@ -269,29 +314,29 @@ void llama_sync_grads(llama_model *m) {
      * They are packed into one buffer so the step does one all-reduce, not one per norm. */
     int64_t n = 0;
     for (int i = 0; i < m->nparams; i++)
-        if (m->params[i].split == LLAMA_REPLICATED) n += shard_numel(&m->params[i]);
+        if (m->params[i].split == LLAMA_REPLICATED) n += llama_shard_numel(&m->params[i]);
     if (n == 0) return;
     float *buf = m->sync_buf;
     int64_t off = 0;
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];
         if (p->split != LLAMA_REPLICATED) continue;
-        m->be->copy(m->be, buf + off, p->shard_grad, (size_t)shard_numel(p) * sizeof(float));
-        off += shard_numel(p);
+        m->be->copy(m->be, buf + off, p->shard_grad, (size_t)llama_shard_numel(p) * sizeof(float));
+        off += llama_shard_numel(p);
     }
     m->mesh->tp_comm->all_reduce(m->mesh->tp_comm, buf, n, 0);
     off = 0;
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];
         if (p->split != LLAMA_REPLICATED) continue;
-        m->be->copy(m->be, p->shard_grad, buf + off, (size_t)shard_numel(p) * sizeof(float));
-        off += shard_numel(p);
+        m->be->copy(m->be, p->shard_grad, buf + off, (size_t)llama_shard_numel(p) * sizeof(float));
+        off += llama_shard_numel(p);
     }
 }
 
 int64_t llama_replicated_shard_numel(const llama_model *m) {
     int64_t n = 0;
     for (int i = 0; i < m->nparams; i++)
-        if (m->params[i].split == LLAMA_REPLICATED) n += shard_numel(&m->params[i]);
+        if (m->params[i].split == LLAMA_REPLICATED) n += llama_shard_numel(&m->params[i]);
     return n;
 }

@@ -208,8 +208,8 @@ Test(ckpt, round_trip_mixed) {
     free(root);
 }
 
-/* A tensor of several slabs per box (box rows of 1 KiB, 2 MiB slabs = 2048 rows), saved in 2 x 2 boxes
- * of 3000 x 256. */
+/* A tensor of many checksum tiles per box along both dims, saved in 2 x 2 boxes of 3000 x 256 (box rows
+ * of 1 KiB: tiles of 64 rows x 64 columns, 4 column blocks). */
 static const tdesc g_big[] = {{"model/big.weight", MP_F32, 2, {6000, 512}, {2, 2}}};
 
 Test(ckpt, read_box_straddling_saved_boxes) {
@@ -219,13 +219,17 @@ Test(ckpt, read_box_straddling_saved_boxes) {
     ckpt_reader *r = open_step(root, 1);
     const ckpt_tensor_info *ti = ckpt_tensor_at(r, 0);
     const ckpt_box_info *b0 = ckpt_box_at(r, ti->box_first);
-    cr_assert(b0->nslabs >= 2, "expected several slabs, got %lld", (long long)b0->nslabs);
-    /* rows 1000..5000 x cols 100..400: four saved boxes, partial slabs, scattered columns */
+    cr_assert(b0->ntiles >= 2 && b0->tile_rows < b0->shape[0] && b0->tile_cols < b0->shape[1],
+              "expected several tiles along dims 0 and 1, got %lld of %lld x %lld", (long long)b0->ntiles,
+              (long long)b0->tile_rows, (long long)b0->tile_cols);
+    cr_assert_eq(b0->ntiles, ((b0->shape[0] + b0->tile_rows - 1) / b0->tile_rows) *
+                                 ((b0->shape[1] + b0->tile_cols - 1) / b0->tile_cols));
+    /* rows 1000..5000 x cols 100..400: four saved boxes, partial tiles, scattered columns */
     int64_t o1[2] = {1000, 100}, s1[2] = {4000, 300};
     expect_box(r, 0, &g_big[0], o1, s1);
     int hits[8];
     cr_assert_eq(ckpt_query(r, 0, o1, s1, hits, 8), 4);
-    /* the saved boxes' columns, rows straddling the dim-0 split: whole slabs go straight into the
+    /* the saved boxes' columns, rows straddling the dim-0 split: whole tile rows go straight into the
      * caller's buffer, partial ones through scratch */
     int64_t o2[2] = {1000, 0}, s2[2] = {4000, 256};
     expect_box(r, 0, &g_big[0], o2, s2);
@@ -380,7 +384,7 @@ Test(ckpt, integrity_flipped_byte_in_rank_file) {
     cr_assert_eq(ckpt_read(r, "model/a.weight", z, g_small[0].shape, out, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "checksum mismatch") && strstr(e.msg, "rank_00000.h5") && strstr(e.msg, "model/a.weight") &&
               strstr(e.msg, "/model/a.weight/box_1"), "%s", e.msg);
-    /* a partial read of the damaged box is refused too (slab checksum); the intact box reads */
+    /* a partial read of the damaged box is refused too (tile checksum); the intact box reads */
     int64_t po[2] = {25, 3}, ps[2] = {2, 4};
     cr_assert_eq(ckpt_read(r, "model/a.weight", po, ps, out, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "checksum mismatch"), "%s", e.msg);
@@ -828,14 +832,14 @@ Test(ckpt, newer_format_version_is_refused) {
     H5Pclose(fapl);
     cr_assert(f >= 0);
     hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-    int64_t v = 2;
+    int64_t v = CKPT_FORMAT_VERSION + 1;
     cr_assert(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
     H5Aclose(a);
     H5Fclose(f);
     ckpt_reader *r;
     char *d = path2(root, "step_00000001");
     cr_assert_eq(ckpt_open(&r, d, &e), MP_ECHECK);
-    cr_assert(strstr(e.msg, "format version 2") && strstr(e.msg, "reads versions 1..1"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "format version 3") && strstr(e.msg, "reads versions 1..2"), "%s", e.msg);
     free(d);
     free(ip);
     rm_rf(root);

@@ -429,7 +429,7 @@ Test(ckpt_cli, show_prints_config_tensors_and_stats, .timeout = 120) {
     cr_assert_eq(ckpt_json(&js, args), 0, "%s", js);
     cJSON *j = parse(js);
     cr_assert_eq(jnum(j, "step"), 4);
-    cr_assert_eq(jnum(j, "format_version"), 1);
+    cr_assert_eq(jnum(j, "format_version"), 2);
     cr_assert_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "mesh"), "tp"), 1);
     cr_assert_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "model_config"), "hidden_size"), 32);
     cr_assert_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "data_cursor"), "pos"), 256);

@@ -5,16 +5,109 @@ Writes a checkpoint with 3 ranks (tests/tool_ckpt_mpi save), plain and zstd-comp
 Debian's h5py: opens index.h5, checks the format attributes, reads the layout tables, assembles every
 tensor from the rank files through the box table (checking each dataset's attributes against the
 table and that every element is written exactly once), reads every tensor whole through its virtual
-view and requires both to be equal. Compressed checkpoints are read with HDF5_PLUGIN_PATH pointing at
+view and requires both to be equal. Format v2 checksum tiles are checked from the spec alone
+(check_box_tiles, also used by test_train_ckpt_h5py.py): the tile geometry rule, the dataset
+attributes, the tiles dataset next to each box, and every checksum (box, tile, tile array) recomputed
+with the system's libxxhash through ctypes. Compressed checkpoints are read with HDF5_PLUGIN_PATH pointing at
 the build's plugins directory (the zstd filter, id 32015). h5dump -d of a compressed dataset must
 print its numbers with the plugin, and must fail to without it (so the plugin is what makes it work).
 Exit status 0 on success, 1 on a failed check.
 """
 import argparse
+import ctypes
+import ctypes.util
 import os
 import shutil
 import subprocess
 import sys
+
+_xxh3_fn = None
+_tile_consts = None
+
+
+def tile_consts():
+    """(CK_TILE_BYTES, CK_TILE_MIN_SEG, CK_CHUNK_BYTES): the numbers of the tile and chunk rules, from
+    ckpt/ckpt_internal.h."""
+    global _tile_consts
+    if _tile_consts is None:
+        import re
+        h = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ckpt", "ckpt_internal.h")
+        text = open(h).read()
+        _tile_consts = tuple(int(re.search(r"#define %s (\d+)" % n, text).group(1))
+                             for n in ("CK_TILE_BYTES", "CK_TILE_MIN_SEG"))
+        m = re.search(r"#define CK_CHUNK_BYTES \((\d+) << (\d+)\)", text)
+        _tile_consts += (int(m.group(1)) << int(m.group(2)),)
+    return _tile_consts
+
+
+def xxh3(arr):
+    """XXH3-64 (seed 0) of a C-contiguous numpy array's bytes, by libxxhash (what meshpoint links)."""
+    global _xxh3_fn
+    if _xxh3_fn is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+        _xxh3_fn = lib.XXH3_64bits
+        _xxh3_fn.restype = ctypes.c_uint64
+        _xxh3_fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    assert arr.flags["C_CONTIGUOUS"]
+    return int(_xxh3_fn(arr.ctypes.data, arr.nbytes))
+
+
+def tile_geometry(esize, shape):
+    """(tile_rows, tile_cols) of a box of this shape: the rule of docs/FORMAT.md ("Tile geometry")."""
+    tile_bytes, min_seg, _ = tile_consts()
+    rows, cols = shape[0], (shape[1] if len(shape) >= 2 else 1)
+    inner = 1
+    for n in shape[2:]:
+        inner *= n
+    unit = inner * esize
+    b = next((b for b in (8, 4, 2) if cols % b == 0 and cols // b * unit >= min_seg), 1)
+    tc = cols // b
+    target = min_seg if len(shape) == 1 else tile_bytes
+    tr = min(max(1, -(-target // (tc * unit))), rows)
+    return tr, tc
+
+
+def check_box_tiles(h5py, np, check, what, f, b, ds, zstd):
+    """Checks box row b of /layout/boxes (format v2), whose dataset ds is in rank file f: tile fields
+    per the geometry rule, dataset attributes, the tiles dataset, and every checksum from raw bytes."""
+    shape = tuple(int(x) for x in ds.shape)
+    ft = ds.id.get_type()
+    es = ft.get_size()
+    tr, tc = tile_geometry(es, shape)
+    rows, cols = shape[0], (shape[1] if len(shape) >= 2 else 1)
+    ncb = -(-cols // tc)
+    ntiles = -(-rows // tr) * ncb
+    check((int(b["tile_rows"]), int(b["tile_cols"]), int(b["ntiles"])) == (tr, tc, ntiles),
+          f"{what}: tile fields {b['tile_rows']} {b['tile_cols']} {b['ntiles']}, rule says {tr} {tc} {ntiles}")
+    check(int(ds.attrs["tile_rows"]) == tr and int(ds.attrs["tile_cols"]) == tc, f"{what}: tile attributes")
+    check(int(ds.attrs["tiles_checksum"]) == int(b["tiles_checksum"]), f"{what}: tiles_checksum attribute")
+    tpath = b["tiles_dataset"].decode()
+    check(tpath == b["dataset"].decode().replace("/box_", "/tiles_"), f"{what}: tiles dataset {tpath}")
+    tds = f[tpath]
+    check(tds.shape == (ntiles,) and tds.dtype == np.dtype("<u8"), f"{what}: tiles dataset {tds.shape} {tds.dtype}")
+    check(tds.id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS, f"{what}: tiles dataset not contiguous")
+    tiles = np.ascontiguousarray(tds[...].astype("<u8"))
+    check(xxh3(tiles) == int(b["tiles_checksum"]), f"{what}: tile array does not hash to tiles_checksum")
+    plist = ds.id.get_create_plist()
+    if zstd:
+        # whole tile rows of one column block, about CK_CHUNK_BYTES (docs/FORMAT.md, rank file)
+        per = tile_consts()[2] // (es * tr * (tc if len(shape) >= 2 else 1) * (int(np.prod(shape[2:])) if len(shape) > 2 else 1))
+        crows = min(tr * max(1, per), rows)
+        want = (crows, tc)[:len(shape)] + shape[2:]
+        check(plist.get_layout() == h5py.h5d.CHUNKED and tuple(plist.get_chunk()) == want,
+              f"{what}: chunks {plist.get_chunk()}, the rule says {want} (tiles {tr} x {tc})")
+    else:
+        check(plist.get_layout() == h5py.h5d.CONTIGUOUS, f"{what}: not contiguous")
+    raw = np.empty(shape + (es,), np.uint8)     # the stored bytes, no type conversion (bf16 too)
+    ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, raw, mtype=ft)
+    check(xxh3(raw) == int(b["checksum"]), f"{what}: box checksum")
+    a = raw.reshape(rows, cols, -1)
+    bad = 0
+    for i in range(-(-rows // tr)):
+        for j in range(ncb):
+            t = np.ascontiguousarray(a[i * tr:(i + 1) * tr, j * tc:(j + 1) * tc, :])
+            bad += xxh3(t) != int(tiles[i * ncb + j])
+    check(bad == 0, f"{what}: {bad} of {ntiles} tile checksums differ")
 
 
 def main():
@@ -52,7 +145,8 @@ def main():
         os.chdir("/")
         idx = h5py.File(os.path.join(step_dir, "index.h5"), "r")
         check(idx.attrs["format"] == b"meshpoint-checkpoint", f"{mode}: format {idx.attrs['format']!r}")
-        check(int(idx.attrs["format_version"]) == 1, f"{mode}: version")
+        check(int(idx.attrs["format_version"]) == 2, f"{mode}: version")
+        check("layout/slab_checksums" not in idx, f"{mode}: a v2 index has no slab checksum table")
         check(int(idx.attrs["step"]) == 5, f"{mode}: step")
         check(int(idx.attrs["world_size"]) == a.np, f"{mode}: world_size")
         check(idx["meta/who"][()] == b"rank0", f"{mode}: meta who = {idx['meta/who'][()]!r}")
@@ -85,6 +179,8 @@ def main():
                 check(list(ds.attrs["global_shape"]) == list(shape), f"{mode}: {name}: global_shape attribute")
                 check(int(ds.attrs["checksum"]) == int(b["checksum"]), f"{mode}: {name}: checksum attribute")
                 check(ds.attrs["tensor"] == name.encode(), f"{mode}: {name}: tensor attribute")
+                check(int(rank_files[fname].attrs["format_version"]) == 2, f"{mode}: {fname}: format_version")
+                check_box_tiles(h5py, np, check, f"{mode}: {name} {fname}", rank_files[fname], b, ds, mode == "zstd")
                 if mode == "zstd":
                     plist = ds.id.get_create_plist()
                     filters = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]

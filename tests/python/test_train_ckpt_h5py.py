@@ -7,7 +7,9 @@ ours: opens index.h5, reads the layout tables and the metadata, and for EVERY te
 Adam moments under optim/) assembles it from the rank files through the box table — every element
 exactly once — and reads it whole through its virtual view under view/; the two must be equal. Model
 tensors must carry the Hugging Face names and logical shapes of the config (vocab unpadded, q/k/v and
-gate/up separate). h5dump -d must print a dataset of the checkpoint (with HDF5_PLUGIN_PATH for zstd).
+gate/up separate). Every box's checksum tiles are checked as in test_ckpt_h5py.py (check_box_tiles:
+geometry rule, attributes, tiles dataset, box/tile/tile-array checksums recomputed with libxxhash).
+h5dump -d must print a dataset of the checkpoint (with HDF5_PLUGIN_PATH for zstd).
 """
 import argparse, json, os, subprocess, sys
 
@@ -26,6 +28,8 @@ def main():
     os.environ["HDF5_USE_FILE_LOCKING"] = "FALSE"
     import h5py
     import numpy as np
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_ckpt_h5py import check_box_tiles
     subprocess.run(["rm", "-rf", a.workdir], check=True)
     cmd = [a.mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", "4", a.meshpoint, "train",
            "--config", a.config, "--train-data", a.data, "--steps", "3", "--ckpt-every", "3", "--tp", "2",
@@ -54,7 +58,7 @@ def main():
             fails.append(msg); print("FAIL:", msg, file=sys.stderr)
 
     idx = h5py.File(os.path.join(step_dir, "index.h5"), "r")
-    check(idx.attrs["format"] == b"meshpoint-checkpoint" and int(idx.attrs["format_version"]) == 1, "format")
+    check(idx.attrs["format"] == b"meshpoint-checkpoint" and int(idx.attrs["format_version"]) == 2, "format")
     check(int(idx.attrs["step"]) == 3, "step")
     for key in ("model_config", "train_config", "mesh", "data_cursor", "lr_schedule", "optimizer", "rng"):
         check(("meta/" + key) in idx, f"metadata {key} missing")
@@ -81,8 +85,10 @@ def main():
             off = [int(x) for x in b["offset"][:nd]]
             shp = [int(x) for x in b["shape"][:nd]]
             sl = tuple(slice(o, o + s) for o, s in zip(off, shp))
-            full[sl] = f[b["dataset"].decode()][...]
+            ds = f[b["dataset"].decode()]
+            full[sl] = ds[...]
             count[sl] += 1
+            check_box_tiles(h5py, np, check, f"{name} {fn}", f, b, ds, a.compress != "none")
         check(bool((count == 1).all()), f"{name}: elements not covered exactly once")
         view = idx["view/" + name][...]
         check(np.array_equal(view, full), f"{name}: view differs from the rank files")

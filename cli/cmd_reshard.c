@@ -1,0 +1,383 @@
+/*
+ * cli/cmd_reshard.c — `meshpoint reshard` and `meshpoint init`: the offline conversions, both the one
+ * engine of reshard/ with different sources (a checkpoint; the seeded initialisation) and the same
+ * sink (a checkpoint laid out for a target tp x dp mesh, exactly what a job on that mesh saves).
+ *
+ * Order of work, so that a refusal never leaves anything behind:
+ *   1. flags, source (complete checkpoint, its model config), target layout (the model must fit the
+ *      mesh), every target tensor present in the source with its shape, the destination (exists ->
+ *      refuse unless --force; never the source itself), free disk (statvfs) for the bytes to write;
+ *   2. --plan prints the I/O and stops;
+ *   3. the sink creates DST.partial, every worker writes its share of the target rank files in row
+ *      bands of at most --max-memory / 4 (the reader's scratch gets another quarter), the commit
+ *      renames DST.partial -> DST (with --force: an atomic swap, the old one removed after it);
+ *   4. unless --no-verify, DST is read back: every byte against its checksums, exact coverage.
+ * Under mpirun -np K, target rank r's file is written by worker r % K; errors are agreed (one message).
+ * Test hook: MP_RESHARD_FREE_BYTES overrides the free-disk figure of step 1.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include "cli/args.h"
+#include "cli/ckpt_common.h"
+#include "cli/cli.h"
+#include "cli/runtime.h"
+#include "cli/train_ckpt.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "reshard/reshard.h"
+
+/* "256M", "1G", "64MiB", "1048576" -> bytes. MP_EINPUT naming the flag otherwise. */
+static mp_code parse_bytes(const char *s, const char *flag, size_t *out, mp_err *e) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v <= 0) return mp_err_set(e, MP_EINPUT, "%s: \"%s\" is not a size (e.g. 256M, 1G)", flag, s);
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
+    if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
+    if (*end) return mp_err_set(e, MP_EINPUT, "%s: \"%s\" is not a size (e.g. 256M, 1G)", flag, s);
+    v *= mul;
+    if (v < 4.0 * 1048576.0) return mp_err_set(e, MP_EINPUT, "%s: %s is below the minimum of 4M", flag, s);
+    *out = (size_t)v;
+    return MP_OK;
+}
+
+/* The directory dst lives in ("." for a bare name). Caller frees. */
+static char *parent_of(const char *dst) {
+    const char *slash = strrchr(dst, '/');
+    if (!slash) return mp_strdup(".");
+    if (slash == dst) return mp_strdup("/");
+    char *p = mp_strdup(dst);
+    p[slash - dst] = '\0';
+    return p;
+}
+
+/* Refuses a destination that exists (without --force), is the source, or lacks room for need bytes. */
+static mp_code check_destination(const char *dst, const char *src_dir, int force, int64_t need, mp_err *e) {
+    if (!*dst) return mp_err_set(e, MP_EINPUT, "--out: empty path");
+    if (mp_ckpt_exists(dst)) {
+        if (!force) return mp_err_set(e, MP_EINPUT, "--out %s already exists (use --force to replace it)", dst);
+        char a[PATH_MAX], b[PATH_MAX];
+        if (src_dir && realpath(dst, a) && realpath(src_dir, b) && !strcmp(a, b))
+            return mp_err_set(e, MP_EINPUT, "--out %s is the source checkpoint itself: write elsewhere", dst);
+    }
+    char *par = parent_of(dst);
+    struct statvfs vs;
+    mp_code rc = MP_OK;
+    int64_t avail = -1;
+    const char *fake = getenv("MP_RESHARD_FREE_BYTES");
+    if (fake) avail = strtoll(fake, NULL, 10);
+    else if (statvfs(par, &vs) == 0) avail = (int64_t)vs.f_bavail * (int64_t)vs.f_frsize;
+    else if (errno != ENOENT) rc = mp_err_set(e, MP_EINPUT, "--out %s: cannot inspect %s: %s", dst, par, strerror(errno));
+    /* the data plus HDF5 overhead (object headers, tile arrays: well under 1%) and a little slack */
+    int64_t want = need + need / 50 + (4 << 20);
+    if (rc == MP_OK && avail >= 0 && avail < want)
+        rc = mp_err_set(e, MP_EINPUT, "--out %s: %s has %.1f MiB free, the output needs about %.1f MiB", dst, par,
+                        avail / 1048576.0, want / 1048576.0);
+    free(par);
+    return rc;
+}
+
+/* mp_meta_put into a sink. */
+static mp_code put_sink_meta(void *ctx, const char *key, const char *value, mp_err *e) {
+    rs_sink *s = ctx;
+    return s->meta(s, key, value, e);
+}
+
+/* Copies every metadata entry of the source checkpoint to the sink; only the mesh changes: "mesh" is
+ * rewritten for tp x dp, and train_config's tp and dp fields follow it. */
+static mp_code copy_meta(ckpt_reader *r, rs_sink *sink, int tp, int dp, mp_err *e) {
+    for (int i = 0; i < ckpt_num_meta(r); i++) {
+        const char *k = ckpt_meta_key(r, i), *v = ckpt_meta_value(r, i);
+        mp_code rc;
+        if (!strcmp(k, "mesh")) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "{\"world\": %d, \"tp\": %d, \"dp\": %d, \"sp\": %s}", tp * dp, tp, dp,
+                     tp > 1 ? "true" : "false");
+            rc = sink->meta(sink, k, buf, e);
+        } else if (!strcmp(k, "train_config")) {
+            cJSON *j = cJSON_Parse(v);
+            if (!j) return mp_err_set(e, MP_ECHECK, "checkpoint %s: metadata train_config is not JSON", ckpt_reader_dir(r));
+            if (cJSON_GetObjectItemCaseSensitive(j, "tp")) cJSON_ReplaceItemInObjectCaseSensitive(j, "tp", cJSON_CreateNumber(tp));
+            if (cJSON_GetObjectItemCaseSensitive(j, "dp")) cJSON_ReplaceItemInObjectCaseSensitive(j, "dp", cJSON_CreateNumber(dp));
+            char *txt = cJSON_PrintUnformatted(j);
+            rc = sink->meta(sink, k, txt, e);
+            free(txt);
+            cJSON_Delete(j);
+        } else {
+            rc = sink->meta(sink, k, v, e);
+        }
+        MP_TRY(rc);
+    }
+    return MP_OK;
+}
+
+/* Every target box's tensor must be in the source with the same global shape. */
+static mp_code check_source_tensors(ckpt_reader *r, const rs_box *b, int n, mp_err *e) {
+    for (int i = 0; i < n; i++) {
+        int t = ckpt_tensor_find(r, b[i].name);
+        if (t < 0)
+            return mp_err_set(e, MP_EINPUT, "checkpoint %s has no tensor %s%s", ckpt_reader_dir(r), b[i].name,
+                              strncmp(b[i].name, "optim/", 6) ? "" : " (a --model-only checkpoint? pass --model-only)");
+        const ckpt_tensor_info *ti = ckpt_tensor_at(r, t);
+        if (ti->ndim != b[i].ndim || ti->shape[0] != b[i].gshape[0] || (ti->ndim == 2 && ti->shape[1] != b[i].gshape[1]))
+            return mp_err_set(e, MP_EINPUT, "checkpoint %s: tensor %s has another shape than its model_config implies",
+                              ckpt_reader_dir(r), b[i].name);
+    }
+    return MP_OK;
+}
+
+/* Options shared by reshard and init. */
+typedef struct conv_opts {
+    const char *out, *max_memory;
+    int tp, dp, set_tp, set_dp, force, plan, json, no_verify, model_only, sp, set_sp;
+    size_t max_bytes;
+} conv_opts;
+
+/* Steps 1 (destination and disk) to 4 of the top of this file, once source, layout and the source's
+ * metadata step are known. meta_fn fills the sink's metadata. Collective over the runtime's world. */
+static int run_conversion(mp_runtime *rt, const char *cmd, rs_source *src, const char *src_dir, const rs_box *boxes,
+                          int n, int64_t step, conv_opts *o,
+                          mp_code (*meta_fn)(void *ctx, rs_sink *sink, mp_err *e), void *meta_ctx) {
+    mp_err err;
+    mp_err_clear(&err);
+    size_t band = o->max_bytes / 4;
+    int world = o->tp * o->dp;
+    if (o->plan) {
+        int64_t rd = 0, wr = 0;
+        mp_code rc = MP_OK;
+        if (rt->rank == 0) rc = rs_plan_print(src, boxes, n, world, band, o->json, stdout, &rd, &wr, &err);
+        mp_code agreed = mp_runtime_agree(rt, rc, &err);
+        return mp_exit_status(agreed);
+    }
+    int64_t need = 0;
+    for (int i = 0; i < n; i++) need += 4 * boxes[i].shape[0] * (boxes[i].ndim == 2 ? boxes[i].shape[1] : 1);
+    if (check_destination(o->out, src_dir, o->force, need, &err)) return mp_runtime_fail(rt, &err);
+    mp_comm *workers = rt->mesh.world_comm;
+    rs_sink *sink = NULL;
+    mp_code rc = rs_sink_ckpt(&sink, workers, o->out, step, world, o->force, band, 0, &err);
+    if (rc) return mp_runtime_fail(rt, &err);   /* agreed inside ckpt_save_begin_dir: same on every rank */
+    rc = meta_fn(meta_ctx, sink, &err);
+    rs_stats st;
+    mp_err re;
+    mp_code rrc = rs_run(src, sink, boxes, n, rt->rank, rt->world, &st, &re);   /* collective commit */
+    sink->free(sink);
+    if (rc == MP_OK) { rc = rrc; err = re; }
+    if (rc) return mp_runtime_fail(rt, &err);   /* the commit agreed: every rank has the same error */
+    float v[4] = {(float)(st.bytes_read / 1048576.0), (float)(st.bytes_needed / 1048576.0),
+                  (float)(st.bytes_written / 1048576.0), (float)(st.largest_band / 1048576.0)};
+    workers->all_reduce(workers, v, 3, 0);
+    workers->all_reduce(workers, v + 3, 1, 1);
+    if (rt->rank == 0)
+        fprintf(stderr,
+                "meshpoint %s: wrote %s for tp %d x dp %d (%d rank files, %.2f MiB) in %.2f s; read %.2f MiB for "
+                "%.2f MiB needed (ratio %.3f); largest piece in memory %.2f MiB (--max-memory %.0f MiB)\n",
+                cmd, o->out, o->tp, o->dp, world, v[2], st.seconds, v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0, v[3],
+                o->max_bytes / 1048576.0);
+    if (o->no_verify) return 0;
+    mp_code vrc = MP_OK;
+    int64_t vbytes = 0;
+    double t0 = mp_time_s();
+    if (rt->rank == 0) {
+        ckpt_reader *r = NULL;
+        vrc = ckpt_open(&r, o->out, &err);
+        if (!vrc) vrc = ckpt_verify(r, &vbytes, &err);
+        ckpt_close(r);
+        if (vrc) mp_err_wrap(&err, "verifying %s after writing it", o->out);
+        else fprintf(stderr, "meshpoint %s: verified %s: %.2f MiB read back, every checksum and the coverage hold (%.2f s)\n",
+                     cmd, o->out, vbytes / 1048576.0, mp_time_s() - t0);
+    }
+    return mp_exit_status(mp_runtime_agree(rt, vrc, &err));
+}
+
+/* Common flag checks after parsing. */
+static mp_code check_conv_flags(conv_opts *o, mp_err *e) {
+    if (!o->set_tp || !o->set_dp) return mp_err_set(e, MP_EINPUT, "--tp N and --dp N (the target mesh) are required");
+    if (o->tp < 1 || o->dp < 1) return mp_err_set(e, MP_EINPUT, "--tp and --dp must be >= 1 (got %d, %d)", o->tp, o->dp);
+    if (!o->plan && !o->out) return mp_err_set(e, MP_EINPUT, "--out DIR is required (or --plan for a dry run)");
+    if (o->json && !o->plan) return mp_err_set(e, MP_EINPUT, "--json goes with --plan");
+    return parse_bytes(o->max_memory, "--max-memory", &o->max_bytes, e);
+}
+
+/* Notes that sequence parallelism is no property of a checkpoint. */
+static void note_sp(const mp_runtime *rt, const conv_opts *o) {
+    if (o->set_sp && rt->rank == 0)
+        fprintf(stderr, "meshpoint: note: --sp%s is ignored: sequence parallelism is chosen when training, it does not "
+                        "change what a checkpoint stores (a tp %d job may train with or without it)\n",
+                o->sp ? "" : " off", o->tp);
+}
+
+/* ---------------------------------------------------------------------------------- reshard */
+
+typedef struct reshard_meta_ctx {
+    ckpt_reader *r;
+    int tp, dp;
+} reshard_meta_ctx;
+
+static mp_code reshard_meta(void *ctx, rs_sink *sink, mp_err *e) {
+    reshard_meta_ctx *m = ctx;
+    return copy_meta(m->r, sink, m->tp, m->dp, e);
+}
+
+static const char *reshard_about =
+    "Converts checkpoint SRC (a step directory, a checkpoint root or a run directory: its newest complete\n"
+    "checkpoint) into a checkpoint for a tp x dp mesh at --out, exactly what a job on that mesh would save:\n"
+    "parameters, both Adam moments (unless --model-only) and all run state (step, data cursor, schedule,\n"
+    "configs; only the mesh changes). Streams box by box in bounded memory, reads only the saved tiles each\n"
+    "target box needs, commits atomically (OUT.partial, renamed at the end) and reads the result back.\n"
+    "Runs in one process or under mpirun -np K (the target rank files divided among the K processes).";
+
+int mp_cmd_reshard(int argc, char **argv) {
+    conv_opts o = {.max_memory = "256M", .tp = 1, .dp = 1};
+    const mp_arg flags[] = {
+        {"tp", MP_ARG_INT, &o.tp, "N", "target tensor-parallel degree", .set = &o.set_tp},
+        {"dp", MP_ARG_INT, &o.dp, "N", "target data-parallel degree", .set = &o.set_dp},
+        {"out", MP_ARG_STRING, &o.out, "DIR", "the new checkpoint directory (must not exist, unless --force)"},
+        {"max-memory", MP_ARG_STRING, &o.max_memory, "SIZE", "memory bound for data buffers (e.g. 256M, 1G)"},
+        {"plan", MP_ARG_SWITCH, &o.plan, NULL, "dry run: print what each target rank reads and writes"},
+        {"json", MP_ARG_SWITCH, &o.json, NULL, "the --plan as JSON"},
+        {"model-only", MP_ARG_SWITCH, &o.model_only, NULL, "drop the optimizer moments (for eval and export)"},
+        {"force", MP_ARG_SWITCH, &o.force, NULL, "replace an existing --out (swapped only once the new one is complete)"},
+        {"no-verify", MP_ARG_SWITCH, &o.no_verify, NULL, "skip reading the result back"},
+        {"sp", MP_ARG_SWITCH, &o.sp, NULL, "accepted for symmetry with train; no effect on a checkpoint", .set = &o.set_sp},
+        {0}};
+    mp_runtime rt;
+    mp_runtime_start(&rt, &argc, &argv);
+    mp_err err;
+    mp_err_clear(&err);
+    int npos = 0, help = 0, status = 0;
+    char *src_dir = NULL;
+    rs_source *src = NULL;
+    rs_box *boxes = NULL;
+    int n = 0;
+    if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
+    if (help) {
+        if (rt.rank == 0) mp_args_help(stdout, "meshpoint reshard SRC --tp N --dp N --out DIR [options]", reshard_about, flags);
+        goto done;
+    }
+    if (npos == 0) { mp_err_set(&err, MP_EINPUT, "SRC (the checkpoint to convert) is missing"); goto fail; }
+    if (npos > 1) { mp_err_set(&err, MP_EINPUT, "one SRC checkpoint expected, got %d arguments", npos); goto fail; }
+    if (check_conv_flags(&o, &err)) goto fail;
+    if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
+    note_sp(&rt, &o);
+    if (mp_ckpt_resolve(argv[0], &src_dir, &err)) goto fail;
+    if (ckpt_check_complete(src_dir, &err)) {
+        err.code = MP_EINPUT;
+        mp_err_wrap(&err, "source %s is not a complete checkpoint", src_dir);
+        goto fail;
+    }
+    if (rs_source_ckpt(&src, src_dir, o.max_bytes / 4, &err)) { err.code = MP_EINPUT; goto fail; }
+    ckpt_reader *r = rs_source_ckpt_reader(src);
+    const char *mtext = ckpt_meta_get(r, "model_config");
+    if (!mtext) { mp_err_set(&err, MP_EINPUT, "checkpoint %s has no model_config: not a training checkpoint", src_dir); goto fail; }
+    mp_model_config mc;
+    mp_model_config_default(&mc);
+    char where[1200];
+    snprintf(where, sizeof where, "%s: model_config", src_dir);
+    if (mp_config_parse(mtext, where, &mc, NULL, &err)) goto fail;
+    if (rs_target_layout(&mc, o.tp, o.dp, o.model_only, &boxes, &n, &err)) {
+        mp_err_wrap(&err, "target mesh --tp %d --dp %d", o.tp, o.dp);
+        goto fail;
+    }
+    if (check_source_tensors(r, boxes, n, &err)) goto fail;
+    reshard_meta_ctx mctx = {r, o.tp, o.dp};
+    status = run_conversion(&rt, "reshard", src, src_dir, boxes, n, ckpt_reader_step(r), &o, reshard_meta, &mctx);
+    goto done;
+fail:
+    status = mp_runtime_fail(&rt, &err);
+done:
+    free(boxes);
+    if (src) src->close(src);
+    free(src_dir);
+    mp_runtime_end(&rt);
+    return status;
+}
+
+/* ------------------------------------------------------------------------------------- init */
+
+typedef struct init_meta_ctx {
+    const mp_model_config *mc;
+    const mp_train_config *tc;
+    int tp, dp;
+} init_meta_ctx;
+
+static mp_code init_meta(void *ctx, rs_sink *sink, mp_err *e) {
+    init_meta_ctx *m = ctx;
+    mp_run_state st = {0, {0, 0}, 0, 0};
+    return mp_run_meta(put_sink_meta, sink, m->mc, m->tc, m->tp, m->dp, &st, e);
+}
+
+static const char *init_about =
+    "Writes a step-0 checkpoint of the seeded initialisation of the config's model (zero Adam moments) laid\n"
+    "out for a tp x dp mesh: bitwise what `meshpoint train --steps 0 --ckpt-every 1` saves on that mesh.\n"
+    "Any mesh, any model size: the initial values are generated box by box in bounded memory.";
+
+int mp_cmd_init(int argc, char **argv) {
+    conv_opts o = {.max_memory = "256M", .tp = 1, .dp = 1};
+    const char *config = NULL;
+    mp_train_config tc;
+    mp_train_config_default(&tc);
+    int64_t seed = (int64_t)tc.seed;
+    int set_seed = 0;
+    const mp_arg flags[] = {
+        {"config", MP_ARG_STRING, &config, "FILE", "model config (JSON, HF field names; its \"train\" object too)"},
+        {"tp", MP_ARG_INT, &o.tp, "N", "target tensor-parallel degree", .set = &o.set_tp},
+        {"dp", MP_ARG_INT, &o.dp, "N", "target data-parallel degree", .set = &o.set_dp},
+        {"out", MP_ARG_STRING, &o.out, "DIR", "the new checkpoint directory (must not exist, unless --force)"},
+        {"seed", MP_ARG_I64, &seed, "S", "initialisation seed (default: the config's train.seed)", .set = &set_seed},
+        {"max-memory", MP_ARG_STRING, &o.max_memory, "SIZE", "memory bound for data buffers (e.g. 256M, 1G)"},
+        {"plan", MP_ARG_SWITCH, &o.plan, NULL, "dry run: print what each target rank writes"},
+        {"json", MP_ARG_SWITCH, &o.json, NULL, "the --plan as JSON"},
+        {"force", MP_ARG_SWITCH, &o.force, NULL, "replace an existing --out (swapped only once the new one is complete)"},
+        {"no-verify", MP_ARG_SWITCH, &o.no_verify, NULL, "skip reading the result back"},
+        {"sp", MP_ARG_SWITCH, &o.sp, NULL, "accepted for symmetry with train; no effect on a checkpoint", .set = &o.set_sp},
+        {0}};
+    mp_runtime rt;
+    mp_runtime_start(&rt, &argc, &argv);
+    mp_err err;
+    mp_err_clear(&err);
+    int npos = 0, help = 0, status = 0;
+    rs_source *src = NULL;
+    rs_box *boxes = NULL;
+    int n = 0;
+    if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
+    if (help) {
+        if (rt.rank == 0) mp_args_help(stdout, "meshpoint init --config FILE --tp N --dp N --out DIR [options]", init_about, flags);
+        goto done;
+    }
+    if (npos) { mp_err_set(&err, MP_EINPUT, "unexpected argument \"%s\"", argv[0]); goto fail; }
+    if (!config) { mp_err_set(&err, MP_EINPUT, "--config FILE is required"); goto fail; }
+    if (check_conv_flags(&o, &err)) goto fail;
+    if (set_seed && seed < 0) { mp_err_set(&err, MP_EINPUT, "--seed must be >= 0, got %lld", (long long)seed); goto fail; }
+    mp_model_config mc;
+    mp_model_config_default(&mc);
+    if (mp_config_load(config, &mc, &tc, &err)) goto fail;
+    if (set_seed) tc.seed = (uint64_t)seed;
+    tc.tp = o.tp;
+    tc.dp = o.dp;
+    if (mp_train_config_validate(&tc, &err)) { mp_err_wrap(&err, "%s: train", config); goto fail; }
+    if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
+    note_sp(&rt, &o);
+    if (rs_target_layout(&mc, o.tp, o.dp, 0, &boxes, &n, &err)) {
+        mp_err_wrap(&err, "target mesh --tp %d --dp %d", o.tp, o.dp);
+        goto fail;
+    }
+    if (rs_source_init(&src, &mc, tc.seed, &err)) goto fail;
+    init_meta_ctx mctx = {&mc, &tc, o.tp, o.dp};
+    status = run_conversion(&rt, "init", src, NULL, boxes, n, 0, &o, init_meta, &mctx);
+    goto done;
+fail:
+    status = mp_runtime_fail(&rt, &err);
+done:
+    free(boxes);
+    if (src) src->close(src);
+    mp_runtime_end(&rt);
+    return status;
+}

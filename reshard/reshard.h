@@ -1,0 +1,115 @@
+/*
+ * reshard/reshard.h — the one conversion engine: every conversion of a checkpoint is box intersection.
+ *
+ * A **source** reads any box of a named global fp32 tensor (a meshpoint checkpoint through ckpt_read,
+ * or the seeded initialisation, which the counter-based RNG can generate box by box). A **sink**
+ * takes boxes of named global tensors for the rank files of a target layout (a meshpoint checkpoint
+ * laid out for a target mesh). Both are small tables of function pointers (ggml-style), so `reshard`,
+ * `init` (and later `export`/`import` with safetensors ends) are the same engine with other ends.
+ *
+ * The **target layout** of a mesh is a list of boxes (file rank, tensor, offset, shape), computed by
+ * the model's own placement function (layers/: llama_place + llama_disk_box), so an offline result is
+ * exactly what a job on that mesh would save. The **planner** hands each box to the sink with a fill
+ * callback; the sink pulls the box in row bands of at most max_memory / 4 bytes, each band read from
+ * the source (which reads only the saved tiles the band meets) and written before the next: memory
+ * is bounded by the band and the reader's scratch, whatever the model size.
+ *
+ * Several processes (mpirun -np K): target rank r's file is written by worker r % K; the sink's
+ * commit is collective over the K workers. The tensor data does not depend on K.
+ */
+#ifndef MP_RESHARD_H
+#define MP_RESHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "ckpt/ckpt.h"
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/error.h"
+
+/* ------------------------------------------------------------------------------------ source */
+
+typedef struct rs_source rs_source;
+struct rs_source {
+    const char *kind;   /* "checkpoint", "init" */
+    /* Reads the box (off, shape) of global tensor `name` (ndim dims) as fp32 row-major into buf. */
+    mp_code (*read)(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape, float *buf,
+                    mp_err *e);
+    /* For --plan: the bytes reading the box would fetch, and the source files it touches (a callback per
+     * (file, bytes), may be NULL). MP_OK with *bytes 0 for sources without files. */
+    mp_code (*plan)(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape,
+                    void (*cb)(void *ctx, const char *file, int64_t bytes), void *ctx, int64_t *bytes, mp_err *e);
+    /* I/O so far: bytes fetched from files and bytes asked for (0, 0 for generated sources). */
+    void (*io)(rs_source *s, int64_t *bytes_read, int64_t *bytes_needed);
+    void (*close)(rs_source *s);
+    void *impl;
+};
+
+/* A source over the checkpoint in directory dir; scratch bounds the reader's partial-read buffer. */
+mp_code rs_source_ckpt(rs_source **out, const char *dir, size_t scratch, mp_err *e);
+/* The checkpoint reader behind a checkpoint source (metadata, tensor list). */
+ckpt_reader *rs_source_ckpt_reader(rs_source *s);
+/* A source of the seeded initialisation of the Llama model of cfg: model/<name> are the initial
+ * weights (llama_init_box), optim/... moments zero. */
+mp_code rs_source_init(rs_source **out, const mp_model_config *cfg, uint64_t seed, mp_err *e);
+
+/* -------------------------------------------------------------------------------------- sink */
+
+typedef struct rs_sink rs_sink;
+struct rs_sink {
+    const char *kind;   /* "checkpoint" */
+    /* Takes one box of global tensor name (fp32) for the file of target rank file_rank; its data will
+     * be pulled through fill(ctx, ...) in row bands before commit returns. */
+    mp_code (*add)(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
+                   const int64_t *shape, ckpt_fill_fn fill, void *ctx, mp_err *e);
+    mp_code (*meta)(rs_sink *s, const char *key, const char *value, mp_err *e);
+    /* Collective over the workers: writes every file, then commits the whole output atomically. */
+    mp_code (*commit)(rs_sink *s, mp_err *e);
+    void (*free)(rs_sink *s);
+    void *impl;
+};
+
+/* A sink writing a meshpoint checkpoint to exactly dir (dir.partial first, renamed at the commit;
+ * replace: an existing dir is swapped out only at that rename) for a target job of world_size ranks,
+ * over the workers' communicator. band_bytes bounds the write buffer. Collective. */
+mp_code rs_sink_ckpt(rs_sink **out, mp_comm *workers, const char *dir, int64_t step, int world_size, int replace,
+                     size_t band_bytes, int zstd_level, mp_err *e);
+
+/* ------------------------------------------------------------------------------ target layout */
+
+typedef struct rs_box {
+    int file_rank;                 /* target rank whose file holds the box */
+    char name[128];                /* tensor name in the checkpoint (model/..., optim/exp_avg/...) */
+    int ndim;
+    int64_t gshape[2], off[2], shape[2];
+} rs_box;
+
+/* Every box a tp x dp job saves for the model of cfg, in (rank, table) order: parameters and, unless
+ * model_only, both Adam moments. *boxes is malloc'd. MP_EINPUT if the model cannot be laid out on that
+ * mesh (llama_check_layout). */
+mp_code rs_target_layout(const mp_model_config *cfg, int tp, int dp, int model_only, rs_box **boxes, int *n,
+                         mp_err *e);
+
+/* ------------------------------------------------------------------------------------ engine */
+
+typedef struct rs_stats {
+    int64_t boxes, bytes_written;      /* this worker's */
+    int64_t bytes_read, bytes_needed;  /* from the source, this worker's */
+    int64_t largest_band;              /* bytes of the largest band held in memory */
+    double seconds;
+} rs_stats;
+
+/* Moves every box of the target layout whose file this worker writes (file_rank % nworkers == worker)
+ * from src to sink, under the band bound given to the sink, and commits the sink (collective over the
+ * workers; metadata must be set before). A failed read names the tensor, region and file. */
+mp_code rs_run(rs_source *src, rs_sink *sink, const rs_box *boxes, int n, int worker, int nworkers, rs_stats *st,
+               mp_err *e);
+
+/* The plan of a conversion: per target rank, the source files and bytes it reads and the bytes it
+ * writes; totals. Printed as text or (json) one JSON object to out. *read_total / *write_total get
+ * the totals (may be NULL). */
+mp_code rs_plan_print(rs_source *src, const rs_box *boxes, int n, int world, size_t max_band, int json, FILE *out,
+                      int64_t *read_total, int64_t *write_total, mp_err *e);
+
+#endif

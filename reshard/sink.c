@@ -1,0 +1,38 @@
+/*
+ * reshard/sink.c — the engine's sink for meshpoint checkpoints: a directory-mode save (ckpt/:
+ * DST.partial, renamed to DST at the commit; an existing DST is swapped out only then with --force)
+ * whose boxes are fill boxes, pulled in row bands while each rank file is written, for the rank files
+ * of a target job that this worker writes.
+ */
+#include <stdlib.h>
+#include "core/alloc.h"
+#include "reshard/reshard.h"
+
+static mp_code sk_add(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
+                      const int64_t *shape, ckpt_fill_fn fill, void *ctx, mp_err *e) {
+    return ckpt_save_add_fill(s->impl, file_rank, name, MP_F32, ndim, gshape, off, shape, fill, ctx, e);
+}
+
+static mp_code sk_meta(rs_sink *s, const char *key, const char *value, mp_err *e) {
+    return ckpt_save_meta(s->impl, key, value, e);
+}
+
+static mp_code sk_commit(rs_sink *s, mp_err *e) { return ckpt_save_commit(s->impl, NULL, e); }
+
+static void sk_free(rs_sink *s) {
+    if (!s) return;
+    ckpt_save_free(s->impl);
+    free(s);
+}
+
+mp_code rs_sink_ckpt(rs_sink **out, mp_comm *workers, const char *dir, int64_t step, int world_size, int replace,
+                     size_t band_bytes, int zstd_level, mp_err *e) {
+    *out = NULL;
+    ckpt_save_opts o = {.zstd_level = zstd_level, .world_size = world_size, .fill_bytes = band_bytes};
+    ckpt_save *cs = NULL;
+    MP_TRY(ckpt_save_begin_dir(&cs, workers, dir, step, &o, replace, e));
+    rs_sink *s = mp_xcalloc(sizeof *s);
+    *s = (rs_sink){.kind = "checkpoint", .add = sk_add, .meta = sk_meta, .commit = sk_commit, .free = sk_free, .impl = cs};
+    *out = s;
+    return MP_OK;
+}

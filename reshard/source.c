@@ -1,0 +1,157 @@
+/*
+ * reshard/source.c — the engine's sources: a meshpoint checkpoint (every read through ckpt_read, so
+ * only the saved tiles a box meets are fetched and every byte is checked against its checksum), and
+ * the seeded initialisation of the Llama model (generated box by box; moments zero).
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/alloc.h"
+#include "layers/llama.h"
+#include "reshard/reshard.h"
+
+/* ------------------------------------------------------------------------------- checkpoint */
+
+static mp_code ck_read(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape, float *buf,
+                       mp_err *e) {
+    ckpt_reader *r = s->impl;
+    int t = ckpt_tensor_find(r, name);
+    if (t < 0) return mp_err_set(e, MP_EINPUT, "checkpoint %s has no tensor %s", ckpt_reader_dir(r), name);
+    const ckpt_tensor_info *ti = ckpt_tensor_at(r, t);
+    if (ti->dtype != MP_F32 || ti->ndim != ndim)
+        return mp_err_set(e, MP_EINPUT, "checkpoint %s: tensor %s is %s with %d dims, expected f32 with %d",
+                          ckpt_reader_dir(r), name, mp_dtype_name(ti->dtype), ti->ndim, ndim);
+    return ckpt_read(r, name, off, shape, buf, e);
+}
+
+/* Bytes a read of (off, shape) fetches from saved box B: the intersection rounded out to whole tiles
+ * (the whole box when the intersection is the whole box), plus the tile checksum array for a partial
+ * read. Mirrors ckpt/reader.c's rule. */
+static int64_t tile_bytes(const ckpt_box_info *B, int nd, const int64_t *io, const int64_t *is) {
+    int whole = 1;
+    for (int d = 0; d < nd; d++) whole = whole && io[d] == B->offset[d] && is[d] == B->shape[d];
+    int64_t inner = 1;
+    for (int d = 2; d < nd; d++) inner *= B->shape[d];
+    int64_t cols = nd >= 2 ? B->shape[1] : 1;
+    if (whole) return 4 * B->shape[0] * cols * inner;
+    int64_t r0 = io[0] - B->offset[0], r1 = r0 + is[0];
+    int64_t c0 = nd >= 2 ? io[1] - B->offset[1] : 0, c1 = nd >= 2 ? c0 + is[1] : 1;
+    int64_t tr = B->tile_rows, tc = B->tile_cols;
+    int64_t a = r0 / tr * tr, b = (r1 + tr - 1) / tr * tr, ca = c0 / tc * tc, cb = (c1 + tc - 1) / tc * tc;
+    if (b > B->shape[0]) b = B->shape[0];
+    if (cb > cols) cb = cols;
+    return 4 * (b - a) * (cb - ca) * inner + 8 * B->ntiles;
+}
+
+static mp_code ck_plan(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape,
+                       void (*cb)(void *, const char *, int64_t), void *ctx, int64_t *bytes, mp_err *e) {
+    ckpt_reader *r = s->impl;
+    *bytes = 0;
+    int t = ckpt_tensor_find(r, name);
+    if (t < 0) return mp_err_set(e, MP_EINPUT, "checkpoint %s has no tensor %s", ckpt_reader_dir(r), name);
+    int n = ckpt_query(r, t, off, shape, NULL, 0);
+    int *hit = mp_xmalloc(sizeof(int) * (size_t)(n + 1));
+    ckpt_query(r, t, off, shape, hit, n);
+    for (int k = 0; k < n; k++) {
+        const ckpt_box_info *B = ckpt_box_at(r, hit[k]);
+        int64_t io[CKPT_MAX_DIMS], is[CKPT_MAX_DIMS];
+        for (int d = 0; d < ndim; d++) {
+            int64_t lo = off[d] > B->offset[d] ? off[d] : B->offset[d];
+            int64_t hi = off[d] + shape[d] < B->offset[d] + B->shape[d] ? off[d] + shape[d] : B->offset[d] + B->shape[d];
+            io[d] = lo;
+            is[d] = hi - lo;
+        }
+        int64_t b = tile_bytes(B, ndim, io, is);
+        *bytes += b;
+        if (cb) cb(ctx, B->file, b);
+    }
+    free(hit);
+    return MP_OK;
+}
+
+static void ck_io(rs_source *s, int64_t *rd, int64_t *need) { ckpt_reader_io(s->impl, rd, need); }
+
+static void ck_close(rs_source *s) {
+    if (!s) return;
+    ckpt_close(s->impl);
+    free(s);
+}
+
+mp_code rs_source_ckpt(rs_source **out, const char *dir, size_t scratch, mp_err *e) {
+    *out = NULL;
+    ckpt_reader *r = NULL;
+    MP_TRY(ckpt_open(&r, dir, e));
+    if (scratch) ckpt_reader_set_scratch(r, scratch);
+    rs_source *s = mp_xcalloc(sizeof *s);
+    *s = (rs_source){.kind = "checkpoint", .read = ck_read, .plan = ck_plan, .io = ck_io, .close = ck_close, .impl = r};
+    *out = s;
+    return MP_OK;
+}
+
+ckpt_reader *rs_source_ckpt_reader(rs_source *s) {
+    assert(s && !strcmp(s->kind, "checkpoint"));
+    return s->impl;
+}
+
+/* ------------------------------------------------------------------------------ initialisation */
+
+typedef struct init_src {
+    mp_model_config cfg;
+    uint64_t seed;
+    int nspecs;
+    llama_tensor_spec *specs;
+} init_src;
+
+static mp_code init_read(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape,
+                         float *buf, mp_err *e) {
+    init_src *I = s->impl;
+    int moment = 0;
+    const char *base = name;
+    if (!strncmp(name, "model/", 6)) base = name + 6;
+    else if (!strncmp(name, "optim/exp_avg/", 14)) { base = name + 14; moment = 1; }
+    else if (!strncmp(name, "optim/exp_avg_sq/", 17)) { base = name + 17; moment = 1; }
+    for (int i = 0; i < I->nspecs; i++) {
+        const llama_tensor_spec *sp = &I->specs[i];
+        if (strcmp(sp->name, base) != 0) continue;
+        if (ndim != sp->ndim) return mp_err_set(e, MP_EINPUT, "initialisation: tensor %s has %d dims, not %d", name, sp->ndim, ndim);
+        int64_t o2[2] = {off[0], ndim == 2 ? off[1] : 0}, s2[2] = {shape[0], ndim == 2 ? shape[1] : 1};
+        if (moment) memset(buf, 0, sizeof(float) * (size_t)(s2[0] * s2[1]));
+        else llama_init_box(&I->cfg, sp, I->seed, o2, s2, buf);
+        return MP_OK;
+    }
+    return mp_err_set(e, MP_EINPUT, "initialisation: the model has no tensor %s", name);
+}
+
+static mp_code init_plan(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape,
+                         void (*cb)(void *, const char *, int64_t), void *ctx, int64_t *bytes, mp_err *e) {
+    *bytes = 0;
+    return MP_OK;
+}
+
+static void init_io(rs_source *s, int64_t *rd, int64_t *need) {
+    if (rd) *rd = 0;
+    if (need) *need = 0;
+}
+
+static void init_close(rs_source *s) {
+    if (!s) return;
+    init_src *I = s->impl;
+    free(I->specs);
+    free(I);
+    free(s);
+}
+
+mp_code rs_source_init(rs_source **out, const mp_model_config *cfg, uint64_t seed, mp_err *e) {
+    *out = NULL;
+    MP_TRY(mp_model_config_validate(cfg, e));
+    init_src *I = mp_xcalloc(sizeof *I);
+    I->cfg = *cfg;
+    I->seed = seed;
+    I->nspecs = llama_tensor_specs(cfg, NULL, 0);
+    I->specs = mp_xmalloc(sizeof *I->specs * (size_t)I->nspecs);
+    llama_tensor_specs(cfg, I->specs, I->nspecs);
+    rs_source *s = mp_xcalloc(sizeof *s);
+    *s = (rs_source){.kind = "init", .read = init_read, .plan = init_plan, .io = init_io, .close = init_close, .impl = I};
+    *out = s;
+    return MP_OK;
+}

@@ -1,0 +1,675 @@
+/*
+ * tests/test_ckpt_write.c — the format-v2 writer of ckpt/ in one process (mp_comm_self): checksum
+ * tile geometry, fill-callback boxes written in bands into the rank files of several ranks, and the
+ * directory-mode commit (ckpt_save_begin_dir) with and without replacement.
+ *
+ * Values depend on (tensor, global element index) only, so expected data, box checksums and tile
+ * checksums are computed here element by element, independently of the writer; the rank files are
+ * also opened with HDF5 directly to check the tile arrays, their checksums and the attributes.
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include "ckpt/ckpt.h"
+#include "ckpt/ckpt_internal.h"
+#include "core/alloc.h"
+#include "core/comm.h"
+#include "tests/testutil.h"
+
+/* ------------------------------------------------------------------------------------- helpers */
+
+typedef struct {
+    const char *name;
+    mp_dtype dt;
+    int nd;
+    int64_t shape[4];
+} tdesc;
+
+static int64_t numel(int nd, const int64_t *s) {
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= s[d];
+    return n;
+}
+
+/* The value of element idx of tensor tid, as raw bytes of dtype dt. */
+static void value(int tid, int64_t idx, mp_dtype dt, void *out) {
+    float f = (float)tid * 1000.0f + (float)(idx % 9973) * 0.25f - 7.0f;
+    if (dt == MP_F32) memcpy(out, &f, 4);
+    else if (dt == MP_BF16) { uint16_t h = mp_f32_to_bf16(f); memcpy(out, &h, 2); }
+    else { int32_t v = (int32_t)(idx * 3 - 5 + tid); memcpy(out, &v, 4); }
+}
+
+/* Fills buf (the box off/shp of tensor tid, described by t) with the expected values. */
+static void fill_expected(int tid, const tdesc *t, const int64_t *off, const int64_t *shp, void *buf) {
+    size_t es = mp_dtype_size(t->dt);
+    int64_t n = numel(t->nd, shp);
+    for (int64_t k = 0; k < n; k++) {
+        int64_t rem = k, g = 0, mul = 1, idx[4];
+        for (int d = t->nd - 1; d >= 0; d--) { idx[d] = rem % shp[d]; rem /= shp[d]; }
+        for (int d = t->nd - 1; d >= 0; d--) { g += (off[d] + idx[d]) * mul; mul *= t->shape[d]; }
+        value(tid, g, t->dt, (char *)buf + (size_t)k * es);
+    }
+}
+
+static void *expected_box(int tid, const tdesc *t, const int64_t *off, const int64_t *shp, size_t *bytes) {
+    size_t n = (size_t)numel(t->nd, shp) * mp_dtype_size(t->dt);
+    void *b = malloc(n);
+    fill_expected(tid, t, off, shp, b);
+    if (bytes) *bytes = n;
+    return b;
+}
+
+static char *path2(const char *a, const char *b) {
+    char *p;
+    cr_assert(asprintf(&p, "%s/%s", a, b) > 0);
+    return p;
+}
+
+static void rm_rf(const char *p) {
+    char *cmd;
+    cr_assert(asprintf(&cmd, "rm -rf '%s'", p) > 0);
+    tu_run(cmd, NULL);
+    free(cmd);
+}
+
+/* Fill callback context: tensor tid of t; counts the bands and checks their shapes. */
+typedef struct {
+    int tid;
+    const tdesc *t;
+    int64_t box_off[4], box_shp[4];   /* the box being filled (set by the test per box) */
+    size_t fill_bytes;                /* the save's bound */
+    int calls;
+    int fail_at;                      /* > 0: the fail_at-th call fails */
+} fillctx;
+
+/* One ctx per box, since fill calls do not say which box they are for beyond the coordinates. */
+static mp_code fill_cb(void *vctx, const int64_t *off, const int64_t *shp, void *buf, mp_err *e) {
+    fillctx *c = vctx;
+    c->calls++;
+    if (c->fail_at > 0 && c->calls == c->fail_at)
+        return mp_err_set(e, MP_EIO, "synthetic source failure at row %lld", (long long)off[0]);
+    /* a band of whole rows of the box, inside it */
+    for (int d = 1; d < c->t->nd; d++) {
+        cr_assert_eq(off[d], c->box_off[d]);
+        cr_assert_eq(shp[d], c->box_shp[d]);
+    }
+    cr_assert(off[0] >= c->box_off[0] && off[0] + shp[0] <= c->box_off[0] + c->box_shp[0]);
+    int64_t tr, tc;
+    ck_tile_geometry(mp_dtype_size(c->t->dt), c->t->nd, c->box_shp, &tr, &tc);
+    size_t rowb = (size_t)numel(c->t->nd - 1, shp + 1) * mp_dtype_size(c->t->dt);
+    int last = off[0] + shp[0] == c->box_off[0] + c->box_shp[0];
+    cr_assert((off[0] - c->box_off[0]) % tr == 0, "band starts at row %lld, tile rows %lld", (long long)off[0],
+              (long long)tr);
+    if (!last) cr_assert(shp[0] % tr == 0, "band of %lld rows, tile rows %lld", (long long)shp[0], (long long)tr);
+    cr_assert((size_t)shp[0] * rowb <= c->fill_bytes || shp[0] <= tr,
+              "band of %lld rows (%zu bytes) over the bound %zu", (long long)shp[0], (size_t)shp[0] * rowb,
+              c->fill_bytes);
+    /* the band buffer is accounted as checkpoint memory */
+    cr_assert(mp_mem_current(MP_MEM_CKPT) >= (int64_t)((size_t)shp[0] * rowb));
+    fill_expected(c->tid, c->t, off, shp, buf);
+    return MP_OK;
+}
+
+/* The 2x2 split of a 2-D (or more) tensor: part p (0..3) = row half p/2 x column half p%2. */
+static void quarter(const tdesc *t, int p, int64_t *off, int64_t *shp) {
+    for (int d = 0; d < 4; d++) { off[d] = 0; shp[d] = d < t->nd ? t->shape[d] : 1; }
+    int64_t h0 = t->shape[0] / 2, h1 = t->shape[1] / 2;
+    off[0] = p / 2 ? h0 : 0;
+    shp[0] = p / 2 ? t->shape[0] - h0 : h0;
+    off[1] = p % 2 ? h1 : 0;
+    shp[1] = p % 2 ? t->shape[1] - h1 : h1;
+}
+
+/* Reads the whole tensor tid and compares it with the expected values. */
+static void expect_tensor(ckpt_reader *r, int tid, const tdesc *t) {
+    int64_t z[4] = {0};
+    size_t n;
+    void *want = expected_box(tid, t, z, t->shape, &n);
+    void *got = malloc(n);
+    memset(got, 0xAB, n);
+    mp_err e;
+    mp_code rc = ckpt_read(r, t->name, z, t->shape, got, &e);
+    cr_assert_eq(rc, MP_OK, "reading %s: %s", t->name, e.msg);
+    cr_assert(memcmp(got, want, n) == 0, "tensor %s: data differs", t->name);
+    free(got);
+    free(want);
+}
+
+/* Opens a rank file read-only with the reader's access properties (the reader may hold it open). */
+static hid_t open_ro(const char *fp) {
+    hid_t fapl = ck_h5_fapl(0);
+    cr_assert(fapl >= 0);
+    hid_t f = H5Fopen(fp, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    return f;
+}
+
+static herr_t read_attr_i64(hid_t obj, const char *name, int64_t *v) {
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    herr_t rc = H5Aread(a, H5T_NATIVE_INT64, v);
+    H5Aclose(a);
+    return rc;
+}
+
+static herr_t read_attr_u64(hid_t obj, const char *name, uint64_t *v) {
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) return -1;
+    herr_t rc = H5Aread(a, H5T_NATIVE_UINT64, v);
+    H5Aclose(a);
+    return rc;
+}
+
+/* The tile checksums of a row-major box (shape shp of t's dtype) computed tile by tile. */
+static uint64_t *expected_tiles(const tdesc *t, const int64_t *shp, const void *data, int64_t *ntiles) {
+    size_t es = mp_dtype_size(t->dt);
+    int64_t tr, tc;
+    ck_tile_geometry(es, t->nd, shp, &tr, &tc);
+    int64_t rows = shp[0], cols = t->nd >= 2 ? shp[1] : 1, inner = numel(t->nd, shp) / (rows * cols);
+    int64_t nrb = (rows + tr - 1) / tr, ncb = (cols + tc - 1) / tc;
+    *ntiles = nrb * ncb;
+    cr_assert_eq(*ntiles, ck_tile_count(t->nd, shp, tr, tc));
+    uint64_t *out = malloc(sizeof(uint64_t) * (size_t)*ntiles);
+    char *tile = malloc((size_t)(tr * tc * inner) * es);
+    for (int64_t i = 0; i < nrb; i++)
+        for (int64_t j = 0; j < ncb; j++) {
+            size_t at = 0;
+            int64_t r1 = (i + 1) * tr < rows ? (i + 1) * tr : rows, c1 = (j + 1) * tc < cols ? (j + 1) * tc : cols;
+            for (int64_t r = i * tr; r < r1; r++) {
+                size_t seg = (size_t)((c1 - j * tc) * inner) * es;
+                memcpy(tile + at, (const char *)data + (size_t)((r * cols + j * tc) * inner) * es, seg);
+                at += seg;
+            }
+            out[i * ncb + j] = XXH3_64bits(tile, at);
+        }
+    free(tile);
+    return out;
+}
+
+/* Checks box j of the checkpoint in dir against the expected data of tensor tid: the box checksum in
+ * the index, the rank file's root attributes, the box dataset's attributes, the tile array (its
+ * content computed here and its hash = tiles_checksum), and the chunking under zstd. */
+static void check_box_on_disk(const char *dir, ckpt_reader *r, int j, int tid, const tdesc *t, int world, int zstd) {
+    const ckpt_box_info *B = ckpt_box_at(r, j);
+    size_t n;
+    void *want = expected_box(tid, t, B->offset, B->shape, &n);
+    cr_assert_eq(B->checksum, XXH3_64bits(want, n), "tensor %s box %d: checksum is not XXH3 of its data", t->name, j);
+    int64_t tr, tc;
+    ck_tile_geometry(mp_dtype_size(t->dt), t->nd, B->shape, &tr, &tc);
+    cr_assert_eq(B->tile_rows, tr);
+    cr_assert_eq(B->tile_cols, tc);
+    char *fp = path2(dir, B->file);
+    hid_t f = open_ro(fp);
+    cr_assert(f >= 0, "opening %s", fp);
+    int64_t v;
+    cr_assert(read_attr_i64(f, "format_version", &v) >= 0 && v == 2);
+    cr_assert(read_attr_i64(f, "rank", &v) >= 0 && v == B->rank, "%s: rank attribute %lld, box rank %d", fp,
+              (long long)v, B->rank);
+    cr_assert(read_attr_i64(f, "world_size", &v) >= 0 && v == world);
+    hid_t d = H5Dopen2(f, B->dataset, H5P_DEFAULT);
+    cr_assert(d >= 0, "%s: no dataset %s", fp, B->dataset);
+    uint64_t ck, tck;
+    cr_assert(read_attr_u64(d, "checksum", &ck) >= 0 && ck == B->checksum);
+    cr_assert(read_attr_i64(d, "tile_rows", &v) >= 0 && v == tr);
+    cr_assert(read_attr_i64(d, "tile_cols", &v) >= 0 && v == tc);
+    cr_assert(read_attr_u64(d, "tiles_checksum", &tck) >= 0);
+    cr_assert(H5Aexists(d, "slab_rows") == 0 && H5Aexists(d, "slab_checksums") == 0, "v2 box with slab attributes");
+    hid_t dcpl = H5Dget_create_plist(d);
+    if (zstd) {
+        hsize_t ch[4];
+        cr_assert_eq(H5Pget_layout(dcpl), H5D_CHUNKED);
+        cr_assert_eq(H5Pget_chunk(dcpl, 4, ch), t->nd);
+        /* whole tile rows of one column block, about CK_CHUNK_BYTES (docs/FORMAT.md) */
+        int64_t tile_bytes = (int64_t)mp_dtype_size(t->dt) * tr * (t->nd >= 2 ? tc : 1);
+        for (int k = 2; k < t->nd; k++) tile_bytes *= B->shape[k];
+        int64_t per = CK_CHUNK_BYTES / tile_bytes, crows = tr * (per > 1 ? per : 1);
+        cr_assert_eq((int64_t)ch[0], crows < B->shape[0] ? crows : B->shape[0]);
+        cr_assert_eq((int64_t)ch[0] % tr == 0 || (int64_t)ch[0] == B->shape[0], 1, "chunks cut tiles");
+        if (t->nd >= 2) cr_assert_eq((int64_t)ch[1], tc);
+    } else {
+        cr_assert_eq(H5Pget_layout(dcpl), H5D_CONTIGUOUS);
+    }
+    H5Pclose(dcpl);
+    H5Dclose(d);
+    /* the tile array */
+    char tname[CK_DSET_MAX];
+    const char *bx = strrchr(B->dataset, '/');
+    cr_assert(bx && !strncmp(bx, "/box_", 5));
+    snprintf(tname, sizeof tname, "%.*s/tiles_%s", (int)(bx - B->dataset), B->dataset, bx + 5);
+    hid_t td = H5Dopen2(f, tname, H5P_DEFAULT);
+    cr_assert(td >= 0, "%s: no tile dataset %s", fp, tname);
+    hid_t tt = H5Dget_type(td), ts = H5Dget_space(td);
+    cr_assert(H5Tequal(tt, H5T_STD_U64LE) > 0);
+    cr_assert_eq(H5Sget_simple_extent_ndims(ts), 1);
+    hsize_t nt;
+    H5Sget_simple_extent_dims(ts, &nt, NULL);
+    int64_t want_nt;
+    uint64_t *want_tiles = expected_tiles(t, B->shape, want, &want_nt);
+    cr_assert_eq((int64_t)nt, want_nt);
+    cr_assert_eq(B->ntiles, want_nt);
+    uint64_t *tiles = malloc(sizeof(uint64_t) * nt);
+    cr_assert(H5Dread(td, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, tiles) >= 0);
+    cr_assert(memcmp(tiles, want_tiles, sizeof(uint64_t) * nt) == 0, "%s %s: tile checksums differ", fp, tname);
+    cr_assert_eq(XXH3_64bits(tiles, sizeof(uint64_t) * nt), tck, "%s: tiles_checksum is not XXH3 of %s", fp, tname);
+    hid_t tp = H5Dget_create_plist(td);
+    cr_assert_eq(H5Pget_layout(tp), H5D_CONTIGUOUS);
+    H5Pclose(tp);
+    H5Tclose(tt);
+    H5Sclose(ts);
+    H5Dclose(td);
+    H5Fclose(f);
+    free(tiles);
+    free(want_tiles);
+    free(want);
+    free(fp);
+}
+
+/* ------------------------------------------------------------------------------------- geometry */
+
+Test(ckpt_write, tile_geometry) {
+    struct { size_t es; int nd; int64_t shp[4]; int64_t tr, tc, nt; } c[] = {
+        {4, 2, {4096, 4096}, 2, 512, 2048 * 8},          /* b = 8: 2 KiB segments, 4 KiB tiles */
+        {4, 1, {64}, 64, 1, 1},                           /* 1-D: 256 B tiles = 64 rows, the whole box */
+        {4, 1, {100000}, 64, 1, 1563},                    /* 1-D: 256 B of rows per tile */
+        {4, 2, {1000, 258}, 8, 129, 125 * 2},            /* 258 = 2 * 129: b = 2, 516 B segments */
+        {4, 2, {100, 64}, 16, 64, 7},                     /* 64/2 * 4 B = 128 < 256: b = 1 */
+        {4, 2, {100, 128}, 16, 64, 7 * 2},                /* 128/2 * 4 = 256: b = 2 (4 and 8 too small) */
+        {2, 2, {10, 1024}, 10, 128, 8},                   /* bf16: 128 * 2 = 256: b = 8 */
+        {4, 3, {5, 16, 8}, 5, 8, 2},                      /* inner 8: 8 entries * 32 B = 256: b = 2 */
+        {4, 2, {3, 100000}, 1, 12500, 3 * 8},             /* a segment over 4 KiB: one row per tile */
+        {4, 2, {7, 1}, 7, 1, 1},                          /* one column */
+        {4, 2, {50, 7}, 50, 7, 1},                        /* odd cols: b = 1 */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        int64_t tr = -1, tc = -1;
+        ck_tile_geometry(c[i].es, c[i].nd, c[i].shp, &tr, &tc);
+        cr_assert_eq(tc, c[i].tc, "case %zu: tile_cols %lld, want %lld", i, (long long)tc, (long long)c[i].tc);
+        cr_assert_eq(tr, c[i].tr, "case %zu: tile_rows %lld, want %lld", i, (long long)tr, (long long)c[i].tr);
+        int64_t nt = ck_tile_count(c[i].nd, c[i].shp, tr, tc);
+        cr_assert_eq(nt, c[i].nt, "case %zu: %lld tiles, want %lld", i, (long long)nt, (long long)c[i].nt);
+    }
+}
+
+/* ------------------------------------------------------------------------------------- fill boxes */
+
+static const tdesc g_t[] = {
+    {"model/w", MP_F32, 2, {300, 1024}},          /* quarters of 150 x 512: 64-row tiles, 8 col blocks */
+    {"model/b", MP_F32, 1, {1000}},               /* 4 row ranges: one column block */
+    {"model/h.bf16", MP_BF16, 3, {21, 10, 6}},    /* quarters: 3-D, bf16 */
+    {"extra/i", MP_I32, 2, {40, 3}},              /* row halves into file ranks 1 and 3 */
+};
+#define NT ((int)(sizeof g_t / sizeof g_t[0]))
+
+/* Box p of tensor ti and its file rank: quarters of 2-D+ tensors into ranks 0..3, 1-D in 4 row
+ * ranges, extra/i in two halves (ranks 1 and 3). Returns 0 when tensor ti has no box p. */
+static int plan_box(int ti, int p, int64_t *off, int64_t *shp, int *file_rank) {
+    const tdesc *t = &g_t[ti];
+    if (ti == 3) {
+        if (p >= 2) return 0;
+        for (int d = 0; d < 4; d++) { off[d] = 0; shp[d] = d < t->nd ? t->shape[d] : 1; }
+        off[0] = p ? 17 : 0;
+        shp[0] = p ? t->shape[0] - 17 : 17;
+        *file_rank = p ? 3 : 1;
+        return 1;
+    }
+    if (p >= 4) return 0;
+    if (t->nd == 1) {
+        for (int d = 0; d < 4; d++) { off[d] = 0; shp[d] = 1; }
+        off[0] = p * 250;
+        shp[0] = 250;
+    } else {
+        quarter(t, p, off, shp);
+    }
+    *file_rank = p;
+    return 1;
+}
+
+/* Saves all of g_t as fill boxes from one process (world_size 4) into dir; ctxs receives the fill
+ * contexts (32 of them). fail_box/fail_call: make that box's fail_call-th call fail (-1: none). */
+static mp_code save_fill(const char *dir, size_t fill_bytes, int zstd, int fail_box, int fail_call, fillctx *ctxs,
+                         int *nctx, mp_err *e) {
+    mp_comm *w = mp_comm_self();
+    ckpt_save_opts o = {0};
+    o.world_size = 4;
+    o.fill_bytes = fill_bytes;
+    o.zstd_level = zstd;
+    ckpt_save *s;
+    mp_code rc = ckpt_save_begin_dir(&s, w, dir, 7, &o, 0, e);
+    if (rc != MP_OK) { w->destroy(w); return rc; }
+    int nb = 0;
+    for (int ti = 0; ti < NT; ti++) {
+        int64_t off[4], shp[4];
+        int fr;
+        for (int p = 0; plan_box(ti, p, off, shp, &fr); p++) {
+            fillctx *c = &ctxs[nb];
+            memset(c, 0, sizeof *c);
+            c->tid = ti;
+            c->t = &g_t[ti];
+            memcpy(c->box_off, off, sizeof off);
+            memcpy(c->box_shp, shp, sizeof shp);
+            c->fill_bytes = fill_bytes;
+            c->fail_at = nb == fail_box ? fail_call : 0;
+            mp_err ae;
+            cr_assert_eq(ckpt_save_add_fill(s, fr, g_t[ti].name, g_t[ti].dt, g_t[ti].nd, g_t[ti].shape, off, shp, fill_cb,
+                                            c, &ae), MP_OK, "%s", ae.msg);
+            nb++;
+        }
+    }
+    *nctx = nb;
+    ckpt_save_meta(s, "note", "fill test", NULL);
+    ckpt_stats st;
+    rc = ckpt_save_commit(s, &st, e);
+    ckpt_save_free(s);
+    w->destroy(w);
+    return rc;
+}
+
+static void check_fill_save(int zstd) {
+    char *tmp = tu_mkdtemp("ckw_fill");
+    char *dir = path2(tmp, "out/ckpt");   /* parents created */
+    fillctx ctxs[32];
+    int nctx = 0;
+    size_t fill_bytes = 100 << 10;   /* 100 KiB: three 16-row tile rows of model/w (32 KiB each): bands of 48 rows */
+    int64_t mem0 = mp_mem_current(MP_MEM_CKPT);
+    mp_err e;
+    mp_code rc = save_fill(dir, fill_bytes, zstd, -1, 0, ctxs, &nctx, &e);
+    cr_assert_eq(rc, MP_OK, "%s", e.msg);
+    cr_assert_eq(mp_mem_current(MP_MEM_CKPT), mem0, "band buffer not given back");
+    /* model/w quarters are 150 rows: bands 48 + 48 + 48 + 6 */
+    for (int i = 0; i < 4; i++) cr_assert_eq(ctxs[i].calls, 4, "box %d: %d bands", i, ctxs[i].calls);
+    char *partial = path2(tmp, "out/ckpt.partial"), *latest = path2(tmp, "out/latest");
+    cr_assert(!ck_exists(partial) && !ck_exists(latest));
+    for (int r = 0; r < 4; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "rank_%05d.h5", r);
+        char *fp = path2(dir, name);
+        cr_assert(ck_exists(fp), "%s missing", fp);
+        free(fp);
+    }
+    ckpt_reader *rd;
+    cr_assert_eq(ckpt_open(&rd, dir, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(ckpt_reader_world(rd), 4);
+    cr_assert_eq(ckpt_reader_version(rd), 2);
+    cr_assert_eq(ckpt_reader_step(rd), 7);
+    for (int ti = 0; ti < NT; ti++) {
+        expect_tensor(rd, ti, &g_t[ti]);
+        int t = ckpt_tensor_find(rd, g_t[ti].name);
+        cr_assert(t >= 0);
+        const ckpt_tensor_info *T = ckpt_tensor_at(rd, t);
+        for (int j = T->box_first; j < T->box_first + T->nboxes; j++) check_box_on_disk(dir, rd, j, ti, &g_t[ti], 4, zstd);
+    }
+    cr_assert_eq(ckpt_verify(rd, NULL, &e), MP_OK, "%s", e.msg);
+    ckpt_close(rd);
+    rm_rf(tmp);
+    free(partial);
+    free(latest);
+    free(dir);
+    free(tmp);
+}
+
+Test(ckpt_write, fill_boxes_four_file_ranks_one_process) { check_fill_save(0); }
+Test(ckpt_write, fill_boxes_four_file_ranks_zstd) { check_fill_save(3); }
+
+/* Saves model/w (g_t[0]) into dir, all on rank 0: as pointer boxes, or as fill boxes. */
+static void save_w(const char *dir, int as_fill, int zstd) {
+    mp_comm *w = mp_comm_self();
+    ckpt_save_opts o = {0};
+    o.zstd_level = zstd;
+    o.fill_bytes = 50 << 10;
+    ckpt_save *s;
+    mp_err e;
+    cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 1, &o, 0, &e), MP_OK, "%s", e.msg);
+    void *bufs[4] = {0};
+    fillctx ctxs[4];
+    for (int p = 0; p < 4; p++) {
+        int64_t off[4], shp[4];
+        quarter(&g_t[0], p, off, shp);
+        if (as_fill) {
+            memset(&ctxs[p], 0, sizeof ctxs[p]);
+            ctxs[p].tid = 0;
+            ctxs[p].t = &g_t[0];
+            memcpy(ctxs[p].box_off, off, sizeof off);
+            memcpy(ctxs[p].box_shp, shp, sizeof shp);
+            ctxs[p].fill_bytes = o.fill_bytes;
+            cr_assert_eq(ckpt_save_add_fill(s, 0, g_t[0].name, MP_F32, 2, g_t[0].shape, off, shp, fill_cb, &ctxs[p], &e),
+                         MP_OK, "%s", e.msg);
+        } else {
+            bufs[p] = expected_box(0, &g_t[0], off, shp, NULL);
+            cr_assert_eq(ckpt_save_add(s, g_t[0].name, MP_F32, 2, g_t[0].shape, off, shp, bufs[p], &e), MP_OK, "%s",
+                         e.msg);
+        }
+    }
+    cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
+    ckpt_save_free(s);
+    for (int p = 0; p < 4; p++) free(bufs[p]);
+    w->destroy(w);
+}
+
+/* The raw bytes (decompressed) of dataset ds of file fp, and its attribute attr (u64 or i64). */
+static void *read_dataset(const char *fp, const char *ds, hid_t mt, size_t *n) {
+    hid_t f = open_ro(fp);
+    cr_assert(f >= 0, "%s", fp);
+    hid_t d = H5Dopen2(f, ds, H5P_DEFAULT);
+    cr_assert(d >= 0, "%s: %s", fp, ds);
+    hid_t t = mt >= 0 ? mt : H5Dget_type(d);
+    hid_t sp = H5Dget_space(d);
+    *n = (size_t)H5Sget_simple_extent_npoints(sp) * H5Tget_size(t);
+    void *b = malloc(*n);
+    cr_assert(H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, b) >= 0);
+    if (mt < 0) H5Tclose(t);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(f);
+    return b;
+}
+
+static void pointer_vs_fill(int zstd) {
+    char *tmp = tu_mkdtemp("ckw_same");
+    char *a = path2(tmp, "ptr"), *b = path2(tmp, "fill");
+    save_w(a, 0, zstd);
+    save_w(b, 1, zstd);
+    char *fa = path2(a, "rank_00000.h5"), *fb = path2(b, "rank_00000.h5");
+    for (int k = 0; k < 4; k++) {
+        char ds[64], ts[64];
+        snprintf(ds, sizeof ds, "/model/w/box_%d", k);
+        snprintf(ts, sizeof ts, "/model/w/tiles_%d", k);
+        size_t na, nb;
+        void *da = read_dataset(fa, ds, -1, &na), *db = read_dataset(fb, ds, -1, &nb);
+        cr_assert_eq(na, nb);
+        cr_assert(memcmp(da, db, na) == 0, "%s differs between pointer and fill boxes", ds);
+        free(da);
+        free(db);
+        da = read_dataset(fa, ts, H5T_NATIVE_UINT64, &na);
+        db = read_dataset(fb, ts, H5T_NATIVE_UINT64, &nb);
+        cr_assert(na == nb && memcmp(da, db, na) == 0, "%s differs between pointer and fill boxes", ts);
+        free(da);
+        free(db);
+    }
+    ckpt_reader *ra, *rb;
+    mp_err e;
+    cr_assert_eq(ckpt_open(&ra, a, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(ckpt_open(&rb, b, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(ckpt_num_boxes(ra), 4);
+    cr_assert_eq(ckpt_num_boxes(rb), 4);
+    for (int j = 0; j < 4; j++) {
+        cr_assert_eq(ckpt_box_at(ra, j)->checksum, ckpt_box_at(rb, j)->checksum);
+        cr_assert_str_eq(ckpt_box_at(ra, j)->dataset, ckpt_box_at(rb, j)->dataset);
+        check_box_on_disk(a, ra, j, 0, &g_t[0], 1, zstd);
+    }
+    expect_tensor(rb, 0, &g_t[0]);
+    ckpt_close(ra);
+    ckpt_close(rb);
+    rm_rf(tmp);
+    free(fa);
+    free(fb);
+    free(a);
+    free(b);
+    free(tmp);
+}
+
+Test(ckpt_write, pointer_and_fill_boxes_write_the_same_datasets) { pointer_vs_fill(0); }
+Test(ckpt_write, pointer_and_fill_boxes_write_the_same_datasets_zstd) { pointer_vs_fill(2); }
+
+Test(ckpt_write, fill_error_fails_the_save_and_leaves_nothing) {
+    char *tmp = tu_mkdtemp("ckw_ferr");
+    char *dir = path2(tmp, "ckpt"), *partial = path2(tmp, "ckpt.partial");
+    fillctx ctxs[32];
+    int nctx;
+    mp_err e;
+    int64_t mem0 = mp_mem_current(MP_MEM_CKPT);
+    mp_code rc = save_fill(dir, 100 << 10, 0, 2, 2, ctxs, &nctx, &e);   /* box 2 (model/w, rank 2), band 2 */
+    cr_assert_eq(rc, MP_EIO, "rc %d: %s", rc, e.msg);
+    cr_assert(strstr(e.msg, "synthetic source failure at row 198"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "model/w"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "rank_00002.h5"), "%s", e.msg);
+    cr_assert(!ck_exists(dir) && !ck_exists(partial), "a failed save left %s or its .partial", dir);
+    cr_assert_eq(mp_mem_current(MP_MEM_CKPT), mem0);
+    rm_rf(tmp);
+    free(dir);
+    free(partial);
+    free(tmp);
+}
+
+Test(ckpt_write, file_rank_out_of_range_is_refused) {
+    char *tmp = tu_mkdtemp("ckw_frank");
+    char *dir = path2(tmp, "ckpt");
+    mp_comm *w = mp_comm_self();
+    ckpt_save_opts o = {0};
+    o.world_size = 4;
+    ckpt_save *s;
+    mp_err e;
+    cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 0, &o, 0, &e), MP_OK, "%s", e.msg);
+    fillctx c = {0};
+    int64_t off[1] = {0}, shp[1] = {1000};
+    c.t = &g_t[1];
+    c.box_shp[0] = 1000;
+    c.fill_bytes = 1 << 20;
+    mp_code rc = ckpt_save_add_fill(s, 4, "model/b", MP_F32, 1, g_t[1].shape, off, shp, fill_cb, &c, &e);
+    cr_assert_eq(rc, MP_EINPUT);
+    cr_assert(strstr(e.msg, "model/b") && strstr(e.msg, "4"), "%s", e.msg);
+    rc = ckpt_save_add_fill(s, -1, "model/b", MP_F32, 1, g_t[1].shape, off, shp, fill_cb, &c, &e);
+    cr_assert_eq(rc, MP_EINPUT);
+    cr_assert_eq(ckpt_save_add_fill(s, 3, "model/b", MP_F32, 1, g_t[1].shape, off, shp, fill_cb, &c, &e), MP_OK);
+    /* the refusal is remembered: the commit fails and leaves nothing */
+    rc = ckpt_save_commit(s, NULL, &e);
+    cr_assert_eq(rc, MP_EINPUT, "%s", e.msg);
+    cr_assert(strstr(e.msg, "model/b"), "%s", e.msg);
+    cr_assert_eq(c.calls, 0, "nothing is written after a refused box");
+    ckpt_save_free(s);
+    w->destroy(w);
+    cr_assert(!ck_exists(dir));
+    rm_rf(tmp);
+    free(dir);
+    free(tmp);
+}
+
+Test(ckpt_write, async_save_refuses_fill_boxes) {
+    char *tmp = tu_mkdtemp("ckw_async");
+    char *dir = path2(tmp, "ckpt");
+    mp_comm *w = mp_comm_self();
+    ckpt_save *s;
+    mp_err e;
+    cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 0, NULL, 0, &e), MP_OK, "%s", e.msg);
+    fillctx c = {0};
+    int64_t off[1] = {0}, shp[1] = {1000};
+    c.t = &g_t[1];
+    c.box_shp[0] = 1000;
+    c.fill_bytes = 16 << 20;
+    cr_assert_eq(ckpt_save_add_fill(s, 0, "model/b", MP_F32, 1, g_t[1].shape, off, shp, fill_cb, &c, &e), MP_OK);
+    cr_assert_eq(ckpt_save_start(s, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "model/b"), "%s", e.msg);
+    cr_assert_eq(ckpt_save_wait(s, NULL, &e), MP_EINPUT);
+    ckpt_save_free(s);
+    w->destroy(w);
+    cr_assert(!ck_exists(dir));
+    rm_rf(tmp);
+    free(dir);
+    free(tmp);
+}
+
+/* ------------------------------------------------------------------------------------- dir mode */
+
+static void replace_case(int fallback) {
+    if (fallback) setenv("MP_CKPT_NO_RENAME_EXCHANGE", "1", 1);
+    char *tmp = tu_mkdtemp("ckw_repl");
+    char *dir = path2(tmp, "ckpt"), *marker = path2(tmp, "ckpt/old_marker");
+    char *partial = path2(tmp, "ckpt.partial"), *aside = path2(tmp, "ckpt.replaced");
+    cr_assert_eq(mkdir(dir, 0777), 0);
+    tu_write_file(marker, "old\n");
+    /* without replace: refused on begin, the old directory untouched */
+    mp_comm *w = mp_comm_self();
+    ckpt_save *s = NULL;
+    mp_err e;
+    mp_code rc = ckpt_save_begin_dir(&s, w, dir, 3, NULL, 0, &e);
+    cr_assert_eq(rc, MP_EINPUT);
+    cr_assert(s == NULL);
+    cr_assert(strstr(e.msg, "already exists") && strstr(e.msg, "--force") && strstr(e.msg, dir), "%s", e.msg);
+    cr_assert(ck_exists(marker) && !ck_exists(partial));
+    w->destroy(w);
+    /* with replace: the old content stays until the commit, then is gone */
+    w = mp_comm_self();
+    cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 3, NULL, 1, &e), MP_OK, "%s", e.msg);
+    cr_assert(ck_exists(marker) && ck_is_dir(partial));
+    int64_t off[1] = {0};
+    size_t n;
+    void *data = expected_box(1, &g_t[1], off, g_t[1].shape, &n);
+    cr_assert_eq(ckpt_save_add(s, g_t[1].name, MP_F32, 1, g_t[1].shape, off, g_t[1].shape, data, &e), MP_OK);
+    cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
+    ckpt_save_free(s);
+    w->destroy(w);
+    free(data);
+    cr_assert(!ck_exists(marker), "old content survived the replacement");
+    cr_assert(!ck_exists(partial) && !ck_exists(aside));
+    ckpt_reader *r;
+    cr_assert_eq(ckpt_open(&r, dir, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(ckpt_reader_step(r), 3);
+    expect_tensor(r, 1, &g_t[1]);
+    ckpt_close(r);
+    rm_rf(tmp);
+    free(dir);
+    free(marker);
+    free(partial);
+    free(aside);
+    free(tmp);
+}
+
+Test(ckpt_write, begin_dir_refuses_existing_and_replaces_atomically) { replace_case(0); }
+Test(ckpt_write, begin_dir_replace_without_rename_exchange) { replace_case(1); }
+
+Test(ckpt_write, begin_dir_refuses_unusable_names) {
+    const char *bad[] = {"", "/", "a/..", "."};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mp_comm *w = mp_comm_self();
+        ckpt_save *s = NULL;
+        mp_err e;
+        mp_code rc = ckpt_save_begin_dir(&s, w, bad[i], 0, NULL, 1, &e);
+        cr_assert_eq(rc, MP_EINPUT, "'%s': rc %d %s", bad[i], rc, e.msg);
+        cr_assert(s == NULL);
+        w->destroy(w);
+    }
+}
+
+Test(ckpt_write, begin_dir_stale_partial_is_replaced) {
+    char *tmp = tu_mkdtemp("ckw_stale");
+    char *dir = path2(tmp, "ckpt"), *partial = path2(tmp, "ckpt.partial"), *junk = path2(tmp, "ckpt.partial/junk");
+    cr_assert_eq(mkdir(partial, 0777), 0);
+    tu_write_file(junk, "x");
+    save_w(dir, 1, 0);
+    cr_assert(!ck_exists(partial));
+    ckpt_reader *r;
+    mp_err e;
+    cr_assert_eq(ckpt_open(&r, dir, &e), MP_OK, "%s", e.msg);
+    expect_tensor(r, 0, &g_t[0]);
+    ckpt_close(r);
+    rm_rf(tmp);
+    free(dir);
+    free(partial);
+    free(junk);
+    free(tmp);
+}
