@@ -197,6 +197,18 @@ static int run_conversion(mp_runtime *rt, const char *cmd, rs_source *src, const
     return mp_exit_status(mp_runtime_agree(rt, vrc, &err));
 }
 
+/* The flags reshard and init share: entries of an mp_arg table over a conv_opts o. */
+#define CONV_FLAGS(o)                                                                                              \
+    {"tp", MP_ARG_INT, &(o).tp, "N", "target tensor-parallel degree", .set = &(o).set_tp},                           \
+    {"dp", MP_ARG_INT, &(o).dp, "N", "target data-parallel degree", .set = &(o).set_dp},                             \
+    {"out", MP_ARG_STRING, &(o).out, "DIR", "the new checkpoint directory (must not exist, unless --force)"},        \
+    {"max-memory", MP_ARG_STRING, &(o).max_memory, "SIZE", "memory bound for data buffers (e.g. 256M, 1G)"},         \
+    {"plan", MP_ARG_SWITCH, &(o).plan, NULL, "dry run: print what each target rank reads and writes"},              \
+    {"json", MP_ARG_SWITCH, &(o).json, NULL, "the --plan as JSON"},                                                  \
+    {"force", MP_ARG_SWITCH, &(o).force, NULL, "replace an existing --out (swapped only once the new one is complete)"}, \
+    {"no-verify", MP_ARG_SWITCH, &(o).no_verify, NULL, "skip reading the result back"},                              \
+    {"sp", MP_ARG_SWITCH, &(o).sp, NULL, "accepted for symmetry with train; no effect on a checkpoint", .set = &(o).set_sp}
+
 /* Common flag checks after parsing. */
 static mp_code check_conv_flags(conv_opts *o, mp_err *e) {
     if (!o->set_tp || !o->set_dp) return mp_err_set(e, MP_EINPUT, "--tp N and --dp N (the target mesh) are required");
@@ -237,16 +249,8 @@ static const char *reshard_about =
 int mp_cmd_reshard(int argc, char **argv) {
     conv_opts o = {.max_memory = "256M", .tp = 1, .dp = 1};
     const mp_arg flags[] = {
-        {"tp", MP_ARG_INT, &o.tp, "N", "target tensor-parallel degree", .set = &o.set_tp},
-        {"dp", MP_ARG_INT, &o.dp, "N", "target data-parallel degree", .set = &o.set_dp},
-        {"out", MP_ARG_STRING, &o.out, "DIR", "the new checkpoint directory (must not exist, unless --force)"},
-        {"max-memory", MP_ARG_STRING, &o.max_memory, "SIZE", "memory bound for data buffers (e.g. 256M, 1G)"},
-        {"plan", MP_ARG_SWITCH, &o.plan, NULL, "dry run: print what each target rank reads and writes"},
-        {"json", MP_ARG_SWITCH, &o.json, NULL, "the --plan as JSON"},
+        CONV_FLAGS(o),
         {"model-only", MP_ARG_SWITCH, &o.model_only, NULL, "drop the optimizer moments (for eval and export)"},
-        {"force", MP_ARG_SWITCH, &o.force, NULL, "replace an existing --out (swapped only once the new one is complete)"},
-        {"no-verify", MP_ARG_SWITCH, &o.no_verify, NULL, "skip reading the result back"},
-        {"sp", MP_ARG_SWITCH, &o.sp, NULL, "accepted for symmetry with train; no effect on a checkpoint", .set = &o.set_sp},
         {0}};
     mp_runtime rt;
     mp_runtime_start(&rt, &argc, &argv);
@@ -328,16 +332,8 @@ int mp_cmd_init(int argc, char **argv) {
     int set_seed = 0;
     const mp_arg flags[] = {
         {"config", MP_ARG_STRING, &config, "FILE", "model config (JSON, HF field names; its \"train\" object too)"},
-        {"tp", MP_ARG_INT, &o.tp, "N", "target tensor-parallel degree", .set = &o.set_tp},
-        {"dp", MP_ARG_INT, &o.dp, "N", "target data-parallel degree", .set = &o.set_dp},
-        {"out", MP_ARG_STRING, &o.out, "DIR", "the new checkpoint directory (must not exist, unless --force)"},
+        CONV_FLAGS(o),
         {"seed", MP_ARG_I64, &seed, "S", "initialisation seed (default: the config's train.seed)", .set = &set_seed},
-        {"max-memory", MP_ARG_STRING, &o.max_memory, "SIZE", "memory bound for data buffers (e.g. 256M, 1G)"},
-        {"plan", MP_ARG_SWITCH, &o.plan, NULL, "dry run: print what each target rank writes"},
-        {"json", MP_ARG_SWITCH, &o.json, NULL, "the --plan as JSON"},
-        {"force", MP_ARG_SWITCH, &o.force, NULL, "replace an existing --out (swapped only once the new one is complete)"},
-        {"no-verify", MP_ARG_SWITCH, &o.no_verify, NULL, "skip reading the result back"},
-        {"sp", MP_ARG_SWITCH, &o.sp, NULL, "accepted for symmetry with train; no effect on a checkpoint", .set = &o.set_sp},
         {0}};
     mp_runtime rt;
     mp_runtime_start(&rt, &argc, &argv);

@@ -33,10 +33,12 @@ echo "== the cluster shrinks to 2 processes: resharding $newest offline to tp 1 
 "$MP_BIN" reshard "$newest" --tp 1 --dp 2 --plan
 rm -rf "$small"
 "$MP_BIN" reshard "$newest" --tp 1 --dp 2 --out "$small"
-echo "== resuming on 2 processes from the resharded checkpoint for 100 more steps"
+echo "== resuming on 2 processes from the resharded checkpoint for 100 more steps (at the schedule's floor lr)"
+# --decay-steps keeps the finished run's schedule (warmup 30, cosine to step $steps): the extra steps run at min_lr
 mpirun --oversubscribe -np 2 "$MP_BIN" train --config configs/demo.json \
     --train-data "$run/data/fortunes_train.bin" --val-data "$run/data/fortunes_val.bin" \
-    --run-dir "${run}_dp2" --dp 2 --steps $((steps + 100)) --resume-from "$small" --eval-every 100
+    --run-dir "${run}_dp2" --dp 2 --steps $((steps + 100)) --decay-steps $((steps - 30)) \
+    --resume-from "$small" --eval-every 100
 echo "== load-time resharding: the tp 2 x dp 2 checkpoint evaluated on 1 process"
 "$MP_BIN" eval --config configs/demo.json --data "$run/data/fortunes_val.bin" --checkpoint "$newest" --batches 4
 echo "== metrics: $run/metrics.jsonl, ${run}_dp2/metrics.jsonl; checkpoints: $run/checkpoints, $small (open index.h5 with h5py)"
