@@ -105,7 +105,7 @@ mp_code rs_run(rs_source *src, rs_sink *sink, const rs_box *boxes, int n, int wo
 
 typedef struct file_bytes {
     char name[64];
-    int64_t bytes;
+    int64_t bytes, boxes;   /* bytes read from the file, saved boxes of it read (counted per target box) */
 } file_bytes;
 
 typedef struct plan_acc {
@@ -118,6 +118,7 @@ static void plan_cb(void *ctx, const char *file, int64_t bytes) {
     for (int i = 0; i < a->n; i++)
         if (!strcmp(a->f[i].name, file)) {
             a->f[i].bytes += bytes;
+            a->f[i].boxes++;
             return;
         }
     if (a->n == a->cap) {
@@ -128,6 +129,7 @@ static void plan_cb(void *ctx, const char *file, int64_t bytes) {
         a->f = g;
     }
     snprintf(a->f[a->n].name, sizeof a->f[a->n].name, "%s", file);
+    a->f[a->n].boxes = 1;
     a->f[a->n++].bytes = bytes;
 }
 
@@ -163,12 +165,18 @@ mp_code rs_plan_print(rs_source *src, const rs_box *boxes, int n, int world, siz
             cJSON_AddNumberToObject(o, "write_bytes", (double)ww);
             cJSON_AddNumberToObject(o, "read_bytes", (double)rr);
             cJSON *fs = cJSON_AddObjectToObject(o, "source_files");
-            for (int k = 0; k < acc.n; k++) cJSON_AddNumberToObject(fs, acc.f[k].name, (double)acc.f[k].bytes);
+            for (int k = 0; k < acc.n; k++) {
+                cJSON *fo = cJSON_AddObjectToObject(fs, acc.f[k].name);
+                cJSON_AddNumberToObject(fo, "bytes", (double)acc.f[k].bytes);
+                cJSON_AddNumberToObject(fo, "boxes", (double)acc.f[k].boxes);
+            }
             cJSON_AddItemToArray(ranks, o);
         } else {
             fprintf(out, "target rank %d: %d boxes, writes %.2f MiB, reads %.2f MiB from", r, nb, mib(ww), mib(rr));
             if (!acc.n) fprintf(out, " (generated, no files)");
-            for (int k = 0; k < acc.n; k++) fprintf(out, "%s %s %.2f MiB", k ? "," : "", acc.f[k].name, mib(acc.f[k].bytes));
+            for (int k = 0; k < acc.n; k++)
+                fprintf(out, "%s %s (%lld box reads, %.2f MiB)", k ? "," : "", acc.f[k].name, (long long)acc.f[k].boxes,
+                        mib(acc.f[k].bytes));
             fprintf(out, "\n");
         }
         free(acc.f);

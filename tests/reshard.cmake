@@ -1,6 +1,6 @@
 # tests/reshard.cmake — offline resharding and init through the CLI (tests/reshard.sh, one entry per
 # case so they run in parallel) and its refusals, corruption and kill tests (tests/reshard_refusals.sh).
-foreach(case roundtrip continue workers init corners plan)
+foreach(case roundtrip continue workers init corners plan modelonly)
   add_test(NAME reshard_${case}
            COMMAND ${CMAKE_SOURCE_DIR}/tests/reshard.sh $<TARGET_FILE:meshpoint> $<TARGET_FILE:tool_ckpt_equal>
                    ${CMAKE_BINARY_DIR}/resume_data/t_train.bin ${CMAKE_BINARY_DIR}/reshard_${case} ${case})
