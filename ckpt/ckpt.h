@@ -216,6 +216,13 @@ int ckpt_query(const ckpt_reader *r, int t, const int64_t *offset, const int64_t
 mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const int64_t *shape,
                   void *buf, mp_err *e);
 
+/* A hint that the box (offset, shape) of tensor name will be read next: the kernel starts reading the
+ * whole-width row ranges of uncompressed saved boxes it meets in the background (posix_fadvise
+ * WILLNEED), so that disk reads overlap the caller's work on the previous piece. Reads nothing
+ * itself, counts nothing, fails silently (the read reports errors). Partial-width regions get no
+ * hint (their bytes are strided). */
+void ckpt_prefetch(ckpt_reader *r, const char *name, const int64_t *offset, const int64_t *shape);
+
 /* I/O counters of the reader since open (or the last reset): *bytes_read the bytes fetched from rank
  * files (tensor data, uncompressed, plus tile checksum arrays), *bytes_needed the bytes the
  * ckpt_read calls asked for. Either pointer may be NULL. */

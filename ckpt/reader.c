@@ -42,6 +42,7 @@
 #include <assert.h>
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -612,6 +613,40 @@ static mp_code read_part(ckpt_reader *r, int64_t j, const int64_t *io, const int
     mp_free_acct(tmp, tmp_n, MP_MEM_CKPT);
     src_close(&s);
     return rc;
+}
+
+void ckpt_prefetch(ckpt_reader *r, const char *name, const int64_t *offset, const int64_t *shape) {
+    ck_h5_init();
+    int t = ckpt_tensor_find(r, name);
+    if (t < 0) return;
+    const ck_tensor *T = &r->L.t[t];
+    int nd = T->ndim;
+    for (int d = 0; d < nd; d++)
+        if (offset[d] < 0 || shape[d] <= 0 || offset[d] > T->shape[d] - shape[d]) return;
+    int64_t lo, hi;
+    ck_index_range(&r->L, t, offset[0], offset[0] + shape[0], &lo, &hi);
+    for (int64_t j = lo; j < hi; j++) {
+        const ck_box *B = &r->L.b[j];
+        int64_t io[CKPT_MAX_DIMS], is[CKPT_MAX_DIMS];
+        if (!ck_intersect(nd, offset, shape, B->off, B->shp, io, is)) continue;
+        int whole_width = 1;   /* only whole rows: a column block's bytes are strided, and a hint for
+                                  the gaps between them would read what ckpt_read never counts */
+        for (int d = 1; d < nd; d++) whole_width = whole_width && is[d] == B->shp[d];
+        if (!whole_width) continue;
+        src_t s;
+        mp_err e;
+        if (open_box(r, j, &s, &e) != MP_OK) {
+            H5Eclear2(H5E_DEFAULT);
+            continue;   /* the read itself reports it */
+        }
+        if (s.fd >= 0) {
+            geom g = box_geom(&r->L, B);
+            int64_t a = (io[0] - B->off[0]) / B->tile_rows * B->tile_rows;
+            int64_t b = io[0] - B->off[0] + is[0];
+            posix_fadvise(s.fd, (off_t)(s.base + a * g.row), (off_t)((b - a) * g.row), POSIX_FADV_WILLNEED);
+        }
+        src_close(&s);
+    }
 }
 
 mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const int64_t *shape, void *buf,

@@ -59,6 +59,7 @@ static int64_t box_bytes(const rs_box *B) { return 4 * B->shape[0] * (B->ndim ==
 typedef struct fill_ctx {
     rs_source *src;
     const rs_box *box;
+    const rs_box *next;   /* the box this worker writes after this one (NULL: none) */
     rs_stats *st;
 } fill_ctx;
 
@@ -68,8 +69,27 @@ static mp_code fill_band(void *ctx, const int64_t *off, const int64_t *shape, vo
     int64_t bytes = 4 * shape[0] * (f->box->ndim == 2 ? shape[1] : 1);
     if (bytes > f->st->largest_band) f->st->largest_band = bytes;
     mp_code rc = f->src->read(f->src, f->box->name, f->box->ndim, off, shape, buf, e);
-    if (rc) mp_err_wrap(e, "reading %s for target rank %d", f->box->name, f->box->file_rank);
-    return rc;
+    if (rc) {
+        mp_err_wrap(e, "reading %s for target rank %d", f->box->name, f->box->file_rank);
+        return rc;
+    }
+    /* the writer asks for consecutive bands of about the same bytes, box after box: let the next
+     * band's disk reads overlap the hashing and writing of this one */
+    if (!f->src->prefetch) return MP_OK;
+    int64_t end = f->box->off[0] + f->box->shape[0];
+    const rs_box *nb = f->box;
+    int64_t no[2] = {off[0] + shape[0], f->box->ndim == 2 ? off[1] : 0};
+    if (no[0] >= end) {
+        if (!(nb = f->next)) return MP_OK;
+        no[0] = nb->off[0];
+        no[1] = nb->ndim == 2 ? nb->off[1] : 0;
+        end = nb->off[0] + nb->shape[0];
+    }
+    int64_t cols = nb->ndim == 2 ? nb->shape[1] : 1, rows = bytes / (4 * cols);
+    int64_t ns[2] = {rows < 1 ? 1 : rows, cols};
+    if (no[0] + ns[0] > end) ns[0] = end - no[0];
+    f->src->prefetch(f->src, nb->name, no, ns);
+    return MP_OK;
 }
 
 mp_code rs_run(rs_source *src, rs_sink *sink, const rs_box *boxes, int n, int worker, int nworkers, rs_stats *st,
@@ -79,10 +99,13 @@ mp_code rs_run(rs_source *src, rs_sink *sink, const rs_box *boxes, int n, int wo
     memset(st, 0, sizeof *st);
     fill_ctx *ctx = mp_xcalloc(sizeof *ctx * (size_t)(n + 1));
     mp_code rc = MP_OK;
+    fill_ctx *prev = NULL;   /* boxes are written file by file in rank order, each file's in add order */
     for (int i = 0; i < n; i++) {
         const rs_box *B = &boxes[i];
         if (B->file_rank % nworkers != worker) continue;
-        ctx[i] = (fill_ctx){src, B, st};
+        ctx[i] = (fill_ctx){src, B, NULL, st};
+        if (prev) prev->next = B;
+        prev = &ctx[i];
         /* an add error is remembered by the sink and fails the commit on every worker */
         if (rc == MP_OK) rc = sink->add(sink, B->file_rank, B->name, B->ndim, B->gshape, B->off, B->shape, fill_band,
                                         &ctx[i], e);

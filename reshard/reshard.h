@@ -40,6 +40,8 @@ struct rs_source {
      * (file, bytes), may be NULL). MP_OK with *bytes 0 for sources without files. */
     mp_code (*plan)(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape,
                     void (*cb)(void *ctx, const char *file, int64_t bytes), void *ctx, int64_t *bytes, mp_err *e);
+    /* Optional (may be NULL): the box (off, shape) of name will be read next; start fetching it. */
+    void (*prefetch)(rs_source *s, const char *name, const int64_t *off, const int64_t *shape);
     /* I/O so far: bytes fetched from files and bytes asked for (0, 0 for generated sources). */
     void (*io)(rs_source *s, int64_t *bytes_read, int64_t *bytes_needed);
     void (*close)(rs_source *s);

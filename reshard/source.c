@@ -69,6 +69,10 @@ static mp_code ck_plan(rs_source *s, const char *name, int ndim, const int64_t *
     return MP_OK;
 }
 
+static void ck_prefetch(rs_source *s, const char *name, const int64_t *off, const int64_t *shape) {
+    ckpt_prefetch(s->impl, name, off, shape);
+}
+
 static void ck_io(rs_source *s, int64_t *rd, int64_t *need) { ckpt_reader_io(s->impl, rd, need); }
 
 static void ck_close(rs_source *s) {
@@ -83,7 +87,8 @@ mp_code rs_source_ckpt(rs_source **out, const char *dir, size_t scratch, mp_err 
     MP_TRY(ckpt_open(&r, dir, e));
     if (scratch) ckpt_reader_set_scratch(r, scratch);
     rs_source *s = mp_xcalloc(sizeof *s);
-    *s = (rs_source){.kind = "checkpoint", .read = ck_read, .plan = ck_plan, .io = ck_io, .close = ck_close, .impl = r};
+    *s = (rs_source){.kind = "checkpoint", .read = ck_read, .plan = ck_plan, .prefetch = ck_prefetch, .io = ck_io,
+                     .close = ck_close, .impl = r};
     *out = s;
     return MP_OK;
 }
