@@ -132,7 +132,51 @@ static mp_code parse_compress(const char *s, int *level, mp_err *err) {
     return mp_err_set(err, MP_EINPUT, "--compress: expected none, zstd or zstd:LEVEL (1..22), got \"%s\"", s);
 }
 
-int mp_cmd_train(int argc, char **argv) {
+/* ---- the run: the state the phases below share, owned by mp_cmd_train ---- */
+
+typedef struct train_run {
+    train_flags f;
+    int64_t seed;                   /* --seed as parsed */
+    mp_runtime rt;
+    mp_err err;                     /* the message of a failing phase */
+    mp_model_config mc;
+    ckpt_save_opts sopts;
+    mp_mesh *mesh;                  /* &rt.mesh once built */
+    mp_batch_split bs;
+    mp_token_file train, val;
+    mp_loader loader;
+    llama_model *model;
+    mp_checkpointer ck;
+    char ckpt_root[MP_PATH_MAX];
+    mp_run_state rs;                /* the resumed state (step 0 when starting fresh) */
+    char resume_dir[MP_PATH_MAX];   /* "" when starting fresh */
+    FILE *metrics;                  /* rank 0 only */
+    int32_t *in, *tgt;              /* host token buffers, micro x seq_len */
+    /* the step loop */
+    mp_lr_schedule sched;
+    mp_adamw_hparams hp;
+    double tokens_per_step, t_start, t_last, last_loss;
+    int continue_on_error;
+    int64_t first_step;
+    train_fill_ctx fc;
+} train_run;
+
+/* What one optimizer step hands to its logging. */
+typedef struct step_out {
+    double lr, loss, norm;
+} step_out;
+
+/* How the loop goes on after a step's checkpoint handling. */
+typedef enum step_flow {
+    STEP_NEXT,   /* the next step */
+    STEP_STOP,   /* stopped (signal or --stop-at) with a checkpoint saved: exit 0 */
+    STEP_FAIL    /* r->err set, found alike by every rank: `fail` */
+} step_flow;
+
+/* Parses the command line into r->f and r->seed (the flags over the default training config). With
+ * --help/-h, sets *help and prints the help on rank 0. Fails alike on every rank (`fail`): a bad flag,
+ * a positional argument. */
+static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
     train_flags f = {.run_dir = "run", .device = "cpu", .data_format = "llmc", .train_data = "", .val_data = "",
                      .compress = "none", .on_save_error = "stop"};
     mp_train_config_default(&f.tc);
@@ -177,218 +221,327 @@ int mp_cmd_train(int argc, char **argv) {
         {"async-save", MP_ARG_SWITCH, &f.async_save, NULL, "write checkpoints on a background thread"},
         {"on-save-error", MP_ARG_STRING, &f.on_save_error, "WHAT", "when a save fails: stop (exit 1) or continue", on_err},
         {0}};
-    mp_runtime rt;
-    mp_runtime_start(&rt, &argc, &argv);
-    mp_err err;
-    mp_err_clear(&err);
-    int npos = 0, help = 0, status = 0;
-    llama_model *model = NULL;
-    mp_token_file train = {0}, val = {0};
-    int32_t *in = NULL, *tgt = NULL;
-    FILE *metrics = NULL;
-    mp_checkpointer ck;
-    mp_checkpointer_init(&ck, "", NULL, 0);
-    char ckpt_root[MP_PATH_MAX];
-    if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
-    if (help) {
-        if (rt.rank == 0) mp_args_help(stdout, "meshpoint train --config FILE [options]", train_about, flags);
-        goto done;
+    int npos = 0;
+    mp_code rc = mp_args_parse(flags, argc, argv, &npos, help, &r->err);
+    r->f = f;
+    r->seed = seed;
+    if (rc) return rc;
+    if (*help) {
+        if (r->rt.rank == 0) mp_args_help(stdout, "meshpoint train --config FILE [options]", train_about, flags);
+        return MP_OK;
     }
-    if (npos) { mp_err_set(&err, MP_EINPUT, "unexpected argument \"%s\"", argv[0]); goto fail; }
-    if (!f.config) { mp_err_set(&err, MP_EINPUT, "--config FILE is required"); goto fail; }
-    if (f.ckpt_every < 0) { mp_err_set(&err, MP_EINPUT, "--ckpt-every must be >= 0"); goto fail; }
-    if (f.keep < 0) { mp_err_set(&err, MP_EINPUT, "--keep must be >= 0"); goto fail; }
-    ckpt_save_opts sopts = {.keep = f.keep};
-    if (parse_compress(f.compress, &sopts.zstd_level, &err)) goto fail;
+    if (npos) return mp_err_set(&r->err, MP_EINPUT, "unexpected argument \"%s\"", argv[0]);
+    return MP_OK;
+}
+
+/* Checks the checkpoint flags, loads the config file into r->mc and r->f.tc, applies the flag overrides
+ * and validates the result. Fails alike on every rank (`fail`). */
+static mp_code load_config(train_run *r) {
+    train_flags *f = &r->f;
+    mp_train_config *c = &f->tc;
+    mp_err *err = &r->err;
+    mp_code rc;
+    if (!f->config) return mp_err_set(err, MP_EINPUT, "--config FILE is required");
+    if (f->ckpt_every < 0) return mp_err_set(err, MP_EINPUT, "--ckpt-every must be >= 0");
+    if (f->keep < 0) return mp_err_set(err, MP_EINPUT, "--keep must be >= 0");
+    r->sopts = (ckpt_save_opts){.keep = f->keep};
+    if ((rc = parse_compress(f->compress, &r->sopts.zstd_level, err))) return rc;
     mp_train_config cli = *c;
-    cli.seed = (uint64_t)seed;
-    mp_model_config mc;
-    mp_model_config_default(&mc);
+    cli.seed = (uint64_t)r->seed;
+    mp_model_config_default(&r->mc);
     mp_train_config_default(c);
-    if (mp_config_load(f.config, &mc, c, &err)) goto fail;
-    apply_overrides(&f, &cli, c);
-    if (mp_train_config_validate(c, &err)) { mp_err_wrap(&err, "training options"); goto fail; }
-    if (!c->train_data[0]) { mp_err_set(&err, MP_EINPUT, "no training data: pass --train-data FILE or set train.train_data"); goto fail; }
-    if (mp_runtime_mesh(&rt, c->tp, c->dp, f.device, &err)) goto fail;
-    mp_mesh *mesh = &rt.mesh;
-    c->dp = mesh->dp;
-    mp_batch_split bs;
-    if (mp_batch_split_init(&bs, c->batch_size, c->grad_accum, mesh->dp, &err)) goto fail;
-    mp_data_format fmt = (mp_data_format)mp_data_format_parse(f.data_format);
-    if (mp_token_file_open(&train, c->train_data, fmt, mc.vocab_size, &err)) goto fail;
-    if (c->val_data[0] && mp_token_file_open(&val, c->val_data, fmt, mc.vocab_size, &err)) goto fail;
-    mp_loader loader;
-    if (mp_loader_init(&loader, &train, c->batch_size, c->seq_len, &err)) goto fail;
+    if ((rc = mp_config_load(f->config, &r->mc, c, err))) return rc;
+    apply_overrides(f, &cli, c);
+    if ((rc = mp_train_config_validate(c, err))) { mp_err_wrap(err, "training options"); return rc; }
+    if (!c->train_data[0])
+        return mp_err_set(err, MP_EINPUT, "no training data: pass --train-data FILE or set train.train_data");
+    return MP_OK;
+}
+
+/* Builds the mesh (fixing c->dp), the batch split, the token files and the training loader (and checks
+ * that the validation file holds a batch), then the model with its initial weights. Fails alike on
+ * every rank (`fail`). */
+static mp_code setup_run(train_run *r) {
+    mp_train_config *c = &r->f.tc;
+    mp_err *err = &r->err;
+    mp_code rc;
+    if ((rc = mp_runtime_mesh(&r->rt, c->tp, c->dp, r->f.device, err))) return rc;
+    r->mesh = &r->rt.mesh;
+    c->dp = r->mesh->dp;
+    if ((rc = mp_batch_split_init(&r->bs, c->batch_size, c->grad_accum, r->mesh->dp, err))) return rc;
+    mp_data_format fmt = (mp_data_format)mp_data_format_parse(r->f.data_format);
+    if ((rc = mp_token_file_open(&r->train, c->train_data, fmt, r->mc.vocab_size, err))) return rc;
+    if (c->val_data[0] && (rc = mp_token_file_open(&r->val, c->val_data, fmt, r->mc.vocab_size, err))) return rc;
+    if ((rc = mp_loader_init(&r->loader, &r->train, c->batch_size, c->seq_len, err))) return rc;
     if (c->val_data[0]) {
         mp_loader probe;
-        if (mp_loader_init(&probe, &val, c->batch_size, c->seq_len, &err)) goto fail;
+        if ((rc = mp_loader_init(&probe, &r->val, c->batch_size, c->seq_len, err))) return rc;
     }
-    if (mp_runtime_model(&rt, &mc, c, bs.micro, &model, &err)) goto fail;
-    llama_init_weights(model, c->seed);
+    if ((rc = mp_runtime_model(&r->rt, &r->mc, c, r->bs.micro, &r->model, err))) return rc;
+    llama_init_weights(r->model, c->seed);
+    return MP_OK;
+}
 
-    /* checkpoints: leftovers of interrupted saves go first, then resume */
-    if (f.ckpt_dir) snprintf(ckpt_root, sizeof ckpt_root, "%s", f.ckpt_dir);
-    else snprintf(ckpt_root, sizeof ckpt_root, "%s/checkpoints", f.run_dir);
-    mp_checkpointer_init(&ck, ckpt_root, &sopts, f.async_save);
-    mp_code local = MP_OK, agreed;
-    if (rt.rank == 0) {
+/* Sets up the checkpointer under r->ckpt_root (--ckpt-dir, else RUN/checkpoints); rank 0 removes the
+ * leftovers of interrupted saves first. Collective. Returns the agreed code: nonzero means
+ * `fail_agreed` (the failing rank printed the message). */
+static mp_code clean_partial_saves(train_run *r) {
+    if (r->f.ckpt_dir) snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s", r->f.ckpt_dir);
+    else snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s/checkpoints", r->f.run_dir);
+    mp_checkpointer_init(&r->ck, r->ckpt_root, &r->sopts, r->f.async_save);
+    mp_code local = MP_OK;
+    if (r->rt.rank == 0) {
         int removed = 0;
-        local = ckpt_cleanup_partials(ckpt_root, &removed, &err);
-        if (removed) mp_warn("removed %d unfinished checkpoint(s) (*.partial) under %s", removed, ckpt_root);
+        local = ckpt_cleanup_partials(r->ckpt_root, &removed, &r->err);
+        if (removed) mp_warn("removed %d unfinished checkpoint(s) (*.partial) under %s", removed, r->ckpt_root);
     }
-    if ((agreed = mp_runtime_agree(&rt, local, &err))) goto fail_agreed;
-    mp_run_state rs = {0, {0, 0}, 0, 0};
-    char resume_dir[MP_PATH_MAX] = "";
-    if (f.resume_from) {
-        snprintf(resume_dir, sizeof resume_dir, "%s", f.resume_from);
-    } else if (f.resume) {
+    return mp_runtime_agree(&r->rt, local, &r->err);
+}
+
+/* Picks the checkpoint to resume from (--resume-from, or the newest complete one for --resume: none
+ * found starts from step 0) and loads it into the model, r->rs and the loader's cursor. Collective when
+ * resuming. Returns the agreed code: nonzero means `fail_agreed`. */
+static mp_code resume_run(train_run *r) {
+    if (r->f.resume_from) {
+        snprintf(r->resume_dir, sizeof r->resume_dir, "%s", r->f.resume_from);
+    } else if (r->f.resume) {
         mp_err miss;
-        if (ckpt_find_latest(ckpt_root, resume_dir, sizeof resume_dir, NULL, &miss)) {
-            mp_warn("--resume: no complete checkpoint under %s (%s): starting from step 0", ckpt_root, miss.msg);
-            resume_dir[0] = '\0';
+        if (ckpt_find_latest(r->ckpt_root, r->resume_dir, sizeof r->resume_dir, NULL, &miss)) {
+            mp_warn("--resume: no complete checkpoint under %s (%s): starting from step 0", r->ckpt_root, miss.msg);
+            r->resume_dir[0] = '\0';
         }
     }
-    if (resume_dir[0]) {
-        /* a damaged box may fail only the ranks that read it: agree before anyone trains */
-        local = mp_checkpoint_load(model, resume_dir, &mc, 0, &rs, &err);
-        if (local) mp_err_wrap(&err, "resuming");
-        else if ((local = mp_loader_set_cursor(&loader, rs.cursor, &err))) mp_err_wrap(&err, "resuming from %s", resume_dir);
-        if ((agreed = mp_runtime_agree(&rt, local, &err))) goto fail_agreed;
-        mp_checkpoint_log_io(mesh, "resumed from", resume_dir, &rs);
-    }
+    if (!r->resume_dir[0]) return MP_OK;
+    /* a damaged box may fail only the ranks that read it: agree before anyone trains */
+    mp_code local = mp_checkpoint_load(r->model, r->resume_dir, &r->mc, 0, &r->rs, &r->err);
+    if (local) mp_err_wrap(&r->err, "resuming");
+    else if ((local = mp_loader_set_cursor(&r->loader, r->rs.cursor, &r->err)))
+        mp_err_wrap(&r->err, "resuming from %s", r->resume_dir);
+    mp_code agreed = mp_runtime_agree(&r->rt, local, &r->err);
+    if (agreed) return agreed;
+    mp_checkpoint_log_io(r->mesh, "resumed from", r->resume_dir, &r->rs);
+    return MP_OK;
+}
 
-    if (rt.rank == 0) {
-        local = make_dir(f.run_dir, &err);
+/* Rank 0 creates the run directory and opens RUN/metrics.jsonl into r->metrics: appended to on resume,
+ * after dropping the lines past the checkpoint's step; else truncated. Collective. Returns the agreed
+ * code: nonzero means `fail_agreed`. */
+static mp_code open_metrics(train_run *r) {
+    mp_code local = MP_OK;
+    if (r->rt.rank == 0) {
+        local = make_dir(r->f.run_dir, &r->err);
         char path[MP_PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/metrics.jsonl", f.run_dir);
-        if (!local && resume_dir[0]) local = trim_metrics(path, rs.step, &err);
-        if (!local && !(metrics = fopen(path, resume_dir[0] ? "a" : "w")))
-            local = mp_err_set(&err, MP_EIO, "cannot write %s: %s", path, strerror(errno));
+        snprintf(path, sizeof path, "%s/metrics.jsonl", r->f.run_dir);
+        if (!local && r->resume_dir[0]) local = trim_metrics(path, r->rs.step, &r->err);
+        if (!local && !(r->metrics = fopen(path, r->resume_dir[0] ? "a" : "w")))
+            local = mp_err_set(&r->err, MP_EIO, "cannot write %s: %s", path, strerror(errno));
     }
-    if ((agreed = mp_runtime_agree(&rt, local, &err))) goto fail_agreed;
-    size_t tok_bytes = (size_t)bs.micro * c->seq_len * sizeof(int32_t);
-    in = mp_xmalloc(tok_bytes);
-    tgt = mp_xmalloc(tok_bytes);
+    return mp_runtime_agree(&r->rt, local, &r->err);
+}
+
+/* Gets the step loop ready: the token buffers, the "model: ..." line, the stop-signal handlers, the
+ * schedule and optimizer settings, the clock. Cannot fail. */
+static void prepare_loop(train_run *r) {
+    mp_train_config *c = &r->f.tc;
+    const mp_mesh *mesh = r->mesh;
+    size_t tok_bytes = (size_t)r->bs.micro * c->seq_len * sizeof(int32_t);
+    r->in = mp_xmalloc(tok_bytes);
+    r->tgt = mp_xmalloc(tok_bytes);
     mp_info("model: %lld parameters, %d layers, hidden %d; mesh dp %d x tp %d%s; batch %d x %d tokens "
             "(micro %d x accum %d per rank)",
-            (long long)mp_model_num_params(&mc), mc.num_hidden_layers, mc.hidden_size, mesh->dp, mesh->tp,
-            mesh->tp > 1 ? (c->sp < 0 || c->sp ? ", SP" : ", no SP") : "", c->batch_size, c->seq_len, bs.micro,
-            bs.grad_accum);
+            (long long)mp_model_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size, mesh->dp, mesh->tp,
+            mesh->tp > 1 ? (c->sp < 0 || c->sp ? ", SP" : ", no SP") : "", c->batch_size, c->seq_len, r->bs.micro,
+            r->bs.grad_accum);
     signal(SIGTERM, on_stop_signal);
     signal(SIGINT, on_stop_signal);
-    mp_lr_schedule sched = {c->lr, c->min_lr, c->warmup_steps,
-                            c->decay_steps ? c->decay_steps : c->steps - c->warmup_steps};
-    mp_adamw_hparams hp = {c->beta1, c->beta2, c->adam_eps, c->weight_decay};
-    double tokens_per_step = (double)c->batch_size * c->seq_len;
-    double t_start = mp_time_s(), t_last = t_start;
-    double last_loss = NAN;
-    int continue_on_error = !strcmp(f.on_save_error, "continue");
-    int64_t first_step = rs.step;
-    if (c->steps == 0 && !resume_dir[0] && f.ckpt_every) {
-        /* "every N steps and at the end": the end of a 0-step run is its initial state, saved as step 0
-         * (what `meshpoint init` writes offline) */
-        mp_run_state now = {0, loader.cur, 0, 0};
-        ckpt_stats cs;
-        if (mp_checkpointer_save(&ck, model, &mc, c, &now, &cs, &err) || mp_checkpointer_wait(&ck, NULL, &err)) {
-            mp_err_wrap(&err, "saving the initial state (step 0)");
-            goto fail;
-        }
-        mp_info("checkpoint step 0 (the initial state) saved under %s", ckpt_root);
+    r->sched = (mp_lr_schedule){c->lr, c->min_lr, c->warmup_steps,
+                                c->decay_steps ? c->decay_steps : c->steps - c->warmup_steps};
+    r->hp = (mp_adamw_hparams){c->beta1, c->beta2, c->adam_eps, c->weight_decay};
+    r->tokens_per_step = (double)c->batch_size * c->seq_len;
+    r->t_start = mp_time_s();
+    r->t_last = r->t_start;
+    r->last_loss = NAN;
+    r->continue_on_error = !strcmp(r->f.on_save_error, "continue");
+    r->first_step = r->rs.step;
+    r->fc = (train_fill_ctx){&r->loader, &r->bs, r->mesh->dp_rank};
+}
+
+/* A fresh 0-step run with --ckpt-every saves its initial state as step 0 ("at the end" of no steps:
+ * what `meshpoint init` writes offline). Collective when it saves. Fails alike (`fail`). */
+static mp_code save_initial_state(train_run *r) {
+    if (!(r->f.tc.steps == 0 && !r->resume_dir[0] && r->f.ckpt_every)) return MP_OK;
+    mp_run_state now = {0, r->loader.cur, 0, 0};
+    ckpt_stats cs;
+    mp_code rc;
+    if ((rc = mp_checkpointer_save(&r->ck, r->model, &r->mc, &r->f.tc, &now, &cs, &r->err)) ||
+        (rc = mp_checkpointer_wait(&r->ck, NULL, &r->err))) {
+        mp_err_wrap(&r->err, "saving the initial state (step 0)");
+        return rc;
     }
-    train_fill_ctx fc = {&loader, &bs, mesh->dp_rank};
-    for (int64_t step = first_step; step < c->steps; step++) {
-        double lr = mp_lr_at(&sched, step);
-        llama_step_args sa = {hp, lr, step + 1, c->grad_clip, bs.grad_accum, tokens_per_step};
-        llama_step_result sr;
-        llama_train_step(model, &sa, train_fill, &fc, in, tgt, &sr);
-        mp_loader_advance(&loader);
-        double loss = sr.loss, norm = sr.grad_norm;
-        last_loss = loss;
-        if (!isfinite(loss)) {
-            mp_err_set(&err, MP_ECHECK, "loss is %g at step %lld: training diverged", loss, (long long)step + 1);
-            goto fail;
-        }
-        double t = mp_time_s();
-        double tok_s = tokens_per_step / (t - t_last);
-        t_last = t;
-        if (metrics) {
-            fprintf(metrics,
-                    "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.1f, "
-                    "\"time_s\": %.3f}\n",
-                    (long long)step + 1, loss, lr, norm, tok_s, t - t_start);
-            fflush(metrics);
-        }
-        if (c->log_every && ((step + 1) % c->log_every == 0 || step + 1 == c->steps))
-            mp_info("step %5lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)step + 1,
-                    (long long)c->steps, loss, lr, norm, tok_s);
-        int last = step + 1 == c->steps;
-        if (c->val_data[0] && ((c->eval_every && (step + 1) % c->eval_every == 0) || last)) {
-            double vl = mp_eval_loss(model, &val, &bs, c->seq_len, c->eval_batches, in, tgt, &err);
-            if (isnan(vl)) goto fail;
-            mp_info("step %5lld | val loss %.6f", (long long)step + 1, vl);
-            if (metrics) fprintf(metrics, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)step + 1, vl);
-        }
-        /* checkpoints: commit a finished async save, then maybe start the next one */
-        ckpt_stats cs;
-        int64_t committed;
-        if (mp_checkpointer_poll(&ck, &committed, &cs, &err)) goto save_failed;
-        if (committed >= 0)
-            mp_info("checkpoint step %lld committed: stall %.3f s, write %.3f s, commit %.3f s", (long long)committed,
-                    ck.last_stall_s, cs.write_s, cs.commit_s);
-        int stop = stop_requested(mesh) || (f.stop_at && step + 1 == f.stop_at && !last);
-        int due = f.ckpt_every && ((step + 1) % f.ckpt_every == 0 || last);
-        if (due || stop) {
-            mp_run_state now = {step + 1, loader.cur};
-            memset(&cs, 0, sizeof cs);
-            if (mp_checkpointer_save(&ck, model, &mc, c, &now, &cs, &err)) goto save_failed;
-            if (f.async_save)
-                mp_info("checkpoint step %lld: stall %.3f s (copy to host), writing in the background",
-                        (long long)now.step, ck.last_stall_s);
-            else
-                mp_info("checkpoint step %lld saved: %.3f s (write %.3f s, commit %.3f s, %.1f MiB this rank)",
-                        (long long)now.step, cs.stall_s, cs.write_s, cs.commit_s, cs.bytes / 1048576.0);
-        }
-        if (stop) {
-            if (mp_checkpointer_wait(&ck, NULL, &err)) goto save_failed;
-            mp_info("stopped%s after step %lld; checkpoint saved under %s", g_stop_signal ? " by signal" : "",
-                    (long long)step + 1, ckpt_root);
-            goto done;
-        }
-        continue;
-    save_failed:
-        mp_err_wrap(&err, "saving a checkpoint at step %lld", (long long)step + 1);
-        if (!continue_on_error) goto fail;
-        mp_error("%s (continuing: --on-save-error continue)", err.msg);
-        mp_err_clear(&err);
+    mp_info("checkpoint step 0 (the initial state) saved under %s", r->ckpt_root);
+    return MP_OK;
+}
+
+/* Runs optimizer step `step` (0-based) and advances the loader; *out gets its lr, loss and gradient
+ * norm. Collective. Fails alike (`fail`) when the loss is not finite (the loss is global). */
+static mp_code run_step(train_run *r, int64_t step, step_out *out) {
+    const mp_train_config *c = &r->f.tc;
+    out->lr = mp_lr_at(&r->sched, step);
+    llama_step_args sa = {r->hp, out->lr, step + 1, c->grad_clip, r->bs.grad_accum, r->tokens_per_step};
+    llama_step_result sr;
+    llama_train_step(r->model, &sa, train_fill, &r->fc, r->in, r->tgt, &sr);
+    mp_loader_advance(&r->loader);
+    out->loss = sr.loss;
+    out->norm = sr.grad_norm;
+    r->last_loss = out->loss;
+    if (!isfinite(out->loss))
+        return mp_err_set(&r->err, MP_ECHECK, "loss is %g at step %lld: training diverged", out->loss,
+                          (long long)step + 1);
+    return MP_OK;
+}
+
+/* Logs step `step`: its metrics line, the log line every --log-every steps and at the end, and the
+ * validation loss when due (every --eval-every steps and at the end). Collective when evaluating.
+ * Fails alike (`fail`) when the evaluation does. */
+static mp_code log_step(train_run *r, int64_t step, const step_out *s) {
+    const mp_train_config *c = &r->f.tc;
+    double t = mp_time_s();
+    double tok_s = r->tokens_per_step / (t - r->t_last);
+    r->t_last = t;
+    if (r->metrics) {
+        fprintf(r->metrics,
+                "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.1f, "
+                "\"time_s\": %.3f}\n",
+                (long long)step + 1, s->loss, s->lr, s->norm, tok_s, t - r->t_start);
+        fflush(r->metrics);
     }
-    if (mp_checkpointer_wait(&ck, NULL, &err)) { mp_err_wrap(&err, "saving the last checkpoint"); goto fail; }
-    if (c->steps > first_step) {
-        double elapsed = mp_time_s() - t_start;
-        mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, last_loss, elapsed);
-        if (mesh->world > 1) {
-            double comm_s = mp_comm_total_seconds(mesh->tp_comm) + mp_comm_total_seconds(mesh->dp_comm) +
-                            mp_comm_total_seconds(mesh->world_comm);
-            int64_t ran = c->steps - first_step;
-            mp_info("comm: tp %.3f MiB/step, dp %.3f MiB/step (sent by this rank), %.1f%% of the time in "
-                    "collectives",
-                    mp_comm_total_bytes(mesh->tp_comm) / 1048576.0 / (double)ran,
-                    mp_comm_total_bytes(mesh->dp_comm) / 1048576.0 / (double)ran, 100.0 * comm_s / elapsed);
-        }
+    if (c->log_every && ((step + 1) % c->log_every == 0 || step + 1 == c->steps))
+        mp_info("step %5lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)step + 1,
+                (long long)c->steps, s->loss, s->lr, s->norm, tok_s);
+    int last = step + 1 == c->steps;
+    if (c->val_data[0] && ((c->eval_every && (step + 1) % c->eval_every == 0) || last)) {
+        double vl = mp_eval_loss(r->model, &r->val, &r->bs, c->seq_len, c->eval_batches, r->in, r->tgt, &r->err);
+        if (isnan(vl)) return r->err.code ? r->err.code : MP_ECHECK;   /* `fail` even with err unset */
+        mp_info("step %5lld | val loss %.6f", (long long)step + 1, vl);
+        if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)step + 1, vl);
     }
+    return MP_OK;
+}
+
+/* After step `step`: commits a finished async save, agrees on a stop (signal or --stop-at), saves when
+ * due (every --ckpt-every steps, at the end) or stopping, and on a stop waits for the save. A failed
+ * save is STEP_FAIL, or with --on-save-error continue is logged and training goes on (STEP_NEXT; the
+ * rest of this step's handling is skipped). Collective. */
+static step_flow checkpoint_step(train_run *r, int64_t step) {
+    const mp_train_config *c = &r->f.tc;
+    const train_flags *f = &r->f;
+    int last = step + 1 == c->steps;
+    /* checkpoints: commit a finished async save, then maybe start the next one */
+    ckpt_stats cs;
+    int64_t committed;
+    if (mp_checkpointer_poll(&r->ck, &committed, &cs, &r->err)) goto save_failed;
+    if (committed >= 0)
+        mp_info("checkpoint step %lld committed: stall %.3f s, write %.3f s, commit %.3f s", (long long)committed,
+                r->ck.last_stall_s, cs.write_s, cs.commit_s);
+    int stop = stop_requested(r->mesh) || (f->stop_at && step + 1 == f->stop_at && !last);
+    int due = f->ckpt_every && ((step + 1) % f->ckpt_every == 0 || last);
+    if (due || stop) {
+        mp_run_state now = {step + 1, r->loader.cur};
+        memset(&cs, 0, sizeof cs);
+        if (mp_checkpointer_save(&r->ck, r->model, &r->mc, c, &now, &cs, &r->err)) goto save_failed;
+        if (f->async_save)
+            mp_info("checkpoint step %lld: stall %.3f s (copy to host), writing in the background",
+                    (long long)now.step, r->ck.last_stall_s);
+        else
+            mp_info("checkpoint step %lld saved: %.3f s (write %.3f s, commit %.3f s, %.1f MiB this rank)",
+                    (long long)now.step, cs.stall_s, cs.write_s, cs.commit_s, cs.bytes / 1048576.0);
+    }
+    if (stop) {
+        if (mp_checkpointer_wait(&r->ck, NULL, &r->err)) goto save_failed;
+        mp_info("stopped%s after step %lld; checkpoint saved under %s", g_stop_signal ? " by signal" : "",
+                (long long)step + 1, r->ckpt_root);
+        return STEP_STOP;
+    }
+    return STEP_NEXT;
+save_failed:
+    mp_err_wrap(&r->err, "saving a checkpoint at step %lld", (long long)step + 1);
+    if (!r->continue_on_error) return STEP_FAIL;
+    mp_error("%s (continuing: --on-save-error continue)", r->err.msg);
+    mp_err_clear(&r->err);
+    return STEP_NEXT;
+}
+
+/* After the last step: waits for a save in flight, then logs the summary (steps, final loss, time; the
+ * communication volume on a multi-rank mesh) if this run took any step. Collective. Fails alike
+ * (`fail`) when the save does. */
+static mp_code finish_run(train_run *r) {
+    const mp_train_config *c = &r->f.tc;
+    const mp_mesh *mesh = r->mesh;
+    mp_code rc = mp_checkpointer_wait(&r->ck, NULL, &r->err);
+    if (rc) { mp_err_wrap(&r->err, "saving the last checkpoint"); return rc; }
+    if (c->steps <= r->first_step) return MP_OK;
+    double elapsed = mp_time_s() - r->t_start;
+    mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, r->last_loss, elapsed);
+    if (mesh->world > 1) {
+        double comm_s = mp_comm_total_seconds(mesh->tp_comm) + mp_comm_total_seconds(mesh->dp_comm) +
+                        mp_comm_total_seconds(mesh->world_comm);
+        int64_t ran = c->steps - r->first_step;
+        mp_info("comm: tp %.3f MiB/step, dp %.3f MiB/step (sent by this rank), %.1f%% of the time in "
+                "collectives",
+                mp_comm_total_bytes(mesh->tp_comm) / 1048576.0 / (double)ran,
+                mp_comm_total_bytes(mesh->dp_comm) / 1048576.0 / (double)ran, 100.0 * comm_s / elapsed);
+    }
+    return MP_OK;
+}
+
+/* Frees what the run holds (each piece may not have been set up). */
+static void release_run(train_run *r) {
+    mp_checkpointer_free(&r->ck);
+    if (r->metrics) fclose(r->metrics);
+    free(r->in);
+    free(r->tgt);
+    llama_destroy(r->model);
+    mp_token_file_close(&r->train);
+    mp_token_file_close(&r->val);
+}
+
+/* `meshpoint train`. Errors every rank finds alike go to `fail` (rank 0 prints them); errors only some
+ * ranks may find are agreed on (mp_runtime_agree: the failing rank prints) and go to `fail_agreed`. */
+int mp_cmd_train(int argc, char **argv) {
+    train_run run = {0}, *r = &run;
+    mp_runtime_start(&r->rt, &argc, &argv);
+    mp_err_clear(&r->err);
+    mp_checkpointer_init(&r->ck, "", NULL, 0);
+    int help = 0, status = 0;
+    mp_code agreed;
+
+    /* flags and config; mesh, data, model */
+    if (parse_flags(r, argc, argv, &help)) goto fail;
+    if (help) goto done;
+    if (load_config(r) || setup_run(r)) goto fail;
+    /* checkpoints: leftovers of interrupted saves go first, then resume; then the metrics file */
+    if ((agreed = clean_partial_saves(r))) goto fail_agreed;
+    if ((agreed = resume_run(r))) goto fail_agreed;
+    if ((agreed = open_metrics(r))) goto fail_agreed;
+    prepare_loop(r);
+    if (save_initial_state(r)) goto fail;
+    /* the steps */
+    for (int64_t step = r->first_step; step < r->f.tc.steps; step++) {
+        step_out s;
+        if (run_step(r, step, &s) || log_step(r, step, &s)) goto fail;
+        step_flow flow = checkpoint_step(r, step);
+        if (flow == STEP_FAIL) goto fail;
+        if (flow == STEP_STOP) goto done;
+    }
+    if (finish_run(r)) goto fail;
     goto done;
 fail_agreed:
     status = mp_exit_status(agreed);   /* the failing rank printed the message */
     goto done;
 fail:
-    status = mp_runtime_fail(&rt, &err);
+    status = mp_runtime_fail(&r->rt, &r->err);
 done:
-    mp_checkpointer_free(&ck);
-    if (metrics) fclose(metrics);
-    free(in);
-    free(tgt);
-    llama_destroy(model);
-    mp_token_file_close(&train);
-    mp_token_file_close(&val);
-    mp_runtime_end(&rt);
+    release_run(r);
+    mp_runtime_end(&r->rt);
     return status;
 }
