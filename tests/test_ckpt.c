@@ -24,43 +24,8 @@
 #include "core/comm.h"
 #include "tests/testutil.h"
 
-typedef struct {
-    const char *name;
-    mp_dtype dt;
-    int nd;
-    int64_t shape[4];
-    int parts[4];     /* boxes per dim (uneven split) */
-} tdesc;
-
-static int64_t numel(int nd, const int64_t *s) {
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++) n *= s[d];
-    return n;
-}
-
-/* The value of element idx of tensor tid, as raw bytes of dtype dt. */
-static void value(int tid, int64_t idx, mp_dtype dt, void *out) {
-    float f = (float)tid * 1000.0f + (float)(idx % 9973) * 0.25f - 7.0f;
-    if (dt == MP_F32) memcpy(out, &f, 4);
-    else if (dt == MP_BF16) { uint16_t h = mp_f32_to_bf16(f); memcpy(out, &h, 2); }
-    else { int32_t v = (int32_t)(idx * 3 - 5 + tid); memcpy(out, &v, 4); }
-}
-
-/* Fills buf (a box off/shp of tensor tid with global shape gs) with the expected values. */
-static void fill_box(int tid, const tdesc *t, const int64_t *off, const int64_t *shp, void *buf) {
-    size_t es = mp_dtype_size(t->dt);
-    int64_t n = numel(t->nd, shp);
-    for (int64_t k = 0; k < n; k++) {
-        int64_t rem = k, g = 0, mul = 1;
-        int64_t idx[4];
-        for (int d = t->nd - 1; d >= 0; d--) { idx[d] = rem % shp[d]; rem /= shp[d]; }
-        for (int d = t->nd - 1; d >= 0; d--) { g += (off[d] + idx[d]) * mul; mul *= t->shape[d]; }
-        value(tid, g, t->dt, (char *)buf + (size_t)k * es);
-    }
-}
-
 /* Box i of the grid of t: part p[d] of t->parts[d] along each dim. */
-static int grid_box(const tdesc *t, int i, int64_t *off, int64_t *shp) {
+static int grid_box(const tu_tdesc *t, int i, int64_t *off, int64_t *shp) {
     int total = 1;
     for (int d = 0; d < t->nd; d++) total *= t->parts[d] ? t->parts[d] : 1;
     if (i >= total) return 0;
@@ -79,7 +44,7 @@ static ckpt_save_opts g_noopts;
 
 /* Saves the tensors (split on their grids) as step into root; returns the commit's code. Buffers are
  * kept until the commit. */
-static mp_code save_tensors(const char *root, int64_t step, const tdesc *ts, int nt, const ckpt_save_opts *o,
+static mp_code save_tensors(const char *root, int64_t step, const tu_tdesc *ts, int nt, const ckpt_save_opts *o,
                             mp_err *e) {
     mp_comm *w = mp_comm_self();
     ckpt_save *s;
@@ -90,8 +55,7 @@ static mp_code save_tensors(const char *root, int64_t step, const tdesc *ts, int
     for (int t = 0; t < nt; t++) {
         int64_t off[4], shp[4];
         for (int i = 0; grid_box(&ts[t], i, off, shp); i++) {
-            void *b = malloc((size_t)numel(ts[t].nd, shp) * mp_dtype_size(ts[t].dt));
-            fill_box(t, &ts[t], off, shp, b);
+            void *b = tu_expected_box(TU_VALS_MAIN, t, &ts[t], off, shp, NULL);
             bufs[nb++] = b;
             cr_assert(nb < 256);
             ckpt_save_add(s, ts[t].name, ts[t].dt, ts[t].nd, ts[t].shape, off, shp, b, NULL);
@@ -108,44 +72,17 @@ static mp_code save_tensors(const char *root, int64_t step, const tdesc *ts, int
     return rc;
 }
 
-/* Reads box (off, shp) of tensor t and compares it bitwise with the expected values. */
-static void expect_box(ckpt_reader *r, int tid, const tdesc *t, const int64_t *off, const int64_t *shp) {
-    size_t n = (size_t)numel(t->nd, shp) * mp_dtype_size(t->dt);
-    void *got = malloc(n), *want = malloc(n);
-    memset(got, 0xAB, n);
-    fill_box(tid, t, off, shp, want);
-    mp_err e;
-    mp_code rc = ckpt_read(r, t->name, off, shp, got, &e);
-    cr_assert_eq(rc, MP_OK, "reading %s: %s", t->name, e.msg);
-    cr_assert(memcmp(got, want, n) == 0, "tensor %s: data differs", t->name);
-    free(got);
-    free(want);
-}
-
-static void expect_all(ckpt_reader *r, const tdesc *ts, int nt) {
+static void expect_all(ckpt_reader *r, const tu_tdesc *ts, int nt) {
     cr_assert_eq(ckpt_num_tensors(r), nt);
     for (int t = 0; t < nt; t++) {
         int64_t z[4] = {0};
-        expect_box(r, t, &ts[t], z, ts[t].shape);
+        tu_expect_box(r, TU_VALS_MAIN, t, &ts[t], z, ts[t].shape);
         int64_t off[4], shp[4];
-        for (int i = 0; grid_box(&ts[t], i, off, shp); i++) expect_box(r, t, &ts[t], off, shp);
+        for (int i = 0; grid_box(&ts[t], i, off, shp); i++) tu_expect_box(r, TU_VALS_MAIN, t, &ts[t], off, shp);
     }
 }
 
-static char *path2(const char *a, const char *b) {
-    char *p;
-    cr_assert(asprintf(&p, "%s/%s", a, b) > 0);
-    return p;
-}
-
-static void rm_rf(const char *p) {
-    char *cmd;
-    cr_assert(asprintf(&cmd, "rm -rf '%s'", p) > 0);
-    tu_run(cmd, NULL);
-    free(cmd);
-}
-
-static const tdesc g_mix[] = {
+static const tu_tdesc g_mix[] = {
     {"model/model.embed_tokens.weight", MP_F32, 2, {37, 16}, {3, 1}},
     {"model/model.layers.0.self_attn.q_proj.weight", MP_F32, 2, {24, 20}, {2, 2}},
     {"model/model.norm.weight", MP_F32, 1, {16}, {1}},
@@ -154,17 +91,6 @@ static const tdesc g_mix[] = {
     {"extra/counts", MP_I32, 1, {10}, {3}},
 };
 #define NMIX ((int)(sizeof g_mix / sizeof g_mix[0]))
-
-static ckpt_reader *open_step(const char *root, int64_t step) {
-    char *d;
-    cr_assert(asprintf(&d, "%s/step_%08lld", root, (long long)step) > 0);
-    ckpt_reader *r;
-    mp_err e;
-    mp_code rc = ckpt_open(&r, d, &e);
-    cr_assert_eq(rc, MP_OK, "open %s: %s", d, e.msg);
-    free(d);
-    return r;
-}
 
 Test(ckpt, round_trip_mixed) {
     char *root = tu_mkdtemp("ckpt_rt");
@@ -193,30 +119,30 @@ Test(ckpt, round_trip_mixed) {
     cr_assert(nread > 0);
     ckpt_close(r);
     /* the latest file and no leftovers */
-    char *lp = path2(root, "latest");
+    char *lp = tu_path(root, "latest");
     FILE *f = fopen(lp, "r");
     cr_assert(f);
     char buf[64] = "";
     cr_assert(fgets(buf, sizeof buf, f));
     fclose(f);
     cr_assert_str_eq(buf, "step_00000007\n");
-    char *pp = path2(root, "step_00000007.partial");
+    char *pp = tu_path(root, "step_00000007.partial");
     cr_assert(access(pp, F_OK) != 0);
     free(lp);
     free(pp);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
 /* A tensor of many checksum tiles per box along both dims, saved in 2 x 2 boxes of 3000 x 256 (box rows
  * of 1 KiB: tiles of 64 rows x 64 columns, 4 column blocks). */
-static const tdesc g_big[] = {{"model/big.weight", MP_F32, 2, {6000, 512}, {2, 2}}};
+static const tu_tdesc g_big[] = {{"model/big.weight", MP_F32, 2, {6000, 512}, {2, 2}}};
 
 Test(ckpt, read_box_straddling_saved_boxes) {
     char *root = tu_mkdtemp("ckpt_straddle");
     mp_err e;
     cr_assert_eq(save_tensors(root, 1, g_big, 1, NULL, &e), MP_OK, "%s", e.msg);
-    ckpt_reader *r = open_step(root, 1);
+    ckpt_reader *r = tu_open_step(root, 1);
     const ckpt_tensor_info *ti = ckpt_tensor_at(r, 0);
     const ckpt_box_info *b0 = ckpt_box_at(r, ti->box_first);
     cr_assert(b0->ntiles >= 2 && b0->tile_rows < b0->shape[0] && b0->tile_cols < b0->shape[1],
@@ -226,24 +152,24 @@ Test(ckpt, read_box_straddling_saved_boxes) {
                                  ((b0->shape[1] + b0->tile_cols - 1) / b0->tile_cols));
     /* rows 1000..5000 x cols 100..400: four saved boxes, partial tiles, scattered columns */
     int64_t o1[2] = {1000, 100}, s1[2] = {4000, 300};
-    expect_box(r, 0, &g_big[0], o1, s1);
+    tu_expect_box(r, TU_VALS_MAIN, 0, &g_big[0], o1, s1);
     int hits[8];
     cr_assert_eq(ckpt_query(r, 0, o1, s1, hits, 8), 4);
     /* the saved boxes' columns, rows straddling the dim-0 split: whole tile rows go straight into the
      * caller's buffer, partial ones through scratch */
     int64_t o2[2] = {1000, 0}, s2[2] = {4000, 256};
-    expect_box(r, 0, &g_big[0], o2, s2);
+    tu_expect_box(r, TU_VALS_MAIN, 0, &g_big[0], o2, s2);
     cr_assert_eq(ckpt_query(r, 0, o2, s2, hits, 8), 2);
     int64_t o3[2] = {2999, 255}, s3[2] = {2, 2};
-    expect_box(r, 0, &g_big[0], o3, s3);
+    tu_expect_box(r, TU_VALS_MAIN, 0, &g_big[0], o3, s3);
     cr_assert_eq(ckpt_query(r, 0, o3, s3, hits, 8), 4);
     int64_t o4[2] = {0, 0}, s4[2] = {10, 10};
     cr_assert_eq(ckpt_query(r, 0, o4, s4, hits, 8), 1);
     /* a whole tensor, all four boxes */
     int64_t z[2] = {0, 0};
-    expect_box(r, 0, &g_big[0], z, g_big[0].shape);
+    tu_expect_box(r, TU_VALS_MAIN, 0, &g_big[0], z, g_big[0].shape);
     ckpt_close(r);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
@@ -262,7 +188,7 @@ Test(ckpt, save_rejects_overlap_and_gap) {
     ckpt_save_free(s);
     cr_assert_eq(rc, MP_ECHECK);
     cr_assert(strstr(e.msg, "tensor w") && strstr(e.msg, "written twice") && strstr(e.msg, "[4:5, 0:8]"), "%s", e.msg);
-    char *d1 = path2(root, "step_00000001"), *p1 = path2(root, "step_00000001.partial");
+    char *d1 = tu_path(root, "step_00000001"), *p1 = tu_path(root, "step_00000001.partial");
     cr_assert(access(d1, F_OK) != 0 && access(p1, F_OK) != 0, "a failed save must leave nothing");
     /* a gap: rows 5..8 missing */
     cr_assert_eq(ckpt_save_begin(&s, w, root, 1, NULL, &e), MP_OK, "%s", e.msg);
@@ -295,7 +221,7 @@ Test(ckpt, save_rejects_overlap_and_gap) {
     w->destroy(w);
     free(d1);
     free(p1);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
@@ -314,7 +240,7 @@ Test(ckpt, load_refuses_box_missing_from_layout) {
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
     w->destroy(w);
-    ckpt_reader *r = open_step(root, 3);
+    ckpt_reader *r = tu_open_step(root, 3);
     float out[80];
     int64_t z[2] = {0, 0};
     cr_assert_eq(ckpt_read(r, "model/w", z, g, out, &e), MP_ECHECK);
@@ -336,38 +262,11 @@ Test(ckpt, load_refuses_box_missing_from_layout) {
     cr_assert_eq(ckpt_read(r, "model/x", z, g, out, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "model/x"), "%s", e.msg);
     ckpt_close(r);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
-/* File offset of dataset `dset` in HDF5 file `path` (contiguous datasets only). */
-static long long h5_data_offset(const char *path, const char *dset) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_file_locking(fapl, 0, 1);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
-    cr_assert(f >= 0, "open %s", path);
-    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT);
-    cr_assert(d >= 0, "open %s in %s", dset, path);
-    haddr_t a = H5Dget_offset(d);
-    H5Dclose(d);
-    H5Fclose(f);
-    cr_assert(a != HADDR_UNDEF);
-    return (long long)a;
-}
-
-static void flip_byte(const char *path, long long at) {
-    int fd = open(path, O_RDWR);
-    cr_assert(fd >= 0);
-    unsigned char c;
-    cr_assert_eq(pread(fd, &c, 1, at), 1);
-    c ^= 0x10;
-    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
-    close(fd);
-}
-
-static const tdesc g_small[] = {
+static const tu_tdesc g_small[] = {
     {"model/a.weight", MP_F32, 2, {40, 12}, {2, 1}},
     {"model/b.bias", MP_F32, 1, {9}, {1}},
 };
@@ -376,9 +275,9 @@ Test(ckpt, integrity_flipped_byte_in_rank_file) {
     char *root = tu_mkdtemp("ckpt_flip");
     mp_err e;
     cr_assert_eq(save_tensors(root, 1, g_small, 2, NULL, &e), MP_OK, "%s", e.msg);
-    char *rf = path2(root, "step_00000001/rank_00000.h5");
-    flip_byte(rf, h5_data_offset(rf, "/model/a.weight/box_1") + 17);
-    ckpt_reader *r = open_step(root, 1);
+    char *rf = tu_path(root, "step_00000001/rank_00000.h5");
+    tu_flip_byte(rf, tu_h5_data_offset(rf, "/model/a.weight/box_1") + 17);
+    ckpt_reader *r = tu_open_step(root, 1);
     float out[480];
     int64_t z[2] = {0, 0};
     cr_assert_eq(ckpt_read(r, "model/a.weight", z, g_small[0].shape, out, &e), MP_ECHECK);
@@ -394,7 +293,7 @@ Test(ckpt, integrity_flipped_byte_in_rank_file) {
     cr_assert(strstr(e.msg, "checksum mismatch"), "%s", e.msg);
     ckpt_close(r);
     free(rf);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
@@ -403,28 +302,28 @@ Test(ckpt, integrity_truncated_and_missing_rank_file) {
     mp_err e;
     cr_assert_eq(save_tensors(root, 1, g_small, 2, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(save_tensors(root, 2, g_small, 2, NULL, &e), MP_OK, "%s", e.msg);
-    char *rf1 = path2(root, "step_00000001/rank_00000.h5"), *rf2 = path2(root, "step_00000002/rank_00000.h5");
+    char *rf1 = tu_path(root, "step_00000001/rank_00000.h5"), *rf2 = tu_path(root, "step_00000002/rank_00000.h5");
     struct stat st;
     cr_assert_eq(stat(rf1, &st), 0);
     cr_assert_eq(truncate(rf1, st.st_size / 2), 0);
-    ckpt_reader *r = open_step(root, 1);
+    ckpt_reader *r = tu_open_step(root, 1);
     float out[480];
     int64_t z[2] = {0, 0};
     cr_assert_eq(ckpt_read(r, "model/a.weight", z, g_small[0].shape, out, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "rank_00000.h5") && (strstr(e.msg, "truncated") || strstr(e.msg, "cannot")), "%s", e.msg);
     ckpt_close(r);
     cr_assert_eq(unlink(rf2), 0);
-    r = open_step(root, 2);
+    r = tu_open_step(root, 2);
     cr_assert_eq(ckpt_read(r, "model/b.bias", z, g_small[1].shape, out, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "rank_00000.h5") && strstr(e.msg, "missing"), "%s", e.msg);
     ckpt_close(r);
-    char *d2 = path2(root, "step_00000002");
+    char *d2 = tu_path(root, "step_00000002");
     cr_assert_eq(ckpt_check_complete(d2, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "missing"), "%s", e.msg);
     free(d2);
     free(rf1);
     free(rf2);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
@@ -433,27 +332,27 @@ Test(ckpt, integrity_missing_and_corrupt_index) {
     mp_err e;
     for (int s = 1; s <= 4; s++) cr_assert_eq(save_tensors(root, s, g_small, 2, NULL, &e), MP_OK, "%s", e.msg);
     /* step 4: index missing */
-    char *i4 = path2(root, "step_00000004/index.h5");
+    char *i4 = tu_path(root, "step_00000004/index.h5");
     cr_assert_eq(unlink(i4), 0);
     ckpt_reader *r;
-    char *d4 = path2(root, "step_00000004");
+    char *d4 = tu_path(root, "step_00000004");
     cr_assert_eq(ckpt_open(&r, d4, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "index.h5 is missing"), "%s", e.msg);
     /* step 3: garbage over the superblock */
-    char *i3 = path2(root, "step_00000003/index.h5");
+    char *i3 = tu_path(root, "step_00000003/index.h5");
     int fd = open(i3, O_WRONLY);
     cr_assert(fd >= 0);
     char junk[512];
     memset(junk, 'x', sizeof junk);
     cr_assert_eq(pwrite(fd, junk, sizeof junk, 0), (ssize_t)sizeof junk);
     close(fd);
-    char *d3 = path2(root, "step_00000003");
+    char *d3 = tu_path(root, "step_00000003");
     cr_assert_eq(ckpt_open(&r, d3, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "index.h5") && strstr(e.msg, "corrupt"), "%s", e.msg);
     /* step 2: one flipped byte in the box table's raw data (HDF5 has no checksum there) */
-    char *i2 = path2(root, "step_00000002/index.h5");
-    flip_byte(i2, h5_data_offset(i2, "/layout/boxes") + 300);
-    char *d2 = path2(root, "step_00000002");
+    char *i2 = tu_path(root, "step_00000002/index.h5");
+    tu_flip_byte(i2, tu_h5_data_offset(i2, "/layout/boxes") + 300);
+    char *d2 = tu_path(root, "step_00000002");
     cr_assert_eq(ckpt_open(&r, d2, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "index checksum mismatch") && strstr(e.msg, "step_00000002/index.h5"), "%s", e.msg);
     /* find_latest skips all three and lands on step 1 */
@@ -461,16 +360,16 @@ Test(ckpt, integrity_missing_and_corrupt_index) {
     int64_t step = -1;
     cr_assert_eq(ckpt_find_latest(root, dir, sizeof dir, &step, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(step, 1);
-    r = open_step(root, 1);
+    r = tu_open_step(root, 1);
     expect_all(r, g_small, 2);
     ckpt_close(r);
     free(i4); free(d4); free(i3); free(d3); free(i2); free(d2);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
 static void write_text(const char *root, const char *name, const char *text) {
-    char *p = path2(root, name);
+    char *p = tu_path(root, name);
     tu_write_file(p, text);
     free(p);
 }
@@ -485,7 +384,7 @@ Test(ckpt, latest_fallback) {
     for (int s = 1; s <= 3; s++) cr_assert_eq(save_tensors(root, s * 10, g_small, 2, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(ckpt_find_latest(root, dir, sizeof dir, &step, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(step, 30);
-    char *want = path2(root, "step_00000030");
+    char *want = tu_path(root, "step_00000030");
     cr_assert_str_eq(dir, want);
     write_text(root, "latest", "garbage\n");
     cr_assert_eq(ckpt_find_latest(root, dir, sizeof dir, &step, &e), MP_OK, "%s", e.msg);
@@ -493,18 +392,18 @@ Test(ckpt, latest_fallback) {
     write_text(root, "latest", "step_00000010\n");   /* stale */
     cr_assert_eq(ckpt_find_latest(root, dir, sizeof dir, &step, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(step, 30);
-    char *lp = path2(root, "latest");
+    char *lp = tu_path(root, "latest");
     unlink(lp);
     cr_assert_eq(ckpt_find_latest(root, dir, sizeof dir, &step, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(step, 30);
     /* latest names the newest, but it is damaged: fall back to 20 */
     write_text(root, "latest", "step_00000030\n");
-    char *ip = path2(root, "step_00000030/index.h5");
+    char *ip = tu_path(root, "step_00000030/index.h5");
     unlink(ip);
     cr_assert_eq(ckpt_find_latest(root, dir, sizeof dir, &step, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(step, 20);
     /* a .partial dir and a stray file are never candidates */
-    char *pd = path2(root, "step_00000099.partial");
+    char *pd = tu_path(root, "step_00000099.partial");
     mkdir(pd, 0777);
     write_text(root, "step_00000098", "not a dir");
     cr_assert_eq(ckpt_find_latest(root, dir, sizeof dir, &step, &e), MP_OK, "%s", e.msg);
@@ -517,7 +416,7 @@ Test(ckpt, latest_fallback) {
     cr_assert_eq(steps[1], 20);
     free(steps);
     free(want); free(lp); free(ip); free(pd);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
@@ -525,18 +424,18 @@ Test(ckpt, cleanup_partials_and_retention) {
     char *root = tu_mkdtemp("ckpt_retain");
     mp_err e;
     cr_assert_eq(save_tensors(root, 1, g_small, 2, NULL, &e), MP_OK, "%s", e.msg);
-    char *pd = path2(root, "step_00000002.partial");
+    char *pd = tu_path(root, "step_00000002.partial");
     cr_assert_eq(mkdir(pd, 0777), 0);
-    char *pf = path2(pd, "rank_00000.h5");
+    char *pf = tu_path(pd, "rank_00000.h5");
     tu_write_file(pf, "half a file");
     int removed = -1;
     cr_assert_eq(ckpt_cleanup_partials(root, &removed, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(removed, 1);
     cr_assert(access(pd, F_OK) != 0);
-    char *d1 = path2(root, "step_00000001");
+    char *d1 = tu_path(root, "step_00000001");
     cr_assert_eq(ckpt_check_complete(d1, &e), MP_OK, "%s", e.msg);
     /* a stale partial of the same step is replaced by a new save */
-    char *pd3 = path2(root, "step_00000003.partial");
+    char *pd3 = tu_path(root, "step_00000003.partial");
     cr_assert_eq(mkdir(pd3, 0777), 0);
     cr_assert_eq(save_tensors(root, 3, g_small, 2, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert(access(pd3, F_OK) != 0);
@@ -560,16 +459,16 @@ Test(ckpt, cleanup_partials_and_retention) {
     cr_assert_eq(n, 1);
     cr_assert_eq(steps[0], 6);
     free(steps);
-    ckpt_reader *r = open_step(root, 6);
+    ckpt_reader *r = tu_open_step(root, 6);
     expect_all(r, g_small, 2);
     ckpt_close(r);
     free(pd); free(pf); free(d1); free(pd3);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
 /* A 4 MiB tensor: more than the file-size limit of the disk-full test. */
-static const tdesc g_4m[] = {{"model/huge.weight", MP_F32, 2, {1024, 1024}, {2, 1}}};
+static const tu_tdesc g_4m[] = {{"model/huge.weight", MP_F32, 2, {1024, 1024}, {2, 1}}};
 
 Test(ckpt, disk_full_fails_cleanly) {
     char *root = tu_mkdtemp("ckpt_full");
@@ -601,18 +500,18 @@ Test(ckpt, disk_full_fails_cleanly) {
     cr_assert(WIFEXITED(st), "child died: %s", msg);
     cr_assert(atoi(msg) == MP_EIO, "save should fail with an i/o error: %s", msg);
     cr_assert(strstr(msg, "rank_00000.h5") && strstr(msg, "File too large"), "%s", msg);
-    char *d2 = path2(root, "step_00000002"), *p2 = path2(root, "step_00000002.partial");
+    char *d2 = tu_path(root, "step_00000002"), *p2 = tu_path(root, "step_00000002.partial");
     cr_assert(access(d2, F_OK) != 0 && access(p2, F_OK) != 0, "the failed save must remove its .partial dir");
     char dir[4096];
     int64_t step = -1;
     cr_assert_eq(ckpt_find_latest(root, dir, sizeof dir, &step, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(step, 1);
-    ckpt_reader *r = open_step(root, 1);
+    ckpt_reader *r = tu_open_step(root, 1);
     expect_all(r, g_small, 2);
     cr_assert_eq(ckpt_verify(r, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_close(r);
     free(d2); free(p2);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
@@ -664,7 +563,7 @@ static void crash_case(const char *point, int64_t want_step, int async) {
     cr_assert_eq(removed, want_step == 1 ? 1 : 0, "%s: %d partial dirs removed", point, removed);
     /* the next save of step 2 works after a crash before the rename */
     if (want_step == 1) cr_assert_eq(save_tensors(root, 2, g_small, 2, NULL, &e), MP_OK, "%s", e.msg);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
@@ -677,7 +576,7 @@ Test(ckpt, crash_after_latest) { crash_case("after_latest", 2, 0); }
 Test(ckpt, crash_async_during_rank_files) { crash_case("during_rank_files", 1, 1); }
 
 /* Compressible data: a smooth function of the index. */
-static const tdesc g_z[] = {
+static const tu_tdesc g_z[] = {
     {"model/z.weight", MP_F32, 2, {2048, 384}, {2, 2}},
     {"model/z16", MP_BF16, 3, {30, 20, 10}, {2, 1, 1}},
 };
@@ -688,23 +587,19 @@ Test(ckpt, zstd_round_trip) {
     ckpt_save_opts o = {.zstd_level = 3};
     cr_assert_eq(save_tensors(root, 1, g_z, 2, &o, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(save_tensors(root, 2, g_z, 2, NULL, &e), MP_OK, "%s", e.msg);
-    char *zf = path2(root, "step_00000001/rank_00000.h5"), *pf = path2(root, "step_00000002/rank_00000.h5");
+    char *zf = tu_path(root, "step_00000001/rank_00000.h5"), *pf = tu_path(root, "step_00000002/rank_00000.h5");
     struct stat zs, ps;
     cr_assert_eq(stat(zf, &zs), 0);
     cr_assert_eq(stat(pf, &ps), 0);
     cr_assert(zs.st_size < ps.st_size / 2, "compressed %lld vs plain %lld", (long long)zs.st_size, (long long)ps.st_size);
-    ckpt_reader *r = open_step(root, 1);
+    ckpt_reader *r = tu_open_step(root, 1);
     expect_all(r, g_z, 2);
     int64_t o1[2] = {700, 50}, s1[2] = {900, 300};
-    expect_box(r, 0, &g_z[0], o1, s1);
+    tu_expect_box(r, TU_VALS_MAIN, 0, &g_z[0], o1, s1);
     cr_assert_eq(ckpt_verify(r, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_close(r);
     /* the dataset really is chunked with shuffle + zstd (32015) */
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_file_locking(fapl, 0, 1);
-    hid_t f = H5Fopen(zf, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    hid_t f = tu_h5_open(zf, H5F_ACC_RDONLY);
     hid_t d = H5Dopen2(f, "/model/z.weight/box_0", H5P_DEFAULT);
     hid_t dcpl = H5Dget_create_plist(d);
     cr_assert_eq(H5Pget_layout(dcpl), H5D_CHUNKED);
@@ -721,7 +616,7 @@ Test(ckpt, zstd_round_trip) {
     H5Fclose(f);
     free(zf);
     free(pf);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
@@ -738,8 +633,7 @@ Test(ckpt, async_save_round_trip) {
         for (int t = 0; t < 2; t++) {
             int64_t off[4], shp[4];
             for (int i = 0; grid_box(&g_big[0], i, off, shp) && t == 0; i++) {
-                void *b = malloc((size_t)numel(2, shp) * 4);
-                fill_box(0, &g_big[0], off, shp, b);
+                void *b = tu_expected_box(TU_VALS_MAIN, 0, &g_big[0], off, shp, NULL);
                 bufs[k][nb[k]++] = b;
                 cr_assert_eq(ckpt_save_add(s[k], g_big[0].name, MP_F32, 2, g_big[0].shape, off, shp, b, &e), MP_OK);
             }
@@ -771,12 +665,12 @@ Test(ckpt, async_save_round_trip) {
     }
     w->destroy(w);
     for (int k = 0; k < 2; k++) {
-        ckpt_reader *r = open_step(root, 10 + k);
+        ckpt_reader *r = tu_open_step(root, 10 + k);
         expect_all(r, g_big, 1);
         cr_assert_str_eq(ckpt_meta_get(r, "k"), k ? "second" : "first");
         ckpt_close(r);
     }
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
@@ -802,21 +696,21 @@ Test(ckpt, async_error_reported_by_poll) {
     cr_assert_eq(ckpt_list(root, &steps, &n, &e), MP_OK);
     cr_assert_eq(n, 0);
     free(steps);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
 Test(ckpt, save_into_unusable_root_fails_with_path) {
     char *base = tu_mkdtemp("ckpt_badroot");
-    char *file = path2(base, "plainfile");
+    char *file = tu_path(base, "plainfile");
     tu_write_file(file, "x");
-    char *root = path2(file, "checkpoints");   /* below a regular file: ENOTDIR */
+    char *root = tu_path(file, "checkpoints");   /* below a regular file: ENOTDIR */
     mp_err e;
     cr_assert_eq(save_tensors(root, 1, g_small, 2, NULL, &e), MP_EIO);
     cr_assert(strstr(e.msg, "plainfile") && strstr(e.msg, "Not a directory"), "%s", e.msg);
     free(root);
     free(file);
-    rm_rf(base);
+    tu_rm_rf(base);
     free(base);
 }
 
@@ -824,12 +718,8 @@ Test(ckpt, newer_format_version_is_refused) {
     char *root = tu_mkdtemp("ckpt_version");
     mp_err e;
     cr_assert_eq(save_tensors(root, 1, g_small, 2, NULL, &e), MP_OK, "%s", e.msg);
-    char *ip = path2(root, "step_00000001/index.h5");
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_file_locking(fapl, 0, 1);
-    hid_t f = H5Fopen(ip, H5F_ACC_RDWR, fapl);
-    H5Pclose(fapl);
+    char *ip = tu_path(root, "step_00000001/index.h5");
+    hid_t f = tu_h5_open(ip, H5F_ACC_RDWR);
     cr_assert(f >= 0);
     hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
     int64_t v = CKPT_FORMAT_VERSION + 1;
@@ -837,11 +727,11 @@ Test(ckpt, newer_format_version_is_refused) {
     H5Aclose(a);
     H5Fclose(f);
     ckpt_reader *r;
-    char *d = path2(root, "step_00000001");
+    char *d = tu_path(root, "step_00000001");
     cr_assert_eq(ckpt_open(&r, d, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "format version 3") && strstr(e.msg, "reads versions 1..2"), "%s", e.msg);
     free(d);
     free(ip);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }

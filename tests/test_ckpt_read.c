@@ -24,96 +24,8 @@
 
 /* ------------------------------------------------------------------------------------- helpers */
 
-typedef struct {
-    const char *name;
-    mp_dtype dt;
-    int nd;
-    int64_t shape[4];
-} tdesc;
-
-static int64_t numel(int nd, const int64_t *s) {
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++) n *= s[d];
-    return n;
-}
-
-/* The v1 fixture's values (tests/data/ckpt_v1/make_v1_fixture.c): element g of tensor id tid. */
-static void value(int tid, int64_t g, mp_dtype dt, void *out) {
-    float f = (float)tid * 1000.0f + (float)(g % 61) * 0.5f - 7.0f;
-    if (dt == MP_F32) memcpy(out, &f, 4);
-    else if (dt == MP_BF16) { uint16_t h = mp_f32_to_bf16(f); memcpy(out, &h, 2); }
-    else { int32_t v = (int32_t)(g * 3 - 5 + tid); memcpy(out, &v, 4); }
-}
-
-/* Expected bytes of box (off, shp) of tensor t (id tid) into buf. */
-static void fill_box(int tid, const tdesc *t, const int64_t *off, const int64_t *shp, void *buf) {
-    size_t es = mp_dtype_size(t->dt);
-    int64_t n = numel(t->nd, shp);
-    for (int64_t k = 0; k < n; k++) {
-        int64_t rem = k, g = 0, mul = 1, idx[4];
-        for (int d = t->nd - 1; d >= 0; d--) { idx[d] = rem % shp[d]; rem /= shp[d]; }
-        for (int d = t->nd - 1; d >= 0; d--) { g += (off[d] + idx[d]) * mul; mul *= t->shape[d]; }
-        value(tid, g, t->dt, (char *)buf + (size_t)k * es);
-    }
-}
-
-/* Reads box (off, shp) of t and compares it bitwise with fill_box. */
-static void expect_box(ckpt_reader *r, int tid, const tdesc *t, const int64_t *off, const int64_t *shp) {
-    size_t n = (size_t)numel(t->nd, shp) * mp_dtype_size(t->dt);
-    char *got = malloc(n), *want = malloc(n);
-    memset(got, 0xAB, n);
-    fill_box(tid, t, off, shp, want);
-    mp_err e;
-    char reg[256];
-    ck_box_str(reg, sizeof reg, t->nd, off, shp);
-    cr_assert_eq(ckpt_read(r, t->name, off, shp, got, &e), MP_OK, "reading %s %s: %s", t->name, reg, e.msg);
-    cr_assert(memcmp(got, want, n) == 0, "tensor %s %s: data differs", t->name, reg);
-    free(got);
-    free(want);
-}
-
-static char *path2(const char *a, const char *b) {
-    char *p;
-    cr_assert(asprintf(&p, "%s/%s", a, b) > 0);
-    return p;
-}
-
-static void rm_rf(const char *p) {
-    char *cmd;
-    cr_assert(asprintf(&cmd, "rm -rf '%s'", p) > 0);
-    tu_run(cmd, NULL);
-    free(cmd);
-}
-
-/* File offset of the contiguous dataset dset in HDF5 file path. */
-static long long h5_data_offset(const char *path, const char *dset) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_file_locking(fapl, 0, 1);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
-    cr_assert(f >= 0, "open %s", path);
-    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT);
-    cr_assert(d >= 0, "open %s in %s", dset, path);
-    haddr_t a = H5Dget_offset(d);
-    H5Dclose(d);
-    H5Fclose(f);
-    cr_assert(a != HADDR_UNDEF);
-    return (long long)a;
-}
-
-static void flip_byte(const char *path, long long at) {
-    int fd = open(path, O_RDWR);
-    cr_assert(fd >= 0);
-    unsigned char c;
-    cr_assert_eq(pread(fd, &c, 1, at), 1);
-    c ^= 0x10;
-    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
-    close(fd);
-}
-
-/* Saves tensor t (id 0, values of fill_box) as ONE box per tensor into root/step_<step>. */
-static void save_whole(const char *root, int64_t step, const tdesc *ts, int nt, int zstd) {
+/* Saves tensors ts (ids 0.., values TU_VALS_V1FIX) as ONE box per tensor into root/step_<step>. */
+static void save_whole(const char *root, int64_t step, const tu_tdesc *ts, int nt, int zstd) {
     mp_comm *w = mp_comm_self();
     ckpt_save_opts o = {.zstd_level = zstd};
     ckpt_save *s;
@@ -123,8 +35,7 @@ static void save_whole(const char *root, int64_t step, const tdesc *ts, int nt, 
     cr_assert(nt <= 16);
     for (int t = 0; t < nt; t++) {
         int64_t z[4] = {0};
-        bufs[t] = malloc((size_t)numel(ts[t].nd, ts[t].shape) * mp_dtype_size(ts[t].dt));
-        fill_box(t, &ts[t], z, ts[t].shape, bufs[t]);
+        bufs[t] = tu_expected_box(TU_VALS_V1FIX, t, &ts[t], z, ts[t].shape, NULL);
         cr_assert_eq(ckpt_save_add(s, ts[t].name, ts[t].dt, ts[t].nd, ts[t].shape, z, ts[t].shape, bufs[t], &e), MP_OK,
                      "%s", e.msg);
     }
@@ -132,21 +43,6 @@ static void save_whole(const char *root, int64_t step, const tdesc *ts, int nt, 
     ckpt_save_free(s);
     for (int t = 0; t < nt; t++) free(bufs[t]);
     w->destroy(w);
-}
-
-static ckpt_reader *open_dir(const char *dir) {
-    ckpt_reader *r;
-    mp_err e;
-    cr_assert_eq(ckpt_open(&r, dir, &e), MP_OK, "open %s: %s", dir, e.msg);
-    return r;
-}
-
-static ckpt_reader *open_step(const char *root, int64_t step) {
-    char *d;
-    cr_assert(asprintf(&d, "%s/step_%08lld", root, (long long)step) > 0);
-    ckpt_reader *r = open_dir(d);
-    free(d);
-    return r;
 }
 
 /* Bytes read since the last call (resets the counters); *needed (may be NULL) gets bytes needed. */
@@ -161,7 +57,7 @@ static int64_t io_take(ckpt_reader *r, int64_t *needed) {
 /* ---------------------------------------------------------------------------- v2: partial reads */
 
 /* The tile geometry of a box of t of shape shp (ck_tile_geometry: the writer's rule). */
-static void geometry(const tdesc *t, const int64_t *shp, int64_t *tr, int64_t *tc) {
+static void geometry(const tu_tdesc *t, const int64_t *shp, int64_t *tr, int64_t *tc) {
     ck_tile_geometry(mp_dtype_size(t->dt), t->nd, shp, tr, tc);
 }
 
@@ -169,11 +65,11 @@ static void geometry(const tdesc *t, const int64_t *shp, int64_t *tr, int64_t *t
  * touched tile rows x touched column blocks (what the reader must fetch, no more). With chunked
  * (zstd) datasets, HDF5 decompresses whole chunks (whole tile rows of one column block, about
  * CK_CHUNK_BYTES): the rows are rounded to those. */
-static int64_t touched_bytes(const tdesc *t, const int64_t *qo, const int64_t *qs, int chunked) {
+static int64_t touched_bytes(const tu_tdesc *t, const int64_t *qo, const int64_t *qs, int chunked) {
     int64_t tr, tc;
     geometry(t, t->shape, &tr, &tc);
     int64_t rows = t->shape[0], cols = t->nd >= 2 ? t->shape[1] : 1;
-    int64_t unit = (int64_t)mp_dtype_size(t->dt) * (t->nd > 2 ? numel(t->nd - 2, t->shape + 2) : 1);
+    int64_t unit = (int64_t)mp_dtype_size(t->dt) * (t->nd > 2 ? tu_numel(t->nd - 2, t->shape + 2) : 1);
     int64_t rr = tr;
     if (chunked) {
         int64_t per = CK_CHUNK_BYTES / (tr * tc * unit);
@@ -188,12 +84,12 @@ static int64_t touched_bytes(const tdesc *t, const int64_t *qo, const int64_t *q
 }
 
 /* 1 MiB, saved as one box: column blocks of 128 (the tp-8 split, 512-byte row segments). */
-static const tdesc g_w[] = {{"model/w", MP_F32, 2, {256, 1024}}};
+static const tu_tdesc g_w[] = {{"model/w", MP_F32, 2, {256, 1024}}};
 
 Test(ckpt_read, v2_dim1_and_dim0_partial_reads_read_only_their_tiles) {
     char *root = tu_mkdtemp("ckpt_tiles");
     save_whole(root, 1, g_w, 1, 0);
-    ckpt_reader *r = open_step(root, 1);
+    ckpt_reader *r = tu_open_step(root, 1);
     cr_assert_eq(ckpt_reader_version(r), 2);
     const ckpt_box_info *b = ckpt_box_at(r, 0);
     int64_t tr, tc;
@@ -209,7 +105,7 @@ Test(ckpt_read, v2_dim1_and_dim0_partial_reads_read_only_their_tiles) {
     /* the column blocks of a tp-8 split: exactly their tiles, plus the tile array once */
     for (int k = 0; k < 8; k++) {
         int64_t o[2] = {0, 128 * k}, s[2] = {256, 128};
-        expect_box(r, 0, &g_w[0], o, s);
+        tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], o, s);
         got = io_take(r, &need);
         cr_assert_eq(need, 256 * 128 * 4);
         cr_assert_eq(got, need + (k == 0 ? tiles_bytes : 0), "block %d: read %lld, needed %lld", k, (long long)got,
@@ -217,41 +113,41 @@ Test(ckpt_read, v2_dim1_and_dim0_partial_reads_read_only_their_tiles) {
     }
     /* a misaligned column range: only the touched tile rows x column blocks */
     int64_t o1[2] = {10, 100}, s1[2] = {40, 200};
-    expect_box(r, 0, &g_w[0], o1, s1);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], o1, s1);
     got = io_take(r, &need);
     cr_assert_eq(need, 40 * 200 * 4);
     cr_assert_eq(got, touched_bytes(&g_w[0], o1, s1, 0), "read %lld", (long long)got);
     cr_assert(got <= (40 + 2 * tr) * 384 * 4);   /* rows rounded out to tiles, blocks 0..2 */
     /* along dim 0: rows 100..140, whole width */
     int64_t o2[2] = {100, 0}, s2[2] = {40, 1024};
-    expect_box(r, 0, &g_w[0], o2, s2);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], o2, s2);
     got = io_take(r, &need);
     cr_assert_eq(need, 40 * 4096);
     cr_assert_eq(got, touched_bytes(&g_w[0], o2, s2, 0), "read %lld", (long long)got);
     cr_assert(got <= (40 + 2 * tr) * 4096);
     /* rows aligned to tiles: straight into the caller's buffer, nothing more than needed */
     int64_t o3[2] = {2 * tr, 0}, s3[2] = {2 * tr, 1024};
-    expect_box(r, 0, &g_w[0], o3, s3);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], o3, s3);
     got = io_take(r, &need);
     cr_assert_eq(got, need);
     /* one element: one tile */
     int64_t o4[2] = {255, 1023}, s4[2] = {1, 1};
-    expect_box(r, 0, &g_w[0], o4, s4);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], o4, s4);
     got = io_take(r, &need);
     cr_assert_eq(need, 4);
     cr_assert_eq(got, tr * 128 * 4);
     ckpt_close(r);
     /* a fresh reader: the whole box in one read, box checksum only (no tile array) */
-    r = open_step(root, 1);
+    r = tu_open_step(root, 1);
     int64_t z[2] = {0, 0};
-    expect_box(r, 0, &g_w[0], z, g_w[0].shape);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], z, g_w[0].shape);
     got = io_take(r, &need);
     cr_assert_eq(need, 256 * 1024 * 4);
     cr_assert_eq(got, need);
     /* a scratch bound below one tile row still reads (one tile row per batch) */
     ckpt_reader_set_scratch(r, 1);
     int64_t o5[2] = {3, 500}, s5[2] = {250, 300};
-    expect_box(r, 0, &g_w[0], o5, s5);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], o5, s5);
     got = io_take(r, &need);
     cr_assert_eq(got, touched_bytes(&g_w[0], o5, s5, 0) + tiles_bytes, "read %lld", (long long)got);
     int64_t vb = 0;
@@ -262,12 +158,12 @@ Test(ckpt_read, v2_dim1_and_dim0_partial_reads_read_only_their_tiles) {
     cr_assert_eq(got, vb, "verify's reads are counted too");
     cr_assert_eq(need, 0);
     ckpt_close(r);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
 /* 1-D, 3-D and bf16 tensors, plain and zstd (chunks = tiles). */
-static const tdesc g_nd[] = {
+static const tu_tdesc g_nd[] = {
     {"model/vec", MP_F32, 1, {100000}},
     {"model/cube", MP_F32, 3, {64, 16, 32}},
     {"model/half", MP_BF16, 2, {300, 2048}},
@@ -277,7 +173,7 @@ static const tdesc g_nd[] = {
 /* Reads (o, s) of g_nd[t] (a fresh box of the reader: its tile array is fetched too) and checks the
  * bytes read. */
 static void nd_read(ckpt_reader *r, int t, const int64_t *o, const int64_t *s, int chunked) {
-    const tdesc *d = &g_nd[t];
+    const tu_tdesc *d = &g_nd[t];
     const ckpt_box_info *b = ckpt_box_at(r, ckpt_tensor_at(r, ckpt_tensor_find(r, d->name))->box_first);
     int64_t tr, tc;
     geometry(d, d->shape, &tr, &tc);
@@ -285,9 +181,9 @@ static void nd_read(ckpt_reader *r, int t, const int64_t *o, const int64_t *s, i
               "%s: tiles %lld x %lld (%lld)", d->name, (long long)b->tile_rows, (long long)b->tile_cols,
               (long long)b->ntiles);
     ckpt_reader_io_reset(r);
-    expect_box(r, t, d, o, s);
+    tu_expect_box(r, TU_VALS_V1FIX, t, d, o, s);
     int64_t need, got = io_take(r, &need);
-    cr_assert_eq(need, numel(d->nd, s) * (int64_t)mp_dtype_size(d->dt));
+    cr_assert_eq(need, tu_numel(d->nd, s) * (int64_t)mp_dtype_size(d->dt));
     cr_assert_eq(got, touched_bytes(d, o, s, chunked) + b->ntiles * 8, "%s: read %lld, needed %lld", d->name, (long long)got,
                  (long long)need);
 }
@@ -309,7 +205,7 @@ static void nd_reads(ckpt_reader *r, int chunked) {
     cr_assert_eq(touched_bytes(&g_nd[3], o4, s4, chunked), 256 * 128 * 4);
     for (int t = 0; t < 4; t++) {
         int64_t z[4] = {0};
-        expect_box(r, t, &g_nd[t], z, g_nd[t].shape);
+        tu_expect_box(r, TU_VALS_V1FIX, t, &g_nd[t], z, g_nd[t].shape);
     }
     mp_err e;
     cr_assert_eq(ckpt_verify(r, NULL, &e), MP_OK, "%s", e.msg);
@@ -319,19 +215,15 @@ Test(ckpt_read, v2_partial_reads_1d_3d_bf16_plain_and_zstd) {
     char *root = tu_mkdtemp("ckpt_tiles_nd");
     save_whole(root, 1, g_nd, 4, 0);
     save_whole(root, 2, g_nd, 4, 3);
-    ckpt_reader *r = open_step(root, 1);
+    ckpt_reader *r = tu_open_step(root, 1);
     nd_reads(r, 0);
     ckpt_close(r);
-    r = open_step(root, 2);
+    r = tu_open_step(root, 2);
     nd_reads(r, 1);
     ckpt_close(r);
     /* the zstd datasets are chunked in whole tiles */
-    char *rf = path2(root, "step_00000002/rank_00000.h5");
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_file_locking(fapl, 0, 1);
-    hid_t f = H5Fopen(rf, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    char *rf = tu_path(root, "step_00000002/rank_00000.h5");
+    hid_t f = tu_h5_open(rf, H5F_ACC_RDONLY);
     hid_t d = H5Dopen2(f, "/model/w/box_0", H5P_DEFAULT);
     hid_t dcpl = H5Dget_create_plist(d);
     hsize_t ch[2];
@@ -347,14 +239,14 @@ Test(ckpt_read, v2_partial_reads_1d_3d_bf16_plain_and_zstd) {
     H5Dclose(d);
     H5Fclose(f);
     free(rf);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
 /* A box split in 2 x 2 and read across all four saved boxes: every intersection goes through tiles. */
 Test(ckpt_read, v2_read_across_saved_boxes) {
     char *root = tu_mkdtemp("ckpt_tiles_grid");
-    static const tdesc t = {"model/g", MP_F32, 2, {300, 1000}};
+    static const tu_tdesc t = {"model/g", MP_F32, 2, {300, 1000}};
     mp_comm *w = mp_comm_self();
     ckpt_save *s;
     mp_err e;
@@ -362,15 +254,14 @@ Test(ckpt_read, v2_read_across_saved_boxes) {
     void *bufs[4];
     for (int i = 0; i < 4; i++) {
         int64_t off[2] = {i / 2 ? 130 : 0, i % 2 ? 600 : 0}, shp[2] = {i / 2 ? 170 : 130, i % 2 ? 400 : 600};
-        bufs[i] = malloc((size_t)numel(2, shp) * 4);
-        fill_box(0, &t, off, shp, bufs[i]);
+        bufs[i] = tu_expected_box(TU_VALS_V1FIX, 0, &t, off, shp, NULL);
         cr_assert_eq(ckpt_save_add(s, t.name, MP_F32, 2, t.shape, off, shp, bufs[i], &e), MP_OK, "%s", e.msg);
     }
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
     for (int i = 0; i < 4; i++) free(bufs[i]);
     w->destroy(w);
-    ckpt_reader *r = open_step(root, 1);
+    ckpt_reader *r = tu_open_step(root, 1);
     uint32_t seed = 12345;
     for (int k = 0; k < 60; k++) {
         int64_t o[2], sh[2];
@@ -380,21 +271,43 @@ Test(ckpt_read, v2_read_across_saved_boxes) {
             seed = seed * 1103515245u + 12345u;
             sh[d] = 1 + (int64_t)(seed >> 8) % (t.shape[d] - o[d]);
         }
-        expect_box(r, 0, &t, o, sh);
+        tu_expect_box(r, TU_VALS_V1FIX, 0, &t, o, sh);
     }
     int64_t z[2] = {0, 0};
-    expect_box(r, 0, &t, z, t.shape);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &t, z, t.shape);
     ckpt_close(r);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
 /* ------------------------------------------------------------------------------- v2: integrity */
 
+/* A damage case: g_w saved whole as step 1 under a fresh root, its rank file rf, and out, a buffer
+ * for the whole tensor. wcase_end closes r and removes and frees it all. */
+typedef struct {
+    char *root, *rf;
+    float *out;
+} wcase;
+
+static wcase wcase_begin(const char *tag) {
+    wcase c;
+    c.root = tu_mkdtemp(tag);
+    save_whole(c.root, 1, g_w, 1, 0);
+    c.rf = tu_path(c.root, "step_00000001/rank_00000.h5");
+    c.out = malloc(256 * 1024 * 4);
+    return c;
+}
+
+static void wcase_end(wcase *c, ckpt_reader *r) {
+    ckpt_close(r);
+    free(c->out);
+    free(c->rf);
+    tu_rm_rf(c->root);
+    free(c->root);
+}
+
 Test(ckpt_read, v2_flipped_byte_in_one_tile) {
-    char *root = tu_mkdtemp("ckpt_tile_flip");
-    save_whole(root, 1, g_w, 1, 0);
-    char *rf = path2(root, "step_00000001/rank_00000.h5");
+    wcase c = wcase_begin("ckpt_tile_flip");
     /* element (70, 400), in the tile of rows [ta, tb) x columns [tca, tcb) */
     int64_t tr, tc;
     geometry(&g_w[0], g_w[0].shape, &tr, &tc);
@@ -402,85 +315,66 @@ Test(ckpt_read, v2_flipped_byte_in_one_tile) {
     cr_assert(ta > 0 && tb < 256 && tca > 0 && tcb < 1024);
     char tile[128];
     snprintf(tile, sizeof tile, "[%lld:%lld, %lld:%lld]", (long long)ta, (long long)tb, (long long)tca, (long long)tcb);
-    flip_byte(rf, h5_data_offset(rf, "/model/w/box_0") + (70 * 1024 + 400) * 4 + 1);
-    ckpt_reader *r = open_step(root, 1);
+    tu_flip_byte(c.rf, tu_h5_data_offset(c.rf, "/model/w/box_0") + (70 * 1024 + 400) * 4 + 1);
+    ckpt_reader *r = tu_open_step(c.root, 1);
     mp_err e;
-    float *out = malloc(256 * 1024 * 4);
     int64_t o1[2] = {60, 390}, s1[2] = {20, 20};
-    cr_assert_eq(ckpt_read(r, "model/w", o1, s1, out, &e), MP_ECHECK);
+    cr_assert_eq(ckpt_read(r, "model/w", o1, s1, c.out, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "checksum mismatch") && strstr(e.msg, "rank_00000.h5") && strstr(e.msg, "/model/w/box_0") &&
               strstr(e.msg, "tensor model/w") && strstr(e.msg, tile), "want %s: %s", tile, e.msg);
     /* reads touching that tile fail; the same tile row's other blocks and the other tile rows read */
     int64_t o2[2] = {70, 400}, s2[2] = {1, 1};
-    cr_assert_eq(ckpt_read(r, "model/w", o2, s2, out, &e), MP_ECHECK);
+    cr_assert_eq(ckpt_read(r, "model/w", o2, s2, c.out, &e), MP_ECHECK);
     int64_t o2b[2] = {tb - 1, tcb - 1}, s2b[2] = {1, 1};   /* another element of the tile */
-    cr_assert_eq(ckpt_read(r, "model/w", o2b, s2b, out, &e), MP_ECHECK);
+    cr_assert_eq(ckpt_read(r, "model/w", o2b, s2b, c.out, &e), MP_ECHECK);
     int64_t o3[2] = {0, 0}, s3[2] = {ta, 1024};
-    expect_box(r, 0, &g_w[0], o3, s3);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], o3, s3);
     int64_t o4[2] = {ta, 0}, s4[2] = {tr, tca};
-    expect_box(r, 0, &g_w[0], o4, s4);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], o4, s4);
     int64_t o5[2] = {ta, tcb}, s5[2] = {256 - ta, 1024 - tcb};
-    expect_box(r, 0, &g_w[0], o5, s5);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], o5, s5);
     int64_t o6[2] = {tb, 0}, s6[2] = {256 - tb, 1024};
-    expect_box(r, 0, &g_w[0], o6, s6);
+    tu_expect_box(r, TU_VALS_V1FIX, 0, &g_w[0], o6, s6);
     /* whole reads fail on the box checksum; verify on the tile */
     int64_t z[2] = {0, 0};
-    cr_assert_eq(ckpt_read(r, "model/w", z, g_w[0].shape, out, &e), MP_ECHECK);
+    cr_assert_eq(ckpt_read(r, "model/w", z, g_w[0].shape, c.out, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "checksum mismatch") && strstr(e.msg, "[0:256, 0:1024]"), "%s", e.msg);
     cr_assert_eq(ckpt_verify(r, NULL, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "checksum mismatch") && strstr(e.msg, tile), "want %s: %s", tile, e.msg);
-    ckpt_close(r);
-    free(out);
-    free(rf);
-    rm_rf(root);
-    free(root);
+    wcase_end(&c, r);
 }
 
 Test(ckpt_read, v2_flipped_byte_in_tiles_dataset) {
-    char *root = tu_mkdtemp("ckpt_tiles_flip");
-    save_whole(root, 1, g_w, 1, 0);
-    char *rf = path2(root, "step_00000001/rank_00000.h5");
-    flip_byte(rf, h5_data_offset(rf, "/model/w/tiles_0") + 8 * 5 + 2);
-    ckpt_reader *r = open_step(root, 1);
+    wcase c = wcase_begin("ckpt_tiles_flip");
+    tu_flip_byte(c.rf, tu_h5_data_offset(c.rf, "/model/w/tiles_0") + 8 * 5 + 2);
+    ckpt_reader *r = tu_open_step(c.root, 1);
     mp_err e;
-    float *out = malloc(256 * 1024 * 4);
     int64_t o1[2] = {0, 0}, s1[2] = {10, 10};
-    cr_assert_eq(ckpt_read(r, "model/w", o1, s1, out, &e), MP_ECHECK);
+    cr_assert_eq(ckpt_read(r, "model/w", o1, s1, c.out, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "tile checksums") && strstr(e.msg, "/model/w/tiles_0") && strstr(e.msg, "rank_00000.h5") &&
               strstr(e.msg, "tensor model/w") && strstr(e.msg, "corrupt"), "%s", e.msg);
     /* a whole-box read needs no tile array: its box checksum covers every byte */
     int64_t z[2] = {0, 0};
-    cr_assert_eq(ckpt_read(r, "model/w", z, g_w[0].shape, out, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(ckpt_read(r, "model/w", z, g_w[0].shape, c.out, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(ckpt_verify(r, NULL, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "tile checksums") && strstr(e.msg, "/model/w/tiles_0"), "%s", e.msg);
-    ckpt_close(r);
-    free(out);
-    free(rf);
-    rm_rf(root);
-    free(root);
+    wcase_end(&c, r);
 }
 
 Test(ckpt_read, v2_truncated_rank_file_is_a_short_read) {
-    char *root = tu_mkdtemp("ckpt_tiles_trunc");
-    save_whole(root, 1, g_w, 1, 0);
-    char *rf = path2(root, "step_00000001/rank_00000.h5");
-    long long at = h5_data_offset(rf, "/model/w/box_0");
+    wcase c = wcase_begin("ckpt_tiles_trunc");
+    long long at = tu_h5_data_offset(c.rf, "/model/w/box_0");
     /* keep HDF5's metadata readable: cut inside the box's data, past its first rows */
-    ckpt_reader *r = open_step(root, 1);
-    float *out = malloc(256 * 1024 * 4);
+    ckpt_reader *r = tu_open_step(c.root, 1);
     mp_err e;
     int64_t o1[2] = {0, 0}, s1[2] = {1, 1};
-    cr_assert_eq(ckpt_read(r, "model/w", o1, s1, out, &e), MP_OK, "%s", e.msg);   /* file open, tiles cached */
-    cr_assert_eq(truncate(rf, at + 100 * 4096), 0);
+    cr_assert_eq(ckpt_read(r, "model/w", o1, s1, c.out, &e), MP_OK, "%s", e.msg);   /* file open, tiles cached */
+    cr_assert_eq(truncate(c.rf, at + 100 * 4096), 0);
     int64_t o2[2] = {200, 0}, s2[2] = {10, 1024};
-    cr_assert_eq(ckpt_read(r, "model/w", o2, s2, out, &e), MP_ECHECK);
+    cr_assert_eq(ckpt_read(r, "model/w", o2, s2, c.out, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "short read") && strstr(e.msg, "rank_00000.h5") && strstr(e.msg, "/model/w/box_0") &&
               strstr(e.msg, "tensor model/w"), "%s", e.msg);
-    ckpt_close(r);
-    free(out);
-    free(rf);
-    rm_rf(root);
-    free(root);
+    wcase_end(&c, r);
 }
 
 /* Box and tensor columns that the crafted-index cases edit (a subset of the table's compound: HDF5
@@ -495,7 +389,7 @@ typedef struct {
  * columns written in place, index_checksum recomputed: crafted values under a valid checksum) and
  * returns ck_index_read's code on it, message in *e. */
 static mp_code reread_edited(const char *dir, void (*edit)(ck_layout *), mp_err *e) {
-    char *ip = path2(dir, "index.h5"), *np = path2(dir, "index_edited.h5"), *cmd;
+    char *ip = tu_path(dir, "index.h5"), *np = tu_path(dir, "index_edited.h5"), *cmd;
     cr_assert(asprintf(&cmd, "cp '%s' '%s'", ip, np) > 0);
     cr_assert_eq(tu_run(cmd, NULL), 0);
     ck_layout L;
@@ -503,11 +397,7 @@ static mp_code reread_edited(const char *dir, void (*edit)(ck_layout *), mp_err 
     cr_assert_eq(ck_index_read(ip, &L, &le), MP_OK, "%s", le.msg);
     edit(&L);
     uint64_t h = ck_layout_hash(&L);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_file_locking(fapl, 0, 1);
-    hid_t f = H5Fopen(np, H5F_ACC_RDWR, fapl);
-    H5Pclose(fapl);
+    hid_t f = tu_h5_open(np, H5F_ACC_RDWR);
     cr_assert(f >= 0);
     hsize_t four = CKPT_MAX_DIMS;
     hid_t a64 = H5Tarray_create2(H5T_NATIVE_INT64, 1, &four);
@@ -569,7 +459,7 @@ static void ed_shape_overflow(ck_layout *L) {
 Test(ckpt_read, v2_index_refuses_crafted_tile_fields_and_overflows) {
     char *root = tu_mkdtemp("ckpt_tiles_idx");
     save_whole(root, 1, g_w, 1, 0);
-    char *d = path2(root, "step_00000001");
+    char *d = tu_path(root, "step_00000001");
     mp_err e;
     cr_assert_eq(reread_edited(d, ed_none, &e), MP_OK, "%s", e.msg);
     static const struct { void (*f)(ck_layout *); const char *want; } cases[] = {
@@ -583,7 +473,7 @@ Test(ckpt_read, v2_index_refuses_crafted_tile_fields_and_overflows) {
         cr_assert(strstr(e.msg, cases[i].want) && strstr(e.msg, "index_edited.h5"), "case %zu: %s", i, e.msg);
     }
     free(d);
-    rm_rf(root);
+    tu_rm_rf(root);
     free(root);
 }
 
@@ -591,7 +481,7 @@ Test(ckpt_read, v2_index_refuses_crafted_tile_fields_and_overflows) {
 
 /* tests/data/ckpt_v1/make_v1_fixture.c's tensors; id = the generator's tensor id (its value formula). */
 typedef struct {
-    tdesc t;
+    tu_tdesc t;
     int id;
     int step;
 } v1desc;
@@ -621,12 +511,12 @@ static char *v1_dir(int step) {
 /* Reads box (off, shp) of fixture tensor v: equal to the generator's values and to the same region
  * of a whole read (whole). */
 static void v1_expect(ckpt_reader *r, const v1desc *v, const char *whole, const int64_t *off, const int64_t *shp) {
-    const tdesc *t = &v->t;
+    const tu_tdesc *t = &v->t;
     size_t es = mp_dtype_size(t->dt);
-    size_t n = (size_t)numel(t->nd, shp) * es;
+    size_t n = (size_t)tu_numel(t->nd, shp) * es;
     char *got = malloc(n), *want = malloc(n), *from_whole = malloc(n);
     memset(got, 0xAB, n);
-    fill_box(v->id, t, off, shp, want);
+    tu_fill_box(TU_VALS_V1FIX, v->id, t, off, shp, want);
     int64_t z[4] = {0};
     ck_copy_sub(t->nd, es, off, shp, whole, z, t->shape, from_whole, off, shp);
     mp_err e;
@@ -643,7 +533,7 @@ static void v1_expect(ckpt_reader *r, const v1desc *v, const char *whole, const 
 Test(ckpt_read, v1_fixture_reads_whole_and_partial) {
     for (int step = 1; step <= 2; step++) {
         char *d = v1_dir(step);
-        ckpt_reader *r = open_dir(d);
+        ckpt_reader *r = tu_open_dir(d);
         cr_assert_eq(ckpt_reader_version(r), 1);
         cr_assert_eq(ckpt_reader_step(r), step);
         cr_assert_eq(ckpt_reader_world(r), 2);
@@ -653,7 +543,7 @@ Test(ckpt_read, v1_fixture_reads_whole_and_partial) {
             const v1desc *v = &g_v1[i];
             if (v->step != step) continue;
             nt++;
-            const tdesc *t = &v->t;
+            const tu_tdesc *t = &v->t;
             int ti = ckpt_tensor_find(r, t->name);
             cr_assert(ti >= 0, "%s missing", t->name);
             const ckpt_tensor_info *info = ckpt_tensor_at(r, ti);
@@ -662,10 +552,10 @@ Test(ckpt_read, v1_fixture_reads_whole_and_partial) {
             for (int dd = 0; dd < t->nd; dd++) cr_assert_eq(info->shape[dd], t->shape[dd]);
             /* whole */
             size_t es = mp_dtype_size(t->dt);
-            size_t n = (size_t)numel(t->nd, t->shape) * es;
+            size_t n = (size_t)tu_numel(t->nd, t->shape) * es;
             char *whole = malloc(n), *want = malloc(n);
             int64_t z[4] = {0};
-            fill_box(v->id, t, z, t->shape, want);
+            tu_fill_box(TU_VALS_V1FIX, v->id, t, z, t->shape, want);
             mp_err e;
             cr_assert_eq(ckpt_read(r, t->name, z, t->shape, whole, &e), MP_OK, "%s", e.msg);
             cr_assert(memcmp(whole, want, n) == 0, "v1 %s: whole read differs", t->name);
@@ -708,7 +598,7 @@ Test(ckpt_read, v1_fixture_reads_whole_and_partial) {
 
 Test(ckpt_read, v1_fixture_slabs_are_tiles) {
     char *d = v1_dir(2);
-    ckpt_reader *r = open_dir(d);
+    ckpt_reader *r = tu_open_dir(d);
     int ti = ckpt_tensor_find(r, "model/big");
     const ckpt_tensor_info *info = ckpt_tensor_at(r, ti);
     cr_assert_eq(info->nboxes, 2);
@@ -747,7 +637,7 @@ Test(ckpt_read, v1_fixture_slabs_are_tiles) {
 Test(ckpt_read, v1_fixture_verifies) {
     for (int step = 1; step <= 2; step++) {
         char *d = v1_dir(step);
-        ckpt_reader *r = open_dir(d);
+        ckpt_reader *r = tu_open_dir(d);
         int64_t nb = 0;
         mp_err e;
         cr_assert_eq(ckpt_verify(r, &nb, &e), MP_OK, "step %d: %s", step, e.msg);
@@ -782,10 +672,10 @@ static char *v1_copy(int step, char **tmp) {
 Test(ckpt_read, v1_fixture_damage_is_caught) {
     char *tmp;
     char *d = v1_copy(1, &tmp);
-    char *rf = path2(d, "rank_00001.h5");
+    char *rf = tu_path(d, "rank_00001.h5");
     /* model/emb rows 18..37 are rank 1's box_0; flip a byte in its row 20 */
-    flip_byte(rf, h5_data_offset(rf, "/model/emb/box_0") + 2 * 24 * 4 + 5);
-    ckpt_reader *r = open_dir(d);
+    tu_flip_byte(rf, tu_h5_data_offset(rf, "/model/emb/box_0") + 2 * 24 * 4 + 5);
+    ckpt_reader *r = tu_open_dir(d);
     float out[37 * 24];
     mp_err e;
     int64_t z[2] = {0, 0}, g[2] = {37, 24};
@@ -801,23 +691,19 @@ Test(ckpt_read, v1_fixture_damage_is_caught) {
     cr_assert(strstr(e.msg, "checksum mismatch") && strstr(e.msg, "/model/emb/box_0"), "%s", e.msg);
     ckpt_close(r);
     /* a flipped byte in the index's slab checksum table: the index checksum catches it */
-    char *ip = path2(d, "index.h5");
-    flip_byte(ip, h5_data_offset(ip, "/layout/slab_checksums") + 3);
+    char *ip = tu_path(d, "index.h5");
+    tu_flip_byte(ip, tu_h5_data_offset(ip, "/layout/slab_checksums") + 3);
     cr_assert_eq(ckpt_open(&r, d, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "index checksum mismatch"), "%s", e.msg);
     free(ip);
     free(rf);
     free(d);
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(tmp);
     /* zstd (step 2): a flipped byte in a compressed chunk fails the read of that slab, not the other */
     d = v1_copy(2, &tmp);
-    rf = path2(d, "rank_00000.h5");
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_file_locking(fapl, 0, 1);
-    hid_t f = H5Fopen(rf, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    rf = tu_path(d, "rank_00000.h5");
+    hid_t f = tu_h5_open(rf, H5F_ACC_RDONLY);
     hid_t ds = H5Dopen2(f, "/model/big/box_0", H5P_DEFAULT);
     hsize_t coff[2] = {512, 0};
     haddr_t ca;
@@ -825,8 +711,8 @@ Test(ckpt_read, v1_fixture_damage_is_caught) {
     cr_assert(H5Dget_chunk_info_by_coord(ds, coff, NULL, &ca, &csz) >= 0);
     H5Dclose(ds);
     H5Fclose(f);
-    flip_byte(rf, (long long)ca + (long long)csz / 2);
-    r = open_dir(d);
+    tu_flip_byte(rf, (long long)ca + (long long)csz / 2);
+    r = tu_open_dir(d);
     float *big = malloc((size_t)200 * 1024 * 4);
     int64_t o3[2] = {600, 0}, s3[2] = {10, 1024};
     cr_assert_eq(ckpt_read(r, "model/big", o3, s3, big, &e), MP_ECHECK);
@@ -838,6 +724,6 @@ Test(ckpt_read, v1_fixture_damage_is_caught) {
     free(big);
     free(rf);
     free(d);
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(tmp);
 }

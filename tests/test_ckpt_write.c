@@ -24,69 +24,27 @@
 
 /* ------------------------------------------------------------------------------------- helpers */
 
-typedef struct {
-    const char *name;
-    mp_dtype dt;
-    int nd;
-    int64_t shape[4];
-} tdesc;
-
-static int64_t numel(int nd, const int64_t *s) {
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++) n *= s[d];
-    return n;
-}
-
-/* The value of element idx of tensor tid, as raw bytes of dtype dt. */
-static void value(int tid, int64_t idx, mp_dtype dt, void *out) {
-    float f = (float)tid * 1000.0f + (float)(idx % 9973) * 0.25f - 7.0f;
-    if (dt == MP_F32) memcpy(out, &f, 4);
-    else if (dt == MP_BF16) { uint16_t h = mp_f32_to_bf16(f); memcpy(out, &h, 2); }
-    else { int32_t v = (int32_t)(idx * 3 - 5 + tid); memcpy(out, &v, 4); }
-}
-
-/* Fills buf (the box off/shp of tensor tid, described by t) with the expected values. */
-static void fill_expected(int tid, const tdesc *t, const int64_t *off, const int64_t *shp, void *buf) {
-    size_t es = mp_dtype_size(t->dt);
-    int64_t n = numel(t->nd, shp);
-    for (int64_t k = 0; k < n; k++) {
-        int64_t rem = k, g = 0, mul = 1, idx[4];
-        for (int d = t->nd - 1; d >= 0; d--) { idx[d] = rem % shp[d]; rem /= shp[d]; }
-        for (int d = t->nd - 1; d >= 0; d--) { g += (off[d] + idx[d]) * mul; mul *= t->shape[d]; }
-        value(tid, g, t->dt, (char *)buf + (size_t)k * es);
-    }
-}
-
-static void *expected_box(int tid, const tdesc *t, const int64_t *off, const int64_t *shp, size_t *bytes) {
-    size_t n = (size_t)numel(t->nd, shp) * mp_dtype_size(t->dt);
-    void *b = malloc(n);
-    fill_expected(tid, t, off, shp, b);
-    if (bytes) *bytes = n;
-    return b;
-}
-
-static char *path2(const char *a, const char *b) {
-    char *p;
-    cr_assert(asprintf(&p, "%s/%s", a, b) > 0);
-    return p;
-}
-
-static void rm_rf(const char *p) {
-    char *cmd;
-    cr_assert(asprintf(&cmd, "rm -rf '%s'", p) > 0);
-    tu_run(cmd, NULL);
-    free(cmd);
-}
-
 /* Fill callback context: tensor tid of t; counts the bands and checks their shapes. */
 typedef struct {
     int tid;
-    const tdesc *t;
+    const tu_tdesc *t;
     int64_t box_off[4], box_shp[4];   /* the box being filled (set by the test per box) */
     size_t fill_bytes;                /* the save's bound */
     int calls;
     int fail_at;                      /* > 0: the fail_at-th call fails */
 } fillctx;
+
+/* Sets c up for box off/shp of tensor tid (t), bound fill_bytes; fail_at > 0: that call fails. */
+static void fillctx_init(fillctx *c, int tid, const tu_tdesc *t, const int64_t *off, const int64_t *shp,
+                         size_t fill_bytes, int fail_at) {
+    memset(c, 0, sizeof *c);
+    c->tid = tid;
+    c->t = t;
+    memcpy(c->box_off, off, sizeof c->box_off);
+    memcpy(c->box_shp, shp, sizeof c->box_shp);
+    c->fill_bytes = fill_bytes;
+    c->fail_at = fail_at;
+}
 
 /* One ctx per box, since fill calls do not say which box they are for beyond the coordinates. */
 static mp_code fill_cb(void *vctx, const int64_t *off, const int64_t *shp, void *buf, mp_err *e) {
@@ -102,7 +60,7 @@ static mp_code fill_cb(void *vctx, const int64_t *off, const int64_t *shp, void 
     cr_assert(off[0] >= c->box_off[0] && off[0] + shp[0] <= c->box_off[0] + c->box_shp[0]);
     int64_t tr, tc;
     ck_tile_geometry(mp_dtype_size(c->t->dt), c->t->nd, c->box_shp, &tr, &tc);
-    size_t rowb = (size_t)numel(c->t->nd - 1, shp + 1) * mp_dtype_size(c->t->dt);
+    size_t rowb = (size_t)tu_numel(c->t->nd - 1, shp + 1) * mp_dtype_size(c->t->dt);
     int last = off[0] + shp[0] == c->box_off[0] + c->box_shp[0];
     cr_assert((off[0] - c->box_off[0]) % tr == 0, "band starts at row %lld, tile rows %lld", (long long)off[0],
               (long long)tr);
@@ -112,12 +70,12 @@ static mp_code fill_cb(void *vctx, const int64_t *off, const int64_t *shp, void 
               c->fill_bytes);
     /* the band buffer is accounted as checkpoint memory */
     cr_assert(mp_mem_current(MP_MEM_CKPT) >= (int64_t)((size_t)shp[0] * rowb));
-    fill_expected(c->tid, c->t, off, shp, buf);
+    tu_fill_box(TU_VALS_MAIN, c->tid, c->t, off, shp, buf);
     return MP_OK;
 }
 
 /* The 2x2 split of a 2-D (or more) tensor: part p (0..3) = row half p/2 x column half p%2. */
-static void quarter(const tdesc *t, int p, int64_t *off, int64_t *shp) {
+static void quarter(const tu_tdesc *t, int p, int64_t *off, int64_t *shp) {
     for (int d = 0; d < 4; d++) { off[d] = 0; shp[d] = d < t->nd ? t->shape[d] : 1; }
     int64_t h0 = t->shape[0] / 2, h1 = t->shape[1] / 2;
     off[0] = p / 2 ? h0 : 0;
@@ -127,18 +85,9 @@ static void quarter(const tdesc *t, int p, int64_t *off, int64_t *shp) {
 }
 
 /* Reads the whole tensor tid and compares it with the expected values. */
-static void expect_tensor(ckpt_reader *r, int tid, const tdesc *t) {
+static void expect_tensor(ckpt_reader *r, int tid, const tu_tdesc *t) {
     int64_t z[4] = {0};
-    size_t n;
-    void *want = expected_box(tid, t, z, t->shape, &n);
-    void *got = malloc(n);
-    memset(got, 0xAB, n);
-    mp_err e;
-    mp_code rc = ckpt_read(r, t->name, z, t->shape, got, &e);
-    cr_assert_eq(rc, MP_OK, "reading %s: %s", t->name, e.msg);
-    cr_assert(memcmp(got, want, n) == 0, "tensor %s: data differs", t->name);
-    free(got);
-    free(want);
+    tu_expect_box(r, TU_VALS_MAIN, tid, t, z, t->shape);
 }
 
 /* Opens a rank file read-only with the reader's access properties (the reader may hold it open). */
@@ -150,28 +99,21 @@ static hid_t open_ro(const char *fp) {
     return f;
 }
 
-static herr_t read_attr_i64(hid_t obj, const char *name, int64_t *v) {
+/* Reads attribute name of obj as memory type mt into v (H5T_NATIVE_INT64 / _UINT64); < 0 on failure. */
+static herr_t read_attr(hid_t obj, const char *name, hid_t mt, void *v) {
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     if (a < 0) return -1;
-    herr_t rc = H5Aread(a, H5T_NATIVE_INT64, v);
-    H5Aclose(a);
-    return rc;
-}
-
-static herr_t read_attr_u64(hid_t obj, const char *name, uint64_t *v) {
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    herr_t rc = H5Aread(a, H5T_NATIVE_UINT64, v);
+    herr_t rc = H5Aread(a, mt, v);
     H5Aclose(a);
     return rc;
 }
 
 /* The tile checksums of a row-major box (shape shp of t's dtype) computed tile by tile. */
-static uint64_t *expected_tiles(const tdesc *t, const int64_t *shp, const void *data, int64_t *ntiles) {
+static uint64_t *expected_tiles(const tu_tdesc *t, const int64_t *shp, const void *data, int64_t *ntiles) {
     size_t es = mp_dtype_size(t->dt);
     int64_t tr, tc;
     ck_tile_geometry(es, t->nd, shp, &tr, &tc);
-    int64_t rows = shp[0], cols = t->nd >= 2 ? shp[1] : 1, inner = numel(t->nd, shp) / (rows * cols);
+    int64_t rows = shp[0], cols = t->nd >= 2 ? shp[1] : 1, inner = tu_numel(t->nd, shp) / (rows * cols);
     int64_t nrb = (rows + tr - 1) / tr, ncb = (cols + tc - 1) / tc;
     *ntiles = nrb * ncb;
     cr_assert_eq(*ntiles, ck_tile_count(t->nd, shp, tr, tc));
@@ -195,30 +137,30 @@ static uint64_t *expected_tiles(const tdesc *t, const int64_t *shp, const void *
 /* Checks box j of the checkpoint in dir against the expected data of tensor tid: the box checksum in
  * the index, the rank file's root attributes, the box dataset's attributes, the tile array (its
  * content computed here and its hash = tiles_checksum), and the chunking under zstd. */
-static void check_box_on_disk(const char *dir, ckpt_reader *r, int j, int tid, const tdesc *t, int world, int zstd) {
+static void check_box_on_disk(const char *dir, ckpt_reader *r, int j, int tid, const tu_tdesc *t, int world, int zstd) {
     const ckpt_box_info *B = ckpt_box_at(r, j);
     size_t n;
-    void *want = expected_box(tid, t, B->offset, B->shape, &n);
+    void *want = tu_expected_box(TU_VALS_MAIN, tid, t, B->offset, B->shape, &n);
     cr_assert_eq(B->checksum, XXH3_64bits(want, n), "tensor %s box %d: checksum is not XXH3 of its data", t->name, j);
     int64_t tr, tc;
     ck_tile_geometry(mp_dtype_size(t->dt), t->nd, B->shape, &tr, &tc);
     cr_assert_eq(B->tile_rows, tr);
     cr_assert_eq(B->tile_cols, tc);
-    char *fp = path2(dir, B->file);
+    char *fp = tu_path(dir, B->file);
     hid_t f = open_ro(fp);
     cr_assert(f >= 0, "opening %s", fp);
     int64_t v;
-    cr_assert(read_attr_i64(f, "format_version", &v) >= 0 && v == 2);
-    cr_assert(read_attr_i64(f, "rank", &v) >= 0 && v == B->rank, "%s: rank attribute %lld, box rank %d", fp,
-              (long long)v, B->rank);
-    cr_assert(read_attr_i64(f, "world_size", &v) >= 0 && v == world);
+    cr_assert(read_attr(f, "format_version", H5T_NATIVE_INT64, &v) >= 0 && v == 2);
+    cr_assert(read_attr(f, "rank", H5T_NATIVE_INT64, &v) >= 0 && v == B->rank, "%s: rank attribute %lld, box rank %d",
+              fp, (long long)v, B->rank);
+    cr_assert(read_attr(f, "world_size", H5T_NATIVE_INT64, &v) >= 0 && v == world);
     hid_t d = H5Dopen2(f, B->dataset, H5P_DEFAULT);
     cr_assert(d >= 0, "%s: no dataset %s", fp, B->dataset);
     uint64_t ck, tck;
-    cr_assert(read_attr_u64(d, "checksum", &ck) >= 0 && ck == B->checksum);
-    cr_assert(read_attr_i64(d, "tile_rows", &v) >= 0 && v == tr);
-    cr_assert(read_attr_i64(d, "tile_cols", &v) >= 0 && v == tc);
-    cr_assert(read_attr_u64(d, "tiles_checksum", &tck) >= 0);
+    cr_assert(read_attr(d, "checksum", H5T_NATIVE_UINT64, &ck) >= 0 && ck == B->checksum);
+    cr_assert(read_attr(d, "tile_rows", H5T_NATIVE_INT64, &v) >= 0 && v == tr);
+    cr_assert(read_attr(d, "tile_cols", H5T_NATIVE_INT64, &v) >= 0 && v == tc);
+    cr_assert(read_attr(d, "tiles_checksum", H5T_NATIVE_UINT64, &tck) >= 0);
     cr_assert(H5Aexists(d, "slab_rows") == 0 && H5Aexists(d, "slab_checksums") == 0, "v2 box with slab attributes");
     hid_t dcpl = H5Dget_create_plist(d);
     if (zstd) {
@@ -298,7 +240,7 @@ Test(ckpt_write, tile_geometry) {
 
 /* ------------------------------------------------------------------------------------- fill boxes */
 
-static const tdesc g_t[] = {
+static const tu_tdesc g_t[] = {
     {"model/w", MP_F32, 2, {300, 1024}},          /* quarters of 150 x 512: 64-row tiles, 8 col blocks */
     {"model/b", MP_F32, 1, {1000}},               /* 4 row ranges: one column block */
     {"model/h.bf16", MP_BF16, 3, {21, 10, 6}},    /* quarters: 3-D, bf16 */
@@ -309,7 +251,7 @@ static const tdesc g_t[] = {
 /* Box p of tensor ti and its file rank: quarters of 2-D+ tensors into ranks 0..3, 1-D in 4 row
  * ranges, extra/i in two halves (ranks 1 and 3). Returns 0 when tensor ti has no box p. */
 static int plan_box(int ti, int p, int64_t *off, int64_t *shp, int *file_rank) {
-    const tdesc *t = &g_t[ti];
+    const tu_tdesc *t = &g_t[ti];
     if (ti == 3) {
         if (p >= 2) return 0;
         for (int d = 0; d < 4; d++) { off[d] = 0; shp[d] = d < t->nd ? t->shape[d] : 1; }
@@ -348,13 +290,7 @@ static mp_code save_fill(const char *dir, size_t fill_bytes, int zstd, int fail_
         int fr;
         for (int p = 0; plan_box(ti, p, off, shp, &fr); p++) {
             fillctx *c = &ctxs[nb];
-            memset(c, 0, sizeof *c);
-            c->tid = ti;
-            c->t = &g_t[ti];
-            memcpy(c->box_off, off, sizeof off);
-            memcpy(c->box_shp, shp, sizeof shp);
-            c->fill_bytes = fill_bytes;
-            c->fail_at = nb == fail_box ? fail_call : 0;
+            fillctx_init(c, ti, &g_t[ti], off, shp, fill_bytes, nb == fail_box ? fail_call : 0);
             mp_err ae;
             cr_assert_eq(ckpt_save_add_fill(s, fr, g_t[ti].name, g_t[ti].dt, g_t[ti].nd, g_t[ti].shape, off, shp, fill_cb,
                                             c, &ae), MP_OK, "%s", ae.msg);
@@ -372,7 +308,7 @@ static mp_code save_fill(const char *dir, size_t fill_bytes, int zstd, int fail_
 
 static void check_fill_save(int zstd) {
     char *tmp = tu_mkdtemp("ckw_fill");
-    char *dir = path2(tmp, "out/ckpt");   /* parents created */
+    char *dir = tu_path(tmp, "out/ckpt");   /* parents created */
     fillctx ctxs[32];
     int nctx = 0;
     size_t fill_bytes = 100 << 10;   /* 100 KiB: three 16-row tile rows of model/w (32 KiB each): bands of 48 rows */
@@ -383,12 +319,12 @@ static void check_fill_save(int zstd) {
     cr_assert_eq(mp_mem_current(MP_MEM_CKPT), mem0, "band buffer not given back");
     /* model/w quarters are 150 rows: bands 48 + 48 + 48 + 6 */
     for (int i = 0; i < 4; i++) cr_assert_eq(ctxs[i].calls, 4, "box %d: %d bands", i, ctxs[i].calls);
-    char *partial = path2(tmp, "out/ckpt.partial"), *latest = path2(tmp, "out/latest");
+    char *partial = tu_path(tmp, "out/ckpt.partial"), *latest = tu_path(tmp, "out/latest");
     cr_assert(!ck_exists(partial) && !ck_exists(latest));
     for (int r = 0; r < 4; r++) {
         char name[32];
         snprintf(name, sizeof name, "rank_%05d.h5", r);
-        char *fp = path2(dir, name);
+        char *fp = tu_path(dir, name);
         cr_assert(ck_exists(fp), "%s missing", fp);
         free(fp);
     }
@@ -406,7 +342,7 @@ static void check_fill_save(int zstd) {
     }
     cr_assert_eq(ckpt_verify(rd, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_close(rd);
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(partial);
     free(latest);
     free(dir);
@@ -431,16 +367,11 @@ static void save_w(const char *dir, int as_fill, int zstd) {
         int64_t off[4], shp[4];
         quarter(&g_t[0], p, off, shp);
         if (as_fill) {
-            memset(&ctxs[p], 0, sizeof ctxs[p]);
-            ctxs[p].tid = 0;
-            ctxs[p].t = &g_t[0];
-            memcpy(ctxs[p].box_off, off, sizeof off);
-            memcpy(ctxs[p].box_shp, shp, sizeof shp);
-            ctxs[p].fill_bytes = o.fill_bytes;
+            fillctx_init(&ctxs[p], 0, &g_t[0], off, shp, o.fill_bytes, 0);
             cr_assert_eq(ckpt_save_add_fill(s, 0, g_t[0].name, MP_F32, 2, g_t[0].shape, off, shp, fill_cb, &ctxs[p], &e),
                          MP_OK, "%s", e.msg);
         } else {
-            bufs[p] = expected_box(0, &g_t[0], off, shp, NULL);
+            bufs[p] = tu_expected_box(TU_VALS_MAIN, 0, &g_t[0], off, shp, NULL);
             cr_assert_eq(ckpt_save_add(s, g_t[0].name, MP_F32, 2, g_t[0].shape, off, shp, bufs[p], &e), MP_OK, "%s",
                          e.msg);
         }
@@ -471,10 +402,10 @@ static void *read_dataset(const char *fp, const char *ds, hid_t mt, size_t *n) {
 
 static void pointer_vs_fill(int zstd) {
     char *tmp = tu_mkdtemp("ckw_same");
-    char *a = path2(tmp, "ptr"), *b = path2(tmp, "fill");
+    char *a = tu_path(tmp, "ptr"), *b = tu_path(tmp, "fill");
     save_w(a, 0, zstd);
     save_w(b, 1, zstd);
-    char *fa = path2(a, "rank_00000.h5"), *fb = path2(b, "rank_00000.h5");
+    char *fa = tu_path(a, "rank_00000.h5"), *fb = tu_path(b, "rank_00000.h5");
     for (int k = 0; k < 4; k++) {
         char ds[64], ts[64];
         snprintf(ds, sizeof ds, "/model/w/box_%d", k);
@@ -505,7 +436,7 @@ static void pointer_vs_fill(int zstd) {
     expect_tensor(rb, 0, &g_t[0]);
     ckpt_close(ra);
     ckpt_close(rb);
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(fa);
     free(fb);
     free(a);
@@ -518,7 +449,7 @@ Test(ckpt_write, pointer_and_fill_boxes_write_the_same_datasets_zstd) { pointer_
 
 Test(ckpt_write, fill_error_fails_the_save_and_leaves_nothing) {
     char *tmp = tu_mkdtemp("ckw_ferr");
-    char *dir = path2(tmp, "ckpt"), *partial = path2(tmp, "ckpt.partial");
+    char *dir = tu_path(tmp, "ckpt"), *partial = tu_path(tmp, "ckpt.partial");
     fillctx ctxs[32];
     int nctx;
     mp_err e;
@@ -530,26 +461,41 @@ Test(ckpt_write, fill_error_fails_the_save_and_leaves_nothing) {
     cr_assert(strstr(e.msg, "rank_00002.h5"), "%s", e.msg);
     cr_assert(!ck_exists(dir) && !ck_exists(partial), "a failed save left %s or its .partial", dir);
     cr_assert_eq(mp_mem_current(MP_MEM_CKPT), mem0);
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(dir);
     free(partial);
     free(tmp);
 }
 
+/* The context of model/b (g_t[1]) as one whole box of 1000 rows under the bound fill_bytes. */
+static fillctx ctx_model_b(size_t fill_bytes) {
+    int64_t off[4] = {0}, shp[4] = {1000};
+    fillctx c;
+    fillctx_init(&c, 0, &g_t[1], off, shp, fill_bytes, 0);
+    return c;
+}
+
+/* Ends a refused save: frees s and w, asserts that dir was never created, removes tmp, frees both. */
+static void refused_end(ckpt_save *s, mp_comm *w, char *tmp, char *dir) {
+    ckpt_save_free(s);
+    w->destroy(w);
+    cr_assert(!ck_exists(dir));
+    tu_rm_rf(tmp);
+    free(dir);
+    free(tmp);
+}
+
 Test(ckpt_write, file_rank_out_of_range_is_refused) {
     char *tmp = tu_mkdtemp("ckw_frank");
-    char *dir = path2(tmp, "ckpt");
+    char *dir = tu_path(tmp, "ckpt");
     mp_comm *w = mp_comm_self();
     ckpt_save_opts o = {0};
     o.world_size = 4;
     ckpt_save *s;
     mp_err e;
     cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 0, &o, 0, &e), MP_OK, "%s", e.msg);
-    fillctx c = {0};
+    fillctx c = ctx_model_b(1 << 20);
     int64_t off[1] = {0}, shp[1] = {1000};
-    c.t = &g_t[1];
-    c.box_shp[0] = 1000;
-    c.fill_bytes = 1 << 20;
     mp_code rc = ckpt_save_add_fill(s, 4, "model/b", MP_F32, 1, g_t[1].shape, off, shp, fill_cb, &c, &e);
     cr_assert_eq(rc, MP_EINPUT);
     cr_assert(strstr(e.msg, "model/b") && strstr(e.msg, "4"), "%s", e.msg);
@@ -561,36 +507,23 @@ Test(ckpt_write, file_rank_out_of_range_is_refused) {
     cr_assert_eq(rc, MP_EINPUT, "%s", e.msg);
     cr_assert(strstr(e.msg, "model/b"), "%s", e.msg);
     cr_assert_eq(c.calls, 0, "nothing is written after a refused box");
-    ckpt_save_free(s);
-    w->destroy(w);
-    cr_assert(!ck_exists(dir));
-    rm_rf(tmp);
-    free(dir);
-    free(tmp);
+    refused_end(s, w, tmp, dir);
 }
 
 Test(ckpt_write, async_save_refuses_fill_boxes) {
     char *tmp = tu_mkdtemp("ckw_async");
-    char *dir = path2(tmp, "ckpt");
+    char *dir = tu_path(tmp, "ckpt");
     mp_comm *w = mp_comm_self();
     ckpt_save *s;
     mp_err e;
     cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 0, NULL, 0, &e), MP_OK, "%s", e.msg);
-    fillctx c = {0};
+    fillctx c = ctx_model_b(16 << 20);
     int64_t off[1] = {0}, shp[1] = {1000};
-    c.t = &g_t[1];
-    c.box_shp[0] = 1000;
-    c.fill_bytes = 16 << 20;
     cr_assert_eq(ckpt_save_add_fill(s, 0, "model/b", MP_F32, 1, g_t[1].shape, off, shp, fill_cb, &c, &e), MP_OK);
     cr_assert_eq(ckpt_save_start(s, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "model/b"), "%s", e.msg);
     cr_assert_eq(ckpt_save_wait(s, NULL, &e), MP_EINPUT);
-    ckpt_save_free(s);
-    w->destroy(w);
-    cr_assert(!ck_exists(dir));
-    rm_rf(tmp);
-    free(dir);
-    free(tmp);
+    refused_end(s, w, tmp, dir);
 }
 
 /* ------------------------------------------------------------------------------------- dir mode */
@@ -598,8 +531,8 @@ Test(ckpt_write, async_save_refuses_fill_boxes) {
 static void replace_case(int fallback) {
     if (fallback) setenv("MP_CKPT_NO_RENAME_EXCHANGE", "1", 1);
     char *tmp = tu_mkdtemp("ckw_repl");
-    char *dir = path2(tmp, "ckpt"), *marker = path2(tmp, "ckpt/old_marker");
-    char *partial = path2(tmp, "ckpt.partial"), *aside = path2(tmp, "ckpt.replaced");
+    char *dir = tu_path(tmp, "ckpt"), *marker = tu_path(tmp, "ckpt/old_marker");
+    char *partial = tu_path(tmp, "ckpt.partial"), *aside = tu_path(tmp, "ckpt.replaced");
     cr_assert_eq(mkdir(dir, 0777), 0);
     tu_write_file(marker, "old\n");
     /* without replace: refused on begin, the old directory untouched */
@@ -618,7 +551,7 @@ static void replace_case(int fallback) {
     cr_assert(ck_exists(marker) && ck_is_dir(partial));
     int64_t off[1] = {0};
     size_t n;
-    void *data = expected_box(1, &g_t[1], off, g_t[1].shape, &n);
+    void *data = tu_expected_box(TU_VALS_MAIN, 1, &g_t[1], off, g_t[1].shape, &n);
     cr_assert_eq(ckpt_save_add(s, g_t[1].name, MP_F32, 1, g_t[1].shape, off, g_t[1].shape, data, &e), MP_OK);
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
@@ -631,7 +564,7 @@ static void replace_case(int fallback) {
     cr_assert_eq(ckpt_reader_step(r), 3);
     expect_tensor(r, 1, &g_t[1]);
     ckpt_close(r);
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(dir);
     free(marker);
     free(partial);
@@ -657,7 +590,8 @@ Test(ckpt_write, begin_dir_refuses_unusable_names) {
 
 Test(ckpt_write, begin_dir_stale_partial_is_replaced) {
     char *tmp = tu_mkdtemp("ckw_stale");
-    char *dir = path2(tmp, "ckpt"), *partial = path2(tmp, "ckpt.partial"), *junk = path2(tmp, "ckpt.partial/junk");
+    char *dir = tu_path(tmp, "ckpt"), *partial = tu_path(tmp, "ckpt.partial");
+    char *junk = tu_path(tmp, "ckpt.partial/junk");
     cr_assert_eq(mkdir(partial, 0777), 0);
     tu_write_file(junk, "x");
     save_w(dir, 1, 0);
@@ -667,7 +601,7 @@ Test(ckpt_write, begin_dir_stale_partial_is_replaced) {
     cr_assert_eq(ckpt_open(&r, dir, &e), MP_OK, "%s", e.msg);
     expect_tensor(r, 0, &g_t[0]);
     ckpt_close(r);
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(dir);
     free(partial);
     free(junk);

@@ -1,11 +1,15 @@
 /* tests/testutil.c — see testutil.h. */
 #define _GNU_SOURCE
 #include "tests/testutil.h"
+#include <criterion/criterion.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
+#include "ckpt/ckpt_internal.h"
 
 char *tu_mkdtemp(const char *tag) {
     const char *base = getenv("TMPDIR");
@@ -75,4 +79,85 @@ double tu_rel_l2(const float *a, const float *b, int64_t n) {
         den += (double)b[i] * b[i];
     }
     return sqrt(num / den);
+}
+
+void *tu_expected_box(tu_vals vf, int tid, const tu_tdesc *t, const int64_t *off, const int64_t *shp, size_t *bytes) {
+    size_t n = (size_t)tu_numel(t->nd, shp) * mp_dtype_size(t->dt);
+    void *b = malloc(n);
+    tu_fill_box(vf, tid, t, off, shp, b);
+    if (bytes) *bytes = n;
+    return b;
+}
+
+void tu_expect_box(ckpt_reader *r, tu_vals vf, int tid, const tu_tdesc *t, const int64_t *off, const int64_t *shp) {
+    size_t n;
+    void *want = tu_expected_box(vf, tid, t, off, shp, &n);
+    void *got = malloc(n);
+    memset(got, 0xAB, n);
+    mp_err e;
+    char reg[256];
+    ck_box_str(reg, sizeof reg, t->nd, off, shp);
+    cr_assert_eq(ckpt_read(r, t->name, off, shp, got, &e), MP_OK, "reading %s %s: %s", t->name, reg, e.msg);
+    cr_assert(memcmp(got, want, n) == 0, "tensor %s %s: data differs", t->name, reg);
+    free(got);
+    free(want);
+}
+
+char *tu_path(const char *a, const char *b) {
+    char *p;
+    cr_assert(asprintf(&p, "%s/%s", a, b) > 0);
+    return p;
+}
+
+void tu_rm_rf(const char *p) {
+    char *cmd;
+    cr_assert(asprintf(&cmd, "rm -rf '%s'", p) > 0);
+    tu_run(cmd, NULL);
+    free(cmd);
+}
+
+ckpt_reader *tu_open_dir(const char *dir) {
+    ckpt_reader *r;
+    mp_err e;
+    cr_assert_eq(ckpt_open(&r, dir, &e), MP_OK, "open %s: %s", dir, e.msg);
+    return r;
+}
+
+ckpt_reader *tu_open_step(const char *root, int64_t step) {
+    char *d;
+    cr_assert(asprintf(&d, "%s/step_%08lld", root, (long long)step) > 0);
+    ckpt_reader *r = tu_open_dir(d);
+    free(d);
+    return r;
+}
+
+hid_t tu_h5_open(const char *path, unsigned flags) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_file_locking(fapl, 0, 1);
+    hid_t f = H5Fopen(path, flags, fapl);
+    H5Pclose(fapl);
+    return f;
+}
+
+long long tu_h5_data_offset(const char *path, const char *dset) {
+    hid_t f = tu_h5_open(path, H5F_ACC_RDONLY);
+    cr_assert(f >= 0, "open %s", path);
+    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT);
+    cr_assert(d >= 0, "open %s in %s", dset, path);
+    haddr_t a = H5Dget_offset(d);
+    H5Dclose(d);
+    H5Fclose(f);
+    cr_assert(a != HADDR_UNDEF);
+    return (long long)a;
+}
+
+void tu_flip_byte(const char *path, long long at) {
+    int fd = open(path, O_RDWR);
+    cr_assert(fd >= 0);
+    unsigned char c;
+    cr_assert_eq(pread(fd, &c, 1, at), 1);
+    c ^= 0x10;
+    cr_assert_eq(pwrite(fd, &c, 1, at), 1);
+    close(fd);
 }

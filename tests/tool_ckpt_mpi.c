@@ -27,6 +27,7 @@
 #include "ckpt/ckpt.h"
 #include "core/comm_mpi.h"
 #include "core/log.h"
+#include "tests/testutil.h"   /* the static inline tensor helpers only: not linked with testutil.c */
 
 static int g_rank, g_size, g_fails;
 
@@ -40,15 +41,8 @@ static int g_rank, g_size, g_fails;
         }                                                                  \
     } while (0)
 
-typedef struct {
-    const char *name;
-    mp_dtype dt;
-    int nd;
-    int64_t shape[4];
-} tdesc;
-
 enum { T_EMB, T_Q, T_NORM, T_AVG, T_SQ, T_BF, NT };
-static const tdesc g_t[NT] = {
+static const tu_tdesc g_t[NT] = {
     {"model/model.embed_tokens.weight", MP_F32, 2, {37, 24}},
     {"model/model.layers.0.self_attn.q_proj.weight", MP_F32, 2, {32, 24}},
     {"model/model.norm.weight", MP_F32, 1, {24}},
@@ -57,30 +51,6 @@ static const tdesc g_t[NT] = {
     {"model/lm_head.bf16", MP_BF16, 2, {20, 6}},
 };
 
-static int64_t numel(int nd, const int64_t *s) {
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++) n *= s[d];
-    return n;
-}
-
-static void value(int tid, int64_t idx, mp_dtype dt, void *out) {
-    float f = (float)tid * 1000.0f + (float)(idx % 9973) * 0.25f - 7.0f;
-    if (dt == MP_F32) memcpy(out, &f, 4);
-    else { uint16_t h = mp_f32_to_bf16(f); memcpy(out, &h, 2); }
-}
-
-static void fill_box(int tid, const int64_t *off, const int64_t *shp, void *buf) {
-    const tdesc *t = &g_t[tid];
-    size_t es = mp_dtype_size(t->dt);
-    int64_t n = numel(t->nd, shp);
-    for (int64_t k = 0; k < n; k++) {
-        int64_t rem = k, g = 0, mul = 1, idx[4];
-        for (int d = t->nd - 1; d >= 0; d--) { idx[d] = rem % shp[d]; rem /= shp[d]; }
-        for (int d = t->nd - 1; d >= 0; d--) { g += (off[d] + idx[d]) * mul; mul *= t->shape[d]; }
-        value(tid, g, t->dt, (char *)buf + (size_t)k * es);
-    }
-}
-
 static void part(int64_t len, int n, int i, int64_t *o, int64_t *s) {
     *o = len * i / n;
     *s = len * (i + 1) / n - *o;
@@ -88,7 +58,7 @@ static void part(int64_t len, int n, int i, int64_t *o, int64_t *s) {
 
 /* The box rank r of a world of p writes of tensor tid; returns 0 if it writes none. */
 static int owned_box(int tid, int r, int p, int64_t *off, int64_t *shp) {
-    const tdesc *t = &g_t[tid];
+    const tu_tdesc *t = &g_t[tid];
     for (int d = 0; d < t->nd; d++) { off[d] = 0; shp[d] = t->shape[d]; }
     switch (tid) {
     case T_EMB: case T_BF: part(t->shape[0], p, r, &off[0], &shp[0]); break;
@@ -114,8 +84,8 @@ static void add_owned(ckpt_save *s, owned *o) {
         int64_t off[4], shp[4];
         o->bufs[t] = NULL;
         if (!owned_box(t, g_rank, g_size, off, shp)) continue;
-        o->bufs[t] = malloc((size_t)numel(g_t[t].nd, shp) * mp_dtype_size(g_t[t].dt));
-        fill_box(t, off, shp, o->bufs[t]);
+        o->bufs[t] = malloc((size_t)tu_numel(g_t[t].nd, shp) * mp_dtype_size(g_t[t].dt));
+        tu_fill_box(TU_VALS_MAIN, t, &g_t[t], off, shp, o->bufs[t]);
         mp_err e;
         mp_code rc = ckpt_save_add(s, g_t[t].name, g_t[t].dt, g_t[t].nd, g_t[t].shape, off, shp, o->bufs[t], &e);
         CHECK(rc == MP_OK, "add %s: %s", g_t[t].name, e.msg);
@@ -137,10 +107,10 @@ static void add_meta(ckpt_save *s) {
 }
 
 static int expect_box(ckpt_reader *r, int tid, const int64_t *off, const int64_t *shp) {
-    size_t n = (size_t)numel(g_t[tid].nd, shp) * mp_dtype_size(g_t[tid].dt);
+    size_t n = (size_t)tu_numel(g_t[tid].nd, shp) * mp_dtype_size(g_t[tid].dt);
     char *got = malloc(n), *want = malloc(n);
     memset(got, 0x5a, n);
-    fill_box(tid, off, shp, want);
+    tu_fill_box(TU_VALS_MAIN, tid, &g_t[tid], off, shp, want);
     mp_err e;
     mp_code rc = ckpt_read(r, g_t[tid].name, off, shp, got, &e);
     CHECK(rc == MP_OK, "read %s: %s", g_t[tid].name, e.msg);
