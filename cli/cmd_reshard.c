@@ -188,6 +188,7 @@ static int run_conversion(mp_runtime *rt, const char *cmd, rs_source *src, const
     if (rt->rank == 0) {
         ckpt_reader *r = NULL;
         vrc = ckpt_open(&r, o->out, &err);
+        if (!vrc) ckpt_reader_set_scratch(r, o->max_bytes / 2);   /* verify stays under --max-memory too */
         if (!vrc) vrc = ckpt_verify(r, &vbytes, &err);
         ckpt_close(r);
         if (vrc) mp_err_wrap(&err, "verifying %s after writing it", o->out);
