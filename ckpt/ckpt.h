@@ -216,6 +216,12 @@ int ckpt_query(const ckpt_reader *r, int t, const int64_t *offset, const int64_t
 mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const int64_t *shape,
                   void *buf, mp_err *e);
 
+/* The bytes ckpt_read of the box (offset, shape) would fetch from saved box j (0 if they do not meet):
+ * the whole box for a whole-box read, else the touched tiles plus the box's tile array unless it is
+ * cached. Exact for uncompressed boxes; a compressed box may cost up to a chunk more per edge. For
+ * plans (`meshpoint reshard --plan`). */
+int64_t ckpt_box_read_cost(const ckpt_reader *r, int j, const int64_t *offset, const int64_t *shape);
+
 /* A hint that the box (offset, shape) of tensor name will be read next: the kernel starts reading the
  * whole-width row ranges of uncompressed saved boxes it meets in the background (posix_fadvise
  * WILLNEED), so that disk reads overlap the caller's work on the previous piece. Reads nothing

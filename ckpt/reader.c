@@ -615,6 +615,28 @@ static mp_code read_part(ckpt_reader *r, int64_t j, const int64_t *io, const int
     return rc;
 }
 
+int64_t ckpt_box_read_cost(const ckpt_reader *r, int j, const int64_t *offset, const int64_t *shape) {
+    assert(j >= 0 && j < r->L.nboxes);
+    const ck_box *B = &r->L.b[j];
+    const ck_tensor *T = &r->L.t[B->tensor];
+    int nd = T->ndim;
+    int64_t io[CKPT_MAX_DIMS], is[CKPT_MAX_DIMS];
+    if (!ck_intersect(nd, offset, shape, B->off, B->shp, io, is)) return 0;
+    geom g = box_geom(&r->L, B);
+    /* read_part's decision: a whole saved box whose rows are whole rows of the request is one read */
+    int contig = 1;
+    for (int d = 1; d < nd; d++) contig = contig && is[d] == B->shp[d] && is[d] == shape[d];
+    int64_t r0 = io[0] - B->off[0], r1 = r0 + is[0];
+    if (contig && r0 == 0 && r1 == g.rows) return g.rows * g.row;
+    int64_t c0 = nd >= 2 ? io[1] - B->off[1] : 0, c1 = nd >= 2 ? c0 + is[1] : 1;
+    int64_t TR = B->tile_rows, TC = B->tile_cols;
+    int64_t a = r0 / TR * TR, b = (r1 + TR - 1) / TR * TR, ca = c0 / TC * TC, cb = (c1 + TC - 1) / TC * TC;
+    if (b > g.rows) b = g.rows;
+    if (cb > g.cols) cb = g.cols;
+    int64_t tiles = r->L.version >= 2 && !(r->tiles && r->tiles[j]) ? 8 * B->ntiles : 0;
+    return (b - a) * (cb - ca) * g.unit + tiles;
+}
+
 void ckpt_prefetch(ckpt_reader *r, const char *name, const int64_t *offset, const int64_t *shape) {
     ck_h5_init();
     int t = ckpt_tensor_find(r, name);

@@ -158,7 +158,7 @@ static int run_conversion(mp_runtime *rt, const char *cmd, rs_source *src, const
         return mp_exit_status(agreed);
     }
     int64_t need = 0;
-    for (int i = 0; i < n; i++) need += 4 * boxes[i].shape[0] * (boxes[i].ndim == 2 ? boxes[i].shape[1] : 1);
+    for (int i = 0; i < n; i++) need += rs_box_bytes(&boxes[i]);
     if (check_destination(o->out, src_dir, o->force, need, &err)) return mp_runtime_fail(rt, &err);
     mp_comm *workers = rt->mesh.world_comm;
     rs_sink *sink = NULL;

@@ -52,7 +52,6 @@ mp_code rs_target_layout(const mp_model_config *cfg, int tp, int dp, int model_o
     return MP_OK;
 }
 
-static int64_t box_bytes(const rs_box *B) { return 4 * B->shape[0] * (B->ndim == 2 ? B->shape[1] : 1); }
 
 /* ------------------------------------------------------------------------------------- run */
 
@@ -110,7 +109,7 @@ mp_code rs_run(rs_source *src, rs_sink *sink, const rs_box *boxes, int n, int wo
         if (rc == MP_OK) rc = sink->add(sink, B->file_rank, B->name, B->ndim, B->gshape, B->off, B->shape, fill_band,
                                         &ctx[i], e);
         st->boxes++;
-        st->bytes_written += box_bytes(B);
+        st->bytes_written += rs_box_bytes(B);
     }
     mp_err ce;
     mp_code crc = sink->commit(sink, &ce);   /* collective: every worker commits, even after a local error */
@@ -174,8 +173,8 @@ mp_code rs_plan_print(rs_source *src, const rs_box *boxes, int n, int world, siz
             int64_t b = 0;
             rc = src->plan(src, B->name, B->ndim, B->off, B->shape, plan_cb, &acc, &b, e);
             rr += b;
-            ww += box_bytes(B);
-            int64_t piece = box_bytes(B) < (int64_t)max_band ? box_bytes(B) : (int64_t)max_band;
+            ww += rs_box_bytes(B);
+            int64_t piece = rs_box_bytes(B) < (int64_t)max_band ? rs_box_bytes(B) : (int64_t)max_band;
             if (piece > largest) largest = piece;
             nb++;
         }

@@ -87,6 +87,9 @@ typedef struct rs_box {
     int64_t gshape[2], off[2], shape[2];
 } rs_box;
 
+/* Bytes of a box's data (fp32). */
+static inline int64_t rs_box_bytes(const rs_box *b) { return 4 * b->shape[0] * (b->ndim == 2 ? b->shape[1] : 1); }
+
 /* Every box a tp x dp job saves for the model of cfg, in (rank, table) order: parameters and, unless
  * model_only, both Adam moments. *boxes is malloc'd. MP_EINPUT if the model cannot be laid out on that
  * mesh (llama_check_layout). */

@@ -24,25 +24,6 @@ static mp_code ck_read(rs_source *s, const char *name, int ndim, const int64_t *
     return ckpt_read(r, name, off, shape, buf, e);
 }
 
-/* Bytes a read of (off, shape) fetches from saved box B: the intersection rounded out to whole tiles
- * (the whole box when the intersection is the whole box), plus the tile checksum array for a partial
- * read. Mirrors ckpt/reader.c's rule. */
-static int64_t tile_bytes(const ckpt_box_info *B, int nd, const int64_t *io, const int64_t *is) {
-    int whole = 1;
-    for (int d = 0; d < nd; d++) whole = whole && io[d] == B->offset[d] && is[d] == B->shape[d];
-    int64_t inner = 1;
-    for (int d = 2; d < nd; d++) inner *= B->shape[d];
-    int64_t cols = nd >= 2 ? B->shape[1] : 1;
-    if (whole) return 4 * B->shape[0] * cols * inner;
-    int64_t r0 = io[0] - B->offset[0], r1 = r0 + is[0];
-    int64_t c0 = nd >= 2 ? io[1] - B->offset[1] : 0, c1 = nd >= 2 ? c0 + is[1] : 1;
-    int64_t tr = B->tile_rows, tc = B->tile_cols;
-    int64_t a = r0 / tr * tr, b = (r1 + tr - 1) / tr * tr, ca = c0 / tc * tc, cb = (c1 + tc - 1) / tc * tc;
-    if (b > B->shape[0]) b = B->shape[0];
-    if (cb > cols) cb = cols;
-    return 4 * (b - a) * (cb - ca) * inner + 8 * B->ntiles;
-}
-
 static mp_code ck_plan(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape,
                        void (*cb)(void *, const char *, int64_t), void *ctx, int64_t *bytes, mp_err *e) {
     ckpt_reader *r = s->impl;
@@ -53,17 +34,9 @@ static mp_code ck_plan(rs_source *s, const char *name, int ndim, const int64_t *
     int *hit = mp_xmalloc(sizeof(int) * (size_t)(n + 1));
     ckpt_query(r, t, off, shape, hit, n);
     for (int k = 0; k < n; k++) {
-        const ckpt_box_info *B = ckpt_box_at(r, hit[k]);
-        int64_t io[CKPT_MAX_DIMS], is[CKPT_MAX_DIMS];
-        for (int d = 0; d < ndim; d++) {
-            int64_t lo = off[d] > B->offset[d] ? off[d] : B->offset[d];
-            int64_t hi = off[d] + shape[d] < B->offset[d] + B->shape[d] ? off[d] + shape[d] : B->offset[d] + B->shape[d];
-            io[d] = lo;
-            is[d] = hi - lo;
-        }
-        int64_t b = tile_bytes(B, ndim, io, is);
+        int64_t b = ckpt_box_read_cost(r, hit[k], off, shape);
         *bytes += b;
-        if (cb) cb(ctx, B->file, b);
+        if (cb) cb(ctx, ckpt_box_at(r, hit[k])->file, b);
     }
     free(hit);
     return MP_OK;
