@@ -19,8 +19,9 @@
  *
  * One path for both format versions: a v2 box's tile checksums are the uint64 dataset tiles_dataset
  * next to it in its rank file, read whole on first need, checked against the index's tiles_checksum
- * and cached (the cache is dropped whole when it would pass 32 MiB); a v1 box's slab checksums (in the
- * index) are its tiles, tile_cols being the box's whole dim 1.
+ * and cached (the cache is dropped whole when it would pass an eighth of the scratch bound, at most
+ * 32 MiB); a v1 box's slab checksums (in the index) are its tiles, tile_cols being the box's whole
+ * dim 1.
  *
  * Fetching: a contiguous, unfiltered dataset (every uncompressed box) is read with pread on the rank
  * file's descriptor (sec2 driver, H5Fget_vfd_handle) at H5Dget_offset + byte offset: one pread for a
@@ -49,7 +50,11 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define TILE_CACHE_MAX ((size_t)32 << 20)   /* bytes of cached tile checksum arrays */
+/* Bytes of cached tile checksum arrays: an eighth of the scratch bound (8 MiB at the default 64 MiB),
+ * within [1, 32] MiB. Tied to the scratch so that a caller bounding memory (reshard --max-memory)
+ * bounds the cache too, and so that the cache stops growing long before a large model's arrays
+ * (~0.2% of its bytes) would fill it: memory stays flat however many tensors are read. */
+static size_t tile_cache_max(const ckpt_reader *r);
 
 struct ckpt_reader {
     char *dir;
@@ -181,6 +186,11 @@ void ckpt_reader_io_reset(ckpt_reader *r) {
 }
 
 void ckpt_reader_set_scratch(ckpt_reader *r, size_t bytes) { r->scratch = bytes; }
+
+static size_t tile_cache_max(const ckpt_reader *r) {
+    size_t m = r->scratch / 8;
+    return m < ((size_t)1 << 20) ? (size_t)1 << 20 : m > ((size_t)32 << 20) ? (size_t)32 << 20 : m;
+}
 
 int ckpt_tensor_find(const ckpt_reader *r, const char *name) {
     int lo = 0, hi = r->L.ntensors;
@@ -471,7 +481,7 @@ static mp_code load_tiles(ckpt_reader *r, int64_t j, uint64_t *buf, mp_err *e) {
 }
 
 /* The tile checksums of box j: v1 slab checksums from the index, v2 the cached array (loaded and
- * checked on first need; the whole cache is dropped when it would pass TILE_CACHE_MAX). */
+ * checked on first need; the whole cache is dropped when it would pass tile_cache_max). */
 static mp_code tiles_of(ckpt_reader *r, int64_t j, const uint64_t **out, mp_err *e) {
     const ck_box *B = &r->L.b[j];
     if (r->L.version == 1) {
@@ -481,7 +491,7 @@ static mp_code tiles_of(ckpt_reader *r, int64_t j, const uint64_t **out, mp_err 
     }
     if (!r->tiles[j]) {
         size_t bytes = sizeof(uint64_t) * (size_t)B->ntiles;
-        if (r->tiles_bytes + bytes > TILE_CACHE_MAX) drop_tiles(r);
+        if (r->tiles_bytes + bytes > tile_cache_max(r)) drop_tiles(r);
         uint64_t *buf = mp_malloc(bytes, MP_MEM_CKPT);
         mp_code rc = load_tiles(r, j, buf, e);
         if (rc != MP_OK) {
