@@ -31,7 +31,8 @@
  * exactly once, else an error naming the tensor and a missing region). Never zeros, never a partial
  * load. The virtual datasets under view/ are for other tools only; this reader never reads them.
  *
- * Management (local, one rank): ckpt_find_latest, ckpt_cleanup_partials, ckpt_retain, ckpt_list.
+ * Management (local, one rank): ckpt_find_latest, ckpt_cleanup_partials, ckpt_retain, ckpt_list,
+ * ckpt_inspect_root, the job lock (ckpt_lock_*), ckpt_set_aside.
  *
  * Failure injection for crash tests: env MP_CKPT_CRASH_AT=<point> makes the process raise(SIGKILL)
  * at that point of a save (optionally only on rank MP_CKPT_CRASH_RANK): begin, during_rank_files
@@ -267,7 +268,38 @@ mp_code ckpt_cleanup_partials(const char *root, int *removed, mp_err *e);
 
 /* Keeps the newest `keep` (>= 1) complete checkpoints under root and removes the older step
  * directories (index.h5 first, so a crash mid-removal never leaves a loadable half). Directories newer
- * than the oldest kept one are never touched. *removed (may be NULL) gets the count. One rank. */
+ * than the oldest kept one, and the one `latest` names, are never touched. *removed (may be NULL) gets
+ * the count. One rank. */
 mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e);
+
+/* What a root holds (read only; a missing root holds nothing). */
+typedef struct ckpt_root_info {
+    int nsteps;             /* step_<digits> directories, complete or not */
+    int64_t first, last;    /* their lowest and highest step (-1 when nsteps is 0) */
+    int npartial;           /* step_*.partial directories (unfinished saves) */
+    int has_latest;         /* ROOT/latest exists */
+} ckpt_root_info;
+mp_code ckpt_inspect_root(const char *root, ckpt_root_info *info, mp_err *e);
+
+/* The job lock of a root: one job at a time writes checkpoints there. ckpt_lock_acquire creates root
+ * (durably) and ROOT/.lock, and takes an exclusive flock on it without waiting; the kernel drops it
+ * when the process ends however it ends, so a killed job never leaves a stale lock. MP_EINPUT if
+ * another process holds it, naming the holder as it recorded itself ("pid P on host H, started T");
+ * MP_EIO if the file cannot be created or locked. ckpt_lock_publish records this process as the holder
+ * (call it once the job has decided to use the root: a job refused before that changes nothing).
+ * ckpt_lock_release unlocks and frees (NULL is ok); the file stays. One rank (rank 0). */
+typedef struct ckpt_lock ckpt_lock;
+mp_code ckpt_lock_acquire(const char *root, ckpt_lock **out, mp_err *e);
+mp_code ckpt_lock_publish(ckpt_lock *l, mp_err *e);
+void ckpt_lock_release(ckpt_lock *l);
+
+/* Moves every step directory under root with a step greater than `after` (complete or not; -1: all)
+ * and `latest` into the new directory ROOT/aside (one path component, must not exist), then writes
+ * `latest` naming the newest complete checkpoint left (none left: no `latest`). Nothing is deleted:
+ * the moved checkpoints stay complete and loadable at ROOT/aside/step_N. Nothing newer than `after`:
+ * nothing is done. Every rename is made durable (both directories fsynced) before `latest` is
+ * rewritten; interrupted, it leaves some of them moved: run it again. *moved (may be NULL) gets the
+ * number of step directories moved. One rank, holding the lock. */
+mp_code ckpt_set_aside(const char *root, int64_t after, const char *aside, int *moved, mp_err *e);
 
 #endif

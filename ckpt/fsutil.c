@@ -2,8 +2,8 @@
  * ckpt/fsutil.c — file-system steps of the commit protocol: fsync of files and directories, durable
  * rename (rename, then fsync of the parent so the new name survives a power cut), durable small text
  * files (write NAME.tmp, fsync, rename over NAME, fsync the directory), atomic replacement of a
- * directory (renameat2 RENAME_EXCHANGE, with a two-rename fallback), mkdir -p, recursive removal, and
- * the crash points of MP_CKPT_CRASH_AT. Every failure names the path and errno's text.
+ * directory (renameat2 RENAME_EXCHANGE, with a two-rename fallback), durable mkdir -p (each new
+ * directory's parent fsynced), recursive removal, and the crash points of MP_CKPT_CRASH_AT. Every failure names the path and errno's text.
  *
  * Tests only: env MP_CKPT_NO_RENAME_EXCHANGE=1 makes ck_swap_dirs take its fallback path as if the
  * file system did not support RENAME_EXCHANGE.
@@ -109,31 +109,34 @@ mp_code ck_swap_dirs(const char *from, const char *to, const char *parent, char 
     return ck_fsync_path(parent, 1, e);
 }
 
+/* mkdir -p that is durable: every directory it creates has its parent fsynced right after the
+ * mkdir, so a new checkpoint root (and a new run directory above it) survives a power cut before
+ * anything inside it is committed. Existing components are left alone. */
 mp_code ck_mkdirs(const char *path, mp_err *e) {
     char *p = ck_fmt("%s", path);
     size_t n = strlen(p);
     while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
-    for (char *q = p + 1; ; q++) {
-        if (*q == '/' || *q == '\0') {
-            char c = *q;
-            *q = '\0';
-            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-                int er = errno;
-                mp_code rc = mp_err_set(e, MP_EIO, "creating directory %s: %s", p, strerror(er));
-                free(p);
-                return rc;
-            }
-            *q = c;
-            if (c == '\0') break;
+    char *slash = NULL;   /* the separator before the component being created */
+    mp_code rc = MP_OK;
+    for (char *q = p + 1; rc == MP_OK; q++) {
+        if (*q != '/' && *q != '\0') continue;
+        char c = *q;
+        *q = '\0';
+        if (mkdir(p, 0777) == 0) {
+            /* new: make its name durable in the parent */
+            if (!slash) rc = ck_fsync_path(p[0] == '/' ? "/" : ".", 1, e);
+            else if (slash == p) rc = ck_fsync_path("/", 1, e);
+            else { *slash = '\0'; rc = ck_fsync_path(p, 1, e); *slash = '/'; }
+        } else if (errno != EEXIST) {
+            rc = mp_err_set(e, MP_EIO, "creating directory %s: %s", p, strerror(errno));
         }
+        *q = c;
+        if (c == '\0') break;
+        slash = q;
     }
-    if (!ck_is_dir(p)) {
-        mp_code rc = mp_err_set(e, MP_EIO, "%s exists and is not a directory", p);
-        free(p);
-        return rc;
-    }
+    if (rc == MP_OK && !ck_is_dir(p)) rc = mp_err_set(e, MP_EIO, "%s exists and is not a directory", p);
     free(p);
-    return MP_OK;
+    return rc;
 }
 
 mp_code ck_rmtree(const char *path, mp_err *e) {

@@ -7,6 +7,8 @@
  * old checkpoints: it is trusted when it names a complete checkpoint and no step directory with a
  * higher number exists; otherwise (missing, stale after a crash between rename and `latest`, corrupt,
  * or naming a damaged checkpoint) the step directories are tried newest first.
+ * Also here: the job lock of a root (ROOT/.lock, flock) and setting aside the checkpoints of an
+ * abandoned branch (ROOT/<aside>/): moved, never deleted.
  * These functions are local: call them on one rank.
  */
 #include "ckpt/ckpt_internal.h"
@@ -14,9 +16,14 @@
 #include "core/log.h"
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 mp_code ckpt_check_complete(const char *dir, mp_err *e) {
     if (!ck_is_dir(dir)) return mp_err_set(e, MP_ECHECK, "%s is not a directory", dir);
@@ -181,9 +188,12 @@ mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e) {
         free(p);
     }
     mp_code rc = MP_OK;
+    int64_t named = read_latest(root);
     if (kept == keep) {
-        /* everything older than the oldest kept checkpoint goes, index first */
+        /* everything older than the oldest kept checkpoint goes, index first; never the one `latest`
+         * names, whatever its place in step order */
         for (; i < n && rc == MP_OK; i++) {
+            if (steps[i] == named) continue;
             char *p = step_dir(root, steps[i], "");
             char *ip = ck_fmt("%s/index.h5", p);
             rc = ck_rmtree(ip, e);
@@ -198,6 +208,148 @@ mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e) {
         }
         if (rc == MP_OK) rc = ck_fsync_path(root, 1, e);
     }
+    free(steps);
+    return rc;
+}
+
+mp_code ckpt_inspect_root(const char *root, ckpt_root_info *info, mp_err *e) {
+    memset(info, 0, sizeof *info);
+    int64_t *steps, *partials;
+    int n, np;
+    MP_TRY(scan_steps(root, "", &steps, &n, e));
+    mp_code rc = scan_steps(root, ".partial", &partials, &np, e);
+    if (rc == MP_OK) {
+        info->nsteps = n;
+        info->first = n ? steps[n - 1] : -1;
+        info->last = n ? steps[0] : -1;
+        info->npartial = np;
+        char *lp = ck_fmt("%s/latest", root);
+        info->has_latest = ck_exists(lp);
+        free(lp);
+    }
+    free(steps);
+    free(partials);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ job lock */
+
+struct ckpt_lock {
+    int fd;
+    char *path;
+};
+
+/* The holder's line from a lock file held by another process, into buf ("" if none recorded). */
+static void read_holder(int fd, char *buf, size_t cap) {
+    ssize_t n = pread(fd, buf, cap - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+}
+
+mp_code ckpt_lock_acquire(const char *root, ckpt_lock **out, mp_err *e) {
+    *out = NULL;
+    MP_TRY(ck_mkdirs(root, e));
+    char *path = ck_fmt("%s/.lock", root);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        mp_code rc = mp_err_set(e, MP_EIO, "cannot create the lock file %s: %s", path, strerror(errno));
+        free(path);
+        return rc;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int er = errno;
+        char who[512];
+        mp_code rc;
+        if (er == EWOULDBLOCK) {
+            read_holder(fd, who, sizeof who);
+            rc = mp_err_set(e, MP_EINPUT, "checkpoint directory %s is in use by another job (%s; lock %s)", root,
+                            who[0] ? who : "it has not recorded its pid yet", path);
+        } else {
+            rc = mp_err_set(e, MP_EIO, "cannot lock %s: %s (the file system must support flock)", path, strerror(er));
+        }
+        close(fd);
+        free(path);
+        return rc;
+    }
+    ckpt_lock *l = malloc(sizeof *l);
+    if (!l) abort();
+    l->fd = fd;
+    l->path = path;
+    *out = l;
+    return MP_OK;
+}
+
+mp_code ckpt_lock_publish(ckpt_lock *l, mp_err *e) {
+    char host[256] = "?", when[64] = "?", line[512];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm);
+    int n = snprintf(line, sizeof line, "pid %ld on host %s, started %s\n", (long)getpid(), host, when);
+    if (ftruncate(l->fd, 0) != 0 || pwrite(l->fd, line, (size_t)n, 0) != n)
+        return mp_err_set(e, MP_EIO, "writing the lock file %s: %s", l->path, strerror(errno));
+    return MP_OK;
+}
+
+void ckpt_lock_release(ckpt_lock *l) {
+    if (!l) return;
+    close(l->fd);   /* drops the flock; the file stays (removing it would race with a new holder) */
+    free(l->path);
+    free(l);
+}
+
+/* --------------------------------------------------------------------------------- setting aside */
+
+/* Writes `latest` (durably) naming the newest complete checkpoint under root; with none, leaves it
+ * absent. */
+static mp_code repoint_latest(const char *root, mp_err *e) {
+    int64_t *steps;
+    int n;
+    MP_TRY(scan_steps(root, "", &steps, &n, e));
+    mp_code rc = MP_OK;
+    for (int i = 0; i < n; i++) {
+        char *p = step_dir(root, steps[i], "");
+        int ok = ckpt_check_complete(p, NULL) == MP_OK;
+        free(p);
+        if (!ok) continue;
+        char *txt = ck_fmt("step_%08lld\n", (long long)steps[i]);
+        rc = ck_write_text_durable(root, "latest", txt, e);
+        free(txt);
+        break;
+    }
+    free(steps);
+    return rc;
+}
+
+mp_code ckpt_set_aside(const char *root, int64_t after, const char *aside, int *moved, mp_err *e) {
+    if (moved) *moved = 0;
+    int64_t *steps;
+    int n, k = 0;
+    MP_TRY(scan_steps(root, "", &steps, &n, e));
+    while (k < n && steps[k] > after) k++;   /* steps[0..k) are newer than after (newest first) */
+    if (k == 0) { free(steps); return MP_OK; }
+    char *dst = ck_fmt("%s/%s", root, aside);
+    mp_code rc = MP_OK;
+    if (mkdir(dst, 0777) != 0) rc = mp_err_set(e, MP_EIO, "creating %s: %s", dst, strerror(errno));
+    if (rc == MP_OK) rc = ck_fsync_path(root, 1, e);
+    /* `latest` goes with them (it names one of them, or is stale), newest checkpoints first */
+    char *lp = ck_fmt("%s/latest", root), *lq = ck_fmt("%s/latest", dst);
+    if (rc == MP_OK && ck_exists(lp) && rename(lp, lq) != 0)
+        rc = mp_err_set(e, MP_EIO, "moving %s to %s: %s", lp, lq, strerror(errno));
+    for (int i = 0; i < k && rc == MP_OK; i++) {
+        char *from = step_dir(root, steps[i], ""), *to = step_dir(dst, steps[i], "");
+        if (rename(from, to) != 0) rc = mp_err_set(e, MP_EIO, "moving %s to %s: %s", from, to, strerror(errno));
+        else if (moved) (*moved)++;
+        free(from);
+        free(to);
+    }
+    if (rc == MP_OK) rc = ck_fsync_path(dst, 1, e);
+    if (rc == MP_OK) rc = ck_fsync_path(root, 1, e);
+    if (rc == MP_OK) rc = repoint_latest(root, e);
+    free(lp);
+    free(lq);
+    free(dst);
     free(steps);
     return rc;
 }

@@ -34,7 +34,7 @@
  *      to rank 0 by one broadcast per process (the lengths first, by an all_reduce of a vector with
  *      one slot per process).
  *   3. rank 0: builds the layout, checks names, file ownership and exact coverage, writes and fsyncs
- *      index.h5, then
+ *      index.h5 and then the directory holding it, then
  *        step mode (ckpt_save_begin): renames ROOT/step_N.partial -> step_N, fsyncs ROOT, replaces
  *          ROOT/latest durably, applies retention;
  *        dir mode (ckpt_save_begin_dir): renames DIR.partial -> DIR, or, replacing an existing DIR,
@@ -1087,7 +1087,13 @@ static mp_code finish_dir(ckpt_save *s, int *renamed, mp_err *e) {
     return MP_OK;
 }
 
-/* Rank 0's part of the commit after the exchange. */
+/* Rank 0's part of the commit after the exchange. Every step is durable before the next one starts
+ * (docs/FORMAT.md, "Commit protocol"): the ROOT and step_N.partial entries were fsynced at begin (and
+ * ROOT's parent when ROOT was created), the rank files and step_N.partial by their writers; then
+ *   1. index.h5 written and fsynced, 2. step_N.partial fsynced (index.h5's directory entry),
+ *   3. rename to step_N, ROOT fsynced, 4. latest.tmp written and fsynced, 5. rename to latest, ROOT
+ *   fsynced, 6. retention (index.h5 of an old checkpoint removed and its directory fsynced first).
+ * A crash between any two leaves either the previous checkpoint or the new one as the newest complete. */
 static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, mp_err *e) {
     ck_layout L;
     mp_code rc = build_layout(s, all, nall, &L, e);
@@ -1096,6 +1102,7 @@ static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, mp_err *e) {
         ck_crash_point("before_index", s->rank);
         char *ip = ck_fmt("%s/index.h5", s->partial);
         rc = ck_index_write(&L, ip, e);
+        if (rc == MP_OK) rc = ck_fsync_path(s->partial, 1, e);
         free(ip);
     }
     ck_layout_free(&L);

@@ -50,31 +50,6 @@ static void train_fill(void *ctx, int k, int32_t *in, int32_t *tgt) {
     mp_loader_get(f->loader, mp_batch_first(f->bs, k, f->dp_rank), f->bs->micro, in, tgt);
 }
 
-/* On resume, drops the lines of RUN/metrics.jsonl logged after the checkpoint's step (a crashed run may
- * have logged steps it never saved: they are run again and logged anew). Rewrites through a temporary
- * file and a rename. A missing file is fine. */
-static mp_code trim_metrics(const char *path, int64_t step, mp_err *err) {
-    FILE *in = fopen(path, "r");
-    if (!in) return MP_OK;
-    char tmp[MP_PATH_MAX + 40];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *out = fopen(tmp, "w");
-    if (!out) { fclose(in); return mp_err_set(err, MP_EIO, "cannot write %s: %s", tmp, strerror(errno)); }
-    char line[4096];
-    int64_t dropped = 0;
-    while (fgets(line, sizeof line, in)) {
-        const char *p = strstr(line, "\"step\": ");
-        if (p && atoll(p + 8) > step) { dropped++; continue; }
-        fputs(line, out);
-    }
-    fclose(in);
-    if (fclose(out) != 0 || rename(tmp, path) != 0)
-        return mp_err_set(err, MP_EIO, "cannot rewrite %s: %s", path, strerror(errno));
-    if (dropped) mp_info("metrics: dropped %lld lines logged after step %lld (not in the checkpoint)", (long long)dropped,
-                         (long long)step);
-    return MP_OK;
-}
-
 typedef struct train_flags {
     const char *config, *run_dir, *device, *data_format, *train_data, *val_data;
     mp_train_config tc;
@@ -85,7 +60,7 @@ typedef struct train_flags {
     /* checkpoints */
     const char *ckpt_dir, *resume_from, *compress, *on_save_error;
     int64_t ckpt_every, stop_at;
-    int keep, resume, async_save;
+    int keep, resume, async_save, overwrite;
 } train_flags;
 
 /* Flag values override the config file's "train" object; the `set` markers tell which were given. */
@@ -148,6 +123,7 @@ typedef struct train_run {
     llama_model *model;
     mp_checkpointer ck;
     char ckpt_root[MP_PATH_MAX];
+    ckpt_lock *lock;                /* rank 0: the root's job lock, held for the run's life */
     mp_run_state rs;                /* the resumed state (step 0 when starting fresh) */
     char resume_dir[MP_PATH_MAX];   /* "" when starting fresh */
     FILE *metrics;                  /* rank 0 only */
@@ -216,6 +192,8 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
         {"keep", MP_ARG_INT, &f.keep, "K", "keep only the newest K checkpoints (0: all)"},
         {"resume", MP_ARG_SWITCH, &f.resume, NULL, "resume from the newest complete checkpoint in --ckpt-dir"},
         {"resume-from", MP_ARG_STRING, &f.resume_from, "DIR", "resume from this checkpoint directory"},
+        {"overwrite", MP_ARG_SWITCH, &f.overwrite, NULL,
+         "start over in a used run directory: its checkpoints and metrics are moved aside, never deleted"},
         {"compress", MP_ARG_STRING, &f.compress, "C", "checkpoint compression: none, zstd or zstd:LEVEL"},
         {"stop-at", MP_ARG_I64, &f.stop_at, "STEP", "stop after this step with a checkpoint, as on SIGTERM (0: off)"},
         {"async-save", MP_ARG_SWITCH, &f.async_save, NULL, "write checkpoints on a background thread"},
@@ -244,6 +222,12 @@ static mp_code load_config(train_run *r) {
     if (!f->config) return mp_err_set(err, MP_EINPUT, "--config FILE is required");
     if (f->ckpt_every < 0) return mp_err_set(err, MP_EINPUT, "--ckpt-every must be >= 0");
     if (f->keep < 0) return mp_err_set(err, MP_EINPUT, "--keep must be >= 0");
+    if (f->resume_from && !*f->resume_from)
+        return mp_err_set(err, MP_EINPUT, "--resume-from: the path is empty; name a checkpoint directory "
+                                          "(RUN/checkpoints/step_N), or use --resume for the newest one");
+    if (f->overwrite && (f->resume || f->resume_from))
+        return mp_err_set(err, MP_EINPUT, "--overwrite starts the run over; it cannot be combined with %s",
+                          f->resume_from ? "--resume-from" : "--resume");
     r->sopts = (ckpt_save_opts){.keep = f->keep};
     if ((rc = parse_compress(f->compress, &r->sopts.zstd_level, err))) return rc;
     mp_train_config cli = *c;
@@ -253,87 +237,168 @@ static mp_code load_config(train_run *r) {
     if ((rc = mp_config_load(f->config, &r->mc, c, err))) return rc;
     apply_overrides(f, &cli, c);
     if ((rc = mp_train_config_validate(c, err))) { mp_err_wrap(err, "training options"); return rc; }
+    if ((rc = mp_config_validate_pair(&r->mc, c, err))) return rc;
     if (!c->train_data[0])
         return mp_err_set(err, MP_EINPUT, "no training data: pass --train-data FILE or set train.train_data");
     return MP_OK;
 }
 
-/* Builds the mesh (fixing c->dp), the batch split, the token files and the training loader (and checks
- * that the validation file holds a batch), then the model with its initial weights. Fails alike on
- * every rank (`fail`). */
-static mp_code setup_run(train_run *r) {
+/* Builds the mesh (fixing c->dp) and the batch split. Fails alike on every rank (`fail`). */
+static mp_code setup_mesh(train_run *r) {
     mp_train_config *c = &r->f.tc;
-    mp_err *err = &r->err;
-    mp_code rc;
-    if ((rc = mp_runtime_mesh(&r->rt, c->tp, c->dp, r->f.device, err))) return rc;
+    MP_TRY(mp_runtime_mesh(&r->rt, c->tp, c->dp, r->f.device, &r->err));
     r->mesh = &r->rt.mesh;
     c->dp = r->mesh->dp;
-    if ((rc = mp_batch_split_init(&r->bs, c->batch_size, c->grad_accum, r->mesh->dp, err))) return rc;
+    return mp_batch_split_init(&r->bs, c->batch_size, c->grad_accum, r->mesh->dp, &r->err);
+}
+
+/* Opens the token files and the training loader, and checks that the validation file holds a batch.
+ * A file may fail to open on some ranks only (node-local paths): collective, returns the agreed code
+ * (nonzero: `fail_agreed`). */
+static mp_code open_data(train_run *r) {
+    mp_train_config *c = &r->f.tc;
+    mp_err *err = &r->err;
     mp_data_format fmt = (mp_data_format)mp_data_format_parse(r->f.data_format);
-    if ((rc = mp_token_file_open(&r->train, c->train_data, fmt, r->mc.vocab_size, err))) return rc;
-    if (c->val_data[0] && (rc = mp_token_file_open(&r->val, c->val_data, fmt, r->mc.vocab_size, err))) return rc;
-    if ((rc = mp_loader_init(&r->loader, &r->train, c->batch_size, c->seq_len, err))) return rc;
-    if (c->val_data[0]) {
+    mp_code rc = mp_token_file_open(&r->train, c->train_data, fmt, r->mc.vocab_size, err);
+    if (!rc && c->val_data[0]) rc = mp_token_file_open(&r->val, c->val_data, fmt, r->mc.vocab_size, err);
+    if (!rc) rc = mp_loader_init(&r->loader, &r->train, c->batch_size, c->seq_len, err);
+    if (!rc && c->val_data[0]) {
         mp_loader probe;
-        if ((rc = mp_loader_init(&probe, &r->val, c->batch_size, c->seq_len, err))) return rc;
+        rc = mp_loader_init(&probe, &r->val, c->batch_size, c->seq_len, err);
     }
-    if ((rc = mp_runtime_model(&r->rt, &r->mc, c, r->bs.micro, &r->model, err))) return rc;
-    llama_init_weights(r->model, c->seed);
+    return mp_runtime_agree(&r->rt, rc, err);
+}
+
+/* Builds the model with its initial weights. Fails alike on every rank (`fail`). */
+static mp_code build_model(train_run *r) {
+    MP_TRY(mp_runtime_model(&r->rt, &r->mc, &r->f.tc, r->bs.micro, &r->model, &r->err));
+    llama_init_weights(r->model, r->f.tc.seed);
     return MP_OK;
 }
 
-/* Sets up the checkpointer under r->ckpt_root (--ckpt-dir, else RUN/checkpoints); rank 0 removes the
- * leftovers of interrupted saves first. Collective. Returns the agreed code: nonzero means
- * `fail_agreed` (the failing rank printed the message). */
-static mp_code clean_partial_saves(train_run *r) {
-    if (r->f.ckpt_dir) snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s", r->f.ckpt_dir);
-    else snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s/checkpoints", r->f.run_dir);
-    mp_checkpointer_init(&r->ck, r->ckpt_root, &r->sopts, r->f.async_save);
+/* Rank 0, a fresh run (no --resume*, no --overwrite): refuses (MP_EINPUT) a run directory or checkpoint
+ * root that an earlier run used, naming what is there and the ways on. Reads only. */
+static mp_code refuse_used_run_dir(train_run *r) {
+    char what[1024];
+    int used;
+    MP_TRY(mp_run_dir_describe(r->f.run_dir, r->ckpt_root, &used, what, sizeof what, &r->err));
+    if (!used) return MP_OK;
+    return mp_err_set(&r->err, MP_EINPUT,
+                      "run directory %s already holds a run: %s. Pass --resume to continue it, or --run-dir%s to "
+                      "start elsewhere; --overwrite starts over here, moving the old checkpoints and metrics "
+                      "aside (nothing is deleted)",
+                      r->f.run_dir, what, r->f.ckpt_dir ? " / --ckpt-dir" : "");
+}
+
+/* Sets up the checkpointer under r->ckpt_root (--ckpt-dir, else RUN/checkpoints). Rank 0 takes the
+ * root's job lock for the run's life (another job holding it: exit 2 naming it), refuses a fresh run
+ * in a used run directory, records itself in the lock, and only then removes the leftovers of
+ * interrupted saves (a live job's *.partial is never touched). Collective. Returns the agreed code:
+ * nonzero means `fail_agreed` (the failing rank printed the message). */
+static mp_code claim_ckpt_root(train_run *r) {
+    const train_flags *f = &r->f;
+    if (f->ckpt_dir) snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s", f->ckpt_dir);
+    else snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s/checkpoints", f->run_dir);
+    mp_checkpointer_init(&r->ck, r->ckpt_root, &r->sopts, f->async_save);
     mp_code local = MP_OK;
     if (r->rt.rank == 0) {
         int removed = 0;
-        local = ckpt_cleanup_partials(r->ckpt_root, &removed, &r->err);
+        local = ckpt_lock_acquire(r->ckpt_root, &r->lock, &r->err);
+        if (local == MP_EINPUT) {
+            size_t n = strlen(r->err.msg);
+            snprintf(r->err.msg + n, sizeof r->err.msg - n, ": wait for it to end, or pass another --run-dir%s",
+                     f->ckpt_dir ? " / --ckpt-dir" : "");
+        }
+        if (!local && !f->resume && !f->resume_from && !f->overwrite) local = refuse_used_run_dir(r);
+        if (!local) local = ckpt_lock_publish(r->lock, &r->err);
+        if (!local) local = ckpt_cleanup_partials(r->ckpt_root, &removed, &r->err);
         if (removed) mp_warn("removed %d unfinished checkpoint(s) (*.partial) under %s", removed, r->ckpt_root);
     }
     return mp_runtime_agree(&r->rt, local, &r->err);
 }
 
-/* Picks the checkpoint to resume from (--resume-from, or the newest complete one for --resume: none
- * found starts from step 0) and loads it into the model, r->rs and the loader's cursor. Collective when
- * resuming. Returns the agreed code: nonzero means `fail_agreed`. */
-static mp_code resume_run(train_run *r) {
-    if (r->f.resume_from) {
+/* Rank 0 picks the checkpoint to resume from (--resume-from, or for --resume the newest complete one
+ * under the root: none starts from step 0) and broadcasts its directory: ranks never decide alone, so
+ * file systems that look different from different nodes cannot split the job. Collective. Returns the
+ * agreed code. */
+static mp_code pick_resume_dir(train_run *r) {
+    mp_code local = MP_OK;
+    if (r->rt.rank == 0 && r->f.resume_from) {
         snprintf(r->resume_dir, sizeof r->resume_dir, "%s", r->f.resume_from);
-    } else if (r->f.resume) {
+    } else if (r->rt.rank == 0 && r->f.resume) {
         mp_err miss;
-        if (ckpt_find_latest(r->ckpt_root, r->resume_dir, sizeof r->resume_dir, NULL, &miss)) {
+        local = ckpt_find_latest(r->ckpt_root, r->resume_dir, sizeof r->resume_dir, NULL, &miss);
+        if (local == MP_EINPUT) {
             mp_warn("--resume: no complete checkpoint under %s (%s): starting from step 0", r->ckpt_root, miss.msg);
             r->resume_dir[0] = '\0';
+            local = MP_OK;
+        } else if (local) {
+            r->err = miss;
+            mp_err_wrap(&r->err, "--resume");
         }
     }
-    if (!r->resume_dir[0]) return MP_OK;
+    mp_code agreed = mp_runtime_agree(&r->rt, local, &r->err);
+    if (agreed) return agreed;
+    r->mesh->world_comm->broadcast(r->mesh->world_comm, r->resume_dir, sizeof r->resume_dir, 0);
+    return MP_OK;
+}
+
+/* Loads the checkpoint rank 0 picked into the model, r->rs and the loader's cursor. Collective when
+ * resuming. Returns the agreed code: nonzero means `fail_agreed`. */
+static mp_code resume_run(train_run *r) {
+    mp_code agreed = pick_resume_dir(r);
+    if (agreed || !r->resume_dir[0]) return agreed;
     /* a damaged box may fail only the ranks that read it: agree before anyone trains */
     mp_code local = mp_checkpoint_load(r->model, r->resume_dir, &r->mc, 0, &r->rs, &r->err);
     if (local) mp_err_wrap(&r->err, "resuming");
     else if ((local = mp_loader_set_cursor(&r->loader, r->rs.cursor, &r->err)))
         mp_err_wrap(&r->err, "resuming from %s", r->resume_dir);
-    mp_code agreed = mp_runtime_agree(&r->rt, local, &r->err);
+    agreed = mp_runtime_agree(&r->rt, local, &r->err);
     if (agreed) return agreed;
     mp_checkpoint_log_io(r->mesh, "resumed from", r->resume_dir, &r->rs);
     return MP_OK;
 }
 
-/* Rank 0 creates the run directory and opens RUN/metrics.jsonl into r->metrics: appended to on resume,
- * after dropping the lines past the checkpoint's step; else truncated. Collective. Returns the agreed
- * code: nonzero means `fail_agreed`. */
+/* Rank 0, resuming or --overwrite: moves aside what lies past the step this run starts from, so that
+ * no later save collides with it, no retention removes the wrong branch and no later --resume loads it:
+ * the step directories newer than the resumed step (a rewind with --resume-from, or --resume falling
+ * back past a damaged or unfinished newest checkpoint; all of them with --overwrite or when --resume
+ * found none) into ROOT/abandoned_<time>/, and the metrics lines logged after that step into
+ * RUN/metrics.abandoned_<time>.jsonl. Nothing is deleted. */
+static mp_code set_aside_past(train_run *r, const char *metrics) {
+    const train_flags *f = &r->f;
+    if (!f->resume && !f->resume_from && !f->overwrite) return MP_OK;
+    int64_t after = r->resume_dir[0] ? r->rs.step : -1;
+    char name[96], apath[MP_PATH_MAX + 128];
+    mp_aside_name(f->run_dir, r->ckpt_root, name, sizeof name);
+    int moved = 0;
+    int64_t lines = 0;
+    MP_TRY(ckpt_set_aside(r->ckpt_root, after, name, &moved, &r->err));
+    char past[64];
+    if (after >= 0) snprintf(past, sizeof past, "after step %lld", (long long)after);
+    else snprintf(past, sizeof past, "by the earlier run");
+    if (moved)
+        mp_warn("%s: moved %d checkpoint director%s saved %s into %s/%s (kept, not deleted)",
+                f->overwrite ? "--overwrite" : after >= 0 ? "resuming" : "--resume found nothing to resume", moved,
+                moved == 1 ? "y" : "ies", past, r->ckpt_root, name);
+    snprintf(apath, sizeof apath, "%s/metrics.%s.jsonl", f->run_dir, name);
+    MP_TRY(mp_metrics_set_aside(metrics, after, apath, &lines, &r->err));
+    if (lines) mp_info("metrics: moved %lld line(s) logged %s to %s", (long long)lines, past, apath);
+    return MP_OK;
+}
+
+/* Rank 0 creates the run directory, sets aside what lies past this run's starting step
+ * (set_aside_past) and opens RUN/metrics.jsonl for appending into r->metrics (it never truncates: a
+ * fresh run only gets here when the file is missing or empty). Collective. Returns the agreed code:
+ * nonzero means `fail_agreed`. */
 static mp_code open_metrics(train_run *r) {
     mp_code local = MP_OK;
     if (r->rt.rank == 0) {
-        local = make_dir(r->f.run_dir, &r->err);
         char path[MP_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/metrics.jsonl", r->f.run_dir);
-        if (!local && r->resume_dir[0]) local = trim_metrics(path, r->rs.step, &r->err);
-        if (!local && !(r->metrics = fopen(path, r->resume_dir[0] ? "a" : "w")))
+        local = make_dir(r->f.run_dir, &r->err);
+        if (!local) local = set_aside_past(r, path);
+        if (!local && !(r->metrics = fopen(path, "a")))
             local = mp_err_set(&r->err, MP_EIO, "cannot write %s: %s", path, strerror(errno));
     }
     return mp_runtime_agree(&r->rt, local, &r->err);
@@ -497,6 +562,7 @@ static mp_code finish_run(train_run *r) {
 /* Frees what the run holds (each piece may not have been set up). */
 static void release_run(train_run *r) {
     mp_checkpointer_free(&r->ck);
+    ckpt_lock_release(r->lock);
     if (r->metrics) fclose(r->metrics);
     free(r->in);
     free(r->tgt);
@@ -518,9 +584,12 @@ int mp_cmd_train(int argc, char **argv) {
     /* flags and config; mesh, data, model */
     if (parse_flags(r, argc, argv, &help)) goto fail;
     if (help) goto done;
-    if (load_config(r) || setup_run(r)) goto fail;
-    /* checkpoints: leftovers of interrupted saves go first, then resume; then the metrics file */
-    if ((agreed = clean_partial_saves(r))) goto fail_agreed;
+    if (load_config(r) || setup_mesh(r)) goto fail;
+    if ((agreed = open_data(r))) goto fail_agreed;
+    if (build_model(r)) goto fail;
+    /* checkpoints: the root's lock, leftovers of interrupted saves, resume; then what lies past the
+     * resumed step is set aside and the metrics file opened */
+    if ((agreed = claim_ckpt_root(r))) goto fail_agreed;
     if ((agreed = resume_run(r))) goto fail_agreed;
     if ((agreed = open_metrics(r))) goto fail_agreed;
     prepare_loop(r);

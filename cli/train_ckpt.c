@@ -1,11 +1,18 @@
 /* cli/train_ckpt.c — see train_ckpt.h. */
+#define _GNU_SOURCE
 #include "cli/train_ckpt.h"
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <stdarg.h>
 #include <time.h>
+#include <unistd.h>
 #include "core/alloc.h"
 #include "core/log.h"
 
@@ -247,4 +254,131 @@ void mp_checkpoint_log_io(mp_mesh *mesh, const char *what, const char *dir, cons
     mesh->world_comm->all_reduce(mesh->world_comm, v, 2, 0);
     mp_info("%s %s at step %lld: read %.2f MiB for %.2f MiB needed (ratio %.3f)", what, dir, (long long)st->step,
             v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0);
+}
+
+/* ---- the run directory ---- */
+
+/* Lines of a file (0 if it cannot be read). */
+static int64_t count_lines(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int64_t n = 0;
+    int c, last = '\n';
+    while ((c = getc(f)) != EOF) {
+        if (c == '\n') n++;
+        last = c;
+    }
+    fclose(f);
+    return n + (last != '\n');
+}
+
+/* Appends ", " (unless at the start) and a formatted piece to buf. */
+static void add_piece(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add_piece(char *buf, size_t cap, const char *fmt, ...) {
+    size_t n = strlen(buf);
+    if (n && n + 2 < cap) { memcpy(buf + n, ", ", 3); n += 2; }
+    va_list ap;
+    va_start(ap, fmt);
+    if (n < cap) vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+}
+
+mp_code mp_run_dir_describe(const char *run_dir, const char *root, int *used, char *buf, size_t cap, mp_err *err) {
+    buf[0] = '\0';
+    *used = 0;
+    char path[MP_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    struct stat st;
+    if (stat(path, &st) == 0 && st.st_size > 0)
+        add_piece(buf, cap, "%s (%lld lines)", path, (long long)count_lines(path));
+    ckpt_root_info ri;
+    MP_TRY(ckpt_inspect_root(root, &ri, err));
+    if (ri.nsteps == 1) add_piece(buf, cap, "a checkpoint (step %lld) in %s", (long long)ri.first, root);
+    if (ri.nsteps > 1)
+        add_piece(buf, cap, "%d checkpoints (steps %lld to %lld) in %s", ri.nsteps, (long long)ri.first,
+                  (long long)ri.last, root);
+    if (ri.npartial) add_piece(buf, cap, "%d unfinished save(s) (*.partial) in %s", ri.npartial, root);
+    if (ri.has_latest && !ri.nsteps) add_piece(buf, cap, "%s/latest", root);
+    *used = buf[0] != '\0';
+    return MP_OK;
+}
+
+void mp_aside_name(const char *run_dir, const char *root, char *buf, size_t cap) {
+    char base[64] = "abandoned";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm)) strftime(base, sizeof base, "abandoned_%Y%m%d-%H%M%S", &tm);
+    for (int k = 1;; k++) {
+        if (k == 1) snprintf(buf, cap, "%s", base);
+        else snprintf(buf, cap, "%s-%d", base, k);
+        char a[MP_PATH_MAX + 128], b[MP_PATH_MAX + 128];
+        snprintf(a, sizeof a, "%s/%s", root, buf);
+        snprintf(b, sizeof b, "%s/metrics.%s.jsonl", run_dir, buf);
+        if (access(a, F_OK) != 0 && access(b, F_OK) != 0) return;
+    }
+}
+
+/* fflush + fsync + fclose; MP_EIO naming path. f is closed in any case. */
+static mp_code close_durable(FILE *f, const char *path, mp_err *err) {
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int er = errno;
+    if (fclose(f) != 0 && !bad) { bad = 1; er = errno; }
+    return bad ? mp_err_set(err, MP_EIO, "writing %s: %s", path, strerror(er)) : MP_OK;
+}
+
+/* fsync of the directory holding path. */
+static mp_code fsync_parent(const char *path, mp_err *err) {
+    char copy[MP_PATH_MAX + 64];
+    snprintf(copy, sizeof copy, "%s", path);
+    const char *dir = dirname(copy);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        mp_code rc = mp_err_set(err, MP_EIO, "fsync %s: %s", dir, strerror(errno));
+        if (fd >= 0) close(fd);
+        return rc;
+    }
+    close(fd);
+    return MP_OK;
+}
+
+/* Copies the lines of in to keep / aside (aside opened on first use, exclusively). */
+static mp_code split_lines(FILE *in, FILE *keep, int64_t after, const char *aside_path, FILE **aside, int64_t *moved,
+                           mp_err *err) {
+    char line[4096];
+    while (fgets(line, sizeof line, in)) {
+        const char *p = strstr(line, "\"step\": ");
+        int go = after < 0 || (p && atoll(p + 8) > after);
+        if (go && !*aside && !(*aside = fopen(aside_path, "wx")))
+            return mp_err_set(err, MP_EIO, "cannot create %s: %s", aside_path, strerror(errno));
+        if (fputs(line, go ? *aside : keep) == EOF)
+            return mp_err_set(err, MP_EIO, "writing %s: %s", go ? aside_path : "metrics", strerror(errno));
+        if (go) (*moved)++;
+    }
+    return MP_OK;
+}
+
+mp_code mp_metrics_set_aside(const char *path, int64_t after, const char *aside_path, int64_t *moved, mp_err *err) {
+    *moved = 0;
+    FILE *in = fopen(path, "r");
+    if (!in) return MP_OK;
+    char tmp[MP_PATH_MAX + 40];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *keep = fopen(tmp, "w"), *aside = NULL;
+    if (!keep) { fclose(in); return mp_err_set(err, MP_EIO, "cannot write %s: %s", tmp, strerror(errno)); }
+    mp_code rc = split_lines(in, keep, after, aside_path, &aside, moved, err);
+    fclose(in);
+    if (aside) {
+        mp_err *ae = rc ? NULL : err;
+        mp_code a = close_durable(aside, aside_path, ae);
+        if (!a) a = fsync_parent(aside_path, ae);   /* the lines are safe aside before path changes */
+        if (!rc) rc = a;
+    }
+    mp_code k = close_durable(keep, tmp, rc ? NULL : err);
+    if (!rc) rc = k;
+    if (!rc && *moved) {
+        if (rename(tmp, path) != 0) rc = mp_err_set(err, MP_EIO, "replacing %s: %s", path, strerror(errno));
+        else rc = fsync_parent(path, err);
+    }
+    if (rc || !*moved) unlink(tmp);
+    return rc;
 }
