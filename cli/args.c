@@ -37,8 +37,14 @@ static mp_code store_value(const mp_arg *a, const char *v, mp_err *err) {
     switch (a->kind) {
     case MP_ARG_INT:
     case MP_ARG_I64: {
-        long long x = strtoll(v, &end, 0);
-        if (!*v || *end) return mp_err_set(err, MP_EINPUT, "--%s: \"%s\" is not an integer", a->name, v);
+        /* decimal only: an optional sign, then digits ("010" is ten, never octal; no 0x, no spaces) */
+        const char *d = v + (*v == '-' || *v == '+');
+        int digits = *d != '\0';
+        for (const char *c = d; *c; c++) digits &= *c >= '0' && *c <= '9';
+        if (!digits)
+            return mp_err_set(err, MP_EINPUT, "--%s: \"%s\" is not an integer (decimal digits only)", a->name, v);
+        long long x = strtoll(v, &end, 10);
+        if (*end) return mp_err_set(err, MP_EINPUT, "--%s: \"%s\" is not an integer", a->name, v);
         if (errno == ERANGE || (a->kind == MP_ARG_INT && (x < INT_MIN || x > INT_MAX)))
             return mp_err_set(err, MP_EINPUT, "--%s: %s is out of range", a->name, v);
         if (a->kind == MP_ARG_INT) *(int *)a->ptr = (int)x;
@@ -46,8 +52,11 @@ static mp_code store_value(const mp_arg *a, const char *v, mp_err *err) {
         return MP_OK;
     }
     case MP_ARG_DOUBLE: {
-        double x = strtod(v, &end);
-        if (!*v || *end || errno == ERANGE || !isfinite(x))
+        /* decimal notation only: strtod alone would also take hex ("0x10"), "nan" and leading spaces */
+        int plain = 1;
+        for (const char *c = v; *c; c++) plain &= (*c >= '0' && *c <= '9') || strchr("+-.eE", *c) != NULL;
+        double x = plain ? strtod(v, &end) : 0;
+        if (!plain || !*v || *end || errno == ERANGE || !isfinite(x))
             return mp_err_set(err, MP_EINPUT, "--%s: \"%s\" is not a finite number", a->name, v);
         *(double *)a->ptr = x;
         return MP_OK;

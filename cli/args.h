@@ -24,6 +24,9 @@
  *   --help, -h                         sets *help and stops parsing (MP_OK)
  *   --                                 everything after it is positional
  *   anything not starting with '-' (and a lone "-") is positional
+ * Numbers: INT and I64 are decimal only — an optional '-' or '+' and digits, nothing else. Leading zeros
+ * do not mean octal ("010" is 10, "08" is 8) and there is no hex ("0x10" is refused), so a value reads as
+ * it looks. DOUBLE is decimal or exponent notation ("3e-4", "-0.5"), finite; no hex floats, inf or nan.
  * Errors (MP_EINPUT, the message naming the flag): unknown flag, missing value, a value that is not a
  * number of the right kind or is out of range, a value given to a switch that is not a BOOL, a STRING
  * value not among the entry's choices. A flag given twice takes the last value.
@@ -35,9 +38,9 @@
 #include "core/error.h"
 
 typedef enum {
-    MP_ARG_INT,      /* int *        (decimal, or 0x hex; range-checked) */
-    MP_ARG_I64,      /* int64_t *                                         */
-    MP_ARG_DOUBLE,   /* double *     (finite)                             */
+    MP_ARG_INT,      /* int *        (decimal only; range-checked)       */
+    MP_ARG_I64,      /* int64_t *    (decimal only; range-checked)       */
+    MP_ARG_DOUBLE,   /* double *     (decimal/exponent notation, finite)  */
     MP_ARG_STRING,   /* const char ** (points into argv)                  */
     MP_ARG_SWITCH    /* int *        (set to 1 or 0)                      */
 } mp_arg_kind;

@@ -61,7 +61,8 @@ int mp_cmd_eval(int argc, char **argv) {
     if (set_tp) tc.tp = tp;
     if (set_dp) tc.dp = dp;
     tc.grad_accum = 1;
-    if (mp_train_config_validate(&tc, &err)) goto fail;
+    if (mp_train_config_validate(&tc, &err) || mp_config_validate_pair(&mc, &tc, &err)) goto fail;
+    if (seed < 0) { mp_err_set(&err, MP_EINPUT, "--seed must be >= 0, got %lld", (long long)seed); goto fail; }
     if (mp_runtime_mesh(&rt, tc.tp, tc.dp, device, &err)) goto fail;
     mp_batch_split bs;
     if (mp_batch_split_init(&bs, tc.batch_size, 1, rt.mesh.dp, &err)) goto fail;

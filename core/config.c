@@ -32,10 +32,36 @@ static const field train_fields[] = {
 };
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
-/* HF keys accepted without effect on the math. */
-static const char *hf_ignored[] = {"architectures", "model_type", "torch_dtype", "transformers_version",
-                                   "bos_token_id", "eos_token_id", "pad_token_id", "use_cache",
-                                   "pretraining_tp", "_name_or_path", "output_attentions", "output_hidden_states"};
+/* HF keys accepted without effect on the math: bookkeeping, token ids, and the generation defaults that
+ * older transformers kept in config.json (transformers ignores them all when it builds the model). */
+static const char *hf_ignored[] = {
+    "torch_dtype", "dtype", "transformers_version", "_name_or_path", "bos_token_id", "eos_token_id",
+    "pad_token_id", "sep_token_id", "decoder_start_token_id", "use_cache", "pretraining_tp",
+    "output_attentions", "output_hidden_states", "return_dict", "use_bfloat16", "is_llama_config",
+    "rope_interleaved", "tokenizer_class", "id2label", "label2id", "problem_type", "finetuning_task",
+    "task_specific_params", "prefix",
+    /* generation keys */
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens"};
+
+/* The meaning of a missing model key (transformers' LlamaConfig), by model_fields index; REQUIRED: no
+ * default (LlamaConfig's is a 7B shape, never what a config that forgot the key meant). */
+#define REQUIRED NAN
+static const double hf_default[] = {
+    /* hidden_size (4096) */ REQUIRED, /* intermediate_size (11008) */ REQUIRED,
+    /* num_hidden_layers (32) */ REQUIRED, /* num_attention_heads (32) */ REQUIRED,
+    /* num_key_value_heads: = num_attention_heads, set after parsing */ 0,
+    /* vocab_size (32000) */ REQUIRED, /* max_position_embeddings */ 2048, /* rms_norm_eps */ 1e-6,
+    /* rope_theta */ 10000.0, /* tie_word_embeddings */ 0, /* initializer_range */ 0.02,
+};
+_Static_assert(sizeof hf_default / sizeof hf_default[0] == sizeof model_fields / sizeof model_fields[0],
+               "one HF default per model field");
+/* model_fields indices */
+enum { K_HIDDEN, K_INTER, K_LAYERS, K_HEADS, K_KV, K_VOCAB, K_MAXPOS, K_EPS, K_THETA, K_NMODEL = NFIELDS(model_fields) };
 
 void mp_model_config_default(mp_model_config *m) {
     memset(m, 0, sizeof *m);
@@ -99,9 +125,13 @@ static mp_code set_field(void *base, const field *f, const cJSON *v, const char 
                 return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is out of range", where, f->key, d);
             *(int *)p = (int)d;
         } else if (f->kind == F_I64) {
+            if (d < -9223372036854775808.0 || d >= 9223372036854775808.0)
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is out of range", where, f->key, d);
             *(int64_t *)p = (int64_t)d;
         } else {
             if (d < 0) return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": must be >= 0", where, f->key);
+            if (d >= 9223372036854775808.0)   /* below 2^63, as a flag (int64) can give */
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is out of range (< 2^63)", where, f->key, d);
             *(uint64_t *)p = (uint64_t)d;
         }
         return MP_OK;
@@ -141,36 +171,173 @@ static const field *find_field(const field *fs, size_t n, const char *key) {
     return NULL;
 }
 
+/* rope_scaling / rope_parameters (transformers 5): null, or an object whose rope_type (or the older
+ * "type") is "default"; in rope_parameters also rope_theta (stored in *theta, *have_theta = 1). Any other
+ * RoPE variant, and any other key, changes the math or is unknown: refused. */
+static mp_code check_rope(const cJSON *item, const char *name, int is_params, double *theta, int *have_theta,
+                          mp_err *err) {
+    const char *k = item->string;
+    if (cJSON_IsNull(item)) return MP_OK;
+    if (!cJSON_IsObject(item))
+        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected an object or null, got %s", name, k,
+                          json_type(item));
+    int have_type = 0;
+    for (const cJSON *c = item->child; c; c = c->next) {
+        if (!strcmp(c->string, "rope_type") || !strcmp(c->string, "type")) {
+            if (!cJSON_IsString(c) || strcmp(c->valuestring, "default"))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %s %s%s%s is not supported (only \"default\")",
+                                  name, k, c->string, cJSON_IsString(c) ? "\"" : "",
+                                  cJSON_IsString(c) ? c->valuestring : json_type(c), cJSON_IsString(c) ? "\"" : "");
+            have_type = 1;
+        } else if (is_params && !strcmp(c->string, "rope_theta")) {
+            if (!cJSON_IsNumber(c) || !(c->valuedouble > 0))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": rope_theta must be a number > 0", name, k);
+            *theta = c->valuedouble;
+            *have_theta = 1;
+        } else if (!strcmp(c->string, "partial_rotary_factor")) {
+            if (!cJSON_IsNumber(c) || c->valuedouble != 1.0)
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": only partial_rotary_factor 1 is supported",
+                                  name, k);
+        } else {
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": unsupported key \"%s\"", name, k, c->string);
+        }
+    }
+    if (!have_type)
+        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": needs \"rope_type\": \"default\" (or null)", name, k);
+    return MP_OK;
+}
+
+/* What the parser learnt besides the model fields. */
+typedef struct {
+    int head_dim;              /* -1: not given */
+    double rope_theta;         /* from rope_parameters */
+    int have_rope_theta;
+} hf_extra;
+
 /* HF keys that must hold a value meshpoint implements. */
-static mp_code check_hf_constraint(const cJSON *item, const char *name, const mp_model_config *m, int *handled,
-                                   mp_err *err) {
+static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra *x, int *handled, mp_err *err) {
     const char *k = item->string;
     *handled = 1;
-    if (!strcmp(k, "hidden_act")) {
+    if (!strcmp(k, "model_type")) {
+        if (!cJSON_IsString(item) || strcmp(item->valuestring, "llama"))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"model_type\": %s%s%s is not supported (only \"llama\")",
+                              name, cJSON_IsString(item) ? "\"" : "",
+                              cJSON_IsString(item) ? item->valuestring : json_type(item), cJSON_IsString(item) ? "\"" : "");
+    } else if (!strcmp(k, "architectures")) {
+        if (cJSON_IsNull(item)) return MP_OK;
+        if (!cJSON_IsArray(item))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"architectures\": expected an array, got %s", name,
+                              json_type(item));
+        for (const cJSON *a = item->child; a; a = a->next)
+            if (!cJSON_IsString(a) || strcmp(a->valuestring, "LlamaForCausalLM"))
+                return mp_err_set(err, MP_EINPUT,
+                                  "%s: key \"architectures\": %s%s%s is not supported (only \"LlamaForCausalLM\")", name,
+                                  cJSON_IsString(a) ? "\"" : "", cJSON_IsString(a) ? a->valuestring : json_type(a),
+                                  cJSON_IsString(a) ? "\"" : "");
+    } else if (!strcmp(k, "hidden_act")) {
         if (!cJSON_IsString(item) || strcmp(item->valuestring, "silu"))
             return mp_err_set(err, MP_EINPUT, "%s: key \"hidden_act\": only \"silu\" is supported", name);
     } else if (!strcmp(k, "attention_bias") || !strcmp(k, "mlp_bias")) {
-        if (!cJSON_IsBool(item))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected true or false, got %s", name, k,
+        /* null: transformers passes bias=None to nn.Linear, i.e. no bias */
+        if (!cJSON_IsBool(item) && !cJSON_IsNull(item))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected true, false or null, got %s", name, k,
                               json_type(item));
         if (cJSON_IsTrue(item))
             return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": biases are not supported", name, k);
     } else if (!strcmp(k, "rope_scaling")) {
-        if (!cJSON_IsNull(item))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"rope_scaling\": only null is supported", name);
+        double unused;
+        int unused_have;
+        return check_rope(item, name, 0, &unused, &unused_have, err);
+    } else if (!strcmp(k, "rope_parameters")) {
+        return check_rope(item, name, 1, &x->rope_theta, &x->have_rope_theta, err);
     } else if (!strcmp(k, "attention_dropout")) {
         if (!cJSON_IsNumber(item) || item->valuedouble != 0.0)
             return mp_err_set(err, MP_EINPUT, "%s: key \"attention_dropout\": only 0 is supported", name);
     } else if (!strcmp(k, "head_dim")) {
-        (void)m;   /* checked after all keys are read */
-        if (!cJSON_IsNumber(item))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": expected an integer, got %s", name,
-                              json_type(item));
+        if (cJSON_IsNull(item)) return MP_OK;   /* None: hidden_size / num_attention_heads */
+        if (!cJSON_IsNumber(item) || item->valuedouble != floor(item->valuedouble) || !(item->valuedouble > 0) ||
+            item->valuedouble > 1e9)
+            return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": expected a positive integer, got %s", name,
+                              cJSON_IsNumber(item) ? "another number" : json_type(item));
+        x->head_dim = (int)item->valuedouble;
     } else {
         *handled = 0;
     }
     return MP_OK;
 }
+
+/* Model checks; with `known` (a bit per model_fields index), only those whose fields are all known, so
+ * that a config is first told about what it says wrong, then about what it omits. */
+static mp_code validate_model(const mp_model_config *m, unsigned known, mp_err *err) {
+#define KNOWN(i) ((known >> (i)) & 1u)
+#define POS(i, k) if (KNOWN(i) && m->k <= 0) return mp_err_set(err, MP_EINPUT, "key \"" #k "\": must be > 0, got %d", m->k)
+    POS(K_HIDDEN, hidden_size); POS(K_INTER, intermediate_size); POS(K_LAYERS, num_hidden_layers);
+    POS(K_HEADS, num_attention_heads); POS(K_KV, num_key_value_heads); POS(K_VOCAB, vocab_size);
+    POS(K_MAXPOS, max_position_embeddings);
+#undef POS
+    if (KNOWN(K_HIDDEN) && KNOWN(K_HEADS)) {
+        if (m->hidden_size % m->num_attention_heads)
+            return mp_err_set(err, MP_EINPUT, "hidden_size (%d) is not divisible by num_attention_heads (%d)",
+                              m->hidden_size, m->num_attention_heads);
+        if (mp_head_dim(m) % 2)
+            return mp_err_set(err, MP_EINPUT, "head dim hidden_size/num_attention_heads = %d must be even (RoPE)",
+                              mp_head_dim(m));
+    }
+    if (KNOWN(K_HEADS) && KNOWN(K_KV) && m->num_attention_heads % m->num_key_value_heads)
+        return mp_err_set(err, MP_EINPUT,
+                          "num_attention_heads (%d) is not divisible by num_key_value_heads (%d)",
+                          m->num_attention_heads, m->num_key_value_heads);
+#undef KNOWN
+    if (!(m->rms_norm_eps > 0)) return mp_err_set(err, MP_EINPUT, "key \"rms_norm_eps\": must be > 0");
+    if (!(m->rope_theta > 0)) return mp_err_set(err, MP_EINPUT, "key \"rope_theta\": must be > 0");
+    if (!(m->initializer_range >= 0)) return mp_err_set(err, MP_EINPUT, "key \"initializer_range\": must be >= 0");
+    return MP_OK;
+}
+
+/* Fields of the model config: given, defaulted as LlamaConfig does, or missing (required). */
+static mp_code finish_model(mp_model_config *m, const unsigned given, const hf_extra *x, const char *name,
+                            mp_err *err) {
+    unsigned known = given;
+    for (size_t i = 0; i < K_NMODEL; i++) {
+        if ((given >> i) & 1u) continue;
+        if (i == K_KV || isnan(hf_default[i])) continue;
+        const field *f = &model_fields[i];
+        char *p = (char *)m + f->off;
+        if (f->kind == F_DBL) *(double *)p = hf_default[i];
+        else *(int *)p = (int)hf_default[i];
+        known |= 1u << i;
+    }
+    if (x->have_rope_theta) {
+        if (((given >> K_THETA) & 1u) && m->rope_theta != x->rope_theta)
+            return mp_err_set(err, MP_EINPUT, "%s: key \"rope_theta\" (%g) disagrees with rope_parameters.rope_theta (%g)",
+                              name, m->rope_theta, x->rope_theta);
+        m->rope_theta = x->rope_theta;
+    }
+    if (!((given >> K_KV) & 1u) && ((given >> K_HEADS) & 1u)) {   /* None: multi-head attention */
+        m->num_key_value_heads = m->num_attention_heads;
+        known |= 1u << K_KV;
+    }
+    mp_code rc = validate_model(m, known, err);
+    if (rc) return mp_err_wrap(err, "%s", name), rc;
+    if (((known >> K_HIDDEN) & (known >> K_HEADS) & 1u) && x->head_dim >= 0 && x->head_dim != mp_head_dim(m))
+        return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": %d != hidden_size / num_attention_heads = %d",
+                          name, x->head_dim, mp_head_dim(m));
+    char missing[512] = "";
+    size_t at = 0;
+    int nmiss = 0;
+    for (size_t i = 0; i < K_NMODEL; i++)
+        if (!((known >> i) & 1u) && i != K_KV && at < sizeof missing) {
+            at += (size_t)snprintf(missing + at, sizeof missing - at, "%s\"%s\"", nmiss ? ", " : "", model_fields[i].key);
+            nmiss++;
+        }
+    if (nmiss)
+        return mp_err_set(err, MP_EINPUT, "%s: key%s %s %s required (the model's shape has no default)", name,
+                          nmiss > 1 ? "s" : "", missing, nmiss > 1 ? "are" : "is");
+    if ((rc = mp_model_config_validate(m, err))) return mp_err_wrap(err, "%s", name), rc;
+    return MP_OK;
+}
+
+static mp_code validate_train_fields(const mp_train_config *t, mp_err *err);
 
 mp_code mp_config_parse(const char *text, const char *name, mp_model_config *m_out, mp_train_config *t_out,
                         mp_err *err) {
@@ -178,7 +345,6 @@ mp_code mp_config_parse(const char *text, const char *name, mp_model_config *m_o
     mp_train_config t;
     mp_model_config_default(&m);
     mp_train_config_default(&t);
-    if (m_out) m = *m_out;
     if (t_out) t = *t_out;
     cJSON *root = cJSON_Parse(text);
     if (!root) {
@@ -194,10 +360,17 @@ mp_code mp_config_parse(const char *text, const char *name, mp_model_config *m_o
         rc = mp_err_set(err, MP_EINPUT, "%s: expected a JSON object at the top level", name);
         goto out;
     }
-    int head_dim = -1;
+    unsigned given = 0;
+    hf_extra x = {.head_dim = -1};
     for (cJSON *it = root->child; it; it = it->next) {
         const field *f = find_field(model_fields, NFIELDS(model_fields), it->string);
-        if (f) { if ((rc = set_field(&m, f, it, name, err))) goto out; continue; }
+        if (f) {
+            /* num_key_value_heads: null is LlamaConfig's None (= num_attention_heads) */
+            if (f == &model_fields[K_KV] && cJSON_IsNull(it)) { given &= ~(1u << K_KV); continue; }
+            if ((rc = set_field(&m, f, it, name, err))) goto out;
+            given |= 1u << (unsigned)(f - model_fields);
+            continue;
+        }
         if (!strcmp(it->string, "train")) {
             if (!cJSON_IsObject(it)) {
                 rc = mp_err_set(err, MP_EINPUT, "%s: key \"train\": expected an object, got %s", name, json_type(it));
@@ -213,22 +386,14 @@ mp_code mp_config_parse(const char *text, const char *name, mp_model_config *m_o
             continue;
         }
         int handled = 0;
-        if ((rc = check_hf_constraint(it, name, &m, &handled, err))) goto out;
-        if (handled) {
-            if (!strcmp(it->string, "head_dim")) head_dim = (int)it->valuedouble;
-            continue;
-        }
+        if ((rc = check_hf_constraint(it, name, &x, &handled, err))) goto out;
+        if (handled) continue;
         int ignored = 0;
         for (size_t i = 0; i < NFIELDS(hf_ignored); i++) ignored |= !strcmp(hf_ignored[i], it->string);
         if (!ignored) { rc = mp_err_set(err, MP_EINPUT, "%s: unknown key \"%s\"", name, it->string); goto out; }
     }
-    if ((rc = mp_model_config_validate(&m, err))) { mp_err_wrap(err, "%s", name); goto out; }
-    if (head_dim >= 0 && head_dim != mp_head_dim(&m)) {
-        rc = mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": %d != hidden_size / num_attention_heads = %d",
-                        name, head_dim, mp_head_dim(&m));
-        goto out;
-    }
-    if ((rc = mp_train_config_validate(&t, err))) { mp_err_wrap(err, "%s: train", name); goto out; }
+    if ((rc = finish_model(&m, given, &x, name, err))) goto out;
+    if ((rc = validate_train_fields(&t, err))) { mp_err_wrap(err, "%s: train", name); goto out; }
     if (m_out) *m_out = m;
     if (t_out) *t_out = t;
 out:
@@ -253,43 +418,57 @@ mp_code mp_config_load(const char *path, mp_model_config *m, mp_train_config *t,
 }
 
 mp_code mp_model_config_validate(const mp_model_config *m, mp_err *err) {
-#define POS(k) if (m->k <= 0) return mp_err_set(err, MP_EINPUT, "key \"" #k "\": must be > 0, got %d", m->k)
-    POS(hidden_size); POS(intermediate_size); POS(num_hidden_layers); POS(num_attention_heads);
-    POS(num_key_value_heads); POS(vocab_size); POS(max_position_embeddings);
-#undef POS
-    if (m->hidden_size % m->num_attention_heads)
-        return mp_err_set(err, MP_EINPUT, "hidden_size (%d) is not divisible by num_attention_heads (%d)",
-                          m->hidden_size, m->num_attention_heads);
-    if (m->num_attention_heads % m->num_key_value_heads)
-        return mp_err_set(err, MP_EINPUT,
-                          "num_attention_heads (%d) is not divisible by num_key_value_heads (%d)",
-                          m->num_attention_heads, m->num_key_value_heads);
-    if (mp_head_dim(m) % 2)
-        return mp_err_set(err, MP_EINPUT, "head dim hidden_size/num_attention_heads = %d must be even (RoPE)",
-                          mp_head_dim(m));
-    if (!(m->rms_norm_eps > 0)) return mp_err_set(err, MP_EINPUT, "key \"rms_norm_eps\": must be > 0");
-    if (!(m->rope_theta > 0)) return mp_err_set(err, MP_EINPUT, "key \"rope_theta\": must be > 0");
-    if (!(m->initializer_range >= 0)) return mp_err_set(err, MP_EINPUT, "key \"initializer_range\": must be >= 0");
-    return MP_OK;
+    return validate_model(m, ~0u, err);
 }
 
-mp_code mp_train_config_validate(const mp_train_config *t, mp_err *err) {
+/* Each training field on its own (the config file's "train" object is checked with this at parse time;
+ * the relations between fields are checked once flags have been applied, by mp_train_config_validate).
+ * Messages name the config key and the flag. */
+static mp_code validate_train_fields(const mp_train_config *t, mp_err *err) {
     if (t->steps < 0) return mp_err_set(err, MP_EINPUT, "steps: must be >= 0");
     if (t->batch_size <= 0) return mp_err_set(err, MP_EINPUT, "batch_size: must be > 0, got %d", t->batch_size);
     if (t->grad_accum <= 0) return mp_err_set(err, MP_EINPUT, "grad_accum: must be > 0, got %d", t->grad_accum);
     if (t->seq_len <= 0) return mp_err_set(err, MP_EINPUT, "seq_len: must be > 0, got %d", t->seq_len);
-    if (t->batch_size % t->grad_accum)
-        return mp_err_set(err, MP_EINPUT, "batch_size (%d) is not divisible by grad_accum (%d)", t->batch_size,
-                          t->grad_accum);
     if (!(t->lr >= 0) || !(t->min_lr >= 0)) return mp_err_set(err, MP_EINPUT, "lr and min_lr must be >= 0");
     if (t->warmup_steps < 0 || t->decay_steps < 0) return mp_err_set(err, MP_EINPUT, "warmup_steps/decay_steps: must be >= 0");
+    if (!(t->weight_decay >= 0))
+        return mp_err_set(err, MP_EINPUT, "weight_decay (--weight-decay): must be >= 0, got %g", t->weight_decay);
     if (!(t->beta1 >= 0 && t->beta1 < 1) || !(t->beta2 >= 0 && t->beta2 < 1))
         return mp_err_set(err, MP_EINPUT, "beta1 and beta2 must be in [0, 1)");
     if (!(t->adam_eps > 0)) return mp_err_set(err, MP_EINPUT, "adam_eps: must be > 0");
+    if (!(t->grad_clip >= 0))
+        return mp_err_set(err, MP_EINPUT, "grad_clip (--grad-clip): must be >= 0 (0 turns clipping off), got %g",
+                          t->grad_clip);
+    if (t->seed > (uint64_t)INT64_MAX)   /* a negative --seed, converted */
+        return mp_err_set(err, MP_EINPUT, "seed (--seed): must be >= 0, got %lld", (long long)(int64_t)t->seed);
     if (t->eval_batches < 0 || t->eval_every < 0 || t->log_every < 0)
         return mp_err_set(err, MP_EINPUT, "eval_every, eval_batches and log_every must be >= 0");
     if (t->tp <= 0) return mp_err_set(err, MP_EINPUT, "tp: must be > 0, got %d", t->tp);
     if (t->dp < 0) return mp_err_set(err, MP_EINPUT, "dp: must be >= 0, got %d", t->dp);
+    return MP_OK;
+}
+
+mp_code mp_train_config_validate(const mp_train_config *t, mp_err *err) {
+    MP_TRY(validate_train_fields(t, err));
+    if (t->batch_size % t->grad_accum)
+        return mp_err_set(err, MP_EINPUT, "batch_size (%d) is not divisible by grad_accum (%d)", t->batch_size,
+                          t->grad_accum);
+    if (t->min_lr > t->lr)
+        return mp_err_set(err, MP_EINPUT,
+                          "min_lr (--min-lr, %g) is above lr (--lr, %g): the schedule decays from lr to min_lr",
+                          t->min_lr, t->lr);
+    if (t->val_data[0] && t->eval_batches == 0)
+        return mp_err_set(err, MP_EINPUT,
+                          "eval_batches (--eval-batches): must be > 0 when there is validation data (val_data, --val-data %s)",
+                          t->val_data);
+    return MP_OK;
+}
+
+mp_code mp_config_validate_pair(const mp_model_config *m, const mp_train_config *t, mp_err *err) {
+    if (t->seq_len > m->max_position_embeddings)
+        return mp_err_set(err, MP_EINPUT,
+                          "seq_len (--seq-len, %d) is above max_position_embeddings (%d), the longest sequence of "
+                          "the model config", t->seq_len, m->max_position_embeddings);
     return MP_OK;
 }
 

@@ -2,10 +2,22 @@
  * core/config.h — model and training configuration, read from JSON (cJSON).
  *
  * The model part uses Hugging Face config.json field names at the top level, so an HF Llama
- * config.json is a valid meshpoint config. HF keys that do not change the math (model_type,
- * torch_dtype, token ids, ...) are accepted; keys that would change it are checked (hidden_act must be
- * "silu", attention_bias false, rope_scaling null, ...). The training part lives in an optional
- * "train" object. Any other key is an error naming it, so a typo never silently falls back to a default.
+ * config.json is a valid meshpoint config, and a key means what it means in transformers' LlamaConfig:
+ *   - required (no default: LlamaConfig's is a 7B shape, never what a config that omits it meant):
+ *     hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, vocab_size;
+ *   - defaulted as LlamaConfig does when missing: num_key_value_heads (missing or null: =
+ *     num_attention_heads), max_position_embeddings 2048, rms_norm_eps 1e-6, rope_theta 10000,
+ *     tie_word_embeddings false, initializer_range 0.02, head_dim (= hidden_size / num_attention_heads;
+ *     another value is refused), hidden_act "silu", attention_bias / mlp_bias false (null: false),
+ *     attention_dropout 0, rope_scaling null.
+ * model_type must be "llama" and architectures (if given) only "LlamaForCausalLM". RoPE: rope_scaling and
+ * transformers 5's rope_parameters may be null or {"rope_type": "default"} (rope_parameters may also carry
+ * rope_theta, which is then the model's; a different top-level rope_theta is refused). Keys transformers
+ * ignores when it builds the model (torch_dtype/dtype, token ids, use_cache, pretraining_tp,
+ * is_llama_config, rope_interleaved, the generation keys max_length/temperature/top_p/..., ...) are
+ * accepted; keys that would change the math are checked (hidden_act must be "silu", biases false,
+ * attention_dropout 0, ...). The training part lives in an optional "train" object. Any other key is an
+ * error naming it, so a typo never silently falls back to a default.
  */
 #ifndef MP_CONFIG_H
 #define MP_CONFIG_H
@@ -49,18 +61,31 @@ typedef struct mp_train_config {
     int reshard_after_forward;
 } mp_train_config;
 
+/* mp_model_config_default: a small programmatic model (hidden 256, 4 layers, rms_norm_eps 1e-5, ...) for
+ * code and tests that build a config by hand. It is NOT what a missing key of a config file means: the
+ * parser ignores *m's previous contents and applies the rules above. */
 void mp_model_config_default(mp_model_config *m);
 void mp_train_config_default(mp_train_config *t);
 
 /* Parses JSON text (name is used in messages). Either output may be NULL to ignore that part, but
- * its keys are still checked. Validates the model config (mp_model_config_validate). */
+ * its keys are still checked. The model part is built from the JSON alone (see above) and validated
+ * (mp_model_config_validate); the "train" object is applied over *t's previous contents and each field
+ * is range-checked, but the relations between training fields (batch_size % grad_accum, min_lr <= lr,
+ * eval_batches with val_data) are left to mp_train_config_validate, so command-line flags applied after
+ * loading can still fix them. */
 mp_code mp_config_parse(const char *text, const char *name, mp_model_config *m, mp_train_config *t,
                         mp_err *err);
 mp_code mp_config_load(const char *path, mp_model_config *m, mp_train_config *t, mp_err *err);
 
-/* Checks divisibility and ranges; the message names the field. */
+/* Checks divisibility and ranges; the message names the field (and, for training fields, the flag). */
 mp_code mp_model_config_validate(const mp_model_config *m, mp_err *err);
+/* Every field's range (grad_clip, weight_decay >= 0, seed < 2^63 (a negative --seed), ...), then the
+ * relations: batch_size % grad_accum == 0, min_lr <= lr, eval_batches > 0 when val_data is set. Call it
+ * after applying flags. */
 mp_code mp_train_config_validate(const mp_train_config *t, mp_err *err);
+/* The training config against the model: seq_len <= max_position_embeddings. Call it (after
+ * mp_train_config_validate) wherever both are known and final: train, eval. */
+mp_code mp_config_validate_pair(const mp_model_config *m, const mp_train_config *t, mp_err *err);
 
 /* HF config.json text for the model ("architectures": ["LlamaForCausalLM"], ...). Caller frees. */
 char *mp_model_config_to_json(const mp_model_config *m);

@@ -112,6 +112,20 @@ Test(args, errors_name_the_flag) {
         {{"--device", "tpu", NULL}, "cpu, cuda"},
         {{"--sw=maybe", NULL}, "--sw"},
         {{"--no-sw=1", NULL}, "--no-sw"},
+        /* integers are decimal only: no hex, no octal prefix games, no spaces, no exponent */
+        {{"--n", "0x10", NULL}, "not an integer"},
+        {{"--big", "0X1f", NULL}, "--big"},
+        {{"--n", " 5", NULL}, "not an integer"},
+        {{"--n", "5 ", NULL}, "not an integer"},
+        {{"--n", "1e3", NULL}, "not an integer"},
+        {{"--n", "-", NULL}, "not an integer"},
+        {{"--n", "+", NULL}, "not an integer"},
+        {{"--n", "--5", NULL}, "not an integer"},
+        {{"--n=-0x5", NULL}, "--n"},
+        /* doubles: decimal or exponent notation only */
+        {{"--x", "0x1p3", NULL}, "--x"},
+        {{"--x", "nan", NULL}, "--x"},
+        {{"--x", " 1.5", NULL}, "--x"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         vals v = defaults();
@@ -138,4 +152,26 @@ Test(args, help_text_lists_flags_and_defaults) {
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert(strstr(buf, want[i]), "\"%s\" not in:\n%s", want[i], buf);
     free(buf);
+}
+
+Test(args, integers_are_decimal_whatever_the_leading_zeros) {
+    struct { const char *flag, *val; int64_t want; } cases[] = {
+        {"--n", "010", 10}, {"--n", "08", 8}, {"--n", "09", 9}, {"--big", "0500", 500}, {"--n", "0", 0},
+        {"--n", "-007", -7}, {"--n", "+12", 12}, {"--big", "-0", 0}, {"--n", "2147483647", 2147483647},
+        {"--n", "-2147483648", -2147483648LL}, {"--big", "9223372036854775807", INT64_MAX},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        vals v = defaults();
+        char *w[] = {(char *)cases[i].flag, (char *)cases[i].val, NULL};
+        int np, help;
+        mp_err err;
+        cr_assert_eq(parse(&v, &np, &help, &err, w), MP_OK, "%s %s: %s", cases[i].flag, cases[i].val, err.msg);
+        int64_t got = !strcmp(cases[i].flag, "--n") ? v.n : v.big;
+        cr_assert_eq(got, cases[i].want, "%s %s gave %lld", cases[i].flag, cases[i].val, (long long)got);
+    }
+    vals v = defaults();
+    char *w[] = {"--x=-0.5e-3", NULL};
+    int np, help;
+    cr_assert_eq(parse(&v, &np, &help, NULL, w), MP_OK);
+    cr_assert_float_eq(v.x, -0.5e-3, 1e-18);
 }

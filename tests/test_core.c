@@ -1,6 +1,7 @@
 /*
  * tests/test_core.c — core/ pieces that everything else leans on: the Philox RNG (known-answer vectors
- * of Random123), the LR schedule, bf16 rounding, error wrapping and exit statuses, config parsing.
+ * of Random123), the LR schedule, bf16 rounding, error wrapping and exit statuses, config parsing (a key
+ * means what it means in transformers' LlamaConfig, or is required) and training-config validation.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 #include "core/rng.h"
 #include "core/sched.h"
 #include "core/tensor.h"
+#include "tests/testutil.h"
 
 Test(rng, philox4x32_10_known_answers) {
     /* Random123's kat_vectors for philox4x32_10 */
@@ -126,4 +128,243 @@ Test(config, values_that_change_the_math_are_refused) {
         cr_assert_eq(mp_config_parse(bad[i][0], "c.json", &m, &t, &e), MP_EINPUT, "%s accepted", bad[i][0]);
         cr_assert(strstr(e.msg, bad[i][1]) && strstr(e.msg, "c.json"), "%s: message \"%s\"", bad[i][0], e.msg);
     }
+}
+
+/* The small shape every case below starts from (the five required keys). */
+#define SHAPE "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, " \
+              "\"num_attention_heads\": 4, \"vocab_size\": 256"
+
+static mp_code parse_model(const char *text, mp_model_config *m, mp_err *e) {
+    mp_model_config_default(m);   /* the parser must not take anything from here */
+    mp_err_clear(e);
+    return mp_config_parse(text, "c.json", m, NULL, e);
+}
+
+static char *config_path(const char *name) {
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/tests/configs/%s", tu_src(), name);
+    return path;
+}
+
+Test(config, real_openllama_3b_config_has_as_many_kv_heads_as_heads) {
+    /* openlm-research/open_llama_3b's config.json: no num_key_value_heads */
+    mp_model_config m;
+    mp_model_config_default(&m);
+    mp_err e;
+    cr_assert_eq(mp_config_load(config_path("hf_open_llama_3b.json"), &m, NULL, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(m.num_attention_heads, 32);
+    cr_assert_eq(m.num_key_value_heads, 32, "kv heads %d", m.num_key_value_heads);
+    cr_assert_eq(m.hidden_size, 3200);
+    cr_assert_eq(m.intermediate_size, 8640);
+    cr_assert_eq(m.num_hidden_layers, 26);
+    cr_assert_eq(m.vocab_size, 32000);
+    cr_assert_eq(m.max_position_embeddings, 2048);
+    cr_assert_float_eq(m.rms_norm_eps, 1e-6, 1e-15);
+    cr_assert_float_eq(m.rope_theta, 10000.0, 1e-9);
+    cr_assert_eq(m.tie_word_embeddings, 0);
+    /* null is LlamaConfig's None too */
+    cr_assert_eq(parse_model("{" SHAPE ", \"num_key_value_heads\": null}", &m, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(m.num_key_value_heads, 4);
+}
+
+Test(config, missing_keys_take_llamaconfig_defaults) {
+    mp_model_config m;
+    mp_err e;
+    cr_assert_eq(parse_model("{" SHAPE "}", &m, &e), MP_OK, "%s", e.msg);
+    cr_assert_float_eq(m.rms_norm_eps, 1e-6, 1e-15);   /* mp_model_config_default has 1e-5 */
+    cr_assert_eq(m.num_key_value_heads, 4);
+    cr_assert_eq(m.max_position_embeddings, 2048);
+    cr_assert_float_eq(m.rope_theta, 10000.0, 1e-9);
+    cr_assert_eq(m.tie_word_embeddings, 0);
+    cr_assert_float_eq(m.initializer_range, 0.02, 1e-15);
+    cr_assert_eq(mp_head_dim(&m), 16);
+    /* given keys win */
+    cr_assert_eq(parse_model("{" SHAPE ", \"rms_norm_eps\": 1e-5, \"num_key_value_heads\": 2}", &m, &e), MP_OK, "%s", e.msg);
+    cr_assert_float_eq(m.rms_norm_eps, 1e-5, 1e-15);
+    cr_assert_eq(m.num_key_value_heads, 2);
+}
+
+Test(config, the_shape_keys_are_required) {
+    const char *keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"};
+    const char *vals[] = {"64", "128", "2", "4", "256"};
+    for (int skip = 0; skip < 5; skip++) {
+        char text[512] = "{";
+        for (int i = 0; i < 5; i++) {
+            if (i == skip) continue;
+            snprintf(text + strlen(text), sizeof text - strlen(text), "%s\"%s\": %s", strlen(text) > 1 ? ", " : "",
+                     keys[i], vals[i]);
+        }
+        strcat(text, "}");
+        mp_model_config m;
+        mp_err e;
+        cr_assert_eq(parse_model(text, &m, &e), MP_EINPUT, "%s accepted", text);
+        cr_assert(strstr(e.msg, keys[skip]) && strstr(e.msg, "required") && strstr(e.msg, "c.json"), "%s: %s", text, e.msg);
+    }
+    mp_model_config m;
+    mp_err e;
+    cr_assert_eq(parse_model("{}", &m, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "hidden_size") && strstr(e.msg, "vocab_size") && strstr(e.msg, "are required"), "%s", e.msg);
+    /* a wrong value is reported before a missing key */
+    cr_assert_eq(parse_model("{\"hidden_size\": 66, \"num_attention_heads\": 4}", &m, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "not divisible by num_attention_heads"), "%s", e.msg);
+}
+
+Test(config, only_llama_is_accepted) {
+    const char *bad[][2] = {
+        {"{" SHAPE ", \"model_type\": \"mistral\"}", "model_type"},
+        {"{" SHAPE ", \"model_type\": 3}", "model_type"},
+        {"{" SHAPE ", \"architectures\": [\"MistralForCausalLM\"]}", "MistralForCausalLM"},
+        {"{" SHAPE ", \"architectures\": [\"LlamaForCausalLM\", \"LlamaModel\"]}", "LlamaModel"},
+        {"{" SHAPE ", \"architectures\": \"LlamaForCausalLM\"}", "architectures"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mp_model_config m;
+        mp_err e;
+        cr_assert_eq(parse_model(bad[i][0], &m, &e), MP_EINPUT, "%s accepted", bad[i][0]);
+        cr_assert(strstr(e.msg, bad[i][1]) && strstr(e.msg, "c.json"), "%s: message \"%s\"", bad[i][0], e.msg);
+        cr_assert(strstr(e.msg, "model_type") || strstr(e.msg, "architectures"), "%s: %s", bad[i][0], e.msg);
+    }
+    mp_model_config m;
+    mp_err e;
+    cr_assert_eq(parse_model("{" SHAPE ", \"model_type\": \"llama\", \"architectures\": [\"LlamaForCausalLM\"]}", &m, &e),
+                 MP_OK, "%s", e.msg);
+    cr_assert_eq(parse_model("{" SHAPE ", \"architectures\": null}", &m, &e), MP_OK, "%s", e.msg);
+}
+
+Test(config, keys_transformers_ignores_are_accepted) {
+    const char *ok[] = {
+        "\"is_llama_config\": true", "\"rope_interleaved\": false", "\"max_length\": 4096", "\"temperature\": 0.6",
+        "\"top_p\": 0.9", "\"top_k\": 50", "\"do_sample\": true", "\"repetition_penalty\": 1.1",
+        "\"mlp_bias\": null", "\"attention_bias\": null", "\"mlp_bias\": false", "\"dtype\": \"bfloat16\"",
+        "\"torch_dtype\": \"float16\"", "\"pretraining_tp\": 1", "\"head_dim\": 16", "\"head_dim\": null",
+        "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"default\"}", "\"rope_scaling\": {\"type\": \"default\"}",
+        "\"rope_parameters\": null", "\"rope_parameters\": {\"rope_type\": \"default\"}",
+        "\"pad_token_id\": null", "\"transformers_version\": \"5.0.0\"", "\"use_cache\": false",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{" SHAPE ", \"rms_norm_eps\": 1e-5, \"num_key_value_heads\": 2, %s}", ok[i]);
+        mp_model_config m, ref;
+        mp_err e;
+        cr_assert_eq(parse_model(text, &m, &e), MP_OK, "%s: %s", ok[i], e.msg);
+        cr_assert_eq(parse_model("{" SHAPE ", \"rms_norm_eps\": 1e-5, \"num_key_value_heads\": 2}", &ref, &e), MP_OK);
+        cr_assert(!memcmp(&m, &ref, sizeof m), "%s changed the model", ok[i]);
+    }
+}
+
+Test(config, rope_parameters_carry_rope_theta) {
+    mp_model_config m;
+    mp_model_config_default(&m);
+    mp_err e;
+    /* a transformers 5 config.json: rope_parameters, dtype, no top-level rope_theta */
+    cr_assert_eq(mp_config_load(config_path("hf_tf5_rope_parameters.json"), &m, NULL, &e), MP_OK, "%s", e.msg);
+    cr_assert_float_eq(m.rope_theta, 500000.0, 1e-6);
+    cr_assert_eq(m.num_key_value_heads, 8);
+    cr_assert_eq(m.tie_word_embeddings, 1);
+    cr_assert_float_eq(m.rms_norm_eps, 1e-5, 1e-15);
+    /* the same value at the top level is fine, another one is a contradiction */
+    cr_assert_eq(parse_model("{" SHAPE ", \"rope_theta\": 5e5, \"rope_parameters\": {\"rope_type\": \"default\", "
+                             "\"rope_theta\": 500000}}", &m, &e), MP_OK, "%s", e.msg);
+    cr_assert_float_eq(m.rope_theta, 500000.0, 1e-6);
+    cr_assert_eq(parse_model("{" SHAPE ", \"rope_theta\": 1e4, \"rope_parameters\": {\"rope_type\": \"default\", "
+                             "\"rope_theta\": 500000}}", &m, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "rope_theta") && strstr(e.msg, "rope_parameters"), "%s", e.msg);
+    /* the JSON round trip of a parsed config is the same config */
+    cr_assert_eq(mp_config_load(config_path("hf_tf5_rope_parameters.json"), &m, NULL, &e), MP_OK, "%s", e.msg);
+    char *j = mp_model_config_to_json(&m);
+    mp_model_config m2;
+    cr_assert_eq(parse_model(j, &m2, &e), MP_OK, "%s", e.msg);
+    cr_assert(!memcmp(&m, &m2, sizeof m));
+    free(j);
+}
+
+Test(config, other_rope_types_are_refused) {
+    const char *bad[][2] = {
+        {"\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", "llama3"},
+        {"\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}", "dynamic"},
+        {"\"rope_scaling\": {\"rope_type\": \"default\", \"factor\": 2.0}", "factor"},
+        {"\"rope_scaling\": {\"factor\": 2.0}", "rope_scaling"},
+        {"\"rope_scaling\": \"default\"", "rope_scaling"},
+        {"\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 10000}", "yarn"},
+        {"\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": -1}", "rope_theta"},
+        {"\"rope_parameters\": {\"rope_type\": \"default\", \"partial_rotary_factor\": 0.5}", "partial_rotary_factor"},
+        {"\"mlp_bias\": true", "mlp_bias"},
+        {"\"head_dim\": 32", "head_dim"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{" SHAPE ", %s}", bad[i][0]);
+        mp_model_config m;
+        mp_err e;
+        cr_assert_eq(parse_model(text, &m, &e), MP_EINPUT, "%s accepted", bad[i][0]);
+        cr_assert(strstr(e.msg, bad[i][1]) && strstr(e.msg, "c.json"), "%s: message \"%s\"", bad[i][0], e.msg);
+    }
+}
+
+/* The training config: each bad value is refused with MP_EINPUT and a message naming the key and flag. */
+Test(config, train_config_validation_names_the_key_and_flag) {
+    const char *want[][2] = {{"grad_clip", "--grad-clip"}, {"weight_decay", "--weight-decay"}, {"--seed", "got -1"},
+                             {"min_lr", "--lr"}, {"--eval-batches", "validation data"}, {"grad_accum", "batch_size"}};
+    for (int i = 0; i < 6; i++) {
+        mp_train_config t;
+        mp_train_config_default(&t);
+        mp_err e;
+        cr_assert_eq(mp_train_config_validate(&t, &e), MP_OK, "%s", e.msg);
+        switch (i) {
+        case 0: t.grad_clip = -1; break;                                  /* --grad-clip -1 */
+        case 1: t.weight_decay = -0.1; break;                             /* --weight-decay -0.1 */
+        case 2: t.seed = (uint64_t)(int64_t)-1; break;                    /* --seed -1, as cmd_train stores it */
+        case 3: t.lr = 1e-3; t.min_lr = 2e-3; break;                      /* --min-lr above --lr */
+        case 4: strcpy(t.val_data, "v.bin"); t.eval_batches = 0; break;   /* --val-data v.bin --eval-batches 0 */
+        case 5: t.batch_size = 6; t.grad_accum = 4; break;
+        }
+        mp_err_clear(&e);
+        cr_assert_eq(mp_train_config_validate(&t, &e), MP_EINPUT, "case %d accepted", i);
+        for (int k = 0; k < 2; k++)
+            cr_assert(strstr(e.msg, want[i][k]), "case %d: \"%s\" not in: %s", i, want[i][k], e.msg);
+    }
+    /* limits that stay allowed: clip 0 (off), decay 0, min_lr == lr, eval_batches 0 without validation data */
+    mp_train_config t;
+    mp_train_config_default(&t);
+    t.grad_clip = 0; t.weight_decay = 0; t.min_lr = t.lr; t.eval_batches = 0; t.seed = 0;
+    mp_err e;
+    cr_assert_eq(mp_train_config_validate(&t, &e), MP_OK, "%s", e.msg);
+}
+
+Test(config, train_object_values_are_checked_relations_after_flags) {
+    mp_model_config m;
+    mp_train_config t;
+    mp_err e;
+    const char *bad[][2] = {
+        {"{" SHAPE ", \"train\": {\"grad_clip\": -1}}", "grad_clip"},
+        {"{" SHAPE ", \"train\": {\"weight_decay\": -1}}", "weight_decay"},
+        {"{" SHAPE ", \"train\": {\"seed\": -1}}", "seed"},
+        {"{" SHAPE ", \"train\": {\"seed\": 1e19}}", "seed"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mp_model_config_default(&m);
+        mp_train_config_default(&t);
+        cr_assert_eq(mp_config_parse(bad[i][0], "c.json", &m, &t, &e), MP_EINPUT, "%s accepted", bad[i][0]);
+        cr_assert(strstr(e.msg, bad[i][1]) && strstr(e.msg, "c.json: train"), "%s: %s", bad[i][0], e.msg);
+    }
+    /* a relation between fields can still be fixed by a flag: the parse takes it, validate refuses it */
+    mp_train_config_default(&t);
+    cr_assert_eq(mp_config_parse("{" SHAPE ", \"train\": {\"lr\": 2e-5}}", "c.json", &m, &t, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(mp_train_config_validate(&t, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "min_lr"), "%s", e.msg);
+    t.min_lr = 0;   /* --min-lr 0 */
+    cr_assert_eq(mp_train_config_validate(&t, &e), MP_OK, "%s", e.msg);
+}
+
+Test(config, seq_len_is_at_most_max_position_embeddings) {
+    mp_model_config m;
+    mp_train_config t;
+    mp_err e;
+    cr_assert_eq(parse_model("{" SHAPE ", \"max_position_embeddings\": 256}", &m, &e), MP_OK, "%s", e.msg);
+    mp_train_config_default(&t);
+    t.seq_len = 256;
+    cr_assert_eq(mp_config_validate_pair(&m, &t, &e), MP_OK, "%s", e.msg);
+    t.seq_len = 257;
+    cr_assert_eq(mp_config_validate_pair(&m, &t, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "max_position_embeddings") && strstr(e.msg, "256") && strstr(e.msg, "--seq-len"), "%s", e.msg);
 }

@@ -13,7 +13,7 @@
 
 static const char *small_model =
     "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
-    " \"num_key_value_heads\": 2, \"vocab_size\": 256, \"max_position_embeddings\": 256}";
+    " \"num_key_value_heads\": 2, \"vocab_size\": 256, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-5}";
 
 /* Writes an llm.c token file of the repeated text into dir/name and returns its path. */
 static char *write_repeated(const char *dir, const char *name, const char *text, int repeats) {
@@ -197,6 +197,41 @@ Test(train_errors, mesh_needs_mpirun) {
 }
 Test(train_errors, batch_not_divisible_by_accum) {
     run_bad(&(bad_case){"batch % accum", NULL, "good", "--grad-accum 3", "grad_accum"});
+}
+Test(train_errors, negative_grad_clip) {
+    run_bad(&(bad_case){"--grad-clip -1", NULL, "good", "--grad-clip -1", "--grad-clip"});
+}
+Test(train_errors, negative_weight_decay) {
+    run_bad(&(bad_case){"--weight-decay -0.1", NULL, "good", "--weight-decay -0.1", "--weight-decay"});
+}
+Test(train_errors, negative_seed) {
+    run_bad(&(bad_case){"--seed -1", NULL, "good", "--seed -1", "--seed"});
+}
+Test(train_errors, no_eval_batches_with_validation_data) {
+    run_bad(&(bad_case){"--eval-batches 0", NULL, "good", "--val-data v.bin --eval-batches 0", "--eval-batches"});
+}
+Test(train_errors, min_lr_above_lr) {
+    run_bad(&(bad_case){"--min-lr > --lr", NULL, "good", "--lr 1e-3 --min-lr 2e-3", "min_lr"});
+}
+Test(train_errors, numbers_are_decimal) {
+    run_bad(&(bad_case){"hex steps", NULL, "good", "--steps 0x10", "--steps"});
+}
+Test(train_errors, model_type_not_llama) {
+    run_bad(&(bad_case){"model_type mistral",
+                        "{\"model_type\": \"mistral\", \"hidden_size\": 64, \"intermediate_size\": 128, "
+                        "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256}",
+                        "good", NULL, "model_type"});
+}
+Test(train_errors, architecture_not_llama) {
+    run_bad(&(bad_case){"MistralForCausalLM",
+                        "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 128, "
+                        "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256}",
+                        "good", NULL, "MistralForCausalLM"});
+}
+Test(train_errors, shape_key_missing) {
+    run_bad(&(bad_case){"no intermediate_size",
+                        "{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256}",
+                        "good", NULL, "intermediate_size"});
 }
 
 Test(cli, help_for_program_and_every_command) {
