@@ -21,9 +21,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* a + b, or INT64_MAX where that overflows (b >= 0): end points of crafted boxes compare as "past
+ * every tensor" instead of wrapping to a negative number. */
+static int64_t add_sat(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+/* The product of the dims, saturated at INT64_MAX where it overflows (so a crafted shape never wraps;
+ * every volume it is compared with is a validated one, well below INT64_MAX). */
 int64_t ck_volume(int nd, const int64_t *shp) {
     int64_t v = 1;
-    for (int d = 0; d < nd; d++) v *= shp[d];
+    for (int d = 0; d < nd; d++)
+        if (__builtin_mul_overflow(v, shp[d], &v)) return INT64_MAX;
     return v;
 }
 
@@ -31,7 +41,7 @@ int ck_intersect(int nd, const int64_t *ao, const int64_t *as, const int64_t *bo
                  int64_t *io, int64_t *is) {
     for (int d = 0; d < nd; d++) {
         int64_t lo = ao[d] > bo[d] ? ao[d] : bo[d];
-        int64_t ae = ao[d] + as[d], be = bo[d] + bs[d];
+        int64_t ae = add_sat(ao[d], as[d]), be = add_sat(bo[d], bs[d]);
         int64_t hi = ae < be ? ae : be;
         if (hi <= lo) return 0;
         if (io) io[d] = lo;
@@ -238,12 +248,12 @@ mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err 
     for (int64_t i = T->box_first; i < T->box_first + T->nboxes; i++) {
         const ck_box *B = &L->b[i];
         for (int d = 0; d < nd; d++)
-            if (B->off[d] < 0 || B->shp[d] <= 0 || B->off[d] + B->shp[d] > T->shape[d]) {
+            if (B->off[d] < 0 || B->shp[d] <= 0 || B->off[d] > T->shape[d] - B->shp[d]) {   /* no overflow */
                 box_desc(L, i, d1, sizeof d1);
                 ck_box_str(reg, sizeof reg, nd, zero, T->shape);
                 return mp_err_set(e, MP_ECHECK, "tensor %s: %s lies outside the tensor %s", T->name, d1, reg);
             }
-        total += ck_volume(nd, B->shp);
+        total = add_sat(total, ck_volume(nd, B->shp));
         int64_t lo, hi;
         ck_index_range(L, t, B->off[0], B->off[0] + B->shp[0], &lo, &hi);
         for (int64_t j = lo; j < hi; j++) {
@@ -314,5 +324,7 @@ void ck_tile_geometry(size_t esize, int nd, const int64_t *shp, int64_t *tile_ro
 int64_t ck_tile_count(int nd, const int64_t *shp, int64_t tile_rows, int64_t tile_cols) {
     assert(nd >= 1 && nd <= CKPT_MAX_DIMS && tile_rows > 0 && tile_cols > 0);
     int64_t cols = nd >= 2 ? shp[1] : 1;
-    return ((shp[0] + tile_rows - 1) / tile_rows) * ((cols + tile_cols - 1) / tile_cols);
+    /* ceil without the overflow of shp + tile - 1; the product saturates (a crafted ntiles never equals it) */
+    int64_t nr = shp[0] / tile_rows + (shp[0] % tile_rows != 0), nc = cols / tile_cols + (cols % tile_cols != 0), n;
+    return __builtin_mul_overflow(nr, nc, &n) ? INT64_MAX : n;
 }

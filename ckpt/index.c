@@ -552,7 +552,11 @@ static mp_code validate(ck_layout *L, const char *path, mp_err *e) {
         next_box += T->nboxes;
         for (int64_t j = T->box_first; j < T->box_first + T->nboxes; j++) {
             MP_TRY(validate_box(L, i, j, path, e));
-            slabs_seen += L->b[j].nslabs;   /* <= nslabs per box, each range inside the array: no overflow */
+            /* counted against what is left, so crafted counts can neither overflow nor exceed the table */
+            if (L->b[j].nslabs < 0 || L->b[j].nslabs > L->nslabs - slabs_seen)
+                return mp_err_set(e, MP_ECHECK, "%s: the boxes list more than the %lld slab checksums the index holds",
+                                  path, (long long)L->nslabs);
+            slabs_seen += L->b[j].nslabs;
         }
     }
     if (next_box != L->nboxes)

@@ -98,9 +98,15 @@ static mp_code copy_meta(ckpt_reader *r, rs_sink *sink, int tp, int dp, mp_err *
         const char *k = ckpt_meta_key(r, i), *v = ckpt_meta_value(r, i);
         mp_code rc;
         if (!strcmp(k, "mesh")) {
+            /* the mesh fields change; the run's wall time so far (elapsed_s, kept here) carries over */
+            cJSON *old = cJSON_Parse(v);
+            const cJSON *el = old ? cJSON_GetObjectItemCaseSensitive(old, "elapsed_s") : NULL;
             char buf[256];
-            snprintf(buf, sizeof buf, "{\"world\": %d, \"tp\": %d, \"dp\": %d, \"sp\": %s}", tp * dp, tp, dp,
-                     tp > 1 ? "true" : "false");
+            int n = snprintf(buf, sizeof buf, "{\"world\": %d, \"tp\": %d, \"dp\": %d, \"sp\": %s", tp * dp, tp, dp,
+                             tp > 1 ? "true" : "false");
+            if (cJSON_IsNumber(el)) n += snprintf(buf + n, sizeof buf - (size_t)n, ", \"elapsed_s\": %.17g", el->valuedouble);
+            snprintf(buf + n, sizeof buf - (size_t)n, "}");
+            cJSON_Delete(old);
             rc = sink->meta(sink, k, buf, e);
         } else if (!strcmp(k, "train_config")) {
             cJSON *j = cJSON_Parse(v);

@@ -7,6 +7,11 @@
  * and backward with scale 1/(B*T); finish the gradients (SP all-reduce), take the global gradient norm,
  * clip, and run AdamW at the scheduled learning rate. The loss reported is the global mean, summed in
  * double over dp. Logs go to stderr (rank 0) and, one JSON object per step, to RUN/metrics.jsonl.
+ *
+ * A non-finite gradient norm (global, so every rank decides alike) is never applied: by default the run
+ * stops with exit 1 naming the step (an async save in flight is committed first, so the newest checkpoint
+ * is the last good one); --on-nonfinite skip skips the update, logs it and counts it in the metrics.
+ * time_s in the metrics is the run's wall time, continued across resumes (saved as "elapsed_s").
  */
 #include <errno.h>
 #include <signal.h>
@@ -58,7 +63,7 @@ typedef struct train_flags {
         set_val;
     int sp_flag, raf_flag;
     /* checkpoints */
-    const char *ckpt_dir, *resume_from, *compress, *on_save_error;
+    const char *ckpt_dir, *resume_from, *compress, *on_save_error, *on_nonfinite;
     int64_t ckpt_every, stop_at;
     int keep, resume, async_save, overwrite;
 } train_flags;
@@ -132,14 +137,15 @@ typedef struct train_run {
     mp_lr_schedule sched;
     mp_adamw_hparams hp;
     double tokens_per_step, t_start, t_last, last_loss;
-    int continue_on_error;
-    int64_t first_step;
+    int continue_on_error, skip_nonfinite;
+    int64_t first_step, skipped;    /* skipped: updates skipped for a non-finite gradient norm */
     train_fill_ctx fc;
 } train_run;
 
 /* What one optimizer step hands to its logging. */
 typedef struct step_out {
     double lr, loss, norm;
+    int skipped;                    /* the update was skipped (non-finite norm, --on-nonfinite skip) */
 } step_out;
 
 /* How the loop goes on after a step's checkpoint handling. */
@@ -154,13 +160,14 @@ typedef enum step_flow {
  * a positional argument. */
 static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
     train_flags f = {.run_dir = "run", .device = "cpu", .data_format = "llmc", .train_data = "", .val_data = "",
-                     .compress = "none", .on_save_error = "stop"};
+                     .compress = "none", .on_save_error = "stop", .on_nonfinite = "stop"};
     mp_train_config_default(&f.tc);
     mp_train_config *c = &f.tc;
     int64_t seed = (int64_t)c->seed;
     static const char *const formats[] = {"llmc", "u16", "u32", NULL};
     static const char *const devices[] = {"cpu", "cuda", NULL};
     static const char *const on_err[] = {"stop", "continue", NULL};
+    static const char *const on_nf[] = {"stop", "skip", NULL};
     const mp_arg flags[] = {
         {"config", MP_ARG_STRING, &f.config, "FILE", "model + training config (JSON, HF field names)"},
         {"run-dir", MP_ARG_STRING, &f.run_dir, "DIR", "run directory (metrics.jsonl, checkpoints/)"},
@@ -198,6 +205,8 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
         {"stop-at", MP_ARG_I64, &f.stop_at, "STEP", "stop after this step with a checkpoint, as on SIGTERM (0: off)"},
         {"async-save", MP_ARG_SWITCH, &f.async_save, NULL, "write checkpoints on a background thread"},
         {"on-save-error", MP_ARG_STRING, &f.on_save_error, "WHAT", "when a save fails: stop (exit 1) or continue", on_err},
+        {"on-nonfinite", MP_ARG_STRING, &f.on_nonfinite, "WHAT",
+         "when the gradient norm is NaN/inf: stop (exit 1, no update) or skip the update", on_nf},
         {0}};
     int npos = 0;
     mp_code rc = mp_args_parse(flags, argc, argv, &npos, help, &r->err);
@@ -348,6 +357,10 @@ static mp_code pick_resume_dir(train_run *r) {
 static mp_code resume_run(train_run *r) {
     mp_code agreed = pick_resume_dir(r);
     if (agreed || !r->resume_dir[0]) return agreed;
+    /* --resume-from names a checkpoint the way `ckpt` does: a step directory, a checkpoint root or a run
+     * directory (its newest complete checkpoint); rank 0 decides, like pick_resume_dir */
+    if (r->f.resume_from && (agreed = mp_runtime_resolve_ckpt(&r->rt, r->resume_dir, sizeof r->resume_dir, &r->err)))
+        return agreed;
     /* a damaged box may fail only the ranks that read it: agree before anyone trains */
     mp_code local = mp_checkpoint_load(r->model, r->resume_dir, &r->mc, 0, &r->rs, &r->err);
     if (local) mp_err_wrap(&r->err, "resuming");
@@ -385,6 +398,30 @@ static mp_code set_aside_past(train_run *r, const char *metrics) {
     MP_TRY(mp_metrics_set_aside(metrics, after, apath, &lines, &r->err));
     if (lines) mp_info("metrics: moved %lld line(s) logged %s to %s", (long long)lines, past, apath);
     return MP_OK;
+}
+
+/* Logs, when resuming: that there is nothing to do when the checkpoint is at or past --steps, and every
+ * batch setting (--batch, --seq-len, --grad-accum) that differs from the checkpoint's (allowed: it
+ * changes only the steps to come). Cannot fail. */
+static void note_resume(const train_run *r) {
+    const mp_train_config *c = &r->f.tc;
+    const mp_run_state *st = &r->rs;
+    if (!r->resume_dir[0]) return;
+    if (st->step >= c->steps)
+        mp_info("nothing to do: already at step %lld of %lld (resumed from %s); pass a larger --steps to train on",
+                (long long)st->step, (long long)c->steps, r->resume_dir);
+    char what[256] = "";
+    size_t n = 0;
+#define CHANGED(flag, saved, now)                                                                            \
+    if ((saved) && (saved) != (now) && n < sizeof what)                                                     \
+        n += (size_t)snprintf(what + n, sizeof what - n, "%s" flag " %d (was %d)", n ? ", " : "", now, saved)
+    CHANGED("--batch", st->batch_size, c->batch_size);
+    CHANGED("--seq-len", st->seq_len, c->seq_len);
+    CHANGED("--grad-accum", st->grad_accum, c->grad_accum);
+#undef CHANGED
+    if (what[0])
+        mp_info("resuming with a changed batch: %s in the checkpoint at step %lld; this changes only the steps "
+                "from %lld on", what, (long long)st->step, (long long)st->step + 1);
 }
 
 /* Rank 0 creates the run directory, sets aside what lies past this run's starting step
@@ -427,6 +464,7 @@ static void prepare_loop(train_run *r) {
     r->t_last = r->t_start;
     r->last_loss = NAN;
     r->continue_on_error = !strcmp(r->f.on_save_error, "continue");
+    r->skip_nonfinite = !strcmp(r->f.on_nonfinite, "skip");
     r->first_step = r->rs.step;
     r->fc = (train_fill_ctx){&r->loader, &r->bs, r->mesh->dp_rank};
 }
@@ -447,8 +485,28 @@ static mp_code save_initial_state(train_run *r) {
     return MP_OK;
 }
 
+/* Step `step` (0-based) had a non-finite gradient norm, and llama_train_step applied no update. With
+ * --on-nonfinite skip: counts and logs it (MP_OK). Else waits for a save in flight (the last good
+ * checkpoint commits) and fails naming the step. Collective; alike on every rank (the norm is global). */
+static mp_code nonfinite_step(train_run *r, int64_t step, step_out *out) {
+    if (r->skip_nonfinite) {
+        out->skipped = 1;
+        r->skipped++;
+        mp_warn("step %lld: gradient norm is %g: update skipped (%lld skipped so far, --on-nonfinite skip)",
+                (long long)step + 1, out->norm, (long long)r->skipped);
+        return MP_OK;
+    }
+    mp_code rc = mp_checkpointer_wait(&r->ck, NULL, &r->err);
+    if (rc) return rc;
+    return mp_err_set(&r->err, MP_ECHECK,
+                      "gradient norm is %g at step %lld: not applied, training stopped (the newest checkpoint is "
+                      "the last good one; --on-nonfinite skip skips such updates)",
+                      out->norm, (long long)step + 1);
+}
+
 /* Runs optimizer step `step` (0-based) and advances the loader; *out gets its lr, loss and gradient
- * norm. Collective. Fails alike (`fail`) when the loss is not finite (the loss is global). */
+ * norm. Collective. A non-finite norm: nonfinite_step. Fails alike (`fail`) when the loss is not finite
+ * (the loss is global). */
 static mp_code run_step(train_run *r, int64_t step, step_out *out) {
     const mp_train_config *c = &r->f.tc;
     out->lr = mp_lr_at(&r->sched, step);
@@ -458,11 +516,30 @@ static mp_code run_step(train_run *r, int64_t step, step_out *out) {
     mp_loader_advance(&r->loader);
     out->loss = sr.loss;
     out->norm = sr.grad_norm;
+    out->skipped = 0;
     r->last_loss = out->loss;
+    if (!isfinite(out->norm)) return nonfinite_step(r, step, out);
     if (!isfinite(out->loss))
         return mp_err_set(&r->err, MP_ECHECK, "loss is %g at step %lld: training diverged", out->loss,
                           (long long)step + 1);
     return MP_OK;
+}
+
+/* The run's wall time at clock t: this process's part plus what the resumed checkpoint carried. */
+static double run_elapsed(const train_run *r, double t) {
+    return t - r->t_start + r->rs.elapsed_s;
+}
+
+/* Rank 0: step `step`'s metrics line (a non-finite norm as null; a skipped update marked and counted). */
+static void write_metrics(train_run *r, int64_t step, const step_out *s, double tok_s, double time_s) {
+    char norm[40];
+    if (isfinite(s->norm)) snprintf(norm, sizeof norm, "%.17g", s->norm);
+    else snprintf(norm, sizeof norm, "null");
+    fprintf(r->metrics, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %s, \"tokens_per_s\": %.1f, ",
+            (long long)step + 1, s->loss, s->lr, norm, tok_s);
+    if (s->skipped) fprintf(r->metrics, "\"skipped\": true, \"nonfinite_skips\": %lld, ", (long long)r->skipped);
+    fprintf(r->metrics, "\"time_s\": %.3f}\n", time_s);
+    fflush(r->metrics);
 }
 
 /* Logs step `step`: its metrics line, the log line every --log-every steps and at the end, and the
@@ -473,13 +550,7 @@ static mp_code log_step(train_run *r, int64_t step, const step_out *s) {
     double t = mp_time_s();
     double tok_s = r->tokens_per_step / (t - r->t_last);
     r->t_last = t;
-    if (r->metrics) {
-        fprintf(r->metrics,
-                "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"tokens_per_s\": %.1f, "
-                "\"time_s\": %.3f}\n",
-                (long long)step + 1, s->loss, s->lr, s->norm, tok_s, t - r->t_start);
-        fflush(r->metrics);
-    }
+    if (r->metrics) write_metrics(r, step, s, tok_s, run_elapsed(r, t));
     if (c->log_every && ((step + 1) % c->log_every == 0 || step + 1 == c->steps))
         mp_info("step %5lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)step + 1,
                 (long long)c->steps, s->loss, s->lr, s->norm, tok_s);
@@ -511,7 +582,7 @@ static step_flow checkpoint_step(train_run *r, int64_t step) {
     int stop = stop_requested(r->mesh) || (f->stop_at && step + 1 == f->stop_at && !last);
     int due = f->ckpt_every && ((step + 1) % f->ckpt_every == 0 || last);
     if (due || stop) {
-        mp_run_state now = {step + 1, r->loader.cur};
+        mp_run_state now = {step + 1, r->loader.cur, .elapsed_s = run_elapsed(r, mp_time_s())};
         memset(&cs, 0, sizeof cs);
         if (mp_checkpointer_save(&r->ck, r->model, &r->mc, c, &now, &cs, &r->err)) goto save_failed;
         if (f->async_save)
@@ -547,6 +618,8 @@ static mp_code finish_run(train_run *r) {
     if (c->steps <= r->first_step) return MP_OK;
     double elapsed = mp_time_s() - r->t_start;
     mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, r->last_loss, elapsed);
+    if (r->skipped)
+        mp_warn("%lld update(s) skipped for a non-finite gradient norm (--on-nonfinite skip)", (long long)r->skipped);
     if (mesh->world > 1) {
         double comm_s = mp_comm_total_seconds(mesh->tp_comm) + mp_comm_total_seconds(mesh->dp_comm) +
                         mp_comm_total_seconds(mesh->world_comm);
@@ -591,6 +664,7 @@ int mp_cmd_train(int argc, char **argv) {
      * resumed step is set aside and the metrics file opened */
     if ((agreed = claim_ckpt_root(r))) goto fail_agreed;
     if ((agreed = resume_run(r))) goto fail_agreed;
+    note_resume(r);
     if ((agreed = open_metrics(r))) goto fail_agreed;
     prepare_loop(r);
     if (save_initial_state(r)) goto fail;

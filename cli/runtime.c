@@ -1,10 +1,12 @@
 /* cli/runtime.c — see runtime.h. */
 #include "cli/runtime.h"
 #include <mpi.h>
+#include <assert.h>
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cli/ckpt_common.h"
 #include "core/log.h"
 
 /* True when an MPI launcher started this process (Open MPI, MPICH/Hydra, Slurm PMI). */
@@ -16,8 +18,15 @@ void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {
     memset(rt, 0, sizeof *rt);
     rt->world = 1;
     if (launched_by_mpi()) {
-        MPI_Init(argc, argv);
+        /* the async checkpoint writer thread makes no MPI call: only the main thread does */
+        int provided = MPI_THREAD_SINGLE;
+        MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         rt->mpi = 1;
+        if (provided < MPI_THREAD_FUNNELED) {
+            fprintf(stderr, "meshpoint: error: the MPI library provides thread level %d, below MPI_THREAD_FUNNELED "
+                            "(%d) that the asynchronous checkpoint writer needs\n", provided, MPI_THREAD_FUNNELED);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
         MPI_Comm_size(MPI_COMM_WORLD, &rt->world);
         MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
     }
@@ -60,6 +69,23 @@ mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err)
     return (mp_code)v[0];
 }
 
+mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, char *path, size_t cap, mp_err *err) {
+    assert(rt->have_mesh && cap > 0);
+    mp_code local = MP_OK;
+    if (rt->rank == 0) {
+        char *dir = NULL;
+        local = mp_ckpt_resolve(path, &dir, err);
+        if (!local && strlen(dir) >= cap) local = mp_err_set(err, MP_EINPUT, "checkpoint path too long: %s", dir);
+        if (!local) snprintf(path, cap, "%s", dir);
+        free(dir);
+    }
+    mp_code agreed = mp_runtime_agree(rt, local, err);
+    if (agreed) return agreed;
+    mp_comm *w = rt->mesh.world_comm;
+    if (rt->mesh.world > 1) w->broadcast(w, path, cap, 0);
+    return MP_OK;
+}
+
 void mp_runtime_end(mp_runtime *rt) {
     if (rt->have_mesh) mp_mesh_destroy(&rt->mesh);
     rt->have_mesh = 0;
@@ -88,6 +114,11 @@ mp_code mp_runtime_model(mp_runtime *rt, const mp_model_config *cfg, const mp_tr
 
 double mp_eval_loss(llama_model *m, const mp_token_file *f, const mp_batch_split *bs, int T, int nbatches,
                     int32_t *in, int32_t *tgt, mp_err *err) {
+    return mp_eval_loss_n(m, f, bs, T, nbatches, in, tgt, NULL, err);
+}
+
+double mp_eval_loss_n(llama_model *m, const mp_token_file *f, const mp_batch_split *bs, int T, int nbatches,
+                      int32_t *in, int32_t *tgt, int *used, mp_err *err) {
     mp_loader l;
     if (mp_loader_init(&l, f, bs->global, T, err) != MP_OK) return NAN;
     mp_mesh *mesh = llama_mesh(m);
@@ -101,5 +132,6 @@ double mp_eval_loss(llama_model *m, const mp_token_file *f, const mp_batch_split
         if (l.cur.epoch > 0) { nbatches = b + 1; break; }   /* the file holds fewer batches: use them once */
     }
     mesh->dp_comm->all_reduce_f64(mesh->dp_comm, &sum, 1);
+    if (used) *used = nbatches;
     return sum / ((double)nbatches * bs->global * T);
 }

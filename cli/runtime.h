@@ -36,6 +36,11 @@ int mp_runtime_fail(const mp_runtime *rt, const mp_err *err);
  * one per rank. Returns the highest code of any rank (MP_OK if none failed); a rank that did not fail
  * itself exits with that code silently. Collective over the world (a no-op check without a mesh). */
 mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err);
+/* Resolves the checkpoint path names, in place (cap bytes), the way `meshpoint ckpt` does
+ * (mp_ckpt_resolve: a step directory, a checkpoint root, or a run directory meaning its newest complete
+ * checkpoint). Rank 0 decides and broadcasts its answer; an error is agreed (mp_runtime_agree). Collective
+ * over the world; needs the mesh. */
+mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, char *path, size_t cap, mp_err *err);
 /* Tears down the mesh and MPI. */
 void mp_runtime_end(mp_runtime *rt);
 
@@ -57,7 +62,11 @@ mp_code mp_runtime_model(mp_runtime *rt, const mp_model_config *cfg, const mp_tr
                          llama_model **out, mp_err *err);
 
 /* Mean per-token loss over the first nbatches global batches of f (batch B sequences of length T,
- * split over dp like training). in/tgt are host buffers of micro*T ints. Identical on every rank. */
+ * split over dp like training). in/tgt are host buffers of micro*T ints. Identical on every rank. When
+ * the file holds fewer batches, each is used once; *used (if not NULL) gets the number averaged over. */
+double mp_eval_loss_n(llama_model *m, const mp_token_file *f, const mp_batch_split *bs, int T, int nbatches,
+                      int32_t *in, int32_t *tgt, int *used, mp_err *err);
+/* mp_eval_loss_n without the count. */
 double mp_eval_loss(llama_model *m, const mp_token_file *f, const mp_batch_split *bs, int T, int nbatches,
                     int32_t *in, int32_t *tgt, mp_err *err);
 

@@ -35,8 +35,8 @@ mp_code mp_run_meta(mp_meta_put put, void *ctx, const mp_model_config *mc, const
     free(model_json);
     free(train_json);
     MP_TRY(rc);
-    snprintf(buf, sizeof buf, "{\"world\": %d, \"tp\": %d, \"dp\": %d, \"sp\": %s}", tp * dp, tp, dp,
-             tc->sp < 0 ? (tp > 1 ? "true" : "false") : tc->sp ? "true" : "false");
+    snprintf(buf, sizeof buf, "{\"world\": %d, \"tp\": %d, \"dp\": %d, \"sp\": %s, \"elapsed_s\": %.3f}", tp * dp,
+             tp, dp, tc->sp < 0 ? (tp > 1 ? "true" : "false") : tc->sp ? "true" : "false", st->elapsed_s);
     MP_TRY(put(ctx, "mesh", buf, err));
     snprintf(buf, sizeof buf, "%lld", (long long)st->step);
     MP_TRY(put(ctx, "step", buf, err));
@@ -66,6 +66,22 @@ static mp_code put_save_meta(void *ctx, const char *key, const char *value, mp_e
     return ckpt_save_meta(ctx, key, value, err);
 }
 
+/* One pass over the staged shards (parameters and moments): MP_ECHECK naming the first tensor that
+ * holds a non-finite value. Local to this rank. */
+static mp_code check_finite(const float *h, llama_model *m, mp_err *err) {
+    int np = llama_num_params(m);
+    for (int i = 0; i < np; i++) {
+        llama_param *p = llama_param_at(m, i);
+        int64_t n = llama_shard_numel(p);
+        for (int k = 0; k < 3; k++, h += n)
+            for (int64_t j = 0; j < n; j++)
+                if (!isfinite(h[j]))
+                    return mp_err_set(err, MP_ECHECK, "refusing to save: %s/%s holds a non-finite value (%g)",
+                                      kinds[k], p->name, h[j]);
+    }
+    return MP_OK;
+}
+
 mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_config *mc,
                              const mp_train_config *tc, const mp_run_state *st, ckpt_stats *stats,
                              mp_err *err) {
@@ -93,7 +109,7 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
     }
     ckpt_save *s = NULL;
     MP_TRY(ckpt_save_begin(&s, mesh->world_comm, c->root, st->step, &c->opts, err));
-    mp_code rc = MP_OK;
+    mp_code rc = check_finite(c->host, m, err);   /* never save a non-finite value */
     h = c->host;
     for (int i = 0; i < np && !rc; i++) {
         llama_param *p = llama_param_at(m, i);
@@ -145,9 +161,14 @@ mp_code mp_checkpointer_poll(mp_checkpointer *c, int64_t *committed_step, ckpt_s
 
 mp_code mp_checkpointer_wait(mp_checkpointer *c, ckpt_stats *stats, mp_err *err) {
     if (!c->inflight) return MP_OK;
+    ckpt_stats local;
+    if (!stats) stats = &local;
     mp_code rc = ckpt_save_wait(c->inflight, stats, err);
     ckpt_save_free(c->inflight);
     c->inflight = NULL;
+    if (!rc)
+        mp_info("checkpoint step %lld committed: stall %.3f s, write %.3f s, commit %.3f s",
+                (long long)c->inflight_step, c->last_stall_s, stats->write_s, stats->commit_s);
     return rc;
 }
 
@@ -197,6 +218,25 @@ static mp_code meta_int(const ckpt_reader *r, const char *key, const char *field
     return MP_OK;
 }
 
+/* A number field of a JSON metadata entry, or dflt when absent. */
+static double meta_num_or(const ckpt_reader *r, const char *key, const char *field, double dflt) {
+    const char *text = ckpt_meta_get(r, key);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
+    double out = cJSON_IsNumber(v) ? v->valuedouble : dflt;
+    cJSON_Delete(j);
+    return out;
+}
+
+/* The bookkeeping of st from the checkpoint: elapsed_s (0 if absent) and the saved batch shape (0:
+ * unknown). */
+static void read_saved_shape(const ckpt_reader *r, mp_run_state *st) {
+    st->elapsed_s = meta_num_or(r, "mesh", "elapsed_s", 0);
+    st->batch_size = (int)meta_num_or(r, "data_cursor", "batch_size", meta_num_or(r, "train_config", "batch_size", 0));
+    st->seq_len = (int)meta_num_or(r, "data_cursor", "seq_len", meta_num_or(r, "train_config", "seq_len", 0));
+    st->grad_accum = (int)meta_num_or(r, "train_config", "grad_accum", 0);
+}
+
 mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int model_only,
                            mp_run_state *st, mp_err *err) {
     ckpt_reader *r = NULL;
@@ -205,6 +245,7 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
     if (!rc) rc = meta_int(r, "step", NULL, &st->step, err);
     if (!rc) rc = meta_int(r, "data_cursor", "pos", &st->cursor.pos, err);
     if (!rc) rc = meta_int(r, "data_cursor", "epoch", &st->cursor.epoch, err);
+    if (!rc) read_saved_shape(r, st);
     int nk = model_only ? 1 : 3;
     mp_backend *be = llama_backend(m);
     int np = llama_num_params(m);

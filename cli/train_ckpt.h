@@ -9,7 +9,9 @@
  * Every rank writes its FSDP shard of its TP slice as one box (vocab padding rows clipped off);
  * replicated tensors (the norms) are written by tp rank 0 only.
  * Metadata (JSON text): model_config (HF config.json), train_config, mesh, step, data_cursor,
- * lr_schedule, optimizer, rng. See docs/FORMAT.md.
+ * lr_schedule, optimizer, rng. See docs/FORMAT.md. "mesh" also carries "elapsed_s", the run's wall time
+ * up to the saved step (bookkeeping, not compared by `ckpt diff`; absent in older checkpoints: 0).
+ * A save refuses shards holding a non-finite value (NaN, inf), naming the tensor.
  *
  * Loading reads, for every parameter, exactly the box this rank's new shard covers — through the
  * reader's box intersection, so the saved mesh need not equal the current one.
@@ -27,6 +29,8 @@ typedef struct mp_run_state {
     int64_t step;               /* optimizer steps completed */
     mp_loader_cursor cursor;    /* the data loader's position for the next step */
     int64_t bytes_read, bytes_needed;   /* set by mp_checkpoint_load: this rank's reader counters */
+    double elapsed_s;           /* wall time of the run up to step (saved; loaded, 0 if absent) */
+    int batch_size, seq_len, grad_accum;   /* set by mp_checkpoint_load: the saved ones (0: unknown) */
 } mp_run_state;
 
 /* Stores one metadata entry (a ckpt save, a reshard sink, ...). */
@@ -58,7 +62,7 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
 /* Once per step (collective): commits an async save whose files are all written. *committed_step is
  * set to its step when it commits in this call, else -1. */
 mp_code mp_checkpointer_poll(mp_checkpointer *c, int64_t *committed_step, ckpt_stats *stats, mp_err *err);
-/* Collective: waits for an async save in flight. */
+/* Collective: waits for an async save in flight, and logs its commit. */
 mp_code mp_checkpointer_wait(mp_checkpointer *c, ckpt_stats *stats, mp_err *err);
 void mp_checkpointer_free(mp_checkpointer *c);
 

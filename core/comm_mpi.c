@@ -20,6 +20,9 @@ typedef struct {
 } mpi_impl;
 
 static size_t g_bcast_chunk = INT_MAX;
+/* Largest element count (and displacement) handed to one MPI call; larger operations are split into
+ * several calls. INT_MAX (MPI's int count type) except under the test hook mp_comm_mpi_set_max_count. */
+static int64_t g_max_count = INT_MAX;
 
 /* Runs one MPI call and adds its wall time to c->seconds[op]. */
 #define TIMED(c, op, call) do { double t0_ = MPI_Wtime(); call; (c)->seconds[op] += MPI_Wtime() - t0_; } while (0)
@@ -29,68 +32,95 @@ static mpi_impl *impl_of(const mp_comm *c) {
     return (mpi_impl *)c->impl;
 }
 
-/* Fills the int counts/displs of impl from counts[size]; asserts every count, and the total, fit in an
- * int (MPI's count type); returns the total. */
-static int64_t fill_counts(mp_comm *c, const int64_t *counts) {
+/* Checks counts[size] (each >= 0) and returns their total. Fills the int counts/displs of impl and sets
+ * *fits when every count, displacement and the total are at most g_max_count (one v-collective call
+ * will do); otherwise *fits = 0 and the caller splits the operation. */
+static int64_t fill_counts(mp_comm *c, const int64_t *counts, int *fits) {
     mpi_impl *im = impl_of(c);
     assert(counts);
     int64_t total = 0;
+    *fits = 1;
     for (int r = 0; r < c->size; r++) {
         assert(counts[r] >= 0 && "comm: negative count");
-        assert(total <= INT_MAX && "comm: displacement does not fit in an int");
-        im->counts[r] = (int)counts[r];
-        im->displs[r] = (int)total;
+        assert(counts[r] <= INT64_MAX - total && "comm: total count overflows");
+        if (total > g_max_count || counts[r] > g_max_count) *fits = 0;
+        if (*fits) {
+            im->counts[r] = (int)counts[r];
+            im->displs[r] = (int)total;
+        }
         total += counts[r];
     }
-    assert(total <= INT_MAX && "comm: total count does not fit in an int");
+    if (total > g_max_count) *fits = 0;
     return total;
 }
 
-/* In place sum/max over the group: MPI_Allreduce with MPI_IN_PLACE. */
+/* The length of the piece of an n-element operation that starts at off: at most g_max_count. */
+static int piece(int64_t n, int64_t off) {
+    int64_t len = n - off < g_max_count ? n - off : g_max_count;
+    return (int)len;
+}
+
+/* In place sum/max over the group: MPI_Allreduce with MPI_IN_PLACE, in pieces of at most g_max_count
+ * elements (each element is reduced by exactly one call, so the split does not change the result). */
 static void mpi_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
     assert(n >= 0 && (x || n == 0));
     assert(c->size > 1);
-    assert(n <= INT_MAX && "comm: all_reduce count does not fit in an int");
     int64_t s, b;
     mp_split(n, c->size, c->rank, &s, &b);
     c->bytes_sent[MP_COMM_ALLREDUCE] += (int64_t)sizeof(float) * ((n - b) + (int64_t)(c->size - 1) * b);
     c->calls[MP_COMM_ALLREDUCE]++;
-    if (n == 0) return;
-    TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, op_max ? MPI_MAX : MPI_SUM, impl_of(c)->comm));
+    for (int64_t off = 0; off < n; off += g_max_count)
+        TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, x + off, piece(n, off), MPI_FLOAT,
+                                                  op_max ? MPI_MAX : MPI_SUM, impl_of(c)->comm));
 }
 
 static void mpi_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
     assert(n >= 0 && (x || n == 0));
     assert(c->size > 1);
-    assert(n <= INT_MAX && "comm: all_reduce_f64 count does not fit in an int");
     int64_t s, b;
     mp_split(n, c->size, c->rank, &s, &b);
     c->bytes_sent[MP_COMM_ALLREDUCE] += (int64_t)sizeof(double) * ((n - b) + (int64_t)(c->size - 1) * b);
     c->calls[MP_COMM_ALLREDUCE]++;
-    if (n == 0) return;
-    TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, impl_of(c)->comm));
+    for (int64_t off = 0; off < n; off += g_max_count)
+        TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, x + off, piece(n, off), MPI_DOUBLE, MPI_SUM,
+                                                  impl_of(c)->comm));
 }
 
 /* out = concat_r in_r[counts[r]]. in may be out + displ[rank] (in place); otherwise the two must not
- * overlap. */
+ * overlap. When a count or displacement exceeds g_max_count: each rank's part is broadcast from it in
+ * pieces (same result, more calls). */
 static void mpi_all_gatherv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
     assert(c->size > 1);
     mpi_impl *im = impl_of(c);
-    int64_t total = fill_counts(c, counts);
+    int fits;
+    int64_t total = fill_counts(c, counts, &fits);
     int me = c->rank;
     assert((out || total == 0) && (in || counts[me] == 0));
     c->bytes_sent[MP_COMM_ALLGATHER] += (int64_t)sizeof(float) * (c->size - 1) * counts[me];
     c->calls[MP_COMM_ALLGATHER]++;
     if (total == 0) return;
-    const void *send = (in == out + im->displs[me]) ? MPI_IN_PLACE : (const void *)in;
-    TIMED(c, MP_COMM_ALLGATHER, MPI_Allgatherv(send, im->counts[me], MPI_FLOAT, out, im->counts, im->displs, MPI_FLOAT, im->comm));
+    if (fits) {
+        const void *send = (in == out + im->displs[me]) ? MPI_IN_PLACE : (const void *)in;
+        TIMED(c, MP_COMM_ALLGATHER, MPI_Allgatherv(send, im->counts[me], MPI_FLOAT, out, im->counts, im->displs, MPI_FLOAT, im->comm));
+        return;
+    }
+    int64_t displ = 0;
+    for (int r = 0; r < c->size; r++) {
+        float *part = out + displ;
+        if (r == me && in != part && counts[me]) memcpy(part, in, sizeof(float) * (size_t)counts[me]);
+        for (int64_t off = 0; off < counts[r]; off += g_max_count)
+            TIMED(c, MP_COMM_ALLGATHER, MPI_Bcast(part + off, piece(counts[r], off), MPI_FLOAT, r, im->comm));
+        displ += counts[r];
+    }
 }
 
-/* out[counts[rank]] = sum over the group of in[displ_rank ...]. out must not overlap in. */
+/* out[counts[rank]] = sum over the group of in[displ_rank ...]. out must not overlap in. When a count
+ * or displacement exceeds g_max_count: one MPI_Reduce to each rank per piece of its part. */
 static void mpi_reduce_scatterv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
     assert(c->size > 1);
     mpi_impl *im = impl_of(c);
-    int64_t total = fill_counts(c, counts);
+    int fits;
+    int64_t total = fill_counts(c, counts, &fits);
     int me = c->rank;
     assert((in || total == 0) && (out || counts[me] == 0));
     assert((total == 0 || counts[me] == 0 ||
@@ -99,20 +129,31 @@ static void mpi_reduce_scatterv(mp_comm *c, float *out, const float *in, const i
     c->bytes_sent[MP_COMM_REDUCE_SCATTER] += (int64_t)sizeof(float) * (total - counts[me]);
     c->calls[MP_COMM_REDUCE_SCATTER]++;
     if (total == 0) return;
-    /* MPI_Reduce_scatter needs a valid recvbuf even for a zero count on some paths. */
-    float dummy;
-    TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce_scatter(in, counts[me] ? (void *)out : (void *)&dummy, im->counts, MPI_FLOAT, MPI_SUM, im->comm));
+    if (fits) {
+        /* MPI_Reduce_scatter needs a valid recvbuf even for a zero count on some paths. */
+        float dummy;
+        TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce_scatter(in, counts[me] ? (void *)out : (void *)&dummy, im->counts, MPI_FLOAT, MPI_SUM, im->comm));
+        return;
+    }
+    int64_t displ = 0;
+    for (int r = 0; r < c->size; r++) {
+        for (int64_t off = 0; off < counts[r]; off += g_max_count)
+            TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce(in + displ + off, r == me ? (void *)(out + off) : NULL,
+                                                        piece(counts[r], off), MPI_FLOAT, MPI_SUM, r, im->comm));
+        displ += counts[r];
+    }
 }
 
-/* bytes from root to every rank, in chunks of at most g_bcast_chunk bytes. */
+/* bytes from root to every rank, in chunks of at most g_bcast_chunk (and g_max_count) bytes. */
 static void mpi_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     assert(root >= 0 && root < c->size && (buf || bytes == 0));
     assert(c->size > 1);
     if (c->rank == root) c->bytes_sent[MP_COMM_BCAST] += (int64_t)bytes;
     c->calls[MP_COMM_BCAST]++;
     MPI_Comm comm = impl_of(c)->comm;
-    for (size_t off = 0; off < bytes; off += g_bcast_chunk) {
-        size_t len = bytes - off < g_bcast_chunk ? bytes - off : g_bcast_chunk;
+    size_t chunk = g_bcast_chunk < (size_t)g_max_count ? g_bcast_chunk : (size_t)g_max_count;
+    for (size_t off = 0; off < bytes; off += chunk) {
+        size_t len = bytes - off < chunk ? bytes - off : chunk;
         TIMED(c, MP_COMM_BCAST, MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, comm));
     }
 }
@@ -165,4 +206,11 @@ MPI_Comm mp_comm_mpi_handle(const mp_comm *c) { return impl_of(c)->comm; }
 void mp_comm_mpi_set_bcast_chunk(size_t bytes) {
     assert(bytes >= 1 && bytes <= INT_MAX);
     g_bcast_chunk = bytes;
+}
+
+/* Test hook (internal; tests/mpi_comm.c declares it): the largest element count or displacement one MPI
+ * call is given (default INT_MAX), so a test splits small vectors the way real ones above INT_MAX are. */
+void mp_comm_mpi_set_max_count(int64_t n) {
+    assert(n >= 1 && n <= INT_MAX);
+    g_max_count = n;
 }

@@ -2,9 +2,22 @@
  * layers/llama_train.c — one optimizer step of the model: the part of the training loop that ties the
  * model to the optimizer (data comes in through a callback, checkpoints stay in cli/). Shared by
  * `meshpoint train` and the tests, so both run exactly the same arithmetic.
+ *
+ * A gradient norm that is not finite (NaN, inf) skips the optimizer update: the weights and moments stay
+ * as they were, and the caller decides (stop or skip). The norm is all-reduced, so every rank decides alike.
+ *
+ * Test hook: MP_TEST_NONFINITE_AT_STEP=N makes the gradient norm of the 1-based step N NaN (every rank
+ * reads the same environment), to test that handling without a real divergence. It is read only here.
  */
 #include "layers/llama_train.h"
 #include <math.h>
+#include <stdlib.h>
+
+/* The test hook above: whether step's norm is to be made NaN. */
+static int test_nonfinite_at(int64_t step) {
+    const char *s = getenv("MP_TEST_NONFINITE_AT_STEP");
+    return s && *s && atoll(s) == step;
+}
 
 void llama_train_step(llama_model *m, const llama_step_args *a, llama_fill_fn fill, void *ctx, int32_t *in,
                       int32_t *tgt, llama_step_result *res) {
@@ -19,8 +32,10 @@ void llama_train_step(llama_model *m, const llama_step_args *a, llama_fill_fn fi
     llama_sync_grads(m);
     mesh->dp_comm->all_reduce_f64(mesh->dp_comm, &loss_sum, 1);
     double norm = llama_grad_norm(m);
+    if (test_nonfinite_at(a->step)) norm = NAN;
     double clip = a->grad_clip > 0 && norm > a->grad_clip ? a->grad_clip / (norm + 1e-6) : 1.0;
-    llama_step(m, &a->hp, a->lr, a->step, (float)clip);
+    if (!isfinite(norm)) clip = 0;
+    else llama_step(m, &a->hp, a->lr, a->step, (float)clip);
     res->loss = loss_sum / a->tokens_per_step;
     res->grad_norm = norm;
     res->clip = clip;

@@ -1,7 +1,8 @@
 /*
  * layers/llama_train.h — one training step: zero grads; grad_accum x (fill the micro-batch, forward,
  * backward with scale 1/tokens_per_step); finish grads (SP); global loss (summed over dp in double);
- * global grad norm; clip to grad_clip (0: off); AdamW at lr for the 1-based step.
+ * global grad norm; clip to grad_clip (0: off); AdamW at lr for the 1-based step. A norm that is not
+ * finite skips the update (nothing changes; res->clip is 0): the caller stops or skips the step.
  */
 #ifndef MP_LLAMA_TRAIN_H
 #define MP_LLAMA_TRAIN_H
@@ -20,7 +21,7 @@ typedef struct llama_step_args {
 
 typedef struct llama_step_result {
     double loss;               /* global mean per-token loss of the step (before the update) */
-    double grad_norm;          /* before clipping */
+    double grad_norm;          /* before clipping; not finite: the update was skipped */
     double clip;               /* factor applied to the gradients (1: none) */
 } llama_step_result;
 

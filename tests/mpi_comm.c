@@ -189,7 +189,7 @@ static void test_all_gatherv(mp_comm *c) {
 
 static void test_reduce_scatterv(mp_comm *c) {
     const int p = g_np, me = g_rank;
-    int64_t *counts = malloc(p * sizeof *counts), total = 0, mydispl = 0;
+    int64_t *counts = calloc((size_t)p + 1, sizeof *counts), total = 0, mydispl = 0;
     for (int r = 0; r < p; r++) {
         counts[r] = ucount(p - 1 - r);   /* a different uneven pattern than all_gatherv's */
         if (r < me) mydispl += counts[r];
@@ -332,6 +332,50 @@ static void test_mesh_bad(int tp, int dp, const char *want) {
           "rc %d msg \"%s\"", rc, err.msg);
 }
 
+/* Internal test hook of core/comm_mpi.c: the largest element count one MPI call is given. */
+
+/* Counts above the MPI call limit are split into several calls (the path real counts above INT_MAX
+ * take): with the limit lowered to 7, every collective on vectors longer than that gives the same
+ * result as one call. */
+static void test_split(mp_comm *c) {
+    const int p = g_np, me = g_rank;
+    mp_comm_mpi_set_max_count(7);
+    const int64_t n = 103;   /* 14 pieces, the last one short */
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    double *d = malloc(n * sizeof *d);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = (float)(me + 1) * (float)i;
+        y[i] = (float)((i * 13 + me * 7) % 29);
+        d[i] = 0.5 * (me + 1) + (double)i;
+    }
+    mp_comm_reset_counters(c);
+    c->all_reduce(c, x, n, 0);
+    c->all_reduce(c, y, n, 1);
+    c->all_reduce_f64(c, d, n);
+    int ok = 1;
+    int64_t bad = -1;
+    const double ranks = (double)p * (p + 1) / 2;
+    for (int64_t i = 0; i < n; i++) {
+        float mx = 0;
+        for (int r = 0; r < p; r++) {
+            float v = (float)((i * 13 + r * 7) % 29);
+            if (v > mx) mx = v;
+        }
+        if (x[i] != (float)(ranks * (double)i) || y[i] != mx || d[i] != 0.5 * ranks + (double)p * (double)i) {
+            ok = 0;
+            bad = i;
+        }
+    }
+    check("split all_reduce (sum, max, f64) of 103 elements in pieces of 7", ok, "element %lld", (long long)bad);
+    check("split all_reduce counts one call per op", c->calls[MP_COMM_ALLREDUCE] == (p == 1 ? 0 : 3), "%lld calls",
+          (long long)c->calls[MP_COMM_ALLREDUCE]);
+    bcast_case(c, "split broadcast (pieces of 7 bytes)", 1001, p - 1);
+    test_all_gatherv(c);       /* counts up to 2p+1 and totals above 7: one broadcast per rank and piece */
+    test_reduce_scatterv(c);   /* one MPI_Reduce per rank and piece */
+    mp_comm_mpi_set_max_count(2147483647);
+    free(x); free(y); free(d);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -344,6 +388,7 @@ int main(int argc, char **argv) {
     test_all_gatherv(c);
     test_reduce_scatterv(c);
     test_broadcast(c);
+    test_split(c);
     c->destroy(c);
     test_size_one();
 

@@ -451,6 +451,8 @@ static void ed_tile_cols_big(ck_layout *L) { L->b[0].tile_cols = L->b[0].shp[1] 
 static void ed_ntiles(ck_layout *L) { L->b[0].ntiles += 1; }
 static void ed_tiles_path(ck_layout *L) { L->b[0].tiles_dataset[0] = 'x'; }
 static void ed_offset_overflow(ck_layout *L) { L->b[0].off[1] = INT64_MAX - 1; }
+static void ed_offset_min(ck_layout *L) { L->b[0].off[0] = INT64_MIN; }
+static void ed_ntiles_max(ck_layout *L) { L->b[0].ntiles = INT64_MAX; }
 static void ed_shape_overflow(ck_layout *L) {
     L->t[0].shape[0] = INT64_MAX / 2;
     L->t[0].shape[1] = 1024;
@@ -466,7 +468,8 @@ Test(ckpt_read, v2_index_refuses_crafted_tile_fields_and_overflows) {
         {ed_tile_rows0, "bad checksum tile fields"},   {ed_tile_rows_big, "bad checksum tile fields"},
         {ed_tile_cols_big, "bad checksum tile fields"}, {ed_ntiles, "bad checksum tile fields"},
         {ed_tiles_path, "bad tiles dataset path"},      {ed_offset_overflow, "outside the tensor"},
-        {ed_shape_overflow, "bad shape"},
+        {ed_shape_overflow, "bad shape"},              {ed_offset_min, "outside the tensor"},
+        {ed_ntiles_max, "bad checksum tile fields"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cr_assert_eq(reread_edited(d, cases[i].f, &e), MP_ECHECK, "case %zu accepted", i);
@@ -475,6 +478,25 @@ Test(ckpt_read, v2_index_refuses_crafted_tile_fields_and_overflows) {
     free(d);
     tu_rm_rf(root);
     free(root);
+}
+
+/* Box arithmetic on crafted values saturates instead of wrapping: a volume or an end point that
+ * overflows int64 compares as larger than any tensor's, never as a small or negative number. */
+Test(ckpt_read, box_arithmetic_saturates_on_crafted_values) {
+    int64_t big[2] = {INT64_MAX / 2, 4}, one[2] = {1, 1};
+    cr_assert_eq(ck_volume(2, big), INT64_MAX);
+    cr_assert_eq(ck_volume(2, one), 1);
+    int64_t ao[2] = {INT64_MAX - 1, 0}, as[2] = {INT64_MAX - 1, 1}, bo[2] = {0, 0}, bs[2] = {8, 8};
+    int64_t io[2], is[2];
+    cr_assert_eq(ck_intersect(2, ao, as, bo, bs, io, is), 0, "a box past INT64_MAX wrapped into [0, 8)");
+    int64_t far[2] = {INT64_MAX - 4, 0};
+    cr_assert_eq(ck_intersect(2, far, as, far, bs, io, is), 1);
+    cr_assert(io[0] == INT64_MAX - 4 && is[0] == 4, "intersection %lld +%lld", (long long)io[0], (long long)is[0]);
+    int64_t huge[2] = {INT64_MAX, INT64_MAX};
+    cr_assert_eq(ck_tile_count(2, huge, 1, 1), INT64_MAX);
+    cr_assert_eq(ck_tile_count(2, huge, INT64_MAX, INT64_MAX), 1);
+    int64_t odd[2] = {7, 10};
+    cr_assert_eq(ck_tile_count(2, odd, 2, 3), 4 * 4);
 }
 
 /* ------------------------------------------------------------------------------ the v1 fixture */

@@ -1,0 +1,91 @@
+#!/bin/bash
+# tests/ckpt_naming.sh MESHPOINT DATA CONFIG WORKDIR CASE — one way to name a checkpoint (as `meshpoint ckpt`
+# does, mp_ckpt_resolve): a run directory, a checkpoint root or a step directory, for train --resume-from
+# and eval --checkpoint. Every case asserts exit codes and messages.
+#   resume        --resume-from RUN and --resume-from RUN/checkpoints resume from the newest complete
+#                 checkpoint, and finish equal to a straight run (ckpt diff)
+#   eval_config   eval --checkpoint RUN without --config (the checkpoint's model_config) prints the same
+#                 loss as with --config and as with the step directory
+#   eval_refuse   eval with a --config that disagrees with the checkpoint exits 2 naming the field; eval
+#                 with neither --config nor --checkpoint exits 2
+#   eval_batches  eval --batches beyond the file says how many batches it used
+#   ranks         (mpiexec -np 2) rank 0 resolves the name for every rank: --resume-from RUN/checkpoints and
+#                 eval --checkpoint RUN without --config (same loss as with it)
+set -u
+bin=$1; data=$2; config=$3; work=$4; case=$5
+rm -rf "$work"; mkdir -p "$work"
+fail() { echo "FAIL ($case): $*"; exit 1; }
+train() { "$bin" train --config "$config" --train-data "$data" --log-every 0 "$@"; }
+# expect CODE PATTERN LOG CMD...: runs CMD into LOG; its exit status must be CODE and LOG must match PATTERN
+expect() {
+    local code=$1 pattern=$2 log=$3; shift 3
+    "$@" >"$log" 2>&1; local rc=$?
+    [ $rc -eq "$code" ] || fail "expected exit $code, got $rc from: $*: $(cat "$log")"
+    grep -Eq -- "$pattern" "$log" || fail "output does not match /$pattern/: $(cat "$log")"
+}
+loss_of() { grep -o 'eval loss [0-9.]*' "$1"; }
+ev=(--data "$data" --batch 4 --seq-len 16)
+
+case $case in
+resume)
+    train --run-dir "$work/ref" --steps 6 --ckpt-every 6 >/dev/null 2>&1 || fail "reference run"
+    for how in run root; do
+        run=$work/$how
+        train --run-dir "$run" --steps 6 --ckpt-every 2 --stop-at 4 >/dev/null 2>&1 || fail "first run ($how)"
+        from=$run; [ $how = root ] && from=$run/checkpoints
+        expect 0 "resumed from .*step_00000004 at step 4" "$work/log_$how" \
+            train --run-dir "$run" --steps 6 --ckpt-every 2 --resume-from "$from"
+        "$bin" ckpt diff "$work/ref/checkpoints/step_00000006" "$run/checkpoints/step_00000006" >"$work/diff" 2>&1 ||
+            fail "--resume-from $from: step 6 differs from a straight run: $(cat "$work/diff")"
+    done
+    expect 2 "no-such-run" "$work/log_missing" train --run-dir "$work/x" --steps 6 --resume-from "$work/no-such-run"
+    ;;
+eval_config)
+    train --run-dir "$work/run" --steps 4 --ckpt-every 2 >/dev/null 2>&1 || fail "training"
+    expect 0 "weights: .*step_00000004" "$work/a" "$bin" eval --checkpoint "$work/run" "${ev[@]}" --batches 3
+    expect 0 "weights: .*step_00000004" "$work/b" "$bin" eval --config "$config" --checkpoint "$work/run" "${ev[@]}" --batches 3
+    expect 0 "weights: .*step_00000004" "$work/c" "$bin" eval --checkpoint "$work/run/checkpoints/step_00000004" "${ev[@]}" --batches 3
+    expect 0 "weights: .*step_00000002" "$work/d" "$bin" eval --checkpoint "$work/run/checkpoints/step_00000002" "${ev[@]}" --batches 3
+    [ -n "$(loss_of "$work/a")" ] || fail "no loss printed: $(cat "$work/a")"
+    [ "$(loss_of "$work/a")" = "$(loss_of "$work/b")" ] || fail "without --config $(loss_of "$work/a"), with $(loss_of "$work/b")"
+    [ "$(loss_of "$work/a")" = "$(loss_of "$work/c")" ] || fail "run dir $(loss_of "$work/a"), step dir $(loss_of "$work/c")"
+    [ "$(loss_of "$work/a")" != "$(loss_of "$work/d")" ] || fail "step 2 and step 4 give the same loss"
+    ;;
+eval_refuse)
+    train --run-dir "$work/run" --steps 2 --ckpt-every 2 >/dev/null 2>&1 || fail "training"
+    sed 's/"hidden_size": 32/"hidden_size": 64/' "$config" >"$work/wide.json"
+    expect 2 "hidden_size = 32, the config says 64" "$work/log" \
+        "$bin" eval --config "$work/wide.json" --checkpoint "$work/run" "${ev[@]}" --batches 2
+    sed 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$config" >"$work/deep.json"
+    expect 2 "num_hidden_layers = 2, the config says 3" "$work/log" \
+        "$bin" eval --config "$work/deep.json" --checkpoint "$work/run/checkpoints" "${ev[@]}" --batches 2
+    expect 2 "--config FILE / --checkpoint DIR" "$work/log" "$bin" eval "${ev[@]}"
+    expect 2 "has no index.h5" "$work/log" "$bin" eval --checkpoint "$work" "${ev[@]}"
+    ;;
+eval_batches)
+    train --run-dir "$work/run" --steps 2 --ckpt-every 2 >/dev/null 2>&1 || fail "training"
+    bytes=$(stat -c %s "$data")
+    expect 0 "holds only [0-9]+ batches .*used those [0-9]+" "$work/log" \
+        "$bin" eval --checkpoint "$work/run" "${ev[@]}" --batches 1000000
+    used=$(grep -o 'used those [0-9]*' "$work/log" | grep -o '[0-9]*$')
+    grep -q "eval loss [0-9.]* ($used batches" "$work/log" || fail "the loss line does not say $used batches: $(cat "$work/log")"
+    [ "$used" -gt 1 ] && [ "$used" -lt 1000000 ] && [ $((used * 4 * 16 * 2)) -le "$bytes" ] ||
+        fail "$used batches of 4 x 16 tokens do not fit $bytes bytes"
+    expect 0 "eval loss [0-9.]* \(3 batches" "$work/log3" "$bin" eval --checkpoint "$work/run" "${ev[@]}" --batches 3
+    grep -q "holds only" "$work/log3" && fail "a warning for --batches within the file: $(cat "$work/log3")"
+    ;;
+ranks)
+    mpi="mpiexec --allow-run-as-root --oversubscribe -np 2"
+    train --run-dir "$work/run" --steps 4 --ckpt-every 2 --stop-at 2 >/dev/null 2>&1 || fail "first run"
+    expect 0 "resumed from .*step_00000002 at step 2" "$work/log" \
+        $mpi "$bin" train --config "$config" --train-data "$data" --log-every 0 --run-dir "$work/run" --steps 4 \
+        --ckpt-every 2 --resume-from "$work/run/checkpoints"
+    expect 0 "weights: .*step_00000004" "$work/a" $mpi "$bin" eval --checkpoint "$work/run" "${ev[@]}" --batches 3
+    expect 0 "weights: .*step_00000004" "$work/b" $mpi "$bin" eval --config "$config" --checkpoint "$work/run" "${ev[@]}" --batches 3
+    [ "$(loss_of "$work/a")" = "$(loss_of "$work/b")" ] || fail "without --config $(loss_of "$work/a"), with $(loss_of "$work/b")"
+    expect 2 "has no index.h5" "$work/log" $mpi "$bin" eval --checkpoint "$work" "${ev[@]}"
+    [ "$(grep -c "error" "$work/log")" = 1 ] || fail "not one agreed error: $(cat "$work/log")"
+    ;;
+*) fail "unknown case" ;;
+esac
+echo "ok ($case)"

@@ -1,0 +1,79 @@
+#!/bin/bash
+# tests/train_nonfinite.sh MESHPOINT DATA CONFIG WORKDIR CASE — a non-finite gradient norm and resume
+# bookkeeping through the real CLI. MP_TEST_NONFINITE_AT_STEP=N (the test hook of layers/llama_train.c)
+# makes step N's gradient norm NaN.
+#   stop          default: exit 1 naming the step; the newest checkpoint (committed, --async-save) is the
+#                 last good one, and holds no NaN (ckpt show --stats --json)
+#   skip          --on-nonfinite skip: exit 0, the skip logged on stderr and marked/counted in metrics.jsonl
+#   resume_done   resuming at or past --steps: "nothing to do: already at step S of N"
+#   resume_batch  a different --batch on resume is logged
+#   time_s        time_s in metrics.jsonl continues across a resume
+set -u
+bin=$1; data=$2; config=$3; work=$4; case=$5
+rm -rf "$work"; mkdir -p "$work"
+fail() { echo "FAIL ($case): $*"; exit 1; }
+train() { "$bin" train --config "$config" --train-data "$data" --log-every 0 "$@"; }
+# expect CODE PATTERN LOG CMD...: runs CMD into LOG; its exit status must be CODE and LOG must match PATTERN
+expect() {
+    local code=$1 pattern=$2 log=$3; shift 3
+    "$@" >"$log" 2>&1; local rc=$?
+    [ $rc -eq "$code" ] || fail "expected exit $code, got $rc from: $*: $(cat "$log")"
+    grep -Eq -- "$pattern" "$log" || fail "output does not match /$pattern/: $(cat "$log")"
+}
+# time_at FILE STEP: the time_s of STEP's line
+time_at() { grep "^{\"step\": $2, \"loss\"" "$1" | sed 's/.*"time_s": \([0-9.]*\).*/\1/'; }
+run=$work/run; root=$run/checkpoints
+
+case "$case" in
+stop)
+    MP_TEST_NONFINITE_AT_STEP=5 expect 1 "gradient norm is nan at step 5" "$work/log" \
+        train --run-dir "$run" --steps 8 --ckpt-every 2 --async-save
+    grep -q "checkpoint step 4 committed" "$work/log" || fail "the async save of step 4 was not committed: $(cat "$work/log")"
+    [ "$(cat "$root/latest")" = step_00000004 ] || fail "latest names $(cat "$root/latest")"
+    [ "$(ls "$root" | grep '^step_[0-9]*$' | sort | tail -1)" = step_00000004 ] || fail "newest is not step 4: $(ls "$root")"
+    ls "$root" | grep -q partial && fail "a save was left unfinished: $(ls "$root")"
+    "$bin" ckpt show --stats --json "$root/step_00000004" >"$work/stats" 2>&1 || fail "ckpt show: $(cat "$work/stats")"
+    [ "$(grep -c '"nonfinite":' "$work/stats")" -gt 0 ] || fail "no nonfinite counts in: $(head -c 2000 "$work/stats")"
+    grep -Eq '"nonfinite":[[:space:]]*[1-9]' "$work/stats" && fail "step 4 holds non-finite values"
+    grep -q '"step": 5,' "$run/metrics.jsonl" && fail "step 5 was logged as done"
+    echo "ok ($case): $(grep 'error' "$work/log" | cut -c1-120)"
+    ;;
+skip)
+    MP_TEST_NONFINITE_AT_STEP=3 expect 0 "step 3: gradient norm is nan: update skipped \(1 skipped" "$work/log" \
+        train --run-dir "$run" --steps 5 --ckpt-every 5 --on-nonfinite skip
+    grep -q "1 update(s) skipped for a non-finite gradient norm" "$work/log" || fail "no count at the end: $(cat "$work/log")"
+    grep -q '^{"step": 3, .*"grad_norm": null, .*"skipped": true, "nonfinite_skips": 1' "$run/metrics.jsonl" ||
+        fail "step 3 is not marked skipped in metrics.jsonl: $(cat "$run/metrics.jsonl")"
+    [ "$(grep -c '"skipped"' "$run/metrics.jsonl")" -eq 1 ] || fail "other steps marked skipped"
+    "$bin" ckpt show --stats --json "$root/step_00000005" >"$work/stats" 2>&1 || fail "ckpt show"
+    grep -Eq '"nonfinite":[[:space:]]*[1-9]' "$work/stats" && fail "step 5 holds non-finite values"
+    echo "ok ($case): step 3 skipped, counted in stderr and metrics"
+    ;;
+resume_done)
+    train --run-dir "$run" --steps 4 --ckpt-every 4 >/dev/null 2>&1 || fail "first run"
+    expect 0 "nothing to do: already at step 4 of 4" "$work/log" train --run-dir "$run" --steps 4 --resume
+    expect 0 "nothing to do: already at step 4 of 3" "$work/log2" train --run-dir "$run" --steps 3 --resume
+    [ "$(grep -c '"loss"' "$run/metrics.jsonl")" -eq 4 ] || fail "metrics.jsonl changed: $(cat "$run/metrics.jsonl")"
+    echo "ok ($case)"
+    ;;
+resume_batch)
+    train --run-dir "$run" --steps 6 --ckpt-every 2 --stop-at 2 >/dev/null 2>&1 || fail "first run"
+    expect 0 "changed batch: --batch 8 \(was 4\)" "$work/log" train --run-dir "$run" --steps 4 --ckpt-every 2 --resume --batch 8
+    grep -q "done: 4 steps" "$work/log" || fail "the resumed run did not finish: $(cat "$work/log")"
+    expect 0 "resumed from .*step_00000004" "$work/log2" train --run-dir "$run" --steps 5 --resume --batch 8
+    grep -q "changed batch" "$work/log2" && fail "an unchanged batch was reported: $(cat "$work/log2")"
+    echo "ok ($case): $(grep 'changed batch' "$work/log" | cut -c1-120)"
+    ;;
+time_s)
+    train --run-dir "$run" --steps 8 --ckpt-every 4 --stop-at 4 >/dev/null 2>&1 || fail "first run"
+    before=$(time_at "$run/metrics.jsonl" 4)
+    [ -n "$before" ] || fail "no time_s for step 4: $(cat "$run/metrics.jsonl")"
+    sleep 1
+    train --run-dir "$run" --steps 8 --resume >"$work/log" 2>&1 || fail "resumed run: $(cat "$work/log")"
+    after=$(time_at "$run/metrics.jsonl" 5)
+    [ -n "$after" ] || fail "no time_s for step 5: $(cat "$run/metrics.jsonl")"
+    awk -v a="$after" -v b="$before" 'BEGIN { exit !(a >= b) }' || fail "time_s went back: step 4 $before, step 5 $after"
+    echo "ok ($case): time_s $before at step 4, $after at step 5 after the resume"
+    ;;
+*) fail "unknown case" ;;
+esac
