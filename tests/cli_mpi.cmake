@@ -1,5 +1,6 @@
 # tests/cli_mpi.cmake — `meshpoint train` under mpiexec: mesh errors are reported once by rank 0 before
-# any work, with exit 2; and a real 4-process run (tp 2 x dp 2) trains to the same loss as 1 process.
+# any work, with exit 2; and real multi-process runs (tp 2 x dp 2, with and without gradient accumulation;
+# tp 3 and tp 4 on a config with intermediate_size == vocab_size) train to the same losses as 1 process.
 set(MP_EXPECT ${CMAKE_SOURCE_DIR}/tests/expect.sh)
 set(MP_TINY ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json)
 set(MP_CLI_DATA ${CMAKE_BINARY_DIR}/cli_mpi_data)
@@ -18,7 +19,7 @@ mp_cli_mpi(kv_heads_not_div_tp 2 "num_key_value_heads \\(2\\) is not divisible b
 mp_cli_mpi(seq_not_div_tp_sp 2 "seq_len \\(15\\) is not divisible by tp \\(2\\)" 2 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r3 --tp 2 --seq-len 15)
 mp_cli_mpi(batch_not_div_dp 2 "global batch \\(6 sequences\\) is not divisible by grad_accum \\(1\\) x dp \\(4\\)" 4 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r4 --dp 4 --batch 6)
 # without SP the same odd sequence length is fine on tp 2
-mp_cli_mpi(seq_odd_without_sp 0 "done: 3 steps" 2 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r5 --tp 2 --seq-len 15 --no-sp)
+mp_cli_mpi(seq_odd_without_sp 0 "done: 3 steps" 2 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r5 --tp 2 --seq-len 15 --no-sp --overwrite)
 # the same run on one process and on tp 2 x dp 2 through the CLI: the same losses
 add_test(NAME cli_mpi_same_loss_1x1_vs_tp2_dp2 COMMAND ${CMAKE_SOURCE_DIR}/tests/cli_mesh_equal.sh ${MP_MPIRUN} --
          $<TARGET_FILE:meshpoint> ${MP_CLI_DATA}/t_train.bin ${MP_TINY} ${MP_CLI_DATA}/eq)
@@ -29,3 +30,13 @@ add_test(NAME cli_mpi_same_loss_grad_accum COMMAND ${CMAKE_SOURCE_DIR}/tests/cli
          $<TARGET_FILE:meshpoint> ${MP_CLI_DATA}/t_train.bin ${MP_TINY} ${MP_CLI_DATA}/eq_accum --grad-accum 2)
 set_tests_properties(cli_mpi_same_loss_grad_accum PROPERTIES FIXTURES_REQUIRED cli_mpi_data TIMEOUT 300 LABELS mpi
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
+# intermediate_size == vocab_size (258): gate/up/down must be split as MLP rows/columns, not as padded
+# vocabulary (the bug: tp 4 gave step-1 loss 5.572992 against 5.571083 on one process). tp 4 pads the
+# vocabulary (258 -> 260) and splits I unevenly; tp 3 splits both evenly. 12 kv heads allow both.
+foreach(tp 3 4)
+  add_test(NAME cli_mpi_same_loss_i_eq_v_tp${tp} COMMAND ${CMAKE_SOURCE_DIR}/tests/cli_mesh_equal.sh ${MP_MPIRUN} --
+           $<TARGET_FILE:meshpoint> ${MP_CLI_DATA}/t_train.bin ${CMAKE_SOURCE_DIR}/tests/configs/mesh_i_eq_v.json
+           ${MP_CLI_DATA}/eq_i_eq_v_tp${tp} --tp ${tp})
+  set_tests_properties(cli_mpi_same_loss_i_eq_v_tp${tp} PROPERTIES FIXTURES_REQUIRED cli_mpi_data TIMEOUT 300 LABELS mpi
+                       ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
+endforeach()

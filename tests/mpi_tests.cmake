@@ -3,5 +3,6 @@
 # their entries in their own *.cmake files.
 foreach(np 1 2 3 4)
   add_test(NAME mpi_comm_np${np} COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_ARGS} -np ${np} $<TARGET_FILE:mpi_comm>)
-  set_tests_properties(mpi_comm_np${np} PROPERTIES ENVIRONMENT "OPENBLAS_NUM_THREADS=1" TIMEOUT 120)
+  set_tests_properties(mpi_comm_np${np} PROPERTIES ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1"
+                       TIMEOUT 120 LABELS mpi)
 endforeach()
