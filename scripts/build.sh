@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scripts/build.sh [BUILD_DIR] [extra cmake args...] — configures and builds meshpoint (Release).
+# scripts/build.sh [BUILD_DIR] [extra cmake args...] — configures and builds meshpoint (Release, for a
+# portable x86-64-v2 baseline; add -DMP_NATIVE=ON to compile for this machine's CPU, e.g. for benchmarks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
