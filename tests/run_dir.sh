@@ -19,15 +19,7 @@ set -u
 bin=$1; data=$2; config=$3; work=$4; case=$5
 mpi="mpiexec --allow-run-as-root --oversubscribe -np 2"
 rm -rf "$work"; mkdir -p "$work"
-fail() { echo "FAIL ($case): $*"; exit 1; }
-train() { "$bin" train --config "$config" --train-data "$data" --log-every 0 "$@"; }
-# expect CODE PATTERN LOG CMD...: runs CMD into LOG; its exit status must be CODE and LOG must match PATTERN
-expect() {
-    local code=$1 pattern=$2 log=$3; shift 3
-    "$@" >"$log" 2>&1; local rc=$?
-    [ $rc -eq "$code" ] || fail "expected exit $code, got $rc from: $*: $(cat "$log")"
-    grep -Eq -- "$pattern" "$log" || fail "output does not match /$pattern/: $(cat "$log")"
-}
+. "$(dirname "$0")/lib.sh"   # fail, train, expect
 snapshot() { (cd "$1" && find . -print | LC_ALL=C sort && find . -type f -exec sha256sum {} + | LC_ALL=C sort -k2); }
 steps_logged() { grep -o '"step": [0-9]*, "loss"' "$1" | grep -o '[0-9]*' | tr '\n' ' '; }
 # check_latest ROOT STEP: `latest` names step_STEP, which is complete and the newest step directory
