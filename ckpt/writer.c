@@ -157,12 +157,9 @@ static mp_code agree(mp_comm *w, mp_code rc, const mp_err *le, mp_err *e) {
 
 /* ------------------------------------------------------------------------------------- begin */
 
-/* Rank 0, step mode: creates ROOT and a fresh ROOT/step_N.partial; fails if step_N exists. */
-static mp_code prepare_step_dir(ckpt_save *s, mp_err *e) {
-    MP_TRY(ck_mkdirs(s->root, e));
-    if (ck_exists(s->final))
-        return mp_err_set(e, MP_EINPUT, "checkpoint %s already exists (step %lld was saved before)", s->final,
-                          (long long)s->step);
+/* Rank 0, both modes: removes a stale .partial of an interrupted save (with a warning), creates it
+ * afresh and fsyncs its parent so the new entry is durable. */
+static mp_code fresh_partial(ckpt_save *s, mp_err *e) {
     if (ck_exists(s->partial)) {
         mp_warn("ckpt: removing stale %s of an interrupted save", s->partial);
         MP_TRY(ck_rmtree(s->partial, e));
@@ -170,6 +167,15 @@ static mp_code prepare_step_dir(ckpt_save *s, mp_err *e) {
     if (mkdir(s->partial, 0777) != 0)
         return mp_err_set(e, MP_EIO, "creating %s: %s", s->partial, strerror(errno));
     return ck_fsync_path(s->root, 1, e);
+}
+
+/* Rank 0, step mode: creates ROOT and a fresh ROOT/step_N.partial; fails if step_N exists. */
+static mp_code prepare_step_dir(ckpt_save *s, mp_err *e) {
+    MP_TRY(ck_mkdirs(s->root, e));
+    if (ck_exists(s->final))
+        return mp_err_set(e, MP_EINPUT, "checkpoint %s already exists (step %lld was saved before)", s->final,
+                          (long long)s->step);
+    return fresh_partial(s, e);
 }
 
 /* Rank 0, dir mode: creates the parent of DIR and a fresh DIR.partial; an existing DIR is an error
@@ -184,13 +190,7 @@ static mp_code prepare_target_dir(ckpt_save *s, mp_err *e) {
             return mp_err_set(e, MP_EINPUT, "%s exists and is not a directory: it cannot be replaced by a checkpoint",
                               s->final);
     }
-    if (ck_exists(s->partial)) {
-        mp_warn("ckpt: removing stale %s of an interrupted save", s->partial);
-        MP_TRY(ck_rmtree(s->partial, e));
-    }
-    if (mkdir(s->partial, 0777) != 0)
-        return mp_err_set(e, MP_EIO, "creating %s: %s", s->partial, strerror(errno));
-    return ck_fsync_path(s->root, 1, e);
+    return fresh_partial(s, e);
 }
 
 /* Splits dir into its parent (for fsync and mkdir -p) and its last component, which must name a
