@@ -247,6 +247,11 @@ mp_code ckpt_verify(ckpt_reader *r, int64_t *bytes_read, mp_err *e);
 
 /* ------------------------------------------------------------------------------------- management */
 
+/* mkdir -p, durably: every directory it creates has its name fsynced into its parent. MP_EIO naming
+ * the path if a component cannot be created or is not a directory. The one mkdir -p of the program
+ * (run directories, token-file outputs, checkpoint roots). */
+mp_code ckpt_mkdirs(const char *path, mp_err *e);
+
 /* Is dir a complete checkpoint: a valid index.h5 and every rank file it names present? MP_OK if so,
  * MP_ECHECK with the reason if not. */
 mp_code ckpt_check_complete(const char *dir, mp_err *e);

@@ -223,3 +223,5 @@ int ck_parse_step_name(const char *name, const char *suffix, int64_t *step) {
     if (step) *step = v;
     return 1;
 }
+
+mp_code ckpt_mkdirs(const char *path, mp_err *e) { return ck_mkdirs(path, e); }

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include "ckpt/ckpt.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "core/data.h"
@@ -98,23 +98,6 @@ static int64_t split_point(const unsigned char *s, int64_t n, double frac) {
     return best >= 0 ? best : cut;
 }
 
-/* mkdir -p; 0 ok, else -1 with errno set. */
-static int mkdir_p(const char *dir) {
-    char tmp[1024];
-    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp) { errno = ENAMETOOLONG; return -1; }
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-    struct stat st;
-    if (stat(tmp, &st) != 0) return -1;
-    if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
-    return 0;
-}
-
 /* Writes n bytes of s as tokens to path; MP_OK or the writer's error. */
 static mp_code write_split(const char *path, const unsigned char *s, int64_t n, mp_err *err) {
     uint16_t *tok = malloc((size_t)(n > 0 ? n : 1) * sizeof *tok);
@@ -182,8 +165,8 @@ int mp_cmd_data(int argc, char **argv) {
     snprintf(train_path, sizeof train_path, "%s/%s_train.bin", out, name);
     snprintf(val_path, sizeof val_path, "%s/%s_val.bin", out, name);
     int rc = 0;
-    if (mkdir_p(out) != 0) {
-        fprintf(stderr, "meshpoint data: cannot create output directory %s: %s\n", out, strerror(errno));
+    if (ckpt_mkdirs(out, &err) != MP_OK) {
+        fprintf(stderr, "meshpoint data: cannot create output directory %s: %s\n", out, err.msg);
         rc = 1;
     } else if (write_split(train_path, buf, cut, &err) != MP_OK ||
                write_split(val_path, buf + cut, n - cut, &err) != MP_OK) {

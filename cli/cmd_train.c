@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include "cli/args.h"
 #include "cli/cli.h"
@@ -28,20 +27,6 @@
 #include "core/log.h"
 #include "core/sched.h"
 #include "layers/llama_train.h"
-
-/* mkdir -p for one or two levels; MP_EIO naming the path. */
-static mp_code make_dir(const char *path, mp_err *err) {
-    char buf[MP_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) && errno != EEXIST) return mp_err_set(err, MP_EIO, "cannot create %s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST) return mp_err_set(err, MP_EIO, "cannot create %s: %s", buf, strerror(errno));
-    return MP_OK;
-}
 
 /* The loader feeding llama_train_step: micro-step k of the current batch, this rank's slice. */
 typedef struct train_fill_ctx {
@@ -433,7 +418,7 @@ static mp_code open_metrics(train_run *r) {
     if (r->rt.rank == 0) {
         char path[MP_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/metrics.jsonl", r->f.run_dir);
-        local = make_dir(r->f.run_dir, &r->err);
+        local = ckpt_mkdirs(r->f.run_dir, &r->err);
         if (!local) local = set_aside_past(r, path);
         if (!local && !(r->metrics = fopen(path, "a")))
             local = mp_err_set(&r->err, MP_EIO, "cannot write %s: %s", path, strerror(errno));
