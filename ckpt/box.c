@@ -12,6 +12,10 @@
  * Coverage: boxes cover a region exactly once iff they lie inside it, no two overlap and their
  * volumes sum to its volume. When the sum falls short, ck_find_gap names a missing region by
  * subtracting the boxes from the region (each subtraction splits a fragment into at most 2*nd).
+ *
+ * Overflow: offsets and shapes may come from a crafted index or a caller's request before they are
+ * validated (messages print them, geometry is computed from them), so every sum and product here
+ * saturates at INT64_MAX instead of wrapping (signed overflow is undefined behaviour in C).
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
@@ -21,11 +25,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* a + b, or INT64_MAX where that overflows (b >= 0): end points of crafted boxes compare as "past
- * every tensor" instead of wrapping to a negative number. */
+/* a + b, saturated at INT64_MAX (or INT64_MIN, b < 0) where that overflows: end points of crafted
+ * boxes compare as "past every tensor" instead of wrapping to a negative number. */
 static int64_t add_sat(int64_t a, int64_t b) {
     int64_t r;
-    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+    if (__builtin_add_overflow(a, b, &r)) return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+
+/* a * b for a, b >= 0, saturated at INT64_MAX. */
+static int64_t mul_sat(int64_t a, int64_t b) {
+    assert(a >= 0 && b >= 0);
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
 }
 
 /* The product of the dims, saturated at INT64_MAX where it overflows (so a crafted shape never wraps;
@@ -50,12 +62,14 @@ int ck_intersect(int nd, const int64_t *ao, const int64_t *as, const int64_t *bo
     return 1;
 }
 
+/* "[o0:e0, ...]" of a box; an end past INT64_MAX (a crafted box) prints as INT64_MAX. */
 void ck_box_str(char *buf, size_t cap, int nd, const int64_t *off, const int64_t *shp) {
+    assert(buf && cap > 0 && nd >= 0 && nd <= CKPT_MAX_DIMS);
     size_t at = 0;
     at += (size_t)snprintf(buf + at, cap - at, "[");
     for (int d = 0; d < nd && at < cap; d++)
         at += (size_t)snprintf(buf + at, cap - at, "%s%lld:%lld", d ? ", " : "", (long long)off[d],
-                               (long long)(off[d] + shp[d]));
+                               (long long)add_sat(off[d], shp[d]));
     if (at < cap) snprintf(buf + at, cap - at, "]");
 }
 
@@ -86,7 +100,7 @@ void ck_layout_index(ck_layout *L) {
         int64_t run = INT64_MIN;
         for (int64_t i = L->t[t].box_first; i < L->t[t].box_first + L->t[t].nboxes; i++) {
             assert(i == L->t[t].box_first || L->b[i].off[0] >= L->b[i - 1].off[0]);
-            int64_t end = L->b[i].off[0] + L->b[i].shp[0];
+            int64_t end = add_sat(L->b[i].off[0], L->b[i].shp[0]);
             if (end > run) run = end;
             L->pmax_end[i] = run;
         }
@@ -104,8 +118,8 @@ static frag *subtract(int nd, frag *fr, int *n, int *cap, const int64_t *bo, con
         frag rest = fr[i];
         /* split rest along each dim: the parts before and after the intersection */
         for (int d = 0; d < nd; d++) {
-            int64_t lo = rest.o[d], hi = rest.o[d] + rest.s[d];
-            int64_t ilo = io[d], ihi = io[d] + is[d];
+            int64_t lo = rest.o[d], hi = add_sat(rest.o[d], rest.s[d]);
+            int64_t ilo = io[d], ihi = add_sat(io[d], is[d]);
             if (ilo > lo || ihi < hi) {
                 if (*n + 2 > *cap) {
                     int c = *cap * 2 + 8;
@@ -300,19 +314,20 @@ void ck_tile_geometry(size_t esize, int nd, const int64_t *shp, int64_t *tile_ro
     int64_t rows = shp[0];
     int64_t cols = nd >= 2 ? shp[1] : 1;
     int64_t inner = 1;
-    for (int d = 2; d < nd; d++) inner *= shp[d];
+    for (int d = 2; d < nd; d++) { assert(shp[d] > 0); inner = mul_sat(inner, shp[d]); }
     assert(rows > 0 && cols > 0 && inner > 0);
-    int64_t unit = inner * (int64_t)esize;   /* bytes of one dim-1 entry */
+    /* saturating: a huge box (a segment beyond INT64_MAX bytes) still gets a valid geometry (1 row) */
+    int64_t unit = mul_sat(inner, (int64_t)esize);   /* bytes of one dim-1 entry */
     int64_t b = 1;
     static const int64_t cand[] = {8, 4, 2};
     for (int k = 0; k < 3; k++)
-        if (cols % cand[k] == 0 && (cols / cand[k]) * unit >= CK_TILE_MIN_SEG) { b = cand[k]; break; }
+        if (cols % cand[k] == 0 && mul_sat(cols / cand[k], unit) >= CK_TILE_MIN_SEG) { b = cand[k]; break; }
     int64_t tc = cols / b;
-    int64_t seg = tc * unit;
+    int64_t seg = mul_sat(tc, unit);
     /* 1-D tensors (norm weights) are small and split by dp alone: CK_TILE_MIN_SEG-byte tiles keep a
      * partial read of one within a few elements of what it needs */
     int64_t target = nd == 1 ? CK_TILE_MIN_SEG : CK_TILE_BYTES;
-    int64_t tr = (target + seg - 1) / seg;
+    int64_t tr = target / seg + (target % seg != 0);   /* ceil, without the overflow of target + seg - 1 */
     if (tr < 1) tr = 1;
     if (tr > rows) tr = rows;
     *tile_rows = tr;

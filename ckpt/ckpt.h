@@ -57,6 +57,11 @@
 
 /* ---------------------------------------------------------------------------------------- writing */
 
+/* Progress of a long operation, for a progress display: `done` of `total` bytes so far (total 0: not
+ * known). Called on the thread doing the work, after each box (writes, verify) or read (ckpt_read);
+ * it must be cheap and must not call back into the library. */
+typedef void (*ckpt_progress_fn)(void *ctx, int64_t done, int64_t total);
+
 typedef struct ckpt_save_opts {
     int zstd_level;          /* 0: plain contiguous datasets; 1..22: chunked, shuffle + zstd (32015) */
     int keep;                /* > 0: after the commit rank 0 keeps only the newest `keep` checkpoints */
@@ -69,6 +74,10 @@ typedef struct ckpt_save_opts {
     size_t fill_bytes;       /* buffer bound for boxes added with ckpt_save_add_fill: each box is
                                 produced and written in row bands of at most this many bytes (at least
                                 one tile row). 0: 16 MiB. */
+    ckpt_progress_fn progress;  /* optional: called after each box this process writes, with the tensor
+                                   bytes written so far and the total of its boxes (on the writer's
+                                   thread: the background thread of an async save) */
+    void *progress_ctx;         /* passed to progress */
 } ckpt_save_opts;
 
 typedef struct ckpt_stats {
@@ -122,6 +131,11 @@ typedef mp_code (*ckpt_fill_fn)(void *ctx, const int64_t *offset, const int64_t 
 mp_code ckpt_save_add_fill(ckpt_save *s, int file_rank, const char *name, mp_dtype dt, int ndim,
                            const int64_t *gshape, const int64_t *offset, const int64_t *shape, ckpt_fill_fn fill,
                            void *ctx, mp_err *e);
+
+/* Records a failure the caller found while preparing the save (rc != MP_OK, e its message, may be NULL):
+ * the commit then fails on every rank, nothing is published and the .partial is removed, as for a
+ * failed ckpt_save_add. Local; before the commit or start. */
+void ckpt_save_fail(ckpt_save *s, mp_code rc, const mp_err *e);
 
 /* Sets metadata key (1..64 chars of [A-Za-z0-9_.-]) to a text value (copied; a later call for the
  * same key replaces it). Local; only rank 0's entries are stored. */
@@ -238,6 +252,30 @@ void ckpt_reader_io_reset(ckpt_reader *r);
 /* Bounds the reader's scratch buffer (partial reads go through it) to about `bytes` (default 64 MiB;
  * at least one tile row of the box being read is always allowed). */
 void ckpt_reader_set_scratch(ckpt_reader *r, size_t bytes);
+/* Receives one problem found in index.h5's views (a line of text naming the tensor and what differs). */
+typedef void (*ckpt_view_report_fn)(void *ctx, const char *problem);
+
+/* Checks the /view datasets of the checkpoint in dir against its layout tables (ckpt/views.c): each
+ * tensor's view exists with its type and shape, maps every box of the table (rank file, dataset, region)
+ * and nothing else; with read_through, the first element of every box read through the view equals the
+ * source's. Runs in a child process, so a libhdf5 crash on a damaged view is reported as a problem.
+ * report gets each problem, *nproblems their count. MP_OK when the check ran (with or without
+ * problems); MP_ECHECK when the index itself does not read (tables, checksum), MP_EIO/MP_EINTERNAL when
+ * the check could not run (MP_EINTERNAL also when the calling process has an HDF5 file open: the child
+ * would share it). Local. */
+mp_code ckpt_views_check(const char *dir, int read_through, ckpt_view_report_fn report, void *ctx, int *nproblems,
+                         mp_err *e);
+
+/* Rebuilds dir/index.h5 from its own validated tables and metadata with fresh views, atomically
+ * (index.h5.repair, fsync, rename, fsync of dir), never opening the damaged views; the rank files are
+ * not touched. MP_ECHECK when the tables are unreadable (nothing to rebuild from), MP_EINPUT for a
+ * version 1 checkpoint (read-only), MP_EIO on a write failure (index.h5 is then unchanged). Local. */
+mp_code ckpt_views_repair(const char *dir, mp_err *e);
+
+/* Sets (fn NULL: clears) a progress callback: ckpt_verify calls it after each box it checks (bytes of
+ * the boxes checked so far, of the total of all boxes); ckpt_read after each successful read (bytes
+ * delivered by ckpt_read since this call, total 0). */
+void ckpt_reader_set_progress(ckpt_reader *r, ckpt_progress_fn fn, void *ctx);
 
 /* Checks the whole checkpoint: every tensor covered exactly once, every box read in full and checked
  * against its box checksum, its tile checksums (and the tile array against the index) and its dataset's

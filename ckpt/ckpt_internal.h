@@ -66,6 +66,7 @@ typedef struct ck_layout {
     uint64_t *slabs;                  /* [nslabs] */
     char **keys, **vals;              /* [nmeta], sorted by key */
     int64_t *pmax_end;                /* [nboxes] per-tensor running max of off[0]+shp[0] (index) */
+    char created_utc[32];             /* read from index.h5; the writer uses it when set, else the time now */
 } ck_layout;
 
 void ck_layout_free(ck_layout *L);
@@ -81,6 +82,11 @@ mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err 
 mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e);
 /* Reads and validates index.h5 at path into *L. MP_ECHECK for a missing/corrupt/foreign index. */
 mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e);
+/* ck_index_read of the index.h5 bytes image[0, bytes) (HDF5's core driver: no file, no disk I/O);
+ * name only names it in messages. check_sum 0 (tests only: tests/fuzz/fuzz_index.c) computes the index
+ * checksum but does not compare it, so that crafted tables reach the structural validation. */
+mp_code ck_index_read_image(const void *image, size_t bytes, const char *name, int check_sum, ck_layout *L,
+                            mp_err *e);
 
 /* ---------------------------------------------------------------------------------------- boxes */
 
@@ -127,18 +133,30 @@ int64_t ck_tile_count(int nd, const int64_t *shp, int64_t tile_rows, int64_t til
 
 /* ----------------------------------------------------------------------------------------- HDF5 */
 
-/* Silences HDF5's automatic error printing for the calling thread, registers the zstd filter. */
+/* Prepares HDF5 for the calling thread: replaces its automatic error printing by a silent handler that
+ * records the cause (error stack and errno) of the first failing HDF5 call until ck_h5_err or
+ * ck_h5_clear, registers the zstd filter. Safe to call often (entry points do). */
 void ck_h5_init(void);
-/* Sets *e to code with "<formatted context>: <summary of the HDF5 error stack>" and clears the
- * stack; returns code. */
+/* Sets *e to code with "<formatted context>: <summary of the cause>" — the recorded first failure of
+ * this thread, else the current HDF5 error stack (outermost call, innermost reason, errno text) —
+ * then forgets both (ck_h5_clear); returns code. Call it after the cleanup of the failed operation as
+ * well as right after the failing call: cleanup calls cannot erase the recorded cause. */
 mp_code ck_h5_err(mp_err *e, mp_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Forgets an HDF5 failure the caller handled itself (the error stack and the recorded cause), so it is
+ * not reported as the cause of a later one. Use it instead of H5Eclear2. */
+void ck_h5_clear(void);
+/* The operating-system errno behind the recorded HDF5 failure (the sec2 driver's "errno = N", else
+ * errno as the failing call returned if it names an I/O cause: ENOSPC, EACCES, EROFS, ...), 0 when
+ * the failure is HDF5's own (a corrupt or foreign file). Does not clear anything: call it before
+ * ck_h5_err, to word a message ("truncated or corrupt" only when no errno explains the failure). */
+int ck_h5_cause_errno(void);
 /* The HDF5 file type of a dtype (a new id the caller closes): f32 -> IEEE F32LE, i32 -> STD I32LE,
  * bf16 -> a 16-bit IEEE-style float (sign 15, exponent 7..14 bias 127, mantissa 0..6). */
 hid_t ck_h5_type(mp_dtype dt);
 /* File access property list: sec2 driver, file locking off, library version bounds v110; for
  * writing (for_write) also metadata aggregation and alignment of large datasets. */
 hid_t ck_h5_fapl(int for_write);
-/* Writes / reads attributes (on any object). Returns < 0 on failure (stack left for ck_h5_err). */
+/* Writes / reads attributes (on any object). Returns < 0 on failure (cause recorded for ck_h5_err). */
 herr_t ck_attr_write_str(hid_t obj, const char *name, const char *s);
 /* Arrays (1-D of n, also for n = 1) and scalars. */
 herr_t ck_attr_write_i64(hid_t obj, const char *name, const int64_t *v, int n);

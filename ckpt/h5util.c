@@ -1,11 +1,19 @@
 /*
  * ckpt/h5util.c — HDF5 glue for the checkpoint code.
  *
- * Errors: HDF5's automatic error printing is turned off for every thread that enters the library
- * (the error stack is per thread in a thread-safe HDF5), and ck_h5_err turns the current error stack
- * into one line for an mp_err: the outermost API call's description, then the innermost one's (where
- * the cause is: "file write failed ... errno = 27, error message = 'File too large'" is shortened to
- * its errno text), after the caller's context (which names file, dataset and tensor).
+ * Errors: HDF5's automatic error printing is replaced, for every thread that enters the library (the
+ * error stack and the automatic handler are per thread in a thread-safe HDF5), by a silent handler,
+ * cause_cb, that HDF5 calls as the failing API call returns. It snapshots the error stack and errno
+ * of the FIRST failing call into a per-thread record (the cause) that later HDF5 calls cannot erase:
+ * every API call clears the error stack when it is entered, so a successful H5Dclose / H5Sclose /
+ * H5Fclose between a failed H5Dwrite and the report used to leave the report without its cause (a
+ * disk-full save said "writing .../index.h5: /layout/tensors" and nothing else). ck_h5_err turns the
+ * cause (or, without one, the current stack) into one line for an mp_err: the failing API call's
+ * description, then the innermost record's (where the cause is: "file write failed ... errno = 28, error
+ * message = 'No space left on device'" is shortened to its errno text), after the caller's context
+ * (which names file, dataset and tensor); then it forgets both. Code that handles an HDF5 failure
+ * itself (probes, optional lookups) calls ck_h5_clear instead, so that no stale cause is reported
+ * for a later failure; the entry points of a save and of a read clear it too.
  *
  * Types: f32 and i32 map to the standard little-endian types; bf16 has no predefined HDF5 type, so it
  * is stored as a 16-bit IEEE-style float built from F32LE (sign bit 15, exponent bits 7..14 with bias
@@ -19,42 +27,99 @@
  */
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/zstd_filter.h"
+#include <assert.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 static __thread int t_h5_ready;
 
-void ck_h5_init(void) {
-    if (t_h5_ready) return;
-    /* HDF5's exit handler closes every file still open. After a write failed (disk full, EFBIG) a
-     * rank file can be left half-closed — H5Fclose reports the error but keeps the ID — and closing it
-     * again at exit crashes inside HDF5 1.10. Every file we open is closed explicitly, so the handler
-     * has nothing to do but that: turn it off (it must precede the first HDF5 call to take effect). */
-    H5dont_atexit();
-    H5open();
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    ckpt_zstd_register();
-    t_h5_ready = 1;
-}
-
+/* One line's worth of an HDF5 error stack: the record of the API call that failed ("H5Dwrite: can't
+ * write data"; empty when the stack holds none, as after some failed closes) and the innermost record
+ * (the cause), and how many records the stack held. */
 typedef struct {
     char outer[256];
     char inner[512];
     int n;
 } walk_ctx;
 
+/* 1 if func names an HDF5 API function (H5Dwrite, H5Pset_virtual: "H5", the package's capitals, then
+ * a lower-case letter), not an internal one (H5C_dest, H5F__close_cb, H5FD_sec2_write). */
+static int is_api_func(const char *func) {
+    if (!func || strncmp(func, "H5", 2) != 0) return 0;
+    const char *p = func + 2;
+    while (*p >= 'A' && *p <= 'Z') p++;
+    return p > func + 2 && *p >= 'a' && *p <= 'z';
+}
+
+/* H5Ewalk2 callback (walking downward: outermost first). Keeps the first API record's function and
+ * description and the last record's description. Never fails. */
 static herr_t walk_cb(unsigned n, const H5E_error2_t *err, void *data) {
+    (void)n;
     walk_ctx *c = data;
     const char *d = err->desc ? err->desc : "";
-    if (c->n == 0) snprintf(c->outer, sizeof c->outer, "%s%s%s", err->func_name ? err->func_name : "",
-                            err->func_name ? ": " : "", d);
+    if (!c->outer[0] && is_api_func(err->func_name)) snprintf(c->outer, sizeof c->outer, "%s: %s", err->func_name, d);
     snprintf(c->inner, sizeof c->inner, "%s", d);
     c->n++;
     return 0;
 }
 
-/* Shortens "... errno = 27, error message = 'File too large', ..." to "File too large (errno 27)". */
+/* The cause of the first HDF5 failure of this thread since the last ck_h5_err / ck_h5_clear:
+ * set (0/1), errno as the failing call returned, and its error stack. */
+typedef struct {
+    int set;
+    int eno;
+    walk_ctx c;
+} h5_cause;
+
+static __thread h5_cause t_cause;
+
+/* HDF5's automatic error handler (H5Eset_auto2), called by HDF5 on this thread as a failing API call
+ * returns, with that call's error stack still intact. Snapshots stack and errno into t_cause unless
+ * a cause is already held (the first failure is the cause; later ones are mostly consequences, such
+ * as a close failing after a write did). Prints nothing; preserves errno. */
+static herr_t cause_cb(hid_t estack, void *data) {
+    (void)data;
+    int eno = errno;
+    if (!t_cause.set) {
+        memset(&t_cause, 0, sizeof t_cause);
+        H5Ewalk2(estack, H5E_WALK_DOWNWARD, walk_cb, &t_cause.c);
+        t_cause.eno = eno;
+        t_cause.set = 1;
+    }
+    errno = eno;
+    return 0;
+}
+
+void ck_h5_init(void) {
+    if (t_h5_ready) {
+        /* someone (a test helper, another library) may have replaced the handler on this thread */
+        H5E_auto2_t fn = NULL;
+        void *data = NULL;
+        if (H5Eget_auto2(H5E_DEFAULT, &fn, &data) < 0 || fn != cause_cb) H5Eset_auto2(H5E_DEFAULT, cause_cb, NULL);
+        return;
+    }
+    /* HDF5's exit handler closes every file still open. After a write failed (disk full, EFBIG) a
+     * rank file can be left half-closed — H5Fclose reports the error but keeps the ID — and closing it
+     * again at exit crashes inside HDF5 1.10. Every file we open is closed explicitly, so the handler
+     * has nothing to do but that: turn it off (it must precede the first HDF5 call to take effect). */
+    H5dont_atexit();
+    H5open();
+    H5Eset_auto2(H5E_DEFAULT, cause_cb, NULL);
+    ckpt_zstd_register();
+    memset(&t_cause, 0, sizeof t_cause);
+    t_h5_ready = 1;
+}
+
+void ck_h5_clear(void) {
+    H5Eclear2(H5E_DEFAULT);
+    memset(&t_cause, 0, sizeof t_cause);
+}
+
+/* Shortens "... errno = 28, error message = 'No space left on device', ..." to "No space left on device
+ * (errno 28)", keeping the head before the first ':' ("file write failed: ..."). Leaves s as it is
+ * when it carries no errno text. */
 static void shorten_inner(char *s, size_t cap) {
     const char *m = strstr(s, "error message = '");
     if (!m) return;
@@ -73,10 +138,40 @@ static void shorten_inner(char *s, size_t cap) {
     else snprintf(s, cap, "%s%s", head, msg);
 }
 
+/* 1 for the errno values that name why a file operation failed on a healthy system (space, quota,
+ * size limit, permissions, read-only or failing media): worth adding to a message whose HDF5 stack
+ * does not carry them. */
+static int io_cause_errno(int eno) {
+    return eno == ENOSPC || eno == EDQUOT || eno == EFBIG || eno == EACCES || eno == EPERM || eno == EROFS ||
+           eno == EIO || eno == EISDIR;
+}
+
+int ck_h5_cause_errno(void) {
+    walk_ctx c = {.outer = "", .inner = "", .n = 0};
+    int eno = 0;
+    if (t_cause.set) {
+        c = t_cause.c;
+        eno = t_cause.eno;
+    } else {
+        H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &c);
+    }
+    const char *en = strstr(c.inner, "errno = ");
+    int v = 0;
+    if (en && sscanf(en + 8, "%d", &v) == 1 && v > 0) return v;
+    return io_cause_errno(eno) ? eno : 0;
+}
+
 mp_code ck_h5_err(mp_err *e, mp_code code, const char *fmt, ...) {
-    walk_ctx c = {.n = 0};
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &c);
-    H5Eclear2(H5E_DEFAULT);
+    assert(fmt && code != MP_OK);
+    walk_ctx c = {.outer = "", .inner = "", .n = 0};
+    int eno = 0;
+    if (t_cause.set) {
+        c = t_cause.c;
+        eno = t_cause.eno;
+    } else {
+        H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &c);
+    }
+    ck_h5_clear();
     if (!e) return code;
     char ctx[1024];
     va_list ap;
@@ -85,8 +180,14 @@ mp_code ck_h5_err(mp_err *e, mp_code code, const char *fmt, ...) {
     va_end(ap);
     if (c.n == 0) return mp_err_set(e, code, "%s", ctx);
     shorten_inner(c.inner, sizeof c.inner);
-    if (c.n == 1) return mp_err_set(e, code, "%s: %s", ctx, c.outer);
-    return mp_err_set(e, code, "%s: %s (%s)", ctx, c.outer, c.inner);
+    /* the stack of the sec2 driver carries errno's text; where a failing call's stack does not (a
+     * cause below HDF5's own records), errno as that call returned names it */
+    char extra[160] = "";
+    if (io_cause_errno(eno) && !strstr(c.inner, "errno") && !strstr(c.outer, "errno"))
+        snprintf(extra, sizeof extra, ": %s (errno %d)", strerror(eno), eno);
+    if (!c.outer[0]) return mp_err_set(e, code, "%s: %s%s", ctx, c.inner, extra);
+    if (c.n == 1) return mp_err_set(e, code, "%s: %s%s", ctx, c.outer, extra);
+    return mp_err_set(e, code, "%s: %s (%s%s)", ctx, c.outer, c.inner, extra);
 }
 
 hid_t ck_h5_type(mp_dtype dt) {
@@ -138,7 +239,7 @@ herr_t ck_attr_write_str(hid_t obj, const char *name, const char *s) {
     char pad[1] = {0};
     rc = H5Awrite(a, t, n ? s : pad);
 done:
-    if (a >= 0) H5Aclose(a);
+    if (a >= 0 && H5Aclose(a) < 0) rc = -1;
     if (sp >= 0) H5Sclose(sp);
     H5Tclose(t);
     return rc;
@@ -153,7 +254,7 @@ static herr_t attr_write_n(hid_t obj, const char *name, hid_t ftype, hid_t mtype
     herr_t rc = -1;
     if (a >= 0) {
         rc = H5Awrite(a, mtype, v);
-        H5Aclose(a);
+        if (H5Aclose(a) < 0) rc = -1;
     }
     H5Sclose(sp);
     return rc;

@@ -258,7 +258,24 @@ static herr_t write_table(hid_t loc, const char *path, hid_t mt, const void *dat
     return rc;
 }
 
-/* Reads the 1-D dataset at path into a new array of *n records of size rec (memory type mt). */
+/* 1 if table dataset d may be read as `rows` records of rec bytes: at most INT32_MAX rows (what the
+ * layout counts), and, unless the table is filtered (compressed), stored bytes for every row. A crafted
+ * row count thus never overflows the buffer size (a heap overflow in H5Dread) nor allocates what the
+ * file does not hold (HDF5 would return fill values for unstored rows). */
+static int table_rows_ok(hid_t d, hsize_t rows, size_t rec) {
+    if (rows > INT32_MAX || rows > SIZE_MAX / (rec ? rec : 1)) return 0;
+    if (rows == 0) return 1;
+    hid_t ft = H5Dget_type(d), dcpl = H5Dget_create_plist(d);
+    size_t fsz = ft >= 0 ? H5Tget_size(ft) : 0;
+    int nfilters = dcpl >= 0 ? H5Pget_nfilters(dcpl) : -1;
+    if (ft >= 0) H5Tclose(ft);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (fsz == 0 || fsz > UINT32_MAX || nfilters < 0) return 0;
+    return nfilters > 0 || H5Dget_storage_size(d) >= rows * fsz;
+}
+
+/* Reads the 1-D dataset at path into a new array of *n records of size rec (memory type mt). Refuses
+ * (-1) a row count table_rows_ok does not accept. */
 static herr_t read_table(hid_t loc, const char *path, hid_t mt, size_t rec, void **out, int64_t *n) {
     *out = NULL;
     *n = 0;
@@ -266,9 +283,9 @@ static herr_t read_table(hid_t loc, const char *path, hid_t mt, size_t rec, void
     if (d < 0) return -1;
     herr_t rc = -1;
     hid_t sp = H5Dget_space(d);
-    if (sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1) {
-        hsize_t dims[1];
-        H5Sget_simple_extent_dims(sp, dims, NULL);
+    hsize_t dims[1] = {0};
+    if (sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, dims, NULL) == 1 &&
+        table_rows_ok(d, dims[0], rec)) {
         void *buf = mp_xcalloc((size_t)(dims[0] ? dims[0] : 1) * rec);
         rc = dims[0] ? H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) : 0;
         if (rc < 0) free(buf);
@@ -409,6 +426,7 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
 mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
     assert(L->version == CKPT_FORMAT_VERSION && L->nslabs == 0);
     ck_h5_init();
+    ck_h5_clear();
     hid_t fapl = ck_h5_fapl(0);
     hid_t f = fapl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
     if (fapl >= 0) H5Pclose(fapl);
@@ -420,6 +438,7 @@ mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
     struct tm tmv;
     gmtime_r(&now, &tmv);
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+    if (L->created_utc[0]) snprintf(created, sizeof created, "%s", L->created_utc);   /* a rebuilt index */
     herr_t hr = ck_attr_write_str(f, "format", CKPT_FORMAT_NAME);
     if (hr >= 0) hr = ck_attr_write_i64s(f, "format_version", CKPT_FORMAT_VERSION);
     if (hr >= 0) hr = ck_attr_write_i64s(f, "step", L->step);
@@ -431,7 +450,9 @@ mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
     if (rc == MP_OK) rc = write_tables(L, f, path, e);
     if (rc == MP_OK) rc = write_meta(L, f, path, e);
     if (rc == MP_OK) rc = write_views(L, f, path, e);
+    /* closing flushes the metadata cache: a full disk often shows here first */
     if (H5Fclose(f) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "closing %s", path);
+    ck_h5_clear();
     if (rc == MP_OK) rc = ck_fsync_path(path, 0, e);
     return rc;
 }
@@ -446,13 +467,24 @@ typedef struct {
     const char *path;
 } meta_ctx;
 
+/* Largest metadata value the reader accepts, bytes (configs and cursors are a few KiB). */
+#define CK_META_MAX (16 << 20)
+
 static herr_t meta_cb(hid_t g, const char *name, const H5L_info_t *info, void *data) {
     meta_ctx *c = data;
     ck_layout *L = c->L;
     hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
     hid_t ft = d >= 0 ? H5Dget_type(d) : -1;
-    if (d < 0 || ft < 0 || H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft) > 0) {
-        c->rc = ck_h5_err(c->e, MP_ECHECK, "%s: metadata entry %s is not a fixed-length string", c->path, name);
+    hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+    /* one string (H5Dread fills n bytes per element: a crafted array would overrun buf), of a bounded
+     * size (a crafted size would abort the allocation) */
+    int scalar = sp >= 0 && H5Sget_simple_extent_type(sp) == H5S_SCALAR;
+    if (sp >= 0) H5Sclose(sp);
+    if (d < 0 || ft < 0 || H5Tget_class(ft) != H5T_STRING || H5Tis_variable_str(ft) > 0 || !scalar ||
+        H5Tget_size(ft) > CK_META_MAX) {
+        c->rc = ck_h5_err(c->e, MP_ECHECK,
+                          "%s: metadata entry %s is not a scalar fixed-length string of at most %d bytes", c->path,
+                          name, CK_META_MAX);
         if (ft >= 0) H5Tclose(ft);
         if (d >= 0) H5Dclose(d);
         return -1;
@@ -545,7 +577,10 @@ static mp_code validate(ck_layout *L, const char *path, mp_err *e) {
         int64_t bytes = (int64_t)mp_dtype_size(T->dtype);
         for (int d = 0; d < CKPT_MAX_DIMS; d++)
             if ((d < T->ndim ? T->shape[d] <= 0 : T->shape[d] != 1) || !mul_ok(bytes, T->shape[d], &bytes))
-                return mp_err_set(e, MP_ECHECK, "%s: tensor %s: bad shape", path, T->name);
+                return mp_err_set(e, MP_ECHECK,
+                                  "%s: tensor %s: bad shape: shape[%d] = %lld (dims must be > 0, 1 past ndim %d, and "
+                                  "the tensor's byte size must fit in int64)",
+                                  path, T->name, d, (long long)T->shape[d], T->ndim);
         if (T->box_first != next_box || T->nboxes < 0 || T->nboxes > L->nboxes - T->box_first)
             return mp_err_set(e, MP_ECHECK, "%s: tensor %s: boxes [%lld, +%lld) do not follow the previous tensor's",
                               path, T->name, (long long)T->box_first, (long long)T->nboxes);
@@ -598,16 +633,36 @@ static int box_row_ok(const ck_layout *L, const ck_box *B, const char *tensor, s
            !strcmp(file, L->f[B->file].name) && rank == L->f[B->file].rank;
 }
 
-/* Reads and validates index.h5 of format version 1 or 2 (docs/FORMAT.md); refuses other versions. */
-mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
+/* A read-only file access property list over the in-memory file image image[0, bytes) (HDF5's core
+ * driver, no backing store; HDF5 copies the image). < 0 on failure. */
+static hid_t image_fapl(const void *image, size_t bytes) {
+    hid_t p = H5Pcreate(H5P_FILE_ACCESS);
+    if (p < 0) return p;
+    if (H5Pset_fapl_core(p, 1 << 16, 0) < 0 || H5Pset_file_image(p, (void *)image, bytes) < 0) {
+        H5Pclose(p);
+        return -1;
+    }
+    return p;
+}
+
+/* Reads and validates index.h5 of format version 1 or 2 (docs/FORMAT.md); refuses other versions.
+ * The body of ck_index_read (image NULL: the file at path) and ck_index_read_image (image[0,
+ * image_bytes), path only names it); check_sum 0 computes the index checksum without comparing it. */
+static mp_code index_read(const char *path, const void *image, size_t image_bytes, int check_sum, ck_layout *L,
+                          mp_err *e) {
     ck_h5_init();
+    ck_h5_clear();
     memset(L, 0, sizeof *L);
-    if (!ck_exists(path))
+    if (!image && !ck_exists(path))
         return mp_err_set(e, MP_ECHECK, "%s is missing: not a complete checkpoint (an interrupted save?)", path);
-    hid_t fapl = ck_h5_fapl(0);
+    hid_t fapl = image ? image_fapl(image, image_bytes) : ck_h5_fapl(0);
     hid_t f = fapl < 0 ? -1 : H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (fapl >= 0) H5Pclose(fapl);
-    if (f < 0) return ck_h5_err(e, MP_ECHECK, "%s: not a readable HDF5 file (corrupt or truncated index)", path);
+    if (f < 0) {
+        /* permission, I/O error, a directory in its place: the cause says it; else the file is damaged */
+        if (ck_h5_cause_errno()) return ck_h5_err(e, MP_ECHECK, "%s: cannot be opened", path);
+        return ck_h5_err(e, MP_ECHECK, "%s: not a readable HDF5 file (corrupt or truncated index)", path);
+    }
     mp_code rc = MP_OK;
     char fmt[64] = "";
     int64_t ver = 0, world = 0, zl = 0;
@@ -627,6 +682,11 @@ mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
         goto done;
     }
     L->version = (int)ver;
+    /* informational (not in the checksum): kept so that a rebuilt index (repair-views) keeps it */
+    if (ck_attr_read_str(f, "created_utc", L->created_utc, sizeof L->created_utc) < 0) {
+        L->created_utc[0] = '\0';
+        ck_h5_clear();
+    }
     if (ck_attr_read_i64(f, "step", &L->step, 1) < 0 || ck_attr_read_i64(f, "world_size", &world, 1) < 0 ||
         ck_attr_read_i64(f, "zstd_level", &zl, 1) < 0 || ck_attr_read_u64(f, "index_checksum", &want_hash, 1) < 0) {
         rc = ck_h5_err(e, MP_ECHECK, "%s: missing or bad root attributes", path);
@@ -635,6 +695,11 @@ mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
     if (world < 1 || world > INT32_MAX || zl < 0 || zl > 22) {
         rc = mp_err_set(e, MP_ECHECK, "%s: world_size %lld or zstd_level %lld out of range", path, (long long)world,
                         (long long)zl);
+        goto done;
+    }
+    if (L->step < 0) {   /* the writer refuses negative steps */
+        rc = mp_err_set(e, MP_ECHECK, "%s: root attribute step = %lld out of range (must be >= 0)", path,
+                        (long long)L->step);
         goto done;
     }
     L->world = (int)world;
@@ -733,7 +798,7 @@ mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
         free(pairs);
     }
     uint64_t got = ck_layout_hash(L);
-    if (got != want_hash) {
+    if (check_sum && got != want_hash) {
         rc = mp_err_set(e, MP_ECHECK,
                         "%s: index checksum mismatch (stored %016llx, computed %016llx): the index is corrupt",
                         path, (unsigned long long)want_hash, (unsigned long long)got);
@@ -742,7 +807,14 @@ mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
     rc = validate(L, path, e);
 done:
     H5Fclose(f);
-    H5Eclear2(H5E_DEFAULT);
+    ck_h5_clear();
     if (rc != MP_OK) ck_layout_free(L);
     return rc;
+}
+
+mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) { return index_read(path, NULL, 0, 1, L, e); }
+
+mp_code ck_index_read_image(const void *image, size_t bytes, const char *name, int check_sum, ck_layout *L,
+                            mp_err *e) {
+    return index_read(name, image, bytes, check_sum, L, e);
 }

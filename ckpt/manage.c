@@ -10,10 +10,17 @@
  * Also here: the job lock of a root (ROOT/.lock, flock) and setting aside the checkpoints of an
  * abandoned branch (ROOT/<aside>/): moved, never deleted.
  * These functions are local: call them on one rank.
+ *
+ * Removal never follows a symbolic link (issue 9): retention and leftover cleanup work on directory
+ * file descriptors (openat with O_NOFOLLOW, fstatat with AT_SYMLINK_NOFOLLOW, unlinkat), so nothing
+ * outside the root is reached, whatever links the root holds and however they change meanwhile. A
+ * step directory that is a symbolic link is removed as a link — the name leaves the root, its target
+ * (a checkpoint elsewhere, maybe outside the root) is left untouched — with a warning naming the target.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -157,19 +164,121 @@ mp_code ckpt_list(const char *root, int64_t **steps_out, int *n_out, mp_err *e) 
     return MP_OK;
 }
 
+/* ---------------------------------------------------------------------- removal, links never followed */
+
+/* Deepest directory nesting removed (a checkpoint has one level; this bounds the recursion). */
+#define RM_MAX_DEPTH 64
+
+static mp_code rm_entry_at(int parent, const char *ppath, const char *name, int depth, mp_err *e);
+
+/* Removes every entry of the directory open at dfd (dfd itself stays), never following a symbolic link.
+ * path names dfd in messages. Closes nothing: the caller owns dfd. */
+static mp_code rm_contents_at(int dfd, const char *path, int depth, mp_err *e) {
+    assert(dfd >= 0 && path);
+    int lfd = dup(dfd);   /* fdopendir takes over the descriptor it is given */
+    DIR *d = lfd < 0 ? NULL : fdopendir(lfd);
+    if (!d) {
+        if (lfd >= 0) close(lfd);
+        return mp_err_set(e, MP_EIO, "removing %s: listing it: %s", path, strerror(errno));
+    }
+    mp_code rc = MP_OK;
+    struct dirent *de;
+    while (rc == MP_OK && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        rc = rm_entry_at(dfd, path, de->d_name, depth, e);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Removes entry `name` of the directory open at parent (ppath: its path, for messages): a directory with
+ * everything under it, anything else (a file, a symbolic link, ...) as a name — a link's target is never
+ * looked at. A missing entry is no error (it is gone either way). */
+static mp_code rm_entry_at(int parent, const char *ppath, const char *name, int depth, mp_err *e) {
+    assert(parent >= 0 && ppath && name && name[0] && !strchr(name, '/'));
+    struct stat st;
+    if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? MP_OK : mp_err_set(e, MP_EIO, "removing %s/%s: %s", ppath, name, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) {
+        if (unlinkat(parent, name, 0) != 0 && errno != ENOENT)
+            return mp_err_set(e, MP_EIO, "removing %s/%s: %s", ppath, name, strerror(errno));
+        return MP_OK;
+    }
+    if (depth >= RM_MAX_DEPTH)
+        return mp_err_set(e, MP_EIO, "removing %s/%s: nested more than %d directories deep", ppath, name, RM_MAX_DEPTH);
+    /* O_NOFOLLOW: if the directory was replaced by a link since fstatat, this fails instead of following */
+    int dfd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return mp_err_set(e, MP_EIO, "removing %s/%s: %s", ppath, name, strerror(errno));
+    char *path = ck_fmt("%s/%s", ppath, name);
+    mp_code rc = rm_contents_at(dfd, path, depth + 1, e);
+    close(dfd);
+    if (rc == MP_OK && unlinkat(parent, name, AT_REMOVEDIR) != 0)
+        rc = mp_err_set(e, MP_EIO, "removing directory %s: %s", path, strerror(errno));
+    free(path);
+    return rc;
+}
+
+/* The root directory opened for removals under it (O_DIRECTORY; the root itself may be a link, as the
+ * user named it). MP_EIO naming it on failure. */
+static mp_code open_root(const char *root, int *fd, mp_err *e) {
+    *fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (*fd < 0) return mp_err_set(e, MP_EIO, "opening %s: %s", root, strerror(errno));
+    return MP_OK;
+}
+
+/* Retention's removal of checkpoint directory `name` in the root open at rootfd: index.h5 first, then
+ * the directory fsynced (so a crash mid-removal never leaves a loadable half), then the rest. A name that
+ * is a symbolic link is removed as a link only (its target is not ours: it may lie outside the root),
+ * with a warning naming the target. Sets *was_link. */
+static mp_code retire_step(int rootfd, const char *root, const char *name, int *was_link, mp_err *e) {
+    assert(rootfd >= 0 && root && name);
+    *was_link = 0;
+    struct stat st;
+    if (fstatat(rootfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? MP_OK : mp_err_set(e, MP_EIO, "retention: %s/%s: %s", root, name, strerror(errno));
+    if (S_ISLNK(st.st_mode)) {
+        char target[1024];
+        ssize_t n = readlinkat(rootfd, name, target, sizeof target - 1);
+        target[n > 0 ? n : 0] = '\0';
+        *was_link = 1;
+        mp_warn("ckpt: retention: %s/%s is a symbolic link (to %s): removing the link only, its target is left "
+                "untouched", root, name, n > 0 ? target : "?");
+        if (unlinkat(rootfd, name, 0) != 0 && errno != ENOENT)
+            return mp_err_set(e, MP_EIO, "retention: removing the link %s/%s: %s", root, name, strerror(errno));
+        return MP_OK;
+    }
+    if (!S_ISDIR(st.st_mode))
+        return mp_err_set(e, MP_EIO, "retention: %s/%s is neither a directory nor a link", root, name);
+    int dfd = openat(rootfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) return mp_err_set(e, MP_EIO, "retention: opening %s/%s: %s", root, name, strerror(errno));
+    char *path = ck_fmt("%s/%s", root, name);
+    mp_code rc = rm_entry_at(dfd, path, "index.h5", 1, e);
+    if (rc == MP_OK && fsync(dfd) != 0) rc = mp_err_set(e, MP_EIO, "fsync %s: %s", path, strerror(errno));
+    if (rc == MP_OK) rc = rm_contents_at(dfd, path, 1, e);
+    close(dfd);
+    if (rc == MP_OK && unlinkat(rootfd, name, AT_REMOVEDIR) != 0)
+        rc = mp_err_set(e, MP_EIO, "retention: removing directory %s: %s", path, strerror(errno));
+    free(path);
+    return rc;
+}
+
 mp_code ckpt_cleanup_partials(const char *root, int *removed, mp_err *e) {
     int64_t *steps;
     int n;
     if (removed) *removed = 0;
     MP_TRY(scan_steps(root, ".partial", &steps, &n, e));
-    mp_code rc = MP_OK;
+    int rootfd = -1;
+    mp_code rc = n > 0 ? open_root(root, &rootfd, e) : MP_OK;
     for (int i = 0; i < n && rc == MP_OK; i++) {
         char *p = step_dir(root, steps[i], ".partial");
+        char *name = ck_fmt("step_%08lld.partial", (long long)steps[i]);
         mp_warn("ckpt: removing %s, left by an interrupted save", p);
-        rc = ck_rmtree(p, e);
+        rc = rm_entry_at(rootfd, root, name, 0, e);   /* a link is removed as a link */
         if (rc == MP_OK && removed) (*removed)++;
+        free(name);
         free(p);
     }
+    if (rootfd >= 0) close(rootfd);
     free(steps);
     if (rc == MP_OK && n > 0) rc = ck_fsync_path(root, 1, e);
     return rc;
@@ -189,23 +298,23 @@ mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e) {
     }
     mp_code rc = MP_OK;
     int64_t named = read_latest(root);
-    if (kept == keep) {
+    if (kept == keep && i < n) {
         /* everything older than the oldest kept checkpoint goes, index first; never the one `latest`
-         * names, whatever its place in step order */
+         * names, whatever its place in step order; links are removed as links (retire_step) */
+        int rootfd = -1;
+        rc = open_root(root, &rootfd, e);
         for (; i < n && rc == MP_OK; i++) {
             if (steps[i] == named) continue;
-            char *p = step_dir(root, steps[i], "");
-            char *ip = ck_fmt("%s/index.h5", p);
-            rc = ck_rmtree(ip, e);
-            if (rc == MP_OK) rc = ck_fsync_path(p, 1, e);
-            if (rc == MP_OK) rc = ck_rmtree(p, e);
+            char *name = ck_fmt("step_%08lld", (long long)steps[i]);
+            int was_link = 0;
+            rc = retire_step(rootfd, root, name, &was_link, e);
             if (rc == MP_OK) {
-                mp_debug("ckpt: retention removed %s", p);
+                mp_debug("ckpt: retention removed %s/%s%s", root, name, was_link ? " (a link)" : "");
                 if (removed) (*removed)++;
             }
-            free(ip);
-            free(p);
+            free(name);
         }
+        if (rootfd >= 0) close(rootfd);
         if (rc == MP_OK) rc = ck_fsync_path(root, 1, e);
     }
     free(steps);

@@ -39,6 +39,7 @@
  */
 #define _GNU_SOURCE
 #include "ckpt/ckpt_internal.h"
+#include "ckpt/zstd_filter.h"
 #include "core/alloc.h"
 #include <assert.h>
 #include <endian.h>
@@ -67,6 +68,9 @@ struct ckpt_reader {
     size_t tiles_bytes;   /* bytes held in tiles[] */
     size_t scratch;       /* scratch bound of partial reads and verify batches */
     int64_t bytes_read, bytes_needed;
+    ckpt_progress_fn progress;   /* optional (ckpt_reader_set_progress) */
+    void *progress_ctx;
+    int64_t progress_read;       /* bytes delivered by ckpt_read since the callback was set */
 };
 
 mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
@@ -139,7 +143,7 @@ void ckpt_close(ckpt_reader *r) {
     if (!r) return;
     for (int i = 0; i < r->L.nfiles; i++)
         if (r->files[i] >= 0) H5Fclose(r->files[i]);
-    H5Eclear2(H5E_DEFAULT);
+    ck_h5_clear();
     drop_tiles(r);
     free(r->tiles);
     free(r->files);
@@ -186,6 +190,12 @@ void ckpt_reader_io_reset(ckpt_reader *r) {
 }
 
 void ckpt_reader_set_scratch(ckpt_reader *r, size_t bytes) { r->scratch = bytes; }
+
+void ckpt_reader_set_progress(ckpt_reader *r, ckpt_progress_fn fn, void *ctx) {
+    r->progress = fn;
+    r->progress_ctx = ctx;
+    r->progress_read = 0;
+}
 
 static size_t tile_cache_max(const ckpt_reader *r) {
     size_t m = r->scratch / 8;
@@ -234,7 +244,9 @@ static mp_code rank_file(ckpt_reader *r, int fi, hid_t *out, int *fd, mp_err *e)
         hid_t f = fapl < 0 ? -1 : H5Fopen(p, H5F_ACC_RDONLY, fapl);
         if (fapl >= 0) H5Pclose(fapl);
         if (f < 0) {
-            mp_code rc = ck_h5_err(e, MP_ECHECK, "rank file %s cannot be opened (truncated or corrupt)", p);
+            /* permission, I/O error, a directory in its place: the cause says it; else the file is damaged */
+            mp_code rc = ck_h5_cause_errno() ? ck_h5_err(e, MP_ECHECK, "rank file %s cannot be opened", p)
+                                             : ck_h5_err(e, MP_ECHECK, "rank file %s cannot be opened (truncated or corrupt)", p);
             free(p);
             return rc;
         }
@@ -244,7 +256,7 @@ static mp_code rank_file(ckpt_reader *r, int fi, hid_t *out, int *fd, mp_err *e)
         if (ap >= 0 && H5Pget_driver(ap) == H5FD_SEC2 && H5Fget_vfd_handle(f, H5P_DEFAULT, &h) >= 0 && h)
             dfd = *(int *)h;
         if (ap >= 0) H5Pclose(ap);
-        H5Eclear2(H5E_DEFAULT);
+        ck_h5_clear();
         free(p);
         r->files[fi] = f;
         r->fds[fi] = dfd;
@@ -286,7 +298,7 @@ static void src_locate(src_t *s, int fd) {
         }
     }
     if (dcpl >= 0) H5Pclose(dcpl);
-    H5Eclear2(H5E_DEFAULT);
+    ck_h5_clear();
 }
 
 /* Opens box j's dataset and checks its shape and type against the index. */
@@ -313,7 +325,7 @@ static mp_code open_box(ckpt_reader *r, int64_t j, src_t *s, mp_err *e) {
     if (!ok) {
         if (ft >= 0) H5Tclose(ft);
         H5Dclose(d);
-        H5Eclear2(H5E_DEFAULT);
+        ck_h5_clear();
         return mp_err_set(e, MP_ECHECK, "%s/%s: dataset %s (tensor %s) has a type or shape other than the index says",
                           r->dir, fname, B->dataset, T->name);
     }
@@ -386,7 +398,7 @@ static mp_code fetch(ckpt_reader *r, int64_t j, const src_t *s, int64_t a, int64
     hid_t fs = H5Dget_space(s->d);
     hid_t ms = H5Screate_simple(T->ndim, cnt, NULL);
     herr_t hr = (fs < 0 || ms < 0) ? -1 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
-    if (hr >= 0) hr = H5Dread(s->d, s->ft, ms, fs, H5P_DEFAULT, dst);
+    if (hr >= 0) hr = ckpt_zstd_read(s->d, s->ft, ms, fs, H5P_DEFAULT, dst);   /* zstd: chunk size checked */
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (hr < 0)
@@ -452,7 +464,7 @@ static mp_code load_tiles(ckpt_reader *r, int64_t j, uint64_t *buf, mp_err *e) {
     mp_code rc = MP_OK;
     size_t bytes = sizeof(uint64_t) * (size_t)B->ntiles;
     if (!ok) {
-        H5Eclear2(H5E_DEFAULT);
+        ck_h5_clear();
         rc = mp_err_set(e, MP_ECHECK,
                         "%s/%s: tile checksums dataset %s of dataset %s (tensor %s) is not a uint64[%lld] array", r->dir,
                         fname, B->tiles_dataset, B->dataset, T->name, (long long)B->ntiles);
@@ -668,7 +680,7 @@ void ckpt_prefetch(ckpt_reader *r, const char *name, const int64_t *offset, cons
         src_t s;
         mp_err e;
         if (open_box(r, j, &s, &e) != MP_OK) {
-            H5Eclear2(H5E_DEFAULT);
+            ck_h5_clear();
             continue;   /* the read itself reports it */
         }
         if (s.fd >= 0) {
@@ -725,6 +737,10 @@ mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const
                         name, reg, qstr, r->dir, (long long)covered, (long long)want);
     }
     for (int k = 0; k < n && rc == MP_OK; k++) rc = read_part(r, hit[k], io[k], is[k], offset, shape, buf, e);
+    if (rc == MP_OK && r->progress) {
+        r->progress_read += want * (int64_t)mp_dtype_size(T->dtype);
+        r->progress(r->progress_ctx, r->progress_read, 0);
+    }
     free(hit);
     free(io);
     free(is);
@@ -750,7 +766,7 @@ static mp_code check_attrs(ckpt_reader *r, int64_t j, const src_t *s, mp_err *e)
              ck_attr_read_i64(s->d, "tile_cols", &tc, 1) >= 0 && tc == B->tile_cols &&
              ck_attr_read_u64(s->d, "tiles_checksum", &tck, 1) >= 0 && tck == B->tiles_checksum;
     if (ok) return MP_OK;
-    H5Eclear2(H5E_DEFAULT);
+    ck_h5_clear();
     return mp_err_set(e, MP_ECHECK, "%s/%s: attributes of dataset %s disagree with the index (tensor %s)", r->dir,
                       r->L.f[B->file].name, B->dataset, T->name);
 }
@@ -765,6 +781,10 @@ mp_code ckpt_verify(ckpt_reader *r, int64_t *bytes_read, mp_err *e) {
     size_t tmp_n = 0;
     XXH3_state_t *hs = XXH3_createState(), *ts = XXH3_createState();
     if (!hs || !ts) abort();
+    int64_t pg_total = 0, pg_done = 0;   /* progress: tensor bytes of all boxes, of those checked */
+    for (int64_t j = 0; j < r->L.nboxes && r->progress; j++)
+        pg_total += ck_volume(r->L.t[r->L.b[j].tensor].ndim, r->L.b[j].shp) *
+                    (int64_t)mp_dtype_size(r->L.t[r->L.b[j].tensor].dtype);
     for (int64_t j = 0; j < r->L.nboxes && rc == MP_OK; j++) {
         const ck_box *B = &r->L.b[j];
         geom g = box_geom(&r->L, B);
@@ -797,6 +817,10 @@ mp_code ckpt_verify(ckpt_reader *r, int64_t *bytes_read, mp_err *e) {
         }
         if (own) mp_free_acct(own, own_n, MP_MEM_CKPT);
         src_close(&s);
+        if (rc == MP_OK && r->progress) {
+            pg_done += ck_volume(r->L.t[B->tensor].ndim, B->shp) * (int64_t)mp_dtype_size(r->L.t[B->tensor].dtype);
+            r->progress(r->progress_ctx, pg_done, pg_total);
+        }
     }
     XXH3_freeState(hs);
     XXH3_freeState(ts);

@@ -107,6 +107,7 @@ struct ckpt_save {
     mp_code wrc;
     mp_err werr;
     ckpt_stats st;
+    int64_t progress_total;         /* tensor bytes of this process's boxes, for opts.progress */
     mp_code frc;                    /* final result, once ST_DONE */
     mp_err ferr;
 };
@@ -333,7 +334,7 @@ static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt,
         return NULL;
     }
     for (int d = 0; d < ndim; d++) {
-        if (gshape[d] <= 0 || shape[d] <= 0 || offset[d] < 0 || offset[d] + shape[d] > gshape[d]) {
+        if (gshape[d] <= 0 || shape[d] <= 0 || offset[d] < 0 || offset[d] > gshape[d] - shape[d]) {   /* no overflow */
             char bs[256], gs[256];
             int64_t z[CKPT_MAX_DIMS] = {0};
             ck_box_str(bs, sizeof bs, ndim, offset, shape);
@@ -414,6 +415,11 @@ mp_code ckpt_save_add_fill(ckpt_save *s, int file_rank, const char *name, mp_dty
         if (e) *e = le;
     }
     return rc;
+}
+
+void ckpt_save_fail(ckpt_save *s, mp_code rc, const mp_err *e) {
+    assert(s && rc != MP_OK && s->state == ST_OPEN);
+    remember(s, rc, e);
 }
 
 mp_code ckpt_save_meta(ckpt_save *s, const char *key, const char *value, mp_err *e) {
@@ -705,16 +711,21 @@ static mp_code write_one_file(ckpt_save *s, int fr, void *buf, size_t band_cap, 
                               mp_err *e) {
     char *path = ck_fmt("%s/rank_%05d.h5", s->partial, fr);
     mp_code rc = MP_OK;
+    ck_h5_clear();
+    /* H5F_ACC_EXCL: a file that is there before the create is a second writer of the same file rank
+     * (rank 0 checks it too); one that is there after a failed create is ours (HDF5 created it, then
+     * failed to write its superblock: disk full), and the cause is in the HDF5 record */
+    int existed = ck_exists(path);
     hid_t fapl = ck_h5_fapl(1);
     hid_t f = fapl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
     if (fapl >= 0) H5Pclose(fapl);
     if (f < 0) {
-        if (ck_exists(path))   /* H5F_ACC_EXCL: a second writer of the same file rank (rank 0 checks it too) */
+        if (existed)
             rc = mp_err_set(e, MP_EINPUT, "creating %s: the file exists already: does another process write file rank %d?",
                             path, fr);
         else
             rc = ck_h5_err(e, MP_EIO, "creating %s", path);
-        H5Eclear2(H5E_DEFAULT);
+        ck_h5_clear();
         free(path);
         return rc;
     }
@@ -731,18 +742,22 @@ static mp_code write_one_file(ckpt_save *s, int fr, void *buf, size_t band_cap, 
      * tail. Without it the page cache holds everything until that fsync and hashing never overlaps
      * with I/O (docs/BENCH_CKPT.md). */
     int *fdp = NULL;
-    if (H5Fget_vfd_handle(f, H5P_DEFAULT, (void **)&fdp) < 0) fdp = NULL;
+    if (rc == MP_OK && H5Fget_vfd_handle(f, H5P_DEFAULT, (void **)&fdp) < 0) {
+        fdp = NULL;
+        ck_h5_clear();   /* optional: without the descriptor there is no early writeback */
+    }
     for (int i = 0; i < s->nb && rc == MP_OK; i++) {
         wbox *B = &s->b[i];
         if (B->rank != fr) continue;
         rc = write_box(s, f, lcpl, B, buf, band_cap, path, e);
         if (rc == MP_OK && fdp) sync_file_range(*fdp, 0, 0, SYNC_FILE_RANGE_WRITE);
         *bytes += (int64_t)mp_dtype_size(B->dt) * ck_volume(B->ndim, B->shp);
+        if (rc == MP_OK && s->o.progress) s->o.progress(s->o.progress_ctx, *bytes, s->progress_total);
         ck_crash_point("during_rank_files", s->rank);
     }
     H5Pclose(lcpl);
     if (H5Fclose(f) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "closing %s", path);
-    H5Eclear2(H5E_DEFAULT);
+    ck_h5_clear();
     if (rc == MP_OK) rc = ck_fsync_path(path, 0, e);
     struct stat st;
     if (rc == MP_OK && stat(path, &st) == 0) *file_bytes += (int64_t)st.st_size;
@@ -765,8 +780,10 @@ static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
     int *frs = mp_xmalloc(sizeof(int) * (size_t)s->nb);
     size_t band_cap = 0;
     size_t fill_bytes = s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT;
+    s->progress_total = 0;
     for (int i = 0; i < s->nb; i++) {
         frs[i] = s->b[i].rank;
+        s->progress_total += (int64_t)mp_dtype_size(s->b[i].dt) * ck_volume(s->b[i].ndim, s->b[i].shp);
         if (!s->b[i].data) {
             size_t n = (size_t)(band_rows(&s->b[i], fill_bytes) * row_bytes(&s->b[i]));
             if (n > band_cap) band_cap = n;

@@ -146,33 +146,78 @@ static const char *metavar_of(const mp_arg *a) {
     return "";
 }
 
+/* Prints the default of entry a (see mp_args_help) to out, with a leading space; nothing for a STRING
+ * flag without a value (NULL or "") or an empty dflt. */
+static void print_default(FILE *out, const mp_arg *a) {
+    if (a->dflt) {
+        if (*a->dflt) fprintf(out, " [default: %s]", a->dflt);
+        return;
+    }
+    switch (a->kind) {
+    case MP_ARG_INT: fprintf(out, " [default: %d]", *(const int *)a->ptr); break;
+    case MP_ARG_I64: fprintf(out, " [default: %lld]", (long long)*(const int64_t *)a->ptr); break;
+    case MP_ARG_DOUBLE: fprintf(out, " [default: %g]", *(const double *)a->ptr); break;
+    case MP_ARG_STRING:
+        if (*(const char *const *)a->ptr && **(const char *const *)a->ptr)
+            fprintf(out, " [default: %s]", *(const char *const *)a->ptr);
+        break;
+    case MP_ARG_SWITCH: {
+        int v = *(const int *)a->ptr;
+        fprintf(out, " [default: %s]", v < 0 ? "auto" : v ? "on" : "off");
+        break;
+    }
+    }
+}
+
 void mp_args_help(FILE *out, const char *usage, const char *about, const mp_arg *flags) {
     fprintf(out, "usage: %s\n", usage);
     if (about && *about) fprintf(out, "\n%s\n", about);
     fprintf(out, "\noptions:\n");
     for (const mp_arg *a = flags; a->name; a++) {
-        char lhs[128];
+        char lhs[160];
         const char *mv = metavar_of(a);
-        snprintf(lhs, sizeof lhs, "--%s%s%s", a->name, *mv ? " " : "", mv);
-        fprintf(out, "  %-24s %s", lhs, a->help ? a->help : "");
+        if (a->kind == MP_ARG_SWITCH && strncmp(a->name, "no-", 3))
+            snprintf(lhs, sizeof lhs, "--%s, --no-%s", a->name, a->name);
+        else snprintf(lhs, sizeof lhs, "--%s%s%s", a->name, *mv ? " " : "", mv);
+        /* a long left side gets its own line, so the help column stays aligned */
+        if (strlen(lhs) > 24) fprintf(out, "  %s\n  %-24s %s", lhs, "", a->help ? a->help : "");
+        else fprintf(out, "  %-24s %s", lhs, a->help ? a->help : "");
         if (a->kind == MP_ARG_STRING && a->choices) {
             fputs(" (one of:", out);
             for (const char *const *c = a->choices; *c; c++) fprintf(out, " %s", *c);
             fputc(')', out);
         }
-        switch (a->kind) {
-        case MP_ARG_INT: fprintf(out, " [default: %d]", *(const int *)a->ptr); break;
-        case MP_ARG_I64: fprintf(out, " [default: %lld]", (long long)*(const int64_t *)a->ptr); break;
-        case MP_ARG_DOUBLE: fprintf(out, " [default: %g]", *(const double *)a->ptr); break;
-        case MP_ARG_STRING:
-            if (*(const char *const *)a->ptr) fprintf(out, " [default: %s]", *(const char *const *)a->ptr);
-            break;
-        case MP_ARG_SWITCH:
-            if (*(const int *)a->ptr) fprintf(out, " [default: on; --no-%s turns it off]", a->name);
-            else fputs(" [default: off]", out);
-            break;
-        }
+        print_default(out, a);
         fputc('\n', out);
     }
     fprintf(out, "  %-24s %s\n", "--help", "print this help and exit");
+    fprintf(out, "  %-24s %s\n", "--version", "print the program and checkpoint format versions and exit");
+}
+
+mp_code mp_args_parse_size(const char *s, const char *flag, size_t min, size_t *out, mp_err *err) {
+    char *end = NULL;
+    errno = 0;
+    int plain = *s != '\0';
+    for (const char *c = s; *c && !strchr("KkMmGgTtiB", *c); c++) plain &= (*c >= '0' && *c <= '9') || *c == '.';
+    double v = plain ? strtod(s, &end) : 0;
+    if (!plain || end == s || errno || !(v > 0))
+        return mp_err_set(err, MP_EINPUT, "%s: \"%s\" is not a size (e.g. 256M, 1G)", flag, s);
+    double mul = 1;
+    if (*end && strchr("Kk", *end)) mul = 1024.0, end++;
+    else if (*end && strchr("Mm", *end)) mul = 1048576.0, end++;
+    else if (*end && strchr("Gg", *end)) mul = 1073741824.0, end++;
+    else if (*end && strchr("Tt", *end)) mul = 1099511627776.0, end++;
+    if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
+    if (*end) return mp_err_set(err, MP_EINPUT, "%s: \"%s\" is not a size (e.g. 256M, 1G)", flag, s);
+    v *= mul;
+    if (v >= 0x1p62) return mp_err_set(err, MP_EINPUT, "%s: %s is out of range", flag, s);
+    if (v < (double)min) {
+        char m[32];
+        snprintf(m, sizeof m, "%zu bytes", min);
+        if (min % 1048576 == 0) snprintf(m, sizeof m, "%zuM", min / 1048576);
+        return mp_err_set(err, MP_EINPUT, "%s: %s is below the minimum of %s", flag, s, m);
+    }
+    if ((size_t)v == 0) return mp_err_set(err, MP_EINPUT, "%s: %s is below one byte", flag, s);
+    *out = (size_t)v;
+    return MP_OK;
 }

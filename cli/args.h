@@ -54,6 +54,8 @@ typedef struct mp_arg {
     const char *const *choices;    /* STRING only, optional: NULL-terminated list of allowed values */
     int *set;                      /* optional: set to 1 when the flag appears (to tell a CLI override
                                       from a default, e.g. when merging with a config file) */
+    const char *dflt;              /* optional: the default as --help shows it, when the variable's value
+                                      does not say it ("required", "RUN/checkpoints"); "" shows none */
 } mp_arg;
 
 /* Parses argv[0 .. argc) (the arguments after the subcommand name) against flags. Positional arguments
@@ -62,7 +64,14 @@ typedef struct mp_arg {
 mp_code mp_args_parse(const mp_arg *flags, int argc, char **argv, int *npos, int *help, mp_err *err);
 
 /* Prints "usage: <usage>", the about text (may be NULL) and one line per flag with its metavar, help,
- * choices and default (the variable's current value) to out. */
+ * choices and default to out. The default is the entry's dflt text when given, else the variable's
+ * current value (the value used when the flag is absent): a switch shows both spellings ("--sp,
+ * --no-sp") and its default as on, off, or auto for a tri-state switch whose variable holds -1 (the
+ * program decides; the help text says how). */
 void mp_args_help(FILE *out, const char *usage, const char *about, const mp_arg *flags);
+
+/* A size flag's value: "256M", "1G", "64MiB", "2T", "1048576" (K/M/G/T are powers of 1024) -> bytes.
+ * MP_EINPUT naming flag for anything else, a size of 0, or one below min bytes. */
+mp_code mp_args_parse_size(const char *s, const char *flag, size_t min, size_t *out, mp_err *err);
 
 #endif

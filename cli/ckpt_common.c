@@ -3,6 +3,7 @@
  * locating a checkpoint, chunked tensor streaming and statistics. The design is in cli/ckpt_common.h.
  */
 #include "cli/ckpt_common.h"
+#include "core/log.h"
 #include <assert.h>
 #include <dirent.h>
 #include <math.h>
@@ -270,3 +271,23 @@ mp_code mp_ckpt_parse_model_config(const ckpt_reader *r, mp_model_config *mc, mp
 /* The metadata keys a training checkpoint writes (see cli/ckpt_common.h). */
 const char *const mp_ckpt_known_meta[] = {"model_config", "train_config", "mesh", "step", "data_cursor",
                                           "lr_schedule", "optimizer", "rng", NULL};
+
+int mp_ckpt_cli_start(const mp_arg *flags, int argc, char **argv, int nargs, const char *what, const char *usage,
+                      const char *about) {
+    int npos = 0, help = 0;
+    mp_err err;
+    mp_err_clear(&err);
+    if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) {
+        mp_log_fail("%s", err.msg);
+        return MP_CKPT_ST_USAGE;
+    }
+    if (help) {
+        mp_args_help(stdout, usage, about, flags);
+        return MP_CKPT_ST_OK;
+    }
+    if (npos != nargs) {
+        mp_log_fail("expected %s (see --help)", what);
+        return MP_CKPT_ST_USAGE;
+    }
+    return -1;
+}

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "ckpt/ckpt.h"
+#include "cli/args.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -40,6 +41,15 @@ int mp_ckpt_show(int argc, char **argv);
 int mp_ckpt_verify(int argc, char **argv);
 /* `meshpoint ckpt diff ARGS`: two checkpoints tensor by tensor and their metadata. Returns the exit status. */
 int mp_ckpt_diff(int argc, char **argv);
+/* `meshpoint ckpt repair-views DIR` (cli/ckpt_repair.c). */
+int mp_ckpt_repair_views(int argc, char **argv);
+
+/* The start every ckpt subcommand shares: parses flags (the positional arguments are compacted to the
+ * front of argv), prints the help (usage, about) on --help, and checks that exactly nargs positional
+ * arguments were given (`what` names them in the error, e.g. "one checkpoint DIR"). Returns -1 to go
+ * on, else the exit status: MP_CKPT_ST_OK after the help, MP_CKPT_ST_USAGE after reporting the error. */
+int mp_ckpt_cli_start(const mp_arg *flags, int argc, char **argv, int nargs, const char *what, const char *usage,
+                      const char *about);
 
 /* ---------------------------------------------------------------------------------- small helpers */
 

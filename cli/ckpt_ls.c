@@ -2,6 +2,12 @@
  * cli/ckpt_ls.c — `meshpoint ckpt ls ROOT [--json]`: the complete checkpoints under ROOT (step, mesh,
  * size, which one `latest` names) and the incomplete directories (leftover *.partial of interrupted
  * saves, step directories without a valid index). ROOT may be a run directory (its checkpoints/).
+ *
+ * The step shown is the one the index records (its checksummed `step` attribute), not the number in the
+ * directory name: a `step_00000003` holding step 8 (renamed or copied by hand) is listed as step 8 and
+ * flagged ("name says step 3"; in --json "name_step" and "step_mismatch": true), as is metadata "step"
+ * disagreeing with the index. Such a checkpoint is listed, not refused: the flag is information, the exit
+ * status does not change (`ckpt verify` is the check).
  * Exit status: 0 ok, 1 a complete checkpoint could not be opened, 2 bad usage or no such directory.
  */
 #include <dirent.h>
@@ -12,6 +18,7 @@
 #include <sys/stat.h>
 #include "cli/args.h"
 #include "cli/ckpt_common.h"
+#include "core/log.h"
 
 /* Is name "step_<digits>" followed by exactly suffix? Sets *step. */
 static int parse_step_name(const char *name, const char *suffix, int64_t *step) {
@@ -45,11 +52,19 @@ static int64_t dir_bytes(const char *dir) {
     return total;
 }
 
+/* One step directory of the root, as listed. */
 typedef struct ls_entry {
     char name[256];
-    int64_t step;
+    int64_t step;              /* the index's step (complete and readable), else the name's */
+    int64_t name_step;         /* the step the directory name says */
+    int64_t meta_step;         /* metadata "step" when it is an integer, else -1 */
     int complete;
-    char reason[MP_ERR_MSG_MAX];
+    int readable;              /* complete and opened: the fields below are set */
+    char mesh[128];
+    int64_t tp, dp;            /* -1: unknown */
+    int world, ntensors;
+    int64_t bytes;
+    char reason[MP_ERR_MSG_MAX];   /* incomplete: why; complete but unreadable: the open error */
 } ls_entry;
 
 /* qsort order: by step, then by name. */
@@ -72,87 +87,146 @@ static void read_latest(const char *root, char *buf, size_t cap) {
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
 }
 
-/* `meshpoint ckpt ls`: see the top of this file. Returns the exit status. */
-int mp_ckpt_ls(int argc, char **argv) {
-    int json = 0, npos = 0, help = 0;
-    const mp_arg flags[] = {{"json", MP_ARG_SWITCH, &json, NULL, "print JSON"}, {0}};
-    mp_err err;
-    mp_err_clear(&err);
-    if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) {
-        fprintf(stderr, "meshpoint ckpt ls: %s\n", err.msg);
-        return MP_CKPT_ST_USAGE;
+/* Does the listed checkpoint's step disagree with its name or its metadata? */
+static int step_mismatch(const ls_entry *x) {
+    return x->readable && (x->step != x->name_step || (x->meta_step >= 0 && x->meta_step != x->step));
+}
+
+/* Fills the description of complete checkpoint x (directory p): opens it and records the index's step,
+ * metadata "step", mesh, world, tensors and size; an open failure goes to x->reason (x->readable = 0). */
+static void describe_complete(const char *p, ls_entry *x) {
+    x->bytes = dir_bytes(p);
+    x->tp = x->dp = -1;
+    x->meta_step = -1;
+    snprintf(x->mesh, sizeof x->mesh, "unreadable");
+    ckpt_reader *r = NULL;
+    mp_err oe;
+    mp_err_clear(&oe);
+    if (ckpt_open(&r, p, &oe) != MP_OK) {
+        snprintf(x->reason, sizeof x->reason, "%s", oe.msg);
+        return;
     }
-    if (help) {
-        mp_args_help(stdout, "meshpoint ckpt ls ROOT [--json]",
-                     "Lists the complete checkpoints under ROOT (a run's checkpoints/ directory, or the run "
-                     "directory) with step, mesh and size, marks the one `latest` names, and lists incomplete "
-                     "directories (leftover *.partial of interrupted saves, step directories without a valid index).",
-                     flags);
-        return MP_CKPT_ST_OK;
+    x->readable = 1;
+    x->step = ckpt_reader_step(r);
+    mp_ckpt_mesh_str(x->mesh, sizeof x->mesh, r);
+    cJSON *m = mp_ckpt_meta_json(r, "mesh");
+    if (m) { mp_ckpt_json_int(m, "tp", &x->tp); mp_ckpt_json_int(m, "dp", &x->dp); }
+    cJSON_Delete(m);
+    cJSON *s = mp_ckpt_meta_json(r, "step");
+    if (cJSON_IsNumber(s) && !mp_double_to_i64(s->valuedouble, 0, INT64_MAX, &x->meta_step)) x->meta_step = -1;
+    cJSON_Delete(s);
+    x->world = ckpt_reader_world(r);
+    x->ntensors = ckpt_num_tensors(r);
+    ckpt_close(r);
+}
+
+/* Adds directory entry `name` of root to the list when it is a step directory (complete, or incomplete
+ * with the reason). */
+static void scan_entry(const char *root, const char *name, ls_entry **e, int *n, int *cap) {
+    int64_t step;
+    int partial = parse_step_name(name, ".partial", &step);
+    if (!partial && !parse_step_name(name, "", &step)) return;
+    char *p = mp_ckpt_join(root, name);
+    if (!mp_ckpt_is_dir(p)) { free(p); return; }
+    if (*n == *cap) {
+        *cap = 2 * *cap + 16;
+        *e = realloc(*e, sizeof **e * (size_t)*cap);
+        if (!*e) abort();
     }
-    if (npos != 1) {
-        fprintf(stderr, "meshpoint ckpt ls: expected one ROOT directory (see --help)\n");
-        return MP_CKPT_ST_USAGE;
-    }
-    if (!mp_ckpt_is_dir(argv[0])) {
-        fprintf(stderr, "meshpoint ckpt ls: %s: %s\n", argv[0], mp_ckpt_exists(argv[0]) ? "not a directory" : "no such directory");
-        return MP_CKPT_ST_USAGE;
-    }
-    char *ip = mp_ckpt_join(argv[0], "index.h5");
-    int is_ckpt = mp_ckpt_exists(ip);
-    free(ip);
-    if (is_ckpt) {
-        fprintf(stderr, "meshpoint ckpt ls: %s is a checkpoint, not a checkpoint root: give its parent, or use "
-                        "`meshpoint ckpt show`\n", argv[0]);
-        return MP_CKPT_ST_USAGE;
-    }
-    char *root = mp_ckpt_root_of(argv[0]);
+    ls_entry *x = &(*e)[(*n)++];
+    memset(x, 0, sizeof *x);
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->step = x->name_step = step;
+    mp_err ce;
+    if (partial) snprintf(x->reason, sizeof x->reason, "interrupted save (never loaded)");
+    else if (ckpt_check_complete(p, &ce) == MP_OK) x->complete = 1;
+    else snprintf(x->reason, sizeof x->reason, "%s", ce.msg);
+    if (x->complete) describe_complete(p, x);
+    else x->bytes = dir_bytes(p);
+    free(p);
+}
+
+/* The step directories of root, sorted by step (the index's for readable checkpoints); *e malloc'd.
+ * MP_CKPT_ST_USAGE (message printed) when root cannot be listed. */
+static int scan_root(const char *root, ls_entry **e, int *n) {
+    *e = NULL;
+    *n = 0;
     DIR *d = opendir(root);
     if (!d) {
-        fprintf(stderr, "meshpoint ckpt ls: cannot list %s: %s\n", root, strerror(errno));
-        free(root);
+        mp_log_fail("cannot list %s: %s", root, strerror(errno));
         return MP_CKPT_ST_USAGE;
     }
-    int n = 0, cap = 0;
-    ls_entry *e = NULL;
+    int cap = 0;
     struct dirent *de;
-    while ((de = readdir(d))) {
-        int64_t step;
-        int partial = parse_step_name(de->d_name, ".partial", &step);
-        if (!partial && !parse_step_name(de->d_name, "", &step)) continue;
-        char *p = mp_ckpt_join(root, de->d_name);
-        int isd = mp_ckpt_is_dir(p);
-        if (isd) {
-            if (n == cap) {
-                cap = 2 * cap + 16;
-                e = realloc(e, sizeof *e * (size_t)cap);
-                if (!e) abort();
-            }
-            ls_entry *x = &e[n++];
-            memset(x, 0, sizeof *x);
-            snprintf(x->name, sizeof x->name, "%s", de->d_name);
-            x->step = step;
-            if (partial) snprintf(x->reason, sizeof x->reason, "interrupted save (never loaded)");
-            else {
-                mp_err ce;
-                if (ckpt_check_complete(p, &ce) == MP_OK) x->complete = 1;
-                else snprintf(x->reason, sizeof x->reason, "%s", ce.msg);
-            }
-        }
-        free(p);
-    }
+    while ((de = readdir(d))) scan_entry(root, de->d_name, e, n, &cap);
     closedir(d);
-    if (n > 1) qsort(e, (size_t)n, sizeof *e, cmp_entry);
-    char latest[512];
-    read_latest(root, latest, sizeof latest);
-    int latest_ok = 0, newest = -1, status = MP_CKPT_ST_OK;
+    if (*n > 1) qsort(*e, (size_t)*n, sizeof **e, cmp_entry);
+    return MP_CKPT_ST_OK;
+}
+
+/* JSON object of complete checkpoint x. */
+static cJSON *complete_json(const ls_entry *x, int is_latest) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "step", (double)x->step);
+    cJSON_AddStringToObject(c, "dir", x->name);
+    cJSON_AddNumberToObject(c, "name_step", (double)x->name_step);
+    cJSON_AddBoolToObject(c, "step_mismatch", step_mismatch(x));
+    if (x->meta_step >= 0) cJSON_AddNumberToObject(c, "meta_step", (double)x->meta_step);
+    if (x->tp > 0) cJSON_AddNumberToObject(c, "tp", (double)x->tp);
+    if (x->dp > 0) cJSON_AddNumberToObject(c, "dp", (double)x->dp);
+    if (x->readable) {
+        cJSON_AddNumberToObject(c, "world", x->world);
+        cJSON_AddNumberToObject(c, "tensors", x->ntensors);
+    }
+    cJSON_AddNumberToObject(c, "bytes", (double)x->bytes);
+    cJSON_AddBoolToObject(c, "latest", is_latest);
+    if (!x->readable) cJSON_AddStringToObject(c, "error", x->reason);
+    return c;
+}
+
+/* Prints complete checkpoint x as a table row (and its flags below it). */
+static void complete_text(const ls_entry *x, int is_latest) {
+    char hb[32], sz[64];
+    snprintf(sz, sizeof sz, "%s (%lld bytes)", mp_ckpt_human(hb, sizeof hb, x->bytes), (long long)x->bytes);
+    printf("  %-12lld %-16s %-14s %-24s%s%s\n", (long long)x->step, x->name, x->mesh, sz,
+           is_latest ? "  <- latest" : "", step_mismatch(x) ? "  !! step mismatch" : "");
+    if (!x->readable) printf("    unreadable: %s\n", x->reason);
+    if (x->readable && x->step != x->name_step)
+        printf("    step mismatch: the directory name says step %lld, the index says step %lld (renamed or copied "
+               "by hand?)\n", (long long)x->name_step, (long long)x->step);
+    if (x->readable && x->meta_step >= 0 && x->meta_step != x->step)
+        printf("    step mismatch: metadata \"step\" says %lld, the index says step %lld\n", (long long)x->meta_step,
+               (long long)x->step);
+}
+
+/* Prints incomplete directory x (text) or adds it to the JSON array ji. */
+static void incomplete_out(const ls_entry *x, cJSON *ji) {
+    if (ji) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "step", (double)x->step);
+        cJSON_AddStringToObject(c, "dir", x->name);
+        cJSON_AddNumberToObject(c, "bytes", (double)x->bytes);
+        cJSON_AddStringToObject(c, "reason", x->reason);
+        cJSON_AddItemToArray(ji, c);
+    } else {
+        char hb[32];
+        printf("incomplete: %s (%s): %s\n", x->name, mp_ckpt_human(hb, sizeof hb, x->bytes), x->reason);
+    }
+}
+
+/* Prints the listing of the n entries e of root (text, or JSON with json); latest is what ROOT/latest
+ * names. Returns the exit status: MP_CKPT_ST_FAIL when a complete checkpoint could not be opened. */
+static int print_listing(const char *root, const ls_entry *e, int n, const char *latest, int json) {
+    int latest_ok = 0, newest = -1, ncomplete = 0, status = MP_CKPT_ST_OK;
     for (int i = 0; i < n; i++)
         if (e[i].complete) {
-            newest = i;
+            /* --resume picks by directory name (ckpt_find_latest), whatever the index says */
+            if (newest < 0 || e[i].name_step > e[newest].name_step) newest = i;
             if (!strcmp(e[i].name, latest)) latest_ok = 1;
         }
-    cJSON *jo = json ? cJSON_CreateObject() : NULL, *jl = NULL, *ji = NULL;
+    cJSON *jo = NULL, *jl = NULL, *ji = NULL;
     if (json) {
+        jo = cJSON_CreateObject();
         cJSON_AddStringToObject(jo, "root", root);
         if (latest[0]) cJSON_AddStringToObject(jo, "latest", latest);
         else cJSON_AddNullToObject(jo, "latest");
@@ -165,69 +239,17 @@ int mp_ckpt_ls(int argc, char **argv) {
         printf("checkpoints in %s\n", root);
         printf("  %-12s %-16s %-14s %-24s\n", "STEP", "DIRECTORY", "MESH", "SIZE");
     }
-    int ncomplete = 0;
     for (int i = 0; i < n; i++) {
         if (!e[i].complete) continue;
         ncomplete++;
-        char *p = mp_ckpt_join(root, e[i].name);
-        int64_t bytes = dir_bytes(p);
-        ckpt_reader *r = NULL;
-        mp_err oe;
-        mp_err_clear(&oe);
-        char mesh[128] = "?";
-        int64_t tp = -1, dp = -1;
-        int ntensors = -1;
-        if (ckpt_open(&r, p, &oe) == MP_OK) {
-            mp_ckpt_mesh_str(mesh, sizeof mesh, r);
-            cJSON *m = mp_ckpt_meta_json(r, "mesh");
-            if (m) { mp_ckpt_json_int(m, "tp", &tp); mp_ckpt_json_int(m, "dp", &dp); }
-            cJSON_Delete(m);
-            ntensors = ckpt_num_tensors(r);
-        } else {
-            snprintf(mesh, sizeof mesh, "unreadable");
-            status = MP_CKPT_ST_FAIL;
-        }
+        if (!e[i].readable) status = MP_CKPT_ST_FAIL;
         int is_latest = !strcmp(e[i].name, latest);
-        if (json) {
-            cJSON *c = cJSON_CreateObject();
-            cJSON_AddNumberToObject(c, "step", (double)e[i].step);
-            cJSON_AddStringToObject(c, "dir", e[i].name);
-            if (tp > 0) cJSON_AddNumberToObject(c, "tp", (double)tp);
-            if (dp > 0) cJSON_AddNumberToObject(c, "dp", (double)dp);
-            if (r) cJSON_AddNumberToObject(c, "world", ckpt_reader_world(r));
-            if (ntensors >= 0) cJSON_AddNumberToObject(c, "tensors", ntensors);
-            cJSON_AddNumberToObject(c, "bytes", (double)bytes);
-            cJSON_AddBoolToObject(c, "latest", is_latest);
-            if (!r) cJSON_AddStringToObject(c, "error", oe.msg);
-            cJSON_AddItemToArray(jl, c);
-        } else {
-            char hb[32], sz[64];
-            snprintf(sz, sizeof sz, "%s (%lld bytes)", mp_ckpt_human(hb, sizeof hb, bytes), (long long)bytes);
-            printf("  %-12lld %-16s %-14s %-24s%s\n", (long long)e[i].step, e[i].name, mesh, sz,
-                   is_latest ? "  <- latest" : "");
-            if (!r) printf("    unreadable: %s\n", oe.msg);
-        }
-        ckpt_close(r);
-        free(p);
+        if (json) cJSON_AddItemToArray(jl, complete_json(&e[i], is_latest));
+        else complete_text(&e[i], is_latest);
     }
     if (!json && !ncomplete) printf("  (no complete checkpoints)\n");
-    for (int i = 0; i < n; i++) {
-        if (e[i].complete) continue;
-        char *p = mp_ckpt_join(root, e[i].name);
-        int64_t bytes = dir_bytes(p);
-        free(p);
-        if (json) {
-            cJSON *c = cJSON_CreateObject();
-            cJSON_AddNumberToObject(c, "step", (double)e[i].step);
-            cJSON_AddStringToObject(c, "dir", e[i].name);
-            cJSON_AddNumberToObject(c, "bytes", (double)bytes);
-            cJSON_AddStringToObject(c, "reason", e[i].reason);
-            cJSON_AddItemToArray(ji, c);
-        } else {
-            char hb[32];
-            printf("incomplete: %s (%s): %s\n", e[i].name, mp_ckpt_human(hb, sizeof hb, bytes), e[i].reason);
-        }
-    }
+    for (int i = 0; i < n; i++)
+        if (!e[i].complete) incomplete_out(&e[i], ji);
     if (json) {
         char *s = cJSON_Print(jo);
         puts(s);
@@ -238,6 +260,50 @@ int mp_ckpt_ls(int argc, char **argv) {
         else printf("latest: %s%s\n", latest, latest_ok ? "" : " (not a complete checkpoint)");
         if (newest >= 0 && (!latest_ok || strcmp(e[newest].name, latest)))
             printf("newest complete (what --resume loads): %s\n", e[newest].name);
+    }
+    return status;
+}
+
+/* Checks the command line: sets *root (malloc'd: the checkpoint root ROOT means) and returns -1 to go
+ * on, or returns the exit status (help printed, or a usage error reported). */
+static int parse_ls_args(int argc, char **argv, int *json, char **root) {
+    const mp_arg flags[] = {{"json", MP_ARG_SWITCH, json, NULL, "print JSON"}, {0}};
+    *root = NULL;
+    int st = mp_ckpt_cli_start(flags, argc, argv, 1, "one ROOT directory", "meshpoint ckpt ls ROOT [--json]",
+                               "Lists the complete checkpoints under ROOT (a run's checkpoints/ directory, or the run "
+                               "directory) with step (the index's; a directory name that says another is flagged), "
+                               "mesh and size, marks the one `latest` names, and lists incomplete directories "
+                               "(leftover *.partial of interrupted saves, step directories without a valid index).");
+    if (st >= 0) return st;
+    if (!mp_ckpt_is_dir(argv[0])) {
+        mp_log_fail("%s: %s", argv[0], mp_ckpt_exists(argv[0]) ? "not a directory" : "no such directory");
+        return MP_CKPT_ST_USAGE;
+    }
+    char *ip = mp_ckpt_join(argv[0], "index.h5");
+    int is_ckpt = mp_ckpt_exists(ip);
+    free(ip);
+    if (is_ckpt) {
+        mp_log_fail("%s is a checkpoint, not a checkpoint root: give its parent, or use `meshpoint ckpt show`",
+                    argv[0]);
+        return MP_CKPT_ST_USAGE;
+    }
+    *root = mp_ckpt_root_of(argv[0]);
+    return -1;
+}
+
+/* `meshpoint ckpt ls`: see the top of this file. Returns the exit status. */
+int mp_ckpt_ls(int argc, char **argv) {
+    int json = 0;
+    char *root = NULL;
+    int status = parse_ls_args(argc, argv, &json, &root);
+    if (status >= 0) return status;
+    ls_entry *e = NULL;
+    int n = 0;
+    status = scan_root(root, &e, &n);
+    if (status == MP_CKPT_ST_OK) {
+        char latest[512];
+        read_latest(root, latest, sizeof latest);
+        status = print_listing(root, e, n, latest, json);
     }
     free(e);
     free(root);

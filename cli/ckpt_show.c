@@ -14,7 +14,9 @@
 #include <string.h>
 #include "cli/args.h"
 #include "cli/ckpt_common.h"
+#include "cli/progress.h"
 #include "core/alloc.h"
+#include "core/log.h"
 #include "core/sched.h"
 
 /* Bytes of tensor t in memory (elements x dtype size). */
@@ -122,215 +124,273 @@ static cJSON *json_stats(const mp_ckpt_tstats *s) {
     return o;
 }
 
-/* `meshpoint ckpt show`: see the top of this file. Returns the exit status. */
-int mp_ckpt_show(int argc, char **argv) {
-    int tensors = 0, boxes = 0, stats = 0, json = 0, npos = 0, help = 0;
-    const mp_arg flags[] = {
-        {"tensors", MP_ARG_SWITCH, &tensors, NULL, "every tensor: name, dtype, shape, boxes, bytes"},
-        {"boxes", MP_ARG_SWITCH, &boxes, NULL, "the shard map: every saved box (rank file, offset, shape)"},
-        {"stats", MP_ARG_SWITCH, &stats, NULL, "per tensor min/max/mean/std/L2 norm (reads every tensor in bounded chunks)"},
-        {"json", MP_ARG_SWITCH, &json, NULL, "print JSON"},
-        {0}};
-    mp_err err;
-    mp_err_clear(&err);
-    if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) {
-        fprintf(stderr, "meshpoint ckpt show: %s\n", err.msg);
-        return MP_CKPT_ST_USAGE;
-    }
-    if (help) {
-        mp_args_help(stdout, "meshpoint ckpt show DIR [--tensors] [--boxes] [--stats] [--json]",
-                     "Prints what a checkpoint holds: format, step, mesh, model config, training config, data "
-                     "cursor, LR schedule, optimizer state. DIR is a checkpoint directory, or a checkpoint root "
-                     "or run directory (then its newest complete checkpoint). Statistics are over the finite "
-                     "elements (std is the population std); NaN/Inf are counted.",
-                     flags);
-        return MP_CKPT_ST_OK;
-    }
-    if (npos != 1) {
-        fprintf(stderr, "meshpoint ckpt show: expected one checkpoint DIR (see --help)\n");
-        return MP_CKPT_ST_USAGE;
-    }
-    char *dir = NULL;
-    ckpt_reader *r = NULL;
-    if (mp_ckpt_resolve(argv[0], &dir, &err) || ckpt_open(&r, dir, &err)) {
-        fprintf(stderr, "meshpoint ckpt show: %s\n", err.msg);
-        free(dir);
-        return MP_CKPT_ST_USAGE;
-    }
-    int nt = ckpt_num_tensors(r), status = MP_CKPT_ST_OK;
-    int64_t total = 0, elems = 0;
-    for (int i = 0; i < nt; i++) {
-        total += tensor_bytes(ckpt_tensor_at(r, i));
-        elems += mp_ckpt_numel(ckpt_tensor_at(r, i)->ndim, ckpt_tensor_at(r, i)->shape);
-    }
-    /* rank files: one per writing rank (rank_%05d.h5), so the distinct ranks among the boxes */
-    int nfiles = 0;
-    {
-        int maxr = 0;   /* the reader checks ranks >= 0, not that they are < world_size */
-        for (int j = 0; j < ckpt_num_boxes(r); j++)
-            if (ckpt_box_at(r, j)->rank > maxr) maxr = ckpt_box_at(r, j)->rank;
-        char *seen = mp_xcalloc((size_t)maxr + 1);
-        for (int j = 0; j < ckpt_num_boxes(r); j++) {
-            int rk = ckpt_box_at(r, j)->rank;
-            if (rk >= 0 && !seen[rk]) { seen[rk] = 1; nfiles++; }
-        }
-        free(seen);
-    }
-    mp_ckpt_tstats *st = NULL;
-    if (stats) {
-        int64_t budget = mp_ckpt_chunk_bytes();
-        void *buf = mp_xmalloc((size_t)budget);
-        st = mp_xcalloc(sizeof *st * (size_t)(nt ? nt : 1));
-        for (int i = 0; i < nt && !status; i++)
-            if (mp_ckpt_tensor_stats(r, ckpt_tensor_at(r, i), buf, budget, &st[i], &err)) {
-                fprintf(stderr, "meshpoint ckpt show: reading %s for --stats: %s\n", ckpt_tensor_at(r, i)->name, err.msg);
-                status = MP_CKPT_ST_USAGE;
-            }
-        free(buf);
-    }
+/* What `ckpt show` prints, from its flags. */
+typedef struct show_opts {
+    int tensors, boxes, stats, json;
+} show_opts;
+
+/* The facts about an open checkpoint that both output forms print. */
+typedef struct show_facts {
+    const char *dir;
+    int nt, nfiles;
+    int64_t total, elems;         /* tensor bytes and elements */
+    mp_ckpt_tstats *st;           /* [nt] with --stats, else NULL */
     mp_model_config mc;
-    mp_err cerr;
-    int mc_ok = mp_ckpt_parse_model_config(r, &mc, &cerr) == MP_OK;
-    double lr_next = 0;
-    int have_lr = next_lr(r, &lr_next);
-    char sb[256], hb[32], mb[128], nb[64];
-    if (status) goto out;
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "checkpoint", dir);
-        cJSON_AddStringToObject(o, "format", CKPT_FORMAT_NAME);
-        cJSON_AddNumberToObject(o, "format_version", ckpt_reader_version(r));
-        cJSON_AddNumberToObject(o, "step", (double)ckpt_reader_step(r));
-        cJSON_AddNumberToObject(o, "world_size", ckpt_reader_world(r));
-        cJSON_AddNumberToObject(o, "rank_files", nfiles);
-        json_add_meta(o, r, "mesh");
-        json_add_meta(o, r, "model_config");
-        if (mc_ok) cJSON_AddNumberToObject(o, "parameters", (double)mp_model_num_params(&mc));
-        for (int i = 1; mp_ckpt_known_meta[i]; i++)
-            if (strcmp(mp_ckpt_known_meta[i], "mesh") && strcmp(mp_ckpt_known_meta[i], "step")) json_add_meta(o, r, mp_ckpt_known_meta[i]);
-        if (have_lr) cJSON_AddItemToObject(o, "next_lr", json_exact(lr_next));
-        cJSON *other = cJSON_AddObjectToObject(o, "other_metadata");
-        for (int i = 0; i < ckpt_num_meta(r); i++)
-            if (!is_known_meta(ckpt_meta_key(r, i))) cJSON_AddStringToObject(other, ckpt_meta_key(r, i), ckpt_meta_value(r, i));
-        cJSON_AddNumberToObject(o, "num_tensors", nt);
-        cJSON_AddNumberToObject(o, "num_boxes", ckpt_num_boxes(r));
-        cJSON_AddNumberToObject(o, "tensor_bytes", (double)total);
-        if (tensors || boxes || stats) {
-            cJSON *arr = cJSON_AddArrayToObject(o, "tensors");
-            for (int i = 0; i < nt; i++) {
-                const ckpt_tensor_info *t = ckpt_tensor_at(r, i);
-                cJSON *jt = cJSON_CreateObject();
-                cJSON_AddStringToObject(jt, "name", t->name);
-                cJSON_AddStringToObject(jt, "dtype", mp_dtype_name(t->dtype));
-                cJSON_AddItemToObject(jt, "shape", json_shape(t->ndim, t->shape));
-                cJSON_AddNumberToObject(jt, "nboxes", t->nboxes);
-                cJSON_AddNumberToObject(jt, "bytes", (double)tensor_bytes(t));
-                if (boxes) {
-                    cJSON *jb = cJSON_AddArrayToObject(jt, "boxes");
-                    for (int j = t->box_first; j < t->box_first + t->nboxes; j++) {
-                        const ckpt_box_info *b = ckpt_box_at(r, j);
-                        cJSON *x = cJSON_CreateObject();
-                        cJSON_AddNumberToObject(x, "rank", b->rank);
-                        cJSON_AddStringToObject(x, "file", b->file);
-                        cJSON_AddStringToObject(x, "dataset", b->dataset);
-                        cJSON_AddItemToObject(x, "offset", json_shape(t->ndim, b->offset));
-                        cJSON_AddItemToObject(x, "shape", json_shape(t->ndim, b->shape));
-                        cJSON_AddItemToArray(jb, x);
-                    }
-                }
-                if (stats) cJSON_AddItemToObject(jt, "stats", json_stats(&st[i]));
-                cJSON_AddItemToArray(arr, jt);
-            }
-        }
-        char *s = cJSON_Print(o);
-        puts(s);
-        free(s);
-        cJSON_Delete(o);
-        goto out;
+    mp_err cerr;                  /* why model_config does not parse, when it does not */
+    int mc_ok, have_lr;
+    double lr_next;
+} show_facts;
+
+/* The rank files of r: one per writing rank (rank_%05d.h5), so the distinct ranks among the boxes. */
+static int count_rank_files(const ckpt_reader *r) {
+    int maxr = 0, nfiles = 0;   /* the reader checks ranks >= 0, not that they are < world_size */
+    for (int j = 0; j < ckpt_num_boxes(r); j++)
+        if (ckpt_box_at(r, j)->rank > maxr) maxr = ckpt_box_at(r, j)->rank;
+    char *seen = mp_xcalloc((size_t)maxr + 1);
+    for (int j = 0; j < ckpt_num_boxes(r); j++) {
+        int rk = ckpt_box_at(r, j)->rank;
+        if (rk >= 0 && !seen[rk]) { seen[rk] = 1; nfiles++; }
     }
-    printf("%-15s%s\n", "checkpoint", dir);
+    free(seen);
+    return nfiles;
+}
+
+/* Streams every tensor of r through the shared chunks into *out ([nt], malloc'd even when the read
+ * fails), with a progress bar over the tensor bytes. MP_OK, or the reader's error wrapped with the
+ * tensor's name. */
+static mp_code collect_stats(ckpt_reader *r, int64_t total, mp_ckpt_tstats **out, mp_err *err) {
+    int nt = ckpt_num_tensors(r);
+    int64_t budget = mp_ckpt_chunk_bytes();
+    void *buf = mp_xmalloc((size_t)budget);
+    mp_ckpt_tstats *st = mp_xcalloc(sizeof *st * (size_t)(nt ? nt : 1));
+    mp_progress *pg = mp_progress_start("ckpt show --stats", total, MP_PROGRESS_BYTES);
+    ckpt_reader_set_progress(r, mp_progress_ckpt, pg);   /* per chunk read */
+    mp_code rc = MP_OK;
+    for (int i = 0; i < nt && !rc; i++)
+        if ((rc = mp_ckpt_tensor_stats(r, ckpt_tensor_at(r, i), buf, budget, &st[i], err)))
+            mp_err_wrap(err, "reading %s for --stats", ckpt_tensor_at(r, i)->name);
+    ckpt_reader_set_progress(r, NULL, NULL);
+    mp_progress_finish(pg);
+    free(buf);
+    *out = st;
+    return rc;
+}
+
+/* The JSON object of one tensor: name, dtype, shape, boxes, bytes; its shard map with --boxes, its
+ * statistics (st, may be NULL) with --stats. */
+static cJSON *json_tensor(const ckpt_reader *r, int i, const show_opts *o, const mp_ckpt_tstats *st) {
+    const ckpt_tensor_info *t = ckpt_tensor_at(r, i);
+    cJSON *jt = cJSON_CreateObject();
+    cJSON_AddStringToObject(jt, "name", t->name);
+    cJSON_AddStringToObject(jt, "dtype", mp_dtype_name(t->dtype));
+    cJSON_AddItemToObject(jt, "shape", json_shape(t->ndim, t->shape));
+    cJSON_AddNumberToObject(jt, "nboxes", t->nboxes);
+    cJSON_AddNumberToObject(jt, "bytes", (double)tensor_bytes(t));
+    if (o->boxes) {
+        cJSON *jb = cJSON_AddArrayToObject(jt, "boxes");
+        for (int j = t->box_first; j < t->box_first + t->nboxes; j++) {
+            const ckpt_box_info *b = ckpt_box_at(r, j);
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddNumberToObject(x, "rank", b->rank);
+            cJSON_AddStringToObject(x, "file", b->file);
+            cJSON_AddStringToObject(x, "dataset", b->dataset);
+            cJSON_AddItemToObject(x, "offset", json_shape(t->ndim, b->offset));
+            cJSON_AddItemToObject(x, "shape", json_shape(t->ndim, b->shape));
+            cJSON_AddItemToArray(jb, x);
+        }
+    }
+    if (o->stats && st) cJSON_AddItemToObject(jt, "stats", json_stats(st));
+    return jt;
+}
+
+/* Prints the whole of `ckpt show --json` to stdout. */
+static void show_json(const ckpt_reader *r, const show_opts *o, const show_facts *f) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "checkpoint", f->dir);
+    cJSON_AddStringToObject(j, "format", CKPT_FORMAT_NAME);
+    cJSON_AddNumberToObject(j, "format_version", ckpt_reader_version(r));
+    cJSON_AddNumberToObject(j, "step", (double)ckpt_reader_step(r));
+    cJSON_AddNumberToObject(j, "world_size", ckpt_reader_world(r));
+    cJSON_AddNumberToObject(j, "rank_files", f->nfiles);
+    json_add_meta(j, r, "mesh");
+    json_add_meta(j, r, "model_config");
+    if (f->mc_ok) cJSON_AddNumberToObject(j, "parameters", (double)mp_model_num_params(&f->mc));
+    for (int i = 1; mp_ckpt_known_meta[i]; i++)
+        if (strcmp(mp_ckpt_known_meta[i], "mesh") && strcmp(mp_ckpt_known_meta[i], "step")) json_add_meta(j, r, mp_ckpt_known_meta[i]);
+    if (f->have_lr) cJSON_AddItemToObject(j, "next_lr", json_exact(f->lr_next));
+    cJSON *other = cJSON_AddObjectToObject(j, "other_metadata");
+    for (int i = 0; i < ckpt_num_meta(r); i++)
+        if (!is_known_meta(ckpt_meta_key(r, i))) cJSON_AddStringToObject(other, ckpt_meta_key(r, i), ckpt_meta_value(r, i));
+    cJSON_AddNumberToObject(j, "num_tensors", f->nt);
+    cJSON_AddNumberToObject(j, "num_boxes", ckpt_num_boxes(r));
+    cJSON_AddNumberToObject(j, "tensor_bytes", (double)f->total);
+    if (o->tensors || o->boxes || o->stats) {
+        cJSON *arr = cJSON_AddArrayToObject(j, "tensors");
+        for (int i = 0; i < f->nt; i++) cJSON_AddItemToArray(arr, json_tensor(r, i, o, f->st ? &f->st[i] : NULL));
+    }
+    char *s = cJSON_Print(j);
+    puts(s);
+    free(s);
+    cJSON_Delete(j);
+}
+
+/* Text: the header lines (checkpoint, format, step, mesh, files, tensors). */
+static void show_text_header(const ckpt_reader *r, const show_facts *f) {
+    char mb[128], hb[32];
+    printf("%-15s%s\n", "checkpoint", f->dir);
     printf("%-15s%s v%d\n", "format", CKPT_FORMAT_NAME, ckpt_reader_version(r));
     printf("%-15s%lld\n", "step", (long long)ckpt_reader_step(r));
     printf("%-15s%s", "mesh", mp_ckpt_mesh_str(mb, sizeof mb, r));
-    {
-        cJSON *m = mp_ckpt_meta_json(r, "mesh");
-        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(m, "sp");
-        printf(" (world %d%s)\n", ckpt_reader_world(r), cJSON_IsBool(sp) ? (cJSON_IsTrue(sp) ? ", sp on" : ", sp off") : "");
-        cJSON_Delete(m);
-    }
-    printf("%-15s%d rank file%s, %d box%s\n", "saved as", nfiles, nfiles == 1 ? "" : "s", ckpt_num_boxes(r),
+    cJSON *m = mp_ckpt_meta_json(r, "mesh");
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(m, "sp");
+    printf(" (world %d%s)\n", ckpt_reader_world(r), cJSON_IsBool(sp) ? (cJSON_IsTrue(sp) ? ", sp on" : ", sp off") : "");
+    cJSON_Delete(m);
+    printf("%-15s%d rank file%s, %d box%s\n", "saved as", f->nfiles, f->nfiles == 1 ? "" : "s", ckpt_num_boxes(r),
            ckpt_num_boxes(r) == 1 ? "" : "es");
-    printf("%-15s%d (%lld elements, %s)\n", "tensors", nt, (long long)elems, mp_ckpt_human(hb, sizeof hb, total));
+    printf("%-15s%d (%lld elements, %s)\n", "tensors", f->nt, (long long)f->elems, mp_ckpt_human(hb, sizeof hb, f->total));
+}
+
+/* Text: the model config block. */
+static void show_text_model(const ckpt_reader *r, const show_facts *f) {
+    const mp_model_config *mc = &f->mc;
     printf("model config\n");
-    if (mc_ok) {
-        printf("  %-26s%d\n", "hidden_size", mc.hidden_size);
-        printf("  %-26s%d\n", "intermediate_size", mc.intermediate_size);
-        printf("  %-26s%d\n", "num_hidden_layers", mc.num_hidden_layers);
-        printf("  %-26s%d\n", "num_attention_heads", mc.num_attention_heads);
-        printf("  %-26s%d\n", "num_key_value_heads", mc.num_key_value_heads);
-        printf("  %-26s%d\n", "head_dim", mp_head_dim(&mc));
-        printf("  %-26s%d\n", "vocab_size", mc.vocab_size);
-        printf("  %-26s%d\n", "max_position_embeddings", mc.max_position_embeddings);
-        printf("  %-26s%g\n", "rms_norm_eps", mc.rms_norm_eps);
-        printf("  %-26s%g\n", "rope_theta", mc.rope_theta);
-        printf("  %-26s%s\n", "tie_word_embeddings", mc.tie_word_embeddings ? "true" : "false");
-        printf("  %-26s%g\n", "initializer_range", mc.initializer_range);
-        printf("  %-26s%lld\n", "parameters", (long long)mp_model_num_params(&mc));
+    if (f->mc_ok) {
+        printf("  %-26s%d\n", "hidden_size", mc->hidden_size);
+        printf("  %-26s%d\n", "intermediate_size", mc->intermediate_size);
+        printf("  %-26s%d\n", "num_hidden_layers", mc->num_hidden_layers);
+        printf("  %-26s%d\n", "num_attention_heads", mc->num_attention_heads);
+        printf("  %-26s%d\n", "num_key_value_heads", mc->num_key_value_heads);
+        printf("  %-26s%d\n", "head_dim", mp_head_dim(mc));
+        printf("  %-26s%d\n", "vocab_size", mc->vocab_size);
+        printf("  %-26s%d\n", "max_position_embeddings", mc->max_position_embeddings);
+        printf("  %-26s%g\n", "rms_norm_eps", mc->rms_norm_eps);
+        printf("  %-26s%g\n", "rope_theta", mc->rope_theta);
+        printf("  %-26s%s\n", "tie_word_embeddings", mc->tie_word_embeddings ? "true" : "false");
+        printf("  %-26s%g\n", "initializer_range", mc->initializer_range);
+        printf("  %-26s%lld\n", "parameters", (long long)mp_model_num_params(mc));
     } else if (ckpt_meta_get(r, "model_config")) {
-        printf("  (does not parse: %s)\n  %s\n", cerr.msg, ckpt_meta_get(r, "model_config"));
+        printf("  (does not parse: %s)\n  %s\n", f->cerr.msg, ckpt_meta_get(r, "model_config"));
     } else {
         printf("  (absent)\n");
     }
+}
+
+/* Text: the training metadata lines (train config, data cursor, LR schedule, optimizer, rng, others). */
+static void show_text_meta(const ckpt_reader *r, const show_facts *f) {
+    char nb[64];
     show_meta_line(r, "train config", "train_config", train_fields);
     show_meta_line(r, "data cursor", "data_cursor", NULL);
     show_meta_line(r, "lr schedule", "lr_schedule", NULL);
-    if (have_lr) printf("%-15snext step's lr %s\n", "", mp_ckpt_num_str(nb, sizeof nb, lr_next));
+    if (f->have_lr) printf("%-15snext step's lr %s\n", "", mp_ckpt_num_str(nb, sizeof nb, f->lr_next));
     show_meta_line(r, "optimizer", "optimizer", NULL);
     show_meta_line(r, "rng", "rng", NULL);
     for (int i = 0; i < ckpt_num_meta(r); i++)
         if (!is_known_meta(ckpt_meta_key(r, i)))
             printf("%-15s%s: %s\n", "metadata", ckpt_meta_key(r, i), ckpt_meta_value(r, i));
-    if (tensors || stats) {
-        int w = 4;
-        for (int i = 0; i < nt; i++) {
-            int l = (int)strlen(ckpt_tensor_at(r, i)->name);
-            if (l > w) w = l;
+}
+
+/* Text: the tensor table (--tensors columns and/or --stats columns). */
+static void show_text_tensors(const ckpt_reader *r, const show_opts *o, const show_facts *f) {
+    char sb[256];
+    int w = 4;
+    for (int i = 0; i < f->nt; i++) {
+        int l = (int)strlen(ckpt_tensor_at(r, i)->name);
+        if (l > w) w = l;
+    }
+    printf("\n  %-*s", w, "NAME");
+    if (o->tensors) printf("  %-5s %-20s %5s %12s", "DTYPE", "SHAPE", "BOXES", "BYTES");
+    if (o->stats) printf("  %13s %13s %13s %13s %13s", "MIN", "MAX", "MEAN", "STD", "L2");
+    printf("\n");
+    for (int i = 0; i < f->nt; i++) {
+        const ckpt_tensor_info *t = ckpt_tensor_at(r, i);
+        printf("  %-*s", w, t->name);
+        if (o->tensors)
+            printf("  %-5s %-20s %5d %12lld", mp_dtype_name(t->dtype), mp_ckpt_shape_str(sb, sizeof sb, t->ndim, t->shape),
+                   t->nboxes, (long long)tensor_bytes(t));
+        if (o->stats) {
+            const mp_ckpt_tstats *s = &f->st[i];
+            printf("  %13.6g %13.6g %13.6g %13.6g %13.6g", s->n ? s->min : NAN, s->n ? s->max : NAN, s->mean,
+                   mp_ckpt_stats_std(s), sqrt(s->sumsq));
+            if (s->nonfinite) printf("  (%lld NaN/Inf)", (long long)s->nonfinite);
         }
-        printf("\n  %-*s", w, "NAME");
-        if (tensors) printf("  %-5s %-20s %5s %12s", "DTYPE", "SHAPE", "BOXES", "BYTES");
-        if (stats) printf("  %13s %13s %13s %13s %13s", "MIN", "MAX", "MEAN", "STD", "L2");
         printf("\n");
-        for (int i = 0; i < nt; i++) {
-            const ckpt_tensor_info *t = ckpt_tensor_at(r, i);
-            printf("  %-*s", w, t->name);
-            if (tensors)
-                printf("  %-5s %-20s %5d %12lld", mp_dtype_name(t->dtype), mp_ckpt_shape_str(sb, sizeof sb, t->ndim, t->shape),
-                       t->nboxes, (long long)tensor_bytes(t));
-            if (stats) {
-                const mp_ckpt_tstats *s = &st[i];
-                printf("  %13.6g %13.6g %13.6g %13.6g %13.6g", s->n ? s->min : NAN, s->n ? s->max : NAN, s->mean,
-                       mp_ckpt_stats_std(s), sqrt(s->sumsq));
-                if (s->nonfinite) printf("  (%lld NaN/Inf)", (long long)s->nonfinite);
-            }
-            printf("\n");
-        }
-        printf("  total: %d tensors, %lld bytes\n", nt, (long long)total);
     }
-    if (boxes) {
-        printf("\nshard map (%d boxes)\n", ckpt_num_boxes(r));
-        for (int i = 0; i < nt; i++) {
-            const ckpt_tensor_info *t = ckpt_tensor_at(r, i);
-            printf("  %s %s\n", t->name, mp_ckpt_shape_str(sb, sizeof sb, t->ndim, t->shape));
-            for (int j = t->box_first; j < t->box_first + t->nboxes; j++) {
-                const ckpt_box_info *b = ckpt_box_at(r, j);
-                char ob[128];
-                printf("    rank %-4d %-14s offset %-14s shape %s\n", b->rank, b->file,
-                       mp_ckpt_shape_str(ob, sizeof ob, t->ndim, b->offset), mp_ckpt_shape_str(sb, sizeof sb, t->ndim, b->shape));
-            }
+    printf("  total: %d tensors, %lld bytes\n", f->nt, (long long)f->total);
+}
+
+/* Text: the shard map (every saved box of every tensor). */
+static void show_text_boxes(const ckpt_reader *r, const show_facts *f) {
+    char sb[256], ob[128];
+    printf("\nshard map (%d boxes)\n", ckpt_num_boxes(r));
+    for (int i = 0; i < f->nt; i++) {
+        const ckpt_tensor_info *t = ckpt_tensor_at(r, i);
+        printf("  %s %s\n", t->name, mp_ckpt_shape_str(sb, sizeof sb, t->ndim, t->shape));
+        for (int j = t->box_first; j < t->box_first + t->nboxes; j++) {
+            const ckpt_box_info *b = ckpt_box_at(r, j);
+            printf("    rank %-4d %-14s offset %-14s shape %s\n", b->rank, b->file,
+                   mp_ckpt_shape_str(ob, sizeof ob, t->ndim, b->offset), mp_ckpt_shape_str(sb, sizeof sb, t->ndim, b->shape));
         }
     }
+}
+
+/* Parses the flags of `ckpt show` into *o; returns -1 to go on, else the exit status (help printed,
+ * or a usage error reported). */
+static int show_parse(int argc, char **argv, show_opts *o, int *npos) {
+    const mp_arg flags[] = {
+        {"tensors", MP_ARG_SWITCH, &o->tensors, NULL, "every tensor: name, dtype, shape, boxes, bytes"},
+        {"boxes", MP_ARG_SWITCH, &o->boxes, NULL, "the shard map: every saved box (rank file, offset, shape)"},
+        {"stats", MP_ARG_SWITCH, &o->stats, NULL, "per tensor min/max/mean/std/L2 norm (reads every tensor in bounded chunks)"},
+        {"json", MP_ARG_SWITCH, &o->json, NULL, "print JSON"},
+        {0}};
+    *npos = 1;
+    return mp_ckpt_cli_start(flags, argc, argv, 1, "one checkpoint DIR",
+                             "meshpoint ckpt show DIR [--tensors] [--boxes] [--stats] [--json]",
+                             "Prints what a checkpoint holds: format, step, mesh, model config, training config, data "
+                             "cursor, LR schedule, optimizer state. DIR is a checkpoint directory, or a checkpoint root "
+                             "or run directory (then its newest complete checkpoint). Statistics are over the finite "
+                             "elements (std is the population std); NaN/Inf are counted. On a terminal, --stats of a "
+                             "large checkpoint shows a progress bar on stderr.");
+}
+
+/* `meshpoint ckpt show`: see the top of this file. Returns the exit status. */
+int mp_ckpt_show(int argc, char **argv) {
+    show_opts o = {0};
+    int npos = 0, status = show_parse(argc, argv, &o, &npos);
+    if (status >= 0) return status;
+    status = MP_CKPT_ST_OK;
+    char *dir = NULL;
+    ckpt_reader *r = NULL;
+    mp_err err;
+    mp_err_clear(&err);
+    if (mp_ckpt_resolve(argv[0], &dir, &err) || ckpt_open(&r, dir, &err)) {
+        mp_log_fail("%s", err.msg);
+        free(dir);
+        return MP_CKPT_ST_USAGE;
+    }
+    show_facts f = {.dir = dir, .nt = ckpt_num_tensors(r)};
+    for (int i = 0; i < f.nt; i++) {
+        f.total += tensor_bytes(ckpt_tensor_at(r, i));
+        f.elems += mp_ckpt_numel(ckpt_tensor_at(r, i)->ndim, ckpt_tensor_at(r, i)->shape);
+    }
+    f.nfiles = count_rank_files(r);
+    if (o.stats && collect_stats(r, f.total, &f.st, &err)) {
+        mp_log_fail("%s", err.msg);
+        status = MP_CKPT_ST_USAGE;
+        goto out;
+    }
+    f.mc_ok = mp_ckpt_parse_model_config(r, &f.mc, &f.cerr) == MP_OK;
+    f.have_lr = next_lr(r, &f.lr_next);
+    if (o.json) {
+        show_json(r, &o, &f);
+        goto out;
+    }
+    show_text_header(r, &f);
+    show_text_model(r, &f);
+    show_text_meta(r, &f);
+    if (o.tensors || o.stats) show_text_tensors(r, &o, &f);
+    if (o.boxes) show_text_boxes(r, &f);
 out:
-    free(st);
+    free(f.st);
     ckpt_close(r);
     free(dir);
     return status;

@@ -1,7 +1,13 @@
 /*
- * cli/ckpt_verify.c — `meshpoint ckpt verify DIR [--format-only]`: ckpt_verify (the index, every box's
- * bytes against its checksums, coverage), then the metadata and the tensor set a training checkpoint
- * needs. Every problem found is printed as "problem: ..." before the verdict.
+ * cli/ckpt_verify.c — `meshpoint ckpt verify DIR [--format-only] [--json]`: ckpt_verify (the index, every
+ * box's bytes against its checksums, coverage), then the metadata and the tensor set a training
+ * checkpoint needs. Every problem found is printed as "problem: ..." before the verdict; with --json the
+ * problems and notes go into one JSON object on stdout instead:
+ *   {"checkpoint": DIR, "ok": bool, "format_only": bool, "problems": [text...], "notes": [text...],
+ *    "tensors": N, "tensor_bytes": B, "bytes_read": R}
+ * (tensors/tensor_bytes/bytes_read are null when the index does not open). The exit status is the same
+ * either way; a usage error (exit 2) prints no JSON, only the error on stderr. On a terminal, checking the
+ * bytes shows a progress bar on stderr (cli/progress.h).
  *
  * verify derives the expected tensor set from the model config through llama_tensor_specs, the same
  * list the model's parameter table is built from (no model is created). When ckpt_verify fails it has
@@ -16,8 +22,10 @@
 #include <string.h>
 #include "cli/args.h"
 #include "cli/ckpt_common.h"
+#include "cli/progress.h"
 #include "core/alloc.h"
 #include "layers/llama.h"
+#include "core/log.h"
 
 /* The parameters of a Llama config in HF names and logical shapes: layers/ keeps the one list
  * (llama_tensor_specs) that the model itself is built from. Returns the count; *out is malloc'd. */
@@ -35,21 +43,53 @@ static int training_params(const mp_model_config *c, llama_tensor_spec **out) {
 /* The tensor groups a training checkpoint stores for every parameter. */
 static const char *const kinds[3] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
 
-/* The problems found so far (each is printed when found). */
+/* The problems found so far: each is printed when found, or with --json collected (with the notes). */
 typedef struct problems {
     int n;
+    cJSON *list, *notes;   /* --json: arrays of the problem and note texts; NULL: print them */
 } problems;
 
-/* Prints "problem: <fmt>" and counts it in p. */
+/* Reports one finding, "KIND: <text>" (KIND "problem" or "note"): printed, or added to arr in --json. */
+static void report(const char *kind, cJSON *arr, const char *fmt, va_list ap) {
+    char text[MP_ERR_MSG_MAX + 256];
+    vsnprintf(text, sizeof text, fmt, ap);
+    if (arr) cJSON_AddItemToArray(arr, cJSON_CreateString(text));
+    else printf("%s: %s\n", kind, text);
+}
+
+/* Reports "problem: <fmt>" and counts it in p. */
 static void problem(problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void problem(problems *p, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    printf("problem: ");
-    vprintf(fmt, ap);
-    printf("\n");
+    report("problem", p->list, fmt, ap);
     va_end(ap);
     p->n++;
+}
+
+/* Reports "note: <fmt>" (not a problem). */
+static void note(problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(problems *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report("note", p->notes, fmt, ap);
+    va_end(ap);
+}
+
+/* Reports one damaged view (ckpt_view_report_fn into a problems list). */
+static void view_problem(void *ctx, const char *text) { problem(ctx, "%s", text); }
+
+/* Checks index.h5's /view datasets, what other HDF5 tools read (ckpt_views_check: against the tables,
+ * reading one element of every box through them; libhdf5 crashes contained); each problem is reported,
+ * with the way to fix it once. */
+static void verify_views(const char *dir, problems *pr) {
+    int n = 0;
+    mp_err e;
+    mp_err_clear(&e);
+    mp_code rc = ckpt_views_check(dir, 1, view_problem, pr, &n, &e);
+    if (rc == MP_ECHECK) return;   /* the index itself does not read: ckpt_open reports it next */
+    if (rc != MP_OK) problem(pr, "views: %s", e.msg);
+    else if (n) note(pr, "`meshpoint ckpt repair-views %s` rebuilds the views from the tables", dir);
 }
 
 /* Checks the metadata a training checkpoint needs; each problem is reported. */
@@ -87,7 +127,7 @@ static void verify_meta(const ckpt_reader *r, problems *pr) {
     for (int i = 0; mp_ckpt_known_meta[i]; i++) {
         const char *k = mp_ckpt_known_meta[i], *v = ckpt_meta_get(r, k);
         if (!strcmp(k, "model_config") || !strcmp(k, "step") || !strcmp(k, "data_cursor")) continue;
-        if (!v) { printf("note: metadata \"%s\" is absent\n", k); continue; }
+        if (!v) { note(pr, "metadata \"%s\" is absent", k); continue; }
         cJSON *j = cJSON_Parse(v);
         if (!cJSON_IsObject(j)) problem(pr, "metadata \"%s\" is not a JSON object", k);
         cJSON_Delete(j);
@@ -130,76 +170,121 @@ static void verify_tensor_set(const ckpt_reader *r, const mp_model_config *mc, p
     free(ps);
 }
 
+/* Checks the bytes of every box (ckpt_verify, with a progress bar); on a failure reads every tensor to
+ * name each damaged one. Each problem is reported into pr; *bytes gets the bytes ckpt_verify read. */
+static void verify_bytes(ckpt_reader *r, problems *pr, int64_t *bytes) {
+    mp_err err;
+    mp_progress *pg = mp_progress_start("ckpt verify", 0, MP_PROGRESS_BYTES);
+    ckpt_reader_set_progress(r, mp_progress_ckpt, pg);
+    mp_code rc = ckpt_verify(r, bytes, &err);
+    ckpt_reader_set_progress(r, NULL, NULL);
+    mp_progress_finish(pg);
+    if (!rc) return;
+    char first[MP_ERR_MSG_MAX];
+    snprintf(first, sizeof first, "%s", err.msg);
+    problem(pr, "%s", first);
+    /* the library stops at the first bad box: read every tensor to name each damaged one */
+    int64_t budget = mp_ckpt_chunk_bytes();
+    void *buf = mp_xmalloc((size_t)budget);
+    for (int i = 0; i < ckpt_num_tensors(r); i++) {
+        mp_ckpt_tstats s;
+        if (mp_ckpt_tensor_stats(r, ckpt_tensor_at(r, i), buf, budget, &s, &err) && strcmp(err.msg, first))
+            problem(pr, "%s", err.msg);
+    }
+    free(buf);
+}
+
+/* The tensor bytes of r (elements x dtype size, all tensors). */
+static int64_t all_tensor_bytes(const ckpt_reader *r) {
+    int64_t n = 0;
+    for (int i = 0; i < ckpt_num_tensors(r); i++) {
+        const ckpt_tensor_info *t = ckpt_tensor_at(r, i);
+        n += (int64_t)mp_dtype_size(t->dtype) * mp_ckpt_numel(t->ndim, t->shape);
+    }
+    return n;
+}
+
+/* Prints the verdict: the text line, or with --json the one JSON object (r NULL: the index did not
+ * open). Frees pr's arrays. */
+static void print_verdict(const char *dir, const ckpt_reader *r, problems *pr, int format_only, int64_t bytes) {
+    int64_t tb = r ? all_tensor_bytes(r) : 0;
+    if (!pr->list) {
+        if (pr->n) printf("FAILED: %s: %d problem%s\n", dir, pr->n, pr->n == 1 ? "" : "s");
+        else
+            printf("ok: %d tensors, %lld bytes verified (%lld bytes read with the checksum tiles; %s)\n",
+                   ckpt_num_tensors(r), (long long)tb, (long long)bytes, dir);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "checkpoint", dir);
+    cJSON_AddBoolToObject(o, "ok", pr->n == 0);
+    cJSON_AddBoolToObject(o, "format_only", format_only);
+    cJSON_AddItemToObject(o, "problems", pr->list);
+    cJSON_AddItemToObject(o, "notes", pr->notes);
+    if (r) {
+        cJSON_AddNumberToObject(o, "tensors", ckpt_num_tensors(r));
+        cJSON_AddNumberToObject(o, "tensor_bytes", (double)tb);
+        cJSON_AddNumberToObject(o, "bytes_read", (double)bytes);
+    } else {
+        cJSON_AddNullToObject(o, "tensors");
+        cJSON_AddNullToObject(o, "tensor_bytes");
+        cJSON_AddNullToObject(o, "bytes_read");
+    }
+    char *s = cJSON_Print(o);
+    puts(s);
+    free(s);
+    cJSON_Delete(o);
+    pr->list = pr->notes = NULL;
+}
+
 /* `meshpoint ckpt verify`: see the top of this file. Returns the exit status. */
 int mp_ckpt_verify(int argc, char **argv) {
-    int format_only = 0, npos = 0, help = 0;
+    int format_only = 0, json = 0;
     const mp_arg flags[] = {
         {"format-only", MP_ARG_SWITCH, &format_only, NULL, "only the format checks (any checkpoint, not only training ones)"},
+        {"json", MP_ARG_SWITCH, &json, NULL, "print one JSON object: ok, problems, notes, tensors, bytes"},
         {0}};
+    static const char *about =
+        "Verifies a checkpoint: the index, every box's bytes against its checksums, coverage, and index.h5's views "
+        "(what other HDF5 tools read); then that the metadata a training run needs (model_config, step, "
+        "data_cursor) is present and valid and that the tensors are exactly model/, optim/exp_avg/ and "
+        "optim/exp_avg_sq/ of every parameter of the model config, with its logical shape. Exit 1 naming every "
+        "problem found. --json: {checkpoint, ok, format_only, problems[], notes[], tensors, tensor_bytes, "
+        "bytes_read}, same exit status.";
+    int st = mp_ckpt_cli_start(flags, argc, argv, 1, "one checkpoint DIR",
+                               "meshpoint ckpt verify DIR [--format-only] [--json]", about);
+    if (st >= 0) return st;
     mp_err err;
     mp_err_clear(&err);
-    if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) {
-        fprintf(stderr, "meshpoint ckpt verify: %s\n", err.msg);
-        return MP_CKPT_ST_USAGE;
-    }
-    if (help) {
-        mp_args_help(stdout, "meshpoint ckpt verify DIR [--format-only]",
-                     "Verifies a checkpoint: the index, every box's bytes against its checksums, coverage; then that "
-                     "the metadata a training run needs (model_config, step, data_cursor) is present and valid and "
-                     "that the tensors are exactly model/, optim/exp_avg/ and optim/exp_avg_sq/ of every parameter "
-                     "of the model config, with its logical shape. Exit 1 naming every problem found.",
-                     flags);
-        return MP_CKPT_ST_OK;
-    }
-    if (npos != 1) {
-        fprintf(stderr, "meshpoint ckpt verify: expected one checkpoint DIR (see --help)\n");
-        return MP_CKPT_ST_USAGE;
-    }
     char *dir = NULL;
     if (mp_ckpt_resolve(argv[0], &dir, &err)) {
-        fprintf(stderr, "meshpoint ckpt verify: %s\n", err.msg);
+        mp_log_fail("%s", err.msg);
         return MP_CKPT_ST_USAGE;
     }
     problems pr = {0};
+    if (json) {
+        pr.list = cJSON_CreateArray();
+        pr.notes = cJSON_CreateArray();
+    }
+    verify_views(dir, &pr);   /* first: it needs a process with no HDF5 file open */
     ckpt_reader *r = NULL;
     if (ckpt_open(&r, dir, &err)) {
         problem(&pr, "%s", err.msg);
-        printf("FAILED: %s: %d problem%s\n", dir, pr.n, pr.n == 1 ? "" : "s");
+        print_verdict(dir, NULL, &pr, format_only, 0);
         free(dir);
         return MP_CKPT_ST_FAIL;
     }
     int64_t bytes = 0;
-    if (ckpt_verify(r, &bytes, &err)) {
-        char first[MP_ERR_MSG_MAX];
-        snprintf(first, sizeof first, "%s", err.msg);
-        problem(&pr, "%s", first);
-        /* the library stops at the first bad box: read every tensor to name each damaged one */
-        int64_t budget = mp_ckpt_chunk_bytes();
-        void *buf = mp_xmalloc((size_t)budget);
-        for (int i = 0; i < ckpt_num_tensors(r); i++) {
-            mp_ckpt_tstats s;
-            if (mp_ckpt_tensor_stats(r, ckpt_tensor_at(r, i), buf, budget, &s, &err) && strcmp(err.msg, first))
-                problem(&pr, "%s", err.msg);
-        }
-        free(buf);
-    }
+    verify_bytes(r, &pr, &bytes);
     if (!format_only) {
         verify_meta(r, &pr);
         mp_model_config mc;
         mp_err ce;
         if (mp_ckpt_parse_model_config(r, &mc, &ce) == MP_OK) verify_tensor_set(r, &mc, &pr);
     }
-    if (pr.n) printf("FAILED: %s: %d problem%s\n", dir, pr.n, pr.n == 1 ? "" : "s");
-    else {
-        int64_t tensor_bytes = 0;
-        for (int i = 0; i < ckpt_num_tensors(r); i++) {
-            const ckpt_tensor_info *t = ckpt_tensor_at(r, i);
-            tensor_bytes += (int64_t)mp_dtype_size(t->dtype) * mp_ckpt_numel(t->ndim, t->shape);
-        }
-        printf("ok: %d tensors, %lld bytes verified (%lld bytes read with the checksum tiles; %s)\n",
-               ckpt_num_tensors(r), (long long)tensor_bytes, (long long)bytes, dir);
-    }
+    int failed = pr.n > 0;
+    print_verdict(dir, r, &pr, format_only, bytes);
     ckpt_close(r);
     free(dir);
-    return pr.n ? MP_CKPT_ST_FAIL : MP_CKPT_ST_OK;
+    return failed ? MP_CKPT_ST_FAIL : MP_CKPT_ST_OK;
 }

@@ -11,5 +11,7 @@ int mp_cmd_data(int argc, char **argv);
 int mp_cmd_ckpt(int argc, char **argv);
 int mp_cmd_reshard(int argc, char **argv);
 int mp_cmd_init(int argc, char **argv);
+int mp_cmd_sample(int argc, char **argv);
+int mp_cmd_plot(int argc, char **argv);
 
 #endif

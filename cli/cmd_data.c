@@ -19,6 +19,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "core/data.h"
+#include "core/log.h"
 
 #define SPLIT_WINDOW 256
 
@@ -78,8 +79,8 @@ static int read_append(const char *path, unsigned char **buf, int64_t *n, int64_
     }
     int64_t off = utf8_first_error(*buf + start, *n - start);
     if (off >= 0)
-        fprintf(stderr, "meshpoint data: warning: %s is not valid UTF-8 (first bad byte at offset %lld); "
-                        "tokenising its bytes as they are\n", path, (long long)off);
+        mp_warn("%s is not valid UTF-8 (first bad byte at offset %lld); tokenising its bytes as they are", path,
+                (long long)off);
     return 0;
 }
 
@@ -120,7 +121,7 @@ int mp_cmd_data(int argc, char **argv) {
     mp_err err;
     mp_err_clear(&err);
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err) != MP_OK) {
-        fprintf(stderr, "meshpoint data: %s\n", err.msg);
+        mp_log_fail("%s", err.msg);
         return 2;
     }
     if (help) {
@@ -128,19 +129,19 @@ int mp_cmd_data(int argc, char **argv) {
         return 0;
     }
     if (!(frac > 0.0 && frac < 1.0)) {
-        fprintf(stderr, "meshpoint data: --val-fraction: %g is not in (0,1)\n", frac);
+        mp_log_fail("--val-fraction: %g is not in (0,1)", frac);
         return 2;
     }
     if (!*name || strchr(name, '/')) {
-        fprintf(stderr, "meshpoint data: --name: \"%s\" must be a non-empty file prefix without '/'\n", name);
+        mp_log_fail("--name: \"%s\" must be a non-empty file prefix without '/'", name);
         return 2;
     }
     if (!*out) {
-        fprintf(stderr, "meshpoint data: --out: empty directory name\n");
+        mp_log_fail("--out: empty directory name");
         return 2;
     }
     if (npos == 0) {
-        fprintf(stderr, "meshpoint data: no input files (usage: meshpoint data [options] FILE...; see --help)\n");
+        mp_log_fail("no input files (usage: meshpoint data [options] FILE...; see --help)");
         return 2;
     }
 
@@ -148,13 +149,13 @@ int mp_cmd_data(int argc, char **argv) {
     int64_t n = 0, cap = 0;
     for (int i = 0; i < npos; i++) {
         if (read_append(argv[i], &buf, &n, &cap, &err) != 0) {
-            fprintf(stderr, "meshpoint data: %s\n", err.msg);
+            mp_log_fail("%s", err.msg);
             free(buf);
             return mp_exit_status(err.code);
         }
     }
     if (n < 2) {
-        fprintf(stderr, "meshpoint data: the input files hold %lld bytes; need at least 2 (one per split)\n",
+        mp_log_fail("the input files hold %lld bytes; need at least 2 (one per split)",
                 (long long)n);
         free(buf);
         return 2;
@@ -166,11 +167,11 @@ int mp_cmd_data(int argc, char **argv) {
     snprintf(val_path, sizeof val_path, "%s/%s_val.bin", out, name);
     int rc = 0;
     if (ckpt_mkdirs(out, &err) != MP_OK) {
-        fprintf(stderr, "meshpoint data: cannot create output directory %s: %s\n", out, err.msg);
+        mp_log_fail("cannot create output directory %s: %s", out, err.msg);
         rc = 1;
     } else if (write_split(train_path, buf, cut, &err) != MP_OK ||
                write_split(val_path, buf + cut, n - cut, &err) != MP_OK) {
-        fprintf(stderr, "meshpoint data: %s\n", err.msg);
+        mp_log_fail("%s", err.msg);
         rc = 1;
     } else {
         printf("meshpoint data: %d file%s, %lld tokens -> %s (%lld train tokens), %s (%lld val tokens)\n", npos,

@@ -25,29 +25,12 @@
 #include "cli/args.h"
 #include "cli/ckpt_common.h"
 #include "cli/cli.h"
+#include "cli/progress.h"
 #include "cli/runtime.h"
 #include "cli/train_ckpt.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "reshard/reshard.h"
-
-/* "256M", "1G", "64MiB", "1048576" -> bytes. MP_EINPUT naming the flag otherwise. */
-static mp_code parse_bytes(const char *s, const char *flag, size_t *out, mp_err *e) {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v <= 0) return mp_err_set(e, MP_EINPUT, "%s: \"%s\" is not a size (e.g. 256M, 1G)", flag, s);
-    double mul = 1;
-    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
-    else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
-    else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
-    if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
-    if (*end) return mp_err_set(e, MP_EINPUT, "%s: \"%s\" is not a size (e.g. 256M, 1G)", flag, s);
-    v *= mul;
-    if (v < 4.0 * 1048576.0) return mp_err_set(e, MP_EINPUT, "%s: %s is below the minimum of 4M", flag, s);
-    *out = (size_t)v;
-    return MP_OK;
-}
 
 /* The directory dst lives in ("." for a bare name). Caller frees. */
 static char *parent_of(const char *dst) {
@@ -195,7 +178,10 @@ static int run_conversion(mp_runtime *rt, const char *cmd, rs_source *src, const
         ckpt_reader *r = NULL;
         vrc = ckpt_open(&r, o->out, &err);
         if (!vrc) ckpt_reader_set_scratch(r, o->max_bytes / 2);   /* verify stays under --max-memory too */
+        mp_progress *pg = vrc ? NULL : mp_progress_start("verifying", 0, MP_PROGRESS_BYTES);
+        if (!vrc) ckpt_reader_set_progress(r, mp_progress_ckpt, pg);
         if (!vrc) vrc = ckpt_verify(r, &vbytes, &err);
+        mp_progress_finish(pg);
         ckpt_close(r);
         if (vrc) mp_err_wrap(&err, "verifying %s after writing it", o->out);
         else fprintf(stderr, "meshpoint %s: verified %s: %.2f MiB read back, every checksum and the coverage hold (%.2f s)\n",
@@ -206,15 +192,15 @@ static int run_conversion(mp_runtime *rt, const char *cmd, rs_source *src, const
 
 /* The flags reshard and init share: entries of an mp_arg table over a conv_opts o. */
 #define CONV_FLAGS(o)                                                                                              \
-    {"tp", MP_ARG_INT, &(o).tp, "N", "target tensor-parallel degree", .set = &(o).set_tp},                           \
-    {"dp", MP_ARG_INT, &(o).dp, "N", "target data-parallel degree", .set = &(o).set_dp},                             \
+    {"tp", MP_ARG_INT, &(o).tp, "N", "target tensor-parallel degree", .set = &(o).set_tp, .dflt = "required"},                           \
+    {"dp", MP_ARG_INT, &(o).dp, "N", "target data-parallel degree", .set = &(o).set_dp, .dflt = "required"},                             \
     {"out", MP_ARG_STRING, &(o).out, "DIR", "the new checkpoint directory (must not exist, unless --force)"},        \
     {"max-memory", MP_ARG_STRING, &(o).max_memory, "SIZE", "memory bound for data buffers (e.g. 256M, 1G)"},         \
     {"plan", MP_ARG_SWITCH, &(o).plan, NULL, "dry run: print what each target rank reads and writes"},              \
     {"json", MP_ARG_SWITCH, &(o).json, NULL, "the --plan as JSON"},                                                  \
     {"force", MP_ARG_SWITCH, &(o).force, NULL, "replace an existing --out (swapped only once the new one is complete)"}, \
     {"no-verify", MP_ARG_SWITCH, &(o).no_verify, NULL, "skip reading the result back"},                              \
-    {"sp", MP_ARG_SWITCH, &(o).sp, NULL, "accepted for symmetry with train; no effect on a checkpoint", .set = &(o).set_sp}
+    {"sp", MP_ARG_SWITCH, &(o).sp, NULL, "accepted for symmetry with train; no effect on a checkpoint", .set = &(o).set_sp, .dflt = ""}
 
 /* Common flag checks after parsing. */
 static mp_code check_conv_flags(conv_opts *o, mp_err *e) {
@@ -222,15 +208,15 @@ static mp_code check_conv_flags(conv_opts *o, mp_err *e) {
     if (o->tp < 1 || o->dp < 1) return mp_err_set(e, MP_EINPUT, "--tp and --dp must be >= 1 (got %d, %d)", o->tp, o->dp);
     if (!o->plan && !o->out) return mp_err_set(e, MP_EINPUT, "--out DIR is required (or --plan for a dry run)");
     if (o->json && !o->plan) return mp_err_set(e, MP_EINPUT, "--json goes with --plan");
-    return parse_bytes(o->max_memory, "--max-memory", &o->max_bytes, e);
+    return mp_args_parse_size(o->max_memory, "--max-memory", 4 * 1048576, &o->max_bytes, e);
 }
 
 /* Notes that sequence parallelism is no property of a checkpoint. */
 static void note_sp(const mp_runtime *rt, const conv_opts *o) {
     if (o->set_sp && rt->rank == 0)
-        fprintf(stderr, "meshpoint: note: --sp%s is ignored: sequence parallelism is chosen when training, it does not "
+        fprintf(stderr, "%s: note: --sp%s is ignored: sequence parallelism is chosen when training, it does not "
                         "change what a checkpoint stores (a tp %d job may train with or without it)\n",
-                o->sp ? "" : " off", o->tp);
+                mp_log_prog(), o->sp ? "" : " off", o->tp);
 }
 
 /* ---------------------------------------------------------------------------------- reshard */
@@ -340,7 +326,7 @@ int mp_cmd_init(int argc, char **argv) {
     const mp_arg flags[] = {
         {"config", MP_ARG_STRING, &config, "FILE", "model config (JSON, HF field names; its \"train\" object too)"},
         CONV_FLAGS(o),
-        {"seed", MP_ARG_I64, &seed, "S", "initialisation seed (default: the config's train.seed)", .set = &set_seed},
+        {"seed", MP_ARG_I64, &seed, "S", "initialisation seed", .set = &set_seed, .dflt = "the config's train.seed"},
         {0}};
     mp_runtime rt;
     mp_runtime_start(&rt, &argc, &argv);

@@ -22,6 +22,8 @@
 #include <time.h>
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/memplan.h"
+#include "cli/progress.h"
 #include "cli/runtime.h"
 #include "cli/train_ckpt.h"
 #include "core/log.h"
@@ -48,7 +50,7 @@ typedef struct train_flags {
         set_val;
     int sp_flag, raf_flag;
     /* checkpoints */
-    const char *ckpt_dir, *resume_from, *compress, *on_save_error, *on_nonfinite;
+    const char *ckpt_dir, *resume_from, *compress, *on_save_error, *on_nonfinite, *max_memory;
     int64_t ckpt_every, stop_at;
     int keep, resume, async_save, overwrite;
 } train_flags;
@@ -69,8 +71,9 @@ static void apply_overrides(train_flags *f, const mp_train_config *cli, mp_train
 
 static const char *train_about =
     "Trains a Llama model. The config is a JSON file with Hugging Face config.json fields at the top level\n"
-    "and an optional \"train\" object (steps, batch_size, seq_len, lr, ...); flags override it. Run under\n"
-    "`mpirun -np N` for a dp x tp mesh (N = tp * dp).";
+    "and an optional \"train\" object (steps, batch_size, seq_len, lr, ...); flags override it, and the\n"
+    "defaults shown apply where the file sets nothing. Run under `mpirun -np N` for a dp x tp mesh\n"
+    "(N = tp * dp).";
 
 /* ---- preemption: SIGTERM/SIGINT ask for a checkpoint at the next step boundary ---- */
 
@@ -116,7 +119,11 @@ typedef struct train_run {
     ckpt_lock *lock;                /* rank 0: the root's job lock, held for the run's life */
     mp_run_state rs;                /* the resumed state (step 0 when starting fresh) */
     char resume_dir[MP_PATH_MAX];   /* "" when starting fresh */
+    size_t max_bytes;               /* --max-memory per rank, 0: the host's available memory bounds the plan */
     FILE *metrics;                  /* rank 0 only */
+    char metrics_path[MP_PATH_MAX + 32];
+    mp_code metrics_rc;             /* rank 0: the first failed write of metrics.jsonl (agreed each step) */
+    mp_err metrics_err;
     int32_t *in, *tgt;              /* host token buffers, micro x seq_len */
     /* the step loop */
     mp_lr_schedule sched;
@@ -148,6 +155,8 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
                      .compress = "none", .on_save_error = "stop", .on_nonfinite = "stop"};
     mp_train_config_default(&f.tc);
     mp_train_config *c = &f.tc;
+    f.sp_flag = c->sp;                         /* -1: auto (--help shows the defaults actually used) */
+    f.raf_flag = c->reshard_after_forward;
     int64_t seed = (int64_t)c->seed;
     static const char *const formats[] = {"llmc", "u16", "u32", NULL};
     static const char *const devices[] = {"cpu", "cuda", NULL};
@@ -175,11 +184,11 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
         {"log-every", MP_ARG_I64, &c->log_every, "N", "log every N steps", .set = &f.set_log_every},
         {"tp", MP_ARG_INT, &c->tp, "N", "tensor-parallel degree", .set = &f.set_tp},
         {"dp", MP_ARG_INT, &c->dp, "N", "data-parallel degree (0: world / tp)", .set = &f.set_dp},
-        {"sp", MP_ARG_SWITCH, &f.sp_flag, NULL, "sequence parallelism (default: on when tp > 1)", .set = &f.set_sp},
+        {"sp", MP_ARG_SWITCH, &f.sp_flag, NULL, "sequence parallelism (auto: on when tp > 1)", .set = &f.set_sp},
         {"reshard-after-forward", MP_ARG_SWITCH, &f.raf_flag, NULL,
-         "FSDP: free gathered weights after forward (ZeRO-3; default on)", .set = &f.set_raf},
+         "FSDP: free gathered weights after forward (ZeRO-3)", .set = &f.set_raf},
         {"device", MP_ARG_STRING, &f.device, "DEV", "compute device", devices},
-        {"ckpt-dir", MP_ARG_STRING, &f.ckpt_dir, "DIR", "checkpoint directory (default RUN/checkpoints)"},
+        {"ckpt-dir", MP_ARG_STRING, &f.ckpt_dir, "DIR", "checkpoint directory", .dflt = "RUN/checkpoints"},
         {"ckpt-every", MP_ARG_I64, &f.ckpt_every, "N", "save a checkpoint every N steps and at the end (0: never)"},
         {"keep", MP_ARG_INT, &f.keep, "K", "keep only the newest K checkpoints (0: all)"},
         {"resume", MP_ARG_SWITCH, &f.resume, NULL, "resume from the newest complete checkpoint in --ckpt-dir"},
@@ -192,6 +201,8 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
         {"on-save-error", MP_ARG_STRING, &f.on_save_error, "WHAT", "when a save fails: stop (exit 1) or continue", on_err},
         {"on-nonfinite", MP_ARG_STRING, &f.on_nonfinite, "WHAT",
          "when the gradient norm is NaN/inf: stop (exit 1, no update) or skip the update", on_nf},
+        {"max-memory", MP_ARG_STRING, &f.max_memory, "SIZE",
+         "memory bound per rank for the plan checked at start (e.g. 8G; default: what the host has available)"},
         {0}};
     int npos = 0;
     mp_code rc = mp_args_parse(flags, argc, argv, &npos, help, &r->err);
@@ -222,6 +233,7 @@ static mp_code load_config(train_run *r) {
     if (f->overwrite && (f->resume || f->resume_from))
         return mp_err_set(err, MP_EINPUT, "--overwrite starts the run over; it cannot be combined with %s",
                           f->resume_from ? "--resume-from" : "--resume");
+    if (f->max_memory && (rc = mp_args_parse_size(f->max_memory, "--max-memory", 1, &r->max_bytes, err))) return rc;
     r->sopts = (ckpt_save_opts){.keep = f->keep};
     if ((rc = parse_compress(f->compress, &r->sopts.zstd_level, err))) return rc;
     mp_train_config cli = *c;
@@ -244,6 +256,14 @@ static mp_code setup_mesh(train_run *r) {
     r->mesh = &r->rt.mesh;
     c->dp = r->mesh->dp;
     return mp_batch_split_init(&r->bs, c->batch_size, c->grad_accum, r->mesh->dp, &r->err);
+}
+
+/* Prints the memory plan and refuses (MP_EINPUT) one that does not fit, before the data and the model
+ * allocate anything large. Collective: returns the agreed code (nonzero: `fail_agreed`). */
+static mp_code plan_memory(train_run *r) {
+    mp_memplan plan;
+    llama_options o = mp_runtime_model_options(&r->rt, &r->f.tc, r->bs.micro);
+    return mp_memplan_check(&r->rt, &r->mc, &o, 1, r->max_bytes, &plan, &r->err);
 }
 
 /* Opens the token files and the training loader, and checks that the validation file holds a batch.
@@ -416,8 +436,8 @@ static void note_resume(const train_run *r) {
 static mp_code open_metrics(train_run *r) {
     mp_code local = MP_OK;
     if (r->rt.rank == 0) {
-        char path[MP_PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/metrics.jsonl", r->f.run_dir);
+        char *path = r->metrics_path;
+        snprintf(path, sizeof r->metrics_path, "%s/metrics.jsonl", r->f.run_dir);
         local = ckpt_mkdirs(r->f.run_dir, &r->err);
         if (!local) local = set_aside_past(r, path);
         if (!local && !(r->metrics = fopen(path, "a")))
@@ -516,15 +536,26 @@ static double run_elapsed(const train_run *r, double t) {
 }
 
 /* Rank 0: step `step`'s metrics line (a non-finite norm as null; a skipped update marked and counted). */
+/* Appends one line to metrics.jsonl and flushes it. A failed write (disk full, file too large) is kept
+ * in r->metrics_rc with its cause, and the file is not written again; the step loop agrees on it. */
+static void metrics_put(train_run *r, const char *line) {
+    if (!r->metrics || r->metrics_rc) return;
+    errno = 0;
+    if (fputs(line, r->metrics) < 0 || fflush(r->metrics) || ferror(r->metrics))
+        r->metrics_rc = mp_err_set(&r->metrics_err, MP_EIO, "writing %s: %s (the run stops: its record would have "
+                                   "a gap; checkpoints committed so far are intact)", r->metrics_path,
+                                   errno ? strerror(errno) : "write error");
+}
+
 static void write_metrics(train_run *r, int64_t step, const step_out *s, double tok_s, double time_s) {
-    char norm[40];
+    char norm[40], skip[96] = "", line[512];
     if (isfinite(s->norm)) snprintf(norm, sizeof norm, "%.17g", s->norm);
     else snprintf(norm, sizeof norm, "null");
-    fprintf(r->metrics, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %s, \"tokens_per_s\": %.1f, ",
-            (long long)step + 1, s->loss, s->lr, norm, tok_s);
-    if (s->skipped) fprintf(r->metrics, "\"skipped\": true, \"nonfinite_skips\": %lld, ", (long long)r->skipped);
-    fprintf(r->metrics, "\"time_s\": %.3f}\n", time_s);
-    fflush(r->metrics);
+    if (s->skipped) snprintf(skip, sizeof skip, "\"skipped\": true, \"nonfinite_skips\": %lld, ", (long long)r->skipped);
+    snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %s, "
+             "\"tokens_per_s\": %.1f, %s\"time_s\": %.3f}\n", (long long)step + 1, s->loss, s->lr, norm, tok_s, skip,
+             time_s);
+    metrics_put(r, line);
 }
 
 /* Logs step `step`: its metrics line, the log line every --log-every steps and at the end, and the
@@ -536,23 +567,49 @@ static mp_code log_step(train_run *r, int64_t step, const step_out *s) {
     double tok_s = r->tokens_per_step / (t - r->t_last);
     r->t_last = t;
     if (r->metrics) write_metrics(r, step, s, tok_s, run_elapsed(r, t));
-    if (c->log_every && ((step + 1) % c->log_every == 0 || step + 1 == c->steps))
-        mp_info("step %5lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s", (long long)step + 1,
-                (long long)c->steps, s->loss, s->lr, s->norm, tok_s);
+    if (c->log_every && ((step + 1) % c->log_every == 0 || step + 1 == c->steps)) {
+        /* wall time of the run (resumes included) and the ETA of the remaining steps at this process's
+         * mean step time so far (checkpoint and evaluation time included) */
+        char el[32], eta[32];
+        double mean = (t - r->t_start) / (double)(step + 1 - r->first_step);
+        mp_info("step %5lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | time %s | ETA %s",
+                (long long)step + 1, (long long)c->steps, s->loss, s->lr, s->norm, tok_s,
+                mp_progress_duration(el, sizeof el, run_elapsed(r, t)),
+                mp_progress_duration(eta, sizeof eta, mean * (double)(c->steps - step - 1)));
+    }
     int last = step + 1 == c->steps;
     if (c->val_data[0] && ((c->eval_every && (step + 1) % c->eval_every == 0) || last)) {
         double vl = mp_eval_loss(r->model, &r->val, &r->bs, c->seq_len, c->eval_batches, r->in, r->tgt, &r->err);
         if (isnan(vl)) return r->err.code ? r->err.code : MP_ECHECK;   /* `fail` even with err unset */
         mp_info("step %5lld | val loss %.6f", (long long)step + 1, vl);
-        if (r->metrics) fprintf(r->metrics, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)step + 1, vl);
+        char line[128];
+        snprintf(line, sizeof line, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)step + 1, vl);
+        metrics_put(r, line);
     }
     return MP_OK;
 }
 
+/* A save that failed and is not the run's last (r->err holds it): STEP_FAIL, or with --on-save-error
+ * continue logged and cleared (STEP_NEXT). */
+static step_flow save_failed(train_run *r) {
+    if (!r->continue_on_error) return STEP_FAIL;
+    mp_error("%s (continuing: --on-save-error continue)", r->err.msg);
+    mp_err_clear(&r->err);
+    return STEP_NEXT;
+}
+
+/* The run's last save (at the end, or on a stop) failed: the checkpoint the run exists to leave is not
+ * there, which fails the run in every mode, sync or async, --on-save-error continue or not. */
+static step_flow last_save_failed(train_run *r) {
+    if (r->continue_on_error)
+        mp_err_wrap(&r->err, "the run's last save failed (--on-save-error continue covers earlier saves only)");
+    return STEP_FAIL;
+}
+
 /* After step `step`: commits a finished async save, agrees on a stop (signal or --stop-at), saves when
- * due (every --ckpt-every steps, at the end) or stopping, and on a stop waits for the save. A failed
- * save is STEP_FAIL, or with --on-save-error continue is logged and training goes on (STEP_NEXT; the
- * rest of this step's handling is skipped). Collective. */
+ * due (every --ckpt-every steps, at the end) or stopping, and on a stop waits for the save. An earlier
+ * save's failure (found by the poll, or by the wait before the next save) and a failed save that is not
+ * the run's last go through save_failed; the last save's through last_save_failed. Collective. */
 static step_flow checkpoint_step(train_run *r, int64_t step) {
     const mp_train_config *c = &r->f.tc;
     const train_flags *f = &r->f;
@@ -560,16 +617,21 @@ static step_flow checkpoint_step(train_run *r, int64_t step) {
     /* checkpoints: commit a finished async save, then maybe start the next one */
     ckpt_stats cs;
     int64_t committed;
-    if (mp_checkpointer_poll(&r->ck, &committed, &cs, &r->err)) goto save_failed;
+    if (mp_checkpointer_poll(&r->ck, &committed, &cs, &r->err) && save_failed(r) == STEP_FAIL) return STEP_FAIL;
     if (committed >= 0)
         mp_info("checkpoint step %lld committed: stall %.3f s, write %.3f s, commit %.3f s", (long long)committed,
                 r->ck.last_stall_s, cs.write_s, cs.commit_s);
     int stop = stop_requested(r->mesh) || (f->stop_at && step + 1 == f->stop_at && !last);
     int due = f->ckpt_every && ((step + 1) % f->ckpt_every == 0 || last);
     if (due || stop) {
+        /* a save still in flight ends first: its failure is an earlier save's, not this one's */
+        if (mp_checkpointer_wait(&r->ck, NULL, &r->err) && save_failed(r) == STEP_FAIL) return STEP_FAIL;
         mp_run_state now = {step + 1, r->loader.cur, .elapsed_s = run_elapsed(r, mp_time_s())};
         memset(&cs, 0, sizeof cs);
-        if (mp_checkpointer_save(&r->ck, r->model, &r->mc, c, &now, &cs, &r->err)) goto save_failed;
+        if (mp_checkpointer_save(&r->ck, r->model, &r->mc, c, &now, &cs, &r->err)) {
+            mp_err_wrap(&r->err, "saving a checkpoint at step %lld", (long long)step + 1);
+            return last || stop ? last_save_failed(r) : save_failed(r);
+        }
         if (f->async_save)
             mp_info("checkpoint step %lld: stall %.3f s (copy to host), writing in the background",
                     (long long)now.step, r->ck.last_stall_s);
@@ -578,17 +640,14 @@ static step_flow checkpoint_step(train_run *r, int64_t step) {
                     (long long)now.step, cs.stall_s, cs.write_s, cs.commit_s, cs.bytes / 1048576.0);
     }
     if (stop) {
-        if (mp_checkpointer_wait(&r->ck, NULL, &r->err)) goto save_failed;
+        if (mp_checkpointer_wait(&r->ck, NULL, &r->err)) {
+            mp_err_wrap(&r->err, "saving a checkpoint at step %lld", (long long)step + 1);
+            return last_save_failed(r);
+        }
         mp_info("stopped%s after step %lld; checkpoint saved under %s", g_stop_signal ? " by signal" : "",
                 (long long)step + 1, r->ckpt_root);
         return STEP_STOP;
     }
-    return STEP_NEXT;
-save_failed:
-    mp_err_wrap(&r->err, "saving a checkpoint at step %lld", (long long)step + 1);
-    if (!r->continue_on_error) return STEP_FAIL;
-    mp_error("%s (continuing: --on-save-error continue)", r->err.msg);
-    mp_err_clear(&r->err);
     return STEP_NEXT;
 }
 
@@ -599,7 +658,11 @@ static mp_code finish_run(train_run *r) {
     const mp_train_config *c = &r->f.tc;
     const mp_mesh *mesh = r->mesh;
     mp_code rc = mp_checkpointer_wait(&r->ck, NULL, &r->err);
-    if (rc) { mp_err_wrap(&r->err, "saving the last checkpoint"); return rc; }
+    if (rc) {
+        mp_err_wrap(&r->err, "saving the last checkpoint");
+        last_save_failed(r);
+        return rc;
+    }
     if (c->steps <= r->first_step) return MP_OK;
     double elapsed = mp_time_s() - r->t_start;
     mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, r->last_loss, elapsed);
@@ -615,6 +678,19 @@ static mp_code finish_run(train_run *r) {
                 mp_comm_total_bytes(mesh->dp_comm) / 1048576.0 / (double)ran, 100.0 * comm_s / elapsed);
     }
     return MP_OK;
+}
+
+/* Closes metrics.jsonl at the end of the run (rank 0), keeping a failure of the close as a failed
+ * write. Collective: returns the agreed code (nonzero: `fail_agreed`). */
+static mp_code close_metrics(train_run *r) {
+    if (r->metrics) {
+        errno = 0;
+        if (fclose(r->metrics) && !r->metrics_rc)
+            r->metrics_rc = mp_err_set(&r->metrics_err, MP_EIO, "closing %s: %s", r->metrics_path,
+                                       errno ? strerror(errno) : "write error");
+        r->metrics = NULL;
+    }
+    return mp_runtime_agree(&r->rt, r->metrics_rc, &r->metrics_err);
 }
 
 /* Frees what the run holds (each piece may not have been set up). */
@@ -642,8 +718,10 @@ int mp_cmd_train(int argc, char **argv) {
     /* flags and config; mesh, data, model */
     if (parse_flags(r, argc, argv, &help)) goto fail;
     if (help) goto done;
-    if (load_config(r) || setup_mesh(r)) goto fail;
-    if ((agreed = open_data(r))) goto fail_agreed;
+    /* the config file may be missing on some ranks only (node-local paths): agreed before the mesh */
+    if ((agreed = mp_runtime_agree(&r->rt, load_config(r), &r->err))) goto fail_agreed;
+    if (setup_mesh(r)) goto fail;
+    if ((agreed = plan_memory(r)) || (agreed = open_data(r))) goto fail_agreed;
     if (build_model(r)) goto fail;
     /* checkpoints: the root's lock, leftovers of interrupted saves, resume; then what lies past the
      * resumed step is set aside and the metrics file opened */
@@ -657,11 +735,13 @@ int mp_cmd_train(int argc, char **argv) {
     for (int64_t step = r->first_step; step < r->f.tc.steps; step++) {
         step_out s;
         if (run_step(r, step, &s) || log_step(r, step, &s)) goto fail;
+        if ((agreed = mp_runtime_agree(&r->rt, r->metrics_rc, &r->metrics_err))) goto fail_agreed;
         step_flow flow = checkpoint_step(r, step);
         if (flow == STEP_FAIL) goto fail;
         if (flow == STEP_STOP) goto done;
     }
     if (finish_run(r)) goto fail;
+    if ((agreed = close_metrics(r))) goto fail_agreed;
     goto done;
 fail_agreed:
     status = mp_exit_status(agreed);   /* the failing rank printed the message */

@@ -1,10 +1,22 @@
 /*
  * cli/main.c — the meshpoint program: dispatches to a subcommand. The composition root: only cli/
  * decides exit statuses (0 ok, 1 failed operation/check, 2 bad usage/input).
+ *
+ * Names the command for the error prefix ("meshpoint train: error: ...", core/log.h) before
+ * dispatching, and answers --version (`meshpoint --version`, or `meshpoint <cmd> --version`).
  */
 #include <stdio.h>
 #include <string.h>
+#include "ckpt/ckpt.h"
 #include "cli/cli.h"
+#include "core/log.h"
+
+#ifndef MP_VERSION
+#define MP_VERSION "unknown"
+#endif
+#ifndef MP_GIT_DESCRIBE
+#define MP_GIT_DESCRIBE ""
+#endif
 
 static const char *usage =
     "meshpoint — TP+FSDP Llama training with sharded, reshardable HDF5 checkpoints\n"
@@ -18,8 +30,25 @@ static const char *usage =
     "  ckpt     inspect checkpoints: ls, show, verify, diff (across meshes)\n"
     "  reshard  convert a checkpoint offline to another tp x dp mesh (or consolidate it)\n"
     "  init     write a step-0 checkpoint of the seeded initialisation for any mesh\n"
+    "  sample   generate text (or token ids) from a checkpoint's model, on any mesh\n"
+    "  plot     draw a run's loss, learning rate and gradient norm into a PNG\n"
     "\n"
-    "`meshpoint <command> --help` describes each command's options.\n";
+    "`meshpoint <command> --help` describes each command's options; `meshpoint --version` the version.\n";
+
+/* Prints the program version (CMake project version, `git describe` at configure time when known) and
+ * the checkpoint format version it writes and reads, to stdout. */
+static void print_version(void) {
+    printf("meshpoint %s%s%s%s\n", MP_VERSION, *MP_GIT_DESCRIBE ? " (git " : "", MP_GIT_DESCRIBE,
+           *MP_GIT_DESCRIBE ? ")" : "");
+    printf("checkpoint format: %s v%d (reads v1..v%d)\n", CKPT_FORMAT_NAME, CKPT_FORMAT_VERSION, CKPT_FORMAT_VERSION);
+}
+
+/* 1 if --version appears among argv[0 .. argc) before a "--". */
+static int asks_version(int argc, char **argv) {
+    for (int i = 0; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--version")) return 1;
+    return 0;
+}
 
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
@@ -27,12 +56,24 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) { print_version(); return 0; }
+    static const char *const cmds[] = {"train", "eval", "data", "ckpt", "reshard", "init", "sample", "plot", NULL};
+    for (int i = 0; cmds[i]; i++)
+        if (!strcmp(cmd, cmds[i])) {
+            char prog[64];
+            snprintf(prog, sizeof prog, "meshpoint %s", cmd);
+            mp_log_set_prog(prog);
+            if (asks_version(argc - 2, argv + 2)) { print_version(); return 0; }
+        }
     if (!strcmp(cmd, "train")) return mp_cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return mp_cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return mp_cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return mp_cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "reshard")) return mp_cmd_reshard(argc - 2, argv + 2);
     if (!strcmp(cmd, "init")) return mp_cmd_init(argc - 2, argv + 2);
-    fprintf(stderr, "meshpoint: unknown command \"%s\"\n\n%s", cmd, usage);
+    if (!strcmp(cmd, "sample")) return mp_cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plot")) return mp_cmd_plot(argc - 2, argv + 2);
+    mp_log_fail("unknown command \"%s\"", cmd);
+    fprintf(stderr, "\n%s", usage);
     return 2;
 }

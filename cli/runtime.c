@@ -23,8 +23,8 @@ void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {
         MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         rt->mpi = 1;
         if (provided < MPI_THREAD_FUNNELED) {
-            fprintf(stderr, "meshpoint: error: the MPI library provides thread level %d, below MPI_THREAD_FUNNELED "
-                            "(%d) that the asynchronous checkpoint writer needs\n", provided, MPI_THREAD_FUNNELED);
+            mp_log_fail("the MPI library provides thread level %d, below MPI_THREAD_FUNNELED (%d) that the "
+                        "asynchronous checkpoint writer needs", provided, MPI_THREAD_FUNNELED);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
         MPI_Comm_size(MPI_COMM_WORLD, &rt->world);
@@ -50,13 +50,20 @@ mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_e
 }
 
 int mp_runtime_fail(const mp_runtime *rt, const mp_err *err) {
-    if (rt->rank == 0) fprintf(stderr, "meshpoint: error: %s\n", err->msg);
+    if (rt->rank == 0) mp_log_fail("%s", err->msg);
     return mp_exit_status(err->code);
 }
 
 mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err) {
+    if (!rt->have_mesh && rt->mpi && rt->world > 1) {
+        /* before the mesh (the config names it): the same agreement over MPI_COMM_WORLD */
+        int code[2] = {(int)local, local ? -rt->rank : -rt->world};   /* max: worst code, lowest failing rank */
+        MPI_Allreduce(MPI_IN_PLACE, code, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (local && -code[1] == rt->rank) mp_log_fail("[rank %d] %s", rt->rank, err->msg);
+        return (mp_code)code[0];
+    }
     if (!rt->have_mesh || rt->mesh.world == 1) {
-        if (local) fprintf(stderr, "meshpoint: error: %s\n", err->msg);
+        if (local) mp_log_fail("%s", err->msg);
         return local;
     }
     mp_comm *w = rt->mesh.world_comm;
@@ -65,7 +72,7 @@ mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err)
     float first[1] = {local ? (float)rt->rank : (float)rt->mesh.world};
     first[0] = -first[0];                     /* max of -rank = the lowest failing rank */
     w->all_reduce(w, first, 1, 1);
-    if (local && (int)-first[0] == rt->rank) fprintf(stderr, "meshpoint: error: [rank %d] %s\n", rt->rank, err->msg);
+    if (local && (int)-first[0] == rt->rank) mp_log_fail("[rank %d] %s", rt->rank, err->msg);
     return (mp_code)v[0];
 }
 
@@ -86,6 +93,14 @@ mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, char *path, size_t cap, mp
     return MP_OK;
 }
 
+mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, mp_model_config *mc, mp_err *err) {
+    ckpt_reader *cr = NULL;
+    mp_code local = ckpt_open(&cr, dir, err);
+    if (!local && (local = mp_ckpt_parse_model_config(cr, mc, err))) mp_err_wrap(err, "checkpoint %s", dir);
+    ckpt_close(cr);
+    return mp_runtime_agree(rt, local, err);
+}
+
 void mp_runtime_end(mp_runtime *rt) {
     if (rt->have_mesh) mp_mesh_destroy(&rt->mesh);
     rt->have_mesh = 0;
@@ -104,11 +119,16 @@ mp_code mp_batch_split_init(mp_batch_split *s, int global, int grad_accum, int d
     return MP_OK;
 }
 
-mp_code mp_runtime_model(mp_runtime *rt, const mp_model_config *cfg, const mp_train_config *tc, int micro,
-                         llama_model **out, mp_err *err) {
+llama_options mp_runtime_model_options(const mp_runtime *rt, const mp_train_config *tc, int micro) {
     llama_options o = {.micro_batch = micro, .seq_len = tc->seq_len,
                        .sp = tc->sp < 0 ? rt->mesh.tp > 1 : tc->sp,
                        .reshard_after_forward = tc->reshard_after_forward};
+    return o;
+}
+
+mp_code mp_runtime_model(mp_runtime *rt, const mp_model_config *cfg, const mp_train_config *tc, int micro,
+                         llama_model **out, mp_err *err) {
+    llama_options o = mp_runtime_model_options(rt, tc, micro);
     return llama_create(out, cfg, &o, &rt->mesh, rt->be, err);
 }
 

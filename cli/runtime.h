@@ -28,19 +28,25 @@ typedef struct mp_runtime {
 void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv);
 /* Builds the mesh (tp, dp; dp = 0 means world / tp) and picks the backend ("cpu" | "cuda"). */
 mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_err *err);
-/* Prints err once (from rank 0: it is an error every rank found the same way) and returns the exit
- * status for it. Errors only some ranks may find go through mp_runtime_agree instead. */
+/* Prints err once as "meshpoint <cmd>: error: ..." (mp_log_fail; from rank 0: it is an error every rank
+ * found the same way) and returns the exit status for it. Errors only some ranks may find go through
+ * mp_runtime_agree instead. */
 int mp_runtime_fail(const mp_runtime *rt, const mp_err *err);
 /* For a step that can fail on some ranks only (reading a checkpoint, rank-0-only file work): every
  * rank learns whether any failed, and the lowest failing rank prints its message — one message, not
  * one per rank. Returns the highest code of any rank (MP_OK if none failed); a rank that did not fail
- * itself exits with that code silently. Collective over the world (a no-op check without a mesh). */
+ * itself exits with that code silently; the message reads "meshpoint <cmd>: error: [rank N] ..." when
+ * the world has more than one rank. Collective over the world (over MPI_COMM_WORLD before the mesh
+ * exists; a local check in a single process). */
 mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err);
 /* Resolves the checkpoint path names, in place (cap bytes), the way `meshpoint ckpt` does
  * (mp_ckpt_resolve: a step directory, a checkpoint root, or a run directory meaning its newest complete
  * checkpoint). Rank 0 decides and broadcasts its answer; an error is agreed (mp_runtime_agree). Collective
  * over the world; needs the mesh. */
 mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, char *path, size_t cap, mp_err *err);
+/* The model config the checkpoint in dir was saved with (its model_config metadata) into *mc; every
+ * rank reads it (no broadcast of a struct). Collective: the agreed code, the message naming dir. */
+mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, mp_model_config *mc, mp_err *err);
 /* Tears down the mesh and MPI. */
 void mp_runtime_end(mp_runtime *rt);
 
@@ -56,6 +62,10 @@ mp_code mp_batch_split_init(mp_batch_split *s, int global, int grad_accum, int d
 static inline int mp_batch_first(const mp_batch_split *s, int a, int r) {
     return a * (s->global / s->grad_accum) + r * s->micro;
 }
+
+/* The model options for rt's mesh: micro-batch micro, tc's seq_len, SP (tc->sp < 0: on when tp > 1) and
+ * reshard-after-forward. */
+llama_options mp_runtime_model_options(const mp_runtime *rt, const mp_train_config *tc, int micro);
 
 /* Builds the Llama model for the mesh and options. */
 mp_code mp_runtime_model(mp_runtime *rt, const mp_model_config *cfg, const mp_train_config *tc, int micro,

@@ -13,8 +13,10 @@
 #include <stdarg.h>
 #include <time.h>
 #include <unistd.h>
+#include "cli/progress.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/optim.h"
 
 static const char *const kinds[3] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
 
@@ -108,7 +110,15 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
         }
     }
     ckpt_save *s = NULL;
-    MP_TRY(ckpt_save_begin(&s, mesh->world_comm, c->root, st->step, &c->opts, err));
+    ckpt_save_opts so = c->opts;   /* a sync save shows a progress bar on a terminal (cli/progress.h) */
+    mp_progress *pg = c->async ? NULL : mp_progress_start("saving checkpoint", 0, MP_PROGRESS_BYTES);
+    so.progress = pg ? mp_progress_ckpt : NULL;
+    so.progress_ctx = pg;
+    mp_code brc = ckpt_save_begin(&s, mesh->world_comm, c->root, st->step, &so, err);
+    if (brc) {
+        mp_progress_finish(pg);
+        return brc;
+    }
     mp_code rc = check_finite(c->host, m, err);   /* never save a non-finite value */
     h = c->host;
     for (int i = 0; i < np && !rc; i++) {
@@ -126,16 +136,20 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
     }
     if (!rc) rc = mp_run_meta(put_save_meta, s, mc, tc, mesh->tp, mesh->dp, st, err);
     if (rc) {
-        /* an add failed locally: the commit makes every rank agree on the failure */
+        /* a local failure (an add, a non-finite value): the commit makes every rank agree on it and
+         * publishes nothing */
         mp_err local = *err;
+        ckpt_save_fail(s, rc, &local);
         ckpt_save_commit(s, NULL, err);
         *err = local;
         ckpt_save_free(s);
+        mp_progress_finish(pg);
         return rc;
     }
     if (!c->async) {
         rc = ckpt_save_commit(s, stats, err);
         ckpt_save_free(s);
+        mp_progress_finish(pg);
         return rc;
     }
     rc = ckpt_save_start(s, err);
@@ -202,39 +216,60 @@ static mp_code check_model_config(const ckpt_reader *r, const mp_model_config *m
     return MP_OK;
 }
 
-/* Reads an integer field of a JSON metadata entry. */
-static mp_code meta_int(const ckpt_reader *r, const char *key, const char *field, int64_t *out, mp_err *err) {
+/* Reads an integer field of a JSON metadata entry (field NULL: the entry itself), range-checked: an
+ * integer in [lo, hi] (never a cast of an out-of-range double), else MP_EINPUT naming key, field and
+ * value. Missing or not a number: MP_ECHECK. */
+static mp_code meta_int(const ckpt_reader *r, const char *key, const char *field, int64_t lo, int64_t hi,
+                        int64_t *out, mp_err *err) {
     const char *text = ckpt_meta_get(r, key);
     if (!text) return mp_err_set(err, MP_ECHECK, "checkpoint %s: metadata \"%s\" is missing", ckpt_reader_dir(r), key);
     cJSON *j = cJSON_Parse(text);
     const cJSON *v = field ? cJSON_GetObjectItemCaseSensitive(j, field) : j;
-    if (!cJSON_IsNumber(v)) {
-        cJSON_Delete(j);
-        return mp_err_set(err, MP_ECHECK, "checkpoint %s: metadata \"%s\"%s%s is not a number", ckpt_reader_dir(r),
-                          key, field ? " field " : "", field ? field : "");
-    }
-    *out = (int64_t)v->valuedouble;
+    mp_code rc = MP_OK;
+    if (!cJSON_IsNumber(v))
+        rc = mp_err_set(err, MP_ECHECK, "checkpoint %s: metadata \"%s\"%s%s is not a number", ckpt_reader_dir(r),
+                        key, field ? " field " : "", field ? field : "");
+    else if (!mp_double_to_i64(v->valuedouble, lo, hi, out))
+        rc = mp_err_set(err, MP_EINPUT, "checkpoint %s: metadata \"%s\"%s%s: %g is not an integer in [%lld, %lld]",
+                        ckpt_reader_dir(r), key, field ? " field " : "", field ? field : "", v->valuedouble,
+                        (long long)lo, (long long)hi);
     cJSON_Delete(j);
-    return MP_OK;
+    return rc;
 }
 
-/* A number field of a JSON metadata entry, or dflt when absent. */
-static double meta_num_or(const ckpt_reader *r, const char *key, const char *field, double dflt) {
+/* A number field of a JSON metadata entry, or dflt when absent; MP_EINPUT naming key and field when it is
+ * present but not a number in [lo, hi] (bookkeeping a crafted checkpoint must not turn into a bad cast). */
+static mp_code meta_num_or(const ckpt_reader *r, const char *key, const char *field, double dflt, double lo,
+                           double hi, double *out, mp_err *err) {
     const char *text = ckpt_meta_get(r, key);
     cJSON *j = text ? cJSON_Parse(text) : NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
-    double out = cJSON_IsNumber(v) ? v->valuedouble : dflt;
+    mp_code rc = MP_OK;
+    *out = dflt;
+    if (v && !cJSON_IsNull(v)) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+            rc = mp_err_set(err, MP_EINPUT, "checkpoint %s: metadata \"%s\" field %s: not a number in [%g, %g]",
+                            ckpt_reader_dir(r), key, field, lo, hi);
+        else *out = v->valuedouble;
+    }
     cJSON_Delete(j);
-    return out;
+    return rc;
 }
 
 /* The bookkeeping of st from the checkpoint: elapsed_s (0 if absent) and the saved batch shape (0:
- * unknown). */
-static void read_saved_shape(const ckpt_reader *r, mp_run_state *st) {
-    st->elapsed_s = meta_num_or(r, "mesh", "elapsed_s", 0);
-    st->batch_size = (int)meta_num_or(r, "data_cursor", "batch_size", meta_num_or(r, "train_config", "batch_size", 0));
-    st->seq_len = (int)meta_num_or(r, "data_cursor", "seq_len", meta_num_or(r, "train_config", "seq_len", 0));
-    st->grad_accum = (int)meta_num_or(r, "train_config", "grad_accum", 0);
+ * unknown), each range-checked (MP_EINPUT naming the field). */
+static mp_code read_saved_shape(const ckpt_reader *r, mp_run_state *st, mp_err *err) {
+    double bs, sl, ga;
+    MP_TRY(meta_num_or(r, "mesh", "elapsed_s", 0, 0, 1e15, &st->elapsed_s, err));
+    MP_TRY(meta_num_or(r, "train_config", "batch_size", 0, 0, INT32_MAX, &bs, err));
+    MP_TRY(meta_num_or(r, "data_cursor", "batch_size", bs, 0, INT32_MAX, &bs, err));
+    MP_TRY(meta_num_or(r, "train_config", "seq_len", 0, 0, INT32_MAX, &sl, err));
+    MP_TRY(meta_num_or(r, "data_cursor", "seq_len", sl, 0, INT32_MAX, &sl, err));
+    MP_TRY(meta_num_or(r, "train_config", "grad_accum", 0, 0, INT32_MAX, &ga, err));
+    st->batch_size = (int)bs;   /* in [0, INT32_MAX]: a defined cast */
+    st->seq_len = (int)sl;
+    st->grad_accum = (int)ga;
+    return MP_OK;
 }
 
 mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int model_only,
@@ -242,13 +277,19 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
     ckpt_reader *r = NULL;
     MP_TRY(ckpt_open(&r, dir, err));
     mp_code rc = check_model_config(r, mc, err);
-    if (!rc) rc = meta_int(r, "step", NULL, &st->step, err);
-    if (!rc) rc = meta_int(r, "data_cursor", "pos", &st->cursor.pos, err);
-    if (!rc) rc = meta_int(r, "data_cursor", "epoch", &st->cursor.epoch, err);
-    if (!rc) read_saved_shape(r, st);
+    /* every number from the index is range-checked before use (issue 9): the step feeds AdamW's t */
+    if (!rc) rc = meta_int(r, "step", NULL, 0, MP_ADAMW_MAX_T - 1, &st->step, err);
+    if (!rc) rc = meta_int(r, "data_cursor", "pos", 0, (int64_t)1 << 53, &st->cursor.pos, err);
+    if (!rc) rc = meta_int(r, "data_cursor", "epoch", 0, (int64_t)1 << 53, &st->cursor.epoch, err);
+    if (!rc) rc = read_saved_shape(r, st, err);
     int nk = model_only ? 1 : 3;
     mp_backend *be = llama_backend(m);
     int np = llama_num_params(m);
+    int64_t pg_total = 0;   /* a progress bar on a terminal: this rank's shard bytes (cli/progress.h) */
+    for (int i = 0; i < np; i++) pg_total += (int64_t)llama_shard_numel(llama_param_at(m, i)) * (int64_t)sizeof(float) * nk;
+    mp_info("loading checkpoint %s (%.2f MiB on this rank)", dir, pg_total / 1048576.0);   /* before the slow part */
+    mp_progress *pg = mp_progress_start("loading checkpoint", pg_total, MP_PROGRESS_BYTES);
+    ckpt_reader_set_progress(r, mp_progress_ckpt, pg);
     float *tmp = NULL;
     size_t tmp_bytes = 0;
     for (int i = 0; i < np && !rc; i++) {
@@ -283,6 +324,7 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
         }
     }
     free(tmp);
+    mp_progress_finish(pg);
     ckpt_reader_io(r, &st->bytes_read, &st->bytes_needed);
     ckpt_close(r);
     if (!rc) llama_shards_changed(m);

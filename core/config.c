@@ -1,11 +1,21 @@
 /*
  * core/config.c — see config.h. A table of fields drives both parsing and type checking, so adding a
  * field is one line. Integer fields must be JSON numbers with integral values; bools may be true/false.
+ *
+ * Crafted numbers (issue 9): every number is range-checked before it is converted or used. A JSON
+ * number that overflows a double (1e999) arrives from cJSON as +-inf: refused for every field, never
+ * stored (a checkpoint would write it as null). Doubles reach integers only through mp_double_to_i64,
+ * which refuses what a cast would make undefined. The model's shape has upper bounds too
+ * (MP_MAX_LAYERS, MP_MAX_PARAMS), so the sizes derived from it (tensor counts, element counts, the
+ * parameter count) are computed without overflow; a checkpoint's stored model_config is parsed by the
+ * same code, so a crafted one meets the same checks.
  */
 #include "core/config.h"
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +111,18 @@ void mp_train_config_default(mp_train_config *t) {
     t->reshard_after_forward = 1;
 }
 
+/* See config.h: v as an integer in [lo, hi], never through an undefined cast. */
+int mp_double_to_i64(double v, int64_t lo, int64_t hi, int64_t *out) {
+    assert(lo <= hi);
+    /* -2^63 and 2^63 are exact doubles; NaN fails both comparisons */
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) return 0;
+    int64_t i = (int64_t)v;   /* defined: v is inside int64's range */
+    if ((double)i != v || i < lo || i > hi) return 0;
+    if (out) *out = i;
+    return 1;
+}
+
+/* The name of v's JSON type, for messages ("a string", "a number", ...). */
 static const char *json_type(const cJSON *v) {
     if (cJSON_IsString(v)) return "a string";
     if (cJSON_IsNumber(v)) return "a number";
@@ -111,28 +133,37 @@ static const char *json_type(const cJSON *v) {
     return "an unknown value";
 }
 
-/* Stores JSON value v into the field f of struct base; errors name `where` and the key. */
+/* Stores JSON value v into the field f of struct base; errors name `where` and the key. Numbers are
+ * range-checked before any conversion: non-finite values (a literal like 1e999 overflows to inf) are
+ * refused for every kind, integers must be integral and fit the field's C type. */
 static mp_code set_field(void *base, const field *f, const cJSON *v, const char *where, mp_err *err) {
+    assert(base && f && v && where);
     char *p = (char *)base + f->off;
+    if (cJSON_IsNumber(v) && !isfinite(v->valuedouble))
+        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is not a finite number (too large for a double?)",
+                          where, f->key, v->valuedouble);
     switch (f->kind) {
     case F_INT: case F_I64: case F_U64: {
-        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || !isfinite(v->valuedouble))
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
             return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected an integer, got %s", where, f->key,
                               cJSON_IsNumber(v) ? "a non-integral number" : json_type(v));
         double d = v->valuedouble;
+        int64_t i;
         if (f->kind == F_INT) {
-            if (d < -2147483648.0 || d > 2147483647.0)
-                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is out of range", where, f->key, d);
-            *(int *)p = (int)d;
+            if (!mp_double_to_i64(d, INT32_MIN, INT32_MAX, &i))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is out of range (a 32-bit integer)", where,
+                                  f->key, d);
+            *(int *)p = (int)i;
         } else if (f->kind == F_I64) {
-            if (d < -9223372036854775808.0 || d >= 9223372036854775808.0)
-                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is out of range", where, f->key, d);
-            *(int64_t *)p = (int64_t)d;
+            if (!mp_double_to_i64(d, INT64_MIN, INT64_MAX, &i))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is out of range (a 64-bit integer)", where,
+                                  f->key, d);
+            *(int64_t *)p = i;
         } else {
             if (d < 0) return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": must be >= 0", where, f->key);
-            if (d >= 9223372036854775808.0)   /* below 2^63, as a flag (int64) can give */
+            if (!mp_double_to_i64(d, 0, INT64_MAX, &i))   /* below 2^63, as a flag (int64) can give */
                 return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is out of range (< 2^63)", where, f->key, d);
-            *(uint64_t *)p = (uint64_t)d;
+            *(uint64_t *)p = (uint64_t)i;
         }
         return MP_OK;
     }
@@ -171,27 +202,102 @@ static const field *find_field(const field *fs, size_t n, const char *key) {
     return NULL;
 }
 
-/* rope_scaling / rope_parameters (transformers 5): null, or an object whose rope_type (or the older
- * "type") is "default"; in rope_parameters also rope_theta (stored in *theta, *have_theta = 1). Any other
- * RoPE variant, and any other key, changes the math or is unknown: refused. */
-static mp_code check_rope(const cJSON *item, const char *name, int is_params, double *theta, int *have_theta,
-                          mp_err *err) {
+const char *mp_rope_type_name(mp_rope_type t) {
+    switch (t) {
+    case MP_ROPE_DEFAULT: return "default";
+    case MP_ROPE_LINEAR: return "linear";
+    case MP_ROPE_LLAMA3: return "llama3";
+    }
+    return "unknown";
+}
+
+int mp_rope_scaling_equal(const mp_rope_scaling *a, const mp_rope_scaling *b) {
+    if (a->type != b->type) return 0;
+    if (a->type == MP_ROPE_DEFAULT) return 1;
+    if (a->factor != b->factor) return 0;
+    if (a->type == MP_ROPE_LINEAR) return 1;
+    return a->low_freq_factor == b->low_freq_factor && a->high_freq_factor == b->high_freq_factor &&
+           a->original_max_position_embeddings == b->original_max_position_embeddings;
+}
+
+void mp_rope_scaling_describe(const mp_rope_scaling *s, char *buf, size_t cap) {
+    if (s->type == MP_ROPE_LINEAR)
+        snprintf(buf, cap, "linear (factor %.17g)", s->factor);
+    else if (s->type == MP_ROPE_LLAMA3)
+        snprintf(buf, cap, "llama3 (factor %.17g, low_freq_factor %.17g, high_freq_factor %.17g, "
+                 "original_max_position_embeddings %d)", s->factor, s->low_freq_factor, s->high_freq_factor,
+                 s->original_max_position_embeddings);
+    else
+        snprintf(buf, cap, "%s", mp_rope_type_name(s->type));
+}
+
+/* The ranges of a scaling's numbers (those its type uses); the message names the field:
+ * factor >= 1 (transformers: "factor field must be a float >= 1"), low_freq_factor > 0,
+ * high_freq_factor > low_freq_factor (equal factors divide by zero in the smooth band),
+ * original_max_position_embeddings > 0. */
+static mp_code check_scaling_values(const mp_rope_scaling *s, mp_err *err) {
+    if (s->type == MP_ROPE_DEFAULT) return MP_OK;
+    if (s->type != MP_ROPE_LINEAR && s->type != MP_ROPE_LLAMA3)
+        return mp_err_set(err, MP_EINPUT, "unknown rope_type %d", (int)s->type);
+    if (!isfinite(s->factor) || !(s->factor >= 1.0))
+        return mp_err_set(err, MP_EINPUT, "\"factor\": must be a finite number >= 1, got %g", s->factor);
+    if (s->type == MP_ROPE_LINEAR) return MP_OK;
+    if (!isfinite(s->low_freq_factor) || !(s->low_freq_factor > 0))
+        return mp_err_set(err, MP_EINPUT, "\"low_freq_factor\": must be a finite number > 0, got %g",
+                          s->low_freq_factor);
+    if (!isfinite(s->high_freq_factor) || !(s->high_freq_factor > s->low_freq_factor))
+        return mp_err_set(err, MP_EINPUT,
+                          "\"high_freq_factor\": must be a finite number > low_freq_factor (%g), got %g",
+                          s->low_freq_factor, s->high_freq_factor);
+    if (s->original_max_position_embeddings <= 0)
+        return mp_err_set(err, MP_EINPUT, "\"original_max_position_embeddings\": must be > 0, got %d",
+                          s->original_max_position_embeddings);
+    return MP_OK;
+}
+
+/* The parameter keys of a rope_scaling object, and which types use them. */
+static const struct { const char *key; unsigned types; } rope_keys[] = {
+    {"factor", (1u << MP_ROPE_LINEAR) | (1u << MP_ROPE_LLAMA3)},
+    {"low_freq_factor", 1u << MP_ROPE_LLAMA3},
+    {"high_freq_factor", 1u << MP_ROPE_LLAMA3},
+    {"original_max_position_embeddings", 1u << MP_ROPE_LLAMA3},
+};
+#define NROPE_KEYS (sizeof rope_keys / sizeof rope_keys[0])
+
+/* rope_scaling / rope_parameters (transformers 5): null (*have = 0), or an object (*have = 1) whose
+ * rope_type (or the older "type"; both given must agree) is "default", "linear" or "llama3", with exactly
+ * the parameters that type uses (each a number, range-checked: check_scaling_values), stored in *out; in
+ * rope_parameters also rope_theta (stored in *theta, *have_theta = 1). partial_rotary_factor may be 1.
+ * Any other type or key changes the math or is unknown: refused naming it. */
+static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp_rope_scaling *out, int *have,
+                          double *theta, int *have_theta, mp_err *err) {
     const char *k = item->string;
+    memset(out, 0, sizeof *out);
+    *have = 0;
     if (cJSON_IsNull(item)) return MP_OK;
     if (!cJSON_IsObject(item))
         return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected an object or null, got %s", name, k,
                           json_type(item));
-    int have_type = 0;
+    const cJSON *type = NULL, *param[NROPE_KEYS] = {0};
     for (const cJSON *c = item->child; c; c = c->next) {
-        if (!strcmp(c->string, "rope_type") || !strcmp(c->string, "type")) {
-            if (!cJSON_IsString(c) || strcmp(c->valuestring, "default"))
-                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %s %s%s%s is not supported (only \"default\")",
-                                  name, k, c->string, cJSON_IsString(c) ? "\"" : "",
-                                  cJSON_IsString(c) ? c->valuestring : json_type(c), cJSON_IsString(c) ? "\"" : "");
-            have_type = 1;
+        size_t j = 0;
+        while (j < NROPE_KEYS && strcmp(c->string, rope_keys[j].key)) j++;
+        if (j < NROPE_KEYS) {
+            if (!cJSON_IsNumber(c))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": \"%s\": expected a number, got %s", name, k,
+                                  c->string, json_type(c));
+            param[j] = c;
+        } else if (!strcmp(c->string, "rope_type") || !strcmp(c->string, "type")) {
+            if (!cJSON_IsString(c))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %s: expected a string, got %s", name, k,
+                                  c->string, json_type(c));
+            if (type && strcmp(type->valuestring, c->valuestring))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %s \"%s\" disagrees with %s \"%s\"", name, k,
+                                  c->string, c->valuestring, type->string, type->valuestring);
+            type = c;
         } else if (is_params && !strcmp(c->string, "rope_theta")) {
-            if (!cJSON_IsNumber(c) || !(c->valuedouble > 0))
-                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": rope_theta must be a number > 0", name, k);
+            if (!cJSON_IsNumber(c) || !(c->valuedouble > 0) || !isfinite(c->valuedouble))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": rope_theta must be a finite number > 0", name, k);
             *theta = c->valuedouble;
             *have_theta = 1;
         } else if (!strcmp(c->string, "partial_rotary_factor")) {
@@ -202,8 +308,41 @@ static mp_code check_rope(const cJSON *item, const char *name, int is_params, do
             return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": unsupported key \"%s\"", name, k, c->string);
         }
     }
-    if (!have_type)
-        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": needs \"rope_type\": \"default\" (or null)", name, k);
+    if (!type)
+        return mp_err_set(err, MP_EINPUT,
+                          "%s: key \"%s\": needs \"rope_type\" (\"default\", \"linear\" or \"llama3\"), or null",
+                          name, k);
+    const char *tn = type->valuestring;
+    if (!strcmp(tn, "default")) out->type = MP_ROPE_DEFAULT;
+    else if (!strcmp(tn, "linear")) out->type = MP_ROPE_LINEAR;
+    else if (!strcmp(tn, "llama3")) out->type = MP_ROPE_LLAMA3;
+    else
+        return mp_err_set(err, MP_EINPUT,
+                          "%s: key \"%s\": %s \"%s\" is not supported (supported: \"default\", \"linear\", \"llama3\")",
+                          name, k, type->string, tn);
+    for (size_t j = 0; j < NROPE_KEYS; j++) {
+        int used = (rope_keys[j].types >> out->type) & 1u;
+        if (param[j] && !used)
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": \"%s\" is not a parameter of rope_type \"%s\"", name,
+                              k, rope_keys[j].key, tn);
+        if (!param[j] && used)
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": rope_type \"%s\" needs \"%s\"", name, k, tn,
+                              rope_keys[j].key);
+    }
+    if (param[0]) out->factor = param[0]->valuedouble;
+    if (param[1]) out->low_freq_factor = param[1]->valuedouble;
+    if (param[2]) out->high_freq_factor = param[2]->valuedouble;
+    if (param[3]) {
+        int64_t v;
+        if (!mp_double_to_i64(param[3]->valuedouble, 1, INT32_MAX, &v))
+            return mp_err_set(err, MP_EINPUT,
+                              "%s: key \"%s\": \"original_max_position_embeddings\": expected a positive 32-bit "
+                              "integer, got %g", name, k, param[3]->valuedouble);
+        out->original_max_position_embeddings = (int)v;
+    }
+    mp_code rc = check_scaling_values(out, err);
+    if (rc) return mp_err_wrap(err, "%s: key \"%s\"", name, k), rc;
+    *have = 1;
     return MP_OK;
 }
 
@@ -212,6 +351,8 @@ typedef struct {
     int head_dim;              /* -1: not given */
     double rope_theta;         /* from rope_parameters */
     int have_rope_theta;
+    mp_rope_scaling scaling[2];   /* [0] rope_scaling, [1] rope_parameters */
+    int have_scaling[2];          /* given and not null */
 } hf_extra;
 
 /* HF keys that must hold a value meshpoint implements. */
@@ -247,19 +388,20 @@ static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra
     } else if (!strcmp(k, "rope_scaling")) {
         double unused;
         int unused_have;
-        return check_rope(item, name, 0, &unused, &unused_have, err);
+        return check_rope(item, name, 0, &x->scaling[0], &x->have_scaling[0], &unused, &unused_have, err);
     } else if (!strcmp(k, "rope_parameters")) {
-        return check_rope(item, name, 1, &x->rope_theta, &x->have_rope_theta, err);
+        return check_rope(item, name, 1, &x->scaling[1], &x->have_scaling[1], &x->rope_theta, &x->have_rope_theta,
+                          err);
     } else if (!strcmp(k, "attention_dropout")) {
         if (!cJSON_IsNumber(item) || item->valuedouble != 0.0)
             return mp_err_set(err, MP_EINPUT, "%s: key \"attention_dropout\": only 0 is supported", name);
     } else if (!strcmp(k, "head_dim")) {
         if (cJSON_IsNull(item)) return MP_OK;   /* None: hidden_size / num_attention_heads */
-        if (!cJSON_IsNumber(item) || item->valuedouble != floor(item->valuedouble) || !(item->valuedouble > 0) ||
-            item->valuedouble > 1e9)
-            return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": expected a positive integer, got %s", name,
+        int64_t hd;
+        if (!cJSON_IsNumber(item) || !mp_double_to_i64(item->valuedouble, 1, INT32_MAX, &hd))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": expected a positive 32-bit integer, got %s", name,
                               cJSON_IsNumber(item) ? "another number" : json_type(item));
-        x->head_dim = (int)item->valuedouble;
+        x->head_dim = (int)hd;
     } else {
         *handled = 0;
     }
@@ -287,10 +429,27 @@ static mp_code validate_model(const mp_model_config *m, unsigned known, mp_err *
         return mp_err_set(err, MP_EINPUT,
                           "num_attention_heads (%d) is not divisible by num_key_value_heads (%d)",
                           m->num_attention_heads, m->num_key_value_heads);
+    if (KNOWN(K_LAYERS) && m->num_hidden_layers > MP_MAX_LAYERS)
+        return mp_err_set(err, MP_EINPUT, "key \"num_hidden_layers\": %d is above the limit of %d layers",
+                          m->num_hidden_layers, MP_MAX_LAYERS);
+    if (KNOWN(K_HIDDEN) && KNOWN(K_INTER) && KNOWN(K_LAYERS) && KNOWN(K_HEADS) && KNOWN(K_KV) && KNOWN(K_VOCAB)) {
+        int64_t np = mp_model_num_params(m);
+        if (np < 0 || np > MP_MAX_PARAMS)
+            return mp_err_set(err, MP_EINPUT,
+                              "the model's shape (hidden_size %d, intermediate_size %d, num_hidden_layers %d, "
+                              "vocab_size %d) has too many parameters to count in 64 bits", m->hidden_size,
+                              m->intermediate_size, m->num_hidden_layers, m->vocab_size);
+    }
 #undef KNOWN
-    if (!(m->rms_norm_eps > 0)) return mp_err_set(err, MP_EINPUT, "key \"rms_norm_eps\": must be > 0");
-    if (!(m->rope_theta > 0)) return mp_err_set(err, MP_EINPUT, "key \"rope_theta\": must be > 0");
-    if (!(m->initializer_range >= 0)) return mp_err_set(err, MP_EINPUT, "key \"initializer_range\": must be >= 0");
+    if (!(m->rms_norm_eps > 0) || !isfinite(m->rms_norm_eps))
+        return mp_err_set(err, MP_EINPUT, "key \"rms_norm_eps\": must be a finite number > 0, got %g", m->rms_norm_eps);
+    if (!(m->rope_theta > 0) || !isfinite(m->rope_theta))
+        return mp_err_set(err, MP_EINPUT, "key \"rope_theta\": must be a finite number > 0, got %g", m->rope_theta);
+    if (!(m->initializer_range >= 0) || !isfinite(m->initializer_range))
+        return mp_err_set(err, MP_EINPUT, "key \"initializer_range\": must be a finite number >= 0, got %g",
+                          m->initializer_range);
+    mp_code rc = check_scaling_values(&m->rope_scaling, err);
+    if (rc) return mp_err_wrap(err, "key \"rope_scaling\""), rc;
     return MP_OK;
 }
 
@@ -313,6 +472,16 @@ static mp_code finish_model(mp_model_config *m, const unsigned given, const hf_e
                               name, m->rope_theta, x->rope_theta);
         m->rope_theta = x->rope_theta;
     }
+    if (x->have_scaling[0] && x->have_scaling[1] && !mp_rope_scaling_equal(&x->scaling[0], &x->scaling[1])) {
+        char a[256], b[256];
+        mp_rope_scaling_describe(&x->scaling[0], a, sizeof a);
+        mp_rope_scaling_describe(&x->scaling[1], b, sizeof b);
+        return mp_err_set(err, MP_EINPUT, "%s: key \"rope_scaling\" (%s) disagrees with rope_parameters (%s)", name,
+                          a, b);
+    }
+    memset(&m->rope_scaling, 0, sizeof m->rope_scaling);
+    if (x->have_scaling[1]) m->rope_scaling = x->scaling[1];
+    else if (x->have_scaling[0]) m->rope_scaling = x->scaling[0];
     if (!((given >> K_KV) & 1u) && ((given >> K_HEADS) & 1u)) {   /* None: multi-head attention */
         m->num_key_value_heads = m->num_attention_heads;
         known |= 1u << K_KV;
@@ -425,7 +594,22 @@ mp_code mp_model_config_validate(const mp_model_config *m, mp_err *err) {
  * the relations between fields are checked once flags have been applied, by mp_train_config_validate).
  * Messages name the config key and the flag. */
 static mp_code validate_train_fields(const mp_train_config *t, mp_err *err) {
+    /* a flag (--lr 1e999) can bring what the parser refuses: every real field must be finite */
+    static const struct { const char *key; size_t off; } reals[] = {
+        {"lr (--lr)", offsetof(mp_train_config, lr)}, {"min_lr (--min-lr)", offsetof(mp_train_config, min_lr)},
+        {"weight_decay (--weight-decay)", offsetof(mp_train_config, weight_decay)},
+        {"beta1", offsetof(mp_train_config, beta1)}, {"beta2", offsetof(mp_train_config, beta2)},
+        {"adam_eps", offsetof(mp_train_config, adam_eps)},
+        {"grad_clip (--grad-clip)", offsetof(mp_train_config, grad_clip)}};
+    for (size_t i = 0; i < NFIELDS(reals); i++) {
+        double v = *(const double *)((const char *)t + reals[i].off);
+        if (!isfinite(v)) return mp_err_set(err, MP_EINPUT, "%s: must be a finite number, got %g", reals[i].key, v);
+    }
     if (t->steps < 0) return mp_err_set(err, MP_EINPUT, "steps: must be >= 0");
+    if (t->steps > MP_MAX_STEPS)
+        return mp_err_set(err, MP_EINPUT,
+                          "steps (--steps): %lld is above the limit of %lld (the optimizer's step counter)",
+                          (long long)t->steps, (long long)MP_MAX_STEPS);
     if (t->batch_size <= 0) return mp_err_set(err, MP_EINPUT, "batch_size: must be > 0, got %d", t->batch_size);
     if (t->grad_accum <= 0) return mp_err_set(err, MP_EINPUT, "grad_accum: must be > 0, got %d", t->grad_accum);
     if (t->seq_len <= 0) return mp_err_set(err, MP_EINPUT, "seq_len: must be > 0, got %d", t->seq_len);
@@ -472,6 +656,28 @@ mp_code mp_config_validate_pair(const mp_model_config *m, const mp_train_config 
     return MP_OK;
 }
 
+/* Adds key = v to o as JSON text that parses back to exactly v: the shortest of %.15g, %.16g, %.17g
+ * that strtod reads back bit for bit (1e-05 stays "1e-05"). cJSON's own printing stops at 15 digits
+ * whenever they come within an epsilon of v, so a checkpoint's config lost the last bits of a double
+ * (found by tests/fuzz/fuzz_config.c: a resume then refused the same config). Non-finite values never
+ * reach here (the parser refuses them); they would print as null as cJSON does. */
+static void add_exact_double(cJSON *o, const char *key, double v) {
+    char buf[40];
+    if (!isfinite(v)) { cJSON_AddNullToObject(o, key); return; }
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    cJSON_AddRawToObject(o, key, buf);
+}
+
+/* Adds key = v to o as an integer literal (cJSON prints integers beyond int range with 15 digits). */
+static void add_exact_int(cJSON *o, const char *key, long long v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", v);
+    cJSON_AddRawToObject(o, key, buf);
+}
+
 char *mp_model_config_to_json(const mp_model_config *m) {
     cJSON *o = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
@@ -480,13 +686,25 @@ char *mp_model_config_to_json(const mp_model_config *m) {
     cJSON_AddStringToObject(o, "hidden_act", "silu");
     cJSON_AddBoolToObject(o, "attention_bias", 0);
     cJSON_AddBoolToObject(o, "mlp_bias", 0);
-    cJSON_AddNullToObject(o, "rope_scaling");
+    if (m->rope_scaling.type == MP_ROPE_DEFAULT) {
+        cJSON_AddNullToObject(o, "rope_scaling");
+    } else {   /* the key order of the Llama 3.x config.json files */
+        const mp_rope_scaling *rs = &m->rope_scaling;
+        cJSON *r = cJSON_AddObjectToObject(o, "rope_scaling");
+        add_exact_double(r, "factor", rs->factor);
+        if (rs->type == MP_ROPE_LLAMA3) {
+            add_exact_double(r, "low_freq_factor", rs->low_freq_factor);
+            add_exact_double(r, "high_freq_factor", rs->high_freq_factor);
+            add_exact_int(r, "original_max_position_embeddings", rs->original_max_position_embeddings);
+        }
+        cJSON_AddStringToObject(r, "rope_type", mp_rope_type_name(rs->type));
+    }
     cJSON_AddNumberToObject(o, "head_dim", mp_head_dim(m));
     for (size_t i = 0; i < NFIELDS(model_fields); i++) {
         const field *f = &model_fields[i];
         const char *p = (const char *)m + f->off;
         if (f->kind == F_INT) cJSON_AddNumberToObject(o, f->key, *(const int *)p);
-        else if (f->kind == F_DBL) cJSON_AddNumberToObject(o, f->key, *(const double *)p);
+        else if (f->kind == F_DBL) add_exact_double(o, f->key, *(const double *)p);
         else if (f->kind == F_BOOL) cJSON_AddBoolToObject(o, f->key, *(const int *)p);
     }
     cJSON_AddStringToObject(o, "torch_dtype", "float32");
@@ -502,9 +720,12 @@ char *mp_train_config_to_json(const mp_train_config *t) {
         const char *p = (const char *)t + f->off;
         switch (f->kind) {
         case F_INT: cJSON_AddNumberToObject(o, f->key, *(const int *)p); break;
-        case F_I64: cJSON_AddNumberToObject(o, f->key, (double)*(const int64_t *)p); break;
-        case F_U64: cJSON_AddNumberToObject(o, f->key, (double)*(const uint64_t *)p); break;
-        case F_DBL: cJSON_AddNumberToObject(o, f->key, *(const double *)p); break;
+        case F_I64: add_exact_int(o, f->key, (long long)*(const int64_t *)p); break;
+        case F_U64: /* seeds: < 2^63 once validated; an unvalidated larger one prints as a double */
+            if (*(const uint64_t *)p <= INT64_MAX) add_exact_int(o, f->key, (long long)*(const uint64_t *)p);
+            else add_exact_double(o, f->key, (double)*(const uint64_t *)p);
+            break;
+        case F_DBL: add_exact_double(o, f->key, *(const double *)p); break;
         case F_BOOL: cJSON_AddBoolToObject(o, f->key, *(const int *)p); break;
         case F_TRI:
             if (*(const int *)p < 0) cJSON_AddNullToObject(o, f->key);
@@ -518,9 +739,28 @@ char *mp_train_config_to_json(const mp_train_config *t) {
     return s;
 }
 
+/* a * b + c for a, b, c >= 0, saturated at INT64_MAX. */
+static int64_t mul_add_sat(int64_t a, int64_t b, int64_t c) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r) || __builtin_add_overflow(r, c, &r)) return INT64_MAX;
+    return r;
+}
+
+/* The count of (unpadded) parameters: embedding, per layer two norms, q/k/v/o and the three MLP
+ * matrices, the final norm and lm_head unless tied. Saturates at INT64_MAX (so a shape whose count
+ * overflows compares as too large instead of wrapping negative); -1 for a shape that is not positive. */
 int64_t mp_model_num_params(const mp_model_config *m) {
     int64_t D = m->hidden_size, I = m->intermediate_size, V = m->vocab_size;
-    int64_t hd = mp_head_dim(m), H = m->num_attention_heads, KV = m->num_key_value_heads;
-    int64_t per_layer = 2 * D + D * H * hd + 2 * D * KV * hd + H * hd * D + 3 * D * I;
-    return V * D + m->num_hidden_layers * per_layer + D + (m->tie_word_embeddings ? 0 : V * D);
+    int64_t H = m->num_attention_heads, KV = m->num_key_value_heads, L = m->num_hidden_layers;
+    if (D <= 0 || I <= 0 || V <= 0 || H <= 0 || KV <= 0 || L < 0) return -1;
+    int64_t hd = D / H;
+    int64_t qo = mul_add_sat(2 * H, hd, 0);                  /* q and o: H*hd rows (cols) each */
+    int64_t kv = mul_add_sat(2 * KV, hd, 0);                 /* k and v */
+    int64_t per_layer = mul_add_sat(D, qo, 0);
+    per_layer = mul_add_sat(D, kv, per_layer);
+    per_layer = mul_add_sat(3 * D, I, per_layer);
+    per_layer = mul_add_sat(2, D, per_layer);                /* the two norms */
+    int64_t n = mul_add_sat(L, per_layer, D);                /* layers and the final norm */
+    n = mul_add_sat(m->tie_word_embeddings ? 1 : 2, mul_add_sat(V, D, 0), n);
+    return n;
 }

@@ -11,8 +11,12 @@
  *     another value is refused), hidden_act "silu", attention_bias / mlp_bias false (null: false),
  *     attention_dropout 0, rope_scaling null.
  * model_type must be "llama" and architectures (if given) only "LlamaForCausalLM". RoPE: rope_scaling and
- * transformers 5's rope_parameters may be null or {"rope_type": "default"} (rope_parameters may also carry
- * rope_theta, which is then the model's; a different top-level rope_theta is refused). Keys transformers
+ * transformers 5's rope_parameters may be null or an object whose rope_type (or the older "type") is
+ * "default", "linear" (with "factor") or "llama3" (with "factor", "low_freq_factor", "high_freq_factor",
+ * "original_max_position_embeddings"); other types (yarn, dynamic, longrope, ...) are refused naming the
+ * type, each parameter is checked naming it, and when both keys are given they must agree.
+ * rope_parameters may also carry rope_theta, which is then the model's (a different top-level rope_theta
+ * is refused). The scaling is written back as "rope_scaling" (mp_model_config_to_json). Keys transformers
  * ignores when it builds the model (torch_dtype/dtype, token ids, use_cache, pretraining_tp,
  * is_llama_config, rope_interleaved, the generation keys max_length/temperature/top_p/..., ...) are
  * accepted; keys that would change the math are checked (hidden_act must be "silu", biases false,
@@ -22,8 +26,21 @@
 #ifndef MP_CONFIG_H
 #define MP_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "core/error.h"
+
+/* RoPE frequency scaling (HF rope_scaling / rope_parameters). MP_ROPE_DEFAULT (0, so a zeroed config means
+ * plain RoPE) uses none of the numbers. */
+typedef enum { MP_ROPE_DEFAULT = 0, MP_ROPE_LINEAR, MP_ROPE_LLAMA3 } mp_rope_type;
+
+typedef struct mp_rope_scaling {
+    mp_rope_type type;
+    double factor;                          /* linear, llama3: finite, >= 1 */
+    double low_freq_factor;                 /* llama3: finite, > 0 */
+    double high_freq_factor;                /* llama3: finite, > low_freq_factor */
+    int original_max_position_embeddings;   /* llama3: > 0 */
+} mp_rope_scaling;
 
 typedef struct mp_model_config {
     int hidden_size;
@@ -37,9 +54,23 @@ typedef struct mp_model_config {
     double rope_theta;
     int tie_word_embeddings;
     double initializer_range;
+    mp_rope_scaling rope_scaling;           /* rope_scaling / rope_parameters (default: none) */
 } mp_model_config;
 
 #define MP_PATH_MAX 1024
+
+/* Upper bounds of the model's shape, beyond the ints of the fields themselves, so that every size
+ * derived from a config (tensor counts, element counts, the parameter count) is computed without
+ * overflow, and a crafted config (or a checkpoint's stored one) is refused instead of allocated:
+ * MP_MAX_LAYERS is over 100x the deepest released Llama (126 layers; it bounds the per-layer tables,
+ * e.g. the tensor list `ckpt verify` builds without a memory plan); MP_MAX_PARAMS only requires the
+ * parameter count to be computable in int64 — whether a model fits in memory is the memory plan's
+ * question (llama_plan_memory), which refuses with the figures. */
+#define MP_MAX_LAYERS 16384
+#define MP_MAX_PARAMS (INT64_MAX - 1)
+/* The most optimizer steps a run may count: the bias-correction step t (<= steps) is an int in the
+ * backend's AdamW (MP_ADAMW_MAX_T in core/optim.h). */
+#define MP_MAX_STEPS ((int64_t)INT32_MAX)
 
 typedef struct mp_train_config {
     int64_t steps;             /* optimizer steps to run in total */
@@ -92,8 +123,22 @@ char *mp_model_config_to_json(const mp_model_config *m);
 /* JSON text of the training config. Caller frees. */
 char *mp_train_config_to_json(const mp_train_config *t);
 
+/* "default" | "linear" | "llama3" (the HF rope_type). */
+const char *mp_rope_type_name(mp_rope_type t);
+/* 1 if a and b scale RoPE the same way (the numbers a type does not use are ignored). */
+int mp_rope_scaling_equal(const mp_rope_scaling *a, const mp_rope_scaling *b);
+/* Describes s into buf (cap bytes) for messages and listings: "default", "linear (factor 2)",
+ * "llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192)". */
+void mp_rope_scaling_describe(const mp_rope_scaling *s, char *buf, size_t cap);
+
 static inline int mp_head_dim(const mp_model_config *m) { return m->hidden_size / m->num_attention_heads; }
-/* Number of parameters of the (unpadded) model. */
+/* Number of parameters of the (unpadded) model; never overflows: saturates at INT64_MAX, and is -1 when
+ * a dimension is not positive. At most MP_MAX_PARAMS for a validated config. */
 int64_t mp_model_num_params(const mp_model_config *m);
+
+/* The one conversion of a double (a JSON number: config values, checkpoint metadata) to an integer:
+ * returns 1 and sets *out (may be NULL) when v is finite, integral and in [lo, hi]; else 0 and leaves
+ * *out alone. A plain cast of an out-of-range double is undefined behaviour; this never casts one. */
+int mp_double_to_i64(double v, int64_t lo, int64_t hi, int64_t *out);
 
 #endif

@@ -224,7 +224,8 @@ mp_code mp_loader_init(mp_loader *l, const mp_token_file *f, int batch, int seq_
 
 mp_code mp_loader_set_cursor(mp_loader *l, mp_loader_cursor cur, mp_err *err) {
     assert(l && l->file);
-    if (cur.pos < 0 || cur.epoch < 0 || cur.pos + batch_span(l) > l->file->ntokens)
+    /* written so that no crafted value overflows: ntokens >= batch_span once the loader is initialised */
+    if (cur.pos < 0 || cur.epoch < 0 || cur.pos > l->file->ntokens - batch_span(l))
         return mp_err_set(err, MP_EINPUT,
                           "data loader for %s: cursor (pos %lld, epoch %lld) is outside the file's %lld "
                           "tokens for batches of %d x %d (was the checkpoint made with another data file?)",

@@ -9,9 +9,14 @@
 
 static int g_rank = -1, g_world = 1;
 static int g_level = -1;
+static char g_prog[64] = "meshpoint";
 
 void mp_log_set_rank(int rank, int world) { g_rank = rank; g_world = world; }
 void mp_log_set_level(mp_log_level lvl) { g_level = (int)lvl; }
+void mp_log_set_prog(const char *prog) { snprintf(g_prog, sizeof g_prog, "%s", prog && *prog ? prog : "meshpoint"); }
+const char *mp_log_prog(void) { return g_prog; }
+int mp_log_rank(void) { return g_rank; }
+int mp_log_is_main(void) { return g_world <= 1 || g_rank <= 0; }
 
 static int level_now(void) {
     if (g_level >= 0) return g_level;
@@ -32,11 +37,21 @@ void mp_log(mp_log_level lvl, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    const char *tag = lvl == MP_LOG_ERROR ? "error: " : lvl == MP_LOG_WARN ? "warning: " : "";
-    if (g_world > 1 && g_rank >= 0 && lvl < MP_LOG_INFO)
-        fprintf(stderr, "[rank %d] %s%s\n", g_rank, tag, line);
+    if (lvl >= MP_LOG_INFO) { fprintf(stderr, "%s\n", line); return; }
+    const char *tag = lvl == MP_LOG_ERROR ? "error" : "warning";
+    if (g_world > 1 && g_rank >= 0)
+        fprintf(stderr, "%s: %s: [rank %d] %s\n", g_prog, tag, g_rank, line);
     else
-        fprintf(stderr, "%s%s\n", tag, line);
+        fprintf(stderr, "%s: %s: %s\n", g_prog, tag, line);
+}
+
+void mp_log_fail(const char *fmt, ...) {
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s: error: %s\n", g_prog, line);
 }
 
 double mp_time_s(void) {

@@ -20,8 +20,14 @@ typedef struct mp_optim_slot {
     int decay;
 } mp_optim_slot;
 
-/* One update of every slot at learning rate lr; t is the 1-based step; gradients are multiplied by
- * grad_scale first (1.0, or the clipping factor). */
+/* The largest bias-correction step t: the backend's adamw op takes it as an int. A step count read from
+ * outside (a config's steps, a checkpoint's metadata "step") is range-checked against it before it gets
+ * here: core/config.c (MP_MAX_STEPS), cli/train_ckpt.c (resuming: completed steps < MP_ADAMW_MAX_T). */
+#define MP_ADAMW_MAX_T ((int64_t)INT32_MAX)
+
+/* One update of every slot at learning rate lr; t is the 1-based step, 1 <= t <= MP_ADAMW_MAX_T (an
+ * invariant: callers check values from outside); gradients are multiplied by grad_scale first (1.0, or
+ * the clipping factor). */
 void mp_adamw_step(mp_backend *be, const mp_adamw_hparams *hp, const mp_optim_slot *slots, int nslots,
                    double lr, int64_t t, float grad_scale);
 

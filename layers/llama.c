@@ -108,14 +108,23 @@ static mp_code check_mesh(const mp_model_config *c, const llama_options *o, int 
     return MP_OK;
 }
 
-/* Carves every activation and scratch buffer out of one allocation. */
-static void alloc_acts(llama_model *m) {
+/* One activation buffer: where its pointer lives and how many floats it holds. */
+typedef struct act_piece {
+    float **p;
+    int64_t n;
+} act_piece;
+
+#define ACT_MAX_PIECES (32 + 16 * LLAMA_MAX_LAYERS)
+
+/* Lists every activation and scratch buffer of m (pointer slot, floats) into list; returns the count and
+ * sets *bytes to the one allocation that holds them all, each piece 64-byte aligned, plus the two int32
+ * token buffers. Pure: the memory plan and alloc_acts share it, so they cannot disagree. */
+static int act_layout(llama_model *m, act_piece *list, size_t *bytes) {
     int64_t N = m->N, D = m->D, nr = m->n_res, qd = (int64_t)m->H_local * m->hd, kd = (int64_t)m->KV_local * m->hd;
     int64_t Il = m->I_local, att = (int64_t)m->B * m->H_local * m->T * m->T, V = m->v_local;
     int64_t rep = llama_replicated_shard_numel(m);
-    struct { float **p; int64_t n; } list[32 + 16 * LLAMA_MAX_LAYERS];
     int k = 0;
-#define ADD(ptr, count) do { list[k].p = &(ptr); list[k].n = (count); k++; } while (0)
+#define ADD(ptr, count) do { assert(k < ACT_MAX_PIECES); list[k].p = &(ptr); list[k].n = (count); k++; } while (0)
     for (int l = 0; l < m->L; l++) {
         llama_layer_acts *a = &m->acts[l];
         ADD(a->x_in, nr * D); ADD(a->ln1, nr * D); ADD(a->rstd1, nr);
@@ -139,7 +148,15 @@ static void alloc_acts(llama_model *m) {
     int64_t total = 0;
     for (int i = 0; i < k; i++) total += (list[i].n + 15) / 16 * 16;   /* 64-byte aligned pieces */
     total += 2 * ((N + 15) / 16 * 16);                                  /* token buffers (int32) */
-    m->act_bytes = (size_t)total * sizeof(float);
+    *bytes = (size_t)total * sizeof(float);
+    return k;
+}
+
+/* Carves every activation and scratch buffer out of one allocation (laid out by act_layout). */
+static void alloc_acts(llama_model *m) {
+    static act_piece list[ACT_MAX_PIECES];   /* start-up only, one model at a time */
+    int k = act_layout(m, list, &m->act_bytes);
+    int64_t N = m->N, half = m->hd / 2;
     float *base = m->be->alloc(m->be, m->act_bytes, MP_MEM_ACTS);
     m->act_block = base;
     int64_t off = 0;
@@ -165,19 +182,15 @@ static void alloc_acts(llama_model *m) {
     free(s);
 }
 
-mp_code llama_create(llama_model **out, const mp_model_config *cfg, const llama_options *opt, mp_mesh *mesh,
-                     mp_backend *be, mp_err *err) {
-    *out = NULL;
-    MP_TRY(mp_model_config_validate(cfg, err));
-    MP_TRY(check_mesh(cfg, opt, mesh->tp, err));
-    llama_model *m = mp_calloc(sizeof *m, MP_MEM_OTHER);
+/* Sets m's configuration and local sizes for rank (tp_rank, dp_rank) of a tp x dp mesh, then builds the
+ * parameter table and lays out the FSDP units. Allocates nothing; the config and mesh were checked. */
+static void set_geometry(llama_model *m, const mp_model_config *cfg, const llama_options *opt, int tp, int tp_rank,
+                         int dp, int dp_rank) {
     m->cfg = *cfg;
     m->opt = *opt;
-    m->mesh = mesh;
-    m->be = be;
-    m->tp = mesh->tp; m->tp_rank = mesh->tp_rank;
-    m->dp = mesh->dp; m->dp_rank = mesh->dp_rank;
-    m->sp = opt->sp && mesh->tp > 1;
+    m->tp = tp; m->tp_rank = tp_rank;
+    m->dp = dp; m->dp_rank = dp_rank;
+    m->sp = opt->sp && tp > 1;
     m->L = cfg->num_hidden_layers;
     m->D = cfg->hidden_size;
     m->hd = mp_head_dim(cfg);
@@ -196,6 +209,68 @@ mp_code llama_create(llama_model **out, const mp_model_config *cfg, const llama_
     m->n_res = m->sp ? m->N / m->tp : m->N;
     for (int r = 0; r < m->tp && r < LLAMA_MAX_TP; r++) m->sp_counts[r] = (int64_t)m->n_res * m->D;
     llama_params_build(m);
+    llama_params_layout(m);
+}
+
+/* A float estimate of the largest numbers the layout will compute (elements of the parameters, of the
+ * largest activation, of the whole activation block), so that the exact int64 arithmetic that follows
+ * cannot overflow: MP_EINPUT naming the sizes when any would pass 2^58 bytes on one rank. */
+static mp_code check_plan_range(const mp_model_config *c, const llama_options *o, mp_err *err) {
+    double D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
+    double hd = mp_head_dim(c), H = c->num_attention_heads, KV = c->num_key_value_heads;
+    double B = o->micro_batch, T = o->seq_len, N = B * T;
+    double params = 2 * V * D + L * (2 * D + (H + 2 * KV) * hd * D + D * H * hd + 3 * I * D) + D;
+    double widest = V > I ? V : I;
+    widest = widest > D ? widest : D;
+    widest = widest > H * hd ? widest : H * hd;
+    double acts = (L + 4) * (2 * B * H * T * T + 16 * N * widest);
+    const double limit = 0x1p58 / 4;   /* floats */
+    if (N > INT32_MAX || H * hd > INT32_MAX)
+        return mp_err_set(err, MP_EINPUT, "micro-batch x seq_len (%.0f) or num_attention_heads x head_dim (%.0f) "
+                          "exceeds 2^31", N, H * hd);
+    if (params * 4 > limit || acts > limit)
+        return mp_err_set(err, MP_EINPUT,
+                          "the model is too large to plan: about %.3g parameters in all and %.3g activation floats per rank "
+                          "(hidden_size %d, intermediate_size %d, vocab_size %d, num_hidden_layers %d, micro-batch %d, "
+                          "seq_len %d) exceed 2^58 bytes", params, acts, c->hidden_size, c->intermediate_size,
+                          c->vocab_size, c->num_hidden_layers, o->micro_batch, o->seq_len);
+    return MP_OK;
+}
+
+mp_code llama_plan_memory(const mp_model_config *cfg, const llama_options *opt, int tp, int tp_rank, int dp,
+                          int dp_rank, llama_memory_plan *plan, mp_err *err) {
+    assert(plan && tp_rank >= 0 && tp_rank < tp && dp_rank >= 0 && dp_rank < dp);
+    memset(plan, 0, sizeof *plan);
+    MP_TRY(mp_model_config_validate(cfg, err));
+    MP_TRY(check_mesh(cfg, opt, tp, err));
+    if (dp < 1) return mp_err_set(err, MP_EINPUT, "dp (%d) must be >= 1", dp);
+    MP_TRY(check_plan_range(cfg, opt, err));
+    llama_model *m = mp_xcalloc(sizeof *m);
+    set_geometry(m, cfg, opt, tp, tp_rank, dp, dp_rank);
+    int64_t shard = m->shard_total * (int64_t)sizeof(float);
+    plan->bytes[MP_MEM_PARAMS] = shard;
+    plan->bytes[MP_MEM_GRADS] = shard;
+    plan->bytes[MP_MEM_OPTIM] = 2 * shard;
+    plan->bytes[MP_MEM_GATHER] = (int64_t)llama_fsdp_plan_bytes(m);
+    static act_piece list[ACT_MAX_PIECES];
+    size_t acts;
+    act_layout(m, list, &acts);
+    plan->bytes[MP_MEM_ACTS] = (int64_t)acts;
+    plan->bytes[MP_MEM_OTHER] = (int64_t)sizeof(llama_model) + (dp > 1 ? (int64_t)(m->nunits * dp * 8) : 0);
+    for (int k = 0; k < MP_MEM_NCAT; k++) plan->total += plan->bytes[k];
+    free(m);
+    return MP_OK;
+}
+
+mp_code llama_create(llama_model **out, const mp_model_config *cfg, const llama_options *opt, mp_mesh *mesh,
+                     mp_backend *be, mp_err *err) {
+    *out = NULL;
+    llama_memory_plan plan;   /* checks the config, the mesh and that every size fits in int64 */
+    MP_TRY(llama_plan_memory(cfg, opt, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan, err));
+    llama_model *m = mp_calloc(sizeof *m, MP_MEM_OTHER);
+    m->mesh = mesh;
+    m->be = be;
+    set_geometry(m, cfg, opt, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank);
     llama_params_alloc(m);
     llama_fsdp_alloc(m);
     alloc_acts(m);

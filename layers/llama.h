@@ -109,6 +109,18 @@ typedef struct llama_options {
 
 typedef struct llama_model llama_model;
 
+/* What llama_create allocates on one rank, by allocator category (core/alloc.h), in bytes. */
+typedef struct llama_memory_plan {
+    int64_t bytes[MP_MEM_NCAT];
+    int64_t total;
+} llama_memory_plan;
+
+/* The bytes llama_create would allocate on rank (tp_rank, dp_rank) of a tp x dp mesh, computed from the
+ * same layout code, with every size first checked to fit (MP_EINPUT naming the sizes when the model is
+ * beyond any machine's memory, and the config/mesh errors llama_create gives). Allocates only scratch. */
+mp_code llama_plan_memory(const mp_model_config *cfg, const llama_options *opt, int tp, int tp_rank, int dp,
+                          int dp_rank, llama_memory_plan *plan, mp_err *err);
+
 /* Checks the config against the mesh (num_key_value_heads % tp, seq_len % tp under SP, ...) with
  * messages naming the field, then allocates everything a training step needs. */
 mp_code llama_create(llama_model **out, const mp_model_config *cfg, const llama_options *opt, mp_mesh *mesh,

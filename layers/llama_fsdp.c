@@ -19,11 +19,28 @@
 
 static int64_t cols_of(const llama_param *p) { return p->tp_shape[1]; }
 
+/* The largest shard of any unit on this rank (the reduce-scatter output's size). */
+static int64_t max_unit_shard(const llama_model *m) {
+    int64_t max_shard = 0;
+    for (int u = 0; u < m->nunits; u++)
+        if (m->units[u].shard_numel > max_shard) max_shard = m->units[u].shard_numel;
+    return max_shard;
+}
+
+size_t llama_fsdp_plan_bytes(const llama_model *m) {
+    if (m->dp == 1) return 0;
+    size_t fb = (size_t)m->max_unit_full * sizeof(float), b = 0;
+    if (m->opt.reshard_after_forward) b += fb;   /* one pool shared by every unit */
+    else
+        for (int u = 0; u < m->nunits; u++) b += (size_t)m->units[u].full_numel * sizeof(float);
+    /* unit 0's gathered grads, the shared grad pool, the pack stage, the reduce-scatter output */
+    return b + (size_t)m->units[0].full_numel * sizeof(float) + 2 * fb + (size_t)max_unit_shard(m) * sizeof(float);
+}
+
 void llama_fsdp_alloc(llama_model *m) {
     m->pool_unit = -1;
     if (m->dp == 1) return;
     mp_backend *be = m->be;
-    int64_t max_shard = 0;
     for (int u = 0; u < m->nunits; u++) {
         llama_unit *un = &m->units[u];
         un->dp_counts = mp_calloc(sizeof(int64_t) * (size_t)m->dp, MP_MEM_OTHER);
@@ -35,25 +52,20 @@ void llama_fsdp_alloc(llama_model *m) {
             }
         }
         assert(un->dp_counts[m->dp_rank] == un->shard_numel);
-        if (un->shard_numel > max_shard) max_shard = un->shard_numel;
     }
+    int64_t max_shard = max_unit_shard(m);
     size_t fb = (size_t)m->max_unit_full * sizeof(float);
-    m->fsdp_bytes = 0;
     if (m->opt.reshard_after_forward) {
         m->pool = be->alloc(be, fb, MP_MEM_GATHER);
-        m->fsdp_bytes += fb;
     } else {
-        for (int u = 0; u < m->nunits; u++) {
-            size_t b = (size_t)m->units[u].full_numel * sizeof(float);
-            m->units[u].full = be->alloc(be, b, MP_MEM_GATHER);
-            m->fsdp_bytes += b;
-        }
+        for (int u = 0; u < m->nunits; u++)
+            m->units[u].full = be->alloc(be, (size_t)m->units[u].full_numel * sizeof(float), MP_MEM_GATHER);
     }
     m->grad_unit0 = be->alloc(be, (size_t)m->units[0].full_numel * sizeof(float), MP_MEM_GATHER);
     m->grad_pool = be->alloc(be, fb, MP_MEM_GATHER);
     m->stage = be->alloc(be, fb, MP_MEM_GATHER);
     m->stage2 = be->alloc(be, (size_t)max_shard * sizeof(float), MP_MEM_GATHER);
-    m->fsdp_bytes += (size_t)m->units[0].full_numel * sizeof(float) + 2 * fb + (size_t)max_shard * sizeof(float);
+    m->fsdp_bytes = llama_fsdp_plan_bytes(m);
     m->stage2_numel = max_shard;
 }
 

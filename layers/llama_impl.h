@@ -94,12 +94,16 @@ struct llama_model {
 };
 
 void llama_params_build(llama_model *m);
+/* Units, shard offsets and totals over the built table (no allocation). */
+void llama_params_layout(llama_model *m);
 void llama_params_alloc(llama_model *m);
 void llama_params_free(llama_model *m);
 int64_t llama_replicated_shard_numel(const llama_model *m);
 
 /* FSDP (llama_fsdp.c). On dp = 1 all of these are no-ops: full tensors alias the shards. */
 void llama_fsdp_alloc(llama_model *m);
+/* Bytes llama_fsdp_alloc allocates for m's laid-out units (0 on dp = 1). */
+size_t llama_fsdp_plan_bytes(const llama_model *m);
 void llama_fsdp_free(llama_model *m);
 /* Marks every gathered copy stale (after the shards changed). */
 void llama_fsdp_invalidate(llama_model *m);

@@ -194,16 +194,15 @@ void llama_params_build(llama_model *m) {
 /* Elements of a parameter's local shard and of its full TP slice. */
 static int64_t full_numel(const llama_param *p) { return p->tp_shape[0] * p->tp_shape[1]; }
 
-/* Lays out units over the parameter table and allocates shard storage; points every parameter's shard,
- * shard_grad, m, v (and, on dp = 1, full and full_grad) into it. */
-void llama_params_alloc(llama_model *m) {
-    mp_backend *be = m->be;
+/* Lays out the FSDP units over the parameter table: each unit's parameters, shard offset and sizes, the
+ * largest gathered unit and the shard total. Allocates nothing. */
+void llama_params_layout(llama_model *m) {
     int64_t total = 0;
+    m->max_unit_full = 0;
     for (int u = 0; u < m->nunits; u++) {
         llama_unit *un = &m->units[u];
         memset(un, 0, sizeof *un);
         un->first = -1;
-        un->shard_off = total;
     }
     /* Parameters of a unit are consecutive in the table except the tied case's norm (unit 0), which is
      * added right after the embedding, so consecutiveness holds there too. */
@@ -225,6 +224,13 @@ void llama_params_alloc(llama_model *m) {
         if (un->full_numel > m->max_unit_full) m->max_unit_full = un->full_numel;
     }
     m->shard_total = total;
+}
+
+/* Allocates the shard storage laid out by llama_params_layout; points every parameter's shard,
+ * shard_grad, m, v (and, on dp = 1, full and full_grad) into it. */
+void llama_params_alloc(llama_model *m) {
+    mp_backend *be = m->be;
+    int64_t total = m->shard_total;
     size_t bytes = (size_t)total * sizeof(float);
     m->shard_params = be->alloc(be, bytes, MP_MEM_PARAMS);
     m->shard_grads = be->alloc(be, bytes, MP_MEM_GRADS);

@@ -5,7 +5,8 @@
 # checkpoint every 250 steps, stops halfway (as a preempted job would), and resumes from the newest
 # checkpoint to finish. Then the cluster "shrinks": the newest checkpoint is resharded offline to 2
 # processes (the plan first), training resumes on 2 processes from it, and the same checkpoint is also
-# loaded straight onto 1 process (load-time resharding) to evaluate it. A few minutes on 2 cores. Set
+# loaded straight onto 1 process (load-time resharding) to evaluate it; the demo ends by sampling text from the
+# model it trained. A few minutes on 2 cores. Set
 # DEMO_STEPS to change the length.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,4 +42,7 @@ mpirun --oversubscribe -np 2 "$MP_BIN" train --config configs/demo.json \
     --resume-from "$small" --eval-every 100
 echo "== load-time resharding: the tp 2 x dp 2 checkpoint evaluated on 1 process"
 "$MP_BIN" eval --config configs/demo.json --data "$run/data/fortunes_val.bin" --checkpoint "$newest" --batches 4
-echo "== metrics: $run/metrics.jsonl, ${run}_dp2/metrics.jsonl; checkpoints: $run/checkpoints, $small (open index.h5 with h5py)"
+echo "== sampling from the trained model (the same text on any mesh for a given --seed)"
+"$MP_BIN" sample --checkpoint "${run}_dp2" --prompt "The secret of " --tokens 160 --temperature 0.7 --top-k 20 --seed 1
+"$MP_BIN" plot "$run" --out "$run/curves.png" --force
+echo "== metrics: $run/metrics.jsonl, ${run}_dp2/metrics.jsonl; checkpoints: $run/checkpoints, $small (open index.h5 with h5py); curves: $run/curves.png"

@@ -2,10 +2,12 @@
 # scripts/setup.sh — installs every Debian package meshpoint needs (build, tests, demo, Python interop
 # checks). Idempotent: packages already present are skipped quickly. Needs root (or sudo).
 set -euo pipefail
-PKGS=(build-essential cmake pkg-config
+# clang, libclang-rt-dev (libFuzzer and the sanitizer runtimes: only a recommendation of clang, which
+# --no-install-recommends skips) and libomp-dev (clang's OpenMP) build the fuzz targets (scripts/fuzz.sh).
+PKGS=(build-essential cmake pkg-config clang libclang-rt-dev libomp-dev
       libhdf5-dev hdf5-tools libzstd-dev libxxhash-dev
       libopenmpi-dev openmpi-bin libopenblas-dev
-      libcriterion-dev libcjson-dev
+      libcriterion-dev libcjson-dev libplplot-dev plplot-driver-cairo
       python3-torch python3-h5py python3-numpy
       fortunes)
 missing=()

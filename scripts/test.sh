@@ -2,7 +2,8 @@
 # scripts/test.sh — the whole test suite from a fresh machine: installs the packages, builds Release,
 # runs every test (unit, CLI, multi-rank under mpiexec, PyTorch and h5py interop), then builds with
 # AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests again there (unit and multi-rank; a few
-# repetitive crash-injection entries excepted, see below). .ci/run calls this.
+# repetitive crash-injection entries excepted, see below), then runs the libFuzzer targets for a bounded
+# time (clang build). .ci/run calls this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -38,3 +39,9 @@ echo "== tests (ASan + UBSan): unit and multi-rank"
 # load-time and offline reshards (workers included), signals, run directories, h5py and torch interop.
 asan_skip='^(ckpt_crash_mpi|train_fault_crash_(during_rank_files|after_rank_files|after_index|after_latest))$'
 (cd "$build-asan" && ctest --output-on-failure -j"$jobs" --timeout 900 -E "$asan_skip")
+
+# libFuzzer targets (tests/fuzz/, docs/RELIABILITY.md "Fuzzing"): built with clang in $build-fuzz, each
+# run for FUZZ_SECONDS (default 20: about 2 minutes with the build on 2 cores), seeded by the committed
+# corpora. Longer runs on demand: ./scripts/fuzz.sh SECONDS.
+echo "== fuzz (libFuzzer + ASan + UBSan, ${FUZZ_SECONDS:-20} s per target)"
+FUZZ_BUILD="$build-fuzz" ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}"

@@ -10,7 +10,7 @@ if ! printf '%s\n' "$out" | grep -Eq -- "$pattern"; then
     printf 'output does not match /%s/:\n%s\n' "$pattern" "$out"; exit 1
 fi
 # an error found by every rank is reported once (by rank 0), not once per rank
-n=$(printf '%s\n' "$out" | grep -c 'meshpoint: error')
+n=$(printf '%s\n' "$out" | grep -c 'meshpoint [a-z ]*: error:')
 if [ "$code" -eq 2 ] && [ "$n" -gt 1 ]; then
     printf 'the error was printed %s times (expected once):\n%s\n' "$n" "$out"; exit 1
 fi

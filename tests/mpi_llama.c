@@ -228,6 +228,16 @@ int main(int argc, char **argv) {
     if (llama_create(&m, &cfg, &o, &mesh, be, &err)) { fprintf(stderr, "%s\n", err.msg); MPI_Abort(MPI_COMM_WORLD, 2); }
     int64_t held[MP_MEM_NCAT];
     for (int k = 0; k < MP_MEM_NCAT; k++) held[k] = mp_mem_current((mp_mem_cat)k) - before[k];
+    /* the memory plan printed before allocation is what llama_create allocated, category by category */
+    llama_memory_plan plan;
+    if (llama_plan_memory(&cfg, &o, mesh.tp, mesh.tp_rank, mesh.dp, mesh.dp_rank, &plan, &err)) {
+        fprintf(stderr, "plan: %s\n", err.msg);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    static const mp_mem_cat planned[] = {MP_MEM_PARAMS, MP_MEM_GRADS, MP_MEM_OPTIM, MP_MEM_GATHER, MP_MEM_ACTS};
+    for (size_t i = 0; i < sizeof planned / sizeof planned[0]; i++)
+        check(plan.bytes[planned[i]] == held[planned[i]], "memory plan %s: %lld B planned, %lld B allocated",
+              mp_mem_cat_name(planned[i]), (long long)plan.bytes[planned[i]], (long long)held[planned[i]]);
 
     mp_mesh single;
     mp_mesh_init_single(&single);

@@ -13,6 +13,10 @@
 #   lock           a second job on a checkpoint directory in use exits 2 naming the holder (pid, host) and
 #                  leaves its *.partial alone; a SIGKILLed holder leaves no stale lock
 #   usage          --resume-from "" and --overwrite with --resume exit 2 naming the flag
+#   metrics_full   metrics.jsonl cannot grow (file-size limit, as on a full disk): the run stops with exit 1
+#                  naming the file and the cause, and the checkpoints it committed before are intact
+#   save_continue  --on-save-error continue: an earlier failed save is logged and the run goes on, but the
+#                  run's last save failing fails the run (exit 1), sync and async alike
 #   ranks_data     (mpiexec -np 2) a training file only rank 0 can open: one agreed error, exit 2, no hang
 #   ranks_resume   (mpiexec -np 2) ranks that see different checkpoint roots resume from rank 0's choice
 set -u
@@ -130,13 +134,38 @@ usage)
     [ -e "$work/run" ] && fail "a refused run created $work/run"
     echo "ok ($case)"
     ;;
+metrics_full)
+    # 1 KiB of metrics holds ~6 steps; a checkpoint of step 2 is written before that (its files are
+    # about 200 KiB, so the limit goes on metrics only: the checkpoint root lives outside the limit's reach
+    # by saving it before the limited run, then resuming under the limit without saving)
+    train --run-dir "$work/run" --steps 2 --ckpt-every 2 >/dev/null 2>&1 || fail "first run"
+    expect 1 "writing $work/run/metrics.jsonl: File too large" "$work/log" \
+        bash -c 'trap "" XFSZ; ulimit -f 1; exec "$@"' limited "$bin" train --config "$config" --train-data "$data" \
+        --log-every 0 --run-dir "$work/run" --resume --steps 60
+    grep -q "^done" "$work/log" && fail "the run said done: $(cat "$work/log")"
+    "$bin" ckpt verify "$work/run" >"$work/verify" 2>&1 || fail "step 2 does not verify: $(cat "$work/verify")"
+    echo "ok ($case): $(grep error "$work/log" | cut -c1-150)"
+    ;;
+save_continue)
+    for mode in sync async; do
+        extra=""; [ $mode = async ] && extra=--async-save
+        # rank files of this config are ~200 KiB: the limit fails every save, metrics fit
+        expect 1 "the run's last save failed .*step 4" "$work/log_$mode" \
+            bash -c 'trap "" XFSZ; ulimit -f 100; exec "$@"' limited "$bin" train --config "$config" --train-data "$data" \
+            --log-every 0 --run-dir "$work/run_$mode" --steps 4 --ckpt-every 2 --on-save-error continue $extra
+        grep -q "step 2.*continuing: --on-save-error continue\|continuing: --on-save-error continue" "$work/log_$mode" ||
+            fail "$mode: the failed save of step 2 was not logged as continued: $(cat "$work/log_$mode")"
+        ls "$work/run_$mode/checkpoints" | grep -q step_ && fail "$mode: a failed save left a step directory"
+    done
+    echo "ok ($case): sync and async exit 1 when the last save fails"
+    ;;
 ranks_data)
     # rank 1 gets a training file that does not exist: both ranks must stop, with one message
     expect 2 "\[rank 1\].*nothere.bin" "$work/log" timeout 120 $mpi sh -c \
         'd=$1; shift; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && d=/nonexistent/nothere.bin; exec "$@" --train-data "$d"' \
         rank "$data" "$bin" train --config "$config" --log-every 0 --dp 2 --steps 2 --run-dir "$work/run"
-    [ "$(grep -c 'meshpoint: error' "$work/log")" -eq 1 ] || fail "expected one error line: $(cat "$work/log")"
-    echo "ok ($case): $(grep 'meshpoint: error' "$work/log" | cut -c1-160)"
+    [ "$(grep -c 'meshpoint [a-z ]*: error:' "$work/log")" -eq 1 ] || fail "expected one error line: $(cat "$work/log")"
+    echo "ok ($case): $(grep 'meshpoint [a-z ]*: error:' "$work/log" | cut -c1-160)"
     ;;
 ranks_resume)
     run=$work/run

@@ -148,9 +148,28 @@ Test(args, help_text_lists_flags_and_defaults) {
     fclose(f);
     const char *want[] = {"usage: prog [options] FILE", "About.", "--n N", "[default: 7]", "--big N",
                           "[default: 5]", "--x X", "[default: 0.5]", "--device DEV", "one of: cpu cuda",
-                          "[default: cpu]", "--sw ", "[default: off]", "--no-on turns it off", "--help"};
+                          "[default: cpu]", "--sw, --no-sw", "a switch [default: off]", "--on, --no-on",
+                          "on by default [default: on]", "--help", "--version"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert(strstr(buf, want[i]), "\"%s\" not in:\n%s", want[i], buf);
+    free(buf);
+}
+
+Test(args, help_shows_tristate_auto_and_stated_defaults) {
+    int tri = -1, req = 1;
+    const mp_arg t[] = {
+        {"sp", MP_ARG_SWITCH, &tri, NULL, "tri-state"},
+        {"tp", MP_ARG_INT, &req, "N", "needed", .dflt = "required"},
+        {"quiet", MP_ARG_INT, &req, "N", "no default shown", .dflt = ""},
+        {0}};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    mp_args_help(f, "prog", NULL, t);
+    fclose(f);
+    cr_assert(strstr(buf, "--sp, --no-sp") && strstr(buf, "tri-state [default: auto]"), "%s", buf);
+    cr_assert(strstr(buf, "needed [default: required]") && !strstr(buf, "[default: 1]"), "%s", buf);
+    cr_assert(strstr(buf, "no default shown\n"), "%s", buf);
     free(buf);
 }
 

@@ -609,8 +609,14 @@ Test(ckpt, zstd_round_trip) {
     cr_assert_eq(H5Pget_filter2(dcpl, 0, &flags, &ncd, cd, 0, NULL, NULL), H5Z_FILTER_SHUFFLE);
     ncd = 4;
     cr_assert_eq(H5Pget_filter2(dcpl, 1, &flags, &ncd, cd, 0, NULL, NULL), 32015);
-    cr_assert_eq(ncd, 1);
+    cr_assert_eq(ncd, 3);   /* {level, tag "MPZ1", chunk bytes}: docs/FORMAT.md "Compression" */
     cr_assert_eq(cd[0], 3);
+    cr_assert_eq(cd[1], 0x4D505A31u);
+    hsize_t cdims[2];
+    hid_t zt = H5Dget_type(d);
+    cr_assert_eq(H5Pget_chunk(dcpl, 2, cdims), 2);
+    cr_assert_eq((hsize_t)cd[2], cdims[0] * cdims[1] * H5Tget_size(zt));
+    H5Tclose(zt);
     H5Pclose(dcpl);
     H5Dclose(d);
     H5Fclose(f);

@@ -233,6 +233,27 @@ Test(train_errors, shape_key_missing) {
                         "{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256}",
                         "good", NULL, "intermediate_size"});
 }
+/* issue 8 item 10: the memory plan is checked before anything large is allocated */
+Test(train_errors, memory_plan_above_max_memory) {
+    run_bad(&(bad_case){"--max-memory 64K", NULL, "good", "--max-memory 64K", "above --max-memory 64.0 KiB"});
+}
+Test(train_errors, max_memory_not_a_size) {
+    run_bad(&(bad_case){"--max-memory 12X", NULL, "good", "--max-memory 12X", "--max-memory: \"12X\" is not a size"});
+}
+Test(train_errors, model_beyond_any_memory) {
+    /* hidden_size 1e9: the byte counts would overflow; refused with the figures instead of SIGABRT */
+    run_bad(&(bad_case){"hidden_size 1e9",
+                        "{\"hidden_size\": 1000000000, \"intermediate_size\": 64, \"num_hidden_layers\": 2, "
+                        "\"num_attention_heads\": 4, \"vocab_size\": 256}",
+                        "good", NULL, "too large to plan"});
+}
+Test(train_errors, memory_plan_above_the_host) {
+    /* 3 TB of parameters and moments on one rank: more than this machine has */
+    run_bad(&(bad_case){"beyond the host",
+                        "{\"hidden_size\": 65536, \"intermediate_size\": 200000, \"num_hidden_layers\": 2, "
+                        "\"num_attention_heads\": 4, \"vocab_size\": 256}",
+                        "good", NULL, "available; use more processes"});
+}
 
 Test(cli, help_for_program_and_every_command) {
     const char *cmds[] = {"--help", "train --help", "eval --help", "data --help"};

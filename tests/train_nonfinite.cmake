@@ -1,7 +1,8 @@
-# tests/train_nonfinite.cmake — a non-finite gradient norm (stop, --on-nonfinite skip) and resume
+# tests/train_nonfinite.cmake — a non-finite gradient norm (stop, --on-nonfinite skip), a non-finite
+# parameter refused by the save, and resume
 # bookkeeping (nothing to do past --steps, a changed batch, time_s continuing) through the CLI
 # (tests/train_nonfinite.sh). Uses the resume_data fixture of tests/resume.cmake.
-foreach(case stop skip resume_done resume_batch time_s)
+foreach(case stop skip param resume_done resume_batch time_s)
   add_test(NAME train_nonfinite_${case}
            COMMAND ${CMAKE_SOURCE_DIR}/tests/train_nonfinite.sh $<TARGET_FILE:meshpoint>
                    ${CMAKE_BINARY_DIR}/resume_data/t_train.bin ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json

@@ -5,6 +5,9 @@
 #   stop          default: exit 1 naming the step; the newest checkpoint (committed, --async-save) is the
 #                 last good one, and holds no NaN (ckpt show --stats --json)
 #   skip          --on-nonfinite skip: exit 0, the skip logged on stderr and marked/counted in metrics.jsonl
+#   param         a parameter driven to inf (--lr 1e300 on resume) with a finite gradient norm: the save
+#                 refuses it (exit 1 naming the tensor), publishes nothing, and the last good checkpoint
+#                 stays the newest and `latest`
 #   resume_done   resuming at or past --steps: "nothing to do: already at step S of N"
 #   resume_batch  a different --batch on resume is logged
 #   time_s        time_s in metrics.jsonl continues across a resume
@@ -40,6 +43,15 @@ skip)
     "$bin" ckpt show --stats --json "$root/step_00000005" >"$work/stats" 2>&1 || fail "ckpt show"
     grep -Eq '"nonfinite":[[:space:]]*[1-9]' "$work/stats" && fail "step 5 holds non-finite values"
     echo "ok ($case): step 3 skipped, counted in stderr and metrics"
+    ;;
+param)
+    train --run-dir "$run" --steps 2 --ckpt-every 2 >/dev/null 2>&1 || fail "first run"
+    expect 1 "saving a checkpoint at step 3: refusing to save: [a-z_]+/model\..* holds a non-finite value" "$work/log" \
+        train --run-dir "$run" --steps 4 --ckpt-every 1 --resume --lr 1e300
+    [ "$(cat "$root/latest")" = step_00000002 ] || fail "latest names $(cat "$root/latest")"
+    [ "$(ls "$root" | grep '^step_')" = step_00000002 ] || fail "something besides step 2 is left: $(ls "$root")"
+    "$bin" ckpt verify "$root/step_00000002" >"$work/verify" 2>&1 || fail "step 2 does not verify: $(cat "$work/verify")"
+    echo "ok ($case): $(grep 'error' "$work/log" | cut -c1-140)"
     ;;
 resume_done)
     train --run-dir "$run" --steps 4 --ckpt-every 4 >/dev/null 2>&1 || fail "first run"

@@ -5,6 +5,11 @@
  * h5py, h5dump, HDFView read checkpoints saved with compression. The filter code is the library's own
  * (ckpt/zstd_filter.c, included here so both builds share one source); this file only adds the two
  * entry points HDF5's plugin loader looks up.
+ *
+ * Through the plugin the decoder learns a chunk's size from cd_values alone (no ckpt_zstd_read sets the
+ * per-thread expectation in another program): datasets created through it (h5py, h5repack) get the size
+ * recorded by the filter's set_local like meshpoint's own; files written before that decode under the
+ * bounded fallback described in docs/FORMAT.md "Compression".
  */
 #include "ckpt/zstd_filter.c"
 #include <H5PLextern.h>

@@ -1,0 +1,132 @@
+/*
+ * cli/memplan.c — see memplan.h.
+ *
+ * The plan comes from the model's own layout code (llama_plan_memory runs the same functions that
+ * llama_create allocates with), so it is exact, not an estimate: the multi-rank model test compares it
+ * with the allocator's counters on every mesh. Sizes are first bounded in floating point so the exact
+ * int64 arithmetic cannot overflow: an absurd config ("hidden_size": 1e9) is refused with exit 2 and
+ * the figures, not aborted mid-allocation.
+ *
+ * The check is per host: ranks sharing a node share its memory, so the ranks of one host
+ * (MPI_COMM_TYPE_SHARED) add their plans and compare the sum with what the host has available. With
+ * --max-memory the user states the bound per rank instead, and the host is not measured.
+ */
+#include "cli/memplan.h"
+#include <mpi.h>
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli/ckpt_common.h"
+#include "core/log.h"
+
+/* The first integer after key in /proc/meminfo, in bytes ("MemAvailable:  123 kB"); -1 if absent. */
+static int64_t meminfo_bytes(const char *key) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    int64_t v = -1;
+    size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, klen) || line[klen] != ':') continue;
+        long long kb;
+        if (sscanf(line + klen + 1, "%lld", &kb) == 1 && kb >= 0) v = (int64_t)kb * 1024;
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+/* A cgroup v2 file holding one number ("max" and unreadable files: -1). */
+static int64_t cgroup_value(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long long v = -1;
+    if (fscanf(f, "%lld", &v) != 1) v = -1;
+    fclose(f);
+    return v;
+}
+
+int64_t mp_memplan_available(void) {
+    const char *test = getenv("MP_TEST_MEM_AVAILABLE");
+    if (test && *test) return strtoll(test, NULL, 10);
+    int64_t avail = meminfo_bytes("MemAvailable");
+    int64_t max = cgroup_value("/sys/fs/cgroup/memory.max"), cur = cgroup_value("/sys/fs/cgroup/memory.current");
+    if (max > 0 && cur >= 0) {
+        int64_t room = max > cur ? max - cur : 0;
+        if (avail < 0 || room < avail) avail = room;
+    }
+    return avail;
+}
+
+/* The largest total over the mesh, and the sum and count of the totals of this host's ranks. */
+static void combine_ranks(const mp_runtime *rt, mp_memplan *p) {
+    p->largest = p->total;
+    p->host_total = p->total;
+    p->host_ranks = 1;
+    if (!rt->mpi || rt->world == 1) return;
+    MPI_Allreduce(MPI_IN_PLACE, &p->largest, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Comm host;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt->rank, MPI_INFO_NULL, &host);
+    MPI_Allreduce(MPI_IN_PLACE, &p->host_total, 1, MPI_INT64_T, MPI_SUM, host);
+    MPI_Comm_size(host, &p->host_ranks);
+    MPI_Comm_free(&host);
+}
+
+/* The plan's line in the log (rank 0 prints its own rank's categories and the mesh's figures). */
+static void print_plan(const mp_memplan *p, size_t max_bytes) {
+    char b[8][32];
+    const int64_t *c = p->model.bytes;
+    mp_info("memory plan, rank 0: parameters %s, gradients %s, optimizer %s, FSDP buffers %s, activations %s, "
+            "checkpoint staging %s, other %s; total %s",
+            mp_ckpt_human(b[0], 32, c[MP_MEM_PARAMS]), mp_ckpt_human(b[1], 32, c[MP_MEM_GRADS]),
+            mp_ckpt_human(b[2], 32, c[MP_MEM_OPTIM]), mp_ckpt_human(b[3], 32, c[MP_MEM_GATHER]),
+            mp_ckpt_human(b[4], 32, c[MP_MEM_ACTS]), mp_ckpt_human(b[5], 32, p->staging),
+            mp_ckpt_human(b[6], 32, c[MP_MEM_OTHER] + p->data), mp_ckpt_human(b[7], 32, p->total));
+    if (max_bytes)
+        mp_info("memory plan: largest rank %s, bound %s per rank (--max-memory)", mp_ckpt_human(b[0], 32, p->largest),
+                mp_ckpt_human(b[1], 32, (int64_t)max_bytes));
+    else
+        mp_info("memory plan: largest rank %s; %d rank(s) on this host %s of %s available",
+                mp_ckpt_human(b[0], 32, p->largest), p->host_ranks, mp_ckpt_human(b[1], 32, p->host_total),
+                p->available < 0 ? "(unknown)" : mp_ckpt_human(b[2], 32, p->available));
+}
+
+/* MP_EINPUT when this rank's plan does not fit (rank's own figures in the message), else MP_OK. */
+static mp_code check_fits(const mp_memplan *p, size_t max_bytes, mp_err *err) {
+    char need[32], have[32];
+    static const char *ways = "use more processes (--dp, --tp), a smaller --batch or --seq-len, or --grad-accum";
+    if (max_bytes) {
+        if (p->total <= (int64_t)max_bytes) return MP_OK;
+        return mp_err_set(err, MP_EINPUT, "memory plan: this rank needs %s, above --max-memory %s; %s",
+                          mp_ckpt_human(need, sizeof need, p->total), mp_ckpt_human(have, sizeof have, (int64_t)max_bytes),
+                          ways);
+    }
+    if (p->available < 0 || p->host_total <= p->available) return MP_OK;
+    return mp_err_set(err, MP_EINPUT,
+                      "memory plan: the %d rank(s) on this host need %s (this rank %s) but %s is available; %s, or "
+                      "set the bound yourself with --max-memory",
+                      p->host_ranks, mp_ckpt_human(need, sizeof need, p->host_total),
+                      mp_ckpt_human((char[32]){0}, 32, p->total), mp_ckpt_human(have, sizeof have, p->available), ways);
+}
+
+mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama_options *opt, int saves,
+                         size_t max_bytes, mp_memplan *plan, mp_err *err) {
+    assert(rt->have_mesh && plan);
+    memset(plan, 0, sizeof *plan);
+    const mp_mesh *mesh = &rt->mesh;
+    mp_code rc = llama_plan_memory(cfg, opt, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan->model, err);
+    if (!rc) {
+        const int64_t *c = plan->model.bytes;
+        plan->staging = saves ? c[MP_MEM_PARAMS] + c[MP_MEM_OPTIM] : 0;
+        plan->data = 2 * (int64_t)opt->micro_batch * opt->seq_len * (int64_t)sizeof(int32_t);
+        plan->total = plan->model.total + plan->staging + plan->data;   /* each term < 2^58: no overflow */
+    }
+    /* a plan that fails fails alike on every rank (same config): agree before the collectives below */
+    if ((rc = mp_runtime_agree(rt, rc, err))) return rc;
+    combine_ranks(rt, plan);
+    plan->available = max_bytes ? -1 : mp_memplan_available();
+    if (rt->rank == 0) print_plan(plan, max_bytes);
+    return mp_runtime_agree(rt, check_fits(plan, max_bytes, err), err);
+}

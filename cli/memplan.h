@@ -1,0 +1,38 @@
+/*
+ * cli/memplan.h — the memory plan: what each rank will allocate, computed before anything large is
+ * allocated, printed at start-up and checked against the memory the ranks of each host can have.
+ */
+#ifndef MP_CLI_MEMPLAN_H
+#define MP_CLI_MEMPLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "cli/runtime.h"
+#include "layers/llama.h"
+
+/* One rank's planned bytes: the model's categories (llama_plan_memory) plus the command's own buffers. */
+typedef struct mp_memplan {
+    llama_memory_plan model;
+    int64_t staging;        /* checkpoint staging copy (shards of parameters and both moments) */
+    int64_t data;           /* host token buffers */
+    int64_t total;          /* this rank */
+    int64_t largest;        /* the largest rank's total over the mesh */
+    int64_t host_total;     /* the ranks on this host together */
+    int host_ranks;
+    int64_t available;      /* bytes the host offers (MemAvailable, cgroup limit), -1 unknown */
+} mp_memplan;
+
+/* Plans this rank's memory for a model with options opt on rt's mesh (saves: the command may save a
+ * checkpoint, so the staging copy counts), prints the plan (rank 0) and checks it: against max_bytes per
+ * rank when nonzero (--max-memory), else the host's ranks together against the host's available memory.
+ * Collective over the mesh; returns the agreed code (MP_EINPUT: the plan does not fit or the model is
+ * beyond planning, naming the figures; the failing rank printed the message). */
+mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama_options *opt, int saves,
+                         size_t max_bytes, mp_memplan *plan, mp_err *err);
+
+/* Bytes the host can give this job now: MemAvailable of /proc/meminfo, lowered to the cgroup's
+ * memory.max - memory.current when that is set; -1 when neither can be read. MP_TEST_MEM_AVAILABLE
+ * (bytes) replaces the measurement, for tests. */
+int64_t mp_memplan_available(void);
+
+#endif

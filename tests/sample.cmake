@@ -1,0 +1,7 @@
+# tests/sample.cmake — `meshpoint sample` (tests/sample.sh): deterministic for a seed, identical across meshes
+# (1 process, tp 2, dp 2 under mpiexec), greedy at temperature 0, and its refusals. Uses the resume_data
+# fixture of tests/resume.cmake.
+add_test(NAME sample_text COMMAND ${CMAKE_SOURCE_DIR}/tests/sample.sh $<TARGET_FILE:meshpoint>
+         ${CMAKE_BINARY_DIR}/resume_data/t_train.bin ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json ${CMAKE_BINARY_DIR}/sample)
+set_tests_properties(sample_text PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300 LABELS mpi
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")

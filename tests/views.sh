@@ -1,0 +1,95 @@
+#!/bin/bash
+# tests/views.sh MESHPOINT DATA CONFIG WORKDIR PLUGINS CASE — index.h5's /view datasets (what h5py and other
+# HDF5 tools read) checked by `ckpt verify` and rebuilt by `ckpt repair-views` (issue 9 item 2).
+#   intact   verify passes, repair-views leaves index.h5 byte for byte as it was (exit 0)
+#   wrong    views rewritten with h5py (one mapping to another tensor's box, one deleted): verify exits 1
+#            naming both; repair-views rebuilds index.h5 (exit 0), keeps its creation time, and afterwards
+#            verify passes and h5py reads every view bitwise equal to the rank files' boxes
+#   crash    a libhdf5 crash while checking a view (MP_TEST_VIEWS_CRASH_AT) is a problem verify reports
+#            (exit 1, naming the view), not a crash of verify
+#   tables   damaged tables (not views): repair-views refuses (exit 1) and leaves index.h5 as it was
+set -u
+bin=$1; data=$2; config=$3; work=$4; plugins=$5; case=$6
+rm -rf "$work"; mkdir -p "$work"
+. "$(dirname "$0")/lib.sh"   # fail, train, expect
+export HDF5_PLUGIN_PATH=$plugins
+train --run-dir "$work/run" --steps 2 --ckpt-every 2 >/dev/null 2>&1 || fail "training the fixture"
+ck=$work/run/checkpoints/step_00000002
+# views_equal DIR: h5py reads every view of DIR bitwise equal to its boxes in the rank files
+views_equal() {
+    /usr/bin/python3 - "$1" <<'PY'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(d + "/index.h5", "r") as f:
+    boxes = f["layout/boxes"][()]
+    n = 0
+    for b in boxes:
+        name = b["tensor"].decode()
+        with h5py.File(d + "/" + b["file"].decode(), "r") as r:
+            src = r[b["dataset"].decode()][()]
+        nd = src.ndim
+        sel = tuple(slice(int(b["offset"][k]), int(b["offset"][k]) + src.shape[k]) for k in range(nd))
+        got = f["view/" + name][sel]
+        if got.tobytes() != src.tobytes():
+            print("view of", name, "differs from", b["file"].decode(), b["dataset"].decode()); sys.exit(1)
+        n += 1
+print("views equal:", n, "boxes")
+PY
+}
+case "$case" in
+intact)
+    expect 0 "^ok:" "$work/verify" "$bin" ckpt verify "$ck"
+    sum=$(sha256sum "$ck/index.h5")
+    expect 0 "intact: index.h5 left as it is" "$work/repair" "$bin" ckpt repair-views "$ck"
+    [ "$(sha256sum "$ck/index.h5")" = "$sum" ] || fail "repair-views rewrote intact views"
+    views_equal "$ck" >/dev/null || fail "h5py does not read the views"
+    echo "ok ($case)"
+    ;;
+wrong)
+    created=$(/usr/bin/python3 -c "import h5py,sys; print(h5py.File(sys.argv[1],'r').attrs['created_utc'].decode())" "$ck/index.h5")
+    /usr/bin/python3 - "$ck/index.h5" <<'PY' || fail "could not rewrite the views"
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    v = f["view/model/model.norm.weight"]
+    shape, dt = v.shape, v.dtype
+    del f["view/model/model.norm.weight"]
+    lay = h5py.VirtualLayout(shape=shape, dtype=dt)
+    lay[...] = h5py.VirtualSource("rank_00000.h5", "/model/model.layers.0.input_layernorm.weight/box_0", shape=shape)
+    f.create_virtual_dataset("view/model/model.norm.weight", lay, fillvalue=float("nan"))
+    del f["view/optim/exp_avg/lm_head.weight"]
+PY
+    expect 1 "view of model/model.norm.weight: mapping 0 maps rank_00000.h5:/model/model.layers.0.input_layernorm" \
+        "$work/verify" "$bin" ckpt verify "$ck"
+    grep -q "view of optim/exp_avg/lm_head.weight: /view/optim/exp_avg/lm_head.weight is missing" "$work/verify" ||
+        fail "the deleted view is not named: $(cat "$work/verify")"
+    grep -q "ckpt repair-views" "$work/verify" || fail "verify does not say how to repair: $(cat "$work/verify")"
+    expect 0 "repaired .*: index.h5 rebuilt from its tables \(3 view problem\(s\) before, none now" "$work/repair" \
+        "$bin" ckpt repair-views "$ck"
+    expect 0 "^ok:" "$work/verify2" "$bin" ckpt verify "$ck"
+    views_equal "$ck" >"$work/h5py" 2>&1 || fail "h5py after the repair: $(cat "$work/h5py")"
+    now=$(/usr/bin/python3 -c "import h5py,sys; print(h5py.File(sys.argv[1],'r').attrs['created_utc'].decode())" "$ck/index.h5")
+    [ "$now" = "$created" ] || fail "created_utc changed: $created -> $now"
+    ls "$ck" | grep -q repair && fail "a temporary file was left: $(ls "$ck")"
+    echo "ok ($case): $(cat "$work/h5py")"
+    ;;
+crash)
+    MP_TEST_VIEWS_CRASH_AT=model/lm_head.weight expect 1 \
+        "libhdf5 crashed \(signal 11\) checking the view of model/lm_head.weight" "$work/verify" "$bin" ckpt verify "$ck"
+    grep -q "^FAILED" "$work/verify" || fail "no verdict line after the contained crash: $(cat "$work/verify")"
+    echo "ok ($case)"
+    ;;
+tables)
+    /usr/bin/python3 - "$ck/index.h5" <<'PY' || fail "could not damage the tables"
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    b = f["layout/boxes"][()]
+    b[0]["offset"][0] += 1
+    f["layout/boxes"][0] = b[0]
+PY
+    sum=$(sha256sum "$ck/index.h5")
+    expect 1 "index.h5: index checksum mismatch .*corrupt" "$work/repair" "$bin" ckpt repair-views "$ck"
+    [ "$(sha256sum "$ck/index.h5")" = "$sum" ] || fail "repair-views changed an index it could not rebuild"
+    echo "ok ($case)"
+    ;;
+*) fail "unknown case" ;;
+esac
