@@ -204,6 +204,11 @@ static herr_t count_datasets(hid_t o, const char *name, const H5O_info_t *info, 
 static void child_check(const char *dir, int read_through, int fd) {
     view_out o = {fdopen(fd, "w"), 0};
     if (!o.pipe) _exit(3);
+    /* a crash dies of its signal, even where a sanitizer runtime installed handlers of its own */
+    signal(SIGSEGV, SIG_DFL);
+    signal(SIGBUS, SIG_DFL);
+    signal(SIGFPE, SIG_DFL);
+    signal(SIGILL, SIG_DFL);
     alarm(3600);   /* a damaged file that sends libhdf5 into a loop must not hang verify */
     ck_h5_init();
     char *path = ck_fmt("%s/index.h5", dir);
@@ -282,10 +287,14 @@ mp_code ckpt_views_check(const char *dir, int read_through, ckpt_view_report_fn 
     else close(fds[0]);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    if (WIFSIGNALED(status)) {
-        char msg[VIEW_LINE_MAX];
-        snprintf(msg, sizeof msg, "%s/index.h5: libhdf5 crashed (signal %d) checking the view of %s: the view is "
-                 "damaged (ckpt repair-views rebuilds the views from the tables)", dir, WTERMSIG(status), at);
+    int died = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 2);
+    if (died) {
+        /* a signal, or a runtime that turned the crash into an exit status (a sanitizer's) */
+        char msg[VIEW_LINE_MAX], how[48];
+        if (WIFSIGNALED(status)) snprintf(how, sizeof how, "signal %d", WTERMSIG(status));
+        else snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(status));
+        snprintf(msg, sizeof msg, "%s/index.h5: libhdf5 crashed (%s) checking the view of %s: the view is "
+                 "damaged (ckpt repair-views rebuilds the views from the tables)", dir, how, at);
         report(ctx, msg);
         ++*nproblems;
         return MP_OK;

@@ -35,10 +35,18 @@ echo "== tests (ASan + UBSan): unit and multi-rank"
 #                          checkpoint past a .partial leftover) and crash_after_rename (resume from the
 #                          new one, `latest` stale) cover both resume paths; diskfull, diskfull-continue
 #                          and corrupt (the error paths) stay.
+#   corruption_campaign, kill_campaign_*
+#                          time-bounded campaigns that repeat verify/load/save thousands of times; their
+#                          code paths run here in the views, crafted, fault and diskfull entries, and the
+#                          fuzz targets below run the parsers under ASan + UBSan;
+#   diskfull_sweep_{async,zstd,np2}
+#                          the disk-full sweep of the other save modes (diskfull_sweep runs here, with 10
+#                          points instead of 40: MP_DISKFULL_POINTS).
 # Everything else runs: mpi_comm, mpi_llama (every mesh), ckpt_mpi, cli_mpi, resume_exact, the
 # load-time and offline reshards (workers included), signals, run directories, h5py and torch interop.
-asan_skip='^(ckpt_crash_mpi|train_fault_crash_(during_rank_files|after_rank_files|after_index|after_latest))$'
-(cd "$build-asan" && ctest --output-on-failure -j"$jobs" --timeout 900 -E "$asan_skip")
+asan_skip='^(ckpt_crash_mpi|train_fault_crash_(during_rank_files|after_rank_files|after_index|after_latest)'
+asan_skip+='|corruption_campaign|kill_campaign.*|diskfull_sweep_(async|zstd|np2))$'
+(cd "$build-asan" && MP_DISKFULL_POINTS=10 ctest --output-on-failure -j"$jobs" --timeout 900 -E "$asan_skip")
 
 # libFuzzer targets (tests/fuzz/, docs/RELIABILITY.md "Fuzzing"): built with clang in $build-fuzz, each
 # run for FUZZ_SECONDS (default 20: about 2 minutes with the build on 2 cores), seeded by the committed
