@@ -90,6 +90,13 @@ static int diff_meta_key(FILE *out, const ckpt_reader *a, const ckpt_reader *b, 
             F(num_key_value_heads, "%d") F(vocab_size, "%d") F(max_position_embeddings, "%d") F(rms_norm_eps, "%g")
             F(rope_theta, "%g") F(tie_word_embeddings, "%d") F(initializer_range, "%g")
 #undef F
+            if (!mp_rope_scaling_equal(&x.rope_scaling, &y.rope_scaling)) {
+                char da[256], db[256];
+                mp_rope_scaling_describe(&x.rope_scaling, da, sizeof da);
+                mp_rope_scaling_describe(&y.rope_scaling, db, sizeof db);
+                fprintf(out, "metadata differs: model_config.rope_scaling: %s vs %s\n", da, db);
+                n++;
+            }
             return n;
         }
     }

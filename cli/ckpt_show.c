@@ -265,6 +265,9 @@ static void show_text_model(const ckpt_reader *r, const show_facts *f) {
         printf("  %-26s%d\n", "max_position_embeddings", mc->max_position_embeddings);
         printf("  %-26s%g\n", "rms_norm_eps", mc->rms_norm_eps);
         printf("  %-26s%g\n", "rope_theta", mc->rope_theta);
+        char rs[256];
+        mp_rope_scaling_describe(&mc->rope_scaling, rs, sizeof rs);
+        printf("  %-26s%s\n", "rope_scaling", rs);
         printf("  %-26s%s\n", "tie_word_embeddings", mc->tie_word_embeddings ? "true" : "false");
         printf("  %-26s%g\n", "initializer_range", mc->initializer_range);
         printf("  %-26s%lld\n", "parameters", (long long)mp_model_num_params(mc));

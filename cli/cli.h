@@ -13,5 +13,7 @@ int mp_cmd_reshard(int argc, char **argv);
 int mp_cmd_init(int argc, char **argv);
 int mp_cmd_sample(int argc, char **argv);
 int mp_cmd_plot(int argc, char **argv);
+int mp_cmd_export(int argc, char **argv);
+int mp_cmd_import(int argc, char **argv);
 
 #endif

@@ -12,8 +12,13 @@
  * stops with exit 1 naming the step (an async save in flight is committed first, so the newest checkpoint
  * is the last good one); --on-nonfinite skip skips the update, logs it and counts it in the metrics.
  * time_s in the metrics is the run's wall time, continued across resumes (saved as "elapsed_s").
+ *
+ * --init-from CKPT is a fresh run whose initial weights are loaded (resharded) from a checkpoint instead
+ * of drawn from the seed (init_from_run); everything else is as for a fresh run.
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 #include "cli/args.h"
+#include "cli/ckpt_common.h"
 #include "cli/cli.h"
 #include "cli/memplan.h"
 #include "cli/progress.h"
@@ -51,6 +57,7 @@ typedef struct train_flags {
     int sp_flag, raf_flag;
     /* checkpoints */
     const char *ckpt_dir, *resume_from, *compress, *on_save_error, *on_nonfinite, *max_memory;
+    const char *init_from;     /* --init-from: a new run from this checkpoint's weights */
     int64_t ckpt_every, stop_at;
     int keep, resume, async_save, overwrite;
 } train_flags;
@@ -73,7 +80,7 @@ static const char *train_about =
     "Trains a Llama model. The config is a JSON file with Hugging Face config.json fields at the top level\n"
     "and an optional \"train\" object (steps, batch_size, seq_len, lr, ...); flags override it, and the\n"
     "defaults shown apply where the file sets nothing. Run under `mpirun -np N` for a dp x tp mesh\n"
-    "(N = tp * dp).";
+    "(N = tp * dp). --init-from CKPT starts a new run from a checkpoint's weights (fine-tuning).";
 
 /* ---- preemption: SIGTERM/SIGINT ask for a checkpoint at the next step boundary ---- */
 
@@ -119,6 +126,7 @@ typedef struct train_run {
     ckpt_lock *lock;                /* rank 0: the root's job lock, held for the run's life */
     mp_run_state rs;                /* the resumed state (step 0 when starting fresh) */
     char resume_dir[MP_PATH_MAX];   /* "" when starting fresh */
+    char init_dir[MP_PATH_MAX];     /* --init-from, resolved to a step directory ("" without it) */
     size_t max_bytes;               /* --max-memory per rank, 0: the host's available memory bounds the plan */
     FILE *metrics;                  /* rank 0 only */
     char metrics_path[MP_PATH_MAX + 32];
@@ -167,7 +175,8 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
         {"run-dir", MP_ARG_STRING, &f.run_dir, "DIR", "run directory (metrics.jsonl, checkpoints/)"},
         {"train-data", MP_ARG_STRING, &f.train_data, "FILE", "training tokens", .set = &f.set_train},
         {"val-data", MP_ARG_STRING, &f.val_data, "FILE", "validation tokens (optional)", .set = &f.set_val},
-        {"data-format", MP_ARG_STRING, &f.data_format, "FMT", "token file format", formats},
+        {"data-format", MP_ARG_STRING, &f.data_format, "FMT",
+         "token file format (llmc: llm.c files, uint16 GPT-2 or uint32 Llama 3 by their magic)", formats},
         {"steps", MP_ARG_I64, &c->steps, "N", "optimizer steps (in total, counting resumed ones)", .set = &f.set_steps},
         {"batch", MP_ARG_INT, &c->batch_size, "B", "global batch in sequences", .set = &f.set_batch},
         {"grad-accum", MP_ARG_INT, &c->grad_accum, "K", "micro-steps per step", .set = &f.set_accum},
@@ -193,6 +202,9 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
         {"keep", MP_ARG_INT, &f.keep, "K", "keep only the newest K checkpoints (0: all)"},
         {"resume", MP_ARG_SWITCH, &f.resume, NULL, "resume from the newest complete checkpoint in --ckpt-dir"},
         {"resume-from", MP_ARG_STRING, &f.resume_from, "DIR", "resume from this checkpoint directory"},
+        {"init-from", MP_ARG_STRING, &f.init_from, "CKPT",
+         "start a new run (step 0, fresh optimizer, schedule and data cursor) from the weights of this checkpoint "
+         "(full or model-only, any mesh; a step directory, checkpoint root or run directory)"},
         {"overwrite", MP_ARG_SWITCH, &f.overwrite, NULL,
          "start over in a used run directory: its checkpoints and metrics are moved aside, never deleted"},
         {"compress", MP_ARG_STRING, &f.compress, "C", "checkpoint compression: none, zstd or zstd:LEVEL"},
@@ -230,6 +242,14 @@ static mp_code load_config(train_run *r) {
     if (f->resume_from && !*f->resume_from)
         return mp_err_set(err, MP_EINPUT, "--resume-from: the path is empty; name a checkpoint directory "
                                           "(RUN/checkpoints/step_N), or use --resume for the newest one");
+    if (f->init_from && !*f->init_from)
+        return mp_err_set(err, MP_EINPUT, "--init-from: the path is empty; name a checkpoint (a step directory, "
+                                          "a checkpoint root or a run directory)");
+    if (f->init_from && (f->resume || f->resume_from))
+        return mp_err_set(err, MP_EINPUT,
+                          "--init-from starts a new run from a checkpoint's weights; it cannot be combined with %s "
+                          "(which continues a run, optimizer and data position included)",
+                          f->resume_from ? "--resume-from" : "--resume");
     if (f->overwrite && (f->resume || f->resume_from))
         return mp_err_set(err, MP_EINPUT, "--overwrite starts the run over; it cannot be combined with %s",
                           f->resume_from ? "--resume-from" : "--resume");
@@ -283,10 +303,11 @@ static mp_code open_data(train_run *r) {
     return mp_runtime_agree(&r->rt, rc, err);
 }
 
-/* Builds the model with its initial weights. Fails alike on every rank (`fail`). */
+/* Builds the model with its initial weights (with --init-from, init_from_run loads them instead).
+ * Fails alike on every rank (`fail`). */
 static mp_code build_model(train_run *r) {
     MP_TRY(mp_runtime_model(&r->rt, &r->mc, &r->f.tc, r->bs.micro, &r->model, &r->err));
-    llama_init_weights(r->model, r->f.tc.seed);
+    if (!r->f.init_from) llama_init_weights(r->model, r->f.tc.seed);
     return MP_OK;
 }
 
@@ -374,6 +395,52 @@ static mp_code resume_run(train_run *r) {
     agreed = mp_runtime_agree(&r->rt, local, &r->err);
     if (agreed) return agreed;
     mp_checkpoint_log_io(r->mesh, "resumed from", r->resume_dir, &r->rs);
+    /* a run started with --init-from keeps recording where its weights came from */
+    snprintf(r->ck.init_from, sizeof r->ck.init_from, "%s", r->rs.init_from);
+    return MP_OK;
+}
+
+/* --init-from: loads the parameters of the named checkpoint (a step directory, a checkpoint root or a run
+ * directory, resolved as --resume-from is; full or model-only, saved by any mesh: the load reshards) into
+ * the model, whose moments stay zero, and leaves r->rs at step 0 with the loader at the start: a new run
+ * with this run's schedule. A model config that disagrees with --config is refused naming the field.
+ * The source goes into every save's metadata "init_from" and the log. Collective. Returns the agreed code
+ * (nonzero: `fail_agreed`). */
+static mp_code init_from_run(train_run *r) {
+    if (!r->f.init_from) return MP_OK;
+    /* rank 0 resolves the name (as mp_runtime_resolve_ckpt does, with the flag named in the message) */
+    mp_code local = MP_OK;
+    if (r->rt.rank == 0) {
+        char *dir = NULL;
+        local = mp_ckpt_resolve(r->f.init_from, &dir, &r->err);
+        if (!local && strlen(dir) >= sizeof r->init_dir)
+            local = mp_err_set(&r->err, MP_EINPUT, "checkpoint path too long: %s", dir);
+        if (!local) snprintf(r->init_dir, sizeof r->init_dir, "%s", dir);
+        if (local) mp_err_wrap(&r->err, "--init-from");
+        free(dir);
+    }
+    mp_code agreed = mp_runtime_agree(&r->rt, local, &r->err);
+    if (agreed) return agreed;
+    r->mesh->world_comm->broadcast(r->mesh->world_comm, r->init_dir, sizeof r->init_dir, 0);
+    mp_run_state src;
+    memset(&src, 0, sizeof src);
+    /* a damaged box may fail only the ranks that read it: agree before anyone trains */
+    local = mp_checkpoint_load(r->model, r->init_dir, &r->mc, MP_LOAD_WEIGHTS, &src, &r->err);
+    if (local) mp_err_wrap(&r->err, "--init-from");
+    if ((agreed = mp_runtime_agree(&r->rt, local, &r->err))) return agreed;
+    mp_checkpoint_log_io(r->mesh, "initialised from", r->init_dir, &src);
+    char abs[PATH_MAX];
+    const char *dir = realpath(r->init_dir, abs) ? abs : r->init_dir;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "checkpoint", dir);
+    cJSON_AddNumberToObject(o, "step", (double)src.step);
+    char *text = cJSON_PrintUnformatted(o);   /* NULL only when out of memory: no record, the run goes on */
+    snprintf(r->ck.init_from, sizeof r->ck.init_from, "%s",
+             text && strlen(text) < sizeof r->ck.init_from ? text : "");
+    free(text);
+    cJSON_Delete(o);
+    mp_info("a new run from the weights of %s (its step %lld): step 0, fresh optimizer moments, schedule and "
+            "data cursor", dir, (long long)src.step);
     return MP_OK;
 }
 
@@ -726,7 +793,7 @@ int mp_cmd_train(int argc, char **argv) {
     /* checkpoints: the root's lock, leftovers of interrupted saves, resume; then what lies past the
      * resumed step is set aside and the metrics file opened */
     if ((agreed = claim_ckpt_root(r))) goto fail_agreed;
-    if ((agreed = resume_run(r))) goto fail_agreed;
+    if ((agreed = resume_run(r)) || (agreed = init_from_run(r))) goto fail_agreed;
     note_resume(r);
     if ((agreed = open_metrics(r))) goto fail_agreed;
     prepare_loop(r);

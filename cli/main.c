@@ -32,6 +32,8 @@ static const char *usage =
     "  init     write a step-0 checkpoint of the seeded initialisation for any mesh\n"
     "  sample   generate text (or token ids) from a checkpoint's model, on any mesh\n"
     "  plot     draw a run's loss, learning rate and gradient norm into a PNG\n"
+    "  export   write a checkpoint's model as a Hugging Face directory (config.json + safetensors)\n"
+    "  import   read a Hugging Face Llama directory into a checkpoint for any tp x dp mesh\n"
     "\n"
     "`meshpoint <command> --help` describes each command's options; `meshpoint --version` the version.\n";
 
@@ -57,7 +59,7 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) { print_version(); return 0; }
-    static const char *const cmds[] = {"train", "eval", "data", "ckpt", "reshard", "init", "sample", "plot", NULL};
+    static const char *const cmds[] = {"train", "eval", "data", "ckpt", "reshard", "init", "sample", "plot", "export", "import", NULL};
     for (int i = 0; cmds[i]; i++)
         if (!strcmp(cmd, cmds[i])) {
             char prog[64];
@@ -73,6 +75,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "init")) return mp_cmd_init(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return mp_cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "plot")) return mp_cmd_plot(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return mp_cmd_export(argc - 2, argv + 2);
+    if (!strcmp(cmd, "import")) return mp_cmd_import(argc - 2, argv + 2);
     mp_log_fail("unknown command \"%s\"", cmd);
     fprintf(stderr, "\n%s", usage);
     return 2;

@@ -1,6 +1,7 @@
 /* cli/train_ckpt.c — see train_ckpt.h. */
 #define _GNU_SOURCE
 #include "cli/train_ckpt.h"
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -135,6 +136,7 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
         }
     }
     if (!rc) rc = mp_run_meta(put_save_meta, s, mc, tc, mesh->tp, mesh->dp, st, err);
+    if (!rc && c->init_from[0]) rc = ckpt_save_meta(s, "init_from", c->init_from, err);   /* train --init-from */
     if (rc) {
         /* a local failure (an add, a non-finite value): the commit makes every rank agree on it and
          * publishes nothing */
@@ -213,6 +215,13 @@ static mp_code check_model_config(const ckpt_reader *r, const mp_model_config *m
     SAME_INT(tie_word_embeddings); SAME_DBL(rms_norm_eps); SAME_DBL(rope_theta);
 #undef SAME_INT
 #undef SAME_DBL
+    if (!mp_rope_scaling_equal(&saved.rope_scaling, &mc->rope_scaling)) {
+        char a[256], b[256];
+        mp_rope_scaling_describe(&saved.rope_scaling, a, sizeof a);
+        mp_rope_scaling_describe(&mc->rope_scaling, b, sizeof b);
+        return mp_err_set(err, MP_EINPUT, "checkpoint %s was saved with rope_scaling = %s, the config says %s",
+                          ckpt_reader_dir(r), a, b);
+    }
     return MP_OK;
 }
 
@@ -272,17 +281,28 @@ static mp_code read_saved_shape(const ckpt_reader *r, mp_run_state *st, mp_err *
     return MP_OK;
 }
 
-mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int model_only,
+mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int mode,
                            mp_run_state *st, mp_err *err) {
+    assert(mode == MP_LOAD_FULL || mode == MP_LOAD_MODEL_ONLY || mode == MP_LOAD_WEIGHTS);
     ckpt_reader *r = NULL;
     MP_TRY(ckpt_open(&r, dir, err));
     mp_code rc = check_model_config(r, mc, err);
     /* every number from the index is range-checked before use (issue 9): the step feeds AdamW's t */
-    if (!rc) rc = meta_int(r, "step", NULL, 0, MP_ADAMW_MAX_T - 1, &st->step, err);
-    if (!rc) rc = meta_int(r, "data_cursor", "pos", 0, (int64_t)1 << 53, &st->cursor.pos, err);
-    if (!rc) rc = meta_int(r, "data_cursor", "epoch", 0, (int64_t)1 << 53, &st->cursor.epoch, err);
-    if (!rc) rc = read_saved_shape(r, st, err);
-    int nk = model_only ? 1 : 3;
+    if (mode == MP_LOAD_WEIGHTS) {   /* the run state is not used: only the step, for the log, if any */
+        st->step = 0;
+        if (!rc && ckpt_meta_get(r, "step")) rc = meta_int(r, "step", NULL, 0, MP_ADAMW_MAX_T - 1, &st->step, err);
+    } else {
+        if (!rc) rc = meta_int(r, "step", NULL, 0, MP_ADAMW_MAX_T - 1, &st->step, err);
+        if (!rc) rc = meta_int(r, "data_cursor", "pos", 0, (int64_t)1 << 53, &st->cursor.pos, err);
+        if (!rc) rc = meta_int(r, "data_cursor", "epoch", 0, (int64_t)1 << 53, &st->cursor.epoch, err);
+        if (!rc) rc = read_saved_shape(r, st, err);
+    }
+    /* carried into the next saves only when it is a JSON object that fits (never a crafted entry's bytes) */
+    const char *from = ckpt_meta_get(r, "init_from");
+    cJSON *fj = from && strlen(from) < sizeof st->init_from ? cJSON_Parse(from) : NULL;
+    snprintf(st->init_from, sizeof st->init_from, "%s", cJSON_IsObject(fj) ? from : "");
+    cJSON_Delete(fj);
+    int nk = mode == MP_LOAD_FULL ? 3 : 1;
     mp_backend *be = llama_backend(m);
     int np = llama_num_params(m);
     int64_t pg_total = 0;   /* a progress bar on a terminal: this rank's shard bytes (cli/progress.h) */

@@ -31,6 +31,9 @@ typedef struct mp_run_state {
     int64_t bytes_read, bytes_needed;   /* set by mp_checkpoint_load: this rank's reader counters */
     double elapsed_s;           /* wall time of the run up to step (saved; loaded, 0 if absent) */
     int batch_size, seq_len, grad_accum;   /* set by mp_checkpoint_load: the saved ones (0: unknown) */
+    /* set by mp_checkpoint_load: the loaded checkpoint's metadata "init_from" (JSON text; "" if none), so
+     * a resumed run keeps recording where its weights came from */
+    char init_from[MP_PATH_MAX + 128];
 } mp_run_state;
 
 /* Stores one metadata entry (a ckpt save, a reshard sink, ...). */
@@ -51,6 +54,9 @@ typedef struct mp_checkpointer {
     ckpt_save *inflight;        /* async save not yet committed */
     int64_t inflight_step;
     double last_stall_s;
+    /* metadata "init_from" of every save (JSON text; "" for none): the checkpoint whose weights this run
+     * started from (train --init-from), {"checkpoint": DIR, "step": N} */
+    char init_from[MP_PATH_MAX + 128];
 } mp_checkpointer;
 
 void mp_checkpointer_init(mp_checkpointer *c, const char *root, const ckpt_save_opts *opts, int async);
@@ -66,10 +72,18 @@ mp_code mp_checkpointer_poll(mp_checkpointer *c, int64_t *committed_step, ckpt_s
 mp_code mp_checkpointer_wait(mp_checkpointer *c, ckpt_stats *stats, mp_err *err);
 void mp_checkpointer_free(mp_checkpointer *c);
 
-/* Restores the shards, moments (unless model_only) and run state of m from the checkpoint directory
- * dir. Checks that the checkpoint's model config equals mc (a mismatch names the field) and every
- * tensor's global shape. st->bytes_read/bytes_needed get this rank's reader counters. */
-mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int model_only,
+/* What mp_checkpoint_load reads besides the parameters. */
+enum {
+    MP_LOAD_FULL = 0,        /* moments and run state: resuming */
+    MP_LOAD_MODEL_ONLY = 1,  /* the run state (step, data cursor, saved batch shape), no moments: eval */
+    MP_LOAD_WEIGHTS = 2      /* the parameters alone (st->step: the saved step if recorded, else 0); a
+                              * checkpoint needs only model_config and the model/ tensors: train --init-from */
+};
+/* Restores the shards of m, and per mode (MP_LOAD_*) the moments and run state, from the checkpoint
+ * directory dir (saved by any mesh). Checks that the checkpoint's model config equals mc (a mismatch
+ * names the field, rope_scaling included) and every tensor's global shape. st->bytes_read/bytes_needed
+ * get this rank's reader counters, st->init_from the metadata "init_from" ("" if absent). */
+mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int mode,
                            mp_run_state *st, mp_err *err);
 /* Collective: logs "WHAT DIR at step N: read X MiB for Y MiB needed (ratio R)" with the counters
  * summed over the world. */

@@ -1,6 +1,10 @@
 /*
  * core/backend.c — choosing a backend by name, and the RoPE tables every backend shares.
  *
+ * RoPE tables (mp_rope_tables) follow transformers' inverse frequencies: default theta^(-2i/hd), "linear"
+ * divides them by factor, "llama3" leaves high frequencies, divides low ones by factor and interpolates
+ * smoothly between (modeling_rope_utils._compute_llama3_parameters), all in double, rounded to fp32 once.
+ *
  * This build has only the CPU backend; "cuda" is a known name that is refused with MP_EDEVICE and a
  * message saying so, so a user who asks for a GPU learns why there is none instead of seeing "unknown".
  */
@@ -22,11 +26,29 @@ mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err) {
     return mp_err_set(err, MP_EINPUT, "device: unknown device '%s' (expected cpu or cuda)", name);
 }
 
-void mp_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, double theta) {
+double mp_rope_inv_freq(int i, int hd, double theta, const mp_rope_scaling *sc) {
+    assert(hd > 0 && hd % 2 == 0 && i >= 0 && i < hd / 2 && theta > 0);
+    double inv_freq = pow(theta, -2.0 * i / hd);   /* the default, unchanged bit for bit */
+    if (!sc || sc->type == MP_ROPE_DEFAULT) return inv_freq;
+    if (sc->type == MP_ROPE_LINEAR) return inv_freq / sc->factor;
+    assert(sc->type == MP_ROPE_LLAMA3 && sc->high_freq_factor > sc->low_freq_factor);
+    /* transformers' _compute_llama3_parameters, element by element, in double */
+    double old_len = sc->original_max_position_embeddings;
+    double low_freq_wavelen = old_len / sc->low_freq_factor;
+    double high_freq_wavelen = old_len / sc->high_freq_factor;
+    double wavelen = 2 * M_PI / inv_freq;
+    double llama = wavelen > low_freq_wavelen ? inv_freq / sc->factor : inv_freq;
+    int medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    if (!medium) return llama;
+    double smooth = (old_len / wavelen - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
+    return (1 - smooth) * llama / sc->factor + smooth * llama;
+}
+
+void mp_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, double theta, const mp_rope_scaling *sc) {
     assert(hd > 0 && hd % 2 == 0 && max_pos >= 0 && theta > 0);
     const int half = hd / 2;
     for (int i = 0; i < half; i++) {
-        double inv_freq = pow(theta, -2.0 * i / hd);
+        double inv_freq = mp_rope_inv_freq(i, hd, theta, sc);
         for (int p = 0; p < max_pos; p++) {
             double a = (double)p * inv_freq;
             cos_t[(size_t)p * half + i] = (float)cos(a);

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/alloc.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -120,8 +121,15 @@ mp_backend *mp_backend_cpu(void);
 /* The backend for "cpu" or "cuda"; MP_EDEVICE with a clear message if unavailable (e.g. no GPU). */
 mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err);
 
+/* The RoPE inverse frequency of pair i (0 <= i < hd/2), in double, as transformers computes it
+ * (modeling_rope_utils): default theta^(-2i/hd); sc->type linear: that / factor; llama3: with
+ * wavelen = 2 pi / inv_freq, unchanged below original_max_position_embeddings / high_freq_factor, / factor
+ * above original_max_position_embeddings / low_freq_factor, and in between (bounds included)
+ * (1 - s) * inv_freq / factor + s * inv_freq with s = (original / wavelen - low) / (high - low).
+ * sc NULL or MP_ROPE_DEFAULT: no scaling. sc must be valid (mp_model_config_validate). */
+double mp_rope_inv_freq(int i, int hd, double theta, const mp_rope_scaling *sc);
 /* Precomputes RoPE tables cos/sin [max_pos, hd/2] on the host, in double then rounded:
- * inv_freq_i = theta^(-2i/hd), angle = pos * inv_freq_i (HF LlamaRotaryEmbedding). */
-void mp_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, double theta);
+ * angle = pos * mp_rope_inv_freq(i, hd, theta, sc) (HF LlamaRotaryEmbedding; sc NULL: no scaling). */
+void mp_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, double theta, const mp_rope_scaling *sc);
 
 #endif

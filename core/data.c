@@ -4,7 +4,10 @@
  * slices of the mapping into int32 input/target buffers. The host is assumed little-endian, as the
  * on-disk formats are (llm.c and nanoGPT make the same assumption).
  *
- * Writing (mp_token_file_write_llmc) goes to "PATH.tmp.<pid>", fsyncs, closes and renames over PATH,
+ * llm.c files come in two kinds told apart by the header's magic (GPT-2: uint16 tokens; Llama 3: uint32):
+ * the opened file records its token width, so everything past the open reads either alike.
+ *
+ * Writing (mp_token_file_write_llmc, _llmc3) goes to "PATH.tmp.<pid>", fsyncs, closes and renames over PATH,
  * so a crash never leaves a half-written file under the final name.
  */
 #include "core/data.h"
@@ -42,8 +45,8 @@ const char *mp_data_format_name(mp_data_format f) {
 static mp_code check_vocab(const mp_token_file *f, int vocab_size, mp_err *err) {
     if (vocab_size <= 0) return MP_OK;
     for (int64_t i = 0; i < f->ntokens; i++) {
-        int64_t id = f->format == MP_DATA_U32 ? (int64_t)((const uint32_t *)f->tokens)[i]
-                                              : (int64_t)((const uint16_t *)f->tokens)[i];
+        int64_t id = f->token_bytes == 4 ? (int64_t)((const uint32_t *)f->tokens)[i]
+                                         : (int64_t)((const uint16_t *)f->tokens)[i];
         if (id >= vocab_size)
             return mp_err_set(err, MP_EINPUT,
                               "token file %s: token %lld has id %lld, not < vocab_size %d "
@@ -68,20 +71,24 @@ static mp_code check_layout(mp_token_file *f, int fd, int64_t size, int64_t *tok
         if (got != (ssize_t)sizeof hdr)
             return mp_err_set(err, MP_EINPUT, "token file %s: cannot read the header: %s", f->path,
                               got < 0 ? strerror(errno) : "short read");
-        if (hdr[0] != MP_LLMC_MAGIC)
+        if (hdr[0] != MP_LLMC_MAGIC && hdr[0] != MP_LLMC3_MAGIC)
             return mp_err_set(err, MP_EINPUT,
-                              "token file %s: bad magic number %d in the header, expected %d for an llm.c "
-                              "token file (for a raw nanoGPT-style uint16 file use --data-format u16)",
-                              f->path, (int)hdr[0], MP_LLMC_MAGIC);
-        if (hdr[1] != 1)
-            return mp_err_set(err, MP_EINPUT, "token file %s: unsupported llm.c version %d (supported: 1)",
-                              f->path, (int)hdr[1]);
+                              "token file %s: bad magic number %d in the header, expected %d (llm.c GPT-2, "
+                              "uint16 tokens) or %d (llm.c Llama 3, uint32 tokens) for an llm.c token file (for "
+                              "a raw nanoGPT-style uint16 file use --data-format u16, for raw uint32 --data-format u32)",
+                              f->path, (int)hdr[0], MP_LLMC_MAGIC, MP_LLMC3_MAGIC);
+        int llama3 = hdr[0] == MP_LLMC3_MAGIC, want_version = llama3 ? MP_LLMC3_VERSION : MP_LLMC_VERSION;
+        if (hdr[1] != want_version)
+            return mp_err_set(err, MP_EINPUT,
+                              "token file %s: unsupported llm.c version %d for magic %d (supported: %d, %s tokens)",
+                              f->path, (int)hdr[1], (int)hdr[0], want_version, llama3 ? "uint32" : "uint16");
+        f->token_bytes = llama3 ? 4 : 2;
         if (hdr[2] < 0)
             return mp_err_set(err, MP_EINPUT, "token file %s: negative token count %d in the header",
                               f->path, (int)hdr[2]);
         if (hdr[2] == 0)
             return mp_err_set(err, MP_EINPUT, "token file %s: empty: the header declares 0 tokens", f->path);
-        int64_t want = (int64_t)hdr[2] * 2, have = size - HEADER_BYTES;
+        int64_t want = (int64_t)hdr[2] * f->token_bytes, have = size - HEADER_BYTES;
         if (have < want)
             return mp_err_set(err, MP_EINPUT,
                               "token file %s: truncated: the header declares %lld tokens (%lld bytes) but "
@@ -96,6 +103,7 @@ static mp_code check_layout(mp_token_file *f, int fd, int64_t size, int64_t *tok
         return MP_OK;
     }
     int64_t tsz = f->format == MP_DATA_U32 ? 4 : 2;
+    f->token_bytes = (int)tsz;
     if (size == 0) return mp_err_set(err, MP_EINPUT, "token file %s: empty: 0 bytes", f->path);
     if (size % tsz != 0)
         return mp_err_set(err, MP_EINPUT,
@@ -173,7 +181,10 @@ static int write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-mp_code mp_token_file_write_llmc(const char *path, const uint16_t *tokens, int64_t n, mp_err *err) {
+/* Writes an llm.c file: the header (magic, version, n) and n tokens of tsz bytes each, through
+ * PATH.tmp.<pid>, fsync and rename (see the top of the file). */
+static mp_code write_llmc_any(const char *path, int32_t magic, int32_t version, const void *tokens, int64_t n,
+                              size_t tsz, mp_err *err) {
     assert(path && (tokens || n == 0) && n >= 0);
     if (n > INT32_MAX)
         return mp_err_set(err, MP_EINPUT, "writing %s: %lld tokens do not fit the llm.c header's int32 count",
@@ -184,11 +195,11 @@ mp_code mp_token_file_write_llmc(const char *path, const uint16_t *tokens, int64
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return mp_err_set(err, MP_EIO, "writing %s: cannot create: %s", path, strerror(errno));
     int32_t hdr[MP_LLMC_HEADER_INTS] = {0};
-    hdr[0] = MP_LLMC_MAGIC;
-    hdr[1] = 1;
+    hdr[0] = magic;
+    hdr[1] = version;
     hdr[2] = (int32_t)n;
     const char *what = "write";
-    int ok = write_all(fd, hdr, sizeof hdr) == 0 && write_all(fd, tokens, (size_t)n * sizeof(uint16_t)) == 0;
+    int ok = write_all(fd, hdr, sizeof hdr) == 0 && write_all(fd, tokens, (size_t)n * tsz) == 0;
     if (ok && fsync(fd) != 0) { ok = 0; what = "fsync"; }
     int e = errno;
     if (close(fd) != 0 && ok) { ok = 0; what = "close"; e = errno; }
@@ -198,6 +209,14 @@ mp_code mp_token_file_write_llmc(const char *path, const uint16_t *tokens, int64
         return mp_err_set(err, MP_EIO, "writing %s: %s failed: %s", path, what, strerror(e));
     }
     return MP_OK;
+}
+
+mp_code mp_token_file_write_llmc(const char *path, const uint16_t *tokens, int64_t n, mp_err *err) {
+    return write_llmc_any(path, MP_LLMC_MAGIC, MP_LLMC_VERSION, tokens, n, sizeof(uint16_t), err);
+}
+
+mp_code mp_token_file_write_llmc3(const char *path, const uint32_t *tokens, int64_t n, mp_err *err) {
+    return write_llmc_any(path, MP_LLMC3_MAGIC, MP_LLMC3_VERSION, tokens, n, sizeof(uint32_t), err);
 }
 
 /* ---- loader ---- */

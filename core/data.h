@@ -2,12 +2,16 @@
  * core/data.h — token files and the deterministic batch loader.
  *
  * Formats:
- *   MP_DATA_LLMC  llm.c: int32 header[256] (header[0] = 20240520 magic, header[1] = version 1,
- *                 header[2] = token count), then uint16 tokens.
+ *   MP_DATA_LLMC  llm.c: int32 header[256] (header[0] magic, header[1] version, header[2] token count,
+ *                 the rest 0), then the tokens; the magic decides their width (llm.c's
+ *                 dev/data/data_common.py HEADERS_INFO):
+ *                   20240520 version 1: uint16 tokens (GPT-2 files);
+ *                   20240801 version 7: uint32 tokens (Llama 3 files, any vocabulary up to 2^32).
  *   MP_DATA_U16   raw little-endian uint16 tokens (nanoGPT's train.bin).
  *   MP_DATA_U32   raw little-endian uint32 tokens.
  * Files are memory-mapped; opening checks the header, the size against the token count, and that every
- * token id is < vocab_size (the message names the file, the offset and the id).
+ * token id is < vocab_size (the message names the file, the offset and the id). --data-format llmc
+ * (the default) reads both llm.c kinds, told apart by the magic.
  *
  * Loader: the data is a stream of sequences of T+1 tokens. Global batch g (of B sequences) starts at
  * token position pos; its sequence k reads tokens [pos + k*T, pos + k*T + T + 1), inputs the first T
@@ -24,12 +28,16 @@
 
 typedef enum { MP_DATA_LLMC = 0, MP_DATA_U16, MP_DATA_U32 } mp_data_format;
 
-#define MP_LLMC_MAGIC 20240520
+#define MP_LLMC_MAGIC 20240520          /* llm.c GPT-2 files: version 1, uint16 tokens */
+#define MP_LLMC_VERSION 1
+#define MP_LLMC3_MAGIC 20240801         /* llm.c Llama 3 files: version 7, uint32 tokens */
+#define MP_LLMC3_VERSION 7
 #define MP_LLMC_HEADER_INTS 256
 
 typedef struct mp_token_file {
     char path[1024];
     mp_data_format format;
+    int token_bytes;        /* 2 or 4: from the format, or for llm.c files from the header's magic */
     int64_t ntokens;
     const void *tokens;     /* into the mapping, past any header */
     void *map;              /* mmap base */
@@ -47,12 +55,15 @@ const char *mp_data_format_name(mp_data_format f);
 mp_code mp_token_file_open(mp_token_file *f, const char *path, mp_data_format fmt, int vocab_size, mp_err *err);
 void mp_token_file_close(mp_token_file *f);
 static inline int32_t mp_token_at(const mp_token_file *f, int64_t i) {
-    return f->format == MP_DATA_U32 ? (int32_t)((const uint32_t *)f->tokens)[i]
-                                    : (int32_t)((const uint16_t *)f->tokens)[i];
+    return f->token_bytes == 4 ? (int32_t)((const uint32_t *)f->tokens)[i]
+                               : (int32_t)((const uint16_t *)f->tokens)[i];
 }
 
 /* Writes tokens (each < 65536) as an llm.c-format file; MP_EIO naming the path on failure. */
 mp_code mp_token_file_write_llmc(const char *path, const uint16_t *tokens, int64_t n, mp_err *err);
+/* Writes tokens as an llm.c Llama 3 file (magic 20240801, version 7, uint32 tokens), as llm.c's
+ * write_datafile(..., "llama-3") does; MP_EINPUT for more than INT32_MAX tokens, MP_EIO naming the path. */
+mp_code mp_token_file_write_llmc3(const char *path, const uint32_t *tokens, int64_t n, mp_err *err);
 
 typedef struct mp_loader_cursor {
     int64_t pos;     /* token position of the current batch */

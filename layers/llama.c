@@ -172,10 +172,10 @@ static void alloc_acts(llama_model *m) {
         if (!m->sp) { m->acts[l].ln1_full = m->acts[l].ln1; m->acts[l].ln2_full = m->acts[l].ln2; }
     }
     if (!m->sp) m->lnf_full = m->lnf;
-    /* RoPE tables: computed on the host in double, then copied to the device. */
+    /* RoPE tables (with the config's rope_scaling): computed on the host in double, then copied to the device. */
     size_t tb = (size_t)m->T * (size_t)half * sizeof(float);
     float *c = mp_xmalloc(tb), *s = mp_xmalloc(tb);
-    mp_rope_tables(c, s, m->T, m->hd, m->cfg.rope_theta);
+    mp_rope_tables(c, s, m->T, m->hd, m->cfg.rope_theta, &m->cfg.rope_scaling);
     m->be->to_device(m->be, m->cos_t, c, tb);
     m->be->to_device(m->be, m->sin_t, s, tb);
     free(c);

@@ -32,7 +32,7 @@
 
 typedef struct rs_source rs_source;
 struct rs_source {
-    const char *kind;   /* "checkpoint", "init" */
+    const char *kind;   /* "checkpoint", "init", "hf" */
     /* Reads the box (off, shape) of global tensor `name` (ndim dims) as fp32 row-major into buf. */
     mp_code (*read)(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape, float *buf,
                     mp_err *e);
@@ -56,11 +56,22 @@ ckpt_reader *rs_source_ckpt_reader(rs_source *s);
  * weights (llama_init_box), optim/... moments zero. */
 mp_code rs_source_init(rs_source **out, const mp_model_config *cfg, uint64_t seed, mp_err *e);
 
+/* A source over a Hugging Face Llama directory (reshard/hf_source.c): model.safetensors, or
+ * model.safetensors.index.json and the shards its weight_map names (every header validated, a tensor
+ * in two shards or missing from the shard the index names refused). Tensor model/<hf name> is the HF
+ * tensor <hf name>, converted to fp32 from F32, BF16 or F16 as boxes are read (by ranges, never whole
+ * files). */
+mp_code rs_source_hf(rs_source **out, const char *dir, mp_err *e);
+/* Checks an HF source against the model of cfg: every tensor of the model present with its shape and
+ * a readable dtype; no tensor the model would not use (rotary_emb.inv_freq buffers and, with tied
+ * embeddings, lm_head.weight are ignored, as transformers does). MP_EINPUT naming the tensor and file. */
+mp_code rs_source_hf_check(rs_source *s, const mp_model_config *cfg, mp_err *e);
+
 /* -------------------------------------------------------------------------------------- sink */
 
 typedef struct rs_sink rs_sink;
 struct rs_sink {
-    const char *kind;   /* "checkpoint" */
+    const char *kind;   /* "checkpoint", "hf" */
     /* Takes one box of global tensor name (fp32) for the file of target rank file_rank; its data will
      * be pulled through fill(ctx, ...) in row bands before commit returns. */
     mp_code (*add)(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
@@ -95,6 +106,18 @@ static inline int64_t rs_box_bytes(const rs_box *b) { return 4 * b->shape[0] * (
  * mesh (llama_check_layout). */
 mp_code rs_target_layout(const mp_model_config *cfg, int tp, int dp, int model_only, rs_box **boxes, int *n,
                          mp_err *e);
+
+/* A sink writing a Hugging Face directory at dir (reshard/hf_sink.c): config.json (keys transformers
+ * 4.x and 5.x read), generation_config.json, and model.safetensors, or model-0000i-of-0000N.safetensors
+ * + model.safetensors.index.json when the data exceeds max_shard_bytes. Takes whole model/<hf name>
+ * tensors (file_rank 0) and writes them as <hf name> in add order, dtype "F32" or "BF16" (round to
+ * nearest even), pulling each in row bands of at most band_bytes of fp32. Written into dir.partial and
+ * renamed at the commit (replace: an existing dir is swapped out only then). Single process; meta()
+ * ignores checkpoint metadata (an HF directory has no place for it). */
+mp_code rs_sink_hf(rs_sink **out, const char *dir, const mp_model_config *cfg, const char *dtype,
+                   int64_t max_shard_bytes, size_t band_bytes, int replace, mp_err *e);
+/* The layout an HF sink takes: one whole-tensor box of every model/ tensor of cfg, in table order. */
+mp_code rs_hf_layout(const mp_model_config *cfg, rs_box **boxes, int *n, mp_err *e);
 
 /* ------------------------------------------------------------------------------------ engine */
 

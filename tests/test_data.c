@@ -594,3 +594,193 @@ Test(demo_script, missing_fortunes_fails_clearly) {
     cr_assert_eq(rc, 1, "%s", out);
     cr_assert(strstr(out, "fortunes") && strstr(out, "missing"), "%s", out);
 }
+
+/* ---- llm.c Llama 3 files (magic 20240801, version 7, uint32 tokens) ---- */
+
+/* An llm.c file with the given header fields followed by nt uint32 tokens. */
+static void write_llmc3_raw(const char *path, int32_t magic, int32_t version, int32_t count, const uint32_t *tok,
+                            size_t nt) {
+    size_t bytes = 1024 + nt * 4;
+    unsigned char *buf = calloc(1, bytes);
+    int32_t *h = (int32_t *)buf;
+    h[0] = magic;
+    h[1] = version;
+    h[2] = count;
+    if (nt) memcpy(buf + 1024, tok, nt * 4);
+    write_bytes(path, buf, bytes);
+    free(buf);
+}
+
+Test(data_llmc3, reads_uint32_tokens_by_magic) {
+    char *d = tu_mkdtemp("data");
+    char *p = path_in(d, "l3.bin");
+    enum { N = 5000 };
+    static uint32_t t[N];
+    for (int i = 0; i < N; i++) t[i] = (uint32_t)((int64_t)i * 104729 % 128256);   /* ids past 65535 */
+    write_llmc3_raw(p, 20240801, 7, N, t, N);
+    mp_token_file f;
+    mp_err err;
+    cr_assert_eq(mp_token_file_open(&f, p, MP_DATA_LLMC, 128256, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(f.format, MP_DATA_LLMC);
+    cr_assert_eq(f.token_bytes, 4);
+    cr_assert_eq(f.ntokens, N);
+    for (int i = 0; i < N; i++) cr_assert_eq(mp_token_at(&f, i), (int32_t)t[i], "token %d", i);
+    /* the loader reads them like any other file */
+    mp_loader l;
+    cr_assert_eq(mp_loader_init(&l, &f, 3, 100, &err), MP_OK, "%s", err.msg);
+    mp_loader_advance(&l);
+    int32_t in[300], tg[300];
+    mp_loader_get(&l, 1, 2, in, tg);
+    for (int k = 0; k < 200; k++) {
+        cr_assert_eq(in[k], (int32_t)t[300 + 100 + k]);
+        cr_assert_eq(tg[k], (int32_t)t[300 + 100 + k + 1]);
+    }
+    mp_token_file_close(&f);
+    /* ids are checked against the vocabulary, naming the first one too large */
+    expect_open_error(p, MP_DATA_LLMC, 100000, "token 1", "id 104729", "vocab_size 100000", NULL);
+    /* GPT-2 files still read as uint16 */
+    char *q = path_in(d, "g.bin");
+    uint16_t *g = pattern_tokens(100, 256);
+    cr_assert_eq(mp_token_file_write_llmc(q, g, 100, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(mp_token_file_open(&f, q, MP_DATA_LLMC, 256, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(f.token_bytes, 2);
+    for (int i = 0; i < 100; i++) cr_assert_eq(mp_token_at(&f, i), g[i]);
+    mp_token_file_close(&f);
+}
+
+Test(data_llmc3, header_errors) {
+    char *d = tu_mkdtemp("data");
+    char *p = path_in(d, "bad.bin");
+    uint32_t t[64] = {0};
+    write_llmc3_raw(p, 20240801, 1, 8, t, 8);   /* the GPT-2 version under the Llama 3 magic */
+    expect_open_error(p, MP_DATA_LLMC, 256, "version 1", "magic 20240801", "supported: 7", "uint32", NULL);
+    write_llmc_raw(p, MP_LLMC_MAGIC, 7, 4, (const uint16_t *)t, 4);   /* and the other way round */
+    expect_open_error(p, MP_DATA_LLMC, 256, "version 7", "magic 20240520", "supported: 1", NULL);
+    write_llmc3_raw(p, 20240802, 7, 8, t, 8);
+    expect_open_error(p, MP_DATA_LLMC, 256, "bad magic number 20240802", "20240520", "20240801", NULL);
+    write_llmc3_raw(p, 20240801, 7, 100, t, 50);   /* 100 tokens declared, 200 bytes given */
+    expect_open_error(p, MP_DATA_LLMC, 256, "truncated", "100 tokens (400 bytes)", "only 200 token bytes", NULL);
+    write_llmc3_raw(p, 20240801, 7, 8, t, 9);
+    expect_open_error(p, MP_DATA_LLMC, 256, "4 unexpected bytes", NULL);
+    write_llmc3_raw(p, 20240801, 7, 0, NULL, 0);
+    expect_open_error(p, MP_DATA_LLMC, 256, "empty", NULL);
+    /* a GPT-2 header declaring n uint16 tokens with 2n uint16s after it (a Llama 3 body) */
+    write_llmc_raw(p, MP_LLMC_MAGIC, 1, 8, (const uint16_t *)t, 16);
+    expect_open_error(p, MP_DATA_LLMC, 256, "16 unexpected bytes", NULL);
+}
+
+Test(data_llmc3, writer_layout_and_round_trip) {
+    char *d = tu_mkdtemp("data");
+    char *p = path_in(d, "w.bin");
+    uint32_t t[7] = {0, 1, 65535, 65536, 128000, 128255, 4000000000u};
+    mp_err err;
+    cr_assert_eq(mp_token_file_write_llmc3(p, t, 7, &err), MP_OK, "%s", err.msg);
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0);
+    cr_assert_eq(st.st_size, 1024 + 7 * 4);
+    FILE *f = fopen(p, "rb");
+    int32_t h[256];
+    uint32_t body[7];
+    cr_assert_eq(fread(h, 4, 256, f), 256);
+    cr_assert_eq(fread(body, 4, 7, f), 7);
+    fclose(f);
+    cr_assert(h[0] == 20240801 && h[1] == 7 && h[2] == 7);
+    for (int i = 3; i < 256; i++) cr_assert_eq(h[i], 0);
+    cr_assert(!memcmp(body, t, sizeof t));
+    mp_token_file tf;
+    cr_assert_eq(mp_token_file_open(&tf, p, MP_DATA_LLMC, 0, &err), MP_OK, "%s", err.msg);   /* no id check */
+    for (int i = 0; i < 6; i++) cr_assert_eq(mp_token_at(&tf, i), (int32_t)t[i]);
+    mp_token_file_close(&tf);
+    /* read as raw u32, the header shows up as 256 tokens */
+    cr_assert_eq(mp_token_file_open(&tf, p, MP_DATA_U32, 0, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(tf.ntokens, 256 + 7);
+    mp_token_file_close(&tf);
+}
+
+/* The README's Python writer (the block after "<!-- llmc3-writer -->"), run with a stand-in tokenizer:
+ * what it writes opens as an llm.c Llama 3 file holding the ids it was given. */
+Test(data_llmc3, readme_python_writer, .timeout = 60) {
+    char *d = tu_mkdtemp("data");
+    char *readme = NULL, *script = path_in(d, "w.py"), *out = path_in(d, "t.bin"), *cmd = NULL, *log = NULL;
+    cr_assert(asprintf(&readme, "%s/README.md", tu_src()) > 0);
+    FILE *in = fopen(readme, "r"), *py = fopen(script, "w");
+    cr_assert(in && py);
+    char line[1024];
+    int state = 0;   /* 0: before the marker, 1: before the fence, 2: in the block, 3: done */
+    while (fgets(line, sizeof line, in) && state < 3) {
+        if (state == 0 && strstr(line, "<!-- llmc3-writer -->")) state = 1;
+        else if (state == 1 && !strncmp(line, "```python", 9)) state = 2;
+        else if (state == 2 && !strncmp(line, "```", 3)) state = 3;
+        else if (state == 2) fputs(line, py);
+    }
+    fclose(in);
+    cr_assert_eq(state, 3, "README.md lacks the llmc3-writer block");
+    /* a stand-in for a pretrained tokenizer: ids past 65535, as Llama 3's */
+    fprintf(py, "class FakeTokenizer:\n"
+                "    eos_token_id = 128001\n"
+                "    def encode(self, text):\n"
+                "        return [128000] + [70000 + ord(c) for c in text]\n"
+                "tok = FakeTokenizer()\n"
+                "ids = [i for d in ['ab', 'xyz'] for i in tok.encode(d) + [tok.eos_token_id]]\n"
+                "write_llmc3(%s%s%s, ids)\n", "'", out, "'");
+    fclose(py);
+    cr_assert(asprintf(&cmd, "/usr/bin/python3 '%s'", script) > 0);
+    int rc = tu_run(cmd, &log);
+    cr_assert_eq(rc, 0, "%s", log);
+    mp_token_file f;
+    mp_err err;
+    cr_assert_eq(mp_token_file_open(&f, out, MP_DATA_LLMC, 128256, &err), MP_OK, "%s", err.msg);
+    int32_t want[] = {128000, 70000 + 'a', 70000 + 'b', 128001, 128000, 70000 + 'x', 70000 + 'y', 70000 + 'z', 128001};
+    cr_assert_eq(f.ntokens, 9);
+    for (int i = 0; i < 9; i++) cr_assert_eq(mp_token_at(&f, i), want[i], "token %d", i);
+    mp_token_file_close(&f);
+    free(readme);
+    free(script);
+    free(out);
+    free(cmd);
+    free(log);
+}
+
+/* `meshpoint train` on a Llama 3 file trains exactly as on the same tokens in a GPT-2 file. */
+Test(data_llmc3, train_reads_it_like_a_gpt2_file, .timeout = 120) {
+    char *d = tu_mkdtemp("data");
+    enum { N = 3000 };
+    static uint16_t a[N];
+    static uint32_t b[N];
+    for (int i = 0; i < N; i++) b[i] = a[i] = (uint16_t)((i * 31 + i / 7) % 256);
+    char *pa = path_in(d, "a.bin"), *pb = path_in(d, "b.bin"), *cfg = NULL;
+    mp_err err;
+    cr_assert_eq(mp_token_file_write_llmc(pa, a, N, &err), MP_OK);
+    cr_assert_eq(mp_token_file_write_llmc3(pb, b, N, &err), MP_OK);
+    cr_assert(asprintf(&cfg, "%s/tests/configs/cli_tiny.json", tu_src()) > 0);
+    char *metrics[2];
+    for (int k = 0; k < 2; k++) {
+        char *cmd = NULL, *out = NULL;
+        cr_assert(asprintf(&cmd, "%s train --config %s --train-data %s --steps 3 --run-dir %s/run%d --log-every 0",
+                           tu_bin(), cfg, k ? pb : pa, d, k) > 0);
+        int rc = tu_run(cmd, &out);
+        cr_assert_eq(rc, 0, "%s", out);
+        free(cmd);
+        free(out);
+        char *mp = NULL;
+        cr_assert(asprintf(&mp, "%s/run%d/metrics.jsonl", d, k) > 0);
+        FILE *f = fopen(mp, "r");
+        cr_assert(f);
+        free(mp);
+        static char buf[2][8192];
+        size_t n = fread(buf[k], 1, sizeof buf[k] - 1, f);
+        buf[k][n] = '\0';
+        fclose(f);
+        /* drop the timing fields: only the losses, lrs and norms must agree */
+        metrics[k] = buf[k];
+        for (char *s = buf[k]; (s = strstr(s, "\"tokens_per_s\"")); ) {
+            char *e = strchr(s, '}');
+            cr_assert(e);
+            memmove(s, e, strlen(e) + 1);
+        }
+    }
+    cr_assert_str_eq(metrics[0], metrics[1]);
+    free(pa);
+    free(pb);
+    free(cfg);
+}

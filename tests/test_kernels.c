@@ -431,7 +431,7 @@ Test(rope, tables_match_hf_inverse_frequencies_in_double) {
     const int P = 300, hd = 8;
     const double theta = 10000.0;
     float *c = ffill(P * hd / 2, NAN), *s = ffill(P * hd / 2, NAN);
-    mp_rope_tables(c, s, P, hd, theta);
+    mp_rope_tables(c, s, P, hd, theta, NULL);
     for (int p = 0; p < P; p++)
         for (int i = 0; i < hd / 2; i++) {
             double a = p / pow(theta, (2.0 * i) / hd);
@@ -448,7 +448,7 @@ Test(rope, forward_with_position_offset_matches_double_rotate_half) {
     const int B = 2, T = 5, H = 3, hd = 8, pos0 = 7, P = 16;
     const double theta = 500000.0;
     float *ct = malloc(P * hd / 2 * sizeof(float)), *st = malloc(P * hd / 2 * sizeof(float));
-    mp_rope_tables(ct, st, P, hd, theta);
+    mp_rope_tables(ct, st, P, hd, theta, NULL);
     int n = B * T * H * hd;
     float *x = frand(n, 2.0);
     double *xd = todouble(x, n), *ref = malloc(n * sizeof(double));
@@ -464,7 +464,7 @@ Test(rope, backward_is_the_inverse_rotation_and_matches_finite_differences) {
     const int B = 2, T = 5, H = 2, hd = 4, pos0 = 3, P = 8;
     const double theta = 10000.0;
     float *ct = malloc(P * hd / 2 * sizeof(float)), *st = malloc(P * hd / 2 * sizeof(float));
-    mp_rope_tables(ct, st, P, hd, theta);
+    mp_rope_tables(ct, st, P, hd, theta, NULL);
     int n = B * T * H * hd;
     float *x = frand(n, 1.0), *r = frand(n, 1.0);
     float *dx = fdup(r, n);

@@ -255,6 +255,56 @@ Test(train_errors, memory_plan_above_the_host) {
                         "good", NULL, "available; use more processes"});
 }
 
+/* --init-from (a new run from a checkpoint's weights): the combinations and names it refuses */
+Test(train_errors, init_from_with_resume) {
+    run_bad(&(bad_case){"--init-from --resume", NULL, "good", "--init-from x --resume",
+                        "--init-from starts a new run from a checkpoint's weights; it cannot be combined with --resume"});
+}
+Test(train_errors, init_from_with_resume_from) {
+    run_bad(&(bad_case){"--init-from --resume-from", NULL, "good", "--init-from x --resume-from x",
+                        "cannot be combined with --resume-from"});
+}
+Test(train_errors, init_from_empty_path) {
+    run_bad(&(bad_case){"--init-from ''", NULL, "good", "--init-from ''", "--init-from: the path is empty"});
+}
+Test(train_errors, init_from_missing_checkpoint) {
+    run_bad(&(bad_case){"--init-from nothere", NULL, "good", "--init-from /nonexistent/nothere",
+                        "--init-from: /nonexistent/nothere: no such file or directory"});
+}
+
+/* --init-from a real checkpoint: another architecture is refused naming the field, a used run directory
+ * is refused as for any fresh run (--overwrite allowed), and the weights are the source's. */
+Test(train_errors, init_from_checks_config_and_run_dir, .timeout = 120) {
+    char *dir = tu_mkdtemp("initf");
+    char *data = write_repeated(dir, "t.bin", "weights from elsewhere. ", 60);
+    char *cfg = small_config(dir), *cmd = NULL, *out = NULL;
+    cr_assert(asprintf(&cmd, "%s train --config %s --train-data %s --run-dir %s/src --steps 2 --batch 2 --seq-len 16 "
+                             "--ckpt-every 2", tu_bin(), cfg, data, dir) > 0);
+    cr_assert_eq(tu_run(cmd, &out), 0, "%s", out);
+    char *cfg2 = NULL, *cmd2 = NULL, *out2 = NULL;
+    cr_assert(asprintf(&cfg2, "%s/c2.json", dir) > 0);
+    tu_write_file(cfg2, "{\"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, "
+                        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256, "
+                        "\"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-5}");
+    cr_assert(asprintf(&cmd2, "%s train --config %s --train-data %s --run-dir %s/ft --steps 1 --batch 2 --seq-len 16 "
+                              "--init-from %s/src", tu_bin(), cfg2, data, dir, dir) > 0);
+    cr_assert_eq(tu_run(cmd2, &out2), 2, "%s", out2);
+    cr_assert(strstr(out2, "--init-from: checkpoint") && strstr(out2, "intermediate_size = 128, the config says 96"),
+              "%s", out2);
+    /* into the source's own run directory: refused like any fresh run, unless --overwrite */
+    char *cmd3 = NULL, *out3 = NULL;
+    cr_assert(asprintf(&cmd3, "%s train --config %s --train-data %s --run-dir %s/src --steps 1 --batch 2 --seq-len 16 "
+                              "--init-from %s/src/checkpoints/step_00000002", tu_bin(), cfg, data, dir, dir) > 0);
+    cr_assert_eq(tu_run(cmd3, &out3), 2, "%s", out3);
+    cr_assert(strstr(out3, "already holds a run"), "%s", out3);
+    char *cmd4 = NULL, *out4 = NULL;
+    cr_assert(asprintf(&cmd4, "%s --overwrite", cmd3) > 0);
+    cr_assert_eq(tu_run(cmd4, &out4), 0, "%s", out4);
+    cr_assert(strstr(out4, "a new run from the weights of") && strstr(out4, "(its step 2)"), "%s", out4);
+    free(data); free(cfg); free(cmd); free(out); free(cfg2); free(cmd2); free(out2);
+    free(cmd3); free(out3); free(cmd4); free(out4);
+}
+
 Test(cli, help_for_program_and_every_command) {
     const char *cmds[] = {"--help", "train --help", "eval --help", "data --help"};
     for (int i = 0; i < 4; i++) {

@@ -21,7 +21,7 @@ static int same_model(const mp_model_config *a, const mp_model_config *b) {
            a->num_key_value_heads == b->num_key_value_heads && a->vocab_size == b->vocab_size &&
            a->max_position_embeddings == b->max_position_embeddings && a->rms_norm_eps == b->rms_norm_eps &&
            a->rope_theta == b->rope_theta && a->tie_word_embeddings == b->tie_word_embeddings &&
-           a->initializer_range == b->initializer_range;
+           a->initializer_range == b->initializer_range && mp_rope_scaling_equal(&a->rope_scaling, &b->rope_scaling);
 }
 
 /* 1 if a and b hold the same training config (the fields a checkpoint's train_config carries). */

@@ -1,0 +1,180 @@
+/*
+ * cli/cmd_export.c — `meshpoint export CKPT --out DIR`: a checkpoint's model as a Hugging Face
+ * directory (config.json, generation_config.json, safetensors) that transformers' LlamaForCausalLM
+ * loads. The reshard/ engine with a checkpoint source and an HF sink: each model/ tensor is one box,
+ * read from whatever mesh saved it (only its tiles) and streamed to the safetensors file in row bands
+ * under --max-memory; optimizer moments are never read, so full and --model-only checkpoints export
+ * alike.
+ *
+ * Order of work, so that a refusal leaves nothing behind: flags; the checkpoint (complete, its model
+ * config, every model tensor present with its shape); the destination (exists -> refuse unless
+ * --force; never the checkpoint itself); then DIR.partial is written and renamed to DIR (the HF
+ * sink); finally the result is read back: every safetensors header validated, every tensor of the
+ * model present with its shape, and config.json parsed back to the same model config.
+ * One process: under mpirun with more than one rank it refuses.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli/args.h"
+#include "cli/ckpt_common.h"
+#include "cli/cli.h"
+#include "cli/runtime.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "reshard/reshard.h"
+
+/* --max-shard-size: "5GB", "500MB", "10KB" are decimal units as transformers reads them (5GB = 5e9
+ * bytes); "5G", "5GiB", "256M" powers of 1024 as every other size flag (mp_args_parse_size). */
+static mp_code parse_shard_size(const char *s, int64_t *out, mp_err *e) {
+    size_t n = strlen(s);
+    size_t v = 0;
+    if (n >= 3 && s[n - 1] == 'B' && strchr("KMGT", s[n - 2])) {
+        char num[64];
+        if (n - 2 >= sizeof num) return mp_err_set(e, MP_EINPUT, "--max-shard-size: \"%s\" is not a size", s);
+        memcpy(num, s, n - 2);
+        num[n - 2] = '\0';
+        MP_TRY(mp_args_parse_size(num, "--max-shard-size", 1, &v, e));
+        double mul = s[n - 2] == 'K' ? 1e3 : s[n - 2] == 'M' ? 1e6 : s[n - 2] == 'G' ? 1e9 : 1e12;
+        if ((double)v * mul >= 0x1p62) return mp_err_set(e, MP_EINPUT, "--max-shard-size: %s is out of range", s);
+        *out = (int64_t)((double)v * mul);
+        return MP_OK;
+    }
+    MP_TRY(mp_args_parse_size(s, "--max-shard-size", 1, &v, e));
+    *out = (int64_t)v;
+    return MP_OK;
+}
+
+/* Every model tensor of the layout must be in the checkpoint with its global shape. */
+static mp_code check_model_tensors(ckpt_reader *r, const rs_box *b, int n, mp_err *e) {
+    for (int i = 0; i < n; i++) {
+        int t = ckpt_tensor_find(r, b[i].name);
+        if (t < 0) return mp_err_set(e, MP_EINPUT, "checkpoint %s has no tensor %s", ckpt_reader_dir(r), b[i].name);
+        const ckpt_tensor_info *ti = ckpt_tensor_at(r, t);
+        if (ti->ndim != b[i].ndim || ti->shape[0] != b[i].gshape[0] || (ti->ndim == 2 && ti->shape[1] != b[i].gshape[1]))
+            return mp_err_set(e, MP_EINPUT, "checkpoint %s: tensor %s has another shape than its model_config implies",
+                              ckpt_reader_dir(r), b[i].name);
+    }
+    return MP_OK;
+}
+
+/* Reads the exported directory back: headers, tensor set and shapes, and config.json = cfg. */
+static mp_code verify_export(const char *dir, const mp_model_config *cfg, mp_err *e) {
+    rs_source *s = NULL;
+    MP_TRY(rs_source_hf(&s, dir, e));
+    mp_code rc = rs_source_hf_check(s, cfg, e);
+    s->close(s);
+    MP_TRY(rc);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    mp_model_config back;
+    MP_TRY(mp_config_load(path, &back, NULL, e));
+    int same = back.hidden_size == cfg->hidden_size && back.intermediate_size == cfg->intermediate_size &&
+               back.num_hidden_layers == cfg->num_hidden_layers && back.num_attention_heads == cfg->num_attention_heads &&
+               back.num_key_value_heads == cfg->num_key_value_heads && back.vocab_size == cfg->vocab_size &&
+               back.max_position_embeddings == cfg->max_position_embeddings && back.rms_norm_eps == cfg->rms_norm_eps &&
+               back.rope_theta == cfg->rope_theta && back.tie_word_embeddings == cfg->tie_word_embeddings &&
+               back.initializer_range == cfg->initializer_range &&
+               mp_rope_scaling_equal(&back.rope_scaling, &cfg->rope_scaling);
+    if (!same) return mp_err_set(e, MP_ECHECK, "%s does not read back as the checkpoint's model config", path);
+    return MP_OK;
+}
+
+typedef struct export_opts {
+    const char *out, *dtype, *max_shard, *max_memory;
+    int force, no_verify;
+    int64_t shard_bytes;
+    size_t max_bytes;
+} export_opts;
+
+/* The conversion once flags are checked: source, layout, sink, run, read back. */
+static mp_code run_export(const char *arg, export_opts *o, mp_err *err) {
+    char *src_dir = NULL;
+    rs_source *src = NULL;
+    rs_sink *sink = NULL;
+    rs_box *boxes = NULL;
+    int n = 0;
+    mp_code rc = mp_ckpt_resolve(arg, &src_dir, err);
+    if (!rc && (rc = ckpt_check_complete(src_dir, err))) {
+        err->code = rc = MP_EINPUT;
+        mp_err_wrap(err, "source %s is not a complete checkpoint", src_dir);
+    }
+    if (!rc && (rc = rs_source_ckpt(&src, src_dir, o->max_bytes / 4, err))) err->code = rc = MP_EINPUT;
+    mp_model_config mc;
+    const char *mtext = rc ? NULL : ckpt_meta_get(rs_source_ckpt_reader(src), "model_config");
+    if (!rc && !mtext) rc = mp_err_set(err, MP_EINPUT, "checkpoint %s has no model_config: not a training checkpoint", src_dir);
+    char where[PATH_MAX + 32];
+    if (!rc) snprintf(where, sizeof where, "%s: model_config", src_dir);
+    if (!rc) rc = mp_config_parse(mtext, where, &mc, NULL, err);
+    if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
+    if (!rc) rc = check_model_tensors(rs_source_ckpt_reader(src), boxes, n, err);
+    char a[PATH_MAX], b[PATH_MAX];
+    if (!rc && realpath(o->out, a) && realpath(src_dir, b) && !strcmp(a, b))
+        rc = mp_err_set(err, MP_EINPUT, "--out %s is the source checkpoint itself: write elsewhere", o->out);
+    if (!rc) rc = rs_sink_hf(&sink, o->out, &mc, !strcmp(o->dtype, "bf16") ? "BF16" : "F32", o->shard_bytes, o->max_bytes / 4,
+                             o->force, err);
+    rs_stats st;
+    if (!rc) rc = rs_run(src, sink, boxes, n, 0, 1, &st, err);
+    if (!rc)
+        fprintf(stderr, "meshpoint export: wrote %s (%s, %d tensors, %.2f MiB as fp32) in %.2f s; read %.2f MiB; largest "
+                        "piece in memory %.2f MiB (--max-memory %.0f MiB)\n",
+                o->out, o->dtype, n, st.bytes_written / 1048576.0, st.seconds, st.bytes_read / 1048576.0,
+                st.largest_band / 1048576.0, o->max_bytes / 1048576.0);
+    if (!rc && !o->no_verify) {
+        if ((rc = verify_export(o->out, &mc, err))) mp_err_wrap(err, "reading %s back after writing it", o->out);
+        else fprintf(stderr, "meshpoint export: verified %s: every header, tensor and shape, and config.json\n", o->out);
+    }
+    if (sink) sink->free(sink);
+    if (src) src->close(src);
+    free(boxes);
+    free(src_dir);
+    return rc;
+}
+
+static const char *export_about =
+    "Writes the model of checkpoint CKPT (a step directory, a checkpoint root or a run directory: its newest\n"
+    "complete checkpoint; saved on any mesh, full or --model-only) as a Hugging Face directory that\n"
+    "transformers' AutoModelForCausalLM.from_pretrained loads: config.json, generation_config.json and\n"
+    "model.safetensors, or model-0000i-of-0000N.safetensors + model.safetensors.index.json above\n"
+    "--max-shard-size. Streams in bounded memory, commits atomically (DIR.partial, renamed at the end) and\n"
+    "reads the result back. --max-shard-size 5GB means 5e9 bytes, as in transformers (5G or 5GiB: 5 x 2^30).";
+
+int mp_cmd_export(int argc, char **argv) {
+    static const char *const dtypes[] = {"fp32", "bf16", NULL};
+    export_opts o = {.dtype = "fp32", .max_shard = "5GB", .max_memory = "256M"};
+    const mp_arg flags[] = {
+        {"out", MP_ARG_STRING, &o.out, "DIR", "the HF directory to write (must not exist, unless --force)"},
+        {"dtype", MP_ARG_STRING, &o.dtype, "T", "tensor dtype in the safetensors files", dtypes},
+        {"max-shard-size", MP_ARG_STRING, &o.max_shard, "SIZE", "split the weights into files of at most SIZE"},
+        {"max-memory", MP_ARG_STRING, &o.max_memory, "SIZE", "memory bound for data buffers (e.g. 256M, 1G)"},
+        {"force", MP_ARG_SWITCH, &o.force, NULL, "replace an existing --out (swapped only once the new one is complete)"},
+        {"no-verify", MP_ARG_SWITCH, &o.no_verify, NULL, "skip reading the result back"},
+        {0}};
+    mp_runtime rt;
+    mp_runtime_start(&rt, &argc, &argv);
+    mp_err err;
+    mp_err_clear(&err);
+    int npos = 0, help = 0, status = 0;
+    if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
+    if (help) {
+        if (rt.rank == 0) mp_args_help(stdout, "meshpoint export CKPT --out DIR [options]", export_about, flags);
+        goto done;
+    }
+    if (npos != 1) {
+        mp_err_set(&err, MP_EINPUT, npos ? "one CKPT expected, got %d arguments" : "CKPT (the checkpoint to export) is missing", npos);
+        goto fail;
+    }
+    if (!o.out || !*o.out) { mp_err_set(&err, MP_EINPUT, "--out DIR is required"); goto fail; }
+    if (parse_shard_size(o.max_shard, &o.shard_bytes, &err)) goto fail;
+    if (mp_args_parse_size(o.max_memory, "--max-memory", 4 * 1048576, &o.max_bytes, &err)) goto fail;
+    if (rt.world > 1) { mp_err_set(&err, MP_EINPUT, "export runs in one process (not under mpirun -np %d)", rt.world); goto fail; }
+    if (mp_runtime_mesh(&rt, 1, 1, "cpu", &err)) goto fail;
+    if (run_export(argv[0], &o, &err)) goto fail;
+    goto done;
+fail:
+    status = mp_runtime_fail(&rt, &err);
+done:
+    mp_runtime_end(&rt);
+    return status;
+}

@@ -1,0 +1,314 @@
+/*
+ * reshard/hf_sink.c — the engine's sink for a Hugging Face directory (`meshpoint export`).
+ *
+ * add() only records each whole tensor and its fill callback; commit() does the work: it groups the
+ * tensors, in add order, into shard files of at most max_shard_bytes of data (a larger tensor gets a
+ * file of its own, as transformers does), and writes each file with the safetensors writer — the
+ * header first (the shapes are known), then every tensor pulled from the source in row bands of at
+ * most band_bytes of fp32, converted and written before the next band. Memory: one band and the
+ * writer's small conversion buffer, whatever the model size.
+ *
+ * The directory is built as DIR.partial (every file fsynced, then the directory) and renamed to DIR;
+ * with replace, an existing DIR is swapped out by that rename (ckpt/'s ck_swap_dirs) and removed after,
+ * so a failure at any point leaves the old DIR as it was and no half-written DIR.
+ *
+ * config.json is the model config as the parser writes it (mp_model_config_to_json: architectures,
+ * model_type, every field, head_dim, biases false, rope_scaling), plus what transformers 5 writes
+ * (dtype, rope_parameters with rope_theta) next to what 4.x reads (torch_dtype, rope_theta), and
+ * LlamaConfig's remaining defaults (attention_dropout, pretraining_tp, use_cache). Numbers are printed
+ * exactly (the shortest text that reads back to the same double).
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ckpt/ckpt_internal.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "layers/llama.h"
+#include "reshard/reshard.h"
+#include "reshard/safetensors.h"
+
+typedef struct hf_item {
+    char name[128];       /* HF name */
+    int ndim;
+    int64_t shape[2];
+    ckpt_fill_fn fill;
+    void *ctx;
+} hf_item;
+
+typedef struct hf_sink {
+    char *dir, *partial;
+    mp_model_config cfg;
+    st_dtype dtype;
+    int64_t max_shard;
+    size_t band;
+    int replace;
+    int n, cap;
+    hf_item *it;
+    mp_code failed;       /* an add error, reported again by the commit */
+    mp_err err;
+} hf_sink;
+
+mp_code rs_hf_layout(const mp_model_config *cfg, rs_box **boxes, int *n, mp_err *e) {
+    MP_TRY(mp_model_config_validate(cfg, e));
+    int ns = llama_tensor_specs(cfg, NULL, 0);
+    llama_tensor_spec *sp = mp_xmalloc(sizeof *sp * (size_t)ns);
+    llama_tensor_specs(cfg, sp, ns);
+    rs_box *b = mp_xcalloc(sizeof *b * (size_t)ns);
+    for (int i = 0; i < ns; i++) {
+        snprintf(b[i].name, sizeof b[i].name, "model/%s", sp[i].name);
+        b[i].ndim = sp[i].ndim;
+        memcpy(b[i].gshape, sp[i].shape, sizeof b[i].gshape);
+        memcpy(b[i].shape, sp[i].shape, sizeof b[i].shape);
+    }
+    free(sp);
+    *boxes = b;
+    *n = ns;
+    return MP_OK;
+}
+
+static mp_code hs_add(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
+                      const int64_t *shape, ckpt_fill_fn fill, void *ctx, mp_err *e) {
+    hf_sink *h = s->impl;
+    mp_code rc = MP_OK;
+    if (strncmp(name, "model/", 6) || strlen(name + 6) >= sizeof h->it->name)
+        rc = mp_err_set(e, MP_EINTERNAL, "HF export: tensor %s is not a model/ tensor", name);
+    else if (file_rank != 0 || off[0] || (ndim == 2 && off[1]) || shape[0] != gshape[0] || (ndim == 2 && shape[1] != gshape[1]))
+        rc = mp_err_set(e, MP_EINTERNAL, "HF export: %s: the sink takes whole tensors only", name);
+    if (rc) {
+        if (!h->failed) { h->failed = rc; h->err = *e; }
+        return rc;
+    }
+    if (h->n == h->cap) {
+        int cap = h->cap * 2 + 16;
+        h->it = mp_realloc(h->it, sizeof *h->it * (size_t)h->cap, sizeof *h->it * (size_t)cap, MP_MEM_OTHER);
+        h->cap = cap;
+    }
+    hf_item *t = &h->it[h->n++];
+    snprintf(t->name, sizeof t->name, "%s", name + 6);
+    t->ndim = ndim;
+    t->shape[0] = gshape[0];
+    t->shape[1] = ndim == 2 ? gshape[1] : 1;
+    t->fill = fill;
+    t->ctx = ctx;
+    return MP_OK;
+}
+
+static mp_code hs_meta(rs_sink *s, const char *key, const char *value, mp_err *e) { return MP_OK; }
+
+/* Data bytes of item t in the output dtype. */
+static int64_t item_bytes(const hf_sink *h, const hf_item *t) { return t->shape[0] * t->shape[1] * st_dtype_size(h->dtype); }
+
+/* Writes items [a, b) into the safetensors file dir/file, each pulled in row bands. */
+static mp_code write_shard(hf_sink *h, const char *file, int a, int b, mp_err *e) {
+    st_decl *d = mp_xcalloc(sizeof *d * (size_t)(b - a + 1));
+    size_t rows_max = 1;
+    for (int i = a; i < b; i++) {
+        d[i - a] = (st_decl){.name = h->it[i].name, .dtype = h->dtype, .ndim = h->it[i].ndim,
+                             .shape = {h->it[i].shape[0], h->it[i].shape[1]}};
+        size_t r = h->band / (size_t)(4 * h->it[i].shape[1]);
+        if (r < 1) r = 1;
+        if (r > (size_t)h->it[i].shape[0]) r = (size_t)h->it[i].shape[0];
+        if (r * (size_t)h->it[i].shape[1] > rows_max) rows_max = r * (size_t)h->it[i].shape[1];
+    }
+    char *path = ck_fmt("%s/%s", h->partial, file);
+    st_writer *w = NULL;
+    mp_code rc = st_writer_open(&w, path, d, b - a, e);
+    float *buf = rc ? NULL : mp_malloc(rows_max * sizeof(float), MP_MEM_CKPT);
+    for (int i = a; i < b && !rc; i++) {
+        hf_item *t = &h->it[i];
+        int64_t step = (int64_t)(rows_max / (size_t)t->shape[1]);
+        for (int64_t r = 0; r < t->shape[0] && !rc; r += step) {
+            int64_t off[2] = {r, 0}, shp[2] = {t->shape[0] - r < step ? t->shape[0] - r : step, t->shape[1]};
+            rc = t->fill(t->ctx, off, shp, buf, e);
+            if (!rc) rc = st_writer_put(w, buf, shp[0] * shp[1], e);
+        }
+    }
+    if (!rc) rc = st_writer_close(w, e);
+    else st_writer_free(w);
+    if (buf) mp_free_acct(buf, rows_max * sizeof(float), MP_MEM_CKPT);
+    free(path);
+    free(d);
+    return rc;
+}
+
+/* Turns every number under j into raw text that reads back to exactly its double (cJSON prints 15
+ * digits whenever they come within an epsilon). */
+static void exact_numbers(cJSON *j) {
+    for (cJSON *c = j->child; c; c = c->next) {
+        if (c->child) exact_numbers(c);
+        if (!cJSON_IsNumber(c)) continue;
+        char buf[40];
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(buf, sizeof buf, "%.*g", prec, c->valuedouble);
+            if (strtod(buf, NULL) == c->valuedouble) break;
+        }
+        c->type = cJSON_Raw;
+        c->valuestring = strdup(buf);
+    }
+}
+
+/* config.json text (see the top of the file). Caller frees. */
+static char *config_json(const mp_model_config *cfg, st_dtype dt) {
+    char *base = mp_model_config_to_json(cfg);
+    cJSON *o = cJSON_Parse(base);
+    free(base);
+    const char *tname = dt == ST_BF16 ? "bfloat16" : "float32";
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "torch_dtype");
+    cJSON_AddStringToObject(o, "torch_dtype", tname);
+    cJSON_AddStringToObject(o, "dtype", tname);
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
+    cJSON *rp = cJSON_IsObject(rs) ? cJSON_Duplicate(rs, 1) : cJSON_CreateObject();
+    if (!cJSON_GetObjectItemCaseSensitive(rp, "rope_type")) {
+        cJSON_DeleteItemFromObjectCaseSensitive(rp, "type");
+        cJSON_AddStringToObject(rp, "rope_type", "default");
+    }
+    cJSON_AddNumberToObject(rp, "rope_theta", cfg->rope_theta);
+    cJSON_AddItemToObject(o, "rope_parameters", rp);
+    if (!cJSON_GetObjectItemCaseSensitive(o, "attention_dropout")) cJSON_AddNumberToObject(o, "attention_dropout", 0.0);
+    if (!cJSON_GetObjectItemCaseSensitive(o, "pretraining_tp")) cJSON_AddNumberToObject(o, "pretraining_tp", 1);
+    if (!cJSON_GetObjectItemCaseSensitive(o, "use_cache")) cJSON_AddBoolToObject(o, "use_cache", 1);
+    exact_numbers(o);
+    char *txt = cJSON_Print(o);
+    cJSON_Delete(o);
+    return txt;
+}
+
+/* model.safetensors.index.json for nf shard files, items [first[k], first[k+1]) in file k. */
+static char *index_json(const hf_sink *h, const int *first, int nf) {
+    cJSON *o = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(o, "metadata");
+    int64_t total = 0;
+    for (int i = 0; i < h->n; i++) total += item_bytes(h, &h->it[i]);
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)total);
+    cJSON_AddRawToObject(meta, "total_size", num);
+    /* weight_map sorted by tensor name, as transformers writes it (json.dumps(sort_keys=True)) */
+    const char **names = mp_xmalloc(sizeof *names * (size_t)(h->n + 1));
+    int *fileof = mp_xmalloc(sizeof *fileof * (size_t)(h->n + 1));
+    for (int k = 0; k < nf; k++)
+        for (int i = first[k]; i < first[k + 1]; i++) fileof[i] = k;
+    for (int i = 0; i < h->n; i++) names[i] = h->it[i].name;
+    cJSON *wm = cJSON_AddObjectToObject(o, "weight_map");
+    for (int done = 0; done < h->n; done++) {   /* selection by name: n is a few hundred */
+        int best = -1;
+        for (int i = 0; i < h->n; i++)
+            if (names[i] && (best < 0 || strcmp(names[i], names[best]) < 0)) best = i;
+        char file[64];
+        snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", fileof[best] + 1, nf);
+        cJSON_AddStringToObject(wm, names[best], file);
+        names[best] = NULL;
+    }
+    free(names);
+    free(fileof);
+    char *txt = cJSON_Print(o);
+    cJSON_Delete(o);
+    return txt;
+}
+
+/* Writes every data file (and the index when there are several) into the partial directory. */
+static mp_code write_data(hf_sink *h, mp_err *e) {
+    int *first = mp_xmalloc(sizeof *first * (size_t)(h->n + 2));
+    int nf = 0;
+    int64_t in_file = 0;
+    for (int i = 0; i < h->n; i++) {
+        int64_t b = item_bytes(h, &h->it[i]);
+        if (i == 0 || (in_file > 0 && in_file + b > h->max_shard)) { first[nf++] = i; in_file = 0; }
+        in_file += b;
+    }
+    first[nf] = h->n;
+    mp_code rc = MP_OK;
+    if (nf <= 1) {
+        rc = write_shard(h, "model.safetensors", 0, h->n, e);
+    } else {
+        for (int k = 0; k < nf && !rc; k++) {
+            char file[64];
+            snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", k + 1, nf);
+            rc = write_shard(h, file, first[k], first[k + 1], e);
+        }
+        char *idx = rc ? NULL : index_json(h, first, nf);
+        if (idx) rc = ck_write_text_durable(h->partial, "model.safetensors.index.json", idx, e);
+        free(idx);
+    }
+    free(first);
+    return rc;
+}
+
+/* Renames the finished partial directory to dir (swapping an existing one out with replace). */
+static mp_code publish(hf_sink *h, mp_err *e) {
+    char *parent = mp_strdup(h->dir);
+    char *slash = strrchr(parent, '/');
+    if (!slash) strcpy(parent, ".");
+    else if (slash == parent) parent[1] = '\0';
+    else *slash = '\0';
+    mp_code rc = ck_fsync_path(h->partial, 1, e);
+    if (!rc && !ck_exists(h->dir)) rc = ck_rename_durable(h->partial, h->dir, parent, e);
+    else if (!rc) {
+        char *old = NULL;
+        rc = ck_swap_dirs(h->partial, h->dir, parent, &old, e);
+        if (!rc && old) {
+            mp_err re;
+            if (ck_rmtree(old, &re)) mp_warn("HF export: could not remove the replaced %s: %s", old, re.msg);
+        }
+        free(old);
+    }
+    free(parent);
+    return rc;
+}
+
+static mp_code hs_commit(rs_sink *s, mp_err *e) {
+    hf_sink *h = s->impl;
+    if (h->failed) {
+        if (e) *e = h->err;
+        return h->failed;
+    }
+    mp_code rc = MP_OK;
+    if (ck_exists(h->partial)) rc = ck_rmtree(h->partial, e);   /* stale, from an interrupted export */
+    if (!rc) rc = ck_mkdirs(h->partial, e);
+    if (!rc) rc = write_data(h, e);
+    char *cfg = rc ? NULL : config_json(&h->cfg, h->dtype);
+    if (cfg) rc = ck_write_text_durable(h->partial, "config.json", cfg, e);
+    free(cfg);
+    if (!rc) rc = ck_write_text_durable(h->partial, "generation_config.json", "{\n\t\"_from_model_config\":\ttrue\n}\n", e);
+    if (!rc) rc = publish(h, e);
+    if (rc && ck_exists(h->partial)) {
+        mp_err re;
+        ck_rmtree(h->partial, &re);
+    }
+    return rc;
+}
+
+static void hs_free(rs_sink *s) {
+    if (!s) return;
+    hf_sink *h = s->impl;
+    free(h->dir);
+    free(h->partial);
+    free(h->it);
+    free(h);
+    free(s);
+}
+
+mp_code rs_sink_hf(rs_sink **out, const char *dir, const mp_model_config *cfg, const char *dtype,
+                   int64_t max_shard_bytes, size_t band_bytes, int replace, mp_err *e) {
+    *out = NULL;
+    st_dtype dt;
+    if (!strcmp(dtype, "F32")) dt = ST_F32;
+    else if (!strcmp(dtype, "BF16")) dt = ST_BF16;
+    else return mp_err_set(e, MP_EINPUT, "HF export: dtype %s (F32 or BF16)", dtype);
+    if (ck_exists(dir) && !replace)
+        return mp_err_set(e, MP_EINPUT, "%s already exists (use --force to replace it)", dir);
+    if (ck_exists(dir) && !ck_is_dir(dir)) return mp_err_set(e, MP_EINPUT, "%s exists and is not a directory", dir);
+    hf_sink *h = mp_xcalloc(sizeof *h);
+    h->dir = mp_strdup(dir);
+    for (size_t l = strlen(h->dir); l > 1 && h->dir[l - 1] == '/'; l--) h->dir[l - 1] = '\0';   /* "out/" */
+    h->partial = ck_fmt("%s.partial", dir);
+    h->cfg = *cfg;
+    h->dtype = dt;
+    h->max_shard = max_shard_bytes > 0 ? max_shard_bytes : INT64_MAX;
+    h->band = band_bytes < 4096 ? 4096 : band_bytes;
+    h->replace = replace;
+    rs_sink *s = mp_xcalloc(sizeof *s);
+    *s = (rs_sink){.kind = "hf", .add = hs_add, .meta = hs_meta, .commit = hs_commit, .free = hs_free, .impl = h};
+    *out = s;
+    return MP_OK;
+}

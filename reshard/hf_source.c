@@ -1,0 +1,268 @@
+/*
+ * reshard/hf_source.c — the engine's source over a Hugging Face directory of safetensors files.
+ *
+ * Opening reads every header (reshard/safetensors.c validates each) and builds one table of the
+ * directory's tensors sorted by name, so a tensor that two shards both hold is found as two adjacent
+ * entries, and a box read is a binary search plus preads of the rows it needs. With an index
+ * (model.safetensors.index.json) the shards are the files its weight_map names (plain file names in
+ * the directory; a path is refused), and every weight_map entry must be in the file it names.
+ * Names: engine tensor "model/<hf name>" is HF tensor "<hf name>" (meshpoint stores the HF names).
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "core/alloc.h"
+#include "layers/llama.h"
+#include "reshard/reshard.h"
+#include "reshard/safetensors.h"
+
+#define HF_INDEX "model.safetensors.index.json"
+#define HF_SINGLE "model.safetensors"
+#define HF_MAX_INDEX (64 << 20)
+
+typedef struct hf_entry {
+    const char *name;   /* the tensor's (owned by its st_file) */
+    int file, t;        /* file index, tensor index in it */
+} hf_entry;
+
+typedef struct hf_src {
+    char *dir;
+    int nf;
+    st_file **f;
+    int n;
+    hf_entry *ent;      /* sorted by name */
+    int64_t needed;     /* bytes asked for (in the files' dtypes) */
+} hf_src;
+
+static int cmp_entry(const void *a, const void *b) {
+    return strcmp(((const hf_entry *)a)->name, ((const hf_entry *)b)->name);
+}
+
+static const hf_entry *find_entry(const hf_src *h, const char *name) {
+    hf_entry key = {name, 0, 0};
+    return bsearch(&key, h->ent, (size_t)h->n, sizeof key, cmp_entry);
+}
+
+/* Reads small text file path (at most HF_MAX_INDEX bytes) into a new string; MP_EINPUT naming it. */
+static mp_code read_text(const char *path, char **out, mp_err *e) {
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return mp_err_set(e, MP_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) != 0 || sb.st_size > HF_MAX_INDEX) {
+        fclose(fp);
+        return mp_err_set(e, MP_EINPUT, "%s: cannot stat, or larger than 64 MiB", path);
+    }
+    char *buf = mp_xmalloc((size_t)sb.st_size + 1);
+    size_t got = fread(buf, 1, (size_t)sb.st_size, fp);
+    int bad = ferror(fp) || got != (size_t)sb.st_size;
+    fclose(fp);
+    if (bad) {
+        free(buf);
+        return mp_err_set(e, MP_EINPUT, "%s: read error (%zu of %lld bytes)", path, got, (long long)sb.st_size);
+    }
+    buf[got] = '\0';
+    *out = buf;
+    return MP_OK;
+}
+
+/* Opens dir/file as the next shard of h (unless already open); *idx gets its index. */
+static mp_code open_shard(hf_src *h, const char *file, int *idx, mp_err *e) {
+    for (int i = 0; i < h->nf; i++) {
+        const char *base = strrchr(h->f[i]->path, '/') + 1;
+        if (!strcmp(base, file)) { *idx = i; return MP_OK; }
+    }
+    if (!*file || strchr(file, '/') || !strcmp(file, ".") || !strcmp(file, ".."))
+        return mp_err_set(e, MP_EINPUT, "%s/%s: weight_map names \"%s\", not a file name in the directory", h->dir,
+                          HF_INDEX, file);
+    size_t len = strlen(h->dir) + strlen(file) + 2;
+    char *path = mp_xmalloc(len);
+    snprintf(path, len, "%s/%s", h->dir, file);
+    st_file *f = NULL;
+    mp_code rc = st_open(&f, path, e);
+    free(path);
+    MP_TRY(rc);
+    h->f = mp_realloc(h->f, sizeof *h->f * (size_t)h->nf, sizeof *h->f * (size_t)(h->nf + 1), MP_MEM_OTHER);
+    *idx = h->nf;
+    h->f[h->nf++] = f;
+    return MP_OK;
+}
+
+/* The index: opens every shard its weight_map names; *wm gets the weight_map (owned by *root). */
+static mp_code open_index(hf_src *h, const char *path, cJSON **root, const cJSON **wm, mp_err *e) {
+    char *text = NULL;
+    MP_TRY(read_text(path, &text, e));
+    *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *m = *root ? cJSON_GetObjectItemCaseSensitive(*root, "weight_map") : NULL;
+    if (!cJSON_IsObject(m)) return mp_err_set(e, MP_EINPUT, "%s: not JSON with a \"weight_map\" object", path);
+    for (const cJSON *c = m->child; c; c = c->next) {
+        if (!cJSON_IsString(c))
+            return mp_err_set(e, MP_EINPUT, "%s: weight_map: tensor \"%s\": the file is not a string", path, c->string);
+        for (const cJSON *d = m->child; d != c; d = d->next)
+            if (!strcmp(d->string, c->string))
+                return mp_err_set(e, MP_EINPUT, "%s: weight_map: tensor \"%s\" is listed twice", path, c->string);
+        int idx;
+        MP_TRY(open_shard(h, c->valuestring, &idx, e));
+    }
+    *wm = m;
+    return MP_OK;
+}
+
+/* The sorted tensor table of every open file; a tensor in two files is refused naming both. */
+static mp_code build_table(hf_src *h, mp_err *e) {
+    int n = 0;
+    for (int i = 0; i < h->nf; i++) n += h->f[i]->n;
+    h->ent = mp_xmalloc(sizeof *h->ent * (size_t)(n + 1));
+    for (int i = 0; i < h->nf; i++)
+        for (int k = 0; k < h->f[i]->n; k++) h->ent[h->n++] = (hf_entry){h->f[i]->t[k].name, i, k};
+    qsort(h->ent, (size_t)h->n, sizeof *h->ent, cmp_entry);
+    for (int i = 1; i < h->n; i++)
+        if (!strcmp(h->ent[i - 1].name, h->ent[i].name))
+            return mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" is in two files: %s and %s", h->dir, h->ent[i].name,
+                              h->f[h->ent[i - 1].file]->path, h->f[h->ent[i].file]->path);
+    return MP_OK;
+}
+
+/* Every weight_map entry must be in the file it names. */
+static mp_code check_weight_map(hf_src *h, const cJSON *wm, mp_err *e) {
+    for (const cJSON *c = wm->child; c; c = c->next) {
+        const hf_entry *en = find_entry(h, c->string);
+        const char *base = en ? strrchr(h->f[en->file]->path, '/') + 1 : NULL;
+        if (!en || strcmp(base, c->valuestring))
+            return mp_err_set(e, MP_EINPUT, "%s/%s: weight_map puts tensor \"%s\" in %s, which does not hold it", h->dir,
+                              HF_INDEX, c->string, c->valuestring);
+    }
+    return MP_OK;
+}
+
+/* ------------------------------------------------------------------------------ the table */
+
+/* The HF tensor behind engine name, or an error naming it. */
+static mp_code lookup(hf_src *h, const char *name, int ndim, st_file **f, const st_tensor **t, mp_err *e) {
+    const hf_entry *en = strncmp(name, "model/", 6) ? NULL : find_entry(h, name + 6);
+    if (!en) return mp_err_set(e, MP_EINPUT, "HF directory %s has no tensor %s", h->dir, name);
+    *f = h->f[en->file];
+    *t = &(*f)->t[en->t];
+    if ((*t)->ndim != ndim)
+        return mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" has %d dimensions, the model's has %d", (*f)->path, name + 6,
+                          (*t)->ndim, ndim);
+    return MP_OK;
+}
+
+static mp_code hf_read(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape, float *buf,
+                       mp_err *e) {
+    hf_src *h = s->impl;
+    st_file *f;
+    const st_tensor *t;
+    MP_TRY(lookup(h, name, ndim, &f, &t, e));
+    h->needed += shape[0] * (ndim == 2 ? shape[1] : 1) * st_dtype_size(t->dtype);
+    return st_read_f32(f, t, off, shape, buf, e);
+}
+
+static mp_code hf_plan(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape,
+                       void (*cb)(void *, const char *, int64_t), void *ctx, int64_t *bytes, mp_err *e) {
+    hf_src *h = s->impl;
+    st_file *f;
+    const st_tensor *t;
+    *bytes = 0;
+    MP_TRY(lookup(h, name, ndim, &f, &t, e));
+    *bytes = shape[0] * (ndim == 2 ? shape[1] : 1) * st_dtype_size(t->dtype);
+    if (cb) cb(ctx, strrchr(f->path, '/') + 1, *bytes);
+    return MP_OK;
+}
+
+static void hf_io(rs_source *s, int64_t *rd, int64_t *need) {
+    hf_src *h = s->impl;
+    int64_t r = 0;
+    for (int i = 0; i < h->nf; i++) r += h->f[i]->bytes_read;
+    if (rd) *rd = r;
+    if (need) *need = h->needed;
+}
+
+static void hf_free(hf_src *h) {
+    for (int i = 0; i < h->nf; i++) st_close(h->f[i]);
+    free(h->f);
+    free(h->ent);
+    free(h->dir);
+    free(h);
+}
+
+static void hf_close(rs_source *s) {
+    if (!s) return;
+    hf_free(s->impl);
+    free(s);
+}
+
+mp_code rs_source_hf(rs_source **out, const char *dir, mp_err *e) {
+    *out = NULL;
+    hf_src *h = mp_xcalloc(sizeof *h);
+    h->dir = mp_strdup(dir);
+    size_t len = strlen(dir) + sizeof HF_INDEX + 2;
+    char *ipath = mp_xmalloc(len);
+    snprintf(ipath, len, "%s/%s", dir, HF_INDEX);
+    struct stat sb;
+    cJSON *root = NULL;
+    const cJSON *wm = NULL;
+    mp_code rc;
+    int idx;
+    if (stat(ipath, &sb) == 0) rc = open_index(h, ipath, &root, &wm, e);
+    else {
+        snprintf(ipath, len, "%s/%s", dir, HF_SINGLE);
+        if (stat(ipath, &sb) == 0) rc = open_shard(h, HF_SINGLE, &idx, e);
+        else rc = mp_err_set(e, MP_EINPUT, "%s holds neither %s nor %s: not a Hugging Face model directory", dir,
+                             HF_SINGLE, HF_INDEX);
+    }
+    if (!rc) rc = build_table(h, e);
+    if (!rc && wm) rc = check_weight_map(h, wm, e);
+    cJSON_Delete(root);
+    free(ipath);
+    if (rc) { hf_free(h); return rc; }
+    rs_source *s = mp_xcalloc(sizeof *s);
+    *s = (rs_source){.kind = "hf", .read = hf_read, .plan = hf_plan, .io = hf_io, .close = hf_close, .impl = h};
+    *out = s;
+    return MP_OK;
+}
+
+/* Tensors an HF Llama directory may hold that the model does not use (transformers ignores them too). */
+static int ignorable(const char *name, const mp_model_config *cfg) {
+    const char *suffix = ".rotary_emb.inv_freq";
+    size_t n = strlen(name), k = strlen(suffix);
+    if (n > k && !strcmp(name + n - k, suffix)) return 1;
+    return cfg->tie_word_embeddings && !strcmp(name, "lm_head.weight");
+}
+
+mp_code rs_source_hf_check(rs_source *s, const mp_model_config *cfg, mp_err *e) {
+    hf_src *h = s->impl;
+    int ns = llama_tensor_specs(cfg, NULL, 0);
+    llama_tensor_spec *sp = mp_xmalloc(sizeof *sp * (size_t)ns);
+    llama_tensor_specs(cfg, sp, ns);
+    mp_code rc = MP_OK;
+    char *used = mp_xcalloc((size_t)h->n + 1);
+    for (int i = 0; i < ns && !rc; i++) {
+        const hf_entry *en = find_entry(h, sp[i].name);
+        if (!en) { rc = mp_err_set(e, MP_EINPUT, "%s: the model's tensor \"%s\" is missing", h->dir, sp[i].name); break; }
+        used[en - h->ent] = 1;
+        const st_file *f = h->f[en->file];
+        const st_tensor *t = &f->t[en->t];
+        int same = t->ndim == sp[i].ndim && t->shape[0] == sp[i].shape[0] && (t->ndim == 1 || t->shape[1] == sp[i].shape[1]);
+        if (!same)
+            rc = mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" has shape [%lld%s%lld], config.json implies [%lld%s%lld]", f->path,
+                            t->name, (long long)(t->ndim ? t->shape[0] : 0), t->ndim > 1 ? ", " : "",
+                            (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)sp[i].shape[0], sp[i].ndim > 1 ? ", " : "",
+                            (long long)(sp[i].ndim > 1 ? sp[i].shape[1] : 0));
+        else if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+            rc = mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" is %s: import reads F32, BF16 and F16", f->path, t->name,
+                            st_dtype_name(t->dtype));
+    }
+    for (int i = 0; i < h->n && !rc; i++)
+        if (!used[i] && !ignorable(h->ent[i].name, cfg))
+            rc = mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" is not part of the Llama model config.json describes",
+                            h->f[h->ent[i].file]->path, h->ent[i].name);
+    free(used);
+    free(sp);
+    return rc;
+}
