@@ -9,7 +9,9 @@
 #      unreadable, and from the source named by its run directory;
 #   4. the first step's loss equals `eval --checkpoint SRC` of that batch (the loaded weights, unchanged);
 #   5. the new run starts at step 1 with the warmup's first learning rate (a new schedule), and every save
-#      records the source in metadata "init_from", also after a --resume of the new run.
+#      records the source in metadata "init_from", also after a --resume of the new run;
+#   6. export -> import for tp 2 x dp 2 -> --init-from (fine-tuning an HF model): 1 process and tp 2 x dp 2
+#      agree within 1e-5, and equal --init-from the source bit for bit.
 set -u
 launcher=""
 while [ "$1" != "--" ]; do launcher="$launcher $1"; shift; done
@@ -85,4 +87,26 @@ grep -q "a new run from the weights of $abs_src (its step 4)" "$work/one.log" ||
 train --steps 8 --resume --run-dir "$work/one" --ckpt-every 8 >"$work/resume.log" 2>&1 || fail "resume: $(cat "$work/resume.log")"
 "$bin" ckpt show "$work/one/checkpoints/step_00000008" >"$work/show8.log" 2>&1 || fail "ckpt show 8"
 grep -q "init_from: {\"checkpoint\":\"$abs_src\",\"step\":4}" "$work/show8.log" || fail "resumed run lost init_from: $(cat "$work/show8.log")"
+
+# 6. fine-tuning a Hugging Face model: export the source, import it laid out for tp 2 x dp 2, and
+# --init-from the import on 1 process and on tp 2 x dp 2: the same losses (1e-5 relative), and the same
+# losses as --init-from the source itself (the import holds the source's weights, bit for bit)
+"$bin" export "$src" --out "$work/hf" >"$work/export.log" 2>&1 || fail "export: $(cat "$work/export.log")"
+"$bin" import "$work/hf" --out "$work/imported" --tp 2 --dp 2 >"$work/import.log" 2>&1 || fail "import: $(cat "$work/import.log")"
+train --steps 6 --init-from "$work/imported" --run-dir "$work/ft_one" >"$work/ft_one.log" 2>&1 ||
+    fail "fine-tune, 1 process: $(cat "$work/ft_one.log")"
+# shellcheck disable=SC2086
+$launcher -np 4 "$bin" train --config "$config" --train-data "$data" --log-every 0 --steps 6 --init-from "$work/imported" \
+    --run-dir "$work/ft_mesh" --tp 2 --dp 2 >"$work/ft_mesh.log" 2>&1 || fail "fine-tune, tp 2 x dp 2: $(cat "$work/ft_mesh.log")"
+[ "$(losses "$work/ft_one/metrics.jsonl")" = "$(losses "$work/one/metrics.jsonl" | cut -d" " -f1-6)" ] ||
+    fail "--init-from the import differs from --init-from the source: $(losses "$work/ft_one/metrics.jsonl")"
+/usr/bin/python3 - "$work/ft_one/metrics.jsonl" "$work/ft_mesh/metrics.jsonl" <<'PY' || fail "the imported fine-tune: 1 process and tp 2 x dp 2 disagree"
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l]
+assert len(a) == len(b) == 6, (len(a), len(b))
+rel = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("export -> import (tp 2 x dp 2) -> init-from: 1 process vs tp 2 x dp 2, worst relative difference %.2e" % rel)
+sys.exit(0 if rel <= 1e-5 else 1)
+PY
 echo "init-from: ok"
