@@ -2,35 +2,46 @@
 """tests/kill_campaign.py — kill -9 campaign against a training job's checkpoints (issue 9, item 7).
 
 usage: kill_campaign.py --meshpoint BIN --equal TOOL --data TOKENS --config JSON --work DIR
-                        [--mpiexec PATH] [--np N] [--steps N] [--report FILE]
+                        [--mpiexec PATH] [--np N] [--steps N] [--trials N] [--budget SECONDS]
+                        [--modes M,M...] [--report FILE]
 
 Six modes, tried round-robin: storage {plain, zstd (--compress zstd), async (--async-save)} x kill
 {job: SIGKILL every rank and mpiexec at one instant, rank: SIGKILL one rank, chosen at random; Open MPI
 then tears the job down}. The job is `mpiexec -np N meshpoint train --ckpt-every 1 --keep 3` (so a kill
 can also land in retention). A trial's instant is either
-  time  uniform over the training part of the run (from the job's lock to the end of a straight run), or
-  save  aimed: when step_K.partial (K random) appears, wait a random fraction of a save, then kill,
+  time  uniform over the cycle of step K (K random): from metrics.jsonl's line K-1 plus a random fraction
+        of the run's own mean step period so far (load on the machine changes the pace, not the aim), or
+  save  aimed: when step_K.partial appears, wait a random fraction of the time step K-1's save took in
+        this run (.partial appearing to the rename), then kill,
 so that kills land inside saves often. After the kill, every trial checks:
   1. `meshpoint ckpt ls --json` runs (exit 0) and every checkpoint it lists as complete passes
      `meshpoint ckpt verify` (exit 0);
-  2. `latest`, when present, names a complete checkpoint (`latest_complete`);
+  2. `latest`, when present, names a complete checkpoint (`latest_complete`), and no step directory
+     without a valid index is newer than every complete one (only retention leaves such a directory,
+     and only an old one);
   3. `train --resume` to the last step exits 0, resumes from the newest complete checkpoint that ls
      named (or from step 0 when there is none), and ends with a final checkpoint bitwise equal to a
      straight run's (tests/tool_ckpt_equal.c) and the straight run's loss at every step (metrics.jsonl);
   4. no process of the job is left once mpiexec is gone (survivors are SIGKILLed and counted).
+  5. after the resume, `ckpt ls` shows no leftover (no .partial, no step directory without an index)
+     and `latest` names the final checkpoint.
 What the checkpoint directory held at the kill classifies the instant: `partial` (a step_N.partial
-existed: rank files or index being written), `stale` (a step directory newer than `latest`: between the
+without index.h5 existed: rank files being written, the ranks agreeing), `indexed` (a step_N.partial
+held index.h5: the index being written or fsynced, or the rename not done yet), `stale` (a step directory newer than `latest`: between the
 rename and the replacement of `latest`), `retention` (a step directory without index.h5: an old
 checkpoint half removed), `between` (none of these: between saves), `early` (no save had begun yet).
 
 Environment:
-  MP_CAMPAIGN_TRIALS   trials (default 24, ~90 s on 2 cores), spread round-robin over the six modes
-  MP_CAMPAIGN_SECONDS  soft time budget (default 240): no trial starts after it once every mode has run
+  MP_CAMPAIGN_TRIALS   trials (default --trials, 12: ~60-90 s on 2 cores), round-robin over the modes
+  MP_CAMPAIGN_SECONDS  soft time budget (default --budget, 120 s): no trial starts after it once every
+                       mode has run (a loaded CI machine runs fewer trials rather than time out)
   MP_CAMPAIGN_SEED     seed (default: from the clock; printed). Trial i draws its parameters from
-                       (seed, i) alone, so MP_CAMPAIGN_SEED=S MP_CAMPAIGN_ONLY=i replays trial i
+                       (seed, i) alone and its mode is modes[i % len(modes)], so MP_CAMPAIGN_SEED=S
+                       MP_CAMPAIGN_ONLY=i (same modes) replays trial i
                        (timing on a loaded machine varies, so the instant is reproduced, not the state)
   MP_CAMPAIGN_ONLY     comma-separated trial numbers to run (replay)
-  MP_CAMPAIGN_MODES    comma-separated modes to run (e.g. "zstd/rank,async/job"; default all six)
+  MP_CAMPAIGN_MODES    comma-separated modes to run (e.g. "zstd/rank,async/job"; default --modes, or
+                       all six); straight runs are made only for the storage modes named
   MP_CAMPAIGN_KEEP=1   keep every trial's run directory (default: only failed ones)
 Exit status: 0 all checks held, 1 a check failed (each failure printed with its trial, seed and replay
 command), 2 bad usage or the reference runs failed.
@@ -50,7 +61,7 @@ import time
 STORAGE = {"plain": [], "zstd": ["--compress", "zstd"], "async": ["--async-save"]}
 KILLS = ["job", "rank"]
 MODES = [f"{s}/{k}" for s in STORAGE for k in KILLS]
-PHASES = ["partial", "stale", "retention", "between", "early", "ended"]
+PHASES = ["partial", "indexed", "stale", "retention", "between", "early", "ended"]
 
 TAG_VAR = "MP_KILL_CAMPAIGN_TAG"
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -68,8 +79,9 @@ def log(*a):
 
 
 # ---- processes of one job: every process launched by mpiexec inherits the trial's tag ----
-def tagged_procs(tag):
-    """{pid: rank or None} of the live (non-zombie) processes whose environment holds TAG_VAR=tag."""
+def tagged_procs(tag, prefix=False):
+    """{pid: rank or None} of the live (non-zombie) processes whose environment holds TAG_VAR=tag (with
+    prefix: TAG_VAR=tag...)."""
     want = f"{TAG_VAR}={tag}".encode()
     out = {}
     for d in os.listdir("/proc"):
@@ -79,7 +91,7 @@ def tagged_procs(tag):
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read().split(b"\0")
-            if want not in env:
+            if not any(e == want or (prefix and e.startswith(want)) for e in env):
                 continue
             with open(f"/proc/{pid}/stat", "rb") as f:
                 st = f.read()
@@ -138,8 +150,9 @@ def snapshot(root):
 
 def phase_of(s):
     dirs = s["dirs"]
-    if any(n.endswith(".partial") for n in dirs):
-        return "partial"
+    partials = [n for n in dirs if n.endswith(".partial")]
+    if partials:
+        return "indexed" if any(dirs[n] for n in partials) else "partial"
     steps = sorted(n for n in dirs if not n.endswith(".partial"))
     if not steps:
         return "early"
@@ -192,11 +205,11 @@ class Campaign:
         return p
 
     # ---- straight runs: the reference state and the timings that aim the kills ----
-    def references(self):
-        for st in STORAGE:
+    def references(self, storages):
+        for st in storages:
             run = os.path.join(self.a.work, f"ref_{st}")
             root = os.path.join(run, "checkpoints")
-            tag = f"ref-{os.getpid()}-{st}"
+            tag = f"{os.getpid()}-ref-{st}"
             t0 = time.monotonic()
             p = self.start(self.train_cmd(st, run), run + ".log", tag)
             t_lock = None
@@ -221,12 +234,13 @@ class Campaign:
             if len(self.ref[st]["losses"]) != self.a.steps:
                 log(f"kill campaign: the straight {st} run logged {len(self.ref[st]['losses'])} steps")
                 sys.exit(2)
-        # the three storage modes train the same model: their final states must agree too
-        for st in ("zstd", "async"):
-            rc, out = self.run([self.a.equal, self.ref["plain"]["final"], self.ref[st]["final"]],
+        # the storage modes train the same model: their final states must agree too
+        base = storages[0]
+        for st in storages[1:]:
+            rc, out = self.run([self.a.equal, self.ref[base]["final"], self.ref[st]["final"]],
                                os.path.join(self.a.work, f"ref_{st}_equal.log"), 60)
-            if rc != 0 or self.ref[st]["losses"] != self.ref["plain"]["losses"]:
-                log(f"kill campaign: the straight {st} run differs from the plain one: {out}")
+            if rc != 0 or self.ref[st]["losses"] != self.ref[base]["losses"]:
+                log(f"kill campaign: the straight {st} run differs from the {base} one: {out}")
                 sys.exit(2)
 
     # ---- one trial ----
@@ -234,7 +248,7 @@ class Campaign:
         st, kill = mode.split("/")
         rng = random.Random(f"{seed}:{i}")
         aim = "save" if rng.random() < 0.5 else "time"
-        target = rng.randint(1, self.a.steps)
+        target = rng.randint(1 if aim == "time" else 2, self.a.steps)
         frac = rng.random()
         victim = rng.randrange(self.a.np)
         ref = self.ref[st]
@@ -243,8 +257,9 @@ class Campaign:
         root = os.path.join(run, "checkpoints")
         tag = f"{os.getpid()}-{seed}-{i}"
         row = {"trial": i, "mode": mode, "aim": aim, "fail": []}
-        what = (f"at {frac:.2f} of a save after step_{target:08d}.partial appears" if aim == "save"
-                else f"at {frac:.2f} of the training time ({frac * ref['train_s']:.3f} s after the lock)")
+        t_trial = time.monotonic()
+        what = (f"at {frac:.2f} of the save of step {target}" if aim == "save"
+                else f"at {frac:.2f} of step {target}'s cycle")
         what += ", every process" if kill == "job" else f", rank {victim} only"
         row["what"] = what
 
@@ -258,18 +273,38 @@ class Campaign:
         while p.poll() is None and not os.path.exists(os.path.join(root, ".lock")) and time.monotonic() < deadline:
             time.sleep(0.002)
         t_lock = time.monotonic()
+        metrics = os.path.join(run, "metrics.jsonl")
         if aim == "time":
-            t_kill = t_lock + frac * ref["train_s"]
-            while p.poll() is None and time.monotonic() < t_kill:
+            # uniform over step `target`'s cycle (compute, metrics line, save), at this run's own pace, so
+            # that a loaded machine does not push every kill past the end of the job
+            t_a = t_lock
+            while target > 1 and p.poll() is None and time.monotonic() < deadline:
+                if len(loss_lines(metrics)) >= target - 1:
+                    t_a = time.monotonic()
+                    break
                 time.sleep(0.002)
+            period = (t_a - t_lock) / (target - 1) if target > 1 else ref["train_s"] / self.a.steps
+            t_kill = t_a + frac * period
+            while p.poll() is None and time.monotonic() < t_kill:
+                time.sleep(0.001)
         else:
-            part = os.path.join(root, f"step_{target:08d}.partial")
-            done = os.path.join(root, f"step_{target:08d}")
+            # aimed: step `target`'s save, lasting about as long as step target-1's did in this run
+            # (.partial appearing to the rename; the reference's mean save when that was not seen)
+            seen = {}
+            watch = [f"step_{target - 1:08d}.partial", f"step_{target - 1:08d}", f"step_{target:08d}.partial",
+                     f"step_{target:08d}"]
             while p.poll() is None and time.monotonic() < deadline:
-                if os.path.isdir(part) or os.path.isdir(done):
+                now = time.monotonic()
+                for n in watch:
+                    if n not in seen and os.path.isdir(os.path.join(root, n)):
+                        seen[n] = now
+                if watch[2] in seen or watch[3] in seen:
                     break
                 time.sleep(0.001)
-            t_kill = time.monotonic() + frac * ref["save_s"]
+            save_s = ref["save_s"]
+            if watch[0] in seen and watch[1] in seen:
+                save_s = max(seen[watch[1]] - seen[watch[0]], 0.005) * 1.2
+            t_kill = time.monotonic() + frac * save_s
             while p.poll() is None and time.monotonic() < t_kill:
                 time.sleep(0.001)
         ended = p.poll() is not None
@@ -331,6 +366,13 @@ class Campaign:
             if listing.get("latest") is not None and not listing.get("latest_complete"):
                 fail(f"latest names {listing['latest']}, not a complete checkpoint: {out}")
             newest = listing.get("newest_complete")
+            # a step directory (not .partial) without a valid index is only an old checkpoint that
+            # retention was removing: one newer than every complete checkpoint was renamed too early
+            newest_step = max((c["name_step"] for c in listing["checkpoints"]), default=-1)
+            for x in listing.get("incomplete", []):
+                if not x["dir"].endswith(".partial") and x["step"] > newest_step:
+                    fail(f"{x['dir']} has no valid index ({x['reason']}) and is newer than every complete "
+                         f"checkpoint: renamed before its index was complete")
             row["latest_stale"] = bool(newest and listing.get("latest") != newest)
         # 3. the resume ends where the straight run did, bit for bit
         rc, rout = self.run(self.train_cmd(st, run, "--resume"), run + ".resume.log", 300)
@@ -353,6 +395,18 @@ class Campaign:
                      f"{loss_lines(os.path.join(run, 'metrics.jsonl'))} vs {ref['losses']}")
             else:
                 row["equal"] = True
+            # 5. nothing left over
+            rc, out = self.run([self.a.meshpoint, "ckpt", "ls", "--json", root], run + ".ls2.log", 60)
+            try:
+                after = json.loads(out[out.index("{"):]) if rc == 0 else None
+            except ValueError:
+                after = None
+            want = f"step_{self.a.steps:08d}"
+            if after is None:
+                fail(f"ckpt ls after the resume exits {rc}: {out}")
+            elif after.get("latest") != want or not after.get("latest_complete") or after.get("incomplete"):
+                fail(f"after the resume, latest is {after.get('latest')} (want {want}) and the root holds "
+                     f"incomplete directories {after.get('incomplete')}")
         if reap_all(tag, 0):
             fail("processes of the resumed job were left behind")
         if row["fail"]:
@@ -362,6 +416,7 @@ class Campaign:
             for f in os.listdir(self.a.work):
                 if f.startswith(os.path.basename(run) + "."):
                     os.unlink(os.path.join(self.a.work, f))
+        row["seconds"] = round(time.monotonic() - t_trial, 1)
         self.rows.append(row)
         return row
 
@@ -376,13 +431,17 @@ def main():
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--trials", type=int, default=12, help="trials unless MP_CAMPAIGN_TRIALS says otherwise")
+    ap.add_argument("--budget", type=float, default=120, help="seconds, unless MP_CAMPAIGN_SECONDS says otherwise")
+    ap.add_argument("--modes", default="", help="comma-separated modes (default all six) unless MP_CAMPAIGN_MODES "
+                    "says otherwise")
     ap.add_argument("--report", help="write the figures as JSON here")
     a = ap.parse_args()
-    a.trials = int(os.environ.get("MP_CAMPAIGN_TRIALS", "24"))
-    budget = float(os.environ.get("MP_CAMPAIGN_SECONDS", "240"))
+    a.trials = int(os.environ.get("MP_CAMPAIGN_TRIALS", str(a.trials)))
+    budget = float(os.environ.get("MP_CAMPAIGN_SECONDS", str(a.budget)))
     seed = int(os.environ.get("MP_CAMPAIGN_SEED", str(int(time.time() * 1000) % 1000000007)))
     only = {int(x) for x in os.environ.get("MP_CAMPAIGN_ONLY", "").split(",") if x.strip()}
-    modes = [m.strip() for m in os.environ.get("MP_CAMPAIGN_MODES", "").split(",") if m.strip()] or MODES
+    modes = [m.strip() for m in os.environ.get("MP_CAMPAIGN_MODES", a.modes).split(",") if m.strip()] or MODES
     bad = [m for m in modes if m not in MODES]
     if bad or a.trials < 1 or a.np < 2:
         log(f"kill campaign: bad MP_CAMPAIGN_MODES {bad} (modes: {MODES}) or trials/np")
@@ -406,7 +465,7 @@ def main():
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_term)
     try:
-        c.references()
+        c.references(list(dict.fromkeys(m.split("/")[0] for m in modes)))
         ran = set()
         for i in range(a.trials):
             mode = modes[i % len(modes)]
@@ -421,43 +480,50 @@ def main():
             log(f"trial {i:3d} {mode:11s} {r['what']}: kill landed {r['phase']}; {r['complete']} complete, "
                 f"{r['verified']} verified; resumed from {r['resumed_from'] or 'step 0'}"
                 f"{'; equal' if r['equal'] else ''}{'; ' + str(r['survivors']) + ' survivor(s) killed' if r['survivors'] else ''}"
-                f" (mpiexec exit {r['mpiexec_rc']}) -> {status}")
+                f" (mpiexec exit {r['mpiexec_rc']}, {r['seconds']:.1f} s) -> {status}")
             for f in r["fail"]:
                 log(f"    FAIL: {f}")
     except KeyboardInterrupt:
         log("kill campaign: interrupted")
         return 1
+    finally:
+        # whatever happened, no process of this campaign outlives it
+        left = tagged_procs(f"{os.getpid()}-", prefix=True)
+        for pid in left:
+            sigkill(pid)
+        if left:
+            log(f"kill campaign: killed {len(left)} process(es) left by an interrupted trial")
     elapsed = time.monotonic() - t_start
 
     # ---- figures ----
     per = {}
     for r in c.rows:
         d = per.setdefault(r["mode"], {"trials": 0, "complete": 0, "verified": 0, "equal": 0, "failures": 0,
-                                       "stale": 0, "survivors": 0, **{p: 0 for p in PHASES}})
+                                       "latest_stale": 0, "survivors": 0, **{p: 0 for p in PHASES}})
         d["trials"] += 1
         d[r["phase"]] += 1
         d["complete"] += r["complete"]
         d["verified"] += r["verified"]
         d["equal"] += r["equal"]
         d["failures"] += bool(r["fail"])
-        d["stale"] += bool(r.get("latest_stale"))
+        d["latest_stale"] += bool(r.get("latest_stale"))
         d["survivors"] += r["survivors"]
     tot = {k: sum(d[k] for d in per.values()) for k in
-           ["trials", "complete", "verified", "equal", "failures", "stale", "survivors"] + PHASES}
+           ["trials", "complete", "verified", "equal", "failures", "latest_stale", "survivors"] + PHASES}
     log("")
-    log(f"{'mode':11s} {'trials':>6s} {'in save':>7s} {'partial':>7s} {'stale':>5s} {'retain':>6s} {'between':>7s} "
+    log(f"{'mode':11s} {'trials':>6s} {'in save':>7s} {'partial':>7s} {'indexed':>7s} {'stale':>5s} {'retain':>6s} {'between':>7s} "
         f"{'early':>5s} {'ended':>5s} {'verified':>9s} {'equal':>5s} {'fail':>4s}")
     for m in modes:
         if m not in per:
             continue
         d = per[m]
-        insave = d["partial"] + d["stale"] + d["retention"]
-        log(f"{m:11s} {d['trials']:6d} {insave:7d} {d['partial']:7d} {d['stale']:5d} {d['retention']:6d} "
+        insave = d["partial"] + d["indexed"] + d["stale"] + d["retention"]
+        log(f"{m:11s} {d['trials']:6d} {insave:7d} {d['partial']:7d} {d['indexed']:7d} {d['stale']:5d} {d['retention']:6d} "
             f"{d['between']:7d} {d['early']:5d} {d['ended']:5d} {d['verified']:4d}/{d['complete']:<4d} {d['equal']:5d} "
             f"{d['failures']:4d}")
-    insave = tot["partial"] + tot["stale"] + tot["retention"]
+    insave = tot["partial"] + tot["indexed"] + tot["stale"] + tot["retention"]
     log(f"kill campaign summary: seed {seed}, {tot['trials']} trials in {elapsed:.0f} s, {insave} kills during a save "
-        f"({tot['partial']} with a .partial, {tot['stale']} between rename and latest, {tot['retention']} in "
+        f"({tot['partial']} before the index, {tot['indexed']} with the index in .partial, {tot['stale']} between rename and latest, {tot['retention']} in "
         f"retention), {tot['between']} between saves, {tot['early']} before the first save, {tot['ended']} after "
         f"the job ended; complete checkpoints verified {tot['verified']}/{tot['complete']}; resumes bitwise equal "
         f"{tot['equal']}/{tot['trials']}; survivors killed by cleanup {tot['survivors']}; failures {tot['failures']}")
@@ -466,8 +532,9 @@ def main():
             json.dump({"seed": seed, "elapsed_s": round(elapsed, 1), "np": a.np, "steps": a.steps, "modes": per,
                        "total": tot, "trials": c.rows}, f, indent=1)
     for i, mode, r in c.failures:
-        log(f"FAILED trial {i} ({mode}, {r['what']}); replay: MP_CAMPAIGN_SEED={seed} MP_CAMPAIGN_ONLY={i} "
-            f"MP_CAMPAIGN_KEEP=1; run directory and logs kept under {a.work}/t{i:03d}_*")
+        how = f" MP_CAMPAIGN_MODES={','.join(modes)}" if modes != MODES else ""
+        log(f"FAILED trial {i} ({mode}, {r['what']}); replay: MP_CAMPAIGN_SEED={seed} MP_CAMPAIGN_ONLY={i}{how} "
+            f"MP_CAMPAIGN_KEEP=1 (same --steps/--np); run directory and logs kept under {a.work}/t{i:03d}_*")
     return 1 if c.failures else 0
 
 
