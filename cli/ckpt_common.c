@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include "core/alloc.h"
 
 #define CHUNK_BYTES ((int64_t)16 << 20)
@@ -290,4 +293,39 @@ int mp_ckpt_cli_start(const mp_arg *flags, int argc, char **argv, int nargs, con
         return MP_CKPT_ST_USAGE;
     }
     return -1;
+}
+
+/* The directory dst lives in ("." for a bare name). Caller frees. */
+static char *parent_of(const char *dst) {
+    const char *slash = strrchr(dst, '/');
+    if (!slash) return mp_strdup(".");
+    if (slash == dst) return mp_strdup("/");
+    char *p = mp_strdup(dst);
+    p[slash - dst] = '\0';
+    return p;
+}
+
+mp_code mp_ckpt_check_out(const char *dst, const char *src, const char *src_what, int force, int64_t need, mp_err *e) {
+    if (!*dst) return mp_err_set(e, MP_EINPUT, "--out: empty path");
+    if (mp_ckpt_exists(dst)) {
+        if (!force) return mp_err_set(e, MP_EINPUT, "--out %s already exists (use --force to replace it)", dst);
+        char a[PATH_MAX], b[PATH_MAX];
+        if (src && realpath(dst, a) && realpath(src, b) && !strcmp(a, b))
+            return mp_err_set(e, MP_EINPUT, "--out %s is %s itself: write elsewhere", dst, src_what);
+    }
+    char *par = parent_of(dst);
+    struct statvfs vs;
+    mp_code rc = MP_OK;
+    int64_t avail = -1;
+    const char *fake = getenv("MP_RESHARD_FREE_BYTES");   /* the tests' hook */
+    if (fake) avail = strtoll(fake, NULL, 10);
+    else if (statvfs(par, &vs) == 0) avail = (int64_t)vs.f_bavail * (int64_t)vs.f_frsize;
+    else if (errno != ENOENT) rc = mp_err_set(e, MP_EINPUT, "--out %s: cannot inspect %s: %s", dst, par, strerror(errno));
+    /* the data plus HDF5 overhead (object headers, tile arrays: well under 1%) and a little slack */
+    int64_t want = need + need / 50 + (4 << 20);
+    if (rc == MP_OK && avail >= 0 && avail < want)
+        rc = mp_err_set(e, MP_EINPUT, "--out %s: %s has %.1f MiB free, the output needs about %.1f MiB", dst, par,
+                        avail / 1048576.0, want / 1048576.0);
+    free(par);
+    return rc;
 }

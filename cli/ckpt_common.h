@@ -48,6 +48,11 @@ int mp_ckpt_repair_views(int argc, char **argv);
  * front of argv), prints the help (usage, about) on --help, and checks that exactly nargs positional
  * arguments were given (`what` names them in the error, e.g. "one checkpoint DIR"). Returns -1 to go
  * on, else the exit status: MP_CKPT_ST_OK after the help, MP_CKPT_ST_USAGE after reporting the error. */
+/* Refuses (MP_EINPUT, naming --out) an output path that is empty, exists without force, is src itself
+ * (src_what names it: "the source checkpoint"; src may be NULL), or whose file system lacks room for
+ * need bytes plus HDF5's overhead (MP_RESHARD_FREE_BYTES replaces the measured free space, for tests). */
+mp_code mp_ckpt_check_out(const char *dst, const char *src, const char *src_what, int force, int64_t need, mp_err *e);
+
 int mp_ckpt_cli_start(const mp_arg *flags, int argc, char **argv, int nargs, const char *what, const char *usage,
                       const char *about);
 

@@ -49,29 +49,6 @@ static mp_code load_hf_config(const char *dir, mp_model_config *mc, mp_err *e) {
     return rc;
 }
 
-/* Refuses an existing --out (without --force), --out = DIR, and a disk without room for need bytes. */
-static mp_code check_out(const char *out, const char *dir, int force, int64_t need, mp_err *e) {
-    if (mp_ckpt_exists(out) && !force) return mp_err_set(e, MP_EINPUT, "--out %s already exists (use --force to replace it)", out);
-    char a[PATH_MAX], b[PATH_MAX];
-    if (realpath(out, a) && realpath(dir, b) && !strcmp(a, b))
-        return mp_err_set(e, MP_EINPUT, "--out %s is the HF directory itself: write elsewhere", out);
-    char *par = mp_strdup(out), *slash = strrchr(par, '/');
-    if (!slash) strcpy(par, ".");
-    else if (slash == par) par[1] = '\0';
-    else *slash = '\0';
-    struct statvfs vs;
-    int64_t want = need + need / 50 + (4 << 20), avail = -1;
-    const char *fake = getenv("MP_RESHARD_FREE_BYTES");   /* the reshard tests' hook */
-    if (fake) avail = strtoll(fake, NULL, 10);
-    else if (statvfs(par, &vs) == 0) avail = (int64_t)vs.f_bavail * (int64_t)vs.f_frsize;
-    mp_code rc = MP_OK;
-    if (avail >= 0 && avail < want)
-        rc = mp_err_set(e, MP_EINPUT, "--out %s: %s has %.1f MiB free, the checkpoint needs about %.1f MiB", out, par,
-                        avail / 1048576.0, want / 1048576.0);
-    free(par);
-    return rc;
-}
-
 /* mp_meta_put into a sink. */
 static mp_code put_meta(void *ctx, const char *key, const char *value, mp_err *e) {
     rs_sink *s = ctx;
@@ -165,7 +142,7 @@ int mp_cmd_import(int argc, char **argv) {
     }
     int64_t need = 0;
     for (int i = 0; i < n; i++) need += rs_box_bytes(&boxes[i]);
-    if (check_out(o.out, argv[0], o.force, need, &err)) goto fail;
+    if (mp_ckpt_check_out(o.out, argv[0], "the HF directory", o.force, need, &err)) goto fail;
     status = write_ckpt(&rt, src, boxes, n, &mc, &o);
     goto done;
 fail:

@@ -32,42 +32,6 @@
 #include "core/log.h"
 #include "reshard/reshard.h"
 
-/* The directory dst lives in ("." for a bare name). Caller frees. */
-static char *parent_of(const char *dst) {
-    const char *slash = strrchr(dst, '/');
-    if (!slash) return mp_strdup(".");
-    if (slash == dst) return mp_strdup("/");
-    char *p = mp_strdup(dst);
-    p[slash - dst] = '\0';
-    return p;
-}
-
-/* Refuses a destination that exists (without --force), is the source, or lacks room for need bytes. */
-static mp_code check_destination(const char *dst, const char *src_dir, int force, int64_t need, mp_err *e) {
-    if (!*dst) return mp_err_set(e, MP_EINPUT, "--out: empty path");
-    if (mp_ckpt_exists(dst)) {
-        if (!force) return mp_err_set(e, MP_EINPUT, "--out %s already exists (use --force to replace it)", dst);
-        char a[PATH_MAX], b[PATH_MAX];
-        if (src_dir && realpath(dst, a) && realpath(src_dir, b) && !strcmp(a, b))
-            return mp_err_set(e, MP_EINPUT, "--out %s is the source checkpoint itself: write elsewhere", dst);
-    }
-    char *par = parent_of(dst);
-    struct statvfs vs;
-    mp_code rc = MP_OK;
-    int64_t avail = -1;
-    const char *fake = getenv("MP_RESHARD_FREE_BYTES");
-    if (fake) avail = strtoll(fake, NULL, 10);
-    else if (statvfs(par, &vs) == 0) avail = (int64_t)vs.f_bavail * (int64_t)vs.f_frsize;
-    else if (errno != ENOENT) rc = mp_err_set(e, MP_EINPUT, "--out %s: cannot inspect %s: %s", dst, par, strerror(errno));
-    /* the data plus HDF5 overhead (object headers, tile arrays: well under 1%) and a little slack */
-    int64_t want = need + need / 50 + (4 << 20);
-    if (rc == MP_OK && avail >= 0 && avail < want)
-        rc = mp_err_set(e, MP_EINPUT, "--out %s: %s has %.1f MiB free, the output needs about %.1f MiB", dst, par,
-                        avail / 1048576.0, want / 1048576.0);
-    free(par);
-    return rc;
-}
-
 /* mp_meta_put into a sink. */
 static mp_code put_sink_meta(void *ctx, const char *key, const char *value, mp_err *e) {
     rs_sink *s = ctx;
@@ -148,7 +112,7 @@ static int run_conversion(mp_runtime *rt, const char *cmd, rs_source *src, const
     }
     int64_t need = 0;
     for (int i = 0; i < n; i++) need += rs_box_bytes(&boxes[i]);
-    if (check_destination(o->out, src_dir, o->force, need, &err)) return mp_runtime_fail(rt, &err);
+    if (mp_ckpt_check_out(o->out, src_dir, "the source checkpoint", o->force, need, &err)) return mp_runtime_fail(rt, &err);
     mp_comm *workers = rt->mesh.world_comm;
     rs_sink *sink = NULL;
     mp_code rc = rs_sink_ckpt(&sink, workers, o->out, step, world, o->force, band, 0, &err);
