@@ -128,6 +128,7 @@ typedef struct train_run {
     char resume_dir[MP_PATH_MAX];   /* "" when starting fresh */
     char init_dir[MP_PATH_MAX];     /* --init-from, resolved to a step directory ("" without it) */
     size_t max_bytes;               /* --max-memory per rank, 0: the host's available memory bounds the plan */
+    mp_memplan plan;                /* this rank's memory plan (printed at start, compared at the end) */
     FILE *metrics;                  /* rank 0 only */
     char metrics_path[MP_PATH_MAX + 32];
     mp_code metrics_rc;             /* rank 0: the first failed write of metrics.jsonl (agreed each step) */
@@ -281,9 +282,10 @@ static mp_code setup_mesh(train_run *r) {
 /* Prints the memory plan and refuses (MP_EINPUT) one that does not fit, before the data and the model
  * allocate anything large. Collective: returns the agreed code (nonzero: `fail_agreed`). */
 static mp_code plan_memory(train_run *r) {
-    mp_memplan plan;
+    mp_memplan *plan = &r->plan;
     llama_options o = mp_runtime_model_options(&r->rt, &r->f.tc, r->bs.micro);
-    return mp_memplan_check(&r->rt, &r->mc, &o, 1, r->max_bytes, &plan, &r->err);
+    int staging = r->f.async_save || !r->rt.be->host_memory;   /* see mp_checkpointer_save */
+    return mp_memplan_check(&r->rt, &r->mc, &o, staging, r->max_bytes, plan, &r->err);
 }
 
 /* Opens the token files and the training loader, and checks that the validation file holds a batch.
@@ -733,6 +735,9 @@ static mp_code finish_run(train_run *r) {
     if (c->steps <= r->first_step) return MP_OK;
     double elapsed = mp_time_s() - r->t_start;
     mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, r->last_loss, elapsed);
+    char peak[32], planned[32];   /* the plan against what the allocator saw (checkpoint I/O buffers add a little) */
+    mp_info("memory: peak %s (%lld bytes) allocated on rank 0, plan %s", mp_ckpt_human(peak, sizeof peak,
+            mp_mem_peak_total()), (long long)mp_mem_peak_total(), mp_ckpt_human(planned, sizeof planned, r->plan.total));
     if (r->skipped)
         mp_warn("%lld update(s) skipped for a non-finite gradient norm (--on-nonfinite skip)", (long long)r->skipped);
     if (mesh->world > 1) {

@@ -111,7 +111,7 @@ static mp_code check_fits(const mp_memplan *p, size_t max_bytes, mp_err *err) {
                       mp_ckpt_human((char[32]){0}, 32, p->total), mp_ckpt_human(have, sizeof have, p->available), ways);
 }
 
-mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama_options *opt, int saves,
+mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama_options *opt, int staging,
                          size_t max_bytes, mp_memplan *plan, mp_err *err) {
     assert(rt->have_mesh && plan);
     memset(plan, 0, sizeof *plan);
@@ -119,7 +119,7 @@ mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama
     mp_code rc = llama_plan_memory(cfg, opt, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan->model, err);
     if (!rc) {
         const int64_t *c = plan->model.bytes;
-        plan->staging = saves ? c[MP_MEM_PARAMS] + c[MP_MEM_OPTIM] : 0;
+        plan->staging = staging ? c[MP_MEM_PARAMS] + c[MP_MEM_OPTIM] : 0;
         plan->data = 2 * (int64_t)opt->micro_batch * opt->seq_len * (int64_t)sizeof(int32_t);
         plan->total = plan->model.total + plan->staging + plan->data;   /* each term < 2^58: no overflow */
     }

@@ -22,12 +22,13 @@ typedef struct mp_memplan {
     int64_t available;      /* bytes the host offers (MemAvailable, cgroup limit), -1 unknown */
 } mp_memplan;
 
-/* Plans this rank's memory for a model with options opt on rt's mesh (saves: the command may save a
- * checkpoint, so the staging copy counts), prints the plan (rank 0) and checks it: against max_bytes per
+/* Plans this rank's memory for a model with options opt on rt's mesh (staging: the command keeps a
+ * checkpoint staging copy of the shards and moments — async saves, or a device whose memory the host
+ * cannot read; a sync save on the CPU writes straight from the shards), prints the plan (rank 0) and checks it: against max_bytes per
  * rank when nonzero (--max-memory), else the host's ranks together against the host's available memory.
  * Collective over the mesh; returns the agreed code (MP_EINPUT: the plan does not fit or the model is
  * beyond planning, naming the figures; the failing rank printed the message). */
-mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama_options *opt, int saves,
+mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama_options *opt, int staging,
                          size_t max_bytes, mp_memplan *plan, mp_err *err);
 
 /* Bytes the host can give this job now: MemAvailable of /proc/meminfo, lowered to the cgroup's

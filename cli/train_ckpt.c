@@ -69,18 +69,54 @@ static mp_code put_save_meta(void *ctx, const char *key, const char *value, mp_e
     return ckpt_save_meta(ctx, key, value, err);
 }
 
-/* One pass over the staged shards (parameters and moments): MP_ECHECK naming the first tensor that
+/* The host copies a save writes from: src[3 * i + k] is parameter i's shard (k 0), first (1) or second
+ * (2) moment. Straight from the shards when the backend's memory is host memory and the save is
+ * synchronous (the shards stay unchanged until the commit returns); otherwise through the staging copy
+ * c->host, allocated on first use and kept for the next save (an async save's data must outlive the
+ * step, and device memory must come to the host first). Returns the pointer array (caller frees). */
+static const float **save_sources(mp_checkpointer *c, llama_model *m) {
+    mp_backend *be = llama_backend(m);
+    int np = llama_num_params(m);
+    const float **src = mp_xmalloc(sizeof *src * 3 * (size_t)(np ? np : 1));
+    int direct = be->host_memory && !c->async;
+    if (!direct && !c->host) {
+        size_t need = 0;
+        for (int i = 0; i < np; i++) need += 3 * (size_t)llama_shard_numel(llama_param_at(m, i)) * sizeof(float);
+        c->host_bytes = need ? need : sizeof(float);
+        c->host = mp_aligned(c->host_bytes, MP_MEM_CKPT);
+    }
+    float *h = c->host;
+    for (int i = 0; i < np; i++) {
+        llama_param *p = llama_param_at(m, i);
+        const float *shard[3] = {p->shard, p->m, p->v};
+        size_t n = (size_t)llama_shard_numel(p);
+        for (int k = 0; k < 3; k++) {
+            if (direct) {
+                src[3 * i + k] = shard[k];
+                continue;
+            }
+            be->to_host(be, h, shard[k], n * sizeof(float));
+            src[3 * i + k] = h;
+            h += n;
+        }
+    }
+    return src;
+}
+
+/* One pass over what a save writes (parameters and moments): MP_ECHECK naming the first tensor that
  * holds a non-finite value. Local to this rank. */
-static mp_code check_finite(const float *h, llama_model *m, mp_err *err) {
+static mp_code check_finite(const float *const *src, llama_model *m, mp_err *err) {
     int np = llama_num_params(m);
     for (int i = 0; i < np; i++) {
         llama_param *p = llama_param_at(m, i);
         int64_t n = llama_shard_numel(p);
-        for (int k = 0; k < 3; k++, h += n)
+        for (int k = 0; k < 3; k++) {
+            const float *h = src[3 * i + k];
             for (int64_t j = 0; j < n; j++)
                 if (!isfinite(h[j]))
                     return mp_err_set(err, MP_ECHECK, "refusing to save: %s/%s holds a non-finite value (%g)",
                                       kinds[k], p->name, h[j]);
+        }
     }
     return MP_OK;
 }
@@ -89,27 +125,11 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
                              const mp_train_config *tc, const mp_run_state *st, ckpt_stats *stats,
                              mp_err *err) {
     double t0 = mp_time_s();
-    mp_backend *be = llama_backend(m);
     mp_mesh *mesh = llama_mesh(m);
     int np = llama_num_params(m);
     /* the staging buffer is reused: a save still in flight must finish before it is overwritten */
     if (c->inflight) MP_TRY(mp_checkpointer_wait(c, NULL, err));
-    size_t need = 0;
-    for (int i = 0; i < np; i++) need += 3 * (size_t)llama_shard_numel(llama_param_at(m, i)) * sizeof(float);
-    if (!c->host) {
-        c->host_bytes = need ? need : sizeof(float);
-        c->host = mp_aligned(c->host_bytes, MP_MEM_CKPT);
-    }
-    float *h = c->host;
-    for (int i = 0; i < np; i++) {
-        llama_param *p = llama_param_at(m, i);
-        size_t b = (size_t)llama_shard_numel(p) * sizeof(float);
-        const float *src[3] = {p->shard, p->m, p->v};
-        for (int k = 0; k < 3; k++) {
-            be->to_host(be, h, src[k], b);
-            h += llama_shard_numel(p);
-        }
-    }
+    const float **src = save_sources(c, m);
     ckpt_save *s = NULL;
     ckpt_save_opts so = c->opts;   /* a sync save shows a progress bar on a terminal (cli/progress.h) */
     mp_progress *pg = c->async ? NULL : mp_progress_start("saving checkpoint", 0, MP_PROGRESS_BYTES);
@@ -118,23 +138,21 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
     mp_code brc = ckpt_save_begin(&s, mesh->world_comm, c->root, st->step, &so, err);
     if (brc) {
         mp_progress_finish(pg);
+        free(src);
         return brc;
     }
-    mp_code rc = check_finite(c->host, m, err);   /* never save a non-finite value */
-    h = c->host;
+    mp_code rc = check_finite(src, m, err);   /* never save a non-finite value */
     for (int i = 0; i < np && !rc; i++) {
         llama_param *p = llama_param_at(m, i);
         int64_t off[2], shape[2];
         int writer = llama_param_disk_box(m, p, off, shape) > 0 && llama_disk_writer(p->split, mesh->tp_rank);
-        for (int k = 0; k < 3 && !rc; k++) {
-            if (writer) {
-                char name[256];
-                snprintf(name, sizeof name, "%s/%s", kinds[k], p->name);
-                rc = ckpt_save_add(s, name, MP_F32, p->ndim, p->gshape, off, shape, h, err);
-            }
-            h += llama_shard_numel(p);
+        for (int k = 0; k < 3 && !rc && writer; k++) {
+            char name[256];
+            snprintf(name, sizeof name, "%s/%s", kinds[k], p->name);
+            rc = ckpt_save_add(s, name, MP_F32, p->ndim, p->gshape, off, shape, src[3 * i + k], err);
         }
     }
+    free(src);
     if (!rc) rc = mp_run_meta(put_save_meta, s, mc, tc, mesh->tp, mesh->dp, st, err);
     if (!rc && c->init_from[0]) rc = ckpt_save_meta(s, "init_from", c->init_from, err);   /* train --init-from */
     if (rc) {

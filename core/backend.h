@@ -30,6 +30,8 @@ typedef struct mp_backend mp_backend;
 struct mp_backend {
     const char *name;      /* "cpu", "cuda" */
     mp_device device;
+    int host_memory;       /* its buffers are host memory the CPU reads directly (a sync save then writes
+                            * straight from the shards, with no staging copy) */
 
     /* ---- memory ---- */
     void *(*alloc)(mp_backend *be, size_t bytes, mp_mem_cat cat);   /* zero-filled; aborts on OOM */

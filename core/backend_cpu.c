@@ -420,6 +420,7 @@ static void cpu_adamw(mp_backend *be, float *p, const float *g, float *m, float 
 static mp_backend g_cpu = {
     .name = "cpu",
     .device = MP_DEV_CPU,
+    .host_memory = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memset0 = cpu_memset0,
