@@ -146,15 +146,23 @@ static int io_cause_errno(int eno) {
            eno == EIO || eno == EISDIR;
 }
 
-int ck_h5_cause_errno(void) {
-    walk_ctx c = {.outer = "", .inner = "", .n = 0};
-    int eno = 0;
+/* The cause of the current HDF5 failure into *c and *eno: the one recorded at the failing call, else
+ * the error stack as it stands now (eno 0). */
+static void current_cause(walk_ctx *c, int *eno) {
+    *c = (walk_ctx){.outer = "", .inner = "", .n = 0};
+    *eno = 0;
     if (t_cause.set) {
-        c = t_cause.c;
-        eno = t_cause.eno;
+        *c = t_cause.c;
+        *eno = t_cause.eno;
     } else {
-        H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &c);
+        H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, c);
     }
+}
+
+int ck_h5_cause_errno(void) {
+    walk_ctx c;
+    int eno;
+    current_cause(&c, &eno);
     const char *en = strstr(c.inner, "errno = ");
     int v = 0;
     if (en && sscanf(en + 8, "%d", &v) == 1 && v > 0) return v;
@@ -163,14 +171,9 @@ int ck_h5_cause_errno(void) {
 
 mp_code ck_h5_err(mp_err *e, mp_code code, const char *fmt, ...) {
     assert(fmt && code != MP_OK);
-    walk_ctx c = {.outer = "", .inner = "", .n = 0};
-    int eno = 0;
-    if (t_cause.set) {
-        c = t_cause.c;
-        eno = t_cause.eno;
-    } else {
-        H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &c);
-    }
+    walk_ctx c;
+    int eno;
+    current_cause(&c, &eno);
     ck_h5_clear();
     if (!e) return code;
     char ctx[1024];
