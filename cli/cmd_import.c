@@ -79,20 +79,7 @@ static int write_ckpt(mp_runtime *rt, rs_source *src, const rs_box *boxes, int n
         fprintf(stderr, "meshpoint import: wrote %s for tp %d x dp %d (%d rank files) in %.2f s; largest piece in memory "
                         "%.2f MiB (--max-memory %.0f MiB)\n",
                 o->out, o->tp, o->dp, o->tp * o->dp, st.seconds, st.largest_band / 1048576.0, o->max_bytes / 1048576.0);
-    if (o->no_verify) return 0;
-    mp_code vrc = MP_OK;
-    int64_t vbytes = 0;
-    if (rt->rank == 0) {
-        ckpt_reader *r = NULL;
-        vrc = ckpt_open(&r, o->out, &err);
-        if (!vrc) ckpt_reader_set_scratch(r, o->max_bytes / 2);
-        if (!vrc) vrc = ckpt_verify(r, &vbytes, &err);
-        ckpt_close(r);
-        if (vrc) mp_err_wrap(&err, "verifying %s after writing it", o->out);
-        else fprintf(stderr, "meshpoint import: verified %s: %.2f MiB read back, every checksum and the coverage hold\n",
-                     o->out, vbytes / 1048576.0);
-    }
-    return mp_exit_status(mp_runtime_agree(rt, vrc, &err));
+    return o->no_verify ? 0 : mp_runtime_verify_written(rt, o->out, o->max_bytes / 2);
 }
 
 static const char *import_about =

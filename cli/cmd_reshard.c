@@ -134,24 +134,7 @@ static int run_conversion(mp_runtime *rt, const char *cmd, rs_source *src, const
                 "%.2f MiB needed (ratio %.3f); largest piece in memory %.2f MiB (--max-memory %.0f MiB)\n",
                 cmd, o->out, o->tp, o->dp, world, v[2], st.seconds, v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0, v[3],
                 o->max_bytes / 1048576.0);
-    if (o->no_verify) return 0;
-    mp_code vrc = MP_OK;
-    int64_t vbytes = 0;
-    double t0 = mp_time_s();
-    if (rt->rank == 0) {
-        ckpt_reader *r = NULL;
-        vrc = ckpt_open(&r, o->out, &err);
-        if (!vrc) ckpt_reader_set_scratch(r, o->max_bytes / 2);   /* verify stays under --max-memory too */
-        mp_progress *pg = vrc ? NULL : mp_progress_start("verifying", 0, MP_PROGRESS_BYTES);
-        if (!vrc) ckpt_reader_set_progress(r, mp_progress_ckpt, pg);
-        if (!vrc) vrc = ckpt_verify(r, &vbytes, &err);
-        mp_progress_finish(pg);
-        ckpt_close(r);
-        if (vrc) mp_err_wrap(&err, "verifying %s after writing it", o->out);
-        else fprintf(stderr, "meshpoint %s: verified %s: %.2f MiB read back, every checksum and the coverage hold (%.2f s)\n",
-                     cmd, o->out, vbytes / 1048576.0, mp_time_s() - t0);
-    }
-    return mp_exit_status(mp_runtime_agree(rt, vrc, &err));
+    return o->no_verify ? 0 : mp_runtime_verify_written(rt, o->out, o->max_bytes / 2);
 }
 
 /* The flags reshard and init share: entries of an mp_arg table over a conv_opts o. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli/ckpt_common.h"
+#include "cli/progress.h"
 #include "core/log.h"
 
 /* True when an MPI launcher started this process (Open MPI, MPICH/Hydra, Slurm PMI). */
@@ -99,6 +100,28 @@ mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, mp_m
     if (!local && (local = mp_ckpt_parse_model_config(cr, mc, err))) mp_err_wrap(err, "checkpoint %s", dir);
     ckpt_close(cr);
     return mp_runtime_agree(rt, local, err);
+}
+
+int mp_runtime_verify_written(const mp_runtime *rt, const char *dir, size_t scratch) {
+    mp_err err;
+    mp_err_clear(&err);
+    mp_code vrc = MP_OK;
+    int64_t vbytes = 0;
+    double t0 = mp_time_s();
+    if (rt->rank == 0) {
+        ckpt_reader *r = NULL;
+        vrc = ckpt_open(&r, dir, &err);
+        if (!vrc) ckpt_reader_set_scratch(r, scratch);   /* verifying stays under the command's memory bound */
+        mp_progress *pg = vrc ? NULL : mp_progress_start("verifying", 0, MP_PROGRESS_BYTES);
+        if (!vrc) ckpt_reader_set_progress(r, mp_progress_ckpt, pg);
+        if (!vrc) vrc = ckpt_verify(r, &vbytes, &err);
+        mp_progress_finish(pg);
+        ckpt_close(r);
+        if (vrc) mp_err_wrap(&err, "verifying %s after writing it", dir);
+        else fprintf(stderr, "%s: verified %s: %.2f MiB read back, every checksum and the coverage hold (%.2f s)\n",
+                     mp_log_prog(), dir, vbytes / 1048576.0, mp_time_s() - t0);
+    }
+    return mp_exit_status(mp_runtime_agree(rt, vrc, &err));
 }
 
 void mp_runtime_end(mp_runtime *rt) {

@@ -47,6 +47,10 @@ mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, char *path, size_t cap, mp
 /* The model config the checkpoint in dir was saved with (its model_config metadata) into *mc; every
  * rank reads it (no broadcast of a struct). Collective: the agreed code, the message naming dir. */
 mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, mp_model_config *mc, mp_err *err);
+/* Reads the checkpoint a command just wrote to dir back against its checksums and coverage (rank 0,
+ * reader scratch bounded by scratch bytes, a progress bar on a terminal) and logs the bytes read.
+ * Collective: returns the exit status of the agreed result (0, or 1 naming dir). */
+int mp_runtime_verify_written(const mp_runtime *rt, const char *dir, size_t scratch);
 /* Tears down the mesh and MPI. */
 void mp_runtime_end(mp_runtime *rt);
 
