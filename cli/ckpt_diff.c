@@ -346,14 +346,13 @@ static void print_json(char *const dir[2], ckpt_reader *const r[2], const char *
 
 /* Parses the flags of `ckpt diff`; returns -1 to go on, else the exit status (help printed, or a usage
  * error reported). */
-static int diff_parse(int argc, char **argv, double *atol, double *rtol, int *all, int *json, int *npos) {
+static int diff_parse(int argc, char **argv, double *atol, double *rtol, int *all, int *json) {
     const mp_arg flags[] = {
         {"atol", MP_ARG_DOUBLE, atol, "X", "absolute tolerance", .dflt = "0: bitwise equality"},
         {"rtol", MP_ARG_DOUBLE, rtol, "Y", "tolerance relative to the tensor's max |B|", .dflt = "0: bitwise equality"},
         {"all", MP_ARG_SWITCH, all, NULL, "list bitwise-equal tensors too"},
         {"json", MP_ARG_SWITCH, json, NULL, "print one JSON object (see above) instead of text"},
         {0}};
-    *npos = 2;
     static const char *about =
         "Compares two checkpoints tensor by tensor, whatever meshes wrote them (both are read through "
         "the same box chunks, in bounded memory), and their metadata. Per tensor: max |a-b|, the "
@@ -380,8 +379,8 @@ static int diff_parse(int argc, char **argv, double *atol, double *rtol, int *al
 /* `meshpoint ckpt diff`: see the top of this file. Returns the exit status. */
 int mp_ckpt_diff(int argc, char **argv) {
     double atol = 0, rtol = 0;
-    int all = 0, json = 0, npos = 0;
-    int status = diff_parse(argc, argv, &atol, &rtol, &all, &json, &npos);
+    int all = 0, json = 0;
+    int status = diff_parse(argc, argv, &atol, &rtol, &all, &json);
     if (status >= 0) return status;
     status = MP_CKPT_ST_OK;
     mp_err err;

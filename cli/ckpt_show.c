@@ -338,14 +338,13 @@ static void show_text_boxes(const ckpt_reader *r, const show_facts *f) {
 
 /* Parses the flags of `ckpt show` into *o; returns -1 to go on, else the exit status (help printed,
  * or a usage error reported). */
-static int show_parse(int argc, char **argv, show_opts *o, int *npos) {
+static int show_parse(int argc, char **argv, show_opts *o) {
     const mp_arg flags[] = {
         {"tensors", MP_ARG_SWITCH, &o->tensors, NULL, "every tensor: name, dtype, shape, boxes, bytes"},
         {"boxes", MP_ARG_SWITCH, &o->boxes, NULL, "the shard map: every saved box (rank file, offset, shape)"},
         {"stats", MP_ARG_SWITCH, &o->stats, NULL, "per tensor min/max/mean/std/L2 norm (reads every tensor in bounded chunks)"},
         {"json", MP_ARG_SWITCH, &o->json, NULL, "print JSON"},
         {0}};
-    *npos = 1;
     return mp_ckpt_cli_start(flags, argc, argv, 1, "one checkpoint DIR",
                              "meshpoint ckpt show DIR [--tensors] [--boxes] [--stats] [--json]",
                              "Prints what a checkpoint holds: format, step, mesh, model config, training config, data "
@@ -358,7 +357,7 @@ static int show_parse(int argc, char **argv, show_opts *o, int *npos) {
 /* `meshpoint ckpt show`: see the top of this file. Returns the exit status. */
 int mp_ckpt_show(int argc, char **argv) {
     show_opts o = {0};
-    int npos = 0, status = show_parse(argc, argv, &o, &npos);
+    int status = show_parse(argc, argv, &o);
     if (status >= 0) return status;
     status = MP_CKPT_ST_OK;
     char *dir = NULL;

@@ -133,7 +133,7 @@ static void mark_checkpoints(const run_curves *c, double lo, double hi) {
 static void panel(const run_curves *c, double x0, double x1, const series *s, const series *p, int logy,
                   const char *ylabel, const char *title) {
     double lo, hi;
-    series ls = {0}, lp = {0};
+    series ls = {0};
     if (logy) {
         for (int i = 0; i < s->n; i++) series_add(&ls, s->x[i], log10(s->y[i]));
         s = &ls;
@@ -153,7 +153,6 @@ static void panel(const run_curves *c, double x0, double x1, const series *s, co
         plpoin(p->n, p->x, p->y, 17);
     }
     series_free(&ls);
-    series_free(&lp);
 }
 
 /* Draws the three panels into the PNG at path (w x h pixels). MP_EIO when PLplot has no PNG driver. */
