@@ -137,7 +137,10 @@ typedef struct train_run {
     /* the step loop */
     mp_lr_schedule sched;
     mp_adamw_hparams hp;
-    double tokens_per_step, t_start, t_last, last_loss;
+    double tokens_per_step, t_start, last_loss;
+    double load_s, init_s;          /* start-up: checkpoint load (resume or --init-from), random init */
+    double steps_s, steps_comm_s;   /* time inside optimizer steps, and inside their collectives */
+    int64_t steps_tp_bytes, steps_dp_bytes;   /* bytes this rank's step collectives sent */
     int continue_on_error, skip_nonfinite;
     int64_t first_step, skipped;    /* skipped: updates skipped for a non-finite gradient norm */
     train_fill_ctx fc;
@@ -146,6 +149,7 @@ typedef struct train_run {
 /* What one optimizer step hands to its logging. */
 typedef struct step_out {
     double lr, loss, norm;
+    double step_s;                  /* wall time of the step itself (no checkpoint, no evaluation) */
     int skipped;                    /* the update was skipped (non-finite norm, --on-nonfinite skip) */
 } step_out;
 
@@ -309,8 +313,18 @@ static mp_code open_data(train_run *r) {
  * Fails alike on every rank (`fail`). */
 static mp_code build_model(train_run *r) {
     MP_TRY(mp_runtime_model(&r->rt, &r->mc, &r->f.tc, r->bs.micro, &r->model, &r->err));
-    if (!r->f.init_from) llama_init_weights(r->model, r->f.tc.seed);
     return MP_OK;
+}
+
+/* A fresh run (nothing resumed, no --init-from) gets the seeded random initialisation; a resumed or
+ * initialised-from run does not: its load wrote every parameter (and, resuming, every moment), so the
+ * init would only be overwritten (issue 11: it was ~20% of a resume's start-up). Called after
+ * resume_run and init_from_run; records its time for the start-up log. Local. */
+static void init_fresh_weights(train_run *r) {
+    if (r->resume_dir[0] || r->f.init_from) return;
+    double t0 = mp_time_s();
+    llama_init_weights(r->model, r->f.tc.seed);
+    r->init_s = mp_time_s() - t0;
 }
 
 /* Rank 0, a fresh run (no --resume*, no --overwrite): refuses (MP_EINPUT) a run directory or checkpoint
@@ -390,7 +404,9 @@ static mp_code resume_run(train_run *r) {
     if (r->f.resume_from && (agreed = mp_runtime_resolve_ckpt(&r->rt, r->resume_dir, sizeof r->resume_dir, &r->err)))
         return agreed;
     /* a damaged box may fail only the ranks that read it: agree before anyone trains */
+    double t0 = mp_time_s();
     mp_code local = mp_checkpoint_load(r->model, r->resume_dir, &r->mc, 0, &r->rs, &r->err);
+    r->load_s = mp_time_s() - t0;
     if (local) mp_err_wrap(&r->err, "resuming");
     else if ((local = mp_loader_set_cursor(&r->loader, r->rs.cursor, &r->err)))
         mp_err_wrap(&r->err, "resuming from %s", r->resume_dir);
@@ -427,7 +443,9 @@ static mp_code init_from_run(train_run *r) {
     mp_run_state src;
     memset(&src, 0, sizeof src);
     /* a damaged box may fail only the ranks that read it: agree before anyone trains */
+    double t0 = mp_time_s();
     local = mp_checkpoint_load(r->model, r->init_dir, &r->mc, MP_LOAD_WEIGHTS, &src, &r->err);
+    r->load_s = mp_time_s() - t0;
     if (local) mp_err_wrap(&r->err, "--init-from");
     if ((agreed = mp_runtime_agree(&r->rt, local, &r->err))) return agreed;
     mp_checkpoint_log_io(r->mesh, "initialised from", r->init_dir, &src);
@@ -535,12 +553,18 @@ static void prepare_loop(train_run *r) {
     r->hp = (mp_adamw_hparams){c->beta1, c->beta2, c->adam_eps, c->weight_decay};
     r->tokens_per_step = (double)c->batch_size * c->seq_len;
     r->t_start = mp_time_s();
-    r->t_last = r->t_start;
     r->last_loss = NAN;
     r->continue_on_error = !strcmp(r->f.on_save_error, "continue");
     r->skip_nonfinite = !strcmp(r->f.on_nonfinite, "skip");
     r->first_step = r->rs.step;
     r->fc = (train_fill_ctx){&r->loader, &r->bs, r->mesh->dp_rank};
+    /* start-up against the load it contains (issue 11: a resume should cost little more than its load) */
+    if (r->resume_dir[0] || r->f.init_from)
+        mp_info("startup: %.2f s from process start to the first step (checkpoint load %.2f s, no random init)",
+                r->t_start - r->rt.t_start, r->load_s);
+    else
+        mp_info("startup: %.2f s from process start to the first step (random init %.2f s)",
+                r->t_start - r->rt.t_start, r->init_s);
 }
 
 /* A fresh 0-step run with --ckpt-every saves its initial state as step 0 ("at the end" of no steps:
@@ -578,16 +602,31 @@ static mp_code nonfinite_step(train_run *r, int64_t step, step_out *out) {
                       out->norm, (long long)step + 1);
 }
 
+/* Seconds this rank has spent in collectives of the mesh's communicators so far. */
+static double step_comm_seconds(const mp_mesh *mesh) {
+    return mp_comm_total_seconds(mesh->tp_comm) + mp_comm_total_seconds(mesh->dp_comm) +
+           mp_comm_total_seconds(mesh->world_comm);
+}
+
 /* Runs optimizer step `step` (0-based) and advances the loader; *out gets its lr, loss and gradient
  * norm. Collective. A non-finite norm: nonfinite_step. Fails alike (`fail`) when the loss is not finite
  * (the loss is global). */
 static mp_code run_step(train_run *r, int64_t step, step_out *out) {
     const mp_train_config *c = &r->f.tc;
+    const mp_mesh *mesh = r->mesh;
+    /* the step's own time and collectives: checkpoints and evaluations between steps are not in them */
+    double t0 = mp_time_s(), comm0 = step_comm_seconds(mesh);
+    int64_t tp0 = mp_comm_total_bytes(mesh->tp_comm), dp0 = mp_comm_total_bytes(mesh->dp_comm);
     out->lr = mp_lr_at(&r->sched, step);
     llama_step_args sa = {r->hp, out->lr, step + 1, c->grad_clip, r->bs.grad_accum, r->tokens_per_step};
     llama_step_result sr;
     llama_train_step(r->model, &sa, train_fill, &r->fc, r->in, r->tgt, &sr);
     mp_loader_advance(&r->loader);
+    out->step_s = mp_time_s() - t0;
+    r->steps_s += out->step_s;
+    r->steps_comm_s += step_comm_seconds(mesh) - comm0;
+    r->steps_tp_bytes += mp_comm_total_bytes(mesh->tp_comm) - tp0;
+    r->steps_dp_bytes += mp_comm_total_bytes(mesh->dp_comm) - dp0;
     out->loss = sr.loss;
     out->norm = sr.grad_norm;
     out->skipped = 0;
@@ -633,8 +672,7 @@ static void write_metrics(train_run *r, int64_t step, const step_out *s, double 
 static mp_code log_step(train_run *r, int64_t step, const step_out *s) {
     const mp_train_config *c = &r->f.tc;
     double t = mp_time_s();
-    double tok_s = r->tokens_per_step / (t - r->t_last);
-    r->t_last = t;
+    double tok_s = r->tokens_per_step / s->step_s;   /* the step alone: a save before it is not in it */
     if (r->metrics) write_metrics(r, step, s, tok_s, run_elapsed(r, t));
     if (c->log_every && ((step + 1) % c->log_every == 0 || step + 1 == c->steps)) {
         /* wall time of the run (resumes included) and the ETA of the remaining steps at this process's
@@ -741,13 +779,13 @@ static mp_code finish_run(train_run *r) {
     if (r->skipped)
         mp_warn("%lld update(s) skipped for a non-finite gradient norm (--on-nonfinite skip)", (long long)r->skipped);
     if (mesh->world > 1) {
-        double comm_s = mp_comm_total_seconds(mesh->tp_comm) + mp_comm_total_seconds(mesh->dp_comm) +
-                        mp_comm_total_seconds(mesh->world_comm);
+        /* the steps' own collectives over the steps' own time: checkpoints (their commit exchange, the
+         * time they take), evaluations and start-up are in neither (issue 11 item 5) */
         int64_t ran = c->steps - r->first_step;
-        mp_info("comm: tp %.3f MiB/step, dp %.3f MiB/step (sent by this rank), %.1f%% of the time in "
+        mp_info("comm: tp %.3f MiB/step, dp %.3f MiB/step (sent by this rank), %.1f%% of the step time in "
                 "collectives",
-                mp_comm_total_bytes(mesh->tp_comm) / 1048576.0 / (double)ran,
-                mp_comm_total_bytes(mesh->dp_comm) / 1048576.0 / (double)ran, 100.0 * comm_s / elapsed);
+                r->steps_tp_bytes / 1048576.0 / (double)ran, r->steps_dp_bytes / 1048576.0 / (double)ran,
+                r->steps_s > 0 ? 100.0 * r->steps_comm_s / r->steps_s : 0.0);
     }
     return MP_OK;
 }
@@ -799,6 +837,7 @@ int mp_cmd_train(int argc, char **argv) {
      * resumed step is set aside and the metrics file opened */
     if ((agreed = claim_ckpt_root(r))) goto fail_agreed;
     if ((agreed = resume_run(r)) || (agreed = init_from_run(r))) goto fail_agreed;
+    init_fresh_weights(r);
     note_resume(r);
     if ((agreed = open_metrics(r))) goto fail_agreed;
     prepare_loop(r);

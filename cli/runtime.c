@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli/ckpt_common.h"
 #include "cli/progress.h"
 #include "core/log.h"
@@ -15,8 +16,33 @@ static int launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
 }
 
+/* Seconds since this process started (exec included: dynamic loading, MPI start-up), from Linux's
+ * /proc/self/stat start time against /proc/uptime (10 ms resolution); 0 when /proc does not say. */
+static double process_age_s(void) {
+    FILE *f = fopen("/proc/self/stat", "r");
+    char buf[1024];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');   /* the command name may hold spaces and parentheses */
+    unsigned long long start = 0;
+    /* after ") ": field 3 (state) ... field 22 (starttime, clock ticks since boot) */
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                     &start) != 1)
+        return 0;
+    double up = 0;
+    f = fopen("/proc/uptime", "r");
+    if (!f) return 0;
+    int ok = fscanf(f, "%lf", &up) == 1;
+    fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    double age = up - (double)start / (double)(hz > 0 ? hz : 100);
+    return ok && age > 0 && age < 3600 ? age : 0;
+}
+
 void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {
     memset(rt, 0, sizeof *rt);
+    rt->t_start = mp_time_s() - process_age_s();
     rt->world = 1;
     if (launched_by_mpi()) {
         /* the async checkpoint writer thread makes no MPI call: only the main thread does */

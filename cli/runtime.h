@@ -22,6 +22,7 @@ typedef struct mp_runtime {
     mp_mesh mesh;
     int have_mesh;
     mp_backend *be;
+    double t_start;   /* when the process started, on mp_time_s()'s clock (startup time is counted from it) */
 } mp_runtime;
 
 /* Initialises MPI if the process was started by an MPI launcher (else world = 1). */

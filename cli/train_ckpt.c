@@ -335,7 +335,7 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
         int64_t off[2], shape[2];
         int64_t rows = llama_param_disk_box(m, p, off, shape);
         size_t b = (size_t)llama_shard_numel(p) * sizeof(float);
-        if (b > tmp_bytes) {
+        if (!be->host_memory && b > tmp_bytes) {
             free(tmp);
             tmp = mp_xcalloc(b);
             tmp_bytes = b;
@@ -356,9 +356,14 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
                                 (long long)p->gshape[0], (long long)p->gshape[1]);
                 break;
             }
-            memset(tmp, 0, b);   /* vocab padding rows stay zero */
-            if (rows > 0) rc = ckpt_read(r, name, off, shape, tmp, err);
-            if (!rc) be->to_device(be, dst[k], tmp, b);
+            /* the box is the shard's first `rows` rows; vocab padding rows after them stay zero. Host
+             * memory is read into straight (no copy); device memory through one host buffer */
+            float *into = be->host_memory ? dst[k] : tmp;
+            size_t box_bytes = rows > 0 ? (size_t)(shape[0] * (p->ndim == 2 ? shape[1] : 1)) * sizeof(float) : 0;
+            assert(box_bytes <= b);
+            memset((char *)into + box_bytes, 0, b - box_bytes);
+            if (rows > 0) rc = ckpt_read(r, name, off, shape, into, err);
+            if (!rc && into == tmp) be->to_device(be, dst[k], tmp, b);
         }
     }
     free(tmp);

@@ -9,7 +9,7 @@ PKGS=(build-essential cmake pkg-config clang libclang-rt-dev libomp-dev
       libopenmpi-dev openmpi-bin libopenblas-dev
       libcriterion-dev libcjson-dev libplplot-dev plplot-driver-cairo
       python3-torch python3-h5py python3-numpy
-      fortunes)
+      fortunes time)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
