@@ -5,6 +5,7 @@
  */
 #include "core/comm.h"
 #include <assert.h>
+#include "core/mesh.h"
 #include <string.h>
 
 /* Sum of bytes_sent over every op kind of c. */
@@ -31,4 +32,44 @@ double mp_comm_total_seconds(const mp_comm *c) {
     double t = 0;
     for (int op = 0; op < MP_COMM_NOPS; op++) t += c->seconds[op];
     return t;
+}
+
+void mp_comm_count_all_reduce(mp_comm *c, int64_t n, int64_t elem_bytes) {
+    assert(c && n >= 0 && elem_bytes > 0);
+    int64_t s, b;   /* this rank's block of the reduce-scatter + all-gather the formula describes */
+    mp_split(n, c->size, c->rank, &s, &b);
+    c->bytes_sent[MP_COMM_ALLREDUCE] += elem_bytes * ((n - b) + (int64_t)(c->size - 1) * b);
+    c->calls[MP_COMM_ALLREDUCE]++;
+}
+
+/* Checks counts[size] (each >= 0, no overflow) and returns their total. */
+static int64_t total_count(const mp_comm *c, const int64_t *counts) {
+    assert(counts);
+    int64_t total = 0;
+    for (int r = 0; r < c->size; r++) {
+        assert(counts[r] >= 0 && "comm: negative count");
+        assert(counts[r] <= INT64_MAX - total && "comm: total count overflows");
+        total += counts[r];
+    }
+    return total;
+}
+
+int64_t mp_comm_count_all_gatherv(mp_comm *c, const int64_t *counts) {
+    int64_t total = total_count(c, counts);
+    c->bytes_sent[MP_COMM_ALLGATHER] += (int64_t)sizeof(float) * (c->size - 1) * counts[c->rank];
+    c->calls[MP_COMM_ALLGATHER]++;
+    return total;
+}
+
+int64_t mp_comm_count_reduce_scatterv(mp_comm *c, const int64_t *counts) {
+    int64_t total = total_count(c, counts);
+    c->bytes_sent[MP_COMM_REDUCE_SCATTER] += (int64_t)sizeof(float) * (total - counts[c->rank]);
+    c->calls[MP_COMM_REDUCE_SCATTER]++;
+    return total;
+}
+
+void mp_comm_count_broadcast(mp_comm *c, size_t bytes, int root) {
+    assert(c && root >= 0 && root < c->size);
+    if (c->rank == root) c->bytes_sent[MP_COMM_BCAST] += (int64_t)bytes;
+    c->calls[MP_COMM_BCAST]++;
 }

@@ -64,6 +64,13 @@ mp_comm *mp_comm_self(void);
 /* Points c's collectives (not destroy) at the one-rank implementations of mp_comm_self: how any
  * backend's communicator of a group of one behaves, with nothing moved and nothing counted. */
 void mp_comm_use_self_ops(mp_comm *c);
+/* The traffic formulas above, counted into c by every implementation (MPI, NCCL) so that they cannot
+ * disagree: all_reduce of n elements of elem_bytes each; all_gatherv / reduce_scatterv over counts[size]
+ * (returns the total count); broadcast of bytes from root. Each also counts one call. */
+void mp_comm_count_all_reduce(mp_comm *c, int64_t n, int64_t elem_bytes);
+int64_t mp_comm_count_all_gatherv(mp_comm *c, const int64_t *counts);
+int64_t mp_comm_count_reduce_scatterv(mp_comm *c, const int64_t *counts);
+void mp_comm_count_broadcast(mp_comm *c, size_t bytes, int root);
 /* Sum of bytes_sent (and of seconds) over all op kinds; reset of all counters. */
 double mp_comm_total_seconds(const mp_comm *c);
 int64_t mp_comm_total_bytes(const mp_comm *c);

@@ -65,10 +65,7 @@ static int piece(int64_t n, int64_t off) {
 static void mpi_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
     assert(n >= 0 && (x || n == 0));
     assert(c->size > 1);
-    int64_t s, b;
-    mp_split(n, c->size, c->rank, &s, &b);
-    c->bytes_sent[MP_COMM_ALLREDUCE] += (int64_t)sizeof(float) * ((n - b) + (int64_t)(c->size - 1) * b);
-    c->calls[MP_COMM_ALLREDUCE]++;
+    mp_comm_count_all_reduce(c, n, sizeof(float));
     for (int64_t off = 0; off < n; off += g_max_count)
         TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, x + off, piece(n, off), MPI_FLOAT,
                                                   op_max ? MPI_MAX : MPI_SUM, impl_of(c)->comm));
@@ -77,10 +74,7 @@ static void mpi_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
 static void mpi_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
     assert(n >= 0 && (x || n == 0));
     assert(c->size > 1);
-    int64_t s, b;
-    mp_split(n, c->size, c->rank, &s, &b);
-    c->bytes_sent[MP_COMM_ALLREDUCE] += (int64_t)sizeof(double) * ((n - b) + (int64_t)(c->size - 1) * b);
-    c->calls[MP_COMM_ALLREDUCE]++;
+    mp_comm_count_all_reduce(c, n, sizeof(double));
     for (int64_t off = 0; off < n; off += g_max_count)
         TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, x + off, piece(n, off), MPI_DOUBLE, MPI_SUM,
                                                   impl_of(c)->comm));
@@ -96,8 +90,7 @@ static void mpi_all_gatherv(mp_comm *c, float *out, const float *in, const int64
     int64_t total = fill_counts(c, counts, &fits);
     int me = c->rank;
     assert((out || total == 0) && (in || counts[me] == 0));
-    c->bytes_sent[MP_COMM_ALLGATHER] += (int64_t)sizeof(float) * (c->size - 1) * counts[me];
-    c->calls[MP_COMM_ALLGATHER]++;
+    mp_comm_count_all_gatherv(c, counts);
     if (total == 0) return;
     if (fits) {
         const void *send = (in == out + im->displs[me]) ? MPI_IN_PLACE : (const void *)in;
@@ -126,8 +119,7 @@ static void mpi_reduce_scatterv(mp_comm *c, float *out, const float *in, const i
     assert((total == 0 || counts[me] == 0 ||
             (uintptr_t)(out + counts[me]) <= (uintptr_t)in || (uintptr_t)(in + total) <= (uintptr_t)out) &&
            "comm: reduce_scatterv out overlaps in");
-    c->bytes_sent[MP_COMM_REDUCE_SCATTER] += (int64_t)sizeof(float) * (total - counts[me]);
-    c->calls[MP_COMM_REDUCE_SCATTER]++;
+    mp_comm_count_reduce_scatterv(c, counts);
     if (total == 0) return;
     if (fits) {
         /* MPI_Reduce_scatter needs a valid recvbuf even for a zero count on some paths. */
@@ -148,8 +140,7 @@ static void mpi_reduce_scatterv(mp_comm *c, float *out, const float *in, const i
 static void mpi_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     assert(root >= 0 && root < c->size && (buf || bytes == 0));
     assert(c->size > 1);
-    if (c->rank == root) c->bytes_sent[MP_COMM_BCAST] += (int64_t)bytes;
-    c->calls[MP_COMM_BCAST]++;
+    mp_comm_count_broadcast(c, bytes, root);
     MPI_Comm comm = impl_of(c)->comm;
     size_t chunk = g_bcast_chunk < (size_t)g_max_count ? g_bcast_chunk : (size_t)g_max_count;
     for (size_t off = 0; off < bytes; off += chunk) {

@@ -21,7 +21,7 @@ fi
 targets=${FUZZ_TARGETS:-$(for f in tests/fuzz/fuzz_*.c; do basename "$f" .c | sed 's/^fuzz_//'; done)}
 
 echo "== fuzz: building $build ($cc)"
-cmake -S . -B "$build" -DMP_FUZZ=ON -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B "$build" -DMP_FUZZ=ON -DCMAKE_C_COMPILER="$cc" -DMP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)" --target $(for t in $targets; do printf 'fuzz_%s ' "$t"; done)
 
 # HDF5's and Open MPI's own allocations are kept until exit (tests/lsan.supp); any undefined behaviour

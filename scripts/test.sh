@@ -16,12 +16,20 @@ jobs=$(nproc)
 build=${BUILD_DIR:-build}
 
 echo "== build (Release)"
-./scripts/build.sh "$build"
+# With the CUDA toolkit present (nvcc on PATH or in /usr/local/cuda) this build compiles the CUDA backend
+# in (cmake/cuda.cmake: MP_CUDA=AUTO), warnings as errors, and the whole CPU suite below runs in that
+# binary; without it, the CPU-only build, as on any machine without the toolkit.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  ./scripts/build.sh "$build" -DMP_CUDA=ON -DMP_WERROR=ON
+else
+  ./scripts/build.sh "$build" -DMP_CUDA=OFF
+fi
 echo "== tests (Release)"
 (cd "$build" && ctest --output-on-failure -j"$jobs" --timeout 900)
 
 echo "== build (ASan + UBSan)"
-./scripts/build.sh "$build-asan" -DMP_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# (CPU only: ASan's shadow memory and the CUDA runtime's mappings do not mix)
+./scripts/build.sh "$build-asan" -DMP_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMP_CUDA=OFF
 echo "== tests (ASan + UBSan): unit and multi-rank"
 # Every entry, mpiexec-launched ranks included, runs with leak checking on: tests/sanitize.cmake sets
 # ASAN/LSAN/UBSAN_OPTIONS on each ctest entry (they reach the ranks through mpiexec's environment) and

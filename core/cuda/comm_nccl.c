@@ -1,0 +1,181 @@
+/* core/cuda/comm_nccl.c — see comm_nccl.h. */
+#include "core/cuda/comm_nccl.h"
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <nccl.h>
+#include "core/alloc.h"
+#include "core/cuda/cuda_check.h"
+#include "core/log.h"
+
+typedef struct {
+    ncclComm_t comm;
+    MPI_Comm mpi;          /* a dup of the group: the id broadcast, barrier */
+    cudaStream_t stream;
+} nccl_impl;
+
+/* An NCCL call inside a collective: a failure aborts naming the call (a collective that failed on one
+ * rank leaves the others waiting; the newest checkpoint is intact). */
+#define NCCL_CHECK(call)                                                                                  \
+    do {                                                                                                  \
+        ncclResult_t r_ = (call);                                                                         \
+        if (r_ != ncclSuccess) {                                                                          \
+            fprintf(stderr, "%s: error: %s:%d: %s: %s\n", mp_log_prog(), __FILE__, __LINE__, #call,         \
+                    ncclGetErrorString(r_));                                                              \
+            abort();                                                                                      \
+        }                                                                                                 \
+    } while (0)
+
+/* Runs one enqueue and adds its host time to c->seconds[op]. */
+#define TIMED(c, op, call) do { double t0_ = mp_time_s(); call; (c)->seconds[op] += mp_time_s() - t0_; } while (0)
+
+static nccl_impl *impl_of(const mp_comm *c) {
+    assert(c && c->impl && strcmp(c->name, "nccl") == 0);
+    return (nccl_impl *)c->impl;
+}
+
+/* Whether every count equals counts[0] (one NCCL collective serves). */
+static int counts_equal(const mp_comm *c, const int64_t *counts) {
+    for (int r = 1; r < c->size; r++)
+        if (counts[r] != counts[0]) return 0;
+    return 1;
+}
+
+static void nccl_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
+    assert(c->size > 1 && n >= 0 && (x || n == 0));
+    mp_comm_count_all_reduce(c, n, sizeof(float));
+    if (n == 0) return;
+    nccl_impl *im = impl_of(c);
+    TIMED(c, MP_COMM_ALLREDUCE, NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, op_max ? ncclMax : ncclSum,
+                                                         im->comm, im->stream)));
+}
+
+static void nccl_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
+    assert(c->size > 1 && n >= 0 && (x || n == 0));
+    mp_comm_count_all_reduce(c, n, sizeof(double));
+    if (n == 0) return;
+    nccl_impl *im = impl_of(c);
+    TIMED(c, MP_COMM_ALLREDUCE, NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, ncclFloat64, ncclSum, im->comm, im->stream)));
+}
+
+/* out = concat_r in_r[counts[r]]; in may be out + displ[rank] (in place). */
+static void nccl_all_gatherv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+    assert(c->size > 1);
+    int64_t total = mp_comm_count_all_gatherv(c, counts);
+    if (total == 0) return;
+    nccl_impl *im = impl_of(c);
+    double t0 = mp_time_s();
+    if (counts_equal(c, counts)) {
+        NCCL_CHECK(ncclAllGather(in, out, (size_t)counts[0], ncclFloat32, im->comm, im->stream));
+    } else {
+        /* uneven: every rank broadcasts its block into place, all in one group (see comm_nccl.h) */
+        NCCL_CHECK(ncclGroupStart());
+        int64_t displ = 0;
+        for (int r = 0; r < c->size; r++) {
+            float *part = out + displ;
+            const float *send = r == c->rank ? in : part;
+            if (counts[r]) NCCL_CHECK(ncclBroadcast(send, part, (size_t)counts[r], ncclFloat32, r, im->comm, im->stream));
+            displ += counts[r];
+        }
+        NCCL_CHECK(ncclGroupEnd());
+    }
+    c->seconds[MP_COMM_ALLGATHER] += mp_time_s() - t0;
+}
+
+/* out[counts[rank]] = sum over the group of in[displ_rank ...]; out must not overlap in. */
+static void nccl_reduce_scatterv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+    assert(c->size > 1);
+    int64_t total = mp_comm_count_reduce_scatterv(c, counts);
+    if (total == 0) return;
+    nccl_impl *im = impl_of(c);
+    double t0 = mp_time_s();
+    if (counts_equal(c, counts)) {
+        NCCL_CHECK(ncclReduceScatter(in, out, (size_t)counts[0], ncclFloat32, ncclSum, im->comm, im->stream));
+    } else {
+        /* uneven: one reduce to each rank of its block, all in one group */
+        NCCL_CHECK(ncclGroupStart());
+        int64_t displ = 0;
+        for (int r = 0; r < c->size; r++) {
+            /* the receive buffer is used on the root only; the others name their own out (never written) */
+            if (counts[r])
+                NCCL_CHECK(ncclReduce(in + displ, out, (size_t)counts[r], ncclFloat32, ncclSum, r, im->comm, im->stream));
+            displ += counts[r];
+        }
+        NCCL_CHECK(ncclGroupEnd());
+    }
+    c->seconds[MP_COMM_REDUCE_SCATTER] += mp_time_s() - t0;
+}
+
+static void nccl_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
+    assert(c->size > 1 && (buf || bytes == 0));
+    mp_comm_count_broadcast(c, bytes, root);
+    if (bytes == 0) return;
+    nccl_impl *im = impl_of(c);
+    TIMED(c, MP_COMM_BCAST, NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, im->comm, im->stream)));
+}
+
+/* Every rank's enqueued collectives have finished on its stream, then the group meets. */
+static void nccl_barrier(mp_comm *c) {
+    nccl_impl *im = impl_of(c);
+    MP_CUDA_CHECK(cudaStreamSynchronize(im->stream));
+    MPI_Barrier(im->mpi);
+}
+
+/* Frees the NCCL communicator, the MPI dup and the table (NULL ok). Collective over the group. */
+static void nccl_destroy(mp_comm *c) {
+    if (!c) return;
+    nccl_impl *im = impl_of(c);
+    if (im->comm) ncclCommDestroy(im->comm);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Comm_free(&im->mpi);
+    mp_free_acct(im, sizeof *im, MP_MEM_COMM);
+    mp_free_acct(c, sizeof *c, MP_MEM_COMM);
+}
+
+mp_comm *mp_comm_nccl_create(MPI_Comm group, cudaStream_t stream, mp_err *err) {
+    mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
+    nccl_impl *im = mp_calloc(sizeof *im, MP_MEM_COMM);
+    MPI_Comm_dup(group, &im->mpi);
+    MPI_Comm_rank(im->mpi, &c->rank);
+    MPI_Comm_size(im->mpi, &c->size);
+    im->stream = stream;
+    c->name = "nccl";
+    c->all_reduce = nccl_all_reduce;
+    c->all_reduce_f64 = nccl_all_reduce_f64;
+    c->all_gatherv = nccl_all_gatherv;
+    c->reduce_scatterv = nccl_reduce_scatterv;
+    c->broadcast = nccl_broadcast;
+    c->barrier = nccl_barrier;
+    c->destroy = nccl_destroy;
+    c->impl = im;
+    if (c->size == 1) {   /* a group of one: the self path, no NCCL communicator */
+        mp_comm_use_self_ops(c);
+        return c;
+    }
+    ncclUniqueId id;
+    ncclResult_t r = ncclSuccess;
+    if (c->rank == 0) r = ncclGetUniqueId(&id);
+    /* rank 0's failure reaches every rank with the id broadcast: all fail alike */
+    int failed = r != ncclSuccess;
+    MPI_Bcast(&failed, 1, MPI_INT, 0, im->mpi);
+    if (!failed) {
+        MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, im->mpi);
+        r = ncclCommInitRank(&im->comm, c->size, id, c->rank);
+    }
+    /* a rank that could not join fails the group: agree, so no rank trains with a broken communicator */
+    int bad = failed || r != ncclSuccess, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, im->mpi);
+    if (any) {
+        mp_err_set(err, MP_EDEVICE, "NCCL communicator of %d ranks: %s", c->size,
+                   r != ncclSuccess ? ncclGetErrorString(r) : "another rank failed to join");
+        if (r == ncclSuccess && im->comm) {
+            ncclCommDestroy(im->comm);
+        }
+        im->comm = NULL;
+        nccl_destroy(c);
+        return NULL;
+    }
+    return c;
+}
