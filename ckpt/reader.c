@@ -8,14 +8,29 @@
  *      the index is opened); otherwise a missing region is found by subtraction and named;
  *   3. each intersection is read from its rank file:
  *      - I is the whole saved box and its rows are contiguous in the caller's buffer (same-mesh
- *        loads): one read straight into the buffer, then the whole-box checksum (no tile array);
+ *        loads): read straight into the buffer (in ~1 MiB pieces, see Overlap), checked against the
+ *        whole-box checksum (no tile array);
  *      - otherwise only the checksum tiles I touches are read: the rectangle of touched tile rows x
- *        touched column blocks, in batches of whole tile rows bounded by the scratch size (default
- *        64 MiB, ckpt_reader_set_scratch; at least one tile row), each tile checked against its tile
- *        checksum, and I copied out. Batches of whole-width rows that lie inside I and are contiguous
- *        in the caller's buffer are read into it directly.
+ *        touched column blocks, in batches of whole tile rows of at most ~1 MiB and half the scratch
+ *        bound (default 64 MiB, ckpt_reader_set_scratch; at least one tile row), each tile checked
+ *        against its tile checksum, and I copied out. Batches of whole-width rows that lie inside I and
+ *        are contiguous in the caller's buffer are read into it directly.
  *   Every byte copied to the caller has been checked against a checksum. Reads never go through the
  *   virtual views (a view's missing source would read as fill values).
+ *
+ * Overlap (the read/verify pipeline): the reads of step 3 are cut into pieces of about 1 MiB (whole
+ * tile rows; rows of a whole-box read, whose box checksum is then computed by a streaming XXH3 state
+ * piece by piece) and run through two stages: this thread fetches piece k+1 (pread or H5Dread: every
+ * HDF5 call stays on this thread) while the worker thread of ckpt/read_pipe.c hashes piece k (if
+ * the worker has not started it when it is needed, this thread hashes it: never slower than inline
+ * hashing). Chunked boxes are cut at chunk boundaries. Piece k's verdict is taken before piece k+1
+ * is handed to the worker, before anything of piece k is copied out of scratch into the caller's
+ * buffer, and before ckpt_read returns: nothing unchecked is handed over, and the errors are the
+ * same as without the overlap.
+ * Scratch pieces use two halves of the scratch bound (double buffering, same total). The pipeline
+ * spans the saved boxes of one request; small pieces (< 64 KiB) and the last piece of a request are
+ * hashed inline. The worker is made on the first read that needs it and joined in ckpt_close; no
+ * job is in flight when ckpt_read returns, on any path.
  *
  * One path for both format versions: a v2 box's tile checksums are the uint64 dataset tiles_dataset
  * next to it in its rank file, read whole on first need, checked against the index's tiles_checksum
@@ -39,6 +54,7 @@
  */
 #define _GNU_SOURCE
 #include "ckpt/ckpt_internal.h"
+#include "ckpt/read_pipe.h"
 #include "ckpt/zstd_filter.h"
 #include "core/alloc.h"
 #include <assert.h>
@@ -71,6 +87,8 @@ struct ckpt_reader {
     ckpt_progress_fn progress;   /* optional (ckpt_reader_set_progress) */
     void *progress_ctx;
     int64_t progress_read;       /* bytes delivered by ckpt_read since the callback was set */
+    ck_worker *worker;           /* checks pieces while the next is read (made on first need) */
+    XXH3_state_t *box_hs, *tile_hs;   /* ckpt_read's hashing states (made on first need) */
 };
 
 mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
@@ -144,6 +162,9 @@ void ckpt_close(ckpt_reader *r) {
     for (int i = 0; i < r->L.nfiles; i++)
         if (r->files[i] >= 0) H5Fclose(r->files[i]);
     ck_h5_clear();
+    ck_worker_free(r->worker);
+    if (r->box_hs) XXH3_freeState(r->box_hs);
+    if (r->tile_hs) XXH3_freeState(r->tile_hs);
     drop_tiles(r);
     free(r->tiles);
     free(r->files);
@@ -517,19 +538,28 @@ static mp_code tiles_of(ckpt_reader *r, int64_t j, const uint64_t **out, mp_err 
     return MP_OK;
 }
 
-/* Checks the tiles held in p: rows [a, b) x dim-1 entries [ca, cb) of box j, row-major, where a and ca
- * are tile boundaries and b, cb tile boundaries or the box's end. hs is a scratch XXH3 state. */
-static mp_code check_tiles(ckpt_reader *r, int64_t j, const uint64_t *tiles, const char *p, int64_t a, int64_t b,
-                           int64_t ca, int64_t cb, XXH3_state_t *hs, mp_err *e) {
-    const ck_box *B = &r->L.b[j];
-    geom g = box_geom(&r->L, B);
-    int64_t TR = B->tile_rows, TC = B->tile_cols, ncb = (g.cols + TC - 1) / TC;
-    assert(a % TR == 0 && ca % TC == 0 && (b % TR == 0 || b == g.rows) && (cb % TC == 0 || cb == g.cols));
+/* A checksum verdict: bad = 0 (all matched), or the first mismatching region, rows [a, b) x dim-1
+ * entries [ca, cb) in box coordinates, with the stored and the computed hash. */
+typedef struct {
+    int bad;
+    int64_t a, b, ca, cb;
+    uint64_t want, got;
+} verdict;
+
+/* Hashes the tiles held in p, rows [a, b) x dim-1 entries [ca, cb) of a box of geometry g cut into
+ * tr x tc tiles, row-major, where a and ca are tile boundaries and b, cb tile boundaries or the box's
+ * end, and compares them with tiles (the box's tile array). Pure: touches only its arguments and the
+ * scratch state hs, so it runs on the verification worker. */
+static verdict tiles_verdict(geom g, int64_t tr, int64_t tc, const uint64_t *tiles, const char *p, int64_t a,
+                             int64_t b, int64_t ca, int64_t cb, XXH3_state_t *hs) {
+    int64_t ncb = (g.cols + tc - 1) / tc;
+    assert(a % tr == 0 && ca % tc == 0 && (b % tr == 0 || b == g.rows) && (cb % tc == 0 || cb == g.cols));
     size_t w = (size_t)((cb - ca) * g.unit);   /* bytes of one row in p */
-    for (int64_t i = a / TR; i * TR < b; i++) {
-        int64_t ta = i * TR, tb = ta + TR < g.rows ? ta + TR : g.rows;
-        for (int64_t k = ca / TC; k * TC < cb; k++) {
-            int64_t tca = k * TC, tcb = tca + TC < g.cols ? tca + TC : g.cols;
+    verdict v = {0};
+    for (int64_t i = a / tr; i * tr < b; i++) {
+        int64_t ta = i * tr, tb = ta + tr < g.rows ? ta + tr : g.rows;
+        for (int64_t k = ca / tc; k * tc < cb; k++) {
+            int64_t tca = k * tc, tcb = tca + tc < g.cols ? tca + tc : g.cols;
             size_t seg = (size_t)((tcb - tca) * g.unit);
             const char *q = p + (size_t)(ta - a) * w + (size_t)((tca - ca) * g.unit);
             uint64_t h;
@@ -541,10 +571,19 @@ static mp_code check_tiles(ckpt_reader *r, int64_t j, const uint64_t *tiles, con
                 h = XXH3_64bits_digest(hs);
             }
             uint64_t want = tiles[i * ncb + k];
-            if (h != want) return checksum_error(r, j, ta, tb, tca, tcb, want, h, e);
+            if (h != want) return (verdict){1, ta, tb, tca, tcb, want, h};
         }
     }
-    return MP_OK;
+    return v;
+}
+
+/* Checks the tiles held in p: rows [a, b) x dim-1 entries [ca, cb) of box j (see tiles_verdict);
+ * a mismatch is the checksum error naming the tile. hs is a scratch XXH3 state. */
+static mp_code check_tiles(ckpt_reader *r, int64_t j, const uint64_t *tiles, const char *p, int64_t a, int64_t b,
+                           int64_t ca, int64_t cb, XXH3_state_t *hs, mp_err *e) {
+    const ck_box *B = &r->L.b[j];
+    verdict v = tiles_verdict(box_geom(&r->L, B), B->tile_rows, B->tile_cols, tiles, p, a, b, ca, cb, hs);
+    return v.bad ? checksum_error(r, j, v.a, v.b, v.ca, v.cb, v.want, v.got, e) : MP_OK;
 }
 
 /* Grows the scratch buffer *p (*cap bytes) to at least n bytes. */
@@ -555,35 +594,215 @@ static void scratch_grow(char **p, size_t *cap, size_t n) {
     *cap = n;
 }
 
-/* Tile rows per batch for box B: the scratch bound over the bytes of one tile row of width w bytes,
- * at least 1, at most all of the box's tile rows. */
+/* Tile rows per batch for box B (ckpt_verify): the scratch bound over the bytes of one tile row of
+ * width w bytes, at least 1, at most all of the box's tile rows. */
 static int64_t batch_tile_rows(const ckpt_reader *r, const ck_box *B, int64_t w) {
     int64_t all = (B->shp[0] + B->tile_rows - 1) / B->tile_rows;
     size_t per = r->scratch / (size_t)(B->tile_rows * w);
     return per < 1 ? 1 : per > (size_t)all ? all : (int64_t)per;
 }
 
-/* Reads the intersection (io, is) of saved box j into the caller's box (qo, qs) at buf. */
-static mp_code read_part(ckpt_reader *r, int64_t j, const int64_t *io, const int64_t *is, const int64_t *qo,
-                         const int64_t *qs, char *buf, mp_err *e) {
+/* ------------------------------------------------------------- the read/verify pipeline */
+
+/* A ckpt_read is a sequence of pieces of about CK_PIECE_BYTES (whole tile rows; rows of a whole-box
+ * read), each fetched by the caller's thread and checked on the worker (ckpt/read_pipe.c) while the
+ * caller's thread fetches the next. Pieces below CK_PIPE_MIN_BYTES, and the last piece of a read, are
+ * checked inline (handing them over would cost more than it hides). */
+#define CK_PIECE_BYTES ((size_t)1 << 20)
+#define CK_PIPE_MIN_BYTES ((size_t)64 << 10)
+
+/* One piece: rows [a, b) x dim-1 entries [ca, cb) of saved box j, fetched into p. Everything the
+ * check needs is copied in, so that check_piece never touches the reader. */
+typedef struct {
+    int64_t j, a, b, ca, cb;
+    char *p;                    /* the caller's buffer, or a scratch half (out = 1) */
+    size_t bytes;
+    geom g;
+    int64_t tr, tc;
+    const uint64_t *tiles;      /* the box's tile checksums; NULL: rows of a whole-box read */
+    uint64_t box_sum;           /* whole-box pieces: the box checksum, compared by the last piece */
+    int first, last;            /* whole-box pieces: holds the box's first / last row */
+    int out;                    /* p is scratch: after the check, copy the part of I in it to the caller */
+    const int64_t *io, *is;     /* out pieces: the intersection I being read */
+    XXH3_state_t *box_hs, *tile_hs;
+    verdict v;                  /* check_piece's result */
+} piece;
+
+/* Checks piece arg (a piece *) and writes its verdict: its tiles, or (whole-box pieces) its rows into
+ * the streaming box hash, compared with the box checksum at the last piece. Runs on the worker or
+ * inline; pieces of one whole box are checked in order (at most one in flight). */
+static void check_piece(void *arg) {
+    piece *q = arg;
+    if (q->tiles) {
+        q->v = tiles_verdict(q->g, q->tr, q->tc, q->tiles, q->p, q->a, q->b, q->ca, q->cb, q->tile_hs);
+        return;
+    }
+    assert(q->ca == 0 && q->cb == q->g.cols);
+    if (q->first) XXH3_64bits_reset(q->box_hs);
+    XXH3_64bits_update(q->box_hs, q->p, q->bytes);
+    q->v = (verdict){0};
+    if (q->last) {
+        uint64_t h = XXH3_64bits_digest(q->box_hs);
+        if (h != q->box_sum) q->v = (verdict){1, 0, q->g.rows, 0, q->g.cols, q->box_sum, h};
+    }
+}
+
+/* The pipeline of one ckpt_read: pieces pushed in order; piece k in slot pc[k & 1] and, when it is
+ * fetched into scratch, in tmp[k & 1] (two halves: together within the reader's scratch bound). */
+typedef struct {
+    ckpt_reader *r;
+    piece pc[2];
+    int64_t n, done;        /* pieces pushed; pieces finished (verdict taken, copied out): n - done <= 1 */
+    char *tmp[2];
+    size_t tmp_n[2];
+    const int64_t *qo, *qs; /* the request */
+    char *buf;
+    mp_err *e;
+} pipe_t;
+
+static void pipe_begin(pipe_t *pp, ckpt_reader *r, const int64_t *qo, const int64_t *qs, char *buf, mp_err *e) {
+    memset(pp, 0, sizeof *pp);
+    pp->r = r;
+    pp->qo = qo;
+    pp->qs = qs;
+    pp->buf = buf;
+    pp->e = e;
+    if (!r->box_hs) r->box_hs = XXH3_createState();
+    if (!r->tile_hs) r->tile_hs = XXH3_createState();
+    if (!r->box_hs || !r->tile_hs) abort();
+}
+
+/* The slot of the next piece (the caller fills it whole). Its scratch half is free: the piece that
+ * used it last is finished (n - done <= 1). */
+static piece *pipe_slot(pipe_t *pp) {
+    assert(pp->n - pp->done <= 1);
+    return &pp->pc[pp->n & 1];
+}
+
+/* The next piece's scratch half, grown to n bytes. */
+static char *pipe_scratch(pipe_t *pp, size_t n) {
+    int k = (int)(pp->n & 1);
+    scratch_grow(&pp->tmp[k], &pp->tmp_n[k], n);
+    return pp->tmp[k];
+}
+
+/* Finishes the last piece pushed, if not yet: waits for its check, and on a match copies its part of
+ * I out of scratch into the caller's buffer; a mismatch is the checksum error naming the tile (or the
+ * box). Nothing of a piece reaches the caller's buffer from scratch before its check. */
+static mp_code pipe_finish(pipe_t *pp) {
+    if (pp->done == pp->n) return MP_OK;
+    assert(pp->n - pp->done == 1);
+    ckpt_reader *r = pp->r;
+    piece *q = &pp->pc[(pp->n - 1) & 1];
+    if (r->worker) ck_worker_wait(r->worker);
+    pp->done = pp->n;
+    if (q->v.bad) return checksum_error(r, q->j, q->v.a, q->v.b, q->v.ca, q->v.cb, q->v.want, q->v.got, pp->e);
+    if (q->out) {
+        const ck_box *B = &r->L.b[q->j];
+        const ck_tensor *T = &r->L.t[B->tensor];
+        int nd = T->ndim;
+        int64_t so[CKPT_MAX_DIMS], ss[CKPT_MAX_DIMS], co[CKPT_MAX_DIMS], cs[CKPT_MAX_DIMS];
+        memcpy(so, B->off, sizeof so);
+        memcpy(ss, B->shp, sizeof ss);
+        so[0] += q->a;
+        ss[0] = q->b - q->a;
+        if (nd >= 2) {
+            so[1] += q->ca;
+            ss[1] = q->cb - q->ca;
+        }
+        if (ck_intersect(nd, so, ss, q->io, q->is, co, cs))
+            ck_copy_sub(nd, mp_dtype_size(T->dtype), co, cs, q->p, so, ss, pp->buf, pp->qo, pp->qs);
+    }
+    return MP_OK;
+}
+
+/* Pushes the piece just filled in pipe_slot and fetched: finishes the previous piece (whose check ran
+ * while this one was fetched), then hands this one to the worker, or checks and finishes it inline
+ * when it is small or `more` is 0 (no fetch follows to overlap). */
+static mp_code pipe_push(pipe_t *pp, int more) {
+    ckpt_reader *r = pp->r;
+    piece *q = &pp->pc[pp->n & 1];
+    q->box_hs = r->box_hs;
+    q->tile_hs = r->tile_hs;
+    mp_code rc = pipe_finish(pp);
+    pp->n++;
+    if (rc != MP_OK) {
+        pp->done = pp->n;   /* dropped: never checked, never copied out */
+        return rc;
+    }
+    if (!more || q->bytes < CK_PIPE_MIN_BYTES) {
+        check_piece(q);
+        return pipe_finish(pp);
+    }
+    if (r->worker && !ck_worker_usable(r->worker)) {   /* made before a fork: no thread here */
+        ck_worker_free(r->worker);
+        r->worker = NULL;
+    }
+    if (!r->worker) r->worker = ck_worker_new();
+    ck_worker_post(r->worker, check_piece, q);
+    return MP_OK;
+}
+
+/* Ends the pipeline on every path: with rc == MP_OK finishes the last piece (its verdict is the
+ * result); otherwise waits for a check in flight and drops it. Frees the scratch halves. On return no
+ * job of this read is on the worker. */
+static mp_code pipe_end(pipe_t *pp, mp_code rc) {
+    if (rc == MP_OK) {
+        rc = pipe_finish(pp);
+    } else if (pp->done < pp->n) {
+        if (pp->r->worker) ck_worker_wait(pp->r->worker);
+        pp->done = pp->n;
+    }
+    assert(!ck_worker_busy(pp->r->worker));
+    for (int k = 0; k < 2; k++) mp_free_acct(pp->tmp[k], pp->tmp_n[k], MP_MEM_CKPT);
+    return rc;
+}
+
+/* Rows per piece: about `bytes` bytes of rows of w bytes, a multiple of `step` rows (a tile row, or 1)
+ * and, for a chunked dataset, of its chunk rows (so no chunk is decompressed for two pieces); at least
+ * one such multiple. Pieces start at multiples of it (box rows). */
+static int64_t piece_rows(const src_t *s, int64_t step, int64_t w, size_t bytes) {
+    assert(step > 0 && w > 0);
+    int64_t q = step;
+    if (s->chunk_rows > 0) q = s->chunk_rows % step == 0 ? s->chunk_rows : s->chunk_rows * step;
+    int64_t n = (int64_t)(bytes / (size_t)(q * w));
+    return (n < 1 ? 1 : n) * q;
+}
+
+/* Reads the intersection (io, is) of saved box j into the request of pipeline pp, piece by piece;
+ * `more`: other intersections follow in this read. On return the box's pieces are fetched and pushed;
+ * the last one may still be in check (pipe_end or the next push finishes it). */
+static mp_code read_part(pipe_t *pp, int64_t j, const int64_t *io, const int64_t *is, int more) {
+    ckpt_reader *r = pp->r;
+    mp_err *e = pp->e;
+    const int64_t *qo = pp->qo, *qs = pp->qs;
     const ck_box *B = &r->L.b[j];
     const ck_tensor *T = &r->L.t[B->tensor];
     int nd = T->ndim;
-    size_t es = mp_dtype_size(T->dtype);
     geom g = box_geom(&r->L, B);
     int contig = 1;                                                /* I's rows: whole rows of B, contiguous in buf */
     for (int d = 1; d < nd; d++) contig = contig && is[d] == B->shp[d] && is[d] == qs[d];
     int64_t r0 = io[0] - B->off[0], r1 = r0 + is[0];               /* rows of B that I covers */
     int64_t c0 = nd >= 2 ? io[1] - B->off[1] : 0, c1 = nd >= 2 ? c0 + is[1] : 1;
+    mp_code rc = MP_OK;
+    if (!contig || r0 != 0 || r1 != g.rows) {
+        /* tiles_of may drop the tile cache, which the piece in check may be using */
+        if (r->L.version >= 2 && !r->tiles[j]) MP_TRY(pipe_finish(pp));
+    }
     src_t s;
     MP_TRY(open_box(r, j, &s, e));
-    mp_code rc = MP_OK;
     if (contig && r0 == 0 && r1 == g.rows) {
-        char *dst = buf + (size_t)((io[0] - qo[0]) * g.row);
-        rc = fetch(r, j, &s, 0, g.rows, 0, g.cols, dst, e);
-        if (rc == MP_OK) {
-            uint64_t h = XXH3_64bits(dst, (size_t)(g.rows * g.row));
-            if (h != B->checksum) rc = checksum_error(r, j, 0, g.rows, 0, g.cols, B->checksum, h, e);
+        /* the whole box, straight into buf, in pieces of whole rows checked by the streaming box hash */
+        char *dst = pp->buf + (size_t)((io[0] - qo[0]) * g.row);
+        int64_t per = piece_rows(&s, 1, g.row, CK_PIECE_BYTES);
+        for (int64_t a = 0; a < g.rows && rc == MP_OK; a += per) {
+            int64_t b = a + per < g.rows ? a + per : g.rows;
+            piece *q = pipe_slot(pp);
+            *q = (piece){.j = j, .a = a, .b = b, .ca = 0, .cb = g.cols, .p = dst + (size_t)(a * g.row),
+                         .bytes = (size_t)((b - a) * g.row), .g = g, .box_sum = B->checksum, .first = a == 0,
+                         .last = b == g.rows};
+            rc = fetch(r, j, &s, a, b, 0, g.cols, q->p, e);
+            if (rc == MP_OK) rc = pipe_push(pp, more || b < g.rows);
         }
         src_close(&s);
         return rc;
@@ -595,44 +814,28 @@ static mp_code read_part(ckpt_reader *r, int64_t j, const int64_t *io, const int
         return rc;
     }
     int64_t TR = B->tile_rows, TC = B->tile_cols;
-    int64_t i0 = r0 / TR, i1 = (r1 + TR - 1) / TR;                 /* touched tile rows */
+    int64_t ra = r0 / TR * TR, rb = (r1 + TR - 1) / TR * TR;       /* touched tile rows */
+    if (rb > g.rows) rb = g.rows;
     int64_t ca = c0 / TC * TC, cb = (c1 + TC - 1) / TC * TC;       /* touched column blocks */
     if (cb > g.cols) cb = g.cols;
     int64_t w = (cb - ca) * g.unit;
-    int64_t per = batch_tile_rows(r, B, w);
-    char *tmp = NULL;
-    size_t tmp_n = 0;
-    XXH3_state_t *hs = XXH3_createState();
-    if (!hs) abort();
-    for (int64_t ia = i0; ia < i1 && rc == MP_OK; ia += per) {
-        int64_t ib = ia + per < i1 ? ia + per : i1;
-        int64_t a = ia * TR, b = ib * TR < g.rows ? ib * TR : g.rows;
+    size_t bound = r->scratch / 2 < CK_PIECE_BYTES ? r->scratch / 2 : CK_PIECE_BYTES;
+    int64_t per = piece_rows(&s, TR, w, bound);
+    for (int64_t a = ra, b; a < rb && rc == MP_OK; a = b) {
+        b = (a / per + 1) * per < rb ? (a / per + 1) * per : rb;
+        piece *q = pipe_slot(pp);
+        *q = (piece){.j = j, .a = a, .b = b, .ca = ca, .cb = cb, .bytes = (size_t)((b - a) * w), .g = g, .tr = TR,
+                     .tc = TC, .tiles = tiles, .io = io, .is = is};
         if (contig && a >= r0 && b <= r1) {                         /* whole-width rows inside I: straight in */
             assert(ca == 0 && cb == g.cols);
-            char *dst = buf + (size_t)((B->off[0] + a - qo[0]) * g.row);
-            rc = fetch(r, j, &s, a, b, 0, g.cols, dst, e);
-            if (rc == MP_OK) rc = check_tiles(r, j, tiles, dst, a, b, 0, g.cols, hs, e);
-            continue;
+            q->p = pp->buf + (size_t)((B->off[0] + a - qo[0]) * g.row);
+        } else {
+            q->p = pipe_scratch(pp, q->bytes);
+            q->out = 1;
         }
-        scratch_grow(&tmp, &tmp_n, (size_t)((b - a) * w));
-        rc = fetch(r, j, &s, a, b, ca, cb, tmp, e);
-        if (rc == MP_OK) rc = check_tiles(r, j, tiles, tmp, a, b, ca, cb, hs, e);
-        if (rc == MP_OK) {
-            /* the part of I within the fetched rectangle */
-            int64_t so[CKPT_MAX_DIMS], ss[CKPT_MAX_DIMS], co[CKPT_MAX_DIMS], cs[CKPT_MAX_DIMS];
-            memcpy(so, B->off, sizeof so);
-            memcpy(ss, B->shp, sizeof ss);
-            so[0] += a;
-            ss[0] = b - a;
-            if (nd >= 2) {
-                so[1] += ca;
-                ss[1] = cb - ca;
-            }
-            if (ck_intersect(nd, so, ss, io, is, co, cs)) ck_copy_sub(nd, es, co, cs, tmp, so, ss, buf, qo, qs);
-        }
+        rc = fetch(r, j, &s, a, b, ca, cb, q->p, e);
+        if (rc == MP_OK) rc = pipe_push(pp, more || b < rb);
     }
-    XXH3_freeState(hs);
-    mp_free_acct(tmp, tmp_n, MP_MEM_CKPT);
     src_close(&s);
     return rc;
 }
@@ -736,7 +939,10 @@ mp_code ckpt_read(ckpt_reader *r, const char *name, const int64_t *offset, const
                         "elements found)",
                         name, reg, qstr, r->dir, (long long)covered, (long long)want);
     }
-    for (int k = 0; k < n && rc == MP_OK; k++) rc = read_part(r, hit[k], io[k], is[k], offset, shape, buf, e);
+    pipe_t pp;
+    pipe_begin(&pp, r, offset, shape, buf, e);
+    for (int k = 0; k < n && rc == MP_OK; k++) rc = read_part(&pp, hit[k], io[k], is[k], k + 1 < n);
+    rc = pipe_end(&pp, rc);
     if (rc == MP_OK && r->progress) {
         r->progress_read += want * (int64_t)mp_dtype_size(T->dtype);
         r->progress(r->progress_ctx, r->progress_read, 0);

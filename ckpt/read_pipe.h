@@ -1,0 +1,34 @@
+/*
+ * ckpt/read_pipe.h — the reader's verification worker (ckpt/read_pipe.c): one helper thread that runs
+ * one job at a time, so that ckpt_read can hash piece k while its own thread reads piece k+1.
+ * Internal to ckpt/ (used by ckpt/reader.c only).
+ */
+#ifndef CKPT_READ_PIPE_H
+#define CKPT_READ_PIPE_H
+
+typedef struct ck_worker ck_worker;
+
+/* A worker with its thread started. Never NULL (checked allocation); if the thread cannot be
+ * created, the worker runs each job inline in ck_worker_post, on the caller's thread. */
+ck_worker *ck_worker_new(void);
+
+/* Waits for the job in flight, if any, stops and joins the thread, frees w. NULL is a no-op. */
+void ck_worker_free(ck_worker *w);
+
+/* Runs fn(arg) on the worker's thread. At most one job is in flight: w must be idle (no post since
+ * the last ck_worker_wait). fn must not touch anything the caller's thread changes before the
+ * matching ck_worker_wait. */
+void ck_worker_post(ck_worker *w, void (*fn)(void *), void *arg);
+
+/* Returns once the job posted last has run (at once if none is in flight). Every write fn made is
+ * visible to the caller afterwards (mutex hand-off). */
+void ck_worker_wait(ck_worker *w);
+
+/* 1 if a job is posted and not yet waited for. */
+int ck_worker_busy(const ck_worker *w);
+
+/* 1 if w's thread belongs to this process (a worker created before fork() has no thread in the
+ * child: the child must make a new one). */
+int ck_worker_usable(const ck_worker *w);
+
+#endif
