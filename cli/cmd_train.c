@@ -133,7 +133,8 @@ typedef struct train_run {
     char metrics_path[MP_PATH_MAX + 32];
     mp_code metrics_rc;             /* rank 0: the first failed write of metrics.jsonl (agreed each step) */
     mp_err metrics_err;
-    int32_t *in, *tgt;              /* host token buffers, micro x seq_len */
+    int32_t *in, *tgt;              /* host token buffers, micro x seq_len (the backend's host_alloc) */
+    size_t tok_bytes;
     /* the step loop */
     mp_lr_schedule sched;
     mp_adamw_hparams hp;
@@ -538,9 +539,11 @@ static mp_code open_metrics(train_run *r) {
 static void prepare_loop(train_run *r) {
     mp_train_config *c = &r->f.tc;
     const mp_mesh *mesh = r->mesh;
-    size_t tok_bytes = (size_t)r->bs.micro * c->seq_len * sizeof(int32_t);
-    r->in = mp_xmalloc(tok_bytes);
-    r->tgt = mp_xmalloc(tok_bytes);
+    /* the batch's host buffers: pinned on a GPU, so each upload runs at full speed */
+    mp_backend *be = r->rt.be;
+    r->tok_bytes = (size_t)r->bs.micro * c->seq_len * sizeof(int32_t);
+    r->in = be->host_alloc(be, r->tok_bytes, MP_MEM_OTHER);
+    r->tgt = be->host_alloc(be, r->tok_bytes, MP_MEM_OTHER);
     mp_info("model: %lld parameters, %d layers, hidden %d; mesh dp %d x tp %d%s; batch %d x %d tokens "
             "(micro %d x accum %d per rank)",
             (long long)mp_model_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size, mesh->dp, mesh->tp,
@@ -808,8 +811,8 @@ static void release_run(train_run *r) {
     mp_checkpointer_free(&r->ck);
     ckpt_lock_release(r->lock);
     if (r->metrics) fclose(r->metrics);
-    free(r->in);
-    free(r->tgt);
+    if (r->in) r->rt.be->host_free(r->rt.be, r->in, r->tok_bytes, MP_MEM_OTHER);
+    if (r->tgt) r->rt.be->host_free(r->rt.be, r->tgt, r->tok_bytes, MP_MEM_OTHER);
     llama_destroy(r->model);
     mp_token_file_close(&r->train);
     mp_token_file_close(&r->val);

@@ -10,6 +10,9 @@
 #include "ckpt/ckpt.h"
 #include "cli/cli.h"
 #include "core/log.h"
+#ifdef MP_HAVE_CUDA
+#include "core/cuda/device_cuda.h"
+#endif
 
 #ifndef MP_VERSION
 #define MP_VERSION "unknown"
@@ -37,12 +40,27 @@ static const char *usage =
     "\n"
     "`meshpoint <command> --help` describes each command's options; `meshpoint --version` the version.\n";
 
+/* The devices this binary can train on here: the CPU always; CUDA when built in, with the GPUs CUDA
+ * reports or its reason for none (so `--version` tells a user at once why `--device cuda` is refused). */
+static void print_devices(void) {
+#ifdef MP_HAVE_CUDA
+    char why[256] = "";
+    int n = mp_cuda_device_count(why, sizeof why);
+    if (n > 0) printf("devices: cpu, cuda (%d GPU%s)\n", n, n > 1 ? "s" : "");
+    else if (n == 0) printf("devices: cpu; cuda built in, no GPU on this host\n");
+    else printf("devices: cpu; cuda built in, no usable GPU: %s\n", why);
+#else
+    printf("devices: cpu; cuda not built in\n");
+#endif
+}
+
 /* Prints the program version (CMake project version, `git describe` at configure time when known) and
  * the checkpoint format version it writes and reads, to stdout. */
 static void print_version(void) {
     printf("meshpoint %s%s%s%s\n", MP_VERSION, *MP_GIT_DESCRIBE ? " (git " : "", MP_GIT_DESCRIBE,
            *MP_GIT_DESCRIBE ? ")" : "");
     printf("checkpoint format: %s v%d (reads v1..v%d)\n", CKPT_FORMAT_NAME, CKPT_FORMAT_VERSION, CKPT_FORMAT_VERSION);
+    print_devices();
 }
 
 /* 1 if --version appears among argv[0 .. argc) before a "--". */

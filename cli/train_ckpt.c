@@ -83,7 +83,8 @@ static const float **save_sources(mp_checkpointer *c, llama_model *m) {
         size_t need = 0;
         for (int i = 0; i < np; i++) need += 3 * (size_t)llama_shard_numel(llama_param_at(m, i)) * sizeof(float);
         c->host_bytes = need ? need : sizeof(float);
-        c->host = mp_aligned(c->host_bytes, MP_MEM_CKPT);
+        c->host_be = be;   /* pinned where the device has such memory: an async save's stall is one copy */
+        c->host = be->host_alloc(be, c->host_bytes, MP_MEM_CKPT);
     }
     float *h = c->host;
     for (int i = 0; i < np; i++) {
@@ -209,7 +210,7 @@ mp_code mp_checkpointer_wait(mp_checkpointer *c, ckpt_stats *stats, mp_err *err)
 void mp_checkpointer_free(mp_checkpointer *c) {
     ckpt_save_free(c->inflight);
     c->inflight = NULL;
-    if (c->host) mp_free_acct(c->host, c->host_bytes, MP_MEM_CKPT);
+    if (c->host) c->host_be->host_free(c->host_be, c->host, c->host_bytes, MP_MEM_CKPT);
     c->host = NULL;
 }
 
@@ -336,8 +337,8 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
         int64_t rows = llama_param_disk_box(m, p, off, shape);
         size_t b = (size_t)llama_shard_numel(p) * sizeof(float);
         if (!be->host_memory && b > tmp_bytes) {
-            free(tmp);
-            tmp = mp_xcalloc(b);
+            if (tmp) be->host_free(be, tmp, tmp_bytes, MP_MEM_CKPT);
+            tmp = be->host_alloc(be, b, MP_MEM_CKPT);   /* pinned on a GPU: the upload runs at full speed */
             tmp_bytes = b;
         }
         float *dst[3] = {p->shard, p->m, p->v};
@@ -366,7 +367,7 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
             if (!rc && into == tmp) be->to_device(be, dst[k], tmp, b);
         }
     }
-    free(tmp);
+    if (tmp) be->host_free(be, tmp, tmp_bytes, MP_MEM_CKPT);
     mp_progress_finish(pg);
     ckpt_reader_io(r, &st->bytes_read, &st->bytes_needed);
     ckpt_close(r);

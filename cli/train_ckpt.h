@@ -51,6 +51,7 @@ typedef struct mp_checkpointer {
     int async;
     float *host;                /* staging: what the save reads while training goes on */
     size_t host_bytes;
+    mp_backend *host_be;        /* whose host_alloc made host (pinned memory on a GPU) */
     ckpt_save *inflight;        /* async save not yet committed */
     int64_t inflight_step;
     double last_stall_s;

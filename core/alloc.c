@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <assert.h>
 
 static _Atomic int64_t g_mem[MP_MEM_NCAT];
 static _Atomic int64_t g_total, g_peak, g_calls;
@@ -46,6 +48,31 @@ void *mp_aligned_(size_t n, mp_mem_cat cat, const char *file, int line) {
     if (!p) die(n, file, line);
     charge(cat, (int64_t)n);
     return p;
+}
+
+void *mp_zeroed_(size_t n, mp_mem_cat cat, const char *file, int line) {
+    if (n < MP_ZEROED_MMAP_MIN) {
+        void *p = mp_aligned_(n, cat, file, line);
+        memset(p, 0, n);
+        return p;
+    }
+    atomic_fetch_add(&g_calls, 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) die(n, file, line);
+    charge(cat, (int64_t)n);
+    return p;
+}
+
+void mp_free_zeroed(void *p, size_t n, mp_mem_cat cat) {
+    if (!p) return;
+    if (n < MP_ZEROED_MMAP_MIN) {
+        mp_free_acct(p, n, cat);
+        return;
+    }
+    int rc = munmap(p, n);
+    assert(rc == 0 && "mp_free_zeroed: not a mapping of n bytes");
+    (void)rc;
+    charge(cat, -(int64_t)n);
 }
 
 void *mp_realloc_(void *p, size_t old_n, size_t n, mp_mem_cat cat, const char *file, int line) {

@@ -30,6 +30,14 @@ void *mp_calloc_(size_t n, mp_mem_cat cat, const char *file, int line);
 /* Aligned (64 B) allocation for kernel buffers. */
 void *mp_aligned_(size_t n, mp_mem_cat cat, const char *file, int line);
 void *mp_realloc_(void *p, size_t old_n, size_t n, mp_mem_cat cat, const char *file, int line);
+/* Zero-filled, 64 B aligned, and not touched here: large sizes (MP_ZEROED_MMAP_MIN and up) are fresh
+ * anonymous pages that the kernel zeroes on first touch, so a buffer that is then overwritten (a
+ * checkpoint load, the first step's activations) is written once, not zeroed first (issue 11: the
+ * memset of every model buffer at start-up cost ~8% of a short run, more of a resume). Free with
+ * mp_free_zeroed and the same n. */
+void *mp_zeroed_(size_t n, mp_mem_cat cat, const char *file, int line);
+void mp_free_zeroed(void *p, size_t n, mp_mem_cat cat);
+#define MP_ZEROED_MMAP_MIN ((size_t)1 << 20)
 char *mp_strdup_(const char *s, const char *file, int line);
 /* Frees p (NULL ok) and takes n bytes off category cat. */
 void mp_free_acct(void *p, size_t n, mp_mem_cat cat);
@@ -37,6 +45,7 @@ void mp_free_acct(void *p, size_t n, mp_mem_cat cat);
 #define mp_malloc(n, cat) mp_malloc_((n), (cat), __FILE__, __LINE__)
 #define mp_calloc(n, cat) mp_calloc_((n), (cat), __FILE__, __LINE__)
 #define mp_aligned(n, cat) mp_aligned_((n), (cat), __FILE__, __LINE__)
+#define mp_zeroed(n, cat) mp_zeroed_((n), (cat), __FILE__, __LINE__)
 #define mp_realloc(p, o, n, cat) mp_realloc_((p), (o), (n), (cat), __FILE__, __LINE__)
 #define mp_strdup(s) mp_strdup_((s), __FILE__, __LINE__)
 /* Plain scratch allocations not worth accounting (category OTHER, size not tracked on free). */

@@ -10,6 +10,13 @@
  *   - weight gradients (dw, dwte, ...) ACCUMULATE (+=): micro-batches add up; the caller zeroes them.
  *   - activation gradients WRITE (=) unless the op's comment says "accumulates".
  *
+ * One contract for every device, so that no op needs a host round-trip or device-sized scratch that a
+ * GPU could not afford:
+ *   - attention is flash-style: the forward keeps the output and the per-row log-sum-exp (O(B*H*T)),
+ *     never the T x T probabilities; the backward recomputes them block by block;
+ *   - reductions (the loss sum, the gradient sum of squares) add into device scalars (a double in
+ *     device memory); the caller copies those to the host once per optimizer step.
+ *
  * Vocab-parallel cross-entropy is split into local pieces so that the caller can all-reduce between
  * them over the tensor-parallel group (MAX of row maxima, SUM of exp sums, SUM of target logits); with
  * tp = 1 those all-reduces are no-ops. Columns of the local logits at index >= v_valid are vocab padding
@@ -26,6 +33,10 @@
 #include "core/tensor.h"
 
 typedef struct mp_backend mp_backend;
+/* Opaque handles of the device's queues and markers (cudaStream_t / cudaEvent_t on CUDA). A NULL stream
+ * means the backend's compute stream, on which every op of the table runs, in order. */
+typedef struct mp_stream_s *mp_stream;
+typedef struct mp_event_s *mp_event;
 
 struct mp_backend {
     const char *name;      /* "cpu", "cuda" */
@@ -37,10 +48,31 @@ struct mp_backend {
     void *(*alloc)(mp_backend *be, size_t bytes, mp_mem_cat cat);   /* zero-filled; aborts on OOM */
     void (*free)(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat);
     void (*memset0)(mp_backend *be, void *p, size_t bytes);
+    /* Device to host. A training step calls it once (its loss and gradient sums, together); each call
+     * may synchronise the device, so no op of this table needs one to do its work. */
     void (*to_host)(mp_backend *be, void *host_dst, const void *dev_src, size_t bytes);
     void (*to_device)(mp_backend *be, void *dev_dst, const void *host_src, size_t bytes);
+    /* Host memory the device copies to and from at full speed: page-locked on CUDA (an async save's
+     * stall is then one device-to-host copy into it, and token batches go up from it without a bounce),
+     * plain host memory on the CPU. Zero-filled; charged to cat; aborts on OOM. */
+    void *(*host_alloc)(mp_backend *be, size_t bytes, mp_mem_cat cat);
+    void (*host_free)(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat);
+
+    /* ---- streams and events ----
+     * Communication runs on streams of its own (an NCCL communicator is given one), so it can overlap
+     * compute; events order work across streams without the host: record an event after work on one
+     * stream, make another stream wait for it. The host waits only in event_sync and synchronize
+     * (and in to_host). On the CPU every op has finished when it returns: streams and events are tokens and
+     * every wait returns at once, which is the same contract with nothing in flight. */
+    mp_stream (*stream_create)(mp_backend *be);
+    void (*stream_destroy)(mp_backend *be, mp_stream s);
+    mp_event (*event_create)(mp_backend *be);
+    void (*event_destroy)(mp_backend *be, mp_event e);
+    void (*event_record)(mp_backend *be, mp_event e, mp_stream s);        /* after what s has queued */
+    void (*stream_wait_event)(mp_backend *be, mp_stream s, mp_event e);   /* s's later work waits for e */
+    void (*event_sync)(mp_backend *be, mp_event e);                       /* the host waits for e */
     void (*copy)(mp_backend *be, void *dst, const void *src, size_t bytes);   /* device to device */
-    void (*synchronize)(mp_backend *be);
+    void (*synchronize)(mp_backend *be);   /* the host waits for everything queued on every stream */
 
     /* ---- dense linear algebra ----
      * C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T; lda/ldb/ldc are row strides of the
@@ -52,7 +84,15 @@ struct mp_backend {
     void (*add)(mp_backend *be, float *out, const float *a, const float *b, int64_t n);  /* out = a+b */
     void (*accumulate)(mp_backend *be, float *dst, const float *src, int64_t n);         /* dst += src */
     void (*scale)(mp_backend *be, float *x, float s, int64_t n);                          /* x *= s */
-    double (*sumsq)(mp_backend *be, const float *x, int64_t n);  /* sum of squares, accumulated in double */
+
+    /* ---- reductions into a device scalar ----
+     * acc points to ONE double in device memory; the result stays there (no host copy, no sync): the
+     * caller reads its scalars with one to_host when it needs them (once per optimizer step). */
+    /* *acc += sum_i x_i^2: the sum formed in double from 0, in an order fixed by n alone (not by the
+     * thread count), then added to *acc. */
+    void (*sumsq_acc)(mp_backend *be, double *acc, const float *x, int64_t n);
+    /* *acc += sum_i x_i: the sum formed in double from 0, in an order fixed by n alone, then added. */
+    void (*sum_acc)(mp_backend *be, double *acc, const float *x, int64_t n);
 
     /* ---- embedding (vocab-parallel) ----
      * Rows of wte are global vocab ids [v_start, v_start + v_local). out[n] = wte[tok[n]-v_start] when
@@ -78,15 +118,18 @@ struct mp_backend {
     void (*rope_bwd)(mp_backend *be, float *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
                      int hd, int pos0);
 
-    /* ---- causal grouped-query attention ----
+    /* ---- causal grouped-query attention, flash-style (no T x T matrix anywhere) ----
      * q [B,T,H,hd], k,v [B,T,KV,hd], query head h uses kv head h / (H/KV). scale = 1/sqrt(hd).
-     * out [B,T,H,hd]. att [B,H,T,T] holds the softmax probabilities (upper triangle zero) for backward. */
-    void (*attn_fwd)(mp_backend *be, float *out, float *att, const float *q, const float *k, const float *v,
+     * Writes out [B,T,H,hd] and lse [B,H,T], lse[b,h,t] = log sum_{j<=t} exp(scale q_t . k_j) (natural
+     * log, in float): with q, k, v and out, all that the backward needs. */
+    void (*attn_fwd)(mp_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                      int B, int T, int H, int KV, int hd);
-    /* dq, dk, dv are written (=). scratch must hold B*H*T*T floats (it may alias nothing else). */
+    /* Gradients of the forward that produced out and lse from q, k, v; the probabilities are recomputed
+     * blockwise as exp(scale q.k - lse). dq, dk, dv are written (=). scratch must hold B*H*T floats (the
+     * backend may keep D = rowsum(dout * out) there) and may alias nothing else. */
     void (*attn_bwd)(mp_backend *be, float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                     const float *att, const float *q, const float *k, const float *v, int B, int T, int H,
-                     int KV, int hd);
+                     const float *out, const float *lse, const float *q, const float *k, const float *v, int B,
+                     int T, int H, int KV, int hd);
 
     /* ---- SwiGLU ---- out = silu(gate) * up, elementwise over n. */
     void (*swiglu_fwd)(mp_backend *be, float *out, const float *gate, const float *up, int64_t n);

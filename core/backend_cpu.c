@@ -1,19 +1,22 @@
 /*
  * core/backend_cpu.c — the CPU implementation of struct mp_backend (core/backend.h), fp32.
  *
- * gemm is OpenBLAS cblas_sgemm (row-major); attention lives in core/kernels_cpu_attn.c. Everything
- * else is plain loops over restrict pointers that gcc vectorises at -O3 -march=native; the exps go
- * through mp_expf (core/kernels_cpu.h) so that those loops vectorise too.
+ * gemm is OpenBLAS cblas_sgemm (row-major); attention lives in core/kernels_cpu_attn_fwd.c and
+ * core/kernels_cpu_attn_bwd.c. Everything else is plain loops over restrict pointers that gcc
+ * vectorises at -O3 -march=native; the exps go through mp_expf (core/kernels_cpu.h) so that those
+ * loops vectorise too. "Device" memory is host memory: to_host/to_device are memmoves, and the device
+ * scalars of sumsq_acc/sum_acc are plain doubles updated in place.
  *
  * Threads: one pool, OpenMP's, sized by mp_cpu_threads() (OpenBLAS is kept single-threaded). gemm
  * splits C into one panel per thread (rows when M >= N, else columns), each a single-threaded sgemm
  * over the full K, so no sum is split across threads. Other loops run under OpenMP only where the work
  * is large and the items independent (cross-entropy rows, SwiGLU and AdamW elements), always with a
  * static schedule, so each output element is computed by the same arithmetic whatever the thread
- * count. Reductions (sumsq, RMSNorm rows, softmax sums) run in one fixed order, independent of the
- * thread count (gemm panels follow the thread count, so gemm is bitwise reproducible for a given
- * thread count): results are bitwise reproducible run to run. (Measured on 2 cores: the panel split matches OpenBLAS's own threading
- * within 5% on Llama-sized gemms, and leaves no second spinning thread pool to fight OpenMP's.)
+ * count. Reductions (sumsq_acc, sum_acc, RMSNorm rows, softmax sums) run in one fixed order,
+ * independent of the thread count (gemm panels follow the thread count, so gemm is bitwise
+ * reproducible for a given thread count): results are bitwise reproducible run to run. (Measured on 2
+ * cores: the panel split matches OpenBLAS's own threading within 5% on Llama-sized gemms, and leaves
+ * no second spinning thread pool to fight OpenMP's.)
  *
  * Gradient conventions follow backend.h: weight gradients accumulate, activation gradients are written,
  * except rmsnorm_bwd's dx, which accumulates into the residual stream.
@@ -51,13 +54,37 @@ int mp_cpu_threads(void) {
 
 /* ---- memory ---- */
 
-static void *cpu_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) {
-    void *p = mp_aligned(bytes, cat);
-    memset(p, 0, bytes);
-    return p;
-}
+/* Zero-filled without touching large buffers (mp_zeroed: fresh pages, zeroed by the kernel on first
+ * use), so a buffer the next step or a checkpoint load overwrites is written once. */
+static void *cpu_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) { return mp_zeroed(bytes, cat); }
 
-static void cpu_free(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat) { mp_free_acct(p, bytes, cat); }
+static void cpu_free(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat) { mp_free_zeroed(p, bytes, cat); }
+
+/* Pinned memory is plain host memory on the CPU. */
+static void *cpu_host_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) { return mp_zeroed(bytes, cat); }
+static void cpu_host_free(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat) { mp_free_zeroed(p, bytes, cat); }
+
+/* ---- streams and events: every op has finished when it returns, so these are tokens ---- */
+
+static struct mp_stream_s *cpu_stream_token(void) {
+    static char token;
+    return (struct mp_stream_s *)(void *)&token;
+}
+static struct mp_event_s *cpu_event_token(void) {
+    static char token;
+    return (struct mp_event_s *)(void *)&token;
+}
+static mp_stream cpu_stream_create(mp_backend *be) { return cpu_stream_token(); }
+static void cpu_stream_destroy(mp_backend *be, mp_stream s) { assert(!s || s == cpu_stream_token()); }
+static mp_event cpu_event_create(mp_backend *be) { return cpu_event_token(); }
+static void cpu_event_destroy(mp_backend *be, mp_event e) { assert(!e || e == cpu_event_token()); }
+static void cpu_event_record(mp_backend *be, mp_event e, mp_stream s) {
+    assert(e == cpu_event_token() && (!s || s == cpu_stream_token()));
+}
+static void cpu_stream_wait_event(mp_backend *be, mp_stream s, mp_event e) {
+    assert(e == cpu_event_token() && (!s || s == cpu_stream_token()));
+}
+static void cpu_event_sync(mp_backend *be, mp_event e) { assert(e == cpu_event_token()); }
 
 static void cpu_memset0(mp_backend *be, void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
@@ -148,7 +175,7 @@ static void cpu_scale(mp_backend *be, float *x, float s, int64_t n) {
 /* Sum of squares in double, in an order that depends only on n: blocks of 4096 elements, each summed
  * by one vectorised reduction (blocks may run on different threads), the block sums then added in
  * index order, 256 blocks at a time. */
-static double cpu_sumsq(mp_backend *be, const float *x, int64_t n) {
+static double sumsq_f64(const float *x, int64_t n) {
     enum { BLK = 4096, GROUP = 256 };
     double total = 0.0;
     for (int64_t g0 = 0; g0 < n; g0 += (int64_t)BLK * GROUP) {
@@ -166,6 +193,20 @@ static double cpu_sumsq(mp_backend *be, const float *x, int64_t n) {
         for (int64_t bi = 0; bi < nb; bi++) total += part[bi];
     }
     return total;
+}
+
+/* "Device" memory is host memory: the accumulator is updated in place, nothing is copied. */
+static void cpu_sumsq_acc(mp_backend *be, double *acc, const float *x, int64_t n) {
+    assert(acc && n >= 0);
+    *acc += sumsq_f64(x, n);
+}
+
+/* Strictly in index order (n is a count of per-token losses, small next to the step's work). */
+static void cpu_sum_acc(mp_backend *be, double *acc, const float *x, int64_t n) {
+    assert(acc && n >= 0);
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    *acc += s;
 }
 
 /* ---- embedding ---- */
@@ -262,17 +303,17 @@ static void cpu_rope_bwd(mp_backend *be, float *dx, const float *cos_t, const fl
     rope_apply(dx, cos_t, sin_t, B, T, H, hd, pos0, -1.0f);
 }
 
-/* ---- attention (core/kernels_cpu_attn.c) ---- */
+/* ---- attention (core/kernels_cpu_attn_fwd.c, core/kernels_cpu_attn_bwd.c) ---- */
 
-static void cpu_attn_fwd(mp_backend *be, float *out, float *att, const float *q, const float *k,
+static void cpu_attn_fwd(mp_backend *be, float *out, float *lse, const float *q, const float *k,
                          const float *v, int B, int T, int H, int KV, int hd) {
-    mp_cpu_attn_fwd(out, att, q, k, v, B, T, H, KV, hd);
+    mp_cpu_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd);
 }
 
 static void cpu_attn_bwd(mp_backend *be, float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                         const float *att, const float *q, const float *k, const float *v, int B, int T,
-                         int H, int KV, int hd) {
-    mp_cpu_attn_bwd(dq, dk, dv, scratch, dout, att, q, k, v, B, T, H, KV, hd);
+                         const float *out, const float *lse, const float *q, const float *k, const float *v,
+                         int B, int T, int H, int KV, int hd) {
+    mp_cpu_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd);
 }
 
 /* ---- SwiGLU ---- */
@@ -426,13 +467,23 @@ static mp_backend g_cpu = {
     .memset0 = cpu_memset0,
     .to_host = cpu_to_host,
     .to_device = cpu_to_device,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait_event = cpu_stream_wait_event,
+    .event_sync = cpu_event_sync,
     .copy = cpu_copy,
     .synchronize = cpu_synchronize,
     .gemm = cpu_gemm,
     .add = cpu_add,
     .accumulate = cpu_accumulate,
     .scale = cpu_scale,
-    .sumsq = cpu_sumsq,
+    .sumsq_acc = cpu_sumsq_acc,
+    .sum_acc = cpu_sum_acc,
     .embed_fwd = cpu_embed_fwd,
     .embed_bwd = cpu_embed_bwd,
     .rmsnorm_fwd = cpu_rmsnorm_fwd,

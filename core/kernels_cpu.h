@@ -2,9 +2,10 @@
  * core/kernels_cpu.h — private to the CPU backend (core/backend_cpu.c, core/kernels_cpu_*.c).
  *
  * Holds what the CPU kernel files share: a vectorisable exp (glibc's expf is only vectorised under
- * -ffast-math, which the build does not use, and cross-entropy spends N*V exps per step), and the
- * attention kernels, which live in their own file (core/kernels_cpu_attn.c) because they are the one
- * place that runs many small sgemm calls at once.
+ * -ffast-math, which the build does not use, and cross-entropy spends N*V exps per step), the team
+ * size of a kernel loop, and the attention kernels, which live in their own files
+ * (core/kernels_cpu_attn_fwd.c, core/kernels_cpu_attn_bwd.c) because they are the one place that runs
+ * many small sgemm calls at once.
  *
  * Everything here is deterministic: no atomics, static schedules only, reductions in a fixed order.
  */
@@ -47,10 +48,25 @@ static inline float mp_expf(float x) {
  * OpenMP team for the cores. */
 int mp_cpu_threads(void);
 
+/* The OpenMP team size for a loop of `items` independent work items: mp_cpu_threads(), but never
+ * more threads than items (and at least one). */
+static inline int mp_cpu_team(int items) {
+    int n = mp_cpu_threads();
+    return items < n ? (items > 0 ? items : 1) : n;
+}
+
+/* Rows of the query blocks (BQ) and key blocks (BK) of the flash-style attention kernels; BK is a
+ * multiple of BQ, so every key block a query block visits starts at or before its first row. Their
+ * per-thread scratch is one or two BQ x BK float blocks on the stack. */
+#define MP_ATTN_BQ 64
+#define MP_ATTN_BK 64
+_Static_assert(MP_ATTN_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
+
 /* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd. */
-void mp_cpu_attn_fwd(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
-                     int H, int KV, int hd);
-void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *att,
-                     const float *q, const float *k, const float *v, int B, int T, int H, int KV, int hd);
+void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
+                     int KV, int hd);
+void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
+                     const float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KV,
+                     int hd);
 
 #endif

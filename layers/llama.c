@@ -15,6 +15,11 @@
  * an all-gather and reduce_out a reduce-scatter. Their backwards swap roles (all-gather <-> reduce-
  * scatter; identity <-> all-reduce). Embedding and LM head are vocab-parallel; the loss is the
  * vocab-parallel cross-entropy (the logits are never gathered). No allocation happens in a step.
+ *
+ * Device contract (core/backend.h): attention is flash-style, so a layer saves only its lse [B, Hl, T]
+ * beside q, k, v and the output, and every activation is linear in the sequence length; the loss sum
+ * stays in a device scalar (m->sums) until the training step reads it together with the gradient sum
+ * of squares, in one to_host (llama_sums_read).
  */
 #include <assert.h>
 #include <stdio.h>
@@ -118,10 +123,12 @@ typedef struct act_piece {
 
 /* Lists every activation and scratch buffer of m (pointer slot, floats) into list; returns the count and
  * sets *bytes to the one allocation that holds them all, each piece 64-byte aligned, plus the two int32
- * token buffers. Pure: the memory plan and alloc_acts share it, so they cannot disagree. */
+ * token buffers and the device scalars (m->sums). Pure: the memory plan and alloc_acts share it, so they
+ * cannot disagree. Attention keeps O(B*H*T) per layer (the lse; flash-style, no [T, T] matrix), so
+ * every piece is linear in the sequence length. */
 static int act_layout(llama_model *m, act_piece *list, size_t *bytes) {
     int64_t N = m->N, D = m->D, nr = m->n_res, qd = (int64_t)m->H_local * m->hd, kd = (int64_t)m->KV_local * m->hd;
-    int64_t Il = m->I_local, att = (int64_t)m->B * m->H_local * m->T * m->T, V = m->v_local;
+    int64_t Il = m->I_local, bht = (int64_t)m->B * m->H_local * m->T, V = m->v_local;
     int64_t rep = llama_replicated_shard_numel(m);
     int k = 0;
 #define ADD(ptr, count) do { assert(k < ACT_MAX_PIECES); list[k].p = &(ptr); list[k].n = (count); k++; } while (0)
@@ -129,7 +136,7 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes) {
         llama_layer_acts *a = &m->acts[l];
         ADD(a->x_in, nr * D); ADD(a->ln1, nr * D); ADD(a->rstd1, nr);
         if (m->sp) ADD(a->ln1_full, N * D);
-        ADD(a->q, N * qd); ADD(a->k, N * kd); ADD(a->v, N * kd); ADD(a->att, att); ADD(a->o_in, N * qd);
+        ADD(a->q, N * qd); ADD(a->k, N * kd); ADD(a->v, N * kd); ADD(a->lse, bht); ADD(a->o_in, N * qd);
         ADD(a->x_mid, nr * D); ADD(a->ln2, nr * D); ADD(a->rstd2, nr);
         if (m->sp) ADD(a->ln2_full, N * D);
         ADD(a->gate, N * Il); ADD(a->up, N * Il); ADD(a->h, N * Il);
@@ -140,7 +147,7 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes) {
     ADD(m->rowmax, N); ADD(m->sumexp, 2 * N); ADD(m->losses, N);   /* sumexp then tlogit: one all-reduce */
     ADD(m->dres_a, nr * D); ADD(m->dres_b, nr * D); ADD(m->dfull, N * D); ADD(m->tmp_nd, N * D);
     ADD(m->dq, N * qd); ADD(m->dk, N * kd); ADD(m->dv, N * kd); ADD(m->do_in, N * qd);
-    ADD(m->dgate, N * Il); ADD(m->dup, N * Il); ADD(m->dh, N * Il); ADD(m->att_scratch, att);
+    ADD(m->dgate, N * Il); ADD(m->dup, N * Il); ADD(m->dh, N * Il); ADD(m->attn_scratch, bht);
     ADD(m->sync_buf, rep > 0 ? rep : 1);
     int64_t half = m->hd / 2;
     ADD(m->cos_t, (int64_t)m->T * half); ADD(m->sin_t, (int64_t)m->T * half);
@@ -148,6 +155,7 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes) {
     int64_t total = 0;
     for (int i = 0; i < k; i++) total += (list[i].n + 15) / 16 * 16;   /* 64-byte aligned pieces */
     total += 2 * ((N + 15) / 16 * 16);                                  /* token buffers (int32) */
+    total += 16;                                                        /* device scalars (double) */
     *bytes = (size_t)total * sizeof(float);
     return k;
 }
@@ -167,6 +175,9 @@ static void alloc_acts(llama_model *m) {
     m->tok_in = (int32_t *)(base + off);
     off += (N + 15) / 16 * 16;
     m->tok_tgt = (int32_t *)(base + off);
+    off += (N + 15) / 16 * 16;
+    _Static_assert(LLAMA_NSUMS * 2 <= 16, "the device scalars fit their 64-byte piece");
+    m->sums = (double *)(base + off);
     m->tlogit = m->sumexp + N;
     for (int l = 0; l < m->L; l++) {
         if (!m->sp) { m->acts[l].ln1_full = m->acts[l].ln1; m->acts[l].ln2_full = m->acts[l].ln2; }
@@ -223,7 +234,7 @@ static mp_code check_plan_range(const mp_model_config *c, const llama_options *o
     double widest = V > I ? V : I;
     widest = widest > D ? widest : D;
     widest = widest > H * hd ? widest : H * hd;
-    double acts = (L + 4) * (2 * B * H * T * T + 16 * N * widest);
+    double acts = (L + 4) * (2 * N * H + 16 * N * widest);
     const double limit = 0x1p58 / 4;   /* floats */
     if (N > INT32_MAX || H * hd > INT32_MAX)
         return mp_err_set(err, MP_EINPUT, "micro-batch x seq_len (%.0f) or num_attention_heads x head_dim (%.0f) "
@@ -304,7 +315,7 @@ static void block_forward(llama_model *m, int l, float *x_out) {
     linear_fwd(be, a->v, xin, W(p->wv), N, D, kd);
     be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, m->T, m->H_local, m->hd, 0);
     be->rope_fwd(be, a->k, m->cos_t, m->sin_t, m->B, m->T, m->KV_local, m->hd, 0);
-    be->attn_fwd(be, a->o_in, a->att, a->q, a->k, a->v, m->B, m->T, m->H_local, m->KV_local, m->hd);
+    be->attn_fwd(be, a->o_in, a->lse, a->q, a->k, a->v, m->B, m->T, m->H_local, m->KV_local, m->hd);
     linear_fwd(be, m->tmp_nd, a->o_in, W(p->wo), N, qd, D);
     reduce_out(m, a->x_mid, a->x_in, m->tmp_nd);
     be->rmsnorm_fwd(be, a->ln2, a->rstd2, a->x_mid, W(p->ln2), m->n_res, D, eps);
@@ -316,7 +327,8 @@ static void block_forward(llama_model *m, int l, float *x_out) {
     reduce_out(m, x_out, a->x_mid, m->tmp_nd);
 }
 
-double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets) {
+/* The forward; with targets, the per-token losses land in m->losses (device) and 1 is returned. */
+static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets) {
     mp_backend *be = m->be;
     mp_comm *tpc = m->mesh->tp_comm;
     int N = m->N, D = m->D;
@@ -336,7 +348,7 @@ double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targe
     be->rmsnorm_fwd(be, m->lnf, m->rstdf, m->x_final, W(m->p_norm), m->n_res, D, (float)m->cfg.rms_norm_eps);
     float *xin = gather_in(m, m->lnf_full, m->lnf);
     linear_fwd(be, m->logits, xin, W(m->p_head), N, D, m->v_local);
-    if (!targets) return 0.0;
+    if (!targets) return 0;
 
     /* vocab-parallel cross-entropy: global max, global sum of exp, global target logit */
     be->xent_rowmax(be, m->rowmax, m->logits, N, m->v_local, m->v_valid);
@@ -345,14 +357,35 @@ double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targe
     be->xent_target(be, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_start);
     if (m->tp > 1) tpc->all_reduce(tpc, m->sumexp, 2 * (int64_t)N, 0);   /* sumexp and tlogit, adjacent */
     be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
-    float hbuf[256];   /* losses come to the host in small pieces: no allocation in the step */
-    double sum = 0;
-    for (int i = 0; i < N; i += 256) {
-        int n = N - i < 256 ? N - i : 256;
-        be->to_host(be, hbuf, m->losses + i, (size_t)n * sizeof(float));
-        for (int j = 0; j < n; j++) sum += hbuf[j];
-    }
+    return 1;
+}
+
+double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets) {
+    if (!forward(m, inputs, targets)) return 0.0;
+    mp_backend *be = m->be;
+    double *acc = &m->sums[LLAMA_SUM_SCRATCH], sum;
+    be->memset0(be, acc, sizeof *acc);
+    be->sum_acc(be, acc, m->losses, m->N);
+    be->to_host(be, &sum, acc, sizeof sum);
     return sum;
+}
+
+void llama_forward_accum(llama_model *m, const int32_t *inputs, const int32_t *targets) {
+    assert(targets);
+    forward(m, inputs, targets);
+    m->be->sum_acc(m->be, &m->sums[LLAMA_SUM_LOSS], m->losses, m->N);
+}
+
+void llama_sums_reset(llama_model *m) {
+    m->be->memset0(m->be, m->sums, LLAMA_NSUMS * sizeof(double));
+}
+
+void llama_sums_read(llama_model *m, llama_step_sums *out) {
+    double h[2];
+    _Static_assert(LLAMA_SUM_LOSS == 0 && LLAMA_SUM_GRADSQ == 1, "loss and grad sums are adjacent");
+    m->be->to_host(m->be, h, m->sums, sizeof h);
+    out->loss_sum = h[LLAMA_SUM_LOSS];
+    out->grad_sumsq = h[LLAMA_SUM_GRADSQ];
 }
 
 /* ---- backward ---- */
@@ -381,8 +414,8 @@ static void block_backward(llama_model *m, int l) {
     dy = gather_in(m, m->dfull, m->dres_a);
     linear_bwd_x(be, m->do_in, dy, W(p->wo), N, qd, D, 0.0f);
     linear_bwd_w(be, DW(p->wo), dy, a->o_in, N, qd, D);
-    be->attn_bwd(be, m->dq, m->dk, m->dv, m->att_scratch, m->do_in, a->att, a->q, a->k, a->v, m->B, m->T,
-                 m->H_local, m->KV_local, m->hd);
+    be->attn_bwd(be, m->dq, m->dk, m->dv, m->attn_scratch, m->do_in, a->o_in, a->lse, a->q, a->k, a->v, m->B,
+                 m->T, m->H_local, m->KV_local, m->hd);
     be->rope_bwd(be, m->dq, m->cos_t, m->sin_t, m->B, m->T, m->H_local, m->hd, 0);
     be->rope_bwd(be, m->dk, m->cos_t, m->sin_t, m->B, m->T, m->KV_local, m->hd, 0);
     linear_bwd_x(be, m->tmp_nd, m->dq, W(p->wq), N, D, qd, 0.0f);

@@ -133,8 +133,26 @@ void llama_destroy(llama_model *m);
 void llama_init_weights(llama_model *m, uint64_t seed);
 
 /* Forward on inputs/targets (host, [micro_batch, seq_len] each; targets may be NULL: no loss).
- * Returns the sum of per-token losses over the local micro-batch (0 without targets). */
+ * Returns the sum of per-token losses over the local micro-batch (0 without targets), summed in double
+ * in token order; with targets that costs one device-to-host copy (evaluation, tools). */
 double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets);
+
+/* The step's device scalars, copied to the host together: a training step reads the device once. */
+typedef struct llama_step_sums {
+    double loss_sum;           /* losses of the llama_forward_accum calls since llama_sums_reset */
+    double grad_sumsq;         /* what llama_grad_sumsq_accum added: this rank's part of |grad|^2 */
+} llama_step_sums;
+
+/* Zeroes the model's device scalars (loss sum, gradient sum of squares). */
+void llama_sums_reset(llama_model *m);
+/* llama_forward with targets (required), but the micro-batch's loss sum (in double, in token order)
+ * is added to the device loss scalar instead of being copied to the host. */
+void llama_forward_accum(llama_model *m, const int32_t *inputs, const int32_t *targets);
+/* Adds this rank's sum of squares of the shard gradients to the device scalar (replicated parameters
+ * counted on tp rank 0 only, so the world sum counts each element once), in parameter order. */
+void llama_grad_sumsq_accum(llama_model *m);
+/* Copies both device scalars to the host with ONE to_host. */
+void llama_sums_read(llama_model *m, llama_step_sums *out);
 /* Backward of the last forward (which must have had targets); see the loss convention above. */
 void llama_backward(llama_model *m, float scale);
 /* Finishes the gradients of a step after its last micro-batch: all-reduces over tp the gradients of
@@ -142,7 +160,8 @@ void llama_backward(llama_model *m, float scale);
 void llama_sync_grads(llama_model *m);
 /* Zeroes the shard gradients. */
 void llama_zero_grad(llama_model *m);
-/* Global L2 norm of the shard gradients over the whole mesh, each element counted once. */
+/* Global L2 norm of the shard gradients over the whole mesh, each element counted once (one to_host and
+ * one world all-reduce; the training step gets it from llama_grad_sumsq_accum and llama_sums_read). */
 double llama_grad_norm(llama_model *m);
 
 /* One AdamW update of every local shard (t is the 1-based step, grad_scale the clipping factor);

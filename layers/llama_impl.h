@@ -38,7 +38,7 @@ typedef struct llama_layer_acts {
     float *ln1, *rstd1; /* [n_res, D], [n_res] */
     float *ln1_full;    /* [N, D]: ln1 gathered over tp under SP, else = ln1 */
     float *q, *k, *v;   /* [N, Hl*hd], [N, KVl*hd] x2, after RoPE */
-    float *att;         /* [B, Hl, T, T] */
+    float *lse;         /* [B, Hl, T] attention log-sum-exp (flash-style: no [T, T] matrix is kept) */
     float *o_in;        /* [N, Hl*hd] attention output */
     float *x_mid;       /* [n_res, D] after the attention residual */
     float *ln2, *rstd2, *ln2_full;
@@ -85,13 +85,19 @@ struct llama_model {
     float *dres_a, *dres_b;           /* [n_res, D] residual-stream gradients */
     float *dfull;                     /* [N, D] */
     float *tmp_nd;                    /* [N, D] partial outputs before the tp reduction */
-    float *dq, *dk, *dv, *do_in, *dgate, *dup, *dh, *att_scratch;
+    float *dq, *dk, *dv, *do_in, *dgate, *dup, *dh;
+    float *attn_scratch;              /* [B, Hl, T] attention backward scratch (rowsum(dout * out)) */
     float *cos_t, *sin_t;
     int32_t *tok_in, *tok_tgt;        /* device copies of the micro-batch tokens */
+    double *sums;                     /* LLAMA_NSUMS device scalars (see enum llama_sum), in act_block */
     void *act_block;
     size_t act_bytes;
     int have_targets;
 };
+
+/* The device scalars of a model: the step's loss sum and gradient sum of squares, read to the host
+ * together (one to_host per step), and one slot for the standalone llama_forward / llama_grad_norm. */
+enum llama_sum { LLAMA_SUM_LOSS = 0, LLAMA_SUM_GRADSQ, LLAMA_SUM_SCRATCH, LLAMA_NSUMS };
 
 void llama_params_build(llama_model *m);
 /* Units, shard offsets and totals over the built table (no allocation). */

@@ -302,14 +302,24 @@ void llama_zero_grad(llama_model *m) {
     m->be->memset0(m->be, m->shard_grads, (size_t)m->shard_total * sizeof(float));
 }
 
-double llama_grad_norm(llama_model *m) {
-    double ss = 0;
+/* Adds this rank's gradient sum of squares into the device scalar *acc, parameter by parameter in
+ * table order (each sum formed in double, then added: the order llama_grad_norm always had). */
+static void grad_sumsq(llama_model *m, double *acc) {
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];
         /* Replicated parameters are identical on every tp rank: count them on tp rank 0 only. */
         if (p->split == LLAMA_REPLICATED && m->tp_rank != 0) continue;
-        ss += m->be->sumsq(m->be, p->shard_grad, llama_shard_numel(p));
+        m->be->sumsq_acc(m->be, acc, p->shard_grad, llama_shard_numel(p));
     }
+}
+
+void llama_grad_sumsq_accum(llama_model *m) { grad_sumsq(m, &m->sums[LLAMA_SUM_GRADSQ]); }
+
+double llama_grad_norm(llama_model *m) {
+    double *acc = &m->sums[LLAMA_SUM_SCRATCH], ss;
+    m->be->memset0(m->be, acc, sizeof *acc);
+    grad_sumsq(m, acc);
+    m->be->to_host(m->be, &ss, acc, sizeof ss);
     m->mesh->world_comm->all_reduce_f64(m->mesh->world_comm, &ss, 1);
     return sqrt(ss);
 }

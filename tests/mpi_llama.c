@@ -12,6 +12,8 @@
  *   - a second run on the same mesh is bitwise identical (losses and final shards);
  *   - the bytes the tp and dp communicators counted in one step equal the analytic count of the plan
  *     (docs/PARALLEL.md), computed here from the config alone;
+ *   - that step copied device to host exactly once (its loss and gradient sums, together): the mesh
+ *     model runs on the CPU table with a to_host that counts its calls;
  *   - the parameter, gradient and moment bytes the allocator charged are 1/(tp*dp) of the model's, plus
  *     the documented padding and replication, and the gathered buffers hold at most one unit at a time.
  * Prints one line per check; exits 1 on any failure (on every rank).
@@ -29,6 +31,12 @@
 #include "layers/llama_train.h"
 
 static int g_rank, g_fail;
+static int64_t g_to_host;   /* to_host calls of the mesh model's backend */
+
+static void counting_to_host(mp_backend *be, void *host_dst, const void *dev_src, size_t bytes) {
+    g_to_host++;
+    mp_backend_cpu()->to_host(be, host_dst, dev_src, bytes);
+}
 
 static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void check(int ok, const char *fmt, ...) {
@@ -210,6 +218,8 @@ int main(int argc, char **argv) {
     }
     mp_model_config cfg = make_config(cfg_name);
     mp_backend *be = mp_backend_cpu();
+    mp_backend counting = *be;   /* the mesh model's table: the CPU's, counting its to_host calls */
+    counting.to_host = counting_to_host;
     mp_err err;
     mp_mesh mesh;
     if (mp_mesh_init_mpi(&mesh, tp, 0, &err)) {
@@ -225,7 +235,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < MP_MEM_NCAT; k++) before[k] = mp_mem_current((mp_mem_cat)k);
     llama_options o = {B / mesh.dp, T, sp, raf};
     llama_model *m = NULL;
-    if (llama_create(&m, &cfg, &o, &mesh, be, &err)) { fprintf(stderr, "%s\n", err.msg); MPI_Abort(MPI_COMM_WORLD, 2); }
+    if (llama_create(&m, &cfg, &o, &mesh, &counting, &err)) { fprintf(stderr, "%s\n", err.msg); MPI_Abort(MPI_COMM_WORLD, 2); }
     int64_t held[MP_MEM_NCAT];
     for (int k = 0; k < MP_MEM_NCAT; k++) held[k] = mp_mem_current((mp_mem_cat)k) - before[k];
     /* the memory plan printed before allocation is what llama_create allocated, category by category */
@@ -307,7 +317,10 @@ int main(int argc, char **argv) {
         fill_ctx fc = {0, mesh.dp_rank * micro, micro, cfg.vocab_size};
         llama_step_args a = {{0.9, 0.95, 1e-8, 0.1}, 2e-3, 1, 1.0, 1, (double)B * T};
         llama_step_result r;
+        int64_t to_host_before = g_to_host;
         llama_train_step(m, &a, fill, &fc, in, tgt, &r);
+        check(g_to_host - to_host_before == 1, "one step copied device to host %lld time(s) (one: loss and grad sums)",
+              (long long)(g_to_host - to_host_before));
         int64_t etp, edp;
         expected_bytes(&cfg, &mesh, sp && mesh.tp > 1, raf, &etp, &edp);
         int64_t gtp = mp_comm_total_bytes(mesh.tp_comm), gdp = mp_comm_total_bytes(mesh.dp_comm);

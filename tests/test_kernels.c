@@ -9,8 +9,9 @@
  * it to ~1e-3 relative (max abs difference over max |FD grad|). Accumulating outputs are pre-filled
  * with a random base and written outputs with garbage, so the += / = conventions are checked too.
  *
- * Shapes are small (B=2, T=5, GQA with H=4, KV=2, hd=4), plus one attention shape longer than the
- * kernel's causal row block so that the blocked path is covered.
+ * Shapes are small (B=2, T=5, GQA with H=4, KV=2, hd=4), plus attention shapes longer than the
+ * kernels' blocks so that the blocked (flash-style) paths are covered; those are checked against a
+ * double analytic backward, as finite differences would take too long there.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -114,13 +115,19 @@ Test(backend_get, cpu_returns_the_static_cpu_table) {
     cr_assert_eq(be->device, MP_DEV_CPU);
 }
 
-Test(backend_get, cuda_is_a_device_error_saying_built_without_cuda) {
+/* Without CUDA built in, or (this machine) a CUDA build on a host without a usable GPU, "cuda" is a usage
+ * error that says which; tests/device_cuda.sh checks the CLI's exit 2 and message. */
+Test(backend_get, cuda_without_a_usable_gpu_is_an_input_error_saying_why) {
     mp_backend *be = (mp_backend *)1;
     mp_err err = {0};
-    cr_assert_eq(mp_backend_get("cuda", &be, &err), MP_EDEVICE);
+    cr_assert_eq(mp_backend_get("cuda", &be, &err), MP_EINPUT);
     cr_assert_null(be);
-    cr_assert_eq(err.code, MP_EDEVICE);
+    cr_assert_eq(err.code, MP_EINPUT);
+#ifdef MP_HAVE_CUDA
+    cr_assert(strstr(err.msg, "device cuda: no") != NULL || strstr(err.msg, "not complete yet") != NULL, "msg: %s", err.msg);
+#else
     cr_assert(strstr(err.msg, "meshpoint was built without CUDA") != NULL, "msg: %s", err.msg);
+#endif
 }
 
 Test(backend_get, unknown_name_is_an_input_error_naming_the_value) {
@@ -252,25 +259,56 @@ Test(elementwise, add_accumulate_scale_match_double_including_in_place_add) {
     free(a), free(b), free(out), free(a2), free(d);
 }
 
-Test(elementwise, sumsq_accumulates_in_double_and_is_bitwise_the_same_for_any_thread_count) {
+/* A reduction into a device scalar (sumsq_acc or sum_acc) that starts at acc0, read back with to_host. */
+typedef void (*reduce_fn)(mp_backend *be, double *acc, const float *x, int64_t n);
+static double dev_reduce(mp_backend *be, reduce_fn op, double acc0, const float *x, int64_t n) {
+    double *acc = be->alloc(be, sizeof(double), MP_MEM_OTHER), h;
+    be->to_device(be, acc, &acc0, sizeof acc0);
+    op(be, acc, x, n);
+    be->to_host(be, &h, acc, sizeof h);
+    be->free(be, acc, sizeof(double), MP_MEM_OTHER);
+    return h;
+}
+
+Test(elementwise, sumsq_acc_accumulates_in_double_and_is_bitwise_the_same_for_any_thread_count) {
     use_two_threads();
     mp_backend *be = cpu();
     const int64_t n = 1300003;   /* several 1M-element groups of blocks, and a tail */
     float *x = frand(n, 2.0);
     double ref = 0;
     for (int64_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
-    double s = be->sumsq(be, x, n);
+    double s = dev_reduce(be, be->sumsq_acc, 0.0, x, n);
     cr_assert(fabs(s - ref) <= 1e-12 * ref, "sumsq %.17g ref %.17g", s, ref);
-    cr_assert_eq(be->sumsq(be, x, n), s);
+    cr_assert_eq(dev_reduce(be, be->sumsq_acc, 0.0, x, n), s);
     omp_set_num_threads(1);
-    cr_assert_eq(be->sumsq(be, x, n), s);
-    cr_assert_eq(be->sumsq(be, x, 0), 0.0);
+    cr_assert_eq(dev_reduce(be, be->sumsq_acc, 0.0, x, n), s);
+    cr_assert_eq(dev_reduce(be, be->sumsq_acc, 0.0, x, 0), 0.0);
+    /* the sum is formed from 0, then added: acc0 + s exactly as a host `acc0 += sumsq` would give */
+    cr_assert_eq(dev_reduce(be, be->sumsq_acc, 0.1, x, n), 0.1 + s);
+    cr_assert_eq(dev_reduce(be, be->sumsq_acc, 2.5, x, 0), 2.5);
     /* 1 + 2^-30 * k: a float accumulator would drop the small terms entirely */
     float *y = ffill(4096 * 3, 1e-5f);
     y[0] = 1.0f;
-    double sy = be->sumsq(be, y, 4096 * 3);
+    double sy = dev_reduce(be, be->sumsq_acc, 0.0, y, 4096 * 3);
     double ry = 1.0 + (4096.0 * 3 - 1) * (double)1e-5f * (double)1e-5f;
     cr_assert(fabs(sy - ry) < 1e-13, "sumsq %.17g ref %.17g", sy, ry);
+    free(x), free(y);
+}
+
+Test(elementwise, sum_acc_adds_in_double_in_index_order) {
+    mp_backend *be = cpu();
+    const int64_t n = 70001;
+    float *x = frand(n, 3.0);
+    double ref = 0;
+    for (int64_t i = 0; i < n; i++) ref += x[i];   /* the order the loss sum always had */
+    cr_assert_eq(dev_reduce(be, be->sum_acc, 0.0, x, n), ref);
+    cr_assert_eq(dev_reduce(be, be->sum_acc, 0.7, x, n), 0.7 + ref);
+    cr_assert_eq(dev_reduce(be, be->sum_acc, -1.0, x, 0), -1.0);
+    /* 1 + 1e-9 * k: a float accumulator would drop the small terms */
+    float *y = ffill(1000, 1e-9f);
+    y[0] = 1.0f;
+    double sy = dev_reduce(be, be->sum_acc, 0.0, y, 1000);
+    cr_assert(fabs(sy - (1.0 + 999 * (double)1e-9f)) < 1e-12, "sum %.17g", sy);
     free(x), free(y);
 }
 
@@ -518,59 +556,132 @@ static void ref_attn(const void *c, const double *in, double *out) {
     free(p);
 }
 
-/* The softmax probabilities [B,H,T,T] of the reference, for checking att. */
-static void ref_attn_probs(const attn_ctx *a, const double *in, double *att) {
+/* The log-sum-exp [B,H,T] of the reference's scaled causal scores, for checking lse. */
+static void ref_attn_lse(const attn_ctx *a, const double *in, double *lse) {
     const int B = a->B, T = a->T, H = a->H, KV = a->KV, hd = a->hd, rep = H / KV;
     const double *q = in, *k = in + (size_t)B * T * H * hd;
+    double *row = malloc(T * sizeof(double));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++) {
-                double *row = att + (((size_t)b * H + h) * T + t) * T, mx = -INFINITY, sum = 0;
-                for (int j = 0; j < T; j++) {
-                    if (j > t) { row[j] = 0; continue; }
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
                     double s = 0;
                     for (int d = 0; d < hd; d++)
                         s += q[(((size_t)b * T + t) * H + h) * hd + d] * k[(((size_t)b * T + j) * KV + h / rep) * hd + d];
                     row[j] = s / sqrt((double)hd);
                     if (row[j] > mx) mx = row[j];
                 }
-                for (int j = 0; j <= t; j++) sum += (row[j] = exp(row[j] - mx));
-                for (int j = 0; j <= t; j++) row[j] /= sum;
+                for (int j = 0; j <= t; j++) sum += exp(row[j] - mx);
+                lse[((size_t)b * H + h) * T + t] = mx + log(sum);
             }
+    free(row);
 }
 
-/* Runs attn_fwd/attn_bwd on random inputs of the given shape and checks out and att against the
- * double reference and dq/dk/dv against finite differences. */
+/* The analytic gradients of ref_attn in double (dq written, dk/dv summed over a group's heads), for
+ * shapes too large for finite differences. */
+static void ref_attn_bwd(const attn_ctx *a, const double *in, const double *dout, double *dq, double *dk,
+                         double *dv) {
+    const int B = a->B, T = a->T, H = a->H, KV = a->KV, hd = a->hd, rep = H / KV;
+    const double *q = in, *k = in + (size_t)B * T * H * hd, *v = k + (size_t)B * T * KV * hd;
+    const double sc = 1.0 / sqrt((double)hd);
+    double *p = malloc(T * sizeof(double)), *dp = malloc(T * sizeof(double));
+    memset(dk, 0, (size_t)B * T * KV * hd * sizeof(double));
+    memset(dv, 0, (size_t)B * T * KV * hd * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const size_t qi = (((size_t)b * T + t) * H + h) * hd;
+                double mx = -INFINITY, sum = 0, D = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *kj = k + (((size_t)b * T + j) * KV + h / rep) * hd;
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += q[qi + d] * kj[d];
+                    p[j] = s * sc;
+                    if (p[j] > mx) mx = p[j];
+                }
+                for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+                for (int j = 0; j <= t; j++) {
+                    const double *vj = v + (((size_t)b * T + j) * KV + h / rep) * hd;
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += dout[qi + d] * vj[d];
+                    p[j] /= sum;
+                    dp[j] = s;
+                    D += p[j] * s;
+                }
+                for (int d = 0; d < hd; d++) dq[qi + d] = 0;
+                for (int j = 0; j <= t; j++) {
+                    const size_t kj = (((size_t)b * T + j) * KV + h / rep) * hd;
+                    double ds = p[j] * (dp[j] - D) * sc;
+                    for (int d = 0; d < hd; d++) {
+                        dq[qi + d] += ds * k[kj + d];
+                        dk[kj + d] += ds * q[qi + d];
+                        dv[kj + d] += p[j] * dout[qi + d];
+                    }
+                }
+            }
+    free(p), free(dp);
+}
+
+/* Runs attn_fwd/attn_bwd on random inputs of the given shape and checks out and lse against the
+ * double reference and dq/dk/dv against finite differences. The backward gets exactly B*H*T floats of
+ * scratch (flash-style: nothing of T x T size anywhere). */
 static void check_attention(int B, int T, int H, int KV, int hd, double amp) {
     mp_backend *be = cpu();
     attn_ctx c = {B, T, H, KV, hd};
-    int64_t nq = (int64_t)B * T * H * hd, nk = (int64_t)B * T * KV * hd, natt = (int64_t)B * H * T * T;
+    int64_t nq = (int64_t)B * T * H * hd, nk = (int64_t)B * T * KV * hd, nl = (int64_t)B * H * T;
     int64_t nin = nq + 2 * nk;
     float *in = frand(nin, amp);
     const float *q = in, *k = in + nq, *v = in + nq + nk;
-    float *out = ffill(nq, NAN), *att = ffill(natt, NAN);
-    be->attn_fwd(be, out, att, q, k, v, B, T, H, KV, hd);
-    double *ind = todouble(in, nin), *ref = malloc(nq * sizeof(double)), *refp = malloc(natt * sizeof(double));
+    float *out = ffill(nq, NAN), *lse = ffill(nl, NAN);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd);
+    double *ind = todouble(in, nin), *ref = malloc(nq * sizeof(double)), *refl = malloc(nl * sizeof(double));
     ref_attn(&c, ind, ref);
-    ref_attn_probs(&c, ind, refp);
-    double eo = rel_err(out, ref, nq), ep = rel_err(att, refp, natt);
+    ref_attn_lse(&c, ind, refl);
+    double eo = rel_err(out, ref, nq), el = rel_err(lse, refl, nl);
     cr_assert(eo < FWD_TOL, "out rel err %g (B=%d T=%d H=%d KV=%d hd=%d)", eo, B, T, H, KV, hd);
-    cr_assert(ep < FWD_TOL, "att rel err %g", ep);
-    for (int64_t i = 0; i < (int64_t)B * H; i++)
-        for (int t = 0; t < T; t++)
-            for (int j = t + 1; j < T; j++) cr_assert_eq(att[(i * T + t) * T + j], 0.0f, "upper triangle");
+    cr_assert(el < FWD_TOL, "lse rel err %g", el);
 
     float *r = frand(nq, 1.0);
-    float *dq = ffill(nq, NAN), *dk = ffill(nk, NAN), *dv = ffill(nk, NAN), *scratch = ffill(natt, NAN);
-    be->attn_bwd(be, dq, dk, dv, scratch, r, att, q, k, v, B, T, H, KV, hd);
+    float *dq = ffill(nq, NAN), *dk = ffill(nk, NAN), *dv = ffill(nk, NAN), *scratch = ffill(nl, NAN);
+    be->attn_bwd(be, dq, dk, dv, scratch, r, out, lse, q, k, v, B, T, H, KV, hd);
     double *rd = todouble(r, nq), *fd = malloc(nin * sizeof(double));
     fd_grad(ref_attn, &c, ind, nin, rd, nq, fd);
     double eq = rel_err(dq, fd, nq), ek = rel_err(dk, fd + nq, nk), ev = rel_err(dv, fd + nq + nk, nk);
     cr_assert(eq < FD_TOL, "dq rel err %g", eq);
     cr_assert(ek < FD_TOL, "dk rel err %g", ek);
     cr_assert(ev < FD_TOL, "dv rel err %g", ev);
-    free(in), free(out), free(att), free(ind), free(ref), free(refp), free(r), free(dq), free(dk), free(dv);
+    free(in), free(out), free(lse), free(ind), free(ref), free(refl), free(r), free(dq), free(dk), free(dv);
     free(scratch), free(rd), free(fd);
+}
+
+/* Forward and backward of a shape spanning several query and key blocks, against the double forward and
+ * the double analytic backward, all at the forward tolerance. */
+static void check_attention_analytic(int B, int T, int H, int KV, int hd, double amp) {
+    mp_backend *be = cpu();
+    attn_ctx c = {B, T, H, KV, hd};
+    int64_t nq = (int64_t)B * T * H * hd, nk = (int64_t)B * T * KV * hd, nl = (int64_t)B * H * T;
+    int64_t nin = nq + 2 * nk;
+    float *in = frand(nin, amp), *r = frand(nq, 1.0);
+    const float *q = in, *k = in + nq, *v = in + nq + nk;
+    float *out = ffill(nq, NAN), *lse = ffill(nl, NAN), *scratch = ffill(nl, NAN);
+    float *dq = ffill(nq, NAN), *dk = ffill(nk, NAN), *dv = ffill(nk, NAN);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd);
+    be->attn_bwd(be, dq, dk, dv, scratch, r, out, lse, q, k, v, B, T, H, KV, hd);
+    double *ind = todouble(in, nin), *rd = todouble(r, nq), *ref = malloc(nq * sizeof(double));
+    double *refl = malloc(nl * sizeof(double)), *gq = malloc(nq * sizeof(double));
+    double *gk = malloc(nk * sizeof(double)), *gv = malloc(nk * sizeof(double));
+    ref_attn(&c, ind, ref);
+    ref_attn_lse(&c, ind, refl);
+    ref_attn_bwd(&c, ind, rd, gq, gk, gv);
+    double e[5] = {rel_err(out, ref, nq), rel_err(lse, refl, nl), rel_err(dq, gq, nq), rel_err(dk, gk, nk),
+                   rel_err(dv, gv, nk)};
+    const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++)
+        cr_assert(e[i] < FWD_TOL, "%s rel err %g (B=%d T=%d H=%d KV=%d hd=%d amp=%g)", names[i], e[i], B, T, H, KV,
+                  hd, amp);
+    free(in), free(r), free(out), free(lse), free(scratch), free(dq), free(dk), free(dv), free(ind), free(rd);
+    free(ref), free(refl), free(gq), free(gk), free(gv);
 }
 
 Test(attention, gqa_small_forward_and_backward_match_double_and_finite_differences) {
@@ -590,24 +701,33 @@ Test(attention, sharp_softmax_with_large_logits_stays_accurate) {
     check_attention(1, 7, 2, 2, 4, 6.0);   /* scores up to ~70: needs the max subtraction */
 }
 
-/* Same inputs twice, and with one vs two OpenMP threads: bitwise the same out, att, dq, dk, dv. */
+/* Several query and key blocks (T not a multiple of the block), so the online softmax rescales its
+ * running output and the backward adds over key blocks; a sharp case where the running max moves. */
+Test(attention, many_blocks_match_the_double_analytic_backward) {
+    use_two_threads();
+    check_attention_analytic(2, 300, 4, 2, 32, 1.0);
+    check_attention_analytic(1, 200, 4, 1, 64, 4.0);
+    check_attention_analytic(1, 129, 2, 2, 8, 1.0);
+}
+
+/* Same inputs twice, and with one vs two OpenMP threads: bitwise the same out, lse, dq, dk, dv. */
 Test(attention, forward_and_backward_are_bitwise_deterministic_across_runs_and_thread_counts) {
     use_two_threads();
     mp_backend *be = cpu();
     const int B = 3, T = 97, H = 4, KV = 2, hd = 16;
-    int64_t nq = (int64_t)B * T * H * hd, nk = (int64_t)B * T * KV * hd, natt = (int64_t)B * H * T * T;
+    int64_t nq = (int64_t)B * T * H * hd, nk = (int64_t)B * T * KV * hd, nl = (int64_t)B * H * T;
     float *q = frand(nq, 1.0), *k = frand(nk, 1.0), *v = frand(nk, 1.0), *r = frand(nq, 1.0);
     float *res[3][5];
     int threads[3] = {2, 2, 1};
-    int64_t sizes[5] = {nq, natt, nq, nk, nk};
+    int64_t sizes[5] = {nq, nl, nq, nk, nk};
     int saved = omp_get_max_threads();
     for (int run = 0; run < 3; run++) {
         omp_set_num_threads(threads[run]);
         for (int i = 0; i < 5; i++) res[run][i] = ffill(sizes[i], NAN);
-        float *scratch = ffill(natt, NAN);
+        float *scratch = ffill(nl, NAN);
         be->attn_fwd(be, res[run][0], res[run][1], q, k, v, B, T, H, KV, hd);
-        be->attn_bwd(be, res[run][2], res[run][3], res[run][4], scratch, r, res[run][1], q, k, v, B, T, H, KV,
-                     hd);
+        be->attn_bwd(be, res[run][2], res[run][3], res[run][4], scratch, r, res[run][0], res[run][1], q, k, v, B,
+                     T, H, KV, hd);
         free(scratch);
     }
     omp_set_num_threads(saved);

@@ -1,0 +1,106 @@
+/*
+ * core/kernels_cpu_attn_bwd.c — causal grouped-query attention backward on the CPU, flash-style: the
+ * probabilities are recomputed block by block from q, k and the forward's log-sum-exp, so no T x T
+ * matrix exists (layout as in core/kernels_cpu_attn_fwd.c).
+ *
+ * Per query head, with S = scale Q K^T, P = exp(S - lse) (causal) and D = rowsum(dO * O) (which equals
+ * rowsum(P * dP), as O = P V):
+ *   dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK += scale dS^T Q,  dV += P^T dO
+ * (dK, dV summed over the H/KV query heads that share a kv head). For every query block [r0, r1) and
+ * every key block [c0, c1) of its causal prefix (the forward's blocks, core/kernels_cpu_attn_fwd.c),
+ * each of the five products is one sgemm on a block pair; P and dS live in two MP_ATTN_BQ x MP_ATTN_BK
+ * stack buffers. D is computed per head into the caller's scratch ([B,H,T] floats), once per row.
+ * Compared with keeping P from the forward this costs one more product (S) and the exps: measured on
+ * one core at B=4 H=4 KV=2 hd=64, T=256..1024, 1.5-1.7x the CPU time of the old T x T backward, while
+ * the forward is as fast as before (docs/DESIGN_NOTES.md).
+ *
+ * Threads: the (b, kv head) loop runs under OpenMP with a static schedule: the query heads of one group
+ * add into the same dK/dV, so a group is one work item, its heads and blocks done in a fixed order. Every
+ * work item writes disjoint outputs (its dK, dV and its heads' dQ, D), so results are bitwise
+ * reproducible whatever the thread count.
+ */
+#include "core/kernels_cpu.h"
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* D[t] = sum_d dO[t,d] O[t,d] for the T rows of one head (row stride ld). */
+static void rowdot(float *D, const float *dO, const float *O, int ld, int T, int hd) {
+    for (int t = 0; t < T; t++) {
+        const float *restrict a = dO + (size_t)t * ld, *restrict b = O + (size_t)t * ld;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int d = 0; d < hd; d++) s += a[d] * b[d];
+        D[t] = s;
+    }
+}
+
+/* One query head; dQ is written, dK and dV accumulate (the caller zeroed them for the group). */
+static void attn_bwd_head(float *dQ, float *dK, float *dV, int ldq, int ldkv, const float *D, const float *lse,
+                          const float *dO, const float *Q, const float *K, const float *V, int T, int hd,
+                          float scale) {
+    enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BK };
+    float P[BQ * BK], dS[BQ * BK];   /* one block pair: probabilities, then dP -> dS */
+    for (int r0 = 0; r0 < T; r0 += BQ) {
+        const int r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0;
+        const float *Qr = Q + (size_t)r0 * ldq, *dOr = dO + (size_t)r0 * ldq;
+        for (int c0 = 0; c0 < r1; c0 += BK) {   /* c0 <= r0: BK is a multiple of BQ */
+            const int c1 = c0 + BK < r1 ? c0 + BK : r1, nk = c1 - c0;   /* no key past the block's rows */
+            const float *Kc = K + (size_t)c0 * ldkv, *Vc = V + (size_t)c0 * ldkv;
+            /* P = exp(scale Q_r K_c^T - lse), exact zeros right of the diagonal */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, scale, Qr, ldq, Kc, ldkv, 0.0f, P, nk);
+            for (int i = 0; i < m; i++) {
+                const int t = r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
+                float *restrict p = P + (size_t)i * nk;
+                const float l = lse[t];
+                for (int j = 0; j < nvalid; j++) p[j] = mp_expf(p[j] - l);
+                for (int j = nvalid; j < nk; j++) p[j] = 0.0f;
+            }
+            /* dV_c += P^T dO_r */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, m, 1.0f, P, nk, dOr, ldq, 1.0f,
+                        dV + (size_t)c0 * ldkv, ldkv);
+            /* dP = dO_r V_c^T, then dS = scale P (dP - D) in place */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, 1.0f, dOr, ldq, Vc, ldkv, 0.0f, dS, nk);
+            for (int i = 0; i < m; i++) {
+                const int t = r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
+                const float *restrict p = P + (size_t)i * nk;
+                float *restrict ds = dS + (size_t)i * nk;
+                const float Dt = D[t];
+                for (int j = 0; j < nvalid; j++) ds[j] = scale * p[j] * (ds[j] - Dt);
+                for (int j = nvalid; j < nk; j++) ds[j] = 0.0f;
+            }
+            /* dQ_r (+)= dS K_c (the first key block writes);  dK_c += dS^T Q_r */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, nk, 1.0f, dS, nk, Kc, ldkv,
+                        c0 > 0 ? 1.0f : 0.0f, dQ + (size_t)r0 * ldq, ldq);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, m, 1.0f, dS, nk, Qr, ldq, 1.0f,
+                        dK + (size_t)c0 * ldkv, ldkv);
+        }
+    }
+}
+
+void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
+                     const float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KV,
+                     int hd) {
+    assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0 && hd > 0);
+    if (B == 0 || T == 0) return;
+    const int rep = H / KV;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int items = B * KV;
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_team(items))
+    for (int it = 0; it < items; it++) {
+        int b = it / KV, g = it % KV;
+        const size_t kvoff = ((size_t)b * T * KV + g) * hd;
+        float *dK = dk + kvoff, *dV = dv + kvoff;
+        for (int t = 0; t < T; t++) {
+            memset(dK + (size_t)t * KV * hd, 0, (size_t)hd * sizeof(float));
+            memset(dV + (size_t)t * KV * hd, 0, (size_t)hd * sizeof(float));
+        }
+        for (int h = g * rep; h < (g + 1) * rep; h++) {
+            const size_t qoff = ((size_t)b * T * H + h) * hd, roff = ((size_t)b * H + h) * T;
+            rowdot(scratch + roff, dout + qoff, out + qoff, H * hd, T, hd);
+            attn_bwd_head(dq + qoff, dK, dV, H * hd, KV * hd, scratch + roff, lse + roff, dout + qoff, q + qoff,
+                          k + kvoff, v + kvoff, T, hd, scale);
+        }
+    }
+}

@@ -1,0 +1,204 @@
+/*
+ * tests/test_step_contract.c — what the device contract (core/backend.h) promises a training step, shown
+ * from counters rather than from reading the code:
+ *   - attention memory is O(B*H*T) per layer (flash-style: no T x T buffer): the allocator's activation
+ *     bytes of one layer, built at T and at 2T, grow by 2x (not ~4x), and stay below what a [B,H,T,T]
+ *     probability buffer alone would take;
+ *   - a training step copies device to host once, whatever the number of layers, parameters or
+ *     micro-batches: a CPU table whose to_host counts its calls is handed to the model;
+ *   - the device-side sums give bitwise the loss and gradient norm that summing on the host (one copy per
+ *     micro-batch, one per parameter) gives.
+ * One model on a 1x1 mesh (no MPI); the mesh variants of the count are in tests/mpi_llama.c.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/alloc.h"
+#include "core/backend.h"
+#include "core/mesh.h"
+#include "layers/llama.h"
+#include "layers/llama_train.h"
+
+/* A small GQA model whose activations are dominated by attention were it O(T^2): head_dim 8, 4 heads. */
+static mp_model_config small_config(int layers, int tied) {
+    mp_model_config c;
+    mp_model_config_default(&c);
+    c.hidden_size = 32;
+    c.intermediate_size = 64;
+    c.num_hidden_layers = layers;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.vocab_size = 97;
+    c.tie_word_embeddings = tied;
+    c.max_position_embeddings = 1024;
+    return c;
+}
+
+/* Bytes llama_create charges to MP_MEM_ACTS for (layers, B, T), checked against the memory plan. */
+static int64_t act_bytes(int layers, int B, int T) {
+    mp_model_config c = small_config(layers, 0);
+    llama_options o = {B, T, 0, 1};
+    mp_mesh mesh;
+    mp_mesh_init_single(&mesh);
+    mp_err err;
+    int64_t before = mp_mem_current(MP_MEM_ACTS);
+    llama_model *m = NULL;
+    cr_assert_eq(llama_create(&m, &c, &o, &mesh, mp_backend_cpu(), &err), MP_OK, "%s", err.msg);
+    int64_t held = mp_mem_current(MP_MEM_ACTS) - before;
+    llama_memory_plan plan;
+    cr_assert_eq(llama_plan_memory(&c, &o, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(plan.bytes[MP_MEM_ACTS], held, "plan %lld B, allocator %lld B", (long long)plan.bytes[MP_MEM_ACTS],
+                 (long long)held);
+    llama_destroy(m);
+    mp_mesh_destroy(&mesh);
+    return held;
+}
+
+Test(step_contract, attention_memory_per_layer_is_linear_in_the_sequence_length) {
+    const int B = 2, T = 256, H = 4;
+    /* one layer's bytes: the difference between 2 layers and 1 (embedding, head and scratch cancel) */
+    int64_t layer_t = act_bytes(2, B, T) - act_bytes(1, B, T);
+    int64_t layer_2t = act_bytes(2, B, 2 * T) - act_bytes(1, B, 2 * T);
+    int64_t all_t = act_bytes(2, B, T), all_2t = act_bytes(2, B, 2 * T);
+    double ratio = (double)layer_2t / (double)layer_t, ratio_all = (double)all_2t / (double)all_t;
+    int64_t probs_t = (int64_t)B * H * T * T * (int64_t)sizeof(float);   /* a [B,H,T,T] buffer at T */
+    cr_log_info("activations per layer: %lld B at T=%d, %lld B at T=%d (ratio %.4f); whole model %.4f; "
+                "a [B,H,T,T] buffer alone: %lld B", (long long)layer_t, T, (long long)layer_2t, 2 * T, ratio, ratio_all,
+                (long long)probs_t);
+    cr_assert(ratio > 1.99 && ratio < 2.01, "per-layer activations grow %.4fx from T=%d to %d (linear: 2)", ratio, T,
+              2 * T);
+    cr_assert(ratio_all > 1.99 && ratio_all < 2.01, "all activations grow %.4fx (linear: 2)", ratio_all);
+    cr_assert(layer_t < probs_t, "a layer's %lld B is below one [B,H,T,T] buffer (%lld B)", (long long)layer_t,
+              (long long)probs_t);
+}
+
+/* ---- to_host calls per step ---- */
+
+static int64_t g_to_host;
+static void counting_to_host(mp_backend *be, void *host_dst, const void *dev_src, size_t bytes) {
+    g_to_host++;
+    mp_backend_cpu()->to_host(be, host_dst, dev_src, bytes);
+}
+
+/* The CPU table with a counting to_host. */
+static mp_backend counting_cpu(void) {
+    mp_backend be = *mp_backend_cpu();
+    be.to_host = counting_to_host;
+    return be;
+}
+
+enum { SB = 2, ST = 24 };
+
+typedef struct fill_ctx { int step, vocab; } fill_ctx;
+
+static void fill(void *vctx, int k, int32_t *in, int32_t *tgt) {
+    const fill_ctx *c = vctx;
+    for (int i = 0; i < SB * ST; i++) {
+        uint32_t x = (uint32_t)(c->step * 7919 + k * 104729 + i * 31 + 5);
+        x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+        in[i] = (int32_t)(x % (uint32_t)c->vocab);
+        tgt[i] = (int32_t)((x >> 7) % (uint32_t)c->vocab);
+    }
+}
+
+static llama_model *make_model(mp_backend *be, mp_mesh *mesh, int layers, int tied) {
+    mp_model_config c = small_config(layers, tied);
+    llama_options o = {SB, ST, 0, 1};
+    mp_err err;
+    llama_model *m = NULL;
+    cr_assert_eq(llama_create(&m, &c, &o, mesh, be, &err), MP_OK, "%s", err.msg);
+    llama_init_weights(m, 77);
+    return m;
+}
+
+Test(step_contract, a_training_step_copies_to_the_host_once_whatever_the_model_and_accumulation) {
+    mp_backend be = counting_cpu();
+    mp_mesh mesh;
+    mp_mesh_init_single(&mesh);
+    const int layers[] = {1, 4}, accums[] = {1, 3}, steps = 3;
+    int32_t in[SB * ST], tgt[SB * ST];
+    for (int li = 0; li < 2; li++)
+        for (int ai = 0; ai < 2; ai++)
+            for (int tied = 0; tied < 2; tied++) {
+                llama_model *m = make_model(&be, &mesh, layers[li], tied);
+                for (int s = 0; s < steps; s++) {
+                    fill_ctx fc = {s, 97};
+                    llama_step_args a = {{0.9, 0.95, 1e-8, 0.1}, 1e-3, s + 1, 1.0, accums[ai],
+                                         (double)SB * ST * accums[ai]};
+                    llama_step_result r;
+                    int64_t before = g_to_host;
+                    llama_train_step(m, &a, fill, &fc, in, tgt, &r);
+                    cr_assert_eq(g_to_host - before, 1,
+                                 "step %d of %d layers (%d parameters), grad_accum %d, tied %d: %lld to_host calls",
+                                 s + 1, layers[li], llama_num_params(m), accums[ai], tied,
+                                 (long long)(g_to_host - before));
+                    cr_assert(isfinite(r.loss) && isfinite(r.grad_norm) && r.grad_norm > 0);
+                }
+                llama_destroy(m);
+            }
+    mp_mesh_destroy(&mesh);
+}
+
+Test(step_contract, device_sums_are_bitwise_the_host_sums) {
+    mp_backend be = counting_cpu();
+    mp_mesh mesh;
+    mp_mesh_init_single(&mesh);
+    const int accum = 3;
+    int32_t in[SB * ST], tgt[SB * ST];
+    llama_model *a = make_model(&be, &mesh, 3, 0), *b = make_model(&be, &mesh, 3, 0);
+    fill_ctx fc = {0, 97};
+    float scale = (float)(1.0 / ((double)SB * ST * accum));
+    /* the host way: one copy per micro-batch's loss (llama_forward), one norm (llama_grad_norm) */
+    llama_zero_grad(b);
+    double loss_host = 0;
+    for (int k = 0; k < accum; k++) {
+        fill(&fc, k, in, tgt);
+        loss_host += llama_forward(b, in, tgt);
+        llama_backward(b, scale);
+    }
+    llama_sync_grads(b);
+    double norm_host = llama_grad_norm(b);
+    /* the step: the same sums on the device, one copy */
+    llama_step_args args = {{0.9, 0.95, 1e-8, 0.1}, 1e-3, 1, 0.0, accum, (double)SB * ST * accum};
+    llama_step_result r;
+    llama_train_step(a, &args, fill, &fc, in, tgt, &r);
+    cr_assert_eq(r.loss, loss_host / args.tokens_per_step, "loss %.17g vs host %.17g", r.loss,
+                 loss_host / args.tokens_per_step);
+    cr_assert_eq(r.grad_norm, norm_host, "norm %.17g vs host %.17g", r.grad_norm, norm_host);
+    llama_destroy(a);
+    llama_destroy(b);
+    mp_mesh_destroy(&mesh);
+}
+
+/* The CPU's side of the streams/events/pinned-memory contract: every handle is usable in every call
+ * (nothing is ever in flight, so every wait returns), and pinned host memory is zero-filled and charged
+ * to its category, large (fresh pages) and small alike, and given back in full. */
+Test(step_contract, cpu_streams_events_and_host_memory_honour_the_contract) {
+    mp_backend *be = mp_backend_cpu();
+    mp_stream s = be->stream_create(be);
+    mp_event e = be->event_create(be);
+    cr_assert_not_null(s);
+    cr_assert_not_null(e);
+    be->event_record(be, e, NULL);          /* on the compute stream */
+    be->stream_wait_event(be, s, e);        /* the communication stream waits for it */
+    be->event_record(be, e, s);
+    be->stream_wait_event(be, NULL, e);
+    be->event_sync(be, e);
+    be->synchronize(be);
+    be->event_destroy(be, e);
+    be->stream_destroy(be, s);
+    size_t sizes[] = {64, 3 * MP_ZEROED_MMAP_MIN + 8};
+    for (int i = 0; i < 2; i++) {
+        int64_t before = mp_mem_current(MP_MEM_CKPT);
+        unsigned char *p = be->host_alloc(be, sizes[i], MP_MEM_CKPT);
+        cr_assert_eq(mp_mem_current(MP_MEM_CKPT) - before, (int64_t)sizes[i]);
+        cr_assert_eq((uintptr_t)p % 64, 0, "not 64-byte aligned");
+        for (size_t j = 0; j < sizes[i]; j += 4093) cr_assert_eq(p[j], 0, "byte %zu of %zu not zero", j, sizes[i]);
+        cr_assert_eq(p[sizes[i] - 1], 0);
+        memset(p, 0xab, sizes[i]);
+        be->host_free(be, p, sizes[i], MP_MEM_CKPT);
+        cr_assert_eq(mp_mem_current(MP_MEM_CKPT), before);
+    }
+}
