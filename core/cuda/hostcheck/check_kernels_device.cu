@@ -1,0 +1,460 @@
+/*
+ * core/cuda/hostcheck/check_kernels_device.cu — the first device test of the CUDA kernels: every
+ * launcher on small odd shapes against host references, and every reduction-bearing launcher run twice
+ * and compared bit for bit. Needs a GPU (sm_80+); without one it says so and exits 77 (ctest's "skip").
+ *
+ * It reuses check_kernels_host.cu's references (naive double attention, tolerances, RNG) by including it
+ * with MP_HOSTCHECK_NO_MAIN, which also brings in the kernel files, so the launchers are compiled into
+ * this program directly. Build and run from the repository root:
+ *   gcc -O2 -fopenmp -I. -c core/kernels_cpu_attn_fwd.c -o /tmp/af.o
+ *   gcc -O2 -fopenmp -I. -c core/kernels_cpu_attn_bwd.c -o /tmp/ab.o
+ *   gcc -O2 -I. -c core/error.c -o /tmp/err.o
+ *   nvcc -std=c++17 -O2 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -I. \
+ *        core/cuda/hostcheck/check_kernels_device.cu core/cuda/gemm_cuda.cu core/cuda/k_convert.cu \
+ *        core/cuda/k_elementwise.cu \
+ *        /tmp/af.o /tmp/ab.o /tmp/err.o -lcublasLt -lopenblas -lgomp \
+ *        -o /tmp/check_kernels_device && compute-sanitizer /tmp/check_kernels_device
+ * (also worth running under compute-sanitizer --tool racecheck and --tool synccheck).
+ */
+#define MP_HOSTCHECK_NO_MAIN 1
+#include "core/cuda/hostcheck/check_kernels_host.cu"
+extern "C" {
+#include "core/error.h"
+}
+#include "core/cuda/gemm_cuda.h"
+
+#define CK(call)                                                                                        \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) {                                                                        \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));      \
+            exit(1);                                                                                    \
+        }                                                                                               \
+    } while (0)
+#define SYNC()                               \
+    do {                                     \
+        CK(cudaGetLastError());              \
+        CK(cudaStreamSynchronize(g_s));      \
+    } while (0)
+
+static cudaStream_t g_s;
+
+template <typename T>
+static T *dev(size_t n) {
+    T *p = NULL;
+    CK(cudaMalloc(&p, (n ? n : 1) * sizeof(T)));
+    CK(cudaMemset(p, 0, (n ? n : 1) * sizeof(T)));
+    return p;
+}
+template <typename T>
+static T *up(const std::vector<T> &h) {
+    T *p = dev<T>(h.size());
+    CK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return p;
+}
+template <typename T>
+static std::vector<T> down(const T *p, size_t n) {
+    std::vector<T> h(n);
+    CK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+static mp_bf16 *up_bf16(const std::vector<float> &h) {
+    std::vector<mp_bf16> b(h.size());
+    for (size_t i = 0; i < h.size(); i++) b[i] = __float2bfloat16_rn(h[i]);
+    return up(b);
+}
+static std::vector<float> down_bf16(const mp_bf16 *p, size_t n) {
+    std::vector<mp_bf16> b = down(p, n);
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(b[i]);
+    return f;
+}
+static std::vector<float> rnd_vec(size_t n, float amp) {
+    std::vector<float> v(n);
+    for (auto &e : v) e = bf16_round(amp * rnd_unit());
+    return v;
+}
+template <typename T>
+static bool same_bits(const std::vector<T> &a, const std::vector<T> &b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+static void dev_reduce(void) {
+    const int64_t n = 1234567;
+    std::vector<float> x(n);
+    for (auto &e : x) e = rnd_unit();
+    double ref2 = 0, ref1 = 0;
+    for (float e : x) ref2 += (double)e * e, ref1 += e;
+    float *dx = up(x);
+    double *acc = dev<double>(2), *part = dev<double>(MP_CUDA_REDUCE_MAX_BLOCKS);
+    mp_cuda_sumsq_acc_f32(acc, part, dx, n, g_s);
+    mp_cuda_sum_acc_f32(acc + 1, part, dx, n, g_s);
+    SYNC();
+    std::vector<double> a = down(acc, 2);
+    CHECK(fabs(a[0] - ref2) <= 1e-12 * ref2 && fabs(a[1] - ref1) <= 1e-9, "sumsq %.17g/%.17g sum %.17g/%.17g", a[0],
+          ref2, a[1], ref1);
+    mp_cuda_sumsq_acc_f32(acc, part, dx, n, g_s);   /* accumulates: now 2x */
+    SYNC();
+    std::vector<double> b = down(acc, 2);
+    CHECK(b[0] == a[0] + a[0], "sumsq accumulates bitwise (a + a)");
+    float *scale = dev<float>(1);
+    mp_cuda_clip_scale(scale, acc, 1.0, g_s);
+    SYNC();
+    CHECK(down(scale, 1)[0] == clip_factor(b[0], 1.0), "clip scale on the device");
+    cudaFree(dx), cudaFree(acc), cudaFree(part), cudaFree(scale);
+}
+
+static void dev_embed(void) {
+    const int N = 777, D = 67, v_start = 10, v_local = 40;
+    std::vector<int32_t> tok(N);
+    for (auto &t : tok) t = (int32_t)(rnd_u64() % 60);
+    std::vector<float> wte = rnd_vec((size_t)v_local * D, 1.0f), dout = rnd_vec((size_t)N * D, 1.0f);
+    std::vector<float> ref((size_t)v_local * D, 0.0f);
+    for (int n = 0; n < N; n++) {
+        const int64_t r = (int64_t)tok[n] - v_start;
+        if (r >= 0 && r < v_local)
+            for (int i = 0; i < D; i++) ref[r * D + i] += dout[(size_t)n * D + i];
+    }
+    int32_t *dtok = up(tok);
+    float *dw = up(wte), *dg = dev<float>((size_t)v_local * D);
+    mp_bf16 *dout_d = up_bf16(dout), *out = dev<mp_bf16>((size_t)N * D);
+    void *keys = dev<char>(mp_cuda_embed_bwd_scratch_bytes(N));
+    mp_cuda_embed_fwd_f32(out, dtok, dw, N, D, v_start, v_local, g_s);
+    SYNC();
+    std::vector<float> o = down_bf16(out, (size_t)N * D);
+    int bad = 0;
+    for (int n = 0; n < N; n++) {
+        const int64_t r = (int64_t)tok[n] - v_start;
+        for (int i = 0; i < D; i++) bad += o[(size_t)n * D + i] != ((r >= 0 && r < v_local) ? wte[r * D + i] : 0.0f);
+    }
+    CHECK(bad == 0, "embed fwd: %d wrong elements", bad);
+    mp_cuda_embed_bwd(dg, dout_d, dtok, keys, N, D, v_start, v_local, g_s);
+    SYNC();
+    std::vector<float> g1 = down(dg, ref.size());
+    CHECK(same_bits(g1, ref), "embed bwd from zero is not bitwise the CPU's in-order scatter");
+    CK(cudaMemset(dg, 0, ref.size() * sizeof(float)));
+    mp_cuda_embed_bwd(dg, dout_d, dtok, keys, N, D, v_start, v_local, g_s);
+    SYNC();
+    CHECK(same_bits(down(dg, ref.size()), g1), "embed bwd not repeatable");
+    cudaFree(dtok), cudaFree(dw), cudaFree(dg), cudaFree(dout_d), cudaFree(out), cudaFree(keys);
+}
+
+static void dev_rmsnorm(void) {
+    const int N = 300, D = 200;
+    const float eps = 1e-5f;
+    std::vector<float> x = rnd_vec((size_t)N * D, 2.0f), w = rnd_vec(D, 1.0f), dy = rnd_vec((size_t)N * D, 1.0f);
+    mp_bf16 *xd = up_bf16(x), *wd = up_bf16(w), *dyd = up_bf16(dy), *y = dev<mp_bf16>((size_t)N * D),
+            *dx = dev<mp_bf16>((size_t)N * D);
+    float *rstd = dev<float>(N), *dw = dev<float>(D), *part = dev<float>(mp_cuda_rmsnorm_bwd_scratch_floats(N, D));
+    mp_cuda_rmsnorm_fwd(y, rstd, xd, wd, N, D, eps, g_s);
+    mp_cuda_rmsnorm_bwd(dx, dw, part, dyd, xd, wd, rstd, N, D, g_s);
+    SYNC();
+    std::vector<float> yh = down_bf16(y, (size_t)N * D), rh = down(rstd, N), dxh = down_bf16(dx, (size_t)N * D),
+                       dwh = down(dw, D);
+    std::vector<double> ry((size_t)N * D), rdx((size_t)N * D), rdw(D, 0.0), rr(N);
+    for (int n = 0; n < N; n++) {
+        double ss = 0, dot = 0;
+        for (int i = 0; i < D; i++) ss += (double)x[n * D + i] * x[n * D + i];
+        const double r = 1.0 / sqrt(ss / D + eps);
+        rr[n] = r;
+        for (int i = 0; i < D; i++) ry[n * D + i] = x[n * D + i] * r * w[i], dot += (double)w[i] * dy[n * D + i] * x[n * D + i];
+        for (int i = 0; i < D; i++) {
+            rdx[n * D + i] = r * (w[i] * dy[n * D + i] - x[n * D + i] * r * r * dot / D);
+            rdw[i] += dy[n * D + i] * x[n * D + i] * r;
+        }
+    }
+    close("rmsnorm y", yh, ry, 1e-2, 1e-4, "");
+    close("rmsnorm rstd", rh, rr, 1e-5, 1e-6, "");
+    close("rmsnorm dx", dxh, rdx, 1e-2, 1e-4, "");
+    close("rmsnorm dw", dwh, rdw, 1e-4, 1e-4, "");
+    CK(cudaMemset(dw, 0, D * sizeof(float)));
+    mp_cuda_rmsnorm_bwd(dx, dw, part, dyd, xd, wd, rstd, N, D, g_s);
+    SYNC();
+    CHECK(same_bits(down(dw, D), dwh), "rmsnorm dw not repeatable");
+    cudaFree(xd), cudaFree(wd), cudaFree(dyd), cudaFree(y), cudaFree(dx), cudaFree(rstd), cudaFree(dw), cudaFree(part);
+}
+
+static void dev_rope_swiglu(void) {
+    const int B = 2, T = 5, H = 3, hd = 12, half = hd / 2, max_pos = 16, pos0 = 4;
+    std::vector<float> ct((size_t)max_pos * half), st((size_t)max_pos * half);
+    for (int p = 0; p < max_pos; p++)
+        for (int i = 0; i < half; i++) ct[p * half + i] = (float)cos(p * pow(1e4, -2.0 * i / hd)), st[p * half + i] = (float)sin(p * pow(1e4, -2.0 * i / hd));
+    std::vector<float> x = rnd_vec((size_t)B * T * H * hd, 1.0f);
+    mp_bf16 *xd = up_bf16(x);
+    float *cd = up(ct), *sd = up(st);
+    mp_cuda_rope_fwd(xd, cd, sd, B, T, H, hd, pos0, max_pos, g_s);
+    SYNC();
+    std::vector<float> y = down_bf16(xd, x.size());
+    std::vector<double> ry(x.size());
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < half; i++) {
+                    const size_t lo = (((size_t)b * T + t) * H + h) * hd + i, hi = lo + half, tab = (size_t)(pos0 + t) * half + i;
+                    ry[lo] = x[lo] * ct[tab] - x[hi] * st[tab];
+                    ry[hi] = x[hi] * ct[tab] + x[lo] * st[tab];
+                }
+    close("rope fwd", y, ry, 1e-2, 1e-4, "");
+    mp_cuda_rope_bwd(xd, cd, sd, B, T, H, hd, pos0, max_pos, g_s);
+    SYNC();
+    close("rope bwd(fwd(x))", down_bf16(xd, x.size()), x, 2e-2, 1e-3, "");
+
+    const int64_t n = 1000;
+    std::vector<float> g = rnd_vec(n, 6.0f), u = rnd_vec(n, 2.0f), d = rnd_vec(n, 1.0f);
+    mp_bf16 *gd = up_bf16(g), *ud = up_bf16(u), *dd = up_bf16(d), *o = dev<mp_bf16>(n), *dg = dev<mp_bf16>(n),
+            *du = dev<mp_bf16>(n);
+    mp_cuda_swiglu_fwd(o, gd, ud, n, g_s);
+    mp_cuda_swiglu_bwd(dg, du, dd, gd, ud, n, g_s);
+    SYNC();
+    std::vector<double> ro(n), rdg(n), rdu(n);
+    for (int64_t i = 0; i < n; i++) {
+        float a, b;
+        swiglu_grad(d[i], g[i], u[i], &a, &b);
+        ro[i] = swiglu_f(g[i], u[i]), rdg[i] = a, rdu[i] = b;
+    }
+    close("swiglu", down_bf16(o, n), ro, 1e-2, 1e-4, "");
+    close("swiglu dgate", down_bf16(dg, n), rdg, 1e-2, 1e-4, "");
+    close("swiglu dup", down_bf16(du, n), rdu, 1e-2, 1e-4, "");
+    cudaFree(xd), cudaFree(cd), cudaFree(sd), cudaFree(gd), cudaFree(ud), cudaFree(dd), cudaFree(o), cudaFree(dg),
+        cudaFree(du);
+}
+
+static void dev_attention(int B, int T, int H, int KV, int hd) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "device B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    Attn A;
+    A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd;
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
+    A.q = rnd_vec(nq, 2.0f), A.k = rnd_vec(nk, 2.0f), A.v = rnd_vec(nk, 1.0f), A.dout = rnd_vec(nq, 1.0f);
+    std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
+    naive(A, rout, rlse, rdq, rdk, rdv);
+    mp_bf16 *q = up_bf16(A.q), *k = up_bf16(A.k), *v = up_bf16(A.v), *dout = up_bf16(A.dout), *out = dev<mp_bf16>(nq),
+            *dq = dev<mp_bf16>(nq), *dk = dev<mp_bf16>(nk), *dv = dev<mp_bf16>(nk);
+    float *lse = dev<float>(nr), *scratch = dev<float>(nr);
+    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, g_s);
+    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, g_s);
+    SYNC();
+    std::vector<float> o = down_bf16(out, nq), l = down(lse, nr), gq = down_bf16(dq, nq), gk = down_bf16(dk, nk),
+                       gv = down_bf16(dv, nk);
+    close("attn out", o, rout, 1e-2, 1e-4, shape);
+    close("attn lse", l, rlse, 1e-5, 1e-5, shape);
+    close("attn dq", gq, rdq, 2e-2, 1e-4, shape);
+    close("attn dk", gk, rdk, 2e-2, 1e-4, shape);
+    close("attn dv", gv, rdv, 2e-2, 1e-4, shape);
+    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, g_s);
+    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, g_s);
+    SYNC();
+    CHECK(same_bits(down_bf16(out, nq), o) && same_bits(down(lse, nr), l) && same_bits(down_bf16(dq, nq), gq) &&
+              same_bits(down_bf16(dk, nk), gk) && same_bits(down_bf16(dv, nk), gv),
+          "attention not repeatable (%s)", shape);
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(dout), cudaFree(out), cudaFree(dq), cudaFree(dk), cudaFree(dv),
+        cudaFree(lse), cudaFree(scratch);
+}
+
+static void dev_xent(void) {
+    const int N = 37, v_local = 1003, v_valid = 990, v_start = 2000;
+    const float dloss = 0.125f;
+    std::vector<float> lg = rnd_vec((size_t)N * v_local, 8.0f);
+    std::vector<int32_t> tgt(N);
+    for (int n = 0; n < N; n++) tgt[n] = v_start - 5 + (int32_t)(rnd_u64() % (v_valid + 10));
+    mp_bf16 *ld = up_bf16(lg);
+    int32_t *td = up(tgt);
+    float *mx = dev<float>(N), *se = dev<float>(N), *tl = dev<float>(N), *loss = dev<float>(N);
+    mp_cuda_xent_rowmax_bf16(mx, ld, N, v_local, v_valid, g_s);
+    mp_cuda_xent_sumexp_bf16(se, ld, mx, N, v_local, v_valid, g_s);
+    mp_cuda_xent_target_bf16(tl, ld, td, N, v_local, v_valid, v_start, g_s);
+    mp_cuda_xent_loss(loss, mx, se, tl, N, g_s);
+    mp_cuda_xent_bwd_bf16(ld, mx, se, td, dloss, N, v_local, v_valid, v_start, g_s);
+    SYNC();
+    std::vector<float> lh = down(loss, N), gh = down_bf16(ld, (size_t)N * v_local);
+    std::vector<double> rl(N), rg((size_t)N * v_local, 0.0);
+    for (int n = 0; n < N; n++) {
+        double m = -INFINITY, s = 0;
+        for (int j = 0; j < v_valid; j++) m = std::max(m, (double)lg[(size_t)n * v_local + j]);
+        for (int j = 0; j < v_valid; j++) s += exp(lg[(size_t)n * v_local + j] - m);
+        const int64_t c = (int64_t)tgt[n] - v_start;
+        const double t = (c >= 0 && c < v_valid) ? lg[(size_t)n * v_local + c] : 0.0;
+        rl[n] = log(s) + m - t;
+        for (int j = 0; j < v_valid; j++) rg[(size_t)n * v_local + j] = dloss * (exp(lg[(size_t)n * v_local + j] - m) / s - (j == c));
+    }
+    close("xent loss", lh, rl, 1e-5, 1e-4, "");
+    close("xent dlogits", gh, rg, 1e-2, 1e-6, "");
+    cudaFree(ld), cudaFree(td), cudaFree(mx), cudaFree(se), cudaFree(tl), cudaFree(loss);
+}
+
+static void dev_adamw(void) {
+    const int64_t n = 100003;
+    std::vector<float> p = rnd_vec(n, 1.0f), g = rnd_vec(n, 1.0f), m(n, 0.01f), v(n, 0.001f);
+    float *pd = up(p), *gd = up(g), *md = up(m), *vd = up(v), *sc = up(std::vector<float>{0.5f});
+    mp_bf16 *pb = dev<mp_bf16>(n);
+    mp_cuda_adamw(pd, pb, gd, md, vd, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, sc, g_s);
+    SYNC();
+    std::vector<float> ph = down(pd, n), pbh = down_bf16(pb, n);
+    const float bc1 = (float)(1.0 / (1.0 - pow(0.9, 3))), bc2 = (float)(1.0 / (1.0 - pow(0.95, 3)));
+    std::vector<float> rp(n), rpb(n);
+    for (int64_t i = 0; i < n; i++) {
+        float mi = m[i], vi = v[i];
+        rp[i] = adamw_elem(p[i], g[i], &mi, &vi, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2, 0.5f);
+        rpb[i] = bf16_round(ph[i]);
+    }
+    close("adamw p", ph, rp, 1e-6, 1e-7, "");
+    CHECK(same_bits(pbh, rpb), "adamw bf16 copy is not the rounded fp32 weight");
+    cudaFree(pd), cudaFree(gd), cudaFree(md), cudaFree(vd), cudaFree(sc), cudaFree(pb);
+}
+
+/* conversion, elementwise ops, the bf16 sum of squares, the bf16-table embedding, fp32 cross-entropy */
+static void dev_misc(void) {
+    const int64_t n = 70001;
+    std::vector<float> a = rnd_vec(n, 3.0f), b = rnd_vec(n, 3.0f);
+    float *af = up(a), *bf = up(b), *cf = dev<float>(n);
+    mp_bf16 *ab = dev<mp_bf16>(n), *bb = up_bf16(b);
+    mp_cuda_f32_to_bf16(ab, af, n, g_s);
+    mp_cuda_bf16_to_f32(cf, ab, n, g_s);
+    SYNC();
+    CHECK(same_bits(down(cf, n), a), "bf16 round trip of bf16-valued floats");
+    mp_cuda_add_f32(cf, af, bf, n, g_s);
+    mp_cuda_accumulate_f32(cf, af, n, g_s);
+    mp_cuda_scale_f32(cf, 0.5f, n, g_s);
+    mp_cuda_add_bf16(ab, ab, bb, n, g_s);   /* aliasing out and a */
+    mp_cuda_accumulate_bf16(ab, bb, n, g_s);
+    mp_cuda_scale_bf16(ab, 2.0f, n, g_s);
+    SYNC();
+    std::vector<double> r1(n), r2(n);
+    for (int64_t i = 0; i < n; i++) r1[i] = 0.5 * (2.0 * a[i] + b[i]), r2[i] = 2.0 * (a[i] + 2.0 * b[i]);
+    close("add/accumulate/scale f32", down(cf, n), r1, 1e-6, 1e-6, "");
+    close("add/accumulate/scale bf16", down_bf16(ab, n), r2, 1e-2, 1e-3, "");
+    double *acc = dev<double>(1), *part = dev<double>(MP_CUDA_REDUCE_MAX_BLOCKS), ref = 0.0;
+    for (float e : b) ref += (double)e * e;
+    mp_cuda_sumsq_acc_bf16(acc, part, bb, n, g_s);
+    SYNC();
+    CHECK(fabs(down(acc, 1)[0] - ref) <= 1e-12 * ref, "sumsq bf16");
+
+    const int N = 50, D = 33, v_local = 20;
+    std::vector<int32_t> tok(N);
+    for (auto &t : tok) t = (int32_t)(rnd_u64() % 30) - 5;
+    int32_t *td = up(tok);
+    std::vector<float> wte = rnd_vec((size_t)v_local * D, 1.0f);
+    mp_bf16 *wd = up_bf16(wte), *out = dev<mp_bf16>((size_t)N * D);
+    mp_cuda_embed_fwd_bf16(out, td, wd, N, D, 0, v_local, g_s);
+    SYNC();
+    std::vector<float> o = down_bf16(out, (size_t)N * D);
+    int bad = 0;
+    for (int t = 0; t < N; t++)
+        for (int i = 0; i < D; i++) bad += o[(size_t)t * D + i] != ((tok[t] >= 0 && tok[t] < v_local) ? wte[(size_t)tok[t] * D + i] : 0.0f);
+    CHECK(bad == 0, "embed fwd bf16 table: %d wrong", bad);
+
+    /* fp32 cross-entropy, tp = 1, one row with every logit -inf (no gradient, sumexp 0) */
+    const int V = 77;
+    std::vector<float> lg = rnd_vec((size_t)N * V, 5.0f);
+    for (int j = 0; j < V; j++) lg[j] = -INFINITY;
+    std::vector<int32_t> tgt(N);
+    for (auto &t : tgt) t = (int32_t)(rnd_u64() % V);
+    float *ld = up(lg), *mx = dev<float>(N), *se = dev<float>(N), *tl = dev<float>(N), *loss = dev<float>(N);
+    int32_t *tgd = up(tgt);
+    mp_cuda_xent_rowmax_f32(mx, ld, N, V, V, g_s);
+    mp_cuda_xent_sumexp_f32(se, ld, mx, N, V, V, g_s);
+    mp_cuda_xent_target_f32(tl, ld, tgd, N, V, V, 0, g_s);
+    mp_cuda_xent_loss(loss, mx, se, tl, N, g_s);
+    mp_cuda_xent_bwd_f32(ld, mx, se, tgd, 1.0f, N, V, V, 0, g_s);
+    SYNC();
+    std::vector<float> lh = down(loss, N), gh = down(ld, (size_t)N * V), seh = down(se, N);
+    CHECK(seh[0] == 0.0f, "all -inf row: sumexp %g", seh[0]);
+    bad = 0;
+    for (int j = 0; j < V; j++) bad += gh[j] != (j == tgt[0] ? -1.0f : 0.0f);
+    CHECK(bad == 0, "all -inf row: gradient must be -onehot only (as the CPU backend)");
+    std::vector<double> rl(N - 1), rll(N - 1);
+    for (int t = 1; t < N; t++) {
+        double m = -INFINITY, s2 = 0;
+        for (int j = 0; j < V; j++) m = std::max(m, (double)lg[(size_t)t * V + j]);
+        for (int j = 0; j < V; j++) s2 += exp(lg[(size_t)t * V + j] - m);
+        rl[t - 1] = log(s2) + m - lg[(size_t)t * V + tgt[t]];
+        rll[t - 1] = lh[t];
+    }
+    close("xent f32 loss", rll, rl, 1e-5, 1e-5, "");
+    cudaFree(af), cudaFree(bf), cudaFree(cf), cudaFree(ab), cudaFree(bb), cudaFree(acc), cudaFree(part), cudaFree(td),
+        cudaFree(wd), cudaFree(out), cudaFree(ld), cudaFree(mx), cudaFree(se), cudaFree(tl), cudaFree(loss),
+        cudaFree(tgd);
+}
+
+/* core/backend.h's gemm on all four transpose combinations, odd sizes and padded row strides. */
+static void dev_gemm(mp_cuda_blas *bl) {
+    const int M = 37, N = 53, K = 29, pad = 8;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int f32 = 0; f32 < 2; f32++) {
+                const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+                const int lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+                std::vector<float> A = rnd_vec((size_t)ar * lda, 1.0f), B = rnd_vec((size_t)br * ldb, 1.0f),
+                                   C = rnd_vec((size_t)M * ldc, 1.0f);
+                const float alpha = 0.75f, beta = f32 ? 1.0f : 0.5f;
+                std::vector<double> ref((size_t)M * ldc);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < ldc; j++) {
+                        if (j >= N) {
+                            ref[(size_t)i * ldc + j] = C[(size_t)i * ldc + j];   /* untouched */
+                            continue;
+                        }
+                        double s = 0;
+                        for (int kk = 0; kk < K; kk++)
+                            s += (double)(ta ? A[(size_t)kk * lda + i] : A[(size_t)i * lda + kk]) *
+                                 (tb ? B[(size_t)j * ldb + kk] : B[(size_t)kk * ldb + j]);
+                        ref[(size_t)i * ldc + j] = alpha * s + beta * C[(size_t)i * ldc + j];
+                    }
+                mp_bf16 *Ad = up_bf16(A), *Bd = up_bf16(B);
+                void *Cd = f32 ? (void *)up(C) : (void *)up_bf16(C);
+                const int st = mp_cuda_gemm(bl, ta, tb, M, N, K, alpha, Ad, lda, Bd, ldb, beta, Cd,
+                                            f32 ? MP_CUDA_OUT_F32 : MP_CUDA_OUT_BF16, ldc, g_s);
+                SYNC();
+                char what[64];
+                snprintf(what, sizeof what, "gemm ta=%d tb=%d %s", ta, tb, f32 ? "f32" : "bf16");
+                CHECK(st == 0, "%s: %s", what, mp_cuda_blas_status_name(st));
+                std::vector<float> got = f32 ? down((float *)Cd, ref.size()) : down_bf16((mp_bf16 *)Cd, ref.size());
+                close(what, got, ref, f32 ? 1e-3 : 1e-2, 1e-3, "");
+                cudaFree(Ad), cudaFree(Bd), cudaFree(Cd);
+            }
+}
+
+int main(void) {
+    /* the host checks first (cheap; also keeps their functions used in this build) */
+    check_reduce_plan();
+    check_rmsnorm_plan();
+    check_embed_bwd(1000, 5, 100, 37, 200);
+    check_rmsnorm_bwd(33, 5);
+    check_elementwise();
+    check_attention(2, 70, 4, 2, 40);
+    if (g_fail) {
+        fprintf(stderr, "check_kernels_device: %d host check(s) FAILED\n", g_fail);
+        return 1;
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        fprintf(stderr, "check_kernels_device: host checks passed; no CUDA device: device checks skipped\n");
+        return 77;
+    }
+    CK(cudaStreamCreate(&g_s));
+    mp_err err;
+    mp_cuda_blas *bl = NULL;
+    if (mp_cuda_blas_create(&bl, MP_CUDA_BLAS_WORKSPACE_BYTES, &err) != MP_OK) {
+        fprintf(stderr, "check_kernels_device: cuBLASLt handle failed\n");
+        return 1;
+    }
+    dev_reduce();
+    dev_misc();
+    dev_embed();
+    dev_rmsnorm();
+    dev_rope_swiglu();
+    const int shapes[][5] = {{1, 1, 1, 1, 8}, {2, 7, 4, 2, 40}, {1, 33, 4, 1, 64}, {2, 70, 4, 4, 32},
+                             {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 300, 8, 2, 128}};
+    for (auto &s : shapes) dev_attention(s[0], s[1], s[2], s[3], s[4]);
+    dev_xent();
+    dev_adamw();
+    dev_gemm(bl);
+    mp_cuda_blas_destroy(bl);
+    CK(cudaStreamDestroy(g_s));
+    if (g_fail) {
+        fprintf(stderr, "check_kernels_device: %d check(s) FAILED\n", g_fail);
+        return 1;
+    }
+    printf("check_kernels_device: all checks passed\n");
+    return 0;
+}

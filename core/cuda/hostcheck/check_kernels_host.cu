@@ -1,0 +1,487 @@
+/*
+ * core/cuda/hostcheck/check_kernels_host.cu — host-side checks of the CUDA kernels' pure parts, runnable
+ * on a machine WITHOUT a GPU (nothing here launches a kernel).
+ *
+ * What it checks:
+ *   1. the __host__ __device__ helpers the kernels themselves call (it #includes the kernel files):
+ *      reduction and RMSNorm-backward plans (every element covered once, limits held), the RMSNorm dw
+ *      chunk/column passes against a double reference, the embedding
+ *      backward's key packing, bitonic network and run detection (run as the launcher runs them, stage
+ *      by stage, against core/backend_cpu.c's in-order scatter), the AdamW, SwiGLU, RoPE, loss and clip
+ *      element math against double-precision references;
+ *   2. the flash-attention kernels' tiling, written out on the host step for step as the kernels do it
+ *      (block tiles, one warp per row, one lane per key, the causal masks, the tile skips, the online
+ *      softmax; dK/dV by key-row warps over query tiles, dQ by query-row warps over key tiles), against a
+ *      naive double-precision attention and against the project's CPU kernels
+ *      (core/kernels_cpu_attn_fwd.c, _bwd.c), on odd sizes (T not a multiple of a tile, hd not a multiple
+ *      of 32, GQA groups of 1, 2 and 4).
+ * What it cannot check: the device code itself (shuffles, barriers, shared-memory races, launch
+ * configurations). Those need a GPU; see docs/CUDA.md.
+ *
+ * Not part of the library (cmake/cuda.cmake globs the .cu files of core/cuda itself, not of this folder).
+ * Build and run:
+ *   gcc -O2 -fopenmp -I. -c core/kernels_cpu_attn_fwd.c -o /tmp/af.o
+ *   gcc -O2 -fopenmp -I. -c core/kernels_cpu_attn_bwd.c -o /tmp/ab.o
+ *   nvcc -std=c++17 -O2 -I. core/cuda/hostcheck/check_kernels_host.cu /tmp/af.o /tmp/ab.o \
+ *        -lopenblas -lgomp -o /tmp/check_kernels_host && /tmp/check_kernels_host
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+
+#include "core/cuda/k_adamw.cu"
+#include "core/cuda/k_attn_bwd.cu"
+#include "core/cuda/k_attn_fwd.cu"
+#include "core/cuda/k_embed.cu"
+#include "core/cuda/k_reduce.cu"
+#include "core/cuda/k_rmsnorm.cu"
+#include "core/cuda/k_rope.cu"
+#include "core/cuda/k_swiglu.cu"
+#include "core/cuda/k_xent.cu"
+
+extern "C" {
+void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
+                     int KV, int hd);
+void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
+                     const float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KV,
+                     int hd);
+/* core/backend_cpu.c's, which this check does not link: one thread is enough here. */
+int mp_cpu_threads(void) { return 1; }
+}
+
+static int g_fail = 0;
+#define CHECK(cond, ...)                                    \
+    do {                                                    \
+        if (!(cond)) {                                      \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                   \
+            fprintf(stderr, "\n");                          \
+            g_fail++;                                       \
+        }                                                   \
+    } while (0)
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd_u64(void) {   /* splitmix64 */
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rnd_unit(void) { return (float)((rnd_u64() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
+static float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+/* ---- 1. plans ---- */
+
+static void check_reduce_plan(void) {
+    const int64_t ns[] = {1, 2, 255, 8191, 8192, 8193, 100000, 8192LL * 1024, 8192LL * 1024 + 1, 123456789,
+                          (int64_t)1 << 33, ((int64_t)1 << 40) + 7};
+    for (int64_t n : ns) {
+        int nb;
+        int64_t chunk;
+        reduce_plan(n, &nb, &chunk);
+        CHECK(nb >= 1 && nb <= MP_CUDA_REDUCE_MAX_BLOCKS, "reduce_plan(%lld): %d blocks", (long long)n, nb);
+        CHECK((int64_t)nb * chunk >= n && (int64_t)(nb - 1) * chunk < n, "reduce_plan(%lld) coverage", (long long)n);
+    }
+    /* the two-stage order emulated on the host equals the plain sum to double rounding */
+    std::vector<float> x(300001);
+    for (auto &e : x) e = rnd_unit();
+    int nb;
+    int64_t chunk;
+    reduce_plan((int64_t)x.size(), &nb, &chunk);
+    double total = 0.0, plain = 0.0;
+    for (int b = 0; b < nb; b++) {
+        double part[RED_THREADS] = {0};
+        for (int64_t i = b * chunk; i < std::min<int64_t>((int64_t)x.size(), (b + 1) * chunk); i++)
+            part[(i - b * chunk) % RED_THREADS] += (double)x[i] * x[i];
+        double s = 0.0;
+        for (double p : part) s += p;
+        total += s;
+    }
+    for (float e : x) plain += (double)e * e;
+    CHECK(fabs(total - plain) <= 1e-12 * plain, "reduce emulation %.17g vs %.17g", total, plain);
+}
+
+static void check_rmsnorm_plan(void) {
+    for (int N = 1; N <= 200000; N += (N < 600 ? 1 : 997)) {
+        int rows, nc;
+        rmsnorm_plan(N, &rows, &nc);
+        CHECK(rows >= BWD_MIN_ROWS && nc >= 1 && nc <= BWD_MAX_CHUNKS, "rmsnorm_plan(%d): %d x %d", N, nc, rows);
+        CHECK((int64_t)nc * rows >= N && (int64_t)(nc - 1) * rows < N, "rmsnorm_plan(%d) coverage", N);
+        CHECK(mp_cuda_rmsnorm_bwd_scratch_floats(N, 7) == (size_t)nc * 7, "scratch size");
+    }
+}
+
+/* ---- 1. embedding backward: keys, bitonic network, runs ---- */
+
+static void check_embed_bwd(int N, int D, int v_start, int v_local, int vocab) {
+    std::vector<int32_t> tok(N);
+    for (auto &t : tok) t = (int32_t)(rnd_u64() % (uint64_t)vocab) - (rnd_u64() % 16 == 0 ? vocab : 0);
+    if (N > 3) tok[1] = tok[0], tok[3] = tok[0];   /* repeats for sure */
+    std::vector<float> dout((size_t)N * D), ref((size_t)v_local * D, 0.0f), got((size_t)v_local * D, 0.0f);
+    for (auto &e : dout) e = bf16_round(rnd_unit());
+    /* core/backend_cpu.c's cpu_embed_bwd: tokens in order */
+    for (int n = 0; n < N; n++) {
+        int64_t r = (int64_t)tok[n] - v_start;
+        if (r < 0 || r >= v_local) continue;
+        for (int i = 0; i < D; i++) ref[(size_t)r * D + i] += dout[(size_t)n * D + i];
+    }
+    /* the launcher's sequence, on the host */
+    const int64_t P = next_pow2(N);
+    CHECK(mp_cuda_embed_bwd_scratch_bytes(N) == (size_t)P * 8, "scratch bytes");
+    std::vector<uint64_t> keys(P);
+    for (int64_t i = 0; i < P; i++) keys[i] = i < N ? embed_key(tok[i], (int)i, v_start, v_local) : ~(uint64_t)0;
+    for (int64_t k = 2; k <= P; k <<= 1)
+        for (int64_t j = k >> 1; j > 0; j >>= 1)
+            for (int64_t i = P - 1; i >= 0; i--) bitonic_step(keys.data(), i, j, k);   /* any order within a stage */
+    CHECK(std::is_sorted(keys.begin(), keys.end()), "bitonic sort (N=%d)", N);
+    for (int i = 0; i < N; i++)
+        for (int d = 0; d < D; d++) {
+            if (!run_start(keys.data(), i, v_local)) continue;
+            const uint64_t row = key_row(keys[i]);
+            float sum = 0.0f;
+            for (int j = i; j < N && key_row(keys[j]) == row; j++) sum += dout[(size_t)key_pos(keys[j]) * D + d];
+            got[(size_t)row * D + d] += sum;
+        }
+    /* from zero, both add the same values in the same (increasing n) order: bitwise equal */
+    CHECK(memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0, "embed bwd N=%d differs from CPU", N);
+}
+
+/* ---- 1. RMSNorm backward: the chunk and column passes against core/backend_cpu.c's formula ---- */
+
+static void check_rmsnorm_bwd(int N, int D) {
+    std::vector<float> x((size_t)N * D), dy((size_t)N * D), w(D), rstd(N);
+    for (auto &e : x) e = bf16_round(rnd_unit());
+    for (auto &e : dy) e = bf16_round(rnd_unit());
+    for (auto &e : w) e = bf16_round(1.0f + 0.5f * rnd_unit());
+    for (int n = 0; n < N; n++) rstd[n] = 0.5f + 0.25f * (n % 5);
+    std::vector<double> ref_dw(D, 0.0);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < D; i++) ref_dw[i] += (double)dy[(size_t)n * D + i] * x[(size_t)n * D + i] * rstd[n];
+    /* rmsnorm_bwd_chunk_kernel's partial (each (chunk, column) owned by one thread), then the column pass */
+    int rows, nc;
+    rmsnorm_plan(N, &rows, &nc);
+    std::vector<float> partial(mp_cuda_rmsnorm_bwd_scratch_floats(N, D), NAN), dw(D, 0.25f);
+    for (int c = 0; c < nc; c++) {
+        const int64_t n0 = (int64_t)c * rows, n1 = std::min<int64_t>(n0 + rows, N);
+        for (int64_t n = n0; n < n1; n++)
+            for (int i = 0; i < D; i++) {
+                const float dwi = dy[n * D + i] * x[n * D + i] * rstd[n];
+                float &p = partial[(size_t)c * D + i];
+                p = n == n0 ? dwi : p + dwi;
+            }
+    }
+    for (int i = 0; i < D; i++) {
+        float s = 0.0f;
+        for (int c = 0; c < nc; c++) s += partial[(size_t)c * D + i];
+        dw[i] += s;
+    }
+    for (int i = 0; i < D; i++)
+        CHECK(fabs(dw[i] - 0.25 - ref_dw[i]) < 1e-4 * (1 + fabs(ref_dw[i])), "rmsnorm dw N=%d i=%d: %g vs %g", N, i,
+              dw[i] - 0.25, ref_dw[i]);
+}
+
+/* ---- 1. element math ---- */
+
+static void check_elementwise(void) {
+    /* AdamW: a few steps against double */
+    {
+        const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+        float p = 0.5f, m = 0, v = 0;
+        double pd = 0.5, md = 0, vd = 0;
+        for (int step = 1; step <= 5; step++) {
+            const float g = 0.3f * step - 0.7f, gs = 0.5f;
+            const float bc1 = (float)(1.0 / (1.0 - pow((double)b1, step)));
+            const float bc2 = (float)(1.0 / (1.0 - pow((double)b2, step)));
+            p = adamw_elem(p, g, &m, &v, lr, b1, b2, eps, wd, bc1, bc2, gs);
+            const double gd = (double)g * gs;
+            md = b1 * md + (1 - (double)b1) * gd;
+            vd = b2 * vd + (1 - (double)b2) * gd * gd;
+            const double mh = md / (1 - pow((double)b1, step)), vh = vd / (1 - pow((double)b2, step));
+            pd -= lr * (mh / (sqrt(vh) + eps) + wd * pd);
+        }
+        CHECK(fabs(p - pd) < 1e-6, "adamw %.9g vs %.9g", p, pd);
+    }
+    /* SwiGLU and its gradient (central differences in double) */
+    for (int it = 0; it < 1000; it++) {
+        const float g = 8.0f * rnd_unit(), u = 2.0f * rnd_unit(), d = rnd_unit();
+        const double sg = 1.0 / (1.0 + exp(-(double)g));
+        CHECK(fabs(swiglu_f(g, u) - g * sg * u) < 1e-5 * (1 + fabs(g * u)), "swiglu(%g,%g)", g, u);
+        float dg, du;
+        swiglu_grad(d, g, u, &dg, &du);
+        const double h = 1e-4;
+        auto f = [&](double gg, double uu) { return gg / (1.0 + exp(-gg)) * uu; };
+        const double dg_ref = d * (f(g + h, u) - f(g - h, u)) / (2 * h), du_ref = d * (f(g, u + h) - f(g, u - h)) / (2 * h);
+        CHECK(fabs(dg - dg_ref) < 1e-4 * (1 + fabs(dg_ref)), "swiglu dgate(%g,%g) %g vs %g", g, u, dg, dg_ref);
+        CHECK(fabs(du - du_ref) < 1e-4 * (1 + fabs(du_ref)), "swiglu dup(%g,%g) %g vs %g", g, u, du, du_ref);
+    }
+    /* RoPE: the rotation and its inverse */
+    for (int it = 0; it < 1000; it++) {
+        const double ang = 10.0 * rnd_unit();
+        const float c = (float)cos(ang), s = (float)sin(ang);
+        const float a0 = rnd_unit(), b0 = rnd_unit();
+        float a = a0, b = b0;
+        rope_rotate(&a, &b, c, s, 1.0f);
+        CHECK(fabs(a - (a0 * cos(ang) - b0 * sin(ang))) < 1e-6 && fabs(b - (b0 * cos(ang) + a0 * sin(ang))) < 1e-6,
+              "rope fwd");
+        rope_rotate(&a, &b, c, s, -1.0f);
+        CHECK(fabs(a - a0) < 1e-6 && fabs(b - b0) < 1e-6, "rope bwd does not invert fwd");
+    }
+    /* cross-entropy loss of one row, and the clip factor (layers/llama_train.c's rule) */
+    CHECK(fabs(xent_loss_row(2.0f, 3.0f, 1.5f) - (log(3.0) + 0.5)) < 1e-6, "xent loss");
+    CHECK(clip_factor(4.0, 1.0) == (float)(1.0 / (2.0 + 1e-6)), "clip above");
+    CHECK(clip_factor(0.25, 1.0) == 1.0f && clip_factor(4.0, 0.0) == 1.0f, "clip below / off");
+    CHECK(clip_factor(NAN, 1.0) == 0.0f && clip_factor(INFINITY, 1.0) == 0.0f, "clip non-finite");
+}
+
+/* ---- 2. attention: the kernels' tiling on the host ---- */
+
+#define AW ATT_WARPS   /* rows per block, one per warp (k_attn_fwd.cu and k_attn_bwd.cu agree) */
+#define AL MP_WARP     /* lanes: keys per tile (fwd, dQ) or query rows per tile (dK/dV) */
+static_assert(ATT_BK == AL && ATT_BT == AL, "the kernels' tiles are one row per lane");
+
+struct Attn {
+    int B, T, H, KV, hd;
+    std::vector<float> q, k, v, out, lse, dout;   /* q, k, v, dout already bf16-rounded */
+    size_t qi(int b, int t, int h, int d) const { return (((size_t)b * T + t) * H + h) * hd + d; }
+    size_t ki(int b, int t, int g, int d) const { return (((size_t)b * T + t) * KV + g) * hd + d; }
+    size_t ri(int b, int h, int t) const { return ((size_t)b * H + h) * T + t; }
+};
+
+/* attn_fwd_kernel, block by block, warp by warp, lane by lane. out is bf16-rounded, as stored. */
+static void mirror_fwd(Attn &A) {
+    const float scale = 1.0f / sqrtf((float)A.hd);
+    const int rep = A.H / A.KV, tiles = (A.T + AW - 1) / AW;
+    for (int b = 0; b < A.B; b++)
+        for (int h = 0; h < A.H; h++)
+            for (int tile = 0; tile < tiles; tile++) {
+                const int g = h / rep, q0 = tile * AW, last_key = std::min(q0 + AW, A.T) - 1;
+                for (int w = 0; w < AW; w++) {
+                    const int t = q0 + w;
+                    if (t >= A.T) continue;
+                    std::vector<float> o(A.hd, 0.0f);
+                    float m = -INFINITY, l = 0.0f;
+                    for (int k0 = 0; k0 <= last_key; k0 += AL) {
+                        if (k0 > t) continue;
+                        float s[AL], p[AL], mx = -INFINITY, sum = 0.0f;
+                        for (int lane = 0; lane < AL; lane++) {
+                            const int key = k0 + lane;
+                            s[lane] = -INFINITY;
+                            if (key <= t) {
+                                float dot = 0.0f;
+                                for (int d = 0; d < A.hd; d++) dot += A.q[A.qi(b, t, h, d)] * A.k[A.ki(b, key, g, d)];
+                                s[lane] = scale * dot;
+                            }
+                            mx = fmaxf(mx, s[lane]);
+                        }
+                        const float m_new = fmaxf(m, mx), alpha = expf(m - m_new);
+                        for (int lane = 0; lane < AL; lane++) {
+                            p[lane] = k0 + lane <= t ? expf(s[lane] - m_new) : 0.0f;
+                            sum += p[lane];
+                        }
+                        l = l * alpha + sum;
+                        m = m_new;
+                        const int nj = std::min(t - k0 + 1, AL);
+                        for (int d = 0; d < A.hd; d++) {
+                            o[d] *= alpha;
+                            for (int j = 0; j < nj; j++) o[d] += p[j] * A.v[A.ki(b, k0 + j, g, d)];
+                        }
+                    }
+                    for (int d = 0; d < A.hd; d++) A.out[A.qi(b, t, h, d)] = bf16_round(o[d] / l);
+                    A.lse[A.ri(b, h, t)] = m + logf(l);
+                }
+            }
+}
+
+/* attn_bwd_d_kernel, attn_bwd_dkdv_kernel and attn_bwd_dq_kernel; outputs bf16-rounded, as stored. */
+static void mirror_bwd(const Attn &A, std::vector<float> &dq, std::vector<float> &dk, std::vector<float> &dv) {
+    const float scale = 1.0f / sqrtf((float)A.hd);
+    const int rep = A.H / A.KV, tiles = (A.T + AW - 1) / AW;
+    std::vector<float> D((size_t)A.B * A.H * A.T);
+    for (int b = 0; b < A.B; b++)
+        for (int t = 0; t < A.T; t++)
+            for (int h = 0; h < A.H; h++) {
+                float s = 0.0f;
+                for (int d = 0; d < A.hd; d++) s += A.dout[A.qi(b, t, h, d)] * A.out[A.qi(b, t, h, d)];
+                D[A.ri(b, h, t)] = s;
+            }
+    auto qdot = [&](int b, int t, int h, const float *vec, const std::vector<float> &X) {
+        float s = 0.0f;
+        for (int d = 0; d < A.hd; d++) s += X[A.qi(b, t, h, d)] * vec[d];
+        return s;
+    };
+    /* dK/dV: a warp per key row j, query tiles of 32 rows per head of the group */
+    for (int b = 0; b < A.B; b++)
+        for (int g = 0; g < A.KV; g++)
+            for (int tile = 0; tile < tiles; tile++)
+                for (int w = 0; w < AW; w++) {
+                    const int j0 = tile * AW, j = j0 + w;
+                    if (j >= A.T) continue;
+                    std::vector<float> kj(A.hd), vj(A.hd), dka(A.hd, 0.0f), dva(A.hd, 0.0f);
+                    for (int d = 0; d < A.hd; d++) kj[d] = A.k[A.ki(b, j, g, d)], vj[d] = A.v[A.ki(b, j, g, d)];
+                    for (int h = g * rep; h < (g + 1) * rep; h++)
+                        for (int t0 = j0 / AL * AL; t0 < A.T; t0 += AL) {
+                            if (t0 + AL - 1 < j) continue;
+                            float p[AL], ds[AL];
+                            for (int lane = 0; lane < AL; lane++) {
+                                const int t = t0 + lane;
+                                p[lane] = ds[lane] = 0.0f;
+                                if (t >= j && t < A.T) {
+                                    p[lane] = expf(scale * qdot(b, t, h, kj.data(), A.q) - A.lse[A.ri(b, h, t)]);
+                                    const float dp = qdot(b, t, h, vj.data(), A.dout);
+                                    ds[lane] = scale * p[lane] * (dp - D[A.ri(b, h, t)]);
+                                }
+                            }
+                            for (int l = 0; l < AL; l++) {
+                                const int t = t0 + l;
+                                for (int d = 0; d < A.hd; d++) {
+                                    dva[d] += p[l] * (t < A.T ? A.dout[A.qi(b, t, h, d)] : 0.0f);
+                                    dka[d] += ds[l] * (t < A.T ? A.q[A.qi(b, t, h, d)] : 0.0f);
+                                }
+                            }
+                        }
+                    for (int d = 0; d < A.hd; d++) dk[A.ki(b, j, g, d)] = bf16_round(dka[d]), dv[A.ki(b, j, g, d)] = bf16_round(dva[d]);
+                }
+    /* dQ: a warp per query row t, key tiles of 32 */
+    for (int b = 0; b < A.B; b++)
+        for (int h = 0; h < A.H; h++)
+            for (int tile = 0; tile < tiles; tile++)
+                for (int w = 0; w < AW; w++) {
+                    const int g = h / rep, q0 = tile * AW, t = q0 + w, last_key = std::min(q0 + AW, A.T) - 1;
+                    if (t >= A.T) continue;
+                    std::vector<float> dqa(A.hd, 0.0f), qt(A.hd), dot_(A.hd);
+                    for (int d = 0; d < A.hd; d++) qt[d] = A.q[A.qi(b, t, h, d)], dot_[d] = A.dout[A.qi(b, t, h, d)];
+                    for (int k0 = 0; k0 <= last_key; k0 += AL) {
+                        if (k0 > t) continue;
+                        float ds[AL];
+                        for (int lane = 0; lane < AL; lane++) {
+                            const int key = k0 + lane;
+                            ds[lane] = 0.0f;
+                            if (key <= t) {
+                                float s = 0.0f, dp = 0.0f;
+                                for (int d = 0; d < A.hd; d++) s += qt[d] * A.k[A.ki(b, key, g, d)];
+                                for (int d = 0; d < A.hd; d++) dp += dot_[d] * A.v[A.ki(b, key, g, d)];
+                                const float p = expf(scale * s - A.lse[A.ri(b, h, t)]);
+                                ds[lane] = scale * p * (dp - D[A.ri(b, h, t)]);
+                            }
+                        }
+                        const int nj = std::min(t - k0 + 1, AL);
+                        for (int jj = 0; jj < nj; jj++)
+                            for (int d = 0; d < A.hd; d++) dqa[d] += ds[jj] * A.k[A.ki(b, k0 + jj, g, d)];
+                    }
+                    for (int d = 0; d < A.hd; d++) dq[A.qi(b, t, h, d)] = bf16_round(dqa[d]);
+                }
+}
+
+/* Naive causal GQA attention and its gradients in double (from the same bf16-rounded inputs). */
+static void naive(const Attn &A, std::vector<double> &out, std::vector<double> &lse, std::vector<double> &dq,
+                  std::vector<double> &dk, std::vector<double> &dv) {
+    const double scale = 1.0 / sqrt((double)A.hd);
+    const int rep = A.H / A.KV, T = A.T;
+    for (int b = 0; b < A.B; b++)
+        for (int h = 0; h < A.H; h++) {
+            const int g = h / rep;
+            for (int t = 0; t < T; t++) {
+                std::vector<double> s(t + 1), P(t + 1), dP(t + 1);
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < A.hd; d++) dot += (double)A.q[A.qi(b, t, h, d)] * A.k[A.ki(b, j, g, d)];
+                    s[j] = scale * dot;
+                    mx = std::max(mx, s[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
+                lse[A.ri(b, h, t)] = mx + log(sum);
+                for (int j = 0; j <= t; j++) P[j] = exp(s[j] - mx) / sum;
+                double Dt = 0.0;
+                for (int d = 0; d < A.hd; d++) {
+                    double o = 0;
+                    for (int j = 0; j <= t; j++) o += P[j] * A.v[A.ki(b, j, g, d)];
+                    out[A.qi(b, t, h, d)] = o;
+                    Dt += o * A.dout[A.qi(b, t, h, d)];
+                }
+                for (int j = 0; j <= t; j++) {
+                    double dp = 0;
+                    for (int d = 0; d < A.hd; d++) dp += (double)A.dout[A.qi(b, t, h, d)] * A.v[A.ki(b, j, g, d)];
+                    const double ds = P[j] * (dp - Dt) * scale;
+                    for (int d = 0; d < A.hd; d++) {
+                        dq[A.qi(b, t, h, d)] += ds * A.k[A.ki(b, j, g, d)];
+                        dk[A.ki(b, j, g, d)] += ds * A.q[A.qi(b, t, h, d)];
+                        dv[A.ki(b, j, g, d)] += P[j] * A.dout[A.qi(b, t, h, d)];
+                    }
+                }
+            }
+        }
+}
+
+/* max |got - ref| <= rtol * max |ref| + atol */
+template <typename G, typename R>
+static void close(const char *what, const G &got, const R &ref, double rtol, double atol, const char *shape) {
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        md = std::max(md, fabs((double)got[i] - (double)ref[i]));
+        mr = std::max(mr, fabs((double)ref[i]));
+    }
+    CHECK(md <= rtol * mr + atol, "%s %s: max err %.3g (max ref %.3g)", what, shape, md, mr);
+}
+
+static void check_attention(int B, int T, int H, int KV, int hd) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    Attn A;
+    A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd;
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
+    A.q.resize(nq), A.k.resize(nk), A.v.resize(nk), A.dout.resize(nq), A.out.resize(nq), A.lse.resize(nr);
+    for (auto &e : A.q) e = bf16_round(2.0f * rnd_unit());   /* scores of O(1..5): a non-trivial softmax */
+    for (auto &e : A.k) e = bf16_round(2.0f * rnd_unit());
+    for (auto &e : A.v) e = bf16_round(rnd_unit());
+    for (auto &e : A.dout) e = bf16_round(rnd_unit());
+    mirror_fwd(A);
+    std::vector<float> dq(nq, NAN), dk(nk, NAN), dv(nk, NAN);
+    mirror_bwd(A, dq, dk, dv);
+
+    std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
+    naive(A, rout, rlse, rdq, rdk, rdv);
+    close("out", A.out, rout, 1e-2, 1e-4, shape);
+    close("lse", A.lse, rlse, 1e-5, 1e-5, shape);
+    close("dq", dq, rdq, 2e-2, 1e-4, shape);
+    close("dk", dk, rdk, 2e-2, 1e-4, shape);
+    close("dv", dv, rdv, 2e-2, 1e-4, shape);
+
+    /* the project's CPU kernels on the same (bf16-valued) inputs, the backward fed the mirror's bf16 out */
+    std::vector<float> cout_(nq), clse(nr), cdq(nq), cdk(nk), cdv(nk), scratch(nr);
+    mp_cpu_attn_fwd(cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    close("out vs CPU kernel", A.out, cout_, 1e-2, 1e-4, shape);
+    close("lse vs CPU kernel", A.lse, clse, 1e-5, 1e-5, shape);
+    mp_cpu_attn_bwd(cdq.data(), cdk.data(), cdv.data(), scratch.data(), A.dout.data(), A.out.data(), A.lse.data(),
+                    A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    close("dq vs CPU kernel", dq, cdq, 1e-2, 1e-4, shape);
+    close("dk vs CPU kernel", dk, cdk, 1e-2, 1e-4, shape);
+    close("dv vs CPU kernel", dv, cdv, 1e-2, 1e-4, shape);
+}
+
+#ifndef MP_HOSTCHECK_NO_MAIN   /* check_kernels_device.cu reuses this file's references */
+int main(void) {
+    check_reduce_plan();
+    check_rmsnorm_plan();
+    const int Ns[] = {1, 2, 3, 7, 64, 100, 1000, 4099};
+    for (int N : Ns) {
+        check_embed_bwd(N, 5, 0, 50, 50);      /* tp = 1 */
+        check_embed_bwd(N, 3, 100, 37, 200);   /* a middle vocab slice: most tokens out of range */
+    }
+    check_elementwise();
+    check_rmsnorm_bwd(1, 3);
+    check_rmsnorm_bwd(33, 5);
+    check_rmsnorm_bwd(9000, 4);   /* several chunks of > 32 rows */
+    const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
+                             {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
+    for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
+    if (g_fail) {
+        fprintf(stderr, "%d check(s) FAILED\n", g_fail);
+        return 1;
+    }
+    printf("check_kernels_host: all checks passed\n");
+    return 0;
+}
+#endif

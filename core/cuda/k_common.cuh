@@ -1,0 +1,78 @@
+/*
+ * core/cuda/k_common.cuh — device helpers shared by the kernel files core/cuda/k_*.cu (private).
+ *
+ * Reductions here are fixed trees: a warp reduces with the xor butterfly (__shfl_xor_sync), in which
+ * every level adds a pair of values that both partner lanes hold, so every lane ends with the same
+ * bits, in an order fixed by the lane numbering; a block reduces its warps' results in warp order.
+ * Nothing depends on scheduling, so the results are bitwise repeatable.
+ */
+#ifndef MP_K_COMMON_CUH
+#define MP_K_COMMON_CUH
+
+#include <assert.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include "core/cuda/kernels_cuda.h"
+
+#define MP_WARP 32
+#define MP_FULL_MASK 0xffffffffu
+/* The largest grid.x a launcher uses for grid-stride loops (far below the 2^31 - 1 limit; enough
+ * blocks to fill any current GPU several times over). */
+#define MP_MAX_GRID_X 65535
+
+/* Blocks for a grid-stride loop over n items with `threads` per block: at least 1, at most MP_MAX_GRID_X. */
+static inline unsigned mp_grid_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > MP_MAX_GRID_X) b = MP_MAX_GRID_X;
+    return (unsigned)b;
+}
+
+__device__ __forceinline__ float mp_bf2f(mp_bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ mp_bf16 mp_f2bf(float x) { return __float2bfloat16_rn(x); }
+/* Loads of either storage type as fp32 (overloads, so templates read both). */
+__device__ __forceinline__ float mp_ld(const float *p) { return *p; }
+__device__ __forceinline__ float mp_ld(const mp_bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void mp_st(float *p, float x) { *p = x; }
+__device__ __forceinline__ void mp_st(mp_bf16 *p, float x) { *p = __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ float mp_warp_sum(float x) {
+    for (int o = MP_WARP / 2; o > 0; o /= 2) x += __shfl_xor_sync(MP_FULL_MASK, x, o);
+    return x;
+}
+__device__ __forceinline__ double mp_warp_sum_d(double x) {
+    for (int o = MP_WARP / 2; o > 0; o /= 2) x += __shfl_xor_sync(MP_FULL_MASK, x, o);
+    return x;
+}
+__device__ __forceinline__ float mp_warp_max(float x) {
+    for (int o = MP_WARP / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(MP_FULL_MASK, x, o));
+    return x;
+}
+
+/* Block-wide sum / max for blockDim.x a multiple of 32 and <= 1024; every thread must call it, and
+ * every thread gets the result. buf: __shared__ scratch of 32 elements, reused only after the call
+ * returns (the trailing __syncthreads makes back-to-back calls safe). */
+template <typename T, T (*WARP_OP)(T)>
+__device__ __forceinline__ T mp_block_reduce(T x, T *buf, T identity) {
+    const int lane = threadIdx.x % MP_WARP, warp = threadIdx.x / MP_WARP, nwarps = blockDim.x / MP_WARP;
+    x = WARP_OP(x);
+    if (lane == 0) buf[warp] = x;
+    __syncthreads();
+    T y = lane < nwarps ? buf[lane] : identity;
+    y = WARP_OP(y);   /* every warp reduces the same 32 values in the same order */
+    __syncthreads();
+    return y;
+}
+__device__ __forceinline__ float mp_block_sum(float x, float *buf) {
+    return mp_block_reduce<float, mp_warp_sum>(x, buf, 0.0f);
+}
+__device__ __forceinline__ double mp_block_sum_d(double x, double *buf) {
+    return mp_block_reduce<double, mp_warp_sum_d>(x, buf, 0.0);
+}
+__device__ __forceinline__ float mp_block_max(float x, float *buf) {
+    return mp_block_reduce<float, mp_warp_max>(x, buf, -INFINITY);
+}
+
+#endif

@@ -1,0 +1,98 @@
+/*
+ * core/cuda/k_reduce.cu — reductions into a device scalar: the sum of squares of a gradient buffer
+ * (fp32 or bf16) and the sum of the per-token losses, each ADDED into one double in device memory;
+ * and the gradient-clip factor computed on the device from the global sum of squares.
+ *
+ * Design (two kernels, no atomics):
+ *   1. partial_kernel: the plan is a function of n alone (reduce_plan): nb = clamp(ceil(n / 8192), 1,
+ *      MP_CUDA_REDUCE_MAX_BLOCKS) blocks, block b owning the contiguous chunk [b*chunk, min(n, (b+1)*chunk))
+ *      with chunk = ceil(n / nb). Thread t of a block sums elements start+t, start+t+256, ... in double
+ *      (each product x*x formed in double, as the CPU backend does), then the block adds its 256 thread
+ *      sums in a fixed tree (k_common.cuh) and writes partials[b].
+ *   2. final_kernel: one block of 1024 threads; thread t holds partials[t] (0 beyond nb), a fixed tree
+ *      adds them, and thread 0 does the single read-modify-write *acc += total.
+ * Every addition's operands and order are fixed by n, so the result is bitwise repeatable run to run
+ * (it is NOT bitwise equal to the CPU backend's, whose blocking differs; both are double sums, so they
+ * agree to ~1e-15 relative). The two kernels are ordered by the stream, so partials is reused safely by
+ * later calls on the same stream.
+ */
+#include "core/cuda/k_common.cuh"
+
+#define RED_THREADS 256
+#define RED_MIN_PER_BLOCK 8192
+#define FINAL_THREADS 1024
+
+/* The blocks and chunk length of a reduction over n > 0 elements (host and device: hostcheck tests it). */
+__host__ __device__ static inline void reduce_plan(int64_t n, int *nblocks, int64_t *chunk) {
+    int64_t nb = (n + RED_MIN_PER_BLOCK - 1) / RED_MIN_PER_BLOCK;
+    if (nb < 1) nb = 1;
+    if (nb > MP_CUDA_REDUCE_MAX_BLOCKS) nb = MP_CUDA_REDUCE_MAX_BLOCKS;
+    *nblocks = (int)nb;
+    *chunk = (n + nb - 1) / nb;
+}
+
+template <bool SQUARE, typename T>
+static __global__ void __launch_bounds__(RED_THREADS)
+    partial_kernel(double *__restrict__ partials, const T *__restrict__ x, int64_t n, int64_t chunk) {
+    __shared__ double buf[MP_WARP];
+    const int64_t start = (int64_t)blockIdx.x * chunk;
+    const int64_t end = start + chunk < n ? start + chunk : n;
+    double acc = 0.0;
+    for (int64_t i = start + threadIdx.x; i < end; i += RED_THREADS) {
+        const double xi = (double)mp_ld(x + i);
+        acc += SQUARE ? xi * xi : xi;
+    }
+    acc = mp_block_sum_d(acc, buf);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+static __global__ void __launch_bounds__(FINAL_THREADS)
+    final_kernel(double *__restrict__ acc, const double *__restrict__ partials, int nblocks) {
+    __shared__ double buf[MP_WARP];
+    double v = (int)threadIdx.x < nblocks ? partials[threadIdx.x] : 0.0;
+    v = mp_block_sum_d(v, buf);
+    if (threadIdx.x == 0) *acc += v;
+}
+
+template <bool SQUARE, typename T>
+static void reduce_acc(double *acc, double *partials, const T *x, int64_t n, cudaStream_t s) {
+    assert(acc && partials && n >= 0);
+    assert((void *)acc != (void *)partials);
+    if (n == 0) return;   /* adding 0.0 would not change *acc (except -0.0); skip the launches */
+    assert(x);
+    int nb;
+    int64_t chunk;
+    reduce_plan(n, &nb, &chunk);
+    assert(nb >= 1 && nb <= FINAL_THREADS && (int64_t)nb * chunk >= n);
+    partial_kernel<SQUARE, T><<<nb, RED_THREADS, 0, s>>>(partials, x, n, chunk);
+    final_kernel<<<1, FINAL_THREADS, 0, s>>>(acc, partials, nb);
+}
+
+extern "C" void mp_cuda_sumsq_acc_f32(double *acc, double *partials, const float *x, int64_t n, cudaStream_t s) {
+    reduce_acc<true, float>(acc, partials, x, n, s);
+}
+
+extern "C" void mp_cuda_sumsq_acc_bf16(double *acc, double *partials, const mp_bf16 *x, int64_t n,
+                                       cudaStream_t s) {
+    reduce_acc<true, mp_bf16>(acc, partials, x, n, s);
+}
+
+extern "C" void mp_cuda_sum_acc_f32(double *acc, double *partials, const float *x, int64_t n, cudaStream_t s) {
+    reduce_acc<false, float>(acc, partials, x, n, s);
+}
+
+/* The clip rule of layers/llama_train.c, in double as there. */
+__host__ __device__ static inline float clip_factor(double sumsq, double grad_clip) {
+    const double norm = sqrt(sumsq);
+    if (!isfinite(norm)) return 0.0f;
+    return (float)(grad_clip > 0 && norm > grad_clip ? grad_clip / (norm + 1e-6) : 1.0);
+}
+
+static __global__ void clip_kernel(float *scale, const double *sumsq, double grad_clip) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) *scale = clip_factor(*sumsq, grad_clip);
+}
+
+extern "C" void mp_cuda_clip_scale(float *scale, const double *sumsq, double grad_clip, cudaStream_t s) {
+    assert(scale && sumsq);
+    clip_kernel<<<1, 1, 0, s>>>(scale, sumsq, grad_clip);
+}

@@ -1,0 +1,168 @@
+/*
+ * core/cuda/k_xent.cu — vocab-parallel cross-entropy over the local logits [N, v_local], without ever
+ * materialising normalised probabilities: per row the local max, the sum of exps against the (global)
+ * max, the target logit when the target is in this rank's vocab slice, the loss, and in place the
+ * gradient dloss * (softmax - onehot).
+ *
+ * Pipeline (core/backend.h's five steps; the caller all-reduces over the tp group in between):
+ *   rowmax  -> all-reduce MAX -> sumexp -> all-reduce SUM -> (tlogit -> all-reduce SUM) -> loss, bwd.
+ * With tp = 1 the all-reduces are no-ops. Columns j >= v_valid are vocab padding: never read as
+ * logits, and written as 0 by the backward.
+ *
+ * Design: the row kernels (rowmax, sumexp, bwd) run one 256-thread block per row; thread t visits
+ * columns t, t+256, ... (coalesced), keeps an fp32 running max/sum, and the block combines its threads
+ * in the fixed tree of k_common.cuh, so each row's statistic is a fixed-order sum: bitwise repeatable.
+ * exp is expf (full precision). The logits are bf16 (the lm_head GEMM's output; the backward writes the
+ * bf16 dlogits over them, which the dX/dW GEMMs read) or fp32 (templates; both exported). The per-row
+ * scalars (rowmax, sumexp, tlogit, losses) are fp32. target and loss are one thread per row.
+ */
+#include "core/cuda/k_common.cuh"
+
+#define XENT_THREADS 256
+
+/* The loss of one row from its global statistics, as core/backend_cpu.c forms it (log in double). */
+__host__ __device__ static inline float xent_loss_row(float rowmax, float sumexp, float tlogit) {
+    return (float)(log((double)sumexp) + (double)rowmax - (double)tlogit);
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(XENT_THREADS)
+    rowmax_kernel(float *__restrict__ rowmax, const T *__restrict__ logits, int v_local, int v_valid) {
+    __shared__ float buf[MP_WARP];
+    const T *l = logits + (int64_t)blockIdx.x * v_local;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < v_valid; j += XENT_THREADS) mx = fmaxf(mx, mp_ld(l + j));
+    mx = mp_block_max(mx, buf);
+    if (threadIdx.x == 0) rowmax[blockIdx.x] = mx;
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(XENT_THREADS)
+    sumexp_kernel(float *__restrict__ sumexp, const T *__restrict__ logits, const float *__restrict__ rowmax,
+                  int v_local, int v_valid) {
+    __shared__ float buf[MP_WARP];
+    const T *l = logits + (int64_t)blockIdx.x * v_local;
+    const float mx = rowmax[blockIdx.x];
+    if (mx == -INFINITY) {   /* block-uniform: no finite logit anywhere in the row */
+        if (threadIdx.x == 0) sumexp[blockIdx.x] = 0.0f;
+        return;
+    }
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < v_valid; j += XENT_THREADS) s += expf(mp_ld(l + j) - mx);
+    s = mp_block_sum(s, buf);
+    if (threadIdx.x == 0) sumexp[blockIdx.x] = s;
+}
+
+template <typename T>
+static __global__ void target_kernel(float *__restrict__ tlogit, const T *__restrict__ logits,
+                                     const int32_t *__restrict__ tgt, int N, int v_local, int v_valid, int v_start) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    const int64_t c = (int64_t)tgt[n] - v_start;
+    tlogit[n] = (c >= 0 && c < v_valid) ? mp_ld(logits + (int64_t)n * v_local + c) : 0.0f;
+}
+
+static __global__ void loss_kernel(float *__restrict__ losses, const float *__restrict__ rowmax,
+                                   const float *__restrict__ sumexp, const float *__restrict__ tlogit, int N) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) losses[n] = xent_loss_row(rowmax[n], sumexp[n], tlogit[n]);
+}
+
+/* Each column is read and written by one thread, the target's -dloss folded into that same write. */
+template <typename T>
+static __global__ void __launch_bounds__(XENT_THREADS)
+    xent_bwd_kernel(T *__restrict__ logits, const float *__restrict__ rowmax, const float *__restrict__ sumexp,
+                    const int32_t *__restrict__ tgt, float dloss, int v_local, int v_valid, int v_start) {
+    T *l = logits + (int64_t)blockIdx.x * v_local;
+    const float mx = rowmax[blockIdx.x];
+    const float f = mx == -INFINITY ? 0.0f : dloss / sumexp[blockIdx.x];   /* no finite logit: no gradient */
+    const int64_t c = (int64_t)tgt[blockIdx.x] - v_start;                   /* local target column, maybe none */
+    for (int j = threadIdx.x; j < v_local; j += XENT_THREADS) {
+        float g = 0.0f;
+        if (j < v_valid) {
+            g = f == 0.0f ? 0.0f : f * expf(mp_ld(l + j) - mx);   /* f == 0: also no exp(-inf - -inf) = NaN */
+            if (j == c) g -= dloss;
+        }
+        mp_st(l + j, g);
+    }
+}
+
+static void check_rows(int N, int v_local, int v_valid) {
+    assert(N >= 0 && v_local >= 0 && v_valid >= 0 && v_valid <= v_local);
+    (void)N, (void)v_local, (void)v_valid;   /* used only by assert */
+}
+
+template <typename T>
+static void rowmax_t(float *rowmax, const T *logits, int N, int v_local, int v_valid, cudaStream_t s) {
+    check_rows(N, v_local, v_valid);
+    if (N == 0) return;
+    assert(rowmax && logits);
+    rowmax_kernel<T><<<N, XENT_THREADS, 0, s>>>(rowmax, logits, v_local, v_valid);
+}
+
+template <typename T>
+static void sumexp_t(float *sumexp, const T *logits, const float *rowmax, int N, int v_local, int v_valid,
+                     cudaStream_t s) {
+    check_rows(N, v_local, v_valid);
+    if (N == 0) return;
+    assert(sumexp && logits && rowmax);
+    sumexp_kernel<T><<<N, XENT_THREADS, 0, s>>>(sumexp, logits, rowmax, v_local, v_valid);
+}
+
+template <typename T>
+static void target_t(float *tlogit, const T *logits, const int32_t *tgt, int N, int v_local, int v_valid, int v_start,
+                     cudaStream_t s) {
+    check_rows(N, v_local, v_valid);
+    if (N == 0) return;
+    assert(tlogit && logits && tgt);
+    target_kernel<T><<<(N + 255) / 256, 256, 0, s>>>(tlogit, logits, tgt, N, v_local, v_valid, v_start);
+}
+
+template <typename T>
+static void bwd_t(T *logits, const float *rowmax, const float *sumexp, const int32_t *tgt, float dloss, int N,
+                  int v_local, int v_valid, int v_start, cudaStream_t s) {
+    check_rows(N, v_local, v_valid);
+    if (N == 0 || v_local == 0) return;
+    assert(logits && rowmax && sumexp && tgt);
+    xent_bwd_kernel<T><<<N, XENT_THREADS, 0, s>>>(logits, rowmax, sumexp, tgt, dloss, v_local, v_valid, v_start);
+}
+
+extern "C" void mp_cuda_xent_rowmax_bf16(float *rowmax, const mp_bf16 *logits, int N, int v_local, int v_valid,
+                                         cudaStream_t s) {
+    rowmax_t(rowmax, logits, N, v_local, v_valid, s);
+}
+extern "C" void mp_cuda_xent_rowmax_f32(float *rowmax, const float *logits, int N, int v_local, int v_valid,
+                                        cudaStream_t s) {
+    rowmax_t(rowmax, logits, N, v_local, v_valid, s);
+}
+extern "C" void mp_cuda_xent_sumexp_bf16(float *sumexp, const mp_bf16 *logits, const float *rowmax, int N,
+                                         int v_local, int v_valid, cudaStream_t s) {
+    sumexp_t(sumexp, logits, rowmax, N, v_local, v_valid, s);
+}
+extern "C" void mp_cuda_xent_sumexp_f32(float *sumexp, const float *logits, const float *rowmax, int N, int v_local,
+                                        int v_valid, cudaStream_t s) {
+    sumexp_t(sumexp, logits, rowmax, N, v_local, v_valid, s);
+}
+extern "C" void mp_cuda_xent_target_bf16(float *tlogit, const mp_bf16 *logits, const int32_t *tgt, int N,
+                                         int v_local, int v_valid, int v_start, cudaStream_t s) {
+    target_t(tlogit, logits, tgt, N, v_local, v_valid, v_start, s);
+}
+extern "C" void mp_cuda_xent_target_f32(float *tlogit, const float *logits, const int32_t *tgt, int N, int v_local,
+                                        int v_valid, int v_start, cudaStream_t s) {
+    target_t(tlogit, logits, tgt, N, v_local, v_valid, v_start, s);
+}
+extern "C" void mp_cuda_xent_loss(float *losses, const float *rowmax, const float *sumexp, const float *tlogit,
+                                  int N, cudaStream_t s) {
+    assert(N >= 0);
+    if (N == 0) return;
+    assert(losses && rowmax && sumexp && tlogit);
+    loss_kernel<<<(N + 255) / 256, 256, 0, s>>>(losses, rowmax, sumexp, tlogit, N);
+}
+extern "C" void mp_cuda_xent_bwd_bf16(mp_bf16 *logits, const float *rowmax, const float *sumexp, const int32_t *tgt,
+                                      float dloss, int N, int v_local, int v_valid, int v_start, cudaStream_t s) {
+    bwd_t(logits, rowmax, sumexp, tgt, dloss, N, v_local, v_valid, v_start, s);
+}
+extern "C" void mp_cuda_xent_bwd_f32(float *logits, const float *rowmax, const float *sumexp, const int32_t *tgt,
+                                     float dloss, int N, int v_local, int v_valid, int v_start, cudaStream_t s) {
+    bwd_t(logits, rowmax, sumexp, tgt, dloss, N, v_local, v_valid, v_start, s);
+}
