@@ -413,6 +413,7 @@ static int cmd_load(const state *S, const char *dir, int boxes) {
     if (boxes) {
         for (int j = 0; j < S->nb; j++) {
             const bspec *B = &S->b[j];
+            if (j + 1 < S->nb) ckpt_prefetch(r, S->t[S->b[j + 1].tensor].name, S->b[j + 1].off, S->b[j + 1].shp);
             if (ckpt_read(r, S->t[B->tensor].name, B->off, B->shp, dst + B->at, &e) != MP_OK) die_err("ckpt_read", &e);
             bytes += (int64_t)B->bytes;
         }
@@ -420,6 +421,8 @@ static int cmd_load(const state *S, const char *dir, int boxes) {
         for (int i = 0; i < S->nt; i++) {
             const tspec *T = &S->t[i];
             int64_t z[2] = {0, 0};
+            /* as the trainer's loader does (cli/train_ckpt.c): the next tensor's reads start now */
+            if (i + 1 < S->nt) ckpt_prefetch(r, S->t[i + 1].name, z, S->t[i + 1].shape);
             if (ckpt_read(r, T->name, z, T->shape, dst + tat[i], &e) != MP_OK) die_err("ckpt_read", &e);
             bytes += T->shape[0] * T->shape[1] * 4;
         }

@@ -795,6 +795,10 @@ static mp_code read_part(pipe_t *pp, int64_t j, const int64_t *io, const int64_t
         /* the whole box, straight into buf, in pieces of whole rows checked by the streaming box hash */
         char *dst = pp->buf + (size_t)((io[0] - qo[0]) * g.row);
         int64_t per = piece_rows(&s, 1, g.row, CK_PIECE_BYTES);
+        /* the kernel reads the rest of the box ahead while the pieces before it are read and hashed: a
+         * box read piece by piece otherwise waits for each piece's I/O in turn */
+        if (s.fd >= 0 && per < g.rows)
+            posix_fadvise(s.fd, (off_t)s.base, (off_t)(g.rows * g.row), POSIX_FADV_WILLNEED);
         for (int64_t a = 0; a < g.rows && rc == MP_OK; a += per) {
             int64_t b = a + per < g.rows ? a + per : g.rows;
             piece *q = pipe_slot(pp);

@@ -300,6 +300,21 @@ static mp_code read_saved_shape(const ckpt_reader *r, mp_run_state *st, mp_err *
     return MP_OK;
 }
 
+/* Hints the reader (ckpt_prefetch) with the tensor mp_checkpoint_load reads after kind k of parameter i
+ * (nk kinds per parameter), so that its disk reads overlap the current one's reads and checks. */
+static void prefetch_next(ckpt_reader *r, llama_model *m, int i, int k, int nk) {
+    if (++k == nk) {
+        k = 0;
+        if (++i == llama_num_params(m)) return;
+    }
+    llama_param *p = llama_param_at(m, i);
+    int64_t off[2], shape[2];
+    if (llama_param_disk_box(m, p, off, shape) <= 0) return;
+    char name[256];
+    snprintf(name, sizeof name, "%s/%s", kinds[k], p->name);
+    ckpt_prefetch(r, name, off, shape);
+}
+
 mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int mode,
                            mp_run_state *st, mp_err *err) {
     assert(mode == MP_LOAD_FULL || mode == MP_LOAD_MODEL_ONLY || mode == MP_LOAD_WEIGHTS);
@@ -363,6 +378,7 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
             size_t box_bytes = rows > 0 ? (size_t)(shape[0] * (p->ndim == 2 ? shape[1] : 1)) * sizeof(float) : 0;
             assert(box_bytes <= b);
             memset((char *)into + box_bytes, 0, b - box_bytes);
+            prefetch_next(r, m, i, k, nk);   /* the disk reads the next tensor while this one is read */
             if (rows > 0) rc = ckpt_read(r, name, off, shape, into, err);
             if (!rc && into == tmp) be->to_device(be, dst[k], tmp, b);
         }
