@@ -39,15 +39,9 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from ckpt_state import prime, read_shapes
 
-def read_shapes(path):
-    out = []
-    with open(path) as f:
-        for line in f:
-            parts = line.split()
-            if parts:
-                out.append((parts[0], tuple(int(x) for x in parts[1:])))
-    return out
+
 
 
 def placement(name, shape, layout):
@@ -102,10 +96,6 @@ def build(shapes, layout, mesh, rank, n, fill):
     return state, parts, nbytes
 
 
-def prime(nbytes):
-    b = torch.empty(nbytes, dtype=torch.uint8)
-    b[::4096] = 1
-    del b
 
 
 def status_bytes(field):

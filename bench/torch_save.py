@@ -23,27 +23,11 @@ import time
 
 import torch
 
-
-def read_shapes(path):
-    out = []
-    with open(path) as f:
-        for line in f:
-            parts = line.split()
-            if not parts:
-                continue
-            out.append((parts[0], tuple(int(x) for x in parts[1:])))
-    if not out:
-        sys.exit(f"torch_save.py: {path}: no tensors")
-    return out
+from ckpt_state import prime, read_shapes
 
 
-def prime(nbytes):
-    """Touches nbytes of fresh memory (one byte per page) and frees it, right before the timed part, as
-    bench_ckpt does: the pages the timed part allocates are then backed by the host (docs/BENCH_CKPT.md,
-    "Machine")."""
-    b = torch.empty(nbytes, dtype=torch.uint8)
-    b[::4096] = 1
-    del b
+
+
 
 
 def make_state(shapes):
