@@ -53,3 +53,8 @@ add_test(NAME cli_mpi_config_missing_on_one_rank COMMAND ${MP_EXPECT} 2 "\\[rank
          ${MP_MPIRUN} -np 2 sh -c "cp ${MP_TINY} ${MP_CLI_DATA}/cfg_0.json; exec $<TARGET_FILE:meshpoint> train --config ${MP_CLI_DATA}/cfg_$OMPI_COMM_WORLD_RANK.json --train-data ${MP_CLI_DATA}/t_train.bin --run-dir ${MP_CLI_DATA}/r_cfg --dp 2")
 set_tests_properties(cli_mpi_config_missing_on_one_rank PROPERTIES FIXTURES_REQUIRED cli_mpi_data TIMEOUT 120 LABELS mpi
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
+# the comm: line counts the steps' own collectives (evaluations and checkpoints between steps are not in it)
+add_test(NAME cli_mpi_comm_figures_steps_only COMMAND ${CMAKE_SOURCE_DIR}/tests/comm_figures.sh ${MP_MPIRUN} --
+         $<TARGET_FILE:meshpoint> ${MP_CLI_DATA}/t_train.bin ${MP_CLI_DATA}/t_val.bin ${MP_TINY} ${MP_CLI_DATA}/comm)
+set_tests_properties(cli_mpi_comm_figures_steps_only PROPERTIES FIXTURES_REQUIRED cli_mpi_data TIMEOUT 300 LABELS mpi
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
