@@ -141,7 +141,7 @@ static mp_code remember(ckpt_save *s, mp_code rc, const mp_err *e) {
 /* Collective failure agreement (see the top of the file). rc/le: this rank's result. */
 static mp_code agree(mp_comm *w, mp_code rc, const mp_err *le, mp_err *e) {
     float v = rc != MP_OK ? (float)(w->size - w->rank) : 0.0f;
-    w->all_reduce(w, &v, 1, 1);
+    w->all_reduce(w, &v, 1, MP_F32, 1);
     if (v == 0.0f) return MP_OK;
     int src = w->size - (int)v;
     struct { int32_t code; char msg[MP_ERR_MSG_MAX]; } m;
@@ -924,7 +924,7 @@ static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank, int *ba
     float *len = mp_xcalloc(sizeof(float) * 2 * (size_t)w->size);
     len[2 * w->rank] = (float)(mine.n >> 24);
     len[2 * w->rank + 1] = (float)(mine.n & 0xffffff);
-    w->all_reduce(w, len, 2 * (int64_t)w->size, 0);
+    w->all_reduce(w, len, 2 * (int64_t)w->size, MP_F32, 0);
     int cap = 0;
     *nall = 0;
     *all = NULL;
@@ -1277,7 +1277,7 @@ mp_code ckpt_save_poll(ckpt_save *s, int *done, ckpt_stats *st, mp_err *e) {
     if (s->state == ST_OPEN) return mp_err_set(e, MP_EINTERNAL, "ckpt_save_poll: save not started");
     double t0 = ck_now();
     float busy = atomic_load(&s->written) ? 0.0f : 1.0f;
-    s->world->all_reduce(s->world, &busy, 1, 1);
+    s->world->all_reduce(s->world, &busy, 1, MP_F32, 1);
     *done = 0;
     mp_code rc = MP_OK;
     if (busy == 0.0f) {

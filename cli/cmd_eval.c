@@ -96,7 +96,6 @@ typedef struct eval_run {
 static mp_code parse_flags(eval_run *r, int argc, char **argv, int *help) {
     eval_flags *f = &r->f;
     static const char *const formats[] = {"llmc", "u16", "u32", NULL};
-    static const char *const devices[] = {"cpu", "cuda", NULL};
     const mp_arg flags[] = {
         {"config", MP_ARG_STRING, &f->config, "FILE", "model config (JSON, HF field names)",
          .dflt = "the checkpoint's model_config"},
@@ -110,7 +109,7 @@ static mp_code parse_flags(eval_run *r, int argc, char **argv, int *help) {
         {"seed", MP_ARG_I64, &f->seed, "S", "initialisation seed (without --checkpoint)"},
         {"tp", MP_ARG_INT, &f->tp, "N", "tensor-parallel degree", .set = &f->set_tp},
         {"dp", MP_ARG_INT, &f->dp, "N", "data-parallel degree (0: world / tp)", .set = &f->set_dp},
-        {"device", MP_ARG_STRING, &f->device, "DEV", "compute device", devices},
+        {"device", MP_ARG_STRING, &f->device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
         {"max-memory", MP_ARG_STRING, &f->max_memory, "SIZE",
          "memory bound per rank for the plan checked at start (e.g. 8G)", .dflt = "what the host has available"},
         {"json", MP_ARG_SWITCH, &f->json, NULL, "print one JSON object (see above) instead of the loss line"},

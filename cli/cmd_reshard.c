@@ -126,8 +126,8 @@ static int run_conversion(mp_runtime *rt, const char *cmd, rs_source *src, const
     if (rc) return mp_runtime_fail(rt, &err);   /* the commit agreed: every rank has the same error */
     float v[4] = {(float)(st.bytes_read / 1048576.0), (float)(st.bytes_needed / 1048576.0),
                   (float)(st.bytes_written / 1048576.0), (float)(st.largest_band / 1048576.0)};
-    workers->all_reduce(workers, v, 3, 0);
-    workers->all_reduce(workers, v + 3, 1, 1);
+    workers->all_reduce(workers, v, 3, MP_F32, 0);
+    workers->all_reduce(workers, v + 3, 1, MP_F32, 1);
     if (rt->rank == 0)
         fprintf(stderr,
                 "meshpoint %s: wrote %s for tp %d x dp %d (%d rank files, %.2f MiB) in %.2f s; read %.2f MiB for "

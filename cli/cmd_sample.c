@@ -69,7 +69,6 @@ static const char *sample_about =
 /* Parses the flags into r->f. Fails alike on every rank (`fail`). */
 static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
     sample_flags *f = &r->f;
-    static const char *const devices[] = {"cpu", "cuda", NULL};
     const mp_arg flags[] = {
         {"checkpoint", MP_ARG_STRING, &f->checkpoint, "DIR", "the model: RUN, RUN/checkpoints or RUN/checkpoints/step_N"},
         {"prompt", MP_ARG_STRING, &f->prompt, "TEXT", "the text to continue (with --ids: decimal token ids)"},
@@ -80,7 +79,7 @@ static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
         {"ids", MP_ARG_SWITCH, &f->ids, NULL, "prompt and output as token ids instead of bytes"},
         {"tp", MP_ARG_INT, &f->tp, "N", "tensor-parallel degree"},
         {"dp", MP_ARG_INT, &f->dp, "N", "data-parallel degree (0: world / tp)"},
-        {"device", MP_ARG_STRING, &f->device, "DEV", "compute device", devices},
+        {"device", MP_ARG_STRING, &f->device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
         {"max-memory", MP_ARG_STRING, &f->max_memory, "SIZE", "memory bound per rank for the plan",
          .dflt = "what the host has available"},
         {0}};
@@ -163,14 +162,12 @@ static mp_code build_model(sample_run *r) {
 static void last_logits(sample_run *r) {
     llama_forward(r->model, r->seq, NULL);
     int v_start, v_local, v_valid;
-    const float *lg = llama_logits(r->model, &v_start, &v_local, &v_valid);
-    mp_backend *be = r->rt.be;
-    be->to_host(be, r->part, lg + (size_t)(r->n - 1) * (size_t)v_local, sizeof(float) * (size_t)v_local);
-    mp_comm *tp = r->rt.mesh.tp_comm;
+    llama_logits(r->model, r->part, r->n - 1, 1, &v_start, &v_local, &v_valid);
+    mp_comm *tp = r->rt.mesh.ctl_tp;   /* r->part and r->row are host buffers */
     int64_t counts[64];
     assert(tp->size <= 64);
     for (int i = 0; i < tp->size; i++) counts[i] = v_local;   /* every slice is v_local long (padding at the end) */
-    tp->all_gatherv(tp, r->row, r->part, counts);
+    tp->all_gatherv(tp, r->row, r->part, counts, MP_F32);
 }
 
 /* Compares candidate ids by logit, larger first, then by id (a total order: ties resolve alike). */

@@ -91,7 +91,7 @@ static void on_stop_signal(int sig) { g_stop_signal = sig; }
  * one all-reduce of the flag over the world per step. */
 static int stop_requested(mp_mesh *mesh) {
     float flag = g_stop_signal ? 1.0f : 0.0f;
-    mesh->world_comm->all_reduce(mesh->world_comm, &flag, 1, 1);
+    mesh->world_comm->all_reduce(mesh->world_comm, &flag, 1, MP_F32, 1);
     return flag > 0;
 }
 
@@ -173,7 +173,6 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
     f.raf_flag = c->reshard_after_forward;
     int64_t seed = (int64_t)c->seed;
     static const char *const formats[] = {"llmc", "u16", "u32", NULL};
-    static const char *const devices[] = {"cpu", "cuda", NULL};
     static const char *const on_err[] = {"stop", "continue", NULL};
     static const char *const on_nf[] = {"stop", "skip", NULL};
     const mp_arg flags[] = {
@@ -202,7 +201,7 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
         {"sp", MP_ARG_SWITCH, &f.sp_flag, NULL, "sequence parallelism (auto: on when tp > 1)", .set = &f.set_sp},
         {"reshard-after-forward", MP_ARG_SWITCH, &f.raf_flag, NULL,
          "FSDP: free gathered weights after forward (ZeRO-3)", .set = &f.set_raf},
-        {"device", MP_ARG_STRING, &f.device, "DEV", "compute device", devices},
+        {"device", MP_ARG_STRING, &f.device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
         {"ckpt-dir", MP_ARG_STRING, &f.ckpt_dir, "DIR", "checkpoint directory", .dflt = "RUN/checkpoints"},
         {"ckpt-every", MP_ARG_I64, &f.ckpt_every, "N", "save a checkpoint every N steps and at the end (0: never)"},
         {"keep", MP_ARG_INT, &f.keep, "K", "keep only the newest K checkpoints (0: all)"},

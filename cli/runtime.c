@@ -72,8 +72,10 @@ mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_e
                               tp, dp, tp * (dp ? dp : 1), tp * (dp ? dp : 1));
         mp_mesh_init_single(&rt->mesh);
     }
-    rt->have_mesh = 1;
-    return MP_OK;
+    rt->have_mesh = 1;   /* before the attach: a failed one leaves a mesh that mp_runtime_end destroys */
+    /* device communicators for the backend (NCCL for the tp / dp groups of a GPU run; nothing on the CPU).
+     * Collective; a failure is agreed inside, every rank returns it with the failing rank's message. */
+    return mp_mesh_attach_device(&rt->mesh, rt->be, err);
 }
 
 int mp_runtime_fail(const mp_runtime *rt, const mp_err *err) {
@@ -95,10 +97,10 @@ mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err)
     }
     mp_comm *w = rt->mesh.world_comm;
     float v[1] = {(float)local};
-    w->all_reduce(w, v, 1, 1);
+    w->all_reduce(w, v, 1, MP_F32, 1);
     float first[1] = {local ? (float)rt->rank : (float)rt->mesh.world};
     first[0] = -first[0];                     /* max of -rank = the lowest failing rank */
-    w->all_reduce(w, first, 1, 1);
+    w->all_reduce(w, first, 1, MP_F32, 1);
     if (local && (int)-first[0] == rt->rank) mp_log_fail("[rank %d] %s", rt->rank, err->msg);
     return (mp_code)v[0];
 }
@@ -168,10 +170,13 @@ mp_code mp_batch_split_init(mp_batch_split *s, int global, int grad_accum, int d
     return MP_OK;
 }
 
+const char *const mp_runtime_devices[] = {"cpu", "cpu-bf16", "cuda", NULL};
+
 llama_options mp_runtime_model_options(const mp_runtime *rt, const mp_train_config *tc, int micro) {
     llama_options o = {.micro_batch = micro, .seq_len = tc->seq_len,
                        .sp = tc->sp < 0 ? rt->mesh.tp > 1 : tc->sp,
-                       .reshard_after_forward = tc->reshard_after_forward};
+                       .reshard_after_forward = tc->reshard_after_forward,
+                       .act_dtype = rt->be ? rt->be->act_dtype : MP_F32};
     return o;
 }
 
@@ -200,7 +205,7 @@ double mp_eval_loss_n(llama_model *m, const mp_token_file *f, const mp_batch_spl
         mp_loader_advance(&l);
         if (l.cur.epoch > 0) { nbatches = b + 1; break; }   /* the file holds fewer batches: use them once */
     }
-    mesh->dp_comm->all_reduce_f64(mesh->dp_comm, &sum, 1);
+    mesh->ctl_dp->all_reduce_f64(mesh->ctl_dp, &sum, 1);
     if (used) *used = nbatches;
     return sum / ((double)nbatches * bs->global * T);
 }

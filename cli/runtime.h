@@ -68,6 +68,11 @@ static inline int mp_batch_first(const mp_batch_split *s, int a, int r) {
     return a * (s->global / s->grad_accum) + r * s->micro;
 }
 
+/* The --device choices of train, eval and sample (NULL-terminated): "cpu-bf16" emulates the GPU's
+ * precision on the CPU (core/backend.h). */
+extern const char *const mp_runtime_devices[];
+#define MP_RUNTIME_DEVICE_HELP "compute device (cpu-bf16: the GPU's bf16 precision emulated on the CPU; slow, for checks)"
+
 /* The model options for rt's mesh: micro-batch micro, tc's seq_len, SP (tc->sp < 0: on when tp > 1) and
  * reshard-after-forward. */
 llama_options mp_runtime_model_options(const mp_runtime *rt, const mp_train_config *tc, int micro);

@@ -394,7 +394,7 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_confi
 void mp_checkpoint_log_io(mp_mesh *mesh, const char *what, const char *dir, const mp_run_state *st) {
     /* every rank's counts, summed in MiB (floats: exact enough for a ratio) */
     float v[2] = {(float)(st->bytes_read / 1048576.0), (float)(st->bytes_needed / 1048576.0)};
-    mesh->world_comm->all_reduce(mesh->world_comm, v, 2, 0);
+    mesh->world_comm->all_reduce(mesh->world_comm, v, 2, MP_F32, 0);
     mp_info("%s %s at step %lld: read %.2f MiB for %.2f MiB needed (ratio %.3f)", what, dir, (long long)st->step,
             v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0);
 }

@@ -28,6 +28,8 @@ if(NOT MP_CUDA STREQUAL "OFF")
   if(CMAKE_CUDA_COMPILER)
     set(CMAKE_CUDA_ARCHITECTURES ${MP_CUDA_ARCHS})
     enable_language(CUDA)
+    # as for C (CMakeLists.txt): no -DNDEBUG, so the launchers' host-side asserts stay live in Release
+    set(CMAKE_CUDA_FLAGS_RELEASE "-O3")
     find_package(CUDAToolkit)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib

@@ -15,31 +15,34 @@
 #include <math.h>
 #include <string.h>
 #ifdef MP_HAVE_CUDA
+#include "core/cuda/backend_cuda.h"
 #include "core/cuda/device_cuda.h"
 #endif
 
 mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err) {
     assert(out);
     *out = NULL;
-    if (!name) return mp_err_set(err, MP_EINPUT, "device: no device name given (expected cpu or cuda)");
+    if (!name) return mp_err_set(err, MP_EINPUT, "device: no device name given (expected cpu, cpu-bf16 or cuda)");
     if (strcmp(name, "cpu") == 0) {
         *out = mp_backend_cpu();
+        return MP_OK;
+    }
+    if (strcmp(name, "cpu-bf16") == 0) {   /* the GPU's precision, emulated on the CPU (tests) */
+        *out = mp_backend_cpu_bf16();
         return MP_OK;
     }
     if (strcmp(name, "cuda") == 0) {
 #ifdef MP_HAVE_CUDA
         int dev;
         MP_TRY(mp_cuda_device_select(&dev, err));
-        /* the kernels, GEMMs and NCCL communicator are built (core/cuda/); the backend table over them
-         * is not wired yet (issue 12), so a GPU that is present is refused rather than half used */
-        return mp_err_set(err, MP_EINPUT, "device cuda: GPU %d found, but this build's CUDA backend table is not "
-                          "complete yet (kernels and NCCL are built; see docs/CUDA.md); use --device cpu", dev);
+        /* the table over the kernels, GEMMs and streams (core/cuda/backend_cuda.c; one per process) */
+        return mp_backend_cuda(dev, out, err);
 #else
         return mp_err_set(err, MP_EINPUT, "device cuda: meshpoint was built without CUDA (rebuild on a machine with "
                           "the CUDA toolkit and NCCL: scripts/build.sh BUILD -DMP_CUDA=ON)");
 #endif
     }
-    return mp_err_set(err, MP_EINPUT, "device: unknown device '%s' (expected cpu or cuda)", name);
+    return mp_err_set(err, MP_EINPUT, "device: unknown device '%s' (expected cpu, cpu-bf16 or cuda)", name);
 }
 
 double mp_rope_inv_freq(int i, int hd, double theta, const mp_rope_scaling *sc) {

@@ -4,7 +4,16 @@
  *
  * All buffers passed to ops are device buffers of that backend (on CPU: host memory). Layout is
  * row-major. Activations are [N, D] with N = B*T tokens, token n = b*T + t. Attention tensors are
- * [B, T, heads, head_dim]. fp32 throughout on CPU.
+ * [B, T, heads, head_dim].
+ *
+ * Two precisions (DESIGN.md: bf16 compute, fp32 masters). COMPUTE tensors are typed `void *` and hold
+ * elements of the backend's act_dtype: activations and their gradients, and the weights as the ops read
+ * them (a compute copy of the fp32 masters, or the masters themselves when act_dtype is fp32). Everything
+ * else is `float *` and fp32 on every device: master weights, Adam moments, weight gradients (a GEMM
+ * that computes one writes fp32: c_dtype), per-row statistics (RMSNorm rstd, attention lse, the
+ * cross-entropy pieces and losses), RoPE tables. act_dtype is fp32 on the CPU backend ("cpu") and bf16
+ * on CUDA and on the CPU emulation of the GPU's precision ("cpu-bf16"); math inside an op is fp32
+ * whatever the storage. Checkpoints hold only fp32 state, so they do not depend on the device.
  *
  * Gradient conventions (uniform, so callers can rely on them):
  *   - weight gradients (dw, dwte, ...) ACCUMULATE (+=): micro-batches add up; the caller zeroes them.
@@ -43,6 +52,7 @@ struct mp_backend {
     mp_device device;
     int host_memory;       /* its buffers are host memory the CPU reads directly (a sync save then writes
                             * straight from the shards, with no staging copy) */
+    mp_dtype act_dtype;    /* element type of compute tensors (the `void *` buffers below) */
 
     /* ---- memory ---- */
     void *(*alloc)(mp_backend *be, size_t bytes, mp_mem_cat cat);   /* zero-filled; aborts on OOM */
@@ -76,14 +86,19 @@ struct mp_backend {
 
     /* ---- dense linear algebra ----
      * C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T; lda/ldb/ldc are row strides of the
-     * matrices as stored (row-major). */
+     * matrices as stored (row-major).
+     * A and B are compute tensors; C has c_dtype: act_dtype, or MP_F32 for weight gradients (which
+     * then accumulate in fp32 with beta = 1). The products accumulate in fp32 on every device. */
     void (*gemm)(mp_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+                 const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc, mp_dtype c_dtype);
 
     /* ---- elementwise ---- */
-    void (*add)(mp_backend *be, float *out, const float *a, const float *b, int64_t n);  /* out = a+b */
-    void (*accumulate)(mp_backend *be, float *dst, const float *src, int64_t n);         /* dst += src */
-    void (*scale)(mp_backend *be, float *x, float s, int64_t n);                          /* x *= s */
+    void (*add)(mp_backend *be, void *out, const void *a, const void *b, int64_t n);     /* out = a+b, compute */
+    void (*accumulate)(mp_backend *be, float *dst, const float *src, int64_t n);         /* dst += src, fp32 */
+    void (*scale)(mp_backend *be, float *x, float s, int64_t n);                          /* x *= s, fp32 */
+    /* Conversions between fp32 and act_dtype (copies when act_dtype is fp32); no overlap. */
+    void (*to_act)(mp_backend *be, void *dst, const float *src, int64_t n);
+    void (*from_act)(mp_backend *be, float *dst, const void *src, int64_t n);
 
     /* ---- reductions into a device scalar ----
      * acc points to ONE double in device memory; the result stays there (no host copy, no sync): the
@@ -97,73 +112,86 @@ struct mp_backend {
     /* ---- embedding (vocab-parallel) ----
      * Rows of wte are global vocab ids [v_start, v_start + v_local). out[n] = wte[tok[n]-v_start] when
      * tok[n] is in range, else 0 (the caller all-reduces over tp). */
-    void (*embed_fwd)(mp_backend *be, float *out, const int32_t *tok, const float *wte, int N, int D,
+    void (*embed_fwd)(mp_backend *be, void *out, const int32_t *tok, const void *wte, int N, int D,
                       int v_start, int v_local);
     /* dwte[tok[n]-v_start] += dout[n] for in-range tokens. */
-    void (*embed_bwd)(mp_backend *be, float *dwte, const float *dout, const int32_t *tok, int N, int D,
+    void (*embed_bwd)(mp_backend *be, float *dwte, const void *dout, const int32_t *tok, int N, int D,
                       int v_start, int v_local);
 
     /* ---- RMSNorm ---- y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); rstd[N] saved for backward. */
-    void (*rmsnorm_fwd)(mp_backend *be, float *y, float *rstd, const float *x, const float *w, int N, int D,
+    void (*rmsnorm_fwd)(mp_backend *be, void *y, float *rstd, const void *x, const void *w, int N, int D,
                         float eps);
     /* dx ACCUMULATES (+=) (the residual stream adds into it); dw accumulates. */
-    void (*rmsnorm_bwd)(mp_backend *be, float *dx, float *dw, const float *dy, const float *x, const float *w,
+    void (*rmsnorm_bwd)(mp_backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w,
                         const float *rstd, int N, int D);
 
     /* ---- RoPE (HF rotate_half: pairs i and i + hd/2) ----
      * x is [B, T, H, hd]; token t has position pos0 + t. cos/sin tables are [max_pos, hd/2] (rope_init).
      * fwd rotates in place; bwd applies the inverse rotation in place (the gradient of a rotation). */
-    void (*rope_fwd)(mp_backend *be, float *x, const float *cos_t, const float *sin_t, int B, int T, int H,
+    void (*rope_fwd)(mp_backend *be, void *x, const float *cos_t, const float *sin_t, int B, int T, int H,
                      int hd, int pos0);
-    void (*rope_bwd)(mp_backend *be, float *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
+    void (*rope_bwd)(mp_backend *be, void *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
                      int hd, int pos0);
 
     /* ---- causal grouped-query attention, flash-style (no T x T matrix anywhere) ----
      * q [B,T,H,hd], k,v [B,T,KV,hd], query head h uses kv head h / (H/KV). scale = 1/sqrt(hd).
      * Writes out [B,T,H,hd] and lse [B,H,T], lse[b,h,t] = log sum_{j<=t} exp(scale q_t . k_j) (natural
      * log, in float): with q, k, v and out, all that the backward needs. */
-    void (*attn_fwd)(mp_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+    void (*attn_fwd)(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                      int B, int T, int H, int KV, int hd);
     /* Gradients of the forward that produced out and lse from q, k, v; the probabilities are recomputed
      * blockwise as exp(scale q.k - lse). dq, dk, dv are written (=). scratch must hold B*H*T floats (the
      * backend may keep D = rowsum(dout * out) there) and may alias nothing else. */
-    void (*attn_bwd)(mp_backend *be, float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                     const float *out, const float *lse, const float *q, const float *k, const float *v, int B,
+    void (*attn_bwd)(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
+                     const void *out, const float *lse, const void *q, const void *k, const void *v, int B,
                      int T, int H, int KV, int hd);
 
     /* ---- SwiGLU ---- out = silu(gate) * up, elementwise over n. */
-    void (*swiglu_fwd)(mp_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    void (*swiglu_fwd)(mp_backend *be, void *out, const void *gate, const void *up, int64_t n);
     /* dgate, dup written (=). */
-    void (*swiglu_bwd)(mp_backend *be, float *dgate, float *dup, const float *dout, const float *gate,
-                       const float *up, int64_t n);
+    void (*swiglu_bwd)(mp_backend *be, void *dgate, void *dup, const void *dout, const void *gate,
+                       const void *up, int64_t n);
 
     /* ---- vocab-parallel cross-entropy over logits [N, V_local] (row stride V_local) ---- */
     /* rowmax[n] = max over valid local columns. */
-    void (*xent_rowmax)(mp_backend *be, float *rowmax, const float *logits, int N, int v_local, int v_valid);
+    void (*xent_rowmax)(mp_backend *be, float *rowmax, const void *logits, int N, int v_local, int v_valid);
     /* sumexp[n] = sum_j exp(logits[n,j] - rowmax[n]) over valid local columns (rowmax = global max). */
-    void (*xent_sumexp)(mp_backend *be, float *sumexp, const float *logits, const float *rowmax, int N,
+    void (*xent_sumexp)(mp_backend *be, float *sumexp, const void *logits, const float *rowmax, int N,
                         int v_local, int v_valid);
     /* tlogit[n] = logits[n, tgt[n]-v_start] if the target is local, else 0. */
-    void (*xent_target)(mp_backend *be, float *tlogit, const float *logits, const int32_t *tgt, int N,
+    void (*xent_target)(mp_backend *be, float *tlogit, const void *logits, const int32_t *tgt, int N,
                         int v_local, int v_start);
     /* losses[n] = log(sumexp[n]) + rowmax[n] - tlogit[n] (all three global). */
     void (*xent_loss)(mp_backend *be, float *losses, const float *rowmax, const float *sumexp,
                       const float *tlogit, int N);
     /* In place: logits <- dloss * (softmax - onehot(tgt)) with global rowmax/sumexp; padding columns 0. */
-    void (*xent_bwd)(mp_backend *be, float *logits, const float *rowmax, const float *sumexp,
+    void (*xent_bwd)(mp_backend *be, void *logits, const float *rowmax, const float *sumexp,
                      const int32_t *tgt, float dloss, int N, int v_local, int v_valid, int v_start);
 
     /* ---- optimizer ----
-     * AdamW on n elements; step >= 1 (bias correction uses it); decoupled weight decay wd*lr*p. */
-    void (*adamw)(mp_backend *be, float *p, const float *g, float *m, float *v, int64_t n, float lr,
+     * AdamW on n fp32 elements; step >= 1 (bias correction uses it); decoupled weight decay wd*lr*p.
+     * p_act, when not NULL, is the compute copy of p (act_dtype): it receives the updated weights in the
+     * same pass (NULL when the compute copy is p itself). */
+    void (*adamw)(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float wd, int step, float grad_scale);
 
     void *impl;            /* backend private state */
 };
 
-/* The CPU backend (a static table; no init needed). */
+/* The CPU backend (a static table; no init needed): act_dtype fp32. */
 mp_backend *mp_backend_cpu(void);
-/* The backend for "cpu" or "cuda"; MP_EDEVICE with a clear message if unavailable (e.g. no GPU). */
+/* The CPU emulation of the GPU's precision (core/backend_cpu_bf16.c): act_dtype bf16, every op the CPU
+ * kernel on its inputs widened to fp32, outputs rounded to bf16 (round to nearest even) as the CUDA
+ * kernels store them. Slow (it converts around every op); it exists so that the bf16 paths of layers/
+ * (compute copies, bf16 collectives, fp32 weight gradients) run and are tested on machines without a GPU. */
+mp_backend *mp_backend_cpu_bf16(void);
+
+/* Bytes of one compute element, and a compute buffer advanced by i elements. */
+static inline size_t mp_act_size(const mp_backend *be) { return mp_dtype_size(be->act_dtype); }
+static inline void *mp_act_at(const mp_backend *be, const void *p, int64_t i) {
+    return (char *)(uintptr_t)p + (size_t)i * mp_act_size(be);
+}
+/* The backend for "cpu", "cpu-bf16" or "cuda"; MP_EDEVICE with a clear message if unavailable (e.g. no GPU). */
 mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err);
 
 /* The RoPE inverse frequency of pair i (0 <= i < hd/2), in double, as transformers computes it

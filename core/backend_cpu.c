@@ -1,5 +1,6 @@
 /*
- * core/backend_cpu.c — the CPU implementation of struct mp_backend (core/backend.h), fp32.
+ * core/backend_cpu.c — the CPU implementation of struct mp_backend (core/backend.h), fp32 (act_dtype
+ * MP_F32: compute tensors are the fp32 buffers themselves).
  *
  * gemm is OpenBLAS cblas_sgemm (row-major); attention lives in core/kernels_cpu_attn_fwd.c and
  * core/kernels_cpu_attn_bwd.c. Everything else is plain loops over restrict pointers that gcc
@@ -120,7 +121,12 @@ static void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, c
  * (or columns) each, one per thread; op(A)'s rows i0.. start at A + i0 (trans_a) or A + i0*lda,
  * op(B)'s columns j0.. at B + j0*ldb (trans_b) or B + j0. */
 static void cpu_gemm(mp_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+                     const void *A_v, int lda, const void *B_v, int ldb, float beta, void *C_v, int ldc, mp_dtype c_dtype) {
+    const float *A = A_v;
+    const float *B = B_v;
+    float *C = C_v;
+    assert(c_dtype == MP_F32);   /* the CPU computes in fp32: C is fp32 whatever it holds */
+    (void)c_dtype;
     assert(M >= 0 && N >= 0 && K >= 0);
     if (M == 0 || N == 0) return;
     assert(ldc >= N);
@@ -156,7 +162,20 @@ static void cpu_gemm(mp_backend *be, int trans_a, int trans_b, int M, int N, int
 
 /* ---- elementwise ---- */
 
-static void cpu_add(mp_backend *be, float *out, const float *a, const float *b, int64_t n) {
+/* fp32 compute: the conversions to and from act_dtype are copies. */
+static void cpu_to_act(mp_backend *be, void *dst, const float *src, int64_t n) {
+    assert(n >= 0 && (dst != src || n == 0));
+    if (n) memcpy(dst, src, (size_t)n * sizeof(float));
+}
+static void cpu_from_act(mp_backend *be, float *dst, const void *src, int64_t n) {
+    assert(n >= 0 && (dst != src || n == 0));
+    if (n) memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+static void cpu_add(mp_backend *be, void *out_v, const void *a_v, const void *b_v, int64_t n) {
+    float *out = out_v;
+    const float *a = a_v;
+    const float *b = b_v;
     /* out may alias a or b (x = x + y), so no restrict here; gcc versions the loop on overlap. */
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
@@ -211,8 +230,10 @@ static void cpu_sum_acc(mp_backend *be, double *acc, const float *x, int64_t n) 
 
 /* ---- embedding ---- */
 
-static void cpu_embed_fwd(mp_backend *be, float *out, const int32_t *tok, const float *wte, int N, int D,
+static void cpu_embed_fwd(mp_backend *be, void *out_v, const int32_t *tok, const void *wte_v, int N, int D,
                           int v_start, int v_local) {
+    float *out = out_v;
+    const float *wte = wte_v;
     for (int n = 0; n < N; n++) {
         int64_t r = (int64_t)tok[n] - v_start;
         float *o = out + (size_t)n * D;
@@ -222,8 +243,9 @@ static void cpu_embed_fwd(mp_backend *be, float *out, const int32_t *tok, const 
 }
 
 /* Tokens in order, so repeated tokens add up in a fixed order. */
-static void cpu_embed_bwd(mp_backend *be, float *dwte, const float *dout, const int32_t *tok, int N, int D,
+static void cpu_embed_bwd(mp_backend *be, float *dwte, const void *dout_v, const int32_t *tok, int N, int D,
                           int v_start, int v_local) {
+    const float *dout = dout_v;
     for (int n = 0; n < N; n++) {
         int64_t r = (int64_t)tok[n] - v_start;
         if (r < 0 || r >= v_local) continue;
@@ -235,8 +257,11 @@ static void cpu_embed_bwd(mp_backend *be, float *dwte, const float *dout, const 
 
 /* ---- RMSNorm ---- */
 
-static void cpu_rmsnorm_fwd(mp_backend *be, float *y, float *rstd, const float *x, const float *w, int N,
+static void cpu_rmsnorm_fwd(mp_backend *be, void *y_v, float *rstd, const void *x_v, const void *w_v, int N,
                             int D, float eps) {
+    float *y = y_v;
+    const float *x = x_v;
+    const float *w = w_v;
     for (int n = 0; n < N; n++) {
         const float *restrict xr = x + (size_t)n * D;
         float *restrict yr = y + (size_t)n * D;
@@ -250,8 +275,12 @@ static void cpu_rmsnorm_fwd(mp_backend *be, float *y, float *rstd, const float *
 }
 
 /* dx_i += r * (w_i dy_i - x_i r^2 mean_j(w_j dy_j x_j)),  dw_i += sum_n dy_i x_i r. */
-static void cpu_rmsnorm_bwd(mp_backend *be, float *dx, float *dw, const float *dy, const float *x,
-                            const float *w, const float *rstd, int N, int D) {
+static void cpu_rmsnorm_bwd(mp_backend *be, void *dx_v, float *dw, const void *dy_v, const void *x_v,
+                            const void *w_v, const float *rstd, int N, int D) {
+    float *dx = dx_v;
+    const float *dy = dy_v;
+    const float *x = x_v;
+    const float *w = w_v;
     for (int n = 0; n < N; n++) {
         const float *restrict xr = x + (size_t)n * D;
         const float *restrict g = dy + (size_t)n * D;
@@ -292,33 +321,50 @@ static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, 
         }
 }
 
-static void cpu_rope_fwd(mp_backend *be, float *x, const float *cos_t, const float *sin_t, int B, int T,
+static void cpu_rope_fwd(mp_backend *be, void *x_v, const float *cos_t, const float *sin_t, int B, int T,
                          int H, int hd, int pos0) {
+    float *x = x_v;
     rope_apply(x, cos_t, sin_t, B, T, H, hd, pos0, 1.0f);
 }
 
 /* The gradient of a rotation is the inverse rotation. */
-static void cpu_rope_bwd(mp_backend *be, float *dx, const float *cos_t, const float *sin_t, int B, int T,
+static void cpu_rope_bwd(mp_backend *be, void *dx_v, const float *cos_t, const float *sin_t, int B, int T,
                          int H, int hd, int pos0) {
+    float *dx = dx_v;
     rope_apply(dx, cos_t, sin_t, B, T, H, hd, pos0, -1.0f);
 }
 
 /* ---- attention (core/kernels_cpu_attn_fwd.c, core/kernels_cpu_attn_bwd.c) ---- */
 
-static void cpu_attn_fwd(mp_backend *be, float *out, float *lse, const float *q, const float *k,
-                         const float *v, int B, int T, int H, int KV, int hd) {
+static void cpu_attn_fwd(mp_backend *be, void *out_v, float *lse, const void *q_v, const void *k_v,
+                         const void *v_v, int B, int T, int H, int KV, int hd) {
+    float *out = out_v;
+    const float *q = q_v;
+    const float *k = k_v;
+    const float *v = v_v;
     mp_cpu_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd);
 }
 
-static void cpu_attn_bwd(mp_backend *be, float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                         const float *out, const float *lse, const float *q, const float *k, const float *v,
+static void cpu_attn_bwd(mp_backend *be, void *dq_v, void *dk_v, void *dv_v, float *scratch, const void *dout_v,
+                         const void *out_v, const float *lse, const void *q_v, const void *k_v, const void *v_v,
                          int B, int T, int H, int KV, int hd) {
+    float *dq = dq_v;
+    float *dk = dk_v;
+    float *dv = dv_v;
+    const float *dout = dout_v;
+    const float *out = out_v;
+    const float *q = q_v;
+    const float *k = k_v;
+    const float *v = v_v;
     mp_cpu_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd);
 }
 
 /* ---- SwiGLU ---- */
 
-static void cpu_swiglu_fwd(mp_backend *be, float *out, const float *gate, const float *up, int64_t n) {
+static void cpu_swiglu_fwd(mp_backend *be, void *out_v, const void *gate_v, const void *up_v, int64_t n) {
+    float *out = out_v;
+    const float *gate = gate_v;
+    const float *up = up_v;
     float *restrict o = out;
     const float *restrict g = gate, *restrict u = up;
 #pragma omp parallel for simd schedule(static) num_threads(mp_cpu_threads()) if (n >= MP_OMP_MIN)
@@ -326,8 +372,13 @@ static void cpu_swiglu_fwd(mp_backend *be, float *out, const float *gate, const 
 }
 
 /* silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). */
-static void cpu_swiglu_bwd(mp_backend *be, float *dgate, float *dup, const float *dout, const float *gate,
-                           const float *up, int64_t n) {
+static void cpu_swiglu_bwd(mp_backend *be, void *dgate_v, void *dup_v, const void *dout_v, const void *gate_v,
+                           const void *up_v, int64_t n) {
+    float *dgate = dgate_v;
+    float *dup = dup_v;
+    const float *dout = dout_v;
+    const float *gate = gate_v;
+    const float *up = up_v;
     float *restrict dg = dgate, *restrict du = dup;
     const float *restrict d = dout, *restrict g = gate, *restrict u = up;
 #pragma omp parallel for simd schedule(static) num_threads(mp_cpu_threads()) if (n >= MP_OMP_MIN)
@@ -352,8 +403,9 @@ static inline void prefetch_chunk(const float *p, const float *end) {
         if (p + i < end) __builtin_prefetch(p + i);
 }
 
-static void cpu_xent_rowmax(mp_backend *be, float *rowmax, const float *logits, int N, int v_local,
+static void cpu_xent_rowmax(mp_backend *be, float *rowmax, const void *logits_v, int N, int v_local,
                             int v_valid) {
+    const float *logits = logits_v;
     assert(v_valid >= 0 && v_valid <= v_local);
 #pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if ((int64_t)N * v_valid >= MP_OMP_MIN)
     for (int n = 0; n < N; n++) {
@@ -366,8 +418,9 @@ static void cpu_xent_rowmax(mp_backend *be, float *rowmax, const float *logits, 
 }
 
 /* A row whose global max is -inf (no finite logit anywhere) has sumexp 0. */
-static void cpu_xent_sumexp(mp_backend *be, float *sumexp, const float *logits, const float *rowmax, int N,
+static void cpu_xent_sumexp(mp_backend *be, float *sumexp, const void *logits_v, const float *rowmax, int N,
                             int v_local, int v_valid) {
+    const float *logits = logits_v;
     assert(v_valid >= 0 && v_valid <= v_local);
     const float *end = logits + (size_t)N * v_local;
 #pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if ((int64_t)N * v_valid >= MP_OMP_MIN)
@@ -391,8 +444,9 @@ static void cpu_xent_sumexp(mp_backend *be, float *sumexp, const float *logits, 
     }
 }
 
-static void cpu_xent_target(mp_backend *be, float *tlogit, const float *logits, const int32_t *tgt, int N,
+static void cpu_xent_target(mp_backend *be, float *tlogit, const void *logits_v, const int32_t *tgt, int N,
                             int v_local, int v_start) {
+    const float *logits = logits_v;
     for (int n = 0; n < N; n++) {
         int64_t c = (int64_t)tgt[n] - v_start;
         tlogit[n] = (c >= 0 && c < v_local) ? logits[(size_t)n * v_local + c] : 0.0f;
@@ -404,8 +458,9 @@ static void cpu_xent_loss(mp_backend *be, float *losses, const float *rowmax, co
     for (int n = 0; n < N; n++) losses[n] = (float)(log((double)sumexp[n]) + rowmax[n] - tlogit[n]);
 }
 
-static void cpu_xent_bwd(mp_backend *be, float *logits, const float *rowmax, const float *sumexp,
+static void cpu_xent_bwd(mp_backend *be, void *logits_v, const float *rowmax, const float *sumexp,
                          const int32_t *tgt, float dloss, int N, int v_local, int v_valid, int v_start) {
+    float *logits = logits_v;
     assert(v_valid >= 0 && v_valid <= v_local);
     const float *end = logits + (size_t)N * v_local;
 #pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if ((int64_t)N * v_local >= MP_OMP_MIN)
@@ -443,8 +498,10 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
 /* PyTorch AdamW: g *= grad_scale; m, v updated; p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p), with
  * mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step) (the corrections computed in double).
  * Chunks of 16384 elements are the work items; each element's arithmetic is the same on any thread. */
-static void cpu_adamw(mp_backend *be, float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                      float beta1, float beta2, float eps, float wd, int step, float grad_scale) {
+static void cpu_adamw(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n,
+                      float lr, float beta1, float beta2, float eps, float wd, int step, float grad_scale) {
+    assert(!p_act || p_act == p);   /* fp32 compute: the compute copy is the master itself */
+    (void)p_act;
     assert(step >= 1);
     const float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
     const float bc2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
@@ -462,6 +519,7 @@ static mp_backend g_cpu = {
     .name = "cpu",
     .device = MP_DEV_CPU,
     .host_memory = 1,
+    .act_dtype = MP_F32,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memset0 = cpu_memset0,
@@ -479,6 +537,8 @@ static mp_backend g_cpu = {
     .copy = cpu_copy,
     .synchronize = cpu_synchronize,
     .gemm = cpu_gemm,
+    .to_act = cpu_to_act,
+    .from_act = cpu_from_act,
     .add = cpu_add,
     .accumulate = cpu_accumulate,
     .scale = cpu_scale,

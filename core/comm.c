@@ -54,16 +54,18 @@ static int64_t total_count(const mp_comm *c, const int64_t *counts) {
     return total;
 }
 
-int64_t mp_comm_count_all_gatherv(mp_comm *c, const int64_t *counts) {
+int64_t mp_comm_count_all_gatherv(mp_comm *c, const int64_t *counts, int64_t elem_bytes) {
+    assert(elem_bytes > 0);
     int64_t total = total_count(c, counts);
-    c->bytes_sent[MP_COMM_ALLGATHER] += (int64_t)sizeof(float) * (c->size - 1) * counts[c->rank];
+    c->bytes_sent[MP_COMM_ALLGATHER] += elem_bytes * (c->size - 1) * counts[c->rank];
     c->calls[MP_COMM_ALLGATHER]++;
     return total;
 }
 
-int64_t mp_comm_count_reduce_scatterv(mp_comm *c, const int64_t *counts) {
+int64_t mp_comm_count_reduce_scatterv(mp_comm *c, const int64_t *counts, int64_t elem_bytes) {
+    assert(elem_bytes > 0);
     int64_t total = total_count(c, counts);
-    c->bytes_sent[MP_COMM_REDUCE_SCATTER] += (int64_t)sizeof(float) * (total - counts[c->rank]);
+    c->bytes_sent[MP_COMM_REDUCE_SCATTER] += elem_bytes * (total - counts[c->rank]);
     c->calls[MP_COMM_REDUCE_SCATTER]++;
     return total;
 }

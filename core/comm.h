@@ -23,7 +23,9 @@
  *
  * Results: all_reduce returns bitwise the same values on every rank of the group; on a fixed mesh the
  * summation order, hence the bits, are the same from run to run (see core/comm_mpi.h).
- * Buffers are device buffers of the backend the communicator was made for. fp32 unless stated.
+ * Buffers are device buffers of the backend the communicator was made for. all_reduce, all_gatherv and
+ * reduce_scatterv take the element type: MP_F32, or MP_BF16 (a backend's compute tensors, core/backend.h;
+ * sums and maxima of bf16 are formed in fp32 per pairwise step and rounded to bf16, as NCCL does).
  */
 #ifndef MP_COMM_H
 #define MP_COMM_H
@@ -31,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/error.h"
+#include "core/tensor.h"
 
 typedef enum { MP_COMM_ALLREDUCE = 0, MP_COMM_ALLGATHER, MP_COMM_REDUCE_SCATTER, MP_COMM_BCAST,
                MP_COMM_NOPS } mp_comm_op;
@@ -41,13 +44,13 @@ struct mp_comm {
     const char *name;   /* "self", "mpi", "nccl" */
     int rank, size;
     /* In place: sum (op_max = 0) or max (op_max = 1) of x[n] over the group. */
-    void (*all_reduce)(mp_comm *c, float *x, int64_t n, int op_max);
+    void (*all_reduce)(mp_comm *c, void *x, int64_t n, mp_dtype dt, int op_max);
     /* Same in double (for norms and loss sums that must not lose precision). */
     void (*all_reduce_f64)(mp_comm *c, double *x, int64_t n);
     /* out[sum counts] = concatenation over ranks r of in_r[counts[r]]; counts may differ (uneven). */
-    void (*all_gatherv)(mp_comm *c, float *out, const float *in, const int64_t *counts);
+    void (*all_gatherv)(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt);
     /* in[sum counts] summed over the group; rank r receives elements [displ_r, displ_r + counts[r]). */
-    void (*reduce_scatterv)(mp_comm *c, float *out, const float *in, const int64_t *counts);
+    void (*reduce_scatterv)(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt);
     /* Broadcast of raw bytes from root. */
     void (*broadcast)(mp_comm *c, void *buf, size_t bytes, int root);
     void (*barrier)(mp_comm *c);
@@ -66,10 +69,10 @@ mp_comm *mp_comm_self(void);
 void mp_comm_use_self_ops(mp_comm *c);
 /* The traffic formulas above, counted into c by every implementation (MPI, NCCL) so that they cannot
  * disagree: all_reduce of n elements of elem_bytes each; all_gatherv / reduce_scatterv over counts[size]
- * (returns the total count); broadcast of bytes from root. Each also counts one call. */
+ * (returns the total count; elem_bytes from mp_dtype_size); broadcast of bytes from root. Each also counts one call. */
 void mp_comm_count_all_reduce(mp_comm *c, int64_t n, int64_t elem_bytes);
-int64_t mp_comm_count_all_gatherv(mp_comm *c, const int64_t *counts);
-int64_t mp_comm_count_reduce_scatterv(mp_comm *c, const int64_t *counts);
+int64_t mp_comm_count_all_gatherv(mp_comm *c, const int64_t *counts, int64_t elem_bytes);
+int64_t mp_comm_count_reduce_scatterv(mp_comm *c, const int64_t *counts, int64_t elem_bytes);
 void mp_comm_count_broadcast(mp_comm *c, size_t bytes, int root);
 /* Sum of bytes_sent (and of seconds) over all op kinds; reset of all counters. */
 double mp_comm_total_seconds(const mp_comm *c);

@@ -24,6 +24,39 @@ static size_t g_bcast_chunk = INT_MAX;
  * several calls. INT_MAX (MPI's int count type) except under the test hook mp_comm_mpi_set_max_count. */
 static int64_t g_max_count = INT_MAX;
 
+/* bf16 elements travel as MPI_UINT16_T with user reductions that widen to fp32, add (or take the
+ * max) and round to nearest even, as NCCL reduces bf16: each pairwise step rounds once. Made once, on
+ * the first communicator's creation (after MPI_Init); MPI frees them at MPI_Finalize. */
+static MPI_Op g_bf16_sum = MPI_OP_NULL, g_bf16_max = MPI_OP_NULL;
+
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = mp_f32_to_bf16(mp_bf16_to_f32(a[i]) + mp_bf16_to_f32(b[i]));
+}
+static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) {
+        float x = mp_bf16_to_f32(a[i]), y = mp_bf16_to_f32(b[i]);
+        if (x > y || x != x) b[i] = a[i];
+    }
+}
+
+/* The MPI element type of dt (MP_F32 or MP_BF16). */
+static MPI_Datatype mpi_type(mp_dtype dt) {
+    assert(dt == MP_F32 || dt == MP_BF16);
+    return dt == MP_F32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+/* The reduction op of dt: sum, or max when op_max. */
+static MPI_Op mpi_op(mp_dtype dt, int op_max) {
+    if (dt == MP_F32) return op_max ? MPI_MAX : MPI_SUM;
+    assert(g_bf16_sum != MPI_OP_NULL);
+    return op_max ? g_bf16_max : g_bf16_sum;
+}
+
 /* Runs one MPI call and adds its wall time to c->seconds[op]. */
 #define TIMED(c, op, call) do { double t0_ = MPI_Wtime(); call; (c)->seconds[op] += MPI_Wtime() - t0_; } while (0)
 
@@ -62,13 +95,14 @@ static int piece(int64_t n, int64_t off) {
 
 /* In place sum/max over the group: MPI_Allreduce with MPI_IN_PLACE, in pieces of at most g_max_count
  * elements (each element is reduced by exactly one call, so the split does not change the result). */
-static void mpi_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
+static void mpi_all_reduce(mp_comm *c, void *x, int64_t n, mp_dtype dt, int op_max) {
     assert(n >= 0 && (x || n == 0));
     assert(c->size > 1);
-    mp_comm_count_all_reduce(c, n, sizeof(float));
+    size_t e = mp_dtype_size(dt);
+    mp_comm_count_all_reduce(c, n, (int64_t)e);
     for (int64_t off = 0; off < n; off += g_max_count)
-        TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, x + off, piece(n, off), MPI_FLOAT,
-                                                  op_max ? MPI_MAX : MPI_SUM, impl_of(c)->comm));
+        TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, (char *)x + off * e, piece(n, off), mpi_type(dt),
+                                                  mpi_op(dt, op_max), impl_of(c)->comm));
 }
 
 static void mpi_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
@@ -83,55 +117,62 @@ static void mpi_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
 /* out = concat_r in_r[counts[r]]. in may be out + displ[rank] (in place); otherwise the two must not
  * overlap. When a count or displacement exceeds g_max_count: each rank's part is broadcast from it in
  * pieces (same result, more calls). */
-static void mpi_all_gatherv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+static void mpi_all_gatherv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     assert(c->size > 1);
     mpi_impl *im = impl_of(c);
     int fits;
     int64_t total = fill_counts(c, counts, &fits);
     int me = c->rank;
+    size_t e = mp_dtype_size(dt);
+    MPI_Datatype t = mpi_type(dt);
     assert((out || total == 0) && (in || counts[me] == 0));
-    mp_comm_count_all_gatherv(c, counts);
+    mp_comm_count_all_gatherv(c, counts, (int64_t)e);
     if (total == 0) return;
     if (fits) {
-        const void *send = (in == out + im->displs[me]) ? MPI_IN_PLACE : (const void *)in;
-        TIMED(c, MP_COMM_ALLGATHER, MPI_Allgatherv(send, im->counts[me], MPI_FLOAT, out, im->counts, im->displs, MPI_FLOAT, im->comm));
+        const void *send = (in == (char *)out + (size_t)im->displs[me] * e) ? MPI_IN_PLACE : in;
+        TIMED(c, MP_COMM_ALLGATHER, MPI_Allgatherv(send, im->counts[me], t, out, im->counts, im->displs, t, im->comm));
         return;
     }
     int64_t displ = 0;
     for (int r = 0; r < c->size; r++) {
-        float *part = out + displ;
-        if (r == me && in != part && counts[me]) memcpy(part, in, sizeof(float) * (size_t)counts[me]);
+        char *part = (char *)out + (size_t)displ * e;
+        if (r == me && in != part && counts[me]) memcpy(part, in, e * (size_t)counts[me]);
         for (int64_t off = 0; off < counts[r]; off += g_max_count)
-            TIMED(c, MP_COMM_ALLGATHER, MPI_Bcast(part + off, piece(counts[r], off), MPI_FLOAT, r, im->comm));
+            TIMED(c, MP_COMM_ALLGATHER, MPI_Bcast(part + (size_t)off * e, piece(counts[r], off), t, r, im->comm));
         displ += counts[r];
     }
 }
 
 /* out[counts[rank]] = sum over the group of in[displ_rank ...]. out must not overlap in. When a count
  * or displacement exceeds g_max_count: one MPI_Reduce to each rank per piece of its part. */
-static void mpi_reduce_scatterv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+static void mpi_reduce_scatterv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     assert(c->size > 1);
     mpi_impl *im = impl_of(c);
     int fits;
     int64_t total = fill_counts(c, counts, &fits);
     int me = c->rank;
+    size_t e = mp_dtype_size(dt);
+    MPI_Datatype t = mpi_type(dt);
+    MPI_Op op = mpi_op(dt, 0);
     assert((in || total == 0) && (out || counts[me] == 0));
     assert((total == 0 || counts[me] == 0 ||
-            (uintptr_t)(out + counts[me]) <= (uintptr_t)in || (uintptr_t)(in + total) <= (uintptr_t)out) &&
+            (uintptr_t)out + (size_t)counts[me] * e <= (uintptr_t)in ||
+            (uintptr_t)in + (size_t)total * e <= (uintptr_t)out) &&
            "comm: reduce_scatterv out overlaps in");
-    mp_comm_count_reduce_scatterv(c, counts);
+    mp_comm_count_reduce_scatterv(c, counts, (int64_t)e);
     if (total == 0) return;
     if (fits) {
         /* MPI_Reduce_scatter needs a valid recvbuf even for a zero count on some paths. */
         float dummy;
-        TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce_scatter(in, counts[me] ? (void *)out : (void *)&dummy, im->counts, MPI_FLOAT, MPI_SUM, im->comm));
+        TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce_scatter(in, counts[me] ? out : (void *)&dummy, im->counts, t, op, im->comm));
         return;
     }
     int64_t displ = 0;
     for (int r = 0; r < c->size; r++) {
         for (int64_t off = 0; off < counts[r]; off += g_max_count)
-            TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce(in + displ + off, r == me ? (void *)(out + off) : NULL,
-                                                        piece(counts[r], off), MPI_FLOAT, MPI_SUM, r, im->comm));
+            TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce((const char *)in + (size_t)(displ + off) * e,
+                                                        r == me ? (char *)out + (size_t)off * e : NULL,
+                                                        piece(counts[r], off), t, op, r, im->comm));
         displ += counts[r];
     }
 }
@@ -171,6 +212,10 @@ mp_comm *mp_comm_mpi_create(MPI_Comm comm) {
     int init = 0;
     MPI_Initialized(&init);
     assert(init && "mp_comm_mpi_create: MPI is not initialised");
+    if (g_bf16_sum == MPI_OP_NULL) {
+        MPI_Op_create(bf16_sum, 1, &g_bf16_sum);
+        MPI_Op_create(bf16_max, 1, &g_bf16_max);
+    }
     mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
     mpi_impl *im = mp_calloc(sizeof *im, MP_MEM_COMM);
     MPI_Comm_dup(comm, &im->comm);

@@ -12,8 +12,9 @@
 #include <assert.h>
 #include <string.h>
 
-static void self_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
-    assert(c && c->size == 1 && n >= 0 && (x || n == 0));
+static void self_all_reduce(mp_comm *c, void *x, int64_t n, mp_dtype dt, int op_max) {
+    assert(c && c->size == 1 && n >= 0 && (x || n == 0) && (dt == MP_F32 || dt == MP_BF16));
+    (void)op_max;
 }
 
 static void self_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
@@ -21,15 +22,15 @@ static void self_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
 }
 
 /* out[counts[0]] = in[counts[0]]. */
-static void self_all_gatherv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+static void self_all_gatherv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     assert(c && c->size == 1 && counts && counts[0] >= 0);
-    if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * sizeof(float));
+    if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * mp_dtype_size(dt));
 }
 
 /* out[counts[0]] = in[counts[0]]: the sum over one rank. */
-static void self_reduce_scatterv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+static void self_reduce_scatterv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     assert(c && c->size == 1 && counts && counts[0] >= 0);
-    if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * sizeof(float));
+    if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * mp_dtype_size(dt));
 }
 
 static void self_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {

@@ -7,14 +7,44 @@
  * tp_rank (key dp_rank). The size checks run before any collective and depend only on the world size
  * and the arguments, so every rank returns the same error and none is left waiting in a split.
  * The single-process mesh uses three distinct mp_comm_self() objects; mp_mesh_destroy destroys each
- * distinct communicator once and clears the pointers, so it is safe whichever way they were made and
- * safe to call twice.
+ * distinct communicator once (world, tp, dp, ctl_dp and ctl_tp: after mp_mesh_attach_device the ctl_
+ * ones are communicators of their own) and clears the pointers, so it is safe whichever way they were
+ * made and safe to call twice. Before the attach (and always on the CPU) ctl_dp == dp_comm and
+ * ctl_tp == tp_comm.
+ *
+ * Device communicators (mp_mesh_attach_device, CUDA builds). On a GPU backend tp_comm and dp_comm are
+ * replaced by "device" communicators whose buffers are device memory; the host ones stay, for host
+ * buffers, as ctl_tp and ctl_dp. A device communicator is:
+ *   - for a group of more than one rank, an NCCL communicator (core/cuda/comm_nccl.h: the unique id
+ *     drawn by the group's rank 0 and broadcast over the group's MPI communicator) on a stream of its own
+ *     (be->stream_create; mp_backend_cuda_stream gives NCCL its cudaStream_t), behind a thin wrapper
+ *     that orders it with the backend's compute stream through two events: the collective's stream
+ *     waits for the compute queued before the call, and the compute stream's later work waits for the
+ *     collective. So callers keep the contract of the host communicators (a collective is "done" for
+ *     every op issued after it, with no host wait), and the collective still runs on its own stream
+ *     (later overlap work can move the waits out of the wrapper).
+ *     The wrapper's counters are the NCCL communicator's (core/comm.h's formulas), added per call;
+ *   - for a group of one rank, a communicator of no traffic whose all_gatherv / reduce_scatterv copy
+ *     in to out with be->copy when they differ (mp_comm_self's memmove would touch device memory from
+ *     the host). No NCCL is created for it: a 1x1 CUDA run needs neither NCCL nor MPI.
+ * The backend must outlive the mesh: mp_mesh_destroy frees the device communicators' streams and events
+ * through it (tear down the mesh before mp_backend_cuda_destroy).
+ * NCCL failures are agreed over the world before the next collective (a tp group that failed on one dp
+ * row must not leave the other rows waiting in the dp group's set-up): every rank returns the same code
+ * with the message of the lowest failing rank.
  */
 #include "core/mesh.h"
+#include "core/alloc.h"
+#include "core/backend.h"
 #include "core/comm_mpi.h"
 #include <assert.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <string.h>
+#ifdef MP_HAVE_CUDA
+#include "core/cuda/backend_cuda.h"
+#include "core/cuda/comm_nccl.h"
+#endif
 
 void mp_mesh_init_single(mp_mesh *m) {
     assert(m);
@@ -26,6 +56,8 @@ void mp_mesh_init_single(mp_mesh *m) {
     m->world_comm = mp_comm_self();
     m->tp_comm = mp_comm_self();
     m->dp_comm = mp_comm_self();
+    m->ctl_dp = m->dp_comm;
+    m->ctl_tp = m->tp_comm;
     m->uses_mpi = 0;
 }
 
@@ -70,22 +102,220 @@ mp_code mp_mesh_init_mpi(mp_mesh *m, int tp, int dp, mp_err *err) {
     m->world_comm = mp_comm_mpi_create(MPI_COMM_WORLD);
     m->tp_comm = split_comm(m->dp_rank, m->tp_rank);
     m->dp_comm = split_comm(m->tp_rank, m->dp_rank);
+    m->ctl_dp = m->dp_comm;
+    m->ctl_tp = m->tp_comm;
     assert(m->world_comm->size == world && m->world_comm->rank == rank);
     assert(m->tp_comm->size == tp && m->tp_comm->rank == m->tp_rank);
     assert(m->dp_comm->size == dp && m->dp_comm->rank == m->dp_rank);
     return MP_OK;
 }
 
+/* ---- device communicators (see the top of this file) ---- */
+#ifdef MP_HAVE_CUDA
+
+typedef struct {
+    mp_backend *be;
+    mp_comm *inner;        /* the NCCL communicator; NULL for a group of one */
+    mp_stream stream;      /* inner's stream */
+    mp_event before, after;
+} dev_comm;
+
+static dev_comm *dev_of(const mp_comm *c) {
+    assert(c && c->impl);
+    return (dev_comm *)c->impl;
+}
+
+/* Group of one, device buffers: nothing moves, nothing is counted; out = in by a device copy. */
+static void dev1_all_reduce(mp_comm *c, void *x, int64_t n, mp_dtype dt, int op_max) {
+    assert(c->size == 1 && n >= 0 && (x || n == 0) && (dt == MP_F32 || dt == MP_BF16));
+    (void)op_max;
+}
+static void dev1_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
+    assert(c->size == 1 && n >= 0 && (x || n == 0));
+}
+static void dev1_copy(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
+    assert(c->size == 1 && counts && counts[0] >= 0);
+    if (counts[0] == 0 || out == in) return;
+    size_t bytes = (size_t)counts[0] * mp_dtype_size(dt);
+    /* be->copy is a device memcpy: no overlap (the layers' gathers and scatters never overlap) */
+    assert((const char *)out + bytes <= (const char *)in || (const char *)in + bytes <= (const char *)out);
+    mp_backend *be = dev_of(c)->be;
+    be->copy(be, out, in, bytes);
+}
+static void dev1_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
+    assert(c->size == 1 && root == 0 && (buf || bytes == 0));
+}
+static void dev1_barrier(mp_comm *c) { assert(c->size == 1); }
+
+/* The wrapper around an NCCL communicator: the collective's stream waits for the compute queued so far,
+ * the inner call enqueues it, the compute stream waits for it; the inner counters of this one call are
+ * added to the wrapper's (the inner's are private and reset before every call). */
+static dev_comm *wrap_enter(mp_comm *c) {
+    dev_comm *d = dev_of(c);
+    mp_backend *be = d->be;
+    be->event_record(be, d->before, NULL);
+    be->stream_wait_event(be, d->stream, d->before);
+    mp_comm_reset_counters(d->inner);
+    return d;
+}
+static void wrap_leave(mp_comm *c, dev_comm *d) {
+    mp_backend *be = d->be;
+    be->event_record(be, d->after, d->stream);
+    be->stream_wait_event(be, NULL, d->after);
+    for (int op = 0; op < MP_COMM_NOPS; op++) {
+        c->bytes_sent[op] += d->inner->bytes_sent[op];
+        c->calls[op] += d->inner->calls[op];
+        c->seconds[op] += d->inner->seconds[op];
+    }
+}
+static void wrap_all_reduce(mp_comm *c, void *x, int64_t n, mp_dtype dt, int op_max) {
+    dev_comm *d = wrap_enter(c);
+    d->inner->all_reduce(d->inner, x, n, dt, op_max);
+    wrap_leave(c, d);
+}
+static void wrap_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
+    dev_comm *d = wrap_enter(c);
+    d->inner->all_reduce_f64(d->inner, x, n);
+    wrap_leave(c, d);
+}
+static void wrap_all_gatherv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
+    dev_comm *d = wrap_enter(c);
+    d->inner->all_gatherv(d->inner, out, in, counts, dt);
+    wrap_leave(c, d);
+}
+static void wrap_reduce_scatterv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
+    dev_comm *d = wrap_enter(c);
+    d->inner->reduce_scatterv(d->inner, out, in, counts, dt);
+    wrap_leave(c, d);
+}
+static void wrap_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
+    dev_comm *d = wrap_enter(c);
+    d->inner->broadcast(d->inner, buf, bytes, root);
+    wrap_leave(c, d);
+}
+/* The compute queued so far and the group's collectives have finished, then the group meets (the inner
+ * barrier synchronises its stream, which waits for the compute first). */
+static void wrap_barrier(mp_comm *c) {
+    dev_comm *d = wrap_enter(c);
+    d->inner->barrier(d->inner);
+    wrap_leave(c, d);
+}
+
+/* Frees a device communicator: the NCCL one (collective over the group), its events and stream. */
+static void dev_destroy(mp_comm *c) {
+    if (!c) return;
+    dev_comm *d = dev_of(c);
+    mp_backend *be = d->be;
+    if (d->inner && d->inner->destroy) d->inner->destroy(d->inner);
+    if (d->before) be->event_destroy(be, d->before);
+    if (d->after) be->event_destroy(be, d->after);
+    if (d->stream) be->stream_destroy(be, d->stream);
+    mp_free_acct(d, sizeof *d, MP_MEM_COMM);
+    mp_free_acct(c, sizeof *c, MP_MEM_COMM);
+}
+
+/* The device communicator over the group of host communicator host (which stays the caller's).
+ * Collective over that group. NULL with err set when NCCL fails. */
+static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
+    mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
+    dev_comm *d = mp_calloc(sizeof *d, MP_MEM_COMM);
+    d->be = be;
+    c->impl = d;
+    c->rank = host->rank;
+    c->size = host->size;
+    c->destroy = dev_destroy;
+    if (host->size == 1) {
+        c->name = "self";
+        c->all_reduce = dev1_all_reduce;
+        c->all_reduce_f64 = dev1_all_reduce_f64;
+        c->all_gatherv = dev1_copy;
+        c->reduce_scatterv = dev1_copy;
+        c->broadcast = dev1_broadcast;
+        c->barrier = dev1_barrier;
+    } else {
+        assert(strcmp(host->name, "mpi") == 0);
+        d->stream = be->stream_create(be);
+        d->before = be->event_create(be);
+        d->after = be->event_create(be);
+        d->inner = mp_comm_nccl_create(mp_comm_mpi_handle(host), mp_backend_cuda_stream(be, d->stream), err);
+        if (!d->inner) {
+            dev_destroy(c);
+            return NULL;
+        }
+        assert(d->inner->rank == host->rank && d->inner->size == host->size);
+        c->name = "nccl";
+        c->all_reduce = wrap_all_reduce;
+        c->all_reduce_f64 = wrap_all_reduce_f64;
+        c->all_gatherv = wrap_all_gatherv;
+        c->reduce_scatterv = wrap_reduce_scatterv;
+        c->broadcast = wrap_broadcast;
+        c->barrier = wrap_barrier;
+    }
+    return c;
+}
+
+/* Agrees rc over the world: every rank returns the worst code, and e carries the message of the lowest
+ * failing rank ("[rank N] ..." when the world has several). Collective over the world. */
+static mp_code agree(mp_mesh *m, mp_code rc, mp_err *e) {
+    if (m->world == 1) return rc;
+    mp_comm *w = m->world_comm;
+    float v[2] = {(float)rc, rc ? (float)-m->rank : (float)-m->world};   /* max: worst code, lowest rank */
+    w->all_reduce(w, v, 2, MP_F32, 1);
+    mp_code worst = (mp_code)(int)v[0];
+    if (!worst) return MP_OK;
+    int from = (int)-v[1];
+    char msg[MP_ERR_MSG_MAX];
+    if (m->rank == from) snprintf(msg, sizeof msg, "[rank %d] %.2000s", from, e->msg);
+    w->broadcast(w, msg, sizeof msg, from);
+    msg[sizeof msg - 1] = 0;
+    return mp_err_set(e, worst, "%s", msg);
+}
+#endif /* MP_HAVE_CUDA */
+
+mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_err *err) {
+    assert(m && be && m->world_comm && m->tp_comm && m->dp_comm && m->ctl_dp && m->ctl_tp);
+    if (be->device != MP_DEV_CUDA) return MP_OK;   /* host buffers: the host communicators serve */
+#ifndef MP_HAVE_CUDA
+    return mp_err_set(err, MP_EINTERNAL, "mesh: a CUDA backend (%s) in a build without CUDA", be->name);
+#else
+    if (!be->copy || !be->stream_create || !be->stream_destroy || !be->event_create || !be->event_destroy ||
+        !be->event_record || !be->stream_wait_event)
+        return mp_err_set(err, MP_EINTERNAL, "mesh: backend %s lacks the copy, stream or event entries its "
+                          "device communicators need", be->name);
+    /* tp, then dp (a group already given its device communicator is left as it is); each agreed over the
+     * world before any rank goes on, so that no rank enters the next set-up while another has failed */
+    for (int g = 0; g < 2; g++) {
+        mp_comm **dev = g == 0 ? &m->tp_comm : &m->dp_comm, **ctl = g == 0 ? &m->ctl_tp : &m->ctl_dp;
+        if (*ctl != *dev) continue;   /* attached already */
+        mp_err e;
+        mp_err_clear(&e);
+        mp_code rc = MP_OK;
+        mp_comm *c = dev_comm_create(be, *dev, &e);
+        if (!c) rc = mp_err_wrap(&e, "mesh: device communicator of the %s group (%d ranks)", g == 0 ? "tp" : "dp",
+                                 g == 0 ? m->tp : m->dp);
+        if ((rc = agree(m, rc, &e))) {
+            if (c) c->destroy(c);   /* made here but failed elsewhere: freed, this group left as it was */
+            if (err) *err = e;
+            return rc;
+        }
+        *ctl = *dev;   /* the host communicator stays, for host buffers and scalars */
+        *dev = c;
+    }
+    return MP_OK;
+#endif
+}
+
 void mp_mesh_destroy(mp_mesh *m) {
     if (!m) return;
-    mp_comm *cs[3] = {m->world_comm, m->tp_comm, m->dp_comm};
-    for (int i = 0; i < 3; i++) {
+    /* ctl_dp / ctl_tp are dp_comm / tp_comm themselves until mp_mesh_attach_device, their own after */
+    mp_comm *cs[5] = {m->world_comm, m->tp_comm, m->dp_comm, m->ctl_dp, m->ctl_tp};
+    for (int i = 0; i < 5; i++) {
         if (!cs[i]) continue;
         int dup = 0;
         for (int j = 0; j < i; j++) dup |= cs[j] == cs[i];
         if (!dup && cs[i]->destroy) cs[i]->destroy(cs[i]);
     }
-    m->world_comm = m->tp_comm = m->dp_comm = NULL;
+    m->world_comm = m->tp_comm = m->dp_comm = m->ctl_dp = m->ctl_tp = NULL;
 }
 
 void mp_split(int64_t n, int p, int i, int64_t *start, int64_t *count) {

@@ -11,13 +11,17 @@
 #include "core/comm.h"
 #include "core/error.h"
 
+struct mp_backend;
+
 typedef struct mp_mesh {
     int world, rank;
     int tp, dp;
     int tp_rank, dp_rank;
-    mp_comm *world_comm;
-    mp_comm *tp_comm;
-    mp_comm *dp_comm;
+    mp_comm *world_comm;   /* host memory, always MPI (or self): agreement, checkpoint commits, flags */
+    mp_comm *tp_comm;      /* device tensors over tp (NCCL after mp_mesh_attach_device on a GPU) */
+    mp_comm *dp_comm;      /* device tensors over dp (NCCL after mp_mesh_attach_device on a GPU) */
+    mp_comm *ctl_dp;       /* host scalars over dp (the loss sum): dp_comm itself unless that is NCCL */
+    mp_comm *ctl_tp;       /* host buffers over tp (sampling's logits row): tp_comm itself unless NCCL */
     int uses_mpi;       /* 1 if the communicators are MPI ones */
 } mp_mesh;
 
@@ -25,6 +29,11 @@ typedef struct mp_mesh {
 void mp_mesh_init_single(mp_mesh *m);
 /* Builds the mesh over MPI_COMM_WORLD (MPI must be initialised). MP_EINPUT if world != tp*dp. */
 mp_code mp_mesh_init_mpi(mp_mesh *m, int tp, int dp, mp_err *err);
+/* Gives the mesh device communicators for backend be: on a GPU backend, tp_comm and dp_comm become
+ * NCCL communicators (unique ids broadcast over the MPI groups, which stay for host scalars: ctl_dp);
+ * on the CPU backends nothing changes. Collective over the world. MP_EDEVICE/MP_EINPUT naming NCCL's
+ * reason on failure. */
+mp_code mp_mesh_attach_device(mp_mesh *m, struct mp_backend *be, mp_err *err);
 void mp_mesh_destroy(mp_mesh *m);
 
 /* Balanced split of n items over p parts: part i gets [*start, *start + *count). The first n % p

@@ -16,6 +16,7 @@ typedef struct mp_adamw_hparams {
 
 typedef struct mp_optim_slot {
     float *p, *g, *m, *v;   /* device buffers of n elements */
+    void *p_act;            /* the compute copy of p the update also writes (act_dtype), NULL: p itself */
     int64_t n;
     int decay;
 } mp_optim_slot;

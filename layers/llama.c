@@ -29,57 +29,57 @@
 
 /* ---- linear layers: W is [out, in] row-major (HF/PyTorch layout) ---- */
 
-/* y[N,out] = x[N,in] W^T */
-static void linear_fwd(mp_backend *be, float *y, const float *x, const float *w, int N, int in, int out) {
-    be->gemm(be, 0, 1, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+/* y[N,out] = x[N,in] W^T (compute tensors) */
+static void linear_fwd(mp_backend *be, void *y, const void *x, const void *w, int N, int in, int out) {
+    be->gemm(be, 0, 1, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out, be->act_dtype);
 }
-/* dx[N,in] = beta*dx + dy[N,out] W */
-static void linear_bwd_x(mp_backend *be, float *dx, const float *dy, const float *w, int N, int in, int out,
+/* dx[N,in] = beta*dx + dy[N,out] W (compute tensors) */
+static void linear_bwd_x(mp_backend *be, void *dx, const void *dy, const void *w, int N, int in, int out,
                          float beta) {
-    be->gemm(be, 0, 0, N, in, out, 1.0f, dy, out, w, in, beta, dx, in);
+    be->gemm(be, 0, 0, N, in, out, 1.0f, dy, out, w, in, beta, dx, in, be->act_dtype);
 }
-/* dW[out,in] += dy^T x */
-static void linear_bwd_w(mp_backend *be, float *dw, const float *dy, const float *x, int N, int in, int out) {
-    be->gemm(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dw, in);
+/* dW[out,in] += dy^T x: compute inputs, the fp32 weight gradient accumulates */
+static void linear_bwd_w(mp_backend *be, float *dw, const void *dy, const void *x, int N, int in, int out) {
+    be->gemm(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dw, in, MP_F32);
 }
 
 /* ---- the tp boundary (see the file comment) ---- */
 
 /* Returns the [N, D] version of a residual-stream tensor src [n_res, D]: src itself without SP, else
  * all-gathered into dst. */
-static float *gather_in(llama_model *m, float *dst, float *src) {
+static void *gather_in(llama_model *m, void *dst, void *src) {
     if (!m->sp) return src;
     mp_comm *c = m->mesh->tp_comm;
-    c->all_gatherv(c, dst, src, m->sp_counts);
+    c->all_gatherv(c, dst, src, m->sp_counts, m->be->act_dtype);
     return dst;
 }
 
 /* out[n_res, D] = residual + reduce over tp of partial[N, D] (residual may be NULL: no add). partial is
  * clobbered. */
-static void reduce_out(llama_model *m, float *out, const float *residual, float *partial) {
+static void reduce_out(llama_model *m, void *out, const void *residual, void *partial) {
     mp_backend *be = m->be;
     mp_comm *c = m->mesh->tp_comm;
     int64_t n = (int64_t)m->n_res * m->D;
-    const float *sum = partial;
+    const void *sum = partial;
     if (m->sp) {
-        c->reduce_scatterv(c, m->dres_b, partial, m->sp_counts);
+        c->reduce_scatterv(c, m->dres_b, partial, m->sp_counts, be->act_dtype);
         sum = m->dres_b;
     } else if (m->tp > 1) {
-        c->all_reduce(c, partial, n, 0);
+        c->all_reduce(c, partial, n, be->act_dtype, 0);
     }
     if (residual) be->add(be, out, residual, sum, n);
-    else be->copy(be, out, sum, (size_t)n * sizeof(float));
+    else be->copy(be, out, sum, (size_t)n * m->act_size);
 }
 
 /* Backward of gather_in: partial[N, D] input-gradients summed over tp; returns the [n_res, D] result
  * (in partial without SP, in m->dres_b with SP). */
-static float *reduce_in_grad(llama_model *m, float *partial) {
+static void *reduce_in_grad(llama_model *m, void *partial) {
     mp_comm *c = m->mesh->tp_comm;
     if (m->sp) {
-        c->reduce_scatterv(c, m->dres_b, partial, m->sp_counts);
+        c->reduce_scatterv(c, m->dres_b, partial, m->sp_counts, m->be->act_dtype);
         return m->dres_b;
     }
-    if (m->tp > 1) c->all_reduce(c, partial, (int64_t)m->N * m->D, 0);
+    if (m->tp > 1) c->all_reduce(c, partial, (int64_t)m->N * m->D, m->be->act_dtype, 0);
     return partial;
 }
 
@@ -113,50 +113,61 @@ static mp_code check_mesh(const mp_model_config *c, const llama_options *o, int 
     return MP_OK;
 }
 
-/* One activation buffer: where its pointer lives and how many floats it holds. */
+/* One activation buffer: where its pointer lives (pa for a compute tensor, pf for an fp32 one) and how
+ * many elements it holds. */
 typedef struct act_piece {
-    float **p;
+    void **pa;
+    float **pf;
     int64_t n;
 } act_piece;
 
 #define ACT_MAX_PIECES (32 + 16 * LLAMA_MAX_LAYERS)
 
-/* Lists every activation and scratch buffer of m (pointer slot, floats) into list; returns the count and
- * sets *bytes to the one allocation that holds them all, each piece 64-byte aligned, plus the two int32
- * token buffers and the device scalars (m->sums). Pure: the memory plan and alloc_acts share it, so they
- * cannot disagree. Attention keeps O(B*H*T) per layer (the lse; flash-style, no [T, T] matrix), so
- * every piece is linear in the sequence length. */
+/* Bytes of a piece, rounded up to 64 so every piece starts 64-byte aligned. */
+static int64_t piece_bytes(const llama_model *m, const act_piece *pc) {
+    int64_t e = pc->pa ? (int64_t)m->act_size : (int64_t)sizeof(float);
+    return (pc->n * e + 63) / 64 * 64;
+}
+
+/* Lists every activation and scratch buffer of m (pointer slot, elements) into list; returns the count
+ * and sets *bytes to the one allocation that holds them all, each piece 64-byte aligned, plus the two
+ * int32 token buffers and the device scalars (m->sums). Compute tensors take m->act_size bytes an element,
+ * the rest 4. Pure: the memory plan and alloc_acts share it, so they cannot disagree. Attention keeps
+ * O(B*H*T) per layer (the lse; flash-style, no [T, T] matrix), so every piece is linear in the sequence
+ * length. */
 static int act_layout(llama_model *m, act_piece *list, size_t *bytes) {
     int64_t N = m->N, D = m->D, nr = m->n_res, qd = (int64_t)m->H_local * m->hd, kd = (int64_t)m->KV_local * m->hd;
     int64_t Il = m->I_local, bht = (int64_t)m->B * m->H_local * m->T, V = m->v_local;
     int64_t rep = llama_replicated_shard_numel(m);
     int k = 0;
-#define ADD(ptr, count) do { assert(k < ACT_MAX_PIECES); list[k].p = &(ptr); list[k].n = (count); k++; } while (0)
+#define ADD_A(ptr, count) do { assert(k < ACT_MAX_PIECES); list[k] = (act_piece){&(ptr), NULL, (count)}; k++; } while (0)
+#define ADD_F(ptr, count) do { assert(k < ACT_MAX_PIECES); list[k] = (act_piece){NULL, &(ptr), (count)}; k++; } while (0)
     for (int l = 0; l < m->L; l++) {
         llama_layer_acts *a = &m->acts[l];
-        ADD(a->x_in, nr * D); ADD(a->ln1, nr * D); ADD(a->rstd1, nr);
-        if (m->sp) ADD(a->ln1_full, N * D);
-        ADD(a->q, N * qd); ADD(a->k, N * kd); ADD(a->v, N * kd); ADD(a->lse, bht); ADD(a->o_in, N * qd);
-        ADD(a->x_mid, nr * D); ADD(a->ln2, nr * D); ADD(a->rstd2, nr);
-        if (m->sp) ADD(a->ln2_full, N * D);
-        ADD(a->gate, N * Il); ADD(a->up, N * Il); ADD(a->h, N * Il);
+        ADD_A(a->x_in, nr * D); ADD_A(a->ln1, nr * D); ADD_F(a->rstd1, nr);
+        if (m->sp) ADD_A(a->ln1_full, N * D);
+        ADD_A(a->q, N * qd); ADD_A(a->k, N * kd); ADD_A(a->v, N * kd); ADD_F(a->lse, bht); ADD_A(a->o_in, N * qd);
+        ADD_A(a->x_mid, nr * D); ADD_A(a->ln2, nr * D); ADD_F(a->rstd2, nr);
+        if (m->sp) ADD_A(a->ln2_full, N * D);
+        ADD_A(a->gate, N * Il); ADD_A(a->up, N * Il); ADD_A(a->h, N * Il);
     }
-    ADD(m->x_final, nr * D); ADD(m->lnf, nr * D); ADD(m->rstdf, nr);
-    if (m->sp) ADD(m->lnf_full, N * D);
-    ADD(m->logits, N * V);
-    ADD(m->rowmax, N); ADD(m->sumexp, 2 * N); ADD(m->losses, N);   /* sumexp then tlogit: one all-reduce */
-    ADD(m->dres_a, nr * D); ADD(m->dres_b, nr * D); ADD(m->dfull, N * D); ADD(m->tmp_nd, N * D);
-    ADD(m->dq, N * qd); ADD(m->dk, N * kd); ADD(m->dv, N * kd); ADD(m->do_in, N * qd);
-    ADD(m->dgate, N * Il); ADD(m->dup, N * Il); ADD(m->dh, N * Il); ADD(m->attn_scratch, bht);
-    ADD(m->sync_buf, rep > 0 ? rep : 1);
+    ADD_A(m->x_final, nr * D); ADD_A(m->lnf, nr * D); ADD_F(m->rstdf, nr);
+    if (m->sp) ADD_A(m->lnf_full, N * D);
+    ADD_A(m->logits, N * V);
+    ADD_F(m->rowmax, N); ADD_F(m->sumexp, 2 * N); ADD_F(m->losses, N);   /* sumexp then tlogit: one all-reduce */
+    ADD_A(m->dres_a, nr * D); ADD_A(m->dres_b, nr * D); ADD_A(m->dfull, N * D); ADD_A(m->tmp_nd, N * D);
+    ADD_A(m->dq, N * qd); ADD_A(m->dk, N * kd); ADD_A(m->dv, N * kd); ADD_A(m->do_in, N * qd);
+    ADD_A(m->dgate, N * Il); ADD_A(m->dup, N * Il); ADD_A(m->dh, N * Il); ADD_F(m->attn_scratch, bht);
+    ADD_F(m->sync_buf, rep > 0 ? rep : 1);
     int64_t half = m->hd / 2;
-    ADD(m->cos_t, (int64_t)m->T * half); ADD(m->sin_t, (int64_t)m->T * half);
-#undef ADD
+    ADD_F(m->cos_t, (int64_t)m->T * half); ADD_F(m->sin_t, (int64_t)m->T * half);
+#undef ADD_A
+#undef ADD_F
     int64_t total = 0;
-    for (int i = 0; i < k; i++) total += (list[i].n + 15) / 16 * 16;   /* 64-byte aligned pieces */
-    total += 2 * ((N + 15) / 16 * 16);                                  /* token buffers (int32) */
-    total += 16;                                                        /* device scalars (double) */
-    *bytes = (size_t)total * sizeof(float);
+    for (int i = 0; i < k; i++) total += piece_bytes(m, &list[i]);
+    total += 2 * ((N * (int64_t)sizeof(int32_t) + 63) / 64 * 64);   /* token buffers */
+    total += 64;                                                    /* device scalars (double) */
+    *bytes = (size_t)total;
     return k;
 }
 
@@ -165,19 +176,22 @@ static void alloc_acts(llama_model *m) {
     static act_piece list[ACT_MAX_PIECES];   /* start-up only, one model at a time */
     int k = act_layout(m, list, &m->act_bytes);
     int64_t N = m->N, half = m->hd / 2;
-    float *base = m->be->alloc(m->be, m->act_bytes, MP_MEM_ACTS);
+    char *base = m->be->alloc(m->be, m->act_bytes, MP_MEM_ACTS);
     m->act_block = base;
     int64_t off = 0;
     for (int i = 0; i < k; i++) {
-        *list[i].p = base + off;
-        off += (list[i].n + 15) / 16 * 16;
+        if (list[i].pa) *list[i].pa = base + off;
+        else *list[i].pf = (float *)(base + off);
+        off += piece_bytes(m, &list[i]);
     }
+    int64_t tok_bytes = (N * (int64_t)sizeof(int32_t) + 63) / 64 * 64;
     m->tok_in = (int32_t *)(base + off);
-    off += (N + 15) / 16 * 16;
+    off += tok_bytes;
     m->tok_tgt = (int32_t *)(base + off);
-    off += (N + 15) / 16 * 16;
-    _Static_assert(LLAMA_NSUMS * 2 <= 16, "the device scalars fit their 64-byte piece");
+    off += tok_bytes;
+    _Static_assert(LLAMA_NSUMS * sizeof(double) <= 64, "the device scalars fit their 64-byte piece");
     m->sums = (double *)(base + off);
+    assert(off + 64 == (int64_t)m->act_bytes);
     m->tlogit = m->sumexp + N;
     for (int l = 0; l < m->L; l++) {
         if (!m->sp) { m->acts[l].ln1_full = m->acts[l].ln1; m->acts[l].ln2_full = m->acts[l].ln2; }
@@ -199,6 +213,8 @@ static void set_geometry(llama_model *m, const mp_model_config *cfg, const llama
                          int dp, int dp_rank) {
     m->cfg = *cfg;
     m->opt = *opt;
+    m->act_size = mp_dtype_size(opt->act_dtype);
+    assert(m->act_size == 2 || m->act_size == 4);
     m->tp = tp; m->tp_rank = tp_rank;
     m->dp = dp; m->dp_rank = dp_rank;
     m->sp = opt->sp && tp > 1;
@@ -259,7 +275,8 @@ mp_code llama_plan_memory(const mp_model_config *cfg, const llama_options *opt, 
     llama_model *m = mp_xcalloc(sizeof *m);
     set_geometry(m, cfg, opt, tp, tp_rank, dp, dp_rank);
     int64_t shard = m->shard_total * (int64_t)sizeof(float);
-    plan->bytes[MP_MEM_PARAMS] = shard;
+    /* fp32 masters, plus their compute copy when the compute dtype is narrower */
+    plan->bytes[MP_MEM_PARAMS] = shard + (m->act_size != sizeof(float) ? m->shard_total * (int64_t)m->act_size : 0);
     plan->bytes[MP_MEM_GRADS] = shard;
     plan->bytes[MP_MEM_OPTIM] = 2 * shard;
     plan->bytes[MP_MEM_GATHER] = (int64_t)llama_fsdp_plan_bytes(m);
@@ -276,12 +293,14 @@ mp_code llama_plan_memory(const mp_model_config *cfg, const llama_options *opt, 
 mp_code llama_create(llama_model **out, const mp_model_config *cfg, const llama_options *opt, mp_mesh *mesh,
                      mp_backend *be, mp_err *err) {
     *out = NULL;
+    llama_options o = *opt;
+    o.act_dtype = be->act_dtype;   /* the backend decides the compute dtype */
     llama_memory_plan plan;   /* checks the config, the mesh and that every size fits in int64 */
-    MP_TRY(llama_plan_memory(cfg, opt, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan, err));
+    MP_TRY(llama_plan_memory(cfg, &o, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan, err));
     llama_model *m = mp_calloc(sizeof *m, MP_MEM_OTHER);
     m->mesh = mesh;
     m->be = be;
-    set_geometry(m, cfg, opt, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank);
+    set_geometry(m, cfg, &o, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank);
     llama_params_alloc(m);
     llama_fsdp_alloc(m);
     alloc_acts(m);
@@ -309,7 +328,7 @@ static void block_forward(llama_model *m, int l, float *x_out) {
     int N = m->N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd, Il = m->I_local;
     float eps = (float)m->cfg.rms_norm_eps;
     be->rmsnorm_fwd(be, a->ln1, a->rstd1, a->x_in, W(p->ln1), m->n_res, D, eps);
-    float *xin = gather_in(m, a->ln1_full, a->ln1);
+    void *xin = gather_in(m, a->ln1_full, a->ln1);
     linear_fwd(be, a->q, xin, W(p->wq), N, D, qd);
     linear_fwd(be, a->k, xin, W(p->wk), N, D, kd);
     linear_fwd(be, a->v, xin, W(p->wv), N, D, kd);
@@ -346,16 +365,16 @@ static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets
     int head_unit = m->cfg.tie_word_embeddings ? 0 : m->L + 1;
     llama_fsdp_gather(m, head_unit);
     be->rmsnorm_fwd(be, m->lnf, m->rstdf, m->x_final, W(m->p_norm), m->n_res, D, (float)m->cfg.rms_norm_eps);
-    float *xin = gather_in(m, m->lnf_full, m->lnf);
+    void *xin = gather_in(m, m->lnf_full, m->lnf);
     linear_fwd(be, m->logits, xin, W(m->p_head), N, D, m->v_local);
     if (!targets) return 0;
 
     /* vocab-parallel cross-entropy: global max, global sum of exp, global target logit */
     be->xent_rowmax(be, m->rowmax, m->logits, N, m->v_local, m->v_valid);
-    if (m->tp > 1) tpc->all_reduce(tpc, m->rowmax, N, 1);
+    if (m->tp > 1) tpc->all_reduce(tpc, m->rowmax, N, MP_F32, 1);
     be->xent_sumexp(be, m->sumexp, m->logits, m->rowmax, N, m->v_local, m->v_valid);
     be->xent_target(be, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_start);
-    if (m->tp > 1) tpc->all_reduce(tpc, m->sumexp, 2 * (int64_t)N, 0);   /* sumexp and tlogit, adjacent */
+    if (m->tp > 1) tpc->all_reduce(tpc, m->sumexp, 2 * (int64_t)N, MP_F32, 0);   /* sumexp and tlogit, adjacent */
     be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
     return 1;
 }
@@ -398,7 +417,7 @@ static void block_backward(llama_model *m, int l) {
     int N = m->N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd, Il = m->I_local;
 
     /* MLP: d(down output) = d(block output), gathered under SP */
-    float *dy = gather_in(m, m->dfull, m->dres_a);
+    void *dy = gather_in(m, m->dfull, m->dres_a);
     linear_bwd_x(be, m->dh, dy, W(p->wd), N, Il, D, 0.0f);
     linear_bwd_w(be, DW(p->wd), dy, a->h, N, Il, D);
     be->swiglu_bwd(be, m->dgate, m->dup, m->dh, a->gate, a->up, (int64_t)N * Il);
@@ -406,7 +425,7 @@ static void block_backward(llama_model *m, int l) {
     linear_bwd_x(be, m->tmp_nd, m->dup, W(p->wu), N, D, Il, 1.0f);
     linear_bwd_w(be, DW(p->wg), m->dgate, a->ln2_full, N, D, Il);
     linear_bwd_w(be, DW(p->wu), m->dup, a->ln2_full, N, D, Il);
-    float *dln = reduce_in_grad(m, m->tmp_nd);
+    void *dln = reduce_in_grad(m, m->tmp_nd);
     /* dy may alias dres_a (no SP): it is no longer read, so the residual gradient accumulates in place */
     be->rmsnorm_bwd(be, m->dres_a, DW(p->ln2), dln, a->x_mid, W(p->ln2), a->rstd2, m->n_res, D);
 
@@ -440,8 +459,8 @@ void llama_backward(llama_model *m, float scale) {
     be->xent_bwd(be, m->logits, m->rowmax, m->sumexp, m->tok_tgt, scale, N, m->v_local, m->v_valid, m->v_start);
     linear_bwd_x(be, m->tmp_nd, m->logits, W(m->p_head), N, D, m->v_local, 0.0f);
     linear_bwd_w(be, DW(m->p_head), m->logits, m->lnf_full, N, D, m->v_local);
-    float *dln = reduce_in_grad(m, m->tmp_nd);
-    be->memset0(be, m->dres_a, (size_t)m->n_res * D * sizeof(float));
+    void *dln = reduce_in_grad(m, m->tmp_nd);
+    be->memset0(be, m->dres_a, (size_t)m->n_res * D * m->act_size);
     be->rmsnorm_bwd(be, m->dres_a, DW(m->p_norm), dln, m->x_final, W(m->p_norm), m->rstdf, m->n_res, D);
     if (head_unit != 0) llama_fsdp_grad_end(m, head_unit);
 
@@ -451,7 +470,7 @@ void llama_backward(llama_model *m, float scale) {
         block_backward(m, l);
         llama_fsdp_grad_end(m, 1 + l);
     }
-    float *dx = gather_in(m, m->dfull, m->dres_a);
+    void *dx = gather_in(m, m->dfull, m->dres_a);
     be->embed_bwd(be, DW(m->p_embed), dx, m->tok_in, N, D, m->v_start, m->v_local);
     llama_fsdp_grad_end(m, 0);
     m->have_targets = 0;
@@ -461,19 +480,38 @@ void llama_step(llama_model *m, const mp_adamw_hparams *hp, double lr, int64_t t
     mp_optim_slot slots[LLAMA_MAX_PARAMS];
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];
-        slots[i] = (mp_optim_slot){p->shard, p->shard_grad, p->m, p->v, p->shard_rows * p->tp_shape[1], p->decay};
+        void *p_act = p->shard_act == (void *)p->shard ? NULL : p->shard_act;   /* written in the same pass */
+        slots[i] = (mp_optim_slot){p->shard, p->shard_grad, p->m, p->v, p_act, p->shard_rows * p->tp_shape[1],
+                                   p->decay};
     }
     mp_adamw_step(m->be, hp, slots, m->nparams, lr, t, grad_scale);
     llama_fsdp_invalidate(m);
 }
 
-void llama_shards_changed(llama_model *m) { llama_fsdp_invalidate(m); }
+void llama_shards_changed(llama_model *m) {
+    llama_params_refresh_act(m);
+    llama_fsdp_invalidate(m);
+}
 
-const float *llama_logits(const llama_model *m, int *v_start, int *v_local, int *v_valid) {
+void llama_logits(const llama_model *m, float *host_dst, int64_t row0, int64_t nrows, int *v_start, int *v_local,
+                  int *v_valid) {
     if (v_start) *v_start = m->v_start;
     if (v_local) *v_local = m->v_local;
     if (v_valid) *v_valid = m->v_valid;
-    return m->logits;
+    if (!host_dst || nrows == 0) return;
+    assert(row0 >= 0 && nrows > 0 && row0 + nrows <= m->N);
+    mp_backend *be = m->be;
+    int64_t n = nrows * m->v_local;
+    const void *src = mp_act_at(be, m->logits, row0 * m->v_local);
+    if (be->act_dtype == MP_F32) {
+        be->to_host(be, host_dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    assert(be->act_dtype == MP_BF16);
+    uint16_t *h = mp_xmalloc((size_t)n * sizeof(uint16_t));   /* not in a step: tools and sampling */
+    be->to_host(be, h, src, (size_t)n * sizeof(uint16_t));
+    for (int64_t i = 0; i < n; i++) host_dst[i] = mp_bf16_to_f32(h[i]);
+    free(h);
 }
 
 const mp_model_config *llama_config(const llama_model *m) { return &m->cfg; }

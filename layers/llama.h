@@ -95,8 +95,10 @@ typedef struct llama_param {
     int64_t shard_row0, shard_rows;   /* this rank's FSDP shard: rows of the TP slice */
     int unit;                  /* FSDP unit it belongs to */
     int decay;                 /* weight decay applies */
-    float *full, *full_grad;   /* the gathered TP slice and its gradient (valid while the unit is live) */
-    float *shard, *shard_grad; /* the local shard (persistent) */
+    void *full;                /* the gathered TP slice as the ops read it (act_dtype; valid while the unit is live) */
+    float *full_grad;          /* its gradient, fp32 */
+    float *shard, *shard_grad; /* the local shard: fp32 master weights and their gradient (persistent) */
+    void *shard_act;           /* the shard's compute copy (act_dtype): = shard when act_dtype is fp32 */
     float *m, *v;              /* Adam moments of the shard */
 } llama_param;
 
@@ -105,6 +107,8 @@ typedef struct llama_options {
     int seq_len;
     int sp;                    /* sequence parallel (only meaningful for tp > 1) */
     int reshard_after_forward; /* FSDP: free gathered block weights after forward (ZeRO-3) */
+    mp_dtype act_dtype;        /* compute dtype the memory plan assumes (the backend's act_dtype; MP_F32 = 0
+                                * by default); llama_create takes the backend's whatever this says */
 } llama_options;
 
 typedef struct llama_model llama_model;
@@ -167,7 +171,8 @@ double llama_grad_norm(llama_model *m);
 /* One AdamW update of every local shard (t is the 1-based step, grad_scale the clipping factor);
  * gathered copies become stale and are gathered again on next use. */
 void llama_step(llama_model *m, const mp_adamw_hparams *hp, double lr, int64_t t, float grad_scale);
-/* Tells the model its shards were written from outside (checkpoint load): gathered copies are stale. */
+/* Tells the model its shards were written from outside (checkpoint load, init): the compute copies are
+ * made again from the fp32 masters, and gathered copies are stale. */
 void llama_shards_changed(llama_model *m);
 
 int llama_num_params(const llama_model *m);
@@ -179,9 +184,12 @@ int64_t llama_param_disk_box(const llama_model *m, const llama_param *p, int64_t
 /* Index of a parameter by HF name, or -1. */
 int llama_param_find(const llama_model *m, const char *name);
 
-/* The logits of the last forward (valid until llama_backward, which turns them into their gradient): [micro_batch*seq_len, v_local] device buffer, vocab columns
- * [*v_start, *v_start + v_local) of which the first *v_valid are real vocabulary. */
-const float *llama_logits(const llama_model *m, int *v_start, int *v_local, int *v_valid);
+/* The logits of the last forward (valid until llama_backward, which turns them into their gradient):
+ * rows [row0, row0 + nrows) of the local [micro_batch*seq_len, v_local] logits, copied to the host as fp32
+ * into host_dst[nrows * v_local] (host_dst NULL: only the shape). Vocab columns [*v_start, *v_start +
+ * v_local) of which the first *v_valid are real vocabulary. */
+void llama_logits(const llama_model *m, float *host_dst, int64_t row0, int64_t nrows, int *v_start, int *v_local,
+                  int *v_valid);
 
 const mp_model_config *llama_config(const llama_model *m);
 mp_backend *llama_backend(const llama_model *m);

@@ -7,6 +7,9 @@
  * the full TP slices. Gradients go the other way: pack rank-major, one reduce_scatterv, add to the shard
  * gradients (adding, so micro-batches accumulate).
  *
+ * Precision: what is gathered is the shards' compute copy (act_dtype: bf16 on a GPU), what is
+ * reduce-scattered is fp32 gradients, which add into the fp32 shard gradients.
+ *
  * Buffers (MP_MEM_GATHER): with reshard_after_forward every unit's gathered weights share one pool the
  * size of the largest unit (a block is gathered again in backward); without it each unit keeps its own
  * gathered copy from forward to backward (ZeRO-2 memory). Gathered gradients use two buffers: one for
@@ -30,9 +33,10 @@ static int64_t max_unit_shard(const llama_model *m) {
 size_t llama_fsdp_plan_bytes(const llama_model *m) {
     if (m->dp == 1) return 0;
     size_t fb = (size_t)m->max_unit_full * sizeof(float), b = 0;
-    if (m->opt.reshard_after_forward) b += fb;   /* one pool shared by every unit */
+    /* gathered weights are compute copies (act_size an element); gradients and the stages are fp32 */
+    if (m->opt.reshard_after_forward) b += (size_t)m->max_unit_full * m->act_size;   /* one pool, every unit */
     else
-        for (int u = 0; u < m->nunits; u++) b += (size_t)m->units[u].full_numel * sizeof(float);
+        for (int u = 0; u < m->nunits; u++) b += (size_t)m->units[u].full_numel * m->act_size;
     /* unit 0's gathered grads, the shared grad pool, the pack stage, the reduce-scatter output */
     return b + (size_t)m->units[0].full_numel * sizeof(float) + 2 * fb + (size_t)max_unit_shard(m) * sizeof(float);
 }
@@ -56,10 +60,10 @@ void llama_fsdp_alloc(llama_model *m) {
     int64_t max_shard = max_unit_shard(m);
     size_t fb = (size_t)m->max_unit_full * sizeof(float);
     if (m->opt.reshard_after_forward) {
-        m->pool = be->alloc(be, fb, MP_MEM_GATHER);
+        m->pool = be->alloc(be, (size_t)m->max_unit_full * m->act_size, MP_MEM_GATHER);
     } else {
         for (int u = 0; u < m->nunits; u++)
-            m->units[u].full = be->alloc(be, (size_t)m->units[u].full_numel * sizeof(float), MP_MEM_GATHER);
+            m->units[u].full = be->alloc(be, (size_t)m->units[u].full_numel * m->act_size, MP_MEM_GATHER);
     }
     m->grad_unit0 = be->alloc(be, (size_t)m->units[0].full_numel * sizeof(float), MP_MEM_GATHER);
     m->grad_pool = be->alloc(be, fb, MP_MEM_GATHER);
@@ -73,9 +77,9 @@ void llama_fsdp_free(llama_model *m) {
     if (m->dp == 1) return;
     mp_backend *be = m->be;
     size_t fb = (size_t)m->max_unit_full * sizeof(float);
-    if (m->pool) be->free(be, m->pool, fb, MP_MEM_GATHER);
+    if (m->pool) be->free(be, m->pool, (size_t)m->max_unit_full * m->act_size, MP_MEM_GATHER);
     for (int u = 0; u < m->nunits; u++) {
-        if (m->units[u].full) be->free(be, m->units[u].full, (size_t)m->units[u].full_numel * sizeof(float), MP_MEM_GATHER);
+        if (m->units[u].full) be->free(be, m->units[u].full, (size_t)m->units[u].full_numel * m->act_size, MP_MEM_GATHER);
         mp_free_acct(m->units[u].dp_counts, sizeof(int64_t) * (size_t)m->dp, MP_MEM_OTHER);
     }
     be->free(be, m->grad_unit0, (size_t)m->units[0].full_numel * sizeof(float), MP_MEM_GATHER);
@@ -110,17 +114,20 @@ void llama_fsdp_invalidate(llama_model *m) {
 void llama_fsdp_gather(llama_model *m, int u) {
     if (m->dp == 1) return;
     llama_unit *un = &m->units[u];
-    float *base = m->opt.reshard_after_forward ? m->pool : un->full;
+    void *base = m->opt.reshard_after_forward ? m->pool : un->full;
     if (m->opt.reshard_after_forward ? m->pool_unit == u : un->resident) return;
     mp_backend *be = m->be;
     mp_comm *c = m->mesh->dp_comm;
-    c->all_gatherv(c, m->stage, m->shard_params + un->shard_off, un->dp_counts);
+    /* the compute copies travel (bf16 on a GPU: half the bytes of the masters); the stage is sized in
+     * floats, so it holds them whatever act_size is */
+    c->all_gatherv(c, m->stage, mp_act_at(be, m->shard_act, un->shard_off), un->dp_counts, be->act_dtype);
     int64_t full_off = 0;
     for (int i = un->first; i < un->first + un->count; i++) {
-        m->params[i].full = base + full_off;
+        m->params[i].full = mp_act_at(be, base, full_off);
         full_off += m->params[i].tp_shape[0] * m->params[i].tp_shape[1];
     }
-    FOR_RANK_MAJOR(m, un, be->copy(be, p->full + row0 * p->tp_shape[1], m->stage + seg, (size_t)n * sizeof(float)));
+    FOR_RANK_MAJOR(m, un, be->copy(be, mp_act_at(be, p->full, row0 * p->tp_shape[1]), mp_act_at(be, m->stage, seg),
+                                   (size_t)n * m->act_size));
     if (m->opt.reshard_after_forward) m->pool_unit = u;
     else un->resident = 1;
 }
@@ -143,6 +150,6 @@ void llama_fsdp_grad_end(llama_model *m, int u) {
     mp_backend *be = m->be;
     FOR_RANK_MAJOR(m, un, be->copy(be, m->stage + seg, p->full_grad + row0 * p->tp_shape[1], (size_t)n * sizeof(float)));
     mp_comm *c = m->mesh->dp_comm;
-    c->reduce_scatterv(c, m->stage2, m->stage, un->dp_counts);
+    c->reduce_scatterv(c, m->stage2, m->stage, un->dp_counts, MP_F32);
     be->accumulate(be, m->shard_grads + un->shard_off, m->stage2, un->shard_numel);
 }

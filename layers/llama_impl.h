@@ -27,22 +27,25 @@ typedef struct llama_unit {
     int64_t shard_numel;     /* this rank's shard elements */
     int64_t full_numel;      /* elements of the gathered TP slices */
     int64_t *dp_counts;      /* shard elements of every dp rank (for the uneven collectives) */
-    float *full;             /* gathered TP slices (dp > 1), NULL when it shares the pool */
+    void *full;              /* gathered TP slices, act_dtype (dp > 1), NULL when it shares the pool */
     int resident;            /* full holds the current weights */
 } llama_unit;
 
 /* Saved activations of one block (pointers into one allocation). n_res = tokens of this rank's residual
  * stream (N, or N/tp under SP); N = all tokens of the micro-batch. */
 typedef struct llama_layer_acts {
-    float *x_in;        /* [n_res, D] block input */
-    float *ln1, *rstd1; /* [n_res, D], [n_res] */
-    float *ln1_full;    /* [N, D]: ln1 gathered over tp under SP, else = ln1 */
-    float *q, *k, *v;   /* [N, Hl*hd], [N, KVl*hd] x2, after RoPE */
+    void *x_in;         /* [n_res, D] block input */
+    void *ln1;          /* [n_res, D] */
+    float *rstd1;       /* [n_res] */
+    void *ln1_full;     /* [N, D]: ln1 gathered over tp under SP, else = ln1 */
+    void *q, *k, *v;    /* [N, Hl*hd], [N, KVl*hd] x2, after RoPE */
     float *lse;         /* [B, Hl, T] attention log-sum-exp (flash-style: no [T, T] matrix is kept) */
-    float *o_in;        /* [N, Hl*hd] attention output */
-    float *x_mid;       /* [n_res, D] after the attention residual */
-    float *ln2, *rstd2, *ln2_full;
-    float *gate, *up, *h;  /* [N, Il] */
+    void *o_in;         /* [N, Hl*hd] attention output */
+    void *x_mid;        /* [n_res, D] after the attention residual */
+    void *ln2;
+    float *rstd2;
+    void *ln2_full;
+    void *gate, *up, *h;   /* [N, Il] */
 } llama_layer_acts;
 
 struct llama_model {
@@ -67,25 +70,28 @@ struct llama_model {
     /* persistent state (one allocation per category) */
     int64_t shard_total;
     float *shard_params, *shard_grads, *shard_moments;
+    void *shard_act;                 /* compute copy of shard_params (act_dtype), = shard_params on fp32 */
+    size_t act_size;                 /* bytes of one compute element (mp_dtype_size(be->act_dtype)) */
     float *sync_buf;                 /* replicated-parameter grads packed for the SP all-reduce */
 
     /* FSDP buffers (dp > 1) */
-    float *pool;                     /* gathered weights of the unit in use (reshard_after_forward) */
+    void *pool;                      /* gathered weights of the unit in use (reshard_after_forward) */
     int pool_unit;                   /* unit whose weights the pool holds, -1 none */
     float *grad_unit0, *grad_pool;   /* gathered grads: unit 0 (lives for the whole backward), others */
-    float *stage;                    /* pack/unpack staging for collectives */
+    float *stage;                    /* pack/unpack staging for collectives (fp32 grads or compute weights) */
     float *stage2;                   /* reduce-scatter output */
     int64_t stage2_numel;
     size_t fsdp_bytes;
 
-    /* activations */
+    /* activations: void * are compute tensors (act_dtype), float * are fp32 (core/backend.h) */
     llama_layer_acts acts[LLAMA_MAX_LAYERS];
-    float *x_final, *lnf, *rstdf, *lnf_full, *logits;
+    void *x_final, *lnf, *lnf_full, *logits;
+    float *rstdf;
     float *rowmax, *sumexp, *tlogit, *losses;
-    float *dres_a, *dres_b;           /* [n_res, D] residual-stream gradients */
-    float *dfull;                     /* [N, D] */
-    float *tmp_nd;                    /* [N, D] partial outputs before the tp reduction */
-    float *dq, *dk, *dv, *do_in, *dgate, *dup, *dh;
+    void *dres_a, *dres_b;            /* [n_res, D] residual-stream gradients */
+    void *dfull;                      /* [N, D] */
+    void *tmp_nd;                     /* [N, D] partial outputs before the tp reduction */
+    void *dq, *dk, *dv, *do_in, *dgate, *dup, *dh;
     float *attn_scratch;              /* [B, Hl, T] attention backward scratch (rowsum(dout * out)) */
     float *cos_t, *sin_t;
     int32_t *tok_in, *tok_tgt;        /* device copies of the micro-batch tokens */
@@ -104,6 +110,8 @@ void llama_params_build(llama_model *m);
 void llama_params_layout(llama_model *m);
 void llama_params_alloc(llama_model *m);
 void llama_params_free(llama_model *m);
+/* Makes the compute copies of the shards from the fp32 masters (a no-op when they are the masters). */
+void llama_params_refresh_act(llama_model *m);
 int64_t llama_replicated_shard_numel(const llama_model *m);
 
 /* FSDP (llama_fsdp.c). On dp = 1 all of these are no-ops: full tensors alias the shards. */

@@ -235,17 +235,21 @@ void llama_params_alloc(llama_model *m) {
     m->shard_params = be->alloc(be, bytes, MP_MEM_PARAMS);
     m->shard_grads = be->alloc(be, bytes, MP_MEM_GRADS);
     m->shard_moments = be->alloc(be, 2 * bytes, MP_MEM_OPTIM);
+    /* the compute copy of the masters: a buffer of its own when the compute dtype is narrower */
+    m->shard_act = m->act_size == sizeof(float) ? (void *)m->shard_params
+                                                : be->alloc(be, (size_t)total * m->act_size, MP_MEM_PARAMS);
     for (int u = 0; u < m->nunits; u++) {
         llama_unit *un = &m->units[u];
         int64_t off = un->shard_off;
         for (int i = un->first; i < un->first + un->count; i++) {
             llama_param *p = &m->params[i];
             p->shard = m->shard_params + off;
+            p->shard_act = mp_act_at(be, m->shard_act, off);
             p->shard_grad = m->shard_grads + off;
             p->m = m->shard_moments + off;
             p->v = m->shard_moments + total + off;
             if (m->dp == 1) {
-                p->full = p->shard;
+                p->full = p->shard_act;
                 p->full_grad = p->shard_grad;
             }
             off += llama_shard_numel(p);
@@ -258,6 +262,13 @@ void llama_params_free(llama_model *m) {
     m->be->free(m->be, m->shard_params, bytes, MP_MEM_PARAMS);
     m->be->free(m->be, m->shard_grads, bytes, MP_MEM_GRADS);
     m->be->free(m->be, m->shard_moments, 2 * bytes, MP_MEM_OPTIM);
+    if (m->shard_act != (void *)m->shard_params)
+        m->be->free(m->be, m->shard_act, (size_t)m->shard_total * m->act_size, MP_MEM_PARAMS);
+}
+
+void llama_params_refresh_act(llama_model *m) {
+    if (m->shard_act == (void *)m->shard_params) return;
+    m->be->to_act(m->be, m->shard_act, m->shard_params, m->shard_total);
 }
 
 void llama_init_weights(llama_model *m, uint64_t seed) {
@@ -282,7 +293,7 @@ void llama_init_weights(llama_model *m, uint64_t seed) {
     size_t bytes = (size_t)m->shard_total * sizeof(float);
     be->memset0(be, m->shard_grads, bytes);
     be->memset0(be, m->shard_moments, 2 * bytes);
-    llama_fsdp_invalidate(m);
+    llama_shards_changed(m);
 }
 
 int llama_num_params(const llama_model *m) { return m->nparams; }
@@ -340,7 +351,7 @@ void llama_sync_grads(llama_model *m) {
         m->be->copy(m->be, buf + off, p->shard_grad, (size_t)llama_shard_numel(p) * sizeof(float));
         off += llama_shard_numel(p);
     }
-    m->mesh->tp_comm->all_reduce(m->mesh->tp_comm, buf, n, 0);
+    m->mesh->tp_comm->all_reduce(m->mesh->tp_comm, buf, n, MP_F32, 0);
     off = 0;
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];

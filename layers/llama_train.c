@@ -40,7 +40,7 @@ void llama_train_step(llama_model *m, const llama_step_args *a, llama_fill_fn fi
     llama_step_sums sums;
     llama_sums_read(m, &sums);   /* the step's one device-to-host copy */
     double loss_sum = sums.loss_sum, ss = sums.grad_sumsq;
-    mesh->dp_comm->all_reduce_f64(mesh->dp_comm, &loss_sum, 1);
+    mesh->ctl_dp->all_reduce_f64(mesh->ctl_dp, &loss_sum, 1);   /* host scalars: MPI */
     mesh->world_comm->all_reduce_f64(mesh->world_comm, &ss, 1);
     double norm = sqrt(ss);
     if (test_nonfinite_at(a->step)) norm = NAN;

@@ -79,7 +79,7 @@ static void test_all_reduce(mp_comm *c) {
     float *x = malloc(n * sizeof *x);
     for (int64_t i = 0; i < n; i++) x[i] = (float)((me + 1) * (i % 17) - (i % 5) * me);
     mp_comm_reset_counters(c);
-    c->all_reduce(c, x, n, 0);
+    c->all_reduce(c, x, n, MP_F32, 0);
     int ok = 1;
     int64_t bad_i = -1;
     for (int64_t i = 0; i < n; i++) {
@@ -97,7 +97,7 @@ static void test_all_reduce(mp_comm *c) {
     /* max: the winner of element i is rank (i % p), with a negative baseline elsewhere */
     for (int64_t i = 0; i < n; i++) x[i] = (i % p == me) ? (float)(i + 0.5) : (float)(-1000 - me - i);
     mp_comm_reset_counters(c);
-    c->all_reduce(c, x, n, 1);
+    c->all_reduce(c, x, n, MP_F32, 1);
     ok = 1;
     for (int64_t i = 0; i < n; i++) {
         float e = -3.0e38f;
@@ -122,8 +122,8 @@ static void test_all_reduce(mp_comm *c) {
     double *exact = malloc(n * sizeof *exact);
     for (int64_t i = 0; i < n; i++) exact[i] = y[i];
     MPI_Allreduce(MPI_IN_PLACE, exact, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    c->all_reduce(c, y, n, 0);
-    c->all_reduce(c, y2, n, 0);
+    c->all_reduce(c, y, n, MP_F32, 0);
+    c->all_reduce(c, y2, n, MP_F32, 0);
     memcpy(y0, y, n * sizeof *y);
     MPI_Bcast(y0, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
     for (int64_t i = 0; i < n; i++) {
@@ -163,7 +163,7 @@ static void test_all_gatherv(mp_comm *c) {
     for (int64_t j = 0; j < counts[me]; j++) in[j] = (float)(1000 * me + j);
     for (int64_t i = 0; i < total; i++) out[i] = -1;
     mp_comm_reset_counters(c);
-    c->all_gatherv(c, out, in, counts);
+    c->all_gatherv(c, out, in, counts, MP_F32);
     int ok = 1;
     int64_t at = 0, bad = -1;
     for (int r = 0; r < p; r++)
@@ -178,7 +178,7 @@ static void test_all_gatherv(mp_comm *c) {
     /* in place: this rank's block already sits at its displacement in out */
     for (int64_t i = 0; i < total; i++) out[i] = -1;
     for (int64_t j = 0; j < counts[me]; j++) out[mydispl + j] = (float)(1000 * me + j);
-    c->all_gatherv(c, out, out + mydispl, counts);
+    c->all_gatherv(c, out, out + mydispl, counts, MP_F32);
     ok = 1, at = 0;
     for (int r = 0; r < p; r++)
         for (int64_t j = 0; j < counts[r]; j++, at++)
@@ -199,7 +199,7 @@ static void test_reduce_scatterv(mp_comm *c) {
     for (int64_t i = 0; i < total; i++) in[i] = (float)((me + 1) * i + me);
     for (int64_t j = 0; j <= counts[me]; j++) out[j] = -7;
     mp_comm_reset_counters(c);
-    c->reduce_scatterv(c, out, in, counts);
+    c->reduce_scatterv(c, out, in, counts, MP_F32);
     int ok = 1;
     int64_t bad = -1;
     for (int64_t j = 0; j < counts[me]; j++) {
@@ -251,10 +251,10 @@ static void test_size_one(void) {
     MPI_Comm_free(&alone);
     float x[3] = {1, 2, 3}, out[3] = {0};
     int64_t cnt[1] = {3};
-    c->all_reduce(c, x, 3, 0);
-    c->all_gatherv(c, out, x, cnt);
+    c->all_reduce(c, x, 3, MP_F32, 0);
+    c->all_gatherv(c, out, x, cnt, MP_F32);
     int ok = c->size == 1 && c->rank == 0 && x[0] == 1 && x[1] == 2 && x[2] == 3 && memcmp(out, x, sizeof x) == 0;
-    c->reduce_scatterv(c, out, x, cnt);
+    c->reduce_scatterv(c, out, x, cnt, MP_F32);
     ok = ok && memcmp(out, x, sizeof x) == 0;
     check("mpi comm of size 1 is the identity", ok, "size %d rank %d", c->size, c->rank);
     check_counters("mpi comm of size 1 counts nothing", c, MP_COMM_ALLREDUCE, 0, 0);
@@ -281,12 +281,12 @@ static void test_mesh_ok(int tp) {
 
     /* group membership: sum of world ranks over each group */
     float v = (float)me;
-    m.tp_comm->all_reduce(m.tp_comm, &v, 1, 0);
+    m.tp_comm->all_reduce(m.tp_comm, &v, 1, MP_F32, 0);
     double etp = 0, edp = 0;
     for (int t = 0; t < tp; t++) etp += (me / tp) * tp + t;
     for (int d = 0; d < dp; d++) edp += d * tp + me % tp;
     float w = (float)me;
-    m.dp_comm->all_reduce(m.dp_comm, &w, 1, 0);
+    m.dp_comm->all_reduce(m.dp_comm, &w, 1, MP_F32, 0);
     snprintf(name, sizeof name, "mesh tp=%d dp=%d: sum of world ranks over tp and dp groups", tp, dp);
     check(name, v == (float)etp && w == (float)edp, "tp sum %g (want %g), dp sum %g (want %g)", v, etp, w, edp);
 
@@ -294,10 +294,10 @@ static void test_mesh_ok(int tp) {
     float *g = malloc((size_t)p * sizeof *g), mine = (float)me;
     int64_t *ones = malloc((size_t)p * sizeof *ones);
     for (int r = 0; r < p; r++) ones[r] = 1;
-    m.tp_comm->all_gatherv(m.tp_comm, g, &mine, ones);
+    m.tp_comm->all_gatherv(m.tp_comm, g, &mine, ones, MP_F32);
     ok = 1;
     for (int t = 0; t < tp; t++) ok &= g[t] == (float)((me / tp) * tp + t);
-    m.dp_comm->all_gatherv(m.dp_comm, g, &mine, ones);
+    m.dp_comm->all_gatherv(m.dp_comm, g, &mine, ones, MP_F32);
     for (int d = 0; d < dp; d++) ok &= g[d] == (float)(d * tp + me % tp);
     snprintf(name, sizeof name, "mesh tp=%d dp=%d: group order by tp_rank / dp_rank", tp, dp);
     check(name, ok, "%s", "gathered world ranks out of order");
@@ -349,8 +349,8 @@ static void test_split(mp_comm *c) {
         d[i] = 0.5 * (me + 1) + (double)i;
     }
     mp_comm_reset_counters(c);
-    c->all_reduce(c, x, n, 0);
-    c->all_reduce(c, y, n, 1);
+    c->all_reduce(c, x, n, MP_F32, 0);
+    c->all_reduce(c, y, n, MP_F32, 1);
     c->all_reduce_f64(c, d, n);
     int ok = 1;
     int64_t bad = -1;
@@ -376,6 +376,75 @@ static void test_split(mp_comm *c) {
     free(x); free(y); free(d);
 }
 
+/* bf16 collectives (the compute dtype of a GPU backend): sums and maxima of small integers are exact in
+ * bf16 (8 significant bits), so the expected values are exact whatever the order; the sum of values
+ * that need rounding is checked to be the widen-add-round of the pairwise sums, i.e. within one bf16
+ * ulp per addition of the exact sum; gathers move the 16-bit patterns unchanged; counters use 2-byte
+ * elements. */
+static void test_bf16(mp_comm *c) {
+    const int p = g_np, me = g_rank;
+    const int64_t n = 37;
+    uint16_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = mp_f32_to_bf16((float)((me + 1) * (i % 5)));      /* <= 4p(p+1)/2: exact in bf16 */
+        y[i] = mp_f32_to_bf16((float)(me * 7 - (int)i));
+    }
+    mp_comm_reset_counters(c);
+    c->all_reduce(c, x, n, MP_BF16, 0);
+    c->all_reduce(c, y, n, MP_BF16, 1);
+    int ok = 1;
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n; i++) {
+        float es = (float)((i % 5) * (p * (p + 1) / 2)), em = (float)((p - 1) * 7 - (int)i);
+        if (mp_bf16_to_f32(x[i]) != es || mp_bf16_to_f32(y[i]) != em) { ok = 0; bad = i; }
+    }
+    check("all_reduce bf16 sum and max", ok, "element %lld: sum %g max %g", (long long)bad,
+          bad >= 0 ? mp_bf16_to_f32(x[bad]) : 0.0, bad >= 0 ? mp_bf16_to_f32(y[bad]) : 0.0);
+    int64_t b = part(n, p, me);
+    check_counters("all_reduce bf16 bytes = 2*((n-b)+(p-1)b), two calls", c, MP_COMM_ALLREDUCE,
+                   p == 1 ? 0 : 2 * 2 * ((n - b) + (int64_t)(p - 1) * b), p == 1 ? 0 : 2);
+    /* rounding: 1 + 2^-9 * (rank + 1) does not fit bf16's mantissa; the result is a bf16 value within
+     * p - 1 roundings (half an ulp of the running sum each) of the exact sum */
+    uint16_t r = mp_f32_to_bf16(1.0f + 0x1p-7f * (float)(me + 1));
+    c->all_reduce(c, &r, 1, MP_BF16, 0);
+    double exact = 0;
+    for (int k = 0; k < p; k++) exact += mp_bf16_to_f32(mp_f32_to_bf16(1.0f + 0x1p-7f * (float)(k + 1)));
+    double got = mp_bf16_to_f32(r), ulp = 0x1p-7 * (exact >= 2 ? (exact >= 4 ? 4 : 2) : 1);
+    check("all_reduce bf16 rounds once per step", fabs(got - exact) <= 0.5 * ulp * (p - 1) + 1e-12,
+          "got %.9g exact %.9g", got, exact);
+
+    int64_t *counts = malloc(p * sizeof *counts), total = 0, mydispl = 0;
+    for (int k = 0; k < p; k++) {
+        counts[k] = ucount(k);
+        if (k < me) mydispl += counts[k];
+        total += counts[k];
+    }
+    uint16_t *in = malloc((counts[me] + 1) * sizeof *in), *out = malloc((total + 1) * sizeof *out);
+    for (int64_t j = 0; j < counts[me]; j++) in[j] = (uint16_t)(0x3f80 + 64 * me + j);   /* any patterns */
+    mp_comm_reset_counters(c);
+    c->all_gatherv(c, out, in, counts, MP_BF16);
+    ok = 1;
+    int64_t at = 0;
+    for (int k = 0; k < p; k++)
+        for (int64_t j = 0; j < counts[k]; j++, at++)
+            if (out[at] != (uint16_t)(0x3f80 + 64 * k + j)) ok = 0;
+    check("all_gatherv bf16 moves the bits", ok, NULL);
+    check_counters("all_gatherv bf16 bytes = 2*(p-1)*c_r", c, MP_COMM_ALLGATHER, 2 * (int64_t)(p - 1) * counts[me],
+                   p == 1 ? 0 : 1);
+    uint16_t *rin = malloc((total + 1) * sizeof *rin), *rout = malloc((counts[me] + 1) * sizeof *rout);
+    for (int64_t i = 0; i < total; i++) rin[i] = mp_f32_to_bf16((float)((me + 1) * (i % 7)));
+    rout[counts[me]] = 0xdead;
+    mp_comm_reset_counters(c);
+    c->reduce_scatterv(c, rout, rin, counts, MP_BF16);
+    ok = 1;
+    for (int64_t j = 0; j < counts[me]; j++)
+        if (mp_bf16_to_f32(rout[j]) != (float)(((mydispl + j) % 7) * (p * (p + 1) / 2))) ok = 0;
+    check("reduce_scatterv bf16 values", ok && rout[counts[me]] == 0xdead, NULL);
+    check_counters("reduce_scatterv bf16 bytes = 2*(T-c_r)", c, MP_COMM_REDUCE_SCATTER, 2 * (total - counts[me]),
+                   p == 1 ? 0 : 1);
+    free(x); free(y); free(counts); free(in); free(out); free(rin); free(rout);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -387,6 +456,7 @@ int main(int argc, char **argv) {
     test_all_reduce(c);
     test_all_gatherv(c);
     test_reduce_scatterv(c);
+    test_bf16(c);
     test_broadcast(c);
     test_split(c);
     c->destroy(c);

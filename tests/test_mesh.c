@@ -87,9 +87,9 @@ Test(comm, self_identity_and_zero_counters) {
 
     float x[5] = {1.5f, -2.0f, 3.25f, 0.0f, -7.0f}, orig[5];
     memcpy(orig, x, sizeof x);
-    c->all_reduce(c, x, 5, 0);
+    c->all_reduce(c, x, 5, MP_F32, 0);
     cr_expect(memcmp(x, orig, sizeof x) == 0, "all_reduce sum over one rank must be the identity");
-    c->all_reduce(c, x, 5, 1);
+    c->all_reduce(c, x, 5, MP_F32, 1);
     cr_expect(memcmp(x, orig, sizeof x) == 0, "all_reduce max over one rank must be the identity");
 
     double d[3] = {1e300, -1e-300, 3.0}, dorig[3];
@@ -99,14 +99,14 @@ Test(comm, self_identity_and_zero_counters) {
 
     float out[5] = {0};
     int64_t counts[1] = {5};
-    c->all_gatherv(c, out, x, counts);
+    c->all_gatherv(c, out, x, counts, MP_F32);
     cr_expect(memcmp(out, orig, sizeof out) == 0, "all_gatherv must copy in to out");
     float out2[5] = {9, 9, 9, 9, 9};
     int64_t three[1] = {3};
-    c->reduce_scatterv(c, out2, x, three);
+    c->reduce_scatterv(c, out2, x, three, MP_F32);
     cr_expect(memcmp(out2, orig, 3 * sizeof(float)) == 0, "reduce_scatterv must copy counts[0] elements");
     cr_expect(out2[3] == 9 && out2[4] == 9, "reduce_scatterv wrote past counts[0]");
-    c->all_gatherv(c, x, x, counts);   /* in place */
+    c->all_gatherv(c, x, x, counts, MP_F32);   /* in place */
     cr_expect(memcmp(x, orig, sizeof x) == 0, "in-place all_gatherv must leave the buffer");
 
     char buf[6] = "hello";
@@ -122,7 +122,7 @@ Test(comm, self_objects_are_independent) {
     cr_assert(a && b && a != b, "mp_comm_self must return a fresh object per call");
     a->destroy(a);
     float x[2] = {1, 2};
-    b->all_reduce(b, x, 2, 0);   /* b still usable after a is destroyed */
+    b->all_reduce(b, x, 2, MP_F32, 0);   /* b still usable after a is destroyed */
     cr_expect(x[0] == 1 && x[1] == 2);
     b->destroy(b);
 }
@@ -151,7 +151,7 @@ Test(mesh, single) {
         cr_assert(cs[i], "comm %d missing", i);
         cr_expect(cs[i]->size == 1 && cs[i]->rank == 0, "comm %d must be a group of one", i);
         float x = 4.0f;
-        cs[i]->all_reduce(cs[i], &x, 1, 0);
+        cs[i]->all_reduce(cs[i], &x, 1, MP_F32, 0);
         cr_expect(x == 4.0f);
         expect_zero_counters(cs[i]);
     }

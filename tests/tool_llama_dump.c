@@ -125,6 +125,7 @@ static mp_code run(const char *cfg_path, const char *outdir, uint64_t seed, int 
             be->to_device(be, p->shard, h, (size_t)n * sizeof(float));
             free(h);
         }
+        llama_shards_changed(m);
     }
 
     const int64_t N = (int64_t)B * T;
@@ -153,12 +154,12 @@ static mp_code run(const char *cfg_path, const char *outdir, uint64_t seed, int 
 
     /* Logits now: the backward overwrites them with their gradient. */
     int v_start = 0, v_local = 0, v_valid = 0;
-    const float *logits = llama_logits(m, &v_start, &v_local, &v_valid);
+    llama_logits(m, NULL, 0, 0, &v_start, &v_local, &v_valid);
     assert(v_start == 0 && v_valid == cfg.vocab_size && v_local >= v_valid);
     {
         float *host = mp_xmalloc((size_t)N * v_local * sizeof(float));
         float *packed = mp_xmalloc((size_t)N * v_valid * sizeof(float));
-        be->to_host(be, host, logits, (size_t)N * v_local * sizeof(float));
+        llama_logits(m, host, 0, N, NULL, NULL, NULL);
         for (int64_t n = 0; n < N; n++)
             memcpy(packed + n * v_valid, host + n * v_local, (size_t)v_valid * sizeof(float));
         rc = write_file(outdir, "logits.f32", packed, (size_t)N * v_valid * sizeof(float), err);

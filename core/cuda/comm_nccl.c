@@ -42,12 +42,19 @@ static int counts_equal(const mp_comm *c, const int64_t *counts) {
     return 1;
 }
 
-static void nccl_all_reduce(mp_comm *c, float *x, int64_t n, int op_max) {
+/* NCCL's element type of dt: fp32, or bf16 (compute tensors, core/backend.h; NCCL sums and takes maxima of
+ * bf16 in fp32 per step and rounds to bf16, as comm.h describes). */
+static ncclDataType_t nccl_type(mp_dtype dt) {
+    assert(dt == MP_F32 || dt == MP_BF16);
+    return dt == MP_F32 ? ncclFloat32 : ncclBfloat16;
+}
+
+static void nccl_all_reduce(mp_comm *c, void *x, int64_t n, mp_dtype dt, int op_max) {
     assert(c->size > 1 && n >= 0 && (x || n == 0));
-    mp_comm_count_all_reduce(c, n, sizeof(float));
+    mp_comm_count_all_reduce(c, n, (int64_t)mp_dtype_size(dt));
     if (n == 0) return;
     nccl_impl *im = impl_of(c);
-    TIMED(c, MP_COMM_ALLREDUCE, NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, op_max ? ncclMax : ncclSum,
+    TIMED(c, MP_COMM_ALLREDUCE, NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, nccl_type(dt), op_max ? ncclMax : ncclSum,
                                                          im->comm, im->stream)));
 }
 
@@ -59,23 +66,25 @@ static void nccl_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
     TIMED(c, MP_COMM_ALLREDUCE, NCCL_CHECK(ncclAllReduce(x, x, (size_t)n, ncclFloat64, ncclSum, im->comm, im->stream)));
 }
 
-/* out = concat_r in_r[counts[r]]; in may be out + displ[rank] (in place). */
-static void nccl_all_gatherv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+/* out = concat_r in_r[counts[r]] (elements of dt); in may be out + displ[rank] (in place). */
+static void nccl_all_gatherv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     assert(c->size > 1);
-    int64_t total = mp_comm_count_all_gatherv(c, counts);
+    const size_t e = mp_dtype_size(dt);
+    const ncclDataType_t t = nccl_type(dt);
+    int64_t total = mp_comm_count_all_gatherv(c, counts, (int64_t)e);
     if (total == 0) return;
     nccl_impl *im = impl_of(c);
     double t0 = mp_time_s();
     if (counts_equal(c, counts)) {
-        NCCL_CHECK(ncclAllGather(in, out, (size_t)counts[0], ncclFloat32, im->comm, im->stream));
+        NCCL_CHECK(ncclAllGather(in, out, (size_t)counts[0], t, im->comm, im->stream));
     } else {
         /* uneven: every rank broadcasts its block into place, all in one group (see comm_nccl.h) */
         NCCL_CHECK(ncclGroupStart());
         int64_t displ = 0;
         for (int r = 0; r < c->size; r++) {
-            float *part = out + displ;
-            const float *send = r == c->rank ? in : part;
-            if (counts[r]) NCCL_CHECK(ncclBroadcast(send, part, (size_t)counts[r], ncclFloat32, r, im->comm, im->stream));
+            char *part = (char *)out + (size_t)displ * e;
+            const void *send = r == c->rank ? in : (const void *)part;
+            if (counts[r]) NCCL_CHECK(ncclBroadcast(send, part, (size_t)counts[r], t, r, im->comm, im->stream));
             displ += counts[r];
         }
         NCCL_CHECK(ncclGroupEnd());
@@ -83,15 +92,17 @@ static void nccl_all_gatherv(mp_comm *c, float *out, const float *in, const int6
     c->seconds[MP_COMM_ALLGATHER] += mp_time_s() - t0;
 }
 
-/* out[counts[rank]] = sum over the group of in[displ_rank ...]; out must not overlap in. */
-static void nccl_reduce_scatterv(mp_comm *c, float *out, const float *in, const int64_t *counts) {
+/* out[counts[rank]] = sum over the group of in[displ_rank ...] (elements of dt); out must not overlap in. */
+static void nccl_reduce_scatterv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     assert(c->size > 1);
-    int64_t total = mp_comm_count_reduce_scatterv(c, counts);
+    const size_t e = mp_dtype_size(dt);
+    const ncclDataType_t t = nccl_type(dt);
+    int64_t total = mp_comm_count_reduce_scatterv(c, counts, (int64_t)e);
     if (total == 0) return;
     nccl_impl *im = impl_of(c);
     double t0 = mp_time_s();
     if (counts_equal(c, counts)) {
-        NCCL_CHECK(ncclReduceScatter(in, out, (size_t)counts[0], ncclFloat32, ncclSum, im->comm, im->stream));
+        NCCL_CHECK(ncclReduceScatter(in, out, (size_t)counts[0], t, ncclSum, im->comm, im->stream));
     } else {
         /* uneven: one reduce to each rank of its block, all in one group */
         NCCL_CHECK(ncclGroupStart());
@@ -99,7 +110,8 @@ static void nccl_reduce_scatterv(mp_comm *c, float *out, const float *in, const 
         for (int r = 0; r < c->size; r++) {
             /* the receive buffer is used on the root only; the others name their own out (never written) */
             if (counts[r])
-                NCCL_CHECK(ncclReduce(in + displ, out, (size_t)counts[r], ncclFloat32, ncclSum, r, im->comm, im->stream));
+                NCCL_CHECK(ncclReduce((const char *)in + (size_t)displ * e, out, (size_t)counts[r], t, ncclSum, r,
+                                      im->comm, im->stream));
             displ += counts[r];
         }
         NCCL_CHECK(ncclGroupEnd());

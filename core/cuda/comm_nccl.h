@@ -10,7 +10,10 @@
  *
  * Every collective is enqueued on the communicator's own stream (given at creation, so compute can
  * overlap it and events order the two: core/backend.h's stream entries); nothing waits for it except
- * barrier. Buffers must be device memory; counts are element counts (fp32 unless stated), any int64.
+ * barrier. Buffers must be device memory; counts are element counts, any int64. all_reduce,
+ * all_gatherv and reduce_scatterv take the element type (core/comm.h): MP_F32 -> ncclFloat32, MP_BF16 ->
+ * ncclBfloat16 (NCCL reduces bf16 in fp32 per step and rounds, as the MPI communicator's bf16 ops do);
+ * all_reduce_f64 is ncclFloat64, broadcast moves raw bytes (ncclUint8).
  *
  * Uneven sizes. NCCL has no all-gatherv or reduce-scatterv. meshpoint's FSDP shards are uneven when a
  * dimension does not divide (mp_split: the first n % p ranks hold one row more), and the same boxes are
@@ -20,9 +23,10 @@
  * bytes cross each link as in a ring collective, and equal counts (the common case) take the single
  * ncclAllGather / ncclReduceScatter. docs/CUDA.md says more.
  *
- * Counters: bytes and calls with core/comm.h's formulas (mp_comm_count_*), as the MPI communicator
- * counts them. seconds holds the host time spent enqueueing, not the GPU time of the collective (that
- * would need a synchronisation per call); the GPU benchmark measures the latter with events.
+ * Counters: bytes and calls with core/comm.h's formulas (mp_comm_count_*, element size from the dtype:
+ * 4 for fp32, 2 for bf16), as the MPI communicator counts them. seconds holds the host time spent
+ * enqueueing, not the GPU time of the collective (that would need a synchronisation per call); the GPU
+ * benchmark measures the latter with events.
  *
  * Determinism: NCCL's ring/tree reductions sum in a fixed order for a fixed topology, algorithm and
  * protocol; runs with the same NCCL_ALGO/NCCL_PROTO on the same nodes repeat bitwise.

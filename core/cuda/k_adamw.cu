@@ -10,8 +10,9 @@
  * may contract a*b+c into FMAs, so results can differ from the CPU's in the last bit; within a GPU run
  * they are bitwise repeatable (elementwise, no reduction).
  *
- * The gradient-clip factor is read from DEVICE memory (mp_cuda_clip_scale writes it), once per thread,
- * so the optimizer step needs no host round-trip. Weight decay: wd = 0 for tensors without decay
+ * The gradient scale is grad_scale (a host value, what the backend table passes) times, when
+ * grad_scale_dev is not NULL, a factor read from DEVICE memory (mp_cuda_clip_scale writes it), once per
+ * thread, so a device-computed clip factor needs no host round-trip. Weight decay: wd = 0 for tensors without decay
  * (core/optim.c passes it per slot).
  */
 #include "core/cuda/k_common.cuh"
@@ -30,9 +31,9 @@ __host__ __device__ static inline float adamw_elem(float p, float g, float *m, f
 
 static __global__ void adamw_kernel(float *__restrict__ p, mp_bf16 *__restrict__ p_bf16, const float *__restrict__ g,
                                     float *__restrict__ m, float *__restrict__ v, int64_t n, float lr, float beta1,
-                                    float beta2, float eps, float wd, float bc1, float bc2,
-                                    const float *__restrict__ grad_scale) {
-    const float gs = grad_scale ? *grad_scale : 1.0f;
+                                    float beta2, float eps, float wd, float bc1, float bc2, float grad_scale,
+                                    const float *__restrict__ grad_scale_dev) {
+    const float gs = grad_scale_dev ? grad_scale * *grad_scale_dev : grad_scale;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float mi = m[i], vi = v[i];
         const float pi = adamw_elem(p[i], g[i], &mi, &vi, lr, beta1, beta2, eps, wd, bc1, bc2, gs);
@@ -44,13 +45,13 @@ static __global__ void adamw_kernel(float *__restrict__ p, mp_bf16 *__restrict__
 }
 
 extern "C" void mp_cuda_adamw(float *p, mp_bf16 *p_bf16, const float *g, float *m, float *v, int64_t n, float lr,
-                              float beta1, float beta2, float eps, float wd, int step, const float *grad_scale,
-                              cudaStream_t s) {
+                              float beta1, float beta2, float eps, float wd, int step, float grad_scale,
+                              const float *grad_scale_dev, cudaStream_t s) {
     assert(n >= 0 && step >= 1);
     if (n == 0) return;
     assert(p && g && m && v);
     const float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
     const float bc2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
     adamw_kernel<<<mp_grid_for(n, 256), 256, 0, s>>>(p, p_bf16, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2,
-                                                      grad_scale);
+                                                      grad_scale, grad_scale_dev);
 }

@@ -2,7 +2,7 @@
  * core/cuda/kernels_cuda.h — the CUDA kernels of the GPU backend, as host-callable launchers.
  *
  * Every launcher enqueues its kernel(s) on the given stream and returns nothing; the caller
- * (core/cuda/backend_cuda.cu) checks cudaGetLastError. Launchers never synchronise, never allocate
+ * (core/cuda/backend_cuda.c) checks cudaGetLastError. Launchers never synchronise, never allocate
  * and never copy to the host: scratch they need is passed in, sized by the *_scratch_* helpers below.
  * Host-side invariants (sizes >= 0, grid limits, alignment) are assert()ed in the launchers.
  * docs/CUDA.md is the long form of this file: precision, determinism, what is not yet proven.
@@ -163,13 +163,16 @@ void mp_cuda_xent_bwd_f32(float *logits, const float *rowmax, const float *sumex
 
 /* ---- AdamW (k_adamw.cu) ----
  * core/backend_cpu.c's update, element by element, on fp32 p, g, m, v:
- *   g' = g * (*grad_scale); m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+ *   g' = g * gs; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
  *   p -= lr * ((m * bc1) / (sqrtf(v * bc2) + eps) + wd * p),  bc1 = 1/(1-b1^step), bc2 = 1/(1-b2^step)
- * (the corrections computed on the host in double, as on the CPU). grad_scale is a DEVICE pointer (the
- * clip factor from mp_cuda_clip_scale; NULL means 1), so no host sync. wd = 0 for tensors without
- * decay. p_bf16, when not NULL, receives the updated weights rounded to bf16 in the same pass. */
+ * (the corrections computed on the host in double, as on the CPU). gs = grad_scale (a host value: what
+ * core/backend.h's adamw passes) times *grad_scale_dev when grad_scale_dev is not NULL (a DEVICE pointer,
+ * e.g. the clip factor from mp_cuda_clip_scale, read on the device, so no host sync). wd = 0 for
+ * tensors without decay. p_bf16, when not NULL, receives the updated weights rounded to bf16 in the same
+ * pass. */
 void mp_cuda_adamw(float *p, mp_bf16 *p_bf16, const float *g, float *m, float *v, int64_t n, float lr, float beta1,
-                   float beta2, float eps, float wd, int step, const float *grad_scale, cudaStream_t s);
+                   float beta2, float eps, float wd, int step, float grad_scale, const float *grad_scale_dev,
+                   cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -285,9 +285,10 @@ static void dev_xent(void) {
 static void dev_adamw(void) {
     const int64_t n = 100003;
     std::vector<float> p = rnd_vec(n, 1.0f), g = rnd_vec(n, 1.0f), m(n, 0.01f), v(n, 0.001f);
-    float *pd = up(p), *gd = up(g), *md = up(m), *vd = up(v), *sc = up(std::vector<float>{0.5f});
+    /* the scale is the host value times the device factor: 2 * 0.25 = 0.5 exactly */
+    float *pd = up(p), *gd = up(g), *md = up(m), *vd = up(v), *sc = up(std::vector<float>{0.25f});
     mp_bf16 *pb = dev<mp_bf16>(n);
-    mp_cuda_adamw(pd, pb, gd, md, vd, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, sc, g_s);
+    mp_cuda_adamw(pd, pb, gd, md, vd, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 2.0f, sc, g_s);
     SYNC();
     std::vector<float> ph = down(pd, n), pbh = down_bf16(pb, n);
     const float bc1 = (float)(1.0 / (1.0 - pow(0.9, 3))), bc2 = (float)(1.0 / (1.0 - pow(0.95, 3)));

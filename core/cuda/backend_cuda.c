@@ -1,0 +1,637 @@
+/*
+ * core/cuda/backend_cuda.c — the CUDA implementation of struct mp_backend (core/backend.h) over the
+ * launchers of core/cuda/kernels_cuda.h and the cuBLASLt wrapper of core/cuda/gemm_cuda.h.
+ *
+ * STATUS: compiled, never run on a GPU (docs/CUDA.md). Every statement below about behaviour on a device
+ * is the design, not a measurement.
+ *
+ * Design.
+ *   - One GPU per process (core/cuda/device_cuda.c chose it), one backend per process (a singleton made
+ *     by mp_backend_cuda, freed by mp_backend_cuda_destroy).
+ *   - One COMPUTE stream, created non-blocking (it does not synchronise with the legacy default stream).
+ *     Every op of the table is enqueued on it, in call order; a NULL mp_stream names it. Other streams
+ *     (stream_create: non-blocking too) belong to communication: an NCCL communicator is given one
+ *     (core/cuda/comm_nccl.h, mp_backend_cuda_stream turns the mp_stream into its cudaStream_t), and
+ *     the caller orders the two with event_record / stream_wait_event. No op of this table runs on, or
+ *     waits for, a communication stream by itself.
+ *   - The host waits only where it must: to_host (a device-to-host copy the caller reads next),
+ *     to_device (see there: the callers reuse their host buffer at once), event_sync, synchronize, and
+ *     the rare allocation paths (alloc zero-fills then waits; free, host_free and scratch growth wait
+ *     for the device before releasing memory that queued work may still touch). Ops never wait.
+ *   - Errors: a failed CUDA call or launch aborts naming this file's line (MP_CUDA_CHECK,
+ *     core/cuda/cuda_check.h): the ops return nothing, and the newest checkpoint is intact. Every
+ *     launcher call is followed by LAUNCHED() = MP_CUDA_CHECK(cudaGetLastError()), which catches launch
+ *     configuration errors at once (errors of a kernel's execution surface at the next synchronising
+ *     call). cuBLAS statuses do not reach cudaGetLastError: gemm checks the wrapper's status itself.
+ *
+ * Precision (core/backend.h; docs/CUDA.md "Precision"): act_dtype is MP_BF16, so every `void *` compute
+ * tensor is bf16 (mp_bf16); `float *` state (masters, moments, weight gradients, per-row statistics,
+ * RoPE tables) is fp32; device scalars are doubles. Math inside every kernel is fp32; GEMMs accumulate in
+ * fp32 (CUBLAS_COMPUTE_32F) and write bf16 or fp32 C (c_dtype).
+ *
+ * Scratch policy. Kernels never allocate; the scratch they need lives here:
+ *   - the reduction partials (MP_CUDA_REDUCE_MAX_BLOCKS doubles) and the cuBLASLt workspace
+ *     (MP_CUDA_BLAS_WORKSPACE_BYTES): allocated at creation, fixed size;
+ *   - the embedding backward's sort keys and the RMSNorm backward's dw partials: device buffers kept in
+ *     the impl and GROWN ON DEMAND (to exactly the size asked, never shrunk): the first call of a given
+ *     size allocates (after waiting for the device, since the old buffer may be in use), later
+ *     calls of the same or smaller size reuse it. N and D are fixed for a run, so only the first step
+ *     allocates; mp_backend_cuda_reserve sizes both ahead of the first step for callers that know N, D.
+ *   All of it is used by ops on the compute stream only, so in-order execution makes reuse safe.
+ *
+ * Accounting. core/alloc.h has no function that charges memory it did not allocate (its counters are
+ * private to alloc.c), so this file adds nothing there and keeps its own per-category byte counters
+ * (atomics: the async checkpoint thread may call host_alloc): device bytes (alloc/free, internal
+ * buffers: workspace and partials under MP_MEM_OTHER, grow-on-demand scratch under MP_MEM_ACTS),
+ * page-locked host bytes (host_alloc/host_free), the device high-water mark and an allocation count.
+ * mp_backend_cuda_mem_current & co. (backend_cuda.h) read them; mp_mem_current does not see them.
+ */
+#include "core/cuda/backend_cuda.h"
+#include <assert.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/gemm_cuda.h"
+#include "core/cuda/kernels_cuda.h"
+#include "core/log.h"
+
+typedef struct {
+    int device;
+    cudaStream_t stream;          /* the compute stream (every op of the table) */
+    mp_cuda_blas *blas;           /* one cuBLASLt handle + workspace, used on the compute stream only */
+    double *partials;             /* [MP_CUDA_REDUCE_MAX_BLOCKS] sumsq_acc / sum_acc scratch */
+    void *keys;                   /* embed_bwd sort keys, grown on demand */
+    size_t keys_bytes;
+    float *rms_partial;           /* rmsnorm_bwd dw partials, grown on demand */
+    size_t rms_floats;
+    _Atomic int64_t dev_bytes[MP_MEM_NCAT];
+    _Atomic int64_t pinned_bytes[MP_MEM_NCAT];
+    _Atomic int64_t dev_total, dev_peak, alloc_calls;
+} cuda_impl;
+
+/* Aborts after a launch whose configuration CUDA refused (grid limits, invalid arguments, a sticky error
+ * of an earlier kernel), naming the line of the op. */
+#define LAUNCHED() MP_CUDA_CHECK(cudaGetLastError())
+
+static cuda_impl *impl_of(const mp_backend *be) {
+    assert(be && be->impl && be->device == MP_DEV_CUDA);
+    return (cuda_impl *)be->impl;
+}
+
+/* The compute stream's handle. */
+static cudaStream_t cs(const mp_backend *be) { return impl_of(be)->stream; }
+
+/* The cudaStream_t of s (NULL: the compute stream). */
+static cudaStream_t stream_of(const mp_backend *be, mp_stream s) {
+    return s ? (cudaStream_t)(void *)s : cs(be);
+}
+
+/* ---- accounting (see the top of the file) ---- */
+
+/* Adds delta bytes to device category cat (and the total, the peak). */
+static void charge_dev(cuda_impl *im, mp_mem_cat cat, int64_t delta) {
+    assert(cat >= 0 && cat < MP_MEM_NCAT);
+    atomic_fetch_add(&im->dev_bytes[cat], delta);
+    int64_t t = atomic_fetch_add(&im->dev_total, delta) + delta;
+    int64_t p = atomic_load(&im->dev_peak);
+    while (t > p && !atomic_compare_exchange_weak(&im->dev_peak, &p, t)) {}
+}
+
+/* cudaMalloc of bytes (at least 1, so every allocation is a distinct non-NULL pointer, as on the CPU),
+ * charged to cat; aborts naming the size, the category and what this backend already holds. `what`
+ * names the caller for the message. */
+static void *dev_malloc(cuda_impl *im, size_t bytes, mp_mem_cat cat, const char *what) {
+    void *p = NULL;
+    atomic_fetch_add(&im->alloc_calls, 1);
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "%s: error: %s: out of GPU memory allocating %zu bytes (%s; this backend holds %lld "
+                "bytes): cudaMalloc: %s (%s)\n", mp_log_prog(), what, bytes, mp_mem_cat_name(cat),
+                (long long)atomic_load(&im->dev_total), cudaGetErrorString(e), cudaGetErrorName(e));
+        abort();
+    }
+    charge_dev(im, cat, (int64_t)bytes);
+    return p;
+}
+
+/* cudaFree of a dev_malloc'd buffer of bytes (NULL ok), taking the bytes off cat. Waits for the whole
+ * device first (explicitly, not relying on cudaFree's implicit synchronisation), so work queued on any
+ * stream that still reads or writes p has finished. */
+static void dev_release(cuda_impl *im, void *p, size_t bytes, mp_mem_cat cat) {
+    if (!p) return;
+    MP_CUDA_CHECK(cudaDeviceSynchronize());
+    MP_CUDA_CHECK(cudaFree(p));
+    charge_dev(im, cat, -(int64_t)bytes);
+}
+
+/* Makes the grow-on-demand buffer *buf (of *have bytes) hold at least need bytes: frees the old buffer
+ * after waiting for the device (dev_release: queued ops may still use it) and allocates exactly need
+ * bytes, charged to MP_MEM_ACTS. No-op when it is already large enough. */
+static void scratch_grow(cuda_impl *im, void **buf, size_t *have, size_t need, const char *what) {
+    if (need <= *have && *buf) return;
+    dev_release(im, *buf, *have, MP_MEM_ACTS);
+    *buf = NULL;
+    *have = 0;
+    *buf = dev_malloc(im, need, MP_MEM_ACTS, what);
+    *have = need;
+}
+
+/* ---- memory ---- */
+
+/* bytes of device memory, zero-filled (a memset on the compute stream, then the host waits for it, so
+ * the zeros are in place for every stream: allocation is start-up work). Charged to cat in this
+ * backend's counters; aborts when the GPU is out of memory. */
+static void *cu_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) {
+    cuda_impl *im = impl_of(be);
+    void *p = dev_malloc(im, bytes, cat, "cuda alloc");
+    if (bytes) MP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, im->stream));
+    MP_CUDA_CHECK(cudaStreamSynchronize(im->stream));
+    return p;
+}
+
+/* Frees a buffer of alloc (NULL ok) and takes bytes (the size it was allocated with) off cat. Waits for
+ * the device first (dev_release), so work still queued that uses p finishes. */
+static void cu_free(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat) {
+    dev_release(impl_of(be), p, bytes, cat);
+}
+
+/* Zeroes bytes at p, enqueued on the compute stream (no host wait). */
+static void cu_memset0(mp_backend *be, void *p, size_t bytes) {
+    if (bytes) MP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cs(be)));
+}
+
+/* Device to host: the copy is enqueued on the compute stream (after every op queued before it) and the
+ * host waits for the stream, so host_dst holds the data on return. Data produced on a communication
+ * stream must have been ordered before it with an event (stream_wait_event on the compute stream). */
+static void cu_to_host(mp_backend *be, void *host_dst, const void *dev_src, size_t bytes) {
+    if (!bytes) return;
+    cudaStream_t s = cs(be);
+    MP_CUDA_CHECK(cudaMemcpyAsync(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost, s));
+    MP_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+/* Host to device, ordered on the compute stream after the ops queued before it (so a buffer they still
+ * read, e.g. the previous micro-batch's tokens, is not overwritten early). The host then waits for the
+ * stream: the callers refill or free host_src as soon as this returns (cli/'s page-locked token buffers
+ * and checkpoint staging buffer are reused at once), and a page-locked source is read by the DMA engine
+ * only when the stream reaches the copy. Cost: the host drains the compute stream once per upload (the
+ * tokens, once per micro-batch); an upload that overlaps compute needs an op with an event (not in the
+ * table yet). */
+static void cu_to_device(mp_backend *be, void *dev_dst, const void *host_src, size_t bytes) {
+    if (!bytes) return;
+    cudaStream_t s = cs(be);
+    MP_CUDA_CHECK(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, s));
+    MP_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+/* Page-locked host memory (cudaHostAlloc), zero-filled by the host, charged to cat in this backend's
+ * pinned counters; aborts on failure. Waits for nothing. */
+static void *cu_host_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) {
+    cuda_impl *im = impl_of(be);
+    assert(cat >= 0 && cat < MP_MEM_NCAT);
+    void *p = NULL;
+    atomic_fetch_add(&im->alloc_calls, 1);
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "%s: error: out of page-locked host memory allocating %zu bytes (%s): cudaHostAlloc: %s (%s)\n",
+                mp_log_prog(), bytes, mp_mem_cat_name(cat), cudaGetErrorString(e), cudaGetErrorName(e));
+        abort();
+    }
+    memset(p, 0, bytes);
+    atomic_fetch_add(&im->pinned_bytes[cat], (int64_t)bytes);
+    return p;
+}
+
+/* Frees a buffer of host_alloc (NULL ok), taking bytes off cat. Waits for the device first, so a copy
+ * still reading or writing p has finished. */
+static void cu_host_free(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat) {
+    if (!p) return;
+    cuda_impl *im = impl_of(be);
+    assert(cat >= 0 && cat < MP_MEM_NCAT);
+    MP_CUDA_CHECK(cudaDeviceSynchronize());
+    MP_CUDA_CHECK(cudaFreeHost(p));
+    atomic_fetch_add(&im->pinned_bytes[cat], -(int64_t)bytes);
+}
+
+/* ---- streams and events ---- */
+
+/* A new non-blocking stream (for communication); the caller destroys it. */
+static mp_stream cu_stream_create(mp_backend *be) {
+    (void)impl_of(be);
+    cudaStream_t s = NULL;
+    MP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return (mp_stream)(void *)s;
+}
+
+/* Destroys a stream of stream_create (NULL: nothing; the compute stream is the backend's, never
+ * destroyed here). Work queued on it still completes (CUDA's rule). */
+static void cu_stream_destroy(mp_backend *be, mp_stream s) {
+    if (!s) return;
+    assert((cudaStream_t)(void *)s != cs(be));
+    MP_CUDA_CHECK(cudaStreamDestroy((cudaStream_t)(void *)s));
+}
+
+/* A new event without timing (the cheapest kind: ordering only). */
+static mp_event cu_event_create(mp_backend *be) {
+    (void)impl_of(be);
+    cudaEvent_t e = NULL;
+    MP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return (mp_event)(void *)e;
+}
+
+/* Destroys an event of event_create (NULL: nothing). */
+static void cu_event_destroy(mp_backend *be, mp_event e) {
+    if (e) MP_CUDA_CHECK(cudaEventDestroy((cudaEvent_t)(void *)e));
+}
+
+/* e completes when everything queued on s (NULL: compute) so far has. */
+static void cu_event_record(mp_backend *be, mp_event e, mp_stream s) {
+    assert(e);
+    MP_CUDA_CHECK(cudaEventRecord((cudaEvent_t)(void *)e, stream_of(be, s)));
+}
+
+/* Work queued on s (NULL: compute) after this call waits for e, on the device (the host does not). */
+static void cu_stream_wait_event(mp_backend *be, mp_stream s, mp_event e) {
+    assert(e);
+    MP_CUDA_CHECK(cudaStreamWaitEvent(stream_of(be, s), (cudaEvent_t)(void *)e, 0));
+}
+
+/* The host waits for e. */
+static void cu_event_sync(mp_backend *be, mp_event e) {
+    assert(e);
+    MP_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)(void *)e));
+}
+
+/* Device to device, enqueued on the compute stream; dst == src is a no-op. Regions must not otherwise
+ * overlap (cudaMemcpy's rule; the CPU's memmove is more lenient, no caller relies on it). */
+static void cu_copy(mp_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return;
+    MP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cs(be)));
+}
+
+/* The host waits for all work on every stream of the device (compute and communication). */
+static void cu_synchronize(mp_backend *be) {
+    (void)impl_of(be);
+    MP_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+/* ---- dense linear algebra ---- */
+
+/* core/backend.h's gemm: A, B bf16 (compute tensors), C bf16 (c_dtype = act_dtype) or fp32 (weight
+ * gradients, typically beta = 1), fp32 accumulation, through mp_cuda_gemm on the compute stream. A cuBLAS
+ * failure (its status, not seen by cudaGetLastError) aborts naming the shape. */
+static void cu_gemm(mp_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A,
+                    int lda, const void *B, int ldb, float beta, void *C, int ldc, mp_dtype c_dtype) {
+    assert(c_dtype == MP_BF16 || c_dtype == MP_F32);
+    cuda_impl *im = impl_of(be);
+    int st = mp_cuda_gemm(im->blas, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                          c_dtype == MP_F32 ? MP_CUDA_OUT_F32 : MP_CUDA_OUT_BF16, ldc, im->stream);
+    if (st != 0) {
+        fprintf(stderr, "%s: error: %s:%d: gemm (trans %d,%d, M %d N %d K %d, lda %d ldb %d ldc %d, C %s): %s\n",
+                mp_log_prog(), __FILE__, __LINE__, trans_a, trans_b, M, N, K, lda, ldb, ldc,
+                mp_dtype_name(c_dtype), mp_cuda_blas_status_name(st));
+        abort();
+    }
+    LAUNCHED();   /* the K == 0 path is a kernel of the wrapper's */
+}
+
+/* ---- elementwise ---- */
+
+/* out = a + b over n bf16 elements (out may alias a or b). */
+static void cu_add(mp_backend *be, void *out, const void *a, const void *b, int64_t n) {
+    mp_cuda_add_bf16(out, a, b, n, cs(be));
+    LAUNCHED();
+}
+
+/* dst += src over n fp32 elements (no overlap). */
+static void cu_accumulate(mp_backend *be, float *dst, const float *src, int64_t n) {
+    mp_cuda_accumulate_f32(dst, src, n, cs(be));
+    LAUNCHED();
+}
+
+/* x *= s over n fp32 elements. */
+static void cu_scale(mp_backend *be, float *x, float s, int64_t n) {
+    mp_cuda_scale_f32(x, s, n, cs(be));
+    LAUNCHED();
+}
+
+/* dst (bf16) = src (fp32) rounded to nearest even; no overlap. */
+static void cu_to_act(mp_backend *be, void *dst, const float *src, int64_t n) {
+    mp_cuda_f32_to_bf16(dst, src, n, cs(be));
+    LAUNCHED();
+}
+
+/* dst (fp32) = src (bf16), exact; no overlap. */
+static void cu_from_act(mp_backend *be, float *dst, const void *src, int64_t n) {
+    mp_cuda_bf16_to_f32(dst, src, n, cs(be));
+    LAUNCHED();
+}
+
+/* ---- reductions into a device scalar ---- */
+
+/* *acc (one device double) += sum x^2 over n fp32, in double, in an order fixed by n (k_reduce.cu);
+ * uses the backend's partials scratch on the compute stream. */
+static void cu_sumsq_acc(mp_backend *be, double *acc, const float *x, int64_t n) {
+    cuda_impl *im = impl_of(be);
+    assert(acc && n >= 0);
+    mp_cuda_sumsq_acc_f32(acc, im->partials, x, n, im->stream);
+    LAUNCHED();
+}
+
+/* *acc += sum x over n fp32, as sumsq_acc. */
+static void cu_sum_acc(mp_backend *be, double *acc, const float *x, int64_t n) {
+    cuda_impl *im = impl_of(be);
+    assert(acc && n >= 0);
+    mp_cuda_sum_acc_f32(acc, im->partials, x, n, im->stream);
+    LAUNCHED();
+}
+
+/* ---- embedding ---- */
+
+/* out[n] (bf16) = wte[tok[n] - v_start] (the bf16 compute copy of the table) or zeros out of range. */
+static void cu_embed_fwd(mp_backend *be, void *out, const int32_t *tok, const void *wte, int N, int D, int v_start,
+                         int v_local) {
+    mp_cuda_embed_fwd_bf16(out, tok, wte, N, D, v_start, v_local, cs(be));
+    LAUNCHED();
+}
+
+/* dwte (fp32) [tok[n] - v_start] += dout[n] (bf16) for in-range tokens, deterministically (sorted keys,
+ * k_embed.cu). The keys scratch is grown on demand (see the top of the file). */
+static void cu_embed_bwd(mp_backend *be, float *dwte, const void *dout, const int32_t *tok, int N, int D,
+                         int v_start, int v_local) {
+    cuda_impl *im = impl_of(be);
+    if (N <= 0 || v_local <= 0) return;
+    scratch_grow(im, &im->keys, &im->keys_bytes, mp_cuda_embed_bwd_scratch_bytes(N), "embed_bwd keys");
+    mp_cuda_embed_bwd(dwte, dout, tok, im->keys, N, D, v_start, v_local, im->stream);
+    LAUNCHED();
+}
+
+/* ---- RMSNorm ---- */
+
+/* y (bf16) = x * rstd * w (w: bf16 compute copy); rstd [N] fp32 saved. */
+static void cu_rmsnorm_fwd(mp_backend *be, void *y, float *rstd, const void *x, const void *w, int N, int D,
+                           float eps) {
+    mp_cuda_rmsnorm_fwd(y, rstd, x, w, N, D, eps, cs(be));
+    LAUNCHED();
+}
+
+/* dx (bf16) ACCUMULATES, dw (fp32) accumulates (deterministic chunk partials, grown on demand). dx must
+ * not alias dy or x (the kernel asserts it). */
+static void cu_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w,
+                           const float *rstd, int N, int D) {
+    cuda_impl *im = impl_of(be);
+    if (N <= 0) return;
+    size_t need = mp_cuda_rmsnorm_bwd_scratch_floats(N, D) * sizeof(float);
+    size_t have = im->rms_floats * sizeof(float);
+    void *buf = im->rms_partial;
+    scratch_grow(im, &buf, &have, need, "rmsnorm_bwd partials");
+    im->rms_partial = buf;
+    im->rms_floats = have / sizeof(float);
+    mp_cuda_rmsnorm_bwd(dx, dw, im->rms_partial, dy, x, w, rstd, N, D, im->stream);
+    LAUNCHED();
+}
+
+/* ---- RoPE ----
+ * The table's signature carries no table length; the launcher asserts pos0 + T <= max_pos, so it is
+ * given exactly pos0 + T. Contract (the same as the CPU backend reads): cos/sin hold at least pos0 + T
+ * rows of hd/2. layers/llama.c passes tables of exactly T rows with pos0 = 0. */
+
+/* x (bf16 [B,T,H,hd]) rotated in place by +angle at positions pos0 + t. */
+static void cu_rope_fwd(mp_backend *be, void *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd,
+                        int pos0) {
+    mp_cuda_rope_fwd(x, cos_t, sin_t, B, T, H, hd, pos0, pos0 + T, cs(be));
+    LAUNCHED();
+}
+
+/* dx rotated in place by -angle (the gradient of the rotation). */
+static void cu_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
+                        int hd, int pos0) {
+    mp_cuda_rope_bwd(dx, cos_t, sin_t, B, T, H, hd, pos0, pos0 + T, cs(be));
+    LAUNCHED();
+}
+
+/* ---- attention ---- */
+
+/* Causal GQA flash attention forward: out (bf16) and lse [B,H,T] (fp32). Limits: hd <= 128, H % KV == 0,
+ * B*H <= 65535 (asserted by the launcher). */
+static void cu_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v, int B,
+                        int T, int H, int KV, int hd) {
+    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, cs(be));
+    LAUNCHED();
+}
+
+/* Its backward: dq, dk, dv (bf16) written; scratch [B,H,T] floats receives D = rowsum(dout * out). */
+static void cu_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
+                        const void *out, const float *lse, const void *q, const void *k, const void *v, int B, int T,
+                        int H, int KV, int hd) {
+    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, cs(be));
+    LAUNCHED();
+}
+
+/* ---- SwiGLU ---- */
+
+/* out = silu(gate) * up over n bf16 elements. */
+static void cu_swiglu_fwd(mp_backend *be, void *out, const void *gate, const void *up, int64_t n) {
+    mp_cuda_swiglu_fwd(out, gate, up, n, cs(be));
+    LAUNCHED();
+}
+
+/* dgate, dup (bf16) written from dout, gate, up. */
+static void cu_swiglu_bwd(mp_backend *be, void *dgate, void *dup, const void *dout, const void *gate, const void *up,
+                          int64_t n) {
+    mp_cuda_swiglu_bwd(dgate, dup, dout, gate, up, n, cs(be));
+    LAUNCHED();
+}
+
+/* ---- vocab-parallel cross-entropy over bf16 logits [N, v_local]; statistics fp32 ---- */
+
+/* rowmax[n] = max of the first v_valid columns. */
+static void cu_xent_rowmax(mp_backend *be, float *rowmax, const void *logits, int N, int v_local, int v_valid) {
+    mp_cuda_xent_rowmax_bf16(rowmax, logits, N, v_local, v_valid, cs(be));
+    LAUNCHED();
+}
+
+/* sumexp[n] = sum over the first v_valid columns of exp(logit - rowmax[n]) (rowmax global). */
+static void cu_xent_sumexp(mp_backend *be, float *sumexp, const void *logits, const float *rowmax, int N,
+                           int v_local, int v_valid) {
+    mp_cuda_xent_sumexp_bf16(sumexp, logits, rowmax, N, v_local, v_valid, cs(be));
+    LAUNCHED();
+}
+
+/* tlogit[n] = logits[n, tgt[n] - v_start] if the target is local, else 0. The table's xent_target has no
+ * v_valid (the CPU backend tests c < v_local), so the launcher's v_valid is v_local: the same rule, and
+ * targets are real token ids, never vocab padding. */
+static void cu_xent_target(mp_backend *be, float *tlogit, const void *logits, const int32_t *tgt, int N, int v_local,
+                           int v_start) {
+    mp_cuda_xent_target_bf16(tlogit, logits, tgt, N, v_local, v_local, v_start, cs(be));
+    LAUNCHED();
+}
+
+/* losses[n] = log(sumexp[n]) + rowmax[n] - tlogit[n], all fp32. */
+static void cu_xent_loss(mp_backend *be, float *losses, const float *rowmax, const float *sumexp,
+                         const float *tlogit, int N) {
+    mp_cuda_xent_loss(losses, rowmax, sumexp, tlogit, N, cs(be));
+    LAUNCHED();
+}
+
+/* In place, bf16: logits <- dloss * (softmax - onehot(tgt)); padding columns 0. */
+static void cu_xent_bwd(mp_backend *be, void *logits, const float *rowmax, const float *sumexp, const int32_t *tgt,
+                        float dloss, int N, int v_local, int v_valid, int v_start) {
+    mp_cuda_xent_bwd_bf16(logits, rowmax, sumexp, tgt, dloss, N, v_local, v_valid, v_start, cs(be));
+    LAUNCHED();
+}
+
+/* ---- optimizer ---- */
+
+/* AdamW on fp32 p, g, m, v (n elements); the gradient is scaled by the host value grad_scale (no device
+ * factor from the table); p_act (bf16, may be NULL) receives the updated weights in the same pass. */
+static void cu_adamw(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n, float lr,
+                     float beta1, float beta2, float eps, float wd, int step, float grad_scale) {
+    mp_cuda_adamw(p, p_act, g, m, v, n, lr, beta1, beta2, eps, wd, step, grad_scale, NULL, cs(be));
+    LAUNCHED();
+}
+
+/* ---- the table, creation, accessors ---- */
+
+static mp_backend g_cuda = {
+    .name = "cuda",
+    .device = MP_DEV_CUDA,
+    .host_memory = 0,
+    .act_dtype = MP_BF16,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .memset0 = cu_memset0,
+    .to_host = cu_to_host,
+    .to_device = cu_to_device,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .stream_wait_event = cu_stream_wait_event,
+    .event_sync = cu_event_sync,
+    .copy = cu_copy,
+    .synchronize = cu_synchronize,
+    .gemm = cu_gemm,
+    .add = cu_add,
+    .accumulate = cu_accumulate,
+    .scale = cu_scale,
+    .to_act = cu_to_act,
+    .from_act = cu_from_act,
+    .sumsq_acc = cu_sumsq_acc,
+    .sum_acc = cu_sum_acc,
+    .embed_fwd = cu_embed_fwd,
+    .embed_bwd = cu_embed_bwd,
+    .rmsnorm_fwd = cu_rmsnorm_fwd,
+    .rmsnorm_bwd = cu_rmsnorm_bwd,
+    .rope_fwd = cu_rope_fwd,
+    .rope_bwd = cu_rope_bwd,
+    .attn_fwd = cu_attn_fwd,
+    .attn_bwd = cu_attn_bwd,
+    .swiglu_fwd = cu_swiglu_fwd,
+    .swiglu_bwd = cu_swiglu_bwd,
+    .xent_rowmax = cu_xent_rowmax,
+    .xent_sumexp = cu_xent_sumexp,
+    .xent_target = cu_xent_target,
+    .xent_loss = cu_xent_loss,
+    .xent_bwd = cu_xent_bwd,
+    .adamw = cu_adamw,
+    .impl = NULL,
+};
+
+/* Frees whatever im holds (each member NULL ok) after waiting for the device, then im itself. */
+static void impl_release(cuda_impl *im) {
+    if (!im) return;
+    (void)cudaDeviceSynchronize();   /* after a failed set-up this may fail too: nothing to report then */
+    dev_release(im, im->keys, im->keys_bytes, MP_MEM_ACTS);
+    dev_release(im, im->rms_partial, im->rms_floats * sizeof(float), MP_MEM_ACTS);
+    dev_release(im, im->partials, MP_CUDA_REDUCE_MAX_BLOCKS * sizeof(double), MP_MEM_OTHER);
+    if (im->blas) {
+        mp_cuda_blas_destroy(im->blas);
+        charge_dev(im, MP_MEM_OTHER, -(int64_t)MP_CUDA_BLAS_WORKSPACE_BYTES);
+    }
+    if (im->stream) (void)cudaStreamDestroy(im->stream);
+    mp_free_acct(im, sizeof *im, MP_MEM_OTHER);
+}
+
+/* Fills im (zeroed) on GPU device; MP_EDEVICE with CUDA's or cuBLAS's message on failure (im then
+ * holds what was made so far, for impl_release). */
+static mp_code impl_init(cuda_impl *im, int device, mp_err *err) {
+    im->device = device;
+    MP_CUDA_TRY(cudaSetDevice(device), err);
+    MP_CUDA_TRY(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking), err);
+    MP_TRY(mp_cuda_blas_create(&im->blas, MP_CUDA_BLAS_WORKSPACE_BYTES, err));
+    charge_dev(im, MP_MEM_OTHER, (int64_t)MP_CUDA_BLAS_WORKSPACE_BYTES);   /* cudaMalloc'd by gemm_cuda.cu */
+    atomic_fetch_add(&im->alloc_calls, 1);
+    void *p = NULL;
+    MP_CUDA_TRY(cudaMalloc(&p, MP_CUDA_REDUCE_MAX_BLOCKS * sizeof(double)), err);
+    im->partials = p;
+    atomic_fetch_add(&im->alloc_calls, 1);
+    charge_dev(im, MP_MEM_OTHER, (int64_t)(MP_CUDA_REDUCE_MAX_BLOCKS * sizeof(double)));
+    return MP_OK;
+}
+
+mp_code mp_backend_cuda(int device, mp_backend **out, mp_err *err) {
+    assert(out);
+    *out = NULL;
+    if (g_cuda.impl) {
+        const cuda_impl *im = g_cuda.impl;
+        if (im->device != device)
+            return mp_err_set(err, MP_EINTERNAL, "device cuda: the backend already runs on GPU %d, not %d (one GPU "
+                              "per process)", im->device, device);
+        *out = &g_cuda;
+        return MP_OK;
+    }
+    cuda_impl *im = mp_calloc(sizeof *im, MP_MEM_OTHER);
+    mp_code rc = impl_init(im, device, err);
+    if (rc) {
+        mp_err_wrap(err, "device cuda: GPU %d", device);
+        impl_release(im);
+        return rc;
+    }
+    g_cuda.impl = im;
+    *out = &g_cuda;
+    return MP_OK;
+}
+
+void mp_backend_cuda_destroy(mp_backend *be) {
+    if (!be) return;
+    assert(be == &g_cuda);
+    impl_release(impl_of(be));
+    g_cuda.impl = NULL;
+}
+
+cudaStream_t mp_backend_cuda_stream(mp_backend *be, mp_stream s) { return stream_of(be, s); }
+
+void mp_backend_cuda_reserve(mp_backend *be, int N, int D) {
+    cuda_impl *im = impl_of(be);
+    assert(N >= 0 && D >= 0);
+    if (N <= 0) return;
+    scratch_grow(im, &im->keys, &im->keys_bytes, mp_cuda_embed_bwd_scratch_bytes(N), "embed_bwd keys");
+    if (D <= 0) return;
+    size_t need = mp_cuda_rmsnorm_bwd_scratch_floats(N, D) * sizeof(float);
+    size_t have = im->rms_floats * sizeof(float);
+    void *buf = im->rms_partial;
+    scratch_grow(im, &buf, &have, need, "rmsnorm_bwd partials");
+    im->rms_partial = buf;
+    im->rms_floats = have / sizeof(float);
+}
+
+int64_t mp_backend_cuda_mem_current(const mp_backend *be, mp_mem_cat cat) {
+    assert(cat >= 0 && cat < MP_MEM_NCAT);
+    return atomic_load(&impl_of(be)->dev_bytes[cat]);
+}
+
+int64_t mp_backend_cuda_pinned_current(const mp_backend *be, mp_mem_cat cat) {
+    assert(cat >= 0 && cat < MP_MEM_NCAT);
+    return atomic_load(&impl_of(be)->pinned_bytes[cat]);
+}
+
+int64_t mp_backend_cuda_mem_peak(const mp_backend *be) { return atomic_load(&impl_of(be)->dev_peak); }
+
+int64_t mp_backend_cuda_alloc_calls(const mp_backend *be) { return atomic_load(&impl_of(be)->alloc_calls); }
