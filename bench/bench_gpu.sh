@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# bench/bench_gpu.sh — training throughput and model-FLOPs utilisation of `meshpoint train --device cuda`
+# on ONE GPU, for the 1B shape (configs/llama_1b.json: hidden 2048, 16 layers, 32 heads / 8 KV heads,
+# intermediate 8192, vocab 32000, untied; seq 2048). docs/BENCH_GPU.md has the method and the results.
+#
+#   bench/bench_gpu.sh [--bin BUILD/meshpoint] [--config configs/llama_1b.json] [--batch 8] [--seq-len 2048]
+#                      [--steps 6] [--warmup 2] [--peak 989e12] [--out DIR] [--data FILE --data-format u16|u32|llmc]
+#
+# One process, 1x1 mesh, batch = micro-batch (no gradient accumulation): 8 x 2048 tokens per step by
+# default (the CPU memory plan of this shape is 58 GiB at micro-batch 8 with fp32 activations; bf16
+# activations on the GPU need about half the activation part, well inside an H200's 141 GB). Tokens are
+# random ids in [0, vocab) written once as a raw u16 file (as bench/bench_train.sh does), unless --data.
+# AdamW lr 3e-4, no warm-up of the schedule, seed 1337, no checkpoints. The first --warmup steps (CUDA
+# context, cuBLASLt heuristics, first-touch allocations) are not timed.
+#
+# tokens/s = tokens of the timed steps / their summed step times (from metrics.jsonl's tokens_per_s).
+# Model FLOPs per token, the standard PaLM count (Chowdhery et al. 2022, appendix B):
+#   6 N + 12 L H hd T
+# N = the parameters that multiply (every linear weight including the LM head; not the embedding table,
+# a lookup, nor the norms); 12 L H hd T = the attention score and value matmuls, forward and backward,
+# over the FULL T x T square: causal masking is NOT halved (as PaLM counts), and the attention backward's
+# recomputation is not counted (model FLOPs, not hardware FLOPs). MFU = FLOPs/token x tokens/s / peak,
+# peak = 989e12 (H200 / H100 SXM dense bf16 tensor-core FLOP/s, without sparsity; --peak for another GPU).
+# Prints one summary line:
+#   bench_gpu: <gpu> | llama_1b (N=1.039G matmul params) | batch B x seq T | ... tokens/s ... | MFU ...%
+# Exit status: 0 done, 1 the run failed, 2 bad usage, 77 no usable GPU here (or a build without CUDA):
+# nothing was run.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+bin="${MP_BIN:-}"
+config="$root/configs/llama_1b.json"
+batch=8
+seq=2048
+steps=6
+warm=2
+peak=989e12
+out=""
+data=""
+fmt="u16"
+
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
+bad() { echo "bench_gpu.sh: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin) bin="$2"; shift 2 ;;
+    --config) config="$2"; shift 2 ;;
+    --batch) batch="$2"; shift 2 ;;
+    --seq-len) seq="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --warmup) warm="$2"; shift 2 ;;
+    --peak) peak="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --data) data="$2"; shift 2 ;;
+    --data-format) fmt="$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "bench_gpu.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+if [ -z "$bin" ]; then
+  for b in "$root/build-gpu/meshpoint" "$root/build/meshpoint" "$root"/build-*/meshpoint; do
+    if [ -x "$b" ]; then bin="$b"; break; fi
+  done
+fi
+if [ -z "$bin" ] || [ ! -x "$bin" ]; then bad "no meshpoint binary (build it, or pass --bin)"; fi
+[ -f "$config" ] || bad "no config $config"
+for v in "$batch" "$seq" "$steps" "$warm"; do [[ "$v" =~ ^[0-9]+$ ]] || bad "--batch, --seq-len, --steps, --warmup: whole numbers"; done
+if [ "$batch" -lt 1 ] || [ "$seq" -lt 1 ]; then bad "--batch and --seq-len must be >= 1"; fi
+[ "$steps" -gt "$warm" ] || bad "--steps ($steps) must exceed --warmup ($warm)"
+[[ "$peak" =~ ^[0-9.]+([eE][0-9]+)?$ ]] || bad "--peak FLOP/s (e.g. 989e12)"
+
+# Refuse cleanly where there is no GPU: the devices line of --version says why. (MP_BENCH_GPU_DEVICE=cpu
+# or cpu-bf16 runs the script's logic on the CPU with a small --config: a dry run, no GPU figure.)
+device="${MP_BENCH_GPU_DEVICE:-cuda}"
+devices="$("$bin" --version 2>&1 | grep '^devices:' || true)"
+case "$device:$devices" in
+  cuda:*"cuda ("*|cpu:*|cpu-bf16:*) ;;
+  *) echo "bench_gpu.sh: no usable GPU here, nothing run: ${devices:-$bin --version names no devices}" >&2; exit 77 ;;
+esac
+gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1 || true)"
+gpu="${gpu:-GPU 0}"
+[ "$device" = cuda ] || gpu="$device (dry run, not a GPU figure)"
+
+out="${out:-$(mktemp -d /tmp/mp_bench_gpu.XXXXXX)}"
+mkdir -p "$out"
+if [ -z "$data" ]; then
+  data="$out/random_u16.bin"
+  fmt="u16"
+  vocab="$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$config")"
+  [ "$vocab" -le 65536 ] || bad "vocab $vocab does not fit u16 tokens: pass --data with --data-format u32"
+  # enough tokens that no step rereads a batch (stdlib only: the lent machine may lack numpy)
+  "$PY" - "$data" $((steps * batch * seq + 1)) "$vocab" <<'EOF'
+import array, random, sys
+path, n, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(1)
+array.array("H", (rng.randrange(vocab) for _ in range(n))).tofile(open(path, "wb"))
+EOF
+fi
+
+# FLOPs per token (6N + 12 L H hd T) and the parameter counts.
+read -r fpt nmm ntotal < <("$PY" - "$config" "$seq" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1])); T = int(sys.argv[2])
+D, I, L, H, V = (c[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"))
+KV = c.get("num_key_value_heads", H); hd = D // H
+nmm = L * (D * H * hd + 2 * D * KV * hd + H * hd * D + 3 * D * I) + D * V   # linear weights + LM head
+ntotal = nmm + (0 if c.get("tie_word_embeddings") else V * D) + (2 * L + 1) * D   # + embedding table, norms
+print(6 * nmm + 12 * L * H * hd * T, nmm, ntotal)
+EOF
+)
+[ -n "${ntotal:-}" ] || bad "cannot read the model shape from $config"
+
+run="$out/run"
+log="$out/train.log"
+rm -rf "$run"
+echo "bench_gpu: $bin on $gpu; $config, batch $batch x seq $seq, $steps steps ($warm warm-up); logs in $out"
+echo "host: $(uname -m), $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'); $devices"
+t0=$SECONDS
+if ! "$bin" train --config "$config" --device "$device" --steps "$steps" --batch "$batch" --grad-accum 1 --seq-len "$seq" \
+     --lr 3e-4 --warmup 0 --seed 1337 --log-every 1 --train-data "$data" --data-format "$fmt" --run-dir "$run" \
+     > "$log" 2>&1; then
+  tail -20 "$log" >&2
+  echo "bench_gpu.sh: meshpoint train --device $device failed; see $log" >&2
+  exit 1
+fi
+wall=$((SECONDS - t0))
+grep -E '^(memory|startup|model):' "$log" || true
+"$PY" - "$run/metrics.jsonl" "$warm" "$((batch * seq))" "$fpt" "$nmm" "$ntotal" "$peak" "$gpu" "$batch" "$seq" "$wall" \
+  "$(basename "$config" .json)" <<'EOF'
+import json, statistics, sys
+metrics, warm, tokens, fpt, nmm, ntotal, peak, gpu, B, T, wall, name = sys.argv[1:]
+warm, tokens, fpt, nmm, ntotal, peak = int(warm), int(tokens), float(fpt), int(nmm), int(ntotal), float(peak)
+rows = [json.loads(l) for l in open(metrics) if '"tokens_per_s"' in l]
+if len(rows) <= warm:
+    sys.exit(f"bench_gpu.sh: {len(rows)} step lines in {metrics}, expected more than {warm}")
+times = [tokens / r["tokens_per_s"] for r in rows]
+timed = times[warm:]
+tps = tokens * len(timed) / sum(timed)
+med = tokens / statistics.median(timed)
+mfu = fpt * tps / peak
+for r, t in zip(rows, times):
+    print(f"step {r['step']}: {t:.3f} s, {tokens / t:,.0f} tok/s, loss {r['loss']:.4f}")
+print(f"FLOPs per token: {fpt / 1e9:.3f} G (6N + 12*L*H*hd*T, N = {nmm / 1e9:.3f} G matmul parameters of "
+      f"{ntotal / 1e9:.3f} G in all; attention over the full T x T square, causal not halved)")
+print(f"bench_gpu: {gpu} | {name} (N={nmm / 1e9:.3f}G matmul params) | batch {B} x seq {T} | "
+      f"{tps:,.0f} tokens/s over {len(timed)} timed steps (median step {med:,.0f}) | "
+      f"{fpt * tps / 1e12:.1f} TFLOP/s model | MFU {100 * mfu:.1f}% of {peak / 1e12:.0f} TFLOP/s bf16 dense | "
+      f"{wall} s in all")
+EOF
