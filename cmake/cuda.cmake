@@ -30,6 +30,7 @@ if(NOT MP_CUDA STREQUAL "OFF")
     enable_language(CUDA)
     # as for C (CMakeLists.txt): no -DNDEBUG, so the launchers' host-side asserts stay live in Release
     set(CMAKE_CUDA_FLAGS_RELEASE "-O3")
+    set(CMAKE_CUDA_FLAGS_RELWITHDEBINFO "-O2 -g")
     find_package(CUDAToolkit)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include)
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib

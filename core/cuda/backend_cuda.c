@@ -81,6 +81,19 @@ static cuda_impl *impl_of(const mp_backend *be) {
     return (cuda_impl *)be->impl;
 }
 
+/* The calling thread's current device is CUDA per-thread state (a new thread starts on device 0), while
+ * this backend's GPU is im->device (local rank % GPUs: not 0 on most ranks of a node). The entries a
+ * helper thread could reach (memory, copies to and from the host, host waits) first make im->device
+ * current on the calling thread, so that e.g. a cudaDeviceSynchronize waits for THIS GPU and
+ * cudaHostAlloc does not create a context on GPU 0. Today only the main thread calls the table (the async
+ * checkpoint writer, ckpt/writer.c, touches host buffers only); cached per thread, so it costs a compare. */
+static _Thread_local int tl_device = -1;
+static void bind_thread(const cuda_impl *im) {
+    if (tl_device == im->device) return;
+    MP_CUDA_CHECK(cudaSetDevice(im->device));
+    tl_device = im->device;
+}
+
 /* The compute stream's handle. */
 static cudaStream_t cs(const mp_backend *be) { return impl_of(be)->stream; }
 
@@ -146,6 +159,7 @@ static void scratch_grow(cuda_impl *im, void **buf, size_t *have, size_t need, c
  * backend's counters; aborts when the GPU is out of memory. */
 static void *cu_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) {
     cuda_impl *im = impl_of(be);
+    bind_thread(im);
     void *p = dev_malloc(im, bytes, cat, "cuda alloc");
     if (bytes) MP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, im->stream));
     MP_CUDA_CHECK(cudaStreamSynchronize(im->stream));
@@ -155,6 +169,7 @@ static void *cu_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) {
 /* Frees a buffer of alloc (NULL ok) and takes bytes (the size it was allocated with) off cat. Waits for
  * the device first (dev_release), so work still queued that uses p finishes. */
 static void cu_free(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat) {
+    bind_thread(impl_of(be));
     dev_release(impl_of(be), p, bytes, cat);
 }
 
@@ -168,6 +183,7 @@ static void cu_memset0(mp_backend *be, void *p, size_t bytes) {
  * stream must have been ordered before it with an event (stream_wait_event on the compute stream). */
 static void cu_to_host(mp_backend *be, void *host_dst, const void *dev_src, size_t bytes) {
     if (!bytes) return;
+    bind_thread(impl_of(be));
     cudaStream_t s = cs(be);
     MP_CUDA_CHECK(cudaMemcpyAsync(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost, s));
     MP_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -182,6 +198,7 @@ static void cu_to_host(mp_backend *be, void *host_dst, const void *dev_src, size
  * table yet). */
 static void cu_to_device(mp_backend *be, void *dev_dst, const void *host_src, size_t bytes) {
     if (!bytes) return;
+    bind_thread(impl_of(be));
     cudaStream_t s = cs(be);
     MP_CUDA_CHECK(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, s));
     MP_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -192,6 +209,7 @@ static void cu_to_device(mp_backend *be, void *dev_dst, const void *host_src, si
 static void *cu_host_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) {
     cuda_impl *im = impl_of(be);
     assert(cat >= 0 && cat < MP_MEM_NCAT);
+    bind_thread(im);
     void *p = NULL;
     atomic_fetch_add(&im->alloc_calls, 1);
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
@@ -211,6 +229,7 @@ static void cu_host_free(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat) 
     if (!p) return;
     cuda_impl *im = impl_of(be);
     assert(cat >= 0 && cat < MP_MEM_NCAT);
+    bind_thread(im);
     MP_CUDA_CHECK(cudaDeviceSynchronize());
     MP_CUDA_CHECK(cudaFreeHost(p));
     atomic_fetch_add(&im->pinned_bytes[cat], -(int64_t)bytes);
@@ -274,7 +293,7 @@ static void cu_copy(mp_backend *be, void *dst, const void *src, size_t bytes) {
 
 /* The host waits for all work on every stream of the device (compute and communication). */
 static void cu_synchronize(mp_backend *be) {
-    (void)impl_of(be);
+    bind_thread(impl_of(be));
     MP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -415,10 +434,27 @@ static void cu_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const floa
 
 /* ---- attention ---- */
 
+/* The flash kernels' limits (kernels_cuda.h): 1 <= hd <= MP_CUDA_ATTN_MAX_HD (a lane's register tile and
+ * the static shared-memory rows), H % KV == 0, B*H <= 65535 (grid y). The launchers only assert() them,
+ * and nvcc's non-Release configurations define NDEBUG (CMake's RelWithDebInfo default for CUDA), where a
+ * larger hd would silently overrun the kernels' arrays. The table's ops return void, so a shape beyond
+ * them aborts here, naming the limit, in every build. */
+static void attn_check_limits(const char *op, int B, int T, int H, int KV, int hd) {
+    const char *why = NULL;
+    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0) why = "H and KV must be > 0 with H % KV == 0";
+    else if (hd < 1 || hd > MP_CUDA_ATTN_MAX_HD) why = "head_dim must be in [1, 128] (MP_CUDA_ATTN_MAX_HD)";
+    else if ((int64_t)B * H > 65535) why = "micro-batch x local heads must be <= 65535 (CUDA grid y)";
+    if (!why) return;
+    fprintf(stderr, "%s: error: %s: cuda %s (B %d, T %d, H %d, KV %d, hd %d): %s\n", mp_log_prog(), __FILE__, op, B,
+            T, H, KV, hd, why);
+    abort();
+}
+
 /* Causal GQA flash attention forward: out (bf16) and lse [B,H,T] (fp32). Limits: hd <= 128, H % KV == 0,
- * B*H <= 65535 (asserted by the launcher). */
+ * B*H <= 65535 (checked here, also asserted by the launcher). */
 static void cu_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v, int B,
                         int T, int H, int KV, int hd) {
+    attn_check_limits("attn_fwd", B, T, H, KV, hd);
     mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, cs(be));
     LAUNCHED();
 }
@@ -427,6 +463,7 @@ static void cu_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, co
 static void cu_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                         const void *out, const float *lse, const void *q, const void *k, const void *v, int B, int T,
                         int H, int KV, int hd) {
+    attn_check_limits("attn_bwd", B, T, H, KV, hd);
     mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, cs(be));
     LAUNCHED();
 }

@@ -162,9 +162,14 @@ mp_comm *mp_comm_nccl_create(MPI_Comm group, cudaStream_t stream, mp_err *err) {
     c->barrier = nccl_barrier;
     c->destroy = nccl_destroy;
     c->impl = im;
-    if (c->size == 1) {   /* a group of one: the self path, no NCCL communicator */
-        mp_comm_use_self_ops(c);
-        return c;
+    if (c->size == 1) {
+        /* Refused: mp_comm_use_self_ops' all_gatherv / reduce_scatterv memmove from the host, and these
+         * buffers are device memory (a host memmove of a device pointer faults). A group of one takes
+         * core/mesh.c's device-copy communicator instead (dev_comm_create), which never calls this. */
+        mp_err_set(err, MP_EINTERNAL, "NCCL communicator: a group of one rank has no NCCL communicator (use the "
+                   "mesh's device communicator of one rank)");
+        nccl_destroy(c);
+        return NULL;
     }
     ncclUniqueId id;
     ncclResult_t r = ncclSuccess;

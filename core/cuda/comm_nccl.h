@@ -39,8 +39,9 @@
 #include "core/comm.h"
 
 /* A communicator over the ranks of group (collective over it), enqueueing on stream (owned by the
- * caller, who keeps it alive until destroy). NULL with err set when NCCL fails. name = "nccl". A group
- * of one rank gets mp_comm_self's ops (nothing moved, nothing counted), as the MPI one does. */
+ * caller, who keeps it alive until destroy). NULL with err set when NCCL fails. name = "nccl". The group
+ * must have more than one rank: a group of one is refused (NULL, MP_EINTERNAL), since mp_comm_self's ops
+ * would memmove device memory from the host; core/mesh.c gives such a group a device-copy communicator. */
 mp_comm *mp_comm_nccl_create(MPI_Comm group, cudaStream_t stream, mp_err *err);
 
 #endif
