@@ -130,10 +130,13 @@ int mp_cmd_import(int argc, char **argv) {
     int64_t need = 0;
     for (int i = 0; i < n; i++) need += rs_box_bytes(&boxes[i]);
     if (mp_ckpt_check_out(o.out, argv[0], "the HF directory", o.force, need, &err)) goto fail;
+    if (mp_runtime_test_fail(&rt, "import: source", &err)) goto fail;
+    mp_code agreed = mp_runtime_agree(&rt, MP_OK, NULL);   /* another rank may have failed, and said so */
+    if (agreed) { status = mp_exit_status(agreed); goto done; }
     status = write_ckpt(&rt, src, boxes, n, &mc, &o);
     goto done;
 fail:
-    status = mp_runtime_fail(&rt, &err);
+    status = mp_runtime_fail_agreed(&rt, &err);   /* the source may fail on some ranks only */
 done:
     free(boxes);
     if (src) src->close(src);

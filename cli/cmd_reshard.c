@@ -112,7 +112,11 @@ static int run_conversion(mp_runtime *rt, const char *cmd, rs_source *src, const
     }
     int64_t need = 0;
     for (int i = 0; i < n; i++) need += rs_box_bytes(&boxes[i]);
-    if (mp_ckpt_check_out(o->out, src_dir, "the source checkpoint", o->force, need, &err)) return mp_runtime_fail(rt, &err);
+    /* the destination is checked on every rank; agreed, so that a rank that finds it unusable does not
+     * leave the others waiting in the sink's collective start */
+    mp_code agreed = mp_runtime_agree(rt, mp_ckpt_check_out(o->out, src_dir, "the source checkpoint", o->force, need, &err),
+                                      &err);
+    if (agreed) return mp_exit_status(agreed);
     mp_comm *workers = rt->mesh.world_comm;
     rs_sink *sink = NULL;
     mp_code rc = rs_sink_ckpt(&sink, workers, o->out, step, world, o->force, band, 0, &err);
@@ -231,11 +235,14 @@ int mp_cmd_reshard(int argc, char **argv) {
         goto fail;
     }
     if (check_source_tensors(r, boxes, n, &err)) goto fail;
+    if (mp_runtime_test_fail(&rt, "reshard: source", &err)) goto fail;
+    mp_code agreed = mp_runtime_agree(&rt, MP_OK, NULL);   /* another rank may have failed, and said so */
+    if (agreed) { status = mp_exit_status(agreed); goto done; }
     reshard_meta_ctx mctx = {r, o.tp, o.dp};
     status = run_conversion(&rt, "reshard", src, src_dir, boxes, n, ckpt_reader_step(r), &o, reshard_meta, &mctx);
     goto done;
 fail:
-    status = mp_runtime_fail(&rt, &err);
+    status = mp_runtime_fail_agreed(&rt, &err);   /* the source may fail on some ranks only */
 done:
     free(boxes);
     if (src) src->close(src);
@@ -307,10 +314,12 @@ int mp_cmd_init(int argc, char **argv) {
     }
     if (rs_source_init(&src, &mc, tc.seed, &err)) goto fail;
     init_meta_ctx mctx = {&mc, &tc, o.tp, o.dp};
+    mp_code agreed = mp_runtime_agree(&rt, MP_OK, NULL);   /* another rank may have failed, and said so */
+    if (agreed) { status = mp_exit_status(agreed); goto done; }
     status = run_conversion(&rt, "init", src, NULL, boxes, n, 0, &o, init_meta, &mctx);
     goto done;
 fail:
-    status = mp_runtime_fail(&rt, &err);
+    status = mp_runtime_fail_agreed(&rt, &err);   /* the source may fail on some ranks only */
 done:
     free(boxes);
     if (src) src->close(src);

@@ -105,6 +105,16 @@ mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err)
     return (mp_code)v[0];
 }
 
+int mp_runtime_fail_agreed(const mp_runtime *rt, const mp_err *err) {
+    return mp_exit_status(mp_runtime_agree(rt, err->code, err));
+}
+
+mp_code mp_runtime_test_fail(const mp_runtime *rt, const char *what, mp_err *err) {
+    const char *r = getenv("MP_TEST_FAIL_RANK");
+    if (!r || atoi(r) != rt->rank) return MP_OK;
+    return mp_err_set(err, MP_EINPUT, "%s: simulated failure on rank %d (MP_TEST_FAIL_RANK)", what, rt->rank);
+}
+
 mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, char *path, size_t cap, mp_err *err) {
     assert(rt->have_mesh && cap > 0);
     mp_code local = MP_OK;

@@ -40,6 +40,14 @@ int mp_runtime_fail(const mp_runtime *rt, const mp_err *err);
  * the world has more than one rank. Collective over the world (over MPI_COMM_WORLD before the mesh
  * exists; a local check in a single process). */
 mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err);
+/* The fail path of a command whose failures may be rank-local (opening a source on node-local storage):
+ * mp_runtime_agree of err->code (printed once, from the lowest failing rank), returning the exit status.
+ * Every rank must reach it or the matching mp_runtime_agree(rt, MP_OK, NULL) of the success path before
+ * the next collective, so no rank waits in a collective another has left. */
+int mp_runtime_fail_agreed(const mp_runtime *rt, const mp_err *err);
+/* Test hook: MP_EINPUT "simulated failure on rank N" when the environment's MP_TEST_FAIL_RANK is this
+ * rank (tests of the agreement above under mpirun); MP_OK otherwise. `what` names the step. */
+mp_code mp_runtime_test_fail(const mp_runtime *rt, const char *what, mp_err *err);
 /* Resolves the checkpoint path names, in place (cap bytes), the way `meshpoint ckpt` does
  * (mp_ckpt_resolve: a step directory, a checkpoint root, or a run directory meaning its newest complete
  * checkpoint). Rank 0 decides and broadcasts its answer; an error is agreed (mp_runtime_agree). Collective

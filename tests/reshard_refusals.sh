@@ -38,6 +38,15 @@ expect 2 "no index.h5|not a complete checkpoint|no complete checkpoint" "$bin" r
 cp -r "$ck" "$work/incomplete"; rm "$work/incomplete/rank_00003.h5"
 expect 2 "not a complete checkpoint.*rank_00003" "$bin" reshard "$work/incomplete" --tp 2 --dp 1 --out "$out"
 expect 2 "MiB free, the output needs" env MP_RESHARD_FREE_BYTES=100000 "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out"
+# a source that fails on one rank only (node-local storage): every rank agrees, one message, exit 2,
+# nothing written, and no rank left waiting in a collective (timeout: a hang fails the test)
+for r in 0 1; do
+    expect 2 "\[rank $r\] reshard: source: simulated failure on rank $r" \
+        timeout 60 env MP_TEST_FAIL_RANK=$r $mpi -np 2 -x MP_TEST_FAIL_RANK "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out"
+    n=$(MP_TEST_FAIL_RANK=$r timeout 60 $mpi -np 2 -x MP_TEST_FAIL_RANK "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out" 2>&1 \
+        | grep -c "error:")
+    [ "$n" -eq 1 ] || fail "rank-$r source failure: $n error lines, expected 1"
+done
 # --sp is not a layout property: said, and the reshard goes on
 o=$("$bin" reshard "$ck" --tp 2 --dp 1 --out "$out" --sp 2>&1) || fail "--sp: $o"
 printf '%s' "$o" | grep -q "sequence parallelism is chosen when training" || fail "--sp not explained: $o"
