@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/kernels_cpu.h"   /* mp_cpu_threads */
 #include "layers/llama_impl.h"
 
 void llama_place(const mp_model_config *c, const llama_tensor_spec *spec, int tp, int tp_rank, int dp,
@@ -68,11 +69,19 @@ void llama_init_box(const mp_model_config *c, const llama_tensor_spec *spec, uin
     assert(off[0] >= 0 && off[0] + shape[0] <= spec->shape[0] && off[1] >= 0 && off[1] + shape[1] <= spec->shape[1]);
     float std = (float)c->initializer_range;
     mp_philox_key key = mp_rng_key(seed, spec->name);
-    for (int64_t r = 0; r < shape[0]; r++)
-        for (int64_t col = 0; col < shape[1]; col++) {
+    const int64_t rows = shape[0], cols = shape[1];
+    if (spec->ndim == 1) {
+        for (int64_t i = 0; i < rows * cols; i++) out[i] = 1.0f;
+        return;
+    }
+    /* Every element is a pure function of (seed, name, global index), so rows split over threads give
+     * the same bits as one thread: a fresh run's start-up (10 Philox rounds, a log and a cos per weight)
+     * scales with the cores instead of being one core's. */
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if (rows * cols >= 4096)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t col = 0; col < cols; col++) {
             int64_t gr = off[0] + r, gc = off[1] + col;
-            out[r * shape[1] + col] =
-                spec->ndim == 1 ? 1.0f : std * mp_rng_normal(key, (uint64_t)(gr * spec->shape[1] + gc));
+            out[r * cols + col] = std * mp_rng_normal(key, (uint64_t)(gr * spec->shape[1] + gc));
         }
 }
 

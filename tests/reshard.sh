@@ -10,7 +10,8 @@
 #              within 1e-5 relative of the un-resharded continuation on tp2xdp2.
 #   workers    mpirun -np 2 reshard (to tp4xdp1 and tp1xdp2) = the one-process result: tensors bitwise,
 #              box checksums and datasets identical.
-#   init       init tp2xdp2 = train's step-0 save on tp2xdp2 (bitwise); init tp4 resharded to tp1 = init tp1.
+#   init       init tp2xdp2 = train's step-0 save on tp2xdp2 (bitwise); init tp4 resharded to tp1 = init tp1;
+#              init on 1 thread = init on 3 threads (bitwise).
 #   corners    MQA + tied: 1x1 -> dp4 (k_proj 6 rows on 4 ranks) -> dp8 (two empty shards) -> 1x1, bitwise;
 #              init on dp8 = the resharded dp8.
 #   plan       --plan (text and --json): per-rank reads, totals equal to what the reshard then writes, and
@@ -112,7 +113,13 @@ init)
     same "$work/t0/checkpoints/step_00000000" "$work/init_tp2dp2"
     same_boxes "$work/t0/checkpoints/step_00000000" "$work/init_tp2dp2"
     "$bin" init --config "$cfg" --tp 4 --dp 1 --out "$work/init_tp4" >"$work/i4.log" 2>&1 || fail "init tp4: $(cat "$work/i4.log")"
-    "$bin" init --config "$cfg" --tp 1 --dp 1 --out "$work/init_tp1" >"$work/i1.log" 2>&1 || fail "init tp1: $(cat "$work/i1.log")"
+    OPENBLAS_NUM_THREADS=1 "$bin" init --config "$cfg" --tp 1 --dp 1 --out "$work/init_tp1" >"$work/i1.log" 2>&1 \
+        || fail "init tp1: $(cat "$work/i1.log")"
+    # the random init splits rows over threads: bitwise the same on 1 and on 3 threads
+    OMP_NUM_THREADS=3 OPENBLAS_NUM_THREADS=3 "$bin" init --config "$cfg" --tp 1 --dp 1 --out "$work/init_tp1_3thr" \
+        >"$work/i13.log" 2>&1 || fail "init tp1 on 3 threads: $(cat "$work/i13.log")"
+    same "$work/init_tp1" "$work/init_tp1_3thr"
+    same_boxes "$work/init_tp1" "$work/init_tp1_3thr"
     reshard "$work/init_tp4" "$work/init_tp4_to_tp1" 1 1
     same "$work/init_tp4_to_tp1" "$work/init_tp1"
     same_boxes "$work/init_tp4_to_tp1" "$work/init_tp1"
