@@ -69,6 +69,12 @@ import_mesh() {
     local ck=$1 t=$2 d=$3
     run "$work/im.log" "$bin" import "$work/hf1" --out "$work/imp" --tp "$t" --dp "$d"
     run "$work/imm.log" $mpi -np 2 "$bin" import "$work/hf1" --out "$work/impm" --tp "$t" --dp "$d"
+    # a source failing on rank 1 only: agreed, one message, exit 2, nothing written, no rank left waiting
+    local o rc
+    o=$(MP_TEST_FAIL_RANK=1 timeout 60 $mpi -np 2 -x MP_TEST_FAIL_RANK "$bin" import "$work/hf1" --out "$work/impf" \
+        --tp "$t" --dp "$d" 2>&1); rc=$?
+    [ $rc -eq 2 ] && [ "$(printf '%s\n' "$o" | grep -c "error: \[rank 1\] import: source: simulated failure")" -eq 1 ] \
+        && [ ! -e "$work/impf" ] || fail "import with a rank-local source failure: exit $rc: $o"
     run "$work/rs.log" "$bin" reshard "$ck" --model-only --tp "$t" --dp "$d" --out "$work/ref"
     same "$work/imp" "$work/impm"
     same "$work/imp" "$work/ref"
