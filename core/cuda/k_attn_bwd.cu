@@ -83,12 +83,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     for (int h = g * rep; h < (g + 1) * rep; h++) {
         for (int t0 = j0 / ATT_BT * ATT_BT; t0 < T; t0 += ATT_BT) {
             __syncthreads();   /* the previous tile is no longer read */
-            for (int idx = threadIdx.x; idx < ATT_BT * hd; idx += blockDim.x) {
-                const int r = idx / hd, d = idx % hd, t = t0 + r;
-                const int64_t off = (((int64_t)b * T + t) * H + h) * hd + d;
-                Qs[r][d] = t < T ? mp_bf2f(q[off]) : 0.0f;
-                dOs[r][d] = t < T ? mp_bf2f(dout[off]) : 0.0f;
-            }
+            mp_load_tile_pair<ATT_BT, PAD>(Qs, dOs, q, dout, b, T, H, h, hd, t0);
             if (threadIdx.x < ATT_BT) {
                 const int t = t0 + threadIdx.x;
                 const int64_t ri = ((int64_t)b * H + h) * T + t;
@@ -154,12 +149,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     const int last_key = (q0 + ATT_WARPS < T ? q0 + ATT_WARPS : T) - 1;
     for (int k0 = 0; k0 <= last_key; k0 += ATT_BT) {
         __syncthreads();
-        for (int idx = threadIdx.x; idx < ATT_BT * hd; idx += blockDim.x) {
-            const int r = idx / hd, d = idx % hd, key = k0 + r;
-            const int64_t off = (((int64_t)b * T + key) * KV + g) * hd + d;
-            Ks[r][d] = key < T ? mp_bf2f(k[off]) : 0.0f;
-            Vs[r][d] = key < T ? mp_bf2f(v[off]) : 0.0f;
-        }
+        mp_load_tile_pair<ATT_BT, PAD>(Ks, Vs, k, v, b, T, KV, g, hd, k0);
         __syncthreads();
         if (!row_ok || k0 > t) continue;   /* warp-uniform */
 

@@ -57,12 +57,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     const int last_key = (q0 + ATT_WARPS < T ? q0 + ATT_WARPS : T) - 1;   /* the block's causal horizon */
     for (int k0 = 0; k0 <= last_key; k0 += ATT_BK) {
         __syncthreads();   /* the previous tile is no longer read */
-        for (int idx = threadIdx.x; idx < ATT_BK * hd; idx += blockDim.x) {
-            const int r = idx / hd, d = idx % hd, key = k0 + r;
-            const int64_t off = (((int64_t)b * T + key) * KV + g) * hd + d;
-            Ks[r][d] = key < T ? mp_bf2f(k[off]) : 0.0f;
-            Vs[r][d] = key < T ? mp_bf2f(v[off]) : 0.0f;
-        }
+        mp_load_tile_pair<ATT_BK, PAD>(Ks, Vs, k, v, b, T, KV, g, hd, k0);
         __syncthreads();
         if (!row_ok || k0 > t) continue;   /* warp-uniform */
 
