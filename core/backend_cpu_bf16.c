@@ -83,17 +83,10 @@ static size_t fbytes(int64_t n) { return arena_round((size_t)n * sizeof(float));
 
 /* ---- conversions ---- */
 
-static void widen_into(float *restrict dst, const uint16_t *restrict src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = mp_bf16_to_f32(src[i]);
-}
-static void round_into(uint16_t *restrict dst, const float *restrict src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = mp_f32_to_bf16(src[i]);
-}
-
 /* A fp32 temporary holding the n bf16 elements at src. */
 static float *widen(const void *src, int64_t n) {
     float *t = arena_take((size_t)n * sizeof(float));
-    widen_into(t, src, n);
+    mp_bf16_to_f32_n(t, src, n);
     return t;
 }
 /* An uninitialised fp32 temporary of n elements (an output). */
@@ -103,7 +96,7 @@ static float *tmp(int64_t n) { return arena_take((size_t)n * sizeof(float)); }
 static float *widen_mat(const void *src, int64_t rows, int64_t cols, int ld) {
     float *t = arena_take((size_t)(rows * cols) * sizeof(float));
     const uint16_t *s = src;
-    for (int64_t r = 0; r < rows; r++) widen_into(t + r * cols, s + r * (int64_t)ld, cols);
+    for (int64_t r = 0; r < rows; r++) mp_bf16_to_f32_n(t + r * cols, s + r * (int64_t)ld, cols);
     return t;
 }
 
@@ -135,7 +128,7 @@ static void bf16_gemm(mp_backend *be, int trans_a, int trans_b, int M, int N, in
     f32()->gemm(f32(), trans_a, trans_b, M, N, K, alpha, a, (int)(ac ? ac : 1), b, (int)(bc ? bc : 1), beta, c, N,
                 MP_F32);
     uint16_t *cb = C;
-    for (int64_t r = 0; r < M; r++) round_into(cb + r * (int64_t)ldc, c + r * N, N);
+    for (int64_t r = 0; r < M; r++) mp_f32_to_bf16_n(cb + r * (int64_t)ldc, c + r * N, N);
 }
 
 /* ---- elementwise ---- */
@@ -145,16 +138,16 @@ static void bf16_add(mp_backend *be, void *out, const void *a, const void *b, in
     arena_begin(3 * fbytes(n));
     float *fa = widen(a, n), *fb = widen(b, n), *fo = tmp(n);
     f32()->add(f32(), fo, fa, fb, n);
-    round_into(out, fo, n);
+    mp_f32_to_bf16_n(out, fo, n);
 }
 
 static void bf16_to_act(mp_backend *be, void *dst, const float *src, int64_t n) {
     assert(n >= 0 && ((const void *)dst != (const void *)src || n == 0));
-    round_into(dst, src, n);
+    mp_f32_to_bf16_n(dst, src, n);
 }
 static void bf16_from_act(mp_backend *be, float *dst, const void *src, int64_t n) {
     assert(n >= 0 && ((const void *)dst != src || n == 0));
-    widen_into(dst, src, n);
+    mp_bf16_to_f32_n(dst, src, n);
 }
 
 /* ---- embedding ----
@@ -171,14 +164,14 @@ static void bf16_embed_fwd(mp_backend *be, void *out, const int32_t *tok, const 
     for (int n = 0; n < N; n++) {
         int64_t r = (int64_t)tok[n] - v_start;
         if (r >= 0 && r < v_local) {
-            widen_into(rows + (int64_t)n * D, w + r * D, D);
+            mp_bf16_to_f32_n(rows + (int64_t)n * D, w + r * D, D);
             idx[n] = n;
         } else {
             idx[n] = -1;
         }
     }
     f32()->embed_fwd(f32(), fo, idx, rows, N, D, 0, N);
-    round_into(out, fo, (int64_t)N * D);
+    mp_f32_to_bf16_n(out, fo, (int64_t)N * D);
 }
 
 static void bf16_embed_bwd(mp_backend *be, float *dwte, const void *dout, const int32_t *tok, int N, int D,
@@ -196,7 +189,7 @@ static void bf16_rmsnorm_fwd(mp_backend *be, void *y, float *rstd, const void *x
     arena_begin(2 * fbytes(nd) + fbytes(D));
     float *fx = widen(x, nd), *fw = widen(w, D), *fy = tmp(nd);
     f32()->rmsnorm_fwd(f32(), fy, rstd, fx, fw, N, D, eps);
-    round_into(y, fy, nd);
+    mp_f32_to_bf16_n(y, fy, nd);
 }
 
 /* dx accumulates: the bf16 buffer is widened, the fp32 op adds into it, the sum is rounded back (one
@@ -207,7 +200,7 @@ static void bf16_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy
     arena_begin(3 * fbytes(nd) + fbytes(D));
     float *fdx = widen(dx, nd), *fdy = widen(dy, nd), *fx = widen(x, nd), *fw = widen(w, D);
     f32()->rmsnorm_bwd(f32(), fdx, dw, fdy, fx, fw, rstd, N, D);
-    round_into(dx, fdx, nd);
+    mp_f32_to_bf16_n(dx, fdx, nd);
 }
 
 /* ---- RoPE (in place) ---- */
@@ -218,7 +211,7 @@ static void bf16_rope_fwd(mp_backend *be, void *x, const float *cos_t, const flo
     arena_begin(fbytes(n));
     float *fx = widen(x, n);
     f32()->rope_fwd(f32(), fx, cos_t, sin_t, B, T, H, hd, pos0);
-    round_into(x, fx, n);
+    mp_f32_to_bf16_n(x, fx, n);
 }
 
 static void bf16_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
@@ -227,7 +220,7 @@ static void bf16_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const fl
     arena_begin(fbytes(n));
     float *fx = widen(dx, n);
     f32()->rope_bwd(f32(), fx, cos_t, sin_t, B, T, H, hd, pos0);
-    round_into(dx, fx, n);
+    mp_f32_to_bf16_n(dx, fx, n);
 }
 
 /* ---- attention: bf16 q, k, v, out, dout, dq, dk, dv; fp32 lse and scratch ---- */
@@ -238,7 +231,7 @@ static void bf16_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, 
     arena_begin(2 * fbytes(nq) + 2 * fbytes(nk));
     float *fq = widen(q, nq), *fk = widen(k, nk), *fv = widen(v, nk), *fo = tmp(nq);
     f32()->attn_fwd(f32(), fo, lse, fq, fk, fv, B, T, H, KV, hd);
-    round_into(out, fo, nq);
+    mp_f32_to_bf16_n(out, fo, nq);
 }
 
 static void bf16_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
@@ -250,9 +243,9 @@ static void bf16_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *s
     float *fk = widen(k, nk), *fv = widen(v, nk);
     float *fdq = tmp(nq), *fdk = tmp(nk), *fdv = tmp(nk);
     f32()->attn_bwd(f32(), fdq, fdk, fdv, scratch, fdo, fo, lse, fq, fk, fv, B, T, H, KV, hd);
-    round_into(dq, fdq, nq);
-    round_into(dk, fdk, nk);
-    round_into(dv, fdv, nk);
+    mp_f32_to_bf16_n(dq, fdq, nq);
+    mp_f32_to_bf16_n(dk, fdk, nk);
+    mp_f32_to_bf16_n(dv, fdv, nk);
 }
 
 /* ---- SwiGLU ---- */
@@ -261,7 +254,7 @@ static void bf16_swiglu_fwd(mp_backend *be, void *out, const void *gate, const v
     arena_begin(3 * fbytes(n));
     float *fg = widen(gate, n), *fu = widen(up, n), *fo = tmp(n);
     f32()->swiglu_fwd(f32(), fo, fg, fu, n);
-    round_into(out, fo, n);
+    mp_f32_to_bf16_n(out, fo, n);
 }
 
 static void bf16_swiglu_bwd(mp_backend *be, void *dgate, void *dup, const void *dout, const void *gate,
@@ -270,8 +263,8 @@ static void bf16_swiglu_bwd(mp_backend *be, void *dgate, void *dup, const void *
     arena_begin(5 * fbytes(n));
     float *fd = widen(dout, n), *fg = widen(gate, n), *fu = widen(up, n), *fdg = tmp(n), *fdu = tmp(n);
     f32()->swiglu_bwd(f32(), fdg, fdu, fd, fg, fu, n);
-    round_into(dgate, fdg, n);
-    round_into(dup, fdu, n);
+    mp_f32_to_bf16_n(dgate, fdg, n);
+    mp_f32_to_bf16_n(dup, fdu, n);
 }
 
 /* ---- cross-entropy: bf16 logits, fp32 row statistics ---- */
@@ -303,7 +296,7 @@ static void bf16_xent_bwd(mp_backend *be, void *logits, const float *rowmax, con
     arena_begin(fbytes(n));
     float *fl = widen(logits, n);
     f32()->xent_bwd(f32(), fl, rowmax, sumexp, tgt, dloss, N, v_local, v_valid, v_start);
-    round_into(logits, fl, n);
+    mp_f32_to_bf16_n(logits, fl, n);
 }
 
 /* ---- optimizer: fp32 p, m, v by the CPU op; the bf16 compute copy rounded from the updated p ---- */
@@ -312,7 +305,7 @@ static void bf16_adamw(mp_backend *be, float *p, void *p_act, const float *g, fl
                        float lr, float beta1, float beta2, float eps, float wd, int step, float grad_scale) {
     assert(!p_act || p_act != (void *)p);   /* a bf16 copy cannot be the fp32 master itself */
     f32()->adamw(f32(), p, NULL, g, m, v, n, lr, beta1, beta2, eps, wd, step, grad_scale);
-    if (p_act) round_into(p_act, p, n);
+    if (p_act) mp_f32_to_bf16_n(p_act, p, n);
 }
 
 /* ---- the table ---- */

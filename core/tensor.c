@@ -3,6 +3,14 @@
 #include <assert.h>
 #include <string.h>
 
+void mp_bf16_to_f32_n(float *restrict dst, const uint16_t *restrict src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = mp_bf16_to_f32(src[i]);
+}
+
+void mp_f32_to_bf16_n(uint16_t *restrict dst, const float *restrict src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = mp_f32_to_bf16(src[i]);
+}
+
 size_t mp_dtype_size(mp_dtype dt) {
     switch (dt) {
     case MP_F32: return 4;

@@ -44,5 +44,8 @@ static inline float mp_bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v = {(uint32_t)h << 16};
     return v.f;
 }
+/* The same over n elements (dst and src must not overlap). */
+void mp_bf16_to_f32_n(float *dst, const uint16_t *src, int64_t n);
+void mp_f32_to_bf16_n(uint16_t *dst, const float *src, int64_t n);
 
 #endif

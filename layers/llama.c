@@ -510,7 +510,7 @@ void llama_logits(const llama_model *m, float *host_dst, int64_t row0, int64_t n
     assert(be->act_dtype == MP_BF16);
     uint16_t *h = mp_xmalloc((size_t)n * sizeof(uint16_t));   /* not in a step: tools and sampling */
     be->to_host(be, h, src, (size_t)n * sizeof(uint16_t));
-    for (int64_t i = 0; i < n; i++) host_dst[i] = mp_bf16_to_f32(h[i]);
+    mp_bf16_to_f32_n(host_dst, h, n);
     free(h);
 }
 
