@@ -9,6 +9,7 @@
  * file system did not support RENAME_EXCHANGE.
  */
 #define _GNU_SOURCE
+#include "core/alloc.h"
 #include "ckpt/ckpt_internal.h"
 #include <assert.h>
 #include <dirent.h>
@@ -34,7 +35,7 @@ char *ck_fmt(const char *fmt, ...) {
     char *s = NULL;
     int n = vasprintf(&s, fmt, ap);
     va_end(ap);
-    if (n < 0 || !s) abort();
+    if (n < 0 || !s) mp_oom(0, MP_MEM_OTHER, "a formatted string");
     return s;
 }
 

@@ -101,7 +101,7 @@ uint64_t ck_layout_hash(const ck_layout *L) {
     assert(L->version == 1 || L->version == 2);
     assert(L->version == 1 || L->nslabs == 0);
     XXH3_state_t *s = XXH3_createState();
-    if (!s) abort();
+    if (!s) mp_oom(0, MP_MEM_CKPT, "a checksum state");
     XXH3_64bits_reset(s);
     h_str(s, CKPT_FORMAT_NAME);
     h_i64(s, L->version);
@@ -499,9 +499,8 @@ static herr_t meta_cb(hid_t g, const char *name, const H5L_info_t *info, void *d
         c->rc = ck_h5_err(c->e, MP_ECHECK, "%s: reading metadata entry %s", c->path, name);
         return -1;
     }
-    L->keys = realloc(L->keys, sizeof(char *) * (size_t)(L->nmeta + 1));
-    L->vals = realloc(L->vals, sizeof(char *) * (size_t)(L->nmeta + 1));
-    if (!L->keys || !L->vals) abort();
+    L->keys = mp_realloc(L->keys, 0, sizeof(char *) * (size_t)(L->nmeta + 1), MP_MEM_OTHER);
+    L->vals = mp_realloc(L->vals, 0, sizeof(char *) * (size_t)(L->nmeta + 1), MP_MEM_OTHER);
     L->keys[L->nmeta] = mp_strdup(name);
     L->vals[L->nmeta] = buf;
     L->nmeta++;

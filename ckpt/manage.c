@@ -19,6 +19,7 @@
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include <assert.h>
 #include <dirent.h>
@@ -73,8 +74,7 @@ static mp_code scan_steps(const char *root, const char *suffix, int64_t **out, i
         if (!isd) continue;
         if (*n == cap) {
             cap = cap * 2 + 16;
-            *out = realloc(*out, sizeof(int64_t) * (size_t)cap);
-            if (!*out) abort();
+            *out = mp_realloc(*out, 0, sizeof(int64_t) * (size_t)cap, MP_MEM_OTHER);
         }
         (*out)[(*n)++] = step;
     }
@@ -90,18 +90,16 @@ static char *step_dir(const char *root, int64_t step, const char *suffix) {
 
 /* The step `latest` names, or -1 if it is missing or malformed. */
 static int64_t read_latest(const char *root) {
-    char *p = ck_fmt("%s/latest", root);
-    FILE *f = fopen(p, "rb");
+    char *p = ck_fmt("%s/latest", root), *buf;
+    size_t n;
+    mp_code rc = mp_read_text(p, 127, &buf, &n, NULL);
     free(p);
-    if (!f) return -1;
-    char buf[128] = "";
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
+    if (rc) return -1;
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
     int64_t step;
-    if (!ck_parse_step_name(buf, "", &step)) return -1;
-    return step;
+    int ok = ck_parse_step_name(buf, "", &step);
+    free(buf);
+    return ok ? step : -1;
 }
 
 mp_code ckpt_find_latest(const char *root, char *dir_out, size_t cap, int64_t *step_out, mp_err *e) {
@@ -380,8 +378,7 @@ mp_code ckpt_lock_acquire(const char *root, ckpt_lock **out, mp_err *e) {
         free(path);
         return rc;
     }
-    ckpt_lock *l = malloc(sizeof *l);
-    if (!l) abort();
+    ckpt_lock *l = mp_xmalloc(sizeof *l);
     l->fd = fd;
     l->path = path;
     *out = l;

@@ -669,7 +669,7 @@ static void pipe_begin(pipe_t *pp, ckpt_reader *r, const int64_t *qo, const int6
     pp->e = e;
     if (!r->box_hs) r->box_hs = XXH3_createState();
     if (!r->tile_hs) r->tile_hs = XXH3_createState();
-    if (!r->box_hs || !r->tile_hs) abort();
+    if (!r->box_hs || !r->tile_hs) mp_oom(0, MP_MEM_CKPT, "a checksum state");
 }
 
 /* The slot of the next piece (the caller fills it whole). Its scratch half is free: the piece that
@@ -990,7 +990,7 @@ mp_code ckpt_verify(ckpt_reader *r, int64_t *bytes_read, mp_err *e) {
     char *tmp = NULL;
     size_t tmp_n = 0;
     XXH3_state_t *hs = XXH3_createState(), *ts = XXH3_createState();
-    if (!hs || !ts) abort();
+    if (!hs || !ts) mp_oom(0, MP_MEM_CKPT, "a checksum state");
     int64_t pg_total = 0, pg_done = 0;   /* progress: tensor bytes of all boxes, of those checked */
     for (int64_t j = 0; j < r->L.nboxes && r->progress; j++)
         pg_total += ck_volume(r->L.t[r->L.b[j].tensor].ndim, r->L.b[j].shp) *

@@ -461,7 +461,7 @@ typedef struct {
 
 static XXH3_state_t *new_state(void) {
     XXH3_state_t *st = XXH3_createState();
-    if (!st) abort();
+    if (!st) mp_oom(0, MP_MEM_CKPT, "a checksum state");
     XXH3_64bits_reset(st);
     return st;
 }

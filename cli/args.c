@@ -62,6 +62,11 @@ static mp_code store_value(const mp_arg *a, const char *v, mp_err *err) {
         return MP_OK;
     }
     case MP_ARG_STRING:
+        if (!*v) {   /* --run-dir "" would surface later as "creating directory : No such file or directory" */
+            int path = a->metavar && (!strncmp(a->metavar, "DIR", 3) || !strncmp(a->metavar, "FILE", 4) ||
+                                      !strcmp(a->metavar, "CKPT"));
+            return mp_err_set(err, MP_EINPUT, "--%s: the %s is empty", a->name, path ? "path" : "value");
+        }
         if (a->choices) {
             int ok = 0;
             for (const char *const *c = a->choices; *c; c++) ok |= !strcmp(*c, v);

@@ -28,8 +28,9 @@
  * do not mean octal ("010" is 10, "08" is 8) and there is no hex ("0x10" is refused), so a value reads as
  * it looks. DOUBLE is decimal or exponent notation ("3e-4", "-0.5"), finite; no hex floats, inf or nan.
  * Errors (MP_EINPUT, the message naming the flag): unknown flag, missing value, a value that is not a
- * number of the right kind or is out of range, a value given to a switch that is not a BOOL, a STRING
- * value not among the entry's choices. A flag given twice takes the last value.
+ * number of the right kind or is out of range, a value given to a switch that is not a BOOL, an empty
+ * STRING value ("the path is empty" for DIR/FILE/CKPT metavars), a STRING value not among the entry's
+ * choices. A flag given twice takes the last value.
  */
 #ifndef MP_ARGS_H
 #define MP_ARGS_H

@@ -401,7 +401,7 @@ int mp_ckpt_diff(int argc, char **argv) {
             printf("%s  %s  (step %lld, %s, %d tensors)\n", k ? "B" : "A", dir[k], (long long)ckpt_reader_step(r[k]),
                    mp_ckpt_mesh_str(mb, sizeof mb, r[k]), ckpt_num_tensors(r[k]));
     FILE *mo = json ? open_memstream(&meta_text, &meta_len) : stdout;
-    if (!mo) abort();
+    if (!mo) mp_oom(0, MP_MEM_OTHER, "the metadata text (open_memstream)");
     int nmeta = diff_meta(mo, r[0], r[1]);
     if (json) fclose(mo);
     if (diff_tensors(r, atol, rtol, all, &o, &err)) {

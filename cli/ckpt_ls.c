@@ -10,6 +10,8 @@
  * status does not change (`ckpt verify` is the check).
  * Exit status: 0 ok, 1 a complete checkpoint could not be opened, 2 bad usage or no such directory.
  */
+#include "core/alloc.h"
+#include "core/fsutil.h"
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -77,14 +79,14 @@ static int cmp_entry(const void *a, const void *b) {
 /* The directory name ROOT/latest holds (trimmed) into buf, or "" if it is missing. */
 static void read_latest(const char *root, char *buf, size_t cap) {
     buf[0] = '\0';
-    char *p = mp_ckpt_join(root, "latest");
-    FILE *f = fopen(p, "rb");
+    char *p = mp_ckpt_join(root, "latest"), *text;
+    size_t n;
+    mp_code rc = mp_read_text(p, cap - 1, &text, &n, NULL);
     free(p);
-    if (!f) return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+    if (rc) return;
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ')) text[--n] = '\0';
+    snprintf(buf, cap, "%s", text);
+    free(text);
 }
 
 /* Does the listed checkpoint's step disagree with its name or its metadata? */
@@ -130,8 +132,7 @@ static void scan_entry(const char *root, const char *name, ls_entry **e, int *n,
     if (!mp_ckpt_is_dir(p)) { free(p); return; }
     if (*n == *cap) {
         *cap = 2 * *cap + 16;
-        *e = realloc(*e, sizeof **e * (size_t)*cap);
-        if (!*e) abort();
+        *e = mp_realloc(*e, 0, sizeof **e * (size_t)*cap, MP_MEM_OTHER);
     }
     ls_entry *x = &(*e)[(*n)++];
     memset(x, 0, sizeof *x);

@@ -132,12 +132,8 @@ int mp_cmd_data(int argc, char **argv) {
         mp_log_fail("--val-fraction: %g is not in (0,1)", frac);
         return 2;
     }
-    if (!*name || strchr(name, '/')) {
-        mp_log_fail("--name: \"%s\" must be a non-empty file prefix without '/'", name);
-        return 2;
-    }
-    if (!*out) {
-        mp_log_fail("--out: empty directory name");
+    if (strchr(name, '/')) {   /* (empty values are refused by the parser) */
+        mp_log_fail("--name: \"%s\" must be a file prefix without '/'", name);
         return 2;
     }
     if (npos == 0) {

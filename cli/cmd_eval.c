@@ -111,7 +111,7 @@ static mp_code parse_flags(eval_run *r, int argc, char **argv, int *help) {
         {"dp", MP_ARG_INT, &f->dp, "N", "data-parallel degree (0: world / tp)", .set = &f->set_dp},
         {"device", MP_ARG_STRING, &f->device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
         {"max-memory", MP_ARG_STRING, &f->max_memory, "SIZE",
-         "memory bound per rank for the plan checked at start (e.g. 8G)", .dflt = "what the host has available"},
+         "memory bound per rank for the plan checked at start (e.g. 8G), replacing the measured one", .dflt = "what the host and ulimit allow"},
         {"json", MP_ARG_SWITCH, &f->json, NULL, "print one JSON object (see above) instead of the loss line"},
         {0}};
     int npos = 0;

@@ -81,7 +81,7 @@ static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
         {"dp", MP_ARG_INT, &f->dp, "N", "data-parallel degree (0: world / tp)"},
         {"device", MP_ARG_STRING, &f->device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
         {"max-memory", MP_ARG_STRING, &f->max_memory, "SIZE", "memory bound per rank for the plan",
-         .dflt = "what the host has available"},
+         .dflt = "what the host and ulimit allow"},
         {0}};
     int npos = 0;
     MP_TRY(mp_args_parse(flags, argc, argv, &npos, help, &r->err));

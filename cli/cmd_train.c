@@ -1,6 +1,6 @@
 /*
  * cli/cmd_train.c — `meshpoint train`: the training loop, the one place that ties model, optimizer,
- * data and (later) checkpoints together.
+ * data and checkpoints together (the checkpoint and run-directory rules live in cli/train_ckpt.c).
  *
  * A step: zero the shard gradients; for each of grad_accum micro-steps, every dp rank takes its slice of
  * the global batch (mp_batch_split: a sequence's rank depends only on its global index), runs forward
@@ -219,7 +219,8 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
         {"on-nonfinite", MP_ARG_STRING, &f.on_nonfinite, "WHAT",
          "when the gradient norm is NaN/inf: stop (exit 1, no update) or skip the update", on_nf},
         {"max-memory", MP_ARG_STRING, &f.max_memory, "SIZE",
-         "memory bound per rank for the plan checked at start (e.g. 8G; default: what the host has available)"},
+         "memory bound per rank for the plan checked at start (e.g. 8G), replacing the measured one",
+         .dflt = "what the host and ulimit allow"},
         {0}};
     int npos = 0;
     mp_code rc = mp_args_parse(flags, argc, argv, &npos, help, &r->err);
@@ -244,12 +245,7 @@ static mp_code load_config(train_run *r) {
     if (!f->config) return mp_err_set(err, MP_EINPUT, "--config FILE is required");
     if (f->ckpt_every < 0) return mp_err_set(err, MP_EINPUT, "--ckpt-every must be >= 0");
     if (f->keep < 0) return mp_err_set(err, MP_EINPUT, "--keep must be >= 0");
-    if (f->resume_from && !*f->resume_from)
-        return mp_err_set(err, MP_EINPUT, "--resume-from: the path is empty; name a checkpoint directory "
-                                          "(RUN/checkpoints/step_N), or use --resume for the newest one");
-    if (f->init_from && !*f->init_from)
-        return mp_err_set(err, MP_EINPUT, "--init-from: the path is empty; name a checkpoint (a step directory, "
-                                          "a checkpoint root or a run directory)");
+    if (f->stop_at < 0) return mp_err_set(err, MP_EINPUT, "--stop-at must be >= 0 (0: off), got %lld", (long long)f->stop_at);
     if (f->init_from && (f->resume || f->resume_from))
         return mp_err_set(err, MP_EINPUT,
                           "--init-from starts a new run from a checkpoint's weights; it cannot be combined with %s "

@@ -8,8 +8,12 @@
  * the figures, not aborted mid-allocation.
  *
  * The check is per host: ranks sharing a node share its memory, so the ranks of one host
- * (MPI_COMM_TYPE_SHARED) add their plans and compare the sum with what the host has available. With
- * --max-memory the user states the bound per rank instead, and the host is not measured.
+ * (MPI_COMM_TYPE_SHARED) add their plans and compare the sum with what the host has available. Each
+ * rank's plan is also compared with what its own process limits leave (RLIMIT_AS, RLIMIT_DATA: clusters
+ * set them through the scheduler), so a run that would die at its first large allocation is refused
+ * before it starts. With --max-memory the user states the bound per rank instead, and neither the host
+ * nor the limits are measured; an allocation that then fails still ends the run with a message and
+ * exit 1 (core/alloc.c), never an abort.
  */
 #include "cli/memplan.h"
 #include <mpi.h>
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli/ckpt_common.h"
+#include "core/alloc.h"
 #include "core/log.h"
 
 /* The first integer after key in /proc/meminfo, in bytes ("MemAvailable:  123 kB"); -1 if absent. */
@@ -91,6 +96,9 @@ static void print_plan(const mp_memplan *p, size_t max_bytes) {
         mp_info("memory plan: largest rank %s; %d rank(s) on this host %s of %s available",
                 mp_ckpt_human(b[0], 32, p->largest), p->host_ranks, mp_ckpt_human(b[1], 32, p->host_total),
                 p->available < 0 ? "(unknown)" : mp_ckpt_human(b[2], 32, p->available));
+    if (!max_bytes && p->rlimit_room >= 0)
+        mp_info("memory plan: rank 0 is under %s, which leaves it %s", p->rlimit_name,
+                mp_ckpt_human(b[0], 32, p->rlimit_room));
 }
 
 /* MP_EINPUT when this rank's plan does not fit (rank's own figures in the message), else MP_OK. */
@@ -103,6 +111,12 @@ static mp_code check_fits(const mp_memplan *p, size_t max_bytes, mp_err *err) {
                           mp_ckpt_human(need, sizeof need, p->total), mp_ckpt_human(have, sizeof have, (int64_t)max_bytes),
                           ways);
     }
+    if (p->rlimit_room >= 0 && p->total > p->rlimit_room)
+        return mp_err_set(err, MP_EINPUT,
+                          "memory plan: this rank needs %s but %s leaves it %s; %s, raise the limit, or set the "
+                          "bound yourself with --max-memory",
+                          mp_ckpt_human(need, sizeof need, p->total), p->rlimit_name,
+                          mp_ckpt_human(have, sizeof have, p->rlimit_room), ways);
     if (p->available < 0 || p->host_total <= p->available) return MP_OK;
     return mp_err_set(err, MP_EINPUT,
                       "memory plan: the %d rank(s) on this host need %s (this rank %s) but %s is available; %s, or "
@@ -127,6 +141,7 @@ mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama
     if ((rc = mp_runtime_agree(rt, rc, err))) return rc;
     combine_ranks(rt, plan);
     plan->available = max_bytes ? -1 : mp_memplan_available();
+    plan->rlimit_room = max_bytes ? -1 : mp_mem_rlimit_room(plan->rlimit_name, sizeof plan->rlimit_name);
     if (rt->rank == 0) print_plan(plan, max_bytes);
     return mp_runtime_agree(rt, check_fits(plan, max_bytes, err), err);
 }

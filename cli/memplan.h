@@ -20,12 +20,16 @@ typedef struct mp_memplan {
     int64_t host_total;     /* the ranks on this host together */
     int host_ranks;
     int64_t available;      /* bytes the host offers (MemAvailable, cgroup limit), -1 unknown */
+    int64_t rlimit_room;    /* bytes this process's own limits (ulimit -v / -d) leave, -1 none set */
+    char rlimit_name[160];  /* which limit binds, for the messages */
 } mp_memplan;
 
 /* Plans this rank's memory for a model with options opt on rt's mesh (staging: the command keeps a
  * checkpoint staging copy of the shards and moments — async saves, or a device whose memory the host
  * cannot read; a sync save on the CPU writes straight from the shards), prints the plan (rank 0) and checks it: against max_bytes per
- * rank when nonzero (--max-memory), else the host's ranks together against the host's available memory.
+ * rank when nonzero (--max-memory: the user's bound replaces every measurement), else each rank against
+ * its own process limits (RLIMIT_AS, RLIMIT_DATA: what a scheduler sets with ulimit) and the host's ranks
+ * together against the host's available memory.
  * Collective over the mesh; returns the agreed code (MP_EINPUT: the plan does not fit or the model is
  * beyond planning, naming the figures; the failing rank printed the message). */
 mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama_options *opt, int staging,

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "cli/ckpt_common.h"
 #include "cli/progress.h"
+#include "core/alloc.h"
 #include "core/log.h"
 
 /* True when an MPI launcher started this process (Open MPI, MPICH/Hydra, Slurm PMI). */
@@ -40,8 +41,18 @@ static double process_age_s(void) {
     return ok && age > 0 && age < 3600 ? age : 0;
 }
 
+/* The allocator's failure handler (mp_alloc_on_failure) in an MPI job of several ranks: end every rank
+ * with status 1 (mpirun then returns 1), so none is left waiting in a collective for the one that ran out
+ * of memory; a single process just exits 1. */
+static int g_oom_abort_world;
+static void oom_exit(void) {
+    if (g_oom_abort_world) MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
 void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {
     memset(rt, 0, sizeof *rt);
+    mp_alloc_on_failure(oom_exit);
     rt->t_start = mp_time_s() - process_age_s();
     rt->world = 1;
     if (launched_by_mpi()) {
@@ -56,6 +67,7 @@ void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {
         }
         MPI_Comm_size(MPI_COMM_WORLD, &rt->world);
         MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
+        g_oom_abort_world = rt->world > 1;
     }
     mp_log_set_rank(rt->rank, rt->world);
 }

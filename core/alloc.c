@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <assert.h>
 
 static _Atomic int64_t g_mem[MP_MEM_NCAT];
@@ -20,15 +21,86 @@ static void charge(mp_mem_cat cat, int64_t n) {
     while (t > p && !atomic_compare_exchange_weak(&g_peak, &p, t)) {}
 }
 
-static void die(size_t n, const char *file, int line) {
-    fprintf(stderr, "%s: error: out of memory allocating %zu bytes at %s:%d\n", mp_log_prog(), n, file, line);
-    abort();
+static void (*g_on_failure)(void);
+
+void mp_alloc_on_failure(void (*fn)(void)) { g_on_failure = fn; }
+
+/* What a category's memory is for, in the failure message. */
+static const char *cat_purpose(mp_mem_cat cat) {
+    static const char *what[MP_MEM_NCAT] = {"", "parameters", "gradients", "optimizer moments",
+                                            "FSDP gather buffers", "activations", "communication buffers",
+                                            "checkpoint buffers"};
+    return (unsigned)cat < MP_MEM_NCAT ? what[cat] : "";
 }
+
+/* n bytes as "4.1 GiB" into buf. */
+static const char *human(char *buf, size_t cap, double n) {
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (n >= 1024 && u < 5) { n /= 1024; u++; }
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", n, unit[u]);
+    return buf;
+}
+
+/* The first integer of a "Key:  123 kB" line of /proc/self/status, in bytes; -1 if absent. */
+static int64_t status_kb(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    int64_t v = -1;
+    size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        long long kb;
+        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%lld", &kb) == 1) {
+            v = (int64_t)kb * 1024;
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+int64_t mp_mem_rlimit_room(char *which, size_t cap) {
+    static const struct { int res; const char *status_key, *name; } lim[] = {
+        {RLIMIT_AS, "VmSize", "the address-space limit (ulimit -v, RLIMIT_AS)"},
+        {RLIMIT_DATA, "VmData", "the data-size limit (ulimit -d, RLIMIT_DATA)"}};
+    const char *test = getenv("MP_TEST_RLIMIT_ROOM");
+    if (test && *test) {
+        if (which) snprintf(which, cap, "the limit set by MP_TEST_RLIMIT_ROOM");
+        return strtoll(test, NULL, 10);
+    }
+    int64_t room = -1;
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
+        struct rlimit rl;
+        if (getrlimit(lim[i].res, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) continue;
+        int64_t used = status_kb(lim[i].status_key), limit = (int64_t)rl.rlim_cur;
+        int64_t r = used < 0 ? limit : (limit > used ? limit - used : 0);
+        if (room >= 0 && r >= room) continue;
+        room = r;
+        char b[32];
+        if (which) snprintf(which, cap, "%s of %s", lim[i].name, human(b, sizeof b, (double)limit));
+    }
+    return room;
+}
+
+_Noreturn void mp_oom_(size_t n, mp_mem_cat cat, const char *what, const char *file, int line) {
+    char size[64] = "", hsize[32], limit[160] = "", hint[256] = "";
+    if (n) snprintf(size, sizeof size, " %s (%zu bytes)", human(hsize, sizeof hsize, (double)n), n);
+    if (mp_mem_rlimit_room(limit, sizeof limit) >= 0)
+        snprintf(hint, sizeof hint, "; this process is under %s", limit);
+    const char *purpose = what && *what ? what : cat_purpose(cat);
+    fprintf(stderr, "%s: error: out of memory: could not allocate%s%s%s at %s:%d%s\n", mp_log_prog(), size,
+            *purpose && n ? " for " : " ", purpose, file, line, hint);
+    fflush(stderr);
+    if (g_on_failure) g_on_failure();
+    exit(1);
+}
+
 
 void *mp_malloc_(size_t n, mp_mem_cat cat, const char *file, int line) {
     atomic_fetch_add(&g_calls, 1);
     void *p = malloc(n ? n : 1);
-    if (!p) die(n, file, line);
+    if (!p) mp_oom_(n, cat, NULL, file, line);
     charge(cat, (int64_t)n);
     return p;
 }
@@ -36,7 +108,7 @@ void *mp_malloc_(size_t n, mp_mem_cat cat, const char *file, int line) {
 void *mp_calloc_(size_t n, mp_mem_cat cat, const char *file, int line) {
     atomic_fetch_add(&g_calls, 1);
     void *p = calloc(1, n ? n : 1);
-    if (!p) die(n, file, line);
+    if (!p) mp_oom_(n, cat, NULL, file, line);
     charge(cat, (int64_t)n);
     return p;
 }
@@ -45,7 +117,7 @@ void *mp_aligned_(size_t n, mp_mem_cat cat, const char *file, int line) {
     atomic_fetch_add(&g_calls, 1);
     size_t rounded = (n + 63) / 64 * 64;
     void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (!p) die(n, file, line);
+    if (!p) mp_oom_(n, cat, NULL, file, line);
     charge(cat, (int64_t)n);
     return p;
 }
@@ -58,7 +130,7 @@ void *mp_zeroed_(size_t n, mp_mem_cat cat, const char *file, int line) {
     }
     atomic_fetch_add(&g_calls, 1);
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) die(n, file, line);
+    if (p == MAP_FAILED) mp_oom_(n, cat, NULL, file, line);
     charge(cat, (int64_t)n);
     return p;
 }
@@ -78,7 +150,7 @@ void mp_free_zeroed(void *p, size_t n, mp_mem_cat cat) {
 void *mp_realloc_(void *p, size_t old_n, size_t n, mp_mem_cat cat, const char *file, int line) {
     atomic_fetch_add(&g_calls, 1);
     void *q = realloc(p, n ? n : 1);
-    if (!q) die(n, file, line);
+    if (!q) mp_oom_(n, cat, NULL, file, line);
     charge(cat, (int64_t)n - (int64_t)old_n);
     return q;
 }

@@ -2,7 +2,10 @@
  * core/alloc.h — checked host allocation with per-category accounting.
  *
  * As in llm.c, allocation failure is not recoverable mid-training: the checked wrappers print the size,
- * file and line and abort. Every allocation is charged to a category so tests and logs can report, from
+ * what it was for (the category), the file and line and the process's memory limit when one is set, then
+ * end the process with exit status 1 through the handler the program installed (the CLI's also ends
+ * the other ranks of an MPI job) — never an abort, so a run that meets `ulimit -v` or a cgroup limit ends
+ * with a message a user can act on, not a core dump. Every allocation is charged to a category so tests and logs can report, from
  * the allocator's own numbers, what a rank holds (parameters, gradients, optimizer moments, ...).
  * Accounting is by explicit size (mp_free_acct takes the size back), kept in a small global table:
  * allocation happens at start-up, never inside a training step.
@@ -39,6 +42,21 @@ void *mp_zeroed_(size_t n, mp_mem_cat cat, const char *file, int line);
 void mp_free_zeroed(void *p, size_t n, mp_mem_cat cat);
 #define MP_ZEROED_MMAP_MIN ((size_t)1 << 20)
 char *mp_strdup_(const char *s, const char *file, int line);
+/* Reports that n bytes for category cat (what: a few words, or NULL) could not be had at file:line, and
+ * ends the process (the failure handler below; exit status 1). For allocations made outside these
+ * wrappers (a library's constructor, open_memstream): `if (!p) mp_oom(n, MP_MEM_OTHER, "hash state")`. */
+_Noreturn void mp_oom_(size_t n, mp_mem_cat cat, const char *what, const char *file, int line);
+#define mp_oom(n, cat, what) mp_oom_((n), (cat), (what), __FILE__, __LINE__)
+/* What ends the process after the message: fn (it must not return; the CLI's calls MPI_Abort(1) in a
+ * multi-rank job, so no rank is left waiting in a collective), or exit(1) when fn is NULL (the default). */
+void mp_alloc_on_failure(void (*fn)(void));
+
+/* The bytes this process may still allocate under its own limits: RLIMIT_AS (ulimit -v) less the
+ * address space it maps now, and RLIMIT_DATA (ulimit -d) less its data now; -1 when neither is set.
+ * *which (may be NULL) names the binding limit ("the address-space limit (ulimit -v, RLIMIT_AS) of
+ * 3.8 GiB"). MP_TEST_RLIMIT_ROOM (bytes) replaces the measurement, for tests. */
+int64_t mp_mem_rlimit_room(char *which, size_t cap);
+
 /* Frees p (NULL ok) and takes n bytes off category cat. */
 void mp_free_acct(void *p, size_t n, mp_mem_cat cat);
 

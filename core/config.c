@@ -11,6 +11,7 @@
  * same code, so a crafted one meets the same checks.
  */
 #include "core/config.h"
+#include "core/fsutil.h"
 #include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -571,16 +572,9 @@ out:
 }
 
 mp_code mp_config_load(const char *path, mp_model_config *m, mp_train_config *t, mp_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mp_err_set(err, MP_EINPUT, "config %s: cannot open: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n < 0 || n > (1 << 24)) { fclose(f); return mp_err_set(err, MP_EINPUT, "config %s: bad size", path); }
-    char *text = mp_xmalloc((size_t)n + 1);
-    size_t got = fread(text, 1, (size_t)n, f);
-    fclose(f);
-    text[got] = '\0';
+    char *text;
+    /* as a stream: `--config <(...)` and /dev/stdin have no size to ask for */
+    if (mp_read_text(path, (size_t)1 << 24, &text, NULL, err)) return mp_err_wrap(err, "config");
     mp_code rc = mp_config_parse(text, path, m, t, err);
     free(text);
     return rc;

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include "core/alloc.h"
 #include "layers/llama.h"
+#include "core/fsutil.h"
 #include "reshard/reshard.h"
 #include "reshard/safetensors.h"
 
@@ -48,25 +49,7 @@ static const hf_entry *find_entry(const hf_src *h, const char *name) {
 
 /* Reads small text file path (at most HF_MAX_INDEX bytes) into a new string; MP_EINPUT naming it. */
 static mp_code read_text(const char *path, char **out, mp_err *e) {
-    *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return mp_err_set(e, MP_EINPUT, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0 || sb.st_size > HF_MAX_INDEX) {
-        fclose(fp);
-        return mp_err_set(e, MP_EINPUT, "%s: cannot stat, or larger than 64 MiB", path);
-    }
-    char *buf = mp_xmalloc((size_t)sb.st_size + 1);
-    size_t got = fread(buf, 1, (size_t)sb.st_size, fp);
-    int bad = ferror(fp) || got != (size_t)sb.st_size;
-    fclose(fp);
-    if (bad) {
-        free(buf);
-        return mp_err_set(e, MP_EINPUT, "%s: read error (%zu of %lld bytes)", path, got, (long long)sb.st_size);
-    }
-    buf[got] = '\0';
-    *out = buf;
-    return MP_OK;
+    return mp_read_text(path, HF_MAX_INDEX, out, NULL, e);
 }
 
 /* Opens dir/file as the next shard of h (unless already open); *idx gets its index. */

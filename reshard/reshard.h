@@ -2,10 +2,11 @@
  * reshard/reshard.h — the one conversion engine: every conversion of a checkpoint is box intersection.
  *
  * A **source** reads any box of a named global fp32 tensor (a meshpoint checkpoint through ckpt_read,
- * or the seeded initialisation, which the counter-based RNG can generate box by box). A **sink**
- * takes boxes of named global tensors for the rank files of a target layout (a meshpoint checkpoint
- * laid out for a target mesh). Both are small tables of function pointers (ggml-style), so `reshard`,
- * `init` (and later `export`/`import` with safetensors ends) are the same engine with other ends.
+ * the seeded initialisation, which the counter-based RNG can generate box by box, or a Hugging Face
+ * safetensors directory: hf_source.c). A **sink** takes boxes of named global tensors for the rank
+ * files of a target layout (a meshpoint checkpoint laid out for a target mesh) or for a safetensors
+ * directory (hf_sink.c). Both are small tables of function pointers (ggml-style), so `reshard`, `init`,
+ * `export` and `import` are the same engine with other ends.
  *
  * The **target layout** of a mesh is a list of boxes (file rank, tensor, offset, shape), computed by
  * the model's own placement function (layers/: llama_place + llama_disk_box), so an offline result is

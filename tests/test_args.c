@@ -110,6 +110,10 @@ Test(args, errors_name_the_flag) {
         {{"--x=inf", NULL}, "--x"},
         {{"--x", "1e999", NULL}, "--x"},
         {{"--device", "tpu", NULL}, "cpu, cuda"},
+        /* an empty string names the flag (--run-dir "" used to reach mkdir as "creating directory ") */
+        {{"--s", "", NULL}, "--s: the value is empty"},
+        {{"--s=", NULL}, "--s: the value is empty"},
+        {{"--device", "", NULL}, "--device: the value is empty"},
         {{"--sw=maybe", NULL}, "--sw"},
         {{"--no-sw=1", NULL}, "--no-sw"},
         /* integers are decimal only: no hex, no octal prefix games, no spaces, no exponent */
