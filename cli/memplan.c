@@ -26,23 +26,6 @@
 #include "core/alloc.h"
 #include "core/log.h"
 
-/* The first integer after key in /proc/meminfo, in bytes ("MemAvailable:  123 kB"); -1 if absent. */
-static int64_t meminfo_bytes(const char *key) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return -1;
-    char line[256];
-    int64_t v = -1;
-    size_t klen = strlen(key);
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, key, klen) || line[klen] != ':') continue;
-        long long kb;
-        if (sscanf(line + klen + 1, "%lld", &kb) == 1 && kb >= 0) v = (int64_t)kb * 1024;
-        break;
-    }
-    fclose(f);
-    return v;
-}
-
 /* A cgroup v2 file holding one number ("max" and unreadable files: -1). */
 static int64_t cgroup_value(const char *path) {
     FILE *f = fopen(path, "r");
@@ -56,7 +39,7 @@ static int64_t cgroup_value(const char *path) {
 int64_t mp_memplan_available(void) {
     const char *test = getenv("MP_TEST_MEM_AVAILABLE");
     if (test && *test) return strtoll(test, NULL, 10);
-    int64_t avail = meminfo_bytes("MemAvailable");
+    int64_t avail = mp_proc_kb_bytes("/proc/meminfo", "MemAvailable");
     int64_t max = cgroup_value("/sys/fs/cgroup/memory.max"), cur = cgroup_value("/sys/fs/cgroup/memory.current");
     if (max > 0 && cur >= 0) {
         int64_t room = max > cur ? max - cur : 0;

@@ -42,16 +42,15 @@ static const char *human(char *buf, size_t cap, double n) {
     return buf;
 }
 
-/* The first integer of a "Key:  123 kB" line of /proc/self/status, in bytes; -1 if absent. */
-static int64_t status_kb(const char *key) {
-    FILE *f = fopen("/proc/self/status", "r");
+int64_t mp_proc_kb_bytes(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
     if (!f) return -1;
     char line[256];
     int64_t v = -1;
     size_t klen = strlen(key);
     while (fgets(line, sizeof line, f)) {
         long long kb;
-        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%lld", &kb) == 1) {
+        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%lld", &kb) == 1 && kb >= 0) {
             v = (int64_t)kb * 1024;
             break;
         }
@@ -73,7 +72,7 @@ int64_t mp_mem_rlimit_room(char *which, size_t cap) {
     for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
         struct rlimit rl;
         if (getrlimit(lim[i].res, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) continue;
-        int64_t used = status_kb(lim[i].status_key), limit = (int64_t)rl.rlim_cur;
+        int64_t used = mp_proc_kb_bytes("/proc/self/status", lim[i].status_key), limit = (int64_t)rl.rlim_cur;
         int64_t r = used < 0 ? limit : (limit > used ? limit - used : 0);
         if (room >= 0 && r >= room) continue;
         room = r;

@@ -57,6 +57,10 @@ void mp_alloc_on_failure(void (*fn)(void));
  * 3.8 GiB"). MP_TEST_RLIMIT_ROOM (bytes) replaces the measurement, for tests. */
 int64_t mp_mem_rlimit_room(char *which, size_t cap);
 
+/* The number of a "Key:   123 kB" line of a /proc file (/proc/meminfo, /proc/self/status), in bytes;
+ * -1 when the file or the key is missing. */
+int64_t mp_proc_kb_bytes(const char *path, const char *key);
+
 /* Frees p (NULL ok) and takes n bytes off category cat. */
 void mp_free_acct(void *p, size_t n, mp_mem_cat cat);
 

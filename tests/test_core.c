@@ -5,9 +5,13 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "core/config.h"
 #include "core/error.h"
+#include "core/fsutil.h"
 #include "core/rng.h"
 #include "core/sched.h"
 #include "core/tensor.h"
@@ -86,6 +90,41 @@ Test(error, wrap_builds_context_and_maps_exit_status) {
     longp[sizeof longp - 1] = '\0';
     mp_err_wrap(&e, "%s", longp);   /* truncated, never overflowed */
     cr_assert_eq(strlen(e.msg), MP_ERR_MSG_MAX - 1);
+}
+
+/* Small text inputs are streams: a pipe (no size), a directory named as one, the cap enforced. */
+Test(fsutil, read_text_takes_pipes_and_names_directories) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    const char *msg = "{\"hidden_size\": 8}\n";
+    cr_assert_eq(write(fds[1], msg, strlen(msg)), (ssize_t)strlen(msg));
+    close(fds[1]);
+    char path[64], *text;
+    size_t n;
+    mp_err e;
+    snprintf(path, sizeof path, "/dev/fd/%d", fds[0]);
+    cr_assert_eq(mp_read_text(path, 1 << 20, &text, &n, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(n, strlen(msg));
+    cr_assert_str_eq(text, msg);
+    free(text);
+    close(fds[0]);
+    cr_assert_eq(mp_read_text("/tmp", 1 << 20, &text, NULL, &e), MP_EINPUT);
+    cr_assert_null(text);
+    cr_assert(strstr(e.msg, "/tmp: is a directory"), "%s", e.msg);
+    cr_assert_eq(mp_read_text("/nonexistent/x.json", 1 << 20, &text, NULL, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "/nonexistent/x.json: cannot open: No such file"), "%s", e.msg);
+    char tmpl[] = "/tmp/mp_read_text_XXXXXX";
+    int fd = mkstemp(tmpl);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "0123456789", 10), 10);
+    close(fd);
+    cr_assert_eq(mp_read_text(tmpl, 9, &text, NULL, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "larger than 9 bytes"), "%s", e.msg);
+    cr_assert_eq(mp_read_text(tmpl, 10, &text, &n, &e), MP_OK);
+    cr_assert_eq(n, 10);
+    cr_assert_str_eq(text, "0123456789");
+    free(text);
+    unlink(tmpl);
 }
 
 Test(config, hf_config_json_is_accepted_and_round_trips) {
