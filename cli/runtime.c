@@ -72,8 +72,29 @@ void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {
     mp_log_set_rank(rt->rank, rt->world);
 }
 
+/* The device choice over the world: a GPU host with a broken driver among working ones fails on its
+ * ranks only, and those ranks used to leave while the others waited in the mesh's collectives (a
+ * silent hang until the job's wall time). A failure every rank met alike returns as it is (the caller
+ * prints it once, from rank 0, as every mesh-setup error); one only some ranks met is printed here by
+ * the lowest failing rank ("[rank N] ...") and returned on every rank as already reported. */
+static mp_code agree_device(mp_runtime *rt, mp_code local, mp_err *err) {
+    if (!rt->mpi || rt->world == 1) return local;
+    int failed = local != MP_OK;
+    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (failed == 0 || failed == rt->world) return local;
+    mp_code agreed = mp_runtime_agree(rt, local, err);
+    if (!local) mp_err_set(err, agreed, "the device could not be set up on another rank (reported there)");
+    rt->reported = 1;
+    return agreed;
+}
+
 mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_err *err) {
-    MP_TRY(mp_backend_get(device, &rt->be, err));
+    mp_code rc = mp_backend_get(device, &rt->be, err);
+    const char *t = getenv("MP_TEST_FAIL_DEVICE_RANK");   /* test hook: a host whose GPU cannot be used */
+    if (!rc && t && *t && atoi(t) == rt->rank)
+        rc = mp_err_set(err, MP_EINPUT, "device %s: simulated failure on rank %d (MP_TEST_FAIL_DEVICE_RANK)", device,
+                        rt->rank);
+    MP_TRY(agree_device(rt, rc, err));
     if (rt->mpi) {
         MP_TRY(mp_mesh_init_mpi(&rt->mesh, tp, dp, err));
     } else {
@@ -91,7 +112,7 @@ mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_e
 }
 
 int mp_runtime_fail(const mp_runtime *rt, const mp_err *err) {
-    if (rt->rank == 0) mp_log_fail("%s", err->msg);
+    if (rt->rank == 0 && !rt->reported) mp_log_fail("%s", err->msg);
     return mp_exit_status(err->code);
 }
 

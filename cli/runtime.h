@@ -23,14 +23,18 @@ typedef struct mp_runtime {
     int have_mesh;
     mp_backend *be;
     double t_start;   /* when the process started, on mp_time_s()'s clock (startup time is counted from it) */
+    int reported;     /* the failure being returned was already printed by the rank that met it */
 } mp_runtime;
 
 /* Initialises MPI if the process was started by an MPI launcher (else world = 1). */
 void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv);
-/* Builds the mesh (tp, dp; dp = 0 means world / tp) and picks the backend ("cpu" | "cuda"). */
+/* Builds the mesh (tp, dp; dp = 0 means world / tp) and picks the backend ("cpu" | "cuda"). A device
+ * that only some ranks cannot use is agreed over the world (printed by the lowest such rank, exit 2 on
+ * every rank), never left for a collective to hang on. */
 mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_err *err);
 /* Prints err once as "meshpoint <cmd>: error: ..." (mp_log_fail; from rank 0: it is an error every rank
- * found the same way) and returns the exit status for it. Errors only some ranks may find go through
+ * found the same way; nothing when rt->reported says the failing rank printed it) and returns the exit
+ * status for it. Errors only some ranks may find go through
  * mp_runtime_agree instead. */
 int mp_runtime_fail(const mp_runtime *rt, const mp_err *err);
 /* For a step that can fail on some ranks only (reading a checkpoint, rank-0-only file work): every

@@ -12,6 +12,8 @@
 #   config_stream      --config through a pipe (process substitution) and /dev/stdin works
 #   config_dir         a directory as --config is named as one
 #   run_dir_empty      --run-dir "" names the empty flag
+#   device_some_ranks  a device only some ranks cannot use (a host's broken GPU; MP_TEST_FAIL_DEVICE_RANK):
+#                      one message from that rank, exit 2 through mpiexec, no rank left hanging
 set -uo pipefail
 bin=$1 data=$2 config=$3 work=$4 src=$5 case=$6
 source "$(dirname "$0")/lib.sh"
@@ -69,6 +71,13 @@ case $case in
     expect 2 "^meshpoint train: error: --ckpt-dir: the path is empty$" "$work/log" train --run-dir "$work/run" --ckpt-dir ""
     expect 2 "^meshpoint data: error: --out: the path is empty$" "$work/log" "$bin" data --out "" "$config"
     expect 2 "^meshpoint train: error: --device: the value is empty$" "$work/log" train --run-dir "$work/run" --device "" ;;
+  device_some_ranks)
+    for r in 1 0; do
+        expect 2 "error: \[rank $r\] device cpu: simulated failure on rank $r" "$work/log" timeout 60 \
+            mpiexec --allow-run-as-root --oversubscribe -np 2 -x MP_TEST_FAIL_DEVICE_RANK=$r \
+            "$bin" train --config "$config" --train-data "$data" --steps 2 --log-every 0 --run-dir "$work/run" --dp 2
+        [ "$(grep -c 'error:' "$work/log")" -eq 1 ] || fail "expected one error line: $(cat "$work/log")"
+    done ;;
   *) fail "unknown case" ;;
 esac
 echo "PASS ($case)"
