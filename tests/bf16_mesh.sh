@@ -18,7 +18,7 @@ bin=$1; data=$2; config=$3; work=$4
 mpi="mpiexec --allow-run-as-root --oversubscribe -np 4"
 rm -rf "$work"; mkdir -p "$work"
 common="train --config $config --train-data $data --steps 6 --tp 2 --dp 2 --sp --log-every 0"
-fail() { echo "FAIL (bf16_mesh): $*"; exit 1; }
+case=bf16_mesh; . "$(dirname "$0")/lib.sh"
 run() {   # run LOG DIR ARGS...: one 4-rank training job in run directory WORK/DIR, its output in WORK/LOG.log
     log=$1; dir=$2; shift 2
     $mpi "$bin" $common --run-dir "$work/$dir" "$@" > "$work/$log.log" 2>&1 ||

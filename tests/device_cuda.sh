@@ -9,7 +9,7 @@
 set -u
 bin=$1; data=$2; config=$3; work=$4
 rm -rf "$work"; mkdir -p "$work"
-fail() { echo "FAIL: $*"; exit 1; }
+case=device_cuda; . "$(dirname "$0")/lib.sh"
 "$bin" --version > "$work/version" || fail "--version exited $?"
 devices=$(grep '^devices:' "$work/version") || fail "--version names no devices: $(cat "$work/version")"
 case "$devices" in

@@ -26,7 +26,7 @@
 #   directory"), the file truncated ("truncated file"), index.h5 unreadable ("Permission denied").
 set -u
 bin=$1; data=$2; config=$3; work=$4; case=$5
-fail() { echo "FAIL ($case): $*"; exit 1; }
+. "$(dirname "$0")/lib.sh"
 note() { echo "($case) $*"; }
 export OPENBLAS_NUM_THREADS=1
 mpi="mpiexec --allow-run-as-root --oversubscribe"

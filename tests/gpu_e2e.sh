@@ -24,7 +24,7 @@ bin=$1; data=$2; config=$3; work=$4
 dev=${MP_GPU_E2E_DEVICE:-cuda}
 steps=6; half=3
 rm -rf "$work"; mkdir -p "$work"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+case=gpu_e2e; . "$(dirname "$0")/lib.sh"
 
 "$bin" --version > "$work/version" 2>&1 || fail "--version exited $?: $(cat "$work/version")"
 devices=$(grep '^devices:' "$work/version") || fail "--version names no devices: $(cat "$work/version")"

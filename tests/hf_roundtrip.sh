@@ -20,7 +20,7 @@ set -u
 bin=$1; equal=$2; data=$3; work=$4; case=$5
 src_dir=$(cd "$(dirname "$0")/.." && pwd)
 mpi="mpiexec --allow-run-as-root --oversubscribe"
-fail() { echo "FAIL ($case): $*"; exit 1; }
+. "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"
 run() {  # run LOG CMD... : must succeed
     local log=$1; shift

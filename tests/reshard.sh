@@ -22,7 +22,7 @@ bin=$1; equal=$2; data=$3; work=$4; case=$5
 src_dir=$(cd "$(dirname "$0")/.." && pwd)
 cfg=$src_dir/tests/configs/reshard_gqa.json
 mpi="mpiexec --allow-run-as-root --oversubscribe"
-fail() { echo "FAIL ($case): $*"; exit 1; }
+. "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"
 common="train --config $cfg --train-data $data --steps 13 --log-every 0"
 ck3=$work/src/checkpoints/step_00000003

@@ -9,14 +9,14 @@ bin=$1; equal=$2; data=$3; work=$4
 src_dir=$(cd "$(dirname "$0")/.." && pwd)
 cfg=$src_dir/tests/configs/reshard_gqa.json
 mpi="mpiexec --allow-run-as-root --oversubscribe"
-fail() { echo "FAIL: $*"; exit 1; }
+case=reshard_refusals; . "$(dirname "$0")/lib.sh"
 rm -rf "$work"; mkdir -p "$work"
 $mpi -np 4 "$bin" train --config "$cfg" --train-data "$data" --steps 3 --log-every 0 --run-dir "$work/src" --tp 2 --dp 2 \
     --ckpt-every 3 >"$work/src.log" 2>&1 || fail "training the source: $(cat "$work/src.log")"
 ck=$work/src/checkpoints/step_00000003
 out=$work/out
-# expect CODE PATTERN CMD...: exit code and message; the output directory must not exist afterwards
-expect() {
+# refused CODE PATTERN CMD...: exit code and message; the output directory must not exist afterwards
+refused() {
     local code=$1 pat=$2; shift 2
     local o; o=$("$@" 2>&1); local rc=$?
     [ $rc -eq "$code" ] || fail "expected exit $code, got $rc from: $*
@@ -25,23 +25,23 @@ $o"
     [ ! -e "$out" ] && [ ! -e "$out.partial" ] || fail "a refused reshard left $out or $out.partial behind ($*)"
     echo "ok: exit $rc /$pat/"
 }
-expect 2 "num_key_value_heads \(4\) is not divisible by tp \(3\)" "$bin" reshard "$ck" --tp 3 --dp 1 --out "$out"
-expect 2 "tp \(128\) exceeds" "$bin" reshard "$ck" --tp 128 --dp 1 --out "$out"
-expect 2 "--tp N and --dp N" "$bin" reshard "$ck" --tp 2 --out "$out"
-expect 2 "--out DIR is required" "$bin" reshard "$ck" --tp 2 --dp 1
-expect 2 "SRC .* is missing" "$bin" reshard --tp 2 --dp 1 --out "$out"
-expect 2 "max-memory.*not a size" "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out" --max-memory lots
-expect 2 "no such file" "$bin" reshard "$work/nowhere" --tp 2 --dp 1 --out "$out"
+refused 2 "num_key_value_heads \(4\) is not divisible by tp \(3\)" "$bin" reshard "$ck" --tp 3 --dp 1 --out "$out"
+refused 2 "tp \(128\) exceeds" "$bin" reshard "$ck" --tp 128 --dp 1 --out "$out"
+refused 2 "--tp N and --dp N" "$bin" reshard "$ck" --tp 2 --out "$out"
+refused 2 "--out DIR is required" "$bin" reshard "$ck" --tp 2 --dp 1
+refused 2 "SRC .* is missing" "$bin" reshard --tp 2 --dp 1 --out "$out"
+refused 2 "max-memory.*not a size" "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out" --max-memory lots
+refused 2 "no such file" "$bin" reshard "$work/nowhere" --tp 2 --dp 1 --out "$out"
 mkdir -p "$work/empty"
-expect 2 "no index.h5|not a complete checkpoint|no complete checkpoint" "$bin" reshard "$work/empty" --tp 2 --dp 1 --out "$out"
+refused 2 "no index.h5|not a complete checkpoint|no complete checkpoint" "$bin" reshard "$work/empty" --tp 2 --dp 1 --out "$out"
 # a checkpoint whose rank file is missing is not complete
 cp -r "$ck" "$work/incomplete"; rm "$work/incomplete/rank_00003.h5"
-expect 2 "not a complete checkpoint.*rank_00003" "$bin" reshard "$work/incomplete" --tp 2 --dp 1 --out "$out"
-expect 2 "MiB free, the output needs" env MP_RESHARD_FREE_BYTES=100000 "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out"
+refused 2 "not a complete checkpoint.*rank_00003" "$bin" reshard "$work/incomplete" --tp 2 --dp 1 --out "$out"
+refused 2 "MiB free, the output needs" env MP_RESHARD_FREE_BYTES=100000 "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out"
 # a source that fails on one rank only (node-local storage): every rank agrees, one message, exit 2,
 # nothing written, and no rank left waiting in a collective (timeout: a hang fails the test)
 for r in 0 1; do
-    expect 2 "\[rank $r\] reshard: source: simulated failure on rank $r" \
+    refused 2 "\[rank $r\] reshard: source: simulated failure on rank $r" \
         timeout 60 env MP_TEST_FAIL_RANK=$r $mpi -np 2 -x MP_TEST_FAIL_RANK "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out"
     n=$(MP_TEST_FAIL_RANK=$r timeout 60 $mpi -np 2 -x MP_TEST_FAIL_RANK "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out" 2>&1 \
         | grep -c "error:")

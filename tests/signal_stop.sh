@@ -7,7 +7,7 @@
 set -u
 bin=$1; data=$2; config=$3; work=$4; sig=$5; np=$6
 rm -rf "$work"; mkdir -p "$work"
-fail() { echo "FAIL: $*"; [ -f "$work/log" ] && cat "$work/log"; exit 1; }
+case=signal_stop_$sig$np fail_log=$work/log; . "$(dirname "$0")/lib.sh"
 args=(train --config "$config" --train-data "$data" --steps 1000000 --log-every 0 --run-dir "$work/run")
 if [ "$np" -eq 1 ]; then
     "$bin" "${args[@]}" >"$work/log" 2>&1 &

@@ -18,7 +18,7 @@ bin=$1; equal=$2; data=$3; config=$4; work=$5; case=$6
 mpi="mpiexec --allow-run-as-root --oversubscribe -np 4"
 rm -rf "$work"; mkdir -p "$work"
 common="train --config $config --train-data $data --steps 6 --tp 2 --dp 2 --log-every 0 --ckpt-every 2"
-fail() { echo "FAIL ($case): $*"; exit 1; }
+. "$(dirname "$0")/lib.sh"
 $mpi "$bin" $common --run-dir "$work/ref" || fail "reference run"
 run="$work/run"
 $mpi "$bin" $common --run-dir "$run" --stop-at 3 >"$work/p1.log" 2>&1 || fail "phase 1: $(cat "$work/p1.log")"
