@@ -78,9 +78,10 @@ train)
     [ "$(grep -c '^foo=\[1\]$' "$work/env_x.log")" -eq 4 ] || fail "-x FOO did not reach every rank: $(cat "$work/env_x.log")"
     # rank placement (rank:host, the host from the per-host TMPDIR): a host is filled before the next
     where='echo "$OMPI_COMM_WORLD_RANK:${TMPDIR##*/}"'
-    got=$("${mpi[@]}" sh -c "$where" 2>&1 | LC_ALL=C sort | tr '\n' ' ')
+    # (only the rank:host lines: Open MPI's rsh launcher may add a warning of its own, e.g. a setpgid race)
+    got=$("${mpi[@]}" sh -c "$where" 2>&1 | grep -E '^[0-9]+:node[ab]$' | LC_ALL=C sort | tr '\n' ' ')
     [ "$got" = "0:nodea 1:nodea 2:nodeb 3:nodeb " ] || fail "default placement: $got"
-    got=$("${mpi[@]}" --map-by node sh -c "$where" 2>&1 | LC_ALL=C sort | tr '\n' ' ')
+    got=$("${mpi[@]}" --map-by node sh -c "$where" 2>&1 | grep -E '^[0-9]+:node[ab]$' | LC_ALL=C sort | tr '\n' ' ')
     [ "$got" = "0:nodea 1:nodeb 2:nodea 3:nodeb " ] || fail "--map-by node placement: $got"
     # tp 2 x dp 2 over the two hosts, a checkpoint every 2 steps
     expect 0 "2 rank\(s\) on this host" "$work/train.log" \
