@@ -45,7 +45,7 @@ char *mp_strdup_(const char *s, const char *file, int line);
 /* Reports that n bytes for category cat (what: a few words, or NULL) could not be had at file:line, and
  * ends the process (the failure handler below; exit status 1). For allocations made outside these
  * wrappers (a library's constructor, open_memstream): `if (!p) mp_oom(n, MP_MEM_OTHER, "hash state")`. */
-_Noreturn void mp_oom_(size_t n, mp_mem_cat cat, const char *what, const char *file, int line);
+__attribute__((noreturn)) void mp_oom_(size_t n, mp_mem_cat cat, const char *what, const char *file, int line);
 #define mp_oom(n, cat, what) mp_oom_((n), (cat), (what), __FILE__, __LINE__)
 /* What ends the process after the message: fn (it must not return; the CLI's calls MPI_Abort(1) in a
  * multi-rank job, so no rank is left waiting in a collective), or exit(1) when fn is NULL (the default). */
