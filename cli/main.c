@@ -6,9 +6,11 @@
  * dispatching, and answers --version (`meshpoint --version`, or `meshpoint <cmd> --version`).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "ckpt/ckpt.h"
 #include "cli/cli.h"
+#include "core/backend.h"
 #include "core/log.h"
 #ifdef MP_HAVE_CUDA
 #include "core/cuda/device_cuda.h"
@@ -61,6 +63,9 @@ static void print_version(void) {
            *MP_GIT_DESCRIBE ? ")" : "");
     printf("checkpoint format: %s v%d (reads v1..v%d)\n", CKPT_FORMAT_NAME, CKPT_FORMAT_VERSION, CKPT_FORMAT_VERSION);
     print_devices();
+    mp_err e;
+    if (mp_cpu_isa_check(&e)) printf("cpu kernels: %s (%s)\n", mp_cpu_isa(), e.msg);
+    else printf("cpu kernels: %s%s\n", mp_cpu_isa(), getenv("MP_ISA") && *getenv("MP_ISA") ? " (MP_ISA)" : "");
 }
 
 /* 1 if --version appears among argv[0 .. argc) before a "--". */

@@ -156,6 +156,8 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_
     free(src);
     if (!rc) rc = mp_run_meta(put_save_meta, s, mc, tc, mesh->tp, mesh->dp, st, err);
     if (!rc && c->init_from[0]) rc = ckpt_save_meta(s, "init_from", c->init_from, err);   /* train --init-from */
+    /* the CPU kernels' ISA level of the saving process: results differ in the last bits between levels */
+    if (!rc) rc = ckpt_save_meta(s, "cpu_isa", mp_cpu_isa(), err);
     if (rc) {
         /* a local failure (an add, a non-finite value): the commit makes every rank agree on it and
          * publishes nothing */

@@ -23,6 +23,8 @@ mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err) {
     assert(out);
     *out = NULL;
     if (!name) return mp_err_set(err, MP_EINPUT, "device: no device name given (expected cpu, cpu-bf16 or cuda)");
+    if ((strcmp(name, "cpu") == 0 || strcmp(name, "cpu-bf16") == 0) && mp_cpu_isa_check(err))
+        return MP_EINPUT;   /* MP_ISA names a level this CPU or build lacks */
     if (strcmp(name, "cpu") == 0) {
         *out = mp_backend_cpu();
         return MP_OK;

@@ -178,8 +178,15 @@ struct mp_backend {
     void *impl;            /* backend private state */
 };
 
-/* The CPU backend (a static table; no init needed): act_dtype fp32. */
+/* The CPU backend (a static table; no init needed): act_dtype fp32. Its kernels are those of the best
+ * ISA level this CPU runs, or of MP_ISA's level (core/cpu_isa.c), chosen at the first call. */
 mp_backend *mp_backend_cpu(void);
+/* The ISA level of the CPU kernels mp_backend_cpu() runs: "v2", "v3" or "v4" ("native", or the -march
+ * value, in a one-level build). */
+const char *mp_cpu_isa(void);
+/* MP_EINPUT when MP_ISA names a level this build lacks or this CPU cannot run (the message names the
+ * level and the best one the CPU runs); MP_OK when MP_ISA is unset or valid. mp_backend_get checks it. */
+mp_code mp_cpu_isa_check(mp_err *err);
 /* The CPU emulation of the GPU's precision (core/backend_cpu_bf16.c): act_dtype bf16, every op the CPU
  * kernel on its inputs widened to fp32, outputs rounded to bf16 (round to nearest even) as the CUDA
  * kernels store them. Slow (it converts around every op); it exists so that the bf16 paths of layers/

@@ -21,6 +21,10 @@
  *
  * Gradient conventions follow backend.h: weight gradients accumulate, activation gradients are written,
  * except rmsnorm_bwd's dx, which accumulates into the residual stream.
+ *
+ * This file and the attention kernels are compiled once per x86-64 ISA level (v2, v3: AVX2 + FMA, v4:
+ * AVX-512), each copy's public names suffixed by MP_ISA_FN; core/cpu_isa.c picks one table at start-up
+ * (core/kernels_cpu.h says how).
  */
 #include "core/backend.h"
 #include "core/kernels_cpu.h"
@@ -34,24 +38,6 @@
 
 /* Loops below this many elements stay on one thread (the team start costs more than it saves). */
 #define MP_OMP_MIN (1 << 15)
-
-/* ---- threads ---- */
-
-static int g_thread_cap = 1 << 30;
-static pthread_once_t g_thread_once = PTHREAD_ONCE_INIT;
-
-static void threads_init(void) {
-    const char *e = getenv("OPENBLAS_NUM_THREADS");
-    int cap = e ? atoi(e) : 0;
-    if (cap >= 1) g_thread_cap = cap;
-    openblas_set_num_threads(1);
-}
-
-int mp_cpu_threads(void) {
-    pthread_once(&g_thread_once, threads_init);
-    int n = omp_get_max_threads();
-    return n < g_thread_cap ? n : g_thread_cap;
-}
 
 /* ---- memory ---- */
 
@@ -563,4 +549,4 @@ static mp_backend g_cpu = {
     .impl = NULL,
 };
 
-mp_backend *mp_backend_cpu(void) { return &g_cpu; }
+mp_backend *MP_ISA_FN(mp_backend_cpu)(void) { return &g_cpu; }

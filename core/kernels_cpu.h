@@ -15,6 +15,18 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Runtime ISA dispatch (issue 21): the CPU kernel files (core/backend_cpu.c, core/kernels_cpu_attn_*.c)
+ * are compiled several times, once per ISA level, with -march=x86-64-v2/-v3/-v4 and MP_ISA_SUFFIX
+ * defined to _v2/_v3/_v4 (CMakeLists.txt); MP_ISA_FN(name) gives each copy's public functions their own
+ * names, and core/cpu_isa.c chooses one copy's table once, from the CPU (or MP_ISA). A build with one
+ * level only (MP_NATIVE, a custom MP_ARCH, another architecture) compiles them once, unsuffixed. */
+#ifndef MP_ISA_SUFFIX
+#define MP_ISA_SUFFIX
+#endif
+#define MP_ISA_CAT2(a, b) a##b
+#define MP_ISA_CAT(a, b) MP_ISA_CAT2(a, b)
+#define MP_ISA_FN(name) MP_ISA_CAT(name, MP_ISA_SUFFIX)
+
 /* exp(x) in fp32, within ~2 ulp of the correctly rounded value for x in [-87.3, 88]; returns exactly
  * 0 for x < -87.3 (so -INFINITY gives 0) and exp(88) for larger x (never inf). NaN in gives NaN out.
  * Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, then Cephes' degree-6 polynomial, then a
@@ -63,6 +75,8 @@ static inline int mp_cpu_team(int items) {
 _Static_assert(MP_ATTN_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
 
 /* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd. */
+#define mp_cpu_attn_fwd MP_ISA_FN(mp_cpu_attn_fwd)
+#define mp_cpu_attn_bwd MP_ISA_FN(mp_cpu_attn_bwd)
 void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
                      int KV, int hd);
 void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,

@@ -42,13 +42,7 @@
 #include "core/cuda/k_xent.cu"
 
 extern "C" {
-void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
-                     int KV, int hd);
-void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
-                     const float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KV,
-                     int hd);
-/* core/backend_cpu.c's, which this check does not link: one thread is enough here. */
-int mp_cpu_threads(void) { return 1; }
+#include "core/backend.h"   /* the CPU kernels through the CPU backend's table (the ISA level the CPU runs) */
 }
 
 static int g_fail = 0;
@@ -451,11 +445,12 @@ static void check_attention(int B, int T, int H, int KV, int hd) {
 
     /* the project's CPU kernels on the same (bf16-valued) inputs, the backward fed the mirror's bf16 out */
     std::vector<float> cout_(nq), clse(nr), cdq(nq), cdk(nk), cdv(nk), scratch(nr);
-    mp_cpu_attn_fwd(cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    mp_backend *cpu = mp_backend_cpu();
+    cpu->attn_fwd(cpu, cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
     close("out vs CPU kernel", A.out, cout_, 1e-2, 1e-4, shape);
     close("lse vs CPU kernel", A.lse, clse, 1e-5, 1e-5, shape);
-    mp_cpu_attn_bwd(cdq.data(), cdk.data(), cdv.data(), scratch.data(), A.dout.data(), A.out.data(), A.lse.data(),
-                    A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    cpu->attn_bwd(cpu, cdq.data(), cdk.data(), cdv.data(), scratch.data(), A.dout.data(), A.out.data(), A.lse.data(),
+                  A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
     close("dq vs CPU kernel", dq, cdq, 1e-2, 1e-4, shape);
     close("dk vs CPU kernel", dk, cdk, 1e-2, 1e-4, shape);
     close("dv vs CPU kernel", dv, cdv, 1e-2, 1e-4, shape);
