@@ -29,18 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/error.h"
-
-/* RoPE frequency scaling (HF rope_scaling / rope_parameters). MP_ROPE_DEFAULT (0, so a zeroed config means
- * plain RoPE) uses none of the numbers. */
-typedef enum { MP_ROPE_DEFAULT = 0, MP_ROPE_LINEAR, MP_ROPE_LLAMA3 } mp_rope_type;
-
-typedef struct mp_rope_scaling {
-    mp_rope_type type;
-    double factor;                          /* linear, llama3: finite, >= 1 */
-    double low_freq_factor;                 /* llama3: finite, > 0 */
-    double high_freq_factor;                /* llama3: finite, > low_freq_factor */
-    int original_max_position_embeddings;   /* llama3: > 0 */
-} mp_rope_scaling;
+#include "core/rope.h"
 
 typedef struct mp_model_config {
     int hidden_size;
