@@ -80,7 +80,7 @@ static int diff_meta_key(FILE *out, const ckpt_reader *a, const ckpt_reader *b, 
     }
     if (!strcmp(ta, tb)) return 0;
     if (!strcmp(key, "model_config")) {   /* compared as a model: formatting does not matter */
-        mp_model_config x, y;
+        llama_config x, y;
         mp_err e;
         if (mp_ckpt_parse_model_config(a, &x, &e) == MP_OK && mp_ckpt_parse_model_config(b, &y, &e) == MP_OK) {
             int n = 0;
@@ -90,10 +90,10 @@ static int diff_meta_key(FILE *out, const ckpt_reader *a, const ckpt_reader *b, 
             F(num_key_value_heads, "%d") F(vocab_size, "%d") F(max_position_embeddings, "%d") F(rms_norm_eps, "%g")
             F(rope_theta, "%g") F(tie_word_embeddings, "%d") F(initializer_range, "%g")
 #undef F
-            if (!mp_rope_scaling_equal(&x.rope_scaling, &y.rope_scaling)) {
+            if (!llama_rope_scaling_equal(&x.rope_scaling, &y.rope_scaling)) {
                 char da[256], db[256];
-                mp_rope_scaling_describe(&x.rope_scaling, da, sizeof da);
-                mp_rope_scaling_describe(&y.rope_scaling, db, sizeof db);
+                llama_rope_scaling_describe(&x.rope_scaling, da, sizeof da);
+                llama_rope_scaling_describe(&y.rope_scaling, db, sizeof db);
                 fprintf(out, "metadata differs: model_config.rope_scaling: %s vs %s\n", da, db);
                 n++;
             }

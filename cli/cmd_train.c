@@ -114,7 +114,7 @@ typedef struct train_run {
     int64_t seed;                   /* --seed as parsed */
     mp_runtime rt;
     mp_err err;                     /* the message of a failing phase */
-    mp_model_config mc;
+    llama_config mc;
     ckpt_save_opts sopts;
     mp_mesh *mesh;                  /* &rt.mesh once built */
     mp_batch_split bs;
@@ -259,12 +259,12 @@ static mp_code load_config(train_run *r) {
     if ((rc = parse_compress(f->compress, &r->sopts.zstd_level, err))) return rc;
     mp_train_config cli = *c;
     cli.seed = (uint64_t)r->seed;
-    mp_model_config_default(&r->mc);
+    llama_config_default(&r->mc);
     mp_train_config_default(c);
-    if ((rc = mp_config_load(f->config, &r->mc, c, err))) return rc;
+    if ((rc = llama_config_load(f->config, &r->mc, c, err))) return rc;
     apply_overrides(f, &cli, c);
     if ((rc = mp_train_config_validate(c, err))) { mp_err_wrap(err, "training options"); return rc; }
-    if ((rc = mp_config_validate_pair(&r->mc, c, err))) return rc;
+    if ((rc = llama_config_validate_pair(&r->mc, c, err))) return rc;
     if (!c->train_data[0])
         return mp_err_set(err, MP_EINPUT, "no training data: pass --train-data FILE or set train.train_data");
     return MP_OK;
@@ -541,7 +541,7 @@ static void prepare_loop(train_run *r) {
     r->tgt = be->host_alloc(be, r->tok_bytes, MP_MEM_OTHER);
     mp_info("model: %lld parameters, %d layers, hidden %d; mesh dp %d x tp %d%s; batch %d x %d tokens "
             "(micro %d x accum %d per rank)",
-            (long long)mp_model_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size, mesh->dp, mesh->tp,
+            (long long)llama_config_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size, mesh->dp, mesh->tp,
             mesh->tp > 1 ? (c->sp < 0 || c->sp ? ", SP" : ", no SP") : "", c->batch_size, c->seq_len, r->bs.micro,
             r->bs.grad_accum);
     signal(SIGTERM, on_stop_signal);

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_config.c — libFuzzer target for the config parser (core/config.c mp_config_parse).
+ * tests/fuzz/fuzz_config.c — libFuzzer target for the config parser (layers/llama_config.c llama_config_parse).
  *
  * The input is JSON text (NUL-terminated copy). It is parsed into both a model and a training config,
  * then (as `meshpoint train` does after flags) the training config and the pair are validated, and a
@@ -12,16 +12,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/config.h"
+#include "layers/llama_config.h"
 
 /* 1 if a and b hold the same model (field by field: the struct has padding). */
-static int same_model(const mp_model_config *a, const mp_model_config *b) {
+static int same_model(const llama_config *a, const llama_config *b) {
     return a->hidden_size == b->hidden_size && a->intermediate_size == b->intermediate_size &&
            a->num_hidden_layers == b->num_hidden_layers && a->num_attention_heads == b->num_attention_heads &&
            a->num_key_value_heads == b->num_key_value_heads && a->vocab_size == b->vocab_size &&
            a->max_position_embeddings == b->max_position_embeddings && a->rms_norm_eps == b->rms_norm_eps &&
            a->rope_theta == b->rope_theta && a->tie_word_embeddings == b->tie_word_embeddings &&
-           a->initializer_range == b->initializer_range && mp_rope_scaling_equal(&a->rope_scaling, &b->rope_scaling);
+           a->initializer_range == b->initializer_range && llama_rope_scaling_equal(&a->rope_scaling, &b->rope_scaling);
 }
 
 /* 1 if a and b hold the same training config (the fields a checkpoint's train_config carries). */
@@ -41,17 +41,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = malloc(size + 1);
     memcpy(text, data, size);
     text[size] = '\0';
-    mp_model_config m;
+    llama_config m;
     mp_train_config t;
     mp_train_config_default(&t);
     mp_err err;
-    if (mp_config_parse(text, "fuzz.json", &m, &t, &err) == MP_OK) {
-        if (mp_train_config_validate(&t, &err) == MP_OK) (void)mp_config_validate_pair(&m, &t, &err);
-        (void)mp_model_num_params(&m);
+    if (llama_config_parse(text, "fuzz.json", &m, &t, &err) == MP_OK) {
+        if (mp_train_config_validate(&t, &err) == MP_OK) (void)llama_config_validate_pair(&m, &t, &err);
+        (void)llama_config_num_params(&m);
         /* a parsed model must survive its own serialisation: what a checkpoint stores is read back */
-        char *json = mp_model_config_to_json(&m);
-        mp_model_config m2;
-        if (mp_config_parse(json, "roundtrip.json", &m2, NULL, &err) != MP_OK) {
+        char *json = llama_config_to_json(&m);
+        llama_config m2;
+        if (llama_config_parse(json, "roundtrip.json", &m2, NULL, &err) != MP_OK) {
             fprintf(stderr, "round trip refused: %s\n%s\n", err.msg, json);
             abort();
         }
@@ -71,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             snprintf(text2, n, "%.*s, \"train\": %s}", (int)(close - json), json, tj);
             mp_train_config t2;
             mp_train_config_default(&t2);
-            if (mp_config_parse(text2, "roundtrip.json", NULL, &t2, &err) != MP_OK || !same_train(&t, &t2)) {
+            if (llama_config_parse(text2, "roundtrip.json", NULL, &t2, &err) != MP_OK || !same_train(&t, &t2)) {
                 fprintf(stderr, "training config round trip failed (%s):\n%s\n", err.msg, tj);
                 abort();
             }
