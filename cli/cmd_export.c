@@ -70,14 +70,8 @@ static mp_code verify_export(const char *dir, const llama_config *cfg, mp_err *e
     snprintf(path, sizeof path, "%s/config.json", dir);
     llama_config back;
     MP_TRY(llama_config_load(path, &back, NULL, e));
-    int same = back.hidden_size == cfg->hidden_size && back.intermediate_size == cfg->intermediate_size &&
-               back.num_hidden_layers == cfg->num_hidden_layers && back.num_attention_heads == cfg->num_attention_heads &&
-               back.num_key_value_heads == cfg->num_key_value_heads && back.vocab_size == cfg->vocab_size &&
-               back.max_position_embeddings == cfg->max_position_embeddings && back.rms_norm_eps == cfg->rms_norm_eps &&
-               back.rope_theta == cfg->rope_theta && back.tie_word_embeddings == cfg->tie_word_embeddings &&
-               back.initializer_range == cfg->initializer_range &&
-               llama_rope_scaling_equal(&back.rope_scaling, &cfg->rope_scaling);
-    if (!same) return mp_err_set(e, MP_ECHECK, "%s does not read back as the checkpoint's model config", path);
+    if (llama_config_diff(&back, cfg, LLAMA_CF_NONE))   /* every field, rope_scaling included */
+        return mp_err_set(e, MP_ECHECK, "%s does not read back as the checkpoint's model config", path);
     return MP_OK;
 }
 

@@ -216,7 +216,10 @@ void mp_checkpointer_free(mp_checkpointer *c) {
 
 /* ---- loading ---- */
 
-/* Compares the saved model config with the running one; the message names the first differing field. */
+/* Compares the saved model config with the running one; the message names the first differing field (in
+ * config.json order). Two fields may differ: max_position_embeddings (it shapes no tensor and bounds
+ * seq_len only; RoPE is computed for the positions of a sequence) and initializer_range (used only by a
+ * fresh initialisation). */
 static mp_code check_model_config(const ckpt_reader *r, const llama_config *mc, mp_err *err) {
     const char *text = ckpt_meta_get(r, "model_config");
     if (!text) return mp_err_set(err, MP_ECHECK, "checkpoint %s has no model_config", ckpt_reader_dir(r));
@@ -225,23 +228,16 @@ static mp_code check_model_config(const ckpt_reader *r, const llama_config *mc, 
     char where[1100];
     snprintf(where, sizeof where, "%s: model_config", ckpt_reader_dir(r));
     MP_TRY(llama_config_parse(text, where, &saved, NULL, err));
-#define SAME_INT(f) if (saved.f != mc->f) return mp_err_set(err, MP_EINPUT, \
-        "checkpoint %s was saved with " #f " = %d, the config says %d", ckpt_reader_dir(r), saved.f, mc->f)
-#define SAME_DBL(f) if (saved.f != mc->f) return mp_err_set(err, MP_EINPUT, \
-        "checkpoint %s was saved with " #f " = %g, the config says %g", ckpt_reader_dir(r), saved.f, mc->f)
-    SAME_INT(hidden_size); SAME_INT(intermediate_size); SAME_INT(num_hidden_layers);
-    SAME_INT(num_attention_heads); SAME_INT(num_key_value_heads); SAME_INT(vocab_size);
-    SAME_INT(tie_word_embeddings); SAME_DBL(rms_norm_eps); SAME_DBL(rope_theta);
-#undef SAME_INT
-#undef SAME_DBL
-    if (!llama_rope_scaling_equal(&saved.rope_scaling, &mc->rope_scaling)) {
-        char a[256], b[256];
-        llama_rope_scaling_describe(&saved.rope_scaling, a, sizeof a);
-        llama_rope_scaling_describe(&mc->rope_scaling, b, sizeof b);
-        return mp_err_set(err, MP_EINPUT, "checkpoint %s was saved with rope_scaling = %s, the config says %s",
-                          ckpt_reader_dir(r), a, b);
-    }
-    return MP_OK;
+    const unsigned may_differ =
+        LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS) | LLAMA_CF_BIT(LLAMA_CF_INITIALIZER_RANGE);
+    unsigned d = llama_config_diff(&saved, mc, may_differ);
+    if (!d) return MP_OK;
+    llama_config_field f = (llama_config_field)__builtin_ctz(d);
+    char a[256], b[256];
+    llama_config_field_format(&saved, f, a, sizeof a);
+    llama_config_field_format(mc, f, b, sizeof b);
+    return mp_err_set(err, MP_EINPUT, "checkpoint %s was saved with %s = %s, the config says %s", ckpt_reader_dir(r),
+                      llama_config_field_name(f), a, b);
 }
 
 /* Reads an integer field of a JSON metadata entry (field NULL: the entry itself), range-checked: an

@@ -263,6 +263,30 @@ void mp_field_to_json(cJSON *o, const mp_field *f, const void *base) {
     }
 }
 
+int mp_field_equal(const mp_field *f, const void *a, const void *b) {
+    const char *pa = (const char *)a + f->off, *pb = (const char *)b + f->off;
+    switch (f->kind) {
+    case MP_FIELD_INT: case MP_FIELD_BOOL: case MP_FIELD_TRI: return *(const int *)pa == *(const int *)pb;
+    case MP_FIELD_I64: return *(const int64_t *)pa == *(const int64_t *)pb;
+    case MP_FIELD_U64: return *(const uint64_t *)pa == *(const uint64_t *)pb;
+    case MP_FIELD_DBL: return *(const double *)pa == *(const double *)pb;
+    case MP_FIELD_STR: return !strcmp(pa, pb);
+    }
+    return 0;
+}
+
+void mp_field_format(const mp_field *f, const void *base, char *buf, size_t cap) {
+    const char *p = (const char *)base + f->off;
+    switch (f->kind) {
+    case MP_FIELD_INT: case MP_FIELD_BOOL: case MP_FIELD_TRI: snprintf(buf, cap, "%d", *(const int *)p); return;
+    case MP_FIELD_I64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)p); return;
+    case MP_FIELD_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)p); return;
+    case MP_FIELD_DBL: snprintf(buf, cap, "%g", *(const double *)p); return;
+    case MP_FIELD_STR: snprintf(buf, cap, "%s", p); return;
+    }
+    snprintf(buf, cap, "?");
+}
+
 char *mp_train_config_to_json(const mp_train_config *t) {
     cJSON *o = cJSON_CreateObject();
     for (size_t i = 0; i < NFIELDS(train_fields); i++) mp_field_to_json(o, &train_fields[i], t);

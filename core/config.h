@@ -51,6 +51,11 @@ const mp_field *mp_field_find(const mp_field *fs, size_t n, const char *key);
 mp_code mp_field_set(void *base, const mp_field *f, const struct cJSON *v, const char *where, mp_err *err);
 /* Adds field f of the struct at base to the JSON object o, as text that parses back to the same value. */
 void mp_field_to_json(struct cJSON *o, const mp_field *f, const void *base);
+/* 1 if field f holds the same value in the structs at a and b (reals compared with ==, strings by text). */
+int mp_field_equal(const mp_field *f, const void *a, const void *b);
+/* Field f of the struct at base as messages print it, into buf (cap bytes): integers and booleans as
+ * decimal (a tri-state as -1/0/1), reals with %g, strings as they are. */
+void mp_field_format(const mp_field *f, const void *base, char *buf, size_t cap);
 /* Parses JSON text into *out (the caller cJSON_Deletes it); MP_EINPUT "<name>: malformed JSON near line
  * L, column C" when it does not parse. */
 mp_code mp_json_parse(const char *text, const char *name, struct cJSON **out, mp_err *err);

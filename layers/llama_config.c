@@ -55,8 +55,9 @@ static const double hf_default[] = {
 };
 _Static_assert(sizeof hf_default / sizeof hf_default[0] == sizeof model_fields / sizeof model_fields[0],
                "one HF default per model field");
-/* model_fields indices */
-enum { K_HIDDEN, K_INTER, K_LAYERS, K_HEADS, K_KV, K_VOCAB, K_MAXPOS, K_EPS, K_THETA, K_NMODEL = NFIELDS(model_fields) };
+/* model_fields is indexed by llama_config_field; rope_scaling, not a plain field, comes after them */
+#define K_NMODEL NFIELDS(model_fields)
+_Static_assert(K_NMODEL == LLAMA_CF_ROPE_SCALING, "model_fields in llama_config_field order");
 
 void llama_config_default(llama_config *m) {
     memset(m, 0, sizeof *m);
@@ -282,13 +283,13 @@ static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra
 /* Model checks; with `known` (a bit per model_fields index), only those whose fields are all known, so
  * that a config is first told about what it says wrong, then about what it omits. */
 static mp_code validate_model(const llama_config *m, unsigned known, mp_err *err) {
-#define KNOWN(i) ((known >> (i)) & 1u)
-#define POS(i, k) if (KNOWN(i) && m->k <= 0) return mp_err_set(err, MP_EINPUT, "key \"" #k "\": must be > 0, got %d", m->k)
-    POS(K_HIDDEN, hidden_size); POS(K_INTER, intermediate_size); POS(K_LAYERS, num_hidden_layers);
-    POS(K_HEADS, num_attention_heads); POS(K_KV, num_key_value_heads); POS(K_VOCAB, vocab_size);
-    POS(K_MAXPOS, max_position_embeddings);
+#define KNOWN(F) ((known >> LLAMA_CF_##F) & 1u)
+#define POS(F, k) if (KNOWN(F) && m->k <= 0) return mp_err_set(err, MP_EINPUT, "key \"" #k "\": must be > 0, got %d", m->k)
+    POS(HIDDEN_SIZE, hidden_size); POS(INTERMEDIATE_SIZE, intermediate_size); POS(NUM_HIDDEN_LAYERS, num_hidden_layers);
+    POS(NUM_ATTENTION_HEADS, num_attention_heads); POS(NUM_KEY_VALUE_HEADS, num_key_value_heads);
+    POS(VOCAB_SIZE, vocab_size); POS(MAX_POSITION_EMBEDDINGS, max_position_embeddings);
 #undef POS
-    if (KNOWN(K_HIDDEN) && KNOWN(K_HEADS)) {
+    if (KNOWN(HIDDEN_SIZE) && KNOWN(NUM_ATTENTION_HEADS)) {
         if (m->hidden_size % m->num_attention_heads)
             return mp_err_set(err, MP_EINPUT, "hidden_size (%d) is not divisible by num_attention_heads (%d)",
                               m->hidden_size, m->num_attention_heads);
@@ -296,14 +297,15 @@ static mp_code validate_model(const llama_config *m, unsigned known, mp_err *err
             return mp_err_set(err, MP_EINPUT, "head dim hidden_size/num_attention_heads = %d must be even (RoPE)",
                               llama_head_dim(m));
     }
-    if (KNOWN(K_HEADS) && KNOWN(K_KV) && m->num_attention_heads % m->num_key_value_heads)
+    if (KNOWN(NUM_ATTENTION_HEADS) && KNOWN(NUM_KEY_VALUE_HEADS) && m->num_attention_heads % m->num_key_value_heads)
         return mp_err_set(err, MP_EINPUT,
                           "num_attention_heads (%d) is not divisible by num_key_value_heads (%d)",
                           m->num_attention_heads, m->num_key_value_heads);
-    if (KNOWN(K_LAYERS) && m->num_hidden_layers > LLAMA_CONFIG_MAX_LAYERS)
+    if (KNOWN(NUM_HIDDEN_LAYERS) && m->num_hidden_layers > LLAMA_CONFIG_MAX_LAYERS)
         return mp_err_set(err, MP_EINPUT, "key \"num_hidden_layers\": %d is above the limit of %d layers",
                           m->num_hidden_layers, LLAMA_CONFIG_MAX_LAYERS);
-    if (KNOWN(K_HIDDEN) && KNOWN(K_INTER) && KNOWN(K_LAYERS) && KNOWN(K_HEADS) && KNOWN(K_KV) && KNOWN(K_VOCAB)) {
+    if (KNOWN(HIDDEN_SIZE) && KNOWN(INTERMEDIATE_SIZE) && KNOWN(NUM_HIDDEN_LAYERS) && KNOWN(NUM_ATTENTION_HEADS) &&
+        KNOWN(NUM_KEY_VALUE_HEADS) && KNOWN(VOCAB_SIZE)) {
         int64_t np = llama_config_num_params(m);
         if (np < 0 || np > LLAMA_CONFIG_MAX_PARAMS)
             return mp_err_set(err, MP_EINPUT,
@@ -330,7 +332,7 @@ static mp_code finish_model(llama_config *m, const unsigned given, const hf_extr
     unsigned known = given;
     for (size_t i = 0; i < K_NMODEL; i++) {
         if ((given >> i) & 1u) continue;
-        if (i == K_KV || isnan(hf_default[i])) continue;
+        if (i == LLAMA_CF_NUM_KEY_VALUE_HEADS || isnan(hf_default[i])) continue;
         const mp_field *f = &model_fields[i];
         char *p = (char *)m + f->off;
         if (f->kind == MP_FIELD_DBL) *(double *)p = hf_default[i];
@@ -338,7 +340,7 @@ static mp_code finish_model(llama_config *m, const unsigned given, const hf_extr
         known |= 1u << i;
     }
     if (x->have_rope_theta) {
-        if (((given >> K_THETA) & 1u) && m->rope_theta != x->rope_theta)
+        if (((given >> LLAMA_CF_ROPE_THETA) & 1u) && m->rope_theta != x->rope_theta)
             return mp_err_set(err, MP_EINPUT, "%s: key \"rope_theta\" (%g) disagrees with rope_parameters.rope_theta (%g)",
                               name, m->rope_theta, x->rope_theta);
         m->rope_theta = x->rope_theta;
@@ -353,20 +355,22 @@ static mp_code finish_model(llama_config *m, const unsigned given, const hf_extr
     memset(&m->rope_scaling, 0, sizeof m->rope_scaling);
     if (x->have_scaling[1]) m->rope_scaling = x->scaling[1];
     else if (x->have_scaling[0]) m->rope_scaling = x->scaling[0];
-    if (!((given >> K_KV) & 1u) && ((given >> K_HEADS) & 1u)) {   /* None: multi-head attention */
+    const unsigned kv = LLAMA_CF_BIT(LLAMA_CF_NUM_KEY_VALUE_HEADS), heads = LLAMA_CF_BIT(LLAMA_CF_NUM_ATTENTION_HEADS);
+    if (!(given & kv) && (given & heads)) {   /* None: multi-head attention */
         m->num_key_value_heads = m->num_attention_heads;
-        known |= 1u << K_KV;
+        known |= kv;
     }
     mp_code rc = validate_model(m, known, err);
     if (rc) return mp_err_wrap(err, "%s", name), rc;
-    if (((known >> K_HIDDEN) & (known >> K_HEADS) & 1u) && x->head_dim >= 0 && x->head_dim != llama_head_dim(m))
+    if ((known & LLAMA_CF_BIT(LLAMA_CF_HIDDEN_SIZE)) && (known & heads) && x->head_dim >= 0 &&
+        x->head_dim != llama_head_dim(m))
         return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": %d != hidden_size / num_attention_heads = %d",
                           name, x->head_dim, llama_head_dim(m));
     char missing[512] = "";
     size_t at = 0;
     int nmiss = 0;
     for (size_t i = 0; i < K_NMODEL; i++)
-        if (!((known >> i) & 1u) && i != K_KV && at < sizeof missing) {
+        if (!((known >> i) & 1u) && i != LLAMA_CF_NUM_KEY_VALUE_HEADS && at < sizeof missing) {
             at += (size_t)snprintf(missing + at, sizeof missing - at, "%s\"%s\"", nmiss ? ", " : "", model_fields[i].key);
             nmiss++;
         }
@@ -397,7 +401,10 @@ mp_code llama_config_parse(const char *text, const char *name, llama_config *m_o
         const mp_field *f = mp_field_find(model_fields, NFIELDS(model_fields), it->string);
         if (f) {
             /* num_key_value_heads: null is LlamaConfig's None (= num_attention_heads) */
-            if (f == &model_fields[K_KV] && cJSON_IsNull(it)) { given &= ~(1u << K_KV); continue; }
+            if (f == &model_fields[LLAMA_CF_NUM_KEY_VALUE_HEADS] && cJSON_IsNull(it)) {
+                given &= ~LLAMA_CF_BIT(LLAMA_CF_NUM_KEY_VALUE_HEADS);
+                continue;
+            }
             if ((rc = mp_field_set(&m, f, it, name, err))) goto out;
             given |= 1u << (unsigned)(f - model_fields);
             continue;
@@ -496,4 +503,23 @@ int64_t llama_config_num_params(const llama_config *m) {
     int64_t n = mul_add_sat(L, per_layer, D);                /* layers and the final norm */
     n = mul_add_sat(m->tie_word_embeddings ? 1 : 2, mul_add_sat(V, D, 0), n);
     return n;
+}
+
+unsigned llama_config_diff(const llama_config *a, const llama_config *b, unsigned may_differ) {
+    unsigned d = 0;
+    for (size_t i = 0; i < K_NMODEL; i++)
+        if (!mp_field_equal(&model_fields[i], a, b)) d |= LLAMA_CF_BIT(i);
+    if (!llama_rope_scaling_equal(&a->rope_scaling, &b->rope_scaling)) d |= LLAMA_CF_BIT(LLAMA_CF_ROPE_SCALING);
+    return d & ~may_differ;
+}
+
+const char *llama_config_field_name(llama_config_field f) {
+    assert(f >= 0 && f < LLAMA_CF_COUNT);
+    return f == LLAMA_CF_ROPE_SCALING ? "rope_scaling" : model_fields[f].key;
+}
+
+void llama_config_field_format(const llama_config *c, llama_config_field f, char *buf, size_t cap) {
+    assert(f >= 0 && f < LLAMA_CF_COUNT);
+    if (f == LLAMA_CF_ROPE_SCALING) llama_rope_scaling_describe(&c->rope_scaling, buf, cap);
+    else mp_field_format(&model_fields[f], c, buf, cap);
 }

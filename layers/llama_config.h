@@ -82,6 +82,27 @@ mp_code llama_config_validate_pair(const llama_config *m, const mp_train_config 
 /* HF config.json text for the model ("architectures": ["LlamaForCausalLM"], ...). Caller frees. */
 char *llama_config_to_json(const llama_config *m);
 
+/* The fields of llama_config, in config.json's (and llama_config_to_json's) order, as bits of a mask:
+ * LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS). */
+typedef enum {
+    LLAMA_CF_HIDDEN_SIZE, LLAMA_CF_INTERMEDIATE_SIZE, LLAMA_CF_NUM_HIDDEN_LAYERS, LLAMA_CF_NUM_ATTENTION_HEADS,
+    LLAMA_CF_NUM_KEY_VALUE_HEADS, LLAMA_CF_VOCAB_SIZE, LLAMA_CF_MAX_POSITION_EMBEDDINGS, LLAMA_CF_RMS_NORM_EPS,
+    LLAMA_CF_ROPE_THETA, LLAMA_CF_TIE_WORD_EMBEDDINGS, LLAMA_CF_INITIALIZER_RANGE, LLAMA_CF_ROPE_SCALING,
+    LLAMA_CF_COUNT
+} llama_config_field;
+#define LLAMA_CF_BIT(f) (1u << (f))
+#define LLAMA_CF_NONE 0u   /* a may_differ mask: every field counts */
+
+/* The one comparison of two model configs: the mask of the fields in which a and b differ (numbers
+ * compared exactly, rope_scaling with llama_rope_scaling_equal), less those in may_differ, which the
+ * caller states it tolerates (resume: LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS) | ...). 0: the same. */
+unsigned llama_config_diff(const llama_config *a, const llama_config *b, unsigned may_differ);
+/* The field's config.json key: "hidden_size", ..., "rope_scaling". */
+const char *llama_config_field_name(llama_config_field f);
+/* Field f of c as messages print it, into buf (cap bytes): integers and booleans as decimal, reals with
+ * %g, rope_scaling as llama_rope_scaling_describe says it. */
+void llama_config_field_format(const llama_config *c, llama_config_field f, char *buf, size_t cap);
+
 /* "default" | "linear" | "llama3" (the HF rope_type). */
 const char *llama_rope_type_name(mp_rope_type t);
 /* 1 if a and b scale RoPE the same way (the numbers a type does not use are ignored). */

@@ -407,3 +407,31 @@ Test(config, seq_len_is_at_most_max_position_embeddings) {
     cr_assert_eq(llama_config_validate_pair(&m, &t, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "max_position_embeddings") && strstr(e.msg, "256") && strstr(e.msg, "--seq-len"), "%s", e.msg);
 }
+
+Test(config, diff_names_each_differing_field_less_those_the_caller_allows) {
+    llama_config a, b;
+    llama_config_default(&a);
+    b = a;
+    cr_assert_eq(llama_config_diff(&a, &b, LLAMA_CF_NONE), 0u);
+    b.max_position_embeddings = 4096;
+    b.rms_norm_eps = 1e-6;
+    b.rope_scaling = (mp_rope_scaling){.type = MP_ROPE_LINEAR, .factor = 2};
+    unsigned want = LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS) | LLAMA_CF_BIT(LLAMA_CF_RMS_NORM_EPS) |
+                    LLAMA_CF_BIT(LLAMA_CF_ROPE_SCALING);
+    cr_assert_eq(llama_config_diff(&a, &b, LLAMA_CF_NONE), want);
+    cr_assert_eq(llama_config_diff(&a, &b, LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS)),
+                 want & ~LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS));
+    /* numbers a scaling type does not use do not count */
+    a.rope_scaling = b.rope_scaling;
+    a.rope_scaling.low_freq_factor = 7;
+    cr_assert_eq(llama_config_diff(&a, &b, LLAMA_CF_NONE) & LLAMA_CF_BIT(LLAMA_CF_ROPE_SCALING), 0u);
+    char buf[256];
+    cr_assert_str_eq(llama_config_field_name(LLAMA_CF_MAX_POSITION_EMBEDDINGS), "max_position_embeddings");
+    cr_assert_str_eq(llama_config_field_name(LLAMA_CF_ROPE_SCALING), "rope_scaling");
+    llama_config_field_format(&b, LLAMA_CF_RMS_NORM_EPS, buf, sizeof buf);
+    cr_assert_str_eq(buf, "1e-06");
+    llama_config_field_format(&b, LLAMA_CF_TIE_WORD_EMBEDDINGS, buf, sizeof buf);
+    cr_assert_str_eq(buf, "0");
+    llama_config_field_format(&b, LLAMA_CF_ROPE_SCALING, buf, sizeof buf);
+    cr_assert_str_eq(buf, "linear (factor 2)");
+}

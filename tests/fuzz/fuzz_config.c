@@ -14,16 +14,6 @@
 #include <string.h>
 #include "layers/llama_config.h"
 
-/* 1 if a and b hold the same model (field by field: the struct has padding). */
-static int same_model(const llama_config *a, const llama_config *b) {
-    return a->hidden_size == b->hidden_size && a->intermediate_size == b->intermediate_size &&
-           a->num_hidden_layers == b->num_hidden_layers && a->num_attention_heads == b->num_attention_heads &&
-           a->num_key_value_heads == b->num_key_value_heads && a->vocab_size == b->vocab_size &&
-           a->max_position_embeddings == b->max_position_embeddings && a->rms_norm_eps == b->rms_norm_eps &&
-           a->rope_theta == b->rope_theta && a->tie_word_embeddings == b->tie_word_embeddings &&
-           a->initializer_range == b->initializer_range && llama_rope_scaling_equal(&a->rope_scaling, &b->rope_scaling);
-}
-
 /* 1 if a and b hold the same training config (the fields a checkpoint's train_config carries). */
 static int same_train(const mp_train_config *a, const mp_train_config *b) {
     return a->steps == b->steps && a->batch_size == b->batch_size && a->grad_accum == b->grad_accum &&
@@ -55,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             fprintf(stderr, "round trip refused: %s\n%s\n", err.msg, json);
             abort();
         }
-        if (!same_model(&m, &m2)) {
+        if (llama_config_diff(&m, &m2, LLAMA_CF_NONE)) {   /* every field must come back */
             fprintf(stderr, "round trip changed the model:\n%s\n", json);
             abort();
         }
