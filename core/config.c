@@ -17,16 +17,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TF(k, kind) MP_FIELD(mp_train_config, k, MP_FIELD_##kind)
+/* The training fields and their flags (cli/cmd_train.c builds its flag table from this one). */
+#define TF(k, kind, ...) {#k, MP_FIELD_##kind, offsetof(mp_train_config, k), __VA_ARGS__}
 static const mp_field train_fields[] = {
-    TF(steps, I64), TF(batch_size, INT), TF(grad_accum, INT), TF(seq_len, INT), TF(lr, DBL), TF(min_lr, DBL),
-    TF(warmup_steps, I64), TF(decay_steps, I64), TF(weight_decay, DBL), TF(beta1, DBL), TF(beta2, DBL),
-    TF(adam_eps, DBL), TF(grad_clip, DBL), TF(seed, U64), TF(train_data, STR), TF(val_data, STR),
-    TF(eval_every, I64), TF(eval_batches, INT), TF(log_every, I64), TF(tp, INT), TF(dp, INT), TF(sp, TRI),
-    TF(reshard_after_forward, BOOL),
+    TF(steps, I64, "steps", "N", "optimizer steps (in total, counting resumed ones)"),
+    TF(batch_size, INT, "batch", "B", "global batch in sequences"),
+    TF(grad_accum, INT, "grad-accum", "K", "micro-steps per step"),
+    TF(seq_len, INT, "seq-len", "T", "sequence length"),
+    TF(lr, DBL, "lr", "X", "peak learning rate"),
+    TF(min_lr, DBL, "min-lr", "X", "final learning rate"),
+    TF(warmup_steps, I64, "warmup", "N", "linear warmup steps"),
+    TF(decay_steps, I64, "decay-steps", "N", "cosine steps after warmup (0: to the end)"),
+    TF(weight_decay, DBL, "weight-decay", "X", "AdamW weight decay"),
+    TF(beta1, DBL, NULL), TF(beta2, DBL, NULL), TF(adam_eps, DBL, NULL),
+    TF(grad_clip, DBL, "grad-clip", "X", "global gradient-norm clip (0: off)"),
+    TF(seed, U64, "seed", "S", "seed of the parameter initialisation"),
+    TF(train_data, STR, "train-data", "FILE", "training tokens"),
+    TF(val_data, STR, "val-data", "FILE", "validation tokens (optional)"),
+    TF(eval_every, I64, "eval-every", "N", "validation every N steps (0: at the end)"),
+    TF(eval_batches, INT, "eval-batches", "N", "validation batches"),
+    TF(log_every, I64, "log-every", "N", "log every N steps"),
+    TF(tp, INT, "tp", "N", "tensor-parallel degree"),
+    TF(dp, INT, "dp", "N", "data-parallel degree (0: world / tp)"),
+    TF(sp, TRI, "sp", NULL, "sequence parallelism (auto: on when tp > 1)"),
+    TF(reshard_after_forward, BOOL, "reshard-after-forward", NULL,
+       "FSDP: free gathered weights after forward (ZeRO-3)"),
 };
 #undef TF
+_Static_assert(sizeof train_fields / sizeof train_fields[0] == MP_TRAIN_NFIELDS, "MP_TRAIN_NFIELDS");
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
+
+const mp_field *mp_train_config_fields(void) { return train_fields; }
 
 void mp_train_config_default(mp_train_config *t) {
     memset(t, 0, sizeof *t);
@@ -261,6 +282,22 @@ void mp_field_to_json(cJSON *o, const mp_field *f, const void *base) {
         break;
     case MP_FIELD_STR: cJSON_AddStringToObject(o, f->key, p); break;
     }
+}
+
+/* The bytes of a field of kind k. */
+static size_t field_size(mp_field_kind k) {
+    switch (k) {
+    case MP_FIELD_INT: case MP_FIELD_BOOL: case MP_FIELD_TRI: return sizeof(int);
+    case MP_FIELD_I64: return sizeof(int64_t);
+    case MP_FIELD_U64: return sizeof(uint64_t);
+    case MP_FIELD_DBL: return sizeof(double);
+    case MP_FIELD_STR: return MP_PATH_MAX;
+    }
+    return 0;
+}
+
+void mp_field_copy(const mp_field *f, void *dst, const void *src) {
+    memcpy((char *)dst + f->off, (const char *)src + f->off, field_size(f->kind));
 }
 
 int mp_field_equal(const mp_field *f, const void *a, const void *b) {

@@ -8,7 +8,8 @@
  * key) and writes it back as JSON that reads back bit for bit. The training config (mp_train_config) is
  * read with it here; the model's config is read with it in layers/llama_config.c, which knows the
  * Hugging Face config.json rules. A config file is an HF config.json with an optional "train" object
- * (mp_train_config_apply_json reads that object); any other key is an error naming it, so a typo never
+ * (mp_train_config_apply_json reads that object; mp_train_config_fields lists its keys, each with the
+ * flag of `meshpoint train` that overrides it); any other key is an error naming it, so a typo never
  * silently falls back to a default.
  */
 #ifndef MP_CONFIG_H
@@ -34,14 +35,18 @@ typedef enum {
     MP_FIELD_TRI     /* int -1/0/1: null (-1), false or true */
 } mp_field_kind;
 
-/* One field of a config struct: its JSON key (the member's name), kind and offset. */
+/* One field of a config struct: its JSON key (the member's name), kind and offset; and, for a field a
+ * command-line flag overrides, that flag as the flag table (cli/args.h) shows it. */
 typedef struct mp_field {
     const char *key;
     mp_field_kind kind;
     size_t off;
+    const char *flag;      /* without the leading "--"; NULL: set in the config file only */
+    const char *metavar;   /* the value's placeholder in --help ("N", "FILE"); NULL for a switch */
+    const char *help;      /* one line for --help */
 } mp_field;
 
-/* A table entry for member m of struct type T. */
+/* A table entry for member m of struct type T (no flag). */
 #define MP_FIELD(T, m, kind) {#m, kind, offsetof(T, m)}
 
 /* The entry of fs[0 .. n) whose key is key, or NULL. */
@@ -51,6 +56,8 @@ const mp_field *mp_field_find(const mp_field *fs, size_t n, const char *key);
 mp_code mp_field_set(void *base, const mp_field *f, const struct cJSON *v, const char *where, mp_err *err);
 /* Adds field f of the struct at base to the JSON object o, as text that parses back to the same value. */
 void mp_field_to_json(struct cJSON *o, const mp_field *f, const void *base);
+/* Copies field f's value from the struct at src to the struct at dst. */
+void mp_field_copy(const mp_field *f, void *dst, const void *src);
 /* 1 if field f holds the same value in the structs at a and b (reals compared with ==, strings by text). */
 int mp_field_equal(const mp_field *f, const void *a, const void *b);
 /* Field f of the struct at base as messages print it, into buf (cap bytes): integers and booleans as
@@ -98,6 +105,12 @@ typedef struct mp_train_config {
 } mp_train_config;
 
 void mp_train_config_default(mp_train_config *t);
+
+/* The training config's fields, in train_config JSON order, with the `meshpoint train` flag that
+ * overrides each one (beta1, beta2, adam_eps have none): the one list that the config file's "train"
+ * object, the JSON written into checkpoints and the command line's flags and overrides are read from. */
+#define MP_TRAIN_NFIELDS 23
+const mp_field *mp_train_config_fields(void);
 
 /* Applies the config file's "train" object v over *t's previous contents (name: the file, for messages):
  * MP_EINPUT naming the key for an unknown key or a value that does not fit its field (mp_field_set), or

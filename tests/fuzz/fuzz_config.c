@@ -14,16 +14,12 @@
 #include <string.h>
 #include "layers/llama_config.h"
 
-/* 1 if a and b hold the same training config (the fields a checkpoint's train_config carries). */
+/* 1 if a and b hold the same training config (every field a checkpoint's train_config carries). */
 static int same_train(const mp_train_config *a, const mp_train_config *b) {
-    return a->steps == b->steps && a->batch_size == b->batch_size && a->grad_accum == b->grad_accum &&
-           a->seq_len == b->seq_len && a->lr == b->lr && a->min_lr == b->min_lr &&
-           a->warmup_steps == b->warmup_steps && a->decay_steps == b->decay_steps &&
-           a->weight_decay == b->weight_decay && a->beta1 == b->beta1 && a->beta2 == b->beta2 &&
-           a->adam_eps == b->adam_eps && a->grad_clip == b->grad_clip && a->seed == b->seed &&
-           !strcmp(a->train_data, b->train_data) && !strcmp(a->val_data, b->val_data) &&
-           a->eval_every == b->eval_every && a->eval_batches == b->eval_batches && a->log_every == b->log_every &&
-           a->tp == b->tp && a->dp == b->dp && a->sp == b->sp && a->reshard_after_forward == b->reshard_after_forward;
+    const mp_field *fs = mp_train_config_fields();
+    for (int i = 0; i < MP_TRAIN_NFIELDS; i++)
+        if (!mp_field_equal(&fs[i], a, b)) return 0;
+    return 1;
 }
 
 /* libFuzzer entry: one input, any bytes. */
