@@ -5,12 +5,12 @@
  * The reader is a table of fields (mp_field: JSON key, C kind, offset in the struct), so a config struct
  * is described once and that one table parses it, type-checks and range-checks each value (a number that
  * overflows a double, a non-integral or out-of-range integer, a wrong JSON type are refused naming the
- * key) and writes it back as JSON that reads back bit for bit. The training config (mp_train_config) is
- * read with it here; the model's config is read with it in layers/llama_config.c, which knows the
- * Hugging Face config.json rules. A config file is an HF config.json with an optional "train" object
- * (mp_train_config_apply_json reads that object; mp_train_config_fields lists its keys, each with the
- * flag of `meshpoint train` that overrides it); any other key is an error naming it, so a typo never
- * silently falls back to a default.
+ * key), compares and prints it, and writes it back as JSON that reads back bit for bit. The training
+ * config (mp_train_config) is read with it here; the model's config, which core/ knows nothing of, is read
+ * with it by the layer that owns the model. In a config file the training config is the "train" object
+ * (mp_train_config_apply_json reads it; mp_train_config_fields lists its keys, each with the flag of
+ * `meshpoint train` that overrides it); any other key is an error naming it, so a typo never silently
+ * falls back to a default.
  */
 #ifndef MP_CONFIG_H
 #define MP_CONFIG_H

@@ -1,8 +1,8 @@
 /*
  * core/rope.h — the RoPE frequency scaling as the backends' math sees it: which rule scales the inverse
- * frequencies and its numbers (mp_rope_inv_freq, mp_rope_tables in core/backend.h). Nothing here reads or
- * writes a config: the model's config (layers/llama_config.h) parses, checks, names and prints a scaling;
- * the backends only compute with a valid one.
+ * frequencies and its numbers (mp_rope_inv_freq, mp_rope_tables in core/backend.h), as transformers'
+ * modeling_rope_utils computes them. Nothing here reads or writes a config: the model's config, above
+ * core/, parses, checks, names and prints a scaling; the backends only compute with a valid one.
  */
 #ifndef MP_ROPE_H
 #define MP_ROPE_H

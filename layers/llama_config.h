@@ -51,10 +51,11 @@ typedef struct llama_config {
 /* Upper bounds of the model's shape, beyond the ints of the fields themselves, so that every size
  * derived from a config (tensor counts, element counts, the parameter count) is computed without
  * overflow, and a crafted config (or a checkpoint's stored one) is refused instead of allocated:
- * LLAMA_CONFIG_MAX_LAYERS is over 100x the deepest released Llama (126 layers; it bounds the per-layer tables,
- * e.g. the tensor list `ckpt verify` builds without a memory plan); LLAMA_CONFIG_MAX_PARAMS only requires the
- * parameter count to be computable in int64 — whether a model fits in memory is the memory plan's
- * question (llama_plan_memory), which refuses with the figures. */
+ * LLAMA_CONFIG_MAX_LAYERS is over 100x the deepest released Llama (126 layers; it bounds the per-layer
+ * tables, e.g. the tensor list `ckpt verify` builds without a memory plan); LLAMA_CONFIG_MAX_PARAMS only
+ * requires the parameter count to be computable in int64 — whether a model fits in memory is the memory
+ * plan's question (llama_plan_memory), which refuses with the figures. (LLAMA_MAX_LAYERS in
+ * layers/llama_impl.h is the smaller bound of what llama_create builds.) */
 #define LLAMA_CONFIG_MAX_LAYERS 16384
 #define LLAMA_CONFIG_MAX_PARAMS (INT64_MAX - 1)
 
