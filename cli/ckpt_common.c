@@ -264,11 +264,11 @@ mp_code mp_ckpt_tensor_stats(ckpt_reader *r, const ckpt_tensor_info *t, void *bu
 /* ---------------------------------------------------------------------------------------- metadata */
 
 /* Model config of r parsed (MP_OK) or the parse error. */
-mp_code mp_ckpt_parse_model_config(const ckpt_reader *r, mp_model_config *mc, mp_err *err) {
+mp_code mp_ckpt_parse_model_config(const ckpt_reader *r, llama_config *mc, mp_err *err) {
     const char *text = ckpt_meta_get(r, "model_config");
     if (!text) return mp_err_set(err, MP_ECHECK, "metadata \"model_config\" is missing");
-    mp_model_config_default(mc);
-    return mp_config_parse(text, "metadata \"model_config\"", mc, NULL, err);
+    llama_config_default(mc);
+    return llama_config_parse(text, "metadata \"model_config\"", mc, NULL, err);
 }
 
 /* The metadata keys a training checkpoint writes (see cli/ckpt_common.h). */

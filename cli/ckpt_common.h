@@ -25,9 +25,9 @@
 #include <stdio.h>
 #include "ckpt/ckpt.h"
 #include "cli/args.h"
-#include "core/config.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "layers/llama_config.h"
 
 enum { MP_CKPT_ST_OK = 0, MP_CKPT_ST_FAIL = 1, MP_CKPT_ST_USAGE = 2 };
 
@@ -140,7 +140,7 @@ mp_code mp_ckpt_tensor_stats(ckpt_reader *r, const ckpt_tensor_info *t, void *bu
 /* --------------------------------------------------------------------------------------- metadata */
 
 /* r's "model_config" metadata parsed into *mc (MP_OK), or MP_ECHECK / the parse error. */
-mp_code mp_ckpt_parse_model_config(const ckpt_reader *r, mp_model_config *mc, mp_err *err);
+mp_code mp_ckpt_parse_model_config(const ckpt_reader *r, llama_config *mc, mp_err *err);
 /* The metadata keys a training checkpoint writes, NULL-terminated ("model_config" first). */
 extern const char *const mp_ckpt_known_meta[];
 

@@ -80,21 +80,17 @@ static int diff_meta_key(FILE *out, const ckpt_reader *a, const ckpt_reader *b, 
     }
     if (!strcmp(ta, tb)) return 0;
     if (!strcmp(key, "model_config")) {   /* compared as a model: formatting does not matter */
-        mp_model_config x, y;
+        llama_config x, y;
         mp_err e;
         if (mp_ckpt_parse_model_config(a, &x, &e) == MP_OK && mp_ckpt_parse_model_config(b, &y, &e) == MP_OK) {
+            unsigned d = llama_config_diff(&x, &y, LLAMA_CF_NONE);   /* every field counts */
             int n = 0;
-#define F(f, fmt)                                                                                 \
-            if (x.f != y.f) { fprintf(out, "metadata differs: model_config.%s: " fmt " vs " fmt "\n", #f, x.f, y.f); n++; }
-            F(hidden_size, "%d") F(intermediate_size, "%d") F(num_hidden_layers, "%d") F(num_attention_heads, "%d")
-            F(num_key_value_heads, "%d") F(vocab_size, "%d") F(max_position_embeddings, "%d") F(rms_norm_eps, "%g")
-            F(rope_theta, "%g") F(tie_word_embeddings, "%d") F(initializer_range, "%g")
-#undef F
-            if (!mp_rope_scaling_equal(&x.rope_scaling, &y.rope_scaling)) {
-                char da[256], db[256];
-                mp_rope_scaling_describe(&x.rope_scaling, da, sizeof da);
-                mp_rope_scaling_describe(&y.rope_scaling, db, sizeof db);
-                fprintf(out, "metadata differs: model_config.rope_scaling: %s vs %s\n", da, db);
+            for (llama_config_field f = 0; f < LLAMA_CF_COUNT; f++) {
+                if (!(d & LLAMA_CF_BIT(f))) continue;
+                char va[256], vb[256];
+                llama_config_field_format(&x, f, va, sizeof va);
+                llama_config_field_format(&y, f, vb, sizeof vb);
+                fprintf(out, "metadata differs: model_config.%s: %s vs %s\n", llama_config_field_name(f), va, vb);
                 n++;
             }
             return n;

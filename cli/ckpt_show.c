@@ -135,7 +135,7 @@ typedef struct show_facts {
     int nt, nfiles;
     int64_t total, elems;         /* tensor bytes and elements */
     mp_ckpt_tstats *st;           /* [nt] with --stats, else NULL */
-    mp_model_config mc;
+    llama_config mc;
     mp_err cerr;                  /* why model_config does not parse, when it does not */
     int mc_ok, have_lr;
     double lr_next;
@@ -214,7 +214,7 @@ static void show_json(const ckpt_reader *r, const show_opts *o, const show_facts
     cJSON_AddNumberToObject(j, "rank_files", f->nfiles);
     json_add_meta(j, r, "mesh");
     json_add_meta(j, r, "model_config");
-    if (f->mc_ok) cJSON_AddNumberToObject(j, "parameters", (double)mp_model_num_params(&f->mc));
+    if (f->mc_ok) cJSON_AddNumberToObject(j, "parameters", (double)llama_config_num_params(&f->mc));
     for (int i = 1; mp_ckpt_known_meta[i]; i++)
         if (strcmp(mp_ckpt_known_meta[i], "mesh") && strcmp(mp_ckpt_known_meta[i], "step")) json_add_meta(j, r, mp_ckpt_known_meta[i]);
     if (f->have_lr) cJSON_AddItemToObject(j, "next_lr", json_exact(f->lr_next));
@@ -252,7 +252,7 @@ static void show_text_header(const ckpt_reader *r, const show_facts *f) {
 
 /* Text: the model config block. */
 static void show_text_model(const ckpt_reader *r, const show_facts *f) {
-    const mp_model_config *mc = &f->mc;
+    const llama_config *mc = &f->mc;
     printf("model config\n");
     if (f->mc_ok) {
         printf("  %-26s%d\n", "hidden_size", mc->hidden_size);
@@ -260,17 +260,17 @@ static void show_text_model(const ckpt_reader *r, const show_facts *f) {
         printf("  %-26s%d\n", "num_hidden_layers", mc->num_hidden_layers);
         printf("  %-26s%d\n", "num_attention_heads", mc->num_attention_heads);
         printf("  %-26s%d\n", "num_key_value_heads", mc->num_key_value_heads);
-        printf("  %-26s%d\n", "head_dim", mp_head_dim(mc));
+        printf("  %-26s%d\n", "head_dim", llama_head_dim(mc));
         printf("  %-26s%d\n", "vocab_size", mc->vocab_size);
         printf("  %-26s%d\n", "max_position_embeddings", mc->max_position_embeddings);
         printf("  %-26s%g\n", "rms_norm_eps", mc->rms_norm_eps);
         printf("  %-26s%g\n", "rope_theta", mc->rope_theta);
         char rs[256];
-        mp_rope_scaling_describe(&mc->rope_scaling, rs, sizeof rs);
+        llama_rope_scaling_describe(&mc->rope_scaling, rs, sizeof rs);
         printf("  %-26s%s\n", "rope_scaling", rs);
         printf("  %-26s%s\n", "tie_word_embeddings", mc->tie_word_embeddings ? "true" : "false");
         printf("  %-26s%g\n", "initializer_range", mc->initializer_range);
-        printf("  %-26s%lld\n", "parameters", (long long)mp_model_num_params(mc));
+        printf("  %-26s%lld\n", "parameters", (long long)llama_config_num_params(mc));
     } else if (ckpt_meta_get(r, "model_config")) {
         printf("  (does not parse: %s)\n  %s\n", f->cerr.msg, ckpt_meta_get(r, "model_config"));
     } else {

@@ -29,13 +29,13 @@
 
 /* The parameters of a Llama config in HF names and logical shapes: layers/ keeps the one list
  * (llama_tensor_specs) that the model itself is built from. Returns the count; *out is malloc'd. */
-static int training_params(const mp_model_config *c, llama_tensor_spec **out) {
+static int training_params(const llama_config *c, llama_tensor_spec **out) {
     int n = llama_tensor_specs(c, NULL, 0);
     llama_tensor_spec *p = mp_xmalloc(sizeof *p * (size_t)n);
     llama_tensor_specs(c, p, n);
     int64_t total = 0;
     for (int i = 0; i < n; i++) total += p[i].shape[0] * p[i].shape[1];
-    assert(total == mp_model_num_params(c));   /* the same model as core/config.c counts */
+    assert(total == llama_config_num_params(c));   /* the same model as layers/llama_config.c counts */
     *out = p;
     return n;
 }
@@ -94,7 +94,7 @@ static void verify_views(const char *dir, problems *pr) {
 
 /* Checks the metadata a training checkpoint needs; each problem is reported. */
 static void verify_meta(const ckpt_reader *r, problems *pr) {
-    mp_model_config mc;
+    llama_config mc;
     mp_err err;
     if (mp_ckpt_parse_model_config(r, &mc, &err)) problem(pr, "%s", err.msg);
     const char *step = ckpt_meta_get(r, "step");
@@ -146,7 +146,7 @@ static void verify_meta(const ckpt_reader *r, problems *pr) {
 
 /* Checks that the tensors are exactly model/, optim/exp_avg/, optim/exp_avg_sq/ of every parameter of
  * the config, f32, with the logical HF shapes. */
-static void verify_tensor_set(const ckpt_reader *r, const mp_model_config *mc, problems *pr) {
+static void verify_tensor_set(const ckpt_reader *r, const llama_config *mc, problems *pr) {
     llama_tensor_spec *ps;
     int np = training_params(mc, &ps), nt = ckpt_num_tensors(r);
     char *seen = mp_xcalloc((size_t)nt + 1);
@@ -278,7 +278,7 @@ int mp_ckpt_verify(int argc, char **argv) {
     verify_bytes(r, &pr, &bytes);
     if (!format_only) {
         verify_meta(r, &pr);
-        mp_model_config mc;
+        llama_config mc;
         mp_err ce;
         if (mp_ckpt_parse_model_config(r, &mc, &ce) == MP_OK) verify_tensor_set(r, &mc, &pr);
     }

@@ -81,7 +81,7 @@ typedef struct eval_run {
     mp_runtime rt;
     mp_err err;
     mp_train_config tc;
-    mp_model_config mc;
+    llama_config mc;
     size_t max_bytes;               /* --max-memory, 0: the host's available memory */
     char ckpt_dir[4096];            /* "" without --checkpoint */
     mp_batch_split bs;
@@ -135,8 +135,8 @@ static mp_code parse_flags(eval_run *r, int argc, char **argv, int *help) {
  * missing on some ranks only (node-local paths): local, agreed by the caller. */
 static mp_code load_config(eval_run *r) {
     const eval_flags *f = &r->f;
-    mp_model_config_default(&r->mc);
-    if (f->config) MP_TRY(mp_config_load(f->config, &r->mc, &r->tc, &r->err));
+    llama_config_default(&r->mc);
+    if (f->config) MP_TRY(llama_config_load(f->config, &r->mc, &r->tc, &r->err));
     if (f->set_batch) r->tc.batch_size = f->batch;
     if (f->set_seq) r->tc.seq_len = f->seq;
     if (f->set_tp) r->tc.tp = f->tp;
@@ -171,7 +171,7 @@ static mp_code plan_and_open(eval_run *r) {
  * code. */
 static mp_code build_and_load(eval_run *r) {
     mp_info("model: %lld parameters, %d layers, hidden %d; mesh dp %d x tp %d; %s; up to %d batches of %d x %d "
-            "tokens", (long long)mp_model_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size,
+            "tokens", (long long)llama_config_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size,
             r->rt.mesh.dp, r->rt.mesh.tp, r->f.checkpoint ? "loading the checkpoint" : "seeded initialisation",
             r->f.batches, r->tc.batch_size, r->tc.seq_len);
     MP_TRY(mp_runtime_agree(&r->rt, mp_runtime_model(&r->rt, &r->mc, &r->tc, r->bs.micro, &r->model, &r->err),
@@ -227,7 +227,7 @@ int mp_cmd_eval(int argc, char **argv) {
     if ((agreed = mp_runtime_agree(&r->rt, load_config(r), &r->err))) goto fail_agreed;
     if (mp_runtime_mesh(&r->rt, r->tc.tp, r->tc.dp, r->f.device, &r->err)) goto fail;
     if ((agreed = resolve_checkpoint(r))) goto fail_agreed;
-    if (mp_config_validate_pair(&r->mc, &r->tc, &r->err)) goto fail;
+    if (llama_config_validate_pair(&r->mc, &r->tc, &r->err)) goto fail;
     if (mp_batch_split_init(&r->bs, r->tc.batch_size, 1, r->rt.mesh.dp, &r->err)) goto fail;
     if ((agreed = plan_and_open(r)) || (agreed = build_and_load(r))) goto fail_agreed;
     if (evaluate(r)) goto fail;

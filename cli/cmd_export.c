@@ -60,7 +60,7 @@ static mp_code check_model_tensors(ckpt_reader *r, const rs_box *b, int n, mp_er
 }
 
 /* Reads the exported directory back: headers, tensor set and shapes, and config.json = cfg. */
-static mp_code verify_export(const char *dir, const mp_model_config *cfg, mp_err *e) {
+static mp_code verify_export(const char *dir, const llama_config *cfg, mp_err *e) {
     rs_source *s = NULL;
     MP_TRY(rs_source_hf(&s, dir, e));
     mp_code rc = rs_source_hf_check(s, cfg, e);
@@ -68,16 +68,10 @@ static mp_code verify_export(const char *dir, const mp_model_config *cfg, mp_err
     MP_TRY(rc);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    mp_model_config back;
-    MP_TRY(mp_config_load(path, &back, NULL, e));
-    int same = back.hidden_size == cfg->hidden_size && back.intermediate_size == cfg->intermediate_size &&
-               back.num_hidden_layers == cfg->num_hidden_layers && back.num_attention_heads == cfg->num_attention_heads &&
-               back.num_key_value_heads == cfg->num_key_value_heads && back.vocab_size == cfg->vocab_size &&
-               back.max_position_embeddings == cfg->max_position_embeddings && back.rms_norm_eps == cfg->rms_norm_eps &&
-               back.rope_theta == cfg->rope_theta && back.tie_word_embeddings == cfg->tie_word_embeddings &&
-               back.initializer_range == cfg->initializer_range &&
-               mp_rope_scaling_equal(&back.rope_scaling, &cfg->rope_scaling);
-    if (!same) return mp_err_set(e, MP_ECHECK, "%s does not read back as the checkpoint's model config", path);
+    llama_config back;
+    MP_TRY(llama_config_load(path, &back, NULL, e));
+    if (llama_config_diff(&back, cfg, LLAMA_CF_NONE))   /* every field, rope_scaling included */
+        return mp_err_set(e, MP_ECHECK, "%s does not read back as the checkpoint's model config", path);
     return MP_OK;
 }
 
@@ -101,12 +95,12 @@ static mp_code run_export(const char *arg, export_opts *o, mp_err *err) {
         mp_err_wrap(err, "source %s is not a complete checkpoint", src_dir);
     }
     if (!rc && (rc = rs_source_ckpt(&src, src_dir, o->max_bytes / 4, err))) err->code = rc = MP_EINPUT;
-    mp_model_config mc;
+    llama_config mc;
     const char *mtext = rc ? NULL : ckpt_meta_get(rs_source_ckpt_reader(src), "model_config");
     if (!rc && !mtext) rc = mp_err_set(err, MP_EINPUT, "checkpoint %s has no model_config: not a training checkpoint", src_dir);
     char where[PATH_MAX + 32];
     if (!rc) snprintf(where, sizeof where, "%s: model_config", src_dir);
-    if (!rc) rc = mp_config_parse(mtext, where, &mc, NULL, err);
+    if (!rc) rc = llama_config_parse(mtext, where, &mc, NULL, err);
     if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
     if (!rc) rc = check_model_tensors(rs_source_ckpt_reader(src), boxes, n, err);
     char a[PATH_MAX], b[PATH_MAX];

@@ -6,7 +6,7 @@
  * The reshard/ engine with an HF source and the checkpoint sink.
  *
  * Order of work, so that a refusal leaves nothing behind:
- *   1. flags; DIR/config.json through the one config parser (core/config.c: it refuses, naming the
+ *   1. flags; DIR/config.json through the one config parser (layers/llama_config.c: it refuses, naming the
  *      key, what the model cannot represent — biases, other architectures or model types, head_dim !=
  *      hidden/heads, RoPE variants it does not implement, unknown keys); every safetensors header
  *      (reshard/safetensors.c validates them); every tensor of the model present with its shape and an
@@ -40,11 +40,11 @@ typedef struct import_opts {
 } import_opts;
 
 /* DIR/config.json parsed into *mc; its messages name the file and the key. */
-static mp_code load_hf_config(const char *dir, mp_model_config *mc, mp_err *e) {
+static mp_code load_hf_config(const char *dir, llama_config *mc, mp_err *e) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!mp_ckpt_exists(path)) return mp_err_set(e, MP_EINPUT, "%s: no config.json: not a Hugging Face model directory", dir);
-    mp_code rc = mp_config_load(path, mc, NULL, e);
+    mp_code rc = llama_config_load(path, mc, NULL, e);
     if (rc) e->code = rc = MP_EINPUT;
     return rc;
 }
@@ -56,7 +56,7 @@ static mp_code put_meta(void *ctx, const char *key, const char *value, mp_err *e
 }
 
 /* Steps 3 and 4 of the top of this file. Collective over the runtime's world. */
-static int write_ckpt(mp_runtime *rt, rs_source *src, const rs_box *boxes, int n, const mp_model_config *mc,
+static int write_ckpt(mp_runtime *rt, rs_source *src, const rs_box *boxes, int n, const llama_config *mc,
                       const import_opts *o) {
     mp_err err;
     mp_err_clear(&err);
@@ -107,7 +107,7 @@ int mp_cmd_import(int argc, char **argv) {
     int npos = 0, help = 0, status = 0, n = 0;
     rs_source *src = NULL;
     rs_box *boxes = NULL;
-    mp_model_config mc;
+    llama_config mc;
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
     if (help) {
         if (rt.rank == 0) mp_args_help(stdout, "meshpoint import DIR --out CKPT [--tp N --dp N] [options]", import_about, flags);

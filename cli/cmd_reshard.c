@@ -225,11 +225,11 @@ int mp_cmd_reshard(int argc, char **argv) {
     ckpt_reader *r = rs_source_ckpt_reader(src);
     const char *mtext = ckpt_meta_get(r, "model_config");
     if (!mtext) { mp_err_set(&err, MP_EINPUT, "checkpoint %s has no model_config: not a training checkpoint", src_dir); goto fail; }
-    mp_model_config mc;
-    mp_model_config_default(&mc);
+    llama_config mc;
+    llama_config_default(&mc);
     char where[1200];
     snprintf(where, sizeof where, "%s: model_config", src_dir);
-    if (mp_config_parse(mtext, where, &mc, NULL, &err)) goto fail;
+    if (llama_config_parse(mtext, where, &mc, NULL, &err)) goto fail;
     if (rs_target_layout(&mc, o.tp, o.dp, o.model_only, &boxes, &n, &err)) {
         mp_err_wrap(&err, "target mesh --tp %d --dp %d", o.tp, o.dp);
         goto fail;
@@ -254,7 +254,7 @@ done:
 /* ------------------------------------------------------------------------------------- init */
 
 typedef struct init_meta_ctx {
-    const mp_model_config *mc;
+    const llama_config *mc;
     const mp_train_config *tc;
     int tp, dp;
 } init_meta_ctx;
@@ -299,9 +299,9 @@ int mp_cmd_init(int argc, char **argv) {
     if (!config) { mp_err_set(&err, MP_EINPUT, "--config FILE is required"); goto fail; }
     if (check_conv_flags(&o, &err)) goto fail;
     if (set_seed && seed < 0) { mp_err_set(&err, MP_EINPUT, "--seed must be >= 0, got %lld", (long long)seed); goto fail; }
-    mp_model_config mc;
-    mp_model_config_default(&mc);
-    if (mp_config_load(config, &mc, &tc, &err)) goto fail;
+    llama_config mc;
+    llama_config_default(&mc);
+    if (llama_config_load(config, &mc, &tc, &err)) goto fail;
     if (set_seed) tc.seed = (uint64_t)seed;
     tc.tp = o.tp;
     tc.dp = o.dp;

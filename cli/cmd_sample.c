@@ -49,7 +49,7 @@ typedef struct sample_run {
     sample_flags f;
     mp_runtime rt;
     mp_err err;
-    mp_model_config mc;
+    llama_config mc;
     char ckpt_dir[4096];
     size_t max_bytes;
     int32_t *seq;          /* prompt + generated ids, [T] */

@@ -49,12 +49,10 @@ static void train_fill(void *ctx, int k, int32_t *in, int32_t *tgt) {
 }
 
 typedef struct train_flags {
-    const char *config, *run_dir, *device, *data_format, *train_data, *val_data;
-    mp_train_config tc;
-    int set_steps, set_batch, set_seq, set_lr, set_min_lr, set_seed, set_warmup, set_accum, set_tp, set_dp,
-        set_sp, set_raf, set_eval_every, set_eval_batches, set_log_every, set_clip, set_wd, set_decay, set_train,
-        set_val;
-    int sp_flag, raf_flag;
+    const char *config, *run_dir, *device, *data_format;
+    mp_train_config tc;                  /* the training flags' values, over the default training config */
+    int set[MP_TRAIN_NFIELDS];           /* set[i]: the flag of mp_train_config_fields()[i] was given */
+    const char *str[MP_TRAIN_NFIELDS];   /* a string flag's value (--train-data), copied into tc once parsed */
     /* checkpoints */
     const char *ckpt_dir, *resume_from, *compress, *on_save_error, *on_nonfinite, *max_memory;
     const char *init_from;     /* --init-from: a new run from this checkpoint's weights */
@@ -62,18 +60,36 @@ typedef struct train_flags {
     int keep, resume, async_save, overwrite;
 } train_flags;
 
-/* Flag values override the config file's "train" object; the `set` markers tell which were given. */
-static void apply_overrides(train_flags *f, const mp_train_config *cli, mp_train_config *t) {
-#define OV(flag, field) if (f->flag) t->field = cli->field
-    OV(set_steps, steps); OV(set_batch, batch_size); OV(set_seq, seq_len); OV(set_lr, lr);
-    OV(set_min_lr, min_lr); OV(set_seed, seed); OV(set_warmup, warmup_steps); OV(set_accum, grad_accum);
-    OV(set_tp, tp); OV(set_dp, dp); OV(set_eval_every, eval_every); OV(set_eval_batches, eval_batches);
-    OV(set_log_every, log_every); OV(set_clip, grad_clip); OV(set_wd, weight_decay); OV(set_decay, decay_steps);
-#undef OV
-    if (f->set_sp) t->sp = f->sp_flag;
-    if (f->set_raf) t->reshard_after_forward = f->raf_flag;
-    if (f->set_train) snprintf(t->train_data, sizeof t->train_data, "%s", f->train_data);
-    if (f->set_val) snprintf(t->val_data, sizeof t->val_data, "%s", f->val_data);
+/* Appends to out the flags of the training fields (mp_train_config_fields, in its order) whose kind is a
+ * string (strings = 1: the data files) or is not (0: the schedule, the optimizer, the mesh), each filling
+ * its field of f->tc (a string flag: f->str) and marking f->set; returns how many. A seed goes through
+ * an int64 flag, so a negative one reaches mp_train_config_validate, which refuses it naming --seed. */
+static int train_field_flags(train_flags *f, int strings, mp_arg *out) {
+    static const mp_arg_kind arg_kind[] = {
+        [MP_FIELD_INT] = MP_ARG_INT, [MP_FIELD_I64] = MP_ARG_I64, [MP_FIELD_U64] = MP_ARG_I64,
+        [MP_FIELD_DBL] = MP_ARG_DOUBLE, [MP_FIELD_BOOL] = MP_ARG_SWITCH, [MP_FIELD_STR] = MP_ARG_STRING,
+        [MP_FIELD_TRI] = MP_ARG_SWITCH};
+    const mp_field *fs = mp_train_config_fields();
+    int n = 0;
+    for (int i = 0; i < MP_TRAIN_NFIELDS; i++) {
+        if (!fs[i].flag || (fs[i].kind == MP_FIELD_STR) != strings) continue;
+        void *ptr = fs[i].kind == MP_FIELD_STR ? (void *)&f->str[i] : (void *)((char *)&f->tc + fs[i].off);
+        out[n++] = (mp_arg){fs[i].flag, arg_kind[fs[i].kind], ptr, fs[i].metavar, fs[i].help, .set = &f->set[i]};
+    }
+    return n;
+}
+
+/* Copies the {0}-terminated flags of src to dst[n ...]; returns the new count. */
+static int append_flags(mp_arg *dst, int n, const mp_arg *src) {
+    for (; src->name; src++) dst[n++] = *src;
+    return n;
+}
+
+/* Flag values override the config file's "train" object; f->set tells which were given. */
+static void apply_overrides(const train_flags *f, const mp_train_config *cli, mp_train_config *t) {
+    const mp_field *fs = mp_train_config_fields();
+    for (int i = 0; i < MP_TRAIN_NFIELDS; i++)
+        if (f->set[i]) mp_field_copy(&fs[i], t, cli);
 }
 
 static const char *train_about =
@@ -111,10 +127,9 @@ static mp_code parse_compress(const char *s, int *level, mp_err *err) {
 
 typedef struct train_run {
     train_flags f;
-    int64_t seed;                   /* --seed as parsed */
     mp_runtime rt;
     mp_err err;                     /* the message of a failing phase */
-    mp_model_config mc;
+    llama_config mc;
     ckpt_save_opts sopts;
     mp_mesh *mesh;                  /* &rt.mesh once built */
     mp_batch_split bs;
@@ -161,46 +176,27 @@ typedef enum step_flow {
     STEP_FAIL    /* r->err set, found alike by every rank: `fail` */
 } step_flow;
 
-/* Parses the command line into r->f and r->seed (the flags over the default training config). With
- * --help/-h, sets *help and prints the help on rank 0. Fails alike on every rank (`fail`): a bad flag,
- * a positional argument. */
+/* Parses the command line into r->f (the flags over the default training config). With --help/-h, sets
+ * *help and prints the help on rank 0. Fails alike on every rank (`fail`): a bad flag, a positional
+ * argument. */
 static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
-    train_flags f = {.run_dir = "run", .device = "cpu", .data_format = "llmc", .train_data = "", .val_data = "",
-                     .compress = "none", .on_save_error = "stop", .on_nonfinite = "stop"};
-    mp_train_config_default(&f.tc);
-    mp_train_config *c = &f.tc;
-    f.sp_flag = c->sp;                         /* -1: auto (--help shows the defaults actually used) */
-    f.raf_flag = c->reshard_after_forward;
-    int64_t seed = (int64_t)c->seed;
+    train_flags f = {.run_dir = "run", .device = "cpu", .data_format = "llmc", .compress = "none",
+                     .on_save_error = "stop", .on_nonfinite = "stop"};
+    mp_train_config_default(&f.tc);   /* sp -1: auto (--help shows the defaults actually used) */
+    const mp_field *fs = mp_train_config_fields();
+    for (int i = 0; i < MP_TRAIN_NFIELDS; i++) f.str[i] = "";
     static const char *const formats[] = {"llmc", "u16", "u32", NULL};
     static const char *const on_err[] = {"stop", "continue", NULL};
     static const char *const on_nf[] = {"stop", "skip", NULL};
-    const mp_arg flags[] = {
+    const mp_arg run_flags[] = {
         {"config", MP_ARG_STRING, &f.config, "FILE", "model + training config (JSON, HF field names)"},
         {"run-dir", MP_ARG_STRING, &f.run_dir, "DIR", "run directory (metrics.jsonl, checkpoints/)"},
-        {"train-data", MP_ARG_STRING, &f.train_data, "FILE", "training tokens", .set = &f.set_train},
-        {"val-data", MP_ARG_STRING, &f.val_data, "FILE", "validation tokens (optional)", .set = &f.set_val},
+        {0}};
+    const mp_arg format_flag[] = {
         {"data-format", MP_ARG_STRING, &f.data_format, "FMT",
          "token file format (llmc: llm.c files, uint16 GPT-2 or uint32 Llama 3 by their magic)", formats},
-        {"steps", MP_ARG_I64, &c->steps, "N", "optimizer steps (in total, counting resumed ones)", .set = &f.set_steps},
-        {"batch", MP_ARG_INT, &c->batch_size, "B", "global batch in sequences", .set = &f.set_batch},
-        {"grad-accum", MP_ARG_INT, &c->grad_accum, "K", "micro-steps per step", .set = &f.set_accum},
-        {"seq-len", MP_ARG_INT, &c->seq_len, "T", "sequence length", .set = &f.set_seq},
-        {"lr", MP_ARG_DOUBLE, &c->lr, "X", "peak learning rate", .set = &f.set_lr},
-        {"min-lr", MP_ARG_DOUBLE, &c->min_lr, "X", "final learning rate", .set = &f.set_min_lr},
-        {"warmup", MP_ARG_I64, &c->warmup_steps, "N", "linear warmup steps", .set = &f.set_warmup},
-        {"decay-steps", MP_ARG_I64, &c->decay_steps, "N", "cosine steps after warmup (0: to the end)", .set = &f.set_decay},
-        {"weight-decay", MP_ARG_DOUBLE, &c->weight_decay, "X", "AdamW weight decay", .set = &f.set_wd},
-        {"grad-clip", MP_ARG_DOUBLE, &c->grad_clip, "X", "global gradient-norm clip (0: off)", .set = &f.set_clip},
-        {"seed", MP_ARG_I64, &seed, "S", "seed of the parameter initialisation", .set = &f.set_seed},
-        {"eval-every", MP_ARG_I64, &c->eval_every, "N", "validation every N steps (0: at the end)", .set = &f.set_eval_every},
-        {"eval-batches", MP_ARG_INT, &c->eval_batches, "N", "validation batches", .set = &f.set_eval_batches},
-        {"log-every", MP_ARG_I64, &c->log_every, "N", "log every N steps", .set = &f.set_log_every},
-        {"tp", MP_ARG_INT, &c->tp, "N", "tensor-parallel degree", .set = &f.set_tp},
-        {"dp", MP_ARG_INT, &c->dp, "N", "data-parallel degree (0: world / tp)", .set = &f.set_dp},
-        {"sp", MP_ARG_SWITCH, &f.sp_flag, NULL, "sequence parallelism (auto: on when tp > 1)", .set = &f.set_sp},
-        {"reshard-after-forward", MP_ARG_SWITCH, &f.raf_flag, NULL,
-         "FSDP: free gathered weights after forward (ZeRO-3)", .set = &f.set_raf},
+        {0}};
+    const mp_arg job_flags[] = {
         {"device", MP_ARG_STRING, &f.device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
         {"ckpt-dir", MP_ARG_STRING, &f.ckpt_dir, "DIR", "checkpoint directory", .dflt = "RUN/checkpoints"},
         {"ckpt-every", MP_ARG_I64, &f.ckpt_every, "N", "save a checkpoint every N steps and at the end (0: never)"},
@@ -222,10 +218,21 @@ static mp_code parse_flags(train_run *r, int argc, char **argv, int *help) {
          "memory bound per rank for the plan checked at start (e.g. 8G), replacing the measured one",
          .dflt = "what the host and ulimit allow"},
         {0}};
+    /* --help's order: the run, the data files, their format, the training fields, the job */
+    mp_arg flags[sizeof run_flags / sizeof *run_flags + sizeof format_flag / sizeof *format_flag +
+                 sizeof job_flags / sizeof *job_flags + MP_TRAIN_NFIELDS];
+    int n = append_flags(flags, 0, run_flags);
+    n += train_field_flags(&f, 1, flags + n);
+    n = append_flags(flags, n, format_flag);
+    n += train_field_flags(&f, 0, flags + n);
+    n = append_flags(flags, n, job_flags);
+    flags[n] = (mp_arg){0};
     int npos = 0;
     mp_code rc = mp_args_parse(flags, argc, argv, &npos, help, &r->err);
+    for (int i = 0; i < MP_TRAIN_NFIELDS; i++)
+        if (f.set[i] && fs[i].kind == MP_FIELD_STR)
+            snprintf((char *)&f.tc + fs[i].off, MP_PATH_MAX, "%s", f.str[i]);
     r->f = f;
-    r->seed = seed;
     if (rc) return rc;
     if (*help) {
         if (r->rt.rank == 0) mp_args_help(stdout, "meshpoint train --config FILE [options]", train_about, flags);
@@ -258,13 +265,12 @@ static mp_code load_config(train_run *r) {
     r->sopts = (ckpt_save_opts){.keep = f->keep};
     if ((rc = parse_compress(f->compress, &r->sopts.zstd_level, err))) return rc;
     mp_train_config cli = *c;
-    cli.seed = (uint64_t)r->seed;
-    mp_model_config_default(&r->mc);
+    llama_config_default(&r->mc);
     mp_train_config_default(c);
-    if ((rc = mp_config_load(f->config, &r->mc, c, err))) return rc;
+    if ((rc = llama_config_load(f->config, &r->mc, c, err))) return rc;
     apply_overrides(f, &cli, c);
     if ((rc = mp_train_config_validate(c, err))) { mp_err_wrap(err, "training options"); return rc; }
-    if ((rc = mp_config_validate_pair(&r->mc, c, err))) return rc;
+    if ((rc = llama_config_validate_pair(&r->mc, c, err))) return rc;
     if (!c->train_data[0])
         return mp_err_set(err, MP_EINPUT, "no training data: pass --train-data FILE or set train.train_data");
     return MP_OK;
@@ -541,7 +547,7 @@ static void prepare_loop(train_run *r) {
     r->tgt = be->host_alloc(be, r->tok_bytes, MP_MEM_OTHER);
     mp_info("model: %lld parameters, %d layers, hidden %d; mesh dp %d x tp %d%s; batch %d x %d tokens "
             "(micro %d x accum %d per rank); CPU kernels %s",
-            (long long)mp_model_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size, mesh->dp, mesh->tp,
+            (long long)llama_config_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size, mesh->dp, mesh->tp,
             mesh->tp > 1 ? (c->sp < 0 || c->sp ? ", SP" : ", no SP") : "", c->batch_size, c->seq_len, r->bs.micro,
             r->bs.grad_accum, mp_cpu_isa());
     signal(SIGTERM, on_stop_signal);

@@ -108,7 +108,7 @@ static mp_code check_fits(const mp_memplan *p, size_t max_bytes, mp_err *err) {
                       mp_ckpt_human((char[32]){0}, 32, p->total), mp_ckpt_human(have, sizeof have, p->available), ways);
 }
 
-mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama_options *opt, int staging,
+mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt, int staging,
                          size_t max_bytes, mp_memplan *plan, mp_err *err) {
     assert(rt->have_mesh && plan);
     memset(plan, 0, sizeof *plan);

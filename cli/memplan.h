@@ -32,7 +32,7 @@ typedef struct mp_memplan {
  * together against the host's available memory.
  * Collective over the mesh; returns the agreed code (MP_EINPUT: the plan does not fit or the model is
  * beyond planning, naming the figures; the failing rank printed the message). */
-mp_code mp_memplan_check(mp_runtime *rt, const mp_model_config *cfg, const llama_options *opt, int staging,
+mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt, int staging,
                          size_t max_bytes, mp_memplan *plan, mp_err *err);
 
 /* Bytes the host can give this job now: MemAvailable of /proc/meminfo, lowered to the cgroup's

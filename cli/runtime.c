@@ -165,7 +165,7 @@ mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, char *path, size_t cap, mp
     return MP_OK;
 }
 
-mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, mp_model_config *mc, mp_err *err) {
+mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, llama_config *mc, mp_err *err) {
     ckpt_reader *cr = NULL;
     mp_code local = ckpt_open(&cr, dir, err);
     if (!local && (local = mp_ckpt_parse_model_config(cr, mc, err))) mp_err_wrap(err, "checkpoint %s", dir);
@@ -223,7 +223,7 @@ llama_options mp_runtime_model_options(const mp_runtime *rt, const mp_train_conf
     return o;
 }
 
-mp_code mp_runtime_model(mp_runtime *rt, const mp_model_config *cfg, const mp_train_config *tc, int micro,
+mp_code mp_runtime_model(mp_runtime *rt, const llama_config *cfg, const mp_train_config *tc, int micro,
                          llama_model **out, mp_err *err) {
     llama_options o = mp_runtime_model_options(rt, tc, micro);
     return llama_create(out, cfg, &o, &rt->mesh, rt->be, err);

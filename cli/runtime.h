@@ -10,11 +10,11 @@
 #define MP_RUNTIME_H
 
 #include "core/backend.h"
-#include "core/config.h"
 #include "core/data.h"
 #include "core/error.h"
 #include "core/mesh.h"
 #include "layers/llama.h"
+#include "layers/llama_config.h"
 
 typedef struct mp_runtime {
     int mpi;          /* MPI was initialised by us */
@@ -59,7 +59,7 @@ mp_code mp_runtime_test_fail(const mp_runtime *rt, const char *what, mp_err *err
 mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, char *path, size_t cap, mp_err *err);
 /* The model config the checkpoint in dir was saved with (its model_config metadata) into *mc; every
  * rank reads it (no broadcast of a struct). Collective: the agreed code, the message naming dir. */
-mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, mp_model_config *mc, mp_err *err);
+mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, llama_config *mc, mp_err *err);
 /* Reads the checkpoint a command just wrote to dir back against its checksums and coverage (rank 0,
  * reader scratch bounded by scratch bytes, a progress bar on a terminal) and logs the bytes read.
  * Collective: returns the exit status of the agreed result (0, or 1 naming dir). */
@@ -90,7 +90,7 @@ extern const char *const mp_runtime_devices[];
 llama_options mp_runtime_model_options(const mp_runtime *rt, const mp_train_config *tc, int micro);
 
 /* Builds the Llama model for the mesh and options. */
-mp_code mp_runtime_model(mp_runtime *rt, const mp_model_config *cfg, const mp_train_config *tc, int micro,
+mp_code mp_runtime_model(mp_runtime *rt, const llama_config *cfg, const mp_train_config *tc, int micro,
                          llama_model **out, mp_err *err);
 
 /* Mean per-token loss over the first nbatches global batches of f (batch B sequences of length T,

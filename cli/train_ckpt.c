@@ -29,10 +29,10 @@ void mp_checkpointer_init(mp_checkpointer *c, const char *root, const ckpt_save_
     c->inflight_step = -1;
 }
 
-mp_code mp_run_meta(mp_meta_put put, void *ctx, const mp_model_config *mc, const mp_train_config *tc, int tp,
+mp_code mp_run_meta(mp_meta_put put, void *ctx, const llama_config *mc, const mp_train_config *tc, int tp,
                     int dp, const mp_run_state *st, mp_err *err) {
     char buf[1024];
-    char *model_json = mp_model_config_to_json(mc), *train_json = mp_train_config_to_json(tc);
+    char *model_json = llama_config_to_json(mc), *train_json = mp_train_config_to_json(tc);
     mp_code rc = put(ctx, "model_config", model_json, err);
     if (!rc) rc = put(ctx, "train_config", train_json, err);
     free(model_json);
@@ -122,7 +122,7 @@ static mp_code check_finite(const float *const *src, llama_model *m, mp_err *err
     return MP_OK;
 }
 
-mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_config *mc,
+mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const llama_config *mc,
                              const mp_train_config *tc, const mp_run_state *st, ckpt_stats *stats,
                              mp_err *err) {
     double t0 = mp_time_s();
@@ -218,32 +218,28 @@ void mp_checkpointer_free(mp_checkpointer *c) {
 
 /* ---- loading ---- */
 
-/* Compares the saved model config with the running one; the message names the first differing field. */
-static mp_code check_model_config(const ckpt_reader *r, const mp_model_config *mc, mp_err *err) {
+/* Compares the saved model config with the running one; the message names the first differing field (in
+ * config.json order). Two fields may differ: max_position_embeddings (it shapes no tensor and bounds
+ * seq_len only; RoPE is computed for the positions of a sequence) and initializer_range (used only by a
+ * fresh initialisation). */
+static mp_code check_model_config(const ckpt_reader *r, const llama_config *mc, mp_err *err) {
     const char *text = ckpt_meta_get(r, "model_config");
     if (!text) return mp_err_set(err, MP_ECHECK, "checkpoint %s has no model_config", ckpt_reader_dir(r));
-    mp_model_config saved;
-    mp_model_config_default(&saved);
+    llama_config saved;
+    llama_config_default(&saved);
     char where[1100];
     snprintf(where, sizeof where, "%s: model_config", ckpt_reader_dir(r));
-    MP_TRY(mp_config_parse(text, where, &saved, NULL, err));
-#define SAME_INT(f) if (saved.f != mc->f) return mp_err_set(err, MP_EINPUT, \
-        "checkpoint %s was saved with " #f " = %d, the config says %d", ckpt_reader_dir(r), saved.f, mc->f)
-#define SAME_DBL(f) if (saved.f != mc->f) return mp_err_set(err, MP_EINPUT, \
-        "checkpoint %s was saved with " #f " = %g, the config says %g", ckpt_reader_dir(r), saved.f, mc->f)
-    SAME_INT(hidden_size); SAME_INT(intermediate_size); SAME_INT(num_hidden_layers);
-    SAME_INT(num_attention_heads); SAME_INT(num_key_value_heads); SAME_INT(vocab_size);
-    SAME_INT(tie_word_embeddings); SAME_DBL(rms_norm_eps); SAME_DBL(rope_theta);
-#undef SAME_INT
-#undef SAME_DBL
-    if (!mp_rope_scaling_equal(&saved.rope_scaling, &mc->rope_scaling)) {
-        char a[256], b[256];
-        mp_rope_scaling_describe(&saved.rope_scaling, a, sizeof a);
-        mp_rope_scaling_describe(&mc->rope_scaling, b, sizeof b);
-        return mp_err_set(err, MP_EINPUT, "checkpoint %s was saved with rope_scaling = %s, the config says %s",
-                          ckpt_reader_dir(r), a, b);
-    }
-    return MP_OK;
+    MP_TRY(llama_config_parse(text, where, &saved, NULL, err));
+    const unsigned may_differ =
+        LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS) | LLAMA_CF_BIT(LLAMA_CF_INITIALIZER_RANGE);
+    unsigned d = llama_config_diff(&saved, mc, may_differ);
+    if (!d) return MP_OK;
+    llama_config_field f = (llama_config_field)__builtin_ctz(d);
+    char a[256], b[256];
+    llama_config_field_format(&saved, f, a, sizeof a);
+    llama_config_field_format(mc, f, b, sizeof b);
+    return mp_err_set(err, MP_EINPUT, "checkpoint %s was saved with %s = %s, the config says %s", ckpt_reader_dir(r),
+                      llama_config_field_name(f), a, b);
 }
 
 /* Reads an integer field of a JSON metadata entry (field NULL: the entry itself), range-checked: an
@@ -317,7 +313,7 @@ static void prefetch_next(ckpt_reader *r, llama_model *m, int i, int k, int nk) 
     ckpt_prefetch(r, name, off, shape);
 }
 
-mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int mode,
+mp_code mp_checkpoint_load(llama_model *m, const char *dir, const llama_config *mc, int mode,
                            mp_run_state *st, mp_err *err) {
     assert(mode == MP_LOAD_FULL || mode == MP_LOAD_MODEL_ONLY || mode == MP_LOAD_WEIGHTS);
     ckpt_reader *r = NULL;

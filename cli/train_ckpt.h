@@ -20,9 +20,9 @@
 #define MP_TRAIN_CKPT_H
 
 #include "ckpt/ckpt.h"
-#include "core/config.h"
 #include "core/data.h"
 #include "layers/llama.h"
+#include "layers/llama_config.h"
 
 /* The non-tensor state of a run: everything besides the shards needed to continue exactly. */
 typedef struct mp_run_state {
@@ -40,7 +40,7 @@ typedef struct mp_run_state {
 typedef mp_code (*mp_meta_put)(void *ctx, const char *key, const char *value, mp_err *err);
 /* The metadata of a training checkpoint (docs/FORMAT.md, "Training checkpoints") for a tp x dp mesh
  * and run state st, each entry through put. The one definition that `train` saves and `init` writes. */
-mp_code mp_run_meta(mp_meta_put put, void *ctx, const mp_model_config *mc, const mp_train_config *tc, int tp,
+mp_code mp_run_meta(mp_meta_put put, void *ctx, const llama_config *mc, const mp_train_config *tc, int tp,
                     int dp, const mp_run_state *st, mp_err *err);
 
 /* A checkpointer owns the host staging buffer (parameters + both moments of the local shards) and the
@@ -64,7 +64,7 @@ void mp_checkpointer_init(mp_checkpointer *c, const char *root, const ckpt_save_
 /* Saves step st->step: copies the state into the staging buffer (the only stall for async saves),
  * then commits (sync) or starts the background write (async; a previous save is waited for first).
  * Collective. stats (may be NULL) gets the timings of a sync save. */
-mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const mp_model_config *mc,
+mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const llama_config *mc,
                              const mp_train_config *tc, const mp_run_state *st, ckpt_stats *stats, mp_err *err);
 /* Once per step (collective): commits an async save whose files are all written. *committed_step is
  * set to its step when it commits in this call, else -1. */
@@ -84,7 +84,7 @@ enum {
  * directory dir (saved by any mesh). Checks that the checkpoint's model config equals mc (a mismatch
  * names the field, rope_scaling included) and every tensor's global shape. st->bytes_read/bytes_needed
  * get this rank's reader counters, st->init_from the metadata "init_from" ("" if absent). */
-mp_code mp_checkpoint_load(llama_model *m, const char *dir, const mp_model_config *mc, int mode,
+mp_code mp_checkpoint_load(llama_model *m, const char *dir, const llama_config *mc, int mode,
                            mp_run_state *st, mp_err *err);
 /* Collective: logs "WHAT DIR at step N: read X MiB for Y MiB needed (ratio R)" with the counters
  * summed over the world. */

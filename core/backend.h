@@ -37,8 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/alloc.h"
-#include "core/config.h"
 #include "core/error.h"
+#include "core/rope.h"
 #include "core/tensor.h"
 
 typedef struct mp_backend mp_backend;
@@ -206,10 +206,10 @@ mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err);
  * wavelen = 2 pi / inv_freq, unchanged below original_max_position_embeddings / high_freq_factor, / factor
  * above original_max_position_embeddings / low_freq_factor, and in between (bounds included)
  * (1 - s) * inv_freq / factor + s * inv_freq with s = (original / wavelen - low) / (high - low).
- * sc NULL or MP_ROPE_DEFAULT: no scaling. sc must be valid (mp_model_config_validate). */
+ * sc NULL or MP_ROPE_DEFAULT: no scaling. sc must be valid (the model config's checks, core/rope.h). */
 double mp_rope_inv_freq(int i, int hd, double theta, const mp_rope_scaling *sc);
 /* Precomputes RoPE tables cos/sin [max_pos, hd/2] on the host, in double then rounded:
- * angle = pos * mp_rope_inv_freq(i, hd, theta, sc) (HF LlamaRotaryEmbedding; sc NULL: no scaling). */
+ * angle = pos * mp_rope_inv_freq(i, hd, theta, sc) (transformers' rotary embedding; sc NULL: no scaling). */
 void mp_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, double theta, const mp_rope_scaling *sc);
 
 #endif

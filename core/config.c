@@ -1,93 +1,53 @@
 /*
- * core/config.c — see config.h. A table of fields drives both parsing and type checking, so adding a
- * field is one line. Integer fields must be JSON numbers with integral values; bools may be true/false.
+ * core/config.c — see config.h: the field-table reader and the training config. Integer fields must be
+ * JSON numbers with integral values; bools may be true/false.
  *
  * Crafted numbers (issue 9): every number is range-checked before it is converted or used. A JSON
  * number that overflows a double (1e999) arrives from cJSON as +-inf: refused for every field, never
  * stored (a checkpoint would write it as null). Doubles reach integers only through mp_double_to_i64,
- * which refuses what a cast would make undefined. The model's shape has upper bounds too
- * (MP_MAX_LAYERS, MP_MAX_PARAMS), so the sizes derived from it (tensor counts, element counts, the
- * parameter count) are computed without overflow; a checkpoint's stored model_config is parsed by the
- * same code, so a crafted one meets the same checks.
+ * which refuses what a cast would make undefined. A checkpoint's stored configs are read by the same
+ * code, so a crafted one meets the same checks.
  */
 #include "core/config.h"
-#include "core/fsutil.h"
 #include <assert.h>
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/alloc.h"
 
-typedef enum { F_INT, F_I64, F_U64, F_DBL, F_BOOL, F_STR, F_TRI } field_kind;  /* TRI: -1/0/1 or bool */
-
-typedef struct { const char *key; field_kind kind; size_t off; } field;
-
-#define MF(k, kind) {#k, kind, offsetof(mp_model_config, k)}
-static const field model_fields[] = {
-    MF(hidden_size, F_INT), MF(intermediate_size, F_INT), MF(num_hidden_layers, F_INT),
-    MF(num_attention_heads, F_INT), MF(num_key_value_heads, F_INT), MF(vocab_size, F_INT),
-    MF(max_position_embeddings, F_INT), MF(rms_norm_eps, F_DBL), MF(rope_theta, F_DBL),
-    MF(tie_word_embeddings, F_BOOL), MF(initializer_range, F_DBL),
+/* The training fields and their flags (cli/cmd_train.c builds its flag table from this one). */
+#define TF(k, kind, ...) {#k, MP_FIELD_##kind, offsetof(mp_train_config, k), __VA_ARGS__}
+static const mp_field train_fields[] = {
+    TF(steps, I64, "steps", "N", "optimizer steps (in total, counting resumed ones)"),
+    TF(batch_size, INT, "batch", "B", "global batch in sequences"),
+    TF(grad_accum, INT, "grad-accum", "K", "micro-steps per step"),
+    TF(seq_len, INT, "seq-len", "T", "sequence length"),
+    TF(lr, DBL, "lr", "X", "peak learning rate"),
+    TF(min_lr, DBL, "min-lr", "X", "final learning rate"),
+    TF(warmup_steps, I64, "warmup", "N", "linear warmup steps"),
+    TF(decay_steps, I64, "decay-steps", "N", "cosine steps after warmup (0: to the end)"),
+    TF(weight_decay, DBL, "weight-decay", "X", "AdamW weight decay"),
+    TF(beta1, DBL, NULL), TF(beta2, DBL, NULL), TF(adam_eps, DBL, NULL),
+    TF(grad_clip, DBL, "grad-clip", "X", "global gradient-norm clip (0: off)"),
+    TF(seed, U64, "seed", "S", "seed of the parameter initialisation"),
+    TF(train_data, STR, "train-data", "FILE", "training tokens"),
+    TF(val_data, STR, "val-data", "FILE", "validation tokens (optional)"),
+    TF(eval_every, I64, "eval-every", "N", "validation every N steps (0: at the end)"),
+    TF(eval_batches, INT, "eval-batches", "N", "validation batches"),
+    TF(log_every, I64, "log-every", "N", "log every N steps"),
+    TF(tp, INT, "tp", "N", "tensor-parallel degree"),
+    TF(dp, INT, "dp", "N", "data-parallel degree (0: world / tp)"),
+    TF(sp, TRI, "sp", NULL, "sequence parallelism (auto: on when tp > 1)"),
+    TF(reshard_after_forward, BOOL, "reshard-after-forward", NULL,
+       "FSDP: free gathered weights after forward (ZeRO-3)"),
 };
-#define TF(k, kind) {#k, kind, offsetof(mp_train_config, k)}
-static const field train_fields[] = {
-    TF(steps, F_I64), TF(batch_size, F_INT), TF(grad_accum, F_INT), TF(seq_len, F_INT), TF(lr, F_DBL),
-    TF(min_lr, F_DBL), TF(warmup_steps, F_I64), TF(decay_steps, F_I64), TF(weight_decay, F_DBL),
-    TF(beta1, F_DBL), TF(beta2, F_DBL), TF(adam_eps, F_DBL), TF(grad_clip, F_DBL), TF(seed, F_U64),
-    TF(train_data, F_STR), TF(val_data, F_STR), TF(eval_every, F_I64), TF(eval_batches, F_INT),
-    TF(log_every, F_I64), TF(tp, F_INT), TF(dp, F_INT), TF(sp, F_TRI), TF(reshard_after_forward, F_BOOL),
-};
+#undef TF
+_Static_assert(sizeof train_fields / sizeof train_fields[0] == MP_TRAIN_NFIELDS, "MP_TRAIN_NFIELDS");
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
-/* HF keys accepted without effect on the math: bookkeeping, token ids, and the generation defaults that
- * older transformers kept in config.json (transformers ignores them all when it builds the model). */
-static const char *hf_ignored[] = {
-    "torch_dtype", "dtype", "transformers_version", "_name_or_path", "bos_token_id", "eos_token_id",
-    "pad_token_id", "sep_token_id", "decoder_start_token_id", "use_cache", "pretraining_tp",
-    "output_attentions", "output_hidden_states", "return_dict", "use_bfloat16", "is_llama_config",
-    "rope_interleaved", "tokenizer_class", "id2label", "label2id", "problem_type", "finetuning_task",
-    "task_specific_params", "prefix",
-    /* generation keys */
-    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
-    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
-    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
-    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
-    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
-    "begin_suppress_tokens"};
-
-/* The meaning of a missing model key (transformers' LlamaConfig), by model_fields index; REQUIRED: no
- * default (LlamaConfig's is a 7B shape, never what a config that forgot the key meant). */
-#define REQUIRED NAN
-static const double hf_default[] = {
-    /* hidden_size (4096) */ REQUIRED, /* intermediate_size (11008) */ REQUIRED,
-    /* num_hidden_layers (32) */ REQUIRED, /* num_attention_heads (32) */ REQUIRED,
-    /* num_key_value_heads: = num_attention_heads, set after parsing */ 0,
-    /* vocab_size (32000) */ REQUIRED, /* max_position_embeddings */ 2048, /* rms_norm_eps */ 1e-6,
-    /* rope_theta */ 10000.0, /* tie_word_embeddings */ 0, /* initializer_range */ 0.02,
-};
-_Static_assert(sizeof hf_default / sizeof hf_default[0] == sizeof model_fields / sizeof model_fields[0],
-               "one HF default per model field");
-/* model_fields indices */
-enum { K_HIDDEN, K_INTER, K_LAYERS, K_HEADS, K_KV, K_VOCAB, K_MAXPOS, K_EPS, K_THETA, K_NMODEL = NFIELDS(model_fields) };
-
-void mp_model_config_default(mp_model_config *m) {
-    memset(m, 0, sizeof *m);
-    m->hidden_size = 256;
-    m->intermediate_size = 704;
-    m->num_hidden_layers = 4;
-    m->num_attention_heads = 4;
-    m->num_key_value_heads = 4;
-    m->vocab_size = 256;
-    m->max_position_embeddings = 2048;
-    m->rms_norm_eps = 1e-5;
-    m->rope_theta = 10000.0;
-    m->tie_word_embeddings = 0;
-    m->initializer_range = 0.02;
-}
+const mp_field *mp_train_config_fields(void) { return train_fields; }
 
 void mp_train_config_default(mp_train_config *t) {
     memset(t, 0, sizeof *t);
@@ -123,8 +83,7 @@ int mp_double_to_i64(double v, int64_t lo, int64_t hi, int64_t *out) {
     return 1;
 }
 
-/* The name of v's JSON type, for messages ("a string", "a number", ...). */
-static const char *json_type(const cJSON *v) {
+const char *mp_json_type(const cJSON *v) {
     if (cJSON_IsString(v)) return "a string";
     if (cJSON_IsNumber(v)) return "a number";
     if (cJSON_IsBool(v)) return "a boolean";
@@ -134,28 +93,27 @@ static const char *json_type(const cJSON *v) {
     return "an unknown value";
 }
 
-/* Stores JSON value v into the field f of struct base; errors name `where` and the key. Numbers are
- * range-checked before any conversion: non-finite values (a literal like 1e999 overflows to inf) are
- * refused for every kind, integers must be integral and fit the field's C type. */
-static mp_code set_field(void *base, const field *f, const cJSON *v, const char *where, mp_err *err) {
+/* See config.h. Numbers are range-checked before any conversion: non-finite values (a literal like 1e999
+ * overflows to inf) are refused for every kind, integers must be integral and fit the field's C type. */
+mp_code mp_field_set(void *base, const mp_field *f, const cJSON *v, const char *where, mp_err *err) {
     assert(base && f && v && where);
     char *p = (char *)base + f->off;
     if (cJSON_IsNumber(v) && !isfinite(v->valuedouble))
         return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is not a finite number (too large for a double?)",
                           where, f->key, v->valuedouble);
     switch (f->kind) {
-    case F_INT: case F_I64: case F_U64: {
+    case MP_FIELD_INT: case MP_FIELD_I64: case MP_FIELD_U64: {
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
             return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected an integer, got %s", where, f->key,
-                              cJSON_IsNumber(v) ? "a non-integral number" : json_type(v));
+                              cJSON_IsNumber(v) ? "a non-integral number" : mp_json_type(v));
         double d = v->valuedouble;
         int64_t i;
-        if (f->kind == F_INT) {
+        if (f->kind == MP_FIELD_INT) {
             if (!mp_double_to_i64(d, INT32_MIN, INT32_MAX, &i))
                 return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is out of range (a 32-bit integer)", where,
                                   f->key, d);
             *(int *)p = (int)i;
-        } else if (f->kind == F_I64) {
+        } else if (f->kind == MP_FIELD_I64) {
             if (!mp_double_to_i64(d, INT64_MIN, INT64_MAX, &i))
                 return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %g is out of range (a 64-bit integer)", where,
                                   f->key, d);
@@ -168,27 +126,27 @@ static mp_code set_field(void *base, const field *f, const cJSON *v, const char 
         }
         return MP_OK;
     }
-    case F_DBL:
+    case MP_FIELD_DBL:
         if (!cJSON_IsNumber(v))
             return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected a number, got %s", where, f->key,
-                              json_type(v));
+                              mp_json_type(v));
         *(double *)p = v->valuedouble;
         return MP_OK;
-    case F_BOOL:
+    case MP_FIELD_BOOL:
         if (!cJSON_IsBool(v))
             return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected true or false, got %s", where, f->key,
-                              json_type(v));
+                              mp_json_type(v));
         *(int *)p = cJSON_IsTrue(v);
         return MP_OK;
-    case F_TRI:
+    case MP_FIELD_TRI:
         if (cJSON_IsBool(v)) { *(int *)p = cJSON_IsTrue(v); return MP_OK; }
         if (cJSON_IsNull(v)) { *(int *)p = -1; return MP_OK; }
         return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected true, false or null, got %s", where,
-                          f->key, json_type(v));
-    case F_STR:
+                          f->key, mp_json_type(v));
+    case MP_FIELD_STR:
         if (!cJSON_IsString(v))
             return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected a string, got %s", where, f->key,
-                              json_type(v));
+                              mp_json_type(v));
         if (strlen(v->valuestring) >= MP_PATH_MAX)
             return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": string too long", where, f->key);
         strcpy(p, v->valuestring);
@@ -197,397 +155,40 @@ static mp_code set_field(void *base, const field *f, const cJSON *v, const char 
     return mp_err_set(err, MP_EINTERNAL, "config field kind");
 }
 
-static const field *find_field(const field *fs, size_t n, const char *key) {
+const mp_field *mp_field_find(const mp_field *fs, size_t n, const char *key) {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(fs[i].key, key)) return &fs[i];
     return NULL;
 }
 
-const char *mp_rope_type_name(mp_rope_type t) {
-    switch (t) {
-    case MP_ROPE_DEFAULT: return "default";
-    case MP_ROPE_LINEAR: return "linear";
-    case MP_ROPE_LLAMA3: return "llama3";
+mp_code mp_json_parse(const char *text, const char *name, cJSON **out, mp_err *err) {
+    *out = cJSON_Parse(text);
+    if (*out) return MP_OK;
+    const char *at = cJSON_GetErrorPtr();
+    int line = 1, col = 1;
+    for (const char *c = text; at && c < at && *c; c++) {
+        if (*c == '\n') { line++; col = 1; } else col++;
     }
-    return "unknown";
+    return mp_err_set(err, MP_EINPUT, "%s: malformed JSON near line %d, column %d", name, line, col);
 }
 
-int mp_rope_scaling_equal(const mp_rope_scaling *a, const mp_rope_scaling *b) {
-    if (a->type != b->type) return 0;
-    if (a->type == MP_ROPE_DEFAULT) return 1;
-    if (a->factor != b->factor) return 0;
-    if (a->type == MP_ROPE_LINEAR) return 1;
-    return a->low_freq_factor == b->low_freq_factor && a->high_freq_factor == b->high_freq_factor &&
-           a->original_max_position_embeddings == b->original_max_position_embeddings;
-}
-
-void mp_rope_scaling_describe(const mp_rope_scaling *s, char *buf, size_t cap) {
-    if (s->type == MP_ROPE_LINEAR)
-        snprintf(buf, cap, "linear (factor %.17g)", s->factor);
-    else if (s->type == MP_ROPE_LLAMA3)
-        snprintf(buf, cap, "llama3 (factor %.17g, low_freq_factor %.17g, high_freq_factor %.17g, "
-                 "original_max_position_embeddings %d)", s->factor, s->low_freq_factor, s->high_freq_factor,
-                 s->original_max_position_embeddings);
-    else
-        snprintf(buf, cap, "%s", mp_rope_type_name(s->type));
-}
-
-/* The ranges of a scaling's numbers (those its type uses); the message names the field:
- * factor >= 1 (transformers: "factor field must be a float >= 1"), low_freq_factor > 0,
- * high_freq_factor > low_freq_factor (equal factors divide by zero in the smooth band),
- * original_max_position_embeddings > 0. */
-static mp_code check_scaling_values(const mp_rope_scaling *s, mp_err *err) {
-    if (s->type == MP_ROPE_DEFAULT) return MP_OK;
-    if (s->type != MP_ROPE_LINEAR && s->type != MP_ROPE_LLAMA3)
-        return mp_err_set(err, MP_EINPUT, "unknown rope_type %d", (int)s->type);
-    if (!isfinite(s->factor) || !(s->factor >= 1.0))
-        return mp_err_set(err, MP_EINPUT, "\"factor\": must be a finite number >= 1, got %g", s->factor);
-    if (s->type == MP_ROPE_LINEAR) return MP_OK;
-    if (!isfinite(s->low_freq_factor) || !(s->low_freq_factor > 0))
-        return mp_err_set(err, MP_EINPUT, "\"low_freq_factor\": must be a finite number > 0, got %g",
-                          s->low_freq_factor);
-    if (!isfinite(s->high_freq_factor) || !(s->high_freq_factor > s->low_freq_factor))
-        return mp_err_set(err, MP_EINPUT,
-                          "\"high_freq_factor\": must be a finite number > low_freq_factor (%g), got %g",
-                          s->low_freq_factor, s->high_freq_factor);
-    if (s->original_max_position_embeddings <= 0)
-        return mp_err_set(err, MP_EINPUT, "\"original_max_position_embeddings\": must be > 0, got %d",
-                          s->original_max_position_embeddings);
-    return MP_OK;
-}
-
-/* The parameter keys of a rope_scaling object, and which types use them. */
-static const struct { const char *key; unsigned types; } rope_keys[] = {
-    {"factor", (1u << MP_ROPE_LINEAR) | (1u << MP_ROPE_LLAMA3)},
-    {"low_freq_factor", 1u << MP_ROPE_LLAMA3},
-    {"high_freq_factor", 1u << MP_ROPE_LLAMA3},
-    {"original_max_position_embeddings", 1u << MP_ROPE_LLAMA3},
-};
-#define NROPE_KEYS (sizeof rope_keys / sizeof rope_keys[0])
-
-/* rope_scaling / rope_parameters (transformers 5): null (*have = 0), or an object (*have = 1) whose
- * rope_type (or the older "type"; both given must agree) is "default", "linear" or "llama3", with exactly
- * the parameters that type uses (each a number, range-checked: check_scaling_values), stored in *out; in
- * rope_parameters also rope_theta (stored in *theta, *have_theta = 1). partial_rotary_factor may be 1.
- * Any other type or key changes the math or is unknown: refused naming it. */
-static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp_rope_scaling *out, int *have,
-                          double *theta, int *have_theta, mp_err *err) {
-    const char *k = item->string;
-    memset(out, 0, sizeof *out);
-    *have = 0;
-    if (cJSON_IsNull(item)) return MP_OK;
-    if (!cJSON_IsObject(item))
-        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected an object or null, got %s", name, k,
-                          json_type(item));
-    const cJSON *type = NULL, *param[NROPE_KEYS] = {0};
-    for (const cJSON *c = item->child; c; c = c->next) {
-        size_t j = 0;
-        while (j < NROPE_KEYS && strcmp(c->string, rope_keys[j].key)) j++;
-        if (j < NROPE_KEYS) {
-            if (!cJSON_IsNumber(c))
-                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": \"%s\": expected a number, got %s", name, k,
-                                  c->string, json_type(c));
-            param[j] = c;
-        } else if (!strcmp(c->string, "rope_type") || !strcmp(c->string, "type")) {
-            if (!cJSON_IsString(c))
-                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %s: expected a string, got %s", name, k,
-                                  c->string, json_type(c));
-            if (type && strcmp(type->valuestring, c->valuestring))
-                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %s \"%s\" disagrees with %s \"%s\"", name, k,
-                                  c->string, c->valuestring, type->string, type->valuestring);
-            type = c;
-        } else if (is_params && !strcmp(c->string, "rope_theta")) {
-            if (!cJSON_IsNumber(c) || !(c->valuedouble > 0) || !isfinite(c->valuedouble))
-                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": rope_theta must be a finite number > 0", name, k);
-            *theta = c->valuedouble;
-            *have_theta = 1;
-        } else if (!strcmp(c->string, "partial_rotary_factor")) {
-            if (!cJSON_IsNumber(c) || c->valuedouble != 1.0)
-                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": only partial_rotary_factor 1 is supported",
-                                  name, k);
-        } else {
-            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": unsupported key \"%s\"", name, k, c->string);
-        }
-    }
-    if (!type)
-        return mp_err_set(err, MP_EINPUT,
-                          "%s: key \"%s\": needs \"rope_type\" (\"default\", \"linear\" or \"llama3\"), or null",
-                          name, k);
-    const char *tn = type->valuestring;
-    if (!strcmp(tn, "default")) out->type = MP_ROPE_DEFAULT;
-    else if (!strcmp(tn, "linear")) out->type = MP_ROPE_LINEAR;
-    else if (!strcmp(tn, "llama3")) out->type = MP_ROPE_LLAMA3;
-    else
-        return mp_err_set(err, MP_EINPUT,
-                          "%s: key \"%s\": %s \"%s\" is not supported (supported: \"default\", \"linear\", \"llama3\")",
-                          name, k, type->string, tn);
-    for (size_t j = 0; j < NROPE_KEYS; j++) {
-        int used = (rope_keys[j].types >> out->type) & 1u;
-        if (param[j] && !used)
-            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": \"%s\" is not a parameter of rope_type \"%s\"", name,
-                              k, rope_keys[j].key, tn);
-        if (!param[j] && used)
-            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": rope_type \"%s\" needs \"%s\"", name, k, tn,
-                              rope_keys[j].key);
-    }
-    if (param[0]) out->factor = param[0]->valuedouble;
-    if (param[1]) out->low_freq_factor = param[1]->valuedouble;
-    if (param[2]) out->high_freq_factor = param[2]->valuedouble;
-    if (param[3]) {
-        int64_t v;
-        if (!mp_double_to_i64(param[3]->valuedouble, 1, INT32_MAX, &v))
-            return mp_err_set(err, MP_EINPUT,
-                              "%s: key \"%s\": \"original_max_position_embeddings\": expected a positive 32-bit "
-                              "integer, got %g", name, k, param[3]->valuedouble);
-        out->original_max_position_embeddings = (int)v;
-    }
-    mp_code rc = check_scaling_values(out, err);
-    if (rc) return mp_err_wrap(err, "%s: key \"%s\"", name, k), rc;
-    *have = 1;
-    return MP_OK;
-}
-
-/* What the parser learnt besides the model fields. */
-typedef struct {
-    int head_dim;              /* -1: not given */
-    double rope_theta;         /* from rope_parameters */
-    int have_rope_theta;
-    mp_rope_scaling scaling[2];   /* [0] rope_scaling, [1] rope_parameters */
-    int have_scaling[2];          /* given and not null */
-} hf_extra;
-
-/* HF keys that must hold a value meshpoint implements. */
-static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra *x, int *handled, mp_err *err) {
-    const char *k = item->string;
-    *handled = 1;
-    if (!strcmp(k, "model_type")) {
-        if (!cJSON_IsString(item) || strcmp(item->valuestring, "llama"))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"model_type\": %s%s%s is not supported (only \"llama\")",
-                              name, cJSON_IsString(item) ? "\"" : "",
-                              cJSON_IsString(item) ? item->valuestring : json_type(item), cJSON_IsString(item) ? "\"" : "");
-    } else if (!strcmp(k, "architectures")) {
-        if (cJSON_IsNull(item)) return MP_OK;
-        if (!cJSON_IsArray(item))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"architectures\": expected an array, got %s", name,
-                              json_type(item));
-        for (const cJSON *a = item->child; a; a = a->next)
-            if (!cJSON_IsString(a) || strcmp(a->valuestring, "LlamaForCausalLM"))
-                return mp_err_set(err, MP_EINPUT,
-                                  "%s: key \"architectures\": %s%s%s is not supported (only \"LlamaForCausalLM\")", name,
-                                  cJSON_IsString(a) ? "\"" : "", cJSON_IsString(a) ? a->valuestring : json_type(a),
-                                  cJSON_IsString(a) ? "\"" : "");
-    } else if (!strcmp(k, "hidden_act")) {
-        if (!cJSON_IsString(item) || strcmp(item->valuestring, "silu"))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"hidden_act\": only \"silu\" is supported", name);
-    } else if (!strcmp(k, "attention_bias") || !strcmp(k, "mlp_bias")) {
-        /* null: transformers passes bias=None to nn.Linear, i.e. no bias */
-        if (!cJSON_IsBool(item) && !cJSON_IsNull(item))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected true, false or null, got %s", name, k,
-                              json_type(item));
-        if (cJSON_IsTrue(item))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": biases are not supported", name, k);
-    } else if (!strcmp(k, "rope_scaling")) {
-        double unused;
-        int unused_have;
-        return check_rope(item, name, 0, &x->scaling[0], &x->have_scaling[0], &unused, &unused_have, err);
-    } else if (!strcmp(k, "rope_parameters")) {
-        return check_rope(item, name, 1, &x->scaling[1], &x->have_scaling[1], &x->rope_theta, &x->have_rope_theta,
-                          err);
-    } else if (!strcmp(k, "attention_dropout")) {
-        if (!cJSON_IsNumber(item) || item->valuedouble != 0.0)
-            return mp_err_set(err, MP_EINPUT, "%s: key \"attention_dropout\": only 0 is supported", name);
-    } else if (!strcmp(k, "head_dim")) {
-        if (cJSON_IsNull(item)) return MP_OK;   /* None: hidden_size / num_attention_heads */
-        int64_t hd;
-        if (!cJSON_IsNumber(item) || !mp_double_to_i64(item->valuedouble, 1, INT32_MAX, &hd))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": expected a positive 32-bit integer, got %s", name,
-                              cJSON_IsNumber(item) ? "another number" : json_type(item));
-        x->head_dim = (int)hd;
-    } else {
-        *handled = 0;
+mp_code mp_train_config_apply_json(const cJSON *v, const char *name, mp_train_config *t, mp_err *err) {
+    if (!cJSON_IsObject(v))
+        return mp_err_set(err, MP_EINPUT, "%s: key \"train\": expected an object, got %s", name, mp_json_type(v));
+    char where[512];
+    snprintf(where, sizeof where, "%s: train", name);
+    for (const cJSON *tv = v->child; tv; tv = tv->next) {
+        const mp_field *tf = mp_field_find(train_fields, NFIELDS(train_fields), tv->string);
+        if (!tf) return mp_err_set(err, MP_EINPUT, "%s: unknown key \"%s\"", where, tv->string);
+        MP_TRY(mp_field_set(t, tf, tv, where, err));
     }
     return MP_OK;
-}
-
-/* Model checks; with `known` (a bit per model_fields index), only those whose fields are all known, so
- * that a config is first told about what it says wrong, then about what it omits. */
-static mp_code validate_model(const mp_model_config *m, unsigned known, mp_err *err) {
-#define KNOWN(i) ((known >> (i)) & 1u)
-#define POS(i, k) if (KNOWN(i) && m->k <= 0) return mp_err_set(err, MP_EINPUT, "key \"" #k "\": must be > 0, got %d", m->k)
-    POS(K_HIDDEN, hidden_size); POS(K_INTER, intermediate_size); POS(K_LAYERS, num_hidden_layers);
-    POS(K_HEADS, num_attention_heads); POS(K_KV, num_key_value_heads); POS(K_VOCAB, vocab_size);
-    POS(K_MAXPOS, max_position_embeddings);
-#undef POS
-    if (KNOWN(K_HIDDEN) && KNOWN(K_HEADS)) {
-        if (m->hidden_size % m->num_attention_heads)
-            return mp_err_set(err, MP_EINPUT, "hidden_size (%d) is not divisible by num_attention_heads (%d)",
-                              m->hidden_size, m->num_attention_heads);
-        if (mp_head_dim(m) % 2)
-            return mp_err_set(err, MP_EINPUT, "head dim hidden_size/num_attention_heads = %d must be even (RoPE)",
-                              mp_head_dim(m));
-    }
-    if (KNOWN(K_HEADS) && KNOWN(K_KV) && m->num_attention_heads % m->num_key_value_heads)
-        return mp_err_set(err, MP_EINPUT,
-                          "num_attention_heads (%d) is not divisible by num_key_value_heads (%d)",
-                          m->num_attention_heads, m->num_key_value_heads);
-    if (KNOWN(K_LAYERS) && m->num_hidden_layers > MP_MAX_LAYERS)
-        return mp_err_set(err, MP_EINPUT, "key \"num_hidden_layers\": %d is above the limit of %d layers",
-                          m->num_hidden_layers, MP_MAX_LAYERS);
-    if (KNOWN(K_HIDDEN) && KNOWN(K_INTER) && KNOWN(K_LAYERS) && KNOWN(K_HEADS) && KNOWN(K_KV) && KNOWN(K_VOCAB)) {
-        int64_t np = mp_model_num_params(m);
-        if (np < 0 || np > MP_MAX_PARAMS)
-            return mp_err_set(err, MP_EINPUT,
-                              "the model's shape (hidden_size %d, intermediate_size %d, num_hidden_layers %d, "
-                              "vocab_size %d) has too many parameters to count in 64 bits", m->hidden_size,
-                              m->intermediate_size, m->num_hidden_layers, m->vocab_size);
-    }
-#undef KNOWN
-    if (!(m->rms_norm_eps > 0) || !isfinite(m->rms_norm_eps))
-        return mp_err_set(err, MP_EINPUT, "key \"rms_norm_eps\": must be a finite number > 0, got %g", m->rms_norm_eps);
-    if (!(m->rope_theta > 0) || !isfinite(m->rope_theta))
-        return mp_err_set(err, MP_EINPUT, "key \"rope_theta\": must be a finite number > 0, got %g", m->rope_theta);
-    if (!(m->initializer_range >= 0) || !isfinite(m->initializer_range))
-        return mp_err_set(err, MP_EINPUT, "key \"initializer_range\": must be a finite number >= 0, got %g",
-                          m->initializer_range);
-    mp_code rc = check_scaling_values(&m->rope_scaling, err);
-    if (rc) return mp_err_wrap(err, "key \"rope_scaling\""), rc;
-    return MP_OK;
-}
-
-/* Fields of the model config: given, defaulted as LlamaConfig does, or missing (required). */
-static mp_code finish_model(mp_model_config *m, const unsigned given, const hf_extra *x, const char *name,
-                            mp_err *err) {
-    unsigned known = given;
-    for (size_t i = 0; i < K_NMODEL; i++) {
-        if ((given >> i) & 1u) continue;
-        if (i == K_KV || isnan(hf_default[i])) continue;
-        const field *f = &model_fields[i];
-        char *p = (char *)m + f->off;
-        if (f->kind == F_DBL) *(double *)p = hf_default[i];
-        else *(int *)p = (int)hf_default[i];
-        known |= 1u << i;
-    }
-    if (x->have_rope_theta) {
-        if (((given >> K_THETA) & 1u) && m->rope_theta != x->rope_theta)
-            return mp_err_set(err, MP_EINPUT, "%s: key \"rope_theta\" (%g) disagrees with rope_parameters.rope_theta (%g)",
-                              name, m->rope_theta, x->rope_theta);
-        m->rope_theta = x->rope_theta;
-    }
-    if (x->have_scaling[0] && x->have_scaling[1] && !mp_rope_scaling_equal(&x->scaling[0], &x->scaling[1])) {
-        char a[256], b[256];
-        mp_rope_scaling_describe(&x->scaling[0], a, sizeof a);
-        mp_rope_scaling_describe(&x->scaling[1], b, sizeof b);
-        return mp_err_set(err, MP_EINPUT, "%s: key \"rope_scaling\" (%s) disagrees with rope_parameters (%s)", name,
-                          a, b);
-    }
-    memset(&m->rope_scaling, 0, sizeof m->rope_scaling);
-    if (x->have_scaling[1]) m->rope_scaling = x->scaling[1];
-    else if (x->have_scaling[0]) m->rope_scaling = x->scaling[0];
-    if (!((given >> K_KV) & 1u) && ((given >> K_HEADS) & 1u)) {   /* None: multi-head attention */
-        m->num_key_value_heads = m->num_attention_heads;
-        known |= 1u << K_KV;
-    }
-    mp_code rc = validate_model(m, known, err);
-    if (rc) return mp_err_wrap(err, "%s", name), rc;
-    if (((known >> K_HIDDEN) & (known >> K_HEADS) & 1u) && x->head_dim >= 0 && x->head_dim != mp_head_dim(m))
-        return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": %d != hidden_size / num_attention_heads = %d",
-                          name, x->head_dim, mp_head_dim(m));
-    char missing[512] = "";
-    size_t at = 0;
-    int nmiss = 0;
-    for (size_t i = 0; i < K_NMODEL; i++)
-        if (!((known >> i) & 1u) && i != K_KV && at < sizeof missing) {
-            at += (size_t)snprintf(missing + at, sizeof missing - at, "%s\"%s\"", nmiss ? ", " : "", model_fields[i].key);
-            nmiss++;
-        }
-    if (nmiss)
-        return mp_err_set(err, MP_EINPUT, "%s: key%s %s %s required (the model's shape has no default)", name,
-                          nmiss > 1 ? "s" : "", missing, nmiss > 1 ? "are" : "is");
-    if ((rc = mp_model_config_validate(m, err))) return mp_err_wrap(err, "%s", name), rc;
-    return MP_OK;
-}
-
-static mp_code validate_train_fields(const mp_train_config *t, mp_err *err);
-
-mp_code mp_config_parse(const char *text, const char *name, mp_model_config *m_out, mp_train_config *t_out,
-                        mp_err *err) {
-    mp_model_config m;
-    mp_train_config t;
-    mp_model_config_default(&m);
-    mp_train_config_default(&t);
-    if (t_out) t = *t_out;
-    cJSON *root = cJSON_Parse(text);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        int line = 1, col = 1;
-        for (const char *c = text; at && c < at && *c; c++) {
-            if (*c == '\n') { line++; col = 1; } else col++;
-        }
-        return mp_err_set(err, MP_EINPUT, "%s: malformed JSON near line %d, column %d", name, line, col);
-    }
-    mp_code rc = MP_OK;
-    if (!cJSON_IsObject(root)) {
-        rc = mp_err_set(err, MP_EINPUT, "%s: expected a JSON object at the top level", name);
-        goto out;
-    }
-    unsigned given = 0;
-    hf_extra x = {.head_dim = -1};
-    for (cJSON *it = root->child; it; it = it->next) {
-        const field *f = find_field(model_fields, NFIELDS(model_fields), it->string);
-        if (f) {
-            /* num_key_value_heads: null is LlamaConfig's None (= num_attention_heads) */
-            if (f == &model_fields[K_KV] && cJSON_IsNull(it)) { given &= ~(1u << K_KV); continue; }
-            if ((rc = set_field(&m, f, it, name, err))) goto out;
-            given |= 1u << (unsigned)(f - model_fields);
-            continue;
-        }
-        if (!strcmp(it->string, "train")) {
-            if (!cJSON_IsObject(it)) {
-                rc = mp_err_set(err, MP_EINPUT, "%s: key \"train\": expected an object, got %s", name, json_type(it));
-                goto out;
-            }
-            char where[512];
-            snprintf(where, sizeof where, "%s: train", name);
-            for (cJSON *tv = it->child; tv; tv = tv->next) {
-                const field *tf = find_field(train_fields, NFIELDS(train_fields), tv->string);
-                if (!tf) { rc = mp_err_set(err, MP_EINPUT, "%s: unknown key \"%s\"", where, tv->string); goto out; }
-                if ((rc = set_field(&t, tf, tv, where, err))) goto out;
-            }
-            continue;
-        }
-        int handled = 0;
-        if ((rc = check_hf_constraint(it, name, &x, &handled, err))) goto out;
-        if (handled) continue;
-        int ignored = 0;
-        for (size_t i = 0; i < NFIELDS(hf_ignored); i++) ignored |= !strcmp(hf_ignored[i], it->string);
-        if (!ignored) { rc = mp_err_set(err, MP_EINPUT, "%s: unknown key \"%s\"", name, it->string); goto out; }
-    }
-    if ((rc = finish_model(&m, given, &x, name, err))) goto out;
-    if ((rc = validate_train_fields(&t, err))) { mp_err_wrap(err, "%s: train", name); goto out; }
-    if (m_out) *m_out = m;
-    if (t_out) *t_out = t;
-out:
-    cJSON_Delete(root);
-    return rc;
-}
-
-mp_code mp_config_load(const char *path, mp_model_config *m, mp_train_config *t, mp_err *err) {
-    char *text;
-    /* as a stream: `--config <(...)` and /dev/stdin have no size to ask for */
-    if (mp_read_text(path, (size_t)1 << 24, &text, NULL, err)) return mp_err_wrap(err, "config");
-    mp_code rc = mp_config_parse(text, path, m, t, err);
-    free(text);
-    return rc;
-}
-
-mp_code mp_model_config_validate(const mp_model_config *m, mp_err *err) {
-    return validate_model(m, ~0u, err);
 }
 
 /* Each training field on its own (the config file's "train" object is checked with this at parse time;
  * the relations between fields are checked once flags have been applied, by mp_train_config_validate).
  * Messages name the config key and the flag. */
-static mp_code validate_train_fields(const mp_train_config *t, mp_err *err) {
+mp_code mp_train_config_check_fields(const mp_train_config *t, mp_err *err) {
     /* a flag (--lr 1e999) can bring what the parser refuses: every real field must be finite */
     static const struct { const char *key; size_t off; } reals[] = {
         {"lr (--lr)", offsetof(mp_train_config, lr)}, {"min_lr (--min-lr)", offsetof(mp_train_config, min_lr)},
@@ -627,7 +228,7 @@ static mp_code validate_train_fields(const mp_train_config *t, mp_err *err) {
 }
 
 mp_code mp_train_config_validate(const mp_train_config *t, mp_err *err) {
-    MP_TRY(validate_train_fields(t, err));
+    MP_TRY(mp_train_config_check_fields(t, err));
     if (t->batch_size % t->grad_accum)
         return mp_err_set(err, MP_EINPUT, "batch_size (%d) is not divisible by grad_accum (%d)", t->batch_size,
                           t->grad_accum);
@@ -642,20 +243,12 @@ mp_code mp_train_config_validate(const mp_train_config *t, mp_err *err) {
     return MP_OK;
 }
 
-mp_code mp_config_validate_pair(const mp_model_config *m, const mp_train_config *t, mp_err *err) {
-    if (t->seq_len > m->max_position_embeddings)
-        return mp_err_set(err, MP_EINPUT,
-                          "seq_len (--seq-len, %d) is above max_position_embeddings (%d), the longest sequence of "
-                          "the model config", t->seq_len, m->max_position_embeddings);
-    return MP_OK;
-}
-
 /* Adds key = v to o as JSON text that parses back to exactly v: the shortest of %.15g, %.16g, %.17g
  * that strtod reads back bit for bit (1e-05 stays "1e-05"). cJSON's own printing stops at 15 digits
  * whenever they come within an epsilon of v, so a checkpoint's config lost the last bits of a double
  * (found by tests/fuzz/fuzz_config.c: a resume then refused the same config). Non-finite values never
  * reach here (the parser refuses them); they would print as null as cJSON does. */
-static void add_exact_double(cJSON *o, const char *key, double v) {
+void mp_json_add_exact_double(cJSON *o, const char *key, double v) {
     char buf[40];
     if (!isfinite(v)) { cJSON_AddNullToObject(o, key); return; }
     for (int prec = 15; prec <= 17; prec++) {
@@ -666,95 +259,75 @@ static void add_exact_double(cJSON *o, const char *key, double v) {
 }
 
 /* Adds key = v to o as an integer literal (cJSON prints integers beyond int range with 15 digits). */
-static void add_exact_int(cJSON *o, const char *key, long long v) {
+void mp_json_add_exact_int(cJSON *o, const char *key, long long v) {
     char buf[32];
     snprintf(buf, sizeof buf, "%lld", v);
     cJSON_AddRawToObject(o, key, buf);
 }
 
-char *mp_model_config_to_json(const mp_model_config *m) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(o, "model_type", "llama");
-    cJSON_AddStringToObject(o, "hidden_act", "silu");
-    cJSON_AddBoolToObject(o, "attention_bias", 0);
-    cJSON_AddBoolToObject(o, "mlp_bias", 0);
-    if (m->rope_scaling.type == MP_ROPE_DEFAULT) {
-        cJSON_AddNullToObject(o, "rope_scaling");
-    } else {   /* the key order of the Llama 3.x config.json files */
-        const mp_rope_scaling *rs = &m->rope_scaling;
-        cJSON *r = cJSON_AddObjectToObject(o, "rope_scaling");
-        add_exact_double(r, "factor", rs->factor);
-        if (rs->type == MP_ROPE_LLAMA3) {
-            add_exact_double(r, "low_freq_factor", rs->low_freq_factor);
-            add_exact_double(r, "high_freq_factor", rs->high_freq_factor);
-            add_exact_int(r, "original_max_position_embeddings", rs->original_max_position_embeddings);
-        }
-        cJSON_AddStringToObject(r, "rope_type", mp_rope_type_name(rs->type));
+void mp_field_to_json(cJSON *o, const mp_field *f, const void *base) {
+    const char *p = (const char *)base + f->off;
+    switch (f->kind) {
+    case MP_FIELD_INT: cJSON_AddNumberToObject(o, f->key, *(const int *)p); break;
+    case MP_FIELD_I64: mp_json_add_exact_int(o, f->key, (long long)*(const int64_t *)p); break;
+    case MP_FIELD_U64: /* seeds: < 2^63 once validated; an unvalidated larger one prints as a double */
+        if (*(const uint64_t *)p <= INT64_MAX) mp_json_add_exact_int(o, f->key, (long long)*(const uint64_t *)p);
+        else mp_json_add_exact_double(o, f->key, (double)*(const uint64_t *)p);
+        break;
+    case MP_FIELD_DBL: mp_json_add_exact_double(o, f->key, *(const double *)p); break;
+    case MP_FIELD_BOOL: cJSON_AddBoolToObject(o, f->key, *(const int *)p); break;
+    case MP_FIELD_TRI:
+        if (*(const int *)p < 0) cJSON_AddNullToObject(o, f->key);
+        else cJSON_AddBoolToObject(o, f->key, *(const int *)p);
+        break;
+    case MP_FIELD_STR: cJSON_AddStringToObject(o, f->key, p); break;
     }
-    cJSON_AddNumberToObject(o, "head_dim", mp_head_dim(m));
-    for (size_t i = 0; i < NFIELDS(model_fields); i++) {
-        const field *f = &model_fields[i];
-        const char *p = (const char *)m + f->off;
-        if (f->kind == F_INT) cJSON_AddNumberToObject(o, f->key, *(const int *)p);
-        else if (f->kind == F_DBL) add_exact_double(o, f->key, *(const double *)p);
-        else if (f->kind == F_BOOL) cJSON_AddBoolToObject(o, f->key, *(const int *)p);
+}
+
+/* The bytes of a field of kind k. */
+static size_t field_size(mp_field_kind k) {
+    switch (k) {
+    case MP_FIELD_INT: case MP_FIELD_BOOL: case MP_FIELD_TRI: return sizeof(int);
+    case MP_FIELD_I64: return sizeof(int64_t);
+    case MP_FIELD_U64: return sizeof(uint64_t);
+    case MP_FIELD_DBL: return sizeof(double);
+    case MP_FIELD_STR: return MP_PATH_MAX;
     }
-    cJSON_AddStringToObject(o, "torch_dtype", "float32");
-    char *s = cJSON_Print(o);
-    cJSON_Delete(o);
-    return s;
+    return 0;
+}
+
+void mp_field_copy(const mp_field *f, void *dst, const void *src) {
+    memcpy((char *)dst + f->off, (const char *)src + f->off, field_size(f->kind));
+}
+
+int mp_field_equal(const mp_field *f, const void *a, const void *b) {
+    const char *pa = (const char *)a + f->off, *pb = (const char *)b + f->off;
+    switch (f->kind) {
+    case MP_FIELD_INT: case MP_FIELD_BOOL: case MP_FIELD_TRI: return *(const int *)pa == *(const int *)pb;
+    case MP_FIELD_I64: return *(const int64_t *)pa == *(const int64_t *)pb;
+    case MP_FIELD_U64: return *(const uint64_t *)pa == *(const uint64_t *)pb;
+    case MP_FIELD_DBL: return *(const double *)pa == *(const double *)pb;
+    case MP_FIELD_STR: return !strcmp(pa, pb);
+    }
+    return 0;
+}
+
+void mp_field_format(const mp_field *f, const void *base, char *buf, size_t cap) {
+    const char *p = (const char *)base + f->off;
+    switch (f->kind) {
+    case MP_FIELD_INT: case MP_FIELD_BOOL: case MP_FIELD_TRI: snprintf(buf, cap, "%d", *(const int *)p); return;
+    case MP_FIELD_I64: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)p); return;
+    case MP_FIELD_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)p); return;
+    case MP_FIELD_DBL: snprintf(buf, cap, "%g", *(const double *)p); return;
+    case MP_FIELD_STR: snprintf(buf, cap, "%s", p); return;
+    }
+    snprintf(buf, cap, "?");
 }
 
 char *mp_train_config_to_json(const mp_train_config *t) {
     cJSON *o = cJSON_CreateObject();
-    for (size_t i = 0; i < NFIELDS(train_fields); i++) {
-        const field *f = &train_fields[i];
-        const char *p = (const char *)t + f->off;
-        switch (f->kind) {
-        case F_INT: cJSON_AddNumberToObject(o, f->key, *(const int *)p); break;
-        case F_I64: add_exact_int(o, f->key, (long long)*(const int64_t *)p); break;
-        case F_U64: /* seeds: < 2^63 once validated; an unvalidated larger one prints as a double */
-            if (*(const uint64_t *)p <= INT64_MAX) add_exact_int(o, f->key, (long long)*(const uint64_t *)p);
-            else add_exact_double(o, f->key, (double)*(const uint64_t *)p);
-            break;
-        case F_DBL: add_exact_double(o, f->key, *(const double *)p); break;
-        case F_BOOL: cJSON_AddBoolToObject(o, f->key, *(const int *)p); break;
-        case F_TRI:
-            if (*(const int *)p < 0) cJSON_AddNullToObject(o, f->key);
-            else cJSON_AddBoolToObject(o, f->key, *(const int *)p);
-            break;
-        case F_STR: cJSON_AddStringToObject(o, f->key, p); break;
-        }
-    }
+    for (size_t i = 0; i < NFIELDS(train_fields); i++) mp_field_to_json(o, &train_fields[i], t);
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;
-}
-
-/* a * b + c for a, b, c >= 0, saturated at INT64_MAX. */
-static int64_t mul_add_sat(int64_t a, int64_t b, int64_t c) {
-    int64_t r;
-    if (__builtin_mul_overflow(a, b, &r) || __builtin_add_overflow(r, c, &r)) return INT64_MAX;
-    return r;
-}
-
-/* The count of (unpadded) parameters: embedding, per layer two norms, q/k/v/o and the three MLP
- * matrices, the final norm and lm_head unless tied. Saturates at INT64_MAX (so a shape whose count
- * overflows compares as too large instead of wrapping negative); -1 for a shape that is not positive. */
-int64_t mp_model_num_params(const mp_model_config *m) {
-    int64_t D = m->hidden_size, I = m->intermediate_size, V = m->vocab_size;
-    int64_t H = m->num_attention_heads, KV = m->num_key_value_heads, L = m->num_hidden_layers;
-    if (D <= 0 || I <= 0 || V <= 0 || H <= 0 || KV <= 0 || L < 0) return -1;
-    int64_t hd = D / H;
-    int64_t qo = mul_add_sat(2 * H, hd, 0);                  /* q and o: H*hd rows (cols) each */
-    int64_t kv = mul_add_sat(2 * KV, hd, 0);                 /* k and v */
-    int64_t per_layer = mul_add_sat(D, qo, 0);
-    per_layer = mul_add_sat(D, kv, per_layer);
-    per_layer = mul_add_sat(3 * D, I, per_layer);
-    per_layer = mul_add_sat(2, D, per_layer);                /* the two norms */
-    int64_t n = mul_add_sat(L, per_layer, D);                /* layers and the final norm */
-    n = mul_add_sat(m->tie_word_embeddings ? 1 : 2, mul_add_sat(V, D, 0), n);
-    return n;
 }

@@ -1,27 +1,16 @@
 /*
- * core/config.h — model and training configuration, read from JSON (cJSON).
+ * core/config.h — configuration read from JSON (cJSON): the one reader of config objects, and the
+ * training config.
  *
- * The model part uses Hugging Face config.json field names at the top level, so an HF Llama
- * config.json is a valid meshpoint config, and a key means what it means in transformers' LlamaConfig:
- *   - required (no default: LlamaConfig's is a 7B shape, never what a config that omits it meant):
- *     hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, vocab_size;
- *   - defaulted as LlamaConfig does when missing: num_key_value_heads (missing or null: =
- *     num_attention_heads), max_position_embeddings 2048, rms_norm_eps 1e-6, rope_theta 10000,
- *     tie_word_embeddings false, initializer_range 0.02, head_dim (= hidden_size / num_attention_heads;
- *     another value is refused), hidden_act "silu", attention_bias / mlp_bias false (null: false),
- *     attention_dropout 0, rope_scaling null.
- * model_type must be "llama" and architectures (if given) only "LlamaForCausalLM". RoPE: rope_scaling and
- * transformers 5's rope_parameters may be null or an object whose rope_type (or the older "type") is
- * "default", "linear" (with "factor") or "llama3" (with "factor", "low_freq_factor", "high_freq_factor",
- * "original_max_position_embeddings"); other types (yarn, dynamic, longrope, ...) are refused naming the
- * type, each parameter is checked naming it, and when both keys are given they must agree.
- * rope_parameters may also carry rope_theta, which is then the model's (a different top-level rope_theta
- * is refused). The scaling is written back as "rope_scaling" (mp_model_config_to_json). Keys transformers
- * ignores when it builds the model (torch_dtype/dtype, token ids, use_cache, pretraining_tp,
- * is_llama_config, rope_interleaved, the generation keys max_length/temperature/top_p/..., ...) are
- * accepted; keys that would change the math are checked (hidden_act must be "silu", biases false,
- * attention_dropout 0, ...). The training part lives in an optional "train" object. Any other key is an
- * error naming it, so a typo never silently falls back to a default.
+ * The reader is a table of fields (mp_field: JSON key, C kind, offset in the struct), so a config struct
+ * is described once and that one table parses it, type-checks and range-checks each value (a number that
+ * overflows a double, a non-integral or out-of-range integer, a wrong JSON type are refused naming the
+ * key), compares and prints it, and writes it back as JSON that reads back bit for bit. The training
+ * config (mp_train_config) is read with it here; the model's config, which core/ knows nothing of, is read
+ * with it by the layer that owns the model. In a config file the training config is the "train" object
+ * (mp_train_config_apply_json reads it; mp_train_config_fields lists its keys, each with the flag of
+ * `meshpoint train` that overrides it); any other key is an error naming it, so a typo never silently
+ * falls back to a default.
  */
 #ifndef MP_CONFIG_H
 #define MP_CONFIG_H
@@ -30,44 +19,67 @@
 #include <stdint.h>
 #include "core/error.h"
 
-/* RoPE frequency scaling (HF rope_scaling / rope_parameters). MP_ROPE_DEFAULT (0, so a zeroed config means
- * plain RoPE) uses none of the numbers. */
-typedef enum { MP_ROPE_DEFAULT = 0, MP_ROPE_LINEAR, MP_ROPE_LLAMA3 } mp_rope_type;
-
-typedef struct mp_rope_scaling {
-    mp_rope_type type;
-    double factor;                          /* linear, llama3: finite, >= 1 */
-    double low_freq_factor;                 /* llama3: finite, > 0 */
-    double high_freq_factor;                /* llama3: finite, > low_freq_factor */
-    int original_max_position_embeddings;   /* llama3: > 0 */
-} mp_rope_scaling;
-
-typedef struct mp_model_config {
-    int hidden_size;
-    int intermediate_size;
-    int num_hidden_layers;
-    int num_attention_heads;
-    int num_key_value_heads;
-    int vocab_size;
-    int max_position_embeddings;
-    double rms_norm_eps;
-    double rope_theta;
-    int tie_word_embeddings;
-    double initializer_range;
-    mp_rope_scaling rope_scaling;           /* rope_scaling / rope_parameters (default: none) */
-} mp_model_config;
+struct cJSON;
 
 #define MP_PATH_MAX 1024
 
-/* Upper bounds of the model's shape, beyond the ints of the fields themselves, so that every size
- * derived from a config (tensor counts, element counts, the parameter count) is computed without
- * overflow, and a crafted config (or a checkpoint's stored one) is refused instead of allocated:
- * MP_MAX_LAYERS is over 100x the deepest released Llama (126 layers; it bounds the per-layer tables,
- * e.g. the tensor list `ckpt verify` builds without a memory plan); MP_MAX_PARAMS only requires the
- * parameter count to be computable in int64 — whether a model fits in memory is the memory plan's
- * question (llama_plan_memory), which refuses with the figures. */
-#define MP_MAX_LAYERS 16384
-#define MP_MAX_PARAMS (INT64_MAX - 1)
+/* ---- the field-table reader ---- */
+
+typedef enum {
+    MP_FIELD_INT,    /* int: an integral JSON number in int32 range */
+    MP_FIELD_I64,    /* int64_t: an integral number in int64 range */
+    MP_FIELD_U64,    /* uint64_t: an integral number in [0, 2^63) */
+    MP_FIELD_DBL,    /* double: a finite number */
+    MP_FIELD_BOOL,   /* int 0/1: true or false */
+    MP_FIELD_STR,    /* char[MP_PATH_MAX]: a string shorter than MP_PATH_MAX */
+    MP_FIELD_TRI     /* int -1/0/1: null (-1), false or true */
+} mp_field_kind;
+
+/* One field of a config struct: its JSON key (the member's name), kind and offset; and, for a field a
+ * command-line flag overrides, that flag as the flag table (cli/args.h) shows it. */
+typedef struct mp_field {
+    const char *key;
+    mp_field_kind kind;
+    size_t off;
+    const char *flag;      /* without the leading "--"; NULL: set in the config file only */
+    const char *metavar;   /* the value's placeholder in --help ("N", "FILE"); NULL for a switch */
+    const char *help;      /* one line for --help */
+} mp_field;
+
+/* A table entry for member m of struct type T (no flag). */
+#define MP_FIELD(T, m, kind) {#m, kind, offsetof(T, m)}
+
+/* The entry of fs[0 .. n) whose key is key, or NULL. */
+const mp_field *mp_field_find(const mp_field *fs, size_t n, const char *key);
+/* Stores JSON value v into field f of the struct at base, range-checked (see above); MP_EINPUT with
+ * "<where>: key \"<key>\": ..." when v does not fit, leaving the field alone. */
+mp_code mp_field_set(void *base, const mp_field *f, const struct cJSON *v, const char *where, mp_err *err);
+/* Adds field f of the struct at base to the JSON object o, as text that parses back to the same value. */
+void mp_field_to_json(struct cJSON *o, const mp_field *f, const void *base);
+/* Copies field f's value from the struct at src to the struct at dst. */
+void mp_field_copy(const mp_field *f, void *dst, const void *src);
+/* 1 if field f holds the same value in the structs at a and b (reals compared with ==, strings by text). */
+int mp_field_equal(const mp_field *f, const void *a, const void *b);
+/* Field f of the struct at base as messages print it, into buf (cap bytes): integers and booleans as
+ * decimal (a tri-state as -1/0/1), reals with %g, strings as they are. */
+void mp_field_format(const mp_field *f, const void *base, char *buf, size_t cap);
+/* Parses JSON text into *out (the caller cJSON_Deletes it); MP_EINPUT "<name>: malformed JSON near line
+ * L, column C" when it does not parse. */
+mp_code mp_json_parse(const char *text, const char *name, struct cJSON **out, mp_err *err);
+/* The name of v's JSON type for messages: "a string", "a number", "a boolean", "null", "an array", ... */
+const char *mp_json_type(const struct cJSON *v);
+/* Adds key = v to o as the shortest of %.15g/%.16g/%.17g that strtod reads back exactly (null if not
+ * finite), and key = v as an integer literal: cJSON's own printing loses digits of both. */
+void mp_json_add_exact_double(struct cJSON *o, const char *key, double v);
+void mp_json_add_exact_int(struct cJSON *o, const char *key, long long v);
+
+/* The one conversion of a double (a JSON number: config values, checkpoint metadata) to an integer:
+ * returns 1 and sets *out (may be NULL) when v is finite, integral and in [lo, hi]; else 0 and leaves
+ * *out alone. A plain cast of an out-of-range double is undefined behaviour; this never casts one. */
+int mp_double_to_i64(double v, int64_t lo, int64_t hi, int64_t *out);
+
+/* ---- the training config ---- */
+
 /* The most optimizer steps a run may count: the bias-correction step t (<= steps) is an int in the
  * backend's AdamW (MP_ADAMW_MAX_T in core/optim.h). */
 #define MP_MAX_STEPS ((int64_t)INT32_MAX)
@@ -92,53 +104,26 @@ typedef struct mp_train_config {
     int reshard_after_forward;
 } mp_train_config;
 
-/* mp_model_config_default: a small programmatic model (hidden 256, 4 layers, rms_norm_eps 1e-5, ...) for
- * code and tests that build a config by hand. It is NOT what a missing key of a config file means: the
- * parser ignores *m's previous contents and applies the rules above. */
-void mp_model_config_default(mp_model_config *m);
 void mp_train_config_default(mp_train_config *t);
 
-/* Parses JSON text (name is used in messages). Either output may be NULL to ignore that part, but
- * its keys are still checked. The model part is built from the JSON alone (see above) and validated
- * (mp_model_config_validate); the "train" object is applied over *t's previous contents and each field
- * is range-checked, but the relations between training fields (batch_size % grad_accum, min_lr <= lr,
- * eval_batches with val_data) are left to mp_train_config_validate, so command-line flags applied after
- * loading can still fix them. */
-mp_code mp_config_parse(const char *text, const char *name, mp_model_config *m, mp_train_config *t,
-                        mp_err *err);
-mp_code mp_config_load(const char *path, mp_model_config *m, mp_train_config *t, mp_err *err);
+/* The training config's fields, in train_config JSON order, with the `meshpoint train` flag that
+ * overrides each one (beta1, beta2, adam_eps have none): the one list that the config file's "train"
+ * object, the JSON written into checkpoints and the command line's flags and overrides are read from. */
+#define MP_TRAIN_NFIELDS 23
+const mp_field *mp_train_config_fields(void);
 
-/* Checks divisibility and ranges; the message names the field (and, for training fields, the flag). */
-mp_code mp_model_config_validate(const mp_model_config *m, mp_err *err);
-/* Every field's range (grad_clip, weight_decay >= 0, seed < 2^63 (a negative --seed), ...), then the
- * relations: batch_size % grad_accum == 0, min_lr <= lr, eval_batches > 0 when val_data is set. Call it
- * after applying flags. */
+/* Applies the config file's "train" object v over *t's previous contents (name: the file, for messages):
+ * MP_EINPUT naming the key for an unknown key or a value that does not fit its field (mp_field_set), or
+ * when v is not an object. Fields are not checked against each other here: mp_train_config_check_fields
+ * and mp_train_config_validate do that. */
+mp_code mp_train_config_apply_json(const struct cJSON *v, const char *name, mp_train_config *t, mp_err *err);
+/* Each field's range on its own (grad_clip, weight_decay >= 0, seed < 2^63 (a negative --seed), finite
+ * reals, ...); the message names the key and, where there is one, the flag. */
+mp_code mp_train_config_check_fields(const mp_train_config *t, mp_err *err);
+/* mp_train_config_check_fields, then the relations: batch_size % grad_accum == 0, min_lr <= lr,
+ * eval_batches > 0 when val_data is set. Call it after applying flags. */
 mp_code mp_train_config_validate(const mp_train_config *t, mp_err *err);
-/* The training config against the model: seq_len <= max_position_embeddings. Call it (after
- * mp_train_config_validate) wherever both are known and final: train, eval. */
-mp_code mp_config_validate_pair(const mp_model_config *m, const mp_train_config *t, mp_err *err);
-
-/* HF config.json text for the model ("architectures": ["LlamaForCausalLM"], ...). Caller frees. */
-char *mp_model_config_to_json(const mp_model_config *m);
-/* JSON text of the training config. Caller frees. */
+/* JSON text of the training config, every field in table order. Caller frees. */
 char *mp_train_config_to_json(const mp_train_config *t);
-
-/* "default" | "linear" | "llama3" (the HF rope_type). */
-const char *mp_rope_type_name(mp_rope_type t);
-/* 1 if a and b scale RoPE the same way (the numbers a type does not use are ignored). */
-int mp_rope_scaling_equal(const mp_rope_scaling *a, const mp_rope_scaling *b);
-/* Describes s into buf (cap bytes) for messages and listings: "default", "linear (factor 2)",
- * "llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192)". */
-void mp_rope_scaling_describe(const mp_rope_scaling *s, char *buf, size_t cap);
-
-static inline int mp_head_dim(const mp_model_config *m) { return m->hidden_size / m->num_attention_heads; }
-/* Number of parameters of the (unpadded) model; never overflows: saturates at INT64_MAX, and is -1 when
- * a dimension is not positive. At most MP_MAX_PARAMS for a validated config. */
-int64_t mp_model_num_params(const mp_model_config *m);
-
-/* The one conversion of a double (a JSON number: config values, checkpoint metadata) to an integer:
- * returns 1 and sets *out (may be NULL) when v is finite, integral and in [lo, hi]; else 0 and leaves
- * *out alone. A plain cast of an out-of-range double is undefined behaviour; this never casts one. */
-int mp_double_to_i64(double v, int64_t lo, int64_t hi, int64_t *out);
 
 #endif

@@ -85,7 +85,7 @@ static void *reduce_in_grad(llama_model *m, void *partial) {
 
 /* ---- creation ---- */
 
-mp_code llama_check_layout(const mp_model_config *c, int tp, int dp, mp_err *err) {
+mp_code llama_check_layout(const llama_config *c, int tp, int dp, mp_err *err) {
     if (tp < 1 || dp < 1) return mp_err_set(err, MP_EINPUT, "tp (%d) and dp (%d) must be >= 1", tp, dp);
     if (tp > LLAMA_MAX_TP) return mp_err_set(err, MP_EINPUT, "tp (%d) exceeds the supported %d", tp, LLAMA_MAX_TP);
     if (c->num_hidden_layers > LLAMA_MAX_LAYERS)
@@ -99,7 +99,7 @@ mp_code llama_check_layout(const mp_model_config *c, int tp, int dp, mp_err *err
     return MP_OK;
 }
 
-static mp_code check_mesh(const mp_model_config *c, const llama_options *o, int tp, mp_err *err) {
+static mp_code check_mesh(const llama_config *c, const llama_options *o, int tp, mp_err *err) {
     MP_TRY(llama_check_layout(c, tp, 1, err));
     if (o->micro_batch <= 0) return mp_err_set(err, MP_EINPUT, "micro-batch must be > 0, got %d", o->micro_batch);
     if (o->seq_len <= 0) return mp_err_set(err, MP_EINPUT, "seq_len must be > 0, got %d", o->seq_len);
@@ -209,7 +209,7 @@ static void alloc_acts(llama_model *m) {
 
 /* Sets m's configuration and local sizes for rank (tp_rank, dp_rank) of a tp x dp mesh, then builds the
  * parameter table and lays out the FSDP units. Allocates nothing; the config and mesh were checked. */
-static void set_geometry(llama_model *m, const mp_model_config *cfg, const llama_options *opt, int tp, int tp_rank,
+static void set_geometry(llama_model *m, const llama_config *cfg, const llama_options *opt, int tp, int tp_rank,
                          int dp, int dp_rank) {
     m->cfg = *cfg;
     m->opt = *opt;
@@ -220,7 +220,7 @@ static void set_geometry(llama_model *m, const mp_model_config *cfg, const llama
     m->sp = opt->sp && tp > 1;
     m->L = cfg->num_hidden_layers;
     m->D = cfg->hidden_size;
-    m->hd = mp_head_dim(cfg);
+    m->hd = llama_head_dim(cfg);
     m->H_local = cfg->num_attention_heads / m->tp;
     m->KV_local = cfg->num_key_value_heads / m->tp;
     int64_t i0, icount;
@@ -242,9 +242,9 @@ static void set_geometry(llama_model *m, const mp_model_config *cfg, const llama
 /* A float estimate of the largest numbers the layout will compute (elements of the parameters, of the
  * largest activation, of the whole activation block), so that the exact int64 arithmetic that follows
  * cannot overflow: MP_EINPUT naming the sizes when any would pass 2^58 bytes on one rank. */
-static mp_code check_plan_range(const mp_model_config *c, const llama_options *o, mp_err *err) {
+static mp_code check_plan_range(const llama_config *c, const llama_options *o, mp_err *err) {
     double D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
-    double hd = mp_head_dim(c), H = c->num_attention_heads, KV = c->num_key_value_heads;
+    double hd = llama_head_dim(c), H = c->num_attention_heads, KV = c->num_key_value_heads;
     double B = o->micro_batch, T = o->seq_len, N = B * T;
     double params = 2 * V * D + L * (2 * D + (H + 2 * KV) * hd * D + D * H * hd + 3 * I * D) + D;
     double widest = V > I ? V : I;
@@ -264,11 +264,11 @@ static mp_code check_plan_range(const mp_model_config *c, const llama_options *o
     return MP_OK;
 }
 
-mp_code llama_plan_memory(const mp_model_config *cfg, const llama_options *opt, int tp, int tp_rank, int dp,
+mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, int tp, int tp_rank, int dp,
                           int dp_rank, llama_memory_plan *plan, mp_err *err) {
     assert(plan && tp_rank >= 0 && tp_rank < tp && dp_rank >= 0 && dp_rank < dp);
     memset(plan, 0, sizeof *plan);
-    MP_TRY(mp_model_config_validate(cfg, err));
+    MP_TRY(llama_config_validate(cfg, err));
     MP_TRY(check_mesh(cfg, opt, tp, err));
     if (dp < 1) return mp_err_set(err, MP_EINPUT, "dp (%d) must be >= 1", dp);
     MP_TRY(check_plan_range(cfg, opt, err));
@@ -290,7 +290,7 @@ mp_code llama_plan_memory(const mp_model_config *cfg, const llama_options *opt, 
     return MP_OK;
 }
 
-mp_code llama_create(llama_model **out, const mp_model_config *cfg, const llama_options *opt, mp_mesh *mesh,
+mp_code llama_create(llama_model **out, const llama_config *cfg, const llama_options *opt, mp_mesh *mesh,
                      mp_backend *be, mp_err *err) {
     *out = NULL;
     llama_options o = *opt;
@@ -514,6 +514,6 @@ void llama_logits(const llama_model *m, float *host_dst, int64_t row0, int64_t n
     free(h);
 }
 
-const mp_model_config *llama_config(const llama_model *m) { return &m->cfg; }
+const llama_config *llama_model_config(const llama_model *m) { return &m->cfg; }
 mp_backend *llama_backend(const llama_model *m) { return m->be; }
 mp_mesh *llama_mesh(const llama_model *m) { return m->mesh; }

@@ -20,10 +20,10 @@
 
 #include <stdint.h>
 #include "core/backend.h"
-#include "core/config.h"
 #include "core/error.h"
 #include "core/mesh.h"
 #include "core/optim.h"
+#include "layers/llama_config.h"
 
 typedef enum {
     LLAMA_REPLICATED = 0,  /* same on every tp rank (norm weights) */
@@ -48,7 +48,7 @@ typedef struct llama_tensor_spec {
  * post_attention_layernorm, gate, up, down; final norm; lm_head unless tied — tied: the final norm comes
  * right after the embedding, in its unit). Writes at most cap specs to out (may be NULL) and returns
  * the count, which is 9 * layers + 2 (+1 untied). The one list both the model and checkpoint tools use. */
-int llama_tensor_specs(const mp_model_config *c, llama_tensor_spec *out, int cap);
+int llama_tensor_specs(const llama_config *c, llama_tensor_spec *out, int cap);
 
 /* Where a tensor lives on one rank of a tp x dp mesh: its TP slice and, of that slice, its FSDP
  * shard. A pure function of (config, spec, mesh coordinates): the model builds its parameter table
@@ -62,7 +62,7 @@ typedef struct llama_placement {
 } llama_placement;
 
 /* The placement of spec on rank (tp_rank, dp_rank) of a tp x dp mesh. */
-void llama_place(const mp_model_config *c, const llama_tensor_spec *spec, int tp, int tp_rank, int dp,
+void llama_place(const llama_config *c, const llama_tensor_spec *spec, int tp, int tp_rank, int dp,
                  int dp_rank, llama_placement *out);
 /* The box of the global tensor that a rank's shard covers: the shard's rows inside the real tensor
  * (vocab padding clipped), all of the slice's columns. Returns its row count (0: an empty shard or
@@ -77,12 +77,12 @@ static inline int llama_disk_writer(llama_tp_split split, int tp_rank) {
  * normal(0, initializer_range) from the counter-based RNG keyed by (seed, name, global element index)
  * for matrices, 1 for norm weights. Any box of any tensor can be generated on its own, and the
  * values do not depend on the mesh. */
-void llama_init_box(const mp_model_config *c, const llama_tensor_spec *spec, uint64_t seed, const int64_t off[2],
+void llama_init_box(const llama_config *c, const llama_tensor_spec *spec, uint64_t seed, const int64_t off[2],
                     const int64_t shape[2], float *out);
 /* Whether the model can be laid out on a tp x dp mesh (num_key_value_heads % tp, intermediate_size
  * >= tp, tp and layer limits, dp >= 1); MP_EINPUT naming the field otherwise. Checks nothing that
  * only matters for running (sequence length, micro-batch). */
-mp_code llama_check_layout(const mp_model_config *c, int tp, int dp, mp_err *err);
+mp_code llama_check_layout(const llama_config *c, int tp, int dp, mp_err *err);
 
 typedef struct llama_param {
     char name[96];             /* HF name */
@@ -122,12 +122,12 @@ typedef struct llama_memory_plan {
 /* The bytes llama_create would allocate on rank (tp_rank, dp_rank) of a tp x dp mesh, computed from the
  * same layout code, with every size first checked to fit (MP_EINPUT naming the sizes when the model is
  * beyond any machine's memory, and the config/mesh errors llama_create gives). Allocates only scratch. */
-mp_code llama_plan_memory(const mp_model_config *cfg, const llama_options *opt, int tp, int tp_rank, int dp,
+mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, int tp, int tp_rank, int dp,
                           int dp_rank, llama_memory_plan *plan, mp_err *err);
 
 /* Checks the config against the mesh (num_key_value_heads % tp, seq_len % tp under SP, ...) with
  * messages naming the field, then allocates everything a training step needs. */
-mp_code llama_create(llama_model **out, const mp_model_config *cfg, const llama_options *opt, mp_mesh *mesh,
+mp_code llama_create(llama_model **out, const llama_config *cfg, const llama_options *opt, mp_mesh *mesh,
                      mp_backend *be, mp_err *err);
 void llama_destroy(llama_model *m);
 
@@ -191,7 +191,7 @@ int llama_param_find(const llama_model *m, const char *name);
 void llama_logits(const llama_model *m, float *host_dst, int64_t row0, int64_t nrows, int *v_start, int *v_local,
                   int *v_valid);
 
-const mp_model_config *llama_config(const llama_model *m);
+const llama_config *llama_model_config(const llama_model *m);
 mp_backend *llama_backend(const llama_model *m);
 mp_mesh *llama_mesh(const llama_model *m);
 

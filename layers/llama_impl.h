@@ -49,7 +49,7 @@ typedef struct llama_layer_acts {
 } llama_layer_acts;
 
 struct llama_model {
-    mp_model_config cfg;
+    llama_config cfg;
     llama_options opt;
     mp_mesh *mesh;
     mp_backend *be;

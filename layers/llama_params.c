@@ -15,7 +15,7 @@
 #include "core/kernels_cpu.h"   /* mp_cpu_threads */
 #include "layers/llama_impl.h"
 
-void llama_place(const mp_model_config *c, const llama_tensor_spec *spec, int tp, int tp_rank, int dp,
+void llama_place(const llama_config *c, const llama_tensor_spec *spec, int tp, int tp_rank, int dp,
                  int dp_rank, llama_placement *out) {
     assert(tp >= 1 && tp_rank >= 0 && tp_rank < tp && dp >= 1 && dp_rank >= 0 && dp_rank < dp);
     llama_placement *p = out;
@@ -64,7 +64,7 @@ int64_t llama_disk_box(const llama_placement *pl, int64_t off[2], int64_t shape[
     return rows;
 }
 
-void llama_init_box(const mp_model_config *c, const llama_tensor_spec *spec, uint64_t seed, const int64_t off[2],
+void llama_init_box(const llama_config *c, const llama_tensor_spec *spec, uint64_t seed, const int64_t off[2],
                     const int64_t shape[2], float *out) {
     assert(off[0] >= 0 && off[0] + shape[0] <= spec->shape[0] && off[1] >= 0 && off[1] + shape[1] <= spec->shape[1]);
     float std = (float)c->initializer_range;
@@ -117,8 +117,8 @@ static int add_param(llama_model *m, const llama_tensor_spec *spec) {
     return m->nparams++;
 }
 
-int llama_tensor_specs(const mp_model_config *c, llama_tensor_spec *out, int cap) {
-    int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = mp_head_dim(c);
+int llama_tensor_specs(const llama_config *c, llama_tensor_spec *out, int cap) {
+    int64_t D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = llama_head_dim(c);
     int64_t H = c->num_attention_heads, KV = c->num_key_value_heads;
     int L = c->num_hidden_layers, n = 0;
 #define SPECV(nd, rows, cols, sp, voc, u, ...)                                            \

@@ -14,11 +14,11 @@
 
 static const char *const kinds[3] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
 
-mp_code rs_target_layout(const mp_model_config *cfg, int tp, int dp, int model_only, rs_box **boxes, int *n,
+mp_code rs_target_layout(const llama_config *cfg, int tp, int dp, int model_only, rs_box **boxes, int *n,
                          mp_err *e) {
     *boxes = NULL;
     *n = 0;
-    MP_TRY(mp_model_config_validate(cfg, e));
+    MP_TRY(llama_config_validate(cfg, e));
     MP_TRY(llama_check_layout(cfg, tp, dp, e));
     int ns = llama_tensor_specs(cfg, NULL, 0);
     llama_tensor_spec *specs = mp_xmalloc(sizeof *specs * (size_t)ns);

@@ -12,7 +12,7 @@
  * with replace, an existing DIR is swapped out by that rename (ckpt/'s ck_swap_dirs) and removed after,
  * so a failure at any point leaves the old DIR as it was and no half-written DIR.
  *
- * config.json is the model config as the parser writes it (mp_model_config_to_json: architectures,
+ * config.json is the model config as the parser writes it (llama_config_to_json: architectures,
  * model_type, every field, head_dim, biases false, rope_scaling), plus what transformers 5 writes
  * (dtype, rope_parameters with rope_theta) next to what 4.x reads (torch_dtype, rope_theta), and
  * LlamaConfig's remaining defaults (attention_dropout, pretraining_tp, use_cache). Numbers are printed
@@ -39,7 +39,7 @@ typedef struct hf_item {
 
 typedef struct hf_sink {
     char *dir, *partial;
-    mp_model_config cfg;
+    llama_config cfg;
     st_dtype dtype;
     int64_t max_shard;
     size_t band;
@@ -50,8 +50,8 @@ typedef struct hf_sink {
     mp_err err;
 } hf_sink;
 
-mp_code rs_hf_layout(const mp_model_config *cfg, rs_box **boxes, int *n, mp_err *e) {
-    MP_TRY(mp_model_config_validate(cfg, e));
+mp_code rs_hf_layout(const llama_config *cfg, rs_box **boxes, int *n, mp_err *e) {
+    MP_TRY(llama_config_validate(cfg, e));
     int ns = llama_tensor_specs(cfg, NULL, 0);
     llama_tensor_spec *sp = mp_xmalloc(sizeof *sp * (size_t)ns);
     llama_tensor_specs(cfg, sp, ns);
@@ -150,8 +150,8 @@ static void exact_numbers(cJSON *j) {
 }
 
 /* config.json text (see the top of the file). Caller frees. */
-static char *config_json(const mp_model_config *cfg, st_dtype dt) {
-    char *base = mp_model_config_to_json(cfg);
+static char *config_json(const llama_config *cfg, st_dtype dt) {
+    char *base = llama_config_to_json(cfg);
     cJSON *o = cJSON_Parse(base);
     free(base);
     const char *tname = dt == ST_BF16 ? "bfloat16" : "float32";
@@ -288,7 +288,7 @@ static void hs_free(rs_sink *s) {
     free(s);
 }
 
-mp_code rs_sink_hf(rs_sink **out, const char *dir, const mp_model_config *cfg, const char *dtype,
+mp_code rs_sink_hf(rs_sink **out, const char *dir, const llama_config *cfg, const char *dtype,
                    int64_t max_shard_bytes, size_t band_bytes, int replace, mp_err *e) {
     *out = NULL;
     st_dtype dt;

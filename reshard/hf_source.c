@@ -211,14 +211,14 @@ mp_code rs_source_hf(rs_source **out, const char *dir, mp_err *e) {
 }
 
 /* Tensors an HF Llama directory may hold that the model does not use (transformers ignores them too). */
-static int ignorable(const char *name, const mp_model_config *cfg) {
+static int ignorable(const char *name, const llama_config *cfg) {
     const char *suffix = ".rotary_emb.inv_freq";
     size_t n = strlen(name), k = strlen(suffix);
     if (n > k && !strcmp(name + n - k, suffix)) return 1;
     return cfg->tie_word_embeddings && !strcmp(name, "lm_head.weight");
 }
 
-mp_code rs_source_hf_check(rs_source *s, const mp_model_config *cfg, mp_err *e) {
+mp_code rs_source_hf_check(rs_source *s, const llama_config *cfg, mp_err *e) {
     hf_src *h = s->impl;
     int ns = llama_tensor_specs(cfg, NULL, 0);
     llama_tensor_spec *sp = mp_xmalloc(sizeof *sp * (size_t)ns);

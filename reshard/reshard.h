@@ -26,8 +26,8 @@
 #include <stdio.h>
 #include "ckpt/ckpt.h"
 #include "core/comm.h"
-#include "core/config.h"
 #include "core/error.h"
+#include "layers/llama_config.h"
 
 /* ------------------------------------------------------------------------------------ source */
 
@@ -55,7 +55,7 @@ mp_code rs_source_ckpt(rs_source **out, const char *dir, size_t scratch, mp_err 
 ckpt_reader *rs_source_ckpt_reader(rs_source *s);
 /* A source of the seeded initialisation of the Llama model of cfg: model/<name> are the initial
  * weights (llama_init_box), optim/... moments zero. */
-mp_code rs_source_init(rs_source **out, const mp_model_config *cfg, uint64_t seed, mp_err *e);
+mp_code rs_source_init(rs_source **out, const llama_config *cfg, uint64_t seed, mp_err *e);
 
 /* A source over a Hugging Face Llama directory (reshard/hf_source.c): model.safetensors, or
  * model.safetensors.index.json and the shards its weight_map names (every header validated, a tensor
@@ -66,7 +66,7 @@ mp_code rs_source_hf(rs_source **out, const char *dir, mp_err *e);
 /* Checks an HF source against the model of cfg: every tensor of the model present with its shape and
  * a readable dtype; no tensor the model would not use (rotary_emb.inv_freq buffers and, with tied
  * embeddings, lm_head.weight are ignored, as transformers does). MP_EINPUT naming the tensor and file. */
-mp_code rs_source_hf_check(rs_source *s, const mp_model_config *cfg, mp_err *e);
+mp_code rs_source_hf_check(rs_source *s, const llama_config *cfg, mp_err *e);
 
 /* -------------------------------------------------------------------------------------- sink */
 
@@ -105,7 +105,7 @@ static inline int64_t rs_box_bytes(const rs_box *b) { return 4 * b->shape[0] * (
 /* Every box a tp x dp job saves for the model of cfg, in (rank, table) order: parameters and, unless
  * model_only, both Adam moments. *boxes is malloc'd. MP_EINPUT if the model cannot be laid out on that
  * mesh (llama_check_layout). */
-mp_code rs_target_layout(const mp_model_config *cfg, int tp, int dp, int model_only, rs_box **boxes, int *n,
+mp_code rs_target_layout(const llama_config *cfg, int tp, int dp, int model_only, rs_box **boxes, int *n,
                          mp_err *e);
 
 /* A sink writing a Hugging Face directory at dir (reshard/hf_sink.c): config.json (keys transformers
@@ -115,10 +115,10 @@ mp_code rs_target_layout(const mp_model_config *cfg, int tp, int dp, int model_o
  * nearest even), pulling each in row bands of at most band_bytes of fp32. Written into dir.partial and
  * renamed at the commit (replace: an existing dir is swapped out only then). Single process; meta()
  * ignores checkpoint metadata (an HF directory has no place for it). */
-mp_code rs_sink_hf(rs_sink **out, const char *dir, const mp_model_config *cfg, const char *dtype,
+mp_code rs_sink_hf(rs_sink **out, const char *dir, const llama_config *cfg, const char *dtype,
                    int64_t max_shard_bytes, size_t band_bytes, int replace, mp_err *e);
 /* The layout an HF sink takes: one whole-tensor box of every model/ tensor of cfg, in table order. */
-mp_code rs_hf_layout(const mp_model_config *cfg, rs_box **boxes, int *n, mp_err *e);
+mp_code rs_hf_layout(const llama_config *cfg, rs_box **boxes, int *n, mp_err *e);
 
 /* ------------------------------------------------------------------------------------ engine */
 

@@ -74,7 +74,7 @@ ckpt_reader *rs_source_ckpt_reader(rs_source *s) {
 /* ------------------------------------------------------------------------------ initialisation */
 
 typedef struct init_src {
-    mp_model_config cfg;
+    llama_config cfg;
     uint64_t seed;
     int nspecs;
     llama_tensor_spec *specs;
@@ -119,9 +119,9 @@ static void init_close(rs_source *s) {
     free(s);
 }
 
-mp_code rs_source_init(rs_source **out, const mp_model_config *cfg, uint64_t seed, mp_err *e) {
+mp_code rs_source_init(rs_source **out, const llama_config *cfg, uint64_t seed, mp_err *e) {
     *out = NULL;
-    MP_TRY(mp_model_config_validate(cfg, e));
+    MP_TRY(llama_config_validate(cfg, e));
     init_src *I = mp_xcalloc(sizeof *I);
     I->cfg = *cfg;
     I->seed = seed;

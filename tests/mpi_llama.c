@@ -52,9 +52,9 @@ static void check(int ok, const char *fmt, ...) {
     if (!all_ok) g_fail = 1;
 }
 
-static mp_model_config make_config(const char *name) {
-    mp_model_config c;
-    mp_model_config_default(&c);
+static llama_config make_config(const char *name) {
+    llama_config c;
+    llama_config_default(&c);
     if (!strcmp(name, "odd")) {          /* vocab not divisible by 4, dim-0 sizes not divisible by dp */
         c.hidden_size = 48; c.intermediate_size = 100; c.num_hidden_layers = 2;
         c.num_attention_heads = 4; c.num_key_value_heads = 4; c.vocab_size = 250; c.tie_word_embeddings = 0;
@@ -124,7 +124,7 @@ static void train(llama_model *m, double *losses, float **grads) {
     int micro = B / mesh->dp;
     int32_t *in = malloc(sizeof(int32_t) * micro * T), *tgt = malloc(sizeof(int32_t) * micro * T);
     for (int s = 0; s < STEPS; s++) {
-        fill_ctx fc = {s, mesh->dp_rank * micro, micro, llama_config(m)->vocab_size};
+        fill_ctx fc = {s, mesh->dp_rank * micro, micro, llama_model_config(m)->vocab_size};
         llama_step_args a = {{0.9, 0.95, 1e-8, 0.1}, 2e-3, s + 1, 1.0, 1, (double)B * T};
         llama_step_result r;
         if (s == 0 && grads) {
@@ -145,7 +145,7 @@ static void train(llama_model *m, double *losses, float **grads) {
 }
 
 /* Expected bytes for one step (one micro-batch, no grad accumulation) on this rank: see PARALLEL.md. */
-static void expected_bytes(const mp_model_config *c, const mp_mesh *mesh, int sp, int raf, int64_t *tp_bytes,
+static void expected_bytes(const llama_config *c, const mp_mesh *mesh, int sp, int raf, int64_t *tp_bytes,
                            int64_t *dp_bytes) {
     int p = mesh->tp, q = mesh->dp, L = c->num_hidden_layers;
     int64_t D = c->hidden_size, hd = D / c->num_attention_heads, N = (int64_t)(B / q) * T;
@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--raf")) raf = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--config")) cfg_name = argv[i + 1];
     }
-    mp_model_config cfg = make_config(cfg_name);
+    llama_config cfg = make_config(cfg_name);
     mp_backend *be = mp_backend_cpu();
     mp_backend counting = *be;   /* the mesh model's table: the CPU's, counting its to_host calls */
     counting.to_host = counting_to_host;
@@ -259,7 +259,7 @@ int main(int argc, char **argv) {
     int np = llama_num_params(m);
 
     /* memory: parameters, gradients, moments are 1/(tp*dp) of the model plus padding and replication */
-    int64_t total = mp_model_num_params(&cfg), allowance = 0;
+    int64_t total = llama_config_num_params(&cfg), allowance = 0;
     for (int i = 0; i < np; i++) {
         llama_param *p = llama_param_at(m, i);
         int64_t cols = p->tp_shape[1];

@@ -6,7 +6,7 @@
  *
  * Expected values come from elsewhere than the code under test: statistics and shard maps from h5py
  * reading index.h5 (its tables and virtual views) with numpy, sizes from stat(), byte counts from the
- * model config (core/config.h), damage from flipping a byte inside a dataset found through h5py's
+ * model config (layers/llama_config.h), damage from flipping a byte inside a dataset found through h5py's
  * ds.id.get_offset(). Chunked streaming is exercised by MP_CKPT_CHUNK_BYTES=100 (tensors cut into many
  * row and column pieces) and must give the same results as whole-tensor chunks.
  */
@@ -23,7 +23,7 @@
 #include <unistd.h>
 #include "ckpt/ckpt.h"
 #include "core/comm.h"
-#include "core/config.h"
+#include "layers/llama_config.h"
 #include "tests/testutil.h"
 
 #define PY "/usr/bin/python3"
@@ -143,11 +143,11 @@ static int64_t file_size(const char *p) {
 
 /* Bytes of every tensor of a training checkpoint of the tiny config: 3 f32 copies of the parameters. */
 static int64_t tiny_ckpt_bytes(void) {
-    mp_model_config mc;
+    llama_config mc;
     mp_err e;
-    mp_model_config_default(&mc);
-    cr_assert_eq(mp_config_load(tiny_config(), &mc, NULL, &e), MP_OK, "%s", e.msg);
-    return 3 * mp_model_num_params(&mc) * 4;
+    llama_config_default(&mc);
+    cr_assert_eq(llama_config_load(tiny_config(), &mc, NULL, &e), MP_OK, "%s", e.msg);
+    return 3 * llama_config_num_params(&mc) * 4;
 }
 
 /* Writes an inline Python program to dir/name and returns its path. */

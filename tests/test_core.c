@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/config.h"
 #include "core/error.h"
 #include "core/fsutil.h"
 #include "core/rng.h"
 #include "core/sched.h"
 #include "core/tensor.h"
+#include "layers/llama_config.h"
 #include "tests/testutil.h"
 
 Test(rng, philox4x32_10_known_answers) {
@@ -133,17 +133,17 @@ Test(config, hf_config_json_is_accepted_and_round_trips) {
                      " \"num_key_value_heads\": 2, \"vocab_size\": 1000, \"rms_norm_eps\": 1e-6, \"rope_theta\": 500000.0,"
                      " \"hidden_act\": \"silu\", \"attention_bias\": false, \"rope_scaling\": null,"
                      " \"torch_dtype\": \"bfloat16\", \"bos_token_id\": 1, \"tie_word_embeddings\": true}";
-    mp_model_config m;
-    mp_model_config_default(&m);
+    llama_config m;
+    llama_config_default(&m);
     mp_err e;
-    cr_assert_eq(mp_config_parse(hf, "hf.json", &m, NULL, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(llama_config_parse(hf, "hf.json", &m, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(m.intermediate_size, 172);
     cr_assert_eq(m.tie_word_embeddings, 1);
     cr_assert_float_eq(m.rope_theta, 500000.0, 1e-9);
-    char *j = mp_model_config_to_json(&m);
-    mp_model_config m2;
-    mp_model_config_default(&m2);
-    cr_assert_eq(mp_config_parse(j, "round trip", &m2, NULL, &e), MP_OK, "%s", e.msg);
+    char *j = llama_config_to_json(&m);
+    llama_config m2;
+    llama_config_default(&m2);
+    cr_assert_eq(llama_config_parse(j, "round trip", &m2, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert(!memcmp(&m, &m2, sizeof m), "config changed in a round trip");
     free(j);
 }
@@ -159,12 +159,12 @@ Test(config, values_that_change_the_math_are_refused) {
                             {"{\"train\": 3}", "train"},
                             {"[1, 2]", "object"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mp_model_config m;
+        llama_config m;
         mp_train_config t;
-        mp_model_config_default(&m);
+        llama_config_default(&m);
         mp_train_config_default(&t);
         mp_err e;
-        cr_assert_eq(mp_config_parse(bad[i][0], "c.json", &m, &t, &e), MP_EINPUT, "%s accepted", bad[i][0]);
+        cr_assert_eq(llama_config_parse(bad[i][0], "c.json", &m, &t, &e), MP_EINPUT, "%s accepted", bad[i][0]);
         cr_assert(strstr(e.msg, bad[i][1]) && strstr(e.msg, "c.json"), "%s: message \"%s\"", bad[i][0], e.msg);
     }
 }
@@ -173,10 +173,10 @@ Test(config, values_that_change_the_math_are_refused) {
 #define SHAPE "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, " \
               "\"num_attention_heads\": 4, \"vocab_size\": 256"
 
-static mp_code parse_model(const char *text, mp_model_config *m, mp_err *e) {
-    mp_model_config_default(m);   /* the parser must not take anything from here */
+static mp_code parse_model(const char *text, llama_config *m, mp_err *e) {
+    llama_config_default(m);   /* the parser must not take anything from here */
     mp_err_clear(e);
-    return mp_config_parse(text, "c.json", m, NULL, e);
+    return llama_config_parse(text, "c.json", m, NULL, e);
 }
 
 static char *config_path(const char *name) {
@@ -187,10 +187,10 @@ static char *config_path(const char *name) {
 
 Test(config, real_openllama_3b_config_has_as_many_kv_heads_as_heads) {
     /* openlm-research/open_llama_3b's config.json: no num_key_value_heads */
-    mp_model_config m;
-    mp_model_config_default(&m);
+    llama_config m;
+    llama_config_default(&m);
     mp_err e;
-    cr_assert_eq(mp_config_load(config_path("hf_open_llama_3b.json"), &m, NULL, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(llama_config_load(config_path("hf_open_llama_3b.json"), &m, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(m.num_attention_heads, 32);
     cr_assert_eq(m.num_key_value_heads, 32, "kv heads %d", m.num_key_value_heads);
     cr_assert_eq(m.hidden_size, 3200);
@@ -207,16 +207,16 @@ Test(config, real_openllama_3b_config_has_as_many_kv_heads_as_heads) {
 }
 
 Test(config, missing_keys_take_llamaconfig_defaults) {
-    mp_model_config m;
+    llama_config m;
     mp_err e;
     cr_assert_eq(parse_model("{" SHAPE "}", &m, &e), MP_OK, "%s", e.msg);
-    cr_assert_float_eq(m.rms_norm_eps, 1e-6, 1e-15);   /* mp_model_config_default has 1e-5 */
+    cr_assert_float_eq(m.rms_norm_eps, 1e-6, 1e-15);   /* llama_config_default has 1e-5 */
     cr_assert_eq(m.num_key_value_heads, 4);
     cr_assert_eq(m.max_position_embeddings, 2048);
     cr_assert_float_eq(m.rope_theta, 10000.0, 1e-9);
     cr_assert_eq(m.tie_word_embeddings, 0);
     cr_assert_float_eq(m.initializer_range, 0.02, 1e-15);
-    cr_assert_eq(mp_head_dim(&m), 16);
+    cr_assert_eq(llama_head_dim(&m), 16);
     /* given keys win */
     cr_assert_eq(parse_model("{" SHAPE ", \"rms_norm_eps\": 1e-5, \"num_key_value_heads\": 2}", &m, &e), MP_OK, "%s", e.msg);
     cr_assert_float_eq(m.rms_norm_eps, 1e-5, 1e-15);
@@ -234,12 +234,12 @@ Test(config, the_shape_keys_are_required) {
                      keys[i], vals[i]);
         }
         strcat(text, "}");
-        mp_model_config m;
+        llama_config m;
         mp_err e;
         cr_assert_eq(parse_model(text, &m, &e), MP_EINPUT, "%s accepted", text);
         cr_assert(strstr(e.msg, keys[skip]) && strstr(e.msg, "required") && strstr(e.msg, "c.json"), "%s: %s", text, e.msg);
     }
-    mp_model_config m;
+    llama_config m;
     mp_err e;
     cr_assert_eq(parse_model("{}", &m, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "hidden_size") && strstr(e.msg, "vocab_size") && strstr(e.msg, "are required"), "%s", e.msg);
@@ -257,13 +257,13 @@ Test(config, only_llama_is_accepted) {
         {"{" SHAPE ", \"architectures\": \"LlamaForCausalLM\"}", "architectures"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mp_model_config m;
+        llama_config m;
         mp_err e;
         cr_assert_eq(parse_model(bad[i][0], &m, &e), MP_EINPUT, "%s accepted", bad[i][0]);
         cr_assert(strstr(e.msg, bad[i][1]) && strstr(e.msg, "c.json"), "%s: message \"%s\"", bad[i][0], e.msg);
         cr_assert(strstr(e.msg, "model_type") || strstr(e.msg, "architectures"), "%s: %s", bad[i][0], e.msg);
     }
-    mp_model_config m;
+    llama_config m;
     mp_err e;
     cr_assert_eq(parse_model("{" SHAPE ", \"model_type\": \"llama\", \"architectures\": [\"LlamaForCausalLM\"]}", &m, &e),
                  MP_OK, "%s", e.msg);
@@ -283,7 +283,7 @@ Test(config, keys_transformers_ignores_are_accepted) {
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         char text[512];
         snprintf(text, sizeof text, "{" SHAPE ", \"rms_norm_eps\": 1e-5, \"num_key_value_heads\": 2, %s}", ok[i]);
-        mp_model_config m, ref;
+        llama_config m, ref;
         mp_err e;
         cr_assert_eq(parse_model(text, &m, &e), MP_OK, "%s: %s", ok[i], e.msg);
         cr_assert_eq(parse_model("{" SHAPE ", \"rms_norm_eps\": 1e-5, \"num_key_value_heads\": 2}", &ref, &e), MP_OK);
@@ -292,11 +292,11 @@ Test(config, keys_transformers_ignores_are_accepted) {
 }
 
 Test(config, rope_parameters_carry_rope_theta) {
-    mp_model_config m;
-    mp_model_config_default(&m);
+    llama_config m;
+    llama_config_default(&m);
     mp_err e;
     /* a transformers 5 config.json: rope_parameters, dtype, no top-level rope_theta */
-    cr_assert_eq(mp_config_load(config_path("hf_tf5_rope_parameters.json"), &m, NULL, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(llama_config_load(config_path("hf_tf5_rope_parameters.json"), &m, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert_float_eq(m.rope_theta, 500000.0, 1e-6);
     cr_assert_eq(m.num_key_value_heads, 8);
     cr_assert_eq(m.tie_word_embeddings, 1);
@@ -309,9 +309,9 @@ Test(config, rope_parameters_carry_rope_theta) {
                              "\"rope_theta\": 500000}}", &m, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "rope_theta") && strstr(e.msg, "rope_parameters"), "%s", e.msg);
     /* the JSON round trip of a parsed config is the same config */
-    cr_assert_eq(mp_config_load(config_path("hf_tf5_rope_parameters.json"), &m, NULL, &e), MP_OK, "%s", e.msg);
-    char *j = mp_model_config_to_json(&m);
-    mp_model_config m2;
+    cr_assert_eq(llama_config_load(config_path("hf_tf5_rope_parameters.json"), &m, NULL, &e), MP_OK, "%s", e.msg);
+    char *j = llama_config_to_json(&m);
+    llama_config m2;
     cr_assert_eq(parse_model(j, &m2, &e), MP_OK, "%s", e.msg);
     cr_assert(!memcmp(&m, &m2, sizeof m));
     free(j);
@@ -333,7 +333,7 @@ Test(config, other_rope_types_are_refused) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char text[512];
         snprintf(text, sizeof text, "{" SHAPE ", %s}", bad[i][0]);
-        mp_model_config m;
+        llama_config m;
         mp_err e;
         cr_assert_eq(parse_model(text, &m, &e), MP_EINPUT, "%s accepted", bad[i][0]);
         cr_assert(strstr(e.msg, bad[i][1]) && strstr(e.msg, "c.json"), "%s: message \"%s\"", bad[i][0], e.msg);
@@ -371,7 +371,7 @@ Test(config, train_config_validation_names_the_key_and_flag) {
 }
 
 Test(config, train_object_values_are_checked_relations_after_flags) {
-    mp_model_config m;
+    llama_config m;
     mp_train_config t;
     mp_err e;
     const char *bad[][2] = {
@@ -381,14 +381,14 @@ Test(config, train_object_values_are_checked_relations_after_flags) {
         {"{" SHAPE ", \"train\": {\"seed\": 1e19}}", "seed"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mp_model_config_default(&m);
+        llama_config_default(&m);
         mp_train_config_default(&t);
-        cr_assert_eq(mp_config_parse(bad[i][0], "c.json", &m, &t, &e), MP_EINPUT, "%s accepted", bad[i][0]);
+        cr_assert_eq(llama_config_parse(bad[i][0], "c.json", &m, &t, &e), MP_EINPUT, "%s accepted", bad[i][0]);
         cr_assert(strstr(e.msg, bad[i][1]) && strstr(e.msg, "c.json: train"), "%s: %s", bad[i][0], e.msg);
     }
     /* a relation between fields can still be fixed by a flag: the parse takes it, validate refuses it */
     mp_train_config_default(&t);
-    cr_assert_eq(mp_config_parse("{" SHAPE ", \"train\": {\"lr\": 2e-5}}", "c.json", &m, &t, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(llama_config_parse("{" SHAPE ", \"train\": {\"lr\": 2e-5}}", "c.json", &m, &t, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(mp_train_config_validate(&t, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "min_lr"), "%s", e.msg);
     t.min_lr = 0;   /* --min-lr 0 */
@@ -396,14 +396,42 @@ Test(config, train_object_values_are_checked_relations_after_flags) {
 }
 
 Test(config, seq_len_is_at_most_max_position_embeddings) {
-    mp_model_config m;
+    llama_config m;
     mp_train_config t;
     mp_err e;
     cr_assert_eq(parse_model("{" SHAPE ", \"max_position_embeddings\": 256}", &m, &e), MP_OK, "%s", e.msg);
     mp_train_config_default(&t);
     t.seq_len = 256;
-    cr_assert_eq(mp_config_validate_pair(&m, &t, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(llama_config_validate_pair(&m, &t, &e), MP_OK, "%s", e.msg);
     t.seq_len = 257;
-    cr_assert_eq(mp_config_validate_pair(&m, &t, &e), MP_EINPUT);
+    cr_assert_eq(llama_config_validate_pair(&m, &t, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "max_position_embeddings") && strstr(e.msg, "256") && strstr(e.msg, "--seq-len"), "%s", e.msg);
+}
+
+Test(config, diff_names_each_differing_field_less_those_the_caller_allows) {
+    llama_config a, b;
+    llama_config_default(&a);
+    b = a;
+    cr_assert_eq(llama_config_diff(&a, &b, LLAMA_CF_NONE), 0u);
+    b.max_position_embeddings = 4096;
+    b.rms_norm_eps = 1e-6;
+    b.rope_scaling = (mp_rope_scaling){.type = MP_ROPE_LINEAR, .factor = 2};
+    unsigned want = LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS) | LLAMA_CF_BIT(LLAMA_CF_RMS_NORM_EPS) |
+                    LLAMA_CF_BIT(LLAMA_CF_ROPE_SCALING);
+    cr_assert_eq(llama_config_diff(&a, &b, LLAMA_CF_NONE), want);
+    cr_assert_eq(llama_config_diff(&a, &b, LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS)),
+                 want & ~LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS));
+    /* numbers a scaling type does not use do not count */
+    a.rope_scaling = b.rope_scaling;
+    a.rope_scaling.low_freq_factor = 7;
+    cr_assert_eq(llama_config_diff(&a, &b, LLAMA_CF_NONE) & LLAMA_CF_BIT(LLAMA_CF_ROPE_SCALING), 0u);
+    char buf[256];
+    cr_assert_str_eq(llama_config_field_name(LLAMA_CF_MAX_POSITION_EMBEDDINGS), "max_position_embeddings");
+    cr_assert_str_eq(llama_config_field_name(LLAMA_CF_ROPE_SCALING), "rope_scaling");
+    llama_config_field_format(&b, LLAMA_CF_RMS_NORM_EPS, buf, sizeof buf);
+    cr_assert_str_eq(buf, "1e-06");
+    llama_config_field_format(&b, LLAMA_CF_TIE_WORD_EMBEDDINGS, buf, sizeof buf);
+    cr_assert_str_eq(buf, "0");
+    llama_config_field_format(&b, LLAMA_CF_ROPE_SCALING, buf, sizeof buf);
+    cr_assert_str_eq(buf, "linear (factor 2)");
 }

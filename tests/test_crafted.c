@@ -22,8 +22,8 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_internal.h"
 #include "core/comm.h"
-#include "core/config.h"
 #include "core/optim.h"
+#include "layers/llama_config.h"
 #include "tests/testutil.h"
 
 /* A valid model (cli_tiny's shape) followed by `extra` (", ..." inside the object, or ""). */
@@ -39,23 +39,23 @@ static char *model_json(const char *extra) {
 /* Parses model_json(extra): asserts MP_EINPUT with a message containing want. */
 static void expect_refused(const char *extra, const char *want) {
     char *text = model_json(extra);
-    mp_model_config m;
+    llama_config m;
     mp_train_config t;
     mp_train_config_default(&t);
     mp_err e;
     mp_err_clear(&e);
-    mp_code rc = mp_config_parse(text, "x.json", &m, &t, &e);
+    mp_code rc = llama_config_parse(text, "x.json", &m, &t, &e);
     cr_assert_eq(rc, MP_EINPUT, "accepted: %s", text);
     cr_assert(strstr(e.msg, want), "message '%s' lacks '%s' (config %s)", e.msg, want, text);
     free(text);
 }
 
 /* Parses model_json(extra): asserts it is accepted. */
-static void expect_accepted(const char *extra, mp_model_config *m, mp_train_config *t) {
+static void expect_accepted(const char *extra, llama_config *m, mp_train_config *t) {
     char *text = model_json(extra);
     mp_err e;
     mp_train_config_default(t);
-    cr_assert_eq(mp_config_parse(text, "x.json", m, t, &e), MP_OK, "%s: %s", text, e.msg);
+    cr_assert_eq(llama_config_parse(text, "x.json", m, t, &e), MP_OK, "%s: %s", text, e.msg);
     free(text);
 }
 
@@ -102,7 +102,7 @@ Test(crafted_config, integers_out_of_range_refused) {
     expect_refused(", \"head_dim\": 1e999", "head_dim");
     /* steps beyond the optimizer's int step counter (core/optim.h) */
     expect_refused(", \"train\": {\"steps\": 1e12}", "steps (--steps)");
-    mp_model_config m;
+    llama_config m;
     mp_train_config t;
     expect_accepted(", \"head_dim\": 8, \"train\": {\"seed\": 9007199254740992, \"steps\": 2147483647}", &m, &t);
     cr_assert_eq(t.seed, 9007199254740992ull);
@@ -115,28 +115,28 @@ Test(crafted_config, model_shape_bounded) {
     /* each dim an int, but the parameter count past int64 (it used to wrap: 3*D*I*L) */
     const char *text = "{\"hidden_size\": 2147483646, \"intermediate_size\": 2147483647, \"num_hidden_layers\": 16384, "
                  "\"num_attention_heads\": 1, \"vocab_size\": 2147483647}";
-    mp_model_config m;
+    llama_config m;
     mp_err e;
-    cr_assert_eq(mp_config_parse(text, "x.json", &m, NULL, &e), MP_EINPUT);
+    cr_assert_eq(llama_config_parse(text, "x.json", &m, NULL, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "too many parameters to count in 64 bits"), "%s", e.msg);
     /* the count itself saturates instead of wrapping negative */
-    mp_model_config h = {.hidden_size = 2147483646, .intermediate_size = 2147483647, .num_hidden_layers = 2147483647,
+    llama_config h = {.hidden_size = 2147483646, .intermediate_size = 2147483647, .num_hidden_layers = 2147483647,
                          .num_attention_heads = 1, .num_key_value_heads = 1, .vocab_size = 2147483647};
-    cr_assert_eq(mp_model_num_params(&h), INT64_MAX);
+    cr_assert_eq(llama_config_num_params(&h), INT64_MAX);
     /* and agrees with the old formula where that did not overflow */
-    mp_model_config d;
-    mp_model_config_default(&d);
+    llama_config d;
+    llama_config_default(&d);
     int64_t D = d.hidden_size, I = d.intermediate_size, V = d.vocab_size, hd = D / d.num_attention_heads;
     int64_t per = 2 * D + D * d.num_attention_heads * hd + 2 * D * d.num_key_value_heads * hd +
                   d.num_attention_heads * hd * D + 3 * D * I;
-    cr_assert_eq(mp_model_num_params(&d), V * D + d.num_hidden_layers * per + D + V * D);
+    cr_assert_eq(llama_config_num_params(&d), V * D + d.num_hidden_layers * per + D + V * D);
     /* the limit itself is accepted */
     char extra[96];
     mp_train_config t;
-    snprintf(extra, sizeof extra, ", \"num_hidden_layers\": %d", MP_MAX_LAYERS);
+    snprintf(extra, sizeof extra, ", \"num_hidden_layers\": %d", LLAMA_CONFIG_MAX_LAYERS);
     char *ok = model_json(extra);
     mp_train_config_default(&t);
-    cr_assert_eq(mp_config_parse(ok, "x.json", &m, &t, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(llama_config_parse(ok, "x.json", &m, &t, &e), MP_OK, "%s", e.msg);
     free(ok);
 }
 

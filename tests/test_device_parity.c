@@ -50,10 +50,10 @@
 #include <string.h>
 #include "core/alloc.h"
 #include "core/backend.h"
-#include "core/config.h"
 #include "core/error.h"
 #include "core/mesh.h"
 #include "layers/llama.h"
+#include "layers/llama_config.h"
 #include "layers/llama_train.h"
 
 #ifndef MP_SRC_DIR
@@ -138,7 +138,7 @@ static void read_logits(llama_model *m, int N, float *out, int *v_valid_out) {
 
 /* Builds the model of cfg on be, runs forward + backward on the batch, reads logits, loss and gradients,
  * then NSTEPS AdamW steps. */
-static mp_code run_device(const mp_model_config *cfg, mp_backend *be, run_out *o, mp_err *err) {
+static mp_code run_device(const llama_config *cfg, mp_backend *be, run_out *o, mp_err *err) {
     memset(o, 0, sizeof *o);
     mp_mesh mesh;
     mp_mesh_init_single(&mesh);
@@ -240,7 +240,7 @@ static int scalar_row(const char *name, double dev, double ref, double rel_tol) 
 }
 
 /* Compares DEVICE against cpu on one config; returns 0 ok, 1 out of tolerance (first named in *first). */
-static int parity(const char *cfg_path, const mp_model_config *cfg, mp_backend *dev, const tolerances *t,
+static int parity(const char *cfg_path, const llama_config *cfg, mp_backend *dev, const tolerances *t,
                   char *first, size_t first_cap, mp_err *err, mp_code *rc) {
     run_out ref, out;
     if ((*rc = run_device(cfg, mp_backend_cpu(), &ref, err))) return 1;
@@ -338,8 +338,8 @@ int main(int argc, char **argv) {
     }
     const tolerances *t = strcmp(device, "cpu") ? &TOL_BF16 : &TOL_EXACT;
     for (int c = 0; c < ncfg; c++) {
-        mp_model_config cfg;
-        if (mp_config_load(cfgs[c], &cfg, NULL, &err)) {
+        llama_config cfg;
+        if (llama_config_load(cfgs[c], &cfg, NULL, &err)) {
             fprintf(stderr, "test_device_parity: %s\n", err.msg);
             return 2;
         }

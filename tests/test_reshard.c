@@ -16,8 +16,8 @@
 #include "tests/testutil.h"
 
 /* Dims divisible by 8: hidden 512, 8 heads / 8 kv heads (head_dim 64), intermediate 1024, vocab 512. */
-static void cfg_aligned(mp_model_config *c) {
-    mp_model_config_default(c);
+static void cfg_aligned(llama_config *c) {
+    llama_config_default(c);
     c->hidden_size = 512;
     c->intermediate_size = 1024;
     c->num_hidden_layers = 1;
@@ -28,7 +28,7 @@ static void cfg_aligned(mp_model_config *c) {
 }
 
 /* init -> a checkpoint for tp x dp at dir (model_only: parameters only). */
-static void write_init(const mp_model_config *c, int tp, int dp, int model_only, const char *dir) {
+static void write_init(const llama_config *c, int tp, int dp, int model_only, const char *dir) {
     mp_err e;
     rs_box *b = NULL;
     int n = 0;
@@ -48,7 +48,7 @@ static void write_init(const mp_model_config *c, int tp, int dp, int model_only,
 
 Test(reshard, target_layout_matches_the_model_table) {
     /* every box of the layout is what llama_place gives, every element of every tensor exactly once */
-    mp_model_config c;
+    llama_config c;
     cfg_aligned(&c);
     c.vocab_size = 258;            /* padded on tp 4 */
     c.intermediate_size = 90;      /* uneven TP slices */
@@ -93,7 +93,7 @@ Test(reshard, target_layout_matches_the_model_table) {
 
 Test(reshard, init_box_equals_model_init) {
     /* llama_init_box of any box = the same elements of the whole tensor generated at once */
-    mp_model_config c;
+    llama_config c;
     cfg_aligned(&c);
     llama_tensor_spec s[16];
     int ns = llama_tensor_specs(&c, s, 16);
@@ -121,7 +121,7 @@ static int family(const char *name) {
 
 Test(reshard, bytes_read_equal_bytes_needed, .timeout = 300) {
     static const char *const fam[4] = {"column-parallel", "row-parallel", "vocab-parallel", "replicated norms"};
-    mp_model_config c;
+    llama_config c;
     cfg_aligned(&c);
     char *root = tu_mkdtemp("rs_bytes");
     const int tps[4] = {1, 2, 4, 8};
@@ -169,7 +169,7 @@ Test(reshard, bytes_read_equal_bytes_needed, .timeout = 300) {
 Test(reshard, resharded_equals_init_on_target, .timeout = 120) {
     /* tp 8 init resharded to tp 2 x dp 3 (uneven FSDP shards, row and column splits) reads back equal
      * to tp 2 x dp 3 init, box by box */
-    mp_model_config c;
+    llama_config c;
     cfg_aligned(&c);
     char *root = tu_mkdtemp("rs_eq");
     char a[512], bdir[512], cdir[512];

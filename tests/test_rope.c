@@ -1,8 +1,8 @@
 /*
  * tests/test_rope.c — RoPE scaling in the config parser and the tables (issue 10, item 3):
- * rope_scaling / rope_parameters of types "linear" and "llama3" parse into mp_model_config.rope_scaling,
+ * rope_scaling / rope_parameters of types "linear" and "llama3" parse into llama_config.rope_scaling,
  * every bad field is refused with a message naming it (unknown types naming the type), the scaling
- * survives mp_model_config_to_json (what a checkpoint stores), and the default tables are bit for bit
+ * survives llama_config_to_json (what a checkpoint stores), and the default tables are bit for bit
  * what they were before scaling existed. The float64 comparison with transformers' formulas is
  * tests/python/rope_reference.py (ctest rope_reference).
  */
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/backend.h"
-#include "core/config.h"
+#include "layers/llama_config.h"
 
 #define SHAPE "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, " \
               "\"vocab_size\": 256"
@@ -20,14 +20,14 @@
            "\"original_max_position_embeddings\": 8192"
 
 /* Parses {SHAPE, extra} as "c.json". */
-static mp_code parse_with(const char *extra, mp_model_config *m, mp_err *e) {
+static mp_code parse_with(const char *extra, llama_config *m, mp_err *e) {
     char text[1024];
     snprintf(text, sizeof text, "{" SHAPE ", %s}", extra);
-    return mp_config_parse(text, "c.json", m, NULL, e);
+    return llama_config_parse(text, "c.json", m, NULL, e);
 }
 
 Test(rope_config, llama3_scaling_parses) {
-    mp_model_config m;
+    llama_config m;
     mp_err e;
     cr_assert_eq(parse_with("\"rope_theta\": 500000.0, \"rope_scaling\": {" L3 ", \"rope_type\": \"llama3\"}", &m, &e),
                  MP_OK, "%s", e.msg);
@@ -40,7 +40,7 @@ Test(rope_config, llama3_scaling_parses) {
 }
 
 Test(rope_config, linear_scaling_parses_with_either_type_key) {
-    mp_model_config m;
+    llama_config m;
     mp_err e;
     cr_assert_eq(parse_with("\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}", &m, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(m.rope_scaling.type, MP_ROPE_LINEAR);
@@ -51,7 +51,7 @@ Test(rope_config, linear_scaling_parses_with_either_type_key) {
 }
 
 Test(rope_config, transformers5_rope_parameters_carry_scaling_and_theta) {
-    mp_model_config m;
+    llama_config m;
     mp_err e;
     cr_assert_eq(parse_with("\"rope_parameters\": {\"rope_type\": \"llama3\", " L3 ", \"rope_theta\": 500000.0}",
                             &m, &e), MP_OK, "%s", e.msg);
@@ -101,7 +101,7 @@ Test(rope_config, bad_scaling_is_refused_naming_the_field) {
         {"\"rope_scaling\": {\"rope_type\": \"llama3\", " L3 ", \"rope_theta\": 5e5}", "unsupported key \"rope_theta\""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mp_model_config m;
+        llama_config m;
         mp_err e;
         cr_assert_eq(parse_with(bad[i][0], &m, &e), MP_EINPUT, "%s accepted", bad[i][0]);
         cr_assert(strstr(e.msg, bad[i][1]) && strstr(e.msg, "c.json") && strstr(e.msg, "rope_"),
@@ -110,14 +110,14 @@ Test(rope_config, bad_scaling_is_refused_naming_the_field) {
 }
 
 Test(rope_config, validate_checks_hand_built_scaling) {
-    mp_model_config m;
-    mp_model_config_default(&m);
+    llama_config m;
+    llama_config_default(&m);
     mp_err e;
-    cr_assert_eq(mp_model_config_validate(&m, &e), MP_OK);
+    cr_assert_eq(llama_config_validate(&m, &e), MP_OK);
     m.rope_scaling = (mp_rope_scaling){MP_ROPE_LLAMA3, 8, 1, 4, 8192};
-    cr_assert_eq(mp_model_config_validate(&m, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(llama_config_validate(&m, &e), MP_OK, "%s", e.msg);
     m.rope_scaling.high_freq_factor = 0.5;
-    cr_assert_eq(mp_model_config_validate(&m, &e), MP_EINPUT);
+    cr_assert_eq(llama_config_validate(&m, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "rope_scaling") && strstr(e.msg, "high_freq_factor"), "%s", e.msg);
 }
 
@@ -132,31 +132,31 @@ Test(rope_config, scaling_round_trips_through_the_checkpoint_json) {
         "\"rope_scaling\": null",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        mp_model_config m, m2;
+        llama_config m, m2;
         mp_err e;
         cr_assert_eq(parse_with(cases[i], &m, &e), MP_OK, "%s: %s", cases[i], e.msg);
-        char *j = mp_model_config_to_json(&m);
-        cr_assert_eq(mp_config_parse(j, "round trip", &m2, NULL, &e), MP_OK, "%s\n%s", e.msg, j);
-        cr_assert(mp_rope_scaling_equal(&m.rope_scaling, &m2.rope_scaling), "%s", j);
+        char *j = llama_config_to_json(&m);
+        cr_assert_eq(llama_config_parse(j, "round trip", &m2, NULL, &e), MP_OK, "%s\n%s", e.msg, j);
+        cr_assert(llama_rope_scaling_equal(&m.rope_scaling, &m2.rope_scaling), "%s", j);
         cr_assert_eq(m.rope_scaling.type, m2.rope_scaling.type);
         cr_assert_eq(m.rope_theta, m2.rope_theta);
         if (m.rope_scaling.type == MP_ROPE_DEFAULT) cr_assert(strstr(j, "\"rope_scaling\":\tnull"), "%s", j);
-        else cr_assert(strstr(j, mp_rope_type_name(m.rope_scaling.type)), "%s", j);
+        else cr_assert(strstr(j, llama_rope_type_name(m.rope_scaling.type)), "%s", j);
         free(j);
     }
 }
 
 Test(rope_config, equal_and_describe) {
     mp_rope_scaling a = {MP_ROPE_LINEAR, 2, 0, 0, 0}, b = {MP_ROPE_LINEAR, 2, 7, 9, 11};
-    cr_assert(mp_rope_scaling_equal(&a, &b), "unused numbers are ignored");
+    cr_assert(llama_rope_scaling_equal(&a, &b), "unused numbers are ignored");
     b.factor = 3;
-    cr_assert(!mp_rope_scaling_equal(&a, &b));
+    cr_assert(!llama_rope_scaling_equal(&a, &b));
     mp_rope_scaling l = {MP_ROPE_LLAMA3, 8, 1, 4, 8192}, d = {0};
-    cr_assert(!mp_rope_scaling_equal(&l, &d));
+    cr_assert(!llama_rope_scaling_equal(&l, &d));
     char buf[256];
-    mp_rope_scaling_describe(&l, buf, sizeof buf);
+    llama_rope_scaling_describe(&l, buf, sizeof buf);
     cr_assert_str_eq(buf, "llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192)");
-    mp_rope_scaling_describe(&d, buf, sizeof buf);
+    llama_rope_scaling_describe(&d, buf, sizeof buf);
     cr_assert_str_eq(buf, "default");
 }
 
@@ -199,15 +199,15 @@ Test(rope_tables, llama3_bands) {
 Test(rope_config, llama3_release_configs_parse) {
     const char *src = getenv("MP_SRC") ? getenv("MP_SRC") : ".";
     char path[1024];
-    mp_model_config m;
+    llama_config m;
     mp_err e;
     snprintf(path, sizeof path, "%s/tests/configs/hf_llama3_2_1b.json", src);
-    cr_assert_eq(mp_config_load(path, &m, NULL, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(llama_config_load(path, &m, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert(m.rope_scaling.type == MP_ROPE_LLAMA3 && m.rope_scaling.factor == 32.0 &&
               m.rope_scaling.original_max_position_embeddings == 8192 && m.rope_theta == 500000.0);
-    cr_assert(m.tie_word_embeddings && m.vocab_size == 128256 && mp_head_dim(&m) == 64 && m.num_key_value_heads == 8);
+    cr_assert(m.tie_word_embeddings && m.vocab_size == 128256 && llama_head_dim(&m) == 64 && m.num_key_value_heads == 8);
     snprintf(path, sizeof path, "%s/tests/configs/hf_llama3_1_8b.json", src);
-    cr_assert_eq(mp_config_load(path, &m, NULL, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(llama_config_load(path, &m, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert(m.rope_scaling.type == MP_ROPE_LLAMA3 && m.rope_scaling.factor == 8.0 &&
               m.rope_scaling.low_freq_factor == 1.0 && m.rope_scaling.high_freq_factor == 4.0);
     cr_assert(!m.tie_word_embeddings && m.hidden_size == 4096 && m.intermediate_size == 14336);

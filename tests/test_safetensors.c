@@ -315,8 +315,8 @@ Test(safetensors, reads_a_sharded_directory) {
 
 /* Exports the seeded init of a small model through the engine with band bytes, to dir/name. */
 static void export_init(const char *dir, const char *name, size_t band, int64_t shard, rs_stats *st) {
-    mp_model_config c;
-    mp_model_config_default(&c);
+    llama_config c;
+    llama_config_default(&c);
     c.hidden_size = 64;
     c.intermediate_size = 96;
     c.num_hidden_layers = 2;
@@ -352,8 +352,8 @@ Test(safetensors, sink_streams_in_bands_and_output_does_not_depend_on_them) {
     cr_assert_eq(tu_run(cmd, &out), 0, "%s", out);
     free(out);
     /* the sink refuses an existing directory unless told to replace it */
-    mp_model_config c;
-    mp_model_config_default(&c);
+    llama_config c;
+    llama_config_default(&c);
     rs_sink *s = NULL;
     mp_err e;
     snprintf(cmd, sizeof cmd, "%s/small", dir);

@@ -22,9 +22,9 @@
 #include "layers/llama_train.h"
 
 /* A small GQA model whose activations are dominated by attention were it O(T^2): head_dim 8, 4 heads. */
-static mp_model_config small_config(int layers, int tied) {
-    mp_model_config c;
-    mp_model_config_default(&c);
+static llama_config small_config(int layers, int tied) {
+    llama_config c;
+    llama_config_default(&c);
     c.hidden_size = 32;
     c.intermediate_size = 64;
     c.num_hidden_layers = layers;
@@ -38,7 +38,7 @@ static mp_model_config small_config(int layers, int tied) {
 
 /* Bytes llama_create charges to MP_MEM_ACTS for (layers, B, T), checked against the memory plan. */
 static int64_t act_bytes(int layers, int B, int T) {
-    mp_model_config c = small_config(layers, 0);
+    llama_config c = small_config(layers, 0);
     llama_options o = {B, T, 0, 1};
     mp_mesh mesh;
     mp_mesh_init_single(&mesh);
@@ -104,7 +104,7 @@ static void fill(void *vctx, int k, int32_t *in, int32_t *tgt) {
 }
 
 static llama_model *make_model(mp_backend *be, mp_mesh *mesh, int layers, int tied) {
-    mp_model_config c = small_config(layers, tied);
+    llama_config c = small_config(layers, tied);
     llama_options o = {SB, ST, 0, 1};
     mp_err err;
     llama_model *m = NULL;

@@ -18,9 +18,9 @@
 #include "ckpt/ckpt.h"
 #include "core/alloc.h"
 #include "core/backend.h"
-#include "core/config.h"
 #include "core/mesh.h"
 #include "layers/llama.h"
+#include "layers/llama_config.h"
 
 /* Writes n bytes to dir/file. */
 static mp_code write_file(const char *dir, const char *file, const void *data, size_t n, mp_err *e) {
@@ -61,9 +61,9 @@ static uint64_t splitmix64(uint64_t *s) {
 static mp_code run(const char *ckdir, const char *outdir, uint64_t seed, int B, int T, mp_err *e) {
     ckpt_reader *r = NULL;
     MP_TRY(ckpt_open(&r, ckdir, e));
-    mp_model_config cfg;
+    llama_config cfg;
     const char *mt = ckpt_meta_get(r, "model_config");
-    mp_code rc = mt ? mp_config_parse(mt, ckdir, &cfg, NULL, e) : mp_err_set(e, MP_EINPUT, "%s: no model_config", ckdir);
+    mp_code rc = mt ? llama_config_parse(mt, ckdir, &cfg, NULL, e) : mp_err_set(e, MP_EINPUT, "%s: no model_config", ckdir);
     if (rc) { ckpt_close(r); return rc; }
     mp_mesh mesh;
     mp_mesh_init_single(&mesh);

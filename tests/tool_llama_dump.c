@@ -30,10 +30,10 @@
 #include <sys/stat.h>
 #include "core/alloc.h"
 #include "core/backend.h"
-#include "core/config.h"
 #include "core/error.h"
 #include "core/mesh.h"
 #include "layers/llama.h"
+#include "layers/llama_config.h"
 
 static const char *usage = "usage: tool_llama_dump CONFIG.json OUTDIR SEED B T [--perturb-norms]\n";
 
@@ -99,8 +99,8 @@ static mp_code dump_rows(mp_backend *be, const float *dev, int64_t rows, int64_t
 /* The whole run; the caller maps the code to an exit status. */
 static mp_code run(const char *cfg_path, const char *outdir, uint64_t seed, int B, int T, int perturb,
                    mp_err *err) {
-    mp_model_config cfg;
-    MP_TRY(mp_config_load(cfg_path, &cfg, NULL, err));
+    llama_config cfg;
+    MP_TRY(llama_config_load(cfg_path, &cfg, NULL, err));
 
     mp_mesh mesh;
     mp_mesh_init_single(&mesh);

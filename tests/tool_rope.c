@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include "core/alloc.h"
 #include "core/backend.h"
-#include "core/config.h"
+#include "layers/llama_config.h"
 
 /* Parses the config, prints the frequencies and writes the tables (see the top of the file). */
 int main(int argc, char **argv) {
@@ -19,13 +19,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s CONFIG MAX_POS OUT\n", argv[0]);
         return 2;
     }
-    mp_model_config m;
+    llama_config m;
     mp_err err;
-    if (mp_config_load(argv[1], &m, NULL, &err)) {
+    if (llama_config_load(argv[1], &m, NULL, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 2;
     }
-    int P = atoi(argv[2]), hd = mp_head_dim(&m), half = hd / 2;
+    int P = atoi(argv[2]), hd = llama_head_dim(&m), half = hd / 2;
     if (P <= 0) {
         fprintf(stderr, "MAX_POS must be > 0\n");
         return 2;

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_config.c — libFuzzer target for the config parser (core/config.c mp_config_parse).
+ * tests/fuzz/fuzz_config.c — libFuzzer target for the config parser (layers/llama_config.c llama_config_parse).
  *
  * The input is JSON text (NUL-terminated copy). It is parsed into both a model and a training config,
  * then (as `meshpoint train` does after flags) the training config and the pair are validated, and a
@@ -12,28 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/config.h"
+#include "layers/llama_config.h"
 
-/* 1 if a and b hold the same model (field by field: the struct has padding). */
-static int same_model(const mp_model_config *a, const mp_model_config *b) {
-    return a->hidden_size == b->hidden_size && a->intermediate_size == b->intermediate_size &&
-           a->num_hidden_layers == b->num_hidden_layers && a->num_attention_heads == b->num_attention_heads &&
-           a->num_key_value_heads == b->num_key_value_heads && a->vocab_size == b->vocab_size &&
-           a->max_position_embeddings == b->max_position_embeddings && a->rms_norm_eps == b->rms_norm_eps &&
-           a->rope_theta == b->rope_theta && a->tie_word_embeddings == b->tie_word_embeddings &&
-           a->initializer_range == b->initializer_range && mp_rope_scaling_equal(&a->rope_scaling, &b->rope_scaling);
-}
-
-/* 1 if a and b hold the same training config (the fields a checkpoint's train_config carries). */
+/* 1 if a and b hold the same training config (every field a checkpoint's train_config carries). */
 static int same_train(const mp_train_config *a, const mp_train_config *b) {
-    return a->steps == b->steps && a->batch_size == b->batch_size && a->grad_accum == b->grad_accum &&
-           a->seq_len == b->seq_len && a->lr == b->lr && a->min_lr == b->min_lr &&
-           a->warmup_steps == b->warmup_steps && a->decay_steps == b->decay_steps &&
-           a->weight_decay == b->weight_decay && a->beta1 == b->beta1 && a->beta2 == b->beta2 &&
-           a->adam_eps == b->adam_eps && a->grad_clip == b->grad_clip && a->seed == b->seed &&
-           !strcmp(a->train_data, b->train_data) && !strcmp(a->val_data, b->val_data) &&
-           a->eval_every == b->eval_every && a->eval_batches == b->eval_batches && a->log_every == b->log_every &&
-           a->tp == b->tp && a->dp == b->dp && a->sp == b->sp && a->reshard_after_forward == b->reshard_after_forward;
+    const mp_field *fs = mp_train_config_fields();
+    for (int i = 0; i < MP_TRAIN_NFIELDS; i++)
+        if (!mp_field_equal(&fs[i], a, b)) return 0;
+    return 1;
 }
 
 /* libFuzzer entry: one input, any bytes. */
@@ -41,21 +27,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = malloc(size + 1);
     memcpy(text, data, size);
     text[size] = '\0';
-    mp_model_config m;
+    llama_config m;
     mp_train_config t;
     mp_train_config_default(&t);
     mp_err err;
-    if (mp_config_parse(text, "fuzz.json", &m, &t, &err) == MP_OK) {
-        if (mp_train_config_validate(&t, &err) == MP_OK) (void)mp_config_validate_pair(&m, &t, &err);
-        (void)mp_model_num_params(&m);
+    if (llama_config_parse(text, "fuzz.json", &m, &t, &err) == MP_OK) {
+        if (mp_train_config_validate(&t, &err) == MP_OK) (void)llama_config_validate_pair(&m, &t, &err);
+        (void)llama_config_num_params(&m);
         /* a parsed model must survive its own serialisation: what a checkpoint stores is read back */
-        char *json = mp_model_config_to_json(&m);
-        mp_model_config m2;
-        if (mp_config_parse(json, "roundtrip.json", &m2, NULL, &err) != MP_OK) {
+        char *json = llama_config_to_json(&m);
+        llama_config m2;
+        if (llama_config_parse(json, "roundtrip.json", &m2, NULL, &err) != MP_OK) {
             fprintf(stderr, "round trip refused: %s\n%s\n", err.msg, json);
             abort();
         }
-        if (!same_model(&m, &m2)) {
+        if (llama_config_diff(&m, &m2, LLAMA_CF_NONE)) {   /* every field must come back */
             fprintf(stderr, "round trip changed the model:\n%s\n", json);
             abort();
         }
@@ -71,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             snprintf(text2, n, "%.*s, \"train\": %s}", (int)(close - json), json, tj);
             mp_train_config t2;
             mp_train_config_default(&t2);
-            if (mp_config_parse(text2, "roundtrip.json", NULL, &t2, &err) != MP_OK || !same_train(&t, &t2)) {
+            if (llama_config_parse(text2, "roundtrip.json", NULL, &t2, &err) != MP_OK || !same_train(&t, &t2)) {
                 fprintf(stderr, "training config round trip failed (%s):\n%s\n", err.msg, tj);
                 abort();
             }

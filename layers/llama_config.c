@@ -1,0 +1,525 @@
+/*
+ * layers/llama_config.c — see llama_config.h: Hugging Face LlamaConfig's rules over core's field-table
+ * reader (core/config.h). model_fields drives parsing, the HF defaults, JSON output and the comparison
+ * of two configs, so adding a field is one line there (and one in hf_default).
+ *
+ * Crafted numbers (issue 9): the reader range-checks every number; the model's shape has upper bounds
+ * too (LLAMA_CONFIG_MAX_LAYERS, LLAMA_CONFIG_MAX_PARAMS), so the sizes derived from it (tensor counts, element counts,
+ * the parameter count) are computed without overflow; a checkpoint's stored model_config is parsed by
+ * the same code, so a crafted one meets the same checks.
+ */
+#include "layers/llama_config.h"
+#include <assert.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/fsutil.h"
+
+#define MF(k, kind) MP_FIELD(llama_config, k, MP_FIELD_##kind)
+static const mp_field model_fields[] = {
+    MF(hidden_size, INT), MF(intermediate_size, INT), MF(num_hidden_layers, INT), MF(num_attention_heads, INT),
+    MF(num_key_value_heads, INT), MF(vocab_size, INT), MF(max_position_embeddings, INT), MF(rms_norm_eps, DBL),
+    MF(rope_theta, DBL), MF(tie_word_embeddings, BOOL), MF(initializer_range, DBL),
+};
+#undef MF
+#define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* HF keys accepted without effect on the math: bookkeeping, token ids, and the generation defaults that
+ * older transformers kept in config.json (transformers ignores them all when it builds the model). */
+static const char *hf_ignored[] = {
+    "torch_dtype", "dtype", "transformers_version", "_name_or_path", "bos_token_id", "eos_token_id",
+    "pad_token_id", "sep_token_id", "decoder_start_token_id", "use_cache", "pretraining_tp",
+    "output_attentions", "output_hidden_states", "return_dict", "use_bfloat16", "is_llama_config",
+    "rope_interleaved", "tokenizer_class", "id2label", "label2id", "problem_type", "finetuning_task",
+    "task_specific_params", "prefix",
+    /* generation keys */
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens"};
+
+/* The meaning of a missing model key (transformers' LlamaConfig), by model_fields index; REQUIRED: no
+ * default (LlamaConfig's is a 7B shape, never what a config that forgot the key meant). */
+#define REQUIRED NAN
+static const double hf_default[] = {
+    /* hidden_size (4096) */ REQUIRED, /* intermediate_size (11008) */ REQUIRED,
+    /* num_hidden_layers (32) */ REQUIRED, /* num_attention_heads (32) */ REQUIRED,
+    /* num_key_value_heads: = num_attention_heads, set after parsing */ 0,
+    /* vocab_size (32000) */ REQUIRED, /* max_position_embeddings */ 2048, /* rms_norm_eps */ 1e-6,
+    /* rope_theta */ 10000.0, /* tie_word_embeddings */ 0, /* initializer_range */ 0.02,
+};
+_Static_assert(sizeof hf_default / sizeof hf_default[0] == sizeof model_fields / sizeof model_fields[0],
+               "one HF default per model field");
+/* model_fields is indexed by llama_config_field; rope_scaling, not a plain field, comes after them */
+#define K_NMODEL NFIELDS(model_fields)
+_Static_assert(K_NMODEL == LLAMA_CF_ROPE_SCALING, "model_fields in llama_config_field order");
+
+void llama_config_default(llama_config *m) {
+    memset(m, 0, sizeof *m);
+    m->hidden_size = 256;
+    m->intermediate_size = 704;
+    m->num_hidden_layers = 4;
+    m->num_attention_heads = 4;
+    m->num_key_value_heads = 4;
+    m->vocab_size = 256;
+    m->max_position_embeddings = 2048;
+    m->rms_norm_eps = 1e-5;
+    m->rope_theta = 10000.0;
+    m->tie_word_embeddings = 0;
+    m->initializer_range = 0.02;
+}
+
+const char *llama_rope_type_name(mp_rope_type t) {
+    switch (t) {
+    case MP_ROPE_DEFAULT: return "default";
+    case MP_ROPE_LINEAR: return "linear";
+    case MP_ROPE_LLAMA3: return "llama3";
+    }
+    return "unknown";
+}
+
+int llama_rope_scaling_equal(const mp_rope_scaling *a, const mp_rope_scaling *b) {
+    if (a->type != b->type) return 0;
+    if (a->type == MP_ROPE_DEFAULT) return 1;
+    if (a->factor != b->factor) return 0;
+    if (a->type == MP_ROPE_LINEAR) return 1;
+    return a->low_freq_factor == b->low_freq_factor && a->high_freq_factor == b->high_freq_factor &&
+           a->original_max_position_embeddings == b->original_max_position_embeddings;
+}
+
+void llama_rope_scaling_describe(const mp_rope_scaling *s, char *buf, size_t cap) {
+    if (s->type == MP_ROPE_LINEAR)
+        snprintf(buf, cap, "linear (factor %.17g)", s->factor);
+    else if (s->type == MP_ROPE_LLAMA3)
+        snprintf(buf, cap, "llama3 (factor %.17g, low_freq_factor %.17g, high_freq_factor %.17g, "
+                 "original_max_position_embeddings %d)", s->factor, s->low_freq_factor, s->high_freq_factor,
+                 s->original_max_position_embeddings);
+    else
+        snprintf(buf, cap, "%s", llama_rope_type_name(s->type));
+}
+
+/* The ranges of a scaling's numbers (those its type uses); the message names the field:
+ * factor >= 1 (transformers: "factor field must be a float >= 1"), low_freq_factor > 0,
+ * high_freq_factor > low_freq_factor (equal factors divide by zero in the smooth band),
+ * original_max_position_embeddings > 0. */
+static mp_code check_scaling_values(const mp_rope_scaling *s, mp_err *err) {
+    if (s->type == MP_ROPE_DEFAULT) return MP_OK;
+    if (s->type != MP_ROPE_LINEAR && s->type != MP_ROPE_LLAMA3)
+        return mp_err_set(err, MP_EINPUT, "unknown rope_type %d", (int)s->type);
+    if (!isfinite(s->factor) || !(s->factor >= 1.0))
+        return mp_err_set(err, MP_EINPUT, "\"factor\": must be a finite number >= 1, got %g", s->factor);
+    if (s->type == MP_ROPE_LINEAR) return MP_OK;
+    if (!isfinite(s->low_freq_factor) || !(s->low_freq_factor > 0))
+        return mp_err_set(err, MP_EINPUT, "\"low_freq_factor\": must be a finite number > 0, got %g",
+                          s->low_freq_factor);
+    if (!isfinite(s->high_freq_factor) || !(s->high_freq_factor > s->low_freq_factor))
+        return mp_err_set(err, MP_EINPUT,
+                          "\"high_freq_factor\": must be a finite number > low_freq_factor (%g), got %g",
+                          s->low_freq_factor, s->high_freq_factor);
+    if (s->original_max_position_embeddings <= 0)
+        return mp_err_set(err, MP_EINPUT, "\"original_max_position_embeddings\": must be > 0, got %d",
+                          s->original_max_position_embeddings);
+    return MP_OK;
+}
+
+/* The parameter keys of a rope_scaling object, and which types use them. */
+static const struct { const char *key; unsigned types; } rope_keys[] = {
+    {"factor", (1u << MP_ROPE_LINEAR) | (1u << MP_ROPE_LLAMA3)},
+    {"low_freq_factor", 1u << MP_ROPE_LLAMA3},
+    {"high_freq_factor", 1u << MP_ROPE_LLAMA3},
+    {"original_max_position_embeddings", 1u << MP_ROPE_LLAMA3},
+};
+#define NROPE_KEYS (sizeof rope_keys / sizeof rope_keys[0])
+
+/* rope_scaling / rope_parameters (transformers 5): null (*have = 0), or an object (*have = 1) whose
+ * rope_type (or the older "type"; both given must agree) is "default", "linear" or "llama3", with exactly
+ * the parameters that type uses (each a number, range-checked: check_scaling_values), stored in *out; in
+ * rope_parameters also rope_theta (stored in *theta, *have_theta = 1). partial_rotary_factor may be 1.
+ * Any other type or key changes the math or is unknown: refused naming it. */
+static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp_rope_scaling *out, int *have,
+                          double *theta, int *have_theta, mp_err *err) {
+    const char *k = item->string;
+    memset(out, 0, sizeof *out);
+    *have = 0;
+    if (cJSON_IsNull(item)) return MP_OK;
+    if (!cJSON_IsObject(item))
+        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected an object or null, got %s", name, k,
+                          mp_json_type(item));
+    const cJSON *type = NULL, *param[NROPE_KEYS] = {0};
+    for (const cJSON *c = item->child; c; c = c->next) {
+        size_t j = 0;
+        while (j < NROPE_KEYS && strcmp(c->string, rope_keys[j].key)) j++;
+        if (j < NROPE_KEYS) {
+            if (!cJSON_IsNumber(c))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": \"%s\": expected a number, got %s", name, k,
+                                  c->string, mp_json_type(c));
+            param[j] = c;
+        } else if (!strcmp(c->string, "rope_type") || !strcmp(c->string, "type")) {
+            if (!cJSON_IsString(c))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %s: expected a string, got %s", name, k,
+                                  c->string, mp_json_type(c));
+            if (type && strcmp(type->valuestring, c->valuestring))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %s \"%s\" disagrees with %s \"%s\"", name, k,
+                                  c->string, c->valuestring, type->string, type->valuestring);
+            type = c;
+        } else if (is_params && !strcmp(c->string, "rope_theta")) {
+            if (!cJSON_IsNumber(c) || !(c->valuedouble > 0) || !isfinite(c->valuedouble))
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": rope_theta must be a finite number > 0", name, k);
+            *theta = c->valuedouble;
+            *have_theta = 1;
+        } else if (!strcmp(c->string, "partial_rotary_factor")) {
+            if (!cJSON_IsNumber(c) || c->valuedouble != 1.0)
+                return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": only partial_rotary_factor 1 is supported",
+                                  name, k);
+        } else {
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": unsupported key \"%s\"", name, k, c->string);
+        }
+    }
+    if (!type)
+        return mp_err_set(err, MP_EINPUT,
+                          "%s: key \"%s\": needs \"rope_type\" (\"default\", \"linear\" or \"llama3\"), or null",
+                          name, k);
+    const char *tn = type->valuestring;
+    if (!strcmp(tn, "default")) out->type = MP_ROPE_DEFAULT;
+    else if (!strcmp(tn, "linear")) out->type = MP_ROPE_LINEAR;
+    else if (!strcmp(tn, "llama3")) out->type = MP_ROPE_LLAMA3;
+    else
+        return mp_err_set(err, MP_EINPUT,
+                          "%s: key \"%s\": %s \"%s\" is not supported (supported: \"default\", \"linear\", \"llama3\")",
+                          name, k, type->string, tn);
+    for (size_t j = 0; j < NROPE_KEYS; j++) {
+        int used = (rope_keys[j].types >> out->type) & 1u;
+        if (param[j] && !used)
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": \"%s\" is not a parameter of rope_type \"%s\"", name,
+                              k, rope_keys[j].key, tn);
+        if (!param[j] && used)
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": rope_type \"%s\" needs \"%s\"", name, k, tn,
+                              rope_keys[j].key);
+    }
+    if (param[0]) out->factor = param[0]->valuedouble;
+    if (param[1]) out->low_freq_factor = param[1]->valuedouble;
+    if (param[2]) out->high_freq_factor = param[2]->valuedouble;
+    if (param[3]) {
+        int64_t v;
+        if (!mp_double_to_i64(param[3]->valuedouble, 1, INT32_MAX, &v))
+            return mp_err_set(err, MP_EINPUT,
+                              "%s: key \"%s\": \"original_max_position_embeddings\": expected a positive 32-bit "
+                              "integer, got %g", name, k, param[3]->valuedouble);
+        out->original_max_position_embeddings = (int)v;
+    }
+    mp_code rc = check_scaling_values(out, err);
+    if (rc) return mp_err_wrap(err, "%s: key \"%s\"", name, k), rc;
+    *have = 1;
+    return MP_OK;
+}
+
+/* What the parser learnt besides the model fields. */
+typedef struct {
+    int head_dim;              /* -1: not given */
+    double rope_theta;         /* from rope_parameters */
+    int have_rope_theta;
+    mp_rope_scaling scaling[2];   /* [0] rope_scaling, [1] rope_parameters */
+    int have_scaling[2];          /* given and not null */
+} hf_extra;
+
+/* HF keys that must hold a value meshpoint implements. */
+static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra *x, int *handled, mp_err *err) {
+    const char *k = item->string;
+    *handled = 1;
+    if (!strcmp(k, "model_type")) {
+        if (!cJSON_IsString(item) || strcmp(item->valuestring, "llama"))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"model_type\": %s%s%s is not supported (only \"llama\")",
+                              name, cJSON_IsString(item) ? "\"" : "",
+                              cJSON_IsString(item) ? item->valuestring : mp_json_type(item), cJSON_IsString(item) ? "\"" : "");
+    } else if (!strcmp(k, "architectures")) {
+        if (cJSON_IsNull(item)) return MP_OK;
+        if (!cJSON_IsArray(item))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"architectures\": expected an array, got %s", name,
+                              mp_json_type(item));
+        for (const cJSON *a = item->child; a; a = a->next)
+            if (!cJSON_IsString(a) || strcmp(a->valuestring, "LlamaForCausalLM"))
+                return mp_err_set(err, MP_EINPUT,
+                                  "%s: key \"architectures\": %s%s%s is not supported (only \"LlamaForCausalLM\")", name,
+                                  cJSON_IsString(a) ? "\"" : "", cJSON_IsString(a) ? a->valuestring : mp_json_type(a),
+                                  cJSON_IsString(a) ? "\"" : "");
+    } else if (!strcmp(k, "hidden_act")) {
+        if (!cJSON_IsString(item) || strcmp(item->valuestring, "silu"))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"hidden_act\": only \"silu\" is supported", name);
+    } else if (!strcmp(k, "attention_bias") || !strcmp(k, "mlp_bias")) {
+        /* null: transformers passes bias=None to nn.Linear, i.e. no bias */
+        if (!cJSON_IsBool(item) && !cJSON_IsNull(item))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected true, false or null, got %s", name, k,
+                              mp_json_type(item));
+        if (cJSON_IsTrue(item))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": biases are not supported", name, k);
+    } else if (!strcmp(k, "rope_scaling")) {
+        double unused;
+        int unused_have;
+        return check_rope(item, name, 0, &x->scaling[0], &x->have_scaling[0], &unused, &unused_have, err);
+    } else if (!strcmp(k, "rope_parameters")) {
+        return check_rope(item, name, 1, &x->scaling[1], &x->have_scaling[1], &x->rope_theta, &x->have_rope_theta,
+                          err);
+    } else if (!strcmp(k, "attention_dropout")) {
+        if (!cJSON_IsNumber(item) || item->valuedouble != 0.0)
+            return mp_err_set(err, MP_EINPUT, "%s: key \"attention_dropout\": only 0 is supported", name);
+    } else if (!strcmp(k, "head_dim")) {
+        if (cJSON_IsNull(item)) return MP_OK;   /* None: hidden_size / num_attention_heads */
+        int64_t hd;
+        if (!cJSON_IsNumber(item) || !mp_double_to_i64(item->valuedouble, 1, INT32_MAX, &hd))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": expected a positive 32-bit integer, got %s", name,
+                              cJSON_IsNumber(item) ? "another number" : mp_json_type(item));
+        x->head_dim = (int)hd;
+    } else {
+        *handled = 0;
+    }
+    return MP_OK;
+}
+
+/* Model checks; with `known` (a bit per model_fields index), only those whose fields are all known, so
+ * that a config is first told about what it says wrong, then about what it omits. */
+static mp_code validate_model(const llama_config *m, unsigned known, mp_err *err) {
+#define KNOWN(F) ((known >> LLAMA_CF_##F) & 1u)
+#define POS(F, k) if (KNOWN(F) && m->k <= 0) return mp_err_set(err, MP_EINPUT, "key \"" #k "\": must be > 0, got %d", m->k)
+    POS(HIDDEN_SIZE, hidden_size); POS(INTERMEDIATE_SIZE, intermediate_size); POS(NUM_HIDDEN_LAYERS, num_hidden_layers);
+    POS(NUM_ATTENTION_HEADS, num_attention_heads); POS(NUM_KEY_VALUE_HEADS, num_key_value_heads);
+    POS(VOCAB_SIZE, vocab_size); POS(MAX_POSITION_EMBEDDINGS, max_position_embeddings);
+#undef POS
+    if (KNOWN(HIDDEN_SIZE) && KNOWN(NUM_ATTENTION_HEADS)) {
+        if (m->hidden_size % m->num_attention_heads)
+            return mp_err_set(err, MP_EINPUT, "hidden_size (%d) is not divisible by num_attention_heads (%d)",
+                              m->hidden_size, m->num_attention_heads);
+        if (llama_head_dim(m) % 2)
+            return mp_err_set(err, MP_EINPUT, "head dim hidden_size/num_attention_heads = %d must be even (RoPE)",
+                              llama_head_dim(m));
+    }
+    if (KNOWN(NUM_ATTENTION_HEADS) && KNOWN(NUM_KEY_VALUE_HEADS) && m->num_attention_heads % m->num_key_value_heads)
+        return mp_err_set(err, MP_EINPUT,
+                          "num_attention_heads (%d) is not divisible by num_key_value_heads (%d)",
+                          m->num_attention_heads, m->num_key_value_heads);
+    if (KNOWN(NUM_HIDDEN_LAYERS) && m->num_hidden_layers > LLAMA_CONFIG_MAX_LAYERS)
+        return mp_err_set(err, MP_EINPUT, "key \"num_hidden_layers\": %d is above the limit of %d layers",
+                          m->num_hidden_layers, LLAMA_CONFIG_MAX_LAYERS);
+    if (KNOWN(HIDDEN_SIZE) && KNOWN(INTERMEDIATE_SIZE) && KNOWN(NUM_HIDDEN_LAYERS) && KNOWN(NUM_ATTENTION_HEADS) &&
+        KNOWN(NUM_KEY_VALUE_HEADS) && KNOWN(VOCAB_SIZE)) {
+        int64_t np = llama_config_num_params(m);
+        if (np < 0 || np > LLAMA_CONFIG_MAX_PARAMS)
+            return mp_err_set(err, MP_EINPUT,
+                              "the model's shape (hidden_size %d, intermediate_size %d, num_hidden_layers %d, "
+                              "vocab_size %d) has too many parameters to count in 64 bits", m->hidden_size,
+                              m->intermediate_size, m->num_hidden_layers, m->vocab_size);
+    }
+#undef KNOWN
+    if (!(m->rms_norm_eps > 0) || !isfinite(m->rms_norm_eps))
+        return mp_err_set(err, MP_EINPUT, "key \"rms_norm_eps\": must be a finite number > 0, got %g", m->rms_norm_eps);
+    if (!(m->rope_theta > 0) || !isfinite(m->rope_theta))
+        return mp_err_set(err, MP_EINPUT, "key \"rope_theta\": must be a finite number > 0, got %g", m->rope_theta);
+    if (!(m->initializer_range >= 0) || !isfinite(m->initializer_range))
+        return mp_err_set(err, MP_EINPUT, "key \"initializer_range\": must be a finite number >= 0, got %g",
+                          m->initializer_range);
+    mp_code rc = check_scaling_values(&m->rope_scaling, err);
+    if (rc) return mp_err_wrap(err, "key \"rope_scaling\""), rc;
+    return MP_OK;
+}
+
+/* Fields of the model config: given, defaulted as LlamaConfig does, or missing (required). */
+static mp_code finish_model(llama_config *m, const unsigned given, const hf_extra *x, const char *name,
+                            mp_err *err) {
+    unsigned known = given;
+    for (size_t i = 0; i < K_NMODEL; i++) {
+        if ((given >> i) & 1u) continue;
+        if (i == LLAMA_CF_NUM_KEY_VALUE_HEADS || isnan(hf_default[i])) continue;
+        const mp_field *f = &model_fields[i];
+        char *p = (char *)m + f->off;
+        if (f->kind == MP_FIELD_DBL) *(double *)p = hf_default[i];
+        else *(int *)p = (int)hf_default[i];
+        known |= 1u << i;
+    }
+    if (x->have_rope_theta) {
+        if (((given >> LLAMA_CF_ROPE_THETA) & 1u) && m->rope_theta != x->rope_theta)
+            return mp_err_set(err, MP_EINPUT, "%s: key \"rope_theta\" (%g) disagrees with rope_parameters.rope_theta (%g)",
+                              name, m->rope_theta, x->rope_theta);
+        m->rope_theta = x->rope_theta;
+    }
+    if (x->have_scaling[0] && x->have_scaling[1] && !llama_rope_scaling_equal(&x->scaling[0], &x->scaling[1])) {
+        char a[256], b[256];
+        llama_rope_scaling_describe(&x->scaling[0], a, sizeof a);
+        llama_rope_scaling_describe(&x->scaling[1], b, sizeof b);
+        return mp_err_set(err, MP_EINPUT, "%s: key \"rope_scaling\" (%s) disagrees with rope_parameters (%s)", name,
+                          a, b);
+    }
+    memset(&m->rope_scaling, 0, sizeof m->rope_scaling);
+    if (x->have_scaling[1]) m->rope_scaling = x->scaling[1];
+    else if (x->have_scaling[0]) m->rope_scaling = x->scaling[0];
+    const unsigned kv = LLAMA_CF_BIT(LLAMA_CF_NUM_KEY_VALUE_HEADS), heads = LLAMA_CF_BIT(LLAMA_CF_NUM_ATTENTION_HEADS);
+    if (!(given & kv) && (given & heads)) {   /* None: multi-head attention */
+        m->num_key_value_heads = m->num_attention_heads;
+        known |= kv;
+    }
+    mp_code rc = validate_model(m, known, err);
+    if (rc) return mp_err_wrap(err, "%s", name), rc;
+    if ((known & LLAMA_CF_BIT(LLAMA_CF_HIDDEN_SIZE)) && (known & heads) && x->head_dim >= 0 &&
+        x->head_dim != llama_head_dim(m))
+        return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": %d != hidden_size / num_attention_heads = %d",
+                          name, x->head_dim, llama_head_dim(m));
+    char missing[512] = "";
+    size_t at = 0;
+    int nmiss = 0;
+    for (size_t i = 0; i < K_NMODEL; i++)
+        if (!((known >> i) & 1u) && i != LLAMA_CF_NUM_KEY_VALUE_HEADS && at < sizeof missing) {
+            at += (size_t)snprintf(missing + at, sizeof missing - at, "%s\"%s\"", nmiss ? ", " : "", model_fields[i].key);
+            nmiss++;
+        }
+    if (nmiss)
+        return mp_err_set(err, MP_EINPUT, "%s: key%s %s %s required (the model's shape has no default)", name,
+                          nmiss > 1 ? "s" : "", missing, nmiss > 1 ? "are" : "is");
+    if ((rc = llama_config_validate(m, err))) return mp_err_wrap(err, "%s", name), rc;
+    return MP_OK;
+}
+
+mp_code llama_config_parse(const char *text, const char *name, llama_config *m_out, mp_train_config *t_out,
+                           mp_err *err) {
+    llama_config m;
+    mp_train_config t;
+    llama_config_default(&m);
+    mp_train_config_default(&t);
+    if (t_out) t = *t_out;
+    cJSON *root;
+    MP_TRY(mp_json_parse(text, name, &root, err));
+    mp_code rc = MP_OK;
+    if (!cJSON_IsObject(root)) {
+        rc = mp_err_set(err, MP_EINPUT, "%s: expected a JSON object at the top level", name);
+        goto out;
+    }
+    unsigned given = 0;
+    hf_extra x = {.head_dim = -1};
+    for (cJSON *it = root->child; it; it = it->next) {
+        const mp_field *f = mp_field_find(model_fields, NFIELDS(model_fields), it->string);
+        if (f) {
+            /* num_key_value_heads: null is LlamaConfig's None (= num_attention_heads) */
+            if (f == &model_fields[LLAMA_CF_NUM_KEY_VALUE_HEADS] && cJSON_IsNull(it)) {
+                given &= ~LLAMA_CF_BIT(LLAMA_CF_NUM_KEY_VALUE_HEADS);
+                continue;
+            }
+            if ((rc = mp_field_set(&m, f, it, name, err))) goto out;
+            given |= 1u << (unsigned)(f - model_fields);
+            continue;
+        }
+        if (!strcmp(it->string, "train")) {
+            if ((rc = mp_train_config_apply_json(it, name, &t, err))) goto out;
+            continue;
+        }
+        int handled = 0;
+        if ((rc = check_hf_constraint(it, name, &x, &handled, err))) goto out;
+        if (handled) continue;
+        int ignored = 0;
+        for (size_t i = 0; i < NFIELDS(hf_ignored); i++) ignored |= !strcmp(hf_ignored[i], it->string);
+        if (!ignored) { rc = mp_err_set(err, MP_EINPUT, "%s: unknown key \"%s\"", name, it->string); goto out; }
+    }
+    if ((rc = finish_model(&m, given, &x, name, err))) goto out;
+    if ((rc = mp_train_config_check_fields(&t, err))) { mp_err_wrap(err, "%s: train", name); goto out; }
+    if (m_out) *m_out = m;
+    if (t_out) *t_out = t;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+mp_code llama_config_load(const char *path, llama_config *m, mp_train_config *t, mp_err *err) {
+    char *text;
+    /* as a stream: `--config <(...)` and /dev/stdin have no size to ask for */
+    if (mp_read_text(path, (size_t)1 << 24, &text, NULL, err)) return mp_err_wrap(err, "config");
+    mp_code rc = llama_config_parse(text, path, m, t, err);
+    free(text);
+    return rc;
+}
+
+mp_code llama_config_validate(const llama_config *m, mp_err *err) {
+    return validate_model(m, ~0u, err);
+}
+
+mp_code llama_config_validate_pair(const llama_config *m, const mp_train_config *t, mp_err *err) {
+    if (t->seq_len > m->max_position_embeddings)
+        return mp_err_set(err, MP_EINPUT,
+                          "seq_len (--seq-len, %d) is above max_position_embeddings (%d), the longest sequence of "
+                          "the model config", t->seq_len, m->max_position_embeddings);
+    return MP_OK;
+}
+
+char *llama_config_to_json(const llama_config *m) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(o, "model_type", "llama");
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddBoolToObject(o, "attention_bias", 0);
+    cJSON_AddBoolToObject(o, "mlp_bias", 0);
+    if (m->rope_scaling.type == MP_ROPE_DEFAULT) {
+        cJSON_AddNullToObject(o, "rope_scaling");
+    } else {   /* the key order of the Llama 3.x config.json files */
+        const mp_rope_scaling *rs = &m->rope_scaling;
+        cJSON *r = cJSON_AddObjectToObject(o, "rope_scaling");
+        mp_json_add_exact_double(r, "factor", rs->factor);
+        if (rs->type == MP_ROPE_LLAMA3) {
+            mp_json_add_exact_double(r, "low_freq_factor", rs->low_freq_factor);
+            mp_json_add_exact_double(r, "high_freq_factor", rs->high_freq_factor);
+            mp_json_add_exact_int(r, "original_max_position_embeddings", rs->original_max_position_embeddings);
+        }
+        cJSON_AddStringToObject(r, "rope_type", llama_rope_type_name(rs->type));
+    }
+    cJSON_AddNumberToObject(o, "head_dim", llama_head_dim(m));
+    for (size_t i = 0; i < NFIELDS(model_fields); i++) mp_field_to_json(o, &model_fields[i], m);
+    cJSON_AddStringToObject(o, "torch_dtype", "float32");
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* a * b + c for a, b, c >= 0, saturated at INT64_MAX. */
+static int64_t mul_add_sat(int64_t a, int64_t b, int64_t c) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r) || __builtin_add_overflow(r, c, &r)) return INT64_MAX;
+    return r;
+}
+
+/* The count of (unpadded) parameters: embedding, per layer two norms, q/k/v/o and the three MLP
+ * matrices, the final norm and lm_head unless tied. Saturates at INT64_MAX (so a shape whose count
+ * overflows compares as too large instead of wrapping negative); -1 for a shape that is not positive. */
+int64_t llama_config_num_params(const llama_config *m) {
+    int64_t D = m->hidden_size, I = m->intermediate_size, V = m->vocab_size;
+    int64_t H = m->num_attention_heads, KV = m->num_key_value_heads, L = m->num_hidden_layers;
+    if (D <= 0 || I <= 0 || V <= 0 || H <= 0 || KV <= 0 || L < 0) return -1;
+    int64_t hd = D / H;
+    int64_t qo = mul_add_sat(2 * H, hd, 0);                  /* q and o: H*hd rows (cols) each */
+    int64_t kv = mul_add_sat(2 * KV, hd, 0);                 /* k and v */
+    int64_t per_layer = mul_add_sat(D, qo, 0);
+    per_layer = mul_add_sat(D, kv, per_layer);
+    per_layer = mul_add_sat(3 * D, I, per_layer);
+    per_layer = mul_add_sat(2, D, per_layer);                /* the two norms */
+    int64_t n = mul_add_sat(L, per_layer, D);                /* layers and the final norm */
+    n = mul_add_sat(m->tie_word_embeddings ? 1 : 2, mul_add_sat(V, D, 0), n);
+    return n;
+}
+
+unsigned llama_config_diff(const llama_config *a, const llama_config *b, unsigned may_differ) {
+    unsigned d = 0;
+    for (size_t i = 0; i < K_NMODEL; i++)
+        if (!mp_field_equal(&model_fields[i], a, b)) d |= LLAMA_CF_BIT(i);
+    if (!llama_rope_scaling_equal(&a->rope_scaling, &b->rope_scaling)) d |= LLAMA_CF_BIT(LLAMA_CF_ROPE_SCALING);
+    return d & ~may_differ;
+}
+
+const char *llama_config_field_name(llama_config_field f) {
+    assert(f >= 0 && f < LLAMA_CF_COUNT);
+    return f == LLAMA_CF_ROPE_SCALING ? "rope_scaling" : model_fields[f].key;
+}
+
+void llama_config_field_format(const llama_config *c, llama_config_field f, char *buf, size_t cap) {
+    assert(f >= 0 && f < LLAMA_CF_COUNT);
+    if (f == LLAMA_CF_ROPE_SCALING) llama_rope_scaling_describe(&c->rope_scaling, buf, cap);
+    else mp_field_format(&model_fields[f], c, buf, cap);
+}

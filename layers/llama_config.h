@@ -1,0 +1,121 @@
+/*
+ * layers/llama_config.h — the Llama model's config: Hugging Face LlamaConfig's fields and rules, RoPE
+ * scaling, the parameter count, and the one comparison of two configs (llama_config_diff).
+ *
+ * A config file is an HF config.json (the model's fields at the top level) with an optional "train"
+ * object (the training config, core/config.h), and a key means what it means in transformers' LlamaConfig:
+ *   - required (no default: LlamaConfig's is a 7B shape, never what a config that omits it meant):
+ *     hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, vocab_size;
+ *   - defaulted as LlamaConfig does when missing: num_key_value_heads (missing or null: =
+ *     num_attention_heads), max_position_embeddings 2048, rms_norm_eps 1e-6, rope_theta 10000,
+ *     tie_word_embeddings false, initializer_range 0.02, head_dim (= hidden_size / num_attention_heads;
+ *     another value is refused), hidden_act "silu", attention_bias / mlp_bias false (null: false),
+ *     attention_dropout 0, rope_scaling null.
+ * model_type must be "llama" and architectures (if given) only "LlamaForCausalLM". RoPE: rope_scaling and
+ * transformers 5's rope_parameters may be null or an object whose rope_type (or the older "type") is
+ * "default", "linear" (with "factor") or "llama3" (with "factor", "low_freq_factor", "high_freq_factor",
+ * "original_max_position_embeddings"); other types (yarn, dynamic, longrope, ...) are refused naming the
+ * type, each parameter is checked naming it, and when both keys are given they must agree.
+ * rope_parameters may also carry rope_theta, which is then the model's (a different top-level rope_theta
+ * is refused). The scaling is written back as "rope_scaling" (llama_config_to_json). Keys transformers
+ * ignores when it builds the model (torch_dtype/dtype, token ids, use_cache, pretraining_tp,
+ * is_llama_config, rope_interleaved, the generation keys max_length/temperature/top_p/..., ...) are
+ * accepted; keys that would change the math are checked (hidden_act must be "silu", biases false,
+ * attention_dropout 0, ...). Any other key is an error naming it, so a typo never silently falls back to
+ * a default. The fields are read by core's field-table reader (core/config.h).
+ */
+#ifndef MP_LLAMA_CONFIG_H
+#define MP_LLAMA_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/config.h"
+#include "core/error.h"
+#include "core/rope.h"
+
+typedef struct llama_config {
+    int hidden_size;
+    int intermediate_size;
+    int num_hidden_layers;
+    int num_attention_heads;
+    int num_key_value_heads;
+    int vocab_size;
+    int max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    int tie_word_embeddings;
+    double initializer_range;
+    mp_rope_scaling rope_scaling;           /* rope_scaling / rope_parameters (default: none) */
+} llama_config;
+
+/* Upper bounds of the model's shape, beyond the ints of the fields themselves, so that every size
+ * derived from a config (tensor counts, element counts, the parameter count) is computed without
+ * overflow, and a crafted config (or a checkpoint's stored one) is refused instead of allocated:
+ * LLAMA_CONFIG_MAX_LAYERS is over 100x the deepest released Llama (126 layers; it bounds the per-layer
+ * tables, e.g. the tensor list `ckpt verify` builds without a memory plan); LLAMA_CONFIG_MAX_PARAMS only
+ * requires the parameter count to be computable in int64 — whether a model fits in memory is the memory
+ * plan's question (llama_plan_memory), which refuses with the figures. (LLAMA_MAX_LAYERS in
+ * layers/llama_impl.h is the smaller bound of what llama_create builds.) */
+#define LLAMA_CONFIG_MAX_LAYERS 16384
+#define LLAMA_CONFIG_MAX_PARAMS (INT64_MAX - 1)
+
+/* llama_config_default: a small programmatic model (hidden 256, 4 layers, rms_norm_eps 1e-5, ...) for
+ * code and tests that build a config by hand. It is NOT what a missing key of a config file means: the
+ * parser ignores *m's previous contents and applies the rules above. */
+void llama_config_default(llama_config *m);
+
+/* Parses JSON text (name is used in messages). Either output may be NULL to ignore that part, but
+ * its keys are still checked. The model part is built from the JSON alone (see above) and validated
+ * (llama_config_validate); the "train" object is applied over *t's previous contents and each field
+ * is range-checked (mp_train_config_check_fields), but the relations between training fields
+ * (batch_size % grad_accum, min_lr <= lr, eval_batches with val_data) are left to
+ * mp_train_config_validate, so command-line flags applied after loading can still fix them. */
+mp_code llama_config_parse(const char *text, const char *name, llama_config *m, mp_train_config *t, mp_err *err);
+/* llama_config_parse of the file at path, read as a stream (a pipe, /dev/stdin work). */
+mp_code llama_config_load(const char *path, llama_config *m, mp_train_config *t, mp_err *err);
+
+/* Checks divisibility and ranges; the message names the field. */
+mp_code llama_config_validate(const llama_config *m, mp_err *err);
+/* The training config against the model: seq_len <= max_position_embeddings. Call it (after
+ * mp_train_config_validate) wherever both are known and final: train, eval. */
+mp_code llama_config_validate_pair(const llama_config *m, const mp_train_config *t, mp_err *err);
+
+/* HF config.json text for the model ("architectures": ["LlamaForCausalLM"], ...). Caller frees. */
+char *llama_config_to_json(const llama_config *m);
+
+/* The fields of llama_config, in config.json's (and llama_config_to_json's) order, as bits of a mask:
+ * LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS). */
+typedef enum {
+    LLAMA_CF_HIDDEN_SIZE, LLAMA_CF_INTERMEDIATE_SIZE, LLAMA_CF_NUM_HIDDEN_LAYERS, LLAMA_CF_NUM_ATTENTION_HEADS,
+    LLAMA_CF_NUM_KEY_VALUE_HEADS, LLAMA_CF_VOCAB_SIZE, LLAMA_CF_MAX_POSITION_EMBEDDINGS, LLAMA_CF_RMS_NORM_EPS,
+    LLAMA_CF_ROPE_THETA, LLAMA_CF_TIE_WORD_EMBEDDINGS, LLAMA_CF_INITIALIZER_RANGE, LLAMA_CF_ROPE_SCALING,
+    LLAMA_CF_COUNT
+} llama_config_field;
+#define LLAMA_CF_BIT(f) (1u << (f))
+#define LLAMA_CF_NONE 0u   /* a may_differ mask: every field counts */
+
+/* The one comparison of two model configs: the mask of the fields in which a and b differ (numbers
+ * compared exactly, rope_scaling with llama_rope_scaling_equal), less those in may_differ, which the
+ * caller states it tolerates (resume: LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS) | ...). 0: the same. */
+unsigned llama_config_diff(const llama_config *a, const llama_config *b, unsigned may_differ);
+/* The field's config.json key: "hidden_size", ..., "rope_scaling". */
+const char *llama_config_field_name(llama_config_field f);
+/* Field f of c as messages print it, into buf (cap bytes): integers and booleans as decimal, reals with
+ * %g, rope_scaling as llama_rope_scaling_describe says it. */
+void llama_config_field_format(const llama_config *c, llama_config_field f, char *buf, size_t cap);
+
+/* "default" | "linear" | "llama3" (the HF rope_type). */
+const char *llama_rope_type_name(mp_rope_type t);
+/* 1 if a and b scale RoPE the same way (the numbers a type does not use are ignored). */
+int llama_rope_scaling_equal(const mp_rope_scaling *a, const mp_rope_scaling *b);
+/* Describes s into buf (cap bytes) for messages and listings: "default", "linear (factor 2)",
+ * "llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192)". */
+void llama_rope_scaling_describe(const mp_rope_scaling *s, char *buf, size_t cap);
+
+/* hidden_size / num_attention_heads. */
+static inline int llama_head_dim(const llama_config *m) { return m->hidden_size / m->num_attention_heads; }
+/* Number of parameters of the (unpadded) model; never overflows: saturates at INT64_MAX, and is -1 when
+ * a dimension is not positive. At most LLAMA_CONFIG_MAX_PARAMS for a validated config. */
+int64_t llama_config_num_params(const llama_config *m);
+
+#endif
