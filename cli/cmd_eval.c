@@ -70,8 +70,8 @@ static void print_json(const eval_result *e) {
 /* The flags of `meshpoint eval`. */
 typedef struct eval_flags {
     const char *config, *data, *checkpoint, *fmt_name, *device, *max_memory;
-    int batches, batch, seq, tp, dp, json;
-    int set_batch, set_seq, set_tp, set_dp;
+    int batches, batch, seq, tp, dp, json, sp;
+    int set_batch, set_seq, set_tp, set_dp, set_sp;
     int64_t seed;
 } eval_flags;
 
@@ -109,6 +109,9 @@ static mp_code parse_flags(eval_run *r, int argc, char **argv, int *help) {
         {"seed", MP_ARG_I64, &f->seed, "S", "initialisation seed (without --checkpoint)"},
         {"tp", MP_ARG_INT, &f->tp, "N", "tensor-parallel degree", .set = &f->set_tp},
         {"dp", MP_ARG_INT, &f->dp, "N", "data-parallel degree (0: world / tp)", .set = &f->set_dp},
+        {"sp", MP_ARG_SWITCH, &f->sp, NULL,
+         "sequence parallelism (auto: on when tp > 1 and tp divides --seq-len; the loss is the same either way)",
+         .set = &f->set_sp},
         {"device", MP_ARG_STRING, &f->device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
         {"max-memory", MP_ARG_STRING, &f->max_memory, "SIZE",
          "memory bound per rank for the plan checked at start (e.g. 8G), replacing the measured one", .dflt = "what the host and ulimit allow"},
@@ -140,6 +143,7 @@ static mp_code load_config(eval_run *r) {
     if (f->set_batch) r->tc.batch_size = f->batch;
     if (f->set_seq) r->tc.seq_len = f->seq;
     if (f->set_tp) r->tc.tp = f->tp;
+    if (f->set_sp) r->tc.sp = f->sp;
     if (f->set_dp) r->tc.dp = f->dp;
     r->tc.grad_accum = 1;
     return mp_train_config_validate(&r->tc, &r->err);
@@ -155,11 +159,23 @@ static mp_code resolve_checkpoint(eval_run *r) {
     return mp_runtime_ckpt_model_config(&r->rt, r->ckpt_dir, &r->mc, &r->err);
 }
 
+/* The model options of an evaluation: forward only (no gradients, no moments: the plan and the model
+ * hold the weights and the activations). */
+static llama_options eval_options(const eval_run *r) {
+    llama_options o = mp_runtime_model_options(&r->rt, &r->tc, r->bs.micro);
+    o.inference = 1;
+    return o;
+}
+
 /* The memory plan (printed; refused when it does not fit), then the token file, which may fail to open
  * on some ranks only. Collective: the agreed code. */
 static mp_code plan_and_open(eval_run *r) {
     mp_memplan plan;
-    llama_options o = mp_runtime_model_options(&r->rt, &r->tc, r->bs.micro);
+    /* SP left to us: on where it can be (tp divides the sequence), off elsewhere (eval --tp 3 at T = 128
+     * runs instead of being refused; the loss does not depend on it) */
+    int tp = r->rt.mesh.tp;
+    if (r->tc.sp < 0) r->tc.sp = tp > 1 && r->tc.seq_len % tp == 0;
+    llama_options o = eval_options(r);
     MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, 0, r->max_bytes, &plan, &r->err));
     mp_code local = mp_token_file_open(&r->file, r->f.data, (mp_data_format)mp_data_format_parse(r->f.fmt_name),
                                        r->mc.vocab_size, &r->err);
@@ -174,8 +190,8 @@ static mp_code build_and_load(eval_run *r) {
             "tokens", (long long)llama_config_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size,
             r->rt.mesh.dp, r->rt.mesh.tp, r->f.checkpoint ? "loading the checkpoint" : "seeded initialisation",
             r->f.batches, r->tc.batch_size, r->tc.seq_len);
-    MP_TRY(mp_runtime_agree(&r->rt, mp_runtime_model(&r->rt, &r->mc, &r->tc, r->bs.micro, &r->model, &r->err),
-                            &r->err));
+    llama_options o = eval_options(r);
+    MP_TRY(mp_runtime_agree(&r->rt, llama_create(&r->model, &r->mc, &o, &r->rt.mesh, r->rt.be, &r->err), &r->err));
     llama_init_weights(r->model, (uint64_t)r->f.seed);
     if (!r->f.checkpoint) return MP_OK;
     mp_code local = mp_checkpoint_load(r->model, r->ckpt_dir, &r->mc, 1, &r->st, &r->err);
@@ -212,7 +228,7 @@ static mp_code evaluate(eval_run *r) {
  * ranks may find (files on node-local paths, the memory of each host) are agreed on and go to
  * `fail_agreed`, like train's. */
 int mp_cmd_eval(int argc, char **argv) {
-    eval_run run = {.f = {.fmt_name = "llmc", .device = "cpu", .batches = 8, .tp = 1}}, *r = &run;
+    eval_run run = {.f = {.fmt_name = "llmc", .device = "cpu", .batches = 8, .tp = 1, .sp = -1}}, *r = &run;
     mp_train_config_default(&r->tc);
     r->f.seed = (int64_t)r->tc.seed;
     r->f.batch = r->tc.batch_size;

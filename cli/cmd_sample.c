@@ -144,7 +144,9 @@ static mp_code encode_prompt(sample_run *r) {
 /* Plans the memory, builds the model (micro-batch 1, seq_len T, no SP) and loads the checkpoint's
  * weights. Collective: the agreed code. */
 static mp_code build_model(sample_run *r) {
-    llama_options o = {.micro_batch = 1, .seq_len = r->T, .sp = 0, .reshard_after_forward = 1};
+    /* forward only: the weights and activations, no gradients, no moments */
+    llama_options o = {.micro_batch = 1, .seq_len = r->T, .sp = 0, .reshard_after_forward = 1, .inference = 1,
+                       .act_dtype = r->rt.be->act_dtype};
     mp_memplan plan;
     MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, 0, r->max_bytes, &plan, &r->err));
     MP_TRY(mp_runtime_agree(&r->rt, llama_create(&r->model, &r->mc, &o, &r->rt.mesh, r->rt.be, &r->err), &r->err));

@@ -277,8 +277,8 @@ mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, int
     int64_t shard = m->shard_total * (int64_t)sizeof(float);
     /* fp32 masters, plus their compute copy when the compute dtype is narrower */
     plan->bytes[MP_MEM_PARAMS] = shard + (m->act_size != sizeof(float) ? m->shard_total * (int64_t)m->act_size : 0);
-    plan->bytes[MP_MEM_GRADS] = shard;
-    plan->bytes[MP_MEM_OPTIM] = 2 * shard;
+    plan->bytes[MP_MEM_GRADS] = opt->inference ? 0 : shard;          /* forward only: no gradients, */
+    plan->bytes[MP_MEM_OPTIM] = opt->inference ? 0 : 2 * shard;      /* no moments */
     plan->bytes[MP_MEM_GATHER] = (int64_t)llama_fsdp_plan_bytes(m);
     static act_piece list[ACT_MAX_PIECES];
     size_t acts;

@@ -109,6 +109,9 @@ typedef struct llama_options {
     int reshard_after_forward; /* FSDP: free gathered block weights after forward (ZeRO-3) */
     mp_dtype act_dtype;        /* compute dtype the memory plan assumes (the backend's act_dtype; MP_F32 = 0
                                 * by default); llama_create takes the backend's whatever this says */
+    int inference;             /* forward only (eval, sample): no gradients and no optimizer moments are
+                                * allocated or planned; backward, the optimizer, gradient norms and
+                                * llama_zero_grad must not be called on such a model */
 } llama_options;
 
 typedef struct llama_model llama_model;

@@ -242,8 +242,9 @@ void llama_params_alloc(llama_model *m) {
     int64_t total = m->shard_total;
     size_t bytes = (size_t)total * sizeof(float);
     m->shard_params = be->alloc(be, bytes, MP_MEM_PARAMS);
-    m->shard_grads = be->alloc(be, bytes, MP_MEM_GRADS);
-    m->shard_moments = be->alloc(be, 2 * bytes, MP_MEM_OPTIM);
+    int train = !m->opt.inference;   /* a forward-only model has no gradients and no moments */
+    m->shard_grads = train ? be->alloc(be, bytes, MP_MEM_GRADS) : NULL;
+    m->shard_moments = train ? be->alloc(be, 2 * bytes, MP_MEM_OPTIM) : NULL;
     /* the compute copy of the masters: a buffer of its own when the compute dtype is narrower */
     m->shard_act = m->act_size == sizeof(float) ? (void *)m->shard_params
                                                 : be->alloc(be, (size_t)total * m->act_size, MP_MEM_PARAMS);
@@ -254,9 +255,9 @@ void llama_params_alloc(llama_model *m) {
             llama_param *p = &m->params[i];
             p->shard = m->shard_params + off;
             p->shard_act = mp_act_at(be, m->shard_act, off);
-            p->shard_grad = m->shard_grads + off;
-            p->m = m->shard_moments + off;
-            p->v = m->shard_moments + total + off;
+            p->shard_grad = train ? m->shard_grads + off : NULL;
+            p->m = train ? m->shard_moments + off : NULL;
+            p->v = train ? m->shard_moments + total + off : NULL;
             if (m->dp == 1) {
                 p->full = p->shard_act;
                 p->full_grad = p->shard_grad;
@@ -269,8 +270,8 @@ void llama_params_alloc(llama_model *m) {
 void llama_params_free(llama_model *m) {
     size_t bytes = (size_t)m->shard_total * sizeof(float);
     m->be->free(m->be, m->shard_params, bytes, MP_MEM_PARAMS);
-    m->be->free(m->be, m->shard_grads, bytes, MP_MEM_GRADS);
-    m->be->free(m->be, m->shard_moments, 2 * bytes, MP_MEM_OPTIM);
+    if (m->shard_grads) m->be->free(m->be, m->shard_grads, bytes, MP_MEM_GRADS);
+    if (m->shard_moments) m->be->free(m->be, m->shard_moments, 2 * bytes, MP_MEM_OPTIM);
     if (m->shard_act != (void *)m->shard_params)
         m->be->free(m->be, m->shard_act, (size_t)m->shard_total * m->act_size, MP_MEM_PARAMS);
 }
@@ -300,8 +301,8 @@ void llama_init_weights(llama_model *m, uint64_t seed) {
     }
     free(specs);
     size_t bytes = (size_t)m->shard_total * sizeof(float);
-    be->memset0(be, m->shard_grads, bytes);
-    be->memset0(be, m->shard_moments, 2 * bytes);
+    if (m->shard_grads) be->memset0(be, m->shard_grads, bytes);
+    if (m->shard_moments) be->memset0(be, m->shard_moments, 2 * bytes);
     llama_shards_changed(m);
 }
 
@@ -319,6 +320,7 @@ int llama_param_find(const llama_model *m, const char *name) {
 }
 
 void llama_zero_grad(llama_model *m) {
+    assert(!m->opt.inference && "a forward-only model has no gradients");
     m->be->memset0(m->be, m->shard_grads, (size_t)m->shard_total * sizeof(float));
 }
 

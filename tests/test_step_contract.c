@@ -202,3 +202,37 @@ Test(step_contract, cpu_streams_events_and_host_memory_honour_the_contract) {
         cr_assert_eq(mp_mem_current(MP_MEM_CKPT), before);
     }
 }
+
+/* A forward-only model (eval, sample: llama_options.inference) holds no gradients and no moments; the
+ * plan says so category by category, and its forward is bitwise the training model's. */
+Test(step_contract, a_forward_only_model_holds_weights_and_activations_only) {
+    const int B = 2, T = 32;
+    llama_config c = small_config(2, 1);
+    mp_mesh mesh;
+    mp_mesh_init_single(&mesh);
+    mp_err err;
+    llama_model *train = NULL, *fwd = NULL;
+    llama_options ot = {B, T, 0, 1}, oi = {B, T, 0, 1};
+    oi.inference = 1;
+    cr_assert_eq(llama_create(&train, &c, &ot, &mesh, mp_backend_cpu(), &err), MP_OK, "%s", err.msg);
+    int64_t before[MP_MEM_NCAT];
+    for (int k = 0; k < MP_MEM_NCAT; k++) before[k] = mp_mem_current((mp_mem_cat)k);
+    cr_assert_eq(llama_create(&fwd, &c, &oi, &mesh, mp_backend_cpu(), &err), MP_OK, "%s", err.msg);
+    llama_memory_plan plan;
+    cr_assert_eq(llama_plan_memory(&c, &oi, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(plan.bytes[MP_MEM_GRADS], 0);
+    cr_assert_eq(plan.bytes[MP_MEM_OPTIM], 0);
+    for (int k = MP_MEM_PARAMS; k <= MP_MEM_ACTS; k++)
+        cr_assert_eq(mp_mem_current((mp_mem_cat)k) - before[k], plan.bytes[k], "category %s: allocator %lld, plan %lld",
+                     mp_mem_cat_name((mp_mem_cat)k), (long long)(mp_mem_current((mp_mem_cat)k) - before[k]),
+                     (long long)plan.bytes[k]);
+    llama_init_weights(train, 7);
+    llama_init_weights(fwd, 7);
+    int32_t in[B * T], tgt[B * T];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 7 + 3) % 97, tgt[i] = (i * 5 + 1) % 97;
+    double a = llama_forward(train, in, tgt), b = llama_forward(fwd, in, tgt);
+    cr_assert(a == b, "forward-only loss %.17g, training model's %.17g", b, a);
+    llama_destroy(fwd);
+    llama_destroy(train);
+    mp_mesh_destroy(&mesh);
+}
