@@ -32,6 +32,7 @@
 #include "cli/progress.h"
 #include "cli/runtime.h"
 #include "cli/train_ckpt.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "core/sched.h"
 #include "layers/llama_train.h"
@@ -521,7 +522,7 @@ static mp_code open_metrics(train_run *r) {
     if (r->rt.rank == 0) {
         char *path = r->metrics_path;
         snprintf(path, sizeof r->metrics_path, "%s/metrics.jsonl", r->f.run_dir);
-        local = ckpt_mkdirs(r->f.run_dir, &r->err);
+        local = mp_fs_mkdirs(r->f.run_dir, &r->err);
         if (!local) local = set_aside_past(r, path);
         if (!local && !(r->metrics = fopen(path, "a")))
             local = mp_err_set(&r->err, MP_EIO, "cannot write %s: %s", path, strerror(errno));
