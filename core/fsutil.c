@@ -83,7 +83,7 @@ char *mp_fs_join(const char *a, const char *b) { return concat(a, "/", b); }
 /* The directory holding path, in a new string: "." for a bare name, "/" for a name in the root.
  * Trailing slashes of path are ignored ("a/b/" is held by "a"). */
 static char *parent_of(const char *path) {
-    char *p = concat(path, "", "");
+    char *p = mp_strdup(path);
     size_t n = strlen(p);
     while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
     char *slash = strrchr(p, '/');
@@ -165,7 +165,7 @@ mp_code mp_fs_write_text_durable(const char *dir, const char *name, const char *
 }
 
 mp_code mp_fs_mkdirs(const char *path, mp_err *err) {
-    char *p = concat(path, "", "");
+    char *p = mp_strdup(path);
     size_t n = strlen(p);
     while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
     char *slash = NULL;   /* the separator before the component being created */
@@ -214,7 +214,7 @@ static int rename2(const char *from, const char *to, unsigned flags) {
 static mp_code swap_by_renames(const char *from, const char *to, char **aside, mp_err *err) {
     *aside = concat(to, ".replaced", "");
     if (mp_fs_exists(*aside)) {
-        mp_warn("ckpt: removing stale %s of an interrupted replacement", *aside);
+        mp_warn("removing stale %s of an interrupted replacement", *aside);
         MP_TRY(mp_fs_remove_tree(*aside, err));
     }
     if (rename(to, *aside) != 0) return mp_err_set(err, MP_EIO, "rename %s -> %s: %s", to, *aside, strerror(errno));
@@ -234,7 +234,7 @@ mp_code mp_fs_swap_dirs(const char *from, const char *to, const char *parent, ch
     int er = ENOSYS;
     char *old = NULL;
     if (!(force && *force && strcmp(force, "0") != 0)) {
-        if (rename2(from, to, RENAME_EXCHANGE) == 0) old = concat(from, "", "");
+        if (rename2(from, to, RENAME_EXCHANGE) == 0) old = mp_strdup(from);
         else er = errno;
     }
     mp_code rc = MP_OK;
@@ -280,7 +280,7 @@ static mp_code rm_contents_at(int dfd, const char *path, int depth, mp_err *err)
  * error (it is gone either way). */
 static mp_code rm_entry_at(int parent, const char *ppath, const char *name, int depth, mp_err *err) {
     assert(name && name[0] && (ppath ? parent >= 0 && !strchr(name, '/') : parent == AT_FDCWD));
-    char *path = ppath ? mp_fs_join(ppath, name) : concat(name, "", "");
+    char *path = ppath ? mp_fs_join(ppath, name) : mp_strdup(name);
     mp_code rc = MP_OK;
     struct stat st;
     if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -307,7 +307,11 @@ static mp_code rm_entry_at(int parent, const char *ppath, const char *name, int 
 
 mp_code mp_fs_remove_tree(const char *path, mp_err *err) {
     assert(path && path[0]);
-    return rm_entry_at(AT_FDCWD, NULL, path, 0, err);
+    char *p = mp_strdup(path);   /* "a/b/" would follow a link b: its trailing slashes go */
+    for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = '\0';
+    mp_code rc = rm_entry_at(AT_FDCWD, NULL, p, 0, err);
+    free(p);
+    return rc;
 }
 
 mp_code mp_fs_remove_at(int dirfd, const char *dirpath, const char *name, mp_err *err) {

@@ -19,7 +19,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "ckpt/ckpt.h"
-#include "ckpt/ckpt_internal.h"
 #include "core/comm.h"
 #include "tests/testutil.h"
 
