@@ -27,9 +27,9 @@
  * checksum and tiles_checksum = XXH3-64 of the tile array.
  *
  * Commit (every rank, caller's thread):
- *   1. agree: all_reduce(max) of (size - rank) over failing ranks; the lowest failing rank then
- *      broadcasts its error, so every rank returns the same message. On failure rank 0 removes
- *      the .partial directory (all rank files are closed by then).
+ *   1. agree (mp_comm_agree, core/comm.h): every rank returns the highest code of any rank with the
+ *      message of the lowest failing rank ("[rank N] ..."). On failure rank 0 removes the .partial
+ *      directory (all rank files are closed by then).
  *   2. exchange: each process's box list (names, shapes, file ranks, checksums, tile geometry) goes
  *      to rank 0 by one broadcast per process (the lengths first, by an all_reduce of a vector with
  *      one slot per process).
@@ -139,22 +139,15 @@ static mp_code remember(ckpt_save *s, mp_code rc, const mp_err *e) {
     return rc;
 }
 
-/* Collective failure agreement (see the top of the file). rc/le: this rank's result. */
+/* Collective failure agreement (see the top of the file): mp_comm_agree of this rank's result (rc, and
+ * le its error) over w, the agreed error into e (which may be NULL). */
 static mp_code agree(mp_comm *w, mp_code rc, const mp_err *le, mp_err *e) {
-    float v = rc != MP_OK ? (float)(w->size - w->rank) : 0.0f;
-    w->all_reduce(w, &v, 1, MP_F32, 1);
-    if (v == 0.0f) return MP_OK;
-    int src = w->size - (int)v;
-    struct { int32_t code; char msg[MP_ERR_MSG_MAX]; } m;
-    memset(&m, 0, sizeof m);
-    if (w->rank == src) {
-        m.code = (int32_t)rc;
-        snprintf(m.msg, sizeof m.msg, "%s", le ? le->msg : mp_code_name(rc));
-    }
-    w->broadcast(w, &m, sizeof m, src);
-    m.msg[sizeof m.msg - 1] = '\0';
-    if (w->size > 1) return mp_err_set(e, (mp_code)m.code, "rank %d: %s", src, m.msg);
-    return mp_err_set(e, (mp_code)m.code, "%s", m.msg);
+    mp_err m;
+    if (rc != MP_OK && le) m = *le;
+    else mp_err_set(&m, rc, "%s", mp_code_name(rc));
+    rc = mp_comm_agree(w, rc, &m, NULL);
+    if (rc != MP_OK && e) *e = m;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------- begin */
