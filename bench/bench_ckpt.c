@@ -44,7 +44,6 @@
  */
 #define _GNU_SOURCE
 #include <assert.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,9 +55,9 @@
 #include <hdf5.h>
 #include <xxhash.h>
 #include "ckpt/ckpt.h"
-#include "ckpt/ckpt_internal.h"   /* ck_tile_geometry: the writer's tile rule */
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/fsutil.h"
 
 enum { HID = 512, INTER = 1408, KVD = 256, VOCAB = 32000, NCOPY = 3 };
 
@@ -238,21 +237,11 @@ static void add_all(ckpt_save *s, const state *S, const char *arena) {
 /* Removes ROOT/step_N (its files, then the directory) and ROOT/latest: untimed cleanup between
  * rounds. The bench script removes ROOT itself at the end. */
 static void remove_step(const char *root, const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *de;
-        char p[4096];
-        while ((de = readdir(d)))
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-                unlink(p);
-            }
-        closedir(d);
-        rmdir(dir);
-    }
-    char p[4096];
-    snprintf(p, sizeof p, "%s/latest", root);
+    mp_err e;
+    if (mp_fs_remove_tree(dir, &e) != MP_OK) die_err("removing a step", &e);
+    char *p = mp_fs_join(root, "latest");
     unlink(p);
+    free(p);
 }
 
 static double parse_gib(const char *s) {
@@ -459,7 +448,7 @@ static int cmd_load(const state *S, const char *dir, int boxes) {
 
 /* The writer's hashing cost, two ways: one XXH3-64 pass per box, and the writer's scheme (ckpt/writer.c,
  * format v2): the box's rows in order, each row once into a streaming box state and segment by segment
- * into one streaming state per column block of the tile geometry (ck_tile_geometry), digested into
+ * into one streaming state per column block of the tile geometry (ckpt_tile_geometry), digested into
  * the tile checksums at every tile-row boundary; then XXH3-64 of the tile array. */
 static int cmd_hash(const state *S) {
     char *a = xalloc(S->arena);
@@ -475,7 +464,7 @@ static int cmd_hash(const state *S) {
         for (int j = 0; j < S->nb; j++) {
             const bspec *B = &S->b[j];
             int64_t shp[2] = {B->shp[0], B->shp[1]}, tr, tc;
-            ck_tile_geometry(4, 2, shp, &tr, &tc);
+            ckpt_tile_geometry(4, 2, shp, &tr, &tc);
             int64_t row = shp[1] * 4, rows = shp[0], seg = tc * 4, ncb = (shp[1] + tc - 1) / tc;
             assert(ncb <= 8);
             uint64_t *tiles = malloc(sizeof(uint64_t) * (size_t)(((rows + tr - 1) / tr) * ncb));

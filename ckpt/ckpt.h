@@ -283,12 +283,13 @@ void ckpt_reader_set_progress(ckpt_reader *r, ckpt_progress_fn fn, void *ctx);
  * read: tensor data plus tile checksum arrays. */
 mp_code ckpt_verify(ckpt_reader *r, int64_t *bytes_read, mp_err *e);
 
-/* ------------------------------------------------------------------------------------- management */
+/* The checksum tiles (format v2, docs/FORMAT.md "Checksum tiles") of a box of shape shp[nd] with
+ * elements of esize bytes: bands of *tile_rows rows of dim 0 by blocks of *tile_cols entries of dim 1
+ * (1 for a 1-D box), about 4 KiB a tile, column blocks on the boundaries of TP degrees 2, 4 and 8. The
+ * writer's rule, for tools and benchmarks that reproduce its hashing. */
+void ckpt_tile_geometry(size_t esize, int nd, const int64_t *shp, int64_t *tile_rows, int64_t *tile_cols);
 
-/* mkdir -p, durably: every directory it creates has its name fsynced into its parent. MP_EIO naming
- * the path if a component cannot be created or is not a directory. The one mkdir -p of the program
- * (run directories, token-file outputs, checkpoint roots). */
-mp_code ckpt_mkdirs(const char *path, mp_err *e);
+/* ------------------------------------------------------------------------------------- management */
 
 /* Is dir a complete checkpoint: a valid index.h5 and every rank file it names present? MP_OK if so,
  * MP_ECHECK with the reason if not. */

@@ -5,7 +5,8 @@
  *   box arithmetic and the per-tensor interval index (ckpt/box.c);
  *   HDF5 glue: per-thread error silencing, HDF5 error stack -> mp_err, dtypes, property lists
  *     (ckpt/h5util.c);
- *   file-system helpers: fsync, rename, recursive removal, crash points (ckpt/fsutil.c).
+ *   the clock, formatted strings and the crash points of the kill tests (ckpt/util.c); the file-system
+ *     steps (fsync, durable rename, removal) are core/fsutil.h's.
  */
 #ifndef CKPT_INTERNAL_H
 #define CKPT_INTERNAL_H
@@ -39,7 +40,7 @@ typedef struct ck_box {
     uint64_t checksum;
     /* v1 only: slab checksums in the index (slabs[slab_first .. +nslabs)), slab_rows rows each */
     int64_t slab_rows, slab_first, nslabs;
-    /* v2: checksum tiles (ck_tile_geometry); their checksums live in the rank file at tiles_dataset,
+    /* v2: checksum tiles (ckpt_tile_geometry); their checksums live in the rank file at tiles_dataset,
      * and tiles_checksum is XXH3-64 of that uint64 array. For a v1 box the reader sets
      * tile_rows = slab_rows, tile_cols = the box's dim 1 (1 for 1-D), ntiles = nslabs. */
     int64_t tile_rows, tile_cols, ntiles;
@@ -116,7 +117,7 @@ mp_code ck_check_key(const char *key, mp_err *e);
 int64_t ck_slab_rows(int64_t rows, int64_t row_bytes);
 
 /* ------------------------------------------------------------------------------- checksum tiles */
-/* Format v2 cuts every box into tiles: bands of tile_rows rows of dim 0 x blocks of tile_cols
+/* Format v2 cuts every box into tiles (ckpt_tile_geometry, public in ckpt.h): bands of tile_rows rows of dim 0 x blocks of tile_cols
  * entries of dim 1 (the last band / block may be shorter), all of dims 2.. . Tile (i, j) is number
  * i * ncolblocks + j; its checksum is XXH3-64 of its bytes in row-major order (the concatenation of
  * its rows' segments). Geometry (docs/FORMAT.md): cols = shp[1] (1 for 1-D), inner = prod shp[2..];
@@ -127,7 +128,6 @@ int64_t ck_slab_rows(int64_t rows, int64_t row_bytes);
 #define CK_TILE_BYTES 4096
 #define CK_TILE_MIN_SEG 256
 #define CK_CHUNK_BYTES (256 << 10)   /* zstd chunks: whole tile rows of one column block, about this size */
-void ck_tile_geometry(size_t esize, int nd, const int64_t *shp, int64_t *tile_rows, int64_t *tile_cols);
 /* Number of tiles: ceil(rows / tile_rows) * ceil(cols / tile_cols). */
 int64_t ck_tile_count(int nd, const int64_t *shp, int64_t tile_rows, int64_t tile_cols);
 
@@ -168,31 +168,12 @@ herr_t ck_attr_read_str(hid_t obj, const char *name, char *buf, size_t cap);
 herr_t ck_attr_read_i64(hid_t obj, const char *name, int64_t *v, int n);
 herr_t ck_attr_read_u64(hid_t obj, const char *name, uint64_t *v, int n);
 
-/* ------------------------------------------------------------------------------------ filesystem */
+/* --------------------------------------------------- shared small pieces (ckpt/util.c); files: core/fsutil.h */
 
 double ck_now(void);
 /* asprintf into a new string (aborts on OOM). */
 char *ck_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* fsync of a file or a directory by path. MP_EIO naming path and errno on failure. */
-mp_code ck_fsync_path(const char *path, int is_dir, mp_err *e);
-/* rename + fsync of the parent directory. */
-mp_code ck_rename_durable(const char *from, const char *to, const char *parent, mp_err *e);
-/* Replaces directory `to` by directory `from` (both in parent): renameat2 RENAME_EXCHANGE, else
- * (EINVAL/ENOSYS) rename(to, to.replaced) + rename(from, to); then fsync of parent. *old_at gets the
- * path now holding the old tree (caller removes it and frees the string). */
-mp_code ck_swap_dirs(const char *from, const char *to, const char *parent, char **old_at, mp_err *e);
-/* mkdir -p. */
-mp_code ck_mkdirs(const char *path, mp_err *e);
-/* Removes path recursively (files and directories under it). MP_EIO on failure. */
-mp_code ck_rmtree(const char *path, mp_err *e);
-int ck_exists(const char *path);
-int ck_is_dir(const char *path);
-/* Writes text to path via path.tmp + fsync + rename + fsync(dir). */
-mp_code ck_write_text_durable(const char *dir, const char *name, const char *text, mp_err *e);
 /* raise(SIGKILL) if MP_CKPT_CRASH_AT == point (and MP_CKPT_CRASH_RANK unset or == rank). */
 void ck_crash_point(const char *point, int rank);
-/* Parses "step_%08d"-style names (exactly "step_" + digits, optionally + suffix); returns 1 and the
- * step if name is "step_<digits><suffix>". */
-int ck_parse_step_name(const char *name, const char *suffix, int64_t *step);
 
 #endif

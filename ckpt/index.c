@@ -27,6 +27,7 @@
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
@@ -453,7 +454,7 @@ mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
     /* closing flushes the metadata cache: a full disk often shows here first */
     if (H5Fclose(f) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "closing %s", path);
     ck_h5_clear();
-    if (rc == MP_OK) rc = ck_fsync_path(path, 0, e);
+    if (rc == MP_OK) rc = mp_fs_fsync_path(path, 0, e);
     return rc;
 }
 
@@ -652,7 +653,7 @@ static mp_code index_read(const char *path, const void *image, size_t image_byte
     ck_h5_init();
     ck_h5_clear();
     memset(L, 0, sizeof *L);
-    if (!image && !ck_exists(path))
+    if (!image && !mp_fs_exists(path))
         return mp_err_set(e, MP_ECHECK, "%s is missing: not a complete checkpoint (an interrupted save?)", path);
     hid_t fapl = image ? image_fapl(image, image_bytes) : ck_h5_fapl(0);
     hid_t f = fapl < 0 ? -1 : H5Fopen(path, H5F_ACC_RDONLY, fapl);

@@ -12,10 +12,11 @@
  * These functions are local: call them on one rank.
  *
  * Removal never follows a symbolic link (issue 9): retention and leftover cleanup work on directory
- * file descriptors (openat with O_NOFOLLOW, fstatat with AT_SYMLINK_NOFOLLOW, unlinkat), so nothing
- * outside the root is reached, whatever links the root holds and however they change meanwhile. A
- * step directory that is a symbolic link is removed as a link — the name leaves the root, its target
- * (a checkpoint elsewhere, maybe outside the root) is left untouched — with a warning naming the target.
+ * file descriptors (core/fsutil.h's mp_fs_remove_at and mp_fs_remove_contents_at: openat with O_NOFOLLOW,
+ * fstatat with AT_SYMLINK_NOFOLLOW, unlinkat), so nothing outside the root is reached, whatever links
+ * the root holds and however they change meanwhile. A step directory that is a symbolic link is
+ * removed as a link — the name leaves the root, its target (a checkpoint elsewhere, maybe outside the
+ * root) is left untouched — with a warning naming the target.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
@@ -34,7 +35,7 @@
 #include <unistd.h>
 
 mp_code ckpt_check_complete(const char *dir, mp_err *e) {
-    if (!ck_is_dir(dir)) return mp_err_set(e, MP_ECHECK, "%s is not a directory", dir);
+    if (!mp_fs_is_dir(dir)) return mp_err_set(e, MP_ECHECK, "%s is not a directory", dir);
     char *ip = ck_fmt("%s/index.h5", dir);
     ck_layout L;
     mp_code rc = ck_index_read(ip, &L, e);
@@ -42,7 +43,7 @@ mp_code ckpt_check_complete(const char *dir, mp_err *e) {
     if (rc != MP_OK) return rc;
     for (int i = 0; i < L.nfiles && rc == MP_OK; i++) {
         char *p = ck_fmt("%s/%s", dir, L.f[i].name);
-        if (!ck_exists(p)) rc = mp_err_set(e, MP_ECHECK, "%s: rank file %s is missing", dir, L.f[i].name);
+        if (!mp_fs_exists(p)) rc = mp_err_set(e, MP_ECHECK, "%s: rank file %s is missing", dir, L.f[i].name);
         free(p);
     }
     ck_layout_free(&L);
@@ -67,9 +68,9 @@ static mp_code scan_steps(const char *root, const char *suffix, int64_t **out, i
     struct dirent *de;
     while ((de = readdir(d))) {
         int64_t step;
-        if (!ck_parse_step_name(de->d_name, suffix, &step)) continue;
+        if (!mp_fs_parse_step_name(de->d_name, suffix, &step)) continue;
         char *p = ck_fmt("%s/%s", root, de->d_name);
-        int isd = ck_is_dir(p);
+        int isd = mp_fs_is_dir(p);
         free(p);
         if (!isd) continue;
         if (*n == cap) {
@@ -97,7 +98,7 @@ static int64_t read_latest(const char *root) {
     if (rc) return -1;
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
     int64_t step;
-    int ok = ck_parse_step_name(buf, "", &step);
+    int ok = mp_fs_parse_step_name(buf, "", &step);
     free(buf);
     return ok ? step : -1;
 }
@@ -164,58 +165,6 @@ mp_code ckpt_list(const char *root, int64_t **steps_out, int *n_out, mp_err *e) 
 
 /* ---------------------------------------------------------------------- removal, links never followed */
 
-/* Deepest directory nesting removed (a checkpoint has one level; this bounds the recursion). */
-#define RM_MAX_DEPTH 64
-
-static mp_code rm_entry_at(int parent, const char *ppath, const char *name, int depth, mp_err *e);
-
-/* Removes every entry of the directory open at dfd (dfd itself stays), never following a symbolic link.
- * path names dfd in messages. Closes nothing: the caller owns dfd. */
-static mp_code rm_contents_at(int dfd, const char *path, int depth, mp_err *e) {
-    assert(dfd >= 0 && path);
-    int lfd = dup(dfd);   /* fdopendir takes over the descriptor it is given */
-    DIR *d = lfd < 0 ? NULL : fdopendir(lfd);
-    if (!d) {
-        if (lfd >= 0) close(lfd);
-        return mp_err_set(e, MP_EIO, "removing %s: listing it: %s", path, strerror(errno));
-    }
-    mp_code rc = MP_OK;
-    struct dirent *de;
-    while (rc == MP_OK && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        rc = rm_entry_at(dfd, path, de->d_name, depth, e);
-    }
-    closedir(d);
-    return rc;
-}
-
-/* Removes entry `name` of the directory open at parent (ppath: its path, for messages): a directory with
- * everything under it, anything else (a file, a symbolic link, ...) as a name — a link's target is never
- * looked at. A missing entry is no error (it is gone either way). */
-static mp_code rm_entry_at(int parent, const char *ppath, const char *name, int depth, mp_err *e) {
-    assert(parent >= 0 && ppath && name && name[0] && !strchr(name, '/'));
-    struct stat st;
-    if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-        return errno == ENOENT ? MP_OK : mp_err_set(e, MP_EIO, "removing %s/%s: %s", ppath, name, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) {
-        if (unlinkat(parent, name, 0) != 0 && errno != ENOENT)
-            return mp_err_set(e, MP_EIO, "removing %s/%s: %s", ppath, name, strerror(errno));
-        return MP_OK;
-    }
-    if (depth >= RM_MAX_DEPTH)
-        return mp_err_set(e, MP_EIO, "removing %s/%s: nested more than %d directories deep", ppath, name, RM_MAX_DEPTH);
-    /* O_NOFOLLOW: if the directory was replaced by a link since fstatat, this fails instead of following */
-    int dfd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0) return mp_err_set(e, MP_EIO, "removing %s/%s: %s", ppath, name, strerror(errno));
-    char *path = ck_fmt("%s/%s", ppath, name);
-    mp_code rc = rm_contents_at(dfd, path, depth + 1, e);
-    close(dfd);
-    if (rc == MP_OK && unlinkat(parent, name, AT_REMOVEDIR) != 0)
-        rc = mp_err_set(e, MP_EIO, "removing directory %s: %s", path, strerror(errno));
-    free(path);
-    return rc;
-}
-
 /* The root directory opened for removals under it (O_DIRECTORY; the root itself may be a link, as the
  * user named it). MP_EIO naming it on failure. */
 static mp_code open_root(const char *root, int *fd, mp_err *e) {
@@ -250,9 +199,9 @@ static mp_code retire_step(int rootfd, const char *root, const char *name, int *
     int dfd = openat(rootfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) return mp_err_set(e, MP_EIO, "retention: opening %s/%s: %s", root, name, strerror(errno));
     char *path = ck_fmt("%s/%s", root, name);
-    mp_code rc = rm_entry_at(dfd, path, "index.h5", 1, e);
+    mp_code rc = mp_fs_remove_at(dfd, path, "index.h5", e);
     if (rc == MP_OK && fsync(dfd) != 0) rc = mp_err_set(e, MP_EIO, "fsync %s: %s", path, strerror(errno));
-    if (rc == MP_OK) rc = rm_contents_at(dfd, path, 1, e);
+    if (rc == MP_OK) rc = mp_fs_remove_contents_at(dfd, path, e);
     close(dfd);
     if (rc == MP_OK && unlinkat(rootfd, name, AT_REMOVEDIR) != 0)
         rc = mp_err_set(e, MP_EIO, "retention: removing directory %s: %s", path, strerror(errno));
@@ -271,14 +220,14 @@ mp_code ckpt_cleanup_partials(const char *root, int *removed, mp_err *e) {
         char *p = step_dir(root, steps[i], ".partial");
         char *name = ck_fmt("step_%08lld.partial", (long long)steps[i]);
         mp_warn("ckpt: removing %s, left by an interrupted save", p);
-        rc = rm_entry_at(rootfd, root, name, 0, e);   /* a link is removed as a link */
+        rc = mp_fs_remove_at(rootfd, root, name, e);   /* a link is removed as a link */
         if (rc == MP_OK && removed) (*removed)++;
         free(name);
         free(p);
     }
     if (rootfd >= 0) close(rootfd);
     free(steps);
-    if (rc == MP_OK && n > 0) rc = ck_fsync_path(root, 1, e);
+    if (rc == MP_OK && n > 0) rc = mp_fs_fsync_path(root, 1, e);
     return rc;
 }
 
@@ -313,7 +262,7 @@ mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e) {
             free(name);
         }
         if (rootfd >= 0) close(rootfd);
-        if (rc == MP_OK) rc = ck_fsync_path(root, 1, e);
+        if (rc == MP_OK) rc = mp_fs_fsync_path(root, 1, e);
     }
     free(steps);
     return rc;
@@ -331,7 +280,7 @@ mp_code ckpt_inspect_root(const char *root, ckpt_root_info *info, mp_err *e) {
         info->last = n ? steps[0] : -1;
         info->npartial = np;
         char *lp = ck_fmt("%s/latest", root);
-        info->has_latest = ck_exists(lp);
+        info->has_latest = mp_fs_exists(lp);
         free(lp);
     }
     free(steps);
@@ -355,7 +304,7 @@ static void read_holder(int fd, char *buf, size_t cap) {
 
 mp_code ckpt_lock_acquire(const char *root, ckpt_lock **out, mp_err *e) {
     *out = NULL;
-    MP_TRY(ck_mkdirs(root, e));
+    MP_TRY(mp_fs_mkdirs(root, e));
     char *path = ck_fmt("%s/.lock", root);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -420,7 +369,7 @@ static mp_code repoint_latest(const char *root, mp_err *e) {
         free(p);
         if (!ok) continue;
         char *txt = ck_fmt("step_%08lld\n", (long long)steps[i]);
-        rc = ck_write_text_durable(root, "latest", txt, e);
+        rc = mp_fs_write_text_durable(root, "latest", txt, e);
         free(txt);
         break;
     }
@@ -438,10 +387,10 @@ mp_code ckpt_set_aside(const char *root, int64_t after, const char *aside, int *
     char *dst = ck_fmt("%s/%s", root, aside);
     mp_code rc = MP_OK;
     if (mkdir(dst, 0777) != 0) rc = mp_err_set(e, MP_EIO, "creating %s: %s", dst, strerror(errno));
-    if (rc == MP_OK) rc = ck_fsync_path(root, 1, e);
+    if (rc == MP_OK) rc = mp_fs_fsync_path(root, 1, e);
     /* `latest` goes with them (it names one of them, or is stale), newest checkpoints first */
     char *lp = ck_fmt("%s/latest", root), *lq = ck_fmt("%s/latest", dst);
-    if (rc == MP_OK && ck_exists(lp) && rename(lp, lq) != 0)
+    if (rc == MP_OK && mp_fs_exists(lp) && rename(lp, lq) != 0)
         rc = mp_err_set(e, MP_EIO, "moving %s to %s: %s", lp, lq, strerror(errno));
     for (int i = 0; i < k && rc == MP_OK; i++) {
         char *from = step_dir(root, steps[i], ""), *to = step_dir(dst, steps[i], "");
@@ -450,8 +399,8 @@ mp_code ckpt_set_aside(const char *root, int64_t after, const char *aside, int *
         free(from);
         free(to);
     }
-    if (rc == MP_OK) rc = ck_fsync_path(dst, 1, e);
-    if (rc == MP_OK) rc = ck_fsync_path(root, 1, e);
+    if (rc == MP_OK) rc = mp_fs_fsync_path(dst, 1, e);
+    if (rc == MP_OK) rc = mp_fs_fsync_path(root, 1, e);
     if (rc == MP_OK) rc = repoint_latest(root, e);
     free(lp);
     free(lq);

@@ -57,6 +57,7 @@
 #include "ckpt/read_pipe.h"
 #include "ckpt/zstd_filter.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include <assert.h>
 #include <endian.h>
 #include <errno.h>
@@ -95,7 +96,7 @@ mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
     assert(out);
     *out = NULL;
     ck_h5_init();
-    if (!dir || !ck_is_dir(dir)) return mp_err_set(e, MP_EINPUT, "checkpoint directory %s does not exist", dir ? dir : "(null)");
+    if (!dir || !mp_fs_is_dir(dir)) return mp_err_set(e, MP_EINPUT, "checkpoint directory %s does not exist", dir ? dir : "(null)");
     ckpt_reader *r = mp_xcalloc(sizeof *r);
     r->dir = ck_fmt("%s", dir);
     char *ip = ck_fmt("%s/index.h5", dir);
@@ -255,7 +256,7 @@ int ckpt_query(const ckpt_reader *r, int t, const int64_t *offset, const int64_t
 static mp_code rank_file(ckpt_reader *r, int fi, hid_t *out, int *fd, mp_err *e) {
     if (r->files[fi] < 0) {
         char *p = ck_fmt("%s/%s", r->dir, r->L.f[fi].name);
-        if (!ck_exists(p)) {
+        if (!mp_fs_exists(p)) {
             mp_code rc = mp_err_set(e, MP_ECHECK, "rank file %s is missing (it holds %lld boxes)", p,
                                     (long long)r->L.f[fi].nboxes);
             free(p);

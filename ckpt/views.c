@@ -24,6 +24,7 @@
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include <assert.h>
 #include <errno.h>
 #include <signal.h>
@@ -322,12 +323,12 @@ mp_code ckpt_views_repair(const char *dir, mp_err *e) {
                         "write version %d)", dir, L.version, CKPT_FORMAT_VERSION);
         goto out;
     }
-    if (ck_exists(tmp) && unlink(tmp)) {   /* a leftover of an interrupted repair: ours to remove */
+    if (mp_fs_exists(tmp) && unlink(tmp)) {   /* a leftover of an interrupted repair: ours to remove */
         rc = mp_err_set(e, MP_EIO, "removing %s: %s", tmp, strerror(errno));
         goto out;
     }
     rc = ck_index_write(&L, tmp, e);
-    if (!rc) rc = ck_rename_durable(tmp, path, dir, e);
+    if (!rc) rc = mp_fs_rename_durable(tmp, path, dir, e);
     if (rc) unlink(tmp);
 out:
     ck_layout_free(&L);

@@ -20,16 +20,16 @@
  * through one band buffer accounted as MP_MEM_CKPT). With zstd they are chunked one tile per chunk
  * (tile_rows x tile_cols x the box's dims 2..), shuffle then zstd 32015.
  *
- * Checksums (format v2, docs/FORMAT.md): each box is cut into tiles by ck_tile_geometry (bands of
+ * Checksums (format v2, docs/FORMAT.md): each box is cut into tiles by ckpt_tile_geometry (bands of
  * tile_rows rows x blocks of tile_cols entries of dim 1); one pass over the bytes feeds an XXH3
  * streaming state per column block (digested at every tile-row boundary) and one for the whole box.
  * The tile array is stored in the rank file; the box's attributes and the index carry the box
  * checksum and tiles_checksum = XXH3-64 of the tile array.
  *
  * Commit (every rank, caller's thread):
- *   1. agree: all_reduce(max) of (size - rank) over failing ranks; the lowest failing rank then
- *      broadcasts its error, so every rank returns the same message. On failure rank 0 removes
- *      the .partial directory (all rank files are closed by then).
+ *   1. agree (mp_comm_agree, core/comm.h): every rank returns the highest code of any rank with the
+ *      message of the lowest failing rank ("[rank N] ..."). On failure rank 0 removes the .partial
+ *      directory (all rank files are closed by then).
  *   2. exchange: each process's box list (names, shapes, file ranks, checksums, tile geometry) goes
  *      to rank 0 by one broadcast per process (the lengths first, by an all_reduce of a vector with
  *      one slot per process).
@@ -38,7 +38,7 @@
  *        step mode (ckpt_save_begin): renames ROOT/step_N.partial -> step_N, fsyncs ROOT, replaces
  *          ROOT/latest durably, applies retention;
  *        dir mode (ckpt_save_begin_dir): renames DIR.partial -> DIR, or, replacing an existing DIR,
- *          swaps the two atomically (ck_swap_dirs), fsyncs the parent and removes the old tree.
+ *          swaps the two atomically (mp_fs_swap_dirs), fsyncs the parent and removes the old tree.
  *   4. agree again on rank 0's result.
  * Earlier checkpoints are never touched (only retention, after a successful commit, removes them, and
  * a dir-mode replace, after the swap).
@@ -47,6 +47,7 @@
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/zstd_filter.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include <assert.h>
 #include <errno.h>
@@ -138,22 +139,15 @@ static mp_code remember(ckpt_save *s, mp_code rc, const mp_err *e) {
     return rc;
 }
 
-/* Collective failure agreement (see the top of the file). rc/le: this rank's result. */
+/* Collective failure agreement (see the top of the file): mp_comm_agree of this rank's result (rc, and
+ * le its error) over w, the agreed error into e (which may be NULL). */
 static mp_code agree(mp_comm *w, mp_code rc, const mp_err *le, mp_err *e) {
-    float v = rc != MP_OK ? (float)(w->size - w->rank) : 0.0f;
-    w->all_reduce(w, &v, 1, MP_F32, 1);
-    if (v == 0.0f) return MP_OK;
-    int src = w->size - (int)v;
-    struct { int32_t code; char msg[MP_ERR_MSG_MAX]; } m;
-    memset(&m, 0, sizeof m);
-    if (w->rank == src) {
-        m.code = (int32_t)rc;
-        snprintf(m.msg, sizeof m.msg, "%s", le ? le->msg : mp_code_name(rc));
-    }
-    w->broadcast(w, &m, sizeof m, src);
-    m.msg[sizeof m.msg - 1] = '\0';
-    if (w->size > 1) return mp_err_set(e, (mp_code)m.code, "rank %d: %s", src, m.msg);
-    return mp_err_set(e, (mp_code)m.code, "%s", m.msg);
+    mp_err m;
+    if (rc != MP_OK && le) m = *le;
+    else mp_err_set(&m, rc, "%s", mp_code_name(rc));
+    rc = mp_comm_agree(w, rc, &m, NULL);
+    if (rc != MP_OK && e) *e = m;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------- begin */
@@ -161,19 +155,19 @@ static mp_code agree(mp_comm *w, mp_code rc, const mp_err *le, mp_err *e) {
 /* Rank 0, both modes: removes a stale .partial of an interrupted save (with a warning), creates it
  * afresh and fsyncs its parent so the new entry is durable. */
 static mp_code fresh_partial(ckpt_save *s, mp_err *e) {
-    if (ck_exists(s->partial)) {
+    if (mp_fs_exists(s->partial)) {
         mp_warn("ckpt: removing stale %s of an interrupted save", s->partial);
-        MP_TRY(ck_rmtree(s->partial, e));
+        MP_TRY(mp_fs_remove_tree(s->partial, e));
     }
     if (mkdir(s->partial, 0777) != 0)
         return mp_err_set(e, MP_EIO, "creating %s: %s", s->partial, strerror(errno));
-    return ck_fsync_path(s->root, 1, e);
+    return mp_fs_fsync_path(s->root, 1, e);
 }
 
 /* Rank 0, step mode: creates ROOT and a fresh ROOT/step_N.partial; fails if step_N exists. */
 static mp_code prepare_step_dir(ckpt_save *s, mp_err *e) {
-    MP_TRY(ck_mkdirs(s->root, e));
-    if (ck_exists(s->final))
+    MP_TRY(mp_fs_mkdirs(s->root, e));
+    if (mp_fs_exists(s->final))
         return mp_err_set(e, MP_EINPUT, "checkpoint %s already exists (step %lld was saved before)", s->final,
                           (long long)s->step);
     return fresh_partial(s, e);
@@ -182,12 +176,12 @@ static mp_code prepare_step_dir(ckpt_save *s, mp_err *e) {
 /* Rank 0, dir mode: creates the parent of DIR and a fresh DIR.partial; an existing DIR is an error
  * unless replace (then it must be a directory, and stays untouched until the commit). */
 static mp_code prepare_target_dir(ckpt_save *s, mp_err *e) {
-    MP_TRY(ck_mkdirs(s->root, e));
-    if (ck_exists(s->final)) {
+    MP_TRY(mp_fs_mkdirs(s->root, e));
+    if (mp_fs_exists(s->final)) {
         if (!s->replace)
             return mp_err_set(e, MP_EINPUT, "checkpoint directory %s already exists (use --force to replace it)",
                               s->final);
-        if (!ck_is_dir(s->final))
+        if (!mp_fs_is_dir(s->final))
             return mp_err_set(e, MP_EINPUT, "%s exists and is not a directory: it cannot be replaced by a checkpoint",
                               s->final);
     }
@@ -373,7 +367,7 @@ static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt,
     }
     snprintf(B->dataset, sizeof B->dataset, "/%s/box_%d", name, k);
     snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%d", name, k);
-    ck_tile_geometry(mp_dtype_size(dt), ndim, B->shp, &B->tile_rows, &B->tile_cols);
+    ckpt_tile_geometry(mp_dtype_size(dt), ndim, B->shp, &B->tile_rows, &B->tile_cols);
     B->ntiles = ck_tile_count(ndim, B->shp, B->tile_rows, B->tile_cols);
     return B;
 }
@@ -449,7 +443,7 @@ mp_code ckpt_save_meta(ckpt_save *s, const char *key, const char *value, mp_err 
 /* ------------------------------------------------------------------------------- hashing */
 
 /* Streaming hasher of one box: fed consecutive rows of dim 0 (in any grouping), it computes the
- * whole-box checksum and the tile checksums of ck_tile_geometry. */
+ * whole-box checksum and the tile checksums of ckpt_tile_geometry. */
 typedef struct {
     int64_t rows, done;             /* box rows, rows fed so far */
     int64_t row_bytes, seg_bytes;   /* a row; a full column block's segment of a row */
@@ -715,7 +709,7 @@ static mp_code write_one_file(ckpt_save *s, int fr, void *buf, size_t band_cap, 
     /* H5F_ACC_EXCL: a file that is there before the create is a second writer of the same file rank
      * (rank 0 checks it too); one that is there after a failed create is ours (HDF5 created it, then
      * failed to write its superblock: disk full), and the cause is in the HDF5 record */
-    int existed = ck_exists(path);
+    int existed = mp_fs_exists(path);
     hid_t fapl = ck_h5_fapl(1);
     hid_t f = fapl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
     if (fapl >= 0) H5Pclose(fapl);
@@ -758,7 +752,7 @@ static mp_code write_one_file(ckpt_save *s, int fr, void *buf, size_t band_cap, 
     H5Pclose(lcpl);
     if (H5Fclose(f) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "closing %s", path);
     ck_h5_clear();
-    if (rc == MP_OK) rc = ck_fsync_path(path, 0, e);
+    if (rc == MP_OK) rc = mp_fs_fsync_path(path, 0, e);
     struct stat st;
     if (rc == MP_OK && stat(path, &st) == 0) *file_bytes += (int64_t)st.st_size;
     free(path);
@@ -797,7 +791,7 @@ static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
     int64_t bytes = 0, file_bytes = 0;
     mp_code rc = MP_OK;
     for (int k = 0; k < nfr && rc == MP_OK; k++) rc = write_one_file(s, frs[k], buf, band_cap, &bytes, &file_bytes, e);
-    if (rc == MP_OK) rc = ck_fsync_path(s->partial, 1, e);
+    if (rc == MP_OK) rc = mp_fs_fsync_path(s->partial, 1, e);
     mp_free_acct(buf, band_cap, MP_MEM_CKPT);
     free(frs);
     s->st.bytes = bytes;
@@ -868,7 +862,7 @@ static void get_str(rd_t *r, char *buf, size_t cap) {
 
 /* Appends the boxes that process `sender` serialized to *all (file ranks kept, sender recorded) and
  * sets *wsize to the world size it records. Returns 0 on a malformed list (lengths, dims or a tile
- * geometry that ck_tile_geometry does not give). */
+ * geometry that ckpt_tile_geometry does not give). */
 static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nall, int *cap, int64_t *wsize) {
     rd_t r = {p, n, 0, 0};
     *wsize = get_i64(&r);
@@ -904,7 +898,7 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
             if (B->shp[d] <= 0) r.bad = 1;
         if (r.bad) break;
         int64_t tr, tc;
-        ck_tile_geometry(mp_dtype_size(B->dt), B->ndim, B->shp, &tr, &tc);
+        ckpt_tile_geometry(mp_dtype_size(B->dt), B->ndim, B->shp, &tr, &tc);
         if (tr != B->tile_rows || tc != B->tile_cols || B->ntiles != ck_tile_count(B->ndim, B->shp, tr, tc))
             { r.bad = 1; break; }
         B->name = mp_strdup(name);
@@ -1085,8 +1079,8 @@ static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_
  * replacing, then removing the old tree). *renamed = 1 once the .partial name no longer holds the
  * new checkpoint. */
 static mp_code finish_dir(ckpt_save *s, int *renamed, mp_err *e) {
-    if (!ck_exists(s->final)) {
-        MP_TRY(ck_rename_durable(s->partial, s->final, s->root, e));
+    if (!mp_fs_exists(s->final)) {
+        MP_TRY(mp_fs_rename_durable(s->partial, s->final, s->root, e));
         *renamed = 1;
         ck_crash_point("after_rename", s->rank);
         return MP_OK;
@@ -1094,11 +1088,11 @@ static mp_code finish_dir(ckpt_save *s, int *renamed, mp_err *e) {
     if (!s->replace)
         return mp_err_set(e, MP_EINPUT, "checkpoint directory %s already exists (use --force to replace it)", s->final);
     char *old = NULL;
-    MP_TRY(ck_swap_dirs(s->partial, s->final, s->root, &old, e));
+    MP_TRY(mp_fs_swap_dirs(s->partial, s->final, s->root, &old, e));
     *renamed = 1;
     ck_crash_point("after_rename", s->rank);
     mp_err re;
-    if (ck_rmtree(old, &re) != MP_OK)
+    if (mp_fs_remove_tree(old, &re) != MP_OK)
         mp_warn("ckpt: %s replaced, but removing its old content at %s failed: %s", s->final, old, re.msg);
     free(old);
     return MP_OK;
@@ -1119,7 +1113,7 @@ static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, mp_err *e) {
         ck_crash_point("before_index", s->rank);
         char *ip = ck_fmt("%s/index.h5", s->partial);
         rc = ck_index_write(&L, ip, e);
-        if (rc == MP_OK) rc = ck_fsync_path(s->partial, 1, e);
+        if (rc == MP_OK) rc = mp_fs_fsync_path(s->partial, 1, e);
         free(ip);
     }
     ck_layout_free(&L);
@@ -1127,12 +1121,12 @@ static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, mp_err *e) {
     if (rc == MP_OK && s->dir_mode) {
         rc = finish_dir(s, &renamed, e);
     } else if (rc == MP_OK) {
-        rc = ck_rename_durable(s->partial, s->final, s->root, e);
+        rc = mp_fs_rename_durable(s->partial, s->final, s->root, e);
         renamed = rc == MP_OK;
         if (rc == MP_OK) {
             ck_crash_point("after_rename", s->rank);
             char *txt = ck_fmt("%s\n", s->dirname);
-            rc = ck_write_text_durable(s->root, "latest", txt, e);
+            rc = mp_fs_write_text_durable(s->root, "latest", txt, e);
             free(txt);
             if (rc != MP_OK)
                 mp_err_wrap(e, "checkpoint %s is complete, but updating %s/latest failed", s->final, s->root);
@@ -1149,7 +1143,7 @@ static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, mp_err *e) {
     }
     if (rc != MP_OK && !renamed) {
         mp_err ce;
-        if (ck_rmtree(s->partial, &ce) != MP_OK) mp_warn("ckpt: %s", ce.msg);
+        if (mp_fs_remove_tree(s->partial, &ce) != MP_OK) mp_warn("ckpt: %s", ce.msg);
     }
     return rc;
 }
@@ -1168,7 +1162,7 @@ static mp_code commit(ckpt_save *s, mp_err *e) {
     if (rc != MP_OK) {
         if (s->rank == 0) {
             mp_err ce;
-            if (ck_rmtree(s->partial, &ce) != MP_OK) mp_warn("ckpt: %s", ce.msg);
+            if (mp_fs_remove_tree(s->partial, &ce) != MP_OK) mp_warn("ckpt: %s", ce.msg);
         }
     } else {
         ck_crash_point("after_rank_files", s->rank);
@@ -1184,7 +1178,7 @@ static mp_code commit(ckpt_save *s, mp_err *e) {
                     r0 = mp_err_set(&e0, MP_EINPUT, "rank %d records a world size other than rank 0's (%d)", bad_world,
                                     s->wsize);
                 mp_err ce;
-                if (ck_rmtree(s->partial, &ce) != MP_OK) mp_warn("ckpt: %s", ce.msg);
+                if (mp_fs_remove_tree(s->partial, &ce) != MP_OK) mp_warn("ckpt: %s", ce.msg);
             } else {
                 r0 = commit_rank0(s, all, nall, &e0);
             }

@@ -3,6 +3,7 @@
  * locating a checkpoint, chunked tensor streaming and statistics. The design is in cli/ckpt_common.h.
  */
 #include "cli/ckpt_common.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include <assert.h>
 #include <dirent.h>
@@ -29,26 +30,6 @@ int64_t mp_ckpt_chunk_bytes(void) {
         if (*end == '\0' && v >= 16) return v;
     }
     return CHUNK_BYTES;
-}
-
-/* 1 if p exists and is a directory. */
-int mp_ckpt_is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* 1 if p exists. */
-int mp_ckpt_exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
-/* "a/b" in a malloc'd string. */
-char *mp_ckpt_join(const char *a, const char *b) {
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = mp_xmalloc(n);
-    snprintf(p, n, "%s/%s", a, b);
-    return p;
 }
 
 /* Does root hold any step_* entry (complete or not)? */
@@ -140,8 +121,8 @@ const char *mp_ckpt_mesh_str(char *buf, size_t cap, const ckpt_reader *r) {
 /* The checkpoint root a path means: the path itself, or PATH/checkpoints when PATH is a run directory
  * (no step_* entries of its own, a checkpoints/ subdirectory). Malloc'd. */
 char *mp_ckpt_root_of(const char *path) {
-    char *sub = mp_ckpt_join(path, "checkpoints");
-    if (!has_step_entries(path) && mp_ckpt_is_dir(sub)) return sub;
+    char *sub = mp_fs_join(path, "checkpoints");
+    if (!has_step_entries(path) && mp_fs_is_dir(sub)) return sub;
     free(sub);
     return mp_strdup(path);
 }
@@ -150,10 +131,10 @@ char *mp_ckpt_root_of(const char *path) {
  * newest complete checkpoint. MP_EINPUT when there is none. *dir is malloc'd. */
 mp_code mp_ckpt_resolve(const char *path, char **dir, mp_err *err) {
     *dir = NULL;
-    if (!mp_ckpt_exists(path)) return mp_err_set(err, MP_EINPUT, "%s: no such file or directory", path);
-    if (!mp_ckpt_is_dir(path)) return mp_err_set(err, MP_EINPUT, "%s is not a directory (a checkpoint is a directory)", path);
-    char *ip = mp_ckpt_join(path, "index.h5");
-    int has_index = mp_ckpt_exists(ip);
+    if (!mp_fs_exists(path)) return mp_err_set(err, MP_EINPUT, "%s: no such file or directory", path);
+    if (!mp_fs_is_dir(path)) return mp_err_set(err, MP_EINPUT, "%s is not a directory (a checkpoint is a directory)", path);
+    char *ip = mp_fs_join(path, "index.h5");
+    int has_index = mp_fs_exists(ip);
     free(ip);
     if (has_index) {
         *dir = mp_strdup(path);
@@ -307,7 +288,7 @@ static char *parent_of(const char *dst) {
 
 mp_code mp_ckpt_check_out(const char *dst, const char *src, const char *src_what, int force, int64_t need, mp_err *e) {
     if (!*dst) return mp_err_set(e, MP_EINPUT, "--out: empty path");
-    if (mp_ckpt_exists(dst)) {
+    if (mp_fs_exists(dst)) {
         if (!force) return mp_err_set(e, MP_EINPUT, "--out %s already exists (use --force to replace it)", dst);
         char a[PATH_MAX], b[PATH_MAX];
         if (src && realpath(dst, a) && realpath(src, b) && !strcmp(a, b))

@@ -60,12 +60,6 @@ int mp_ckpt_cli_start(const mp_arg *flags, int argc, char **argv, int nargs, con
 
 /* The chunk size in bytes: 16 MiB, or MP_CKPT_CHUNK_BYTES (>= 16) when set. */
 int64_t mp_ckpt_chunk_bytes(void);
-/* 1 if p exists and is a directory. */
-int mp_ckpt_is_dir(const char *p);
-/* 1 if p exists (any kind of file). */
-int mp_ckpt_exists(const char *p);
-/* "a/b" in a malloc'd string (aborts on out of memory). */
-char *mp_ckpt_join(const char *a, const char *b);
 /* n bytes for humans ("512 B", "1.5 MiB") into buf; returns buf. */
 const char *mp_ckpt_human(char *buf, size_t cap, int64_t n);
 /* A shape as "[256, 32]" into buf (truncated to cap); returns buf. */

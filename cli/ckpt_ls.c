@@ -22,21 +22,6 @@
 #include "cli/ckpt_common.h"
 #include "core/log.h"
 
-/* Is name "step_<digits>" followed by exactly suffix? Sets *step. */
-static int parse_step_name(const char *name, const char *suffix, int64_t *step) {
-    if (strncmp(name, "step_", 5)) return 0;
-    const char *p = name + 5;
-    if (*p < '0' || *p > '9') return 0;
-    int64_t v = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (v > (INT64_MAX - 9) / 10) return 0;
-        v = v * 10 + (*p - '0');
-    }
-    if (strcmp(p, suffix)) return 0;
-    *step = v;
-    return 1;
-}
-
 /* Total size of the regular files directly in dir, bytes. */
 static int64_t dir_bytes(const char *dir) {
     DIR *d = opendir(dir);
@@ -45,7 +30,7 @@ static int64_t dir_bytes(const char *dir) {
     struct dirent *de;
     while ((de = readdir(d))) {
         if (de->d_name[0] == '.') continue;
-        char *p = mp_ckpt_join(dir, de->d_name);
+        char *p = mp_fs_join(dir, de->d_name);
         struct stat st;
         if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) total += (int64_t)st.st_size;
         free(p);
@@ -79,7 +64,7 @@ static int cmp_entry(const void *a, const void *b) {
 /* The directory name ROOT/latest holds (trimmed) into buf, or "" if it is missing. */
 static void read_latest(const char *root, char *buf, size_t cap) {
     buf[0] = '\0';
-    char *p = mp_ckpt_join(root, "latest"), *text;
+    char *p = mp_fs_join(root, "latest"), *text;
     size_t n;
     mp_code rc = mp_read_text(p, cap - 1, &text, &n, NULL);
     free(p);
@@ -126,10 +111,10 @@ static void describe_complete(const char *p, ls_entry *x) {
  * with the reason). */
 static void scan_entry(const char *root, const char *name, ls_entry **e, int *n, int *cap) {
     int64_t step;
-    int partial = parse_step_name(name, ".partial", &step);
-    if (!partial && !parse_step_name(name, "", &step)) return;
-    char *p = mp_ckpt_join(root, name);
-    if (!mp_ckpt_is_dir(p)) { free(p); return; }
+    int partial = mp_fs_parse_step_name(name, ".partial", &step);
+    if (!partial && !mp_fs_parse_step_name(name, "", &step)) return;
+    char *p = mp_fs_join(root, name);
+    if (!mp_fs_is_dir(p)) { free(p); return; }
     if (*n == *cap) {
         *cap = 2 * *cap + 16;
         *e = mp_realloc(*e, 0, sizeof **e * (size_t)*cap, MP_MEM_OTHER);
@@ -276,12 +261,12 @@ static int parse_ls_args(int argc, char **argv, int *json, char **root) {
                                "mesh and size, marks the one `latest` names, and lists incomplete directories "
                                "(leftover *.partial of interrupted saves, step directories without a valid index).");
     if (st >= 0) return st;
-    if (!mp_ckpt_is_dir(argv[0])) {
-        mp_log_fail("%s: %s", argv[0], mp_ckpt_exists(argv[0]) ? "not a directory" : "no such directory");
+    if (!mp_fs_is_dir(argv[0])) {
+        mp_log_fail("%s: %s", argv[0], mp_fs_exists(argv[0]) ? "not a directory" : "no such directory");
         return MP_CKPT_ST_USAGE;
     }
-    char *ip = mp_ckpt_join(argv[0], "index.h5");
-    int is_ckpt = mp_ckpt_exists(ip);
+    char *ip = mp_fs_join(argv[0], "index.h5");
+    int is_ckpt = mp_fs_exists(ip);
     free(ip);
     if (is_ckpt) {
         mp_log_fail("%s is a checkpoint, not a checkpoint root: give its parent, or use `meshpoint ckpt show`",

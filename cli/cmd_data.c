@@ -19,6 +19,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "core/data.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 
 #define SPLIT_WINDOW 256
@@ -162,7 +163,7 @@ int mp_cmd_data(int argc, char **argv) {
     snprintf(train_path, sizeof train_path, "%s/%s_train.bin", out, name);
     snprintf(val_path, sizeof val_path, "%s/%s_val.bin", out, name);
     int rc = 0;
-    if (ckpt_mkdirs(out, &err) != MP_OK) {
+    if (mp_fs_mkdirs(out, &err) != MP_OK) {
         mp_log_fail("cannot create output directory %s: %s", out, err.msg);
         rc = 1;
     } else if (write_split(train_path, buf, cut, &err) != MP_OK ||

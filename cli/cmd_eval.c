@@ -153,8 +153,7 @@ static mp_code load_config(eval_run *r) {
  * was saved with (every rank reads it: no broadcast of a struct). Collective: the agreed code. */
 static mp_code resolve_checkpoint(eval_run *r) {
     if (!r->f.checkpoint) return MP_OK;
-    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", r->f.checkpoint);
-    MP_TRY(mp_runtime_resolve_ckpt(&r->rt, r->ckpt_dir, sizeof r->ckpt_dir, &r->err));
+    MP_TRY(mp_runtime_resolve_ckpt(&r->rt, NULL, r->f.checkpoint, r->ckpt_dir, sizeof r->ckpt_dir, &r->err));
     if (r->f.config) return MP_OK;
     return mp_runtime_ckpt_model_config(&r->rt, r->ckpt_dir, &r->mc, &r->err);
 }

@@ -30,6 +30,7 @@
 #include "cli/runtime.h"
 #include "cli/train_ckpt.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "reshard/reshard.h"
 
@@ -43,7 +44,7 @@ typedef struct import_opts {
 static mp_code load_hf_config(const char *dir, llama_config *mc, mp_err *e) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!mp_ckpt_exists(path)) return mp_err_set(e, MP_EINPUT, "%s: no config.json: not a Hugging Face model directory", dir);
+    if (!mp_fs_exists(path)) return mp_err_set(e, MP_EINPUT, "%s: no config.json: not a Hugging Face model directory", dir);
     mp_code rc = llama_config_load(path, mc, NULL, e);
     if (rc) e->code = rc = MP_EINPUT;
     return rc;

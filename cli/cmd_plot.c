@@ -10,8 +10,8 @@
  * and a step seen again (a rewind's abandoned lines are moved aside, never left here) keeps its last
  * value.
  *
- * The image is written to FILE.png.tmp and renamed over FILE.png, which must not exist unless --force
- * (a user's file is never overwritten unasked). Exit 2 on bad usage, a missing or empty metrics file, or
+ * The image is written to FILE.png.tmp, fsynced and renamed durably over FILE.png (mp_fs_rename_durable),
+ * which must not exist unless --force (a user's file is never overwritten unasked). Exit 2 on bad usage, a missing or empty metrics file, or
  * a line that is not JSON (named by its number); 1 when PLplot cannot write the image.
  */
 #include <cjson/cJSON.h>
@@ -27,6 +27,7 @@
 #include "cli/ckpt_common.h"
 #include "cli/cli.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 
 /* One series of (step, value) points. */
@@ -71,7 +72,7 @@ static int num(const cJSON *o, const char *key, double *v) {
 /* Reads RUN/metrics.jsonl into c. MP_EINPUT naming the file (and line) when it is missing, holds a line
  * that is not a JSON object, or holds no step. */
 static mp_code read_metrics(const char *run, run_curves *c, mp_err *err) {
-    char *path = mp_ckpt_join(run, "metrics.jsonl");
+    char *path = mp_fs_join(run, "metrics.jsonl");
     FILE *f = fopen(path, "r");
     mp_code rc = MP_OK;
     if (!f) {
@@ -227,7 +228,7 @@ int mp_cmd_plot(int argc, char **argv) {
         goto fail;
     }
     if (read_metrics(argv[0], &c, &err)) goto fail;
-    root = mp_ckpt_join(argv[0], "checkpoints");
+    root = mp_fs_join(argv[0], "checkpoints");
     if (ckpt_list(root, &c.ckpt_steps, &c.nckpt, &err)) goto fail;
     size_t n = strlen(out) + 8;
     tmp = mp_xmalloc(n);
@@ -239,10 +240,11 @@ int mp_cmd_plot(int argc, char **argv) {
         goto fail;
     }
     if (draw(&c, tmp, w, h, &err)) goto fail;
-    if (access(tmp, F_OK) != 0 || rename(tmp, out) != 0) {
+    if (access(tmp, F_OK) != 0) {   /* PLplot says nothing when it wrote no file */
         mp_err_set(&err, MP_EIO, "writing %s: %s", out, strerror(errno));
         goto fail;
     }
+    if (mp_fs_fsync_path(tmp, 0, &err) || mp_fs_rename_durable(tmp, out, NULL, &err)) goto fail;
     printf("wrote %s: %d steps, %d validation points, %d checkpoints\n", out, c.loss.n, c.val.n, c.nckpt);
     status = MP_CKPT_ST_OK;
     goto done;

@@ -103,8 +103,7 @@ static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
 /* Resolves the checkpoint (rank 0 decides) and reads its model config (every rank). Collective: the
  * agreed code. */
 static mp_code read_checkpoint_config(sample_run *r) {
-    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", r->f.checkpoint);
-    MP_TRY(mp_runtime_resolve_ckpt(&r->rt, r->ckpt_dir, sizeof r->ckpt_dir, &r->err));
+    MP_TRY(mp_runtime_resolve_ckpt(&r->rt, NULL, r->f.checkpoint, r->ckpt_dir, sizeof r->ckpt_dir, &r->err));
     return mp_runtime_ckpt_model_config(&r->rt, r->ckpt_dir, &r->mc, &r->err);
 }
 

@@ -32,6 +32,7 @@
 #include "cli/progress.h"
 #include "cli/runtime.h"
 #include "cli/train_ckpt.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "core/sched.h"
 #include "layers/llama_train.h"
@@ -403,7 +404,8 @@ static mp_code resume_run(train_run *r) {
     if (agreed || !r->resume_dir[0]) return agreed;
     /* --resume-from names a checkpoint the way `ckpt` does: a step directory, a checkpoint root or a run
      * directory (its newest complete checkpoint); rank 0 decides, like pick_resume_dir */
-    if (r->f.resume_from && (agreed = mp_runtime_resolve_ckpt(&r->rt, r->resume_dir, sizeof r->resume_dir, &r->err)))
+    if (r->f.resume_from && (agreed = mp_runtime_resolve_ckpt(&r->rt, NULL, r->f.resume_from, r->resume_dir,
+                                                                sizeof r->resume_dir, &r->err)))
         return agreed;
     /* a damaged box may fail only the ranks that read it: agree before anyone trains */
     double t0 = mp_time_s();
@@ -428,25 +430,15 @@ static mp_code resume_run(train_run *r) {
  * (nonzero: `fail_agreed`). */
 static mp_code init_from_run(train_run *r) {
     if (!r->f.init_from) return MP_OK;
-    /* rank 0 resolves the name (as mp_runtime_resolve_ckpt does, with the flag named in the message) */
-    mp_code local = MP_OK;
-    if (r->rt.rank == 0) {
-        char *dir = NULL;
-        local = mp_ckpt_resolve(r->f.init_from, &dir, &r->err);
-        if (!local && strlen(dir) >= sizeof r->init_dir)
-            local = mp_err_set(&r->err, MP_EINPUT, "checkpoint path too long: %s", dir);
-        if (!local) snprintf(r->init_dir, sizeof r->init_dir, "%s", dir);
-        if (local) mp_err_wrap(&r->err, "--init-from");
-        free(dir);
-    }
-    mp_code agreed = mp_runtime_agree(&r->rt, local, &r->err);
+    /* rank 0 resolves the name (the flag named in a message) and broadcasts it */
+    mp_code agreed = mp_runtime_resolve_ckpt(&r->rt, "--init-from", r->f.init_from, r->init_dir, sizeof r->init_dir,
+                                             &r->err);
     if (agreed) return agreed;
-    r->mesh->world_comm->broadcast(r->mesh->world_comm, r->init_dir, sizeof r->init_dir, 0);
     mp_run_state src;
     memset(&src, 0, sizeof src);
     /* a damaged box may fail only the ranks that read it: agree before anyone trains */
     double t0 = mp_time_s();
-    local = mp_checkpoint_load(r->model, r->init_dir, &r->mc, MP_LOAD_WEIGHTS, &src, &r->err);
+    mp_code local = mp_checkpoint_load(r->model, r->init_dir, &r->mc, MP_LOAD_WEIGHTS, &src, &r->err);
     r->load_s = mp_time_s() - t0;
     if (local) mp_err_wrap(&r->err, "--init-from");
     if ((agreed = mp_runtime_agree(&r->rt, local, &r->err))) return agreed;
@@ -527,7 +519,7 @@ static mp_code open_metrics(train_run *r) {
     if (r->rt.rank == 0) {
         char *path = r->metrics_path;
         snprintf(path, sizeof r->metrics_path, "%s/metrics.jsonl", r->f.run_dir);
-        local = ckpt_mkdirs(r->f.run_dir, &r->err);
+        local = mp_fs_mkdirs(r->f.run_dir, &r->err);
         if (!local) local = set_aside_past(r, path);
         if (!local && !(r->metrics = fopen(path, "a")))
             local = mp_err_set(&r->err, MP_EIO, "cannot write %s: %s", path, strerror(errno));

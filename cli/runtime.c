@@ -10,6 +10,7 @@
 #include "cli/ckpt_common.h"
 #include "cli/progress.h"
 #include "core/alloc.h"
+#include "core/comm_mpi.h"
 #include "core/log.h"
 
 /* True when an MPI launcher started this process (Open MPI, MPICH/Hydra, Slurm PMI). */
@@ -117,25 +118,18 @@ int mp_runtime_fail(const mp_runtime *rt, const mp_err *err) {
 }
 
 mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err) {
-    if (!rt->have_mesh && rt->mpi && rt->world > 1) {
-        /* before the mesh (the config names it): the same agreement over MPI_COMM_WORLD */
-        int code[2] = {(int)local, local ? -rt->rank : -rt->world};   /* max: worst code, lowest failing rank */
-        MPI_Allreduce(MPI_IN_PLACE, code, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-        if (local && -code[1] == rt->rank) mp_log_fail("[rank %d] %s", rt->rank, err->msg);
-        return (mp_code)code[0];
-    }
-    if (!rt->have_mesh || rt->mesh.world == 1) {
-        if (local) mp_log_fail("%s", err->msg);
-        return local;
-    }
-    mp_comm *w = rt->mesh.world_comm;
-    float v[1] = {(float)local};
-    w->all_reduce(w, v, 1, MP_F32, 1);
-    float first[1] = {local ? (float)rt->rank : (float)rt->mesh.world};
-    first[0] = -first[0];                     /* max of -rank = the lowest failing rank */
-    w->all_reduce(w, first, 1, MP_F32, 1);
-    if (local && (int)-first[0] == rt->rank) mp_log_fail("[rank %d] %s", rt->rank, err->msg);
-    return (mp_code)v[0];
+    assert(local == MP_OK || err);
+    mp_err m;
+    if (local != MP_OK) m = *err;
+    else mp_err_clear(&m);
+    /* before the mesh (the config names it): the same agreement over MPI_COMM_WORLD */
+    int early = !rt->have_mesh && rt->mpi && rt->world > 1;
+    mp_comm *w = rt->have_mesh ? rt->mesh.world_comm : early ? mp_comm_mpi_create(MPI_COMM_WORLD) : NULL;
+    int from = local != MP_OK ? 0 : -1;
+    mp_code agreed = w ? mp_comm_agree(w, local, &m, &from) : local;
+    if (agreed != MP_OK && from == (w ? w->rank : 0)) mp_log_fail("%s", m.msg);   /* the failing rank says it */
+    if (early) w->destroy(w);
+    return agreed;
 }
 
 int mp_runtime_fail_agreed(const mp_runtime *rt, const mp_err *err) {
@@ -148,20 +142,22 @@ mp_code mp_runtime_test_fail(const mp_runtime *rt, const char *what, mp_err *err
     return mp_err_set(err, MP_EINPUT, "%s: simulated failure on rank %d (MP_TEST_FAIL_RANK)", what, rt->rank);
 }
 
-mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, char *path, size_t cap, mp_err *err) {
+mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, const char *what, const char *name, char *dir, size_t cap,
+                                mp_err *err) {
     assert(rt->have_mesh && cap > 0);
     mp_code local = MP_OK;
     if (rt->rank == 0) {
-        char *dir = NULL;
-        local = mp_ckpt_resolve(path, &dir, err);
-        if (!local && strlen(dir) >= cap) local = mp_err_set(err, MP_EINPUT, "checkpoint path too long: %s", dir);
-        if (!local) snprintf(path, cap, "%s", dir);
-        free(dir);
+        char *found = NULL;   /* resolved before dir is written: name may be dir */
+        local = mp_ckpt_resolve(name, &found, err);
+        if (!local && strlen(found) >= cap) local = mp_err_set(err, MP_EINPUT, "checkpoint path too long: %s", found);
+        if (!local) snprintf(dir, cap, "%s", found);
+        if (local && what) mp_err_wrap(err, "%s", what);
+        free(found);
     }
     mp_code agreed = mp_runtime_agree(rt, local, err);
     if (agreed) return agreed;
     mp_comm *w = rt->mesh.world_comm;
-    if (rt->mesh.world > 1) w->broadcast(w, path, cap, 0);
+    if (rt->mesh.world > 1) w->broadcast(w, dir, cap, 0);
     return MP_OK;
 }
 

@@ -37,12 +37,13 @@ mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_e
  * status for it. Errors only some ranks may find go through
  * mp_runtime_agree instead. */
 int mp_runtime_fail(const mp_runtime *rt, const mp_err *err);
-/* For a step that can fail on some ranks only (reading a checkpoint, rank-0-only file work): every
- * rank learns whether any failed, and the lowest failing rank prints its message — one message, not
- * one per rank. Returns the highest code of any rank (MP_OK if none failed); a rank that did not fail
- * itself exits with that code silently; the message reads "meshpoint <cmd>: error: [rank N] ..." when
- * the world has more than one rank. Collective over the world (over MPI_COMM_WORLD before the mesh
- * exists; a local check in a single process). */
+/* For a step that can fail on some ranks only (reading a checkpoint, rank-0-only file work): core's
+ * mp_comm_agree over the world, plus the CLI's printing policy: the lowest failing rank prints its
+ * message — one message, not one per rank. Returns the highest code of any rank (MP_OK if none failed);
+ * a rank that did not fail itself exits with that code silently; the message reads "meshpoint <cmd>:
+ * error: [rank N] ..." when the world has more than one rank. err may be NULL when local is MP_OK.
+ * Collective over the world (over MPI_COMM_WORLD before the mesh exists; a local check in a single
+ * process). */
 mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err);
 /* The fail path of a command whose failures may be rank-local (opening a source on node-local storage):
  * mp_runtime_agree of err->code (printed once, from the lowest failing rank), returning the exit status.
@@ -52,11 +53,13 @@ int mp_runtime_fail_agreed(const mp_runtime *rt, const mp_err *err);
 /* Test hook: MP_EINPUT "simulated failure on rank N" when the environment's MP_TEST_FAIL_RANK is this
  * rank (tests of the agreement above under mpirun); MP_OK otherwise. `what` names the step. */
 mp_code mp_runtime_test_fail(const mp_runtime *rt, const char *what, mp_err *err);
-/* Resolves the checkpoint path names, in place (cap bytes), the way `meshpoint ckpt` does
- * (mp_ckpt_resolve: a step directory, a checkpoint root, or a run directory meaning its newest complete
- * checkpoint). Rank 0 decides and broadcasts its answer; an error is agreed (mp_runtime_agree). Collective
- * over the world; needs the mesh. */
-mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, char *path, size_t cap, mp_err *err);
+/* Resolves the checkpoint that name names into dir (cap bytes; name may be dir itself), the way `meshpoint
+ * ckpt` does (mp_ckpt_resolve: a step directory, a checkpoint root, or a run directory meaning its newest
+ * complete checkpoint). Rank 0 decides and broadcasts its answer; an error (prefixed "<what>: " when what
+ * is not NULL, e.g. the flag that named the path) is agreed (mp_runtime_agree). Collective over the
+ * world; needs the mesh. */
+mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, const char *what, const char *name, char *dir, size_t cap,
+                                mp_err *err);
 /* The model config the checkpoint in dir was saved with (its model_config metadata) into *mc; every
  * rank reads it (no broadcast of a struct). Collective: the agreed code, the message naming dir. */
 mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, llama_config *mc, mp_err *err);

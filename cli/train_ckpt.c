@@ -5,7 +5,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 #include <unistd.h>
 #include "cli/progress.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "core/optim.h"
 
@@ -459,29 +459,6 @@ void mp_aside_name(const char *run_dir, const char *root, char *buf, size_t cap)
     }
 }
 
-/* fflush + fsync + fclose; MP_EIO naming path. f is closed in any case. */
-static mp_code close_durable(FILE *f, const char *path, mp_err *err) {
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int er = errno;
-    if (fclose(f) != 0 && !bad) { bad = 1; er = errno; }
-    return bad ? mp_err_set(err, MP_EIO, "writing %s: %s", path, strerror(er)) : MP_OK;
-}
-
-/* fsync of the directory holding path. */
-static mp_code fsync_parent(const char *path, mp_err *err) {
-    char copy[MP_PATH_MAX + 64];
-    snprintf(copy, sizeof copy, "%s", path);
-    const char *dir = dirname(copy);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
-        mp_code rc = mp_err_set(err, MP_EIO, "fsync %s: %s", dir, strerror(errno));
-        if (fd >= 0) close(fd);
-        return rc;
-    }
-    close(fd);
-    return MP_OK;
-}
-
 /* Copies the lines of in to keep / aside (aside opened on first use, exclusively). */
 static mp_code split_lines(FILE *in, FILE *keep, int64_t after, const char *aside_path, FILE **aside, int64_t *moved,
                            mp_err *err) {
@@ -510,15 +487,14 @@ mp_code mp_metrics_set_aside(const char *path, int64_t after, const char *aside_
     fclose(in);
     if (aside) {
         mp_err *ae = rc ? NULL : err;
-        mp_code a = close_durable(aside, aside_path, ae);
-        if (!a) a = fsync_parent(aside_path, ae);   /* the lines are safe aside before path changes */
+        mp_code a = mp_fs_close_durable(aside, aside_path, ae);
+        if (!a) a = mp_fs_fsync_parent(aside_path, ae);   /* the lines are safe aside before path changes */
         if (!rc) rc = a;
     }
-    mp_code k = close_durable(keep, tmp, rc ? NULL : err);
+    mp_code k = mp_fs_close_durable(keep, tmp, rc ? NULL : err);
     if (!rc) rc = k;
     if (!rc && *moved) {
-        if (rename(tmp, path) != 0) rc = mp_err_set(err, MP_EIO, "replacing %s: %s", path, strerror(errno));
-        else rc = fsync_parent(path, err);
+        rc = mp_fs_rename_durable(tmp, path, NULL, err);
     }
     if (rc || !*moved) unlink(tmp);
     return rc;

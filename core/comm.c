@@ -1,12 +1,35 @@
 /*
  * core/comm.c — the backend-independent part of the communicator table: reading and resetting the
  * per-op traffic counters that every implementation (self, MPI, NCCL) fills in with the formulas of
- * core/comm.h. Implementations live in comm_self.c, comm_mpi.c (and a CUDA file for NCCL).
+ * core/comm.h. Implementations live in comm_self.c, comm_mpi.c (and a CUDA file for NCCL). Also the
+ * one agreement on a failure over a group (mp_comm_agree), built on the table's all_reduce and
+ * broadcast, so every layer (mesh set-up, checkpoint commit, the CLI) agrees the same way.
  */
 #include "core/comm.h"
 #include <assert.h>
 #include "core/mesh.h"
+#include <stdio.h>
 #include <string.h>
+
+mp_code mp_comm_agree(mp_comm *c, mp_code local, mp_err *err, int *from) {
+    assert(c && c->size >= 1 && c->size <= (1 << 24));   /* ranks and codes travel exactly as floats */
+    if (from) *from = local != MP_OK ? c->rank : -1;
+    if (c->size == 1) return local;
+    /* one all_reduce(max): the worst code, and -rank of the lowest failing rank (-size if none) */
+    float v[2] = {(float)local, local != MP_OK ? -(float)c->rank : -(float)c->size};
+    c->all_reduce(c, v, 2, MP_F32, 1);
+    mp_code worst = (mp_code)(int)v[0];
+    if (worst == MP_OK) return MP_OK;
+    int src = (int)-v[1];
+    assert(src >= 0 && src < c->size);
+    if (from) *from = src;
+    char msg[MP_ERR_MSG_MAX];
+    if (c->rank == src)   /* the precision keeps prefix and message inside msg, truncating the message */
+        snprintf(msg, sizeof msg, "[rank %d] %.2000s", src, err ? err->msg : mp_code_name(local));
+    c->broadcast(c, msg, sizeof msg, src);
+    msg[sizeof msg - 1] = '\0';
+    return mp_err_set(err, worst, "%s", msg);
+}
 
 /* Sum of bytes_sent over every op kind of c. */
 int64_t mp_comm_total_bytes(const mp_comm *c) {

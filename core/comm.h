@@ -62,6 +62,14 @@ struct mp_comm {
     void *impl;
 };
 
+/* Agrees on a result that only some ranks may have failed to reach. Collective over c: every rank calls
+ * it with its own local code and, when local != MP_OK, its message in *err (err may be NULL: the code's
+ * name stands in for the message). Returns the highest code of any rank (MP_OK when none failed); then
+ * *err, on every rank, holds that code and the message of the lowest failing rank, prefixed "[rank N] "
+ * (N its rank in c) when c has more than one rank. *from (from may be NULL) gets that rank, -1 when none
+ * failed. A group of one returns local and leaves *err as it is. One all_reduce, and one broadcast only
+ * on failure. The one agreement of the program: mesh set-up, checkpoint commits and the CLI use it. */
+mp_code mp_comm_agree(mp_comm *c, mp_code local, mp_err *err, int *from);
 /* A communicator of one rank: every op is an identity (copy where in != out). */
 mp_comm *mp_comm_self(void);
 /* Points c's collectives (not destroy) at the one-rank implementations of mp_comm_self: how any

@@ -7,10 +7,12 @@
  * llm.c files come in two kinds told apart by the header's magic (GPT-2: uint16 tokens; Llama 3: uint32):
  * the opened file records its token width, so everything past the open reads either alike.
  *
- * Writing (mp_token_file_write_llmc, _llmc3) goes to "PATH.tmp.<pid>", fsyncs, closes and renames over PATH,
- * so a crash never leaves a half-written file under the final name.
+ * Writing (mp_token_file_write_llmc, _llmc3) goes to "PATH.tmp.<pid>", fsyncs, closes and renames over PATH
+ * durably (mp_fs_rename_durable: the directory is fsynced too), so a crash never leaves a half-written
+ * file under the final name, and a finished write keeps its name.
  */
 #include "core/data.h"
+#include "core/fsutil.h"
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -203,12 +205,11 @@ static mp_code write_llmc_any(const char *path, int32_t magic, int32_t version, 
     if (ok && fsync(fd) != 0) { ok = 0; what = "fsync"; }
     int e = errno;
     if (close(fd) != 0 && ok) { ok = 0; what = "close"; e = errno; }
-    if (ok && rename(tmp, path) != 0) { ok = 0; what = "rename"; e = errno; }
-    if (!ok) {
-        unlink(tmp);
-        return mp_err_set(err, MP_EIO, "writing %s: %s failed: %s", path, what, strerror(e));
-    }
-    return MP_OK;
+    mp_code rc = ok ? mp_fs_rename_durable(tmp, path, NULL, err)
+                    : mp_err_set(err, MP_EIO, "writing %s: %s failed: %s", path, what, strerror(e));
+    if (rc && ok) mp_err_wrap(err, "writing %s", path);
+    if (rc) unlink(tmp);
+    return rc;
 }
 
 mp_code mp_token_file_write_llmc(const char *path, const uint16_t *tokens, int64_t n, mp_err *err) {

@@ -1,12 +1,17 @@
 /* core/fsutil.c — see fsutil.h. */
+#define _GNU_SOURCE
 #include "core/fsutil.h"
+#include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "core/alloc.h"
+#include "core/log.h"
 
 mp_code mp_read_text(const char *path, size_t max, char **text, size_t *len, mp_err *err) {
     *text = NULL;
@@ -49,4 +54,270 @@ mp_code mp_read_text(const char *path, size_t max, char **text, size_t *len, mp_
     *text = buf;
     if (len) *len = n;
     return MP_OK;
+}
+
+/* ---------------------------------------------------------------------------------- names and stat */
+
+int mp_fs_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int mp_fs_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* a + sep + b in a new string. */
+static char *concat(const char *a, const char *sep, const char *b) {
+    size_t na = strlen(a), ns = strlen(sep), nb = strlen(b);
+    char *p = mp_xmalloc(na + ns + nb + 1);
+    memcpy(p, a, na);
+    memcpy(p + na, sep, ns);
+    memcpy(p + na + ns, b, nb + 1);
+    return p;
+}
+
+char *mp_fs_join(const char *a, const char *b) { return concat(a, "/", b); }
+
+/* The directory holding path, in a new string: "." for a bare name, "/" for a name in the root.
+ * Trailing slashes of path are ignored ("a/b/" is held by "a"). */
+static char *parent_of(const char *path) {
+    char *p = mp_strdup(path);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+    char *slash = strrchr(p, '/');
+    if (!slash) strcpy(p, ".");
+    else if (slash == p) p[1] = '\0';
+    else *slash = '\0';
+    return p;
+}
+
+int mp_fs_parse_step_name(const char *name, const char *suffix, int64_t *step) {
+    if (strncmp(name, "step_", 5) != 0) return 0;
+    const char *p = name + 5;
+    if (*p < '0' || *p > '9') return 0;
+    int64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (INT64_MAX - 9) / 10) return 0;
+        v = v * 10 + (*p - '0');
+    }
+    if (strcmp(p, suffix ? suffix : "") != 0) return 0;
+    if (step) *step = v;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------- durable writes */
+
+mp_code mp_fs_fsync_path(const char *path, int is_dir, mp_err *err) {
+    int fd = open(path, O_RDONLY | (is_dir ? O_DIRECTORY : 0) | O_CLOEXEC);
+    if (fd < 0) return mp_err_set(err, MP_EIO, "fsync %s: open: %s", path, strerror(errno));
+    if (fsync(fd) != 0) {
+        int er = errno;
+        close(fd);
+        return mp_err_set(err, MP_EIO, "fsync %s: %s", path, strerror(er));
+    }
+    if (close(fd) != 0) return mp_err_set(err, MP_EIO, "close %s: %s", path, strerror(errno));
+    return MP_OK;
+}
+
+mp_code mp_fs_fsync_parent(const char *path, mp_err *err) {
+    char *p = parent_of(path);
+    mp_code rc = mp_fs_fsync_path(p, 1, err);
+    free(p);
+    return rc;
+}
+
+mp_code mp_fs_close_durable(FILE *f, const char *path, mp_err *err) {
+    assert(f && path);
+    const char *what = "writing";
+    int bad = fflush(f) != 0;
+    if (!bad && fsync(fileno(f)) != 0) { bad = 1; what = "fsync"; }
+    int er = errno;
+    if (fclose(f) != 0 && !bad) { bad = 1; what = "closing"; er = errno; }
+    return bad ? mp_err_set(err, MP_EIO, "%s %s: %s", what, path, strerror(er)) : MP_OK;
+}
+
+mp_code mp_fs_rename_durable(const char *from, const char *to, const char *parent, mp_err *err) {
+    assert(from && to);
+    if (rename(from, to) != 0) return mp_err_set(err, MP_EIO, "rename %s -> %s: %s", from, to, strerror(errno));
+    return parent ? mp_fs_fsync_path(parent, 1, err) : mp_fs_fsync_parent(to, err);
+}
+
+mp_code mp_fs_write_text_durable(const char *dir, const char *name, const char *text, mp_err *err) {
+    assert(dir && name && text);
+    char *fin = mp_fs_join(dir, name), *tmp = concat(fin, ".tmp", "");
+    mp_code rc = MP_OK;
+    FILE *f = fopen(tmp, "wb");
+    size_t n = strlen(text);
+    if (!f) rc = mp_err_set(err, MP_EIO, "writing %s: %s", tmp, strerror(errno));
+    else if (fwrite(text, 1, n, f) != n) {
+        rc = mp_err_set(err, MP_EIO, "writing %s: %s", tmp, strerror(errno));
+        fclose(f);
+    } else {
+        rc = mp_fs_close_durable(f, tmp, err);
+    }
+    if (rc == MP_OK) rc = mp_fs_rename_durable(tmp, fin, dir, err);
+    if (rc != MP_OK) unlink(tmp);
+    free(tmp);
+    free(fin);
+    return rc;
+}
+
+mp_code mp_fs_mkdirs(const char *path, mp_err *err) {
+    char *p = mp_strdup(path);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = '\0';
+    char *slash = NULL;   /* the separator before the component being created */
+    mp_code rc = MP_OK;
+    for (char *q = p + 1; rc == MP_OK; q++) {
+        if (*q != '/' && *q != '\0') continue;
+        char c = *q;
+        *q = '\0';
+        if (mkdir(p, 0777) == 0) {
+            /* new: make its name durable in the parent */
+            if (!slash) rc = mp_fs_fsync_path(p[0] == '/' ? "/" : ".", 1, err);
+            else if (slash == p) rc = mp_fs_fsync_path("/", 1, err);
+            else { *slash = '\0'; rc = mp_fs_fsync_path(p, 1, err); *slash = '/'; }
+        } else if (errno != EEXIST) {
+            rc = mp_err_set(err, MP_EIO, "creating directory %s: %s", p, strerror(errno));
+        }
+        *q = c;
+        if (c == '\0') break;
+        slash = q;
+    }
+    if (rc == MP_OK && !mp_fs_is_dir(p)) rc = mp_err_set(err, MP_EIO, "%s exists and is not a directory", p);
+    free(p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------ directory swap */
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+/* renameat2(AT_FDCWD, from, AT_FDCWD, to, flags) through the system call (older glibc lacks the
+ * wrapper). Returns 0 or -1 with errno. */
+static int rename2(const char *from, const char *to, unsigned flags) {
+#ifdef SYS_renameat2
+    return (int)syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, flags);
+#else
+    (void)from; (void)to; (void)flags;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* The fallback of mp_fs_swap_dirs without RENAME_EXCHANGE: the old tree aside to to.replaced, then the
+ * new one in; the old one moved back if that fails. *aside gets to.replaced (the caller frees it). */
+static mp_code swap_by_renames(const char *from, const char *to, char **aside, mp_err *err) {
+    *aside = concat(to, ".replaced", "");
+    if (mp_fs_exists(*aside)) {
+        mp_warn("removing stale %s of an interrupted replacement", *aside);
+        MP_TRY(mp_fs_remove_tree(*aside, err));
+    }
+    if (rename(to, *aside) != 0) return mp_err_set(err, MP_EIO, "rename %s -> %s: %s", to, *aside, strerror(errno));
+    if (rename(from, to) != 0) {
+        mp_code rc = mp_err_set(err, MP_EIO, "rename %s -> %s: %s", from, to, strerror(errno));
+        if (rename(*aside, to) != 0)
+            mp_err_wrap(err, "the old %s is left at %s (moving it back failed: %s)", to, *aside, strerror(errno));
+        return rc;
+    }
+    return MP_OK;
+}
+
+mp_code mp_fs_swap_dirs(const char *from, const char *to, const char *parent, char **old_at, mp_err *err) {
+    assert(from && to && old_at);
+    *old_at = NULL;
+    const char *force = getenv("MP_CKPT_NO_RENAME_EXCHANGE");
+    int er = ENOSYS;
+    char *old = NULL;
+    if (!(force && *force && strcmp(force, "0") != 0)) {
+        if (rename2(from, to, RENAME_EXCHANGE) == 0) old = mp_strdup(from);
+        else er = errno;
+    }
+    mp_code rc = MP_OK;
+    if (!old && er != EINVAL && er != ENOSYS)
+        return mp_err_set(err, MP_EIO, "exchanging %s and %s: %s", from, to, strerror(er));
+    if (!old) rc = swap_by_renames(from, to, &old, err);
+    if (rc == MP_OK) rc = parent ? mp_fs_fsync_path(parent, 1, err) : mp_fs_fsync_parent(to, err);
+    if (rc == MP_OK) *old_at = old;
+    else free(old);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ removal, links never followed */
+
+/* Deepest directory nesting removed (a checkpoint has one level; this bounds the recursion). */
+#define RM_MAX_DEPTH 64
+
+static mp_code rm_entry_at(int parent, const char *ppath, const char *name, int depth, mp_err *err);
+
+/* Removes every entry of the directory open at dfd (dfd itself stays), never following a symbolic link.
+ * path names dfd in messages. Closes nothing: the caller owns dfd. */
+static mp_code rm_contents_at(int dfd, const char *path, int depth, mp_err *err) {
+    assert(dfd >= 0 && path);
+    int lfd = dup(dfd);   /* fdopendir takes over the descriptor it is given */
+    DIR *d = lfd < 0 ? NULL : fdopendir(lfd);
+    if (!d) {
+        if (lfd >= 0) close(lfd);
+        return mp_err_set(err, MP_EIO, "removing %s: listing it: %s", path, strerror(errno));
+    }
+    mp_code rc = MP_OK;
+    struct dirent *de;
+    while (rc == MP_OK && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        rc = rm_entry_at(dfd, path, de->d_name, depth, err);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Removes entry `name` of the directory open at parent (ppath: its path, for messages; parent may be
+ * AT_FDCWD with ppath NULL, name then a whole path): a directory with everything under it, anything else
+ * (a file, a symbolic link, ...) as a name — a link's target is never looked at. A missing entry is no
+ * error (it is gone either way). */
+static mp_code rm_entry_at(int parent, const char *ppath, const char *name, int depth, mp_err *err) {
+    assert(name && name[0] && (ppath ? parent >= 0 && !strchr(name, '/') : parent == AT_FDCWD));
+    char *path = ppath ? mp_fs_join(ppath, name) : mp_strdup(name);
+    mp_code rc = MP_OK;
+    struct stat st;
+    if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno != ENOENT) rc = mp_err_set(err, MP_EIO, "removing %s: %s", path, strerror(errno));
+    } else if (!S_ISDIR(st.st_mode)) {
+        if (unlinkat(parent, name, 0) != 0 && errno != ENOENT)
+            rc = mp_err_set(err, MP_EIO, "removing %s: %s", path, strerror(errno));
+    } else if (depth >= RM_MAX_DEPTH) {
+        rc = mp_err_set(err, MP_EIO, "removing %s: nested more than %d directories deep", path, RM_MAX_DEPTH);
+    } else {
+        /* O_NOFOLLOW: if the directory was replaced by a link since fstatat, this fails instead of following */
+        int dfd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0) rc = mp_err_set(err, MP_EIO, "removing %s: %s", path, strerror(errno));
+        else {
+            rc = rm_contents_at(dfd, path, depth + 1, err);
+            close(dfd);
+        }
+        if (rc == MP_OK && unlinkat(parent, name, AT_REMOVEDIR) != 0)
+            rc = mp_err_set(err, MP_EIO, "removing directory %s: %s", path, strerror(errno));
+    }
+    free(path);
+    return rc;
+}
+
+mp_code mp_fs_remove_tree(const char *path, mp_err *err) {
+    assert(path && path[0]);
+    char *p = mp_strdup(path);   /* "a/b/" would follow a link b: its trailing slashes go */
+    for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = '\0';
+    mp_code rc = rm_entry_at(AT_FDCWD, NULL, p, 0, err);
+    free(p);
+    return rc;
+}
+
+mp_code mp_fs_remove_at(int dirfd, const char *dirpath, const char *name, mp_err *err) {
+    return rm_entry_at(dirfd, dirpath, name, 0, err);
+}
+
+mp_code mp_fs_remove_contents_at(int dirfd, const char *dirpath, mp_err *err) {
+    return rm_contents_at(dirfd, dirpath, 0, err);
 }

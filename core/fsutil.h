@@ -1,15 +1,25 @@
 /*
- * core/fsutil.h — file-system helpers every layer shares. Today: reading a small text input whole.
+ * core/fsutil.h — the one file-system layer every layer uses: reading a small text input whole, durable
+ * writes and renames, swapping a directory for another, mkdir -p, recursive removal that never follows a
+ * symbolic link, and the step_<digits> names of checkpoint directories.
+ *
+ * Durability: a new or renamed name survives a power cut only once the directory holding it is fsynced,
+ * so every function here that creates or renames a name fsyncs that directory before it returns MP_OK.
+ * Errors are MP_EIO (MP_EINPUT for mp_read_text's inputs) and name the path and errno's text.
  *
  * Small text inputs (a config, a checkpoint root's `latest`, an HF directory's JSON files) are read as
  * streams, never sized with fseek/ftell or stat first: a pipe (`--config <(...)`, /dev/stdin) has no
  * size, and a directory given where a file belongs "opens" on Linux and must be named for what it is.
- * (issue 19 grows this file into the one file-system layer: durable writes, renames, removal.)
+ *
+ * Tests only: env MP_CKPT_NO_RENAME_EXCHANGE=1 makes mp_fs_swap_dirs take its fallback path as if the
+ * file system did not support RENAME_EXCHANGE.
  */
 #ifndef MP_FSUTIL_H
 #define MP_FSUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include "core/error.h"
 
 /* Reads all of path (a file, a pipe, a character device) into a new NUL-terminated string *text (free()
@@ -17,5 +27,51 @@
  * "cannot open: <why>", "is a directory", "larger than <max> bytes", "read error: <why>"; on error *text
  * is NULL. The text may hold NUL bytes (len counts them); callers parsing it as a C string stop there. */
 mp_code mp_read_text(const char *path, size_t max, char **text, size_t *len, mp_err *err);
+
+/* 1 if path exists (a link counts as its target: stat, not lstat), else 0. */
+int mp_fs_exists(const char *path);
+/* 1 if path is a directory or a link to one, else 0. */
+int mp_fs_is_dir(const char *path);
+/* "a/b" in a new string (mp_xmalloc; free() it). */
+char *mp_fs_join(const char *a, const char *b);
+
+/* fsync of path: a directory when is_dir (its entries become durable), else a file (its data). */
+mp_code mp_fs_fsync_path(const char *path, int is_dir, mp_err *err);
+/* fsync of the directory holding path ("." for a bare name): makes path's name durable. */
+mp_code mp_fs_fsync_parent(const char *path, mp_err *err);
+/* fflush, fsync and fclose of f, a stream writing path (named in the message): on MP_OK the data is on
+ * disk. f is closed in any case. */
+mp_code mp_fs_close_durable(FILE *f, const char *path, mp_err *err);
+/* rename(from, to), then fsync of parent, the directory holding `to` (NULL: derived from `to`, "." for a
+ * bare name), so the new name survives a power cut. */
+mp_code mp_fs_rename_durable(const char *from, const char *to, const char *parent, mp_err *err);
+/* Replaces directory `to` by directory `from` atomically: renameat2(RENAME_EXCHANGE) where the file
+ * system has it, else (EINVAL/ENOSYS) rename(to, to.replaced) then rename(from, to) (moving the old one
+ * back if the second fails; a stale to.replaced is removed first); then fsync of parent (NULL: derived
+ * from `to`). On MP_OK *old_at is a new string naming where the old tree now is (the caller removes
+ * it); NULL on error. At every instant `to` names a complete tree, the old or the new. */
+mp_code mp_fs_swap_dirs(const char *from, const char *to, const char *parent, char **old_at, mp_err *err);
+/* mkdir -p that is durable: every directory it creates has its parent fsynced right after the mkdir;
+ * existing components are left alone. MP_EIO if path exists and is not a directory. */
+mp_code mp_fs_mkdirs(const char *path, mp_err *err);
+/* Writes text to dir/name durably: dir/name.tmp written, fsynced, renamed over dir/name, dir fsynced.
+ * A reader sees the old content or the new, never a mix; on error the .tmp is removed. */
+mp_code mp_fs_write_text_durable(const char *dir, const char *name, const char *text, mp_err *err);
+
+/* Removes path and, when it is a directory, everything under it, never following a symbolic link: a
+ * link (path itself or anything under it) is removed as a name, its target is never looked at, and a
+ * directory replaced by a link meanwhile is refused (O_NOFOLLOW), so nothing outside path is reached.
+ * A missing path is no error. Refuses trees nested more than 64 directories deep. */
+mp_code mp_fs_remove_tree(const char *path, mp_err *err);
+/* mp_fs_remove_tree of entry `name` (one component, no '/') of the directory open at dirfd; dirpath
+ * names that directory in messages. */
+mp_code mp_fs_remove_at(int dirfd, const char *dirpath, const char *name, mp_err *err);
+/* Removes everything inside the directory open at dirfd (it stays, and stays open: the caller owns
+ * dirfd), never following a link. dirpath names it in messages. */
+mp_code mp_fs_remove_contents_at(int dirfd, const char *dirpath, mp_err *err);
+
+/* 1 if name is exactly "step_" + one or more decimal digits + suffix (NULL: ""), with the digits' value
+ * fitting int64; then *step (step may be NULL) gets that value. Else 0 and *step is untouched. */
+int mp_fs_parse_step_name(const char *name, const char *suffix, int64_t *step);
 
 #endif

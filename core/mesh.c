@@ -29,9 +29,9 @@
  *     the host). No NCCL is created for it: a 1x1 CUDA run needs neither NCCL nor MPI.
  * The backend must outlive the mesh: mp_mesh_destroy frees the device communicators' streams and events
  * through it (tear down the mesh before mp_backend_cuda_destroy).
- * NCCL failures are agreed over the world before the next collective (a tp group that failed on one dp
- * row must not leave the other rows waiting in the dp group's set-up): every rank returns the same code
- * with the message of the lowest failing rank.
+ * NCCL failures are agreed over the world (mp_comm_agree) before the next collective (a tp group that
+ * failed on one dp row must not leave the other rows waiting in the dp group's set-up): every rank
+ * returns the same code with the message of the lowest failing rank.
  */
 #include "core/mesh.h"
 #include "core/alloc.h"
@@ -254,22 +254,6 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
     return c;
 }
 
-/* Agrees rc over the world: every rank returns the worst code, and e carries the message of the lowest
- * failing rank ("[rank N] ..." when the world has several). Collective over the world. */
-static mp_code agree(mp_mesh *m, mp_code rc, mp_err *e) {
-    if (m->world == 1) return rc;
-    mp_comm *w = m->world_comm;
-    float v[2] = {(float)rc, rc ? (float)-m->rank : (float)-m->world};   /* max: worst code, lowest rank */
-    w->all_reduce(w, v, 2, MP_F32, 1);
-    mp_code worst = (mp_code)(int)v[0];
-    if (!worst) return MP_OK;
-    int from = (int)-v[1];
-    char msg[MP_ERR_MSG_MAX];
-    if (m->rank == from) snprintf(msg, sizeof msg, "[rank %d] %.2000s", from, e->msg);
-    w->broadcast(w, msg, sizeof msg, from);
-    msg[sizeof msg - 1] = 0;
-    return mp_err_set(e, worst, "%s", msg);
-}
 #endif /* MP_HAVE_CUDA */
 
 mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_err *err) {
@@ -293,7 +277,7 @@ mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_err *err) {
         mp_comm *c = dev_comm_create(be, *dev, &e);
         if (!c) rc = mp_err_wrap(&e, "mesh: device communicator of the %s group (%d ranks)", g == 0 ? "tp" : "dp",
                                  g == 0 ? m->tp : m->dp);
-        if ((rc = agree(m, rc, &e))) {
+        if ((rc = mp_comm_agree(m->world_comm, rc, &e, NULL))) {
             if (c) c->destroy(c);   /* made here but failed elsewhere: freed, this group left as it was */
             if (err) *err = e;
             return rc;

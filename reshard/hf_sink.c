@@ -9,7 +9,7 @@
  * writer's small conversion buffer, whatever the model size.
  *
  * The directory is built as DIR.partial (every file fsynced, then the directory) and renamed to DIR;
- * with replace, an existing DIR is swapped out by that rename (ckpt/'s ck_swap_dirs) and removed after,
+ * with replace, an existing DIR is swapped out by that rename (ckpt/'s mp_fs_swap_dirs) and removed after,
  * so a failure at any point leaves the old DIR as it was and no half-written DIR.
  *
  * config.json is the model config as the parser writes it (llama_config_to_json: architectures,
@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "layers/llama.h"
 #include "reshard/reshard.h"
@@ -112,7 +112,7 @@ static mp_code write_shard(hf_sink *h, const char *file, int a, int b, mp_err *e
         if (r > (size_t)h->it[i].shape[0]) r = (size_t)h->it[i].shape[0];
         if (r * (size_t)h->it[i].shape[1] > rows_max) rows_max = r * (size_t)h->it[i].shape[1];
     }
-    char *path = ck_fmt("%s/%s", h->partial, file);
+    char *path = mp_fs_join(h->partial, file);
     st_writer *w = NULL;
     mp_code rc = st_writer_open(&w, path, d, b - a, e);
     float *buf = rc ? NULL : mp_malloc(rows_max * sizeof(float), MP_MEM_CKPT);
@@ -227,7 +227,7 @@ static mp_code write_data(hf_sink *h, mp_err *e) {
             rc = write_shard(h, file, first[k], first[k + 1], e);
         }
         char *idx = rc ? NULL : index_json(h, first, nf);
-        if (idx) rc = ck_write_text_durable(h->partial, "model.safetensors.index.json", idx, e);
+        if (idx) rc = mp_fs_write_text_durable(h->partial, "model.safetensors.index.json", idx, e);
         free(idx);
     }
     free(first);
@@ -236,23 +236,17 @@ static mp_code write_data(hf_sink *h, mp_err *e) {
 
 /* Renames the finished partial directory to dir (swapping an existing one out with replace). */
 static mp_code publish(hf_sink *h, mp_err *e) {
-    char *parent = mp_strdup(h->dir);
-    char *slash = strrchr(parent, '/');
-    if (!slash) strcpy(parent, ".");
-    else if (slash == parent) parent[1] = '\0';
-    else *slash = '\0';
-    mp_code rc = ck_fsync_path(h->partial, 1, e);
-    if (!rc && !ck_exists(h->dir)) rc = ck_rename_durable(h->partial, h->dir, parent, e);
+    mp_code rc = mp_fs_fsync_path(h->partial, 1, e);
+    if (!rc && !mp_fs_exists(h->dir)) rc = mp_fs_rename_durable(h->partial, h->dir, NULL, e);
     else if (!rc) {
         char *old = NULL;
-        rc = ck_swap_dirs(h->partial, h->dir, parent, &old, e);
+        rc = mp_fs_swap_dirs(h->partial, h->dir, NULL, &old, e);
         if (!rc && old) {
             mp_err re;
-            if (ck_rmtree(old, &re)) mp_warn("HF export: could not remove the replaced %s: %s", old, re.msg);
+            if (mp_fs_remove_tree(old, &re)) mp_warn("HF export: could not remove the replaced %s: %s", old, re.msg);
         }
         free(old);
     }
-    free(parent);
     return rc;
 }
 
@@ -263,17 +257,17 @@ static mp_code hs_commit(rs_sink *s, mp_err *e) {
         return h->failed;
     }
     mp_code rc = MP_OK;
-    if (ck_exists(h->partial)) rc = ck_rmtree(h->partial, e);   /* stale, from an interrupted export */
-    if (!rc) rc = ck_mkdirs(h->partial, e);
+    if (mp_fs_exists(h->partial)) rc = mp_fs_remove_tree(h->partial, e);   /* stale, from an interrupted export */
+    if (!rc) rc = mp_fs_mkdirs(h->partial, e);
     if (!rc) rc = write_data(h, e);
     char *cfg = rc ? NULL : config_json(&h->cfg, h->dtype);
-    if (cfg) rc = ck_write_text_durable(h->partial, "config.json", cfg, e);
+    if (cfg) rc = mp_fs_write_text_durable(h->partial, "config.json", cfg, e);
     free(cfg);
-    if (!rc) rc = ck_write_text_durable(h->partial, "generation_config.json", "{\n\t\"_from_model_config\":\ttrue\n}\n", e);
+    if (!rc) rc = mp_fs_write_text_durable(h->partial, "generation_config.json", "{\n\t\"_from_model_config\":\ttrue\n}\n", e);
     if (!rc) rc = publish(h, e);
-    if (rc && ck_exists(h->partial)) {
+    if (rc && mp_fs_exists(h->partial)) {
         mp_err re;
-        ck_rmtree(h->partial, &re);
+        mp_fs_remove_tree(h->partial, &re);
     }
     return rc;
 }
@@ -295,13 +289,15 @@ mp_code rs_sink_hf(rs_sink **out, const char *dir, const llama_config *cfg, cons
     if (!strcmp(dtype, "F32")) dt = ST_F32;
     else if (!strcmp(dtype, "BF16")) dt = ST_BF16;
     else return mp_err_set(e, MP_EINPUT, "HF export: dtype %s (F32 or BF16)", dtype);
-    if (ck_exists(dir) && !replace)
+    if (mp_fs_exists(dir) && !replace)
         return mp_err_set(e, MP_EINPUT, "%s already exists (use --force to replace it)", dir);
-    if (ck_exists(dir) && !ck_is_dir(dir)) return mp_err_set(e, MP_EINPUT, "%s exists and is not a directory", dir);
+    if (mp_fs_exists(dir) && !mp_fs_is_dir(dir)) return mp_err_set(e, MP_EINPUT, "%s exists and is not a directory", dir);
     hf_sink *h = mp_xcalloc(sizeof *h);
     h->dir = mp_strdup(dir);
     for (size_t l = strlen(h->dir); l > 1 && h->dir[l - 1] == '/'; l--) h->dir[l - 1] = '\0';   /* "out/" */
-    h->partial = ck_fmt("%s.partial", dir);
+    size_t np = strlen(dir) + sizeof ".partial";
+    h->partial = mp_xmalloc(np);
+    snprintf(h->partial, np, "%s.partial", dir);
     h->cfg = *cfg;
     h->dtype = dt;
     h->max_shard = max_shard_bytes > 0 ? max_shard_bytes : INT64_MAX;

@@ -445,6 +445,30 @@ static void test_bf16(mp_comm *c) {
     free(x); free(y); free(counts); free(in); free(out); free(rin); free(rout);
 }
 
+/* mp_comm_agree: none failing; the last rank only; every odd rank with codes rising by rank (the highest
+ * code wins, the lowest failing rank's message reaches every rank, "[rank N] " when p > 1). */
+static void test_agree(mp_comm *c) {
+    int p = c->size, from = 7;
+    mp_err e;
+    mp_err_clear(&e);
+    check("agree: none failed", mp_comm_agree(c, MP_OK, &e, &from) == MP_OK && from == -1, "from %d", from);
+    mp_code local = c->rank == p - 1 ? mp_err_set(&e, MP_EINPUT, "bad on %d", c->rank) : MP_OK;
+    mp_code rc = mp_comm_agree(c, local, &e, &from);
+    char want[64];
+    snprintf(want, sizeof want, p > 1 ? "[rank %d] bad on %d" : "bad on %d", p - 1, p - 1);
+    check("agree: the last rank failed", rc == MP_EINPUT && e.code == MP_EINPUT && !strcmp(e.msg, want) &&
+          from == p - 1, "rc %d from %d msg %s", rc, from, e.msg);
+    mp_code codes[3] = {MP_EINPUT, MP_EIO, MP_ECHECK};
+    local = c->rank % 2 ? mp_err_set(&e, codes[(c->rank / 2) % 3], "odd %d", c->rank) : MP_OK;
+    rc = mp_comm_agree(c, local, NULL, &from);   /* no message given: every rank still learns the code */
+    mp_code worst = MP_OK;
+    for (int r = 1; r < p; r += 2) worst = codes[(r / 2) % 3] > worst ? codes[(r / 2) % 3] : worst;
+    check("agree: the highest code of any rank", rc == worst && from == (p > 1 ? 1 : -1), "rc %d (want %d) from %d",
+          rc, worst, from);
+    check("agree moves no bytes on a group of one", p > 1 || mp_comm_total_bytes(c) == 0, "%lld bytes",
+          (long long)mp_comm_total_bytes(c));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -459,6 +483,7 @@ int main(int argc, char **argv) {
     test_bf16(c);
     test_broadcast(c);
     test_split(c);
+    test_agree(c);
     c->destroy(c);
     test_size_one();
 

@@ -56,9 +56,9 @@ static int64_t io_take(ckpt_reader *r, int64_t *needed) {
 
 /* ---------------------------------------------------------------------------- v2: partial reads */
 
-/* The tile geometry of a box of t of shape shp (ck_tile_geometry: the writer's rule). */
+/* The tile geometry of a box of t of shape shp (ckpt_tile_geometry: the writer's rule). */
 static void geometry(const tu_tdesc *t, const int64_t *shp, int64_t *tr, int64_t *tc) {
-    ck_tile_geometry(mp_dtype_size(t->dt), t->nd, shp, tr, tc);
+    ckpt_tile_geometry(mp_dtype_size(t->dt), t->nd, shp, tr, tc);
 }
 
 /* Bytes of the tiles of t, saved as ONE box, that the region (qo, qs) touches: the rectangle of

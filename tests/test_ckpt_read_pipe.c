@@ -19,7 +19,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "ckpt/ckpt.h"
-#include "ckpt/ckpt_internal.h"
 #include "core/comm.h"
 #include "tests/testutil.h"
 
@@ -111,7 +110,7 @@ static void column_read_flip(size_t scratch, int64_t row, int64_t col) {
     ckpt_reader *r = tu_open_step(root, 1);
     if (scratch) ckpt_reader_set_scratch(r, scratch);
     int64_t tr, tc;
-    ck_tile_geometry(4, 2, g_p.shape, &tr, &tc);
+    ckpt_tile_geometry(4, 2, g_p.shape, &tr, &tc);
     int64_t ta = row / tr * tr, tca = col / tc * tc;
     char tile[128];
     snprintf(tile, sizeof tile, "[%lld:%lld, %lld:%lld]", (long long)ta, (long long)(ta + tr), (long long)tca,

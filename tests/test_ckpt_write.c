@@ -20,6 +20,7 @@
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
 #include "core/comm.h"
+#include "core/fsutil.h"
 #include "tests/testutil.h"
 
 /* ------------------------------------------------------------------------------------- helpers */
@@ -59,7 +60,7 @@ static mp_code fill_cb(void *vctx, const int64_t *off, const int64_t *shp, void 
     }
     cr_assert(off[0] >= c->box_off[0] && off[0] + shp[0] <= c->box_off[0] + c->box_shp[0]);
     int64_t tr, tc;
-    ck_tile_geometry(mp_dtype_size(c->t->dt), c->t->nd, c->box_shp, &tr, &tc);
+    ckpt_tile_geometry(mp_dtype_size(c->t->dt), c->t->nd, c->box_shp, &tr, &tc);
     size_t rowb = (size_t)tu_numel(c->t->nd - 1, shp + 1) * mp_dtype_size(c->t->dt);
     int last = off[0] + shp[0] == c->box_off[0] + c->box_shp[0];
     cr_assert((off[0] - c->box_off[0]) % tr == 0, "band starts at row %lld, tile rows %lld", (long long)off[0],
@@ -112,7 +113,7 @@ static herr_t read_attr(hid_t obj, const char *name, hid_t mt, void *v) {
 static uint64_t *expected_tiles(const tu_tdesc *t, const int64_t *shp, const void *data, int64_t *ntiles) {
     size_t es = mp_dtype_size(t->dt);
     int64_t tr, tc;
-    ck_tile_geometry(es, t->nd, shp, &tr, &tc);
+    ckpt_tile_geometry(es, t->nd, shp, &tr, &tc);
     int64_t rows = shp[0], cols = t->nd >= 2 ? shp[1] : 1, inner = tu_numel(t->nd, shp) / (rows * cols);
     int64_t nrb = (rows + tr - 1) / tr, ncb = (cols + tc - 1) / tc;
     *ntiles = nrb * ncb;
@@ -143,7 +144,7 @@ static void check_box_on_disk(const char *dir, ckpt_reader *r, int j, int tid, c
     void *want = tu_expected_box(TU_VALS_MAIN, tid, t, B->offset, B->shape, &n);
     cr_assert_eq(B->checksum, XXH3_64bits(want, n), "tensor %s box %d: checksum is not XXH3 of its data", t->name, j);
     int64_t tr, tc;
-    ck_tile_geometry(mp_dtype_size(t->dt), t->nd, B->shape, &tr, &tc);
+    ckpt_tile_geometry(mp_dtype_size(t->dt), t->nd, B->shape, &tr, &tc);
     cr_assert_eq(B->tile_rows, tr);
     cr_assert_eq(B->tile_cols, tc);
     char *fp = tu_path(dir, B->file);
@@ -230,7 +231,7 @@ Test(ckpt_write, tile_geometry) {
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         int64_t tr = -1, tc = -1;
-        ck_tile_geometry(c[i].es, c[i].nd, c[i].shp, &tr, &tc);
+        ckpt_tile_geometry(c[i].es, c[i].nd, c[i].shp, &tr, &tc);
         cr_assert_eq(tc, c[i].tc, "case %zu: tile_cols %lld, want %lld", i, (long long)tc, (long long)c[i].tc);
         cr_assert_eq(tr, c[i].tr, "case %zu: tile_rows %lld, want %lld", i, (long long)tr, (long long)c[i].tr);
         int64_t nt = ck_tile_count(c[i].nd, c[i].shp, tr, tc);
@@ -320,12 +321,12 @@ static void check_fill_save(int zstd) {
     /* model/w quarters are 150 rows: bands 48 + 48 + 48 + 6 */
     for (int i = 0; i < 4; i++) cr_assert_eq(ctxs[i].calls, 4, "box %d: %d bands", i, ctxs[i].calls);
     char *partial = tu_path(tmp, "out/ckpt.partial"), *latest = tu_path(tmp, "out/latest");
-    cr_assert(!ck_exists(partial) && !ck_exists(latest));
+    cr_assert(!mp_fs_exists(partial) && !mp_fs_exists(latest));
     for (int r = 0; r < 4; r++) {
         char name[32];
         snprintf(name, sizeof name, "rank_%05d.h5", r);
         char *fp = tu_path(dir, name);
-        cr_assert(ck_exists(fp), "%s missing", fp);
+        cr_assert(mp_fs_exists(fp), "%s missing", fp);
         free(fp);
     }
     ckpt_reader *rd;
@@ -459,7 +460,7 @@ Test(ckpt_write, fill_error_fails_the_save_and_leaves_nothing) {
     cr_assert(strstr(e.msg, "synthetic source failure at row 198"), "%s", e.msg);
     cr_assert(strstr(e.msg, "model/w"), "%s", e.msg);
     cr_assert(strstr(e.msg, "rank_00002.h5"), "%s", e.msg);
-    cr_assert(!ck_exists(dir) && !ck_exists(partial), "a failed save left %s or its .partial", dir);
+    cr_assert(!mp_fs_exists(dir) && !mp_fs_exists(partial), "a failed save left %s or its .partial", dir);
     cr_assert_eq(mp_mem_current(MP_MEM_CKPT), mem0);
     tu_rm_rf(tmp);
     free(dir);
@@ -479,7 +480,7 @@ static fillctx ctx_model_b(size_t fill_bytes) {
 static void refused_end(ckpt_save *s, mp_comm *w, char *tmp, char *dir) {
     ckpt_save_free(s);
     w->destroy(w);
-    cr_assert(!ck_exists(dir));
+    cr_assert(!mp_fs_exists(dir));
     tu_rm_rf(tmp);
     free(dir);
     free(tmp);
@@ -543,12 +544,12 @@ static void replace_case(int fallback) {
     cr_assert_eq(rc, MP_EINPUT);
     cr_assert(s == NULL);
     cr_assert(strstr(e.msg, "already exists") && strstr(e.msg, "--force") && strstr(e.msg, dir), "%s", e.msg);
-    cr_assert(ck_exists(marker) && !ck_exists(partial));
+    cr_assert(mp_fs_exists(marker) && !mp_fs_exists(partial));
     w->destroy(w);
     /* with replace: the old content stays until the commit, then is gone */
     w = mp_comm_self();
     cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 3, NULL, 1, &e), MP_OK, "%s", e.msg);
-    cr_assert(ck_exists(marker) && ck_is_dir(partial));
+    cr_assert(mp_fs_exists(marker) && mp_fs_is_dir(partial));
     int64_t off[1] = {0};
     size_t n;
     void *data = tu_expected_box(TU_VALS_MAIN, 1, &g_t[1], off, g_t[1].shape, &n);
@@ -557,8 +558,8 @@ static void replace_case(int fallback) {
     ckpt_save_free(s);
     w->destroy(w);
     free(data);
-    cr_assert(!ck_exists(marker), "old content survived the replacement");
-    cr_assert(!ck_exists(partial) && !ck_exists(aside));
+    cr_assert(!mp_fs_exists(marker), "old content survived the replacement");
+    cr_assert(!mp_fs_exists(partial) && !mp_fs_exists(aside));
     ckpt_reader *r;
     cr_assert_eq(ckpt_open(&r, dir, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(ckpt_reader_step(r), 3);
@@ -595,7 +596,7 @@ Test(ckpt_write, begin_dir_stale_partial_is_replaced) {
     cr_assert_eq(mkdir(partial, 0777), 0);
     tu_write_file(junk, "x");
     save_w(dir, 1, 0);
-    cr_assert(!ck_exists(partial));
+    cr_assert(!mp_fs_exists(partial));
     ckpt_reader *r;
     mp_err e;
     cr_assert_eq(ckpt_open(&r, dir, &e), MP_OK, "%s", e.msg);

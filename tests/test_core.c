@@ -127,6 +127,91 @@ Test(fsutil, read_text_takes_pipes_and_names_directories) {
     unlink(tmpl);
 }
 
+/* Writes text to path (test set-up). */
+static void put(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(fsutil, remove_tree_never_follows_a_link) {
+    char base[] = "/tmp/mp_fs_rm_XXXXXX";
+    cr_assert(mkdtemp(base));
+    char *out = mp_fs_join(base, "outside"), *keep = mp_fs_join(out, "keep.txt");
+    char *tree = mp_fs_join(base, "tree"), *sub = mp_fs_join(tree, "a/b");
+    mp_err e;
+    cr_assert_eq(mp_fs_mkdirs(out, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(mp_fs_mkdirs(sub, &e), MP_OK, "%s", e.msg);
+    cr_assert(mp_fs_is_dir(sub));
+    put(keep, "mine");
+    cr_assert(mp_fs_exists(keep) && !mp_fs_is_dir(keep));
+    char *f = mp_fs_join(sub, "f"), *ln = mp_fs_join(sub, "link"), *top = mp_fs_join(base, "toplink");
+    put(f, "x");
+    cr_assert_eq(symlink(out, ln), 0);    /* a link inside the tree to a directory outside it */
+    cr_assert_eq(symlink(out, top), 0);   /* and a link given as the path itself */
+    char *top_slash = mp_fs_join(top, "");   /* "toplink/": a trailing slash must not make it followed */
+    cr_assert_eq(mp_fs_remove_tree(top_slash, &e), MP_OK, "%s", e.msg);
+    free(top_slash);
+    cr_assert_eq(mp_fs_remove_tree(tree, &e), MP_OK, "%s", e.msg);
+    cr_assert(!mp_fs_exists(tree) && !mp_fs_exists(top));
+    cr_assert(mp_fs_exists(keep), "a link's target was removed");
+    cr_assert_eq(mp_fs_remove_tree(tree, &e), MP_OK, "a missing path is no error");
+    cr_assert_eq(mp_fs_remove_tree(base, &e), MP_OK, "%s", e.msg);
+    cr_assert(!mp_fs_exists(base));
+    free(out); free(keep); free(tree); free(sub); free(f); free(ln); free(top);
+}
+
+Test(fsutil, durable_text_rename_and_swap) {
+    char base[] = "/tmp/mp_fs_sw_XXXXXX";
+    cr_assert(mkdtemp(base));
+    mp_err e;
+    cr_assert_eq(mp_fs_write_text_durable(base, "latest", "step_00000002\n", &e), MP_OK, "%s", e.msg);
+    char *latest = mp_fs_join(base, "latest"), *tmp = mp_fs_join(base, "latest.tmp"), *text;
+    cr_assert_eq(mp_read_text(latest, 100, &text, NULL, &e), MP_OK, "%s", e.msg);
+    cr_assert_str_eq(text, "step_00000002\n");
+    free(text);
+    cr_assert(!mp_fs_exists(tmp));
+    char *a = mp_fs_join(base, "a"), *b = mp_fs_join(base, "b"), *am = mp_fs_join(a, "m"), *bm = mp_fs_join(b, "m");
+    for (int fallback = 0; fallback < 2; fallback++) {
+        setenv("MP_CKPT_NO_RENAME_EXCHANGE", fallback ? "1" : "0", 1);
+        cr_assert_eq(mp_fs_mkdirs(a, &e), MP_OK, "%s", e.msg);
+        cr_assert_eq(mp_fs_mkdirs(b, &e), MP_OK, "%s", e.msg);
+        put(am, "new");
+        put(bm, "old");
+        char *old = NULL;
+        cr_assert_eq(mp_fs_swap_dirs(a, b, NULL, &old, &e), MP_OK, "%s", e.msg);
+        cr_assert_eq(mp_read_text(bm, 100, &text, NULL, &e), MP_OK, "%s", e.msg);
+        cr_assert_str_eq(text, "new", "fallback %d", fallback);
+        free(text);
+        cr_assert(old && mp_fs_is_dir(old));
+        cr_assert_eq(mp_fs_remove_tree(old, &e), MP_OK, "%s", e.msg);
+        free(old);
+        cr_assert_eq(mp_fs_remove_tree(b, &e), MP_OK, "%s", e.msg);
+    }
+    unsetenv("MP_CKPT_NO_RENAME_EXCHANGE");
+    cr_assert_eq(mp_fs_mkdirs(a, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(mp_fs_rename_durable(a, b, NULL, &e), MP_OK, "%s", e.msg);
+    cr_assert(mp_fs_is_dir(b) && !mp_fs_exists(a));
+    cr_assert_eq(mp_fs_rename_durable(a, b, NULL, &e), MP_EIO);
+    cr_assert(strstr(e.msg, "rename ") && strstr(e.msg, "No such file"), "%s", e.msg);
+    cr_assert_eq(mp_fs_mkdirs(latest, &e), MP_EIO);
+    cr_assert(strstr(e.msg, "exists and is not a directory"), "%s", e.msg);
+    cr_assert_eq(mp_fs_remove_tree(base, &e), MP_OK, "%s", e.msg);
+    free(latest); free(tmp); free(a); free(b); free(am); free(bm);
+}
+
+Test(fsutil, step_names_are_step_digits_suffix) {
+    int64_t s = -1;
+    cr_assert(mp_fs_parse_step_name("step_00000500", NULL, &s) && s == 500);
+    cr_assert(mp_fs_parse_step_name("step_7.partial", ".partial", &s) && s == 7);
+    cr_assert(!mp_fs_parse_step_name("step_7.partial", "", &s));
+    cr_assert(!mp_fs_parse_step_name("step_", NULL, NULL));
+    cr_assert(!mp_fs_parse_step_name("step_-1", NULL, NULL));
+    cr_assert(!mp_fs_parse_step_name("steps_1", NULL, NULL));
+    cr_assert(!mp_fs_parse_step_name("step_99999999999999999999", NULL, NULL), "int64 overflow");
+}
+
 Test(config, hf_config_json_is_accepted_and_round_trips) {
     const char *hf = "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64,"
                      " \"intermediate_size\": 172, \"num_hidden_layers\": 3, \"num_attention_heads\": 8,"

@@ -169,22 +169,22 @@ Test(crafted_box, messages_saturate) {
 Test(crafted_box, tile_geometry_of_huge_boxes) {
     /* a segment past INT64_MAX bytes: it used to wrap to 0 and divide by zero (SIGFPE) */
     int64_t shp[3] = {2, (int64_t)1 << 40, (int64_t)1 << 40}, tr = 0, tc = 0;
-    ck_tile_geometry(4, 3, shp, &tr, &tc);
+    ckpt_tile_geometry(4, 3, shp, &tr, &tc);
     cr_assert_eq(tr, 1);
     cr_assert_eq(tc, ((int64_t)1 << 40) / 8);
     int64_t big[2] = {INT64_MAX, INT64_MAX};
-    ck_tile_geometry(4, 2, big, &tr, &tc);
+    ckpt_tile_geometry(4, 2, big, &tr, &tc);
     cr_assert(tr >= 1 && tr <= big[0] && tc >= 1 && tc <= big[1]);
     cr_assert(ck_tile_count(2, big, tr, tc) > 0);
     /* ordinary boxes keep the documented geometry (docs/FORMAT.md examples) */
     int64_t a[2] = {256, 1024};
-    ck_tile_geometry(4, 2, a, &tr, &tc);
+    ckpt_tile_geometry(4, 2, a, &tr, &tc);
     cr_assert(tr == 8 && tc == 128, "%lld x %lld", (long long)tr, (long long)tc);
     int64_t b[2] = {3000, 256};
-    ck_tile_geometry(4, 2, b, &tr, &tc);
+    ckpt_tile_geometry(4, 2, b, &tr, &tc);
     cr_assert(tr == 16 && tc == 64, "%lld x %lld", (long long)tr, (long long)tc);
     int64_t c[1] = {1000};
-    ck_tile_geometry(4, 1, c, &tr, &tc);
+    ckpt_tile_geometry(4, 1, c, &tr, &tc);
     cr_assert(tr == 64 && tc == 1, "%lld x %lld", (long long)tr, (long long)tc);
 }
 

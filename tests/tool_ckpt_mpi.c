@@ -232,7 +232,7 @@ static void cmd_roundtrip(const char *root) {
         }
         rc = ckpt_save_commit(s, NULL, &e);
         char want[64];
-        snprintf(want, sizeof want, "rank %d: ", g_size - 1);
+        snprintf(want, sizeof want, "[rank %d] ", g_size - 1);
         CHECK(rc == MP_EINPUT && (g_size == 1 || strstr(e.msg, want)) && strstr(e.msg, "outside"),
               "step 3 should fail everywhere naming rank %d: rc %d %s", g_size - 1, rc, e.msg);
         ckpt_save_free(s);

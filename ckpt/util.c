@@ -1,0 +1,36 @@
+/*
+ * ckpt/util.c — small pieces every file of ckpt/ shares: the clock, formatted strings, and the crash
+ * points of MP_CKPT_CRASH_AT that the kill tests use. The file-system steps of the commit protocol
+ * (fsync, durable rename, directory swap, mkdir -p, removal) are core/fsutil.h's, shared with every layer.
+ */
+#define _GNU_SOURCE
+#include "core/alloc.h"
+#include "ckpt/ckpt_internal.h"
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/log.h"
+
+double ck_now(void) { return mp_time_s(); }
+
+char *ck_fmt(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !s) mp_oom(0, MP_MEM_OTHER, "a formatted string");
+    return s;
+}
+
+void ck_crash_point(const char *point, int rank) {
+    const char *at = getenv("MP_CKPT_CRASH_AT");
+    if (!at || strcmp(at, point) != 0) return;
+    const char *r = getenv("MP_CKPT_CRASH_RANK");
+    if (r && *r && atoi(r) != rank) return;
+    fprintf(stderr, "ckpt: MP_CKPT_CRASH_AT=%s: killing rank %d\n", point, rank);
+    fflush(NULL);
+    raise(SIGKILL);
+}
