@@ -160,7 +160,7 @@ node_local)
     fi
     loc=$work/local
     # a fresh run: the first save fails on nodeb's ranks, which do not see the directory rank 0 created
-    expect 1 "rank 2: creating .*step_00000002.partial/rank_00002.h5: .*No such file or directory" "$work/save.log" \
+    expect 1 "\[rank 2\] creating .*step_00000002.partial/rank_00002.h5: .*No such file or directory" "$work/save.log" \
         env NODE_LOCAL="$loc" "${mpi[@]}" "$bin" train "${tiny[@]}" --train-data "$data" --tp 2 --dp 2 --steps 4 \
         --ckpt-every 2 --run-dir "$loc/run"
     [ "$(nerrors "$work/save.log")" -eq 1 ] || fail "a failed save: expected one error line: $(cat "$work/save.log")"
@@ -178,7 +178,7 @@ node_local)
     # reshard from shared storage into node-local storage: nodeb's workers cannot create their rank
     # files in the directory rank 0 created; nothing is left behind
     cp -r "$loc/run2" "$work/shared_run"
-    expect 1 "rank 2: creating .*out.partial/rank_00002.h5: .*No such file or directory" "$work/out.log" \
+    expect 1 "\[rank 2\] creating .*out.partial/rank_00002.h5: .*No such file or directory" "$work/out.log" \
         env NODE_LOCAL="$loc" "${mpi[@]}" "$bin" reshard "$work/shared_run" --tp 2 --dp 2 --out "$loc/out"
     [ ! -e "$loc/out" ] && [ ! -e "$loc/out.partial" ] || fail "a failed reshard left $loc/out(.partial) behind"
     echo "ok ($case): node-local checkpoint storage fails the first save (exit 1), resume and reshard name the rank"
