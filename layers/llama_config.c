@@ -9,6 +9,7 @@
  * the same code, so a crafted one meets the same checks.
  */
 #include "layers/llama_config.h"
+#include "core/log.h"
 #include <assert.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -27,14 +28,23 @@ static const mp_field model_fields[] = {
 #undef MF
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
-/* HF keys accepted without effect on the math: bookkeeping, token ids, and the generation defaults that
- * older transformers kept in config.json (transformers ignores them all when it builds the model). */
+/* HF keys accepted silently, without effect on the math: PretrainedConfig's bookkeeping (names, versions,
+ * dtypes, token ids, code and quantization pointers, output switches, encoder-decoder flags that a
+ * causal LM ignores), keys other trainers add (nanotron's is_llama_config / rope_interleaved, which
+ * LlamaConfig keeps as plain attributes), and the generation defaults that older transformers kept in
+ * config.json (transformers ignores them all when it builds the model). A quantization_config is
+ * harmless here: the importer reads the tensors as stored and refuses any it cannot read as floats.
+ * Keys in none of these lists are accepted with one warning (unknown_key), as transformers keeps and
+ * ignores them; keys that change the math and cannot be represented are errors (check_hf_constraint). */
 static const char *hf_ignored[] = {
-    "torch_dtype", "dtype", "transformers_version", "_name_or_path", "bos_token_id", "eos_token_id",
-    "pad_token_id", "sep_token_id", "decoder_start_token_id", "use_cache", "pretraining_tp",
+    "torch_dtype", "dtype", "transformers_version", "_name_or_path", "_commit_hash", "bos_token_id",
+    "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id", "decoder_start_token_id", "use_cache",
     "output_attentions", "output_hidden_states", "return_dict", "use_bfloat16", "is_llama_config",
     "rope_interleaved", "tokenizer_class", "id2label", "label2id", "problem_type", "finetuning_task",
-    "task_specific_params", "prefix",
+    "task_specific_params", "prefix", "auto_map", "quantization_config", "_attn_implementation",
+    "_attn_implementation_autoset", "attn_implementation", "torchscript", "pruned_heads", "tf_legacy_loss",
+    "chunk_size_feed_forward", "is_decoder", "is_encoder_decoder", "add_cross_attention",
+    "cross_attention_hidden_size", "tie_encoder_decoder", "transformers.js_config",
     /* generation keys */
     "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
     "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
@@ -227,6 +237,17 @@ typedef struct {
     int have_scaling[2];          /* given and not null */
 } hf_extra;
 
+/* One warning per key and process, from the rank that prints info lines (every rank parses the config):
+ * "config X: key \"k\": why". */
+static void warn_once(const char *name, const char *key, const char *why) {
+    static char seen[32][64];
+    static int nseen;
+    for (int i = 0; i < nseen; i++)
+        if (!strcmp(seen[i], key)) return;
+    if (nseen < 32) snprintf(seen[nseen++], sizeof seen[0], "%s", key);
+    if (mp_log_is_main()) mp_warn("config %s: key \"%s\": %s", name, key, why);
+}
+
 /* HF keys that must hold a value meshpoint implements. */
 static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra *x, int *handled, mp_err *err) {
     const char *k = item->string;
@@ -264,6 +285,12 @@ static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra
     } else if (!strcmp(k, "rope_parameters")) {
         return check_rope(item, name, 1, &x->scaling[1], &x->have_scaling[1], &x->rope_theta, &x->have_rope_theta,
                           err);
+    } else if (!strcmp(k, "pretraining_tp")) {
+        /* > 1 makes transformers split each projection's matmul into slices and add them: the same
+         * function, other rounding; meshpoint computes it unsplit */
+        if (!cJSON_IsNumber(item) || item->valuedouble != 1.0)
+            warn_once(name, k, "transformers splits the projections' matmuls for values > 1 (the same math, other "
+                               "rounding); meshpoint computes them unsplit");
     } else if (!strcmp(k, "attention_dropout")) {
         if (!cJSON_IsNumber(item) || item->valuedouble != 0.0)
             return mp_err_set(err, MP_EINPUT, "%s: key \"attention_dropout\": only 0 is supported", name);
@@ -418,7 +445,7 @@ mp_code llama_config_parse(const char *text, const char *name, llama_config *m_o
         if (handled) continue;
         int ignored = 0;
         for (size_t i = 0; i < NFIELDS(hf_ignored); i++) ignored |= !strcmp(hf_ignored[i], it->string);
-        if (!ignored) { rc = mp_err_set(err, MP_EINPUT, "%s: unknown key \"%s\"", name, it->string); goto out; }
+        if (!ignored) warn_once(name, it->string, "not a key of transformers' LlamaConfig; ignored, as transformers does");
     }
     if ((rc = finish_model(&m, given, &x, name, err))) goto out;
     if ((rc = mp_train_config_check_fields(&t, err))) { mp_err_wrap(err, "%s: train", name); goto out; }

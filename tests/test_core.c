@@ -376,6 +376,70 @@ Test(config, keys_transformers_ignores_are_accepted) {
     }
 }
 
+/* Published config.json files of Llama-architecture models of several vintages (tests/data/hf_configs,
+ * SOURCES.md says where each came from), as transformers wrote them, bookkeeping keys and all: each is
+ * accepted and reads as the model it describes. */
+Test(config, published_hf_configs_are_accepted) {
+    static const struct {
+        const char *file;
+        int hidden, layers, heads, kv, vocab, max_pos, tied;
+        double theta;
+        mp_rope_type rope;
+    } want[] = {
+        {"llama-2-7b-hf.json", 4096, 32, 32, 32, 32000, 4096, 0, 10000.0, MP_ROPE_DEFAULT},
+        {"llama-2-7b-chat-hf.json", 4096, 32, 32, 32, 32000, 4096, 0, 10000.0, MP_ROPE_DEFAULT},
+        {"codellama-7b-hf.json", 4096, 32, 32, 32, 32016, 16384, 0, 1000000.0, MP_ROPE_DEFAULT},
+        {"vicuna-7b-v1.5.json", 4096, 32, 32, 32, 32000, 4096, 0, 10000.0, MP_ROPE_DEFAULT},
+        {"meta-llama-3-8b.json", 4096, 32, 32, 8, 128256, 8192, 0, 500000.0, MP_ROPE_DEFAULT},
+        {"llama-3.1-8b.json", 4096, 32, 32, 8, 128256, 131072, 0, 500000.0, MP_ROPE_LLAMA3},
+        {"llama-3.2-1b.json", 2048, 16, 32, 8, 128256, 131072, 1, 500000.0, MP_ROPE_LLAMA3},
+        {"llama-3.2-3b.json", 3072, 28, 24, 8, 128256, 131072, 1, 500000.0, MP_ROPE_LLAMA3},
+        {"tinyllama-1.1b-chat-v1.0.json", 2048, 22, 32, 4, 32000, 2048, 0, 10000.0, MP_ROPE_DEFAULT},
+        {"open-llama-3b.json", 3200, 26, 32, 32, 32000, 2048, 0, 10000.0, MP_ROPE_DEFAULT},
+        {"smollm2-135m.json", 576, 30, 9, 3, 49152, 8192, 1, 100000.0, MP_ROPE_DEFAULT},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/tests/data/hf_configs/%s", tu_src(), want[i].file);
+        llama_config m;
+        mp_err e;
+        cr_assert_eq(llama_config_load(path, &m, NULL, &e), MP_OK, "%s: %s", want[i].file, e.msg);
+        cr_assert(m.hidden_size == want[i].hidden && m.num_hidden_layers == want[i].layers &&
+                      m.num_attention_heads == want[i].heads && m.num_key_value_heads == want[i].kv &&
+                      m.vocab_size == want[i].vocab && m.max_position_embeddings == want[i].max_pos &&
+                      m.tie_word_embeddings == want[i].tied && m.rope_theta == want[i].theta &&
+                      m.rope_scaling.type == want[i].rope,
+                  "%s: read as hidden %d layers %d heads %d/%d vocab %d max_pos %d tied %d theta %g rope %d",
+                  want[i].file, m.hidden_size, m.num_hidden_layers, m.num_attention_heads, m.num_key_value_heads,
+                  m.vocab_size, m.max_position_embeddings, m.tie_word_embeddings, m.rope_theta,
+                  (int)m.rope_scaling.type);
+    }
+}
+
+/* A top-level key transformers' LlamaConfig does not know is kept and ignored there: accepted here too
+ * (with one warning, tests/config_keys.sh); in the "train" object a typo stays an error. Keys that change
+ * the math and cannot be represented stay errors naming them. */
+Test(config, unknown_top_level_keys_are_accepted_train_keys_are_not) {
+    llama_config m, ref;
+    mp_err e;
+    cr_assert_eq(parse_model("{" SHAPE ", \"num_key_value_heads\": 2}", &ref, &e), MP_OK, "%s", e.msg);
+    const char *ok[] = {"\"unk_token_id\": 0", "\"auto_map\": {\"AutoConfig\": \"x.Config\"}",
+                        "\"quantization_config\": null", "\"_commit_hash\": \"abc\"", "\"pretraining_tp\": 2",
+                        "\"some_future_key\": [1, 2]", "\"transformers.js_config\": {}"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{" SHAPE ", \"num_key_value_heads\": 2, %s}", ok[i]);
+        cr_assert_eq(parse_model(text, &m, &e), MP_OK, "%s: %s", ok[i], e.msg);
+        cr_assert(!memcmp(&m, &ref, sizeof m), "%s changed the model", ok[i]);
+    }
+    mp_train_config t;
+    mp_train_config_default(&t);
+    cr_assert_eq(llama_config_parse("{" SHAPE ", \"train\": {\"stepz\": 3}}", "x.json", &m, &t, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "unknown key \"stepz\""), "%s", e.msg);
+    cr_assert_eq(parse_model("{" SHAPE ", \"attention_bias\": true}", &m, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "attention_bias"), "%s", e.msg);
+}
+
 Test(config, rope_parameters_carry_rope_theta) {
     llama_config m;
     llama_config_default(&m);
