@@ -16,7 +16,7 @@ rm -rf "$work"
 mkdir -p "$work"
 case $case in
   compare) "$py" "$src/tests/python/tokenizer_compare.py" "$build/tool_tokenize" "$work" ;;
-  refusals) "$py" "$src/tests/python/tokenizer_refusals.py" "$build/tool_tokenize" "$work" ;;
+  refusals) "$py" "$src/tests/python/tokenizer_refusals.py" "$build/tool_tokenize" "$work" "$build/meshpoint" ;;
   data) "$py" "$src/tests/python/tokenizer_data_e2e.py" "$build/meshpoint" "$work" ;;
   *) fail "unknown case $case" ;;
 esac

@@ -114,6 +114,34 @@ static mp_code parse_post(const cJSON *j, mp_tok *t, mp_err *err) {
     return MP_OK;
 }
 
+/* Orders added-token (length, index) pairs: longest first, then by index. */
+static int by_len_desc(const void *x, const void *y) {
+    const int64_t *a = x, *b = y;
+    return a[0] != b[0] ? (a[0] < b[0] ? 1 : -1) : (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* Builds t->first_byte: per first byte, the added tokens that start with it, longest first. */
+static void index_added(mp_tok *t) {
+    int count[256] = {0};
+    for (int i = 0; i < t->nadded; i++) count[(unsigned char)t->added[i].content[0]]++;
+    int64_t *pairs = mp_xmalloc((size_t)(t->nadded > 0 ? t->nadded : 1) * 2 * sizeof *pairs);
+    for (int b = 0; b < 256; b++) {
+        if (!count[b]) continue;
+        int k = 0;
+        for (int i = 0; i < t->nadded; i++)
+            if ((unsigned char)t->added[i].content[0] == b) {
+                pairs[2 * k] = (int64_t)t->added[i].len;
+                pairs[2 * k++ + 1] = i;
+            }
+        qsort(pairs, (size_t)k, 2 * sizeof *pairs, by_len_desc);
+        int32_t *v = mp_xmalloc((size_t)(k + 1) * sizeof *v);
+        for (int i = 0; i < k; i++) v[i] = (int32_t)pairs[2 * i + 1];
+        v[k] = -1;
+        t->first_byte[b] = v;
+    }
+    free(pairs);
+}
+
 /* Builds t->id_text, t->id_special and the first-byte index of the added tokens. */
 static void build_tables(mp_tok *t) {
     t->vocab_size = t->bpe.nid;
@@ -127,21 +155,7 @@ static void build_tables(mp_tok *t) {
         t->id_text[t->added[i].id] = t->added[i].content;
         t->id_special[t->added[i].id] = (unsigned char)t->added[i].special;
     }
-    for (int b = 0; b < 256; b++) {   /* indices whose content starts with byte b, longest first */
-        int cnt = 0;
-        for (int i = 0; i < t->nadded; i++) cnt += (unsigned char)t->added[i].content[0] == b;
-        if (!cnt) continue;
-        int32_t *v = mp_xmalloc((size_t)(cnt + 1) * sizeof *v);
-        int k = 0;
-        for (int i = 0; i < t->nadded; i++)
-            if ((unsigned char)t->added[i].content[0] == b) v[k++] = i;
-        for (int x = 1; x < k; x++)   /* insertion sort by length, descending */
-            for (int y = x; y > 0 && t->added[v[y]].len > t->added[v[y - 1]].len; y--) {
-                int32_t s = v[y]; v[y] = v[y - 1]; v[y - 1] = s;
-            }
-        v[k] = -1;
-        t->first_byte[b] = v;
-    }
+    index_added(t);
 }
 
 /* The EOS named by DIR/tokenizer_config.json's eos_token (a string or {"content": ...}); -1 if none. */
