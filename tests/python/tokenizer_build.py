@@ -57,6 +57,8 @@ CASES = [
     "",
     "a",
     "\u00a0non-breaking\u00a0space and\u2003em\u2003space",
+    "other spaces: a\u0085b \u0085 x a\u001cb \u001c\u001d x zero\u200bwidth ideo\u3000graphic \u3000\u3000 x",
+    "separators: line\u2028sep \u2029 x vt\x0bff\x0c x ogham\u1680 \u2007fig\u202f\u205f x \ufeffbom x",
     "long word: pneumonoultramicroscopicsilicovolcanoconiosis supercalifragilisticexpialidocious",
 ]
 

@@ -24,7 +24,7 @@ def run_tool(tool, d, payloads, workdir):
     out = subprocess.run([tool, d] + files, capture_output=True, check=False)
     if out.returncode != 0:
         sys.exit("FAIL: %s %s exited %d: %s" % (tool, d, out.returncode, out.stderr.decode(errors="replace")))
-    lines = [json.loads(l) for l in out.stdout.decode().splitlines()]
+    lines = [json.loads(l) for l in out.stdout.decode().split("\n") if l]   # (not splitlines: U+2028 is text)
     return lines[0], lines[1:]
 
 
