@@ -219,23 +219,36 @@ static void split_regex(const pcre2_code *re, int removed, const char *s, size_t
     pcre2_match_data_free(md);
 }
 
-/* ByteLevel on one word: prefix space, regex split, then the byte -> character mapping. */
+/* Appends the ByteLevel stand-ins of the bytes s[0..n) to out's open word and closes it. */
+static void map_bytes(const char *s, size_t n, mp_pre_words *out) {
+    for (size_t i = 0; i < n; i++) {
+        const char *c = bl_char[(unsigned char)s[i]];
+        mp_tok_buf_put(&out->text, c, c[1] ? 2 : 1);
+    }
+    words_close(out);
+}
+
+/* ByteLevel on one word: prefix space, regex split (when use_regex), then the byte -> character mapping.
+ * Without the regex (Llama 3: after its Split) the word is mapped in place, with no allocation. */
 static void bytelevel(const mp_pre *p, const char *s, size_t n, mp_pre_words *out, mp_tok_buf *scratch) {
+    bl_init();
+    int prefix = p->add_prefix_space && (n == 0 || s[0] != ' ');
+    if (!p->re && !prefix) {
+        map_bytes(s, n, out);
+        return;
+    }
     scratch->n = 0;
-    if (p->add_prefix_space && (n == 0 || s[0] != ' ')) mp_tok_buf_put(scratch, " ", 1);
+    if (prefix) mp_tok_buf_put(scratch, " ", 1);
     mp_tok_buf_put(scratch, s, n);
+    if (!p->re) {
+        map_bytes(scratch->p, scratch->n, out);
+        return;
+    }
     mp_pre_words parts = {0};
     words_reset(&parts);
-    if (p->re) split_regex(p->re, 0, scratch->p, scratch->n, &parts);
-    else words_add(&parts, scratch->p, scratch->n);
-    bl_init();
-    for (size_t w = 0; w < parts.ncuts; w++) {
-        for (size_t i = parts.cuts[w]; i < parts.cuts[w + 1]; i++) {
-            const char *c = bl_char[(unsigned char)parts.text.p[i]];
-            mp_tok_buf_put(&out->text, c, strlen(c));
-        }
-        words_close(out);
-    }
+    split_regex(p->re, 0, scratch->p, scratch->n, &parts);
+    for (size_t w = 0; w < parts.ncuts; w++)
+        map_bytes(parts.text.p + parts.cuts[w], parts.cuts[w + 1] - parts.cuts[w], out);
     mp_tok_pre_words_free(&parts);
 }
 

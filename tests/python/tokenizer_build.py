@@ -11,6 +11,7 @@ tokenizers are trained here on TRAIN_TEXT, then configured like the published to
             3..258, unk <unk> fused, decoder Replace + ByteFallback + Fuse + Strip, "<s> $A"
   metaspace sentencepiece-style with the Metaspace pre-tokenizer/decoder (prepend_scheme "first", as
             transformers writes non-legacy Llama files), no byte fallback: unknown characters are <unk>, fused
+  gpt2_prefix, metaspace_split   the same with ByteLevel add_prefix_space, and Metaspace "always" + split
 Each directory also gets the tokenizer_config.json that names the EOS token, as an HF model directory has.
 """
 import json
@@ -76,6 +77,8 @@ SPECIALS = {
     "llama3": ("<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_3|>"),
     "llama2": ("<s>", "</s>", "<unk>"),
     "metaspace": ("<s>", "</s>", "<unk>"),
+    "gpt2_prefix": ("<|endoftext|>", "<|endoftext|>", "<|endoftext|>"),
+    "metaspace_split": ("<s>", "</s>", "<unk>"),
 }
 
 
@@ -171,7 +174,23 @@ def build_metaspace():
     return tok
 
 
-BUILDERS = {"gpt2": build_gpt2, "llama3": build_llama3, "llama2": build_llama2, "metaspace": build_metaspace}
+def build_gpt2_prefix():
+    """GPT-2's layout with add_prefix_space (as some byte-level models ship it)."""
+    tok = build_gpt2()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
+    return tok
+
+
+def build_metaspace_split():
+    """Metaspace with prepend_scheme "always" and split=true (sentencepiece's own word split)."""
+    tok = build_metaspace()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="always", split=True)
+    tok.decoder = decoders.Metaspace(replacement=SP, prepend_scheme="always", split=True)
+    return tok
+
+
+BUILDERS = {"gpt2": build_gpt2, "llama3": build_llama3, "llama2": build_llama2, "metaspace": build_metaspace,
+            "gpt2_prefix": build_gpt2_prefix, "metaspace_split": build_metaspace_split}
 
 
 def save(kind, tok, root):

@@ -30,7 +30,7 @@ def run_tool(tool, d, payloads, workdir):
 
 def roundtrips(kind, text):
     if kind in ("gpt2", "llama3"):
-        return True
+        return True   # (gpt2_prefix adds a space in front: no round trip)
     if kind == "llama2":
         return not any(s in text for s in tb.SPECIALS[kind])
     return False
