@@ -24,8 +24,9 @@ static int int_member(const cJSON *j, const char *name) {
     return cJSON_IsNumber(m) ? m->valueint : 0;
 }
 
-/* Fills d from one non-Sequence decoder j. */
-static mp_code dec_one(const cJSON *j, const char *type, mp_dec *d, mp_err *err) {
+/* Fills *d from one (non-Sequence) decoder j of the given type. */
+static mp_code dec_one(const cJSON *j, const char *type, void *elem, mp_err *err) {
+    mp_dec *d = elem;
     if (!strcmp(type, "ByteLevel")) d->kind = MP_DEC_BYTELEVEL;
     else if (!strcmp(type, "ByteFallback")) d->kind = MP_DEC_BYTEFALLBACK;
     else if (!strcmp(type, "Fuse")) d->kind = MP_DEC_FUSE;
@@ -54,37 +55,12 @@ static mp_code dec_one(const cJSON *j, const char *type, mp_dec *d, mp_err *err)
     return MP_OK;
 }
 
-/* Appends decoder j (a Sequence flattened) to *v. */
-static mp_code dec_add(const cJSON *j, mp_dec **v, int *n, int *cap, mp_err *err) {
-    const char *type = mp_tok_json_str(j, "type");
-    if (!type) return mp_err_set(err, MP_EINPUT, "decoder: no \"type\"");
-    if (!strcmp(type, "Sequence")) {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "decoders"))
-            MP_TRY(dec_add(it, v, n, cap, err));
-        return MP_OK;
-    }
-    mp_tok_grow((void **)v, cap, *n, sizeof **v);
-    mp_code rc = dec_one(j, type, &(*v)[*n], err);
-    if (rc == MP_OK) (*n)++;
-    return rc;
-}
-
 mp_code mp_tok_dec_parse(const cJSON *j, mp_dec **out, int *n, mp_err *err) {
-    *out = NULL;
-    *n = 0;
-    if (!j || cJSON_IsNull(j)) return MP_OK;
-    int cap = 0;
-    mp_code rc = dec_add(j, out, n, &cap, err);
-    if (rc != MP_OK) {
-        mp_tok_dec_free(*out, *n);
-        *out = NULL;
-        *n = 0;
-    }
-    return rc;
+    return mp_tok_stages_parse(j, "decoder", "decoders", sizeof(mp_dec), dec_one, mp_tok_dec_free, (void **)out, n, err);
 }
 
-void mp_tok_dec_free(mp_dec *dv, int n) {
+void mp_tok_dec_free(void *v, int n) {
+    mp_dec *dv = v;
     for (int i = 0; i < n; i++) {
         free(dv[i].a);
         free(dv[i].b);

@@ -125,3 +125,32 @@ const char *mp_tok_json_str(const cJSON *j, const char *name) {
     const cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(j, name) : NULL;
     return cJSON_IsString(m) ? m->valuestring : NULL;
 }
+
+/* mp_tok_stages_parse's walk: appends j's stages to l; on error the failed slot is counted in l->n. */
+static mp_code stages_add(const cJSON *j, const char *what, const char *member, mp_tok_stage_fn one,
+                          mp_tok_stages *l, mp_err *err) {
+    const char *type = mp_tok_json_str(j, "type");
+    if (!type) return mp_err_set(err, MP_EINPUT, "%s: no \"type\"", what);
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, member))
+            MP_TRY(stages_add(it, what, member, one, l, err));
+        return MP_OK;
+    }
+    mp_tok_grow(&l->v, &l->cap, l->n, l->elem);
+    return one(j, type, (char *)l->v + (size_t)l->n++ * l->elem, err);
+}
+
+mp_code mp_tok_stages_parse(const cJSON *j, const char *what, const char *member, size_t elem, mp_tok_stage_fn one,
+                            void (*free_fn)(void *v, int n), void **out, int *n, mp_err *err) {
+    mp_tok_stages l = {.elem = elem};
+    mp_code rc = j && !cJSON_IsNull(j) ? stages_add(j, what, member, one, &l, err) : MP_OK;
+    if (rc != MP_OK) {
+        free_fn(l.v, l.n);
+        l.v = NULL;
+        l.n = 0;
+    }
+    *out = l.v;
+    *n = l.n;
+    return rc;
+}

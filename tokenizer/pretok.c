@@ -75,18 +75,9 @@ static mp_code parse_metaspace(const cJSON *j, mp_pre *p, mp_err *err) {
     return MP_OK;
 }
 
-/* Appends the pre-tokenizer j (a Sequence flattened) to *v. */
-static mp_code pre_add(const cJSON *j, mp_pre **v, int *n, int *cap, mp_err *err) {
-    const char *type = mp_tok_json_str(j, "type");
-    if (!type) return mp_err_set(err, MP_EINPUT, "pre_tokenizer: no \"type\"");
-    if (!strcmp(type, "Sequence")) {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "pretokenizers"))
-            MP_TRY(pre_add(it, v, n, cap, err));
-        return MP_OK;
-    }
-    mp_tok_grow((void **)v, cap, *n, sizeof **v);
-    mp_pre *p = &(*v)[(*n)++];
+/* Fills *p from one (non-Sequence) pre-tokenizer j of the given type. */
+static mp_code pre_one(const cJSON *j, const char *type, void *elem, mp_err *err) {
+    mp_pre *p = elem;
     if (!strcmp(type, "Split")) return parse_split(j, p, err);
     if (!strcmp(type, "Metaspace")) return parse_metaspace(j, p, err);
     if (!strcmp(type, "ByteLevel")) {
@@ -95,26 +86,16 @@ static mp_code pre_add(const cJSON *j, mp_pre **v, int *n, int *cap, mp_err *err
         if (bool_member(j, "use_regex", 1)) p->re = compile(GPT2_PATTERN, 0, err);
         return !bool_member(j, "use_regex", 1) || p->re ? MP_OK : MP_EINPUT;
     }
-    (*n)--;
     return mp_err_set(err, MP_EINPUT, "pre-tokenizer %s is not supported (supported: ByteLevel, Split, Metaspace, Sequence)",
                       type);
 }
 
 mp_code mp_tok_pre_parse(const cJSON *j, mp_pre **out, int *n, mp_err *err) {
-    *out = NULL;
-    *n = 0;
-    if (!j || cJSON_IsNull(j)) return MP_OK;
-    int cap = 0;
-    mp_code rc = pre_add(j, out, n, &cap, err);
-    if (rc != MP_OK) {
-        mp_tok_pre_free(*out, *n);
-        *out = NULL;
-        *n = 0;
-    }
-    return rc;
+    return mp_tok_stages_parse(j, "pre_tokenizer", "pretokenizers", sizeof(mp_pre), pre_one, mp_tok_pre_free, (void **)out, n, err);
 }
 
-void mp_tok_pre_free(mp_pre *pv, int n) {
+void mp_tok_pre_free(void *v, int n) {
+    mp_pre *pv = v;
     for (int i = 0; i < n; i++) {
         if (pv[i].re) pcre2_code_free(pv[i].re);
         free(pv[i].repl);

@@ -42,6 +42,19 @@ void mp_tok_replace(const char *s, size_t n, const char *pat, const char *rep, m
 void mp_tok_grow(void **v, int *cap, int n, size_t elem);
 /* The string member name of JSON object j, or NULL (j NULL, member missing or not a string). */
 const char *mp_tok_json_str(const cJSON *j, const char *name);
+/* A list of pipeline stages (normalizers, pre-tokenizers or decoders) of elem bytes each. */
+typedef struct mp_tok_stages {
+    void *v;
+    int n, cap;
+    size_t elem;
+} mp_tok_stages;
+/* Fills the zeroed slot elem from stage j of the given "type"; may leave it partly filled on error. */
+typedef mp_code (*mp_tok_stage_fn)(const cJSON *j, const char *type, void *elem, mp_err *err);
+/* Parses j (absent/null: no stage; one stage; or a "Sequence" whose array member `member` lists stages,
+ * nested Sequences flattened) into *out, *n (elem bytes each) through one; what names the kind in
+ * messages. On error everything parsed is freed with free_fn and *out, *n are NULL, 0. */
+mp_code mp_tok_stages_parse(const cJSON *j, const char *what, const char *member, size_t elem, mp_tok_stage_fn one,
+                            void (*free_fn)(void *v, int n), void **out, int *n, mp_err *err);
 
 /* ---- UTF-8 (utf8.c) ---- */
 /* Length of the UTF-8 sequence starting at s[0] if it is valid and complete within n bytes, else 0. */
@@ -61,7 +74,7 @@ typedef struct mp_norm {
 mp_code mp_tok_norm_parse(const cJSON *j, mp_norm **out, int *n, mp_err *err);
 /* Normalizes seg into out (cleared first); no_prepend: skip Prepend (a continued text). */
 void mp_tok_norm_apply(const mp_norm *nv, int n, const char *seg, size_t len, int no_prepend, mp_tok_buf *out);
-void mp_tok_norm_free(mp_norm *nv, int n);
+void mp_tok_norm_free(void *nv, int n);
 
 /* ---- pre-tokenizers (pretok.c) ---- */
 typedef enum { MP_PRE_SPLIT, MP_PRE_BYTELEVEL, MP_PRE_METASPACE } mp_pre_kind;
@@ -75,7 +88,7 @@ typedef struct mp_pre {
     int split;             /* METASPACE: split on the replacement */
 } mp_pre;
 mp_code mp_tok_pre_parse(const cJSON *j, mp_pre **out, int *n, mp_err *err);
-void mp_tok_pre_free(mp_pre *pv, int n);
+void mp_tok_pre_free(void *pv, int n);
 /* Splits a normalized segment into words: the word boundaries go to *cuts (offsets into out's text,
  * ncuts+1 of them, first 0, last out->n); the words' text (after ByteLevel/Metaspace mapping) in out.
  * first: the segment starts the text (Metaspace "first"). */
@@ -124,7 +137,7 @@ typedef struct mp_dec {
     int prepend;           /* METASPACE: prepend_scheme != never */
 } mp_dec;
 mp_code mp_tok_dec_parse(const cJSON *j, mp_dec **out, int *n, mp_err *err);
-void mp_tok_dec_free(mp_dec *dv, int n);
+void mp_tok_dec_free(void *dv, int n);
 /* Runs the decoder chain over ntok token strings and returns the text (mp_xmalloc, NUL-terminated). */
 char *mp_tok_dec_run(const mp_dec *dv, int n, const char **toks, int64_t ntok, size_t *len);
 
