@@ -4,8 +4,9 @@
  *   tool_tokenize TOKENIZER FILE...
  * loads TOKENIZER (a tokenizer.json or a directory holding one) and prints one JSON line
  *   {"vocab_size": V, "bos": [...], "eos": [...], "eos_id": E}
- * then, per FILE (its bytes are the text), one line {"ids": [...], "decoded": "..."}: the ids of
- * encode(text, add_special_tokens=False) and decode(ids, skip_special_tokens=False).
+ * then, per FILE (its bytes are the text), one line {"ids": [...], "decoded": "...", "decoded_skip": "..."}:
+ * the ids of encode(text, add_special_tokens=False), decode(ids, skip_special_tokens=False) and
+ * decode(ids, skip_special_tokens=True).
  * A tokenizer that does not load: its message on stderr, exit status 2 (bad input) or 1.
  */
 #include <stdio.h>
@@ -66,6 +67,9 @@ int main(int argc, char **argv) {
         cJSON *line = cJSON_CreateObject();
         cJSON_AddItemToObject(line, "ids", id_array(ids.v, ids.n));
         cJSON_AddStringToObject(line, "decoded", dec);
+        free(dec);
+        dec = mp_tok_decode(t, ids.v, ids.n, 1, &dl);
+        cJSON_AddStringToObject(line, "decoded_skip", dec);
         print_line(line);
         free(dec);
         free(text);

@@ -147,6 +147,9 @@ typedef struct mp_added {
     size_t len;
     int32_t id;
     int special, lstrip, rstrip;
+    int normed;                /* normalized=true in a tokenizer with a normalizer: matched in normalized text */
+    char *match;               /* what is matched: content, or its normalized form when normed */
+    size_t mlen;
 } mp_added;
 
 struct mp_tok {
@@ -162,7 +165,9 @@ struct mp_tok {
     int64_t vocab_size;
     const char **id_text;      /* [vocab_size] the text of each id (added tokens over the vocab); NULL holes */
     unsigned char *id_special; /* [vocab_size] 1 for special added tokens */
-    int32_t *first_byte[256];  /* added token indices by first byte, longest first, -1 terminated */
+    int32_t *first_byte[2][256]; /* [normed] added token indices by the match's first byte, longest first,
+                                  * -1 terminated: [0] matched in the raw text, [1] in normalized text */
+    int has_normed;
 };
 
 #endif

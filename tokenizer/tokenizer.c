@@ -2,12 +2,14 @@
  * tokenizer/tokenizer.c — loading a tokenizer.json, its added tokens and post-processor, and the encode
  * and decode entry points that run the pipeline of tok_internal.h.
  *
- * Added tokens (special or not) are matched in the raw text before anything else, leftmost first and
- * the longest at a position (tokenizers' LeftmostLongest), lstrip/rstrip taking the whitespace beside
- * them; the text between them is normalized, pre-tokenized and run through BPE segment by segment, as
- * tokenizers does (so Llama 2's Prepend puts a "▁" in front of each segment). Added tokens that are
- * `normalized` in a tokenizer with a normalizer, and single_word ones, are refused: no supported family
- * has them. The post-processor's single-sequence template gives the BOS/EOS ids.
+ * Added tokens (special or not) are matched as tokenizers' AddedVocabulary matches them: those with
+ * normalized=false (or all, without a normalizer) in the raw text, leftmost first and the longest at a
+ * position (LeftmostLongest), lstrip/rstrip taking the whitespace beside them; the text between them is
+ * normalized segment by segment (so Llama 2's Prepend puts a "▁" in front of each segment); then those
+ * with normalized=true are matched, by their own normalized form ("<s>" -> "▁<s>" under Llama 2's
+ * normalizer, as OpenLLaMA's file has it), in the normalized segment; what is left is pre-tokenized and
+ * run through BPE. single_word tokens are refused: no supported family has them. The post-processor's
+ * single-sequence template gives the BOS/EOS ids.
  */
 #include <assert.h>
 #include <stdio.h>
@@ -41,23 +43,29 @@ void mp_tok_ids_free(mp_tok_ids *ids) {
     memset(ids, 0, sizeof *ids);
 }
 
-/* Reads one added token j into a. */
-static mp_code parse_added_one(const cJSON *j, int has_normalizer, mp_added *a, mp_err *err) {
+/* Reads one added token j into a (t's normalizer, parsed already, gives a normalized token its match). */
+static mp_code parse_added_one(const cJSON *j, const mp_tok *t, mp_added *a, mp_err *err) {
     const char *content = mp_tok_json_str(j, "content");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
     if (!content || !*content || !cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > INT32_MAX - 1)
         return mp_err_set(err, MP_EINPUT, "added_tokens: an entry without a non-empty \"content\" and a valid \"id\"");
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "single_word")))
         return mp_err_set(err, MP_EINPUT, "added token \"%s\": single_word=true is not supported", content);
-    if (has_normalizer && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "normalized")))
-        return mp_err_set(err, MP_EINPUT, "added token \"%s\": normalized=true with a normalizer is not supported",
-                          content);
     a->content = mp_strdup(content);
     a->len = strlen(content);
     a->id = id->valueint;
     a->special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "special"));
     a->lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "lstrip"));
     a->rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "rstrip"));
+    a->normed = t->nnorm > 0 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "normalized"));
+    a->match = a->content;
+    a->mlen = a->len;
+    if (a->normed) {
+        mp_tok_buf nb = {0};
+        mp_tok_norm_apply(t->norm, t->nnorm, content, a->len, 0, &nb);
+        a->match = nb.p;
+        a->mlen = nb.n;
+    }
     return MP_OK;
 }
 
@@ -68,7 +76,7 @@ static mp_code parse_added(const cJSON *arr, mp_tok *t, mp_err *err) {
     t->added = mp_xcalloc((size_t)(n > 0 ? n : 1) * sizeof *t->added);
     const cJSON *it;
     cJSON_ArrayForEach(it, arr) {
-        MP_TRY(parse_added_one(it, t->nnorm > 0, &t->added[t->nadded], err));
+        MP_TRY(parse_added_one(it, t, &t->added[t->nadded], err));
         mp_tok_map_put(&t->added_map, t->added[t->nadded].content, t->added[t->nadded].len, t->nadded);
         t->nadded++;
     }
@@ -120,24 +128,27 @@ static int by_len_desc(const void *x, const void *y) {
     return a[0] != b[0] ? (a[0] < b[0] ? 1 : -1) : (a[1] > b[1]) - (a[1] < b[1]);
 }
 
-/* Builds t->first_byte: per first byte, the added tokens that start with it, longest first. */
-static void index_added(mp_tok *t) {
+/* Builds t->first_byte[set]: per first byte of the match, the added tokens of the set (normed or not)
+ * that start with it, longest first. */
+static void index_added(mp_tok *t, int set) {
     int count[256] = {0};
-    for (int i = 0; i < t->nadded; i++) count[(unsigned char)t->added[i].content[0]]++;
+    for (int i = 0; i < t->nadded; i++)
+        if (t->added[i].normed == set && t->added[i].mlen > 0) count[(unsigned char)t->added[i].match[0]]++;
     int64_t *pairs = mp_xmalloc((size_t)(t->nadded > 0 ? t->nadded : 1) * 2 * sizeof *pairs);
     for (int b = 0; b < 256; b++) {
         if (!count[b]) continue;
         int k = 0;
         for (int i = 0; i < t->nadded; i++)
-            if ((unsigned char)t->added[i].content[0] == b) {
-                pairs[2 * k] = (int64_t)t->added[i].len;
+            if (t->added[i].normed == set && t->added[i].mlen > 0 && (unsigned char)t->added[i].match[0] == b) {
+                pairs[2 * k] = (int64_t)t->added[i].mlen;
                 pairs[2 * k++ + 1] = i;
             }
         qsort(pairs, (size_t)k, 2 * sizeof *pairs, by_len_desc);
         int32_t *v = mp_xmalloc((size_t)(k + 1) * sizeof *v);
         for (int i = 0; i < k; i++) v[i] = (int32_t)pairs[2 * i + 1];
         v[k] = -1;
-        t->first_byte[b] = v;
+        t->first_byte[set][b] = v;
+        t->has_normed |= set;
     }
     free(pairs);
 }
@@ -152,10 +163,13 @@ static void build_tables(mp_tok *t) {
     t->id_special = mp_xcalloc(nv);
     for (int64_t i = 0; i < t->bpe.nid; i++) t->id_text[i] = t->bpe.id_text[i];
     for (int i = 0; i < t->nadded; i++) {
-        t->id_text[t->added[i].id] = t->added[i].content;
-        t->id_special[t->added[i].id] = (unsigned char)t->added[i].special;
+        /* as tokenizers: a normalized token's text is its normalized form ("▁<s>"), and that form is no
+         * special token's content, so skip_special_tokens keeps it */
+        t->id_text[t->added[i].id] = t->added[i].match;
+        t->id_special[t->added[i].id] = (unsigned char)(t->added[i].special && !t->added[i].normed);
     }
-    index_added(t);
+    index_added(t, 0);
+    index_added(t, 1);
 }
 
 /* The EOS named by DIR/tokenizer_config.json's eos_token (a string or {"content": ...}); -1 if none. */
@@ -225,14 +239,20 @@ void mp_tok_free(mp_tok *t) {
     mp_tok_pre_free(t->pre, t->npre);
     mp_tok_dec_free(t->dec, t->ndec);
     mp_tok_bpe_free(&t->bpe);
-    for (int i = 0; i < t->nadded; i++) free(t->added[i].content);
+    for (int i = 0; i < t->nadded; i++) {
+        if (t->added[i].normed) free(t->added[i].match);
+        free(t->added[i].content);
+    }
     free(t->added);
     mp_tok_map_free(&t->added_map);
     free(t->bos);
     free(t->eos);
     free(t->id_text);
     free(t->id_special);
-    for (int b = 0; b < 256; b++) free(t->first_byte[b]);
+    for (int b = 0; b < 256; b++) {
+        free(t->first_byte[0][b]);
+        free(t->first_byte[1][b]);
+    }
     free(t);
 }
 
@@ -275,51 +295,66 @@ void mp_tok_state_free(mp_tok_state *s) {
     free(s);
 }
 
-/* The index of the longest added token at text[i..n), or -1. */
-static int added_at(const mp_tok *t, const char *text, size_t i, size_t n) {
-    const int32_t *v = t->first_byte[(unsigned char)text[i]];
-    for (; v && *v >= 0; v++) {
-        const mp_added *a = &t->added[*v];
-        if (a->len <= n - i && memcmp(text + i, a->content, a->len) == 0) return *v;
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* The first added token of set (0 raw, 1 normed) in text[from..n), leftmost and longest; its index, with
+ * *start, *stop the span it takes (lstrip/rstrip whitespace included, never before from); -1 if none. */
+static int next_added(const mp_tok *t, int set, const char *text, size_t from, size_t n, size_t *start, size_t *stop) {
+    for (size_t i = from; i < n; i++) {
+        const int32_t *v = t->first_byte[set][(unsigned char)text[i]];
+        for (; v && *v >= 0; v++) {
+            const mp_added *a = &t->added[*v];
+            if (a->mlen > n - i || memcmp(text + i, a->match, a->mlen) != 0) continue;
+            *start = i;
+            *stop = i + a->mlen;
+            while (a->lstrip && *start > from && is_space(text[*start - 1])) (*start)--;
+            while (a->rstrip && *stop < n && is_space(text[*stop])) (*stop)++;
+            return *v;
+        }
     }
     return -1;
 }
 
-static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+/* Pre-tokenizes normalized text s[0..n) and appends the BPE ids of its words; first: it starts the text. */
+static void encode_words(mp_tok_state *st, const char *s, size_t n, int first, mp_tok_ids *out) {
+    const mp_tok *t = st->t;
+    if (n == 0) return;
+    mp_tok_pre_apply(t->pre, t->npre, s, n, first, &st->words, &st->scratch);
+    for (size_t w = 0; w < st->words.ncuts; w++)
+        mp_tok_bpe_word(&t->bpe, st->bpe, st->words.text.p + st->words.cuts[w],
+                        st->words.cuts[w + 1] - st->words.cuts[w], out);
+}
 
-/* Encodes the non-added segment text[a..b) (offset a in the text): normalize, pre-tokenize, BPE. */
+/* Encodes the segment text[a..b) between raw-matched added tokens: normalize, match the normalized
+ * added tokens, then pre-tokenize and BPE what lies between them. */
 static void encode_segment(mp_tok_state *s, size_t a, size_t b, int continuation, mp_tok_ids *out) {
     const mp_tok *t = s->t;
     if (b <= a) return;
     int at_start = a == 0;
     mp_tok_norm_apply(t->norm, t->nnorm, s->text.p + a, b - a, at_start && continuation, &s->norm);
-    mp_tok_pre_apply(t->pre, t->npre, s->norm.p, s->norm.n, at_start && !continuation, &s->words, &s->scratch);
-    for (size_t w = 0; w < s->words.ncuts; w++)
-        mp_tok_bpe_word(&t->bpe, s->bpe, s->words.text.p + s->words.cuts[w],
-                        s->words.cuts[w + 1] - s->words.cuts[w], out);
+    const char *p = s->norm.p;
+    size_t q = 0, start, stop;
+    int k;
+    while (t->has_normed && (k = next_added(t, 1, p, q, s->norm.n, &start, &stop)) >= 0) {
+        encode_words(s, p + q, start - q, at_start && !continuation && q == 0, out);
+        mp_tok_ids_push(out, t->added[k].id);
+        q = stop;
+    }
+    encode_words(s, p + q, s->norm.n - q, at_start && !continuation && q == 0, out);
 }
 
 void mp_tok_encode(mp_tok_state *s, const char *text, size_t n, int continuation, mp_tok_ids *out) {
     const mp_tok *t = s->t;
     s->text.n = 0;
     mp_tok_utf8_sanitize(text, n, &s->text);
-    const char *p = s->text.p;
-    size_t len = s->text.n, seg = 0, i = 0;   /* text[seg..i) is not yet encoded */
-    while (i < len) {
-        int k = t->nadded ? added_at(t, p, i, len) : -1;
-        if (k < 0) {
-            i++;
-            continue;
-        }
-        const mp_added *a = &t->added[k];
-        size_t start = i, stop = i + a->len;
-        while (a->lstrip && start > seg && is_space(p[start - 1])) start--;
-        while (a->rstrip && stop < len && is_space(p[stop])) stop++;
+    size_t seg = 0, start, stop;   /* text[seg..) is not yet encoded */
+    int k;
+    while (t->nadded && (k = next_added(t, 0, s->text.p, seg, s->text.n, &start, &stop)) >= 0) {
         encode_segment(s, seg, start, continuation, out);
-        mp_tok_ids_push(out, a->id);
-        seg = i = stop;
+        mp_tok_ids_push(out, t->added[k].id);
+        seg = stop;
     }
-    encode_segment(s, seg, len, continuation, out);
+    encode_segment(s, seg, s->text.n, continuation, out);
 }
 
 /* ---- decoding ---- */

@@ -6,7 +6,7 @@
  * and Llama 3; sentencepiece-style with "▁" and byte_fallback, Llama 2 / TinyLlama / Code Llama),
  * normalizers Prepend, Replace, Sequence; pre-tokenizers ByteLevel, Split, Metaspace,
  * Sequence; decoders ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence; post-processors
- * TemplateProcessing, ByteLevel, Sequence; added tokens (special or not) matched before the model.
+ * TemplateProcessing, ByteLevel, Sequence; added tokens (special or not, normalized or not).
  * Anything else is refused at load time with MP_EINPUT naming the type and the file.
  *
  * Input that is not valid UTF-8 is read as Python's bytes.decode("utf-8", "replace") reads it: each

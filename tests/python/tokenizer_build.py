@@ -12,6 +12,7 @@ tokenizers are trained here on TRAIN_TEXT, then configured like the published to
   metaspace sentencepiece-style with the Metaspace pre-tokenizer/decoder (prepend_scheme "first", as
             transformers writes non-legacy Llama files), no byte fallback: unknown characters are <unk>, fused
   gpt2_prefix, metaspace_split   the same with ByteLevel add_prefix_space, and Metaspace "always" + split
+  openllama llama2 with <unk> and <s> normalized=true, as OpenLLaMA's published file has them
 Each directory also gets the tokenizer_config.json that names the EOS token, as an HF model directory has.
 """
 import json
@@ -79,6 +80,7 @@ SPECIALS = {
     "metaspace": ("<s>", "</s>", "<unk>"),
     "gpt2_prefix": ("<|endoftext|>", "<|endoftext|>", "<|endoftext|>"),
     "metaspace_split": ("<s>", "</s>", "<unk>"),
+    "openllama": ("<s>", "</s>", "<unk>"),
 }
 
 
@@ -147,9 +149,9 @@ def _sp_vocab(pieces, byte_fallback):
     return vocab
 
 
-def _sp_specials(tok):
+def _sp_specials(tok, normalized=()):
     from tokenizers import AddedToken
-    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in ("<unk>", "<s>", "</s>")])
+    tok.add_special_tokens([AddedToken(t, normalized=t in normalized, special=True) for t in ("<unk>", "<s>", "</s>")])
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                        special_tokens=[("<s>", 1)])
 
@@ -162,6 +164,14 @@ def build_llama2():
     tok.decoder = decoders.Sequence([decoders.Replace(SP, " "), decoders.ByteFallback(), decoders.Fuse(),
                                      decoders.Strip(content=" ", left=1, right=0)])
     _sp_specials(tok)
+    return tok
+
+
+def build_openllama():
+    """Llama 2's legacy layout with <unk> and <s> normalized=true, as OpenLLaMA's published tokenizer.json has
+    them: those two are matched by their normalized form ("▁<s>") in the normalized text."""
+    tok = build_llama2()
+    _sp_specials(tok, normalized=("<unk>", "<s>"))
     return tok
 
 
@@ -190,7 +200,7 @@ def build_metaspace_split():
 
 
 BUILDERS = {"gpt2": build_gpt2, "llama3": build_llama3, "llama2": build_llama2, "metaspace": build_metaspace,
-            "gpt2_prefix": build_gpt2_prefix, "metaspace_split": build_metaspace_split}
+            "gpt2_prefix": build_gpt2_prefix, "metaspace_split": build_metaspace_split, "openllama": build_openllama}
 
 
 def save(kind, tok, root):

@@ -1,7 +1,7 @@
 """tests/python/tokenizer_compare.py TOOL WORKDIR [KIND...] — meshpoint's tokenizer (tests/tool_tokenize.c) against
 Hugging Face's `tokenizers` on the tokenizers tokenizer_build.py makes: for every edge case and every invalid
 UTF-8 input, the ids of encode(text, add_special_tokens=False) are identical, meshpoint's decode equals the
-library's decode(ids, skip_special_tokens=False), decode(encode(x)) == x wherever the convention
+library's decode(ids, skip_special_tokens=False) and decode(ids, skip_special_tokens=True), decode(encode(x)) == x wherever the convention
 round-trips (byte-level: always; sentencepiece with byte fallback: text without special tokens in it), and
 the template's BOS/EOS ids equal what encode(x, add_special_tokens=True) adds. Exit 1 on any difference.
 """
@@ -53,6 +53,10 @@ def check(kind, tool, root):
         elif res["decoded"] != want_dec:
             bad += 1
             print("FAIL %s case %d %r: decode %r, tokenizers %r" % (kind, i, text, res["decoded"], want_dec))
+        elif res["decoded_skip"] != tok.decode(enc.ids, skip_special_tokens=True):
+            bad += 1
+            print("FAIL %s case %d %r: decode(skip_special_tokens) %r, tokenizers %r" %
+                  (kind, i, text, res["decoded_skip"], tok.decode(enc.ids, skip_special_tokens=True)))
         elif i < len(texts) and roundtrips(kind, text) and res["decoded"] != text:
             bad += 1
             print("FAIL %s case %d: decode(encode(x)) = %r != x = %r" % (kind, i, res["decoded"], text))
