@@ -3,7 +3,7 @@ Face's `tokenizers`: the train file followed by the validation file holds, docum
 template BOS + encode(doc, add_special_tokens=False) + EOS as the library computes them, the validation
 file being the last round(F * n) tokens; headers are llm.c's (uint16, magic 20240520, when the vocabulary
 fits; else uint32, magic 20240801 version 7). Cases: text files (an empty one, one of several MiB that is
-cut into pieces and encoded on 2 threads) for GPT-2 and Llama 3 layouts, a Llama 2 layout on small files,
+cut into pieces and encoded on 2 threads) for GPT-2, Llama 3 and Llama 2 layouts,
 JSONL records (--jsonl-field), a vocabulary over 65536 (uint32), and bad JSONL (exit 2 naming file:line).
 """
 import json
@@ -94,7 +94,7 @@ def main():
         docs = tb.case_texts(kind) + [big_doc()]
         check(kind, meshpoint, d, tok, docs, write_docs(work, kind, docs), work, [], tb.SPECIALS[kind][1], 2, failures)
     d, tok = toks["llama2"]
-    docs = tb.case_texts("llama2")
+    docs = tb.case_texts("llama2") + [big_doc()]   # one BPE word per segment: the cut is exercised too
     check("llama2", meshpoint, d, tok, docs, write_docs(work, "llama2", docs), work, [], "</s>", 2, failures, frac=0.3)
     # JSONL records, the tokenizer given as a tokenizer.json file and the EOS by --eos
     jl = os.path.join(work, "docs.jsonl")
