@@ -8,6 +8,7 @@
  * bytes (ties go to the earlier one), so neither split starts mid-line. Both splits are non-empty.
  * Outputs: DIR/NAME_train.bin and DIR/NAME_val.bin (DIR created if missing), written atomically by
  * mp_token_file_write_llmc. Invalid UTF-8 is only warned about: byte-level tokens do not need it.
+ * With --tokenizer the model's own tokenizer encodes each document instead: cli/data_tok.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -18,6 +19,7 @@
 #include "ckpt/ckpt.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/data_tok.h"
 #include "core/data.h"
 #include "core/fsutil.h"
 #include "core/log.h"
@@ -27,7 +29,10 @@
 static const char *data_about =
     "Reads UTF-8 text files (concatenated in the order given), tokenises them byte-level (vocab 256,\n"
     "token = byte value) and writes DIR/NAME_train.bin and DIR/NAME_val.bin in llm.c token format.\n"
-    "The validation split is the last F of the tokens, cut after a newline near the split point.";
+    "The validation split is the last F of the tokens, cut after a newline near the split point.\n"
+    "With --tokenizer, each file (or each JSONL record, --jsonl-field) is a document, encoded by the model's\n"
+    "own tokenizer with its BOS before and EOS after; uint16 tokens if the vocabulary fits, else uint32\n"
+    "(llm.c's Llama 3 format); the validation split is the last F of the tokens (docs/TOKENIZER.md).";
 
 /* The offset of the first byte of the first complete UTF-8 error in buf, or -1 if buf is valid UTF-8. */
 static int64_t utf8_first_error(const unsigned char *s, int64_t n) {
@@ -111,12 +116,17 @@ static mp_code write_split(const char *path, const unsigned char *s, int64_t n, 
 }
 
 int mp_cmd_data(int argc, char **argv) {
-    const char *out = ".", *name = "data";
+    const char *out = ".", *name = "data", *tokenizer = NULL, *jsonl_field = NULL, *eos = NULL;
     double frac = 0.1;
     const mp_arg flags[] = {
         {"out", MP_ARG_STRING, &out, "DIR", "output directory (created if missing)", NULL, NULL},
         {"val-fraction", MP_ARG_DOUBLE, &frac, "F", "fraction of the tokens, at the end, for validation; in (0,1)", NULL, NULL},
         {"name", MP_ARG_STRING, &name, "NAME", "output file prefix: NAME_train.bin, NAME_val.bin", NULL, NULL},
+        {"tokenizer", MP_ARG_STRING, &tokenizer, "DIR|FILE", "the model's tokenizer: an HF model directory or a "
+         "tokenizer.json (default: byte-level, vocab 256)", NULL, NULL},
+        {"jsonl-field", MP_ARG_STRING, &jsonl_field, "FIELD", "inputs are JSONL; each record's string FIELD is a "
+         "document (with --tokenizer)", NULL, NULL},
+        {"eos", MP_ARG_STRING, &eos, "TOKEN", "the token after each document (default: the tokenizer's EOS)", NULL, NULL},
         {0}};
     int npos = 0, help = 0;
     mp_err err;
@@ -140,6 +150,15 @@ int mp_cmd_data(int argc, char **argv) {
     if (npos == 0) {
         mp_log_fail("no input files (usage: meshpoint data [options] FILE...; see --help)");
         return 2;
+    }
+
+    if (!tokenizer && (jsonl_field || eos)) {
+        mp_log_fail("--%s needs --tokenizer", jsonl_field ? "jsonl-field" : "eos");
+        return 2;
+    }
+    if (tokenizer) {
+        mp_data_tok_opts o = {tokenizer, jsonl_field, eos, out, name, frac};
+        return mp_data_tokenize(&o, argv, npos);
     }
 
     unsigned char *buf = NULL;

@@ -8,6 +8,7 @@ PKGS=(build-essential cmake pkg-config clang libclang-rt-dev libomp-dev
       libhdf5-dev hdf5-tools libzstd-dev libxxhash-dev
       libopenmpi-dev openmpi-bin libopenblas-dev
       libcriterion-dev libcjson-dev libplplot-dev plplot-driver-cairo
+      libpcre2-dev
       python3-torch python3-h5py python3-numpy
       fortunes time)
 missing=()

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# tests/tokenizer.sh BUILD_DIR SRC_DIR CASE — the tokenizer held against Hugging Face's `tokenizers` (PyPI,
+# pinned, in the venv scripts/test_venv.sh makes once):
+#   compare   tests/python/tokenizer_compare.py: ids, decode and round trip on the edge-case corpus for
+#             GPT-2, Llama 3, Llama 2 (byte fallback) and Metaspace layouts, invalid UTF-8 included
+#   refusals  tests/python/tokenizer_refusals.py: unsupported models/normalizers/pre-tokenizers/decoders/
+#             post-processors and missing or garbled files: exit 2 naming them (tool and `meshpoint data`)
+#   data      tests/python/tokenizer_data_e2e.py: `meshpoint data --tokenizer` token files = BOS + encode(doc)
+#             + EOS per document, as the library computes them (text files and JSONL; uint16 and uint32)
+set -euo pipefail
+build=$1 src=$2 case=$3
+source "$src/tests/lib.sh"
+py=$("$src/scripts/test_venv.sh") || fail "scripts/test_venv.sh could not make the venv"
+work="$build/tokenizer_$case"
+rm -rf "$work"
+mkdir -p "$work"
+case $case in
+  compare) "$py" "$src/tests/python/tokenizer_compare.py" "$build/tool_tokenize" "$work" ;;
+  refusals) "$py" "$src/tests/python/tokenizer_refusals.py" "$build/tool_tokenize" "$work" "$build/meshpoint" ;;
+  data) "$py" "$src/tests/python/tokenizer_data_e2e.py" "$build/meshpoint" "$work" ;;
+  *) fail "unknown case $case" ;;
+esac
