@@ -24,6 +24,7 @@
 #include "cli/progress.h"
 #include "cli/token_stream.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "tokenizer/tokenizer.h"
 
@@ -252,7 +253,7 @@ int mp_data_tokenize(const mp_data_tok_opts *o, char **files, int nfiles) {
     snprintf(val_path, sizeof val_path, "%s/%s_val.bin", o->out, o->name);
     reader r = {.files = files, .nfiles = nfiles, .cur = -1, .field = o->jsonl_field};
     if (!r.field) r.carry = mp_xmalloc(PIECE_BYTES + 1);
-    mp_code rc = ckpt_mkdirs(o->out, &err);
+    mp_code rc = mp_fs_mkdirs(o->out, &err);
     if (rc != MP_OK) mp_err_wrap(&err, "cannot create output directory %s", o->out);
     if (rc == MP_OK) rc = mp_token_stream_open(&k.out, train_path, width, &err);
     int opened = rc == MP_OK;

@@ -7,6 +7,7 @@
  * ever holds a partial file. Headers as core/data.h describes: int32[256], magic, version, count.
  */
 #include "cli/token_stream.h"
+#include "core/fsutil.h"
 #include <assert.h>
 #include <errno.h>
 #include <string.h>
@@ -76,12 +77,15 @@ static int copy_tail(mp_token_stream *s, mp_token_stream *v, int64_t nval) {
     return 0;
 }
 
-/* Writes s's header, flushes, fsyncs, closes and renames it into place. */
-static int finish(mp_token_stream *s) {
-    int ok = write_header(s->f, s->width, s->n) == 0 && fflush(s->f) == 0 && fsync(fileno(s->f)) == 0;
-    ok = fclose(s->f) == 0 && ok;
+/* Writes s's header, then closes it durably and renames it into place durably (core/fsutil: the data
+ * and the new name both survive a power cut). MP_EIO naming the file on failure. */
+static mp_code finish(mp_token_stream *s, mp_err *err) {
+    int ok = write_header(s->f, s->width, s->n) == 0;
+    int e = errno;
+    mp_code rc = mp_fs_close_durable(s->f, s->tmp, err);   /* closes the file either way */
     s->f = NULL;
-    return ok && rename(s->tmp, s->path) == 0 ? 0 : -1;
+    if (!ok) return mp_err_set(err, MP_EIO, "writing the header of %s: %s", s->tmp, strerror(e));
+    return rc ? rc : mp_fs_rename_durable(s->tmp, s->path, NULL, err);
 }
 
 mp_code mp_token_stream_split_commit(mp_token_stream *s, const char *val_path, int64_t nval, mp_err *err) {
@@ -96,13 +100,13 @@ mp_code mp_token_stream_split_commit(mp_token_stream *s, const char *val_path, i
     int ok = fflush(s->f) == 0 && copy_tail(s, &v, nval) == 0;
     s->n -= nval;
     ok = ok && fflush(s->f) == 0 && ftruncate(fileno(s->f), (off_t)(HEADER_BYTES + s->n * s->width)) == 0;
-    int e = errno;
-    if (ok && finish(&v) != 0) { ok = 0; e = errno; }
-    if (ok && finish(s) != 0) { ok = 0; e = errno; }
-    if (ok) return MP_OK;
+    mp_code rc = ok ? MP_OK : mp_err_set(err, MP_EIO, "writing %s and %s: %s", s->path, val_path, strerror(errno));
+    if (!rc) rc = finish(&v, err);
+    if (!rc) rc = finish(s, err);
+    if (!rc) return MP_OK;
     mp_token_stream_abort(&v);
     mp_token_stream_abort(s);
-    return mp_err_set(err, MP_EIO, "writing %s and %s: %s", s->path, val_path, strerror(e));
+    return rc;
 }
 
 void mp_token_stream_abort(mp_token_stream *s) {
