@@ -1,6 +1,9 @@
 /*
  * cli/cli.h — the subcommands of the meshpoint program. Each takes the arguments after its name and
- * returns the process exit status (0 ok, 1 a failed operation or check, 2 bad usage or input).
+ * returns the process exit status, always decided one way: mp_exit_status(code) of core/error.h (0
+ * MP_OK, 2 MP_EINPUT: bad usage or input, 1 any other code: a failed operation or check), directly or
+ * through cli/runtime.h's mp_runtime_fail*, which agree on the code first. No command returns a
+ * literal status.
  */
 #ifndef MP_CLI_H
 #define MP_CLI_H

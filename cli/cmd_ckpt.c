@@ -50,19 +50,19 @@ static void print_usage(FILE *out) {
 int mp_cmd_ckpt(int argc, char **argv) {
     if (argc < 1) {
         print_usage(stderr);
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
     const char *name = argv[0];
     if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
         print_usage(stdout);
-        return MP_CKPT_ST_OK;
+        return mp_exit_status(MP_OK);
     }
     const mp_subcommand *sub = mp_subcommand_find(subs, name);
     if (!sub) {
         mp_log_fail("unknown subcommand \"%s\"", name);
         fputc('\n', stderr);
         print_usage(stderr);
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
     mp_subcommand_enter("meshpoint ckpt", sub);   /* errors read "meshpoint ckpt verify: error: ..." */
     return sub->run(argc - 1, argv + 1);

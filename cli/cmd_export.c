@@ -149,7 +149,7 @@ int mp_cmd_export(int argc, char **argv) {
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
     mp_err_clear(&err);
-    int npos = 0, help = 0, status = 0;
+    int npos = 0, help = 0, status = mp_exit_status(MP_OK);
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
     if (help) {
         if (rt.rank == 0) mp_args_help(stdout, "meshpoint export CKPT --out DIR [options]", export_about, flags);

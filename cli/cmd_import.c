@@ -105,7 +105,7 @@ int mp_cmd_import(int argc, char **argv) {
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
     mp_err_clear(&err);
-    int npos = 0, help = 0, status = 0, n = 0;
+    int npos = 0, help = 0, status = mp_exit_status(MP_OK), n = 0;
     rs_source *src = NULL;
     rs_box *boxes = NULL;
     llama_config mc;

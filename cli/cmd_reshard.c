@@ -200,7 +200,7 @@ int mp_cmd_reshard(int argc, char **argv) {
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
     mp_err_clear(&err);
-    int npos = 0, help = 0, status = 0;
+    int npos = 0, help = 0, status = mp_exit_status(MP_OK);
     char *src_dir = NULL;
     rs_source *src = NULL;
     rs_box *boxes = NULL;
@@ -286,7 +286,7 @@ int mp_cmd_init(int argc, char **argv) {
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
     mp_err_clear(&err);
-    int npos = 0, help = 0, status = 0;
+    int npos = 0, help = 0, status = mp_exit_status(MP_OK);
     rs_source *src = NULL;
     rs_box *boxes = NULL;
     int n = 0;

@@ -330,7 +330,7 @@ int mp_cmd_train(int argc, char **argv) {
     mp_runtime_start(&r->rt, &argc, &argv);
     mp_err_clear(&r->err);
     mp_checkpointer_init(&r->ck, "", NULL, 0);
-    int help = 0, status = 0;
+    int help = 0, status = mp_exit_status(MP_OK);
     mp_code agreed;
 
     /* flags and config; mesh, data, model */

@@ -87,18 +87,18 @@ static int asks_version(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         print_usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        return mp_exit_status(argc < 2 ? MP_EINPUT : MP_OK);
     }
     const char *name = argv[1];
-    if (!strcmp(name, "--version") || !strcmp(name, "version")) { print_version(); return 0; }
+    if (!strcmp(name, "--version") || !strcmp(name, "version")) { print_version(); return mp_exit_status(MP_OK); }
     const mp_subcommand *cmd = mp_subcommand_find(commands, name);
     if (!cmd) {
         mp_log_fail("unknown command \"%s\"", name);
         fputc('\n', stderr);
         print_usage(stderr);
-        return 2;
+        return mp_exit_status(MP_EINPUT);
     }
     mp_subcommand_enter("meshpoint", cmd);
-    if (asks_version(argc - 2, argv + 2)) { print_version(); return 0; }
+    if (asks_version(argc - 2, argv + 2)) { print_version(); return mp_exit_status(MP_OK); }
     return cmd->run(argc - 2, argv + 2);
 }
