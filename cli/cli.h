@@ -30,8 +30,10 @@ typedef struct mp_subcommand {
     const char *help;                    /* one line ("\n" continues it, indented under the first) */
 } mp_subcommand;
 
-/* The row of table named name; NULL if none. */
-const mp_subcommand *mp_subcommand_find(const mp_subcommand *table, const char *name);
+/* The row of table named name; none: reports "unknown WHAT "NAME"", prints the usage text to stderr
+ * after a blank line, and returns NULL (the caller's status: mp_exit_status(MP_EINPUT)). */
+const mp_subcommand *mp_subcommand_lookup(const mp_subcommand *table, const char *name, const char *what,
+                                          void (*usage)(FILE *out));
 /* Names the running command "PREFIX NAME" for the error prefix ("meshpoint ckpt verify: error: ..."). */
 void mp_subcommand_enter(const char *prefix, const mp_subcommand *cmd);
 /* Prints the table's names separated by '|' ("ls|show|verify"), no newline. */

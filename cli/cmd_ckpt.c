@@ -57,13 +57,8 @@ int mp_cmd_ckpt(int argc, char **argv) {
         print_usage(stdout);
         return mp_exit_status(MP_OK);
     }
-    const mp_subcommand *sub = mp_subcommand_find(subs, name);
-    if (!sub) {
-        mp_log_fail("unknown subcommand \"%s\"", name);
-        fputc('\n', stderr);
-        print_usage(stderr);
-        return mp_exit_status(MP_EINPUT);
-    }
+    const mp_subcommand *sub = mp_subcommand_lookup(subs, name, "subcommand", print_usage);
+    if (!sub) return mp_exit_status(MP_EINPUT);
     mp_subcommand_enter("meshpoint ckpt", sub);   /* errors read "meshpoint ckpt verify: error: ..." */
     return sub->run(argc - 1, argv + 1);
 }

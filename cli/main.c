@@ -91,13 +91,8 @@ int main(int argc, char **argv) {
     }
     const char *name = argv[1];
     if (!strcmp(name, "--version") || !strcmp(name, "version")) { print_version(); return mp_exit_status(MP_OK); }
-    const mp_subcommand *cmd = mp_subcommand_find(commands, name);
-    if (!cmd) {
-        mp_log_fail("unknown command \"%s\"", name);
-        fputc('\n', stderr);
-        print_usage(stderr);
-        return mp_exit_status(MP_EINPUT);
-    }
+    const mp_subcommand *cmd = mp_subcommand_lookup(commands, name, "command", print_usage);
+    if (!cmd) return mp_exit_status(MP_EINPUT);
     mp_subcommand_enter("meshpoint", cmd);
     if (asks_version(argc - 2, argv + 2)) { print_version(); return mp_exit_status(MP_OK); }
     return cmd->run(argc - 2, argv + 2);

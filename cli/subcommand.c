@@ -8,9 +8,13 @@
 #include "cli/cli.h"
 #include "core/log.h"
 
-const mp_subcommand *mp_subcommand_find(const mp_subcommand *table, const char *name) {
-    for (; table->name; table++)
-        if (!strcmp(table->name, name)) return table;
+const mp_subcommand *mp_subcommand_lookup(const mp_subcommand *table, const char *name, const char *what,
+                                          void (*usage)(FILE *out)) {
+    for (const mp_subcommand *c = table; c->name; c++)
+        if (!strcmp(c->name, name)) return c;
+    mp_log_fail("unknown %s \"%s\"", what, name);
+    fputc('\n', stderr);
+    usage(stderr);
     return NULL;
 }
 
