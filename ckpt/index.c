@@ -645,6 +645,152 @@ static hid_t image_fapl(const void *image, size_t bytes) {
     return p;
 }
 
+/* Reads the root attributes of the index file f into L (format version, created_utc, step, world size,
+ * zstd level) and the stored index checksum into *want_hash; refuses another format, a version this
+ * build does not read, and values out of range. */
+static mp_code read_root(hid_t f, const char *path, ck_layout *L, uint64_t *want_hash, mp_err *e) {
+    char fmt[64] = "";
+    int64_t ver = 0, world = 0, zl = 0;
+    if (ck_attr_read_str(f, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, CKPT_FORMAT_NAME) != 0)
+        return ck_h5_err(e, MP_ECHECK, "%s: not a meshpoint checkpoint index (format attribute '%s')", path, fmt);
+    if (ck_attr_read_i64(f, "format_version", &ver, 1) < 0)
+        return ck_h5_err(e, MP_ECHECK, "%s: no format_version attribute", path);
+    if (ver < 1 || ver > CKPT_FORMAT_VERSION)
+        return mp_err_set(e, MP_ECHECK,
+                          "%s: format version %lld; this build reads versions 1..%d (a newer meshpoint wrote it?)",
+                          path, (long long)ver, CKPT_FORMAT_VERSION);
+    L->version = (int)ver;
+    /* informational (not in the checksum): kept so that a rebuilt index (repair-views) keeps it */
+    if (ck_attr_read_str(f, "created_utc", L->created_utc, sizeof L->created_utc) < 0) {
+        L->created_utc[0] = '\0';
+        ck_h5_clear();
+    }
+    if (ck_attr_read_i64(f, "step", &L->step, 1) < 0 || ck_attr_read_i64(f, "world_size", &world, 1) < 0 ||
+        ck_attr_read_i64(f, "zstd_level", &zl, 1) < 0 || ck_attr_read_u64(f, "index_checksum", want_hash, 1) < 0)
+        return ck_h5_err(e, MP_ECHECK, "%s: missing or bad root attributes", path);
+    if (world < 1 || world > INT32_MAX || zl < 0 || zl > 22)
+        return mp_err_set(e, MP_ECHECK, "%s: world_size %lld or zstd_level %lld out of range", path,
+                          (long long)world, (long long)zl);
+    if (L->step < 0)   /* the writer refuses negative steps */
+        return mp_err_set(e, MP_ECHECK, "%s: root attribute step = %lld out of range (must be >= 0)", path,
+                          (long long)L->step);
+    L->world = (int)world;
+    L->zstd_level = (int)zl;
+    return MP_OK;
+}
+
+/* Copies box row i of the boxes table (rec_box rows for version 1, rec_box2 after) into L->b[i] and
+ * checks it against the tensor and file tables. */
+static mp_code copy_box_row(ck_layout *L, const void *rbv, int64_t i, const char *path, mp_err *e) {
+    ck_box *B = &L->b[i];
+    int ok;
+    if (L->version == 1) {
+        const rec_box *R = (const rec_box *)rbv + i;
+        COPY_BOX_COMMON(B, R);
+        B->slab_rows = R->slab_rows;
+        B->slab_first = R->slab_first;
+        B->nslabs = R->nslabs;
+        ok = box_row_ok(L, B, R->tensor, sizeof R->tensor, R->file, R->rank);
+    } else {
+        const rec_box2 *R = (const rec_box2 *)rbv + i;
+        COPY_BOX_COMMON(B, R);
+        B->tile_rows = R->tile_rows;
+        B->tile_cols = R->tile_cols;
+        B->ntiles = R->ntiles;
+        B->tiles_checksum = R->tiles_checksum;
+        memcpy(B->tiles_dataset, R->tiles_dataset, sizeof B->tiles_dataset);
+        ok = box_row_ok(L, B, R->tensor, sizeof R->tensor, R->file, R->rank);
+    }
+    if (!ok) return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: tensor/file columns disagree", path, (long long)i);
+    if (!memchr(B->dataset, 0, sizeof B->dataset) || !memchr(B->tiles_dataset, 0, sizeof B->tiles_dataset))
+        return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: dataset path not NUL-terminated", path, (long long)i);
+    return MP_OK;
+}
+
+/* Copies the rows of the tensor, file and box tables (L->ntensors, nfiles, nboxes of them) into L's
+ * arrays, allocated by the caller, checking each tensor's name and dtype and each box row. */
+static mp_code copy_rows(ck_layout *L, const rec_tensor *rt, const void *rbv, const rec_file *rf, const char *path,
+                         mp_err *e) {
+    mp_code rc = MP_OK;
+    for (int64_t i = 0; i < L->ntensors && rc == MP_OK; i++) {
+        ck_tensor *T = &L->t[i];
+        int dt = mp_dtype_parse(rt[i].dtype[7] ? "?" : rt[i].dtype);
+        if (!memchr(rt[i].name, 0, sizeof rt[i].name) || dt < 0)
+            rc = mp_err_set(e, MP_ECHECK, "%s: tensors[%lld]: bad name or dtype", path, (long long)i);
+        memcpy(T->name, rt[i].name, sizeof T->name);
+        T->name[CKPT_NAME_MAX] = '\0';
+        T->dtype = (mp_dtype)(dt < 0 ? 0 : dt);
+        T->ndim = rt[i].ndim;
+        memcpy(T->shape, rt[i].shape, sizeof T->shape);
+        T->box_first = rt[i].box_first;
+        T->nboxes = rt[i].nboxes;
+    }
+    for (int64_t i = 0; i < L->nfiles && rc == MP_OK; i++) {
+        L->f[i].rank = rf[i].rank;
+        memcpy(L->f[i].name, rf[i].name, sizeof L->f[i].name);
+        L->f[i].name[CK_FILE_MAX - 1] = '\0';
+        L->f[i].nboxes = rf[i].nboxes;
+        L->f[i].bytes = rf[i].bytes;
+    }
+    for (int64_t i = 0; i < L->nboxes && rc == MP_OK; i++) rc = copy_box_row(L, rbv, i, path, e);
+    return rc;
+}
+
+/* Reads the layout tables of f (tensors, boxes, files; version 1 also the slab checksums) into L. */
+static mp_code read_layout(hid_t f, const char *path, ck_layout *L, mp_err *e) {
+    rec_tensor *rt = NULL;
+    void *rbv = NULL;
+    rec_file *rf = NULL;
+    int64_t nt = 0, nb = 0, nf = 0, ns = 0;
+    size_t brec = L->version == 1 ? sizeof(rec_box) : sizeof(rec_box2);
+    hid_t tt = tensor_mtype(), bt = box_mtype(L->version), fit = file_mtype();
+    herr_t h1 = read_table(f, "layout/tensors", tt, sizeof *rt, (void **)&rt, &nt);
+    herr_t h2 = h1 < 0 ? -1 : read_table(f, "layout/boxes", bt, brec, &rbv, &nb);
+    herr_t h3 = h2 < 0 ? -1 : read_table(f, "layout/files", fit, sizeof *rf, (void **)&rf, &nf);
+    herr_t h4 = h3 < 0 || L->version != 1 ? h3
+                                           : read_table(f, "layout/slab_checksums", H5T_NATIVE_UINT64,
+                                                        sizeof(uint64_t), (void **)&L->slabs, &ns);
+    H5Tclose(tt);
+    H5Tclose(bt);
+    H5Tclose(fit);
+    mp_code rc;
+    if (h4 < 0 || nt > INT32_MAX || nb > INT32_MAX || nf > INT32_MAX) {
+        rc = ck_h5_err(e, MP_ECHECK, "%s: cannot read the layout tables (format version %d)", path, L->version);
+    } else {
+        L->ntensors = (int)nt;
+        L->nboxes = (int)nb;
+        L->nfiles = (int)nf;
+        L->nslabs = ns;
+        L->t = mp_xcalloc(sizeof *L->t * (size_t)(nt + 1));
+        L->b = mp_xcalloc(sizeof *L->b * (size_t)(nb + 1));
+        L->f = mp_xcalloc(sizeof *L->f * (size_t)(nf + 1));
+        rc = copy_rows(L, rt, rbv, rf, path, e);
+    }
+    free(rt);
+    free(rbv);
+    free(rf);
+    return rc;
+}
+
+/* Reads the /meta group of f into L's keys and values, in the canonical (strcmp) order of the keys that
+ * the writer hashed them in. */
+static mp_code read_meta(hid_t f, const char *path, ck_layout *L, mp_err *e) {
+    hid_t g = H5Gopen2(f, "meta", H5P_DEFAULT);
+    if (g < 0) return ck_h5_err(e, MP_ECHECK, "%s: no /meta group", path);
+    meta_ctx mc = {.L = L, .g = g, .rc = MP_OK, .e = e, .path = path};
+    hsize_t idx = 0;
+    herr_t hr = H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, meta_cb, &mc);
+    H5Gclose(g);
+    if (mc.rc != MP_OK) return mc.rc;
+    if (hr < 0) return ck_h5_err(e, MP_ECHECK, "%s: reading /meta", path);
+    char **pairs = mp_xmalloc(sizeof(char *) * 2 * (size_t)(L->nmeta + 1));
+    for (int i = 0; i < L->nmeta; i++) { pairs[2 * i] = L->keys[i]; pairs[2 * i + 1] = L->vals[i]; }
+    qsort(pairs, (size_t)L->nmeta, 2 * sizeof(char *), cmp_str);
+    for (int i = 0; i < L->nmeta; i++) { L->keys[i] = pairs[2 * i]; L->vals[i] = pairs[2 * i + 1]; }
+    free(pairs);
+    return MP_OK;
+}
+
 /* Reads and validates index.h5 of format version 1 or 2 (docs/FORMAT.md); refuses other versions.
  * The body of ck_index_read (image NULL: the file at path) and ck_index_read_image (image[0,
  * image_bytes), path only names it); check_sum 0 computes the index checksum without comparing it. */
@@ -663,149 +809,19 @@ static mp_code index_read(const char *path, const void *image, size_t image_byte
         if (ck_h5_cause_errno()) return ck_h5_err(e, MP_ECHECK, "%s: cannot be opened", path);
         return ck_h5_err(e, MP_ECHECK, "%s: not a readable HDF5 file (corrupt or truncated index)", path);
     }
-    mp_code rc = MP_OK;
-    char fmt[64] = "";
-    int64_t ver = 0, world = 0, zl = 0;
     uint64_t want_hash = 0;
-    if (ck_attr_read_str(f, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, CKPT_FORMAT_NAME) != 0) {
-        rc = ck_h5_err(e, MP_ECHECK, "%s: not a meshpoint checkpoint index (format attribute '%s')", path, fmt);
-        goto done;
+    mp_code rc = read_root(f, path, L, &want_hash, e);
+    if (rc == MP_OK) rc = read_layout(f, path, L, e);
+    if (rc == MP_OK) rc = read_meta(f, path, L, e);
+    if (rc == MP_OK) {
+        uint64_t got = ck_layout_hash(L);
+        if (check_sum && got != want_hash)
+            rc = mp_err_set(e, MP_ECHECK,
+                            "%s: index checksum mismatch (stored %016llx, computed %016llx): the index is corrupt",
+                            path, (unsigned long long)want_hash, (unsigned long long)got);
+        else
+            rc = validate(L, path, e);
     }
-    if (ck_attr_read_i64(f, "format_version", &ver, 1) < 0) {
-        rc = ck_h5_err(e, MP_ECHECK, "%s: no format_version attribute", path);
-        goto done;
-    }
-    if (ver < 1 || ver > CKPT_FORMAT_VERSION) {
-        rc = mp_err_set(e, MP_ECHECK,
-                        "%s: format version %lld; this build reads versions 1..%d (a newer meshpoint wrote it?)", path,
-                        (long long)ver, CKPT_FORMAT_VERSION);
-        goto done;
-    }
-    L->version = (int)ver;
-    /* informational (not in the checksum): kept so that a rebuilt index (repair-views) keeps it */
-    if (ck_attr_read_str(f, "created_utc", L->created_utc, sizeof L->created_utc) < 0) {
-        L->created_utc[0] = '\0';
-        ck_h5_clear();
-    }
-    if (ck_attr_read_i64(f, "step", &L->step, 1) < 0 || ck_attr_read_i64(f, "world_size", &world, 1) < 0 ||
-        ck_attr_read_i64(f, "zstd_level", &zl, 1) < 0 || ck_attr_read_u64(f, "index_checksum", &want_hash, 1) < 0) {
-        rc = ck_h5_err(e, MP_ECHECK, "%s: missing or bad root attributes", path);
-        goto done;
-    }
-    if (world < 1 || world > INT32_MAX || zl < 0 || zl > 22) {
-        rc = mp_err_set(e, MP_ECHECK, "%s: world_size %lld or zstd_level %lld out of range", path, (long long)world,
-                        (long long)zl);
-        goto done;
-    }
-    if (L->step < 0) {   /* the writer refuses negative steps */
-        rc = mp_err_set(e, MP_ECHECK, "%s: root attribute step = %lld out of range (must be >= 0)", path,
-                        (long long)L->step);
-        goto done;
-    }
-    L->world = (int)world;
-    L->zstd_level = (int)zl;
-
-    rec_tensor *rt = NULL;
-    void *rbv = NULL;
-    rec_file *rf = NULL;
-    int64_t nt = 0, nb = 0, nf = 0, ns = 0;
-    size_t brec = L->version == 1 ? sizeof(rec_box) : sizeof(rec_box2);
-    hid_t tt = tensor_mtype(), bt = box_mtype(L->version), fit = file_mtype();
-    herr_t h1 = read_table(f, "layout/tensors", tt, sizeof *rt, (void **)&rt, &nt);
-    herr_t h2 = h1 < 0 ? -1 : read_table(f, "layout/boxes", bt, brec, &rbv, &nb);
-    herr_t h3 = h2 < 0 ? -1 : read_table(f, "layout/files", fit, sizeof *rf, (void **)&rf, &nf);
-    herr_t h4 = h3 < 0 || L->version != 1 ? h3
-                                           : read_table(f, "layout/slab_checksums", H5T_NATIVE_UINT64,
-                                                        sizeof(uint64_t), (void **)&L->slabs, &ns);
-    H5Tclose(tt);
-    H5Tclose(bt);
-    H5Tclose(fit);
-    if (h4 < 0 || nt > INT32_MAX || nb > INT32_MAX || nf > INT32_MAX) {
-        rc = ck_h5_err(e, MP_ECHECK, "%s: cannot read the layout tables (format version %d)", path, L->version);
-        free(rt); free(rbv); free(rf);
-        goto done;
-    }
-    L->ntensors = (int)nt;
-    L->nboxes = (int)nb;
-    L->nfiles = (int)nf;
-    L->nslabs = ns;
-    L->t = mp_xcalloc(sizeof *L->t * (size_t)(nt + 1));
-    L->b = mp_xcalloc(sizeof *L->b * (size_t)(nb + 1));
-    L->f = mp_xcalloc(sizeof *L->f * (size_t)(nf + 1));
-    for (int64_t i = 0; i < nt && rc == MP_OK; i++) {
-        ck_tensor *T = &L->t[i];
-        int dt = mp_dtype_parse(rt[i].dtype[7] ? "?" : rt[i].dtype);
-        if (!memchr(rt[i].name, 0, sizeof rt[i].name) || dt < 0)
-            rc = mp_err_set(e, MP_ECHECK, "%s: tensors[%lld]: bad name or dtype", path, (long long)i);
-        memcpy(T->name, rt[i].name, sizeof T->name);
-        T->name[CKPT_NAME_MAX] = '\0';
-        T->dtype = (mp_dtype)(dt < 0 ? 0 : dt);
-        T->ndim = rt[i].ndim;
-        memcpy(T->shape, rt[i].shape, sizeof T->shape);
-        T->box_first = rt[i].box_first;
-        T->nboxes = rt[i].nboxes;
-    }
-    for (int64_t i = 0; i < nf && rc == MP_OK; i++) {
-        L->f[i].rank = rf[i].rank;
-        memcpy(L->f[i].name, rf[i].name, sizeof L->f[i].name);
-        L->f[i].name[CK_FILE_MAX - 1] = '\0';
-        L->f[i].nboxes = rf[i].nboxes;
-        L->f[i].bytes = rf[i].bytes;
-    }
-    for (int64_t i = 0; i < nb && rc == MP_OK; i++) {
-        ck_box *B = &L->b[i];
-        int ok;
-        if (L->version == 1) {
-            const rec_box *R = (const rec_box *)rbv + i;
-            COPY_BOX_COMMON(B, R);
-            B->slab_rows = R->slab_rows;
-            B->slab_first = R->slab_first;
-            B->nslabs = R->nslabs;
-            ok = box_row_ok(L, B, R->tensor, sizeof R->tensor, R->file, R->rank);
-        } else {
-            const rec_box2 *R = (const rec_box2 *)rbv + i;
-            COPY_BOX_COMMON(B, R);
-            B->tile_rows = R->tile_rows;
-            B->tile_cols = R->tile_cols;
-            B->ntiles = R->ntiles;
-            B->tiles_checksum = R->tiles_checksum;
-            memcpy(B->tiles_dataset, R->tiles_dataset, sizeof B->tiles_dataset);
-            ok = box_row_ok(L, B, R->tensor, sizeof R->tensor, R->file, R->rank);
-        }
-        if (!ok) rc = mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: tensor/file columns disagree", path, (long long)i);
-        else if (!memchr(B->dataset, 0, sizeof B->dataset) || !memchr(B->tiles_dataset, 0, sizeof B->tiles_dataset))
-            rc = mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: dataset path not NUL-terminated", path, (long long)i);
-    }
-    free(rt);
-    free(rbv);
-    free(rf);
-    if (rc != MP_OK) goto done;
-
-    hid_t g = H5Gopen2(f, "meta", H5P_DEFAULT);
-    if (g < 0) { rc = ck_h5_err(e, MP_ECHECK, "%s: no /meta group", path); goto done; }
-    meta_ctx mc = {.L = L, .g = g, .rc = MP_OK, .e = e, .path = path};
-    hsize_t idx = 0;
-    herr_t hr = H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, meta_cb, &mc);
-    H5Gclose(g);
-    if (mc.rc != MP_OK) { rc = mc.rc; goto done; }
-    if (hr < 0) { rc = ck_h5_err(e, MP_ECHECK, "%s: reading /meta", path); goto done; }
-    /* keys in the canonical (strcmp) order the writer hashed them in */
-    {
-        char **pairs = mp_xmalloc(sizeof(char *) * 2 * (size_t)(L->nmeta + 1));
-        for (int i = 0; i < L->nmeta; i++) { pairs[2 * i] = L->keys[i]; pairs[2 * i + 1] = L->vals[i]; }
-        qsort(pairs, (size_t)L->nmeta, 2 * sizeof(char *), cmp_str);
-        for (int i = 0; i < L->nmeta; i++) { L->keys[i] = pairs[2 * i]; L->vals[i] = pairs[2 * i + 1]; }
-        free(pairs);
-    }
-    uint64_t got = ck_layout_hash(L);
-    if (check_sum && got != want_hash) {
-        rc = mp_err_set(e, MP_ECHECK,
-                        "%s: index checksum mismatch (stored %016llx, computed %016llx): the index is corrupt",
-                        path, (unsigned long long)want_hash, (unsigned long long)got);
-        goto done;
-    }
-    rc = validate(L, path, e);
-done:
     H5Fclose(f);
     ck_h5_clear();
     if (rc != MP_OK) ck_layout_free(L);

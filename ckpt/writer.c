@@ -955,21 +955,12 @@ static int cmp_wbox(const void *a, const void *b) {
 
 static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Builds the format-v2 layout from all boxes (sorted here) and rank 0's metadata; checks that every
- * file rank is in the recorded world and written by one process only, the names, and exact coverage. */
-static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_err *e) {
-    memset(L, 0, sizeof *L);
-    if (nall > 1) qsort(all, (size_t)nall, sizeof *all, cmp_wbox);
-    L->version = 2;
-    L->step = s->step;
-    L->world = s->wsize;
-    L->zstd_level = s->o.zstd_level;
-    L->nslabs = 0;
-    L->slabs = mp_xmalloc(sizeof(uint64_t));   /* v2 has no slab table */
+/* The file table of the layout: the file ranks that have boxes in all[0, nall), each in order, into L->f
+ * (L->nfiles of them); file_of[r] gets rank r's index in it (-1: none). Checks that every file rank is in
+ * the world and written by exactly one process; L->f is complete even when that check fails. */
+static mp_code layout_files(const ckpt_save *s, const wbox *all, int nall, ck_layout *L, int *file_of, mp_err *e) {
     mp_code rc = MP_OK;
-    /* files: the file ranks that have boxes, each written by exactly one process */
     int *owner = mp_xmalloc(sizeof(int) * (size_t)s->wsize);
-    int *file_of = mp_xmalloc(sizeof(int) * (size_t)s->wsize);
     for (int r = 0; r < s->wsize; r++) owner[r] = file_of[r] = -1;
     for (int i = 0; i < nall && rc == MP_OK; i++) {
         int fr = all[i].rank;
@@ -994,10 +985,31 @@ static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_
             snprintf(F->name, sizeof F->name, "rank_%05d.h5", r);
         }
     free(owner);
+    return rc;
+}
+
+/* Refuses (MP_EINPUT) box W of a tensor whose previous box P has another dtype or global shape, naming
+ * both rank files; MP_OK when they agree. */
+static mp_code same_tensor(const wbox *P, const wbox *W, mp_err *e) {
+    int same = P->dt == W->dt && P->ndim == W->ndim;
+    for (int d = 0; same && d < CKPT_MAX_DIMS; d++) same = P->gshape[d] == W->gshape[d];
+    if (same) return MP_OK;
+    char a[256], b[256];
+    int64_t z[CKPT_MAX_DIMS] = {0};
+    ck_box_str(a, sizeof a, P->ndim, z, P->gshape);
+    ck_box_str(b, sizeof b, W->ndim, z, W->gshape);
+    return mp_err_set(e, MP_EINPUT, "tensor %s: rank_%05d.h5 has it as %s %s, rank_%05d.h5 as %s %s", W->name,
+                      P->rank, mp_dtype_name(P->dt), a, W->rank, mp_dtype_name(W->dt), b);
+}
+
+/* The tensor and box tables of the layout from all[0, nall) (sorted by name, then offset): one tensor
+ * per name, its boxes in order, each counted in its file's entry (file_of: layout_files). The boxes of
+ * one tensor must agree on its dtype and global shape. */
+static mp_code layout_boxes(const wbox *all, int nall, const int *file_of, ck_layout *L, mp_err *e) {
     L->t = mp_xcalloc(sizeof *L->t * (size_t)(nall + 1));
     L->b = mp_xcalloc(sizeof *L->b * (size_t)(nall + 1));
     L->nboxes = nall;
-    for (int i = 0; i < nall && rc == MP_OK; i++) {
+    for (int i = 0; i < nall; i++) {
         const wbox *W = &all[i];
         if (i == 0 || strcmp(W->name, all[i - 1].name) != 0) {
             ck_tensor *T = &L->t[L->ntensors++];
@@ -1007,18 +1019,7 @@ static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_
             memcpy(T->shape, W->gshape, sizeof T->shape);
             T->box_first = i;
         } else {
-            const wbox *P = &all[i - 1];
-            int same = P->dt == W->dt && P->ndim == W->ndim;
-            for (int d = 0; same && d < CKPT_MAX_DIMS; d++) same = P->gshape[d] == W->gshape[d];
-            if (!same) {
-                char a[256], b[256];
-                int64_t z[CKPT_MAX_DIMS] = {0};
-                ck_box_str(a, sizeof a, P->ndim, z, P->gshape);
-                ck_box_str(b, sizeof b, W->ndim, z, W->gshape);
-                rc = mp_err_set(e, MP_EINPUT, "tensor %s: rank_%05d.h5 has it as %s %s, rank_%05d.h5 as %s %s",
-                                W->name, P->rank, mp_dtype_name(P->dt), a, W->rank, mp_dtype_name(W->dt), b);
-                break;
-            }
+            MP_TRY(same_tensor(&all[i - 1], W, e));
         }
         ck_tensor *T = &L->t[L->ntensors - 1];
         T->nboxes++;
@@ -1039,23 +1040,27 @@ static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_
         L->f[B->file].nboxes++;
         L->f[B->file].bytes += (int64_t)mp_dtype_size(W->dt) * ck_volume(W->ndim, W->shp);
     }
-    free(file_of);
-    /* metadata, sorted by key */
+    return MP_OK;
+}
+
+/* Copies rank 0's metadata into L, sorted by key (copies: L owns them). */
+static void layout_meta(const ckpt_save *s, ck_layout *L) {
     L->keys = mp_xmalloc(sizeof(char *) * (size_t)(s->nmeta + 1));
     L->vals = mp_xmalloc(sizeof(char *) * (size_t)(s->nmeta + 1));
-    {
-        char **pairs = mp_xmalloc(sizeof(char *) * 2 * (size_t)(s->nmeta + 1));
-        for (int i = 0; i < s->nmeta; i++) { pairs[2 * i] = s->keys[i]; pairs[2 * i + 1] = s->vals[i]; }
-        qsort(pairs, (size_t)s->nmeta, 2 * sizeof(char *), cmp_cstr);
-        for (int i = 0; i < s->nmeta; i++) {
-            L->keys[i] = mp_strdup(pairs[2 * i]);
-            L->vals[i] = mp_strdup(pairs[2 * i + 1]);
-        }
-        L->nmeta = s->nmeta;
-        free(pairs);
+    char **pairs = mp_xmalloc(sizeof(char *) * 2 * (size_t)(s->nmeta + 1));
+    for (int i = 0; i < s->nmeta; i++) { pairs[2 * i] = s->keys[i]; pairs[2 * i + 1] = s->vals[i]; }
+    qsort(pairs, (size_t)s->nmeta, 2 * sizeof(char *), cmp_cstr);
+    for (int i = 0; i < s->nmeta; i++) {
+        L->keys[i] = mp_strdup(pairs[2 * i]);
+        L->vals[i] = mp_strdup(pairs[2 * i + 1]);
     }
-    if (rc != MP_OK) return rc;
-    /* a name may not be a '/'-prefix of another: view/<a> cannot be a dataset and a group */
+    L->nmeta = s->nmeta;
+    free(pairs);
+}
+
+/* Refuses (MP_EINPUT) a tensor name that is a '/'-prefix of another in L's sorted tensor table:
+ * view/<a> cannot be a dataset and a group. */
+static mp_code check_name_prefixes(const ck_layout *L, mp_err *e) {
     for (int i = 0; i < L->ntensors; i++) {
         char pre[CKPT_NAME_MAX + 2];
         snprintf(pre, sizeof pre, "%s/", L->t[i].name);
@@ -1069,6 +1074,27 @@ static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_
             return mp_err_set(e, MP_EINPUT, "tensor names %s and %s: a name may not be a '/'-prefix of another",
                               L->t[i].name, L->t[lo].name);
     }
+    return MP_OK;
+}
+
+/* Builds the format-v2 layout from all boxes (sorted here) and rank 0's metadata; checks that every
+ * file rank is in the recorded world and written by one process only, the names, and exact coverage. */
+static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_err *e) {
+    memset(L, 0, sizeof *L);
+    if (nall > 1) qsort(all, (size_t)nall, sizeof *all, cmp_wbox);
+    L->version = 2;
+    L->step = s->step;
+    L->world = s->wsize;
+    L->zstd_level = s->o.zstd_level;
+    L->nslabs = 0;
+    L->slabs = mp_xmalloc(sizeof(uint64_t));   /* v2 has no slab table */
+    int *file_of = mp_xmalloc(sizeof(int) * (size_t)s->wsize);
+    mp_code rc = layout_files(s, all, nall, L, file_of, e);
+    if (rc == MP_OK) rc = layout_boxes(all, nall, file_of, L, e);
+    free(file_of);
+    layout_meta(s, L);
+    if (rc != MP_OK) return rc;
+    MP_TRY(check_name_prefixes(L, e));
     ck_layout_index(L);
     if (!s->o.unchecked_coverage)
         for (int t = 0; t < L->ntensors; t++) MP_TRY(ck_layout_check_tensor(L, t, 1, e));

@@ -263,15 +263,15 @@ int mp_ckpt_cli_start(const mp_arg *flags, int argc, char **argv, int nargs, con
     mp_err_clear(&err);
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) {
         mp_log_fail("%s", err.msg);
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
     if (help) {
         mp_args_help(stdout, usage, about, flags);
-        return MP_CKPT_ST_OK;
+        return mp_exit_status(MP_OK);
     }
     if (npos != nargs) {
         mp_log_fail("expected %s (see --help)", what);
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
     return -1;
 }

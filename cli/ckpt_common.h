@@ -2,8 +2,9 @@
  * cli/ckpt_common.h — the helpers `meshpoint ckpt ls|show|verify|diff` share (cli/ckpt_*.c; single
  * process, read only, built on the public API of ckpt/ckpt.h only).
  *
- * - Exit status of every subcommand: MP_CKPT_ST_OK 0 ok, MP_CKPT_ST_FAIL 1 a check failed or the
- *   checkpoints differ, MP_CKPT_ST_USAGE 2 bad usage or unreadable/missing input.
+ * - Exit status of every subcommand: mp_exit_status(code), as every command's (cli/cli.h): 0 ok, 1 a
+ *   check failed or the checkpoints differ (MP_ECHECK), 2 bad usage or unreadable/missing input
+ *   (MP_EINPUT).
  * - Locating: a DIR argument is a checkpoint directory (it holds index.h5), or a checkpoint root or a
  *   run directory (PATH/checkpoints), meaning its newest complete checkpoint (mp_ckpt_resolve).
  * - Chunks: every tensor is read through ckpt_read in the same "chunks": boxes that cut the tensor along
@@ -29,8 +30,6 @@
 #include "core/tensor.h"
 #include "layers/llama_config.h"
 
-enum { MP_CKPT_ST_OK = 0, MP_CKPT_ST_FAIL = 1, MP_CKPT_ST_USAGE = 2 };
-
 /* ------------------------------------------------------------------------------------ subcommands */
 
 /* `meshpoint ckpt ls ARGS` (argv after "ls"): the checkpoints under a root. Returns the exit status. */
@@ -47,7 +46,8 @@ int mp_ckpt_repair_views(int argc, char **argv);
 /* The start every ckpt subcommand shares: parses flags (the positional arguments are compacted to the
  * front of argv), prints the help (usage, about) on --help, and checks that exactly nargs positional
  * arguments were given (`what` names them in the error, e.g. "one checkpoint DIR"). Returns -1 to go
- * on, else the exit status: MP_CKPT_ST_OK after the help, MP_CKPT_ST_USAGE after reporting the error. */
+ * on, else the exit status: mp_exit_status(MP_OK) after the help, mp_exit_status(MP_EINPUT) after
+ * reporting the error. */
 /* Refuses (MP_EINPUT, naming --out) an output path that is empty, exists without force, is src itself
  * (src_what names it: "the source checkpoint"; src may be NULL), or whose file system lacks room for
  * need bytes plus HDF5's overhead (MP_RESHARD_FREE_BYTES replaces the measured free space, for tests). */

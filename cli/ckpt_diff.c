@@ -367,7 +367,7 @@ static int diff_parse(int argc, char **argv, double *atol, double *rtol, int *al
     if (st >= 0) return st;
     if (*atol < 0 || *rtol < 0) {
         mp_log_fail("--atol and --rtol must be >= 0, got %g and %g", *atol, *rtol);
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
     return -1;
 }
@@ -378,7 +378,7 @@ int mp_ckpt_diff(int argc, char **argv) {
     int all = 0, json = 0;
     int status = diff_parse(argc, argv, &atol, &rtol, &all, &json);
     if (status >= 0) return status;
-    status = MP_CKPT_ST_OK;
+    status = mp_exit_status(MP_OK);
     mp_err err;
     mp_err_clear(&err);
     char *dir[2] = {NULL, NULL}, *meta_text = NULL;
@@ -388,7 +388,7 @@ int mp_ckpt_diff(int argc, char **argv) {
     for (int k = 0; k < 2 && !status; k++)
         if (mp_ckpt_resolve(argv[k], &dir[k], &err) || ckpt_open(&r[k], dir[k], &err)) {
             mp_log_fail("%s", err.msg);
-            status = MP_CKPT_ST_USAGE;
+            status = mp_exit_status(MP_EINPUT);
         }
     if (status) goto out;
     char mb[128];
@@ -402,11 +402,11 @@ int mp_ckpt_diff(int argc, char **argv) {
     if (json) fclose(mo);
     if (diff_tensors(r, atol, rtol, all, &o, &err)) {
         mp_log_fail("%s", err.msg);
-        status = MP_CKPT_ST_USAGE;
+        status = mp_exit_status(MP_EINPUT);
         goto out;
     }
     int differ = o.n_diff || o.mismatch || o.only_a || o.only_b || nmeta;
-    status = differ ? MP_CKPT_ST_FAIL : MP_CKPT_ST_OK;
+    status = mp_exit_status(differ ? MP_ECHECK : MP_OK);
     if (json) {
         print_json(dir, r, meta_text, nmeta, &o, atol, rtol, differ);
         goto out;

@@ -133,21 +133,21 @@ static void scan_entry(const char *root, const char *name, ls_entry **e, int *n,
 }
 
 /* The step directories of root, sorted by step (the index's for readable checkpoints); *e malloc'd.
- * MP_CKPT_ST_USAGE (message printed) when root cannot be listed. */
+ * mp_exit_status(MP_EINPUT) (message printed) when root cannot be listed. */
 static int scan_root(const char *root, ls_entry **e, int *n) {
     *e = NULL;
     *n = 0;
     DIR *d = opendir(root);
     if (!d) {
         mp_log_fail("cannot list %s: %s", root, strerror(errno));
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
     int cap = 0;
     struct dirent *de;
     while ((de = readdir(d))) scan_entry(root, de->d_name, e, n, &cap);
     closedir(d);
     if (*n > 1) qsort(*e, (size_t)*n, sizeof **e, cmp_entry);
-    return MP_CKPT_ST_OK;
+    return mp_exit_status(MP_OK);
 }
 
 /* JSON object of complete checkpoint x. */
@@ -201,9 +201,10 @@ static void incomplete_out(const ls_entry *x, cJSON *ji) {
 }
 
 /* Prints the listing of the n entries e of root (text, or JSON with json); latest is what ROOT/latest
- * names. Returns the exit status: MP_CKPT_ST_FAIL when a complete checkpoint could not be opened. */
+ * names. Returns the exit status: mp_exit_status(MP_ECHECK) when a complete checkpoint could not be
+ * opened. */
 static int print_listing(const char *root, const ls_entry *e, int n, const char *latest, int json) {
-    int latest_ok = 0, newest = -1, ncomplete = 0, status = MP_CKPT_ST_OK;
+    int latest_ok = 0, newest = -1, ncomplete = 0, status = mp_exit_status(MP_OK);
     for (int i = 0; i < n; i++)
         if (e[i].complete) {
             /* --resume picks by directory name (ckpt_find_latest), whatever the index says */
@@ -228,7 +229,7 @@ static int print_listing(const char *root, const ls_entry *e, int n, const char 
     for (int i = 0; i < n; i++) {
         if (!e[i].complete) continue;
         ncomplete++;
-        if (!e[i].readable) status = MP_CKPT_ST_FAIL;
+        if (!e[i].readable) status = mp_exit_status(MP_ECHECK);
         int is_latest = !strcmp(e[i].name, latest);
         if (json) cJSON_AddItemToArray(jl, complete_json(&e[i], is_latest));
         else complete_text(&e[i], is_latest);
@@ -263,7 +264,7 @@ static int parse_ls_args(int argc, char **argv, int *json, char **root) {
     if (st >= 0) return st;
     if (!mp_fs_is_dir(argv[0])) {
         mp_log_fail("%s: %s", argv[0], mp_fs_exists(argv[0]) ? "not a directory" : "no such directory");
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
     char *ip = mp_fs_join(argv[0], "index.h5");
     int is_ckpt = mp_fs_exists(ip);
@@ -271,7 +272,7 @@ static int parse_ls_args(int argc, char **argv, int *json, char **root) {
     if (is_ckpt) {
         mp_log_fail("%s is a checkpoint, not a checkpoint root: give its parent, or use `meshpoint ckpt show`",
                     argv[0]);
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
     *root = mp_ckpt_root_of(argv[0]);
     return -1;
@@ -286,7 +287,7 @@ int mp_ckpt_ls(int argc, char **argv) {
     ls_entry *e = NULL;
     int n = 0;
     status = scan_root(root, &e, &n);
-    if (status == MP_CKPT_ST_OK) {
+    if (status == mp_exit_status(MP_OK)) {
         char latest[512];
         read_latest(root, latest, sizeof latest);
         status = print_listing(root, e, n, latest, json);

@@ -42,21 +42,21 @@ int mp_ckpt_repair_views(int argc, char **argv) {
     char *dir = NULL;
     if (mp_ckpt_resolve(argv[0], &dir, &err)) {
         mp_log_fail("%s", err.msg);
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
-    int status = MP_CKPT_ST_FAIL, found = 0, left = 0;
+    int status = mp_exit_status(MP_ECHECK), found = 0, left = 0;
     if (ckpt_views_check(dir, 1, print_problem, NULL, &found, &err)) {
         mp_log_fail("%s", err.msg);
         goto out;
     }
     if (!found && !force) {
         printf("the views of %s are intact: index.h5 left as it is (--force rebuilds it anyway)\n", dir);
-        status = MP_CKPT_ST_OK;
+        status = mp_exit_status(MP_OK);
         goto out;
     }
     if (ckpt_views_repair(dir, &err)) {
         mp_log_fail("%s", err.msg);
-        status = mp_exit_status(err.code) == 2 ? MP_CKPT_ST_USAGE : MP_CKPT_ST_FAIL;
+        status = mp_exit_status(err.code);
         goto out;
     }
     if (ckpt_views_check(dir, 1, count_only, NULL, &left, &err) || left) {
@@ -66,7 +66,7 @@ int mp_ckpt_repair_views(int argc, char **argv) {
     }
     printf("repaired %s: index.h5 rebuilt from its tables (%d view problem(s) before, none now; rank files "
            "untouched)\n", dir, found);
-    status = MP_CKPT_ST_OK;
+    status = mp_exit_status(MP_OK);
 out:
     free(dir);
     return status;

@@ -359,7 +359,7 @@ int mp_ckpt_show(int argc, char **argv) {
     show_opts o = {0};
     int status = show_parse(argc, argv, &o);
     if (status >= 0) return status;
-    status = MP_CKPT_ST_OK;
+    status = mp_exit_status(MP_OK);
     char *dir = NULL;
     ckpt_reader *r = NULL;
     mp_err err;
@@ -367,7 +367,7 @@ int mp_ckpt_show(int argc, char **argv) {
     if (mp_ckpt_resolve(argv[0], &dir, &err) || ckpt_open(&r, dir, &err)) {
         mp_log_fail("%s", err.msg);
         free(dir);
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
     show_facts f = {.dir = dir, .nt = ckpt_num_tensors(r)};
     for (int i = 0; i < f.nt; i++) {
@@ -377,7 +377,7 @@ int mp_ckpt_show(int argc, char **argv) {
     f.nfiles = count_rank_files(r);
     if (o.stats && collect_stats(r, f.total, &f.st, &err)) {
         mp_log_fail("%s", err.msg);
-        status = MP_CKPT_ST_USAGE;
+        status = mp_exit_status(MP_EINPUT);
         goto out;
     }
     f.mc_ok = mp_ckpt_parse_model_config(r, &f.mc, &f.cerr) == MP_OK;

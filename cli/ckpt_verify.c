@@ -259,7 +259,7 @@ int mp_ckpt_verify(int argc, char **argv) {
     char *dir = NULL;
     if (mp_ckpt_resolve(argv[0], &dir, &err)) {
         mp_log_fail("%s", err.msg);
-        return MP_CKPT_ST_USAGE;
+        return mp_exit_status(MP_EINPUT);
     }
     problems pr = {0};
     if (json) {
@@ -272,7 +272,7 @@ int mp_ckpt_verify(int argc, char **argv) {
         problem(&pr, "%s", err.msg);
         print_verdict(dir, NULL, &pr, format_only, 0);
         free(dir);
-        return MP_CKPT_ST_FAIL;
+        return mp_exit_status(MP_ECHECK);
     }
     int64_t bytes = 0;
     verify_bytes(r, &pr, &bytes);
@@ -286,5 +286,5 @@ int mp_ckpt_verify(int argc, char **argv) {
     print_verdict(dir, r, &pr, format_only, bytes);
     ckpt_close(r);
     free(dir);
-    return failed ? MP_CKPT_ST_FAIL : MP_CKPT_ST_OK;
+    return mp_exit_status(failed ? MP_ECHECK : MP_OK);
 }

@@ -21,44 +21,44 @@
 #include "cli/cli.h"
 #include "core/log.h"
 
-static const char *ckpt_usage =
-    "usage: meshpoint ckpt <ls|show|verify|diff|repair-views> [options]\n"
-    "\n"
-    "  ls ROOT                         complete checkpoints under ROOT, which one `latest` names, leftovers\n"
-    "  show DIR [--tensors] [--boxes] [--stats] [--json]\n"
-    "                                  format, step, mesh, configs, data cursor, LR schedule, optimizer;\n"
-    "                                  tensor table, shard map, per-tensor statistics\n"
-    "  verify DIR                      integrity, metadata and the tensor set of a training checkpoint\n"
-    "  diff A B [--atol X] [--rtol Y]  tensor by tensor, across meshes; metadata\n"
-    "  repair-views DIR [--force]      rebuild index.h5's /view datasets (for h5py & co.) from its tables\n"
-    "\n"
-    "DIR may be a checkpoint directory, a checkpoint root or a run directory (its newest complete\n"
-    "checkpoint). Exit status: 0 ok, 1 a check failed / the checkpoints differ, 2 bad usage or\n"
-    "unreadable input. `meshpoint ckpt <sub> --help` describes each.\n";
+/* The subcommands: one table drives the dispatch and the usage text's list. */
+static const mp_subcommand subs[] = {
+    {"ls", mp_ckpt_ls, "ls ROOT", "complete checkpoints under ROOT, which one `latest` names, leftovers"},
+    {"show", mp_ckpt_show, "show DIR [--tensors] [--boxes] [--stats] [--json]",
+     "format, step, mesh, configs, data cursor, LR schedule, optimizer;\n"
+     "tensor table, shard map, per-tensor statistics"},
+    {"verify", mp_ckpt_verify, "verify DIR", "integrity, metadata and the tensor set of a training checkpoint"},
+    {"diff", mp_ckpt_diff, "diff A B [--atol X] [--rtol Y]", "tensor by tensor, across meshes; metadata"},
+    {"repair-views", mp_ckpt_repair_views, "repair-views DIR [--force]",
+     "rebuild index.h5's /view datasets (for h5py & co.) from its tables"},
+    {0}};
 
+/* `meshpoint ckpt`'s usage text: the subcommands (from the table), what DIR may be, the exit statuses. */
+static void print_usage(FILE *out) {
+    fputs("usage: meshpoint ckpt <", out);
+    mp_subcommand_names(out, subs);
+    fputs("> [options]\n\n", out);
+    mp_subcommand_list(out, subs, 32);
+    fputs("\n"
+          "DIR may be a checkpoint directory, a checkpoint root or a run directory (its newest complete\n"
+          "checkpoint). Exit status: 0 ok, 1 a check failed / the checkpoints differ, 2 bad usage or\n"
+          "unreadable input. `meshpoint ckpt <sub> --help` describes each.\n", out);
+}
+
+/* `meshpoint ckpt SUB ...`: runs the subcommand named by argv[0] (the usage text without one, exit 2;
+ * with --help, exit 0), after naming it for the error prefix. */
 int mp_cmd_ckpt(int argc, char **argv) {
     if (argc < 1) {
-        fputs(ckpt_usage, stderr);
-        return MP_CKPT_ST_USAGE;
+        print_usage(stderr);
+        return mp_exit_status(MP_EINPUT);
     }
-    const char *sub = argv[0];
-    if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
-        fputs(ckpt_usage, stdout);
-        return MP_CKPT_ST_OK;
+    const char *name = argv[0];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+        print_usage(stdout);
+        return mp_exit_status(MP_OK);
     }
-    static const char *const subs[] = {"ls", "show", "verify", "diff", "repair-views", NULL};
-    for (int i = 0; subs[i]; i++)
-        if (!strcmp(sub, subs[i])) {
-            char prog[64];
-            snprintf(prog, sizeof prog, "meshpoint ckpt %s", sub);
-            mp_log_set_prog(prog);   /* errors read "meshpoint ckpt verify: error: ..." */
-        }
-    if (!strcmp(sub, "ls")) return mp_ckpt_ls(argc - 1, argv + 1);
-    if (!strcmp(sub, "show")) return mp_ckpt_show(argc - 1, argv + 1);
-    if (!strcmp(sub, "verify")) return mp_ckpt_verify(argc - 1, argv + 1);
-    if (!strcmp(sub, "diff")) return mp_ckpt_diff(argc - 1, argv + 1);
-    if (!strcmp(sub, "repair-views")) return mp_ckpt_repair_views(argc - 1, argv + 1);
-    mp_log_fail("unknown subcommand \"%s\"", sub);
-    fprintf(stderr, "\n%s", ckpt_usage);
-    return MP_CKPT_ST_USAGE;
+    const mp_subcommand *sub = mp_subcommand_lookup(subs, name, "subcommand", print_usage);
+    if (!sub) return mp_exit_status(MP_EINPUT);
+    mp_subcommand_enter("meshpoint ckpt", sub);   /* errors read "meshpoint ckpt verify: error: ..." */
+    return sub->run(argc - 1, argv + 1);
 }

@@ -133,23 +133,23 @@ int mp_cmd_data(int argc, char **argv) {
     mp_err_clear(&err);
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err) != MP_OK) {
         mp_log_fail("%s", err.msg);
-        return 2;
+        return mp_exit_status(MP_EINPUT);
     }
     if (help) {
         mp_args_help(stdout, "meshpoint data [options] FILE...", data_about, flags);
-        return 0;
+        return mp_exit_status(MP_OK);
     }
     if (!(frac > 0.0 && frac < 1.0)) {
         mp_log_fail("--val-fraction: %g is not in (0,1)", frac);
-        return 2;
+        return mp_exit_status(MP_EINPUT);
     }
     if (strchr(name, '/')) {   /* (empty values are refused by the parser) */
         mp_log_fail("--name: \"%s\" must be a file prefix without '/'", name);
-        return 2;
+        return mp_exit_status(MP_EINPUT);
     }
     if (npos == 0) {
         mp_log_fail("no input files (usage: meshpoint data [options] FILE...; see --help)");
-        return 2;
+        return mp_exit_status(MP_EINPUT);
     }
 
     if (!tokenizer && (jsonl_field || eos)) {
@@ -174,21 +174,21 @@ int mp_cmd_data(int argc, char **argv) {
         mp_log_fail("the input files hold %lld bytes; need at least 2 (one per split)",
                 (long long)n);
         free(buf);
-        return 2;
+        return mp_exit_status(MP_EINPUT);
     }
     int64_t cut = split_point(buf, n, frac);
 
     char train_path[2048], val_path[2048];
     snprintf(train_path, sizeof train_path, "%s/%s_train.bin", out, name);
     snprintf(val_path, sizeof val_path, "%s/%s_val.bin", out, name);
-    int rc = 0;
+    int rc = mp_exit_status(MP_OK);
     if (mp_fs_mkdirs(out, &err) != MP_OK) {
         mp_log_fail("cannot create output directory %s: %s", out, err.msg);
-        rc = 1;
+        rc = mp_exit_status(MP_EIO);
     } else if (write_split(train_path, buf, cut, &err) != MP_OK ||
                write_split(val_path, buf + cut, n - cut, &err) != MP_OK) {
         mp_log_fail("%s", err.msg);
-        rc = 1;
+        rc = mp_exit_status(MP_EIO);
     } else {
         printf("meshpoint data: %d file%s, %lld tokens -> %s (%lld train tokens), %s (%lld val tokens)\n", npos,
                npos == 1 ? "" : "s", (long long)n, train_path, (long long)cut, val_path, (long long)(n - cut));

@@ -235,7 +235,7 @@ int mp_cmd_eval(int argc, char **argv) {
     r->st.step = -1;
     mp_runtime_start(&r->rt, &argc, &argv);
     mp_err_clear(&r->err);
-    int help = 0, status = 0;
+    int help = 0, status = mp_exit_status(MP_OK);
     mp_code agreed;
     if (parse_flags(r, argc, argv, &help)) goto fail;
     if (help) goto done;

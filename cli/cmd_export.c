@@ -20,6 +20,7 @@
 #include "cli/args.h"
 #include "cli/ckpt_common.h"
 #include "cli/cli.h"
+#include "cli/convert.h"
 #include "cli/runtime.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -43,19 +44,6 @@ static mp_code parse_shard_size(const char *s, int64_t *out, mp_err *e) {
     }
     MP_TRY(mp_args_parse_size(s, "--max-shard-size", 1, &v, e));
     *out = (int64_t)v;
-    return MP_OK;
-}
-
-/* Every model tensor of the layout must be in the checkpoint with its global shape. */
-static mp_code check_model_tensors(ckpt_reader *r, const rs_box *b, int n, mp_err *e) {
-    for (int i = 0; i < n; i++) {
-        int t = ckpt_tensor_find(r, b[i].name);
-        if (t < 0) return mp_err_set(e, MP_EINPUT, "checkpoint %s has no tensor %s", ckpt_reader_dir(r), b[i].name);
-        const ckpt_tensor_info *ti = ckpt_tensor_at(r, t);
-        if (ti->ndim != b[i].ndim || ti->shape[0] != b[i].gshape[0] || (ti->ndim == 2 && ti->shape[1] != b[i].gshape[1]))
-            return mp_err_set(e, MP_EINPUT, "checkpoint %s: tensor %s has another shape than its model_config implies",
-                              ckpt_reader_dir(r), b[i].name);
-    }
     return MP_OK;
 }
 
@@ -89,20 +77,10 @@ static mp_code run_export(const char *arg, export_opts *o, mp_err *err) {
     rs_sink *sink = NULL;
     rs_box *boxes = NULL;
     int n = 0;
-    mp_code rc = mp_ckpt_resolve(arg, &src_dir, err);
-    if (!rc && (rc = ckpt_check_complete(src_dir, err))) {
-        err->code = rc = MP_EINPUT;
-        mp_err_wrap(err, "source %s is not a complete checkpoint", src_dir);
-    }
-    if (!rc && (rc = rs_source_ckpt(&src, src_dir, o->max_bytes / 4, err))) err->code = rc = MP_EINPUT;
     llama_config mc;
-    const char *mtext = rc ? NULL : ckpt_meta_get(rs_source_ckpt_reader(src), "model_config");
-    if (!rc && !mtext) rc = mp_err_set(err, MP_EINPUT, "checkpoint %s has no model_config: not a training checkpoint", src_dir);
-    char where[PATH_MAX + 32];
-    if (!rc) snprintf(where, sizeof where, "%s: model_config", src_dir);
-    if (!rc) rc = llama_config_parse(mtext, where, &mc, NULL, err);
+    mp_code rc = mp_convert_open_ckpt(arg, o->max_bytes / 4, &src_dir, &src, &mc, err);
     if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
-    if (!rc) rc = check_model_tensors(rs_source_ckpt_reader(src), boxes, n, err);
+    if (!rc) rc = mp_convert_check_tensors(rs_source_ckpt_reader(src), boxes, n, err);
     char a[PATH_MAX], b[PATH_MAX];
     if (!rc && realpath(o->out, a) && realpath(src_dir, b) && !strcmp(a, b))
         rc = mp_err_set(err, MP_EINPUT, "--out %s is the source checkpoint itself: write elsewhere", o->out);
@@ -149,7 +127,7 @@ int mp_cmd_export(int argc, char **argv) {
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
     mp_err_clear(&err);
-    int npos = 0, help = 0, status = 0;
+    int npos = 0, help = 0, status = mp_exit_status(MP_OK);
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
     if (help) {
         if (rt.rank == 0) mp_args_help(stdout, "meshpoint export CKPT --out DIR [options]", export_about, flags);

@@ -27,6 +27,7 @@
 #include "cli/args.h"
 #include "cli/ckpt_common.h"
 #include "cli/cli.h"
+#include "cli/convert.h"
 #include "cli/runtime.h"
 #include "cli/train_ckpt.h"
 #include "core/alloc.h"
@@ -50,12 +51,6 @@ static mp_code load_hf_config(const char *dir, llama_config *mc, mp_err *e) {
     return rc;
 }
 
-/* mp_meta_put into a sink. */
-static mp_code put_meta(void *ctx, const char *key, const char *value, mp_err *e) {
-    rs_sink *s = ctx;
-    return s->meta(s, key, value, e);
-}
-
 /* Steps 3 and 4 of the top of this file. Collective over the runtime's world. */
 static int write_ckpt(mp_runtime *rt, rs_source *src, const rs_box *boxes, int n, const llama_config *mc,
                       const import_opts *o) {
@@ -69,7 +64,7 @@ static int write_ckpt(mp_runtime *rt, rs_source *src, const rs_box *boxes, int n
     tc.tp = o->tp;
     tc.dp = o->dp;
     mp_run_state st0 = {0};
-    mp_code rc = mp_run_meta(put_meta, sink, mc, &tc, o->tp, o->dp, &st0, &err);
+    mp_code rc = mp_run_meta(mp_convert_put_meta, sink, mc, &tc, o->tp, o->dp, &st0, &err);
     rs_stats st;
     mp_err re;
     mp_code rrc = rs_run(src, sink, boxes, n, rt->rank, rt->world, &st, &re);   /* collective commit */
@@ -105,7 +100,7 @@ int mp_cmd_import(int argc, char **argv) {
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
     mp_err_clear(&err);
-    int npos = 0, help = 0, status = 0, n = 0;
+    int npos = 0, help = 0, status = mp_exit_status(MP_OK), n = 0;
     rs_source *src = NULL;
     rs_box *boxes = NULL;
     llama_config mc;
@@ -124,10 +119,7 @@ int mp_cmd_import(int argc, char **argv) {
     if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
     if (load_hf_config(argv[0], &mc, &err)) goto fail;
     if (rs_source_hf(&src, argv[0], &err) || rs_source_hf_check(src, &mc, &err)) goto fail;
-    if (rs_target_layout(&mc, o.tp, o.dp, 1, &boxes, &n, &err)) {
-        mp_err_wrap(&err, "target mesh --tp %d --dp %d", o.tp, o.dp);
-        goto fail;
-    }
+    if (mp_convert_target_layout(&mc, o.tp, o.dp, 1, &boxes, &n, &err)) goto fail;
     int64_t need = 0;
     for (int i = 0; i < n; i++) need += rs_box_bytes(&boxes[i]);
     if (mp_ckpt_check_out(o.out, argv[0], "the HF directory", o.force, need, &err)) goto fail;

@@ -212,14 +212,14 @@ int mp_cmd_plot(int argc, char **argv) {
     mp_err_clear(&err);
     run_curves c = {0};
     char *tmp = NULL, *root = NULL;
-    int status = MP_CKPT_ST_USAGE;
+    int status = mp_exit_status(MP_EINPUT);
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
     if (help) {
         mp_args_help(stdout, "meshpoint plot RUN --out FILE.png [options]",
                      "Draws the training and validation loss, the learning rate and the gradient norm of a run against "
                      "the step from RUN/metrics.jsonl, with its checkpoint steps marked (PLplot, PNG).",
                      flags);
-        return MP_CKPT_ST_OK;
+        return mp_exit_status(MP_OK);
     }
     if (npos != 1 || !out) { mp_err_set(&err, MP_EINPUT, "expected one RUN directory and --out FILE.png (see --help)"); goto fail; }
     if (parse_size(size, &w, &h, &err)) goto fail;
@@ -233,7 +233,7 @@ int mp_cmd_plot(int argc, char **argv) {
     size_t n = strlen(out) + 8;
     tmp = mp_xmalloc(n);
     snprintf(tmp, n, "%s.tmp", out);
-    status = MP_CKPT_ST_FAIL;
+    status = mp_exit_status(MP_ECHECK);
     FILE *probe = fopen(tmp, "w");   /* PLplot exits the process on a file it cannot open: check first */
     if (!probe || fclose(probe)) {
         mp_err_set(&err, MP_EIO, "cannot write %s: %s", tmp, strerror(errno));
@@ -246,7 +246,7 @@ int mp_cmd_plot(int argc, char **argv) {
     }
     if (mp_fs_fsync_path(tmp, 0, &err) || mp_fs_rename_durable(tmp, out, NULL, &err)) goto fail;
     printf("wrote %s: %d steps, %d validation points, %d checkpoints\n", out, c.loss.n, c.val.n, c.nckpt);
-    status = MP_CKPT_ST_OK;
+    status = mp_exit_status(MP_OK);
     goto done;
 fail:
     mp_log_fail("%s", err.msg);

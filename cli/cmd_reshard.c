@@ -25,18 +25,13 @@
 #include "cli/args.h"
 #include "cli/ckpt_common.h"
 #include "cli/cli.h"
+#include "cli/convert.h"
 #include "cli/progress.h"
 #include "cli/runtime.h"
 #include "cli/train_ckpt.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "reshard/reshard.h"
-
-/* mp_meta_put into a sink. */
-static mp_code put_sink_meta(void *ctx, const char *key, const char *value, mp_err *e) {
-    rs_sink *s = ctx;
-    return s->meta(s, key, value, e);
-}
 
 /* Copies every metadata entry of the source checkpoint to the sink; only the mesh changes: "mesh" is
  * rewritten for tp x dp, and train_config's tp and dp fields follow it. */
@@ -68,21 +63,6 @@ static mp_code copy_meta(ckpt_reader *r, rs_sink *sink, int tp, int dp, mp_err *
             rc = sink->meta(sink, k, v, e);
         }
         MP_TRY(rc);
-    }
-    return MP_OK;
-}
-
-/* Every target box's tensor must be in the source with the same global shape. */
-static mp_code check_source_tensors(ckpt_reader *r, const rs_box *b, int n, mp_err *e) {
-    for (int i = 0; i < n; i++) {
-        int t = ckpt_tensor_find(r, b[i].name);
-        if (t < 0)
-            return mp_err_set(e, MP_EINPUT, "checkpoint %s has no tensor %s%s", ckpt_reader_dir(r), b[i].name,
-                              strncmp(b[i].name, "optim/", 6) ? "" : " (a --model-only checkpoint? pass --model-only)");
-        const ckpt_tensor_info *ti = ckpt_tensor_at(r, t);
-        if (ti->ndim != b[i].ndim || ti->shape[0] != b[i].gshape[0] || (ti->ndim == 2 && ti->shape[1] != b[i].gshape[1]))
-            return mp_err_set(e, MP_EINPUT, "checkpoint %s: tensor %s has another shape than its model_config implies",
-                              ckpt_reader_dir(r), b[i].name);
     }
     return MP_OK;
 }
@@ -200,7 +180,7 @@ int mp_cmd_reshard(int argc, char **argv) {
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
     mp_err_clear(&err);
-    int npos = 0, help = 0, status = 0;
+    int npos = 0, help = 0, status = mp_exit_status(MP_OK);
     char *src_dir = NULL;
     rs_source *src = NULL;
     rs_box *boxes = NULL;
@@ -215,26 +195,11 @@ int mp_cmd_reshard(int argc, char **argv) {
     if (check_conv_flags(&o, &err)) goto fail;
     if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
     note_sp(&rt, &o);
-    if (mp_ckpt_resolve(argv[0], &src_dir, &err)) goto fail;
-    if (ckpt_check_complete(src_dir, &err)) {
-        err.code = MP_EINPUT;
-        mp_err_wrap(&err, "source %s is not a complete checkpoint", src_dir);
-        goto fail;
-    }
-    if (rs_source_ckpt(&src, src_dir, o.max_bytes / 4, &err)) { err.code = MP_EINPUT; goto fail; }
-    ckpt_reader *r = rs_source_ckpt_reader(src);
-    const char *mtext = ckpt_meta_get(r, "model_config");
-    if (!mtext) { mp_err_set(&err, MP_EINPUT, "checkpoint %s has no model_config: not a training checkpoint", src_dir); goto fail; }
     llama_config mc;
-    llama_config_default(&mc);
-    char where[1200];
-    snprintf(where, sizeof where, "%s: model_config", src_dir);
-    if (llama_config_parse(mtext, where, &mc, NULL, &err)) goto fail;
-    if (rs_target_layout(&mc, o.tp, o.dp, o.model_only, &boxes, &n, &err)) {
-        mp_err_wrap(&err, "target mesh --tp %d --dp %d", o.tp, o.dp);
-        goto fail;
-    }
-    if (check_source_tensors(r, boxes, n, &err)) goto fail;
+    if (mp_convert_open_ckpt(argv[0], o.max_bytes / 4, &src_dir, &src, &mc, &err)) goto fail;
+    ckpt_reader *r = rs_source_ckpt_reader(src);
+    if (mp_convert_target_layout(&mc, o.tp, o.dp, o.model_only, &boxes, &n, &err)) goto fail;
+    if (mp_convert_check_tensors(r, boxes, n, &err)) goto fail;
     if (mp_runtime_test_fail(&rt, "reshard: source", &err)) goto fail;
     mp_code agreed = mp_runtime_agree(&rt, MP_OK, NULL);   /* another rank may have failed, and said so */
     if (agreed) { status = mp_exit_status(agreed); goto done; }
@@ -262,7 +227,7 @@ typedef struct init_meta_ctx {
 static mp_code init_meta(void *ctx, rs_sink *sink, mp_err *e) {
     init_meta_ctx *m = ctx;
     mp_run_state st = {0, {0, 0}, 0, 0};
-    return mp_run_meta(put_sink_meta, sink, m->mc, m->tc, m->tp, m->dp, &st, e);
+    return mp_run_meta(mp_convert_put_meta, sink, m->mc, m->tc, m->tp, m->dp, &st, e);
 }
 
 static const char *init_about =
@@ -286,7 +251,7 @@ int mp_cmd_init(int argc, char **argv) {
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
     mp_err_clear(&err);
-    int npos = 0, help = 0, status = 0;
+    int npos = 0, help = 0, status = mp_exit_status(MP_OK);
     rs_source *src = NULL;
     rs_box *boxes = NULL;
     int n = 0;
@@ -308,10 +273,7 @@ int mp_cmd_init(int argc, char **argv) {
     if (mp_train_config_validate(&tc, &err)) { mp_err_wrap(&err, "%s: train", config); goto fail; }
     if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
     note_sp(&rt, &o);
-    if (rs_target_layout(&mc, o.tp, o.dp, 0, &boxes, &n, &err)) {
-        mp_err_wrap(&err, "target mesh --tp %d --dp %d", o.tp, o.dp);
-        goto fail;
-    }
+    if (mp_convert_target_layout(&mc, o.tp, o.dp, 0, &boxes, &n, &err)) goto fail;
     if (rs_source_init(&src, &mc, tc.seed, &err)) goto fail;
     init_meta_ctx mctx = {&mc, &tc, o.tp, o.dp};
     mp_code agreed = mp_runtime_agree(&rt, MP_OK, NULL);   /* another rank may have failed, and said so */

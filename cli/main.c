@@ -23,24 +23,31 @@
 #define MP_GIT_DESCRIBE ""
 #endif
 
-static const char *usage =
-    "meshpoint — TP+FSDP Llama training with sharded, reshardable HDF5 checkpoints\n"
-    "\n"
-    "usage: meshpoint <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  train    train a Llama model (run under mpirun for a dp x tp mesh)\n"
-    "  eval     mean loss of a model over a token file\n"
-    "  data     turn UTF-8 text files into byte-level token files (vocab 256)\n"
-    "  ckpt     inspect checkpoints: ls, show, verify, diff (across meshes)\n"
-    "  reshard  convert a checkpoint offline to another tp x dp mesh (or consolidate it)\n"
-    "  init     write a step-0 checkpoint of the seeded initialisation for any mesh\n"
-    "  sample   generate text (or token ids) from a checkpoint's model, on any mesh\n"
-    "  plot     draw a run's loss, learning rate and gradient norm into a PNG\n"
-    "  export   write a checkpoint's model as a Hugging Face directory (config.json + safetensors)\n"
-    "  import   read a Hugging Face Llama directory into a checkpoint for any tp x dp mesh\n"
-    "\n"
-    "`meshpoint <command> --help` describes each command's options; `meshpoint --version` the version.\n";
+/* The commands: one table drives the dispatch and the usage text's list. */
+static const mp_subcommand commands[] = {
+    {"train", mp_cmd_train, NULL, "train a Llama model (run under mpirun for a dp x tp mesh)"},
+    {"eval", mp_cmd_eval, NULL, "mean loss of a model over a token file"},
+    {"data", mp_cmd_data, NULL, "turn UTF-8 text files into byte-level token files (vocab 256)"},
+    {"ckpt", mp_cmd_ckpt, NULL, "inspect checkpoints: ls, show, verify, diff (across meshes)"},
+    {"reshard", mp_cmd_reshard, NULL, "convert a checkpoint offline to another tp x dp mesh (or consolidate it)"},
+    {"init", mp_cmd_init, NULL, "write a step-0 checkpoint of the seeded initialisation for any mesh"},
+    {"sample", mp_cmd_sample, NULL, "generate text (or token ids) from a checkpoint's model, on any mesh"},
+    {"plot", mp_cmd_plot, NULL, "draw a run's loss, learning rate and gradient norm into a PNG"},
+    {"export", mp_cmd_export, NULL, "write a checkpoint's model as a Hugging Face directory (config.json + safetensors)"},
+    {"import", mp_cmd_import, NULL, "read a Hugging Face Llama directory into a checkpoint for any tp x dp mesh"},
+    {0}};
+
+/* The program's usage text: what it is, the commands (from the table), where to read more. */
+static void print_usage(FILE *out) {
+    fputs("meshpoint — TP+FSDP Llama training with sharded, reshardable HDF5 checkpoints\n"
+          "\n"
+          "usage: meshpoint <command> [options]\n"
+          "\n"
+          "commands:\n", out);
+    mp_subcommand_list(out, commands, 9);
+    fputs("\n"
+          "`meshpoint <command> --help` describes each command's options; `meshpoint --version` the version.\n", out);
+}
 
 /* The devices this binary can train on here: the CPU always; CUDA when built in, with the GPUs CUDA
  * reports or its reason for none (so `--version` tells a user at once why `--device cuda` is refused). */
@@ -75,32 +82,18 @@ static int asks_version(int argc, char **argv) {
     return 0;
 }
 
+/* Dispatches to the command named by argv[1] (the usage text without one, exit 2; with --help, exit 0),
+ * after naming it for the error prefix and answering --version. */
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        fputs(usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        print_usage(argc < 2 ? stderr : stdout);
+        return mp_exit_status(argc < 2 ? MP_EINPUT : MP_OK);
     }
-    const char *cmd = argv[1];
-    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) { print_version(); return 0; }
-    static const char *const cmds[] = {"train", "eval", "data", "ckpt", "reshard", "init", "sample", "plot", "export", "import", NULL};
-    for (int i = 0; cmds[i]; i++)
-        if (!strcmp(cmd, cmds[i])) {
-            char prog[64];
-            snprintf(prog, sizeof prog, "meshpoint %s", cmd);
-            mp_log_set_prog(prog);
-            if (asks_version(argc - 2, argv + 2)) { print_version(); return 0; }
-        }
-    if (!strcmp(cmd, "train")) return mp_cmd_train(argc - 2, argv + 2);
-    if (!strcmp(cmd, "eval")) return mp_cmd_eval(argc - 2, argv + 2);
-    if (!strcmp(cmd, "data")) return mp_cmd_data(argc - 2, argv + 2);
-    if (!strcmp(cmd, "ckpt")) return mp_cmd_ckpt(argc - 2, argv + 2);
-    if (!strcmp(cmd, "reshard")) return mp_cmd_reshard(argc - 2, argv + 2);
-    if (!strcmp(cmd, "init")) return mp_cmd_init(argc - 2, argv + 2);
-    if (!strcmp(cmd, "sample")) return mp_cmd_sample(argc - 2, argv + 2);
-    if (!strcmp(cmd, "plot")) return mp_cmd_plot(argc - 2, argv + 2);
-    if (!strcmp(cmd, "export")) return mp_cmd_export(argc - 2, argv + 2);
-    if (!strcmp(cmd, "import")) return mp_cmd_import(argc - 2, argv + 2);
-    mp_log_fail("unknown command \"%s\"", cmd);
-    fprintf(stderr, "\n%s", usage);
-    return 2;
+    const char *name = argv[1];
+    if (!strcmp(name, "--version") || !strcmp(name, "version")) { print_version(); return mp_exit_status(MP_OK); }
+    const mp_subcommand *cmd = mp_subcommand_lookup(commands, name, "command", print_usage);
+    if (!cmd) return mp_exit_status(MP_EINPUT);
+    mp_subcommand_enter("meshpoint", cmd);
+    if (asks_version(argc - 2, argv + 2)) { print_version(); return mp_exit_status(MP_OK); }
+    return cmd->run(argc - 2, argv + 2);
 }

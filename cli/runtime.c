@@ -47,8 +47,8 @@ static double process_age_s(void) {
  * of memory; a single process just exits 1. */
 static int g_oom_abort_world;
 static void oom_exit(void) {
-    if (g_oom_abort_world) MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
+    if (g_oom_abort_world) MPI_Abort(MPI_COMM_WORLD, mp_exit_status(MP_ENOMEM));
+    exit(mp_exit_status(MP_ENOMEM));
 }
 
 void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {

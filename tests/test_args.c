@@ -1,13 +1,14 @@
 /*
- * tests/test_args.c — the table-driven flag parser cli/args.c (included here: cli/ sources are linked
- * only into the meshpoint binary). Covers both value spellings, every kind, switches and --no-,
- * positional compaction, "--", --help, the `set` marker and each error, and the --help text.
+ * tests/test_args.c — the table-driven flag parser cli/args.c, through cli/args.h (the test links
+ * mp_cli). Covers both value spellings, every kind, switches and --no-, positional compaction, "--",
+ * --help, the `set` marker and each error, and the --help text.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <string.h>
-#include "cli/args.c"
+#include <stdio.h>
+#include "cli/args.h"
 
 typedef struct {
     int n; int64_t big; double x; const char *s, *dev; int sw, on; int n_set, dev_set;

@@ -7,14 +7,14 @@
  * tests/test_safetensors.c). When the parser accepts a header, what it promises must hold: every
  * tensor's byte size (shape x dtype) equals its offsets, and the tensors tile the data exactly (sorted
  * by offset, each begins where the previous ended; the last ends at the data's end). A crash, a
- * sanitizer report or a broken promise is a finding. The parser's source is compiled into the target
- * (the fuzz build links mp_core only). Corpus: tests/fuzz/corpus/safetensors (valid files written by
- * the writer, and the malformed cases of the unit tests).
+ * sanitizer report or a broken promise is a finding. The target links the parser (reshard/, through
+ * mp_cli). Corpus: tests/fuzz/corpus/safetensors (valid files written by the writer, and the malformed
+ * cases of the unit tests).
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "reshard/safetensors.c"
+#include "reshard/safetensors.h"
 
 static int cmp_begin(const void *a, const void *b) {
     const st_tensor *x = a, *y = b;
