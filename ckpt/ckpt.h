@@ -301,6 +301,9 @@ mp_code ckpt_check_complete(const char *dir, mp_err *e);
  * its directory to dir_out (cap bytes) and its step to *step (may be NULL). MP_EINPUT if there is
  * none. */
 mp_code ckpt_find_latest(const char *root, char *dir_out, size_t cap, int64_t *step, mp_err *e);
+/* The name ROOT/latest holds, trailing newline, CR and spaces trimmed, into buf (cap bytes); "" when the
+ * file is missing, unreadable, or longer than cap - 1 bytes. Names only: ckpt_find_latest decides. */
+void ckpt_latest_name(const char *root, char *buf, size_t cap);
 
 /* Steps of the complete checkpoints under root, ascending (*steps malloc'd, caller frees; *n may be
  * 0). A missing root is an empty list. */

@@ -89,18 +89,25 @@ static char *step_dir(const char *root, int64_t step, const char *suffix) {
     return ck_fmt("%s/step_%08lld%s", root, (long long)step, suffix);
 }
 
+void ckpt_latest_name(const char *root, char *buf, size_t cap) {
+    assert(cap > 0);
+    buf[0] = '\0';
+    char *p = ck_fmt("%s/latest", root), *text;
+    size_t n;
+    mp_code rc = mp_read_text(p, cap - 1, &text, &n, NULL);
+    free(p);
+    if (rc) return;
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ')) text[--n] = '\0';
+    snprintf(buf, cap, "%s", text);
+    free(text);
+}
+
 /* The step `latest` names, or -1 if it is missing or malformed. */
 static int64_t read_latest(const char *root) {
-    char *p = ck_fmt("%s/latest", root), *buf;
-    size_t n;
-    mp_code rc = mp_read_text(p, 127, &buf, &n, NULL);
-    free(p);
-    if (rc) return -1;
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+    char name[128];
+    ckpt_latest_name(root, name, sizeof name);
     int64_t step;
-    int ok = mp_fs_parse_step_name(buf, "", &step);
-    free(buf);
-    return ok ? step : -1;
+    return mp_fs_parse_step_name(name, "", &step) ? step : -1;
 }
 
 mp_code ckpt_find_latest(const char *root, char *dir_out, size_t cap, int64_t *step_out, mp_err *e) {

@@ -61,19 +61,6 @@ static int cmp_entry(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-/* The directory name ROOT/latest holds (trimmed) into buf, or "" if it is missing. */
-static void read_latest(const char *root, char *buf, size_t cap) {
-    buf[0] = '\0';
-    char *p = mp_fs_join(root, "latest"), *text;
-    size_t n;
-    mp_code rc = mp_read_text(p, cap - 1, &text, &n, NULL);
-    free(p);
-    if (rc) return;
-    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ')) text[--n] = '\0';
-    snprintf(buf, cap, "%s", text);
-    free(text);
-}
-
 /* Does the listed checkpoint's step disagree with its name or its metadata? */
 static int step_mismatch(const ls_entry *x) {
     return x->readable && (x->step != x->name_step || (x->meta_step >= 0 && x->meta_step != x->step));
@@ -289,7 +276,7 @@ int mp_ckpt_ls(int argc, char **argv) {
     status = scan_root(root, &e, &n);
     if (status == mp_exit_status(MP_OK)) {
         char latest[512];
-        read_latest(root, latest, sizeof latest);
+        ckpt_latest_name(root, latest, sizeof latest);
         status = print_listing(root, e, n, latest, json);
     }
     free(e);
