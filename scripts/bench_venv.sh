@@ -23,28 +23,7 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/meshpoint"
 VENV="${MP_BENCH_VENV:-$cache/bench-venv-$TAG}"
 
 # python3-venv and python3-dev (torch.compile's inductor builds C++ against Python.h), gcc: Debian's
-if [ ! -x /usr/bin/python3 ] || ! /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null ||
-   [ ! -e "/usr/include/python3.$(/usr/bin/python3 -c 'import sys; print(sys.version_info[1])' 2>/dev/null || echo x)/Python.h" ]; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  echo "bench_venv: installing python3-venv python3-dev" >&2
-  $SUDO apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv python3-dev \
-    build-essential >&2
-fi
-
-if [ -f "$VENV/.meshpoint-pins" ] && [ "$(cat "$VENV/.meshpoint-pins")" = "$PINS" ] && [ -x "$VENV/bin/python" ]; then
-  echo "$VENV/bin/python"
-  exit 0
-fi
-if [ -e "$VENV" ] && [ ! -f "$VENV/.meshpoint-pins" ] && [ -n "$(ls -A "$VENV" 2>/dev/null)" ] &&
-   [ ! -f "$VENV/pyvenv.cfg" ]; then
-  echo "bench_venv: error: $VENV exists and is not a virtual environment this script made; set MP_BENCH_VENV" >&2
-  exit 2
-fi
-echo "bench_venv: creating $VENV ($PINS)" >&2
-mkdir -p "$(dirname "$VENV")"
-/usr/bin/python3 -m venv --clear "$VENV" >&2
-"$VENV/bin/pip" install --quiet --disable-pip-version-check $PINS >&2
-"$VENV/bin/python" -c 'import torch, transformers, torch.distributed as d; assert d.is_gloo_available()' >&2
-echo "$PINS" > "$VENV/.meshpoint-pins"
-echo "$VENV/bin/python"
+. "$(dirname "$0")/venv_lib.sh"
+mp_venv bench_venv MP_BENCH_VENV "$VENV" "$PINS" \
+  'import torch, transformers, torch.distributed as d; assert d.is_gloo_available()' \
+  python3-venv python3-dev build-essential
