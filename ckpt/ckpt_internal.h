@@ -156,6 +156,13 @@ hid_t ck_h5_type(mp_dtype dt);
 /* File access property list: sec2 driver, file locking off, library version bounds v110; for
  * writing (for_write) also metadata aggregation and alignment of large datasets. */
 hid_t ck_h5_fapl(int for_write);
+/* creation lists that keep links and attributes in checksummed object headers (see h5util.c) */
+hid_t ck_h5_fcpl(void);
+/* creates group name in loc with such a list (a new id the caller closes; < 0 on failure) */
+hid_t ck_group_create(hid_t loc, const char *name);
+/* creates the missing groups above the object path ("a/b/c": a and a/b) with ck_group_create, since
+ * HDF5 makes intermediate groups with default (dense past 8 links) lists; < 0 on failure */
+herr_t ck_h5_make_parents(hid_t loc, const char *path);
 /* Writes / reads attributes (on any object). Returns < 0 on failure (cause recorded for ck_h5_err). */
 herr_t ck_attr_write_str(hid_t obj, const char *name, const char *s);
 /* Arrays (1-D of n, also for n = 1) and scalars. */

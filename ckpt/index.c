@@ -307,6 +307,7 @@ static void view_fill(mp_dtype dt, void *out) {
 }
 
 static mp_code write_views(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
+    if (H5Gclose(ck_group_create(f, "view")) < 0) return ck_h5_err(e, MP_EIO, "writing %s: group /view", path);
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
     mp_code rc = MP_OK;
@@ -332,7 +333,7 @@ static mp_code write_views(const ck_layout *L, hid_t f, const char *path, mp_err
         if (hr >= 0) {
             H5Sselect_all(vs);
             char *vp = ck_fmt("view/%s", T->name);
-            hid_t d = H5Dcreate2(f, vp, ft, vs, lcpl, dcpl, H5P_DEFAULT);
+            hid_t d = ck_h5_make_parents(f, vp) < 0 ? -1 : H5Dcreate2(f, vp, ft, vs, lcpl, dcpl, H5P_DEFAULT);
             free(vp);
             if (d < 0 || H5Dclose(d) < 0) hr = -1;
         }
@@ -346,7 +347,7 @@ static mp_code write_views(const ck_layout *L, hid_t f, const char *path, mp_err
 }
 
 static mp_code write_meta(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
-    hid_t g = H5Gcreate2(f, "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = ck_group_create(f, "meta");
     if (g < 0) return ck_h5_err(e, MP_EIO, "writing %s: group /meta", path);
     mp_code rc = MP_OK;
     for (int i = 0; i < L->nmeta && rc == MP_OK; i++) {
@@ -369,7 +370,7 @@ static mp_code write_meta(const ck_layout *L, hid_t f, const char *path, mp_err 
 }
 
 static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
-    if (H5Gclose(H5Gcreate2(f, "layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0)
+    if (H5Gclose(ck_group_create(f, "layout")) < 0)
         return ck_h5_err(e, MP_EIO, "writing %s: group /layout", path);
     rec_tensor *rt = mp_xcalloc(sizeof *rt * (size_t)(L->ntensors + 1));
     rec_box2 *rb = mp_xcalloc(sizeof *rb * (size_t)(L->nboxes + 1));
@@ -428,9 +429,10 @@ mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
     assert(L->version == CKPT_FORMAT_VERSION && L->nslabs == 0);
     ck_h5_init();
     ck_h5_clear();
-    hid_t fapl = ck_h5_fapl(0);
-    hid_t f = fapl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    hid_t fapl = ck_h5_fapl(0), fcpl = ck_h5_fcpl();
+    hid_t f = fapl < 0 || fcpl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, fcpl, fapl);
     if (fapl >= 0) H5Pclose(fapl);
+    if (fcpl >= 0) H5Pclose(fcpl);
     if (f < 0) return ck_h5_err(e, MP_EIO, "creating %s", path);
     mp_code rc = MP_OK;
     uint64_t h = ck_layout_hash(L);

@@ -587,7 +587,7 @@ static mp_code create_box_dataset(ckpt_save *s, hid_t f, hid_t lcpl, hid_t ft, c
         hr = H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     }
     if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s: creation properties", path, B->dataset); goto done; }
-    *out = H5Dcreate2(f, B->dataset, ft, sp, lcpl, dcpl, H5P_DEFAULT);
+    *out = ck_h5_make_parents(f, B->dataset) < 0 ? -1 : H5Dcreate2(f, B->dataset, ft, sp, lcpl, dcpl, H5P_DEFAULT);
     if (*out < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: creating dataset %s (tensor %s)", path, B->dataset, B->name);
 done:
     if (dcpl >= 0) H5Pclose(dcpl);
@@ -710,9 +710,10 @@ static mp_code write_one_file(ckpt_save *s, int fr, void *buf, size_t band_cap, 
      * (rank 0 checks it too); one that is there after a failed create is ours (HDF5 created it, then
      * failed to write its superblock: disk full), and the cause is in the HDF5 record */
     int existed = mp_fs_exists(path);
-    hid_t fapl = ck_h5_fapl(1);
-    hid_t f = fapl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    hid_t fapl = ck_h5_fapl(1), fcpl = ck_h5_fcpl();
+    hid_t f = fapl < 0 || fcpl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, fcpl, fapl);
     if (fapl >= 0) H5Pclose(fapl);
+    if (fcpl >= 0) H5Pclose(fcpl);
     if (f < 0) {
         if (existed)
             rc = mp_err_set(e, MP_EINPUT, "creating %s: the file exists already: does another process write file rank %d?",

@@ -608,3 +608,55 @@ Test(ckpt_write, begin_dir_stale_partial_is_replaced) {
     free(junk);
     free(tmp);
 }
+
+/* ------------------------------------------------------------------------- compact link storage */
+
+/* Visitor: fails the test at any group whose links live in dense storage (a fractal heap). */
+static herr_t expect_compact(hid_t o, const char *name, const H5O_info_t *info, void *ctx) {
+    if (info->type != H5O_TYPE_GROUP) return 0;
+    H5G_info_t gi;
+    cr_assert(H5Gget_info_by_name(o, name, &gi, H5P_DEFAULT) >= 0, "%s: %s", (const char *)ctx, name);
+    cr_assert_eq(gi.storage_type, H5G_STORAGE_TYPE_COMPACT, "%s: group %s (%llu links) is stored densely",
+                 (const char *)ctx, name, (unsigned long long)gi.nlinks);
+    return 0;
+}
+
+/* Groups of more than 8 links (HDF5's dense threshold) in index.h5 and the rank file, /meta included,
+ * keep their links in checksummed object headers: a flipped byte in dense storage's fractal heap
+ * crashed libhdf5 inside ckpt_open (the corruption campaign, seed 61786). */
+Test(ckpt_write, groups_stay_compact_past_eight_links) {
+    char *tmp = tu_mkdtemp("ckw_compact");
+    char *dir = tu_path(tmp, "ckpt");
+    mp_comm *w = mp_comm_self();
+    ckpt_save *s;
+    mp_err e;
+    cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 3, NULL, 0, &e), MP_OK, "%s", e.msg);
+    float v[4] = {1, 2, 3, 4};
+    int64_t shape[1] = {4}, off[1] = {0};
+    char name[64];
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof name, "model/t%02d", i);
+        cr_assert_eq(ckpt_save_add(s, name, MP_F32, 1, shape, off, shape, v, &e), MP_OK, "%s", e.msg);
+        snprintf(name, sizeof name, "key%02d", i);
+        ckpt_save_meta(s, name, "value", NULL);
+    }
+    cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
+    ckpt_save_free(s);
+    w->destroy(w);
+    const char *files[] = {"index.h5", "rank_00000.h5"};
+    for (int i = 0; i < 2; i++) {
+        char *fp = tu_path(dir, files[i]);
+        hid_t f = tu_h5_open(fp, H5F_ACC_RDONLY);
+        cr_assert(f >= 0, "%s", fp);
+        expect_compact(f, ".", &(H5O_info_t){.type = H5O_TYPE_GROUP}, fp);
+        cr_assert(H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, expect_compact, fp, H5O_INFO_BASIC) >= 0, "%s", fp);
+        H5Fclose(f);
+        free(fp);
+    }
+    ckpt_reader *r;
+    cr_assert_eq(ckpt_open(&r, dir, &e), MP_OK, "%s", e.msg);
+    ckpt_close(r);
+    tu_rm_rf(tmp);
+    free(dir);
+    free(tmp);
+}
