@@ -260,7 +260,8 @@ typedef void (*ckpt_view_report_fn)(void *ctx, const char *problem);
  * and nothing else; with read_through, the first element of every box read through the view equals the
  * source's. Runs in a child process, so a libhdf5 crash on a damaged view is reported as a problem.
  * report gets each problem, *nproblems their count. MP_OK when the check ran (with or without
- * problems); MP_ECHECK when the index itself does not read (tables, checksum), MP_EIO/MP_EINTERNAL when
+ * problems); MP_ECHECK when the index itself does not read (tables, checksum) — with *nproblems > 0 when
+ * libhdf5 crashed reading it (reported as a problem: do not open it in this process) —, MP_EIO/MP_EINTERNAL when
  * the check could not run (MP_EINTERNAL also when the calling process has an HDF5 file open: the child
  * would share it). Local. */
 mp_code ckpt_views_check(const char *dir, int read_through, ckpt_view_report_fn report, void *ctx, int *nproblems,

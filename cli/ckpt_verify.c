@@ -81,15 +81,17 @@ static void view_problem(void *ctx, const char *text) { problem(ctx, "%s", text)
 
 /* Checks index.h5's /view datasets, what other HDF5 tools read (ckpt_views_check: against the tables,
  * reading one element of every box through them; libhdf5 crashes contained); each problem is reported,
- * with the way to fix it once. */
-static void verify_views(const char *dir, problems *pr) {
+ * with the way to fix it once. Returns 1 when libhdf5 crashed reading the index itself (reported): the
+ * caller must not open it. */
+static int verify_views(const char *dir, problems *pr) {
     int n = 0;
     mp_err e;
     mp_err_clear(&e);
     mp_code rc = ckpt_views_check(dir, 1, view_problem, pr, &n, &e);
-    if (rc == MP_ECHECK) return;   /* the index itself does not read: ckpt_open reports it next */
+    if (rc == MP_ECHECK) return n > 0;   /* else the index does not read: ckpt_open reports it next */
     if (rc != MP_OK) problem(pr, "views: %s", e.msg);
     else if (n) note(pr, "`meshpoint ckpt repair-views %s` rebuilds the views from the tables", dir);
+    return 0;
 }
 
 /* Checks the metadata a training checkpoint needs; each problem is reported. */
@@ -266,10 +268,10 @@ int mp_ckpt_verify(int argc, char **argv) {
         pr.list = cJSON_CreateArray();
         pr.notes = cJSON_CreateArray();
     }
-    verify_views(dir, &pr);   /* first: it needs a process with no HDF5 file open */
+    int index_crashed = verify_views(dir, &pr);   /* first: it needs a process with no HDF5 file open */
     ckpt_reader *r = NULL;
-    if (ckpt_open(&r, dir, &err)) {
-        problem(&pr, "%s", err.msg);
+    if (index_crashed || ckpt_open(&r, dir, &err)) {
+        if (!index_crashed) problem(&pr, "%s", err.msg);
         print_verdict(dir, NULL, &pr, format_only, 0);
         free(dir);
         return mp_exit_status(MP_ECHECK);

@@ -6,7 +6,9 @@
 #            naming both; repair-views rebuilds index.h5 (exit 0), keeps its creation time, and afterwards
 #            verify passes and h5py reads every view bitwise equal to the rank files' boxes
 #   crash    a libhdf5 crash while checking a view (MP_TEST_VIEWS_CRASH_AT) is a problem verify reports
-#            (exit 1, naming the view), not a crash of verify
+#            (exit 1, naming the view), not a crash of verify; so is one while reading index.h5 itself
+#   dense    an index with dense groups (as written before compact storage) and a flipped byte in /meta's
+#            fractal heap: verify exits 1 reporting it (libhdf5 crashes there: contained in a child)
 #   tables   damaged tables (not views): repair-views refuses (exit 1) and leaves index.h5 as it was
 set -u
 bin=$1; data=$2; config=$3; work=$4; plugins=$5; case=$6
@@ -76,7 +78,35 @@ crash)
     MP_TEST_VIEWS_CRASH_AT=model/lm_head.weight expect 1 \
         "libhdf5 crashed \(signal 11\) checking the view of model/lm_head.weight" "$work/verify" "$bin" ckpt verify "$ck"
     grep -q "^FAILED" "$work/verify" || fail "no verdict line after the contained crash: $(cat "$work/verify")"
+    # a crash reading index.h5 itself: reported, and verify does not open the index in its own process
+    MP_TEST_VIEWS_CRASH_AT=index.h5 expect 1 "libhdf5 crashed \(signal 11\) reading the index: the file is damaged" \
+        "$work/verify_index" "$bin" ckpt verify "$ck"
+    grep -q "^FAILED" "$work/verify_index" || fail "no verdict line after the contained crash: $(cat "$work/verify_index")"
     echo "ok ($case)"
+    ;;
+dense)
+    # checkpoints written before compact group storage kept the 9 links of /meta in a fractal heap (HDF5's
+    # default thresholds, 8 compact / 6 dense, which h5repack -c 8 -d 6 writes again). A flipped byte in the
+    # heap's root block crashes libhdf5 1.10 in its error path (the corruption campaign, seed 61786): verify
+    # contains it in its child, reports it and does not open the index in its own process (exit 1).
+    h5repack -c 8 -d 6 "$ck/index.h5" "$work/dense.h5" || fail "h5repack"
+    mv "$work/dense.h5" "$ck/index.h5"
+    expect 0 "^ok:" "$work/verify_dense_intact" "$bin" ckpt verify "$ck"
+    addr=$(/usr/bin/python3 -c "import h5py,sys; print(h5py.h5o.get_info(h5py.File(sys.argv[1],'r')['meta'].id).addr)" \
+        "$ck/index.h5")
+    heap=$(h5debug "$ck/index.h5" "$addr" | sed -n "s/.*'Dense' link storage fractal heap address: *//p")
+    [ -n "$heap" ] || fail "/meta of the repacked index is not dense: $(h5debug "$ck/index.h5" "$addr" | head -40)"
+    root=$(h5debug "$ck/index.h5" "$heap" | sed -n "s/.*Table's root address: *//p")
+    [ -n "$root" ] || fail "no root block in /meta's fractal heap at $heap"
+    /usr/bin/python3 -c "
+import sys; p, at = sys.argv[1], int(sys.argv[2])
+b = bytearray(open(p, 'rb').read()); b[at] ^= 1; open(p, 'wb').write(bytes(b))" "$ck/index.h5" "$root"
+    expect 1 "^FAILED" "$work/verify_dense" "$bin" ckpt verify "$ck"
+    # where this libhdf5 crashes, the crash is what verify reports (any HDF5 that detects it instead is fine)
+    if grep -q "crashed" "$work/verify_dense"; then
+        grep -q "libhdf5 crashed (signal 11) reading the index" "$work/verify_dense" || fail "$(cat "$work/verify_dense")"
+    fi
+    echo "ok ($case): $(grep -m1 '^problem' "$work/verify_dense")"
     ;;
 tables)
     /usr/bin/python3 - "$ck/index.h5" <<'PY' || fail "could not damage the tables"
