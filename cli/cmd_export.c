@@ -82,8 +82,12 @@ static mp_code run_export(const char *arg, export_opts *o, mp_err *err) {
     if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
     if (!rc) rc = mp_convert_check_tensors(rs_source_ckpt_reader(src), boxes, n, err);
     if (!rc) rc = mp_ckpt_check_out(o->c.out, src_dir, "the source checkpoint", o->c.force, mp_convert_bytes(boxes, n), err);
+    mp_tokfiles files = {0};
+    if (!rc) rc = mp_tokfiles_from_ckpt(&files, rs_source_ckpt_reader(src), err);
     if (!rc) rc = rs_sink_hf(&sink, o->c.out, &mc, !strcmp(o->dtype, "bf16") ? "BF16" : "F32", o->shard_bytes,
                              o->c.max_bytes / 4, o->c.force, err);
+    if (!rc) rc = mp_tokfiles_put(&files, sink, err);
+    mp_tokfiles_free(&files);
     rs_stats st;
     if (!rc) rc = rs_run(src, sink, boxes, n, 0, 1, &st, err);
     if (!rc)

@@ -15,7 +15,8 @@
  *   3. the checkpoint sink writes CKPT.partial, each worker its share of the rank files in row bands
  *      of at most --max-memory / 4, renamed to CKPT at the commit;
  *   4. unless --no-verify, CKPT is read back: every checksum, exact coverage.
- * Steps 2 to 4 are cli/convert.c's mp_convert_write_ckpt, the one reshard and init use.
+ * The tokenizer files of DIR (cli/tokfiles.c) are carried into the checkpoint (docs/FORMAT.md, "Carried
+ * files"). Steps 2 to 4 are cli/convert.c's mp_convert_write_ckpt, the one reshard and init use.
  * The metadata is that of a step-0 checkpoint (mp_run_meta) with the default training config and the
  * mesh. Under mpirun -np K, target rank r's file is written by worker r % K; errors are agreed.
  */
@@ -46,7 +47,10 @@ static const char *import_about =
     "for a tp x dp mesh (step 0, no optimizer moments): what `eval --checkpoint` and `train --init-from` take.\n"
     "Configs the model cannot represent are refused naming the key. Streams in bounded memory, commits\n"
     "atomically (OUT.partial, renamed at the end) and reads the result back. Runs in one process or under\n"
-    "mpirun -np K (the target rank files divided among the K processes).";
+    "mpirun -np K (the target rank files divided among the K processes). The tokenizer files DIR has\n"
+    "(tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json, chat_template.jinja,\n"
+    "tokenizer.model, generation_config.json) travel with the checkpoint, checksummed: `sample` speaks text\n"
+    "through them, `train --init-from`, `reshard` and `export` carry them on.";
 
 #define IMPORT_FLAGS MP_CONV_MESH
 
@@ -62,6 +66,7 @@ int mp_cmd_import(int argc, char **argv) {
     int npos = 0, help = 0, status = mp_exit_status(MP_OK), n = 0;
     rs_source *src = NULL;
     rs_box *boxes = NULL;
+    mp_tokfiles files = {0};
     llama_config mc;
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
     if (help) {
@@ -79,13 +84,15 @@ int mp_cmd_import(int argc, char **argv) {
     if (mp_convert_target_layout(&mc, o.tp, o.dp, 1, &boxes, &n, &err)) goto fail;
     mp_train_config tc;
     mp_train_config_default(&tc);
-    mp_convert_meta meta = {.mc = &mc, .tc = &tc};
+    if (mp_tokfiles_from_dir(&files, argv[0], &err)) goto fail;
+    mp_convert_meta meta = {.mc = &mc, .tc = &tc, .files = &files};
     status = mp_convert_write_ckpt(&rt, "import", src, argv[0], "the HF directory", boxes, n, &meta, &o);
     goto done;
 fail:
     status = mp_runtime_fail_agreed(&rt, &err);   /* the source may fail on some ranks only */
 done:
     free(boxes);
+    mp_tokfiles_free(&files);
     if (src) src->close(src);
     mp_runtime_end(&rt);
     return status;

@@ -31,7 +31,7 @@ static const char *reshard_about =
     "Converts checkpoint SRC (a step directory, a checkpoint root or a run directory: its newest complete\n"
     "checkpoint) into a checkpoint for a tp x dp mesh at --out, exactly what a job on that mesh would save:\n"
     "parameters, both Adam moments (unless --model-only) and all run state (step, data cursor, schedule,\n"
-    "configs; only the mesh changes). Streams box by box in bounded memory, reads only the saved tiles each\n"
+    "configs, carried tokenizer files; only the mesh changes). Streams box by box in bounded memory, reads only the saved tiles each\n"
     "target box needs, commits atomically (OUT.partial, renamed at the end) and reads the result back.\n"
     "Runs in one process or under mpirun -np K (the target rank files divided among the K processes).";
 
@@ -50,6 +50,7 @@ int mp_cmd_reshard(int argc, char **argv) {
     char *src_dir = NULL;
     rs_source *src = NULL;
     rs_box *boxes = NULL;
+    mp_tokfiles files = {0};
     int n = 0;
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
     if (help) {
@@ -66,13 +67,15 @@ int mp_cmd_reshard(int argc, char **argv) {
     ckpt_reader *r = rs_source_ckpt_reader(src);
     if (mp_convert_target_layout(&mc, o.tp, o.dp, o.model_only, &boxes, &n, &err)) goto fail;
     if (mp_convert_check_tensors(r, boxes, n, &err)) goto fail;
-    mp_convert_meta meta = {.copy_from = r};
+    if (mp_tokfiles_from_ckpt(&files, r, &err)) goto fail;
+    mp_convert_meta meta = {.copy_from = r, .files = &files};
     status = mp_convert_write_ckpt(&rt, "reshard", src, src_dir, "the source checkpoint", boxes, n, &meta, &o);
     goto done;
 fail:
     status = mp_runtime_fail_agreed(&rt, &err);   /* the source may fail on some ranks only */
 done:
     free(boxes);
+    mp_tokfiles_free(&files);
     if (src) src->close(src);
     free(src_dir);
     mp_runtime_end(&rt);

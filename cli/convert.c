@@ -121,8 +121,10 @@ static void mesh_meta(const char *old_text, int tp, int dp, char *buf, size_t ca
 static mp_code copy_meta(ckpt_reader *r, rs_sink *sink, int tp, int dp, mp_err *e) {
     for (int i = 0; i < ckpt_num_meta(r); i++) {
         const char *k = ckpt_meta_key(r, i), *v = ckpt_meta_value(r, i);
-        mp_code rc;
-        if (!strcmp(k, "mesh")) {
+        mp_code rc = MP_OK;
+        if (!strcmp(k, CKPT_FILES_META)) {
+            continue;   /* the carried files' list: ckpt_save_file writes it with the files */
+        } else if (!strcmp(k, "mesh")) {
             char buf[256];
             mesh_meta(v, tp, dp, buf, sizeof buf);
             rc = sink->meta(sink, k, buf, e);
@@ -199,6 +201,7 @@ int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const
     if (rs_sink_ckpt(&sink, rt->mesh.world_comm, o->out, step, world, o->force, band, 0, &err))
         return mp_runtime_fail(rt, &err);   /* agreed inside ckpt_save_begin_dir: same on every rank */
     rc = write_meta(meta, sink, o->tp, o->dp, &err);
+    if (!rc && meta->files) rc = mp_tokfiles_put(meta->files, sink, &err);   /* a failure fails the commit */
     rs_stats st;
     mp_err re;
     mp_code rrc = rs_run(src, sink, boxes, n, rt->rank, rt->world, &st, &re);   /* collective commit */

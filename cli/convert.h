@@ -13,6 +13,7 @@
 #include "ckpt/ckpt.h"
 #include "cli/args.h"
 #include "cli/runtime.h"
+#include "cli/tokfiles.h"
 #include "cli/train_ckpt.h"
 #include "core/error.h"
 #include "layers/llama_config.h"
@@ -71,17 +72,19 @@ mp_code mp_convert_check_tensors(ckpt_reader *r, const rs_box *b, int n, mp_err 
 int64_t mp_convert_bytes(const rs_box *b, int n);
 
 /* What a written checkpoint's metadata is: a copy of checkpoint copy_from's (only the mesh changes), or,
- * when copy_from is NULL, that of a fresh step-0 checkpoint of model mc trained with tc. */
+ * when copy_from is NULL, that of a fresh step-0 checkpoint of model mc trained with tc; and the
+ * tokenizer files it carries (files; NULL: none). */
 typedef struct mp_convert_meta {
     ckpt_reader *copy_from;
     const llama_config *mc;
     const mp_train_config *tc;
+    const mp_tokfiles *files;
 } mp_convert_meta;
 
 /* Writes the n boxes of src as a checkpoint for o's tp x dp mesh at o->out: the test hook and the
  * agreement that every rank's source checks passed ("<cmd>: source"), --plan (prints and stops), the
  * destination check (never src_dir, described as src_what, itself; free disk), the sink with meta's
- * metadata, the run and atomic commit, the summary line, and unless --no-verify the read-back.
+ * metadata and carried files, the run and atomic commit, the summary line, and unless --no-verify the read-back.
  * Collective over the runtime's world. Returns the exit status. */
 int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const char *src_dir, const char *src_what,
                           const rs_box *boxes, int n, const mp_convert_meta *meta, const mp_convert_opts *o);
