@@ -10,7 +10,8 @@
 #   ckpt      tests/python/tokenizer_ckpt_e2e.py, in scripts/bench_venv.sh's venv (transformers): checkpoints
 #             carry their tokenizer — import, ckpt show/verify, sample --prompt in text (= transformers' greedy
 #             text), data --tokenizer, train --init-from and --resume, reshard, export (AutoTokenizer gives
-#             the same ids), a flipped carried byte (verify exit 1 naming the file), an old checkpoint
+#             the same ids), a flipped carried byte (verify exit 1 naming the file), an old checkpoint,
+#             the README text workflow block, a sentencepiece-style tokenizer (sample = transformers)
 set -euo pipefail
 build=$1 src=$2 case=$3
 source "$src/tests/lib.sh"

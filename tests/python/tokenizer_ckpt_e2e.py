@@ -17,7 +17,9 @@ item 4), end to end against transformers itself (scripts/bench_venv.sh's venv):
   7. a checkpoint without carried files (tests/data/ckpt_v1) still shows, verifies and says "none";
   8. the README's text workflow block (<!-- text-workflow -->) runs as written, MODEL_DIR being the directory
      of step 1, and its outputs are right: text out of `sample`, the files in every checkpoint, and the
-     exported tokenizer = the original.
+     exported tokenizer = the original;
+  9. the same import and `sample` with a sentencepiece-style tokenizer (Llama 2 layout, byte fallback): the text
+     printed token by token is transformers' decode of its greedy continuation.
 """
 import json
 import os
@@ -50,15 +52,16 @@ def mp(bin_, *args, ok=True):
     return r
 
 
-def make_model_dir(src, d):
-    """The HF directory of step 1."""
+def make_model_dir(src, d, kind="llama3"):
+    """The HF directory of step 1 (kind llama3: byte-level BPE; llama2: sentencepiece-style with byte fallback)."""
     os.makedirs(d)
-    tok = tb.build_llama3()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>")
+    tok = tb.BUILDERS[kind]()
+    bos_t, eos_t = tb.SPECIALS[kind][:2]
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos_t, eos_token=eos_t)
     fast.save_pretrained(d)
     with open(os.path.join(src, "tests/data/hf_configs/smollm2-135m.json")) as f:
         cfg = json.load(f)   # as published: bookkeeping keys and all
-    bos, eos = fast.convert_tokens_to_ids("<|begin_of_text|>"), fast.convert_tokens_to_ids("<|end_of_text|>")
+    bos, eos = fast.convert_tokens_to_ids(bos_t), fast.convert_tokens_to_ids(eos_t)
     cfg.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, vocab_size=len(fast), max_position_embeddings=256, bos_token_id=bos,
                eos_token_id=eos)
@@ -71,7 +74,7 @@ def make_model_dir(src, d):
     model.save_pretrained(d)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    other = fast.convert_tokens_to_ids("<|reserved_special_token_3|>")
+    other = fast.convert_tokens_to_ids(tb.SPECIALS[kind][2])
     with open(os.path.join(d, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": bos, "eos_token_id": [eos, other], "transformers_version": "5.24.0"}, f, indent=2)
     return fast
@@ -196,6 +199,18 @@ def main():
     check(any(l.startswith("tokenizer") and l.endswith("none") for l in show.splitlines()), "an old checkpoint: tokenizer none")
     check(mp(bin_, "ckpt", "verify", old, "--format-only").returncode == 0, "an old checkpoint still verifies")
     readme_workflow(bin_, src, work, hf, carried, texts)
+
+    # sentencepiece-style (Llama 2 layout: "▁", byte fallback): the text printed token by token is still
+    # transformers' decode of its greedy continuation
+    sp = os.path.join(work, "hf_sp")
+    make_model_dir(src, sp, "llama2")
+    mp(bin_, "import", sp, "--out", os.path.join(work, "ck_sp"))
+    show = mp(bin_, "ckpt", "show", os.path.join(work, "ck_sp")).stdout
+    check("sentencepiece-style BPE" in show, "ckpt show: a sentencepiece-style tokenizer")
+    got = mp(bin_, "sample", "--checkpoint", os.path.join(work, "ck_sp"), "--prompt", prompt, "--tokens", "12",
+             "--temperature", "0").stdout
+    want = greedy(sp, prompt, 12)
+    check(got.rstrip("\n") == want, "sentencepiece-style: sample = transformers' greedy text: %r vs %r" % (got, want))
     if failures:
         sys.exit("FAILED: %d: %s" % (len(failures), failures))
     print("tokenizer_ckpt_e2e: all checks passed")
