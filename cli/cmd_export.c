@@ -11,7 +11,8 @@
  * --force; never the checkpoint itself; free disk: cli/ckpt_common.c's mp_ckpt_check_out, as import
  * and reshard); then DIR.partial is written and renamed to DIR (the HF
  * sink); finally the result is read back: every safetensors header validated, every tensor of the
- * model present with its shape, and config.json parsed back to the same model config.
+ * model present with its shape, and config.json parsed back to the same model config. The tokenizer files
+ * the checkpoint carries (cli/tokfiles.h) are read, checked, and written beside them by the sink.
  * One process: under mpirun with more than one rank it refuses.
  */
 #include <limits.h>
@@ -112,7 +113,9 @@ static const char *export_about =
     "transformers' AutoModelForCausalLM.from_pretrained loads: config.json, generation_config.json and\n"
     "model.safetensors, or model-0000i-of-0000N.safetensors + model.safetensors.index.json above\n"
     "--max-shard-size. Streams in bounded memory, commits atomically (DIR.partial, renamed at the end) and\n"
-    "reads the result back. --max-shard-size 5GB means 5e9 bytes, as in transformers (5G or 5GiB: 5 x 2^30).";
+    "reads the result back. --max-shard-size 5GB means 5e9 bytes, as in transformers (5G or 5GiB: 5 x 2^30).\n"
+    "The tokenizer files the checkpoint carries (from `import`) are written beside them, so that\n"
+    "AutoTokenizer.from_pretrained loads the model's own tokenizer.";
 
 int mp_cmd_export(int argc, char **argv) {
     static const char *const dtypes[] = {"fp32", "bf16", NULL};
