@@ -350,4 +350,36 @@ void ckpt_lock_release(ckpt_lock *l);
  * number of step directories moved. One rank, holding the lock. */
 mp_code ckpt_set_aside(const char *root, int64_t after, const char *aside, int *moved, mp_err *e);
 
+/* ---------------------------------------------------------------- carried files (ckpt/files.c)
+ * A checkpoint may carry a few whole files beside its tensors: a model's tokenizer files
+ * (tokenizer.json, tokenizer_config.json, ...), byte for byte. They live as plain files in DIR/files/
+ * and are listed, each with its size and XXH3-64, in metadata CKPT_FILES_META (a JSON object
+ * {"name": {"bytes": N, "xxh3": "16 hex digits"}}), so the index checksum covers the list and the list
+ * covers the bytes (docs/FORMAT.md, "Carried files"). A checkpoint without the entry carries none. */
+#define CKPT_FILES_META "files"
+#define CKPT_FILES_DIR "files"
+#define CKPT_FILE_NAME_MAX 64
+
+typedef struct ckpt_file_entry {
+    char name[CKPT_FILE_NAME_MAX + 1];
+    int64_t bytes;
+    uint64_t xxh3;
+} ckpt_file_entry;
+
+/* Adds file name (1..64 chars of [A-Za-z0-9_.-], not starting with '.') of bytes data[0..n) to the
+ * save: rank 0 writes DIR.partial/files/<name> durably now (before the index, so a committed
+ * checkpoint has it) and lists it in metadata; other ranks only check the name. Local; before
+ * ckpt_save_start/commit; a second call for the same name replaces it. */
+mp_code ckpt_save_file(ckpt_save *s, const char *name, const void *data, size_t n, mp_err *e);
+/* The files r's checkpoint lists into *out (malloc'd; NULL and 0 when none). A list that does not
+ * parse is MP_ECHECK naming the checkpoint. */
+mp_code ckpt_files_list(const ckpt_reader *r, ckpt_file_entry **out, int *n, mp_err *e);
+/* Reads carried file name of r into *data (malloc'd, NUL-terminated; *n its bytes), checked against
+ * its listed size and XXH3-64: MP_ECHECK naming the file on a mismatch or a missing file, MP_EINPUT when
+ * the checkpoint lists no such file. */
+mp_code ckpt_file_read(const ckpt_reader *r, const char *name, char **data, size_t *n, mp_err *e);
+/* Checks every listed file (as ckpt_file_read) and that DIR/files holds nothing unlisted; *nfiles (may
+ * be NULL) gets the count. MP_ECHECK naming the first bad file. */
+mp_code ckpt_files_verify(const ckpt_reader *r, int *nfiles, mp_err *e);
+
 #endif

@@ -183,4 +183,10 @@ char *ck_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* raise(SIGKILL) if MP_CKPT_CRASH_AT == point (and MP_CKPT_CRASH_RANK unset or == rank). */
 void ck_crash_point(const char *point, int rank);
 
+/* The save's rank and its DIR.partial (ckpt/writer.c), and the value it holds for metadata key (NULL if
+ * none): what ckpt/files.c needs of a save. */
+int ck_save_rank(const ckpt_save *s);
+const char *ck_save_partial(const ckpt_save *s);
+const char *ck_save_meta_get(const ckpt_save *s, const char *key);
+
 #endif

@@ -440,6 +440,14 @@ mp_code ckpt_save_meta(ckpt_save *s, const char *key, const char *value, mp_err 
     return MP_OK;
 }
 
+int ck_save_rank(const ckpt_save *s) { return s->rank; }
+const char *ck_save_partial(const ckpt_save *s) { return s->partial; }
+const char *ck_save_meta_get(const ckpt_save *s, const char *key) {
+    for (int i = 0; i < s->nmeta; i++)
+        if (!strcmp(s->keys[i], key)) return s->vals[i];
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------------- hashing */
 
 /* Streaming hasher of one box: fed consecutive rows of dim 0 (in any grouping), it computes the

@@ -14,6 +14,7 @@
 #include <string.h>
 #include "cli/args.h"
 #include "cli/ckpt_common.h"
+#include "cli/tokfiles.h"
 #include "cli/progress.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -218,6 +219,9 @@ static void show_json(const ckpt_reader *r, const show_opts *o, const show_facts
     for (int i = 1; mp_ckpt_known_meta[i]; i++)
         if (strcmp(mp_ckpt_known_meta[i], "mesh") && strcmp(mp_ckpt_known_meta[i], "step")) json_add_meta(j, r, mp_ckpt_known_meta[i]);
     if (f->have_lr) cJSON_AddItemToObject(j, "next_lr", json_exact(f->lr_next));
+    char tb[512];
+    mp_tokfiles_describe(r, tb, sizeof tb);
+    cJSON_AddStringToObject(j, "tokenizer", tb);   /* as the text line; the files' list is other_metadata.files */
     cJSON *other = cJSON_AddObjectToObject(j, "other_metadata");
     for (int i = 0; i < ckpt_num_meta(r); i++)
         if (!is_known_meta(ckpt_meta_key(r, i))) cJSON_AddStringToObject(other, ckpt_meta_key(r, i), ckpt_meta_value(r, i));
@@ -287,8 +291,11 @@ static void show_text_meta(const ckpt_reader *r, const show_facts *f) {
     if (f->have_lr) printf("%-15snext step's lr %s\n", "", mp_ckpt_num_str(nb, sizeof nb, f->lr_next));
     show_meta_line(r, "optimizer", "optimizer", NULL);
     show_meta_line(r, "rng", "rng", NULL);
+    char tb[512];
+    mp_tokfiles_describe(r, tb, sizeof tb);
+    printf("%-15s%s\n", "tokenizer", tb);
     for (int i = 0; i < ckpt_num_meta(r); i++)
-        if (!is_known_meta(ckpt_meta_key(r, i)))
+        if (!is_known_meta(ckpt_meta_key(r, i)) && strcmp(ckpt_meta_key(r, i), CKPT_FILES_META))
             printf("%-15s%s: %s\n", "metadata", ckpt_meta_key(r, i), ckpt_meta_value(r, i));
 }
 

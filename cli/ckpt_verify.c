@@ -196,6 +196,15 @@ static void verify_bytes(ckpt_reader *r, problems *pr, int64_t *bytes) {
     free(buf);
 }
 
+/* Checks the files the checkpoint carries (its tokenizer's) against their listed sizes and checksums,
+ * and that nothing unlisted lies among them; a problem names the file. */
+static void verify_files(const ckpt_reader *r, problems *pr) {
+    mp_err err;
+    int n = 0;
+    if (ckpt_files_verify(r, &n, &err)) problem(pr, "%s", err.msg);
+    else if (n) note(pr, "%d carried file%s verified", n, n == 1 ? "" : "s");
+}
+
 /* The tensor bytes of r (elements x dtype size, all tensors). */
 static int64_t all_tensor_bytes(const ckpt_reader *r) {
     int64_t n = 0;
@@ -248,7 +257,7 @@ int mp_ckpt_verify(int argc, char **argv) {
         {0}};
     static const char *about =
         "Verifies a checkpoint: the index, every box's bytes against its checksums, coverage, and index.h5's views "
-        "(what other HDF5 tools read); then that the metadata a training run needs (model_config, step, "
+        "(what other HDF5 tools read), the files it carries (its tokenizer's); then that the metadata a training run needs (model_config, step, "
         "data_cursor) is present and valid and that the tensors are exactly model/, optim/exp_avg/ and "
         "optim/exp_avg_sq/ of every parameter of the model config, with its logical shape. Exit 1 naming every "
         "problem found. --json: {checkpoint, ok, format_only, problems[], notes[], tensors, tensor_bytes, "
@@ -278,6 +287,7 @@ int mp_ckpt_verify(int argc, char **argv) {
     }
     int64_t bytes = 0;
     verify_bytes(r, &pr, &bytes);
+    verify_files(r, &pr);
     if (!format_only) {
         verify_meta(r, &pr);
         llama_config mc;

@@ -8,9 +8,11 @@
  *
  * Order of work, so that a refusal leaves nothing behind: flags; the checkpoint (complete, its model
  * config, every model tensor present with its shape); the destination (exists -> refuse unless
- * --force; never the checkpoint itself); then DIR.partial is written and renamed to DIR (the HF
+ * --force; never the checkpoint itself; free disk: cli/ckpt_common.c's mp_ckpt_check_out, as import
+ * and reshard); then DIR.partial is written and renamed to DIR (the HF
  * sink); finally the result is read back: every safetensors header validated, every tensor of the
- * model present with its shape, and config.json parsed back to the same model config.
+ * model present with its shape, and config.json parsed back to the same model config. The tokenizer files
+ * the checkpoint carries (cli/tokfiles.h) are read, checked, and written beside them by the sink.
  * One process: under mpirun with more than one rank it refuses.
  */
 #include <limits.h>
@@ -64,10 +66,9 @@ static mp_code verify_export(const char *dir, const llama_config *cfg, mp_err *e
 }
 
 typedef struct export_opts {
-    const char *out, *dtype, *max_shard, *max_memory;
-    int force, no_verify;
+    mp_convert_opts c;   /* --out, --max-memory, --force, --no-verify */
+    const char *dtype, *max_shard;
     int64_t shard_bytes;
-    size_t max_bytes;
 } export_opts;
 
 /* The conversion once flags are checked: source, layout, sink, run, read back. */
@@ -78,24 +79,26 @@ static mp_code run_export(const char *arg, export_opts *o, mp_err *err) {
     rs_box *boxes = NULL;
     int n = 0;
     llama_config mc;
-    mp_code rc = mp_convert_open_ckpt(arg, o->max_bytes / 4, &src_dir, &src, &mc, err);
+    mp_code rc = mp_convert_open_ckpt(arg, o->c.max_bytes / 4, &src_dir, &src, &mc, err);
     if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
     if (!rc) rc = mp_convert_check_tensors(rs_source_ckpt_reader(src), boxes, n, err);
-    char a[PATH_MAX], b[PATH_MAX];
-    if (!rc && realpath(o->out, a) && realpath(src_dir, b) && !strcmp(a, b))
-        rc = mp_err_set(err, MP_EINPUT, "--out %s is the source checkpoint itself: write elsewhere", o->out);
-    if (!rc) rc = rs_sink_hf(&sink, o->out, &mc, !strcmp(o->dtype, "bf16") ? "BF16" : "F32", o->shard_bytes, o->max_bytes / 4,
-                             o->force, err);
+    if (!rc) rc = mp_ckpt_check_out(o->c.out, src_dir, "the source checkpoint", o->c.force, mp_convert_bytes(boxes, n), err);
+    mp_tokfiles files = {0};
+    if (!rc) rc = mp_tokfiles_from_ckpt(&files, rs_source_ckpt_reader(src), err);
+    if (!rc) rc = rs_sink_hf(&sink, o->c.out, &mc, !strcmp(o->dtype, "bf16") ? "BF16" : "F32", o->shard_bytes,
+                             o->c.max_bytes / 4, o->c.force, err);
+    if (!rc) rc = mp_tokfiles_put(&files, sink, err);
+    mp_tokfiles_free(&files);
     rs_stats st;
     if (!rc) rc = rs_run(src, sink, boxes, n, 0, 1, &st, err);
     if (!rc)
         fprintf(stderr, "meshpoint export: wrote %s (%s, %d tensors, %.2f MiB as fp32) in %.2f s; read %.2f MiB; largest "
                         "piece in memory %.2f MiB (--max-memory %.0f MiB)\n",
-                o->out, o->dtype, n, st.bytes_written / 1048576.0, st.seconds, st.bytes_read / 1048576.0,
-                st.largest_band / 1048576.0, o->max_bytes / 1048576.0);
-    if (!rc && !o->no_verify) {
-        if ((rc = verify_export(o->out, &mc, err))) mp_err_wrap(err, "reading %s back after writing it", o->out);
-        else fprintf(stderr, "meshpoint export: verified %s: every header, tensor and shape, and config.json\n", o->out);
+                o->c.out, o->dtype, n, st.bytes_written / 1048576.0, st.seconds, st.bytes_read / 1048576.0,
+                st.largest_band / 1048576.0, o->c.max_bytes / 1048576.0);
+    if (!rc && !o->c.no_verify) {
+        if ((rc = verify_export(o->c.out, &mc, err))) mp_err_wrap(err, "reading %s back after writing it", o->c.out);
+        else fprintf(stderr, "meshpoint export: verified %s: every header, tensor and shape, and config.json\n", o->c.out);
     }
     if (sink) sink->free(sink);
     if (src) src->close(src);
@@ -110,19 +113,18 @@ static const char *export_about =
     "transformers' AutoModelForCausalLM.from_pretrained loads: config.json, generation_config.json and\n"
     "model.safetensors, or model-0000i-of-0000N.safetensors + model.safetensors.index.json above\n"
     "--max-shard-size. Streams in bounded memory, commits atomically (DIR.partial, renamed at the end) and\n"
-    "reads the result back. --max-shard-size 5GB means 5e9 bytes, as in transformers (5G or 5GiB: 5 x 2^30).";
+    "reads the result back. --max-shard-size 5GB means 5e9 bytes, as in transformers (5G or 5GiB: 5 x 2^30).\n"
+    "The tokenizer files the checkpoint carries (from `import`) are written beside them, so that\n"
+    "AutoTokenizer.from_pretrained loads the model's own tokenizer.";
 
 int mp_cmd_export(int argc, char **argv) {
     static const char *const dtypes[] = {"fp32", "bf16", NULL};
-    export_opts o = {.dtype = "fp32", .max_shard = "5GB", .max_memory = "256M"};
-    const mp_arg flags[] = {
-        {"out", MP_ARG_STRING, &o.out, "DIR", "the HF directory to write (must not exist, unless --force)"},
+    export_opts o = {.dtype = "fp32", .max_shard = "5GB"};
+    mp_convert_opts_default(&o.c, "DIR");
+    mp_arg flags[MP_CONVERT_MAX_FLAGS + 3] = {
         {"dtype", MP_ARG_STRING, &o.dtype, "T", "tensor dtype in the safetensors files", dtypes},
-        {"max-shard-size", MP_ARG_STRING, &o.max_shard, "SIZE", "split the weights into files of at most SIZE"},
-        {"max-memory", MP_ARG_STRING, &o.max_memory, "SIZE", "memory bound for data buffers (e.g. 256M, 1G)"},
-        {"force", MP_ARG_SWITCH, &o.force, NULL, "replace an existing --out (swapped only once the new one is complete)"},
-        {"no-verify", MP_ARG_SWITCH, &o.no_verify, NULL, "skip reading the result back"},
-        {0}};
+        {"max-shard-size", MP_ARG_STRING, &o.max_shard, "SIZE", "split the weights into files of at most SIZE"}};
+    mp_convert_flags(&o.c, 0, "the HF directory to write (must not exist, unless --force)", flags + 2);
     mp_runtime rt;
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
@@ -137,9 +139,8 @@ int mp_cmd_export(int argc, char **argv) {
         mp_err_set(&err, MP_EINPUT, npos ? "one CKPT expected, got %d arguments" : "CKPT (the checkpoint to export) is missing", npos);
         goto fail;
     }
-    if (!o.out || !*o.out) { mp_err_set(&err, MP_EINPUT, "--out DIR is required"); goto fail; }
+    if (mp_convert_check_flags(&o.c, 0, &err)) goto fail;
     if (parse_shard_size(o.max_shard, &o.shard_bytes, &err)) goto fail;
-    if (mp_args_parse_size(o.max_memory, "--max-memory", 4 * 1048576, &o.max_bytes, &err)) goto fail;
     if (rt.world > 1) { mp_err_set(&err, MP_EINPUT, "export runs in one process (not under mpirun -np %d)", rt.world); goto fail; }
     if (mp_runtime_mesh(&rt, 1, 1, "cpu", &err)) goto fail;
     if (run_export(argv[0], &o, &err)) goto fail;

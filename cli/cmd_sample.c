@@ -15,12 +15,18 @@
  * needed and dp replicas agree. Temperature 0 is greedy (the lowest id among equal maxima); otherwise
  * softmax(logits / T) over the --top-k largest (all when 0), in double, inverted at the drawn uniform.
  *
- * Input and output: --prompt TEXT is UTF-8 bytes as token ids (byte-level models, vocab >= 256) and the
- * continuation is printed as bytes; --ids takes the prompt as decimal ids ("72 101 108") and prints ids,
- * for models with other vocabularies. Exit 2 on bad input (ids >= vocab_size, a sequence beyond
+ * Input and output: when the checkpoint carries a tokenizer (`import` of an HF directory keeps it),
+ * --prompt TEXT is encoded by it (with the BOS its template puts first, as transformers' tokenizer(text)
+ * does) and the continuation is printed as text token by token as it is produced (print_token: the
+ * decoded text is held back while it ends in an incomplete UTF-8 character, as a byte-level token can);
+ * its end-of-sequence ids are eos_ids' (generation_config.json's eos_token_id, an int or a list, else the
+ * tokenizer's EOS). Without one, --prompt TEXT is UTF-8 bytes as token ids (byte-level models, vocab >=
+ * 256) and the continuation is printed as bytes. --ids takes the prompt as decimal ids ("72 101 108")
+ * and prints ids, for any model. Exit 2 on bad input (ids >= vocab_size, a sequence beyond
  * max_position_embeddings), 1 when the checkpoint fails to load.
  */
 #include <assert.h>
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,10 +37,12 @@
 #include "cli/cli.h"
 #include "cli/memplan.h"
 #include "cli/runtime.h"
+#include "cli/tokfiles.h"
 #include "cli/train_ckpt.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "tokenizer/tokenizer.h"
 
 /* The flags of `meshpoint sample`. */
 typedef struct sample_flags {
@@ -43,6 +51,8 @@ typedef struct sample_flags {
     double temperature;
     int64_t seed;
 } sample_flags;
+
+#define MP_SAMPLE_MAX_EOS 8
 
 /* The state of one sampling run, owned by mp_cmd_sample. */
 typedef struct sample_run {
@@ -59,11 +69,16 @@ typedef struct sample_run {
     double *p;             /* sampling scratch [V] */
     int *order;            /* top-k scratch [V] */
     llama_model *model;
+    mp_tok *tok;           /* the checkpoint's tokenizer (NULL: byte-level or --ids) */
+    int32_t eos[MP_SAMPLE_MAX_EOS];   /* end-of-sequence ids (eos_ids), neos of them */
+    int neos;
+    size_t printed;        /* bytes of decode(seq[0..n)) printed so far (print_token) */
 } sample_run;
 
 static const char *sample_about =
     "Generates a continuation of --prompt from a checkpoint's model, on any mesh (mpirun -np N with --tp/--dp):\n"
-    "the same tokens on every mesh for a given --seed. --prompt is UTF-8 bytes for byte-level models (vocab >=\n"
+    "the same tokens on every mesh for a given --seed. --prompt is text through the checkpoint's tokenizer when\n"
+    "it carries one (`meshpoint import` keeps the model's), else UTF-8 bytes for byte-level models (vocab >=\n"
     "256); --ids reads the prompt as decimal token ids and prints ids.";
 
 /* Parses the flags into r->f. Fails alike on every rank (`fail`). */
@@ -100,11 +115,45 @@ static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
     return MP_OK;
 }
 
+/* The end-of-sequence ids of the checkpoint r into run->eos: its carried generation_config.json's
+ * eos_token_id (an int or a list) when present, else the tokenizer's EOS; none for a byte-level model.
+ * For the generation loop to stop at. */
+static mp_code eos_ids(sample_run *run, const ckpt_reader *r) {
+    run->neos = 0;
+    char *text = NULL;
+    mp_code rc = ckpt_file_read(r, "generation_config.json", &text, NULL, &run->err);
+    if (rc == MP_OK) {
+        cJSON *j = cJSON_Parse(text), *e = cJSON_GetObjectItemCaseSensitive(j, "eos_token_id");
+        if (cJSON_IsNumber(e)) run->eos[run->neos++] = (int32_t)e->valueint;
+        for (const cJSON *it = cJSON_IsArray(e) ? e->child : NULL; it; it = it->next)
+            if (cJSON_IsNumber(it) && run->neos < MP_SAMPLE_MAX_EOS) run->eos[run->neos++] = (int32_t)it->valueint;
+        cJSON_Delete(j);
+        free(text);
+    } else if (rc != MP_EINPUT) {
+        return rc;
+    }
+    mp_err_clear(&run->err);
+    if (run->neos == 0 && run->tok && mp_tok_eos(run->tok) >= 0) run->eos[run->neos++] = mp_tok_eos(run->tok);
+    return MP_OK;
+}
+
+/* The checkpoint's tokenizer, when it carries one, into r->tok (checked against its checksums), and its
+ * EOS ids (eos_ids). Local: the caller agrees. */
+static mp_code load_tokenizer(sample_run *r) {
+    ckpt_reader *cr = NULL;
+    MP_TRY(ckpt_open(&cr, r->ckpt_dir, &r->err));
+    mp_code rc = mp_tokfiles_load_tokenizer(cr, &r->tok, &r->err);
+    if (!rc) rc = eos_ids(r, cr);
+    ckpt_close(cr);
+    return rc;
+}
+
 /* Resolves the checkpoint (rank 0 decides) and reads its model config (every rank). Collective: the
  * agreed code. */
 static mp_code read_checkpoint_config(sample_run *r) {
     MP_TRY(mp_runtime_resolve_ckpt(&r->rt, NULL, r->f.checkpoint, r->ckpt_dir, sizeof r->ckpt_dir, &r->err));
-    return mp_runtime_ckpt_model_config(&r->rt, r->ckpt_dir, &r->mc, &r->err);
+    MP_TRY(mp_runtime_ckpt_model_config(&r->rt, r->ckpt_dir, &r->mc, &r->err));
+    return mp_runtime_agree(&r->rt, load_tokenizer(r), &r->err);
 }
 
 /* Turns --prompt into token ids in r->seq (allocated for the whole sequence). Fails alike. */
@@ -112,9 +161,30 @@ static mp_code encode_prompt(sample_run *r) {
     const char *s = r->f.prompt;
     int V = r->mc.vocab_size;
     size_t cap = strlen(s) + 1;   /* ids: at most one per byte */
+    mp_tok_ids text = {0};
+    if (r->tok && !r->f.ids) {   /* text: tokenizer(text), the template's BOS first */
+        const int32_t *bos, *eos;
+        int nbos, neos;
+        mp_tok_template(r->tok, &bos, &nbos, &eos, &neos);
+        for (int i = 0; i < nbos; i++) mp_tok_ids_push(&text, bos[i]);
+        mp_tok_state *ts = mp_tok_state_new(r->tok);
+        mp_tok_encode(ts, s, strlen(s), 0, &text);
+        mp_tok_state_free(ts);
+        cap = (size_t)text.n + 1;
+    }
     r->seq = mp_xcalloc(sizeof(int32_t) * (cap + (size_t)r->f.tokens));
     int n = 0;
-    if (!r->f.ids) {
+    if (r->tok && !r->f.ids) {
+        for (int64_t i = 0; i < text.n; i++) {
+            if (text.v[i] >= V) {
+                mp_tok_ids_free(&text);
+                return mp_err_set(&r->err, MP_EINPUT, "--prompt: token %d is not below the model's vocab_size %d",
+                                  text.v[i], V);
+            }
+            r->seq[n++] = text.v[i];
+        }
+        mp_tok_ids_free(&text);
+    } else if (!r->f.ids) {
         if (V < 256)
             return mp_err_set(&r->err, MP_EINPUT, "--prompt as bytes needs a byte-level model (vocab_size >= 256, this one "
                               "has %d): pass token ids with --ids", V);
@@ -197,15 +267,36 @@ static int32_t draw(sample_run *r, int pos) {
     return r->order[k - 1];
 }
 
+/* Prints what token r->seq[r->n - 1] adds to the text, through the tokenizer (rank 0): the new bytes of
+ * decode(seq[0..n)) (special tokens skipped), held back while they end in U+FFFD, the mark of a UTF-8
+ * character a later byte-level token completes; final flushes what is held. The prompt itself
+ * (decode(prompt)) is printed first, with n == n_prompt. */
+static void print_token(sample_run *r, int final) {
+    size_t len = 0;
+    char *text = mp_tok_decode(r->tok, r->seq, r->n, 1, &len);
+    int held = !final && len >= 3 && !memcmp(text + len - 3, "\xEF\xBF\xBD", 3);
+    if (!held && len > r->printed) {
+        fwrite(text + r->printed, 1, len - r->printed, stdout);
+        r->printed = len;
+        fflush(stdout);
+    }
+    free(text);
+}
+
 /* Generates --tokens tokens after the prompt and prints the prompt and continuation on rank 0. */
 static void generate(sample_run *r) {
+    int text = r->tok && !r->f.ids && r->rt.rank == 0;
+    if (text) print_token(r, 0);
     for (int t = 0; t < r->f.tokens; t++) {
         last_logits(r);
         r->seq[r->n] = draw(r, r->n);
         r->n++;
+        if (text) print_token(r, t + 1 == r->f.tokens);
     }
     if (r->rt.rank != 0) return;
-    if (r->f.ids) {
+    if (text) {
+        putchar('\n');
+    } else if (r->f.ids) {
         for (int i = 0; i < r->n; i++) printf("%s%d", i ? " " : "", r->seq[i]);
         putchar('\n');
     } else {
@@ -243,6 +334,7 @@ done:
     free(r->part);
     free(r->p);
     free(r->order);
+    mp_tok_free(r->tok);
     mp_runtime_end(&r->rt);
     return status;
 }

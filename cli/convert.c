@@ -1,12 +1,66 @@
 /*
- * cli/convert.c — the conversion front end of reshard, init, export and import (cli/convert.h): the
- * checks and steps they share, written once, with the messages the commands have always printed.
+ * cli/convert.c — the conversion front end of reshard, init, export and import (cli/convert.h): their
+ * options, flags, checks and the checkpoint write they share, written once, with the messages the
+ * commands have always printed.
  */
 #include "cli/convert.h"
+#include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cli/ckpt_common.h"
+#include "core/log.h"
+
+void mp_convert_opts_default(mp_convert_opts *o, const char *out_metavar) {
+    memset(o, 0, sizeof *o);
+    o->out_metavar = out_metavar;
+    o->max_memory = "256M";
+    o->tp = o->dp = 1;
+}
+
+int mp_convert_flags(mp_convert_opts *o, unsigned which, const char *out_help, mp_arg *flags) {
+    int k = 0, req = (which & MP_CONV_MESH_REQUIRED) != 0;
+    if (which & MP_CONV_MESH) {
+        flags[k++] = (mp_arg){"tp", MP_ARG_INT, &o->tp, "N", req ? "target tensor-parallel degree" : "tensor-parallel degree of the target layout",
+                              .set = &o->set_tp, .dflt = req ? "required" : NULL};
+        flags[k++] = (mp_arg){"dp", MP_ARG_INT, &o->dp, "N", req ? "target data-parallel degree" : "data-parallel degree of the target layout",
+                              .set = &o->set_dp, .dflt = req ? "required" : NULL};
+    }
+    flags[k++] = (mp_arg){"out", MP_ARG_STRING, &o->out, o->out_metavar, out_help};
+    flags[k++] = (mp_arg){"max-memory", MP_ARG_STRING, &o->max_memory, "SIZE", "memory bound for data buffers (e.g. 256M, 1G)"};
+    if (which & MP_CONV_PLAN) {
+        flags[k++] = (mp_arg){"plan", MP_ARG_SWITCH, &o->plan, NULL, "dry run: print what each target rank reads and writes"};
+        flags[k++] = (mp_arg){"json", MP_ARG_SWITCH, &o->json, NULL, "the --plan as JSON"};
+    }
+    flags[k++] = (mp_arg){"force", MP_ARG_SWITCH, &o->force, NULL,
+                          "replace an existing --out (swapped only once the new one is complete)"};
+    flags[k++] = (mp_arg){"no-verify", MP_ARG_SWITCH, &o->no_verify, NULL, "skip reading the result back"};
+    if (which & MP_CONV_SP)
+        flags[k++] = (mp_arg){"sp", MP_ARG_SWITCH, &o->sp, NULL, "accepted for symmetry with train; no effect on a checkpoint",
+                              .set = &o->set_sp, .dflt = ""};
+    if (which & MP_CONV_MODEL_ONLY)
+        flags[k++] = (mp_arg){"model-only", MP_ARG_SWITCH, &o->model_only, NULL, "drop the optimizer moments (for eval and export)"};
+    return k;
+}
+
+mp_code mp_convert_check_flags(mp_convert_opts *o, unsigned which, mp_err *e) {
+    if ((which & MP_CONV_MESH_REQUIRED) && (!o->set_tp || !o->set_dp))
+        return mp_err_set(e, MP_EINPUT, "--tp N and --dp N (the target mesh) are required");
+    if (o->tp < 1 || o->dp < 1) return mp_err_set(e, MP_EINPUT, "--tp and --dp must be >= 1 (got %d, %d)", o->tp, o->dp);
+    if (!o->plan && (!o->out || !*o->out))
+        return mp_err_set(e, MP_EINPUT, "--out %s is required%s", o->out_metavar,
+                          which & MP_CONV_PLAN ? " (or --plan for a dry run)" : "");
+    if (o->json && !o->plan) return mp_err_set(e, MP_EINPUT, "--json goes with --plan");
+    return mp_args_parse_size(o->max_memory, "--max-memory", 4 * 1048576, &o->max_bytes, e);
+}
+
+void mp_convert_note_sp(const mp_runtime *rt, const mp_convert_opts *o) {
+    if (o->set_sp && rt->rank == 0)
+        fprintf(stderr, "%s: note: --sp%s is ignored: sequence parallelism is chosen when training, it does not "
+                        "change what a checkpoint stores (a tp %d job may train with or without it)\n",
+                mp_log_prog(), o->sp ? "" : " off", o->tp);
+}
 
 mp_code mp_convert_open_ckpt(const char *arg, size_t scratch, char **src_dir, rs_source **src, llama_config *mc,
                              mp_err *err) {
@@ -46,7 +100,114 @@ mp_code mp_convert_check_tensors(ckpt_reader *r, const rs_box *b, int n, mp_err 
     return MP_OK;
 }
 
-mp_code mp_convert_put_meta(void *ctx, const char *key, const char *value, mp_err *err) {
+int64_t mp_convert_bytes(const rs_box *b, int n) {
+    int64_t need = 0;
+    for (int i = 0; i < n; i++) need += rs_box_bytes(&b[i]);
+    return need;
+}
+
+/* "mesh" of a copied checkpoint, rewritten for tp x dp; the run's wall time so far (elapsed_s) carries over. */
+static void mesh_meta(const char *old_text, int tp, int dp, char *buf, size_t cap) {
+    cJSON *old = cJSON_Parse(old_text);
+    const cJSON *el = old ? cJSON_GetObjectItemCaseSensitive(old, "elapsed_s") : NULL;
+    int n = snprintf(buf, cap, "{\"world\": %d, \"tp\": %d, \"dp\": %d, \"sp\": %s", tp * dp, tp, dp, tp > 1 ? "true" : "false");
+    if (cJSON_IsNumber(el)) n += snprintf(buf + n, cap - (size_t)n, ", \"elapsed_s\": %.17g", el->valuedouble);
+    snprintf(buf + n, cap - (size_t)n, "}");
+    cJSON_Delete(old);
+}
+
+/* Copies every metadata entry of the source checkpoint to the sink; only the mesh changes: "mesh" is
+ * rewritten for tp x dp, and train_config's tp and dp fields follow it. */
+static mp_code copy_meta(ckpt_reader *r, rs_sink *sink, int tp, int dp, mp_err *e) {
+    for (int i = 0; i < ckpt_num_meta(r); i++) {
+        const char *k = ckpt_meta_key(r, i), *v = ckpt_meta_value(r, i);
+        mp_code rc = MP_OK;
+        if (!strcmp(k, CKPT_FILES_META)) {
+            continue;   /* the carried files' list: ckpt_save_file writes it with the files */
+        } else if (!strcmp(k, "mesh")) {
+            char buf[256];
+            mesh_meta(v, tp, dp, buf, sizeof buf);
+            rc = sink->meta(sink, k, buf, e);
+        } else if (!strcmp(k, "train_config")) {
+            cJSON *j = cJSON_Parse(v);
+            if (!j) return mp_err_set(e, MP_ECHECK, "checkpoint %s: metadata train_config is not JSON", ckpt_reader_dir(r));
+            if (cJSON_GetObjectItemCaseSensitive(j, "tp")) cJSON_ReplaceItemInObjectCaseSensitive(j, "tp", cJSON_CreateNumber(tp));
+            if (cJSON_GetObjectItemCaseSensitive(j, "dp")) cJSON_ReplaceItemInObjectCaseSensitive(j, "dp", cJSON_CreateNumber(dp));
+            char *txt = cJSON_PrintUnformatted(j);
+            rc = sink->meta(sink, k, txt, e);
+            free(txt);
+            cJSON_Delete(j);
+        } else {
+            rc = sink->meta(sink, k, v, e);
+        }
+        MP_TRY(rc);
+    }
+    return MP_OK;
+}
+
+/* An mp_meta_put into the sink ctx (an rs_sink *). */
+static mp_code put_meta(void *ctx, const char *key, const char *value, mp_err *err) {
     rs_sink *s = ctx;
     return s->meta(s, key, value, err);
+}
+
+/* The sink's metadata as meta says. */
+static mp_code write_meta(const mp_convert_meta *meta, rs_sink *sink, int tp, int dp, mp_err *e) {
+    if (meta->copy_from) return copy_meta(meta->copy_from, sink, tp, dp, e);
+    mp_train_config tc = *meta->tc;
+    tc.tp = tp;
+    tc.dp = dp;
+    mp_run_state st = {0, {0, 0}, 0, 0};
+    return mp_run_meta(put_meta, sink, meta->mc, &tc, tp, dp, &st, e);
+}
+
+/* The summary line: bytes read, needed, written and the largest band, summed (maxed) over the workers. */
+static void print_stats(mp_runtime *rt, const char *cmd, const rs_stats *st, const mp_convert_opts *o) {
+    mp_comm *workers = rt->mesh.world_comm;
+    float v[4] = {(float)(st->bytes_read / 1048576.0), (float)(st->bytes_needed / 1048576.0),
+                  (float)(st->bytes_written / 1048576.0), (float)(st->largest_band / 1048576.0)};
+    workers->all_reduce(workers, v, 3, MP_F32, 0);
+    workers->all_reduce(workers, v + 3, 1, MP_F32, 1);
+    if (rt->rank == 0)
+        fprintf(stderr,
+                "meshpoint %s: wrote %s for tp %d x dp %d (%d rank files, %.2f MiB) in %.2f s; read %.2f MiB for "
+                "%.2f MiB needed (ratio %.3f); largest piece in memory %.2f MiB (--max-memory %.0f MiB)\n",
+                cmd, o->out, o->tp, o->dp, o->tp * o->dp, v[2], st->seconds, v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0,
+                v[3], o->max_bytes / 1048576.0);
+}
+
+int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const char *src_dir, const char *src_what,
+                          const rs_box *boxes, int n, const mp_convert_meta *meta, const mp_convert_opts *o) {
+    mp_err err;
+    mp_err_clear(&err);
+    char what[64];
+    snprintf(what, sizeof what, "%s: source", cmd);
+    mp_code rc = mp_runtime_test_fail(rt, what, &err);
+    mp_code agreed = mp_runtime_agree(rt, rc, rc ? &err : NULL);   /* another rank may have failed, and said so */
+    if (agreed) return mp_exit_status(agreed);
+    size_t band = o->max_bytes / 4;
+    int world = o->tp * o->dp;
+    if (o->plan) {
+        int64_t rd = 0, wr = 0;
+        if (rt->rank == 0) rc = rs_plan_print(src, boxes, n, world, band, o->json, stdout, &rd, &wr, &err);
+        return mp_exit_status(mp_runtime_agree(rt, rc, &err));
+    }
+    /* the destination is checked on every rank; agreed, so that a rank that finds it unusable does not
+     * leave the others waiting in the sink's collective start */
+    rc = mp_ckpt_check_out(o->out, src_dir, src_what, o->force, mp_convert_bytes(boxes, n), &err);
+    if ((agreed = mp_runtime_agree(rt, rc, &err))) return mp_exit_status(agreed);
+    rs_sink *sink = NULL;
+    int64_t step = meta->copy_from ? ckpt_reader_step(meta->copy_from) : 0;
+    if (rs_sink_ckpt(&sink, rt->mesh.world_comm, o->out, step, world, o->force, band, 0, &err))
+        return mp_runtime_fail(rt, &err);   /* agreed inside ckpt_save_begin_dir: same on every rank */
+    rc = write_meta(meta, sink, o->tp, o->dp, &err);
+    if (!rc && meta->files) rc = mp_tokfiles_put(meta->files, sink, &err);   /* a failure fails the commit */
+    rs_stats st;
+    mp_err re;
+    mp_code rrc = rs_run(src, sink, boxes, n, rt->rank, rt->world, &st, &re);   /* collective commit */
+    sink->free(sink);
+    if (rc == MP_OK) { rc = rrc; err = re; }
+    if (rc) return mp_runtime_fail(rt, &err);   /* the commit agreed: every rank has the same error */
+    print_stats(rt, cmd, &st, o);
+    return o->no_verify ? 0 : mp_runtime_verify_written(rt, o->out, o->max_bytes / 2);
 }

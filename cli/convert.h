@@ -1,17 +1,56 @@
 /*
  * cli/convert.h — the front end that `meshpoint reshard`, `init`, `export` and `import` share: they are
- * the one engine of reshard/ with different ends, and open their checkpoint source, lay out their
- * target, check the source's tensors against it and fill a sink's metadata the same way, here.
- * Each function returns an mp_code with its message in err; the commands decide the exit status.
+ * the one engine of reshard/ with different ends. Their options (one struct, one flag table), their
+ * checkpoint source, their target layout, the check of the source's tensors against it, the destination
+ * check and, for the three that write a checkpoint, the whole write (metadata, run, commit, read back)
+ * are here, once. Each function returns an mp_code with its message in err (or, for the collective
+ * write, the exit status); the commands decide what to do with it.
  */
 #ifndef MP_CONVERT_H
 #define MP_CONVERT_H
 
 #include <stddef.h>
 #include "ckpt/ckpt.h"
+#include "cli/args.h"
+#include "cli/runtime.h"
+#include "cli/tokfiles.h"
+#include "cli/train_ckpt.h"
 #include "core/error.h"
 #include "layers/llama_config.h"
 #include "reshard/reshard.h"
+
+/* The options of the four commands; which of them a command takes is the `which` mask below. */
+typedef struct mp_convert_opts {
+    const char *out, *out_metavar, *max_memory;
+    int tp, dp, set_tp, set_dp;   /* target mesh (MP_CONV_MESH); default 1 x 1 */
+    int force, no_verify;
+    int plan, json;               /* MP_CONV_PLAN */
+    int sp, set_sp;               /* MP_CONV_SP: accepted, no effect */
+    int model_only;               /* MP_CONV_MODEL_ONLY */
+    size_t max_bytes;             /* --max-memory, parsed by mp_convert_check_flags */
+} mp_convert_opts;
+
+enum {
+    MP_CONV_MESH = 1,           /* --tp N --dp N (default 1 each) */
+    MP_CONV_MESH_REQUIRED = 2,  /* with MP_CONV_MESH: both must be given */
+    MP_CONV_PLAN = 4,           /* --plan, --json (then --out is optional) */
+    MP_CONV_SP = 8,             /* --sp, for symmetry with train */
+    MP_CONV_MODEL_ONLY = 16     /* --model-only */
+};
+#define MP_CONVERT_MAX_FLAGS 10   /* the most entries mp_convert_flags appends */
+
+/* Sets o to the defaults (mesh 1 x 1, --max-memory 256M); out_metavar is --out's placeholder ("DIR"). */
+void mp_convert_opts_default(mp_convert_opts *o, const char *out_metavar);
+
+/* Appends to flags the shared flags over o that which selects (--out described by out_help) and returns
+ * how many (at most MP_CONVERT_MAX_FLAGS); the caller ends its table with {0}. */
+int mp_convert_flags(mp_convert_opts *o, unsigned which, const char *out_help, mp_arg *flags);
+
+/* The checks of the shared flags after parsing (MP_EINPUT naming the flag); parses --max-memory. */
+mp_code mp_convert_check_flags(mp_convert_opts *o, unsigned which, mp_err *err);
+
+/* Notes on rank 0 that --sp, when given, changes nothing in a checkpoint. */
+void mp_convert_note_sp(const mp_runtime *rt, const mp_convert_opts *o);
 
 /* Opens the checkpoint named by arg (a step directory, a checkpoint root or a run directory: its newest
  * complete checkpoint) as an engine source with scratch bytes of read buffer, and parses its model
@@ -29,7 +68,25 @@ mp_code mp_convert_target_layout(const llama_config *mc, int tp, int dp, int mod
  * an optimizer moment is missing) or holds with another global shape. */
 mp_code mp_convert_check_tensors(ckpt_reader *r, const rs_box *b, int n, mp_err *err);
 
-/* An mp_meta_put (cli/train_ckpt.h) into the sink ctx (an rs_sink *). */
-mp_code mp_convert_put_meta(void *ctx, const char *key, const char *value, mp_err *err);
+/* The bytes the n boxes take as fp32: what a destination must have room for. */
+int64_t mp_convert_bytes(const rs_box *b, int n);
+
+/* What a written checkpoint's metadata is: a copy of checkpoint copy_from's (only the mesh changes), or,
+ * when copy_from is NULL, that of a fresh step-0 checkpoint of model mc trained with tc; and the
+ * tokenizer files it carries (files; NULL: none). */
+typedef struct mp_convert_meta {
+    ckpt_reader *copy_from;
+    const llama_config *mc;
+    const mp_train_config *tc;
+    const mp_tokfiles *files;
+} mp_convert_meta;
+
+/* Writes the n boxes of src as a checkpoint for o's tp x dp mesh at o->out: the test hook and the
+ * agreement that every rank's source checks passed ("<cmd>: source"), --plan (prints and stops), the
+ * destination check (never src_dir, described as src_what, itself; free disk), the sink with meta's
+ * metadata and carried files, the run and atomic commit, the summary line, and unless --no-verify the read-back.
+ * Collective over the runtime's world. Returns the exit status. */
+int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const char *src_dir, const char *src_what,
+                          const rs_box *boxes, int n, const mp_convert_meta *meta, const mp_convert_opts *o);
 
 #endif

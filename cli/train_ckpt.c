@@ -158,6 +158,7 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const llama_con
     if (!rc && c->init_from[0]) rc = ckpt_save_meta(s, "init_from", c->init_from, err);   /* train --init-from */
     /* the CPU kernels' ISA level of the saving process: results differ in the last bits between levels */
     if (!rc) rc = ckpt_save_meta(s, "cpu_isa", mp_cpu_isa(), err);
+    if (!rc) rc = mp_tokfiles_save(&c->files, s, err);   /* the model's tokenizer, when it came with one */
     if (rc) {
         /* a local failure (an add, a non-finite value): the commit makes every rank agree on it and
          * publishes nothing */
@@ -214,6 +215,7 @@ void mp_checkpointer_free(mp_checkpointer *c) {
     c->inflight = NULL;
     if (c->host) c->host_be->host_free(c->host_be, c->host, c->host_bytes, MP_MEM_CKPT);
     c->host = NULL;
+    mp_tokfiles_free(&c->files);
 }
 
 /* ---- loading ---- */

@@ -22,6 +22,7 @@
 #include "ckpt/ckpt.h"
 #include "core/data.h"
 #include "layers/llama.h"
+#include "cli/tokfiles.h"
 #include "layers/llama_config.h"
 
 /* The non-tensor state of a run: everything besides the shards needed to continue exactly. */
@@ -58,6 +59,8 @@ typedef struct mp_checkpointer {
     /* metadata "init_from" of every save (JSON text; "" for none): the checkpoint whose weights this run
      * started from (train --init-from), {"checkpoint": DIR, "step": N} */
     char init_from[MP_PATH_MAX + 128];
+    /* the tokenizer files every save carries (rank 0; from --init-from's or --resume's checkpoint) */
+    mp_tokfiles files;
 } mp_checkpointer;
 
 void mp_checkpointer_init(mp_checkpointer *c, const char *root, const ckpt_save_opts *opts, int async);

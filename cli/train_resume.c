@@ -3,7 +3,8 @@
  * checkpoint under the root, none: step 0), --resume-from (a named checkpoint; an earlier one rewinds)
  * and --init-from (a new run from a checkpoint's weights: step 0, fresh moments, schedule and cursor).
  * Rank 0 decides which checkpoint and broadcasts it, so ranks that see different file systems cannot
- * split the job; every load is agreed over the ranks before anyone trains.
+ * split the job; every load is agreed over the ranks before anyone trains. The tokenizer files the
+ * loaded checkpoint carries are carried into every save of the run (cli/tokfiles.h).
  */
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -39,6 +40,18 @@ static mp_code pick_resume_dir(train_run *r) {
     return MP_OK;
 }
 
+/* Rank 0 reads the tokenizer files the checkpoint in dir carries (checked) into the checkpointer, for
+ * every save of this run to carry on. Collective: returns the agreed code. */
+static mp_code carry_tokfiles(train_run *r, const char *dir) {
+    mp_code local = MP_OK;
+    mp_tokfiles_free(&r->ck.files);
+    if (r->rt.rank == 0 && (local = mp_tokfiles_from_ckpt_dir(&r->ck.files, dir, &r->err)))
+        mp_err_wrap(&r->err, "the tokenizer files of %s", dir);
+    mp_code agreed = mp_runtime_agree(&r->rt, local, &r->err);
+    if (!agreed && r->ck.files.n) mp_info("carrying the tokenizer files of %s into this run's checkpoints", dir);
+    return agreed;
+}
+
 /* Loads the checkpoint rank 0 picked into the model, r->rs and the loader's cursor. Collective when
  * resuming. Returns the agreed code: nonzero means `fail_agreed`. */
 mp_code mp_train_resume(train_run *r) {
@@ -59,6 +72,7 @@ mp_code mp_train_resume(train_run *r) {
     agreed = mp_runtime_agree(&r->rt, local, &r->err);
     if (agreed) return agreed;
     mp_checkpoint_log_io(r->mesh, "resumed from", r->resume_dir, &r->rs);
+    if ((agreed = carry_tokfiles(r, r->resume_dir))) return agreed;
     /* a run started with --init-from keeps recording where its weights came from */
     snprintf(r->ck.init_from, sizeof r->ck.init_from, "%s", r->rs.init_from);
     return MP_OK;
@@ -85,6 +99,7 @@ mp_code mp_train_init_from(train_run *r) {
     if (local) mp_err_wrap(&r->err, "--init-from");
     if ((agreed = mp_runtime_agree(&r->rt, local, &r->err))) return agreed;
     mp_checkpoint_log_io(r->mesh, "initialised from", r->init_dir, &src);
+    if ((agreed = carry_tokfiles(r, r->init_dir))) return agreed;
     char abs[PATH_MAX];
     const char *dir = realpath(r->init_dir, abs) ? abs : r->init_dir;
     cJSON *o = cJSON_CreateObject();

@@ -16,7 +16,9 @@
  * model_type, every field, head_dim, biases false, rope_scaling), plus what transformers 5 writes
  * (dtype, rope_parameters with rope_theta) next to what 4.x reads (torch_dtype, rope_theta), and
  * LlamaConfig's remaining defaults (attention_dropout, pretraining_tp, use_cache). Numbers are printed
- * exactly (the shortest text that reads back to the same double).
+ * exactly (the shortest text that reads back to the same double). Files the checkpoint carries (its
+ * tokenizer's: file()) are written beside it as they were imported; a carried generation_config.json
+ * replaces the default one.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -37,6 +39,8 @@ typedef struct hf_item {
     void *ctx;
 } hf_item;
 
+#define HF_MAX_FILES 16
+
 typedef struct hf_sink {
     char *dir, *partial;
     llama_config cfg;
@@ -48,6 +52,8 @@ typedef struct hf_sink {
     hf_item *it;
     mp_code failed;       /* an add error, reported again by the commit */
     mp_err err;
+    struct { char *name, *data; size_t n; } files[HF_MAX_FILES];   /* carried files (the tokenizer's) */
+    int nfiles;
 } hf_sink;
 
 mp_code rs_hf_layout(const llama_config *cfg, rs_box **boxes, int *n, mp_err *e) {
@@ -96,6 +102,39 @@ static mp_code hs_add(rs_sink *s, int file_rank, const char *name, int ndim, con
 }
 
 static mp_code hs_meta(rs_sink *s, const char *key, const char *value, mp_err *e) { return MP_OK; }
+
+/* Keeps a copy of a carried file (a tokenizer file), written into the directory at the commit. */
+static mp_code hs_file(rs_sink *s, const char *name, const void *data, size_t n, mp_err *e) {
+    hf_sink *h = s->impl;
+    if (strchr(name, '/') || name[0] == '.' || h->nfiles == HF_MAX_FILES)
+        return mp_err_set(e, MP_EINPUT, "HF export: cannot carry file \"%s\"", name);
+    h->files[h->nfiles].name = mp_strdup(name);
+    h->files[h->nfiles].data = mp_xmalloc(n + 1);
+    memcpy(h->files[h->nfiles].data, data, n);
+    h->files[h->nfiles++].n = n;
+    return MP_OK;
+}
+
+/* Writes the carried files into the partial directory (durably); 1 in *gen when one is
+ * generation_config.json (the model's own replaces the default). */
+static mp_code write_files(hf_sink *h, int *gen, mp_err *e) {
+    *gen = 0;
+    for (int i = 0; i < h->nfiles; i++) {
+        char *path = mp_fs_join(h->partial, h->files[i].name);
+        FILE *f = fopen(path, "wb");
+        mp_code rc = f ? MP_OK : mp_err_set(e, MP_EIO, "%s: cannot create", path);
+        if (!rc && h->files[i].n && fwrite(h->files[i].data, 1, h->files[i].n, f) != h->files[i].n) {
+            fclose(f);
+            rc = mp_err_set(e, MP_EIO, "%s: write failed", path);
+        } else if (!rc) {
+            rc = mp_fs_close_durable(f, path, e);
+        }
+        free(path);
+        MP_TRY(rc);
+        *gen |= !strcmp(h->files[i].name, "generation_config.json");
+    }
+    return h->nfiles ? mp_fs_fsync_path(h->partial, 1, e) : MP_OK;
+}
 
 /* Data bytes of item t in the output dtype. */
 static int64_t item_bytes(const hf_sink *h, const hf_item *t) { return t->shape[0] * t->shape[1] * st_dtype_size(h->dtype); }
@@ -263,7 +302,10 @@ static mp_code hs_commit(rs_sink *s, mp_err *e) {
     char *cfg = rc ? NULL : config_json(&h->cfg, h->dtype);
     if (cfg) rc = mp_fs_write_text_durable(h->partial, "config.json", cfg, e);
     free(cfg);
-    if (!rc) rc = mp_fs_write_text_durable(h->partial, "generation_config.json", "{\n\t\"_from_model_config\":\ttrue\n}\n", e);
+    int gen = 0;
+    if (!rc) rc = write_files(h, &gen, e);
+    if (!rc && !gen)
+        rc = mp_fs_write_text_durable(h->partial, "generation_config.json", "{\n\t\"_from_model_config\":\ttrue\n}\n", e);
     if (!rc) rc = publish(h, e);
     if (rc && mp_fs_exists(h->partial)) {
         mp_err re;
@@ -278,6 +320,7 @@ static void hs_free(rs_sink *s) {
     free(h->dir);
     free(h->partial);
     free(h->it);
+    for (int i = 0; i < h->nfiles; i++) { free(h->files[i].name); free(h->files[i].data); }
     free(h);
     free(s);
 }
@@ -304,7 +347,7 @@ mp_code rs_sink_hf(rs_sink **out, const char *dir, const llama_config *cfg, cons
     h->band = band_bytes < 4096 ? 4096 : band_bytes;
     h->replace = replace;
     rs_sink *s = mp_xcalloc(sizeof *s);
-    *s = (rs_sink){.kind = "hf", .add = hs_add, .meta = hs_meta, .commit = hs_commit, .free = hs_free, .impl = h};
+    *s = (rs_sink){.kind = "hf", .add = hs_add, .meta = hs_meta, .file = hs_file, .commit = hs_commit, .free = hs_free, .impl = h};
     *out = s;
     return MP_OK;
 }

@@ -78,6 +78,9 @@ struct rs_sink {
     mp_code (*add)(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
                    const int64_t *shape, ckpt_fill_fn fill, void *ctx, mp_err *e);
     mp_code (*meta)(rs_sink *s, const char *key, const char *value, mp_err *e);
+    /* Carries a whole file (a tokenizer file) of bytes data[0..n) into the output under name: a
+     * checkpoint's carried file (ckpt_save_file), a file of the HF directory. Before commit. */
+    mp_code (*file)(rs_sink *s, const char *name, const void *data, size_t n, mp_err *e);
     /* Collective over the workers: writes every file, then commits the whole output atomically. */
     mp_code (*commit)(rs_sink *s, mp_err *e);
     void (*free)(rs_sink *s);

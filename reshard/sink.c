@@ -17,6 +17,10 @@ static mp_code sk_meta(rs_sink *s, const char *key, const char *value, mp_err *e
     return ckpt_save_meta(s->impl, key, value, e);
 }
 
+static mp_code sk_file(rs_sink *s, const char *name, const void *data, size_t n, mp_err *e) {
+    return ckpt_save_file(s->impl, name, data, n, e);
+}
+
 static mp_code sk_commit(rs_sink *s, mp_err *e) { return ckpt_save_commit(s->impl, NULL, e); }
 
 static void sk_free(rs_sink *s) {
@@ -32,7 +36,7 @@ mp_code rs_sink_ckpt(rs_sink **out, mp_comm *workers, const char *dir, int64_t s
     ckpt_save *cs = NULL;
     MP_TRY(ckpt_save_begin_dir(&cs, workers, dir, step, &o, replace, e));
     rs_sink *s = mp_xcalloc(sizeof *s);
-    *s = (rs_sink){.kind = "checkpoint", .add = sk_add, .meta = sk_meta, .commit = sk_commit, .free = sk_free, .impl = cs};
+    *s = (rs_sink){.kind = "checkpoint", .add = sk_add, .meta = sk_meta, .file = sk_file, .commit = sk_commit, .free = sk_free, .impl = cs};
     *out = s;
     return MP_OK;
 }

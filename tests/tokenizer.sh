@@ -7,10 +7,19 @@
 #             post-processors and missing or garbled files: exit 2 naming them (tool and `meshpoint data`)
 #   data      tests/python/tokenizer_data_e2e.py: `meshpoint data --tokenizer` token files = BOS + encode(doc)
 #             + EOS per document, as the library computes them (text files and JSONL; uint16 and uint32)
+#   ckpt      tests/python/tokenizer_ckpt_e2e.py, in scripts/bench_venv.sh's venv (transformers): checkpoints
+#             carry their tokenizer — import, ckpt show/verify, sample --prompt in text (= transformers' greedy
+#             text), data --tokenizer, train --init-from and --resume, reshard, export (AutoTokenizer gives
+#             the same ids), a flipped carried byte (verify exit 1 naming the file), an old checkpoint,
+#             the README text workflow block, a sentencepiece-style tokenizer (sample = transformers)
 set -euo pipefail
 build=$1 src=$2 case=$3
 source "$src/tests/lib.sh"
-py=$("$src/scripts/test_venv.sh") || fail "scripts/test_venv.sh could not make the venv"
+if [ "$case" = ckpt ]; then
+  py=$("$src/scripts/bench_venv.sh") || fail "scripts/bench_venv.sh could not make the venv"
+else
+  py=$("$src/scripts/test_venv.sh") || fail "scripts/test_venv.sh could not make the venv"
+fi
 work="$build/tokenizer_$case"
 rm -rf "$work"
 mkdir -p "$work"
@@ -18,5 +27,6 @@ case $case in
   compare) "$py" "$src/tests/python/tokenizer_compare.py" "$build/tool_tokenize" "$work" ;;
   refusals) "$py" "$src/tests/python/tokenizer_refusals.py" "$build/tool_tokenize" "$work" "$build/meshpoint" ;;
   data) "$py" "$src/tests/python/tokenizer_data_e2e.py" "$build/meshpoint" "$work" ;;
+  ckpt) "$py" "$src/tests/python/tokenizer_ckpt_e2e.py" "$build/meshpoint" "$src" "$work" ;;
   *) fail "unknown case $case" ;;
 esac

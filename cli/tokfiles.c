@@ -1,0 +1,153 @@
+/*
+ * cli/tokfiles.c — the tokenizer files a checkpoint carries (cli/tokfiles.h): which files, read from an
+ * HF directory or a checkpoint, put into a sink or a save.
+ */
+#include "cli/tokfiles.h"
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/alloc.h"
+#include "core/fsutil.h"
+#include "tokenizer/tokenizer.h"
+
+/* AutoTokenizer: tokenizer.json (the fast tokenizer), tokenizer_config.json (class, special tokens,
+ * chat template, add_bos/eos), special_tokens_map.json, added_tokens.json, chat_template.jinja
+ * (transformers >= 4.43 writes the template there); sentencepiece-only repos: tokenizer.model.
+ * GenerationConfig: generation_config.json (eos_token_id and sampling defaults). */
+const char *const mp_tokfile_names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                        "added_tokens.json", "chat_template.jinja", "tokenizer.model",
+                                        "generation_config.json", NULL};
+
+#define TOKFILE_MAX_BYTES ((size_t)512 << 20)
+
+/* Appends a file, taking data. */
+static void push(mp_tokfiles *t, const char *name, char *data, size_t len) {
+    t->name[t->n] = mp_strdup(name);
+    t->data[t->n] = data;
+    t->len[t->n++] = len;
+}
+
+mp_code mp_tokfiles_from_dir(mp_tokfiles *t, const char *dir, mp_err *err) {
+    memset(t, 0, sizeof *t);
+    for (int i = 0; mp_tokfile_names[i]; i++) {
+        char *path = mp_fs_join(dir, mp_tokfile_names[i]), *data = NULL;
+        size_t len = 0;
+        mp_code rc = mp_fs_exists(path) ? mp_read_text(path, TOKFILE_MAX_BYTES, &data, &len, err) : MP_OK;
+        free(path);
+        if (rc) {
+            mp_tokfiles_free(t);
+            return rc;
+        }
+        if (data) push(t, mp_tokfile_names[i], data, len);
+    }
+    return MP_OK;
+}
+
+mp_code mp_tokfiles_from_ckpt(mp_tokfiles *t, const ckpt_reader *r, mp_err *err) {
+    memset(t, 0, sizeof *t);
+    ckpt_file_entry *v;
+    int n;
+    MP_TRY(ckpt_files_list(r, &v, &n, err));
+    mp_code rc = n > MP_TOKFILES_MAX ? mp_err_set(err, MP_ECHECK, "checkpoint %s carries %d files (at most %d)",
+                                                  ckpt_reader_dir(r), n, MP_TOKFILES_MAX)
+                                     : MP_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        char *data = NULL;
+        size_t len = 0;
+        if (!(rc = ckpt_file_read(r, v[i].name, &data, &len, err))) push(t, v[i].name, data, len);
+    }
+    free(v);
+    if (rc) mp_tokfiles_free(t);
+    return rc;
+}
+
+mp_code mp_tokfiles_from_ckpt_dir(mp_tokfiles *t, const char *dir, mp_err *err) {
+    memset(t, 0, sizeof *t);
+    ckpt_reader *r = NULL;
+    MP_TRY(ckpt_open(&r, dir, err));
+    mp_code rc = mp_tokfiles_from_ckpt(t, r, err);
+    ckpt_close(r);
+    return rc;
+}
+
+mp_code mp_tokfiles_put(const mp_tokfiles *t, rs_sink *sink, mp_err *err) {
+    for (int i = 0; i < t->n; i++) MP_TRY(sink->file(sink, t->name[i], t->data[i], t->len[i], err));
+    return MP_OK;
+}
+
+mp_code mp_tokfiles_save(const mp_tokfiles *t, ckpt_save *s, mp_err *err) {
+    for (int i = 0; i < t->n; i++) MP_TRY(ckpt_save_file(s, t->name[i], t->data[i], t->len[i], err));
+    return MP_OK;
+}
+
+void mp_tokfiles_free(mp_tokfiles *t) {
+    for (int i = 0; i < t->n; i++) {
+        free(t->name[i]);
+        free(t->data[i]);
+    }
+    memset(t, 0, sizeof *t);
+}
+
+mp_code mp_tokfiles_load_tokenizer(const ckpt_reader *r, mp_tok **tok, mp_err *err) {
+    *tok = NULL;
+    char *data = NULL;
+    size_t n = 0;
+    mp_code rc = ckpt_file_read(r, "tokenizer.json", &data, &n, err);
+    free(data);
+    if (rc == MP_EINPUT) return MP_OK;   /* none carried */
+    MP_TRY(rc);
+    MP_TRY(ckpt_files_verify(r, NULL, err));   /* tokenizer_config.json too, which names the EOS */
+    char *dir = mp_fs_join(ckpt_reader_dir(r), CKPT_FILES_DIR);
+    rc = mp_tok_load(dir, tok, err);
+    free(dir);
+    return rc;
+}
+
+/* "text (id)" of a token id into buf. */
+static void token_str(const mp_tok *t, int32_t id, char *buf, size_t cap) {
+    const char *s = id >= 0 ? mp_tok_id_token(t, id) : NULL;
+    if (s) snprintf(buf, cap, "%s (%d)", s, id);
+    else snprintf(buf, cap, "none");
+}
+
+/* "byte-level BPE" / "sentencepiece-style BPE" / the model type, from tokenizer.json's text. */
+static void model_kind(const char *json, char *buf, size_t cap) {
+    cJSON *j = cJSON_Parse(json);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, "type"), *bf = cJSON_GetObjectItemCaseSensitive(m, "byte_fallback");
+    const char *ty = cJSON_IsString(type) ? type->valuestring : "BPE";
+    if (cJSON_IsTrue(bf)) snprintf(buf, cap, "sentencepiece-style %s (byte fallback)", ty);
+    else snprintf(buf, cap, "%s%s", strstr(json, "\"ByteLevel\"") ? "byte-level " : "", ty);
+    cJSON_Delete(j);
+}
+
+void mp_tokfiles_describe(const ckpt_reader *r, char *buf, size_t cap) {
+    mp_err err;
+    char *json = NULL;
+    mp_code rc = ckpt_file_read(r, "tokenizer.json", &json, NULL, &err);
+    mp_tok *t = NULL;
+    if (rc == MP_EINPUT) {
+        char *model = NULL;
+        int sp = ckpt_file_read(r, "tokenizer.model", &model, NULL, &err) == MP_OK;
+        free(model);
+        snprintf(buf, cap, "%s", sp ? "sentencepiece tokenizer.model (carried as is; no tokenizer.json)" : "none");
+        return;
+    }
+    if (rc == MP_OK) rc = mp_tokfiles_load_tokenizer(r, &t, &err);
+    if (rc) {
+        snprintf(buf, cap, "(does not load: %s)", err.msg);
+        free(json);
+        return;
+    }
+    char kind[96], bos[96], eos[96];
+    model_kind(json, kind, sizeof kind);
+    const int32_t *b, *e;
+    int nb, ne;
+    mp_tok_template(t, &b, &nb, &e, &ne);
+    token_str(t, nb ? b[0] : -1, bos, sizeof bos);
+    token_str(t, mp_tok_eos(t), eos, sizeof eos);
+    snprintf(buf, cap, "%s, vocab %lld, BOS %s, EOS %s", kind, (long long)mp_tok_vocab_size(t), bos, eos);
+    mp_tok_free(t);
+    free(json);
+}

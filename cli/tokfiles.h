@@ -1,0 +1,50 @@
+/*
+ * cli/tokfiles.h — the tokenizer files a checkpoint carries (issue 20 item 4): read from a Hugging Face
+ * model directory by `import`, from a checkpoint by `reshard`, `export` and `train` (--init-from,
+ * --resume), and put into whatever is written next (a checkpoint save, an engine sink). They travel as
+ * opaque bytes, checksummed by ckpt/ (ckpt/files.c); only `sample` and `ckpt show` parse them, through
+ * tokenizer/.
+ */
+#ifndef MP_TOKFILES_H
+#define MP_TOKFILES_H
+
+#include <stddef.h>
+#include "ckpt/ckpt.h"
+#include "core/error.h"
+#include "reshard/reshard.h"
+
+#define MP_TOKFILES_MAX 16
+
+/* The files a model directory's tokenizer and generation defaults may have, as transformers'
+ * AutoTokenizer and GenerationConfig read them (tokenizer.model: a sentencepiece model, carried opaque).
+ * NULL-terminated. */
+extern const char *const mp_tokfile_names[];
+
+typedef struct mp_tokfiles {
+    int n;
+    char *name[MP_TOKFILES_MAX];
+    char *data[MP_TOKFILES_MAX];   /* NUL-terminated copies */
+    size_t len[MP_TOKFILES_MAX];
+} mp_tokfiles;
+
+/* Those of mp_tokfile_names present in dir, read whole (t starts empty; free with mp_tokfiles_free). */
+mp_code mp_tokfiles_from_dir(mp_tokfiles *t, const char *dir, mp_err *err);
+/* Every file checkpoint r carries, checked against its checksum (MP_ECHECK naming the file). */
+mp_code mp_tokfiles_from_ckpt(mp_tokfiles *t, const ckpt_reader *r, mp_err *err);
+/* mp_tokfiles_from_ckpt of the checkpoint in dir. */
+mp_code mp_tokfiles_from_ckpt_dir(mp_tokfiles *t, const char *dir, mp_err *err);
+/* Carries every file of t into the sink / the save. */
+mp_code mp_tokfiles_put(const mp_tokfiles *t, rs_sink *sink, mp_err *err);
+mp_code mp_tokfiles_save(const mp_tokfiles *t, ckpt_save *s, mp_err *err);
+void mp_tokfiles_free(mp_tokfiles *t);
+
+/* One line naming the tokenizer checkpoint r carries into buf: "byte-level BPE, vocab 49152, BOS
+ * <|endoftext|> (0), EOS <|im_end|> (2)", "none" when it carries none, or why it does not load. */
+void mp_tokfiles_describe(const ckpt_reader *r, char *buf, size_t cap);
+
+/* Loads the tokenizer checkpoint r carries (its files checked first) into *tok; *tok stays NULL and MP_OK
+ * when it carries no tokenizer.json. */
+struct mp_tok;
+mp_code mp_tokfiles_load_tokenizer(const ckpt_reader *r, struct mp_tok **tok, mp_err *err);
+
+#endif
