@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""tests/python/code_shape.py SRC — the shape issue 19 gave the code, checked on every run:
+  - no function in cli/, ckpt/ or reshard/ is over 100 lines (from its signature to its closing brace);
+  - cli/cmd_train.c is under 400 lines;
+  - the libraries depend one way (docs/DESIGN_NOTES.md, "The layers as they are now"): a folder includes
+    headers only from the folders it may depend on;
+  - nothing outside ckpt/ includes ckpt/ckpt_internal.h (ckpt's white-box tests live in ckpt/test/).
+Prints each violation as FILE:LINE: what; exit 1 if any, else 0 with a summary line."""
+import glob, os, re, sys
+
+src = sys.argv[1]
+MAX_FN, MAX_TRAIN = 100, 400
+# folder -> the folders whose headers it may include (itself always)
+ALLOWED = {
+    "core": set(),
+    "tokenizer": {"core"},
+    "layers": {"core"},
+    "ckpt": {"core"},
+    "reshard": {"core", "layers", "ckpt"},
+    "cli": {"core", "layers", "ckpt", "reshard", "tokenizer"},
+}
+FOLDERS = set(ALLOWED)
+SIG = re.compile(r'^(?:static\s+|inline\s+)*[A-Za-z_][\w\s\*]*?\b([A-Za-z_]\w*)\s*\(')
+INC = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+bad = []
+
+
+def rel(p):
+    return os.path.relpath(p, src)
+
+
+def long_functions(path):
+    lines = open(path, encoding="utf-8", errors="replace").read().split("\n")
+    i = 0
+    while i < len(lines):
+        m = SIG.match(lines[i])
+        if m and not lines[i].rstrip().endswith(";"):
+            j = i
+            while j < len(lines) and not lines[j].rstrip().endswith(("{", ";")):
+                j += 1
+            if j < len(lines) and lines[j].rstrip().endswith("{"):
+                k = j + 1
+                while k < len(lines) and lines[k] != "}":
+                    k += 1
+                if k - i + 1 > MAX_FN:
+                    bad.append("%s:%d: function %s is %d lines (at most %d)" % (rel(path), i + 1, m.group(1), k - i + 1,
+                                                                              MAX_FN))
+                i = k
+        i += 1
+
+
+nfn = 0
+for d in ("cli", "ckpt", "reshard"):
+    for p in sorted(glob.glob(os.path.join(src, d, "*.c"))):
+        long_functions(p)
+        nfn += 1
+n = len(open(os.path.join(src, "cli/cmd_train.c")).read().split("\n")) - 1
+if n >= MAX_TRAIN:
+    bad.append("cli/cmd_train.c: %d lines (under %d)" % (n, MAX_TRAIN))
+
+nfiles = 0
+for p in sorted(glob.glob(os.path.join(src, "**", "*.[ch]"), recursive=True) +
+                glob.glob(os.path.join(src, "**", "*.cu"), recursive=True)):
+    r = rel(p)
+    top = r.split(os.sep)[0]
+    if top.startswith("build") or top.startswith("."):
+        continue
+    nfiles += 1
+    for ln, line in enumerate(open(p, encoding="utf-8", errors="replace"), 1):
+        m = INC.match(line)
+        if not m:
+            continue
+        inc = m.group(1)
+        folder = inc.split("/")[0]
+        if inc == "ckpt/ckpt_internal.h" and top != "ckpt":
+            bad.append("%s:%d: includes ckpt/ckpt_internal.h from outside ckpt/" % (r, ln))
+        if r.startswith(os.path.join("ckpt", "test")):
+            continue   # ckpt's white-box tests may use any library, like the other tests
+        if top in ALLOWED and folder in FOLDERS and folder != top and folder not in ALLOWED[top]:
+            bad.append("%s:%d: %s/ includes %s (%s/ may use only %s)" % (r, ln, top, inc, top,
+                                                                      ", ".join(sorted(ALLOWED[top])) or "nothing"))
+for b in bad:
+    print(b)
+if bad:
+    sys.exit(1)
+print("code shape ok: %d C files of cli/ckpt/reshard, no function over %d lines; cmd_train.c %d lines; "
+      "%d files follow the one-way dependencies" % (nfn, MAX_FN, n, nfiles))
