@@ -175,7 +175,9 @@ static void dev_rmsnorm(void) {
 }
 
 static void dev_rope_swiglu(void) {
-    const int B = 2, T = 5, H = 3, hd = 12, half = hd / 2, max_pos = 16, pos0 = 4;
+  /* hd 12: the 2-byte path; hd 64: the 16-byte path (k_rope.cu's VEC 8) */
+  for (int hd : {12, 64}) {
+    const int B = 2, T = 5, H = 3, half = hd / 2, max_pos = 16, pos0 = 4;
     std::vector<float> ct((size_t)max_pos * half), st((size_t)max_pos * half);
     for (int p = 0; p < max_pos; p++)
         for (int i = 0; i < half; i++) ct[p * half + i] = (float)cos(p * pow(1e4, -2.0 * i / hd)), st[p * half + i] = (float)sin(p * pow(1e4, -2.0 * i / hd));
@@ -194,10 +196,12 @@ static void dev_rope_swiglu(void) {
                     ry[lo] = x[lo] * ct[tab] - x[hi] * st[tab];
                     ry[hi] = x[hi] * ct[tab] + x[lo] * st[tab];
                 }
-    close("rope fwd", y, ry, 1e-2, 1e-4, "");
+    close("rope fwd", y, ry, 1e-2, 1e-4, hd == 12 ? "hd 12" : "hd 64");
     mp_cuda_rope_bwd(xd, cd, sd, B, T, H, hd, pos0, max_pos, g_s);
     SYNC();
     close("rope bwd(fwd(x))", down_bf16(xd, x.size()), x, 2e-2, 1e-3, "");
+    cudaFree(xd), cudaFree(cd), cudaFree(sd);
+  }
 
     const int64_t n = 1000;
     std::vector<float> g = rnd_vec(n, 6.0f), u = rnd_vec(n, 2.0f), d = rnd_vec(n, 1.0f);
@@ -215,7 +219,7 @@ static void dev_rope_swiglu(void) {
     close("swiglu", down_bf16(o, n), ro, 1e-2, 1e-4, "");
     close("swiglu dgate", down_bf16(dg, n), rdg, 1e-2, 1e-4, "");
     close("swiglu dup", down_bf16(du, n), rdu, 1e-2, 1e-4, "");
-    cudaFree(xd), cudaFree(cd), cudaFree(sd), cudaFree(gd), cudaFree(ud), cudaFree(dd), cudaFree(o), cudaFree(dg),
+    cudaFree(gd), cudaFree(ud), cudaFree(dd), cudaFree(o), cudaFree(dg),
         cudaFree(du);
 }
 

@@ -229,6 +229,69 @@ static void check_elementwise(void) {
     CHECK(clip_factor(NAN, 1.0) == 0.0f && clip_factor(INFINITY, 1.0) == 0.0f, "clip non-finite");
 }
 
+/* RoPE on the (token, head) x pair grid (k_rope.cu): the launcher's geometry replayed block by block and
+ * thread by thread through rope_chunk, for VEC 8 and VEC 1; every pair must be rotated exactly once, the
+ * result must be the float64 rotation of the bf16 inputs rounded once to bf16 (within one bf16 ulp of the
+ * fp32 roundings: rel 2^-8 + a tiny absolute term), and the two paths must agree bit for bit. */
+template <int VEC>
+[[maybe_unused]] static void rope_replay(std::vector<__nv_bfloat16> &x, const std::vector<float> &cs, const std::vector<float> &sn,
+                        int B, int T, int H, int hd, int pos0, float dir, std::vector<int> &touched) {
+    const int half = hd / 2;
+    int nchunks, bx, by;
+    rope_geom(half, VEC, &nchunks, &bx, &by);
+    const unsigned rows = (unsigned)(B * T * H), grid = (rows + by - 1) / by;
+    for (unsigned bk = 0; bk < grid; bk++)
+        for (int ty = 0; ty < by; ty++)
+            for (int tx = 0; tx < bx; tx++) {   /* rope_kernel's body, thread (tx, ty) of block bk */
+                const unsigned row = bk * by + ty;
+                if (row >= rows) continue;
+                for (int c = tx; c < nchunks; c += bx) {
+                    rope_chunk<VEC>(x.data(), cs.data(), sn.data(), row, c, T, H, half, pos0, dir);
+                    for (int k = 0; k < VEC && c * VEC + k < half; k++) touched[(size_t)row * half + c * VEC + k]++;
+                }
+            }
+}
+
+[[maybe_unused]] static void check_rope_grid(int B, int T, int H, int hd, int pos0) {
+    const int half = hd / 2, max_pos = pos0 + T + 3;
+    std::vector<float> cs((size_t)max_pos * half), sn(cs.size());
+    for (int p = 0; p < max_pos; p++)
+        for (int i = 0; i < half; i++) {
+            const double ang = p * pow(10000.0, -2.0 * i / hd);
+            cs[(size_t)p * half + i] = (float)cos(ang), sn[(size_t)p * half + i] = (float)sin(ang);
+        }
+    std::vector<__nv_bfloat16> x0((size_t)B * T * H * hd);
+    for (auto &e : x0) e = __float2bfloat16_rn(rnd_unit());
+    for (float dir : {1.0f, -1.0f}) {
+        std::vector<__nv_bfloat16> x8 = x0, x1 = x0;
+        std::vector<int> t8((size_t)B * T * H * half), t1(t8.size());
+        if (half % 8 == 0) rope_replay<8>(x8, cs, sn, B, T, H, hd, pos0, dir, t8);
+        rope_replay<1>(x1, cs, sn, B, T, H, hd, pos0, dir, t1);
+        for (size_t i = 0; i < t1.size(); i++) {
+            CHECK(t1[i] == 1 && (half % 8 || t8[i] == 1), "rope grid hd=%d: pair %zu rotated %d/%d times", hd, i, t1[i], t8[i]);
+            if (t1[i] != 1) return;
+        }
+        if (half % 8 == 0)
+            CHECK(memcmp(x8.data(), x1.data(), x1.size() * sizeof x1[0]) == 0, "rope VEC 8 differs from VEC 1 (hd=%d)", hd);
+        double worst = 0;
+        for (int r = 0; r < B * T * H; r++) {
+            const int t = (r / H) % T;
+            for (int i = 0; i < half; i++) {
+                const size_t lo = (size_t)r * hd + i, hi = lo + half;
+                const double a = __bfloat162float(x0[lo]), b = __bfloat162float(x0[hi]);
+                const double ang = (pos0 + t) * pow(10000.0, -2.0 * i / hd) * dir;
+                const double rl = a * cos(ang) - b * sin(ang), rh = b * cos(ang) + a * sin(ang);
+                const double el = fabs(__bfloat162float(x1[lo]) - rl), eh = fabs(__bfloat162float(x1[hi]) - rh);
+                worst = std::max(worst, std::max(el / (fabs(rl) + 1e-3), eh / (fabs(rh) + 1e-3)));
+                CHECK(el <= fabs(rl) * (1.0 / 256) + 1e-6 && eh <= fabs(rh) * (1.0 / 256) + 1e-6,
+                      "rope hd=%d row %d pair %d: (%g, %g) vs float64 (%g, %g)", hd, r, i, __bfloat162float(x1[lo]),
+                      __bfloat162float(x1[hi]), rl, rh);
+            }
+        }
+        (void)worst;
+    }
+}
+
 /* ---- 2. attention: the kernels' tiling on the host ---- */
 
 #define AW ATT_WARPS   /* rows per block, one per warp (k_attn_fwd.cu and k_attn_bwd.cu agree) */
@@ -469,6 +532,9 @@ int main(void) {
     check_rmsnorm_bwd(1, 3);
     check_rmsnorm_bwd(33, 5);
     check_rmsnorm_bwd(9000, 4);   /* several chunks of > 32 rows */
+    const int ropes[][5] = {{1, 1, 1, 2, 0}, {2, 5, 3, 64, 7}, {1, 9, 4, 16, 0}, {2, 3, 2, 128, 100}, {1, 4, 3, 40, 2},
+                            {1, 2, 1, 6, 0}, {1, 3, 2, 1024, 5}};
+    for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4]);
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
