@@ -454,6 +454,14 @@ int main(void) {
     dev_xent();
     dev_adamw();
     dev_gemm(bl);
+    dev_gemm(bl);   /* again: every call now finds its cached cuBLASLt plan (gemm_cuda.cu) */
+    {
+        int plans = 0;
+        long long hits = 0, misses = 0;
+        mp_cuda_blas_plan_stats(bl, &plans, &hits, &misses);
+        CHECK(plans >= 1 && hits >= misses, "gemm plan cache: %d plans, %lld hits, %lld misses", plans, hits, misses);
+        printf("gemm plan cache: %d plans, %lld hits, %lld misses\n", plans, hits, misses);
+    }
     mp_cuda_blas_destroy(bl);
     CK(cudaStreamDestroy(g_s));
     if (g_fail) {

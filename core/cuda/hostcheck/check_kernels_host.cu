@@ -40,6 +40,7 @@
 #include "core/cuda/k_rope.cu"
 #include "core/cuda/k_swiglu.cu"
 #include "core/cuda/k_xent.cu"
+#include "core/cuda/gemm_plan.h"
 
 extern "C" {
 #include "core/backend.h"   /* the CPU kernels through the CPU backend's table (the ISA level the CPU runs) */
@@ -292,6 +293,39 @@ template <int VEC>
     }
 }
 
+/* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls in the order layers/ issues them
+ * (per layer q, k, v, o, gate, up, down; forward, dx, dw) find one plan per distinct key, a key differing in
+ * any single field (transposes, sizes, strides, C type, any alignment) is another plan, and a key found is
+ * the one stored. */
+[[maybe_unused]] static void check_gemm_plans(void) {
+    const int N = 16384, D = 2048, I = 8192, KVd = 512, V = 32000;
+    const int lin[][2] = {{D, D}, {D, KVd}, {D, KVd}, {D, D}, {D, I}, {D, I}, {I, D}, {D, V}};
+    std::vector<mp_gemm_plan_key> keys;
+    for (int layer = 0; layer < 3; layer++)
+        for (auto &l : lin) {
+            const int in = l[0], out = l[1];
+            mp_gemm_plan_key k[3];
+            mp_gemm_plan_key_set(&k[0], 0, 1, N, out, in, in, in, out, 0, 256, 256, 256);
+            mp_gemm_plan_key_set(&k[1], 0, 0, N, in, out, out, in, in, 0, 256, 256, 256);
+            mp_gemm_plan_key_set(&k[2], 1, 0, out, in, N, out, in, in, 1, 256, 256, 256);
+            for (auto &kk : k)
+                if (mp_gemm_plan_find(keys.data(), (int)keys.size(), &kk) < 0) keys.push_back(kk);
+        }
+    CHECK(keys.size() == 15, "the 1B step's GEMMs make %zu plans, expected 15 (5 distinct linears x 3)", keys.size());
+    mp_gemm_plan_key base;
+    mp_gemm_plan_key_set(&base, 0, 1, 37, 53, 29, 40, 61, 61, 0, 256, 256, 256);
+    std::vector<mp_gemm_plan_key> one = {base};
+    CHECK(mp_gemm_plan_find(one.data(), 1, &base) == 0, "a stored key is found");
+    for (int f = 0; f < 12; f++) {
+        int v[12] = {0, 1, 37, 53, 29, 40, 61, 61, 0, 256, 256, 256};
+        v[f] = f < 2 ? 1 - v[f] : f == 8 ? 1 : f >= 9 ? 128 : v[f] + 1;
+        mp_gemm_plan_key k;
+        mp_gemm_plan_key_set(&k, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]);
+        CHECK(mp_gemm_plan_find(one.data(), 1, &k) == -1, "a key differing in field %d finds the stored plan", f);
+    }
+    CHECK(sizeof(mp_gemm_plan_key) == 12 * 4, "mp_gemm_plan_key has padding (%zu bytes)", sizeof(mp_gemm_plan_key));
+}
+
 /* ---- 2. attention: the kernels' tiling on the host ---- */
 
 #define AW ATT_WARPS   /* rows per block, one per warp (k_attn_fwd.cu and k_attn_bwd.cu agree) */
@@ -535,6 +569,7 @@ int main(void) {
     const int ropes[][5] = {{1, 1, 1, 2, 0}, {2, 5, 3, 64, 7}, {1, 9, 4, 16, 0}, {2, 3, 2, 128, 100}, {1, 4, 3, 40, 2},
                             {1, 2, 1, 6, 0}, {1, 3, 2, 1024, 5}};
     for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4]);
+    check_gemm_plans();
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
