@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include "core/cuda/kernels_cuda.h"
 
 #define MP_WARP 32
@@ -28,6 +29,22 @@ static inline unsigned mp_grid_for(int64_t n, int threads) {
     if (b < 1) b = 1;
     if (b > MP_MAX_GRID_X) b = MP_MAX_GRID_X;
     return (unsigned)b;
+}
+
+/* Copies 16 bytes: one 128-bit access on the device (both pointers must be 16-byte aligned there), a
+ * memcpy on the host (the host checks replay the vectorised kernels through the same code). */
+__host__ __device__ static inline void mp_copy16(void *dst, const void *src) {
+#ifdef __CUDA_ARCH__
+    *(uint4 *)dst = *(const uint4 *)src;
+#else
+    memcpy(dst, src, 16);
+#endif
+}
+
+/* 1 when every pointer given is 16-byte aligned (NULLs count as aligned). */
+static inline int mp_aligned16(const void *a, const void *b = NULL, const void *c = NULL, const void *d = NULL,
+                               const void *e = NULL) {
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e) & 15) == 0;
 }
 
 __device__ __forceinline__ float mp_bf2f(mp_bf16 x) { return __bfloat162float(x); }

@@ -19,7 +19,6 @@
  * rope_chunk on the host against a float64 rotation and the scalar path.
  */
 #include "core/cuda/k_common.cuh"
-#include <string.h>
 
 /* Rotates (lo, hi) by the angle whose cosine is c and sine is s*dir (dir = +1 forward, -1 backward). */
 __host__ __device__ static inline void rope_rotate(float *lo, float *hi, float c, float s, float dir) {
@@ -38,15 +37,6 @@ __host__ __device__ static inline void rope_geom(int half, int vec, int *nchunks
     *by = 256 / x;
 }
 
-/* Copies 16 bytes (one 128-bit access on the device: both pointers are 16-byte aligned there). */
-__host__ __device__ static inline void rope_copy16(void *dst, const void *src) {
-#ifdef __CUDA_ARCH__
-    *(uint4 *)dst = *(const uint4 *)src;
-#else
-    memcpy(dst, src, 16);
-#endif
-}
-
 /* Rotates chunk c (pairs c*VEC .. c*VEC+VEC-1, those < half) of row `row` of x in place. */
 template <int VEC>
 __host__ __device__ static inline void rope_chunk(mp_bf16 *x, const float *cos_t, const float *sin_t, unsigned row,
@@ -63,16 +53,16 @@ __host__ __device__ static inline void rope_chunk(mp_bf16 *x, const float *cos_t
         static_assert(VEC % 8 == 0, "16-byte chunks: 8 bf16, 4 floats");
         mp_bf16 l[VEC], h[VEC];
         float cs[VEC], sn[VEC];
-        for (int k = 0; k < VEC / 8; k++) rope_copy16(l + 8 * k, lo + 8 * k), rope_copy16(h + 8 * k, hi + 8 * k);
+        for (int k = 0; k < VEC / 8; k++) mp_copy16(l + 8 * k, lo + 8 * k), mp_copy16(h + 8 * k, hi + 8 * k);
         for (int k = 0; k < VEC / 4; k++)
-            rope_copy16(cs + 4 * k, cos_t + tab + 4 * k), rope_copy16(sn + 4 * k, sin_t + tab + 4 * k);
+            mp_copy16(cs + 4 * k, cos_t + tab + 4 * k), mp_copy16(sn + 4 * k, sin_t + tab + 4 * k);
         for (int k = 0; k < VEC; k++) {
             float a = __bfloat162float(l[k]), b = __bfloat162float(h[k]);
             rope_rotate(&a, &b, cs[k], sn[k], dir);
             l[k] = __float2bfloat16_rn(a);
             h[k] = __float2bfloat16_rn(b);
         }
-        for (int k = 0; k < VEC / 8; k++) rope_copy16(lo + 8 * k, l + 8 * k), rope_copy16(hi + 8 * k, h + 8 * k);
+        for (int k = 0; k < VEC / 8; k++) mp_copy16(lo + 8 * k, l + 8 * k), mp_copy16(hi + 8 * k, h + 8 * k);
     }
 }
 
@@ -87,8 +77,7 @@ static __global__ void rope_kernel(mp_bf16 *__restrict__ x, const float *__restr
 
 /* 8 when the 16-byte path applies to these pointers and this half, else 1. */
 static inline int rope_vec(const void *x, const float *cos_t, const float *sin_t, int half) {
-    const uintptr_t mis = ((uintptr_t)x | (uintptr_t)cos_t | (uintptr_t)sin_t) & 15;
-    return half % 8 == 0 && mis == 0 ? 8 : 1;
+    return half % 8 == 0 && mp_aligned16(x, cos_t, sin_t) ? 8 : 1;
 }
 
 static void rope_launch(mp_bf16 *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, int pos0,

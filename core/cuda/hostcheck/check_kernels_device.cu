@@ -203,7 +203,7 @@ static void dev_rope_swiglu(void) {
     cudaFree(xd), cudaFree(cd), cudaFree(sd);
   }
 
-    const int64_t n = 1000;
+    const int64_t n = 1003;   /* 16-byte chunks and a tail of 3 (k_swiglu.cu) */
     std::vector<float> g = rnd_vec(n, 6.0f), u = rnd_vec(n, 2.0f), d = rnd_vec(n, 1.0f);
     mp_bf16 *gd = up_bf16(g), *ud = up_bf16(u), *dd = up_bf16(d), *o = dev<mp_bf16>(n), *dg = dev<mp_bf16>(n),
             *du = dev<mp_bf16>(n);

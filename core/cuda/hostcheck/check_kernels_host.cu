@@ -293,6 +293,42 @@ template <int VEC>
     }
 }
 
+/* SwiGLU's 16-byte path (k_swiglu.cu): the kernels' partition (chunks of 8, then the n % 8 tail one per
+ * thread) replayed through swiglu_*_at, bitwise against the 2-byte path and within bf16 rounding of float64;
+ * in place too (out = gate, dgate = gate), as layers/ may call it. */
+[[maybe_unused]] static void check_swiglu_vec(int64_t n) {
+    std::vector<__nv_bfloat16> g(n), u(n), d(n);
+    for (int64_t i = 0; i < n; i++)
+        g[i] = __float2bfloat16_rn(6.0f * rnd_unit()), u[i] = __float2bfloat16_rn(2.0f * rnd_unit()),
+        d[i] = __float2bfloat16_rn(rnd_unit());
+    const int64_t nv = n / 8;
+    std::vector<__nv_bfloat16> o8(n), o1(n), dg8(n), du8(n), dg1(n), du1(n), gi = g;
+    for (int64_t j = 0; j < nv; j++) swiglu_fwd_at<8>(o8.data(), g.data(), u.data(), j * 8);
+    for (int64_t t = 0; t < n - nv * 8; t++) swiglu_fwd_at<1>(o8.data(), g.data(), u.data(), nv * 8 + t);
+    for (int64_t i = 0; i < n; i++) swiglu_fwd_at<1>(o1.data(), g.data(), u.data(), i);
+    CHECK(memcmp(o8.data(), o1.data(), n * 2) == 0, "swiglu fwd: 16-byte path differs from 2-byte (n=%lld)", (long long)n);
+    for (int64_t j = 0; j < nv; j++) swiglu_fwd_at<8>(gi.data(), gi.data(), u.data(), j * 8);   /* in place */
+    for (int64_t t = 0; t < n - nv * 8; t++) swiglu_fwd_at<1>(gi.data(), gi.data(), u.data(), nv * 8 + t);
+    CHECK(memcmp(gi.data(), o1.data(), n * 2) == 0, "swiglu fwd in place differs (n=%lld)", (long long)n);
+    for (int64_t j = 0; j < nv; j++) swiglu_bwd_at<8>(dg8.data(), du8.data(), d.data(), g.data(), u.data(), j * 8);
+    for (int64_t t = 0; t < n - nv * 8; t++)
+        swiglu_bwd_at<1>(dg8.data(), du8.data(), d.data(), g.data(), u.data(), nv * 8 + t);
+    for (int64_t i = 0; i < n; i++) swiglu_bwd_at<1>(dg1.data(), du1.data(), d.data(), g.data(), u.data(), i);
+    CHECK(memcmp(dg8.data(), dg1.data(), n * 2) == 0 && memcmp(du8.data(), du1.data(), n * 2) == 0,
+          "swiglu bwd: 16-byte path differs from 2-byte (n=%lld)", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        const double gg = __bfloat162float(g[i]), uu = __bfloat162float(u[i]), dd = __bfloat162float(d[i]);
+        const double sg = 1.0 / (1.0 + exp(-gg)), fo = gg * sg * uu;
+        const double rdu = dd * gg * sg, rdg = dd * uu * sg * (1.0 + gg * (1.0 - sg));
+        CHECK(fabs(__bfloat162float(o1[i]) - fo) <= fabs(fo) / 128 + 1e-6, "swiglu fwd [%lld]: %g vs float64 %g",
+              (long long)i, __bfloat162float(o1[i]), fo);
+        CHECK(fabs(__bfloat162float(dg1[i]) - rdg) <= fabs(rdg) / 128 + 1e-5 &&
+                  fabs(__bfloat162float(du1[i]) - rdu) <= fabs(rdu) / 128 + 1e-5,
+              "swiglu bwd [%lld]: (%g, %g) vs float64 (%g, %g)", (long long)i, __bfloat162float(dg1[i]),
+              __bfloat162float(du1[i]), rdg, rdu);
+    }
+}
+
 /* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls in the order layers/ issues them
  * (per layer q, k, v, o, gate, up, down; forward, dx, dw) find one plan per distinct key, a key differing in
  * any single field (transposes, sizes, strides, C type, any alignment) is another plan, and a key found is
@@ -570,6 +606,7 @@ int main(void) {
                             {1, 2, 1, 6, 0}, {1, 3, 2, 1024, 5}};
     for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4]);
     check_gemm_plans();
+    for (int64_t n : {1, 7, 8, 9, 64, 1003}) check_swiglu_vec(n);
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
