@@ -59,7 +59,7 @@ else
   command -v cmake > /dev/null 2>&1 || missing+=("cmake (or run the bundle: scripts/gpu_bundle.sh)")
   command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || missing+=("nvcc")
 fi
-for f in tests/gpu_e2e.sh tests/lib.sh bench/bench_gpu.sh configs/llama_1b.json tests/configs/cli_tiny.json \
+for f in tests/gpu_e2e.sh tests/lib.sh bench/bench_gpu.sh bench/gpu_roofline.py configs/llama_1b.json tests/configs/cli_tiny.json \
          tests/configs/torch_gqa_tied.json tests/configs/parity_hd64.json "${corpus[@]}"; do
   [ -e "$f" ] || missing+=("$f")
 done
@@ -109,7 +109,9 @@ else
   part gpu_e2e 180 1 tests/gpu_e2e.sh "$bin/meshpoint" "$data" "$tiny" "$out/gpu_e2e"
 fi
 part bench_gpu 180 1 bench/bench_gpu.sh --bin "$bin/meshpoint" --out "$out/bench_gpu"
-grep -E '^(bench_gpu:|kernel|  )' "$out/bench_gpu.log" 2>/dev/null | head -40 || true
+# the summary line and the whole per-kernel table (part shows only the log's tail)
+grep '^bench_gpu: ' "$out/bench_gpu.log" 2>/dev/null || true
+sed -n '/^per-op device time/,$p' "$out/bench_gpu.log" 2>/dev/null || true
 if [ -n "${MP_GPU_SANITIZER:-}" ]; then
   echo "compute-sanitizer: $MP_GPU_SANITIZER"
   for tool in memcheck racecheck synccheck; do

@@ -110,7 +110,7 @@ sort -u "$bdir/bundle.cuda_needed" > "$out/CUDA_NEEDED"
 
 # the check's scripts and inputs, in the repository's layout (gpu-check.sh finds them beside itself)
 cp scripts/gpu-check.sh scripts/gpu_env.sh scripts/gpu_selftest.sh scripts/gpu_verdict.sh "$out/scripts/"
-cp bench/bench_gpu.sh "$out/bench/"
+cp bench/bench_gpu.sh bench/gpu_roofline.py "$out/bench/"
 cp tests/gpu_e2e.sh tests/lib.sh "$out/tests/"
 cp tests/configs/*.json "$out/tests/configs/"
 cp configs/*.json "$out/configs/"
