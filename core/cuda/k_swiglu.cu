@@ -4,7 +4,8 @@
  * Design: elementwise grid-stride loops over n = N * intermediate (the local TP shard), bf16 in and
  * out, math in fp32. When every pointer is 16-byte aligned (issue 22) a thread takes chunks of 8
  * elements, one 16-byte load per input and store per output (swiglu_*_at<8>), and the n % 8 tail
- * elements go one per thread (swiglu_*_at<1>); else every element is a 2-byte access. The same fp32
+ * elements go one per thread (swiglu_*_at<1>; the partition is k_common.cuh's mp_vec_run); else every
+ * element is a 2-byte access. The same fp32
  * expression per element either way, so both paths agree bit for bit (check_kernels_host replays
  * them on the host against each other and float64). Math (expf, not __expf: the fast intrinsic loses accuracy for large |x|). The backward
  * uses silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g), as core/backend_cpu.c does. No reductions, so
@@ -65,32 +66,25 @@ __host__ __device__ static inline void swiglu_bwd_at(mp_bf16 *dgate, mp_bf16 *du
     }
 }
 
-/* VEC 8: chunks [0, n/8) then the tail n/8*8 .. n one element per thread; VEC 1: every element. */
-template <int VEC>
-static __global__ void swiglu_fwd_kernel(mp_bf16 *out, const mp_bf16 *gate, const mp_bf16 *up, int64_t n) {
-    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
-    const int64_t nv = n / VEC;
-    for (int64_t j = id; j < nv; j += stride) swiglu_fwd_at<VEC>(out, gate, up, j * VEC);
-    if (VEC > 1 && id < n - nv * VEC) swiglu_fwd_at<1>(out, gate, up, nv * VEC + id);
-}
-
-template <int VEC>
-static __global__ void swiglu_bwd_kernel(mp_bf16 *dgate, mp_bf16 *dup, const mp_bf16 *dout, const mp_bf16 *gate,
-                                         const mp_bf16 *up, int64_t n) {
-    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
-    const int64_t nv = n / VEC;
-    for (int64_t j = id; j < nv; j += stride) swiglu_bwd_at<VEC>(dgate, dup, dout, gate, up, j * VEC);
-    if (VEC > 1 && id < n - nv * VEC) swiglu_bwd_at<1>(dgate, dup, dout, gate, up, nv * VEC + id);
-}
+/* The launches' functors (k_common.cuh's mp_vec_run: chunks of 8, then the tail one per thread). */
+struct swiglu_fwd_op {
+    mp_bf16 *out;
+    const mp_bf16 *gate, *up;
+    template <int V>
+    __host__ __device__ void at(int64_t i) const { swiglu_fwd_at<V>(out, gate, up, i); }
+};
+struct swiglu_bwd_op {
+    mp_bf16 *dgate, *dup;
+    const mp_bf16 *dout, *gate, *up;
+    template <int V>
+    __host__ __device__ void at(int64_t i) const { swiglu_bwd_at<V>(dgate, dup, dout, gate, up, i); }
+};
 
 extern "C" void mp_cuda_swiglu_fwd(mp_bf16 *out, const mp_bf16 *gate, const mp_bf16 *up, int64_t n, cudaStream_t s) {
     assert(n >= 0);
     if (n == 0) return;
     assert(out && gate && up);
-    if (mp_aligned16(out, gate, up))
-        swiglu_fwd_kernel<8><<<mp_grid_for(n / 8 + 1, 256), 256, 0, s>>>(out, gate, up, n);
-    else
-        swiglu_fwd_kernel<1><<<mp_grid_for(n, 256), 256, 0, s>>>(out, gate, up, n);
+    mp_vec_launch<8>(n, mp_aligned16(out, gate, up), swiglu_fwd_op{out, gate, up}, s);
 }
 
 extern "C" void mp_cuda_swiglu_bwd(mp_bf16 *dgate, mp_bf16 *dup, const mp_bf16 *dout, const mp_bf16 *gate,
@@ -98,8 +92,5 @@ extern "C" void mp_cuda_swiglu_bwd(mp_bf16 *dgate, mp_bf16 *dup, const mp_bf16 *
     assert(n >= 0);
     if (n == 0) return;
     assert(dgate && dup && dout && gate && up && dgate != dup);
-    if (mp_aligned16(dgate, dup, dout, gate, up))
-        swiglu_bwd_kernel<8><<<mp_grid_for(n / 8 + 1, 256), 256, 0, s>>>(dgate, dup, dout, gate, up, n);
-    else
-        swiglu_bwd_kernel<1><<<mp_grid_for(n, 256), 256, 0, s>>>(dgate, dup, dout, gate, up, n);
+    mp_vec_launch<8>(n, mp_aligned16(dgate, dup, dout, gate, up), swiglu_bwd_op{dgate, dup, dout, gate, up}, s);
 }

@@ -10,8 +10,7 @@
  *   gcc -O2 -fopenmp -I. -c core/kernels_cpu_attn_bwd.c -o /tmp/ab.o
  *   gcc -O2 -I. -c core/error.c -o /tmp/err.o
  *   nvcc -std=c++17 -O2 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -I. \
- *        core/cuda/hostcheck/check_kernels_device.cu core/cuda/gemm_cuda.cu core/cuda/k_convert.cu \
- *        core/cuda/k_elementwise.cu \
+ *        core/cuda/hostcheck/check_kernels_device.cu core/cuda/gemm_cuda.cu \
  *        /tmp/af.o /tmp/ab.o /tmp/err.o -lcublasLt -lopenblas -lgomp \
  *        -o /tmp/check_kernels_device && compute-sanitizer /tmp/check_kernels_device
  * (also worth running under compute-sanitizer --tool racecheck and --tool synccheck).

@@ -40,6 +40,8 @@
 #include "core/cuda/k_rope.cu"
 #include "core/cuda/k_swiglu.cu"
 #include "core/cuda/k_xent.cu"
+#include "core/cuda/k_elementwise.cu"
+#include "core/cuda/k_convert.cu"
 #include "core/cuda/gemm_plan.h"
 
 extern "C" {
@@ -293,27 +295,28 @@ template <int VEC>
     }
 }
 
-/* SwiGLU's 16-byte path (k_swiglu.cu): the kernels' partition (chunks of 8, then the n % 8 tail one per
- * thread) replayed through swiglu_*_at, bitwise against the 2-byte path and within bf16 rounding of float64;
+/* A launch of mp_vec_kernel<VEC> replayed on the host: every thread of a 2-block grid, through mp_vec_run. */
+template <int VEC, typename F>
+static void vec_replay(int64_t n, const F &f) {
+    for (int64_t id = 0; id < 512; id++) mp_vec_run<VEC>(n, id, 512, f);
+}
+
+/* SwiGLU's 16-byte path (k_swiglu.cu): its launch replayed (vec_replay: chunks of 8, then the n % 8 tail
+ * one per thread), bitwise against the 2-byte path and within bf16 rounding of float64;
  * in place too (out = gate, dgate = gate), as layers/ may call it. */
 [[maybe_unused]] static void check_swiglu_vec(int64_t n) {
     std::vector<__nv_bfloat16> g(n), u(n), d(n);
     for (int64_t i = 0; i < n; i++)
         g[i] = __float2bfloat16_rn(6.0f * rnd_unit()), u[i] = __float2bfloat16_rn(2.0f * rnd_unit()),
         d[i] = __float2bfloat16_rn(rnd_unit());
-    const int64_t nv = n / 8;
     std::vector<__nv_bfloat16> o8(n), o1(n), dg8(n), du8(n), dg1(n), du1(n), gi = g;
-    for (int64_t j = 0; j < nv; j++) swiglu_fwd_at<8>(o8.data(), g.data(), u.data(), j * 8);
-    for (int64_t t = 0; t < n - nv * 8; t++) swiglu_fwd_at<1>(o8.data(), g.data(), u.data(), nv * 8 + t);
-    for (int64_t i = 0; i < n; i++) swiglu_fwd_at<1>(o1.data(), g.data(), u.data(), i);
+    vec_replay<8>(n, swiglu_fwd_op{o8.data(), g.data(), u.data()});
+    vec_replay<1>(n, swiglu_fwd_op{o1.data(), g.data(), u.data()});
     CHECK(memcmp(o8.data(), o1.data(), n * 2) == 0, "swiglu fwd: 16-byte path differs from 2-byte (n=%lld)", (long long)n);
-    for (int64_t j = 0; j < nv; j++) swiglu_fwd_at<8>(gi.data(), gi.data(), u.data(), j * 8);   /* in place */
-    for (int64_t t = 0; t < n - nv * 8; t++) swiglu_fwd_at<1>(gi.data(), gi.data(), u.data(), nv * 8 + t);
+    vec_replay<8>(n, swiglu_fwd_op{gi.data(), gi.data(), u.data()});   /* in place */
     CHECK(memcmp(gi.data(), o1.data(), n * 2) == 0, "swiglu fwd in place differs (n=%lld)", (long long)n);
-    for (int64_t j = 0; j < nv; j++) swiglu_bwd_at<8>(dg8.data(), du8.data(), d.data(), g.data(), u.data(), j * 8);
-    for (int64_t t = 0; t < n - nv * 8; t++)
-        swiglu_bwd_at<1>(dg8.data(), du8.data(), d.data(), g.data(), u.data(), nv * 8 + t);
-    for (int64_t i = 0; i < n; i++) swiglu_bwd_at<1>(dg1.data(), du1.data(), d.data(), g.data(), u.data(), i);
+    vec_replay<8>(n, swiglu_bwd_op{dg8.data(), du8.data(), d.data(), g.data(), u.data()});
+    vec_replay<1>(n, swiglu_bwd_op{dg1.data(), du1.data(), d.data(), g.data(), u.data()});
     CHECK(memcmp(dg8.data(), dg1.data(), n * 2) == 0 && memcmp(du8.data(), du1.data(), n * 2) == 0,
           "swiglu bwd: 16-byte path differs from 2-byte (n=%lld)", (long long)n);
     for (int64_t i = 0; i < n; i++) {
@@ -326,6 +329,54 @@ template <int VEC>
                   fabs(__bfloat162float(du1[i]) - rdu) <= fabs(rdu) / 128 + 1e-5,
               "swiglu bwd [%lld]: (%g, %g) vs float64 (%g, %g)", (long long)i, __bfloat162float(dg1[i]),
               __bfloat162float(du1[i]), rdg, rdu);
+    }
+}
+
+/* The 16-byte elementwise paths (k_elementwise.cu, k_convert.cu): each op's vectorised launch replayed,
+ * bitwise against its one-element path, and against float64 within one rounding; add in place too. */
+[[maybe_unused]] static void check_vec_elementwise(int64_t n) {
+    std::vector<float> a(n), b(n);
+    for (int64_t i = 0; i < n; i++) a[i] = 3.0f * rnd_unit(), b[i] = 3.0f * rnd_unit();
+    std::vector<__nv_bfloat16> ab(n), bb(n);
+    for (int64_t i = 0; i < n; i++) ab[i] = __float2bfloat16_rn(a[i]), bb[i] = __float2bfloat16_rn(b[i]);
+    /* fp32 -> bf16 -> fp32 */
+    std::vector<__nv_bfloat16> c8(n), c1(n);
+    vec_replay<8>(n, convert_op<__nv_bfloat16, float>{c8.data(), a.data()});
+    vec_replay<1>(n, convert_op<__nv_bfloat16, float>{c1.data(), a.data()});
+    CHECK(!memcmp(c8.data(), c1.data(), n * 2) && !memcmp(c1.data(), ab.data(), n * 2), "f32->bf16 (n=%lld)", (long long)n);
+    std::vector<float> f8(n), f1(n);
+    vec_replay<8>(n, convert_op<float, __nv_bfloat16>{f8.data(), ab.data()});
+    vec_replay<1>(n, convert_op<float, __nv_bfloat16>{f1.data(), ab.data()});
+    for (int64_t i = 0; i < n; i++) CHECK(f8[i] == f1[i] && f1[i] == __bfloat162float(ab[i]), "bf16->f32 [%lld]", (long long)i);
+    /* fp32: add, accumulate, scale */
+    std::vector<float> o4(n), o1(n), acc4 = a, acc1 = a, sc4 = a, sc1 = a;
+    vec_replay<4>(n, add_op<float>{o4.data(), a.data(), b.data()});
+    vec_replay<1>(n, add_op<float>{o1.data(), a.data(), b.data()});
+    vec_replay<4>(n, scale_op<float>{acc4.data(), b.data(), 1.0f});
+    vec_replay<1>(n, scale_op<float>{acc1.data(), b.data(), 1.0f});
+    vec_replay<4>(n, scale_op<float>{sc4.data(), NULL, 0.75f});
+    vec_replay<1>(n, scale_op<float>{sc1.data(), NULL, 0.75f});
+    for (int64_t i = 0; i < n; i++) {
+        CHECK(o4[i] == o1[i] && acc4[i] == acc1[i] && sc4[i] == sc1[i], "f32 ops: 16-byte path differs [%lld]", (long long)i);
+        const double ra = (double)a[i] + b[i], rs = 0.75 * a[i];
+        CHECK(fabs(o1[i] - ra) <= 6e-8 * fabs(ra) && acc1[i] == o1[i] && fabs(sc1[i] - rs) <= 6e-8 * fabs(rs),
+              "f32 ops vs float64 [%lld]", (long long)i);
+    }
+    /* bf16: add in place (out = a), accumulate, scale */
+    std::vector<__nv_bfloat16> p8 = ab, p1 = ab, q8 = ab, q1 = ab, r8 = ab, r1 = ab;
+    vec_replay<8>(n, add_op<__nv_bfloat16>{p8.data(), p8.data(), bb.data()});
+    vec_replay<1>(n, add_op<__nv_bfloat16>{p1.data(), p1.data(), bb.data()});
+    vec_replay<8>(n, scale_op<__nv_bfloat16>{q8.data(), bb.data(), 1.0f});
+    vec_replay<1>(n, scale_op<__nv_bfloat16>{q1.data(), bb.data(), 1.0f});
+    vec_replay<8>(n, scale_op<__nv_bfloat16>{r8.data(), NULL, 2.0f});
+    vec_replay<1>(n, scale_op<__nv_bfloat16>{r1.data(), NULL, 2.0f});
+    CHECK(!memcmp(p8.data(), p1.data(), n * 2) && !memcmp(q8.data(), q1.data(), n * 2) && !memcmp(r8.data(), r1.data(), n * 2),
+          "bf16 ops: 16-byte path differs (n=%lld)", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        const double ra = (double)__bfloat162float(ab[i]) + __bfloat162float(bb[i]);
+        CHECK(fabs(__bfloat162float(p1[i]) - ra) <= fabs(ra) / 256 + 1e-30 && !memcmp(&q1[i], &p1[i], 2) &&
+                  __bfloat162float(r1[i]) == 2.0f * __bfloat162float(ab[i]),
+              "bf16 ops vs float64 [%lld]", (long long)i);
     }
 }
 
@@ -607,6 +658,7 @@ int main(void) {
     for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4]);
     check_gemm_plans();
     for (int64_t n : {1, 7, 8, 9, 64, 1003}) check_swiglu_vec(n);
+    for (int64_t n : {1, 3, 4, 5, 8, 9, 1003, 70001}) check_vec_elementwise(n);
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
