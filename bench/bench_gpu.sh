@@ -5,6 +5,7 @@
 #
 #   bench/bench_gpu.sh [--bin BUILD/meshpoint] [--config configs/llama_1b.json] [--batch 8] [--seq-len 2048]
 #                      [--steps 6] [--warmup 2] [--peak 989e12] [--out DIR] [--data FILE --data-format u16|u32|llmc]
+#                      [--min-mfu 35] [--profile-steps 2]
 #
 # One process, 1x1 mesh, batch = micro-batch (no gradient accumulation): 8 x 2048 tokens per step by
 # default (the CPU memory plan of this shape is 58 GiB at micro-batch 8 with fp32 activations; bf16
@@ -23,8 +24,16 @@
 # peak = 989e12 (H200 / H100 SXM dense bf16 tensor-core FLOP/s, without sparsity; --peak for another GPU).
 # Prints one summary line:
 #   bench_gpu: <gpu> | llama_1b (N=1.039G matmul params) | batch B x seq T | ... tokens/s ... | MFU ...%
-# Exit status: 0 done, 1 the run failed, 2 bad usage, 77 no usable GPU here (or a build without CUDA):
-# nothing was run.
+# The floor (issue 22): the run FAILS when any step's loss is not finite or when the MFU is below
+# --min-mfu percent (default 35; the goal is 45). A dry run (MP_BENCH_GPU_DEVICE=cpu*) has no floor unless
+# --min-mfu is given (tests/bench_gpu_floor.sh checks the floor that way).
+# Per-kernel times: then a second, short run of --profile-steps steps (0: none) with MP_CUDA_PROFILE
+# (core/cuda/prof_cuda.h: cudaEvent pairs around every op of the backend) and CUDA_MODULE_LOADING=EAGER,
+# whose per-op device times bench/gpu_roofline.py prints beside the roofline model's (docs/CUDA.md): the
+# table of FLOPs, bytes, roofline ms, measured ms per step and their ratio, and the projected MFU. The
+# profiled steps include the first (cuBLASLt's heuristics show as host gaps inside the GEMM rows).
+# Exit status: 0 done and above the floor, 1 the run failed, a loss was not finite or the MFU is below the
+# floor, 2 bad usage, 77 no usable GPU here (or a build without CUDA): nothing was run.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,6 +50,9 @@ peak=989e12
 out=""
 data=""
 fmt="u16"
+min_mfu=35
+min_mfu_given=0
+prof_steps=2
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 bad() { echo "bench_gpu.sh: $*" >&2; exit 2; }
@@ -56,6 +68,8 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift 2 ;;
     --data) data="$2"; shift 2 ;;
     --data-format) fmt="$2"; shift 2 ;;
+    --min-mfu) min_mfu="$2"; min_mfu_given=1; shift 2 ;;
+    --profile-steps) prof_steps="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench_gpu.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -71,6 +85,8 @@ for v in "$batch" "$seq" "$steps" "$warm"; do [[ "$v" =~ ^[0-9]+$ ]] || bad "--b
 if [ "$batch" -lt 1 ] || [ "$seq" -lt 1 ]; then bad "--batch and --seq-len must be >= 1"; fi
 [ "$steps" -gt "$warm" ] || bad "--steps ($steps) must exceed --warmup ($warm)"
 [[ "$peak" =~ ^[0-9.]+([eE][0-9]+)?$ ]] || bad "--peak FLOP/s (e.g. 989e12)"
+[[ "$min_mfu" =~ ^[0-9]+(\.[0-9]+)?$ ]] || bad "--min-mfu: a percentage (e.g. 35)"
+[[ "$prof_steps" =~ ^[0-9]+$ ]] || bad "--profile-steps: a whole number (0: no profile run)"
 
 # Refuse cleanly where there is no GPU: the devices line of --version says why. (MP_BENCH_GPU_DEVICE=cpu
 # or cpu-bf16 runs the script's logic on the CPU with a small --config: a dry run, no GPU figure.)
@@ -128,12 +144,20 @@ if ! "$bin" train --config "$config" --device "$device" --steps "$steps" --batch
 fi
 wall=$((SECONDS - t0))
 grep -E '^(memory|startup|model):' "$log" || true
+floor=$min_mfu
+[ "$device" = cuda ] || [ $min_mfu_given = 1 ] || floor=0
+verdict=0
 "$PY" - "$run/metrics.jsonl" "$warm" "$((batch * seq))" "$fpt" "$nmm" "$ntotal" "$peak" "$gpu" "$batch" "$seq" "$wall" \
-  "$(basename "$config" .json)" <<'EOF'
-import json, statistics, sys
-metrics, warm, tokens, fpt, nmm, ntotal, peak, gpu, B, T, wall, name = sys.argv[1:]
+  "$(basename "$config" .json)" "$floor" "$steps" <<'EOF' || verdict=1
+import json, math, statistics, sys
+metrics, warm, tokens, fpt, nmm, ntotal, peak, gpu, B, T, wall, name, floor, nsteps = sys.argv[1:]
 warm, tokens, fpt, nmm, ntotal, peak = int(warm), int(tokens), float(fpt), int(nmm), int(ntotal), float(peak)
 rows = [json.loads(l) for l in open(metrics) if '"tokens_per_s"' in l]
+bad = [r["step"] for r in rows if not math.isfinite(float(r["loss"]))]
+if bad:
+    sys.exit(f"bench_gpu.sh: FAIL: the loss is not finite at step(s) {bad}")
+if len(rows) != int(nsteps):
+    sys.exit(f"bench_gpu.sh: FAIL: {len(rows)} step lines in {metrics}, expected {nsteps}")
 if len(rows) <= warm:
     sys.exit(f"bench_gpu.sh: {len(rows)} step lines in {metrics}, expected more than {warm}")
 times = [tokens / r["tokens_per_s"] for r in rows]
@@ -149,4 +173,26 @@ print(f"bench_gpu: {gpu} | {name} (N={nmm / 1e9:.3f}G matmul params) | batch {B}
       f"{tps:,.0f} tokens/s over {len(timed)} timed steps (median step {med:,.0f}) | "
       f"{fpt * tps / 1e12:.1f} TFLOP/s model | MFU {100 * mfu:.1f}% of {peak / 1e12:.0f} TFLOP/s bf16 dense | "
       f"{wall} s in all")
+if 100 * mfu < float(floor):
+    sys.exit(f"bench_gpu.sh: FAIL: MFU {100 * mfu:.1f}% is below the floor of {float(floor):g}%")
 EOF
+# per-kernel times beside the roofline (a CUDA run only: the profiler is the CUDA backend's)
+if [ "$device" = cuda ] && [ "$prof_steps" -gt 0 ]; then
+  rm -rf "$run.prof"
+  if MP_CUDA_PROFILE="$out/profile.tsv" CUDA_MODULE_LOADING=EAGER "$bin" train --config "$config" --device cuda \
+       --steps "$prof_steps" --batch "$batch" --grad-accum 1 --seq-len "$seq" --lr 3e-4 --warmup 0 --seed 1337 \
+       --log-every 1 --train-data "$data" --data-format "$fmt" --run-dir "$run.prof" > "$out/profile.log" 2>&1 &&
+     [ -s "$out/profile.tsv" ]; then
+    echo "per-op device time per step ($prof_steps profiled steps, cudaEvent pairs) against the roofline:"
+    "$PY" "$here/gpu_roofline.py" "$config" --batch "$batch" --seq-len "$seq" --peak "$peak" \
+      --profile "$out/profile.tsv" --profile-steps "$prof_steps" || verdict=1
+  else
+    tail -5 "$out/profile.log" >&2
+    echo "bench_gpu.sh: FAIL: the profiled run failed or wrote no $out/profile.tsv" >&2
+    verdict=1
+  fi
+else
+  echo "roofline of this shape (no per-op times: a $device run):"
+  "$PY" "$here/gpu_roofline.py" "$config" --batch "$batch" --seq-len "$seq" --peak "$peak" || verdict=1
+fi
+exit $verdict

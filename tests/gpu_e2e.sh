@@ -3,7 +3,8 @@
 #   1. exact resume on the GPU: N steps straight vs N/2, stop, resume, N/2 more, with checkpoints; the
 #      loss sequences (17 significant digits in metrics.jsonl) and the final checkpoints (`meshpoint ckpt
 #      diff`, no tolerance: parameters and both Adam moments) must be bitwise identical. On 1x1 always,
-#      and on a tp x dp mesh under mpiexec when the host has several GPUs (4+: tp 2 x dp 2; 2-3: tp 2);
+#      and under mpiexec when the host has several GPUs: dp 2 (1x2) and tp 2 (2x1), and with 4+ also
+#      tp 2 x dp 2, each over NCCL;
 #   2. GPU -> CPU: the GPU's mid-run checkpoint (from the largest mesh) passes `ckpt verify`, evaluates on
 #      the CPU and on the GPU to the same loss (within tolerance), and resumes on the CPU (one process:
 #      load-time resharding too) to the end; its losses and final checkpoint match the GPU's straight run
@@ -23,6 +24,7 @@ set -u
 bin=$1; data=$2; config=$3; work=$4
 dev=${MP_GPU_E2E_DEVICE:-cuda}
 steps=6; half=3
+py=${MP_PYTHON:-$(command -v python3 || echo /usr/bin/python3)}   # the lent machine's python3 is a venv's
 rm -rf "$work"; mkdir -p "$work"
 case=gpu_e2e; . "$(dirname "$0")/lib.sh"
 
@@ -45,7 +47,8 @@ if [ -z "$ngpu" ] || [ "$ngpu" -lt 1 ]; then fail "cannot read the GPU count fro
 mpiexec_bin=$(command -v mpiexec || command -v mpirun || true)
 meshes="1x1"
 if [ "$ngpu" -ge 2 ] && [ -n "$mpiexec_bin" ]; then
-  if [ "$ngpu" -ge 4 ]; then meshes="1x1 2x2"; else meshes="1x1 2x1"; fi
+  # dp 2 and tp 2 each over NCCL; tp 2 x dp 2 too with 4+ GPUs (the last mesh is the cross-device one)
+  if [ "$ngpu" -ge 4 ]; then meshes="1x1 1x2 2x1 2x2"; else meshes="1x1 1x2 2x1"; fi
 elif [ "$ngpu" -ge 2 ]; then
   echo "note: $ngpu GPUs but no mpiexec: the tp x dp mesh part does not run"
 fi
@@ -69,7 +72,7 @@ losses() { grep -o '"loss": [^,]*' "$1/metrics.jsonl"; }
 ckpt() { echo "$1/checkpoints/step_$(printf %08d "$2")"; }
 # close_losses A B FROM TO: steps FROM..TO of runs A and B agree within 2e-3 relative.
 close_losses() {
-  /usr/bin/python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" "$4" <<'PY' || fail "losses of $1 and $2 differ beyond 2e-3"
+  "$py" - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" "$4" <<'PY' || fail "losses of $1 and $2 differ beyond 2e-3"
 import json, math, sys
 def losses(p): return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r}
 a, b, lo, hi = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -85,7 +88,7 @@ PY
 eval_loss() {   # DEVICE CKPT: the eval loss (JSON) of a checkpoint, one process
   "$bin" eval --checkpoint "$2" --data "$data" --batches 2 --device "$1" --json > "$work/eval_$1.json" \
     2> "$work/eval_$1.err" || fail "eval --device $1 of $2 exited $?: $(cat "$work/eval_$1.err" "$work/eval_$1.json")"
-  /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['loss'])" "$work/eval_$1.json" ||
+  "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['loss'])" "$work/eval_$1.json" ||
     fail "eval --device $1 printed no loss: $(cat "$work/eval_$1.json")"
 }
 
@@ -113,7 +116,7 @@ g="$work/gpu_${big}_at_half"
   fail "ckpt verify of the GPU checkpoint: $(tail -20 "$work/verify_gpu.txt")"
 lc=$(eval_loss cpu "$(ckpt "$g" $half)") || exit 1
 lg=$(eval_loss "$dev" "$(ckpt "$g" $half)") || exit 1
-/usr/bin/python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 2e-3 * abs(a) else 1)" \
+"$py" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 2e-3 * abs(a) else 1)" \
   "$lc" "$lg" || fail "eval of the GPU checkpoint: CPU $lc vs GPU $lg (beyond 2e-3 relative)"
 echo "GPU checkpoint ($big, step $half): ckpt verify ok; eval CPU $lc, GPU $lg"
 cp -a "$g" "$work/g2c"

@@ -1,7 +1,7 @@
 /*
  * tests/test_device_parity.c — a device against the fp32 CPU backend, on the same tiny Llama.
  *
- *   test_device_parity [DEVICE [CONFIG.json...]]
+ *   test_device_parity [--seq-len T] [DEVICE [CONFIG.json...]]
  *
  * DEVICE is cpu-bf16, cuda, or cpu (the default: the reference against itself, which must agree bit for
  * bit: the comparison machinery and the reference's run-to-run determinism). CONFIG defaults to
@@ -11,6 +11,9 @@
  * tests/test_*.c glob also builds it as a Criterion binary: the Criterion flags of that ctest entry,
  * e.g. --jobs 2, are ignored and it runs the cpu self-check).
  *
+ * T (tokens per sequence) is 16 unless --seq-len: scripts/gpu-check.sh and device_parity_*_hd64 run
+ * tests/configs/parity_hd64.json (head dim 64) at T = 112, several 32-key tiles of the attention kernels
+ * and a partial last one.
  * For each config, on a 1x1 mesh (mp_mesh_init_single), the model is built on "cpu" and on DEVICE from
  * the same seed and fed the same two micro-batches of tokens (splitmix64 streams). Compared, in order:
  *   1. the logits of llama_forward with targets on micro-batch 1 (llama_logits: fp32 on the host);
@@ -62,7 +65,7 @@
 
 #define SEED 1337u
 #define BATCH 2
-#define SEQ 16
+#define SEQ 16   /* tokens per sequence unless --seq-len */
 #define NSTEPS 3
 
 typedef struct tolerances {
@@ -138,7 +141,7 @@ static void read_logits(llama_model *m, int N, float *out, int *v_valid_out) {
 
 /* Builds the model of cfg on be, runs forward + backward on the batch, reads logits, loss and gradients,
  * then NSTEPS AdamW steps. */
-static mp_code run_device(const llama_config *cfg, mp_backend *be, run_out *o, mp_err *err) {
+static mp_code run_device(const llama_config *cfg, int seq, mp_backend *be, run_out *o, mp_err *err) {
     memset(o, 0, sizeof *o);
     mp_mesh mesh;
     mp_mesh_init_single(&mesh);
@@ -147,7 +150,7 @@ static mp_code run_device(const llama_config *cfg, mp_backend *be, run_out *o, m
         mp_mesh_destroy(&mesh);
         return rc;
     }
-    llama_options opt = {.micro_batch = BATCH, .seq_len = SEQ, .sp = 0, .reshard_after_forward = 1,
+    llama_options opt = {.micro_batch = BATCH, .seq_len = seq, .sp = 0, .reshard_after_forward = 1,
                          .act_dtype = be->act_dtype};
     llama_model *m = NULL;
     if ((rc = llama_create(&m, cfg, &opt, &mesh, be, err))) {
@@ -155,8 +158,12 @@ static mp_code run_device(const llama_config *cfg, mp_backend *be, run_out *o, m
         return rc;
     }
     llama_init_weights(m, SEED);
-    const int N = BATCH * SEQ;
-    int32_t in[2][BATCH * SEQ], tgt[2][BATCH * SEQ];
+    const int N = BATCH * seq;
+    int32_t *in[2], *tgt[2];
+    for (int k = 0; k < 2; k++) {
+        in[k] = mp_xmalloc((size_t)N * sizeof(int32_t));
+        tgt[k] = mp_xmalloc((size_t)N * sizeof(int32_t));
+    }
     for (int k = 0; k < 2; k++) make_tokens(SEED ^ (0x746F6B656E73ull + (uint64_t)k), cfg->vocab_size, in[k], tgt[k], N);
 
     /* two micro-batches, so weight gradients accumulate (fp32 GEMMs with beta = 1, embed_bwd's +=) */
@@ -185,7 +192,7 @@ static mp_code run_device(const llama_config *cfg, mp_backend *be, run_out *o, m
 
     /* AdamW phase (llama_train_step zeroes the gradients itself): NSTEPS steps of grad_accum 2 on the two
      * micro-batches, then their loss after the last update */
-    int32_t sin_[BATCH * SEQ], stgt[BATCH * SEQ];
+    int32_t *sin_ = mp_xmalloc((size_t)N * sizeof(int32_t)), *stgt = mp_xmalloc((size_t)N * sizeof(int32_t));
     fill_ctx fc = {.in = {in[0], in[1]}, .tgt = {tgt[0], tgt[1]}, .n_tok = N};
     int64_t calls0 = 0;
     for (int s = 1; s <= NSTEPS; s++) {
@@ -198,6 +205,12 @@ static mp_code run_device(const llama_config *cfg, mp_backend *be, run_out *o, m
     }
     o->step_allocs = mp_mem_alloc_calls() - calls0;
     o->step_loss[NSTEPS] = (llama_forward(m, in[0], tgt[0]) + llama_forward(m, in[1], tgt[1])) / (2.0 * N);
+    for (int k = 0; k < 2; k++) {
+        free(in[k]);
+        free(tgt[k]);
+    }
+    free(sin_);
+    free(stgt);
     llama_destroy(m);
     mp_mesh_destroy(&mesh);
     return MP_OK;
@@ -240,15 +253,15 @@ static int scalar_row(const char *name, double dev, double ref, double rel_tol) 
 }
 
 /* Compares DEVICE against cpu on one config; returns 0 ok, 1 out of tolerance (first named in *first). */
-static int parity(const char *cfg_path, const llama_config *cfg, mp_backend *dev, const tolerances *t,
+static int parity(const char *cfg_path, const llama_config *cfg, int seq, mp_backend *dev, const tolerances *t,
                   char *first, size_t first_cap, mp_err *err, mp_code *rc) {
     run_out ref, out;
-    if ((*rc = run_device(cfg, mp_backend_cpu(), &ref, err))) return 1;
-    if ((*rc = run_device(cfg, dev, &out, err))) {
+    if ((*rc = run_device(cfg, seq, mp_backend_cpu(), &ref, err))) return 1;
+    if ((*rc = run_device(cfg, seq, dev, &out, err))) {
         run_out_free(&ref);
         return 1;
     }
-    printf("%s: cpu vs %s, batch %d x %d tokens, seed %u\n", cfg_path, dev->name, BATCH, SEQ, SEED);
+    printf("%s: cpu vs %s, batch %d x %d tokens, seed %u\n", cfg_path, dev->name, BATCH, seq, SEED);
     printf("  %-52s %8s  %10s  %10s  %10s  %10s\n", "tensor", "elements", "max abs", "ref max", "max/refmax",
            "rel (L2)");
     int bad = 0;
@@ -301,15 +314,23 @@ static int parity(const char *cfg_path, const llama_config *cfg, mp_backend *dev
 int main(int argc, char **argv) {
     /* ctest's Criterion entry passes Criterion flags (--jobs 2): skipped, with their values */
     const char *args[16];
-    int na = 0;
+    int na = 0, seq = SEQ;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--jobs") || !strcmp(argv[i], "-j")) { i++; continue; }
+        if (!strcmp(argv[i], "--seq-len")) {
+            seq = i + 1 < argc ? atoi(argv[++i]) : 0;
+            if (seq < 1) {
+                fprintf(stderr, "test_device_parity: --seq-len needs a whole number >= 1\n");
+                return 2;
+            }
+            continue;
+        }
         if (argv[i][0] == '-' && argv[i][1] == '-') continue;
         if (na < 16) args[na++] = argv[i];
     }
     const char *device = na > 0 ? args[0] : "cpu";
     if (strcmp(device, "cpu") && strcmp(device, "cpu-bf16") && strcmp(device, "cuda")) {
-        fprintf(stderr, "usage: test_device_parity [cpu|cpu-bf16|cuda [CONFIG.json...]]\n");
+        fprintf(stderr, "usage: test_device_parity [--seq-len T] [cpu|cpu-bf16|cuda [CONFIG.json...]]\n");
         return 2;
     }
     const char *src = getenv("MP_SRC") ? getenv("MP_SRC") : MP_SRC_DIR;
@@ -345,7 +366,7 @@ int main(int argc, char **argv) {
         }
         char first[256] = "";
         mp_code rc = MP_OK;
-        int bad = parity(cfgs[c], &cfg, be, t, first, sizeof first, &err, &rc);
+        int bad = parity(cfgs[c], &cfg, seq, be, t, first, sizeof first, &err, &rc);
         if (rc) {
             fprintf(stderr, "test_device_parity: %s: %s\n", cfgs[c], err.msg);
             return 1;

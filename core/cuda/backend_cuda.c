@@ -56,6 +56,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/gemm_cuda.h"
 #include "core/cuda/kernels_cuda.h"
+#include "core/cuda/prof_cuda.h"
 #include "core/log.h"
 
 typedef struct {
@@ -70,11 +71,29 @@ typedef struct {
     _Atomic int64_t dev_bytes[MP_MEM_NCAT];
     _Atomic int64_t pinned_bytes[MP_MEM_NCAT];
     _Atomic int64_t dev_total, dev_peak, alloc_calls;
+    mp_cuda_prof *prof;           /* per-op device times when MP_CUDA_PROFILE names a file, else NULL */
 } cuda_impl;
 
 /* Aborts after a launch whose configuration CUDA refused (grid limits, invalid arguments, a sticky error
  * of an earlier kernel), naming the line of the op. */
 #define LAUNCHED() MP_CUDA_CHECK(cudaGetLastError())
+
+/* Brackets an op with the profiler's events (core/cuda/prof_cuda.h) when MP_CUDA_PROFILE is set; the key
+ * is formatted only then. An op that returns early leaves a begin that the next op's begin re-records. */
+#define PROF_BEGIN(be)                                                          \
+    do {                                                                        \
+        cuda_impl *pim_ = impl_of(be);                                          \
+        if (pim_->prof) mp_cuda_prof_begin(pim_->prof, pim_->stream);           \
+    } while (0)
+#define PROF_END(be, ...)                                                       \
+    do {                                                                        \
+        cuda_impl *pim_ = impl_of(be);                                          \
+        if (pim_->prof) {                                                       \
+            char key_[96];                                                      \
+            snprintf(key_, sizeof key_, __VA_ARGS__);                           \
+            mp_cuda_prof_end(pim_->prof, pim_->stream, key_);                   \
+        }                                                                       \
+    } while (0)
 
 static cuda_impl *impl_of(const mp_backend *be) {
     assert(be && be->impl && be->device == MP_DEV_CUDA);
@@ -175,7 +194,9 @@ static void cu_free(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat) {
 
 /* Zeroes bytes at p, enqueued on the compute stream (no host wait). */
 static void cu_memset0(mp_backend *be, void *p, size_t bytes) {
+    PROF_BEGIN(be);
     if (bytes) MP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cs(be)));
+    PROF_END(be, "%s", "memset0");
 }
 
 /* Device to host: the copy is enqueued on the compute stream (after every op queued before it) and the
@@ -287,8 +308,10 @@ static void cu_event_sync(mp_backend *be, mp_event e) {
 /* Device to device, enqueued on the compute stream; dst == src is a no-op. Regions must not otherwise
  * overlap (cudaMemcpy's rule; the CPU's memmove is more lenient, no caller relies on it). */
 static void cu_copy(mp_backend *be, void *dst, const void *src, size_t bytes) {
+    PROF_BEGIN(be);
     if (!bytes || dst == src) return;
     MP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cs(be)));
+    PROF_END(be, "%s", "copy");
 }
 
 /* The host waits for all work on every stream of the device (compute and communication). */
@@ -304,6 +327,7 @@ static void cu_synchronize(mp_backend *be) {
  * failure (its status, not seen by cudaGetLastError) aborts naming the shape. */
 static void cu_gemm(mp_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A,
                     int lda, const void *B, int ldb, float beta, void *C, int ldc, mp_dtype c_dtype) {
+    PROF_BEGIN(be);
     assert(c_dtype == MP_BF16 || c_dtype == MP_F32);
     cuda_impl *im = impl_of(be);
     int st = mp_cuda_gemm(im->blas, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
@@ -315,38 +339,49 @@ static void cu_gemm(mp_backend *be, int trans_a, int trans_b, int M, int N, int 
         abort();
     }
     LAUNCHED();   /* the K == 0 path is a kernel of the wrapper's */
+    PROF_END(be, "gemm %dx%dx%d t%d%d %s%s", M, N, K, trans_a, trans_b, mp_dtype_name(c_dtype), beta != 0.0f ? " +=" : "");
 }
 
 /* ---- elementwise ---- */
 
 /* out = a + b over n bf16 elements (out may alias a or b). */
 static void cu_add(mp_backend *be, void *out, const void *a, const void *b, int64_t n) {
+    PROF_BEGIN(be);
     mp_cuda_add_bf16(out, a, b, n, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "add");
 }
 
 /* dst += src over n fp32 elements (no overlap). */
 static void cu_accumulate(mp_backend *be, float *dst, const float *src, int64_t n) {
+    PROF_BEGIN(be);
     mp_cuda_accumulate_f32(dst, src, n, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "accumulate");
 }
 
 /* x *= s over n fp32 elements. */
 static void cu_scale(mp_backend *be, float *x, float s, int64_t n) {
+    PROF_BEGIN(be);
     mp_cuda_scale_f32(x, s, n, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "scale");
 }
 
 /* dst (bf16) = src (fp32) rounded to nearest even; no overlap. */
 static void cu_to_act(mp_backend *be, void *dst, const float *src, int64_t n) {
+    PROF_BEGIN(be);
     mp_cuda_f32_to_bf16(dst, src, n, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "to_act");
 }
 
 /* dst (fp32) = src (bf16), exact; no overlap. */
 static void cu_from_act(mp_backend *be, float *dst, const void *src, int64_t n) {
+    PROF_BEGIN(be);
     mp_cuda_bf16_to_f32(dst, src, n, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "from_act");
 }
 
 /* ---- reductions into a device scalar ---- */
@@ -354,18 +389,22 @@ static void cu_from_act(mp_backend *be, float *dst, const void *src, int64_t n) 
 /* *acc (one device double) += sum x^2 over n fp32, in double, in an order fixed by n (k_reduce.cu);
  * uses the backend's partials scratch on the compute stream. */
 static void cu_sumsq_acc(mp_backend *be, double *acc, const float *x, int64_t n) {
+    PROF_BEGIN(be);
     cuda_impl *im = impl_of(be);
     assert(acc && n >= 0);
     mp_cuda_sumsq_acc_f32(acc, im->partials, x, n, im->stream);
     LAUNCHED();
+    PROF_END(be, "%s", "sumsq_acc");
 }
 
 /* *acc += sum x over n fp32, as sumsq_acc. */
 static void cu_sum_acc(mp_backend *be, double *acc, const float *x, int64_t n) {
+    PROF_BEGIN(be);
     cuda_impl *im = impl_of(be);
     assert(acc && n >= 0);
     mp_cuda_sum_acc_f32(acc, im->partials, x, n, im->stream);
     LAUNCHED();
+    PROF_END(be, "%s", "sum_acc");
 }
 
 /* ---- embedding ---- */
@@ -373,19 +412,23 @@ static void cu_sum_acc(mp_backend *be, double *acc, const float *x, int64_t n) {
 /* out[n] (bf16) = wte[tok[n] - v_start] (the bf16 compute copy of the table) or zeros out of range. */
 static void cu_embed_fwd(mp_backend *be, void *out, const int32_t *tok, const void *wte, int N, int D, int v_start,
                          int v_local) {
+    PROF_BEGIN(be);
     mp_cuda_embed_fwd_bf16(out, tok, wte, N, D, v_start, v_local, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "embed_fwd");
 }
 
 /* dwte (fp32) [tok[n] - v_start] += dout[n] (bf16) for in-range tokens, deterministically (sorted keys,
  * k_embed.cu). The keys scratch is grown on demand (see the top of the file). */
 static void cu_embed_bwd(mp_backend *be, float *dwte, const void *dout, const int32_t *tok, int N, int D,
                          int v_start, int v_local) {
+    PROF_BEGIN(be);
     cuda_impl *im = impl_of(be);
     if (N <= 0 || v_local <= 0) return;
     scratch_grow(im, &im->keys, &im->keys_bytes, mp_cuda_embed_bwd_scratch_bytes(N), "embed_bwd keys");
     mp_cuda_embed_bwd(dwte, dout, tok, im->keys, N, D, v_start, v_local, im->stream);
     LAUNCHED();
+    PROF_END(be, "%s", "embed_bwd");
 }
 
 /* ---- RMSNorm ---- */
@@ -393,14 +436,17 @@ static void cu_embed_bwd(mp_backend *be, float *dwte, const void *dout, const in
 /* y (bf16) = x * rstd * w (w: bf16 compute copy); rstd [N] fp32 saved. */
 static void cu_rmsnorm_fwd(mp_backend *be, void *y, float *rstd, const void *x, const void *w, int N, int D,
                            float eps) {
+    PROF_BEGIN(be);
     mp_cuda_rmsnorm_fwd(y, rstd, x, w, N, D, eps, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "rmsnorm_fwd");
 }
 
 /* dx (bf16) ACCUMULATES, dw (fp32) accumulates (deterministic chunk partials, grown on demand). dx must
  * not alias dy or x (the kernel asserts it). */
 static void cu_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w,
                            const float *rstd, int N, int D) {
+    PROF_BEGIN(be);
     cuda_impl *im = impl_of(be);
     if (N <= 0) return;
     size_t need = mp_cuda_rmsnorm_bwd_scratch_floats(N, D) * sizeof(float);
@@ -411,6 +457,7 @@ static void cu_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy, 
     im->rms_floats = have / sizeof(float);
     mp_cuda_rmsnorm_bwd(dx, dw, im->rms_partial, dy, x, w, rstd, N, D, im->stream);
     LAUNCHED();
+    PROF_END(be, "%s", "rmsnorm_bwd");
 }
 
 /* ---- RoPE ----
@@ -421,15 +468,19 @@ static void cu_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy, 
 /* x (bf16 [B,T,H,hd]) rotated in place by +angle at positions pos0 + t. */
 static void cu_rope_fwd(mp_backend *be, void *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd,
                         int pos0) {
+    PROF_BEGIN(be);
     mp_cuda_rope_fwd(x, cos_t, sin_t, B, T, H, hd, pos0, pos0 + T, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "rope_fwd");
 }
 
 /* dx rotated in place by -angle (the gradient of the rotation). */
 static void cu_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
                         int hd, int pos0) {
+    PROF_BEGIN(be);
     mp_cuda_rope_bwd(dx, cos_t, sin_t, B, T, H, hd, pos0, pos0 + T, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "rope_bwd");
 }
 
 /* ---- attention ---- */
@@ -454,48 +505,60 @@ static void attn_check_limits(const char *op, int B, int T, int H, int KV, int h
  * B*H <= 65535 (checked here, also asserted by the launcher). */
 static void cu_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v, int B,
                         int T, int H, int KV, int hd) {
+    PROF_BEGIN(be);
     attn_check_limits("attn_fwd", B, T, H, KV, hd);
     mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "attn_fwd");
 }
 
 /* Its backward: dq, dk, dv (bf16) written; scratch [B,H,T] floats receives D = rowsum(dout * out). */
 static void cu_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                         const void *out, const float *lse, const void *q, const void *k, const void *v, int B, int T,
                         int H, int KV, int hd) {
+    PROF_BEGIN(be);
     attn_check_limits("attn_bwd", B, T, H, KV, hd);
     mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "attn_bwd");
 }
 
 /* ---- SwiGLU ---- */
 
 /* out = silu(gate) * up over n bf16 elements. */
 static void cu_swiglu_fwd(mp_backend *be, void *out, const void *gate, const void *up, int64_t n) {
+    PROF_BEGIN(be);
     mp_cuda_swiglu_fwd(out, gate, up, n, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "swiglu_fwd");
 }
 
 /* dgate, dup (bf16) written from dout, gate, up. */
 static void cu_swiglu_bwd(mp_backend *be, void *dgate, void *dup, const void *dout, const void *gate, const void *up,
                           int64_t n) {
+    PROF_BEGIN(be);
     mp_cuda_swiglu_bwd(dgate, dup, dout, gate, up, n, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "swiglu_bwd");
 }
 
 /* ---- vocab-parallel cross-entropy over bf16 logits [N, v_local]; statistics fp32 ---- */
 
 /* rowmax[n] = max of the first v_valid columns. */
 static void cu_xent_rowmax(mp_backend *be, float *rowmax, const void *logits, int N, int v_local, int v_valid) {
+    PROF_BEGIN(be);
     mp_cuda_xent_rowmax_bf16(rowmax, logits, N, v_local, v_valid, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "xent_rowmax");
 }
 
 /* sumexp[n] = sum over the first v_valid columns of exp(logit - rowmax[n]) (rowmax global). */
 static void cu_xent_sumexp(mp_backend *be, float *sumexp, const void *logits, const float *rowmax, int N,
                            int v_local, int v_valid) {
+    PROF_BEGIN(be);
     mp_cuda_xent_sumexp_bf16(sumexp, logits, rowmax, N, v_local, v_valid, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "xent_sumexp");
 }
 
 /* tlogit[n] = logits[n, tgt[n] - v_start] if the target is local, else 0. The table's xent_target has no
@@ -503,22 +566,28 @@ static void cu_xent_sumexp(mp_backend *be, float *sumexp, const void *logits, co
  * targets are real token ids, never vocab padding. */
 static void cu_xent_target(mp_backend *be, float *tlogit, const void *logits, const int32_t *tgt, int N, int v_local,
                            int v_start) {
+    PROF_BEGIN(be);
     mp_cuda_xent_target_bf16(tlogit, logits, tgt, N, v_local, v_local, v_start, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "xent_target");
 }
 
 /* losses[n] = log(sumexp[n]) + rowmax[n] - tlogit[n], all fp32. */
 static void cu_xent_loss(mp_backend *be, float *losses, const float *rowmax, const float *sumexp,
                          const float *tlogit, int N) {
+    PROF_BEGIN(be);
     mp_cuda_xent_loss(losses, rowmax, sumexp, tlogit, N, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "xent_loss");
 }
 
 /* In place, bf16: logits <- dloss * (softmax - onehot(tgt)); padding columns 0. */
 static void cu_xent_bwd(mp_backend *be, void *logits, const float *rowmax, const float *sumexp, const int32_t *tgt,
                         float dloss, int N, int v_local, int v_valid, int v_start) {
+    PROF_BEGIN(be);
     mp_cuda_xent_bwd_bf16(logits, rowmax, sumexp, tgt, dloss, N, v_local, v_valid, v_start, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "xent_bwd");
 }
 
 /* ---- optimizer ---- */
@@ -527,8 +596,10 @@ static void cu_xent_bwd(mp_backend *be, void *logits, const float *rowmax, const
  * factor from the table); p_act (bf16, may be NULL) receives the updated weights in the same pass. */
 static void cu_adamw(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n, float lr,
                      float beta1, float beta2, float eps, float wd, int step, float grad_scale) {
+    PROF_BEGIN(be);
     mp_cuda_adamw(p, p_act, g, m, v, n, lr, beta1, beta2, eps, wd, step, grad_scale, NULL, cs(be));
     LAUNCHED();
+    PROF_END(be, "%s", "adamw");
 }
 
 /* ---- the table, creation, accessors ---- */
@@ -585,6 +656,7 @@ static mp_backend g_cuda = {
 static void impl_release(cuda_impl *im) {
     if (!im) return;
     (void)cudaDeviceSynchronize();   /* after a failed set-up this may fail too: nothing to report then */
+    mp_cuda_prof_close(im->prof);
     dev_release(im, im->keys, im->keys_bytes, MP_MEM_ACTS);
     dev_release(im, im->rms_partial, im->rms_floats * sizeof(float), MP_MEM_ACTS);
     dev_release(im, im->partials, MP_CUDA_REDUCE_MAX_BLOCKS * sizeof(double), MP_MEM_OTHER);
@@ -602,6 +674,7 @@ static mp_code impl_init(cuda_impl *im, int device, mp_err *err) {
     im->device = device;
     MP_CUDA_TRY(cudaSetDevice(device), err);
     MP_CUDA_TRY(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking), err);
+    im->prof = mp_cuda_prof_open(im->stream);
     MP_TRY(mp_cuda_blas_create(&im->blas, MP_CUDA_BLAS_WORKSPACE_BYTES, err));
     charge_dev(im, MP_MEM_OTHER, (int64_t)MP_CUDA_BLAS_WORKSPACE_BYTES);   /* cudaMalloc'd by gemm_cuda.cu */
     atomic_fetch_add(&im->alloc_calls, 1);

@@ -12,10 +12,13 @@
  * (trans_b) it is column-major [K,N], used transposed. Likewise for A. Layouts below are given as
  * column-major (rows, cols, ld) of the buffers as stored.
  *
- * Per call: a matmul descriptor (compute 32F, scale 32F), four layouts, and a heuristic query for one
- * algorithm under this handle's workspace and the operands' actual alignment (a pointer into the middle
- * of a fused buffer may be less than the 256-byte alignment the heuristic otherwise assumes). That is
- * a few microseconds of host work per GEMM; caching the plan per shape is possible later. cuBLASLt's
+ * Plans, cached per shape (issue 22): a matmul descriptor (compute 32F, scale 32F), three layouts, and a
+ * heuristic query for one algorithm under this handle's workspace and the operands' actual alignment (a
+ * pointer into the middle of a fused buffer may be less than the 256-byte alignment the heuristic
+ * otherwise assumes) are made on the first call of a key (core/cuda/gemm_plan.h: transposes, sizes,
+ * strides, C type, alignments) and kept in the handle, up to MP_CUDA_GEMM_PLANS; later calls of the key
+ * go straight to cublasLtMatmul with the same algorithm (the ~340 descriptor builds and heuristic runs per
+ * micro-batch of the 1B shape become ~15 per run). Keys beyond the table run uncached, as before. cuBLASLt's
  * split-K schemes are all deterministic (in-place split-K orders its partial sums with counters; the
  * others reduce in a separate pass), so run-to-run repeatability rests on cuBLAS's own guarantee (same
  * toolkit, GPU model and SM count).
@@ -26,16 +29,28 @@ extern "C" {
 #include "core/error.h"
 }
 #include "core/cuda/gemm_cuda.h"
+#include "core/cuda/gemm_plan.h"
 #include <assert.h>
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <new>
 
+/* A cached plan: what cublasLtMatmul needs besides the pointers and scalars. */
+struct gemm_plan {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+};
+
 struct mp_cuda_blas {
     cublasLtHandle_t lt;
     void *workspace;
     size_t workspace_bytes;
+    mp_gemm_plan_key keys[MP_CUDA_GEMM_PLANS];
+    gemm_plan plans[MP_CUDA_GEMM_PLANS];
+    int nplans;
+    long long hits, misses;
 };
 
 extern "C" const char *mp_cuda_blas_status_name(int status) {
@@ -78,8 +93,21 @@ extern "C" mp_code mp_cuda_blas_create(mp_cuda_blas **out, size_t workspace_byte
     return MP_OK;
 }
 
+/* Destroys what p holds (members NULL ok). */
+static void plan_release(gemm_plan *p) {
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+}
+
+extern "C" void mp_cuda_blas_plan_stats(const mp_cuda_blas *g, int *plans, long long *hits, long long *misses) {
+    *plans = g->nplans, *hits = g->hits, *misses = g->misses;
+}
+
 extern "C" void mp_cuda_blas_destroy(mp_cuda_blas *g) {
     if (!g) return;
+    for (int i = 0; i < g->nplans; i++) plan_release(&g->plans[i]);
     if (g->workspace) cudaFree(g->workspace);
     cublasLtDestroy(g->lt);
     delete g;
@@ -111,6 +139,49 @@ static uint32_t align_of(const void *p) {
         if (st != CUBLAS_STATUS_SUCCESS) goto done;      \
     } while (0)
 
+/* Makes the plan of key k into *p (zeroed by the caller): descriptor, layouts, one algorithm from the
+ * heuristic. A cuBLAS status; on failure *p holds what was made so far (plan_release frees it). */
+static int plan_make(mp_cuda_blas *g, const mp_gemm_plan_key *k, gemm_plan *p) {
+    const cudaDataType_t ctype = k->c_type == MP_CUDA_OUT_F32 ? CUDA_R_32F : CUDA_R_16BF;
+    const cublasOperation_t op_lt_a = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   /* cuBLASLt's A is our B */
+    const cublasOperation_t op_lt_b = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;   /* cuBLASLt's B is our A */
+    const int M = k->M, N = k->N, K = k->K;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+
+    LT_TRY(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof op_lt_a));
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof op_lt_b));
+    /* our B as stored: row-major [K,N] = col-major (N rows, K cols), or row-major [N,K] = col-major (K, N) */
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, k->trans_b ? K : N, k->trans_b ? N : K, k->ldb));
+    /* our A as stored: row-major [M,K] = col-major (K, M), or row-major [K,M] = col-major (M, K) */
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, k->trans_a ? M : K, k->trans_a ? K : M, k->lda));
+    /* C row-major [M,N] = col-major (N, M) */
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->lc, ctype, N, M, k->ldc));
+    LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->workspace_bytes,
+                                                sizeof g->workspace_bytes));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->align_a,
+                                                sizeof k->align_a));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->align_b,
+                                                sizeof k->align_b));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->align_c,
+                                                sizeof k->align_c));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->align_c,
+                                                sizeof k->align_c));
+    LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &heur, &found));
+    if (found < 1) {
+        st = CUBLAS_STATUS_NOT_SUPPORTED;
+        goto done;
+    }
+    p->algo = heur.algo;
+done:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return (int)st;
+}
+
 extern "C" int mp_cuda_gemm(mp_cuda_blas *g, int trans_a, int trans_b, int M, int N, int K, float alpha,
                             const mp_bf16 *A, int lda, const mp_bf16 *B, int ldb, float beta, void *C,
                             mp_cuda_out_type c_type, int ldc, cudaStream_t s) {
@@ -130,47 +201,34 @@ extern "C" int mp_cuda_gemm(mp_cuda_blas *g, int trans_a, int trans_b, int M, in
     assert(A && B);
     assert(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N));
 
-    const cudaDataType_t ctype = c_type == MP_CUDA_OUT_F32 ? CUDA_R_32F : CUDA_R_16BF;
-    const cublasOperation_t op_lt_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   /* cuBLASLt's A is our B */
-    const cublasOperation_t op_lt_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;   /* cuBLASLt's B is our A */
+    const uint32_t al_a = align_of(B), al_b = align_of(A), al_c = align_of(C);
+    mp_gemm_plan_key key;
+    mp_gemm_plan_key_set(&key, trans_a, trans_b, M, N, K, lda, ldb, ldc, (int)c_type, al_a, al_b, al_c);
+    const int hit = mp_gemm_plan_find(g->keys, g->nplans, &key);
+    gemm_plan made = {};
+    const gemm_plan *p = hit >= 0 ? &g->plans[hit] : &made;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    cublasLtMatmulDesc_t desc = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    uint32_t al_a = align_of(B), al_b = align_of(A), al_c = align_of(C);
-
-    LT_TRY(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof op_lt_a));
-    LT_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof op_lt_b));
-    /* our B as stored: row-major [K,N] = col-major (N rows, K cols), or row-major [N,K] = col-major (K, N) */
-    LT_TRY(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
-    /* our A as stored: row-major [M,K] = col-major (K, M), or row-major [K,M] = col-major (M, K) */
-    LT_TRY(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda));
-    /* C row-major [M,N] = col-major (N, M) */
-    LT_TRY(cublasLtMatrixLayoutCreate(&lc, ctype, N, M, ldc));
-    LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->workspace_bytes,
-                                                sizeof g->workspace_bytes));
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
-    LT_TRY(cublasLtMatmulAlgoGetHeuristic(g->lt, desc, la, lb, lc, lc, pref, 1, &heur, &found));
-    if (found < 1) {
-        st = CUBLAS_STATUS_NOT_SUPPORTED;
-        goto done;
+    if (hit >= 0) {
+        g->hits++;
+    } else {
+        g->misses++;
+        st = (cublasStatus_t)plan_make(g, &key, &made);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            plan_release(&made);
+            return (int)st;
+        }
     }
     /* D = C (in place): cuBLASLt allows it when the layouts match, which they do */
-    LT_TRY(cublasLtMatmul(g->lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heur.algo, g->workspace,
-                          g->workspace_bytes, s));
-done:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    st = cublasLtMatmul(g->lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo, g->workspace,
+                        g->workspace_bytes, s);
+    if (hit < 0) {
+        if (st == CUBLAS_STATUS_SUCCESS && g->nplans < MP_CUDA_GEMM_PLANS) {
+            g->keys[g->nplans] = key;
+            g->plans[g->nplans++] = made;   /* kept: the handle owns it now */
+        } else {
+            plan_release(&made);
+        }
+    }
     return (int)st;
 }
 

@@ -43,6 +43,8 @@ mp_code mp_cuda_blas_create(mp_cuda_blas **out, size_t workspace_bytes, mp_err *
 /* Frees the handle and its workspace (NULL: nothing). Not while its work is in flight: synchronise first. */
 void mp_cuda_blas_destroy(mp_cuda_blas *g);
 const char *mp_cuda_blas_status_name(int status);
+/* The cached plans (core/cuda/gemm_cuda.cu) so far, and the gemm calls that found / made theirs. */
+void mp_cuda_blas_plan_stats(const mp_cuda_blas *g, int *plans, long long *hits, long long *misses);
 
 /* core/backend.h's gemm on bf16 A, B; C is bf16 or fp32 (c_type); alpha, beta host floats. M, N == 0: no
  * work; K == 0: C = beta C (a scale kernel, as the CPU backend does). */

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include "core/cuda/kernels_cuda.h"
 
 #define MP_WARP 32
@@ -29,6 +30,81 @@ static inline unsigned mp_grid_for(int64_t n, int threads) {
     if (b > MP_MAX_GRID_X) b = MP_MAX_GRID_X;
     return (unsigned)b;
 }
+
+/* Copies 16 bytes: one 128-bit access on the device (both pointers must be 16-byte aligned there), a
+ * memcpy on the host (the host checks replay the vectorised kernels through the same code). */
+__host__ __device__ static inline void mp_copy16(void *dst, const void *src) {
+#ifdef __CUDA_ARCH__
+    *(uint4 *)dst = *(const uint4 *)src;
+#else
+    memcpy(dst, src, 16);
+#endif
+}
+
+/* 1 when every pointer given is 16-byte aligned (NULLs count as aligned). */
+static inline int mp_aligned16(const void *a, const void *b = NULL, const void *c = NULL, const void *d = NULL,
+                               const void *e = NULL) {
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e) & 15) == 0;
+}
+
+/* fp32 views of either storage type, on host and device (the host checks replay kernels through them). */
+__host__ __device__ static inline float mp_to_f32(float x) { return x; }
+__host__ __device__ static inline float mp_to_f32(mp_bf16 x) { return __bfloat162float(x); }
+__host__ __device__ static inline void mp_from_f32(float *d, float x) { *d = x; }
+__host__ __device__ static inline void mp_from_f32(mp_bf16 *d, float x) { *d = __float2bfloat16_rn(x); }
+
+/* VEC elements at p as fp32 (VEC > 1: 16-byte accesses, p 16-byte aligned), and the store back. */
+template <int VEC, typename T>
+__host__ __device__ static inline void mp_ld_vec(float *f, const T *p) {
+    if constexpr (VEC > 1) {
+        static_assert(VEC * sizeof(T) % 16 == 0, "whole 16-byte accesses");
+        T t[VEC];
+        for (int k = 0; k < (int)(VEC * sizeof(T) / 16); k++) mp_copy16((char *)t + 16 * k, (const char *)p + 16 * k);
+        for (int k = 0; k < VEC; k++) f[k] = mp_to_f32(t[k]);
+    } else {
+        f[0] = mp_to_f32(p[0]);
+    }
+}
+template <int VEC, typename T>
+__host__ __device__ static inline void mp_st_vec(T *p, const float *f) {
+    if constexpr (VEC > 1) {
+        static_assert(VEC * sizeof(T) % 16 == 0, "whole 16-byte accesses");
+        T t[VEC];
+        for (int k = 0; k < VEC; k++) mp_from_f32(&t[k], f[k]);
+        for (int k = 0; k < (int)(VEC * sizeof(T) / 16); k++) mp_copy16((char *)p + 16 * k, (const char *)t + 16 * k);
+    } else {
+        mp_from_f32(p, f[0]);
+    }
+}
+
+/* The work of thread id of a grid of `stride` threads over n elements in chunks of VEC: chunks
+ * j = id, id + stride, ... (f.template at<VEC>(j * VEC)), then, when VEC > 1, the tail element
+ * n / VEC * VEC + id if it exists (f.template at<1>). Every element once; the host checks call it for
+ * every id to replay a launch. */
+template <int VEC, typename F>
+__host__ __device__ static inline void mp_vec_run(int64_t n, int64_t id, int64_t stride, const F &f) {
+    const int64_t nv = n / VEC;
+    for (int64_t j = id; j < nv; j += stride) f.template at<VEC>(j * VEC);
+    if constexpr (VEC > 1) {
+        if (id < n - nv * VEC) f.template at<1>(nv * VEC + id);
+    }
+}
+
+#ifdef __CUDACC__
+template <int VEC, typename F>
+static __global__ void mp_vec_kernel(int64_t n, F f) {
+    mp_vec_run<VEC>(n, (int64_t)blockIdx.x * blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x, f);
+}
+/* Launches f over n elements: chunks of VEC (16-byte accesses) when aligned16, else one element each. */
+template <int VEC, typename F>
+static inline void mp_vec_launch(int64_t n, int aligned16, const F &f, cudaStream_t s) {
+    if (n <= 0) return;
+    if (aligned16)
+        mp_vec_kernel<VEC><<<mp_grid_for(n / VEC + 1, 256), 256, 0, s>>>(n, f);
+    else
+        mp_vec_kernel<1><<<mp_grid_for(n, 256), 256, 0, s>>>(n, f);
+}
+#endif
 
 __device__ __forceinline__ float mp_bf2f(mp_bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ mp_bf16 mp_f2bf(float x) { return __float2bfloat16_rn(x); }

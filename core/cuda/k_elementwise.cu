@@ -2,53 +2,71 @@
  * core/cuda/k_elementwise.cu — the backend table's small elementwise ops (add, accumulate, scale) in
  * bf16 and fp32.
  *
- * Design: grid-stride loops, one element per thread per iteration, int64 indices, math in fp32 and one
- * rounding to the storage type per output. Elementwise, so there is nothing to make deterministic: each
- * output element is one thread's fixed arithmetic. add allows out to alias a or b (each element is read
- * before it is written by the same thread), so its pointers carry no __restrict__.
+ * Design: math in fp32 and one rounding to the storage type per output. When the pointers are 16-byte
+ * aligned (issue 22) a thread handles chunks of 16 bytes per operand (8 bf16 or 4 fp32: one 128-bit load
+ * or store each) and the n % VEC tail one element per thread (k_common.cuh's mp_vec_run); else one
+ * element per access. The same fp32 arithmetic per element either way, so both paths agree bit for bit
+ * (check_kernels_host replays them). Elementwise, so there is nothing to make deterministic. add allows
+ * out to alias a or b (a chunk is read whole before it is written by the same thread), so its pointers
+ * carry no __restrict__.
  */
 #include "core/cuda/k_common.cuh"
 
-#define MP_GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+template <typename T>
+struct add_op {   /* out = a + b */
+    T *out;
+    const T *a, *b;
+    template <int V>
+    __host__ __device__ void at(int64_t i) const {
+        float x[V], y[V];
+        mp_ld_vec<V>(x, a + i), mp_ld_vec<V>(y, b + i);
+        for (int k = 0; k < V; k++) x[k] = x[k] + y[k];
+        mp_st_vec<V>(out + i, x);
+    }
+};
 
 template <typename T>
-static __global__ void add_kernel(T *out, const T *a, const T *b, int64_t n) {
-    MP_GRID_STRIDE(i, n) mp_st(out + i, mp_ld(a + i) + mp_ld(b + i));
-}
+struct scale_op {   /* x *= alpha (dst += src when src: accumulate) */
+    T *x;
+    const T *src;
+    float alpha;
+    template <int V>
+    __host__ __device__ void at(int64_t i) const {
+        float v[V], w[V];
+        mp_ld_vec<V>(v, x + i);
+        if (src) {
+            mp_ld_vec<V>(w, src + i);
+            for (int k = 0; k < V; k++) v[k] = v[k] + w[k];
+        } else {
+            for (int k = 0; k < V; k++) v[k] = v[k] * alpha;
+        }
+        mp_st_vec<V>(x + i, v);
+    }
+};
 
-template <typename T>
-static __global__ void accumulate_kernel(T *__restrict__ dst, const T *__restrict__ src, int64_t n) {
-    MP_GRID_STRIDE(i, n) mp_st(dst + i, mp_ld(dst + i) + mp_ld(src + i));
-}
-
-template <typename T>
-static __global__ void scale_kernel(T *x, float a, int64_t n) {
-    MP_GRID_STRIDE(i, n) mp_st(x + i, mp_ld(x + i) * a);
-}
-
-#define MP_LAUNCH_1D(kernel, n, ...)                                     \
-    do {                                                                 \
-        assert((n) >= 0);                                                \
-        if ((n) == 0) return;                                            \
-        kernel<<<mp_grid_for((n), 256), 256, 0, s>>>(__VA_ARGS__, (n)); \
-    } while (0)
+#define MP_VEC_OF(T) ((int)(16 / sizeof(T)))
 
 extern "C" void mp_cuda_add_bf16(mp_bf16 *out, const mp_bf16 *a, const mp_bf16 *b, int64_t n, cudaStream_t s) {
-    MP_LAUNCH_1D(add_kernel<mp_bf16>, n, out, a, b);
+    assert(n >= 0);
+    mp_vec_launch<8>(n, mp_aligned16(out, a, b), add_op<mp_bf16>{out, a, b}, s);
 }
 extern "C" void mp_cuda_add_f32(float *out, const float *a, const float *b, int64_t n, cudaStream_t s) {
-    MP_LAUNCH_1D(add_kernel<float>, n, out, a, b);
+    assert(n >= 0);
+    mp_vec_launch<4>(n, mp_aligned16(out, a, b), add_op<float>{out, a, b}, s);
 }
 extern "C" void mp_cuda_accumulate_bf16(mp_bf16 *dst, const mp_bf16 *src, int64_t n, cudaStream_t s) {
-    MP_LAUNCH_1D(accumulate_kernel<mp_bf16>, n, dst, src);
+    assert(n >= 0);
+    mp_vec_launch<8>(n, mp_aligned16(dst, src), scale_op<mp_bf16>{dst, src, 1.0f}, s);
 }
 extern "C" void mp_cuda_accumulate_f32(float *dst, const float *src, int64_t n, cudaStream_t s) {
-    MP_LAUNCH_1D(accumulate_kernel<float>, n, dst, src);
+    assert(n >= 0);
+    mp_vec_launch<4>(n, mp_aligned16(dst, src), scale_op<float>{dst, src, 1.0f}, s);
 }
 extern "C" void mp_cuda_scale_f32(float *x, float a, int64_t n, cudaStream_t s) {
-    MP_LAUNCH_1D(scale_kernel<float>, n, x, a);
+    assert(n >= 0);
+    mp_vec_launch<4>(n, mp_aligned16(x), scale_op<float>{x, NULL, a}, s);
 }
 extern "C" void mp_cuda_scale_bf16(mp_bf16 *x, float a, int64_t n, cudaStream_t s) {
-    MP_LAUNCH_1D(scale_kernel<mp_bf16>, n, x, a);
+    assert(n >= 0);
+    mp_vec_launch<8>(n, mp_aligned16(x), scale_op<mp_bf16>{x, NULL, a}, s);
 }

@@ -10,8 +10,7 @@
  *   gcc -O2 -fopenmp -I. -c core/kernels_cpu_attn_bwd.c -o /tmp/ab.o
  *   gcc -O2 -I. -c core/error.c -o /tmp/err.o
  *   nvcc -std=c++17 -O2 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -I. \
- *        core/cuda/hostcheck/check_kernels_device.cu core/cuda/gemm_cuda.cu core/cuda/k_convert.cu \
- *        core/cuda/k_elementwise.cu \
+ *        core/cuda/hostcheck/check_kernels_device.cu core/cuda/gemm_cuda.cu \
  *        /tmp/af.o /tmp/ab.o /tmp/err.o -lcublasLt -lopenblas -lgomp \
  *        -o /tmp/check_kernels_device && compute-sanitizer /tmp/check_kernels_device
  * (also worth running under compute-sanitizer --tool racecheck and --tool synccheck).
@@ -175,7 +174,9 @@ static void dev_rmsnorm(void) {
 }
 
 static void dev_rope_swiglu(void) {
-    const int B = 2, T = 5, H = 3, hd = 12, half = hd / 2, max_pos = 16, pos0 = 4;
+  /* hd 12: the 2-byte path; hd 64: the 16-byte path (k_rope.cu's VEC 8) */
+  for (int hd : {12, 64}) {
+    const int B = 2, T = 5, H = 3, half = hd / 2, max_pos = 16, pos0 = 4;
     std::vector<float> ct((size_t)max_pos * half), st((size_t)max_pos * half);
     for (int p = 0; p < max_pos; p++)
         for (int i = 0; i < half; i++) ct[p * half + i] = (float)cos(p * pow(1e4, -2.0 * i / hd)), st[p * half + i] = (float)sin(p * pow(1e4, -2.0 * i / hd));
@@ -194,12 +195,14 @@ static void dev_rope_swiglu(void) {
                     ry[lo] = x[lo] * ct[tab] - x[hi] * st[tab];
                     ry[hi] = x[hi] * ct[tab] + x[lo] * st[tab];
                 }
-    close("rope fwd", y, ry, 1e-2, 1e-4, "");
+    close("rope fwd", y, ry, 1e-2, 1e-4, hd == 12 ? "hd 12" : "hd 64");
     mp_cuda_rope_bwd(xd, cd, sd, B, T, H, hd, pos0, max_pos, g_s);
     SYNC();
     close("rope bwd(fwd(x))", down_bf16(xd, x.size()), x, 2e-2, 1e-3, "");
+    cudaFree(xd), cudaFree(cd), cudaFree(sd);
+  }
 
-    const int64_t n = 1000;
+    const int64_t n = 1003;   /* 16-byte chunks and a tail of 3 (k_swiglu.cu) */
     std::vector<float> g = rnd_vec(n, 6.0f), u = rnd_vec(n, 2.0f), d = rnd_vec(n, 1.0f);
     mp_bf16 *gd = up_bf16(g), *ud = up_bf16(u), *dd = up_bf16(d), *o = dev<mp_bf16>(n), *dg = dev<mp_bf16>(n),
             *du = dev<mp_bf16>(n);
@@ -215,7 +218,7 @@ static void dev_rope_swiglu(void) {
     close("swiglu", down_bf16(o, n), ro, 1e-2, 1e-4, "");
     close("swiglu dgate", down_bf16(dg, n), rdg, 1e-2, 1e-4, "");
     close("swiglu dup", down_bf16(du, n), rdu, 1e-2, 1e-4, "");
-    cudaFree(xd), cudaFree(cd), cudaFree(sd), cudaFree(gd), cudaFree(ud), cudaFree(dd), cudaFree(o), cudaFree(dg),
+    cudaFree(gd), cudaFree(ud), cudaFree(dd), cudaFree(o), cudaFree(dg),
         cudaFree(du);
 }
 
@@ -450,6 +453,14 @@ int main(void) {
     dev_xent();
     dev_adamw();
     dev_gemm(bl);
+    dev_gemm(bl);   /* again: every call now finds its cached cuBLASLt plan (gemm_cuda.cu) */
+    {
+        int plans = 0;
+        long long hits = 0, misses = 0;
+        mp_cuda_blas_plan_stats(bl, &plans, &hits, &misses);
+        CHECK(plans >= 1 && hits >= misses, "gemm plan cache: %d plans, %lld hits, %lld misses", plans, hits, misses);
+        printf("gemm plan cache: %d plans, %lld hits, %lld misses\n", plans, hits, misses);
+    }
     mp_cuda_blas_destroy(bl);
     CK(cudaStreamDestroy(g_s));
     if (g_fail) {

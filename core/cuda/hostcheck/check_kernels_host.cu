@@ -40,6 +40,9 @@
 #include "core/cuda/k_rope.cu"
 #include "core/cuda/k_swiglu.cu"
 #include "core/cuda/k_xent.cu"
+#include "core/cuda/k_elementwise.cu"
+#include "core/cuda/k_convert.cu"
+#include "core/cuda/gemm_plan.h"
 
 extern "C" {
 #include "core/backend.h"   /* the CPU kernels through the CPU backend's table (the ISA level the CPU runs) */
@@ -227,6 +230,187 @@ static void check_elementwise(void) {
     CHECK(clip_factor(4.0, 1.0) == (float)(1.0 / (2.0 + 1e-6)), "clip above");
     CHECK(clip_factor(0.25, 1.0) == 1.0f && clip_factor(4.0, 0.0) == 1.0f, "clip below / off");
     CHECK(clip_factor(NAN, 1.0) == 0.0f && clip_factor(INFINITY, 1.0) == 0.0f, "clip non-finite");
+}
+
+/* RoPE on the (token, head) x pair grid (k_rope.cu): the launcher's geometry replayed block by block and
+ * thread by thread through rope_chunk, for VEC 8 and VEC 1; every pair must be rotated exactly once, the
+ * result must be the float64 rotation of the bf16 inputs rounded once to bf16 (within one bf16 ulp of the
+ * fp32 roundings: rel 2^-8 + a tiny absolute term), and the two paths must agree bit for bit. */
+template <int VEC>
+[[maybe_unused]] static void rope_replay(std::vector<__nv_bfloat16> &x, const std::vector<float> &cs, const std::vector<float> &sn,
+                        int B, int T, int H, int hd, int pos0, float dir, std::vector<int> &touched) {
+    const int half = hd / 2;
+    int nchunks, bx, by;
+    rope_geom(half, VEC, &nchunks, &bx, &by);
+    const unsigned rows = (unsigned)(B * T * H), grid = (rows + by - 1) / by;
+    for (unsigned bk = 0; bk < grid; bk++)
+        for (int ty = 0; ty < by; ty++)
+            for (int tx = 0; tx < bx; tx++) {   /* rope_kernel's body, thread (tx, ty) of block bk */
+                const unsigned row = bk * by + ty;
+                if (row >= rows) continue;
+                for (int c = tx; c < nchunks; c += bx) {
+                    rope_chunk<VEC>(x.data(), cs.data(), sn.data(), row, c, T, H, half, pos0, dir);
+                    for (int k = 0; k < VEC && c * VEC + k < half; k++) touched[(size_t)row * half + c * VEC + k]++;
+                }
+            }
+}
+
+[[maybe_unused]] static void check_rope_grid(int B, int T, int H, int hd, int pos0) {
+    const int half = hd / 2, max_pos = pos0 + T + 3;
+    std::vector<float> cs((size_t)max_pos * half), sn(cs.size());
+    for (int p = 0; p < max_pos; p++)
+        for (int i = 0; i < half; i++) {
+            const double ang = p * pow(10000.0, -2.0 * i / hd);
+            cs[(size_t)p * half + i] = (float)cos(ang), sn[(size_t)p * half + i] = (float)sin(ang);
+        }
+    std::vector<__nv_bfloat16> x0((size_t)B * T * H * hd);
+    for (auto &e : x0) e = __float2bfloat16_rn(rnd_unit());
+    for (float dir : {1.0f, -1.0f}) {
+        std::vector<__nv_bfloat16> x8 = x0, x1 = x0;
+        std::vector<int> t8((size_t)B * T * H * half), t1(t8.size());
+        if (half % 8 == 0) rope_replay<8>(x8, cs, sn, B, T, H, hd, pos0, dir, t8);
+        rope_replay<1>(x1, cs, sn, B, T, H, hd, pos0, dir, t1);
+        for (size_t i = 0; i < t1.size(); i++) {
+            CHECK(t1[i] == 1 && (half % 8 || t8[i] == 1), "rope grid hd=%d: pair %zu rotated %d/%d times", hd, i, t1[i], t8[i]);
+            if (t1[i] != 1) return;
+        }
+        if (half % 8 == 0)
+            CHECK(memcmp(x8.data(), x1.data(), x1.size() * sizeof x1[0]) == 0, "rope VEC 8 differs from VEC 1 (hd=%d)", hd);
+        double worst = 0;
+        for (int r = 0; r < B * T * H; r++) {
+            const int t = (r / H) % T;
+            for (int i = 0; i < half; i++) {
+                const size_t lo = (size_t)r * hd + i, hi = lo + half;
+                const double a = __bfloat162float(x0[lo]), b = __bfloat162float(x0[hi]);
+                const double ang = (pos0 + t) * pow(10000.0, -2.0 * i / hd) * dir;
+                const double rl = a * cos(ang) - b * sin(ang), rh = b * cos(ang) + a * sin(ang);
+                const double el = fabs(__bfloat162float(x1[lo]) - rl), eh = fabs(__bfloat162float(x1[hi]) - rh);
+                worst = std::max(worst, std::max(el / (fabs(rl) + 1e-3), eh / (fabs(rh) + 1e-3)));
+                CHECK(el <= fabs(rl) * (1.0 / 256) + 1e-6 && eh <= fabs(rh) * (1.0 / 256) + 1e-6,
+                      "rope hd=%d row %d pair %d: (%g, %g) vs float64 (%g, %g)", hd, r, i, __bfloat162float(x1[lo]),
+                      __bfloat162float(x1[hi]), rl, rh);
+            }
+        }
+        (void)worst;
+    }
+}
+
+/* A launch of mp_vec_kernel<VEC> replayed on the host: every thread of a 2-block grid, through mp_vec_run. */
+template <int VEC, typename F>
+static void vec_replay(int64_t n, const F &f) {
+    for (int64_t id = 0; id < 512; id++) mp_vec_run<VEC>(n, id, 512, f);
+}
+
+/* SwiGLU's 16-byte path (k_swiglu.cu): its launch replayed (vec_replay: chunks of 8, then the n % 8 tail
+ * one per thread), bitwise against the 2-byte path and within bf16 rounding of float64;
+ * in place too (out = gate, dgate = gate), as layers/ may call it. */
+[[maybe_unused]] static void check_swiglu_vec(int64_t n) {
+    std::vector<__nv_bfloat16> g(n), u(n), d(n);
+    for (int64_t i = 0; i < n; i++)
+        g[i] = __float2bfloat16_rn(6.0f * rnd_unit()), u[i] = __float2bfloat16_rn(2.0f * rnd_unit()),
+        d[i] = __float2bfloat16_rn(rnd_unit());
+    std::vector<__nv_bfloat16> o8(n), o1(n), dg8(n), du8(n), dg1(n), du1(n), gi = g;
+    vec_replay<8>(n, swiglu_fwd_op{o8.data(), g.data(), u.data()});
+    vec_replay<1>(n, swiglu_fwd_op{o1.data(), g.data(), u.data()});
+    CHECK(memcmp(o8.data(), o1.data(), n * 2) == 0, "swiglu fwd: 16-byte path differs from 2-byte (n=%lld)", (long long)n);
+    vec_replay<8>(n, swiglu_fwd_op{gi.data(), gi.data(), u.data()});   /* in place */
+    CHECK(memcmp(gi.data(), o1.data(), n * 2) == 0, "swiglu fwd in place differs (n=%lld)", (long long)n);
+    vec_replay<8>(n, swiglu_bwd_op{dg8.data(), du8.data(), d.data(), g.data(), u.data()});
+    vec_replay<1>(n, swiglu_bwd_op{dg1.data(), du1.data(), d.data(), g.data(), u.data()});
+    CHECK(memcmp(dg8.data(), dg1.data(), n * 2) == 0 && memcmp(du8.data(), du1.data(), n * 2) == 0,
+          "swiglu bwd: 16-byte path differs from 2-byte (n=%lld)", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        const double gg = __bfloat162float(g[i]), uu = __bfloat162float(u[i]), dd = __bfloat162float(d[i]);
+        const double sg = 1.0 / (1.0 + exp(-gg)), fo = gg * sg * uu;
+        const double rdu = dd * gg * sg, rdg = dd * uu * sg * (1.0 + gg * (1.0 - sg));
+        CHECK(fabs(__bfloat162float(o1[i]) - fo) <= fabs(fo) / 128 + 1e-6, "swiglu fwd [%lld]: %g vs float64 %g",
+              (long long)i, __bfloat162float(o1[i]), fo);
+        CHECK(fabs(__bfloat162float(dg1[i]) - rdg) <= fabs(rdg) / 128 + 1e-5 &&
+                  fabs(__bfloat162float(du1[i]) - rdu) <= fabs(rdu) / 128 + 1e-5,
+              "swiglu bwd [%lld]: (%g, %g) vs float64 (%g, %g)", (long long)i, __bfloat162float(dg1[i]),
+              __bfloat162float(du1[i]), rdg, rdu);
+    }
+}
+
+/* The 16-byte elementwise paths (k_elementwise.cu, k_convert.cu): each op's vectorised launch replayed,
+ * bitwise against its one-element path, and against float64 within one rounding; add in place too. */
+[[maybe_unused]] static void check_vec_elementwise(int64_t n) {
+    std::vector<float> a(n), b(n);
+    for (int64_t i = 0; i < n; i++) a[i] = 3.0f * rnd_unit(), b[i] = 3.0f * rnd_unit();
+    std::vector<__nv_bfloat16> ab(n), bb(n);
+    for (int64_t i = 0; i < n; i++) ab[i] = __float2bfloat16_rn(a[i]), bb[i] = __float2bfloat16_rn(b[i]);
+    /* fp32 -> bf16 -> fp32 */
+    std::vector<__nv_bfloat16> c8(n), c1(n);
+    vec_replay<8>(n, convert_op<__nv_bfloat16, float>{c8.data(), a.data()});
+    vec_replay<1>(n, convert_op<__nv_bfloat16, float>{c1.data(), a.data()});
+    CHECK(!memcmp(c8.data(), c1.data(), n * 2) && !memcmp(c1.data(), ab.data(), n * 2), "f32->bf16 (n=%lld)", (long long)n);
+    std::vector<float> f8(n), f1(n);
+    vec_replay<8>(n, convert_op<float, __nv_bfloat16>{f8.data(), ab.data()});
+    vec_replay<1>(n, convert_op<float, __nv_bfloat16>{f1.data(), ab.data()});
+    for (int64_t i = 0; i < n; i++) CHECK(f8[i] == f1[i] && f1[i] == __bfloat162float(ab[i]), "bf16->f32 [%lld]", (long long)i);
+    /* fp32: add, accumulate, scale */
+    std::vector<float> o4(n), o1(n), acc4 = a, acc1 = a, sc4 = a, sc1 = a;
+    vec_replay<4>(n, add_op<float>{o4.data(), a.data(), b.data()});
+    vec_replay<1>(n, add_op<float>{o1.data(), a.data(), b.data()});
+    vec_replay<4>(n, scale_op<float>{acc4.data(), b.data(), 1.0f});
+    vec_replay<1>(n, scale_op<float>{acc1.data(), b.data(), 1.0f});
+    vec_replay<4>(n, scale_op<float>{sc4.data(), NULL, 0.75f});
+    vec_replay<1>(n, scale_op<float>{sc1.data(), NULL, 0.75f});
+    for (int64_t i = 0; i < n; i++) {
+        CHECK(o4[i] == o1[i] && acc4[i] == acc1[i] && sc4[i] == sc1[i], "f32 ops: 16-byte path differs [%lld]", (long long)i);
+        const double ra = (double)a[i] + b[i], rs = 0.75 * a[i];
+        CHECK(fabs(o1[i] - ra) <= 6e-8 * fabs(ra) && acc1[i] == o1[i] && fabs(sc1[i] - rs) <= 6e-8 * fabs(rs),
+              "f32 ops vs float64 [%lld]", (long long)i);
+    }
+    /* bf16: add in place (out = a), accumulate, scale */
+    std::vector<__nv_bfloat16> p8 = ab, p1 = ab, q8 = ab, q1 = ab, r8 = ab, r1 = ab;
+    vec_replay<8>(n, add_op<__nv_bfloat16>{p8.data(), p8.data(), bb.data()});
+    vec_replay<1>(n, add_op<__nv_bfloat16>{p1.data(), p1.data(), bb.data()});
+    vec_replay<8>(n, scale_op<__nv_bfloat16>{q8.data(), bb.data(), 1.0f});
+    vec_replay<1>(n, scale_op<__nv_bfloat16>{q1.data(), bb.data(), 1.0f});
+    vec_replay<8>(n, scale_op<__nv_bfloat16>{r8.data(), NULL, 2.0f});
+    vec_replay<1>(n, scale_op<__nv_bfloat16>{r1.data(), NULL, 2.0f});
+    CHECK(!memcmp(p8.data(), p1.data(), n * 2) && !memcmp(q8.data(), q1.data(), n * 2) && !memcmp(r8.data(), r1.data(), n * 2),
+          "bf16 ops: 16-byte path differs (n=%lld)", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        const double ra = (double)__bfloat162float(ab[i]) + __bfloat162float(bb[i]);
+        CHECK(fabs(__bfloat162float(p1[i]) - ra) <= fabs(ra) / 256 + 1e-30 && !memcmp(&q1[i], &p1[i], 2) &&
+                  __bfloat162float(r1[i]) == 2.0f * __bfloat162float(ab[i]),
+              "bf16 ops vs float64 [%lld]", (long long)i);
+    }
+}
+
+/* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls in the order layers/ issues them
+ * (per layer q, k, v, o, gate, up, down; forward, dx, dw) find one plan per distinct key, a key differing in
+ * any single field (transposes, sizes, strides, C type, any alignment) is another plan, and a key found is
+ * the one stored. */
+[[maybe_unused]] static void check_gemm_plans(void) {
+    const int N = 16384, D = 2048, I = 8192, KVd = 512, V = 32000;
+    const int lin[][2] = {{D, D}, {D, KVd}, {D, KVd}, {D, D}, {D, I}, {D, I}, {I, D}, {D, V}};
+    std::vector<mp_gemm_plan_key> keys;
+    for (int layer = 0; layer < 3; layer++)
+        for (auto &l : lin) {
+            const int in = l[0], out = l[1];
+            mp_gemm_plan_key k[3];
+            mp_gemm_plan_key_set(&k[0], 0, 1, N, out, in, in, in, out, 0, 256, 256, 256);
+            mp_gemm_plan_key_set(&k[1], 0, 0, N, in, out, out, in, in, 0, 256, 256, 256);
+            mp_gemm_plan_key_set(&k[2], 1, 0, out, in, N, out, in, in, 1, 256, 256, 256);
+            for (auto &kk : k)
+                if (mp_gemm_plan_find(keys.data(), (int)keys.size(), &kk) < 0) keys.push_back(kk);
+        }
+    CHECK(keys.size() == 15, "the 1B step's GEMMs make %zu plans, expected 15 (5 distinct linears x 3)", keys.size());
+    mp_gemm_plan_key base;
+    mp_gemm_plan_key_set(&base, 0, 1, 37, 53, 29, 40, 61, 61, 0, 256, 256, 256);
+    std::vector<mp_gemm_plan_key> one = {base};
+    CHECK(mp_gemm_plan_find(one.data(), 1, &base) == 0, "a stored key is found");
+    for (int f = 0; f < 12; f++) {
+        int v[12] = {0, 1, 37, 53, 29, 40, 61, 61, 0, 256, 256, 256};
+        v[f] = f < 2 ? 1 - v[f] : f == 8 ? 1 : f >= 9 ? 128 : v[f] + 1;
+        mp_gemm_plan_key k;
+        mp_gemm_plan_key_set(&k, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]);
+        CHECK(mp_gemm_plan_find(one.data(), 1, &k) == -1, "a key differing in field %d finds the stored plan", f);
+    }
+    CHECK(sizeof(mp_gemm_plan_key) == 12 * 4, "mp_gemm_plan_key has padding (%zu bytes)", sizeof(mp_gemm_plan_key));
 }
 
 /* ---- 2. attention: the kernels' tiling on the host ---- */
@@ -469,6 +653,12 @@ int main(void) {
     check_rmsnorm_bwd(1, 3);
     check_rmsnorm_bwd(33, 5);
     check_rmsnorm_bwd(9000, 4);   /* several chunks of > 32 rows */
+    const int ropes[][5] = {{1, 1, 1, 2, 0}, {2, 5, 3, 64, 7}, {1, 9, 4, 16, 0}, {2, 3, 2, 128, 100}, {1, 4, 3, 40, 2},
+                            {1, 2, 1, 6, 0}, {1, 3, 2, 1024, 5}};
+    for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4]);
+    check_gemm_plans();
+    for (int64_t n : {1, 7, 8, 9, 64, 1003}) check_swiglu_vec(n);
+    for (int64_t n : {1, 3, 4, 5, 8, 9, 1003, 70001}) check_vec_elementwise(n);
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
