@@ -331,6 +331,11 @@ static void cpu_attn_fwd(mp_backend *be, void *out_v, float *lse, const void *q_
     mp_cpu_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd);
 }
 
+static void cpu_attn_fwd_kv(mp_backend *be, void *out_v, float *lse, const void *q_v, const void *k_v,
+                            const void *v_v, int B, int Tq, int pos0, int Tc, int H, int KV, int hd) {
+    mp_cpu_attn_fwd_kv(out_v, lse, q_v, k_v, v_v, B, Tq, pos0, Tc, H, KV, hd);
+}
+
 static void cpu_attn_bwd(mp_backend *be, void *dq_v, void *dk_v, void *dv_v, float *scratch, const void *dout_v,
                          const void *out_v, const float *lse, const void *q_v, const void *k_v, const void *v_v,
                          int B, int T, int H, int KV, int hd) {
@@ -537,6 +542,7 @@ static mp_backend g_cpu = {
     .rope_fwd = cpu_rope_fwd,
     .rope_bwd = cpu_rope_bwd,
     .attn_fwd = cpu_attn_fwd,
+    .attn_fwd_kv = cpu_attn_fwd_kv,
     .attn_bwd = cpu_attn_bwd,
     .swiglu_fwd = cpu_swiglu_fwd,
     .swiglu_bwd = cpu_swiglu_bwd,
