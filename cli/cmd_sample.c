@@ -233,16 +233,23 @@ static int is_eos(const sample_run *r, int32_t id) {
  * each as it comes, on rank 0. */
 static void generate(sample_run *r) {
     for (int i = 0; i < r->n_prompt; i++) sample_print_token(r, r->seq[i], i == 0);
+    double t0 = mp_time_s(), t1 = t0;
     for (int t = 0; t < r->f.tokens; t++) {
         last_logits(r);
         int32_t id = mp_sampler_draw(&r->sampler, r->row, r->n);
         r->seq[r->n++] = id;
         sample_print_token(r, id, 0);
+        if (t == 0) t1 = mp_time_s();
         if (is_eos(r, id)) break;
     }
+    double t2 = mp_time_s();
     if (r->rt.rank != 0) return;
     putchar('\n');
     fflush(stdout);
+    int n = r->n - r->n_prompt;
+    mp_info("sampled %d token(s) in %.3f s (prompt of %d: %.3f s to the first token; then %.2f tokens/s)%s", n,
+            t2 - t0, r->n_prompt, t1 - t0, n > 1 ? (n - 1) / (t2 - t1) : 0.0,
+            n < r->f.tokens ? ", stopped at the end-of-sequence id" : "");
 }
 
 /* `meshpoint sample`. Errors every rank finds alike go to `fail`; the others are agreed (`fail_agreed`). */
