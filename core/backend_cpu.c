@@ -96,8 +96,17 @@ static void cpu_synchronize(mp_backend *be) {}
 /* Work below this many multiply-adds runs as one sgemm on the calling thread. */
 #define MP_GEMM_SPLIT_MIN (1 << 20)
 
+/* One single-threaded product. A one-row product (M = 1: a decode step's linear layers) is a matrix-vector
+ * product, which OpenBLAS's sgemv does reading op(B) once, where sgemm would first copy (pack) all of it:
+ * twice the memory traffic for the weights, which is what a decode step's time is. */
 static void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M == 1) {   /* C[0, :] = alpha op(A)[0, :] op(B) + beta C[0, :], op(A)[0, k] = A[k * (trans_a ? lda : 1)] */
+        if (beta == 0.0f) memset(C, 0, (size_t)N * sizeof(float));   /* garbage (NaN) in C never leaks: 0 * C */
+        cblas_sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans, trans_b ? N : K, trans_b ? K : N, alpha, B,
+                    ldb, A, trans_a ? lda : 1, beta, C, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M,
                 N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

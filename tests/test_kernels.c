@@ -231,6 +231,26 @@ Test(gemm, large_products_split_over_threads_match_double_for_all_transposes) {
             }
 }
 
+/* One-row products (a decode step's linear layers: the CPU backend runs them as sgemv) for all four
+ * transposes, padded strides, beta 0 over NaN garbage and beta != 0, against double. */
+Test(gemm, one_row_products_match_double_for_all_transposes) {
+    mp_backend *be = cpu();
+    const int N = 37, K = 53, pad = 3;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int b = 0; b < 2; b++) {
+                int lda = (ta ? 1 : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+                float *A = frand((int64_t)(ta ? K : 1) * lda, 1.0), *B = frand((int64_t)(tb ? N : K) * ldb, 1.0);
+                float *C = b ? frand(ldc, 1.0) : ffill(ldc, NAN);
+                double Cref[64];
+                for (int j = 0; j < N; j++) Cref[j] = b ? C[j] : 0.0;   /* the reference never reads garbage */
+                ref_gemm(ta, tb, 1, N, K, 0.5, A, lda, B, ldb, b ? 0.75 : 0.0, Cref, N);
+                be->gemm(be, ta, tb, 1, N, K, 0.5f, A, lda, B, ldb, b ? 0.75f : 0.0f, C, ldc, MP_F32);
+                cr_assert(rel_err(C, Cref, N) < FWD_TOL, "ta %d tb %d beta %d: rel err %g", ta, tb, b, rel_err(C, Cref, N));
+                free(A), free(B), free(C);
+            }
+}
+
 Test(gemm, beta_zero_overwrites_garbage_and_k_zero_scales_c_by_beta) {
     mp_backend *be = cpu();
     const int M = 4, N = 6, K = 9;
