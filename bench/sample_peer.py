@@ -3,8 +3,9 @@
   sample_peer.py make CONFIG_JSON OUT_DIR SEED
       A randomly initialised LlamaForCausalLM of that config (transformers' own init, torch.manual_seed(SEED)),
       saved with save_pretrained in float32 (model.safetensors + config.json), what `meshpoint import` reads.
-  sample_peer.py generate MODEL_DIR "ID ID ..." NEW_TOKENS ROUNDS THREADS
+  sample_peer.py generate MODEL_DIR "ID ID ..." NEW_TOKENS ROUNDS THREADS ATTN
       model.generate(greedy, use_cache=True, max_new_tokens=NEW_TOKENS, float32, torch.set_num_threads(THREADS),
+      attn_implementation ATTN: "sdpa" (transformers' default) or "eager",
       end-of-sequence disabled so every round makes NEW_TOKENS tokens), once untimed for 4 tokens (warm-up), then ROUNDS
       timed rounds: prints "round R SECONDS" per round (the generate call alone, wall clock) and then
       "ids ID ID ..." (prompt and continuation), for the comparison with meshpoint's greedy tokens.
@@ -26,9 +27,9 @@ def make(config_path, out_dir, seed):
     print(f"made {out_dir}: {n} parameters", file=sys.stderr)
 
 
-def generate(model_dir, ids, new_tokens, rounds, threads):
+def generate(model_dir, ids, new_tokens, rounds, threads, attn):
     torch.set_num_threads(int(threads))
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=attn).eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     x = torch.tensor([[int(t) for t in ids.split()]], dtype=torch.long)
@@ -46,7 +47,7 @@ def generate(model_dir, ids, new_tokens, rounds, threads):
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "make":
         make(*sys.argv[2:])
-    elif len(sys.argv) == 7 and sys.argv[1] == "generate":
+    elif len(sys.argv) == 8 and sys.argv[1] == "generate":
         generate(*sys.argv[2:])
     else:
         sys.exit(__doc__)

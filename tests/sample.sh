@@ -60,6 +60,11 @@ for opts in "--temperature 0" "--seed 11" "--seed 5 --temperature 1.3 --top-k 40
   done
 done
 
+# the same on the CPU emulation of the GPU's bf16 precision (the cache holds bf16 keys and values)
+b1=$(s "$bin" sample --checkpoint "$work/run" --prompt "$p" --ids --tokens 70 --seed 4 --device cpu-bf16)
+b2=$(s "$bin" sample --checkpoint "$work/run" --prompt "$p" --ids --tokens 70 --seed 4 --device cpu-bf16 --no-kv-cache)
+[ "$b1" = "$b2" ] || fail "cpu-bf16: the KV cache differs from --no-kv-cache:\n$b1\n$b2"
+
 # end of sequence: the same model (same seed and data) with eos_token_id set to a token that sampling with
 # --seed 7 makes (the first that is not a repeat), as an int and in a list
 g=$(s "$bin" sample --checkpoint "$work/run" --prompt "116 104 101 32" --ids --tokens 30 --seed 7)
