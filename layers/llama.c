@@ -16,6 +16,11 @@
  * scatter; identity <-> all-reduce). Embedding and LM head are vocab-parallel; the loss is the
  * vocab-parallel cross-entropy (the logits are never gathered). No allocation happens in a step.
  *
+ * Forward-only models (eval, sample) share one set of layer activations and allocate no backward buffers;
+ * with a KV cache (generation) the same forward runs on a chunk of new positions of one sequence: k and v
+ * go into the layer's cache at their positions, attention reads the cache (attn_fwd_kv), and the head
+ * computes the chunk's last row only (docs/DESIGN_NOTES.md "Sampling with a KV cache").
+ *
  * Device contract (core/backend.h): attention is flash-style, so a layer saves only its lse [B, Hl, T]
  * beside q, k, v and the output, and every activation is linear in the sequence length; the loss sum
  * stays in a device scalar (m->sums) until the training step reads it together with the gradient sum
