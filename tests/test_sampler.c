@@ -3,7 +3,9 @@
  * top-k (ties of the k-th kept, as transformers' TopKLogitsWarper), then top-p (transformers' TopPLogitsWarper:
  * drop the candidates whose mass, summed from the least likely up, is <= 1 - top_p), checked against
  * distributions computed by hand from the formulas; greedy; and the draws' frequencies against the
- * distribution.
+ * distribution. (Every expected distribution below is also what transformers 5.24's Temperature, TopK and
+ * TopP logits warpers give for these logits, softmaxed: checked once with the bench venv when this test
+ * was written.)
  */
 #include <criterion/criterion.h>
 #include <math.h>
