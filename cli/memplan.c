@@ -64,13 +64,15 @@ static void combine_ranks(const mp_runtime *rt, mp_memplan *p) {
 
 /* The plan's line in the log (rank 0 prints its own rank's categories and the mesh's figures). */
 static void print_plan(const mp_memplan *p, size_t max_bytes) {
-    char b[8][32];
+    char b[9][32], kv[64] = "";
     const int64_t *c = p->model.bytes;
-    mp_info("memory plan, rank 0: parameters %s, gradients %s, optimizer %s, FSDP buffers %s, activations %s, "
+    if (p->model.kv_cache)
+        snprintf(kv, sizeof kv, " (KV cache %s of them)", mp_ckpt_human(b[8], 32, p->model.kv_cache));
+    mp_info("memory plan, rank 0: parameters %s, gradients %s, optimizer %s, FSDP buffers %s, activations %s%s, "
             "checkpoint staging %s, other %s; total %s",
             mp_ckpt_human(b[0], 32, c[MP_MEM_PARAMS]), mp_ckpt_human(b[1], 32, c[MP_MEM_GRADS]),
             mp_ckpt_human(b[2], 32, c[MP_MEM_OPTIM]), mp_ckpt_human(b[3], 32, c[MP_MEM_GATHER]),
-            mp_ckpt_human(b[4], 32, c[MP_MEM_ACTS]), mp_ckpt_human(b[5], 32, p->staging),
+            mp_ckpt_human(b[4], 32, c[MP_MEM_ACTS]), kv, mp_ckpt_human(b[5], 32, p->staging),
             mp_ckpt_human(b[6], 32, c[MP_MEM_OTHER] + p->data), mp_ckpt_human(b[7], 32, p->total));
     if (max_bytes)
         mp_info("memory plan: largest rank %s, bound %s per rank (--max-memory)", mp_ckpt_human(b[0], 32, p->largest),

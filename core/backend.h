@@ -139,6 +139,12 @@ struct mp_backend {
      * log, in float): with q, k, v and out, all that the backward needs. */
     void (*attn_fwd)(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                      int B, int T, int H, int KV, int hd);
+    /* The same attention for Tq new queries of sequences whose earlier keys are cached (generation with a
+     * KV cache, forward only): q [B,Tq,H,hd] are positions pos0 .. pos0+Tq-1; k, v [B,Tc,KV,hd] (Tc >=
+     * pos0 + Tq, the cache's capacity) hold positions 0 .. pos0+Tq-1 in their first rows (the rest is
+     * never read). Writes out [B,Tq,H,hd] and lse [B,H,Tq]. pos0 = 0, Tq = Tc = T is attn_fwd. */
+    void (*attn_fwd_kv)(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
+                        int B, int Tq, int pos0, int Tc, int H, int KV, int hd);
     /* Gradients of the forward that produced out and lse from q, k, v; the probabilities are recomputed
      * blockwise as exp(scale q.k - lse). dq, dk, dv are written (=). scratch must hold B*H*T floats (the
      * backend may keep D = rowsum(dout * out) there) and may alias nothing else. */

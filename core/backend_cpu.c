@@ -96,8 +96,17 @@ static void cpu_synchronize(mp_backend *be) {}
 /* Work below this many multiply-adds runs as one sgemm on the calling thread. */
 #define MP_GEMM_SPLIT_MIN (1 << 20)
 
+/* One single-threaded product. A one-row product (M = 1: a decode step's linear layers) is a matrix-vector
+ * product, which OpenBLAS's sgemv does reading op(B) once, where sgemm would first copy (pack) all of it:
+ * twice the memory traffic for the weights, which is what a decode step's time is. */
 static void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M == 1) {   /* C[0, :] = alpha op(A)[0, :] op(B) + beta C[0, :], op(A)[0, k] = A[k * (trans_a ? lda : 1)] */
+        if (beta == 0.0f) memset(C, 0, (size_t)N * sizeof(float));   /* garbage (NaN) in C never leaks: 0 * C */
+        cblas_sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans, trans_b ? N : K, trans_b ? K : N, alpha, B,
+                    ldb, A, trans_a ? lda : 1, beta, C, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M,
                 N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -331,6 +340,11 @@ static void cpu_attn_fwd(mp_backend *be, void *out_v, float *lse, const void *q_
     mp_cpu_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd);
 }
 
+static void cpu_attn_fwd_kv(mp_backend *be, void *out_v, float *lse, const void *q_v, const void *k_v,
+                            const void *v_v, int B, int Tq, int pos0, int Tc, int H, int KV, int hd) {
+    mp_cpu_attn_fwd_kv(out_v, lse, q_v, k_v, v_v, B, Tq, pos0, Tc, H, KV, hd);
+}
+
 static void cpu_attn_bwd(mp_backend *be, void *dq_v, void *dk_v, void *dv_v, float *scratch, const void *dout_v,
                          const void *out_v, const float *lse, const void *q_v, const void *k_v, const void *v_v,
                          int B, int T, int H, int KV, int hd) {
@@ -537,6 +551,7 @@ static mp_backend g_cpu = {
     .rope_fwd = cpu_rope_fwd,
     .rope_bwd = cpu_rope_bwd,
     .attn_fwd = cpu_attn_fwd,
+    .attn_fwd_kv = cpu_attn_fwd_kv,
     .attn_bwd = cpu_attn_bwd,
     .swiglu_fwd = cpu_swiglu_fwd,
     .swiglu_bwd = cpu_swiglu_bwd,

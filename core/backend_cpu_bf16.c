@@ -234,6 +234,15 @@ static void bf16_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, 
     mp_f32_to_bf16_n(out, fo, nq);
 }
 
+static void bf16_attn_fwd_kv(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
+                             int B, int Tq, int pos0, int Tc, int H, int KV, int hd) {
+    const int64_t nq = (int64_t)B * Tq * H * hd, nk = (int64_t)B * Tc * KV * hd;
+    arena_begin(2 * fbytes(nq) + 2 * fbytes(nk));
+    float *fq = widen(q, nq), *fk = widen(k, nk), *fv = widen(v, nk), *fo = tmp(nq);
+    f32()->attn_fwd_kv(f32(), fo, lse, fq, fk, fv, B, Tq, pos0, Tc, H, KV, hd);
+    mp_f32_to_bf16_n(out, fo, nq);
+}
+
 static void bf16_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                           const void *out, const float *lse, const void *q, const void *k, const void *v, int B,
                           int T, int H, int KV, int hd) {
@@ -331,6 +340,7 @@ static void bf16_init(void) {
     g_bf16.rope_fwd = bf16_rope_fwd;
     g_bf16.rope_bwd = bf16_rope_bwd;
     g_bf16.attn_fwd = bf16_attn_fwd;
+    g_bf16.attn_fwd_kv = bf16_attn_fwd_kv;
     g_bf16.attn_bwd = bf16_attn_bwd;
     g_bf16.swiglu_fwd = bf16_swiglu_fwd;
     g_bf16.swiglu_bwd = bf16_swiglu_bwd;

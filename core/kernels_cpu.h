@@ -77,8 +77,12 @@ _Static_assert(MP_ATTN_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of 
 /* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd. */
 #define mp_cpu_attn_fwd MP_ISA_FN(mp_cpu_attn_fwd)
 #define mp_cpu_attn_bwd MP_ISA_FN(mp_cpu_attn_bwd)
+#define mp_cpu_attn_fwd_kv MP_ISA_FN(mp_cpu_attn_fwd_kv)
 void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
                      int KV, int hd);
+/* The KV-cache forward, contract as struct mp_backend's attn_fwd_kv. */
+void mp_cpu_attn_fwd_kv(float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq,
+                        int pos0, int Tc, int H, int KV, int hd);
 void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
                      const float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KV,
                      int hd);

@@ -50,23 +50,32 @@ static float online_softmax_row(float *restrict s, int nk, int nvalid, float *mr
     return alpha;
 }
 
-/* One (b, h): O = softmax(scale Q K^T, causal) V and lse[t] = log sum_j exp(scale q_t.k_j). */
+/* One (b, h): O = softmax(scale Q K^T, causal) V and lse[r] = log sum_j exp(scale q_r.k_j), query row r
+ * at position p0 + r seeing keys 0 .. p0 + r (K and V hold at least p0 + T rows). With p0 = 0 this is the
+ * training forward; with p0 > 0 the queries are new positions of a sequence whose earlier keys are
+ * cached (attn_fwd_kv). Key blocks start at multiples of BK whatever p0 is, so a row visits the same
+ * blocks, with the same valid columns, as it does in the whole-sequence forward. */
 static void attn_fwd_head(float *O, int ldo, float *lse, const float *Q, int ldq, const float *K, const float *V,
-                          int ldkv, int T, int hd, float scale) {
+                          int ldkv, int T, int p0, int hd, float scale) {
     enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BK };
     float S[BQ * BK];             /* scores, then unnormalised probabilities, of one block pair */
     float mrow[BQ], lrow[BQ];     /* running max and sum of each query row of the block */
     for (int r0 = 0; r0 < T; r0 += BQ) {
-        const int r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0;
+        const int r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0, end = p0 + r1;   /* keys [0, end) */
         float *Ob = O + (size_t)r0 * ldo;
         for (int i = 0; i < m; i++) mrow[i] = -INFINITY, lrow[i] = 0.0f;
-        for (int c0 = 0; c0 < r1; c0 += BK) {   /* c0 <= r0: BK is a multiple of BQ */
-            const int c1 = c0 + BK < r1 ? c0 + BK : r1, nk = c1 - c0;   /* no key past the block's rows */
+        for (int c0 = 0; c0 < end; c0 += BK) {   /* with p0 = 0, c0 <= r0: BK is a multiple of BQ */
+            const int c1 = c0 + BK < end ? c0 + BK : end, nk = c1 - c0;   /* no key past the block's rows */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, scale, Q + (size_t)r0 * ldq, ldq,
                         K + (size_t)c0 * ldkv, ldkv, 0.0f, S, nk);
             for (int i = 0; i < m; i++) {
-                const int t = r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
-                float alpha = online_softmax_row(S + (size_t)i * nk, nk, nvalid, &mrow[i], &lrow[i]);
+                const int t = p0 + r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
+                float *srow = S + (size_t)i * nk;
+                if (nvalid < 1) {   /* only with p0 % BQ != 0: a block wholly past this row adds nothing */
+                    for (int j = 0; j < nk; j++) srow[j] = 0.0f;
+                    continue;
+                }
+                float alpha = online_softmax_row(srow, nk, nvalid, &mrow[i], &lrow[i]);
                 if (c0 > 0 && alpha != 1.0f) {
                     float *restrict o = Ob + (size_t)i * ldo;
                     for (int d = 0; d < hd; d++) o[d] *= alpha;
@@ -85,9 +94,10 @@ static void attn_fwd_head(float *O, int ldo, float *lse, const float *Q, int ldq
     }
 }
 
-void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
-                     int KV, int hd) {
-    assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0 && hd > 0);
+/* attn_fwd_kv with the caller's p0 (0 and Tc = T: attn_fwd): every (b, h) under OpenMP, static schedule. */
+static void attn_fwd_rows(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
+                          int p0, int Tc, int H, int KV, int hd) {
+    assert(B >= 0 && T >= 0 && p0 >= 0 && p0 + T <= Tc && H > 0 && KV > 0 && H % KV == 0 && hd > 0);
     if (B == 0 || T == 0) return;
     const int rep = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -96,9 +106,19 @@ void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, con
     for (int it = 0; it < items; it++) {
         int b = it / H, h = it % H, g = h / rep;
         const float *Q = q + ((size_t)b * T * H + h) * hd;
-        const float *K = k + ((size_t)b * T * KV + g) * hd;
-        const float *V = v + ((size_t)b * T * KV + g) * hd;
+        const float *K = k + ((size_t)b * Tc * KV + g) * hd;
+        const float *V = v + ((size_t)b * Tc * KV + g) * hd;
         float *O = out + ((size_t)b * T * H + h) * hd;
-        attn_fwd_head(O, H * hd, lse + (size_t)it * T, Q, H * hd, K, V, KV * hd, T, hd, scale);
+        attn_fwd_head(O, H * hd, lse + (size_t)it * T, Q, H * hd, K, V, KV * hd, T, p0, hd, scale);
     }
+}
+
+void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
+                     int KV, int hd) {
+    attn_fwd_rows(out, lse, q, k, v, B, T, 0, T, H, KV, hd);
+}
+
+void mp_cpu_attn_fwd_kv(float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq,
+                        int pos0, int Tc, int H, int KV, int hd) {
+    attn_fwd_rows(out, lse, q, k, v, B, Tq, pos0, Tc, H, KV, hd);
 }

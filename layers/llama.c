@@ -16,6 +16,11 @@
  * scatter; identity <-> all-reduce). Embedding and LM head are vocab-parallel; the loss is the
  * vocab-parallel cross-entropy (the logits are never gathered). No allocation happens in a step.
  *
+ * Forward-only models (eval, sample) share one set of layer activations and allocate no backward buffers;
+ * with a KV cache (generation) the same forward runs on a chunk of new positions of one sequence: k and v
+ * go into the layer's cache at their positions, attention reads the cache (attn_fwd_kv), and the head
+ * computes the chunk's last row only (docs/DESIGN_NOTES.md "Sampling with a KV cache").
+ *
  * Device contract (core/backend.h): attention is flash-style, so a layer saves only its lse [B, Hl, T]
  * beside q, k, v and the output, and every activation is linear in the sequence length; the loss sum
  * stays in a device scalar (m->sums) until the training step reads it together with the gradient sum
@@ -54,12 +59,12 @@ static void *gather_in(llama_model *m, void *dst, void *src) {
     return dst;
 }
 
-/* out[n_res, D] = residual + reduce over tp of partial[N, D] (residual may be NULL: no add). partial is
- * clobbered. */
-static void reduce_out(llama_model *m, void *out, const void *residual, void *partial) {
+/* out[nr, D] = residual + reduce over tp of partial[N, D] (residual may be NULL: no add), nr the rows of
+ * this rank's residual stream in this forward (m->n_res, or a kv chunk's). partial is clobbered. */
+static void reduce_out(llama_model *m, void *out, const void *residual, void *partial, int nr) {
     mp_backend *be = m->be;
     mp_comm *c = m->mesh->tp_comm;
-    int64_t n = (int64_t)m->n_res * m->D;
+    int64_t n = (int64_t)nr * m->D;
     const void *sum = partial;
     if (m->sp) {
         c->reduce_scatterv(c, m->dres_b, partial, m->sp_counts, be->act_dtype);
@@ -110,6 +115,11 @@ static mp_code check_mesh(const llama_config *c, const llama_options *o, int tp,
         return mp_err_set(err, MP_EINPUT,
                           "seq_len (%d) is not divisible by tp (%d), required with sequence parallelism (--sp)",
                           o->seq_len, tp);
+    if (o->kv_cache && (!o->inference || o->micro_batch != 1 || (o->sp && tp > 1)))
+        return mp_err_set(err, MP_EINPUT, "a KV cache needs a forward-only model of micro-batch 1 without sequence "
+                          "parallelism (micro-batch %d, sp %d)", o->micro_batch, o->sp);
+    if (o->kv_cache && (o->kv_chunk < 0 || o->kv_chunk > o->seq_len))
+        return mp_err_set(err, MP_EINPUT, "kv_chunk (%d) must be in [0, seq_len %d]", o->kv_chunk, o->seq_len);
     return MP_OK;
 }
 
@@ -135,32 +145,44 @@ static int64_t piece_bytes(const llama_model *m, const act_piece *pc) {
  * the rest 4. Pure: the memory plan and alloc_acts share it, so they cannot disagree. Attention keeps
  * O(B*H*T) per layer (the lse; flash-style, no [T, T] matrix), so every piece is linear in the sequence
  * length. */
-static int act_layout(llama_model *m, act_piece *list, size_t *bytes) {
+static int act_layout(llama_model *m, act_piece *list, size_t *bytes, int64_t *kv_bytes) {
     int64_t N = m->N, D = m->D, nr = m->n_res, qd = (int64_t)m->H_local * m->hd, kd = (int64_t)m->KV_local * m->hd;
     int64_t Il = m->I_local, bht = (int64_t)m->B * m->H_local * m->T, V = m->v_local;
     int64_t rep = llama_replicated_shard_numel(m);
-    int k = 0;
+    int train = !m->opt.inference, k = 0;
+    *kv_bytes = 0;
 #define ADD_A(ptr, count) do { assert(k < ACT_MAX_PIECES); list[k] = (act_piece){&(ptr), NULL, (count)}; k++; } while (0)
 #define ADD_F(ptr, count) do { assert(k < ACT_MAX_PIECES); list[k] = (act_piece){NULL, &(ptr), (count)}; k++; } while (0)
     for (int l = 0; l < m->L; l++) {
         llama_layer_acts *a = &m->acts[l];
+        if (m->kv) {   /* the cache: this layer's keys and values of every position */
+            ADD_A(a->k, m->P * kd); ADD_A(a->v, m->P * kd);
+            *kv_bytes += piece_bytes(m, &list[k - 2]) + piece_bytes(m, &list[k - 1]);
+        }
+        if (!train && l > 0) continue;   /* forward only: the layers share layer 0's buffers (alloc_acts) */
         ADD_A(a->x_in, nr * D); ADD_A(a->ln1, nr * D); ADD_F(a->rstd1, nr);
         if (m->sp) ADD_A(a->ln1_full, N * D);
-        ADD_A(a->q, N * qd); ADD_A(a->k, N * kd); ADD_A(a->v, N * kd); ADD_F(a->lse, bht); ADD_A(a->o_in, N * qd);
+        ADD_A(a->q, N * qd);
+        if (!m->kv) { ADD_A(a->k, N * kd); ADD_A(a->v, N * kd); }
+        ADD_F(a->lse, bht); ADD_A(a->o_in, N * qd);
         ADD_A(a->x_mid, nr * D); ADD_A(a->ln2, nr * D); ADD_F(a->rstd2, nr);
         if (m->sp) ADD_A(a->ln2_full, N * D);
         ADD_A(a->gate, N * Il); ADD_A(a->up, N * Il); ADD_A(a->h, N * Il);
     }
     ADD_A(m->x_final, nr * D); ADD_A(m->lnf, nr * D); ADD_F(m->rstdf, nr);
     if (m->sp) ADD_A(m->lnf_full, N * D);
-    ADD_A(m->logits, N * V);
+    ADD_A(m->logits, (m->kv ? 1 : N) * V);   /* kv: the last position's row only */
     ADD_F(m->rowmax, N); ADD_F(m->sumexp, 2 * N); ADD_F(m->losses, N);   /* sumexp then tlogit: one all-reduce */
-    ADD_A(m->dres_a, nr * D); ADD_A(m->dres_b, nr * D); ADD_A(m->dfull, N * D); ADD_A(m->tmp_nd, N * D);
-    ADD_A(m->dq, N * qd); ADD_A(m->dk, N * kd); ADD_A(m->dv, N * kd); ADD_A(m->do_in, N * qd);
-    ADD_A(m->dgate, N * Il); ADD_A(m->dup, N * Il); ADD_A(m->dh, N * Il); ADD_F(m->attn_scratch, bht);
-    ADD_F(m->sync_buf, rep > 0 ? rep : 1);
+    ADD_A(m->tmp_nd, N * D);
+    if (train || m->sp) ADD_A(m->dres_b, nr * D);   /* reduce_out's reduce-scatter target under SP */
+    if (train) {   /* the backward's buffers */
+        ADD_A(m->dres_a, nr * D); ADD_A(m->dfull, N * D);
+        ADD_A(m->dq, N * qd); ADD_A(m->dk, N * kd); ADD_A(m->dv, N * kd); ADD_A(m->do_in, N * qd);
+        ADD_A(m->dgate, N * Il); ADD_A(m->dup, N * Il); ADD_A(m->dh, N * Il); ADD_F(m->attn_scratch, bht);
+        ADD_F(m->sync_buf, rep > 0 ? rep : 1);
+    }
     int64_t half = m->hd / 2;
-    ADD_F(m->cos_t, (int64_t)m->T * half); ADD_F(m->sin_t, (int64_t)m->T * half);
+    ADD_F(m->cos_t, (int64_t)m->P * half); ADD_F(m->sin_t, (int64_t)m->P * half);
 #undef ADD_A
 #undef ADD_F
     int64_t total = 0;
@@ -171,10 +193,12 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes) {
     return k;
 }
 
-/* Carves every activation and scratch buffer out of one allocation (laid out by act_layout). */
+/* Carves every activation and scratch buffer out of one allocation (laid out by act_layout); a forward-only
+ * model's layers then share layer 0's buffers (each keeping its own KV cache). */
 static void alloc_acts(llama_model *m) {
     static act_piece list[ACT_MAX_PIECES];   /* start-up only, one model at a time */
-    int k = act_layout(m, list, &m->act_bytes);
+    int64_t kv_bytes;
+    int k = act_layout(m, list, &m->act_bytes, &kv_bytes);
     int64_t N = m->N, half = m->hd / 2;
     char *base = m->be->alloc(m->be, m->act_bytes, MP_MEM_ACTS);
     m->act_block = base;
@@ -193,14 +217,19 @@ static void alloc_acts(llama_model *m) {
     m->sums = (double *)(base + off);
     assert(off + 64 == (int64_t)m->act_bytes);
     m->tlogit = m->sumexp + N;
+    for (int l = 1; l < m->L && m->opt.inference; l++) {
+        void *k = m->acts[l].k, *v = m->acts[l].v;
+        m->acts[l] = m->acts[0];
+        if (m->kv) m->acts[l].k = k, m->acts[l].v = v;
+    }
     for (int l = 0; l < m->L; l++) {
         if (!m->sp) { m->acts[l].ln1_full = m->acts[l].ln1; m->acts[l].ln2_full = m->acts[l].ln2; }
     }
     if (!m->sp) m->lnf_full = m->lnf;
     /* RoPE tables (with the config's rope_scaling): computed on the host in double, then copied to the device. */
-    size_t tb = (size_t)m->T * (size_t)half * sizeof(float);
+    size_t tb = (size_t)m->P * (size_t)half * sizeof(float);
     float *c = mp_xmalloc(tb), *s = mp_xmalloc(tb);
-    mp_rope_tables(c, s, m->T, m->hd, m->cfg.rope_theta, &m->cfg.rope_scaling);
+    mp_rope_tables(c, s, m->P, m->hd, m->cfg.rope_theta, &m->cfg.rope_scaling);
     m->be->to_device(m->be, m->cos_t, c, tb);
     m->be->to_device(m->be, m->sin_t, s, tb);
     free(c);
@@ -218,6 +247,7 @@ static void set_geometry(llama_model *m, const llama_config *cfg, const llama_op
     m->tp = tp; m->tp_rank = tp_rank;
     m->dp = dp; m->dp_rank = dp_rank;
     m->sp = opt->sp && tp > 1;
+    m->kv = opt->kv_cache;
     m->L = cfg->num_hidden_layers;
     m->D = cfg->hidden_size;
     m->hd = llama_head_dim(cfg);
@@ -231,7 +261,8 @@ static void set_geometry(llama_model *m, const llama_config *cfg, const llama_op
     int valid = cfg->vocab_size - m->v_start;
     m->v_valid = valid < 0 ? 0 : valid > m->v_local ? m->v_local : valid;
     m->B = opt->micro_batch;
-    m->T = opt->seq_len;
+    m->P = opt->seq_len;
+    m->T = m->kv && opt->kv_chunk ? opt->kv_chunk : opt->seq_len;
     m->N = m->B * m->T;
     m->n_res = m->sp ? m->N / m->tp : m->N;
     for (int r = 0; r < m->tp && r < LLAMA_MAX_TP; r++) m->sp_counts[r] = (int64_t)m->n_res * m->D;
@@ -282,7 +313,7 @@ mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, int
     plan->bytes[MP_MEM_GATHER] = (int64_t)llama_fsdp_plan_bytes(m);
     static act_piece list[ACT_MAX_PIECES];
     size_t acts;
-    act_layout(m, list, &acts);
+    act_layout(m, list, &acts, &plan->kv_cache);
     plan->bytes[MP_MEM_ACTS] = (int64_t)acts;
     plan->bytes[MP_MEM_OTHER] = (int64_t)sizeof(llama_model) + (dp > 1 ? (int64_t)(m->nunits * dp * 8) : 0);
     for (int k = 0; k < MP_MEM_NCAT; k++) plan->total += plan->bytes[k];
@@ -321,55 +352,68 @@ void llama_destroy(llama_model *m) {
 #define W(idx) (m->params[(idx)].full)
 #define DW(idx) (m->params[(idx)].full_grad)
 
-static void block_forward(llama_model *m, int l, float *x_out) {
+/* Block l on rows for T tokens of each of the B sequences (B = m->B), at positions pos0 .. pos0+T-1
+ * (training and eval: T = m->T, pos0 = 0; a kv chunk: B = 1, and k, v go into the cache at row pos0). */
+static void block_forward(llama_model *m, int l, void *x_out, int T, int pos0) {
     mp_backend *be = m->be;
     llama_layer_acts *a = &m->acts[l];
     const llama_layer_params *p = &m->lp[l];
-    int N = m->N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd, Il = m->I_local;
+    int N = m->B * T, nr = m->sp ? N / m->tp : N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd;
+    int Il = m->I_local;
     float eps = (float)m->cfg.rms_norm_eps;
-    be->rmsnorm_fwd(be, a->ln1, a->rstd1, a->x_in, W(p->ln1), m->n_res, D, eps);
+    void *k = m->kv ? mp_act_at(be, a->k, (int64_t)pos0 * kd) : a->k;
+    void *v = m->kv ? mp_act_at(be, a->v, (int64_t)pos0 * kd) : a->v;
+    be->rmsnorm_fwd(be, a->ln1, a->rstd1, a->x_in, W(p->ln1), nr, D, eps);
     void *xin = gather_in(m, a->ln1_full, a->ln1);
     linear_fwd(be, a->q, xin, W(p->wq), N, D, qd);
-    linear_fwd(be, a->k, xin, W(p->wk), N, D, kd);
-    linear_fwd(be, a->v, xin, W(p->wv), N, D, kd);
-    be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, m->T, m->H_local, m->hd, 0);
-    be->rope_fwd(be, a->k, m->cos_t, m->sin_t, m->B, m->T, m->KV_local, m->hd, 0);
-    be->attn_fwd(be, a->o_in, a->lse, a->q, a->k, a->v, m->B, m->T, m->H_local, m->KV_local, m->hd);
+    linear_fwd(be, k, xin, W(p->wk), N, D, kd);
+    linear_fwd(be, v, xin, W(p->wv), N, D, kd);
+    be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, T, m->H_local, m->hd, pos0);
+    be->rope_fwd(be, k, m->cos_t, m->sin_t, m->B, T, m->KV_local, m->hd, pos0);
+    if (m->kv)
+        be->attn_fwd_kv(be, a->o_in, a->lse, a->q, a->k, a->v, 1, T, pos0, m->P, m->H_local, m->KV_local, m->hd);
+    else
+        be->attn_fwd(be, a->o_in, a->lse, a->q, a->k, a->v, m->B, T, m->H_local, m->KV_local, m->hd);
     linear_fwd(be, m->tmp_nd, a->o_in, W(p->wo), N, qd, D);
-    reduce_out(m, a->x_mid, a->x_in, m->tmp_nd);
-    be->rmsnorm_fwd(be, a->ln2, a->rstd2, a->x_mid, W(p->ln2), m->n_res, D, eps);
+    reduce_out(m, a->x_mid, a->x_in, m->tmp_nd, nr);
+    be->rmsnorm_fwd(be, a->ln2, a->rstd2, a->x_mid, W(p->ln2), nr, D, eps);
     xin = gather_in(m, a->ln2_full, a->ln2);
     linear_fwd(be, a->gate, xin, W(p->wg), N, D, Il);
     linear_fwd(be, a->up, xin, W(p->wu), N, D, Il);
     be->swiglu_fwd(be, a->h, a->gate, a->up, (int64_t)N * Il);
     linear_fwd(be, m->tmp_nd, a->h, W(p->wd), N, Il, D);
-    reduce_out(m, x_out, a->x_mid, m->tmp_nd);
+    reduce_out(m, x_out, a->x_mid, m->tmp_nd, nr);
 }
 
-/* The forward; with targets, the per-token losses land in m->losses (device) and 1 is returned. */
-static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets) {
+/* The forward of T tokens of each sequence at positions pos0.. (see block_forward); with targets, the
+ * per-token losses land in m->losses (device) and 1 is returned. A kv model's head reads only the last
+ * row (its logits are [1, v_local]). */
+static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets, int T, int pos0) {
     mp_backend *be = m->be;
     mp_comm *tpc = m->mesh->tp_comm;
-    int N = m->N, D = m->D;
+    int N = m->B * T, nr = m->sp ? N / m->tp : N, D = m->D;
     be->to_device(be, m->tok_in, inputs, (size_t)N * sizeof(int32_t));
     m->have_targets = targets != NULL;
     if (targets) be->to_device(be, m->tok_tgt, targets, (size_t)N * sizeof(int32_t));
 
     llama_fsdp_gather(m, 0);
     be->embed_fwd(be, m->tmp_nd, m->tok_in, W(m->p_embed), N, D, m->v_start, m->v_local);
-    reduce_out(m, m->acts[0].x_in, NULL, m->tmp_nd);
+    reduce_out(m, m->acts[0].x_in, NULL, m->tmp_nd, nr);
     for (int l = 0; l < m->L; l++) {
         llama_fsdp_gather(m, 1 + l);
-        block_forward(m, l, l + 1 < m->L ? m->acts[l + 1].x_in : m->x_final);
+        block_forward(m, l, l + 1 < m->L ? m->acts[l + 1].x_in : m->x_final, T, pos0);
     }
     int head_unit = m->cfg.tie_word_embeddings ? 0 : m->L + 1;
     llama_fsdp_gather(m, head_unit);
-    be->rmsnorm_fwd(be, m->lnf, m->rstdf, m->x_final, W(m->p_norm), m->n_res, D, (float)m->cfg.rms_norm_eps);
+    const void *xf = m->kv ? mp_act_at(be, m->x_final, (int64_t)(N - 1) * D) : m->x_final;
+    int nh = m->kv ? 1 : nr;   /* rows the head computes */
+    be->rmsnorm_fwd(be, m->lnf, m->rstdf, xf, W(m->p_norm), nh, D, (float)m->cfg.rms_norm_eps);
     void *xin = gather_in(m, m->lnf_full, m->lnf);
-    linear_fwd(be, m->logits, xin, W(m->p_head), N, D, m->v_local);
+    linear_fwd(be, m->logits, xin, W(m->p_head), m->kv ? 1 : N, D, m->v_local);
     if (!targets) return 0;
 
     /* vocab-parallel cross-entropy: global max, global sum of exp, global target logit */
+    assert(!m->kv);
     be->xent_rowmax(be, m->rowmax, m->logits, N, m->v_local, m->v_valid);
     if (m->tp > 1) tpc->all_reduce(tpc, m->rowmax, N, MP_F32, 1);
     be->xent_sumexp(be, m->sumexp, m->logits, m->rowmax, N, m->v_local, m->v_valid);
@@ -379,8 +423,14 @@ static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets
     return 1;
 }
 
+void llama_forward_kv(llama_model *m, const int32_t *tokens, int n, int pos0) {
+    assert(m->kv && n >= 1 && n <= m->T && pos0 >= 0 && pos0 + n <= m->P);
+    forward(m, tokens, NULL, n, pos0);
+}
+
 double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets) {
-    if (!forward(m, inputs, targets)) return 0.0;
+    assert(!m->kv);
+    if (!forward(m, inputs, targets, m->T, 0)) return 0.0;
     mp_backend *be = m->be;
     double *acc = &m->sums[LLAMA_SUM_SCRATCH], sum;
     be->memset0(be, acc, sizeof *acc);
@@ -391,7 +441,7 @@ double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targe
 
 void llama_forward_accum(llama_model *m, const int32_t *inputs, const int32_t *targets) {
     assert(targets);
-    forward(m, inputs, targets);
+    forward(m, inputs, targets, m->T, 0);
     m->be->sum_acc(m->be, &m->sums[LLAMA_SUM_LOSS], m->losses, m->N);
 }
 
@@ -499,7 +549,7 @@ void llama_logits(const llama_model *m, float *host_dst, int64_t row0, int64_t n
     if (v_local) *v_local = m->v_local;
     if (v_valid) *v_valid = m->v_valid;
     if (!host_dst || nrows == 0) return;
-    assert(row0 >= 0 && nrows > 0 && row0 + nrows <= m->N);
+    assert(row0 >= 0 && nrows > 0 && row0 + nrows <= (m->kv ? 1 : m->N));
     mp_backend *be = m->be;
     int64_t n = nrows * m->v_local;
     const void *src = mp_act_at(be, m->logits, row0 * m->v_local);

@@ -111,7 +111,12 @@ typedef struct llama_options {
                                 * by default); llama_create takes the backend's whatever this says */
     int inference;             /* forward only (eval, sample): no gradients and no optimizer moments are
                                 * allocated or planned; backward, the optimizer, gradient norms and
-                                * llama_zero_grad must not be called on such a model */
+                                * llama_zero_grad must not be called on such a model. Its layers share one
+                                * set of activation buffers (nothing is kept for a backward) */
+    int kv_cache;              /* generation (requires inference, micro_batch 1, no sp): every layer keeps
+                                * the keys and values of seq_len positions (the KV cache, its tp rank's kv
+                                * heads), and llama_forward_kv runs chunks of at most kv_chunk tokens */
+    int kv_chunk;              /* rows of one llama_forward_kv (0: seq_len): what the activations hold */
 } llama_options;
 
 typedef struct llama_model llama_model;
@@ -120,6 +125,7 @@ typedef struct llama_model llama_model;
 typedef struct llama_memory_plan {
     int64_t bytes[MP_MEM_NCAT];
     int64_t total;
+    int64_t kv_cache;          /* bytes of the KV cache (opt.kv_cache), counted in bytes[MP_MEM_ACTS] */
 } llama_memory_plan;
 
 /* The bytes llama_create would allocate on rank (tp_rank, dp_rank) of a tp x dp mesh, computed from the
@@ -143,6 +149,12 @@ void llama_init_weights(llama_model *m, uint64_t seed);
  * Returns the sum of per-token losses over the local micro-batch (0 without targets), summed in double
  * in token order; with targets that costs one device-to-host copy (evaluation, tools). */
 double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets);
+
+/* Forward of a kv_cache model on the n tokens (host) at positions pos0 .. pos0+n-1 of its one sequence
+ * (1 <= n <= kv_chunk, pos0 + n <= seq_len): their keys and values are written into the cache, whose
+ * positions 0 .. pos0-1 the earlier calls wrote, and the logits of position pos0+n-1 (only that row) are
+ * left for llama_logits (row 0). Prefill: the prompt at pos0 = 0; then one token per call. */
+void llama_forward_kv(llama_model *m, const int32_t *tokens, int n, int pos0);
 
 /* The step's device scalars, copied to the host together: a training step reads the device once. */
 typedef struct llama_step_sums {
@@ -188,7 +200,8 @@ int64_t llama_param_disk_box(const llama_model *m, const llama_param *p, int64_t
 int llama_param_find(const llama_model *m, const char *name);
 
 /* The logits of the last forward (valid until llama_backward, which turns them into their gradient):
- * rows [row0, row0 + nrows) of the local [micro_batch*seq_len, v_local] logits, copied to the host as fp32
+ * rows [row0, row0 + nrows) of the local [micro_batch*seq_len, v_local] logits (a kv_cache model: [1,
+ * v_local], the last position of the last llama_forward_kv), copied to the host as fp32
  * into host_dst[nrows * v_local] (host_dst NULL: only the shape). Vocab columns [*v_start, *v_start +
  * v_local) of which the first *v_valid are real vocabulary. */
 void llama_logits(const llama_model *m, float *host_dst, int64_t row0, int64_t nrows, int *v_start, int *v_local,

@@ -38,7 +38,7 @@ static const mp_field model_fields[] = {
  * ignores them; keys that change the math and cannot be represented are errors (check_hf_constraint). */
 static const char *hf_ignored[] = {
     "torch_dtype", "dtype", "transformers_version", "_name_or_path", "_commit_hash", "bos_token_id",
-    "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id", "decoder_start_token_id", "use_cache",
+    "pad_token_id", "unk_token_id", "sep_token_id", "decoder_start_token_id", "use_cache",
     "output_attentions", "output_hidden_states", "return_dict", "use_bfloat16", "is_llama_config",
     "rope_interleaved", "tokenizer_class", "id2label", "label2id", "problem_type", "finetuning_task",
     "task_specific_params", "prefix", "auto_map", "quantization_config", "_attn_implementation",
@@ -235,6 +235,8 @@ typedef struct {
     int have_rope_theta;
     mp_rope_scaling scaling[2];   /* [0] rope_scaling, [1] rope_parameters */
     int have_scaling[2];          /* given and not null */
+    int32_t eos[LLAMA_MAX_EOS];   /* eos_token_id */
+    int n_eos, eos_is_list;
 } hf_extra;
 
 /* One warning per key and process, from the rank that prints info lines (every rank parses the config):
@@ -246,6 +248,24 @@ static void warn_once(const char *name, const char *key, const char *why) {
         if (!strcmp(seen[i], key)) return;
     if (nseen < 32) snprintf(seen[nseen++], sizeof seen[0], "%s", key);
     if (mp_log_is_main()) mp_warn("config %s: key \"%s\": %s", name, key, why);
+}
+
+/* eos_token_id (an int, a list of ints, or null) into x; a malformed value is warned about and ignored,
+ * as it does not change the model. Ids are range-checked against vocab_size in finish_model. */
+static void read_eos(const cJSON *item, const char *name, hf_extra *x) {
+    x->n_eos = 0;
+    x->eos_is_list = cJSON_IsArray(item);
+    if (cJSON_IsNull(item)) return;
+    const cJSON *one = x->eos_is_list ? item->child : item;
+    for (; one; one = x->eos_is_list ? one->next : NULL) {
+        int64_t id;
+        if (!cJSON_IsNumber(one) || !mp_double_to_i64(one->valuedouble, 0, INT32_MAX, &id) || x->n_eos == LLAMA_MAX_EOS) {
+            warn_once(name, "eos_token_id", "expected a token id or a list of at most 16; ignored");
+            x->n_eos = 0;
+            return;
+        }
+        x->eos[x->n_eos++] = (int32_t)id;
+    }
 }
 
 /* HF keys that must hold a value meshpoint implements. */
@@ -294,6 +314,8 @@ static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra
     } else if (!strcmp(k, "attention_dropout")) {
         if (!cJSON_IsNumber(item) || item->valuedouble != 0.0)
             return mp_err_set(err, MP_EINPUT, "%s: key \"attention_dropout\": only 0 is supported", name);
+    } else if (!strcmp(k, "eos_token_id")) {
+        read_eos(item, name, x);
     } else if (!strcmp(k, "head_dim")) {
         if (cJSON_IsNull(item)) return MP_OK;   /* None: hidden_size / num_attention_heads */
         int64_t hd;
@@ -405,6 +427,12 @@ static mp_code finish_model(llama_config *m, const unsigned given, const hf_extr
         return mp_err_set(err, MP_EINPUT, "%s: key%s %s %s required (the model's shape has no default)", name,
                           nmiss > 1 ? "s" : "", missing, nmiss > 1 ? "are" : "is");
     if ((rc = llama_config_validate(m, err))) return mp_err_wrap(err, "%s", name), rc;
+    m->n_eos = 0;
+    m->eos_is_list = x->eos_is_list;
+    for (int i = 0; i < x->n_eos; i++) {
+        if (x->eos[i] < m->vocab_size) m->eos_token_id[m->n_eos++] = x->eos[i];
+        else warn_once(name, "eos_token_id", "an id at or above vocab_size is dropped");
+    }
     return MP_OK;
 }
 
@@ -500,6 +528,12 @@ char *llama_config_to_json(const llama_config *m) {
     }
     cJSON_AddNumberToObject(o, "head_dim", llama_head_dim(m));
     for (size_t i = 0; i < NFIELDS(model_fields); i++) mp_field_to_json(o, &model_fields[i], m);
+    if (m->n_eos == 1 && !m->eos_is_list) {
+        mp_json_add_exact_int(o, "eos_token_id", m->eos_token_id[0]);
+    } else if (m->n_eos) {
+        cJSON *e = cJSON_AddArrayToObject(o, "eos_token_id");
+        for (int i = 0; i < m->n_eos; i++) cJSON_AddItemToArray(e, cJSON_CreateNumber(m->eos_token_id[i]));
+    }
     cJSON_AddStringToObject(o, "torch_dtype", "float32");
     char *s = cJSON_Print(o);
     cJSON_Delete(o);

@@ -33,6 +33,8 @@
 #include "core/error.h"
 #include "core/rope.h"
 
+#define LLAMA_MAX_EOS 16   /* end-of-sequence ids kept from a config (Llama 3.x lists 3) */
+
 typedef struct llama_config {
     int hidden_size;
     int intermediate_size;
@@ -46,6 +48,11 @@ typedef struct llama_config {
     int tie_word_embeddings;
     double initializer_range;
     mp_rope_scaling rope_scaling;           /* rope_scaling / rope_parameters (default: none) */
+    /* eos_token_id (an int, a list, or null/absent: n_eos 0): not the model's math, kept so that
+     * generation can stop and export writes it back; ids outside [0, vocab_size) are dropped with a
+     * warning. Not compared by llama_config_diff. */
+    int n_eos, eos_is_list;
+    int32_t eos_token_id[LLAMA_MAX_EOS];
 } llama_config;
 
 /* Upper bounds of the model's shape, beyond the ints of the fields themselves, so that every size

@@ -56,7 +56,9 @@ struct llama_model {
     int tp, tp_rank, dp, dp_rank, sp;
     int L, D, hd, H_local, KV_local, I_local;
     int v_local, v_start, v_valid;   /* vocab slice of this tp rank (v_local includes padding) */
-    int B, T, N, n_res;
+    int B, T, N, n_res;              /* rows of one forward: B sequences of T tokens (kv: 1 x kv_chunk) */
+    int P;                           /* positions: RoPE table rows, and the KV cache's (= seq_len) */
+    int kv;                          /* opt.kv_cache: acts[l].k, .v are layer l's cache, [P, KV_local*hd] */
     int64_t sp_counts[LLAMA_MAX_TP];  /* elements of each tp rank's residual chunk (SP collectives) */
 
     int nparams;

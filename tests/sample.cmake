@@ -1,7 +1,8 @@
-# tests/sample.cmake — `meshpoint sample` (tests/sample.sh): deterministic for a seed, identical across meshes
-# (1 process, tp 2, dp 2 under mpiexec), greedy at temperature 0, and its refusals. Uses the resume_data
+# tests/sample.cmake — `meshpoint sample` (tests/sample.sh): deterministic for a seed and identical across
+# meshes (1 process, tp 2, dp 2, tp 2 x dp 2 under mpiexec), the KV cache's tokens those of the whole-sequence
+# path (--no-kv-cache), greedy at temperature 0, stops at eos_token_id, and its refusals. Uses the resume_data
 # fixture of tests/resume.cmake.
 add_test(NAME sample_text COMMAND ${CMAKE_SOURCE_DIR}/tests/sample.sh $<TARGET_FILE:meshpoint>
          ${CMAKE_BINARY_DIR}/resume_data/t_train.bin ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json ${CMAKE_BINARY_DIR}/sample)
-set_tests_properties(sample_text PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300 LABELS mpi
+set_tests_properties(sample_text PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 900 LABELS mpi
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")

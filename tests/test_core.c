@@ -416,6 +416,45 @@ Test(config, published_hf_configs_are_accepted) {
     }
 }
 
+/* eos_token_id: an int or a list (Llama 3.x instruct models list several) is kept, written back in the same
+ * form, and survives a round trip; null or absent: none; an id at or above vocab_size is dropped. It is not
+ * part of llama_config_diff (it does not change the model). The published configs keep theirs. */
+Test(config, eos_token_id_is_kept_as_an_int_or_a_list) {
+    static const struct {
+        const char *value;
+        int n, is_list, ids[3];
+    } cases[] = {{"2", 1, 0, {2}}, {"[128001, 128008, 128009]", 3, 1, {128001, 128008, 128009}}, {"[7]", 1, 1, {7}},
+                 {"null", 0, 0, {0}}, {"[5, 200000]", 1, 1, {5}}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+                 "\"num_attention_heads\": 4, \"vocab_size\": 128256, \"eos_token_id\": %s}", cases[i].value);
+        llama_config m, m2;
+        mp_err e;
+        cr_assert_eq(llama_config_parse(text, "eos.json", &m, NULL, &e), MP_OK, "%s", e.msg);
+        cr_assert_eq(m.n_eos, cases[i].n, "%s: %d ids", cases[i].value, m.n_eos);
+        for (int k = 0; k < m.n_eos; k++) cr_assert_eq(m.eos_token_id[k], cases[i].ids[k], "%s", cases[i].value);
+        char *j = llama_config_to_json(&m);
+        cr_assert_eq(llama_config_parse(j, "round trip", &m2, NULL, &e), MP_OK, "%s", e.msg);
+        cr_assert_eq(m2.n_eos, m.n_eos);
+        if (m.n_eos) cr_assert_eq(m2.eos_is_list, cases[i].is_list, "%s: written back as %s", cases[i].value, j);
+        for (int k = 0; k < m.n_eos; k++) cr_assert_eq(m2.eos_token_id[k], m.eos_token_id[k]);
+        cr_assert_eq(llama_config_diff(&m, &m2, LLAMA_CF_NONE), 0u);
+        free(j);
+    }
+    static const struct { const char *file; int eos; } pub[] = {
+        {"llama-2-7b-hf.json", 2}, {"llama-3.1-8b.json", 128001}, {"smollm2-135m.json", 0}};
+    for (size_t i = 0; i < sizeof pub / sizeof pub[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/tests/data/hf_configs/%s", tu_src(), pub[i].file);
+        llama_config m;
+        mp_err e;
+        cr_assert_eq(llama_config_load(path, &m, NULL, &e), MP_OK, "%s: %s", pub[i].file, e.msg);
+        cr_assert(m.n_eos == 1 && m.eos_token_id[0] == pub[i].eos, "%s: eos %d ids, first %d", pub[i].file, m.n_eos,
+                  m.eos_token_id[0]);
+    }
+}
+
 /* A top-level key transformers' LlamaConfig does not know is kept and ignored there: accepted here too
  * (with one warning, tests/config_keys.sh); in the "train" object a typo stays an error. Keys that change
  * the math and cannot be represented stay errors naming them. */

@@ -231,6 +231,26 @@ Test(gemm, large_products_split_over_threads_match_double_for_all_transposes) {
             }
 }
 
+/* One-row products (a decode step's linear layers: the CPU backend runs them as sgemv) for all four
+ * transposes, padded strides, beta 0 over NaN garbage and beta != 0, against double. */
+Test(gemm, one_row_products_match_double_for_all_transposes) {
+    mp_backend *be = cpu();
+    const int N = 37, K = 53, pad = 3;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int b = 0; b < 2; b++) {
+                int lda = (ta ? 1 : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+                float *A = frand((int64_t)(ta ? K : 1) * lda, 1.0), *B = frand((int64_t)(tb ? N : K) * ldb, 1.0);
+                float *C = b ? frand(ldc, 1.0) : ffill(ldc, NAN);
+                double Cref[64];
+                for (int j = 0; j < N; j++) Cref[j] = b ? C[j] : 0.0;   /* the reference never reads garbage */
+                ref_gemm(ta, tb, 1, N, K, 0.5, A, lda, B, ldb, b ? 0.75 : 0.0, Cref, N);
+                be->gemm(be, ta, tb, 1, N, K, 0.5f, A, lda, B, ldb, b ? 0.75f : 0.0f, C, ldc, MP_F32);
+                cr_assert(rel_err(C, Cref, N) < FWD_TOL, "ta %d tb %d beta %d: rel err %g", ta, tb, b, rel_err(C, Cref, N));
+                free(A), free(B), free(C);
+            }
+}
+
 Test(gemm, beta_zero_overwrites_garbage_and_k_zero_scales_c_by_beta) {
     mp_backend *be = cpu();
     const int M = 4, N = 6, K = 9;
@@ -744,6 +764,57 @@ Test(attention, forward_and_backward_are_bitwise_deterministic_across_runs_and_t
     for (int run = 0; run < 3; run++)
         for (int i = 0; i < 5; i++) free(res[run][i]);
     free(q), free(k), free(v), free(r);
+}
+
+/* attn_fwd_kv (new queries against a KV cache) gives the whole-sequence forward's rows: chunks at block-
+ * aligned and unaligned positions (a prefill, pieces crossing the 64-row blocks, single decode rows), on
+ * B = 2 sequences whose cache capacity Tc exceeds what they hold. The CPU kernel visits the same key blocks
+ * with the same valid columns as attn_fwd; its scores come from an sgemm of fewer rows, which may round
+ * differently, hence a tolerance (the tokens a sampler draws are compared in tests/sample.sh). */
+Test(attention, kv_cache_chunks_give_the_whole_sequence_rows) {
+    use_two_threads();
+    mp_backend *be = cpu();
+    const int B = 2, T = 150, Tc = 160, H = 4, KV = 2, hd = 16;
+    int64_t nq = (int64_t)B * T * H * hd;
+    float *q = frand(nq, 1.5), *k = frand((int64_t)B * T * KV * hd, 1.5), *v = frand((int64_t)B * T * KV * hd, 1.0);
+    float *out = ffill(nq, NAN), *lse = ffill((int64_t)B * H * T, NAN);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd);
+    /* the cache: [B, Tc, KV, hd], rows past T never read (NaN would poison a read) */
+    float *kc = ffill((int64_t)B * Tc * KV * hd, NAN), *vc = ffill((int64_t)B * Tc * KV * hd, NAN);
+    for (int b = 0; b < B; b++) {
+        memcpy(kc + (size_t)b * Tc * KV * hd, k + (size_t)b * T * KV * hd, sizeof(float) * T * KV * hd);
+        memcpy(vc + (size_t)b * Tc * KV * hd, v + (size_t)b * T * KV * hd, sizeof(float) * T * KV * hd);
+    }
+    static const unsigned chunks[][2] = {{0, 37}, {37, 50}, {87, 1}, {88, 40}, {128, 1}, {129, 20}, {149, 1}, {0, 150}};
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        const int p0 = (int)chunks[c][0], n = (int)(chunks[c][1] & 0xffu);
+        int64_t row = (int64_t)H * hd;
+        float *qc = ffill((int64_t)B * n * row, NAN), *oc = ffill((int64_t)B * n * row, NAN);
+        float *lc = ffill((int64_t)B * H * n, NAN);
+        for (int b = 0; b < B; b++)
+            memcpy(qc + (size_t)b * n * row, q + ((size_t)b * T + p0) * row, sizeof(float) * n * row);
+        /* the cache holds positions 0 .. p0+n-1 only: later rows are NaN */
+        float *kk = fdup(kc, (int64_t)B * Tc * KV * hd), *vv = fdup(vc, (int64_t)B * Tc * KV * hd);
+        for (int b = 0; b < B; b++)
+            for (int64_t i = (int64_t)(p0 + n) * KV * hd; i < (int64_t)Tc * KV * hd; i++)
+                kk[(size_t)b * Tc * KV * hd + i] = vv[(size_t)b * Tc * KV * hd + i] = NAN;
+        be->attn_fwd_kv(be, oc, lc, qc, kk, vv, B, n, p0, Tc, H, KV, hd);
+        for (int b = 0; b < B; b++) {
+            for (int64_t i = 0; i < n * row; i++) {
+                float want = out[((size_t)b * T + p0) * row + i], got = oc[(size_t)b * n * row + i];
+                cr_assert(fabsf(got - want) <= 1e-5f * (1 + fabsf(want)), "chunk (%d, %d) b %d out[%lld]: %.9g vs %.9g",
+                          p0, n, b, (long long)i, got, want);
+            }
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < n; t++) {
+                    float want = lse[((size_t)b * H + h) * T + p0 + t], got = lc[((size_t)b * H + h) * n + t];
+                    cr_assert(fabsf(got - want) <= 1e-5f * (1 + fabsf(want)), "chunk (%d, %d) lse: %.9g vs %.9g", p0,
+                              n, got, want);
+                }
+        }
+        free(qc), free(oc), free(lc), free(kk), free(vv);
+    }
+    free(q), free(k), free(v), free(out), free(lse), free(kc), free(vc);
 }
 
 /* ---------------------------------------------------------------- SwiGLU */

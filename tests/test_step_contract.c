@@ -236,3 +236,63 @@ Test(step_contract, a_forward_only_model_holds_weights_and_activations_only) {
     llama_destroy(train);
     mp_mesh_destroy(&mesh);
 }
+
+/* A KV-cache model (llama_options.kv_cache) computes the whole-sequence model's logits: a prefill of 70
+ * tokens (past the attention's 64-row blocks), then one position at a time to 150, each position's logits
+ * against the same position's row of one whole-sequence forward, on the fp32 CPU backend and its bf16
+ * emulation. The plan's categories are what the allocator charged, and the KV cache is L x 2 x seq_len x
+ * kv width. The difference is rounding only (one-row GEMMs and key blocks summed in other groupings):
+ * |diff| <= 1e-5 relative to the logits' scale on fp32; on bf16 the activations round to 8 bits, so a
+ * different summation can flip a rounding, and the bound is 2% of the scale. */
+static void check_kv_cache(mp_backend *be, double tol) {
+    const int T = 150, P = 70;
+    llama_config c = small_config(2, 1);
+    mp_mesh mesh;
+    mp_mesh_init_single(&mesh);
+    mp_err err;
+    llama_model *full = NULL, *kv = NULL;
+    llama_options of = {1, T, 0, 1}, ok = {1, T, 0, 1};
+    of.inference = ok.inference = 1;
+    ok.kv_cache = 1;
+    ok.kv_chunk = P;
+    cr_assert_eq(llama_create(&full, &c, &of, &mesh, be, &err), MP_OK, "%s", err.msg);
+    int64_t before[MP_MEM_NCAT];
+    for (int k = 0; k < MP_MEM_NCAT; k++) before[k] = mp_mem_current((mp_mem_cat)k);
+    cr_assert_eq(llama_create(&kv, &c, &ok, &mesh, be, &err), MP_OK, "%s", err.msg);
+    llama_memory_plan plan;
+    ok.act_dtype = be->act_dtype;
+    cr_assert_eq(llama_plan_memory(&c, &ok, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
+    for (int k = MP_MEM_PARAMS; k <= MP_MEM_ACTS; k++)
+        cr_assert_eq(mp_mem_current((mp_mem_cat)k) - before[k], plan.bytes[k], "category %s",
+                     mp_mem_cat_name((mp_mem_cat)k));
+    int64_t kvw = (int64_t)c.num_key_value_heads * llama_head_dim(&c), es = (int64_t)mp_act_size(be);
+    cr_assert_eq(plan.kv_cache, 2 * 2 * ((T * kvw * es + 63) / 64 * 64), "KV cache %lld bytes", (long long)plan.kv_cache);
+    llama_init_weights(full, 5);
+    llama_init_weights(kv, 5);
+    int32_t in[T];
+    for (int i = 0; i < T; i++) in[i] = (i * 31 + 7) % 97;
+    llama_forward(full, in, NULL);
+    int V = c.vocab_size, vl;
+    llama_logits(full, NULL, 0, 0, NULL, &vl, NULL);
+    float *want = malloc(sizeof(float) * (size_t)T * vl), *got = malloc(sizeof(float) * (size_t)vl);
+    llama_logits(full, want, 0, T, NULL, NULL, NULL);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < (int64_t)T * vl; i++) scale = fmax(scale, fabs(want[i]));
+    for (int pos = P - 1; pos < T; pos++) {
+        if (pos == P - 1) llama_forward_kv(kv, in, P, 0);
+        else llama_forward_kv(kv, in + pos, 1, pos);
+        llama_logits(kv, got, 0, 1, NULL, NULL, NULL);
+        for (int j = 0; j < V; j++) worst = fmax(worst, fabs(got[j] - want[(size_t)pos * vl + j]));
+    }
+    cr_assert(worst <= tol * scale, "%s: the KV cache's logits differ by %g (scale %g)", be->name, worst, scale);
+    free(want);
+    free(got);
+    llama_destroy(kv);
+    llama_destroy(full);
+    mp_mesh_destroy(&mesh);
+}
+
+Test(step_contract, a_kv_cache_model_gives_the_whole_sequence_logits_at_every_position) {
+    check_kv_cache(mp_backend_cpu(), 1e-5);
+    check_kv_cache(mp_backend_cpu_bf16(), 2e-2);
+}

@@ -512,6 +512,16 @@ static void cu_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, co
     PROF_END(be, "%s", "attn_fwd");
 }
 
+/* Attention of Tq new queries against a KV cache (k_attn_kv.cu). A prefill from position 0 whose cache
+ * rows are the whole-sequence layout (one sequence, or Tq = Tc) is attn_fwd, the tiled kernel. */
+static void cu_attn_fwd_kv(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
+                           int B, int Tq, int pos0, int Tc, int H, int KV, int hd) {
+    attn_check_limits("attn_fwd_kv", B, Tq, H, KV, hd);
+    if (pos0 == 0 && (B == 1 || Tq == Tc)) mp_cuda_attn_fwd(out, lse, q, k, v, B, Tq, H, KV, hd, cs(be));
+    else mp_cuda_attn_fwd_kv(out, lse, q, k, v, B, Tq, pos0, Tc, H, KV, hd, cs(be));
+    LAUNCHED();
+}
+
 /* Its backward: dq, dk, dv (bf16) written; scratch [B,H,T] floats receives D = rowsum(dout * out). */
 static void cu_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                         const void *out, const float *lse, const void *q, const void *k, const void *v, int B, int T,
@@ -640,6 +650,7 @@ static mp_backend g_cuda = {
     .rope_fwd = cu_rope_fwd,
     .rope_bwd = cu_rope_bwd,
     .attn_fwd = cu_attn_fwd,
+    .attn_fwd_kv = cu_attn_fwd_kv,
     .attn_bwd = cu_attn_bwd,
     .swiglu_fwd = cu_swiglu_fwd,
     .swiglu_bwd = cu_swiglu_bwd,

@@ -126,6 +126,10 @@ void mp_cuda_swiglu_bwd(mp_bf16 *dgate, mp_bf16 *dup, const mp_bf16 *dout, const
 #define MP_CUDA_ATTN_MAX_HD 128
 void mp_cuda_attn_fwd(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
                       int T, int H, int KV, int hd, cudaStream_t s);
+/* The KV-cache forward (k_attn_kv.cu): Tq queries at positions pos0 .. pos0+Tq-1 against k, v [B,Tc,KV,hd]
+ * holding positions 0 .. pos0+Tq-1; out [B,Tq,H,hd], lse [B,H,Tq]. Limits as above, and Tq <= 65535. */
+void mp_cuda_attn_fwd_kv(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
+                         int Tq, int pos0, int Tc, int H, int KV, int hd, cudaStream_t s);
 /* Gradients (=) of the forward that produced out and lse. scratch: [B,H,T] floats, receives
  * D = rowsum(dout * out). dk, dv of a kv head are summed over its H/KV query heads by one thread per
  * element in a fixed order; dq is computed by a separate pass over key tiles (no atomics). */

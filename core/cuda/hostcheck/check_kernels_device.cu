@@ -17,6 +17,7 @@
  */
 #define MP_HOSTCHECK_NO_MAIN 1
 #include "core/cuda/hostcheck/check_kernels_host.cu"
+#include "core/cuda/k_attn_kv.cu"
 extern "C" {
 #include "core/error.h"
 }
@@ -254,6 +255,54 @@ static void dev_attention(int B, int T, int H, int KV, int hd) {
         cudaFree(lse), cudaFree(scratch);
 }
 
+/* attn_fwd_kv (k_attn_kv.cu): query chunks at positions p0 .. p0+n-1 against a cache of capacity Tc > T
+ * give the naive attention's rows (single decode rows, unaligned chunks), and run twice bit for bit. */
+static void dev_attention_kv(int B, int T, int H, int KV, int hd) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "device kv B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    Attn A;
+    A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd;
+    const int Tc = T + 5;
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
+    A.q = rnd_vec(nq, 2.0f), A.k = rnd_vec(nk, 2.0f), A.v = rnd_vec(nk, 1.0f), A.dout = rnd_vec(nq, 1.0f);
+    std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
+    naive(A, rout, rlse, rdq, rdk, rdv);
+    std::vector<float> kc((size_t)B * Tc * KV * hd, 0.0f), vc(kc.size(), 0.0f);
+    for (int b = 0; b < B; b++)
+        for (size_t i = 0; i < (size_t)T * KV * hd; i++)
+            kc[(size_t)b * Tc * KV * hd + i] = A.k[(size_t)b * T * KV * hd + i],
+            vc[(size_t)b * Tc * KV * hd + i] = A.v[(size_t)b * T * KV * hd + i];
+    mp_bf16 *k = up_bf16(kc), *v = up_bf16(vc);
+    const int chunks[][2] = {{0, T / 3}, {T / 3, T / 2}, {T - 2, 1}, {T - 1, 1}};
+    for (auto &c : chunks) {
+        const int p0 = c[0], n = c[1];
+        const size_t row = (size_t)H * hd;
+        std::vector<float> qc((size_t)B * n * row);
+        std::vector<double> ro(qc.size()), rl((size_t)B * H * n);
+        for (int b = 0; b < B; b++)
+            for (size_t i = 0; i < n * row; i++) {
+                qc[(size_t)b * n * row + i] = A.q[((size_t)b * T + p0) * row + i];
+                ro[(size_t)b * n * row + i] = rout[((size_t)b * T + p0) * row + i];
+            }
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < n; t++) rl[((size_t)b * H + h) * n + t] = rlse[A.ri(b, h, p0 + t)];
+        mp_bf16 *q = up_bf16(qc), *out = dev<mp_bf16>(qc.size());
+        float *lse = dev<float>(rl.size());
+        mp_cuda_attn_fwd_kv(out, lse, q, k, v, B, n, p0, Tc, H, KV, hd, g_s);
+        SYNC();
+        std::vector<float> o = down_bf16(out, qc.size()), l = down(lse, rl.size());
+        close("attn_kv out", o, ro, 1e-2, 1e-4, shape);
+        close("attn_kv lse", l, rl, 1e-5, 1e-5, shape);
+        mp_cuda_attn_fwd_kv(out, lse, q, k, v, B, n, p0, Tc, H, KV, hd, g_s);
+        SYNC();
+        CHECK(same_bits(down_bf16(out, qc.size()), o) && same_bits(down(lse, rl.size()), l),
+              "attn_kv not repeatable (%s)", shape);
+        cudaFree(q), cudaFree(out), cudaFree(lse);
+    }
+    cudaFree(k), cudaFree(v);
+}
+
 static void dev_xent(void) {
     const int N = 37, v_local = 1003, v_valid = 990, v_start = 2000;
     const float dloss = 0.125f;
@@ -450,6 +499,8 @@ int main(void) {
     const int shapes[][5] = {{1, 1, 1, 1, 8}, {2, 7, 4, 2, 40}, {1, 33, 4, 1, 64}, {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 300, 8, 2, 128}};
     for (auto &s : shapes) dev_attention(s[0], s[1], s[2], s[3], s[4]);
+    dev_attention_kv(2, 70, 4, 2, 40);
+    dev_attention_kv(1, 150, 9, 3, 64);
     dev_xent();
     dev_adamw();
     dev_gemm(bl);
