@@ -135,6 +135,7 @@ typedef struct {
     int64_t recv;            /* bytes delivered to this rank by collectives */
     double gen_s;            /* time spent making other ranks' lists (subtracted) */
     int64_t *len;            /* [world] list lengths, -1 unknown */
+    char **lists;            /* [world] lists made for a gather, until the gatherv takes them */
 } sim_t;
 
 /* never called: the simulated saves write no rank files */
@@ -206,6 +207,41 @@ static void sim_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     S->recv += (int64_t)bytes;
 }
 
+/* The writer's length gather: root gets every other rank's list length (the lists are kept for the
+ * gatherv that follows, as the real root holds them all once it has gathered). */
+static void sim_gather(mp_comm *c, void *out, const void *in, size_t n, int root) {
+    sim_t *S = sim_of(c);
+    if (c->rank != root) return;
+    if (n != sizeof(int64_t)) { fprintf(stderr, "bench_scale: unexpected gather of %zu bytes\n", n); exit(1); }
+    memcpy((char *)out + (size_t)root * n, in, n);
+    for (int q = 0; q < c->size; q++) {
+        if (q == root) continue;
+        size_t len;
+        S->lists[q] = peer_list(S, q, &len);
+        int64_t v = (int64_t)len;
+        memcpy((char *)out + (size_t)q * n, &v, n);
+        S->recv += (int64_t)n;
+    }
+}
+
+/* The writer's list gatherv: root gets every other rank's list (made by sim_gather). */
+static void sim_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
+    sim_t *S = sim_of(c);
+    if (c->rank != root) return;
+    size_t at = 0;
+    for (int q = 0; q < c->size; q++) {
+        if (q == root) memcpy((char *)out + at, in, (size_t)n);
+        else {
+            if (!S->lists[q] || S->len[q] != counts[q]) { fprintf(stderr, "bench_scale: gatherv of rank %d\n", q); exit(1); }
+            memcpy((char *)out + at, S->lists[q], (size_t)counts[q]);
+            free(S->lists[q]);
+            S->lists[q] = NULL;
+            S->recv += counts[q];
+        }
+        at += (size_t)counts[q];
+    }
+}
+
 static void sim_unexpected(void) { fprintf(stderr, "bench_scale: unexpected collective\n"); exit(1); }
 static void sim_all_reduce_f64(mp_comm *c, double *x, int64_t n) { (void)c; (void)x; (void)n; sim_unexpected(); }
 static void sim_gv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
@@ -225,6 +261,8 @@ static mp_comm *sim_comm(sim_t *S, int rank, int size) {
     c->all_gatherv = sim_gv;
     c->reduce_scatterv = sim_gv;
     c->broadcast = sim_broadcast;
+    c->gather = sim_gather;
+    c->gatherv = sim_gatherv;
     c->barrier = sim_barrier;
     c->destroy = sim_destroy;
     c->impl = S;
@@ -244,8 +282,9 @@ static int add_own(void *ctx, const char *name, int ndim, const int64_t *g, cons
 
 static int run_save(const world_t *w, int rank, const char *dir, int64_t rss0) {
     int W = w->tp * w->dp;
-    sim_t S = {w, dir, 0, 0, NULL};
+    sim_t S = {w, dir, 0, 0, NULL, NULL};
     S.len = mp_xmalloc(sizeof(int64_t) * (size_t)W);
+    S.lists = mp_xcalloc(sizeof(char *) * (size_t)W);
     for (int q = 0; q < W; q++) S.len[q] = -1;
     mp_comm *c = sim_comm(&S, rank, W);
     char *target = ck_fmt("%s/ckpt", dir);
@@ -278,6 +317,7 @@ static int run_save(const world_t *w, int rank, const char *dir, int64_t rss0) {
     ckpt_save_free(s);
     c->destroy(c);
     free(S.len);
+    free(S.lists);
     free(target);
     return 0;
 }

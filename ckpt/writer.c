@@ -31,8 +31,8 @@
  *      message of the lowest failing rank ("[rank N] ..."). On failure rank 0 removes the .partial
  *      directory (all rank files are closed by then).
  *   2. exchange: each process's box list (names, shapes, file ranks, checksums, tile geometry) goes
- *      to rank 0 by one broadcast per process (the lengths first, by an all_reduce of a vector with
- *      one slot per process).
+ *      to rank 0 only: one gather of the lengths, one gatherv of the lists (core/comm.h). No other
+ *      rank receives any list, so a save's traffic is linear in the world (docs/BENCH_SCALE.md).
  *   3. rank 0: builds the layout, checks names, file ownership and exact coverage, writes and fsyncs
  *      index.h5 and then the directory holding it, then
  *        step mode (ckpt_save_begin): renames ROOT/step_N.partial -> step_N, fsyncs ROOT, replaces
@@ -908,36 +908,38 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
     return !r.bad && r.at == r.n;
 }
 
-/* Every process's box list to every process (rank 0 keeps them): lengths by an all_reduce of 2
- * floats per rank (24-bit halves, exact in a float), then one broadcast per rank with boxes. On rank
- * 0, *bad_rank is the first process whose list is malformed and *bad_world the first that records a
- * world size other than rank 0's (both -1 if none). */
+/* Every process's box list to rank 0, and to no other rank: the lengths by one gather of an int64 per
+ * process, then the lists by one gatherv (core/comm.h), so a rank other than 0 receives nothing and
+ * rank 0 the sum of the lists. On rank 0, *all gets every box, *bad_rank is the first process whose
+ * list is malformed and *bad_world the first that records a world size other than rank 0's (both -1
+ * if none); the other ranks return an empty list. */
 static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank, int *bad_world) {
     mp_comm *w = s->world;
     buf_t mine = {0};
     serialize(s, &mine);
-    float *len = mp_xcalloc(sizeof(float) * 2 * (size_t)w->size);
-    len[2 * w->rank] = (float)(mine.n >> 24);
-    len[2 * w->rank + 1] = (float)(mine.n & 0xffffff);
-    w->all_reduce(w, len, 2 * (int64_t)w->size, MP_F32, 0);
+    int root = w->rank == 0;
+    int64_t n = (int64_t)mine.n;
+    int64_t *len = root ? mp_xmalloc(sizeof(int64_t) * (size_t)w->size) : NULL;
+    w->gather(w, len, &n, sizeof n, 0);
+    size_t total = 0;
+    for (int r = 0; root && r < w->size; r++) total += (size_t)len[r];
+    char *lists = root ? mp_xmalloc(total ? total : 1) : NULL;
+    w->gatherv(w, lists, mine.p, n, len, 0);
     int cap = 0;
     *nall = 0;
     *all = NULL;
     *bad_rank = *bad_world = -1;
-    for (int r = 0; r < w->size; r++) {
-        size_t n = ((size_t)len[2 * r] << 24) | (size_t)len[2 * r + 1];
-        char *buf = r == w->rank ? mine.p : mp_xmalloc(n ? n : 1);
-        w->broadcast(w, buf, n, r);
-        if (w->rank == 0) {
-            int64_t ws = 0;
-            if (!deserialize(buf, n, r, all, nall, &cap, &ws)) {
-                if (*bad_rank < 0) *bad_rank = r;
-            } else if (ws != s->wsize && *bad_world < 0) {
-                *bad_world = r;
-            }
+    size_t at = 0;
+    for (int r = 0; root && r < w->size; r++) {
+        int64_t ws = 0;
+        if (!deserialize(lists + at, (size_t)len[r], r, all, nall, &cap, &ws)) {
+            if (*bad_rank < 0) *bad_rank = r;
+        } else if (ws != s->wsize && *bad_world < 0) {
+            *bad_world = r;
         }
-        if (r != w->rank) free(buf);
+        at += (size_t)len[r];
     }
+    free(lists);
     free(len);
     free(mine.p);
 }
