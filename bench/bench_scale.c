@@ -135,7 +135,6 @@ typedef struct {
     int64_t recv;            /* bytes delivered to this rank by collectives */
     double gen_s;            /* time spent making other ranks' lists (subtracted) */
     int64_t *len;            /* [world] list lengths, -1 unknown */
-    char **lists;            /* [world] lists made for a gather, until the gatherv takes them */
 } sim_t;
 
 /* never called: the simulated saves write no rank files */
@@ -207,8 +206,7 @@ static void sim_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     S->recv += (int64_t)bytes;
 }
 
-/* The writer's length gather: root gets every other rank's list length (the lists are kept for the
- * gatherv that follows, as the real root holds them all once it has gathered). */
+/* The writer's length gather: root gets every other rank's list length. */
 static void sim_gather(mp_comm *c, void *out, const void *in, size_t n, int root) {
     sim_t *S = sim_of(c);
     if (c->rank != root) return;
@@ -217,25 +215,29 @@ static void sim_gather(mp_comm *c, void *out, const void *in, size_t n, int root
     for (int q = 0; q < c->size; q++) {
         if (q == root) continue;
         size_t len;
-        S->lists[q] = peer_list(S, q, &len);
+        free(peer_list(S, q, &len));
         int64_t v = (int64_t)len;
         memcpy((char *)out + (size_t)q * n, &v, n);
         S->recv += (int64_t)n;
     }
 }
 
-/* The writer's list gatherv: root gets every other rank's list (made by sim_gather). */
+/* The writer's list gatherv(s): root gets the lists of the ranks with a count (made again, one at a time,
+ * as the real root receives them into one buffer per call). */
 static void sim_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
     sim_t *S = sim_of(c);
     if (c->rank != root) return;
     size_t at = 0;
     for (int q = 0; q < c->size; q++) {
-        if (q == root) memcpy((char *)out + at, in, (size_t)n);
-        else {
-            if (!S->lists[q] || S->len[q] != counts[q]) { fprintf(stderr, "bench_scale: gatherv of rank %d\n", q); exit(1); }
-            memcpy((char *)out + at, S->lists[q], (size_t)counts[q]);
-            free(S->lists[q]);
-            S->lists[q] = NULL;
+        if (counts[q] == 0) continue;
+        if (q == root) {
+            memcpy((char *)out + at, in, (size_t)n);
+        } else {
+            size_t len;
+            char *p = peer_list(S, q, &len);
+            if ((int64_t)len != counts[q]) { fprintf(stderr, "bench_scale: gatherv of rank %d\n", q); exit(1); }
+            memcpy((char *)out + at, p, len);
+            free(p);
             S->recv += counts[q];
         }
         at += (size_t)counts[q];
@@ -282,9 +284,8 @@ static int add_own(void *ctx, const char *name, int ndim, const int64_t *g, cons
 
 static int run_save(const world_t *w, int rank, const char *dir, int64_t rss0) {
     int W = w->tp * w->dp;
-    sim_t S = {w, dir, 0, 0, NULL, NULL};
+    sim_t S = {w, dir, 0, 0, NULL};
     S.len = mp_xmalloc(sizeof(int64_t) * (size_t)W);
-    S.lists = mp_xcalloc(sizeof(char *) * (size_t)W);
     for (int q = 0; q < W; q++) S.len[q] = -1;
     mp_comm *c = sim_comm(&S, rank, W);
     char *target = ck_fmt("%s/ckpt", dir);
@@ -317,7 +318,6 @@ static int run_save(const world_t *w, int rank, const char *dir, int64_t rss0) {
     ckpt_save_free(s);
     c->destroy(c);
     free(S.len);
-    free(S.lists);
     free(target);
     return 0;
 }

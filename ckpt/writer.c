@@ -31,7 +31,7 @@
  *      message of the lowest failing rank ("[rank N] ..."). On failure rank 0 removes the .partial
  *      directory (all rank files are closed by then).
  *   2. exchange: each process's box list (names, shapes, file ranks, checksums, tile geometry) goes
- *      to rank 0 only: one gather of the lengths, one gatherv of the lists (core/comm.h). No other
+ *      to rank 0 only: one gather of the lengths, one gatherv per 256 ranks' lists (core/comm.h). No other
  *      rank receives any list, so a save's traffic is linear in the world (docs/BENCH_SCALE.md).
  *   3. rank 0: builds the layout, checks names, file ownership and exact coverage, writes and fsyncs
  *      index.h5 and then the directory holding it, then
@@ -908,11 +908,24 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
     return !r.bad && r.at == r.n;
 }
 
+/* Ranks whose lists rank 0 receives per gatherv of the exchange: bounds rank 0's receive buffer to this
+ * many lists (70B at tp 8: ~150 MiB) however large the world (docs/BENCH_SCALE.md). */
+#define CK_GATHER_RANKS 256
+
+/* CK_GATHER_RANKS, or MP_CKPT_GATHER_RANKS when set > 0 (tests only: several rounds with a few processes;
+ * every rank must see the same value, as under one mpiexec). */
+static int gather_ranks(void) {
+    const char *v = getenv("MP_CKPT_GATHER_RANKS");
+    int k = v ? atoi(v) : 0;
+    return k > 0 ? k : CK_GATHER_RANKS;
+}
+
 /* Every process's box list to rank 0, and to no other rank: the lengths by one gather of an int64 per
- * process, then the lists by one gatherv (core/comm.h), so a rank other than 0 receives nothing and
- * rank 0 the sum of the lists. On rank 0, *all gets every box, *bad_rank is the first process whose
- * list is malformed and *bad_world the first that records a world size other than rank 0's (both -1
- * if none); the other ranks return an empty list. */
+ * process, then the lists by one gatherv per CK_GATHER_RANKS consecutive ranks (core/comm.h; a rank
+ * sends nothing in the rounds of other ranks), deserialized round by round. So a rank other than 0
+ * receives nothing and rank 0 the sum of the lists. On rank 0, *all gets every box (in rank order),
+ * *bad_rank is the first process whose list is malformed and *bad_world the first that records a
+ * world size other than rank 0's (both -1 if none); the other ranks return an empty list. */
 static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank, int *bad_world) {
     mp_comm *w = s->world;
     buf_t mine = {0};
@@ -920,26 +933,34 @@ static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank, int *ba
     int root = w->rank == 0;
     int64_t n = (int64_t)mine.n;
     int64_t *len = root ? mp_xmalloc(sizeof(int64_t) * (size_t)w->size) : NULL;
+    int64_t *counts = root ? mp_xcalloc(sizeof(int64_t) * (size_t)w->size) : NULL;
     w->gather(w, len, &n, sizeof n, 0);
-    size_t total = 0;
-    for (int r = 0; root && r < w->size; r++) total += (size_t)len[r];
-    char *lists = root ? mp_xmalloc(total ? total : 1) : NULL;
-    w->gatherv(w, lists, mine.p, n, len, 0);
     int cap = 0;
     *nall = 0;
     *all = NULL;
     *bad_rank = *bad_world = -1;
-    size_t at = 0;
-    for (int r = 0; root && r < w->size; r++) {
-        int64_t ws = 0;
-        if (!deserialize(lists + at, (size_t)len[r], r, all, nall, &cap, &ws)) {
-            if (*bad_rank < 0) *bad_rank = r;
-        } else if (ws != s->wsize && *bad_world < 0) {
-            *bad_world = r;
+    const int per = gather_ranks();
+    for (int r0 = 0; r0 < w->size; r0 += per) {
+        int r1 = w->size - r0 < per ? w->size : r0 + per;
+        int mine_now = w->rank >= r0 && w->rank < r1;
+        size_t total = 0;
+        for (int r = r0; root && r < r1; r++) total += (size_t)(counts[r] = len[r]);
+        char *lists = root ? mp_xmalloc(total ? total : 1) : NULL;
+        w->gatherv(w, lists, mine.p, mine_now ? n : 0, counts, 0);
+        size_t at = 0;
+        for (int r = r0; root && r < r1; r++) {
+            int64_t ws = 0;
+            if (!deserialize(lists + at, (size_t)len[r], r, all, nall, &cap, &ws)) {
+                if (*bad_rank < 0) *bad_rank = r;
+            } else if (ws != s->wsize && *bad_world < 0) {
+                *bad_world = r;
+            }
+            at += (size_t)len[r];
+            counts[r] = 0;
         }
-        at += (size_t)len[r];
+        free(lists);
     }
-    free(lists);
+    free(counts);
     free(len);
     free(mine.p);
 }

@@ -6,7 +6,8 @@
 # checksums and tile checksums of the data included; docs/FORMAT.md, "Index checksum") that the
 # previous writer (commit 6c1c6c4, one broadcast per process) produced for this save, so equality
 # proves the same tensors, boxes, files, data checksums and metadata. The checkpoint is then read back
-# and verified on NP ranks (tool_ckpt_mpi check). A change of the tool's tensor set changes WANT.
+# and verified on NP ranks (tool_ckpt_mpi check), and saved again with rank 0 receiving the lists in
+# rounds of 3 ranks (MP_CKPT_GATHER_RANKS). A change of the tool's tensor set changes WANT.
 set -uo pipefail
 case="same_index np$3"
 . "$(dirname "$0")/lib.sh"
@@ -22,4 +23,12 @@ got=$(/usr/bin/python3 -c 'import sys, h5py; print("%016x" % int(h5py.File(sys.a
       "$work/root/step_00000007/index.h5") || fail "cannot read index_checksum"
 [ "$got" = "$want" ] || fail "index_checksum $got, the previous writer's was $want"
 echo "ok: $np-process save, index_checksum $got as before"
+# the same with rank 0 receiving the lists 3 ranks at a time (several gatherv rounds, ckpt/writer.c)
+rm -rf "$work/root"
+MP_CKPT_GATHER_RANKS=3 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" "$tool" save "$work/root" 7 >"$log" 2>&1 ||
+    fail "save in rounds of 3 ranks failed: $(cat "$log")"
+got=$(/usr/bin/python3 -c 'import sys, h5py; print("%016x" % int(h5py.File(sys.argv[1], "r").attrs["index_checksum"]))' \
+      "$work/root/step_00000007/index.h5") || fail "cannot read index_checksum"
+[ "$got" = "$want" ] || fail "rounds of 3 ranks: index_checksum $got, the previous writer's was $want"
+echo "ok: the same in gather rounds of 3 ranks"
 rm -rf "$work"
