@@ -15,20 +15,20 @@ tool=$1 mpiexec=$2 np=$3 work=$4 want=$5
 rm -rf "$work"
 mkdir -p "$work"
 log=$work/log
-"$mpiexec" --allow-run-as-root --oversubscribe -np "$np" "$tool" save "$work/root" 7 >"$log" 2>&1 ||
-    fail "save failed: $(cat "$log")"
+# save_and_compare WHAT [ENV=VALUE...]: a fresh save of step 7 (with the environment given), whose
+# index_checksum must be WANT
+save_and_compare() {
+    local what=$1; shift
+    rm -rf "$work/root"
+    env "$@" "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" "$tool" save "$work/root" 7 >"$log" 2>&1 ||
+        fail "$what: save failed: $(cat "$log")"
+    got=$(/usr/bin/python3 -c 'import sys, h5py; print("%016x" % int(h5py.File(sys.argv[1], "r").attrs["index_checksum"]))' \
+          "$work/root/step_00000007/index.h5") || fail "$what: cannot read index_checksum"
+    [ "$got" = "$want" ] || fail "$what: index_checksum $got, the previous writer's was $want"
+    echo "ok: $what: $np-process save, index_checksum $got as before"
+}
+save_and_compare "one gatherv round"
 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" "$tool" check "$work/root" 7 >"$log" 2>&1 ||
     fail "read-back failed: $(cat "$log")"
-got=$(/usr/bin/python3 -c 'import sys, h5py; print("%016x" % int(h5py.File(sys.argv[1], "r").attrs["index_checksum"]))' \
-      "$work/root/step_00000007/index.h5") || fail "cannot read index_checksum"
-[ "$got" = "$want" ] || fail "index_checksum $got, the previous writer's was $want"
-echo "ok: $np-process save, index_checksum $got as before"
-# the same with rank 0 receiving the lists 3 ranks at a time (several gatherv rounds, ckpt/writer.c)
-rm -rf "$work/root"
-MP_CKPT_GATHER_RANKS=3 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" "$tool" save "$work/root" 7 >"$log" 2>&1 ||
-    fail "save in rounds of 3 ranks failed: $(cat "$log")"
-got=$(/usr/bin/python3 -c 'import sys, h5py; print("%016x" % int(h5py.File(sys.argv[1], "r").attrs["index_checksum"]))' \
-      "$work/root/step_00000007/index.h5") || fail "cannot read index_checksum"
-[ "$got" = "$want" ] || fail "rounds of 3 ranks: index_checksum $got, the previous writer's was $want"
-echo "ok: the same in gather rounds of 3 ranks"
+save_and_compare "gather rounds of 3 ranks" MP_CKPT_GATHER_RANKS=3
 rm -rf "$work"
