@@ -97,6 +97,10 @@ struct ckpt_save {
     ckpt_save_opts o;
     wbox *b;
     int nb, capb;
+    int *by_name, *by_file;         /* open-addressing hash sets of box indices (-1 empty), capacity capm:
+                                       a box per tensor name / per (name, file rank); see box_map */
+    int *in_file;                   /* [capm] boxes of that (name, file rank) so far, beside by_file */
+    int capm;
     char **keys, **vals;
     int nmeta;
     mp_code lrc;                    /* first local error (add/meta/write) */
@@ -300,6 +304,65 @@ const char *ckpt_save_dir(const ckpt_save *s) { return s->final; }
 
 /* --------------------------------------------------------------------------------- add / meta */
 
+/* ---------------------------------------------------------------------- box map (planning) */
+/* Adding a box looks up the earlier boxes of its tensor (dtype and shape must agree) and counts those
+ * in its file (the dataset's box_<k>) through two hash sets of box indices, by name and by (name, file
+ * rank): O(1) per box, so a rank's planning is linear in its own boxes (docs/BENCH_SCALE.md). Both
+ * sets are rebuilt at twice the size when half full. */
+
+static uint64_t map_hash(const char *name, int rank) {
+    return XXH3_64bits_withSeed(name, strlen(name), (uint64_t)(int64_t)rank + 2);
+}
+
+/* The slot of set (s->by_name when rank < 0, else s->by_file) holding a box of name (and file rank),
+ * or the empty slot where one would go. */
+static int map_find(const ckpt_save *s, const int *set, const char *name, int rank) {
+    if (s->capm == 0) return 0;
+    size_t mask = (size_t)s->capm - 1, i = (size_t)map_hash(name, rank) & mask;
+    for (;; i = (i + 1) & mask) {
+        int j = set[i];
+        if (j < 0 || (strcmp(s->b[j].name, name) == 0 && (rank < 0 || s->b[j].rank == rank))) return (int)i;
+    }
+}
+
+/* Sets of capacity cap (a power of two) over boxes [0, nb), counts recomputed. */
+static void map_build(ckpt_save *s, int cap, int nb) {
+    size_t old = sizeof(int) * (size_t)s->capm;
+    mp_free_acct(s->by_name, old, MP_MEM_OTHER);
+    mp_free_acct(s->by_file, old, MP_MEM_OTHER);
+    mp_free_acct(s->in_file, old, MP_MEM_OTHER);
+    s->capm = cap;
+    s->by_name = mp_malloc(sizeof(int) * (size_t)cap, MP_MEM_OTHER);
+    s->by_file = mp_malloc(sizeof(int) * (size_t)cap, MP_MEM_OTHER);
+    s->in_file = mp_calloc(sizeof(int) * (size_t)cap, MP_MEM_OTHER);
+    for (int i = 0; i < cap; i++) s->by_name[i] = s->by_file[i] = -1;
+    for (int j = 0; j < nb; j++) {
+        int a = map_find(s, s->by_name, s->b[j].name, -1), f = map_find(s, s->by_file, s->b[j].name, s->b[j].rank);
+        if (s->by_name[a] < 0) s->by_name[a] = j;
+        if (s->by_file[f] < 0) s->by_file[f] = j;
+        s->in_file[f]++;
+    }
+}
+
+/* Records box j (just appended; name_slot / file_slot its slots from map_find before it was added, k its
+ * count in its file including itself). */
+static void map_add(ckpt_save *s, int j, int name_slot, int file_slot, int k) {
+    if (2 * (s->nb + 1) > s->capm) {   /* also the first box: capm 0 */
+        map_build(s, s->capm ? 2 * s->capm : 64, s->nb);
+        return;
+    }
+    if (s->by_name[name_slot] < 0) s->by_name[name_slot] = j;
+    if (s->by_file[file_slot] < 0) s->by_file[file_slot] = j;
+    s->in_file[file_slot] = k;
+}
+
+static void map_free(ckpt_save *s) {
+    size_t n = sizeof(int) * (size_t)s->capm;
+    mp_free_acct(s->by_name, n, MP_MEM_OTHER);
+    mp_free_acct(s->by_file, n, MP_MEM_OTHER);
+    mp_free_acct(s->in_file, n, MP_MEM_OTHER);
+}
+
 /* Validates a box about to be added to file rank file_rank and appends it to s->b (dataset names,
  * tile geometry set; data / fill left to the caller). Returns the new box, or NULL with *le set. */
 static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt, int ndim, const int64_t *gshape,
@@ -338,16 +401,18 @@ static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt,
         }
     }
     int k = 0;   /* boxes of this tensor already in this file */
-    for (int i = 0; i < s->nb; i++) {
-        if (strcmp(s->b[i].name, name) != 0) continue;
-        if (s->b[i].rank == file_rank) k++;
-        int same = s->b[i].dt == dt && s->b[i].ndim == ndim;
-        for (int d = 0; same && d < ndim; d++) same = s->b[i].gshape[d] == gshape[d];
+    int same_name = map_find(s, s->by_name, name, -1), same_file = map_find(s, s->by_file, name, file_rank);
+    int first = s->capm ? s->by_name[same_name] : -1;
+    if (first >= 0) {
+        const wbox *P = &s->b[first];
+        int same = P->dt == dt && P->ndim == ndim;
+        for (int d = 0; same && d < ndim; d++) same = P->gshape[d] == gshape[d];
         if (!same) {
             mp_err_set(le, MP_EINPUT, "tensor %s: added again with a different dtype or global shape", name);
             return NULL;
         }
     }
+    if (s->capm && s->by_file[same_file] >= 0) k = s->in_file[same_file];
     if (s->nb == s->capb) {
         int cap = s->capb * 2 + 16;
         s->b = mp_realloc(s->b, sizeof *s->b * (size_t)s->capb, sizeof *s->b * (size_t)cap, MP_MEM_OTHER);
@@ -369,6 +434,7 @@ static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt,
     snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%d", name, k);
     ckpt_tile_geometry(mp_dtype_size(dt), ndim, B->shp, &B->tile_rows, &B->tile_cols);
     B->ntiles = ck_tile_count(ndim, B->shp, B->tile_rows, B->tile_cols);
+    map_add(s, s->nb - 1, same_name, same_file, k + 1);
     return B;
 }
 
@@ -1351,6 +1417,7 @@ void ckpt_save_free(ckpt_save *s) {
     join_writer(s);
     set_inflight(NULL, s);
     free_boxes(s->b, s->nb);
+    map_free(s);
     for (int i = 0; i < s->nmeta; i++) { free(s->keys[i]); free(s->vals[i]); }
     free(s->keys);
     free(s->vals);

@@ -17,7 +17,7 @@ if(TARGET tool_ckpt_mpi)
     set_tests_properties(ckpt_same_index_np${np} PROPERTIES ENVIRONMENT "OPENBLAS_NUM_THREADS=1" TIMEOUT 300)
   endforeach()
 endif()
-if(TARGET bench_scale)
+if(TARGET mp_ckpt)   # bench_scale is defined below the tests, under the same condition
   add_test(NAME ckpt_scale_exchange
            COMMAND ${CMAKE_SOURCE_DIR}/tests/scale_exchange.sh $<TARGET_FILE:bench_scale>
                    ${CMAKE_BINARY_DIR}/Testing/scale_exchange)
