@@ -31,8 +31,8 @@
  *      message of the lowest failing rank ("[rank N] ..."). On failure rank 0 removes the .partial
  *      directory (all rank files are closed by then).
  *   2. exchange: each process's box list (names, shapes, file ranks, checksums, tile geometry) goes
- *      to rank 0 by one broadcast per process (the lengths first, by an all_reduce of a vector with
- *      one slot per process).
+ *      to rank 0 only: one gather of the lengths, one gatherv per 256 ranks' lists (core/comm.h). No other
+ *      rank receives any list, so a save's traffic is linear in the world (docs/BENCH_SCALE.md).
  *   3. rank 0: builds the layout, checks names, file ownership and exact coverage, writes and fsyncs
  *      index.h5 and then the directory holding it, then
  *        step mode (ckpt_save_begin): renames ROOT/step_N.partial -> step_N, fsyncs ROOT, replaces
@@ -97,6 +97,10 @@ struct ckpt_save {
     ckpt_save_opts o;
     wbox *b;
     int nb, capb;
+    int *by_name, *by_file;         /* open-addressing hash sets of box indices (-1 empty), capacity capm:
+                                       a box per tensor name / per (name, file rank); see box_map */
+    int *in_file;                   /* [capm] boxes of that (name, file rank) so far, beside by_file */
+    int capm;
     char **keys, **vals;
     int nmeta;
     mp_code lrc;                    /* first local error (add/meta/write) */
@@ -300,6 +304,65 @@ const char *ckpt_save_dir(const ckpt_save *s) { return s->final; }
 
 /* --------------------------------------------------------------------------------- add / meta */
 
+/* ---------------------------------------------------------------------- box map (planning) */
+/* Adding a box looks up the earlier boxes of its tensor (dtype and shape must agree) and counts those
+ * in its file (the dataset's box_<k>) through two hash sets of box indices, by name and by (name, file
+ * rank): O(1) per box, so a rank's planning is linear in its own boxes (docs/BENCH_SCALE.md). Both
+ * sets are rebuilt at twice the size when half full. */
+
+static uint64_t map_hash(const char *name, int rank) {
+    return XXH3_64bits_withSeed(name, strlen(name), (uint64_t)(int64_t)rank + 2);
+}
+
+/* The slot of set (s->by_name when rank < 0, else s->by_file) holding a box of name (and file rank),
+ * or the empty slot where one would go. */
+static int map_find(const ckpt_save *s, const int *set, const char *name, int rank) {
+    if (s->capm == 0) return 0;
+    size_t mask = (size_t)s->capm - 1, i = (size_t)map_hash(name, rank) & mask;
+    for (;; i = (i + 1) & mask) {
+        int j = set[i];
+        if (j < 0 || (strcmp(s->b[j].name, name) == 0 && (rank < 0 || s->b[j].rank == rank))) return (int)i;
+    }
+}
+
+/* Sets of capacity cap (a power of two) over boxes [0, nb), counts recomputed. */
+static void map_build(ckpt_save *s, int cap, int nb) {
+    size_t old = sizeof(int) * (size_t)s->capm;
+    mp_free_acct(s->by_name, old, MP_MEM_OTHER);
+    mp_free_acct(s->by_file, old, MP_MEM_OTHER);
+    mp_free_acct(s->in_file, old, MP_MEM_OTHER);
+    s->capm = cap;
+    s->by_name = mp_malloc(sizeof(int) * (size_t)cap, MP_MEM_OTHER);
+    s->by_file = mp_malloc(sizeof(int) * (size_t)cap, MP_MEM_OTHER);
+    s->in_file = mp_calloc(sizeof(int) * (size_t)cap, MP_MEM_OTHER);
+    for (int i = 0; i < cap; i++) s->by_name[i] = s->by_file[i] = -1;
+    for (int j = 0; j < nb; j++) {
+        int a = map_find(s, s->by_name, s->b[j].name, -1), f = map_find(s, s->by_file, s->b[j].name, s->b[j].rank);
+        if (s->by_name[a] < 0) s->by_name[a] = j;
+        if (s->by_file[f] < 0) s->by_file[f] = j;
+        s->in_file[f]++;
+    }
+}
+
+/* Records box j (just appended; name_slot / file_slot its slots from map_find before it was added, k its
+ * count in its file including itself). */
+static void map_add(ckpt_save *s, int j, int name_slot, int file_slot, int k) {
+    if (2 * (s->nb + 1) > s->capm) {   /* also the first box: capm 0 */
+        map_build(s, s->capm ? 2 * s->capm : 64, s->nb);
+        return;
+    }
+    if (s->by_name[name_slot] < 0) s->by_name[name_slot] = j;
+    if (s->by_file[file_slot] < 0) s->by_file[file_slot] = j;
+    s->in_file[file_slot] = k;
+}
+
+static void map_free(ckpt_save *s) {
+    size_t n = sizeof(int) * (size_t)s->capm;
+    mp_free_acct(s->by_name, n, MP_MEM_OTHER);
+    mp_free_acct(s->by_file, n, MP_MEM_OTHER);
+    mp_free_acct(s->in_file, n, MP_MEM_OTHER);
+}
+
 /* Validates a box about to be added to file rank file_rank and appends it to s->b (dataset names,
  * tile geometry set; data / fill left to the caller). Returns the new box, or NULL with *le set. */
 static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt, int ndim, const int64_t *gshape,
@@ -338,16 +401,18 @@ static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt,
         }
     }
     int k = 0;   /* boxes of this tensor already in this file */
-    for (int i = 0; i < s->nb; i++) {
-        if (strcmp(s->b[i].name, name) != 0) continue;
-        if (s->b[i].rank == file_rank) k++;
-        int same = s->b[i].dt == dt && s->b[i].ndim == ndim;
-        for (int d = 0; same && d < ndim; d++) same = s->b[i].gshape[d] == gshape[d];
+    int same_name = map_find(s, s->by_name, name, -1), same_file = map_find(s, s->by_file, name, file_rank);
+    int first = s->capm ? s->by_name[same_name] : -1;
+    if (first >= 0) {
+        const wbox *P = &s->b[first];
+        int same = P->dt == dt && P->ndim == ndim;
+        for (int d = 0; same && d < ndim; d++) same = P->gshape[d] == gshape[d];
         if (!same) {
             mp_err_set(le, MP_EINPUT, "tensor %s: added again with a different dtype or global shape", name);
             return NULL;
         }
     }
+    if (s->capm && s->by_file[same_file] >= 0) k = s->in_file[same_file];
     if (s->nb == s->capb) {
         int cap = s->capb * 2 + 16;
         s->b = mp_realloc(s->b, sizeof *s->b * (size_t)s->capb, sizeof *s->b * (size_t)cap, MP_MEM_OTHER);
@@ -369,6 +434,7 @@ static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt,
     snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%d", name, k);
     ckpt_tile_geometry(mp_dtype_size(dt), ndim, B->shp, &B->tile_rows, &B->tile_cols);
     B->ntiles = ck_tile_count(ndim, B->shp, B->tile_rows, B->tile_cols);
+    map_add(s, s->nb - 1, same_name, same_file, k + 1);
     return B;
 }
 
@@ -916,36 +982,59 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
     return !r.bad && r.at == r.n;
 }
 
-/* Every process's box list to every process (rank 0 keeps them): lengths by an all_reduce of 2
- * floats per rank (24-bit halves, exact in a float), then one broadcast per rank with boxes. On rank
- * 0, *bad_rank is the first process whose list is malformed and *bad_world the first that records a
- * world size other than rank 0's (both -1 if none). */
+/* Ranks whose lists rank 0 receives per gatherv of the exchange: bounds rank 0's receive buffer to this
+ * many lists (70B at tp 8: ~150 MiB) however large the world (docs/BENCH_SCALE.md). */
+#define CK_GATHER_RANKS 256
+
+/* CK_GATHER_RANKS, or MP_CKPT_GATHER_RANKS when set > 0 (tests only: several rounds with a few processes;
+ * every rank must see the same value, as under one mpiexec). */
+static int gather_ranks(void) {
+    const char *v = getenv("MP_CKPT_GATHER_RANKS");
+    int k = v ? atoi(v) : 0;
+    return k > 0 ? k : CK_GATHER_RANKS;
+}
+
+/* Every process's box list to rank 0, and to no other rank: the lengths by one gather of an int64 per
+ * process, then the lists by one gatherv per CK_GATHER_RANKS consecutive ranks (core/comm.h; a rank
+ * sends nothing in the rounds of other ranks), deserialized round by round. So a rank other than 0
+ * receives nothing and rank 0 the sum of the lists. On rank 0, *all gets every box (in rank order),
+ * *bad_rank is the first process whose list is malformed and *bad_world the first that records a
+ * world size other than rank 0's (both -1 if none); the other ranks return an empty list. */
 static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank, int *bad_world) {
     mp_comm *w = s->world;
     buf_t mine = {0};
     serialize(s, &mine);
-    float *len = mp_xcalloc(sizeof(float) * 2 * (size_t)w->size);
-    len[2 * w->rank] = (float)(mine.n >> 24);
-    len[2 * w->rank + 1] = (float)(mine.n & 0xffffff);
-    w->all_reduce(w, len, 2 * (int64_t)w->size, MP_F32, 0);
+    int root = w->rank == 0;
+    int64_t n = (int64_t)mine.n;
+    int64_t *len = root ? mp_xmalloc(sizeof(int64_t) * (size_t)w->size) : NULL;
+    int64_t *counts = root ? mp_xcalloc(sizeof(int64_t) * (size_t)w->size) : NULL;
+    w->gather(w, len, &n, sizeof n, 0);
     int cap = 0;
     *nall = 0;
     *all = NULL;
     *bad_rank = *bad_world = -1;
-    for (int r = 0; r < w->size; r++) {
-        size_t n = ((size_t)len[2 * r] << 24) | (size_t)len[2 * r + 1];
-        char *buf = r == w->rank ? mine.p : mp_xmalloc(n ? n : 1);
-        w->broadcast(w, buf, n, r);
-        if (w->rank == 0) {
+    const int per = gather_ranks();
+    for (int r0 = 0; r0 < w->size; r0 += per) {
+        int r1 = w->size - r0 < per ? w->size : r0 + per;
+        int mine_now = w->rank >= r0 && w->rank < r1;
+        size_t total = 0;
+        for (int r = r0; root && r < r1; r++) total += (size_t)(counts[r] = len[r]);
+        char *lists = root ? mp_xmalloc(total ? total : 1) : NULL;
+        w->gatherv(w, lists, mine.p, mine_now ? n : 0, counts, 0);
+        size_t at = 0;
+        for (int r = r0; root && r < r1; r++) {
             int64_t ws = 0;
-            if (!deserialize(buf, n, r, all, nall, &cap, &ws)) {
+            if (!deserialize(lists + at, (size_t)len[r], r, all, nall, &cap, &ws)) {
                 if (*bad_rank < 0) *bad_rank = r;
             } else if (ws != s->wsize && *bad_world < 0) {
                 *bad_world = r;
             }
+            at += (size_t)len[r];
+            counts[r] = 0;
         }
-        if (r != w->rank) free(buf);
+        free(lists);
     }
+    free(counts);
     free(len);
     free(mine.p);
 }
@@ -1336,6 +1425,7 @@ void ckpt_save_free(ckpt_save *s) {
     join_writer(s);
     set_inflight(NULL, s);
     free_boxes(s->b, s->nb);
+    map_free(s);
     for (int i = 0; i < s->nmeta; i++) { free(s->keys[i]); free(s->vals[i]); }
     free(s->keys);
     free(s->vals);
@@ -1345,4 +1435,18 @@ void ckpt_save_free(ckpt_save *s) {
     free(s->partial);
     free(s->where);
     free(s);
+}
+
+/* ------------------------------------------------------------- scale simulation (bench_scale only) */
+
+char *ck_save_list(const ckpt_save *s, size_t *n) {
+    buf_t b = {0};
+    serialize(s, &b);
+    *n = b.n;
+    return b.p;
+}
+
+mp_code ck_save_commit_plan(ckpt_save *s, mp_err *e) {
+    assert(s && s->state == ST_OPEN);
+    return commit(s, e);
 }

@@ -98,3 +98,13 @@ void mp_comm_count_broadcast(mp_comm *c, size_t bytes, int root) {
     if (c->rank == root) c->bytes_sent[MP_COMM_BCAST] += (int64_t)bytes;
     c->calls[MP_COMM_BCAST]++;
 }
+
+void mp_comm_count_gather(mp_comm *c, int64_t n, const int64_t *counts, int root) {
+    assert(c && n >= 0 && root >= 0 && root < c->size);
+    if (c->rank == root && counts) {
+        (void)total_count(c, counts);
+        assert(counts[root] == n && "comm: gatherv counts[root] differs from the root's n");
+    }
+    if (c->rank != root) c->bytes_sent[MP_COMM_GATHER] += n;
+    c->calls[MP_COMM_GATHER]++;
+}

@@ -7,6 +7,7 @@
  *   all_gather(n per rank)   (p-1) * n        (each rank's n bytes reach p-1 others)
  *   reduce_scatter(n total)  (p-1)/p * n
  *   broadcast(n bytes)       n on the root, 0 elsewhere
+ *   gather/gatherv(n bytes)  n on every rank but the root, 0 on the root (its own block does not move)
  * A group of size 1 moves nothing and counts nothing (neither bytes nor calls).
  *
  * Exact per-rank formulas (integers, deterministic, also for uneven sizes). p = group size, r = this
@@ -16,6 +17,9 @@
  *   all_reduce(n elems) e * ((n - b_r) + (p-1) * b_r), b_r = count of part r of mp_split(n, p, r):
  *                       a reduce-scatter then an all-gather over the mp_split blocks of the vector
  *   broadcast(B bytes)  B on the root, 0 elsewhere
+ *   gather(v)(B bytes)  B on every rank but the root, 0 on the root: the root receives the sum over the
+ *                       others and no other rank receives anything (the checkpoint commit's layout
+ *                       exchange, ckpt/writer.c, so that its cost is linear in the world)
  * Summed over the group these are exactly the ring totals: e*(p-1)*T for all_gatherv and
  * reduce_scatterv, 2*(p-1)*e*n for all_reduce, so with even sizes each rank's count is the ring one
  * ((p-1)*n, (p-1)/p*n, 2(p-1)/p*n). calls[op] counts one per call; all_reduce_f64 counts as ALLREDUCE.
@@ -36,7 +40,7 @@
 #include "core/tensor.h"
 
 typedef enum { MP_COMM_ALLREDUCE = 0, MP_COMM_ALLGATHER, MP_COMM_REDUCE_SCATTER, MP_COMM_BCAST,
-               MP_COMM_NOPS } mp_comm_op;
+               MP_COMM_GATHER, MP_COMM_NOPS } mp_comm_op;
 
 typedef struct mp_comm mp_comm;
 
@@ -53,6 +57,13 @@ struct mp_comm {
     void (*reduce_scatterv)(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt);
     /* Broadcast of raw bytes from root. */
     void (*broadcast)(mp_comm *c, void *buf, size_t bytes, int root);
+    /* Gather of raw bytes to root: every rank sends its n bytes from in; root's out[size * n] gets
+     * rank r's at r * n (out is read on root only). */
+    void (*gather)(mp_comm *c, void *out, const void *in, size_t n, int root);
+    /* Uneven gather of raw bytes to root: every rank sends its n bytes from in; root's out[sum counts]
+     * gets rank r's counts[r] bytes after those of ranks < r. counts[size] (counts[rank] == n) and
+     * out are read on root only (NULL elsewhere is fine). */
+    void (*gatherv)(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root);
     void (*barrier)(mp_comm *c);
     void (*destroy)(mp_comm *c);
 
@@ -82,6 +93,8 @@ void mp_comm_count_all_reduce(mp_comm *c, int64_t n, int64_t elem_bytes);
 int64_t mp_comm_count_all_gatherv(mp_comm *c, const int64_t *counts, int64_t elem_bytes);
 int64_t mp_comm_count_reduce_scatterv(mp_comm *c, const int64_t *counts, int64_t elem_bytes);
 void mp_comm_count_broadcast(mp_comm *c, size_t bytes, int root);
+/* gather / gatherv of this rank's n bytes to root (counts[size] checked on root, may be NULL elsewhere). */
+void mp_comm_count_gather(mp_comm *c, int64_t n, const int64_t *counts, int root);
 /* Sum of bytes_sent (and of seconds) over all op kinds; reset of all counters. */
 double mp_comm_total_seconds(const mp_comm *c);
 int64_t mp_comm_total_bytes(const mp_comm *c);

@@ -11,6 +11,7 @@
 #include <assert.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -190,6 +191,61 @@ static void mpi_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     }
 }
 
+/* Point-to-point part of the gathers: every rank but root sends its n bytes to root in pieces of at most
+ * g_max_count; root posts one receive per piece of every rank's counts[r] bytes into out (its own block
+ * copied), then waits for all. Messages of one pair never overtake, so one tag serves every piece. */
+static void gather_p2p(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
+    MPI_Comm comm = impl_of(c)->comm;
+    enum { TAG = 0x6d70 };
+    if (c->rank != root) {
+        for (int64_t off = 0; off < n; off += g_max_count)
+            TIMED(c, MP_COMM_GATHER, MPI_Send((const char *)in + off, piece(n, off), MPI_BYTE, root, TAG, comm));
+        return;
+    }
+    int64_t nreq = 0, displ = 0;
+    for (int r = 0; r < c->size; r++)
+        if (r != root) nreq += (counts[r] + g_max_count - 1) / g_max_count;
+    MPI_Request *req = mp_xmalloc(sizeof *req * (size_t)(nreq + 1));
+    nreq = 0;
+    double t0 = MPI_Wtime();
+    for (int r = 0; r < c->size; r++) {
+        char *part = (char *)out + displ;
+        if (r == root && n > 0 && part != in) memmove(part, in, (size_t)n);
+        for (int64_t off = 0; r != root && off < counts[r]; off += g_max_count)
+            MPI_Irecv(part + off, piece(counts[r], off), MPI_BYTE, r, TAG, comm, &req[nreq++]);
+        displ += counts[r];
+    }
+    MPI_Waitall((int)nreq, req, MPI_STATUSES_IGNORE);
+    c->seconds[MP_COMM_GATHER] += MPI_Wtime() - t0;
+    free(req);
+}
+
+/* out[size * n] on root = rank r's n bytes at r * n: one MPI_Gather, or the point-to-point pieces when n
+ * exceeds g_max_count (every rank knows n, so all take the same path). */
+static void mpi_gather(mp_comm *c, void *out, const void *in, size_t n, int root) {
+    assert(c->size > 1 && root >= 0 && root < c->size && (in || n == 0) && (out || n == 0 || c->rank != root));
+    mp_comm_count_gather(c, (int64_t)n, NULL, root);
+    if (n == 0) return;
+    if (n <= (size_t)g_max_count) {
+        const void *send = c->rank == root && in == (char *)out + (size_t)root * n ? MPI_IN_PLACE : in;
+        TIMED(c, MP_COMM_GATHER, MPI_Gather(send, (int)n, MPI_BYTE, out, (int)n, MPI_BYTE, root, impl_of(c)->comm));
+        return;
+    }
+    int64_t *counts = c->rank == root ? mp_xmalloc(sizeof(int64_t) * (size_t)c->size) : NULL;
+    for (int r = 0; counts && r < c->size; r++) counts[r] = (int64_t)n;
+    gather_p2p(c, out, in, (int64_t)n, counts, root);
+    free(counts);
+}
+
+/* Uneven gather of bytes to root: point-to-point pieces (gather_p2p). Only the root knows the counts,
+ * so no rank can tell whether they would fit MPI_Gatherv's int displacements: one path for all sizes. */
+static void mpi_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
+    assert(c->size > 1 && root >= 0 && root < c->size && n >= 0 && (in || n == 0));
+    assert(c->rank != root || counts);
+    mp_comm_count_gather(c, n, c->rank == root ? counts : NULL, root);
+    gather_p2p(c, out, in, n, counts, root);
+}
+
 static void mpi_barrier(mp_comm *c) {
     assert(c->size > 1);
     MPI_Barrier(impl_of(c)->comm);
@@ -230,6 +286,8 @@ mp_comm *mp_comm_mpi_create(MPI_Comm comm) {
     c->all_gatherv = mpi_all_gatherv;
     c->reduce_scatterv = mpi_reduce_scatterv;
     c->broadcast = mpi_broadcast;
+    c->gather = mpi_gather;
+    c->gatherv = mpi_gatherv;
     c->barrier = mpi_barrier;
     c->destroy = mpi_destroy;
     c->impl = im;

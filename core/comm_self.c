@@ -2,7 +2,8 @@
  * core/comm_self.c — the communicator of a group of one rank (the 1x1 mesh, no MPI needed).
  *
  * Every collective over one rank is the identity: all_reduce leaves x as it is, all_gatherv and
- * reduce_scatterv copy in to out (memmove, so in == out is fine), broadcast leaves the buffer. Nothing
+ * reduce_scatterv, gather and gatherv copy in to out (memmove, so in == out is fine), broadcast leaves the
+ * buffer. Nothing
  * moves, so nothing is counted: bytes_sent and calls stay 0 (core/comm.h).
  * Each mp_comm_self() call returns a fresh heap object owned by the caller (destroy frees it), so
  * several of them can be destroyed independently. Buffers are host memory.
@@ -37,6 +38,18 @@ static void self_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     assert(c && c->size == 1 && root == 0 && (buf || bytes == 0));
 }
 
+/* out[n] = in[n]. */
+static void self_gather(mp_comm *c, void *out, const void *in, size_t n, int root) {
+    assert(c && c->size == 1 && root == 0 && ((out && in) || n == 0));
+    if (n > 0 && out != in) memmove(out, in, n);
+}
+
+/* out[n] = in[n]. */
+static void self_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
+    assert(c && c->size == 1 && root == 0 && n >= 0 && (!counts || counts[0] == n));
+    self_gather(c, out, in, (size_t)n, root);
+}
+
 static void self_barrier(mp_comm *c) { assert(c && c->size == 1); }
 
 static void self_destroy(mp_comm *c) {
@@ -51,6 +64,8 @@ void mp_comm_use_self_ops(mp_comm *c) {
     c->all_gatherv = self_all_gatherv;
     c->reduce_scatterv = self_reduce_scatterv;
     c->broadcast = self_broadcast;
+    c->gather = self_gather;
+    c->gatherv = self_gatherv;
     c->barrier = self_barrier;
 }
 

@@ -145,6 +145,17 @@ static void dev1_copy(mp_comm *c, void *out, const void *in, const int64_t *coun
 static void dev1_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     assert(c->size == 1 && root == 0 && (buf || bytes == 0));
 }
+static void dev1_gather(mp_comm *c, void *out, const void *in, size_t n, int root) {
+    assert(c->size == 1 && root == 0);
+    if (n == 0 || out == in) return;
+    assert((const char *)out + n <= (const char *)in || (const char *)in + n <= (const char *)out);
+    mp_backend *be = dev_of(c)->be;
+    be->copy(be, out, in, n);
+}
+static void dev1_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
+    assert(c->size == 1 && root == 0 && n >= 0 && (!counts || counts[0] == n));
+    dev1_gather(c, out, in, (size_t)n, root);
+}
 static void dev1_barrier(mp_comm *c) { assert(c->size == 1); }
 
 /* The wrapper around an NCCL communicator: the collective's stream waits for the compute queued so far,
@@ -193,6 +204,16 @@ static void wrap_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     d->inner->broadcast(d->inner, buf, bytes, root);
     wrap_leave(c, d);
 }
+static void wrap_gather(mp_comm *c, void *out, const void *in, size_t n, int root) {
+    dev_comm *d = wrap_enter(c);
+    d->inner->gather(d->inner, out, in, n, root);
+    wrap_leave(c, d);
+}
+static void wrap_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
+    dev_comm *d = wrap_enter(c);
+    d->inner->gatherv(d->inner, out, in, n, counts, root);
+    wrap_leave(c, d);
+}
 /* The compute queued so far and the group's collectives have finished, then the group meets (the inner
  * barrier synchronises its stream, which waits for the compute first). */
 static void wrap_barrier(mp_comm *c) {
@@ -231,6 +252,8 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
         c->all_gatherv = dev1_copy;
         c->reduce_scatterv = dev1_copy;
         c->broadcast = dev1_broadcast;
+        c->gather = dev1_gather;
+        c->gatherv = dev1_gatherv;
         c->barrier = dev1_barrier;
     } else {
         assert(strcmp(host->name, "mpi") == 0);
@@ -249,6 +272,8 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
         c->all_gatherv = wrap_all_gatherv;
         c->reduce_scatterv = wrap_reduce_scatterv;
         c->broadcast = wrap_broadcast;
+        c->gather = wrap_gather;
+        c->gatherv = wrap_gatherv;
         c->barrier = wrap_barrier;
     }
     return c;

@@ -243,6 +243,45 @@ static void test_broadcast(mp_comm *c) {
                    g_np > 1 ? 1 : 0);
 }
 
+/* gatherv of ucount(r) bytes per rank (a zero among them) to root; then a fixed gather of 9 bytes. Root
+ * gets every block in rank order; other ranks' out is never written (NULL is passed); bytes counted are
+ * the sender's n on every rank but root. */
+static void gather_case(mp_comm *c, const char *name, int root) {
+    const int p = g_np, me = g_rank;
+    int64_t *counts = malloc(sizeof(int64_t) * (size_t)p);
+    int64_t total = 0;
+    for (int r = 0; r < p; r++) { counts[r] = ucount(r); total += counts[r]; }
+    unsigned char *in = malloc((size_t)ucount(me) + 1), *out = me == root ? malloc((size_t)total + 1) : NULL;
+    for (int64_t i = 0; i < ucount(me); i++) in[i] = (unsigned char)(me * 41 + i * 7 + 1);
+    mp_comm_reset_counters(c);
+    c->gatherv(c, out, in, ucount(me), me == root ? counts : NULL, root);
+    int ok = 1;
+    int64_t at = 0, bad = -1;
+    for (int r = 0; me == root && r < p; r++)
+        for (int64_t i = 0; i < counts[r]; i++, at++)
+            if (out[at] != (unsigned char)(r * 41 + i * 7 + 1) && bad < 0) { ok = 0; bad = at; }
+    check(name, ok, "byte %lld", (long long)bad);
+    char n2[160];
+    snprintf(n2, sizeof n2, "%s: bytes = n on every rank but root %d", name, root);
+    check_counters(n2, c, MP_COMM_GATHER, (me != root && p > 1) ? ucount(me) : 0, p > 1 ? 1 : 0);
+    unsigned char nine[9], *all = me == root ? malloc(9 * (size_t)p) : NULL;
+    for (int i = 0; i < 9; i++) nine[i] = (unsigned char)(me * 9 + i);
+    c->gather(c, all, nine, sizeof nine, root);
+    ok = 1;
+    for (int i = 0; me == root && i < 9 * p; i++) ok = ok && all[i] == (unsigned char)i;
+    snprintf(n2, sizeof n2, "%s: fixed gather of 9 bytes", name);
+    check(n2, ok, "rank order");
+    free(all); free(counts); free(in); free(out);
+}
+
+static void test_gather(mp_comm *c) {
+    gather_case(c, "gatherv to rank 0", 0);
+    gather_case(c, "gatherv to the last rank", g_np - 1);
+    mp_comm_mpi_set_max_count(4);   /* pieces of 4 bytes: the path of lists over INT_MAX bytes */
+    gather_case(c, "gatherv/gather in 4-byte pieces", g_np > 1 ? 1 : 0);
+    mp_comm_mpi_set_max_count(2147483647);
+}
+
 /* An MPI communicator of one rank behaves as the self comm: identity, nothing counted. */
 static void test_size_one(void) {
     MPI_Comm alone;
@@ -255,6 +294,12 @@ static void test_size_one(void) {
     c->all_gatherv(c, out, x, cnt, MP_F32);
     int ok = c->size == 1 && c->rank == 0 && x[0] == 1 && x[1] == 2 && x[2] == 3 && memcmp(out, x, sizeof x) == 0;
     c->reduce_scatterv(c, out, x, cnt, MP_F32);
+    ok = ok && memcmp(out, x, sizeof x) == 0;
+    memset(out, 0, sizeof out);
+    c->gather(c, out, x, sizeof x, 0);
+    ok = ok && memcmp(out, x, sizeof x) == 0;
+    memset(out, 0, sizeof out);
+    c->gatherv(c, out, x, (int64_t)sizeof x, NULL, 0);
     ok = ok && memcmp(out, x, sizeof x) == 0;
     check("mpi comm of size 1 is the identity", ok, "size %d rank %d", c->size, c->rank);
     check_counters("mpi comm of size 1 counts nothing", c, MP_COMM_ALLREDUCE, 0, 0);
@@ -482,6 +527,7 @@ int main(int argc, char **argv) {
     test_reduce_scatterv(c);
     test_bf16(c);
     test_broadcast(c);
+    test_gather(c);
     test_split(c);
     test_agree(c);
     c->destroy(c);

@@ -127,6 +127,43 @@ static void nccl_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     TIMED(c, MP_COMM_BCAST, NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, im->comm, im->stream)));
 }
 
+/* Uneven gather of device bytes to root: NCCL has no gather, so one group of point-to-point calls: every
+ * rank but root sends its n bytes, root receives counts[r] bytes of each rank r after those of ranks < r
+ * and copies its own block on the stream. counts are read on root only. */
+static void nccl_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
+    assert(c->size > 1 && root >= 0 && root < c->size && n >= 0 && (in || n == 0));
+    assert(c->rank != root || counts);
+    mp_comm_count_gather(c, n, c->rank == root ? counts : NULL, root);
+    nccl_impl *im = impl_of(c);
+    double t0 = mp_time_s();
+    if (c->rank != root) {
+        if (n) NCCL_CHECK(ncclSend(in, (size_t)n, ncclUint8, root, im->comm, im->stream));
+    } else {
+        NCCL_CHECK(ncclGroupStart());
+        int64_t displ = 0;
+        for (int r = 0; r < c->size; r++) {
+            char *part = (char *)out + displ;
+            if (r != root && counts[r]) NCCL_CHECK(ncclRecv(part, (size_t)counts[r], ncclUint8, r, im->comm, im->stream));
+            if (r == root && n && part != (const char *)in)
+                MP_CUDA_CHECK(cudaMemcpyAsync(part, in, (size_t)n, cudaMemcpyDeviceToDevice, im->stream));
+            displ += counts[r];
+        }
+        NCCL_CHECK(ncclGroupEnd());
+    }
+    c->seconds[MP_COMM_GATHER] += mp_time_s() - t0;
+}
+
+/* Gather of n device bytes per rank to root (out[size * n] on root): nccl_gatherv with equal counts. */
+static void nccl_gather(mp_comm *c, void *out, const void *in, size_t n, int root) {
+    int64_t *counts = NULL;
+    if (c->rank == root) {
+        counts = mp_xmalloc(sizeof(int64_t) * (size_t)c->size);
+        for (int r = 0; r < c->size; r++) counts[r] = (int64_t)n;
+    }
+    nccl_gatherv(c, out, in, (int64_t)n, counts, root);
+    free(counts);
+}
+
 /* Every rank's enqueued collectives have finished on its stream, then the group meets. */
 static void nccl_barrier(mp_comm *c) {
     nccl_impl *im = impl_of(c);
@@ -159,6 +196,8 @@ mp_comm *mp_comm_nccl_create(MPI_Comm group, cudaStream_t stream, mp_err *err) {
     c->all_gatherv = nccl_all_gatherv;
     c->reduce_scatterv = nccl_reduce_scatterv;
     c->broadcast = nccl_broadcast;
+    c->gather = nccl_gather;
+    c->gatherv = nccl_gatherv;
     c->barrier = nccl_barrier;
     c->destroy = nccl_destroy;
     c->impl = im;

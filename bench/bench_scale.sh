@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# bench/bench_scale.sh [--fast] [BUILD_DIR] — checkpoint costs at cluster scale, simulated (no tensor
+# data): bench/bench_scale.c stands for one rank of a tp 8 x dp N world of Llama-2-7B, Llama-2-70B and
+# Llama-3.1-405B shapes and runs the library's real save planning, layout exchange, index writer, index
+# reader and load planning for that rank. Prints the table of docs/BENCH_SCALE.md:
+#   own boxes / list   boxes this rank saves and the bytes of its box list (what the exchange sends)
+#   recv r0, recv rN   bytes the collectives of a save deliver to rank 0 and to the last rank
+#   index              index.h5 bytes (rank 0 builds it; "-" where the world's boxes exceed the budget
+#                      MAX_BOXES, see below)
+#   idx read           bytes the last rank reads from index.h5 to open the checkpoint (load)
+#   r0 commit, r0 MiB  rank 0's commit (layout build, checks, index write; median of ROUNDS) and its peak
+#                      resident memory above start
+#   save plan          the last rank's own planning (adding its boxes)
+#   load s, load MiB   the last rank's ckpt_open + planning of its boxes (median of ROUNDS), peak memory
+#   x                  growth factor of a column against the world 8x smaller (linear in world = 8.0)
+# The rank-0 index build and the loads run only where the world has at most MAX_BOXES boxes (default
+# 1.2M: rank 0's memory and time on this machine). The last rank's save runs for every world up to
+# MAX_WORLD_<model>. --fast: Llama-2-7B at worlds 8 and 64 only, one round (a quick check; the test
+# tests/scale.cmake runs it). Every run is a fresh process; times are medians of ROUNDS (default 3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fast=0
+if [ "${1:-}" = "--fast" ]; then fast=1; shift; fi
+build=${1:-build}
+bin=$build/bench_scale
+[ -x "$bin" ] || { echo "bench_scale.sh: $bin missing (cmake --build $build --target bench_scale)" >&2; exit 2; }
+ROUNDS=${ROUNDS:-3}
+MAX_BOXES=${MAX_BOXES:-1200000}
+work=$(mktemp -d /tmp/bench_scale.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+if [ $fast = 1 ]; then
+    models="7b"; worlds_7b="8 64"; ROUNDS=1
+else
+    models="7b 70b 405b"
+    worlds_7b="8 64 512 4096 16384"; worlds_70b="8 64 512 4096"; worlds_405b="8 64 512 4096"
+fi
+tp=8
+
+# key VALUE of a "mode key=value ..." line
+kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+# median of numbers on stdin
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+mib() { awk -v b="$1" 'BEGIN { if (b == "-") print "-"; else printf "%.1f", b / 1048576 }'; }
+kib_mib() { awk -v k="$1" 'BEGIN { if (k == "-") print "-"; else printf "%.0f", k / 1024 }'; }
+# growth of value $1 against $2 (previous world), "-" when either is missing
+grow() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.1f", a / b }'; }
+
+# one measured run (fresh process): prints its line, fails the script on error
+one() { "$bin" "$@" || { echo "bench_scale.sh: bench_scale $* failed" >&2; exit 1; }; }
+
+echo "| model | world | own boxes | list | recv r0 | recv rN (x) | index (x) | idx read rN (x) | r0 commit s | r0 MiB | save plan s | load s (x) | load MiB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+for m in $models; do
+    wv=worlds_$m
+    p_recvN=-; p_index=-; p_read=-; p_load=-
+    for W in ${!wv}; do
+        dp=$((W / tp)); last=$((W - 1))
+        [ $dp -ge 1 ] || continue
+        d=$work/$m.$W; mkdir -p "$d"
+        sN=$(one save $m $tp $dp $last "$d")
+        boxes=$(kv boxes "$sN"); list=$(kv list_bytes "$sN"); recvN=$(kv recv_bytes "$sN"); plan=$(kv plan_s "$sN")
+        recv0=-; index=-; c0=-; m0=-; read=-; load=-; lm=-
+        r0boxes=$((boxes * W))
+        if [ $r0boxes -le "$MAX_BOXES" ]; then
+            cs=(); ls_=(); s0=""; lN=""
+            for ((i = 0; i < ROUNDS; i++)); do
+                rm -rf "$d/ckpt"
+                s0=$(one save $m $tp $dp 0 "$d"); cs+=("$(kv commit_s "$s0")")
+                lN=$(one load $m $tp $dp $last "$d")
+                ls_+=("$(awk -v a="$(kv open_s "$lN")" -v b="$(kv plan_s "$lN")" 'BEGIN{print a+b}')")
+            done
+            recv0=$(kv recv_bytes "$s0"); index=$(kv index_bytes "$s0"); m0=$(kib_mib "$(kv peak_kib "$s0")")
+            c0=$(printf '%s\n' "${cs[@]}" | median); load=$(printf '%s\n' "${ls_[@]}" | median)
+            read=$(kv index_read_bytes "$lN"); lm=$(kib_mib "$(kv peak_kib "$lN")")
+            rm -rf "$d/ckpt"
+        fi
+        echo "| $m | $W | $boxes | $(mib $list) MiB | $(mib $recv0) MiB | $(mib $recvN) MiB ($(grow $recvN $p_recvN)) |" \
+             "$(mib $index) MiB ($(grow $index $p_index)) | $(mib $read) MiB ($(grow $read $p_read)) | $c0 | $m0 | $plan |" \
+             "$load ($(grow $load $p_load)) | $lm |"
+        p_recvN=$recvN; p_index=$index; p_read=$read; p_load=$load
+    done
+done
