@@ -18,11 +18,14 @@
  * Input and output: when the checkpoint carries a tokenizer (`import` of an HF directory keeps it),
  * --prompt TEXT is encoded by it (with the BOS its template puts first, as transformers' tokenizer(text)
  * does) and the continuation is printed as text token by token as it is produced (print_token: the
- * decoded text is held back while it ends in an incomplete UTF-8 character, as a byte-level token can);
- * its end-of-sequence ids are eos_ids' (generation_config.json's eos_token_id, an int or a list, else the
- * tokenizer's EOS). Without one, --prompt TEXT is UTF-8 bytes as token ids (byte-level models, vocab >=
- * 256) and the continuation is printed as bytes. --ids takes the prompt as decimal ids ("72 101 108")
- * and prints ids, for any model. Exit 2 on bad input (ids >= vocab_size, a sequence beyond
+ * decoded text is held back while it ends in an incomplete UTF-8 character, as a byte-level token can;
+ * each token decodes a window of a few tokens, not the whole sequence). Its end-of-sequence ids are
+ * computed (eos_ids: generation_config.json's eos_token_id, an int or a list, else the tokenizer's EOS)
+ * but generation does not stop at them yet: it runs --tokens tokens. Without a tokenizer, --prompt TEXT
+ * is UTF-8 bytes as token ids (byte-level models, vocab >= 256) and the continuation is printed as bytes;
+ * a checkpoint whose tokenizer does not load, or that carries only a sentencepiece tokenizer.model, refuses
+ * text. --ids takes the prompt as decimal ids ("72 101 108") and prints ids, for any model, without loading
+ * the tokenizer. Exit 2 on bad input (ids >= vocab_size, a sequence beyond
  * max_position_embeddings), 1 when the checkpoint fails to load.
  */
 #include <assert.h>
@@ -52,7 +55,7 @@ typedef struct sample_flags {
     int64_t seed;
 } sample_flags;
 
-#define MP_SAMPLE_MAX_EOS 8
+#define MP_SAMPLE_MAX_EOS 64
 
 /* The state of one sampling run, owned by mp_cmd_sample. */
 typedef struct sample_run {
@@ -72,7 +75,7 @@ typedef struct sample_run {
     mp_tok *tok;           /* the checkpoint's tokenizer (NULL: byte-level or --ids) */
     int32_t eos[MP_SAMPLE_MAX_EOS];   /* end-of-sequence ids (eos_ids), neos of them */
     int neos;
-    size_t printed;        /* bytes of decode(seq[0..n)) printed so far (print_token) */
+    int out_from, out_to;  /* print_token's window: text of seq[out_from..out_to) printed, out_from its context */
 } sample_run;
 
 static const char *sample_about =
@@ -91,7 +94,8 @@ static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
         {"temperature", MP_ARG_DOUBLE, &f->temperature, "T", "softmax temperature (0: greedy)"},
         {"top-k", MP_ARG_INT, &f->top_k, "K", "sample among the K most likely tokens (0: all)"},
         {"seed", MP_ARG_I64, &f->seed, "S", "seed of the sampling"},
-        {"ids", MP_ARG_SWITCH, &f->ids, NULL, "prompt and output as token ids instead of bytes"},
+        {"ids", MP_ARG_SWITCH, &f->ids, NULL, "prompt and output as token ids instead of text (any model; the "
+         "tokenizer is not loaded)"},
         {"tp", MP_ARG_INT, &f->tp, "N", "tensor-parallel degree"},
         {"dp", MP_ARG_INT, &f->dp, "N", "data-parallel degree (0: world / tp)"},
         {"device", MP_ARG_STRING, &f->device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
@@ -115,20 +119,41 @@ static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
     return MP_OK;
 }
 
+/* run->eos from eos_token_id j of generation_config.json (an int or a list of ints, each a token id of
+ * the model); MP_EINPUT naming the file and key otherwise. */
+static mp_code parse_eos(sample_run *run, const ckpt_reader *r, const cJSON *j) {
+    const cJSON *one = cJSON_IsNumber(j) ? j : NULL, *it = one ? one : cJSON_IsArray(j) ? j->child : NULL;
+    int ok = one || cJSON_IsArray(j);
+    for (; ok && it; it = one ? NULL : it->next) {
+        double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        ok = v >= 0 && v < run->mc.vocab_size && v == (double)(int32_t)v && run->neos < MP_SAMPLE_MAX_EOS;
+        if (ok) run->eos[run->neos++] = (int32_t)v;
+    }
+    if (!ok)
+        return mp_err_set(&run->err, MP_EINPUT, "checkpoint %s: carried generation_config.json: \"eos_token_id\" must be a "
+                          "token id or a list of at most %d, each an integer in [0, vocab_size %d)", ckpt_reader_dir(r),
+                          MP_SAMPLE_MAX_EOS, run->mc.vocab_size);
+    return MP_OK;
+}
+
 /* The end-of-sequence ids of the checkpoint r into run->eos: its carried generation_config.json's
- * eos_token_id (an int or a list) when present, else the tokenizer's EOS; none for a byte-level model.
- * For the generation loop to stop at. */
+ * eos_token_id (an int or a list, each checked against the vocabulary) when present, else the
+ * tokenizer's EOS; none for a byte-level model. Computed for the generation loop, which does not stop at
+ * them yet. */
 static mp_code eos_ids(sample_run *run, const ckpt_reader *r) {
     run->neos = 0;
     char *text = NULL;
     mp_code rc = ckpt_file_read(r, "generation_config.json", &text, NULL, &run->err);
     if (rc == MP_OK) {
         cJSON *j = cJSON_Parse(text), *e = cJSON_GetObjectItemCaseSensitive(j, "eos_token_id");
-        if (cJSON_IsNumber(e)) run->eos[run->neos++] = (int32_t)e->valueint;
-        for (const cJSON *it = cJSON_IsArray(e) ? e->child : NULL; it; it = it->next)
-            if (cJSON_IsNumber(it) && run->neos < MP_SAMPLE_MAX_EOS) run->eos[run->neos++] = (int32_t)it->valueint;
+        if (!cJSON_IsObject(j))
+            rc = mp_err_set(&run->err, MP_EINPUT, "checkpoint %s: carried generation_config.json is not a JSON object",
+                            ckpt_reader_dir(r));
+        else if (e && !cJSON_IsNull(e))
+            rc = parse_eos(run, r, e);
         cJSON_Delete(j);
         free(text);
+        MP_TRY(rc);
     } else if (rc != MP_EINPUT) {
         return rc;
     }
@@ -137,12 +162,32 @@ static mp_code eos_ids(sample_run *run, const ckpt_reader *r) {
     return MP_OK;
 }
 
-/* The checkpoint's tokenizer, when it carries one, into r->tok (checked against its checksums), and its
- * EOS ids (eos_ids). Local: the caller agrees. */
+/* 1 if checkpoint r lists carried file name. */
+static int carries(const ckpt_reader *r, const char *name) {
+    ckpt_file_entry *v;
+    int n, found = 0;
+    mp_err e;
+    if (ckpt_files_list(r, &v, &n, &e)) return 0;
+    for (int i = 0; i < n; i++) found |= !strcmp(v[i].name, name);
+    free(v);
+    return found;
+}
+
+/* The checkpoint's tokenizer, when it carries one and the prompt is text, into r->tok (checked against
+ * its checksums), and its EOS ids (eos_ids). With --ids the tokenizer is not loaded (any model samples
+ * in ids). Text with a tokenizer that does not load, or only a sentencepiece tokenizer.model (which
+ * meshpoint does not read), is refused, pointing to --ids (MP_EINPUT). Local: the caller agrees. */
 static mp_code load_tokenizer(sample_run *r) {
     ckpt_reader *cr = NULL;
     MP_TRY(ckpt_open(&cr, r->ckpt_dir, &r->err));
-    mp_code rc = mp_tokfiles_load_tokenizer(cr, &r->tok, &r->err);
+    mp_code rc = r->f.ids ? MP_OK : mp_tokfiles_load_tokenizer(cr, &r->tok, &r->err);
+    if (rc == MP_EINPUT)
+        mp_err_wrap(&r->err, "--prompt as text: the tokenizer checkpoint %s carries does not load (pass the prompt as token "
+                    "ids with --ids)", r->ckpt_dir);
+    else if (!rc && !r->f.ids && !r->tok && carries(cr, "tokenizer.model"))
+        rc = mp_err_set(&r->err, MP_EINPUT, "--prompt as text: checkpoint %s carries only a sentencepiece tokenizer.model "
+                        "(no tokenizer.json), which meshpoint does not read: pass the prompt as token ids with --ids",
+                        r->ckpt_dir);
     if (!rc) rc = eos_ids(r, cr);
     ckpt_close(cr);
     return rc;
@@ -267,19 +312,28 @@ static int32_t draw(sample_run *r, int pos) {
     return r->order[k - 1];
 }
 
-/* Prints what token r->seq[r->n - 1] adds to the text, through the tokenizer (rank 0): the new bytes of
- * decode(seq[0..n)) (special tokens skipped), held back while they end in U+FFFD, the mark of a UTF-8
- * character a later byte-level token completes; final flushes what is held. The prompt itself
- * (decode(prompt)) is printed first, with n == n_prompt. */
+/* Prints what token r->seq[r->n - 1] adds to the text, through the tokenizer (rank 0), incrementally:
+ * the new bytes are decode(seq[out_from..n)) past decode(seq[out_from..out_to)) (special tokens
+ * skipped), a window of a few tokens whatever the length, with out_from's token as context (a decoder
+ * that strips a leading space strips it from both). They are held back while they end in U+FFFD, the
+ * mark of a UTF-8 character a later byte-level or byte-fallback token completes, for up to 3 tokens (a
+ * character has at most 4 bytes: longer, the bytes are not a character and are printed as U+FFFD, as
+ * decode does); final flushes what is held. The prompt itself (decode(prompt)) is printed first, with
+ * n == n_prompt. */
 static void print_token(sample_run *r, int final) {
-    size_t len = 0;
-    char *text = mp_tok_decode(r->tok, r->seq, r->n, 1, &len);
-    int held = !final && len >= 3 && !memcmp(text + len - 3, "\xEF\xBF\xBD", 3);
-    if (!held && len > r->printed) {
-        fwrite(text + r->printed, 1, len - r->printed, stdout);
-        r->printed = len;
-        fflush(stdout);
+    size_t plen = 0, len = 0;
+    char *prev = mp_tok_decode(r->tok, r->seq + r->out_from, r->out_to - r->out_from, 1, &plen);
+    char *text = mp_tok_decode(r->tok, r->seq + r->out_from, r->n - r->out_from, 1, &len);
+    int held = !final && r->n - r->out_to < 4 && len >= 3 && !memcmp(text + len - 3, "\xEF\xBF\xBD", 3);
+    if (!held) {
+        if (len > plen) {
+            fwrite(text + plen, 1, len - plen, stdout);
+            fflush(stdout);
+        }
+        r->out_from = r->out_to;
+        r->out_to = r->n;
     }
+    free(prev);
     free(text);
 }
 

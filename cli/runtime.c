@@ -182,6 +182,7 @@ int mp_runtime_verify_written(const mp_runtime *rt, const char *dir, size_t scra
         mp_progress *pg = vrc ? NULL : mp_progress_start("verifying", 0, MP_PROGRESS_BYTES);
         if (!vrc) ckpt_reader_set_progress(r, mp_progress_ckpt, pg);
         if (!vrc) vrc = ckpt_verify(r, &vbytes, &err);
+        if (!vrc) vrc = ckpt_files_verify(r, NULL, NULL, NULL, &err);   /* the carried files too */
         mp_progress_finish(pg);
         ckpt_close(r);
         if (vrc) mp_err_wrap(&err, "verifying %s after writing it", dir);

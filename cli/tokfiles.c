@@ -7,19 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include "core/alloc.h"
 #include "core/fsutil.h"
 #include "tokenizer/tokenizer.h"
-
-/* AutoTokenizer: tokenizer.json (the fast tokenizer), tokenizer_config.json (class, special tokens,
- * chat template, add_bos/eos), special_tokens_map.json, added_tokens.json, chat_template.jinja
- * (transformers >= 4.43 writes the template there); sentencepiece-only repos: tokenizer.model.
- * GenerationConfig: generation_config.json (eos_token_id and sampling defaults). */
-const char *const mp_tokfile_names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                        "added_tokens.json", "chat_template.jinja", "tokenizer.model",
-                                        "generation_config.json", NULL};
-
-#define TOKFILE_MAX_BYTES ((size_t)512 << 20)
 
 /* Appends a file, taking data. */
 static void push(mp_tokfiles *t, const char *name, char *data, size_t len) {
@@ -30,16 +21,22 @@ static void push(mp_tokfiles *t, const char *name, char *data, size_t len) {
 
 mp_code mp_tokfiles_from_dir(mp_tokfiles *t, const char *dir, mp_err *err) {
     memset(t, 0, sizeof *t);
-    for (int i = 0; mp_tokfile_names[i]; i++) {
-        char *path = mp_fs_join(dir, mp_tokfile_names[i]), *data = NULL;
+    int64_t total = 0;
+    for (int i = 0; ckpt_file_names[i]; i++) {
+        char *path = mp_fs_join(dir, ckpt_file_names[i]), *data = NULL;
         size_t len = 0;
-        mp_code rc = mp_fs_exists(path) ? mp_read_text(path, TOKFILE_MAX_BYTES, &data, &len, err) : MP_OK;
+        mp_code rc = mp_fs_exists(path) ? mp_read_text(path, (size_t)CKPT_FILES_MAX_BYTES, &data, &len, err) : MP_OK;
+        total += (int64_t)len;
+        if (!rc && total > CKPT_FILES_MAX_BYTES)
+            rc = mp_err_set(err, MP_EINPUT, "%s: the tokenizer files are more than %lld bytes together", dir,
+                            (long long)CKPT_FILES_MAX_BYTES);
         free(path);
         if (rc) {
+            free(data);
             mp_tokfiles_free(t);
             return rc;
         }
-        if (data) push(t, mp_tokfile_names[i], data, len);
+        if (data) push(t, ckpt_file_names[i], data, len);
     }
     return MP_OK;
 }
@@ -49,9 +46,7 @@ mp_code mp_tokfiles_from_ckpt(mp_tokfiles *t, const ckpt_reader *r, mp_err *err)
     ckpt_file_entry *v;
     int n;
     MP_TRY(ckpt_files_list(r, &v, &n, err));
-    mp_code rc = n > MP_TOKFILES_MAX ? mp_err_set(err, MP_ECHECK, "checkpoint %s carries %d files (at most %d)",
-                                                  ckpt_reader_dir(r), n, MP_TOKFILES_MAX)
-                                     : MP_OK;
+    mp_code rc = MP_OK;   /* n <= CKPT_FILES_MAX: ckpt_files_list takes each allowed name once */
     for (int i = 0; i < n && !rc; i++) {
         char *data = NULL;
         size_t len = 0;
@@ -89,6 +84,29 @@ void mp_tokfiles_free(mp_tokfiles *t) {
     memset(t, 0, sizeof *t);
 }
 
+int64_t mp_tokfiles_bytes(const mp_tokfiles *t) {
+    int64_t n = 0;
+    for (int i = 0; i < t->n; i++) n += (int64_t)t->len[i];
+    return n;
+}
+
+mp_code mp_tokfiles_check_dir(const mp_tokfiles *t, const char *dir, mp_err *err) {
+    mp_code rc = MP_OK;
+    for (int i = 0; i < t->n && !rc; i++) {
+        char *path = mp_fs_join(dir, t->name[i]), *data = NULL;
+        size_t len = 0;
+        mp_err re;
+        if (mp_read_text(path, t->len[i] + 1, &data, &len, &re))
+            rc = mp_err_set(err, MP_ECHECK, "carried file %s: %s", t->name[i], re.msg);
+        else if (len != t->len[i] || XXH3_64bits(data, len) != XXH3_64bits(t->data[i], t->len[i]))
+            rc = mp_err_set(err, MP_ECHECK, "%s: %zu bytes%s, the checkpoint's carried %s has %zu", path, len,
+                            len == t->len[i] ? " with another checksum" : "", t->name[i], t->len[i]);
+        free(data);
+        free(path);
+    }
+    return rc;
+}
+
 mp_code mp_tokfiles_load_tokenizer(const ckpt_reader *r, mp_tok **tok, mp_err *err) {
     *tok = NULL;
     char *data = NULL;
@@ -97,7 +115,7 @@ mp_code mp_tokfiles_load_tokenizer(const ckpt_reader *r, mp_tok **tok, mp_err *e
     free(data);
     if (rc == MP_EINPUT) return MP_OK;   /* none carried */
     MP_TRY(rc);
-    MP_TRY(ckpt_files_verify(r, NULL, err));   /* tokenizer_config.json too, which names the EOS */
+    MP_TRY(ckpt_files_verify(r, NULL, NULL, NULL, err));   /* tokenizer_config.json too, which names the EOS */
     char *dir = mp_fs_join(ckpt_reader_dir(r), CKPT_FILES_DIR);
     rc = mp_tok_load(dir, tok, err);
     free(dir);
