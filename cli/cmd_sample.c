@@ -162,17 +162,6 @@ static mp_code eos_ids(sample_run *run, const ckpt_reader *r) {
     return MP_OK;
 }
 
-/* 1 if checkpoint r lists carried file name. */
-static int carries(const ckpt_reader *r, const char *name) {
-    ckpt_file_entry *v;
-    int n, found = 0;
-    mp_err e;
-    if (ckpt_files_list(r, &v, &n, &e)) return 0;
-    for (int i = 0; i < n; i++) found |= !strcmp(v[i].name, name);
-    free(v);
-    return found;
-}
-
 /* The checkpoint's tokenizer, when it carries one and the prompt is text, into r->tok (checked against
  * its checksums), and its EOS ids (eos_ids). With --ids the tokenizer is not loaded (any model samples
  * in ids). Text with a tokenizer that does not load, or only a sentencepiece tokenizer.model (which
@@ -184,7 +173,7 @@ static mp_code load_tokenizer(sample_run *r) {
     if (rc == MP_EINPUT)
         mp_err_wrap(&r->err, "--prompt as text: the tokenizer checkpoint %s carries does not load (pass the prompt as token "
                     "ids with --ids)", r->ckpt_dir);
-    else if (!rc && !r->f.ids && !r->tok && carries(cr, "tokenizer.model"))
+    else if (!rc && !r->f.ids && !r->tok && mp_tokfiles_carries(cr, "tokenizer.model"))
         rc = mp_err_set(&r->err, MP_EINPUT, "--prompt as text: checkpoint %s carries only a sentencepiece tokenizer.model "
                         "(no tokenizer.json), which meshpoint does not read: pass the prompt as token ids with --ids",
                         r->ckpt_dir);

@@ -3,7 +3,6 @@
  * HF directory or a checkpoint, put into a sink or a save.
  */
 #include "cli/tokfiles.h"
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,18 +106,33 @@ mp_code mp_tokfiles_check_dir(const mp_tokfiles *t, const char *dir, mp_err *err
     return rc;
 }
 
+int mp_tokfiles_carries(const ckpt_reader *r, const char *name) {
+    ckpt_file_entry *v;
+    int n, found = 0;
+    mp_err e;
+    if (ckpt_files_list(r, &v, &n, &e)) return 0;
+    for (int i = 0; i < n; i++) found |= !strcmp(v[i].name, name);
+    free(v);
+    return found;
+}
+
 mp_code mp_tokfiles_load_tokenizer(const ckpt_reader *r, mp_tok **tok, mp_err *err) {
     *tok = NULL;
-    char *data = NULL;
-    size_t n = 0;
-    mp_code rc = ckpt_file_read(r, "tokenizer.json", &data, &n, err);
-    free(data);
-    if (rc == MP_EINPUT) return MP_OK;   /* none carried */
+    char *json = NULL, *cfg = NULL;
+    mp_code rc = ckpt_file_read(r, "tokenizer.json", &json, NULL, err);
+    if (rc == MP_EINPUT) {   /* none carried */
+        mp_err_clear(err);
+        return MP_OK;
+    }
     MP_TRY(rc);
-    MP_TRY(ckpt_files_verify(r, NULL, NULL, NULL, err));   /* tokenizer_config.json too, which names the EOS */
-    char *dir = mp_fs_join(ckpt_reader_dir(r), CKPT_FILES_DIR);
-    rc = mp_tok_load(dir, tok, err);
+    rc = ckpt_file_read(r, "tokenizer_config.json", &cfg, NULL, err);   /* names the EOS */
+    if (rc == MP_EINPUT) rc = MP_OK;
+    char *dir = mp_fs_join(ckpt_reader_dir(r), CKPT_FILES_DIR), *name = mp_fs_join(dir, "tokenizer.json");
+    if (!rc) rc = mp_tok_load_text(json, cfg, name, tok, err);
+    free(name);
     free(dir);
+    free(json);
+    free(cfg);
     return rc;
 }
 
@@ -129,43 +143,24 @@ static void token_str(const mp_tok *t, int32_t id, char *buf, size_t cap) {
     else snprintf(buf, cap, "none");
 }
 
-/* "byte-level BPE" / "sentencepiece-style BPE" / the model type, from tokenizer.json's text. */
-static void model_kind(const char *json, char *buf, size_t cap) {
-    cJSON *j = cJSON_Parse(json);
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, "type"), *bf = cJSON_GetObjectItemCaseSensitive(m, "byte_fallback");
-    const char *ty = cJSON_IsString(type) ? type->valuestring : "BPE";
-    if (cJSON_IsTrue(bf)) snprintf(buf, cap, "sentencepiece-style %s (byte fallback)", ty);
-    else snprintf(buf, cap, "%s%s", strstr(json, "\"ByteLevel\"") ? "byte-level " : "", ty);
-    cJSON_Delete(j);
-}
-
 void mp_tokfiles_describe(const ckpt_reader *r, char *buf, size_t cap) {
     mp_err err;
-    char *json = NULL;
-    mp_code rc = ckpt_file_read(r, "tokenizer.json", &json, NULL, &err);
     mp_tok *t = NULL;
-    if (rc == MP_EINPUT) {
-        char *model = NULL;
-        int sp = ckpt_file_read(r, "tokenizer.model", &model, NULL, &err) == MP_OK;
-        free(model);
-        snprintf(buf, cap, "%s", sp ? "sentencepiece tokenizer.model (carried as is; no tokenizer.json)" : "none");
-        return;
-    }
-    if (rc == MP_OK) rc = mp_tokfiles_load_tokenizer(r, &t, &err);
-    if (rc) {
+    if (mp_tokfiles_load_tokenizer(r, &t, &err)) {
         snprintf(buf, cap, "(does not load: %s)", err.msg);
-        free(json);
         return;
     }
-    char kind[96], bos[96], eos[96];
-    model_kind(json, kind, sizeof kind);
+    if (!t) {
+        snprintf(buf, cap, "%s", mp_tokfiles_carries(r, "tokenizer.model")
+                                     ? "sentencepiece tokenizer.model (carried as is; no tokenizer.json)" : "none");
+        return;
+    }
+    char bos[96], eos[96];
     const int32_t *b, *e;
     int nb, ne;
     mp_tok_template(t, &b, &nb, &e, &ne);
     token_str(t, nb ? b[0] : -1, bos, sizeof bos);
     token_str(t, mp_tok_eos(t), eos, sizeof eos);
-    snprintf(buf, cap, "%s, vocab %lld, BOS %s, EOS %s", kind, (long long)mp_tok_vocab_size(t), bos, eos);
+    snprintf(buf, cap, "%s, vocab %lld, BOS %s, EOS %s", mp_tok_kind(t), (long long)mp_tok_vocab_size(t), bos, eos);
     mp_tok_free(t);
-    free(json);
 }

@@ -42,8 +42,12 @@ mp_code mp_tokfiles_check_dir(const mp_tokfiles *t, const char *dir, mp_err *err
  * <|endoftext|> (0), EOS <|im_end|> (2)", "none" when it carries none, or why it does not load. */
 void mp_tokfiles_describe(const ckpt_reader *r, char *buf, size_t cap);
 
-/* Loads the tokenizer checkpoint r carries (its files checked first) into *tok; *tok stays NULL and MP_OK
- * when it carries no tokenizer.json. */
+/* 1 if checkpoint r lists carried file name (0 also when its list does not parse). */
+int mp_tokfiles_carries(const ckpt_reader *r, const char *name);
+
+/* Loads the tokenizer checkpoint r carries into *tok from its tokenizer.json and tokenizer_config.json,
+ * each read once and checked against its checksum; *tok stays NULL and MP_OK when it carries no
+ * tokenizer.json. MP_EINPUT (mp_tok_load_text's) when it does not load. */
 struct mp_tok;
 mp_code mp_tokfiles_load_tokenizer(const ckpt_reader *r, struct mp_tok **tok, mp_err *err);
 

@@ -228,6 +228,9 @@ def main():
     check("byte-level BPE" in line and "vocab %d" % len(fast) in line and "<|begin_of_text|>" in line
           and "<|end_of_text|>" in line, "ckpt show names the tokenizer: %r" % line)
     check(mp(bin_, "ckpt", "verify", ck, "--format-only").returncode == 0, "ckpt verify of the (model-only) import")
+    js = json.loads(mp(bin_, "ckpt", "show", ck, "--json").stdout)
+    check(js.get("tokenizer") == line[len("tokenizer"):].strip(), "ckpt show --json: \"tokenizer\" = the text line: %r"
+          % js.get("tokenizer"))
 
     prompt = "The quick brown fox — café, naïve 東京 🦊, in 1969:"
     got = mp(bin_, "sample", "--checkpoint", ck, "--prompt", prompt, "--tokens", "12", "--temperature", "0").stdout
@@ -250,6 +253,12 @@ def main():
         d = os.path.join(run, "checkpoints", s)
         check(same_files(hf, os.path.join(d, "files"), carried), "%s (init-from / resume) carries the files" % s)
         check(mp(bin_, "ckpt", "verify", d).returncode == 0, "ckpt verify %s" % s)
+    ls = json.loads(mp(bin_, "ckpt", "ls", os.path.join(run, "checkpoints"), "--json").stdout)
+    for e in ls["checkpoints"]:
+        d = os.path.join(run, "checkpoints", e["dir"])
+        size = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if os.path.isfile(os.path.join(d, n)))
+        size += sum(os.path.getsize(os.path.join(d, "files", n)) for n in os.listdir(os.path.join(d, "files")))
+        check(e["bytes"] == size, "ckpt ls: %s's size counts files/: %d vs %d" % (e["dir"], e["bytes"], size))
     rs = os.path.join(work, "rs")
     mp(bin_, "reshard", run, "--tp", "2", "--dp", "1", "--out", rs)
     check(same_files(hf, os.path.join(rs, "files"), carried), "reshard keeps the files")
