@@ -1,0 +1,82 @@
+#!/bin/bash
+# tests/tokenizer_carry_mpi.sh MESHPOINT DATA CONFIG WORKDIR — carried files (docs/FORMAT.md "Carried
+# files") on 2 ranks, where only rank 0 writes them, through the real CLI, no Python:
+#   1. a source checkpoint carrying tokenizer files (train -> export -> the files added -> import);
+#   2. `train --init-from` on tp 2 (mpiexec -np 2): every checkpoint carries the files byte for byte and
+#      verifies;
+#   3. a save carrying files killed at each MP_CKPT_CRASH_AT point: no step_4 (or a complete one after the
+#      rename), step 2 intact (files and verify), and `--resume` finishes with the files in the last save;
+#   4. `reshard` on 2 ranks (tp 1 x dp 2): the output carries the files and verifies;
+#   5. the free-disk checks of `export` and `reshard` count the carried bytes.
+set -u
+bin=$1; data=$2; config=$3; work=$4
+case=tokenizer_carry_mpi
+. "$(dirname "$0")/lib.sh"
+mpi="mpiexec --allow-run-as-root --oversubscribe -np 2"
+rm -rf "$work"; mkdir -p "$work"
+names="tokenizer.json tokenizer_config.json generation_config.json"
+
+# the files as the checkpoint must carry them, byte for byte (tokenizer.json: 200 KB of varied bytes)
+same_files() {   # DIR: DIR holds every one of $names equal to the source's
+    for n in $names; do cmp -s "$work/hf/$n" "$1/$n" || fail "$1/$n differs from the carried original"; done
+}
+
+train --steps 2 --ckpt-every 2 --run-dir "$work/run0" >"$work/run0.log" 2>&1 || fail "run0: $(cat "$work/run0.log")"
+"$bin" export "$work/run0" --out "$work/hf" >"$work/export.log" 2>&1 || fail "export: $(cat "$work/export.log")"
+"$bin" import "$work/hf" --out "$work/src0" >"$work/import0.log" 2>&1 || fail "import0: $(cat "$work/import0.log")"
+head -c 200000 /dev/urandom | od -An -tx1 | tr -d '\n' | sed 's/^/{"blob": "/; s/$/"}/' >"$work/hf/tokenizer.json"
+printf '{"eos_token": "</s>"}' >"$work/hf/tokenizer_config.json"
+printf '{"eos_token_id": [1, 2]}\n' >"$work/hf/generation_config.json"
+"$bin" import "$work/hf" --out "$work/src" >"$work/import.log" 2>&1 || fail "import: $(cat "$work/import.log")"
+same_files "$work/src/files"
+
+# the free-disk checks of export and reshard count the carried bytes (~600 KB here): the same model with
+# and without the files needs that much more
+need() {   # CKPT CMD...: the MiB the free-disk check asks for, with no space free
+    MP_RESHARD_FREE_BYTES=0 "$bin" "$2" "$1" --out "$work/nospace" "${@:3}" >"$work/need.log" 2>&1 && fail "$2 ran with no space"
+    grep -oE 'needs about [0-9.]+ MiB' "$work/need.log" | grep -oE '[0-9.]+' || fail "$2: $(cat "$work/need.log")"
+}
+carried=$(cat "$work/hf/tokenizer.json" "$work/hf/tokenizer_config.json" "$work/hf/generation_config.json" | wc -c)
+for c in "export" "reshard --tp 1 --dp 1 --model-only"; do
+    a=$(need "$work/src0" $c); b=$(need "$work/src" $c)
+    awk -v a="$a" -v b="$b" -v c="$carried" 'BEGIN { exit !((b - a) * 1048576 > c - 0.1 * 1048576) }' \
+        || fail "$c: the free-disk check does not count the carried files: $a MiB without, $b MiB with $carried bytes"
+done
+
+common="--steps 6 --tp 2 --ckpt-every 2"
+run="$work/run"
+$mpi "$bin" train --config "$config" --train-data "$data" --log-every 0 $common --run-dir "$run" --init-from "$work/src" \
+    --stop-at 3 >"$work/p1.log" 2>&1 || fail "init-from on 2 ranks: $(cat "$work/p1.log")"
+for s in 2 3; do
+    d="$run/checkpoints/step_0000000$s"
+    same_files "$d/files"
+    expect 0 "3 carried files verified" "$work/v$s.log" "$bin" ckpt verify "$d"
+done
+rm -rf "$run/checkpoints/step_00000003"; echo step_00000002 > "$run/checkpoints/latest"
+cp -a "$run/checkpoints" "$work/saved"
+
+for point in during_rank_files after_rank_files before_index after_index after_rename; do
+    rm -rf "$run/checkpoints"; cp -a "$work/saved" "$run/checkpoints"
+    MP_CKPT_CRASH_AT=$point $mpi "$bin" train --config "$config" --train-data "$data" --log-every 0 $common \
+        --run-dir "$run" --resume >"$work/crash.log" 2>&1
+    [ $? -ne 0 ] || fail "$point: the job was to be killed"
+    grep -q "MP_CKPT_CRASH_AT=$point" "$work/crash.log" || fail "$point: not reached: $(cat "$work/crash.log")"
+    if [ "$point" = after_rename ]; then
+        same_files "$run/checkpoints/step_00000004/files"
+    else
+        [ -d "$run/checkpoints/step_00000004" ] && fail "$point: a killed save left step_00000004"
+    fi
+    same_files "$run/checkpoints/step_00000002/files"
+    expect 0 "3 carried files verified" "$work/v2.log" "$bin" ckpt verify "$run/checkpoints/step_00000002"
+    $mpi "$bin" train --config "$config" --train-data "$data" --log-every 0 $common --run-dir "$run" --resume \
+        >"$work/resume.log" 2>&1 || fail "$point: resume: $(cat "$work/resume.log")"
+    same_files "$run/checkpoints/step_00000006/files"
+    expect 0 "3 carried files verified" "$work/v6.log" "$bin" ckpt verify "$run/checkpoints/step_00000006"
+done
+
+$mpi "$bin" reshard "$run" --tp 1 --dp 2 --out "$work/rs" >"$work/rs.log" 2>&1 || fail "reshard on 2 ranks: $(cat "$work/rs.log")"
+same_files "$work/rs/files"
+expect 0 "3 carried files verified" "$work/vrs.log" "$bin" ckpt verify "$work/rs"
+ls "$work/rs/files" | grep -qv -e '^tokenizer.json$' -e '^tokenizer_config.json$' -e '^generation_config.json$' \
+    && fail "reshard left more in files/: $(ls "$work/rs/files")"
+echo "tokenizer_carry_mpi: ok"
