@@ -7,7 +7,8 @@
 #   3. a save carrying files killed at each MP_CKPT_CRASH_AT point: no step_4 (or a complete one after the
 #      rename), step 2 intact (files and verify), and `--resume` finishes with the files in the last save;
 #   4. `reshard` on 2 ranks (tp 1 x dp 2): the output carries the files and verifies;
-#   5. the free-disk checks of `export` and `reshard` count the carried bytes.
+#   5. the free-disk checks of `export` and `reshard` count the carried bytes; the read-backs after writing
+#      (import, export, reshard) check the carried files.
 set -u
 bin=$1; data=$2; config=$3; work=$4
 case=tokenizer_carry_mpi
@@ -29,6 +30,13 @@ printf '{"eos_token": "</s>"}' >"$work/hf/tokenizer_config.json"
 printf '{"eos_token_id": [1, 2]}\n' >"$work/hf/generation_config.json"
 "$bin" import "$work/hf" --out "$work/src" >"$work/import.log" 2>&1 || fail "import: $(cat "$work/import.log")"
 same_files "$work/src/files"
+# the read-back after writing checks the carried files (import's, export's)
+grep -q "verified .*every checksum and the coverage hold, 3 carried files" "$work/import.log" \
+    || fail "import's read-back does not check the carried files: $(cat "$work/import.log")"
+"$bin" export "$work/src" --out "$work/hf2" >"$work/export2.log" 2>&1 || fail "export: $(cat "$work/export2.log")"
+grep -q "verified .*config.json and 3 carried files" "$work/export2.log" \
+    || fail "export's read-back does not compare the carried files: $(cat "$work/export2.log")"
+same_files "$work/hf2"
 
 # the free-disk checks of export and reshard count the carried bytes (~600 KB here): the same model with
 # and without the files needs that much more
@@ -76,6 +84,7 @@ done
 
 $mpi "$bin" reshard "$run" --tp 1 --dp 2 --out "$work/rs" >"$work/rs.log" 2>&1 || fail "reshard on 2 ranks: $(cat "$work/rs.log")"
 same_files "$work/rs/files"
+grep -q "every checksum and the coverage hold, 3 carried files" "$work/rs.log" || fail "reshard's read-back: $(cat "$work/rs.log")"
 expect 0 "3 carried files verified" "$work/vrs.log" "$bin" ckpt verify "$work/rs"
 ls "$work/rs/files" | grep -qv -e '^tokenizer.json$' -e '^tokenizer_config.json$' -e '^generation_config.json$' \
     && fail "reshard left more in files/: $(ls "$work/rs/files")"
