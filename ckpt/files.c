@@ -185,10 +185,12 @@ static mp_code read_entry(const ckpt_reader *r, const ckpt_file_entry *f, char *
     char *dir = mp_fs_join(ckpt_reader_dir(r), CKPT_FILES_DIR), *path = mp_fs_join(dir, f->name);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     int err = errno;
-    mp_code rc = fd >= 0          ? read_exact(fd, path, f, data, e)
-                 : err == ENOENT ? mp_err_set(e, MP_ECHECK, "%s is missing (copy the checkpoint's %s/ along with its "
-                                              "index.h5 and rank files)", path, CKPT_FILES_DIR)
-                                 : mp_err_set(e, MP_ECHECK, "%s: %s", path, err == ELOOP ? "is a symbolic link" : strerror(err));
+    mp_code rc;
+    if (fd >= 0) rc = read_exact(fd, path, f, data, e);
+    else if (err == ENOENT || err == ENOTDIR)
+        rc = mp_err_set(e, MP_ECHECK, "%s is missing (copy the checkpoint's %s/ along with its index.h5 and rank files)",
+                        path, CKPT_FILES_DIR);
+    else rc = mp_err_set(e, MP_ECHECK, "%s: %s", path, err == ELOOP ? "is a symbolic link" : strerror(err));
     if (fd >= 0) close(fd);
     if (rc) mp_err_wrap(e, "checkpoint %s: carried file %s", ckpt_reader_dir(r), f->name);
     free(path);

@@ -18,6 +18,15 @@
 
 static const float g_x[4] = {1, 2, 3, 4};
 
+/* dir/rel in one of 4 rotating static buffers (no leak to track in the tests). */
+static const char *at(const char *dir, const char *rel) {
+    static char buf[4][4096];
+    static int k;
+    char *b = buf[k++ % 4];
+    snprintf(b, sizeof buf[0], "%s/%s", dir, rel);
+    return b;
+}
+
 /* Starts a save of one small tensor into dir. */
 static ckpt_save *begin(mp_comm *w, const char *dir) {
     ckpt_save *s = NULL;
@@ -102,8 +111,10 @@ Test(ckpt_files, saved_read_back_and_a_replaced_name) {
     ckpt_close(r);
     reports rep;
     cr_assert_eq(verify(dir, &rep), MP_OK, "%s", rep.text[0]);
-    cr_assert(!mp_fs_exists(tu_path(dir, "files/tokenizer.json.tmp")));
+    cr_assert(!mp_fs_exists(at(dir, "files/tokenizer.json.tmp")));
     tu_rm_rf(tmp);
+    free(dir);
+    free(tmp);
 }
 
 Test(ckpt_files, names_outside_the_allow_list_are_refused_when_saving) {
@@ -131,6 +142,8 @@ Test(ckpt_files, names_outside_the_allow_list_are_refused_when_saving) {
     cr_assert(strstr(e.msg, "tokenizer.json"), "%s", e.msg);
     commit(s, w, MP_EINPUT);
     tu_rm_rf(tmp);
+    free(dir);
+    free(tmp);
 }
 
 Test(ckpt_files, a_list_that_is_not_strictly_valid_is_refused) {
@@ -171,31 +184,36 @@ Test(ckpt_files, a_list_that_is_not_strictly_valid_is_refused) {
         free(dir);
     }
     tu_rm_rf(tmp);
+    free(tmp);
 }
 
 Test(ckpt_files, every_problem_of_a_damaged_files_directory_is_reported) {
     char *tmp = tu_mkdtemp("ckf_dmg");
     char *dir = make(tmp, "a", NULL);
-    tu_write_file(tu_path(dir, "files/extra.txt"), "x");               /* unlisted */
-    tu_write_file(tu_path(dir, "files/generation_config.json"), "{}"); /* wrong size */
+    tu_write_file(at(dir, "files/extra.txt"), "x");               /* unlisted */
+    tu_write_file(at(dir, "files/generation_config.json"), "{}"); /* wrong size */
     reports rep;
     cr_assert_eq(verify(dir, &rep), MP_ECHECK);
     cr_assert_eq(rep.n, 2, "%d: %s | %s", rep.n, rep.text[0], rep.text[1]);
     cr_assert(strstr(rep.text[0], "generation_config.json") && strstr(rep.text[0], "size"), "%s", rep.text[0]);
     cr_assert(strstr(rep.text[1], "extra.txt") && strstr(rep.text[1], "not a listed"), "%s", rep.text[1]);
     /* a flipped byte, same size */
-    tu_rm_rf(tu_path(dir, "files/extra.txt"));
-    tu_write_file(tu_path(dir, "files/tokenizer.json"), "[]");
+    tu_rm_rf(at(dir, "files/extra.txt"));
+    tu_write_file(at(dir, "files/tokenizer.json"), "[]");
     cr_assert_eq(verify(dir, &rep), MP_ECHECK);
     cr_assert_eq(rep.n, 2);
     cr_assert(strstr(rep.text[0], "tokenizer.json") && strstr(rep.text[0], "checksum"), "%s", rep.text[0]);
     tu_rm_rf(tmp);
+    free(dir);
+    free(tmp);
 }
 
 Test(ckpt_files, links_fifos_and_a_non_directory_are_refused_without_blocking, .timeout = 20) {
     char *tmp = tu_mkdtemp("ckf_kind");
     char *dir = make(tmp, "a", NULL);
-    char *tj = tu_path(dir, "files/tokenizer.json"), *copy = tu_path(tmp, "copy.json");
+    char tj[4096], copy[4096];
+    snprintf(tj, sizeof tj, "%s", at(dir, "files/tokenizer.json"));
+    snprintf(copy, sizeof copy, "%s", at(tmp, "copy.json"));
     tu_write_file(copy, "{}");
     cr_assert_eq(unlink(tj), 0);
     cr_assert_eq(symlink(copy, tj), 0);   /* a link to the right bytes is still refused */
@@ -214,11 +232,14 @@ Test(ckpt_files, links_fifos_and_a_non_directory_are_refused_without_blocking, .
     cr_assert(strstr(e.msg, "not a regular file"), "%s", e.msg);
     ckpt_close(r);
     /* files/ a plain file: each listed file missing, and files/ itself named */
-    tu_rm_rf(tu_path(dir, "files"));
-    tu_write_file(tu_path(dir, "files"), "not a directory");
+    tu_rm_rf(at(dir, "files"));
+    tu_write_file(at(dir, "files"), "not a directory");
     reports rep;
     cr_assert_eq(verify(dir, &rep), MP_ECHECK);
     cr_assert_eq(rep.n, 3, "%d", rep.n);
+    cr_assert(strstr(rep.text[0], "missing") && strstr(rep.text[0], "copy the checkpoint's files/"), "%s", rep.text[0]);
     cr_assert(strstr(rep.text[2], "not a readable directory"), "%s", rep.text[2]);
     tu_rm_rf(tmp);
+    free(dir);
+    free(tmp);
 }
