@@ -231,8 +231,10 @@ static void problem(verify_ctx *v, mp_code rc, const mp_err *pe) {
     }
 }
 
-/* Reports what DIR/files (dir) holds that is not listed in v[0..cnt), or that it is not a directory. */
-static void check_dir(const ckpt_reader *r, const char *dir, const ckpt_file_entry *v, int cnt, verify_ctx *vc) {
+/* Reports what DIR/files (dir) holds that is not listed in v[0..cnt) (not when the list did not parse:
+ * listed, 0), or that it is not a directory. */
+static void check_dir(const ckpt_reader *r, const char *dir, const ckpt_file_entry *v, int cnt, int listed_ok,
+                      verify_ctx *vc) {
     struct stat st;
     mp_err pe;
     if (lstat(dir, &st)) return;   /* no files/: every listed file was reported missing */
@@ -242,7 +244,7 @@ static void check_dir(const ckpt_reader *r, const char *dir, const ckpt_file_ent
         problem(vc, MP_ECHECK, &pe);
         return;
     }
-    for (struct dirent *de; (de = readdir(d));) {
+    for (struct dirent *de; listed_ok && (de = readdir(d));) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         int listed = 0;
         for (int i = 0; i < cnt; i++) listed |= !strcmp(v[i].name, de->d_name);
@@ -258,15 +260,15 @@ mp_code ckpt_files_verify(const ckpt_reader *r, ckpt_file_report_fn report, void
     ckpt_file_entry *v = NULL;
     int cnt = 0;
     mp_err pe;
-    mp_code rc = ckpt_files_list(r, &v, &cnt, &pe);
-    if (rc) problem(&vc, rc, &pe);
+    mp_code lrc = ckpt_files_list(r, &v, &cnt, &pe), rc;
+    if (lrc) problem(&vc, lrc, &pe);
     for (int i = 0; i < cnt; i++) {
         char *data = NULL;
         if ((rc = read_entry(r, &v[i], &data, &pe))) problem(&vc, rc, &pe);
         free(data);
     }
     char *dir = mp_fs_join(ckpt_reader_dir(r), CKPT_FILES_DIR);
-    check_dir(r, dir, v, cnt, &vc);
+    check_dir(r, dir, v, cnt, lrc == MP_OK, &vc);
     free(dir);
     free(v);
     if (nfiles) *nfiles = cnt;

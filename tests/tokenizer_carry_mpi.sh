@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/tokenizer_carry_mpi.sh MESHPOINT DATA CONFIG WORKDIR — carried files (docs/FORMAT.md "Carried
+# tests/tokenizer_carry_mpi.sh MESHPOINT DATA CONFIG WORKDIR CRAFT_TOOL — carried files (docs/FORMAT.md "Carried
 # files") on 2 ranks, where only rank 0 writes them, through the real CLI, no Python:
 #   1. a source checkpoint carrying tokenizer files (train -> export -> the files added -> import);
 #   2. `train --init-from` on tp 2 (mpiexec -np 2): every checkpoint carries the files byte for byte and
@@ -7,10 +7,13 @@
 #   3. a save carrying files killed at each MP_CKPT_CRASH_AT point: no step_4 (or a complete one after the
 #      rename), step 2 intact (files and verify), and `--resume` finishes with the files in the last save;
 #   4. `reshard` on 2 ranks (tp 1 x dp 2): the output carries the files and verifies;
+#   6. a checkpoint whose list (checksum recomputed: tool_ckpt_craft) carries config.json, the name export
+#      writes itself: export, reshard and train --init-from refuse it naming the file (exit 2), export
+#      writes nothing, ckpt verify reports it (exit 1);
 #   5. the free-disk checks of `export` and `reshard` count the carried bytes; the read-backs after writing
 #      (import, export, reshard) check the carried files.
 set -u
-bin=$1; data=$2; config=$3; work=$4
+bin=$1; data=$2; config=$3; work=$4; craft=$5
 case=tokenizer_carry_mpi
 . "$(dirname "$0")/lib.sh"
 mpi="mpiexec --allow-run-as-root --oversubscribe -np 2"
@@ -88,4 +91,16 @@ grep -q "every checksum and the coverage hold, 3 carried files" "$work/rs.log" |
 expect 0 "3 carried files verified" "$work/vrs.log" "$bin" ckpt verify "$work/rs"
 ls "$work/rs/files" | grep -qv -e '^tokenizer.json$' -e '^tokenizer_config.json$' -e '^generation_config.json$' \
     && fail "reshard left more in files/: $(ls "$work/rs/files")"
+cp -a "$work/src" "$work/evil"
+printf '{"architectures": ["Evil"]}' >"$work/evil/files/config.json"
+"$craft" "$work/evil/index.h5" meta files \
+    '{"config.json":{"bytes":27,"xxh3":"0123456789abcdef"},"tokenizer.json":{"bytes":1,"xxh3":"0123456789abcdef"}}' \
+    || fail "crafting the list"
+expect 2 'config.json.* is not a file a checkpoint carries' "$work/evil_export.log" "$bin" export "$work/evil" --out "$work/evil_hf"
+[ -e "$work/evil_hf" ] && fail "export of a list naming config.json wrote $work/evil_hf"
+expect 2 'config.json' "$work/evil_rs.log" "$bin" reshard "$work/evil" --tp 1 --dp 1 --model-only --out "$work/evil_rs"
+expect 2 'config.json' "$work/evil_tr.log" "$bin" train --config "$config" --train-data "$data" --log-every 0 --steps 1 \
+    --run-dir "$work/evil_run" --init-from "$work/evil"
+expect 1 'problem: .*config.json.* is not a file a checkpoint carries' "$work/evil_v.log" "$bin" ckpt verify "$work/evil" --format-only
+[ "$(grep -c '^problem' "$work/evil_v.log")" -eq 1 ] || fail "ckpt verify: one problem expected: $(cat "$work/evil_v.log")"
 echo "tokenizer_carry_mpi: ok"
