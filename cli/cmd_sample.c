@@ -143,6 +143,10 @@ static mp_code parse_eos(sample_run *run, const ckpt_reader *r, const cJSON *j) 
 static mp_code eos_ids(sample_run *run, const ckpt_reader *r) {
     run->neos = 0;
     char *text = NULL;
+    ckpt_file_entry *v;
+    int n;
+    MP_TRY(ckpt_files_list(r, &v, &n, &run->err));   /* a refused list is an error, not "none carried" */
+    free(v);
     mp_code rc = ckpt_file_read(r, "generation_config.json", &text, NULL, &run->err);
     if (rc == MP_OK) {
         cJSON *j = cJSON_Parse(text), *e = cJSON_GetObjectItemCaseSensitive(j, "eos_token_id");

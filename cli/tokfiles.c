@@ -119,6 +119,10 @@ int mp_tokfiles_carries(const ckpt_reader *r, const char *name) {
 mp_code mp_tokfiles_load_tokenizer(const ckpt_reader *r, mp_tok **tok, mp_err *err) {
     *tok = NULL;
     char *json = NULL, *cfg = NULL;
+    ckpt_file_entry *v;
+    int n;
+    MP_TRY(ckpt_files_list(r, &v, &n, err));   /* a refused list is an error, not "none carried" */
+    free(v);
     mp_code rc = ckpt_file_read(r, "tokenizer.json", &json, NULL, err);
     if (rc == MP_EINPUT) {   /* none carried */
         mp_err_clear(err);

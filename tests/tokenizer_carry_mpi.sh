@@ -101,6 +101,11 @@ expect 2 'config.json.* is not a file a checkpoint carries' "$work/evil_export.l
 expect 2 'config.json' "$work/evil_rs.log" "$bin" reshard "$work/evil" --tp 1 --dp 1 --model-only --out "$work/evil_rs"
 expect 2 'config.json' "$work/evil_tr.log" "$bin" train --config "$config" --train-data "$data" --log-every 0 --steps 1 \
     --run-dir "$work/evil_run" --init-from "$work/evil"
+for mode in "--ids" ""; do   # not "no tokenizer": the list is refused either way
+    expect 2 'config.json.* is not a file a checkpoint carries' "$work/evil_s.log" "$bin" sample --checkpoint "$work/evil" \
+        --prompt "1 2" --tokens 1 $mode
+done
+expect 0 'tokenizer +\(does not load: .*config.json' "$work/evil_show.log" "$bin" ckpt show "$work/evil"
 expect 1 'problem: .*config.json.* is not a file a checkpoint carries' "$work/evil_v.log" "$bin" ckpt verify "$work/evil" --format-only
 [ "$(grep -c '^problem' "$work/evil_v.log")" -eq 1 ] || fail "ckpt verify: one problem expected: $(cat "$work/evil_v.log")"
 echo "tokenizer_carry_mpi: ok"
