@@ -355,10 +355,23 @@ mp_code ckpt_set_aside(const char *root, int64_t after, const char *aside, int *
  * (tokenizer.json, tokenizer_config.json, ...), byte for byte. They live as plain files in DIR/files/
  * and are listed, each with its size and XXH3-64, in metadata CKPT_FILES_META (a JSON object
  * {"name": {"bytes": N, "xxh3": "16 hex digits"}}), so the index checksum covers the list and the list
- * covers the bytes (docs/FORMAT.md, "Carried files"). A checkpoint without the entry carries none. */
+ * covers the bytes (docs/FORMAT.md, "Carried files"). A checkpoint without the entry carries none.
+ * Only the names of ckpt_file_names are carried (a tool writing a carried file beside its own output,
+ * such as an HF export's config.json, can never be made to overwrite it), at most CKPT_FILES_MAX_BYTES
+ * in all; saving and listing both refuse anything else. */
 #define CKPT_FILES_META "files"
 #define CKPT_FILES_DIR "files"
 #define CKPT_FILE_NAME_MAX 64
+#define CKPT_FILES_MAX 7                            /* one of each of ckpt_file_names */
+#define CKPT_FILES_MAX_BYTES ((int64_t)512 << 20)   /* all carried files of a checkpoint together */
+
+/* The names a checkpoint may carry, NULL-terminated: the files of an HF model directory that
+ * transformers' AutoTokenizer and GenerationConfig read (tokenizer.json, tokenizer_config.json,
+ * special_tokens_map.json, added_tokens.json, chat_template.jinja, tokenizer.model,
+ * generation_config.json). */
+extern const char *const ckpt_file_names[];
+/* MP_OK if name is one of ckpt_file_names, else MP_EINPUT naming it and the allowed names. */
+mp_code ckpt_file_name_check(const char *name, mp_err *e);
 
 typedef struct ckpt_file_entry {
     char name[CKPT_FILE_NAME_MAX + 1];
@@ -366,20 +379,28 @@ typedef struct ckpt_file_entry {
     uint64_t xxh3;
 } ckpt_file_entry;
 
-/* Adds file name (1..64 chars of [A-Za-z0-9_.-], not starting with '.') of bytes data[0..n) to the
- * save: rank 0 writes DIR.partial/files/<name> durably now (before the index, so a committed
- * checkpoint has it) and lists it in metadata; other ranks only check the name. Local; before
- * ckpt_save_start/commit; a second call for the same name replaces it. */
+/* Adds file name (one of ckpt_file_names) of bytes data[0..n) to the save: rank 0 writes
+ * DIR.partial/files/<name> durably now (before the index, so a committed checkpoint has it) and lists
+ * it in metadata; other ranks only check the name. MP_EINPUT (the save failed) for another name or
+ * when the save's carried files would pass CKPT_FILES_MAX_BYTES. Local; before ckpt_save_start/commit;
+ * a second call for the same name replaces it. */
 mp_code ckpt_save_file(ckpt_save *s, const char *name, const void *data, size_t n, mp_err *e);
 /* The files r's checkpoint lists into *out (malloc'd; NULL and 0 when none). A list that does not
- * parse is MP_ECHECK naming the checkpoint. */
+ * parse strictly (an object of unique names, each {"bytes": integer in [0, CKPT_FILES_MAX_BYTES],
+ * "xxh3": 16 lowercase hex digits}, CKPT_FILES_MAX_BYTES in all) is MP_ECHECK, a name not in
+ * ckpt_file_names MP_EINPUT, naming the checkpoint and what is wrong. */
 mp_code ckpt_files_list(const ckpt_reader *r, ckpt_file_entry **out, int *n, mp_err *e);
 /* Reads carried file name of r into *data (malloc'd, NUL-terminated; *n its bytes), checked against
- * its listed size and XXH3-64: MP_ECHECK naming the file on a mismatch or a missing file, MP_EINPUT when
- * the checkpoint lists no such file. */
+ * its listed size and XXH3-64: MP_ECHECK naming the file on a mismatch, a missing file or one that is
+ * not a regular file (a link is not followed, a FIFO not waited on), MP_EINPUT when the checkpoint
+ * lists no such file. Reads at most the listed size. */
 mp_code ckpt_file_read(const ckpt_reader *r, const char *name, char **data, size_t *n, mp_err *e);
-/* Checks every listed file (as ckpt_file_read) and that DIR/files holds nothing unlisted; *nfiles (may
- * be NULL) gets the count. MP_ECHECK naming the first bad file. */
-mp_code ckpt_files_verify(const ckpt_reader *r, int *nfiles, mp_err *e);
+/* Receives one problem of the carried files (a line naming the checkpoint and file). */
+typedef void (*ckpt_file_report_fn)(void *ctx, const char *problem);
+/* Checks every listed file (as ckpt_file_read) and that DIR/files, when present, is a directory
+ * holding nothing unlisted. Every problem goes to report (may be NULL); MP_ECHECK (or the list's
+ * MP_EINPUT) with *e naming the first and the count when there is any. *nfiles (may be NULL) gets the
+ * number of listed files. */
+mp_code ckpt_files_verify(const ckpt_reader *r, ckpt_file_report_fn report, void *ctx, int *nfiles, mp_err *e);
 
 #endif

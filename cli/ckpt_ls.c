@@ -22,7 +22,8 @@
 #include "cli/ckpt_common.h"
 #include "core/log.h"
 
-/* Total size of the regular files directly in dir, bytes. */
+/* Total size of the regular files directly in dir, and of those in its carried files' directory
+ * (CKPT_FILES_DIR), bytes. */
 static int64_t dir_bytes(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -33,6 +34,7 @@ static int64_t dir_bytes(const char *dir) {
         char *p = mp_fs_join(dir, de->d_name);
         struct stat st;
         if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) total += (int64_t)st.st_size;
+        else if (!strcmp(de->d_name, CKPT_FILES_DIR) && lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) total += dir_bytes(p);
         free(p);
     }
     closedir(d);

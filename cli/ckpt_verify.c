@@ -76,8 +76,9 @@ static void note(problems *p, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* Reports one damaged view (ckpt_view_report_fn into a problems list). */
-static void view_problem(void *ctx, const char *text) { problem(ctx, "%s", text); }
+/* Reports one problem of the views or the carried files (ckpt_view_report_fn, ckpt_file_report_fn) into a
+ * problems list. */
+static void report_problem(void *ctx, const char *text) { problem(ctx, "%s", text); }
 
 /* Checks index.h5's /view datasets, what other HDF5 tools read (ckpt_views_check: against the tables,
  * reading one element of every box through them; libhdf5 crashes contained); each problem is reported,
@@ -87,7 +88,7 @@ static int verify_views(const char *dir, problems *pr) {
     int n = 0;
     mp_err e;
     mp_err_clear(&e);
-    mp_code rc = ckpt_views_check(dir, 1, view_problem, pr, &n, &e);
+    mp_code rc = ckpt_views_check(dir, 1, report_problem, pr, &n, &e);
     if (rc == MP_ECHECK) return n > 0;   /* else the index does not read: ckpt_open reports it next */
     if (rc != MP_OK) problem(pr, "views: %s", e.msg);
     else if (n) note(pr, "`meshpoint ckpt repair-views %s` rebuilds the views from the tables", dir);
@@ -201,8 +202,7 @@ static void verify_bytes(ckpt_reader *r, problems *pr, int64_t *bytes) {
 static void verify_files(const ckpt_reader *r, problems *pr) {
     mp_err err;
     int n = 0;
-    if (ckpt_files_verify(r, &n, &err)) problem(pr, "%s", err.msg);
-    else if (n) note(pr, "%d carried file%s verified", n, n == 1 ? "" : "s");
+    if (!ckpt_files_verify(r, report_problem, pr, &n, &err) && n) note(pr, "%d carried file%s verified", n, n == 1 ? "" : "s");
 }
 
 /* The tensor bytes of r (elements x dtype size, all tensors). */

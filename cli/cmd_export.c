@@ -11,8 +11,9 @@
  * --force; never the checkpoint itself; free disk: cli/ckpt_common.c's mp_ckpt_check_out, as import
  * and reshard); then DIR.partial is written and renamed to DIR (the HF
  * sink); finally the result is read back: every safetensors header validated, every tensor of the
- * model present with its shape, and config.json parsed back to the same model config. The tokenizer files
- * the checkpoint carries (cli/tokfiles.h) are read, checked, and written beside them by the sink.
+ * model present with its shape, config.json parsed back to the same model config, and the carried files
+ * compared. The tokenizer files the checkpoint carries (cli/tokfiles.h) are read, checked (their bytes count
+ * in the free-disk check), and written beside them by the sink.
  * One process: under mpirun with more than one rank it refuses.
  */
 #include <limits.h>
@@ -24,6 +25,7 @@
 #include "cli/cli.h"
 #include "cli/convert.h"
 #include "cli/runtime.h"
+#include "cli/tokfiles.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "reshard/reshard.h"
@@ -49,8 +51,9 @@ static mp_code parse_shard_size(const char *s, int64_t *out, mp_err *e) {
     return MP_OK;
 }
 
-/* Reads the exported directory back: headers, tensor set and shapes, and config.json = cfg. */
-static mp_code verify_export(const char *dir, const llama_config *cfg, mp_err *e) {
+/* Reads the exported directory back: headers, tensor set and shapes, config.json = cfg, and the carried
+ * files byte for byte. */
+static mp_code verify_export(const char *dir, const llama_config *cfg, const mp_tokfiles *files, mp_err *e) {
     rs_source *s = NULL;
     MP_TRY(rs_source_hf(&s, dir, e));
     mp_code rc = rs_source_hf_check(s, cfg, e);
@@ -62,7 +65,7 @@ static mp_code verify_export(const char *dir, const llama_config *cfg, mp_err *e
     MP_TRY(llama_config_load(path, &back, NULL, e));
     if (llama_config_diff(&back, cfg, LLAMA_CF_NONE))   /* every field, rope_scaling included */
         return mp_err_set(e, MP_ECHECK, "%s does not read back as the checkpoint's model config", path);
-    return MP_OK;
+    return mp_tokfiles_check_dir(files, dir, e);
 }
 
 typedef struct export_opts {
@@ -82,13 +85,14 @@ static mp_code run_export(const char *arg, export_opts *o, mp_err *err) {
     mp_code rc = mp_convert_open_ckpt(arg, o->c.max_bytes / 4, &src_dir, &src, &mc, err);
     if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
     if (!rc) rc = mp_convert_check_tensors(rs_source_ckpt_reader(src), boxes, n, err);
-    if (!rc) rc = mp_ckpt_check_out(o->c.out, src_dir, "the source checkpoint", o->c.force, mp_convert_bytes(boxes, n), err);
     mp_tokfiles files = {0};
     if (!rc) rc = mp_tokfiles_from_ckpt(&files, rs_source_ckpt_reader(src), err);
+    if (!rc)
+        rc = mp_ckpt_check_out(o->c.out, src_dir, "the source checkpoint", o->c.force,
+                               mp_convert_bytes(boxes, n) + mp_tokfiles_bytes(&files), err);
     if (!rc) rc = rs_sink_hf(&sink, o->c.out, &mc, !strcmp(o->dtype, "bf16") ? "BF16" : "F32", o->shard_bytes,
                              o->c.max_bytes / 4, o->c.force, err);
     if (!rc) rc = mp_tokfiles_put(&files, sink, err);
-    mp_tokfiles_free(&files);
     rs_stats st;
     if (!rc) rc = rs_run(src, sink, boxes, n, 0, 1, &st, err);
     if (!rc)
@@ -97,9 +101,11 @@ static mp_code run_export(const char *arg, export_opts *o, mp_err *err) {
                 o->c.out, o->dtype, n, st.bytes_written / 1048576.0, st.seconds, st.bytes_read / 1048576.0,
                 st.largest_band / 1048576.0, o->c.max_bytes / 1048576.0);
     if (!rc && !o->c.no_verify) {
-        if ((rc = verify_export(o->c.out, &mc, err))) mp_err_wrap(err, "reading %s back after writing it", o->c.out);
-        else fprintf(stderr, "meshpoint export: verified %s: every header, tensor and shape, and config.json\n", o->c.out);
+        if ((rc = verify_export(o->c.out, &mc, &files, err))) mp_err_wrap(err, "reading %s back after writing it", o->c.out);
+        else fprintf(stderr, "meshpoint export: verified %s: every header, tensor and shape, config.json and %d carried "
+                             "file%s\n", o->c.out, files.n, files.n == 1 ? "" : "s");
     }
+    mp_tokfiles_free(&files);
     if (sink) sink->free(sink);
     if (src) src->close(src);
     free(boxes);

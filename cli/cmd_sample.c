@@ -32,10 +32,12 @@
  * Input and output: when the checkpoint carries a tokenizer (`import` of an HF directory keeps it),
  * --prompt TEXT is encoded by it (with the BOS its template puts first, as transformers' tokenizer(text)
  * does) and the continuation is printed as text token by token as it is produced (print_token: the
- * decoded text is held back while it ends in an incomplete UTF-8 character, as a byte-level token can).
- * Without one, --prompt TEXT is UTF-8 bytes as token ids (byte-level models, vocab >=
- * 256) and the continuation is printed as bytes. --ids takes the prompt as decimal ids ("72 101 108")
- * and prints ids, for any model. Exit 2 on bad input (ids >= vocab_size, a sequence beyond
+ * decoded text is held back while it ends in an incomplete UTF-8 character, as a byte-level token can;
+ * each token decodes a window of a few tokens, not the whole sequence). Without a tokenizer, --prompt TEXT
+ * is UTF-8 bytes as token ids (byte-level models, vocab >= 256) and the continuation is printed as bytes;
+ * a checkpoint whose tokenizer does not load, or that carries only a sentencepiece tokenizer.model, refuses
+ * text. --ids takes the prompt as decimal ids ("72 101 108") and prints ids, for any model, without loading
+ * the tokenizer. Exit 2 on bad input (ids >= vocab_size, a sequence beyond
  * max_position_embeddings), 1 when the checkpoint fails to load.
  */
 #include <assert.h>
@@ -84,7 +86,7 @@ typedef struct sample_run {
     mp_tok *tok;           /* the checkpoint's tokenizer (NULL: byte-level or --ids) */
     int32_t carried_eos[LLAMA_MAX_EOS];   /* the carried files' EOS ids (eos_ids), n_carried_eos of them */
     int n_carried_eos;
-    size_t printed;        /* bytes of decode(seq[0..n)) printed so far (print_token) */
+    int out_from, out_to;  /* print_token's window: text of seq[out_from..out_to) printed, out_from its context */
 } sample_run;
 
 static const char *sample_about =
@@ -108,7 +110,8 @@ static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
         {"top-k", MP_ARG_INT, &f->top_k, "K", "sample among the K most likely tokens (0: all)"},
         {"top-p", MP_ARG_DOUBLE, &f->top_p, "P", "then among the most likely tokens of total probability >= P (1: all)"},
         {"seed", MP_ARG_I64, &f->seed, "S", "seed of the sampling"},
-        {"ids", MP_ARG_SWITCH, &f->ids, NULL, "prompt and output as token ids instead of bytes"},
+        {"ids", MP_ARG_SWITCH, &f->ids, NULL, "prompt and output as token ids instead of text (any model; the "
+         "tokenizer is not loaded)"},
         {"ignore-eos", MP_ARG_SWITCH, &f->ignore_eos, NULL, "do not stop at the end-of-sequence id"},
         {"no-kv-cache", MP_ARG_SWITCH, &f->no_kv_cache, NULL,
          "rerun the whole sequence for every token (slow; the reference the KV cache is tested against)"},
@@ -136,21 +139,44 @@ static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
     return MP_OK;
 }
 
+/* run->carried_eos from eos_token_id j of generation_config.json (an int or a list of ints, each a token
+ * id of the model); MP_EINPUT naming the file and key otherwise. */
+static mp_code parse_eos(sample_run *run, const ckpt_reader *r, const cJSON *j) {
+    const cJSON *one = cJSON_IsNumber(j) ? j : NULL, *it = one ? one : cJSON_IsArray(j) ? j->child : NULL;
+    int ok = one || cJSON_IsArray(j);
+    for (; ok && it; it = one ? NULL : it->next) {
+        double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        ok = v >= 0 && v < run->mc.vocab_size && v == (double)(int32_t)v && run->n_carried_eos < LLAMA_MAX_EOS;
+        if (ok) run->carried_eos[run->n_carried_eos++] = (int32_t)v;
+    }
+    if (!ok)
+        return mp_err_set(&run->err, MP_EINPUT, "checkpoint %s: carried generation_config.json: \"eos_token_id\" must be a "
+                          "token id or a list of at most %d, each an integer in [0, vocab_size %d)", ckpt_reader_dir(r),
+                          LLAMA_MAX_EOS, run->mc.vocab_size);
+    return MP_OK;
+}
+
 /* The end-of-sequence ids the checkpoint r's carried files name into run->carried_eos: its
- * generation_config.json's eos_token_id (an int or a list) when present, else none (sample_eos_ids falls
- * back to the model config's, then the tokenizer's). */
+ * generation_config.json's eos_token_id (an int or a list, each checked against the vocabulary) when
+ * present, else none (sample_eos_ids falls back to the model config's, then the tokenizer's). */
 static mp_code eos_ids(sample_run *run, const ckpt_reader *r) {
     run->n_carried_eos = 0;
     char *text = NULL;
+    ckpt_file_entry *v;
+    int n;
+    MP_TRY(ckpt_files_list(r, &v, &n, &run->err));   /* a refused list is an error, not "none carried" */
+    free(v);
     mp_code rc = ckpt_file_read(r, "generation_config.json", &text, NULL, &run->err);
     if (rc == MP_OK) {
         cJSON *j = cJSON_Parse(text), *e = cJSON_GetObjectItemCaseSensitive(j, "eos_token_id");
-        if (cJSON_IsNumber(e)) run->carried_eos[run->n_carried_eos++] = (int32_t)e->valueint;
-        for (const cJSON *it = cJSON_IsArray(e) ? e->child : NULL; it; it = it->next)
-            if (cJSON_IsNumber(it) && run->n_carried_eos < LLAMA_MAX_EOS)
-                run->carried_eos[run->n_carried_eos++] = (int32_t)it->valueint;
+        if (!cJSON_IsObject(j))
+            rc = mp_err_set(&run->err, MP_EINPUT, "checkpoint %s: carried generation_config.json is not a JSON object",
+                            ckpt_reader_dir(r));
+        else if (e && !cJSON_IsNull(e))
+            rc = parse_eos(run, r, e);
         cJSON_Delete(j);
         free(text);
+        MP_TRY(rc);
     } else if (rc != MP_EINPUT) {
         return rc;
     }
@@ -158,12 +184,21 @@ static mp_code eos_ids(sample_run *run, const ckpt_reader *r) {
     return MP_OK;
 }
 
-/* The checkpoint's tokenizer, when it carries one, into r->tok (checked against its checksums), and its
- * EOS ids (eos_ids). Local: the caller agrees. */
+/* The checkpoint's tokenizer, when it carries one and the prompt is text, into r->tok (checked against
+ * its checksums), and its EOS ids (eos_ids). With --ids the tokenizer is not loaded (any model samples
+ * in ids). Text with a tokenizer that does not load, or only a sentencepiece tokenizer.model (which
+ * meshpoint does not read), is refused, pointing to --ids (MP_EINPUT). Local: the caller agrees. */
 static mp_code load_tokenizer(sample_run *r) {
     ckpt_reader *cr = NULL;
     MP_TRY(ckpt_open(&cr, r->ckpt_dir, &r->err));
-    mp_code rc = mp_tokfiles_load_tokenizer(cr, &r->tok, &r->err);
+    mp_code rc = r->f.ids ? MP_OK : mp_tokfiles_load_tokenizer(cr, &r->tok, &r->err);
+    if (rc == MP_EINPUT)
+        mp_err_wrap(&r->err, "--prompt as text: the tokenizer checkpoint %s carries does not load (pass the prompt as token "
+                    "ids with --ids)", r->ckpt_dir);
+    else if (!rc && !r->f.ids && !r->tok && mp_tokfiles_carries(cr, "tokenizer.model"))
+        rc = mp_err_set(&r->err, MP_EINPUT, "--prompt as text: checkpoint %s carries only a sentencepiece tokenizer.model "
+                        "(no tokenizer.json), which meshpoint does not read: pass the prompt as token ids with --ids",
+                        r->ckpt_dir);
     if (!rc) rc = eos_ids(r, cr);
     ckpt_close(cr);
     return rc;
@@ -294,19 +329,28 @@ static int is_eos(const sample_run *r, int32_t id) {
     return 0;
 }
 
-/* Prints what token r->seq[r->n - 1] adds to the text, through the tokenizer (rank 0): the new bytes of
- * decode(seq[0..n)) (special tokens skipped), held back while they end in U+FFFD, the mark of a UTF-8
- * character a later byte-level token completes; final flushes what is held. The prompt itself
- * (decode(prompt)) is printed first, with n == n_prompt. */
+/* Prints what token r->seq[r->n - 1] adds to the text, through the tokenizer (rank 0), incrementally:
+ * the new bytes are decode(seq[out_from..n)) past decode(seq[out_from..out_to)) (special tokens
+ * skipped), a window of a few tokens whatever the length, with out_from's token as context (a decoder
+ * that strips a leading space strips it from both). They are held back while they end in U+FFFD, the
+ * mark of a UTF-8 character a later byte-level or byte-fallback token completes, for up to 3 tokens (a
+ * character has at most 4 bytes: longer, the bytes are not a character and are printed as U+FFFD, as
+ * decode does); final flushes what is held. The prompt itself (decode(prompt)) is printed first, with
+ * n == n_prompt. */
 static void print_token(sample_run *r, int final) {
-    size_t len = 0;
-    char *text = mp_tok_decode(r->tok, r->seq, r->n, 1, &len);
-    int held = !final && len >= 3 && !memcmp(text + len - 3, "\xEF\xBF\xBD", 3);
-    if (!held && len > r->printed) {
-        fwrite(text + r->printed, 1, len - r->printed, stdout);
-        r->printed = len;
-        fflush(stdout);
+    size_t plen = 0, len = 0;
+    char *prev = mp_tok_decode(r->tok, r->seq + r->out_from, r->out_to - r->out_from, 1, &plen);
+    char *text = mp_tok_decode(r->tok, r->seq + r->out_from, r->n - r->out_from, 1, &len);
+    int held = !final && r->n - r->out_to < 4 && len >= 3 && !memcmp(text + len - 3, "\xEF\xBF\xBD", 3);
+    if (!held) {
+        if (len > plen) {
+            fwrite(text + plen, 1, len - plen, stdout);
+            fflush(stdout);
+        }
+        r->out_from = r->out_to;
+        r->out_to = r->n;
     }
+    free(prev);
     free(text);
 }
 

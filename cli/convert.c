@@ -194,7 +194,8 @@ int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const
     }
     /* the destination is checked on every rank; agreed, so that a rank that finds it unusable does not
      * leave the others waiting in the sink's collective start */
-    rc = mp_ckpt_check_out(o->out, src_dir, src_what, o->force, mp_convert_bytes(boxes, n), &err);
+    int64_t need = mp_convert_bytes(boxes, n) + (meta->files ? mp_tokfiles_bytes(meta->files) : 0);
+    rc = mp_ckpt_check_out(o->out, src_dir, src_what, o->force, need, &err);
     if ((agreed = mp_runtime_agree(rt, rc, &err))) return mp_exit_status(agreed);
     rs_sink *sink = NULL;
     int64_t step = meta->copy_from ? ckpt_reader_step(meta->copy_from) : 0;

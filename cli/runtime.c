@@ -182,11 +182,14 @@ int mp_runtime_verify_written(const mp_runtime *rt, const char *dir, size_t scra
         mp_progress *pg = vrc ? NULL : mp_progress_start("verifying", 0, MP_PROGRESS_BYTES);
         if (!vrc) ckpt_reader_set_progress(r, mp_progress_ckpt, pg);
         if (!vrc) vrc = ckpt_verify(r, &vbytes, &err);
+        int nfiles = 0;
+        if (!vrc) vrc = ckpt_files_verify(r, NULL, NULL, &nfiles, &err);   /* the carried files too */
         mp_progress_finish(pg);
         ckpt_close(r);
         if (vrc) mp_err_wrap(&err, "verifying %s after writing it", dir);
-        else fprintf(stderr, "%s: verified %s: %.2f MiB read back, every checksum and the coverage hold (%.2f s)\n",
-                     mp_log_prog(), dir, vbytes / 1048576.0, mp_time_s() - t0);
+        else fprintf(stderr, "%s: verified %s: %.2f MiB read back, every checksum and the coverage hold, %d carried "
+                     "file%s (%.2f s)\n", mp_log_prog(), dir, vbytes / 1048576.0, nfiles, nfiles == 1 ? "" : "s",
+                     mp_time_s() - t0);
     }
     return mp_exit_status(mp_runtime_agree(rt, vrc, &err));
 }

@@ -3,23 +3,13 @@
  * HF directory or a checkpoint, put into a sink or a save.
  */
 #include "cli/tokfiles.h"
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include "core/alloc.h"
 #include "core/fsutil.h"
 #include "tokenizer/tokenizer.h"
-
-/* AutoTokenizer: tokenizer.json (the fast tokenizer), tokenizer_config.json (class, special tokens,
- * chat template, add_bos/eos), special_tokens_map.json, added_tokens.json, chat_template.jinja
- * (transformers >= 4.43 writes the template there); sentencepiece-only repos: tokenizer.model.
- * GenerationConfig: generation_config.json (eos_token_id and sampling defaults). */
-const char *const mp_tokfile_names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                        "added_tokens.json", "chat_template.jinja", "tokenizer.model",
-                                        "generation_config.json", NULL};
-
-#define TOKFILE_MAX_BYTES ((size_t)512 << 20)
 
 /* Appends a file, taking data. */
 static void push(mp_tokfiles *t, const char *name, char *data, size_t len) {
@@ -30,16 +20,22 @@ static void push(mp_tokfiles *t, const char *name, char *data, size_t len) {
 
 mp_code mp_tokfiles_from_dir(mp_tokfiles *t, const char *dir, mp_err *err) {
     memset(t, 0, sizeof *t);
-    for (int i = 0; mp_tokfile_names[i]; i++) {
-        char *path = mp_fs_join(dir, mp_tokfile_names[i]), *data = NULL;
+    int64_t total = 0;
+    for (int i = 0; ckpt_file_names[i]; i++) {
+        char *path = mp_fs_join(dir, ckpt_file_names[i]), *data = NULL;
         size_t len = 0;
-        mp_code rc = mp_fs_exists(path) ? mp_read_text(path, TOKFILE_MAX_BYTES, &data, &len, err) : MP_OK;
+        mp_code rc = mp_fs_exists(path) ? mp_read_text(path, (size_t)CKPT_FILES_MAX_BYTES, &data, &len, err) : MP_OK;
+        total += (int64_t)len;
+        if (!rc && total > CKPT_FILES_MAX_BYTES)
+            rc = mp_err_set(err, MP_EINPUT, "%s: the tokenizer files are more than %lld bytes together", dir,
+                            (long long)CKPT_FILES_MAX_BYTES);
         free(path);
         if (rc) {
+            free(data);
             mp_tokfiles_free(t);
             return rc;
         }
-        if (data) push(t, mp_tokfile_names[i], data, len);
+        if (data) push(t, ckpt_file_names[i], data, len);
     }
     return MP_OK;
 }
@@ -49,9 +45,7 @@ mp_code mp_tokfiles_from_ckpt(mp_tokfiles *t, const ckpt_reader *r, mp_err *err)
     ckpt_file_entry *v;
     int n;
     MP_TRY(ckpt_files_list(r, &v, &n, err));
-    mp_code rc = n > MP_TOKFILES_MAX ? mp_err_set(err, MP_ECHECK, "checkpoint %s carries %d files (at most %d)",
-                                                  ckpt_reader_dir(r), n, MP_TOKFILES_MAX)
-                                     : MP_OK;
+    mp_code rc = MP_OK;   /* n <= CKPT_FILES_MAX: ckpt_files_list takes each allowed name once */
     for (int i = 0; i < n && !rc; i++) {
         char *data = NULL;
         size_t len = 0;
@@ -89,18 +83,60 @@ void mp_tokfiles_free(mp_tokfiles *t) {
     memset(t, 0, sizeof *t);
 }
 
+int64_t mp_tokfiles_bytes(const mp_tokfiles *t) {
+    int64_t n = 0;
+    for (int i = 0; i < t->n; i++) n += (int64_t)t->len[i];
+    return n;
+}
+
+mp_code mp_tokfiles_check_dir(const mp_tokfiles *t, const char *dir, mp_err *err) {
+    mp_code rc = MP_OK;
+    for (int i = 0; i < t->n && !rc; i++) {
+        char *path = mp_fs_join(dir, t->name[i]), *data = NULL;
+        size_t len = 0;
+        mp_err re;
+        if (mp_read_text(path, t->len[i] + 1, &data, &len, &re))
+            rc = mp_err_set(err, MP_ECHECK, "carried file %s: %s", t->name[i], re.msg);
+        else if (len != t->len[i] || XXH3_64bits(data, len) != XXH3_64bits(t->data[i], t->len[i]))
+            rc = mp_err_set(err, MP_ECHECK, "%s: %zu bytes%s, the checkpoint's carried %s has %zu", path, len,
+                            len == t->len[i] ? " with another checksum" : "", t->name[i], t->len[i]);
+        free(data);
+        free(path);
+    }
+    return rc;
+}
+
+int mp_tokfiles_carries(const ckpt_reader *r, const char *name) {
+    ckpt_file_entry *v;
+    int n, found = 0;
+    mp_err e;
+    if (ckpt_files_list(r, &v, &n, &e)) return 0;
+    for (int i = 0; i < n; i++) found |= !strcmp(v[i].name, name);
+    free(v);
+    return found;
+}
+
 mp_code mp_tokfiles_load_tokenizer(const ckpt_reader *r, mp_tok **tok, mp_err *err) {
     *tok = NULL;
-    char *data = NULL;
-    size_t n = 0;
-    mp_code rc = ckpt_file_read(r, "tokenizer.json", &data, &n, err);
-    free(data);
-    if (rc == MP_EINPUT) return MP_OK;   /* none carried */
+    char *json = NULL, *cfg = NULL;
+    ckpt_file_entry *v;
+    int n;
+    MP_TRY(ckpt_files_list(r, &v, &n, err));   /* a refused list is an error, not "none carried" */
+    free(v);
+    mp_code rc = ckpt_file_read(r, "tokenizer.json", &json, NULL, err);
+    if (rc == MP_EINPUT) {   /* none carried */
+        mp_err_clear(err);
+        return MP_OK;
+    }
     MP_TRY(rc);
-    MP_TRY(ckpt_files_verify(r, NULL, err));   /* tokenizer_config.json too, which names the EOS */
-    char *dir = mp_fs_join(ckpt_reader_dir(r), CKPT_FILES_DIR);
-    rc = mp_tok_load(dir, tok, err);
+    rc = ckpt_file_read(r, "tokenizer_config.json", &cfg, NULL, err);   /* names the EOS */
+    if (rc == MP_EINPUT) rc = MP_OK;
+    char *dir = mp_fs_join(ckpt_reader_dir(r), CKPT_FILES_DIR), *name = mp_fs_join(dir, "tokenizer.json");
+    if (!rc) rc = mp_tok_load_text(json, cfg, name, tok, err);
+    free(name);
     free(dir);
+    free(json);
+    free(cfg);
     return rc;
 }
 
@@ -111,43 +147,24 @@ static void token_str(const mp_tok *t, int32_t id, char *buf, size_t cap) {
     else snprintf(buf, cap, "none");
 }
 
-/* "byte-level BPE" / "sentencepiece-style BPE" / the model type, from tokenizer.json's text. */
-static void model_kind(const char *json, char *buf, size_t cap) {
-    cJSON *j = cJSON_Parse(json);
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(m, "type"), *bf = cJSON_GetObjectItemCaseSensitive(m, "byte_fallback");
-    const char *ty = cJSON_IsString(type) ? type->valuestring : "BPE";
-    if (cJSON_IsTrue(bf)) snprintf(buf, cap, "sentencepiece-style %s (byte fallback)", ty);
-    else snprintf(buf, cap, "%s%s", strstr(json, "\"ByteLevel\"") ? "byte-level " : "", ty);
-    cJSON_Delete(j);
-}
-
 void mp_tokfiles_describe(const ckpt_reader *r, char *buf, size_t cap) {
     mp_err err;
-    char *json = NULL;
-    mp_code rc = ckpt_file_read(r, "tokenizer.json", &json, NULL, &err);
     mp_tok *t = NULL;
-    if (rc == MP_EINPUT) {
-        char *model = NULL;
-        int sp = ckpt_file_read(r, "tokenizer.model", &model, NULL, &err) == MP_OK;
-        free(model);
-        snprintf(buf, cap, "%s", sp ? "sentencepiece tokenizer.model (carried as is; no tokenizer.json)" : "none");
-        return;
-    }
-    if (rc == MP_OK) rc = mp_tokfiles_load_tokenizer(r, &t, &err);
-    if (rc) {
+    if (mp_tokfiles_load_tokenizer(r, &t, &err)) {
         snprintf(buf, cap, "(does not load: %s)", err.msg);
-        free(json);
         return;
     }
-    char kind[96], bos[96], eos[96];
-    model_kind(json, kind, sizeof kind);
+    if (!t) {
+        snprintf(buf, cap, "%s", mp_tokfiles_carries(r, "tokenizer.model")
+                                     ? "sentencepiece tokenizer.model (carried as is; no tokenizer.json)" : "none");
+        return;
+    }
+    char bos[96], eos[96];
     const int32_t *b, *e;
     int nb, ne;
     mp_tok_template(t, &b, &nb, &e, &ne);
     token_str(t, nb ? b[0] : -1, bos, sizeof bos);
     token_str(t, mp_tok_eos(t), eos, sizeof eos);
-    snprintf(buf, cap, "%s, vocab %lld, BOS %s, EOS %s", kind, (long long)mp_tok_vocab_size(t), bos, eos);
+    snprintf(buf, cap, "%s, vocab %lld, BOS %s, EOS %s", mp_tok_kind(t), (long long)mp_tok_vocab_size(t), bos, eos);
     mp_tok_free(t);
-    free(json);
 }

@@ -144,14 +144,13 @@ mp_code mp_fs_rename_durable(const char *from, const char *to, const char *paren
     return parent ? mp_fs_fsync_path(parent, 1, err) : mp_fs_fsync_parent(to, err);
 }
 
-mp_code mp_fs_write_text_durable(const char *dir, const char *name, const char *text, mp_err *err) {
-    assert(dir && name && text);
+mp_code mp_fs_write_durable(const char *dir, const char *name, const void *data, size_t n, mp_err *err) {
+    assert(dir && name && (data || n == 0));
     char *fin = mp_fs_join(dir, name), *tmp = concat(fin, ".tmp", "");
     mp_code rc = MP_OK;
     FILE *f = fopen(tmp, "wb");
-    size_t n = strlen(text);
     if (!f) rc = mp_err_set(err, MP_EIO, "writing %s: %s", tmp, strerror(errno));
-    else if (fwrite(text, 1, n, f) != n) {
+    else if (n && fwrite(data, 1, n, f) != n) {
         rc = mp_err_set(err, MP_EIO, "writing %s: %s", tmp, strerror(errno));
         fclose(f);
     } else {
@@ -162,6 +161,11 @@ mp_code mp_fs_write_text_durable(const char *dir, const char *name, const char *
     free(tmp);
     free(fin);
     return rc;
+}
+
+mp_code mp_fs_write_text_durable(const char *dir, const char *name, const char *text, mp_err *err) {
+    assert(text);
+    return mp_fs_write_durable(dir, name, text, strlen(text), err);
 }
 
 mp_code mp_fs_mkdirs(const char *path, mp_err *err) {

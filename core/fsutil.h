@@ -54,8 +54,10 @@ mp_code mp_fs_swap_dirs(const char *from, const char *to, const char *parent, ch
 /* mkdir -p that is durable: every directory it creates has its parent fsynced right after the mkdir;
  * existing components are left alone. MP_EIO if path exists and is not a directory. */
 mp_code mp_fs_mkdirs(const char *path, mp_err *err);
-/* Writes text to dir/name durably: dir/name.tmp written, fsynced, renamed over dir/name, dir fsynced.
- * A reader sees the old content or the new, never a mix; on error the .tmp is removed. */
+/* Writes data[0..n) to dir/name durably: dir/name.tmp written, fsynced, renamed over dir/name, dir
+ * fsynced. A reader sees the old content or the new, never a mix; on error the .tmp is removed. */
+mp_code mp_fs_write_durable(const char *dir, const char *name, const void *data, size_t n, mp_err *err);
+/* mp_fs_write_durable of the string text (without its NUL). */
 mp_code mp_fs_write_text_durable(const char *dir, const char *name, const char *text, mp_err *err);
 
 /* Removes path and, when it is a directory, everything under it, never following a symbolic link: a

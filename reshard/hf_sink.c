@@ -18,7 +18,8 @@
  * LlamaConfig's remaining defaults (attention_dropout, pretraining_tp, use_cache). Numbers are printed
  * exactly (the shortest text that reads back to the same double). Files the checkpoint carries (its
  * tokenizer's: file()) are written beside it as they were imported; a carried generation_config.json
- * replaces the default one.
+ * replaces the default one. Only names a checkpoint may carry are taken (ckpt_file_name_check), and never
+ * a name the sink writes itself, so a carried file cannot replace the exported config or weights.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -39,8 +40,6 @@ typedef struct hf_item {
     void *ctx;
 } hf_item;
 
-#define HF_MAX_FILES 16
-
 typedef struct hf_sink {
     char *dir, *partial;
     llama_config cfg;
@@ -52,7 +51,7 @@ typedef struct hf_sink {
     hf_item *it;
     mp_code failed;       /* an add error, reported again by the commit */
     mp_err err;
-    struct { char *name, *data; size_t n; } files[HF_MAX_FILES];   /* carried files (the tokenizer's) */
+    struct { char *name, *data; size_t n; } files[CKPT_FILES_MAX];   /* carried files (the tokenizer's) */
     int nfiles;
 } hf_sink;
 
@@ -103,11 +102,21 @@ static mp_code hs_add(rs_sink *s, int file_rank, const char *name, int ndim, con
 
 static mp_code hs_meta(rs_sink *s, const char *key, const char *value, mp_err *e) { return MP_OK; }
 
-/* Keeps a copy of a carried file (a tokenizer file), written into the directory at the commit. */
+/* 1 if name is a file the sink writes itself (config.json, the weights and their index). */
+static int own_name(const char *name) {
+    size_t n = strlen(name);
+    return !strcmp(name, "config.json") || !strcmp(name, "model.safetensors.index.json") ||
+           (!strncmp(name, "model", 5) && n >= 12 && !strcmp(name + n - 12, ".safetensors"));
+}
+
+/* Keeps a copy of a carried file (a tokenizer file), written into the directory at the commit: only a
+ * name a checkpoint may carry (ckpt_file_name_check), never one the sink writes itself, each once. */
 static mp_code hs_file(rs_sink *s, const char *name, const void *data, size_t n, mp_err *e) {
     hf_sink *h = s->impl;
-    if (strchr(name, '/') || name[0] == '.' || h->nfiles == HF_MAX_FILES)
-        return mp_err_set(e, MP_EINPUT, "HF export: cannot carry file \"%s\"", name);
+    if (own_name(name)) return mp_err_set(e, MP_EINPUT, "HF export: a carried file may not be named %s (the export's own)", name);
+    MP_TRY(ckpt_file_name_check(name, e));
+    for (int i = 0; i < h->nfiles; i++)
+        if (!strcmp(h->files[i].name, name)) return mp_err_set(e, MP_EINPUT, "HF export: carried file %s given twice", name);
     h->files[h->nfiles].name = mp_strdup(name);
     h->files[h->nfiles].data = mp_xmalloc(n + 1);
     memcpy(h->files[h->nfiles].data, data, n);
@@ -120,20 +129,10 @@ static mp_code hs_file(rs_sink *s, const char *name, const void *data, size_t n,
 static mp_code write_files(hf_sink *h, int *gen, mp_err *e) {
     *gen = 0;
     for (int i = 0; i < h->nfiles; i++) {
-        char *path = mp_fs_join(h->partial, h->files[i].name);
-        FILE *f = fopen(path, "wb");
-        mp_code rc = f ? MP_OK : mp_err_set(e, MP_EIO, "%s: cannot create", path);
-        if (!rc && h->files[i].n && fwrite(h->files[i].data, 1, h->files[i].n, f) != h->files[i].n) {
-            fclose(f);
-            rc = mp_err_set(e, MP_EIO, "%s: write failed", path);
-        } else if (!rc) {
-            rc = mp_fs_close_durable(f, path, e);
-        }
-        free(path);
-        MP_TRY(rc);
+        MP_TRY(mp_fs_write_durable(h->partial, h->files[i].name, h->files[i].data, h->files[i].n, e));
         *gen |= !strcmp(h->files[i].name, "generation_config.json");
     }
-    return h->nfiles ? mp_fs_fsync_path(h->partial, 1, e) : MP_OK;
+    return MP_OK;
 }
 
 /* Data bytes of item t in the output dtype. */

@@ -207,3 +207,26 @@ Test(reshard, resharded_equals_init_on_target, .timeout = 120) {
     tu_run(cmd, NULL);
     free(root);
 }
+
+/* The HF sink takes only names a checkpoint may carry, never one it writes itself, each once: a carried
+ * file cannot replace the exported config.json or weights. */
+Test(reshard, hf_sink_refuses_carried_files_it_would_overwrite) {
+    llama_config c;
+    cfg_aligned(&c);
+    char *tmp = tu_mkdtemp("rs_hffiles"), *out = tu_path(tmp, "hf");
+    rs_sink *s = NULL;
+    mp_err e;
+    cr_assert_eq(rs_sink_hf(&s, out, &c, "F32", 0, 1 << 20, 0, &e), MP_OK, "%s", e.msg);
+    const char *own[] = {"config.json", "model.safetensors", "model.safetensors.index.json",
+                         "model-00001-of-00002.safetensors", "../x", "notes.txt"};
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+        cr_assert_eq(s->file(s, own[i], "{}", 2, &e), MP_EINPUT, "%s", own[i]);
+        cr_assert(strstr(e.msg, own[i]), "%s", e.msg);
+    }
+    cr_assert_eq(s->file(s, "tokenizer.json", "{}", 2, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(s->file(s, "tokenizer.json", "{}", 2, &e), MP_EINPUT);
+    s->free(s);
+    tu_rm_rf(tmp);
+    free(out);
+    free(tmp);
+}

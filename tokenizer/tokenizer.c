@@ -172,14 +172,10 @@ static void build_tables(mp_tok *t) {
     index_added(t, 1);
 }
 
-/* The EOS named by DIR/tokenizer_config.json's eos_token (a string or {"content": ...}); -1 if none. */
-static int32_t config_eos(const mp_tok *t, const char *dir) {
-    char path[1200], *text = NULL;
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    struct stat st;
-    if (stat(path, &st) != 0 || mp_read_text(path, JSON_MAX, &text, NULL, NULL) != MP_OK) return -1;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
+/* The EOS named by tokenizer_config.json's text cfg (eos_token: a string or {"content": ...}); -1 if none
+ * (cfg NULL or not naming one). */
+static int32_t config_eos(const mp_tok *t, const char *cfg) {
+    cJSON *j = cfg ? cJSON_Parse(cfg) : NULL;
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "eos_token");
     const char *name = cJSON_IsString(e) ? e->valuestring : mp_tok_json_str(e, "content");
     int32_t id = name ? mp_tok_token_id(t, name) : -1;
@@ -200,9 +196,27 @@ static mp_code parse_all(const cJSON *j, mp_tok *t, mp_err *err) {
     return MP_OK;
 }
 
+mp_code mp_tok_load_text(const char *json, const char *config, const char *name, mp_tok **out, mp_err *err) {
+    *out = NULL;
+    cJSON *j = cJSON_Parse(json);
+    if (!j) return mp_err_set(err, MP_EINPUT, "loading tokenizer %s: not valid JSON", name);
+    mp_tok *t = mp_xcalloc(sizeof *t);
+    snprintf(t->path, sizeof t->path, "%s", name);
+    mp_code rc = parse_all(j, t, err);
+    cJSON_Delete(j);
+    if (rc != MP_OK) {
+        mp_tok_free(t);
+        return mp_err_wrap(err, "loading tokenizer %s", name);
+    }
+    t->eos_id = config_eos(t, config);
+    if (t->eos_id < 0 && t->neos > 0) t->eos_id = t->eos[t->neos - 1];
+    *out = t;
+    return MP_OK;
+}
+
 mp_code mp_tok_load(const char *path, mp_tok **out, mp_err *err) {
     *out = NULL;
-    char dir[1024], file[1200];
+    char dir[1024], file[1200], cfg_path[1200];
     struct stat st;
     int is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
     snprintf(dir, sizeof dir, "%s", path);
@@ -213,24 +227,24 @@ mp_code mp_tok_load(const char *path, mp_tok **out, mp_err *err) {
         if (slash) *slash = 0;
         else snprintf(dir, sizeof dir, ".");
     }
-    char *text = NULL;
+    char *text = NULL, *cfg = NULL;
     mp_code rc = mp_read_text(file, JSON_MAX, &text, NULL, err);
     if (rc != MP_OK) return mp_err_wrap(err, "loading tokenizer");
-    cJSON *j = cJSON_Parse(text);
+    snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", dir);
+    if (stat(cfg_path, &st) != 0 || mp_read_text(cfg_path, JSON_MAX, &cfg, NULL, NULL) != MP_OK) cfg = NULL;
+    rc = mp_tok_load_text(text, cfg, file, out, err);
     free(text);
-    if (!j) return mp_err_set(err, MP_EINPUT, "loading tokenizer %s: not valid JSON", file);
-    mp_tok *t = mp_xcalloc(sizeof *t);
-    snprintf(t->path, sizeof t->path, "%s", file);
-    rc = parse_all(j, t, err);
-    cJSON_Delete(j);
-    if (rc != MP_OK) {
-        mp_tok_free(t);
-        return mp_err_wrap(err, "loading tokenizer %s", file);
-    }
-    t->eos_id = config_eos(t, dir);
-    if (t->eos_id < 0 && t->neos > 0) t->eos_id = t->eos[t->neos - 1];
-    *out = t;
-    return MP_OK;
+    free(cfg);
+    return rc;
+}
+
+const char *mp_tok_kind(const mp_tok *t) {
+    if (t->bpe.byte_fallback) return "sentencepiece-style BPE (byte fallback)";
+    for (int i = 0; i < t->npre; i++)
+        if (t->pre[i].kind == MP_PRE_BYTELEVEL) return "byte-level BPE";
+    for (int i = 0; i < t->ndec; i++)
+        if (t->dec[i].kind == MP_DEC_BYTELEVEL) return "byte-level BPE";
+    return "BPE";
 }
 
 void mp_tok_free(mp_tok *t) {

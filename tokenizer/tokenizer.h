@@ -35,7 +35,14 @@ typedef struct mp_tok_ids {
  * tokenizer_config.json, if present, names the EOS token). MP_EINPUT naming the file and the reason
  * (missing, not JSON, an unsupported model/normalizer/pre-tokenizer/decoder/post-processor type). */
 mp_code mp_tok_load(const char *path, mp_tok **out, mp_err *err);
+/* mp_tok_load of tokenizer.json's text json, with tokenizer_config.json's text config (NULL: none) naming
+ * the EOS; name names the source in messages. For bytes already read and checked (a checkpoint's carried
+ * files). */
+mp_code mp_tok_load_text(const char *json, const char *config, const char *name, mp_tok **out, mp_err *err);
 void mp_tok_free(mp_tok *t);
+/* What kind of tokenizer t is, for people: "byte-level BPE" (a ByteLevel pre-tokenizer or decoder),
+ * "sentencepiece-style BPE (byte fallback)", or "BPE". */
+const char *mp_tok_kind(const mp_tok *t);
 
 /* One past the largest id of the vocabulary and the added tokens. */
 int64_t mp_tok_vocab_size(const mp_tok *t);

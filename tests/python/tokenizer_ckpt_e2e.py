@@ -19,7 +19,13 @@ item 4), end to end against transformers itself (scripts/bench_venv.sh's venv):
      of step 1, and its outputs are right: text out of `sample`, the files in every checkpoint, and the
      exported tokenizer = the original;
   9. the same import and `sample` with a sentencepiece-style tokenizer (Llama 2 layout, byte fallback): the text
-     printed token by token is transformers' decode of its greedy continuation.
+     printed token by token is transformers' decode of its greedy continuation;
+ 10. streaming split characters: a model whose greedy continuation is, by construction, the single-byte
+     tokens of "東é" (byte-level) and the byte-fallback tokens <0xE6><0x9D><0xB1><0xC3><0xA9>: the printed text
+     = transformers' decode of the greedy ids (the incomplete UTF-8 tail is held back, not printed as U+FFFD);
+ 11. a tokenizer meshpoint does not load (a Unigram tokenizer.json) or only a sentencepiece tokenizer.model:
+     `sample --ids` still works; text is refused (exit 2) naming --ids; an eos_token_id outside the
+     vocabulary in generation_config.json is refused (exit 2) naming the file.
 """
 import json
 import os
@@ -92,6 +98,80 @@ def greedy(d, prompt, n):
     return tok.decode(ids[0].tolist(), skip_special_tokens=True)
 
 
+def chain_model_dir(src, d, kind, chain, prompt):
+    """Step 10: the directory of make_model_dir(kind) with weights that make greedy decoding walk `chain`
+    (token strings) after the prompt's last token: every layer adds nothing (o_proj, down_proj zero), so
+    the last position's state is its token's embedding, a basis vector e_i for the i-th chain token, and
+    lm_head row of token i+1 is e_i."""
+    fast = make_model_dir(src, d, kind)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["tie_word_embeddings"] = False
+    ids = [fast(prompt).input_ids[-1]] + [fast.convert_tokens_to_ids(t) for t in chain]
+    assert len(set(ids)) == len(ids) and all(isinstance(i, int) and i >= 0 for i in ids), ids
+    model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("architectures",)}))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.fill_(1.0 if "norm" in name else 0.0)
+        emb, head = model.model.embed_tokens.weight, model.lm_head.weight
+        for i, t in enumerate(ids):
+            emb[t, i] = 1.0
+            if i + 1 < len(ids):
+                head[ids[i + 1], i] = 1.0
+    model.save_pretrained(d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
+def split_characters(bin_, src, work):
+    """Step 10, byte-level and byte-fallback."""
+    # GPT-2's byte -> character map of the ByteLevel alphabet
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs = bs[:] + [256 + i for i in range(256 - len(bs))]
+    bs += [b for b in range(256) if b not in bs]
+    b2u = {b: chr(c) for b, c in zip(bs, cs)}
+    raw = "東é".encode()
+    for kind, chain in (("llama3", [b2u[b] for b in raw]), ("llama2", ["<0x%02X>" % b for b in raw])):
+        d, ck = os.path.join(work, "hf_split_" + kind), os.path.join(work, "ck_split_" + kind)
+        chain_model_dir(src, d, kind, chain, "ab")
+        mp(bin_, "import", d, "--out", ck)
+        got = mp(bin_, "sample", "--checkpoint", ck, "--prompt", "ab", "--tokens", str(len(chain)),
+                 "--temperature", "0").stdout
+        want = greedy(d, "ab", len(chain))
+        check(want.endswith("東é") and got.rstrip("\n") == want,
+              "%s: characters split across tokens print as transformers decodes them: %r vs %r" % (kind, got, want))
+
+
+def untokenizable(bin_, work, hf):
+    """Step 11."""
+    from tokenizers import Tokenizer, models
+    for what in ("unigram", "spm"):
+        d, c = os.path.join(work, "hf_" + what), os.path.join(work, "ck_" + what)
+        shutil.copytree(hf, d)
+        for n in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if os.path.exists(os.path.join(d, n)):
+                os.remove(os.path.join(d, n))
+        if what == "unigram":
+            Tokenizer(models.Unigram([("<unk>", 0.0), ("a", -1.0), ("b", -2.0)], 0)).save(os.path.join(d, "tokenizer.json"))
+        else:
+            open(os.path.join(d, "tokenizer.model"), "wb").write(b"\x0a\x05hello")
+        mp(bin_, "import", d, "--out", c)
+        r = mp(bin_, "sample", "--checkpoint", c, "--prompt", "1 2 3", "--ids", "--tokens", "2", "--temperature", "0",
+               ok=False)
+        check(r.returncode == 0 and len(r.stdout.split()) == 5, "%s: sample --ids works: exit %d %r" % (what, r.returncode, r.stderr))
+        r = mp(bin_, "sample", "--checkpoint", c, "--prompt", "ab", "--tokens", "2", ok=False)
+        check(r.returncode == 2 and "--ids" in r.stderr and ("tokenizer.model" in r.stderr if what == "spm" else
+              "Unigram" in r.stderr), "%s: text refused, naming why and --ids: exit %d %r" % (what, r.returncode, r.stderr))
+    bad, d = os.path.join(work, "bad_eos"), os.path.join(work, "hf_bad_eos")
+    shutil.copytree(hf, d)
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": [1, 10 ** 6]}, f)
+    mp(bin_, "import", d, "--out", bad)
+    r = mp(bin_, "sample", "--checkpoint", bad, "--prompt", "ab", "--tokens", "1", ok=False)
+    check(r.returncode == 2 and "generation_config.json" in r.stderr and "eos_token_id" in r.stderr,
+          "an eos_token_id outside the vocabulary is refused: exit %d %r" % (r.returncode, r.stderr))
+
+
 def same_files(a, b, names):
     return all(open(os.path.join(a, n), "rb").read() == open(os.path.join(b, n), "rb").read() for n in names)
 
@@ -148,6 +228,9 @@ def main():
     check("byte-level BPE" in line and "vocab %d" % len(fast) in line and "<|begin_of_text|>" in line
           and "<|end_of_text|>" in line, "ckpt show names the tokenizer: %r" % line)
     check(mp(bin_, "ckpt", "verify", ck, "--format-only").returncode == 0, "ckpt verify of the (model-only) import")
+    js = json.loads(mp(bin_, "ckpt", "show", ck, "--json").stdout)
+    check(js.get("tokenizer") == line[len("tokenizer"):].strip(), "ckpt show --json: \"tokenizer\" = the text line: %r"
+          % js.get("tokenizer"))
 
     prompt = "The quick brown fox — café, naïve 東京 🦊, in 1969:"
     got = mp(bin_, "sample", "--checkpoint", ck, "--prompt", prompt, "--tokens", "12", "--temperature", "0").stdout
@@ -170,6 +253,12 @@ def main():
         d = os.path.join(run, "checkpoints", s)
         check(same_files(hf, os.path.join(d, "files"), carried), "%s (init-from / resume) carries the files" % s)
         check(mp(bin_, "ckpt", "verify", d).returncode == 0, "ckpt verify %s" % s)
+    ls = json.loads(mp(bin_, "ckpt", "ls", os.path.join(run, "checkpoints"), "--json").stdout)
+    for e in ls["checkpoints"]:
+        d = os.path.join(run, "checkpoints", e["dir"])
+        size = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if os.path.isfile(os.path.join(d, n)))
+        size += sum(os.path.getsize(os.path.join(d, "files", n)) for n in os.listdir(os.path.join(d, "files")))
+        check(e["bytes"] == size, "ckpt ls: %s's size counts files/: %d vs %d" % (e["dir"], e["bytes"], size))
     rs = os.path.join(work, "rs")
     mp(bin_, "reshard", run, "--tp", "2", "--dp", "1", "--out", rs)
     check(same_files(hf, os.path.join(rs, "files"), carried), "reshard keeps the files")
@@ -211,6 +300,8 @@ def main():
              "--temperature", "0").stdout
     want = greedy(sp, prompt, 12)
     check(got.rstrip("\n") == want, "sentencepiece-style: sample = transformers' greedy text: %r vs %r" % (got, want))
+    split_characters(bin_, src, work)
+    untokenizable(bin_, work, hf)
     if failures:
         sys.exit("FAILED: %d: %s" % (len(failures), failures))
     print("tokenizer_ckpt_e2e: all checks passed")
