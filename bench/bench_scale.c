@@ -11,7 +11,7 @@
  *       begins a save of DIR over a simulated communicator of tp x dp ranks in which this process is
  *       RANK, adds RANK's boxes (model, exp_avg, exp_avg_sq of every parameter, as a training save
  *       does; the data pointer is never read), then runs the real commit without rank files
- *       (ck_save_commit_plan): agreement, layout exchange and, on rank 0, the layout build, coverage
+ *       (ckpt_save_commit_plan): agreement, layout exchange and, on rank 0, the layout build, coverage
  *       checks and the index writer (DIR/index.h5).
  *   bench_scale load MODEL TP DP RANK DIR
  *       ckpt_open DIR (the real index reader) and the load-side planning of RANK's boxes: per box the
@@ -20,7 +20,7 @@
  * The simulated communicator (sim_*) is this process's view of a world whose other ranks all run the
  * same save: where a collective brings another rank's contribution, that rank's box list is made by
  * the real writer (a one-rank save recording RANK q's boxes with ckpt_save_add_fill, serialized by
- * ck_save_list, exactly what q would send); agreements see every other rank succeed. Every byte a
+ * ckpt_save_list, exactly what q would send); agreements see every other rank succeed. Every byte a
  * collective delivers to this rank is counted (recv_bytes), and the time spent making other ranks'
  * lists is subtracted from the measured times. Memory: the peak resident set of this process above
  * its resident set at start (VmHWM - VmRSS of /proc/self/status), lists of other ranks included
@@ -32,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <assert.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,13 +41,26 @@
 #include <time.h>
 #include <unistd.h>
 #include "ckpt/ckpt.h"
-#include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
 #include "core/comm.h"
 #include "core/error.h"
 #include "layers/llama.h"
 
 static const char *const kinds[3] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
+
+/* A new printf-formatted string (checked allocation). */
+static char *bs_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *bs_fmt(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = mp_xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
 
 static double now_s(void) {
     struct timespec t;
@@ -160,13 +174,13 @@ static char *peer_list(sim_t *S, int q, size_t *n) {
     o.world_size = S->w->tp * S->w->dp;
     ckpt_save *s = NULL;
     mp_err e;
-    char *dir = ck_fmt("%s/peer", S->scratch);
+    char *dir = bs_fmt("%s/peer", S->scratch);
     if (ckpt_save_begin_dir(&s, self, dir, 0, &o, 0, &e) != MP_OK) { fprintf(stderr, "bench_scale: %s\n", e.msg); exit(1); }
     add_ctx a = {s, q};
     if (rank_boxes(S->w, q, 0, add_fill, &a) < 0) exit(1);
-    char *p = ck_save_list(s, n);
+    char *p = ckpt_save_list(s, n);
     ckpt_save_free(s);
-    char *part = ck_fmt("%s.partial", dir);
+    char *part = bs_fmt("%s.partial", dir);
     rmdir(part);
     free(part);
     free(dir);
@@ -288,7 +302,7 @@ static int run_save(const world_t *w, int rank, const char *dir, int64_t rss0) {
     S.len = mp_xmalloc(sizeof(int64_t) * (size_t)W);
     for (int q = 0; q < W; q++) S.len[q] = -1;
     mp_comm *c = sim_comm(&S, rank, W);
-    char *target = ck_fmt("%s/ckpt", dir);
+    char *target = bs_fmt("%s/ckpt", dir);
     ckpt_save *s = NULL;
     mp_err e;
     if (ckpt_save_begin_dir(&s, c, target, 0, NULL, 1, &e) != MP_OK) { fprintf(stderr, "bench_scale: %s\n", e.msg); return 1; }
@@ -299,15 +313,15 @@ static int run_save(const world_t *w, int rank, const char *dir, int64_t rss0) {
     if (nb < 0) return 1;
     double plan_s = now_s() - t0;
     size_t list_bytes;
-    free(ck_save_list(s, &list_bytes));
+    free(ckpt_save_list(s, &list_bytes));
     double g0 = S.gen_s;
     t0 = now_s();
-    mp_code rc = ck_save_commit_plan(s, &e);
+    mp_code rc = ckpt_save_commit_plan(s, &e);
     double commit_s = now_s() - t0 - (S.gen_s - g0);
     if (rc != MP_OK) { fprintf(stderr, "bench_scale: %s\n", e.msg); return 1; }
     int64_t index_bytes = 0;
     if (rank == 0) {
-        char *ip = ck_fmt("%s/index.h5", target);
+        char *ip = bs_fmt("%s/index.h5", target);
         struct stat st;
         if (stat(ip, &st) == 0) index_bytes = (int64_t)st.st_size;
         free(ip);
@@ -338,7 +352,7 @@ static int plan_one(void *ctx, const char *name, int ndim, const int64_t *g, con
 }
 
 static int run_load(const world_t *w, int rank, const char *dir, int64_t rss0) {
-    char *target = ck_fmt("%s/ckpt", dir);
+    char *target = bs_fmt("%s/ckpt", dir);
     int64_t io0 = io_rchar();
     double t0 = now_s();
     ckpt_reader *r = NULL;

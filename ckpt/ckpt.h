@@ -403,4 +403,13 @@ typedef void (*ckpt_file_report_fn)(void *ctx, const char *problem);
  * number of listed files. */
 mp_code ckpt_files_verify(const ckpt_reader *r, ckpt_file_report_fn report, void *ctx, int *nfiles, mp_err *e);
 
+/* ------------------------------------------------- plan-only commits (bench/bench_scale.c simulates a
+ * cluster with them; not for real saves) */
+/* This process's box list exactly as the commit's layout exchange sends it (a new buffer of *n bytes,
+ * freed with free). Local. */
+char *ckpt_save_list(const ckpt_save *s, size_t *n);
+/* The collective commit of s without writing its rank files (no tensor data: box checksums stay 0): the
+ * real agreement, layout exchange, layout build, index write and rename over s's communicator. */
+mp_code ckpt_save_commit_plan(ckpt_save *s, mp_err *e);
+
 #endif

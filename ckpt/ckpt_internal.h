@@ -175,14 +175,6 @@ herr_t ck_attr_read_str(hid_t obj, const char *name, char *buf, size_t cap);
 herr_t ck_attr_read_i64(hid_t obj, const char *name, int64_t *v, int n);
 herr_t ck_attr_read_u64(hid_t obj, const char *name, uint64_t *v, int n);
 
-/* ------------------------------------------ scale simulation (bench/bench_scale.c; not for real saves) */
-/* This process's box list exactly as the commit's layout exchange sends it (a new buffer of *n bytes,
- * freed with free). */
-char *ck_save_list(const ckpt_save *s, size_t *n);
-/* The collective commit of s without writing its rank files (no tensor data: box checksums stay 0):
- * the real agreement, layout exchange, layout build, index write and rename over s's communicator. */
-mp_code ck_save_commit_plan(ckpt_save *s, mp_err *e);
-
 /* --------------------------------------------------- shared small pieces (ckpt/util.c); files: core/fsutil.h */
 
 double ck_now(void);

@@ -1439,14 +1439,14 @@ void ckpt_save_free(ckpt_save *s) {
 
 /* ------------------------------------------------------------- scale simulation (bench_scale only) */
 
-char *ck_save_list(const ckpt_save *s, size_t *n) {
+char *ckpt_save_list(const ckpt_save *s, size_t *n) {
     buf_t b = {0};
     serialize(s, &b);
     *n = b.n;
     return b.p;
 }
 
-mp_code ck_save_commit_plan(ckpt_save *s, mp_err *e) {
+mp_code ckpt_save_commit_plan(ckpt_save *s, mp_err *e) {
     assert(s && s->state == ST_OPEN);
     return commit(s, e);
 }
