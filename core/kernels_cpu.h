@@ -73,6 +73,11 @@ static inline int mp_cpu_team(int items) {
 #define MP_ATTN_BQ 64
 #define MP_ATTN_BK 64
 _Static_assert(MP_ATTN_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
+/* Key blocks of the backward: wider, so its five products per block pair are fewer, larger sgemm calls
+ * (at 64 the call and packing overheads of 64 x 64 x 64 products made the backward 1.5-1.7x the CPU
+ * time of the old T x T one). Its two BQ x BWD_BK scratch blocks are 128 KiB of stack. */
+#define MP_ATTN_BWD_BK 256
+_Static_assert(MP_ATTN_BWD_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
 
 /* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd. */
 #define mp_cpu_attn_fwd MP_ISA_FN(mp_cpu_attn_fwd)
