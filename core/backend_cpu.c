@@ -499,6 +499,17 @@ static void cpu_adamw(mp_backend *be, float *p, void *p_act, const float *g, flo
     }
 }
 
+/* ---- the exp the kernels run, for its accuracy test ---- */
+
+/* y[i] = mp_expf(x[i]) for i < n, by this level's vectorised loop: the code, flags and contractions of the
+ * kernels' exp loops (core/cpu_isa.c's mp_cpu_expf_n hands out the running level's copy). */
+void MP_ISA_FN(mp_cpu_expf_array)(float *y, const float *x, int64_t n) {
+    float *restrict yo = y;
+    const float *restrict xi = x;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) yo[i] = mp_expf(xi[i]);
+}
+
 /* ---- the table ---- */
 
 static mp_backend g_cpu = {
