@@ -282,29 +282,43 @@ static void cpu_rmsnorm_fwd(mp_backend *be, void *y_v, float *rstd, const void *
     }
 }
 
-/* dx_i += r * (w_i dy_i - x_i r^2 mean_j(w_j dy_j x_j)),  dw_i += sum_n dy_i x_i r. Two sweeps, each
- * split over the threads so that no element's arithmetic depends on the split: dx by rows (each row its
- * own), then dw by column blocks, each adding the rows in order. */
+/* One row of the RMSNorm backward: dx accumulates; dw too when it is not NULL. */
+static inline void rmsnorm_bwd_row(float *restrict dxr, float *restrict dwp, const float *restrict g,
+                                   const float *restrict xr, const float *restrict w, float r, int D) {
+    double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+    for (int i = 0; i < D; i++) dot += (double)(w[i] * g[i]) * xr[i];
+    const float c = (float)(dot / D) * r * r;
+    if (!dwp) {
+        for (int i = 0; i < D; i++) dxr[i] += r * (w[i] * g[i] - xr[i] * c);
+        return;
+    }
+    for (int i = 0; i < D; i++) {
+        dxr[i] += r * (w[i] * g[i] - xr[i] * c);
+        dwp[i] += g[i] * xr[i] * r;
+    }
+}
+
+/* dx_i += r * (w_i dy_i - x_i r^2 mean_j(w_j dy_j x_j)),  dw_i += sum_n dy_i x_i r. On one thread (or
+ * small inputs) one sweep of rows; on more, two sweeps split so that no element's arithmetic depends on
+ * the split: dx by rows (each row its own), then dw by column blocks, each adding the rows in the same
+ * order and by the same expression as the one sweep (test_kernels compares one and two threads). */
 static void cpu_rmsnorm_bwd(mp_backend *be, void *dx_v, float *dw, const void *dy_v, const void *x_v,
                             const void *w_v, const float *rstd, int N, int D) {
     float *dx = dx_v;
     const float *dy = dy_v;
     const float *x = x_v;
     const float *w = w_v;
-    const int par = (int64_t)N * D >= MP_OMP_MIN, nblk = (D + MP_COLS_BLK - 1) / MP_COLS_BLK;
-#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if (par)
-    for (int n = 0; n < N; n++) {
-        const float *restrict xr = x + (size_t)n * D;
-        const float *restrict g = dy + (size_t)n * D;
-        float *restrict dxr = dx + (size_t)n * D;
-        const float r = rstd[n];
-        double dot = 0.0;
-#pragma omp simd reduction(+ : dot)
-        for (int i = 0; i < D; i++) dot += (double)(w[i] * g[i]) * xr[i];
-        const float c = (float)(dot / D) * r * r;
-        for (int i = 0; i < D; i++) dxr[i] += r * (w[i] * g[i] - xr[i] * c);
+    const int nblk = (D + MP_COLS_BLK - 1) / MP_COLS_BLK;
+    if ((int64_t)N * D < MP_OMP_MIN || mp_cpu_threads() == 1) {
+        for (int n = 0; n < N; n++)
+            rmsnorm_bwd_row(dx + (size_t)n * D, dw, dy + (size_t)n * D, x + (size_t)n * D, w, rstd[n], D);
+        return;
     }
-#pragma omp parallel for schedule(static) num_threads(mp_cpu_team(nblk)) if (par)
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads())
+    for (int n = 0; n < N; n++)
+        rmsnorm_bwd_row(dx + (size_t)n * D, NULL, dy + (size_t)n * D, x + (size_t)n * D, w, rstd[n], D);
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_team(nblk))
     for (int cb = 0; cb < nblk; cb++) {
         const int i0 = cb * MP_COLS_BLK, i1 = i0 + MP_COLS_BLK < D ? i0 + MP_COLS_BLK : D;
         float *restrict dwp = dw;
