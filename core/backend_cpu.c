@@ -452,6 +452,14 @@ static void cpu_xent_rowmax(mp_backend *be, float *rowmax, const void *logits_v,
     }
 }
 
+/* sum of exp(l[j] - mx) over j in [j0, j1): one vectorised reduction (a chunk of a row). */
+static inline float chunk_sumexp(const float *restrict l, int j0, int j1, float mx) {
+    float c = 0.0f;
+#pragma omp simd reduction(+ : c)
+    for (int j = j0; j < j1; j++) c += mp_expf(l[j] - mx);
+    return c;
+}
+
 /* A row whose global max is -inf (no finite logit anywhere) has sumexp 0. */
 static void cpu_xent_sumexp(mp_backend *be, float *sumexp, const void *logits_v, const float *rowmax, int N,
                             int v_local, int v_valid) {
@@ -470,10 +478,7 @@ static void cpu_xent_sumexp(mp_backend *be, float *sumexp, const void *logits_v,
         for (int j0 = 0; j0 < v_valid; j0 += XCHUNK) {
             int j1 = j0 + XCHUNK < v_valid ? j0 + XCHUNK : v_valid;
             prefetch_chunk(l + j0 + XPF, end);
-            float c = 0.0f;
-#pragma omp simd reduction(+ : c)
-            for (int j = j0; j < j1; j++) c += mp_expf(l[j] - mx);
-            s += c;
+            s += chunk_sumexp(l, j0, j1, mx);
         }
         sumexp[n] = s;
     }
@@ -503,10 +508,7 @@ static void cpu_xent_fwd(mp_backend *be, float *rowmax, float *sumexp, float *tl
                 mx = cm;
             }
             if (mx == -INFINITY) continue;   /* no finite logit yet */
-            float c = 0.0f;
-#pragma omp simd reduction(+ : c)
-            for (int j = j0; j < j1; j++) c += mp_expf(l[j] - mx);
-            s += c;
+            s += chunk_sumexp(l, j0, j1, mx);
         }
         rowmax[n] = mx;
         sumexp[n] = s;
