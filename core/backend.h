@@ -170,6 +170,11 @@ struct mp_backend {
     /* losses[n] = log(sumexp[n]) + rowmax[n] - tlogit[n] (all three global). */
     void (*xent_loss)(mp_backend *be, float *losses, const float *rowmax, const float *sumexp,
                       const float *tlogit, int N);
+    /* Optional (NULL: the caller runs xent_rowmax, xent_sumexp and xent_target): the three in one sweep
+     * of the local logits, rowmax the local max, sumexp relative to it (online max and sum of exp), so
+     * with one vocab shard they are the global values. */
+    void (*xent_fwd)(mp_backend *be, float *rowmax, float *sumexp, float *tlogit, const void *logits,
+                     const int32_t *tgt, int N, int v_local, int v_valid, int v_start);
     /* In place: logits <- dloss * (softmax - onehot(tgt)) with global rowmax/sumexp; padding columns 0. */
     void (*xent_bwd)(mp_backend *be, void *logits, const float *rowmax, const float *sumexp,
                      const int32_t *tgt, float dloss, int N, int v_local, int v_valid, int v_start);

@@ -10,10 +10,13 @@
  *
  * Threads: one pool, OpenMP's, sized by mp_cpu_threads() (OpenBLAS is kept single-threaded). gemm
  * splits C into one panel per thread (rows when M >= N, else columns), each a single-threaded sgemm
- * over the full K, so no sum is split across threads. Other loops run under OpenMP only where the work
- * is large and the items independent (cross-entropy rows, SwiGLU and AdamW elements), always with a
- * static schedule, so each output element is computed by the same arithmetic whatever the thread
- * count. Reductions (sumsq_acc, sum_acc, RMSNorm rows, softmax sums) run in one fixed order,
+ * over the full K, so no sum is split across threads. Every other loop over activations, gradients or
+ * weights runs under OpenMP once its work is large (MP_OMP_MIN elements), with a static schedule over
+ * work items that own their outputs: elements (add, accumulate, scale, SwiGLU, AdamW), rows (RMSNorm's
+ * forward and dx, RoPE, embedding lookup, cross-entropy), or column blocks where rows add into one
+ * vector (RMSNorm's dw, the embedding gradient: each block adds the rows in order), so each output
+ * element is computed by the same arithmetic whatever the thread count. Reductions (sumsq_acc,
+ * sum_acc, RMSNorm rows, softmax sums) run in one fixed order,
  * independent of the thread count (gemm panels follow the thread count, so gemm is bitwise
  * reproducible for a given thread count): results are bitwise reproducible run to run. (Measured on 2
  * cores: the panel split matches OpenBLAS's own threading within 5% on Llama-sized gemms, and leaves
@@ -73,8 +76,15 @@ static void cpu_stream_wait_event(mp_backend *be, mp_stream s, mp_event e) {
 }
 static void cpu_event_sync(mp_backend *be, mp_event e) { assert(e == cpu_event_token()); }
 
+/* Large buffers (the gradients, zeroed every step) in 1 MiB pieces over the threads. */
 static void cpu_memset0(mp_backend *be, void *p, size_t bytes) {
-    if (bytes) memset(p, 0, bytes);
+    enum { PIECE = 1 << 20 };
+    const int64_t pieces = (int64_t)((bytes + PIECE - 1) / PIECE);
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if (pieces >= 4)
+    for (int64_t i = 0; i < pieces; i++) {
+        size_t off = (size_t)i * PIECE;
+        memset((char *)p + off, 0, bytes - off < PIECE ? bytes - off : PIECE);
+    }
 }
 
 static void cpu_copy(mp_backend *be, void *dst, const void *src, size_t bytes) {
@@ -172,17 +182,20 @@ static void cpu_add(mp_backend *be, void *out_v, const void *a_v, const void *b_
     const float *a = a_v;
     const float *b = b_v;
     /* out may alias a or b (x = x + y), so no restrict here; gcc versions the loop on overlap. */
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if (n >= MP_OMP_MIN)
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 static void cpu_accumulate(mp_backend *be, float *dst, const float *src, int64_t n) {
     float *restrict d = dst;
     const float *restrict s = src;
+#pragma omp parallel for simd schedule(static) num_threads(mp_cpu_threads()) if (n >= MP_OMP_MIN)
     for (int64_t i = 0; i < n; i++) d[i] += s[i];
 }
 
 static void cpu_scale(mp_backend *be, float *x, float s, int64_t n) {
     float *restrict p = x;
+#pragma omp parallel for simd schedule(static) num_threads(mp_cpu_threads()) if (n >= MP_OMP_MIN)
     for (int64_t i = 0; i < n; i++) p[i] *= s;
 }
 
@@ -229,6 +242,7 @@ static void cpu_embed_fwd(mp_backend *be, void *out_v, const int32_t *tok, const
                           int v_start, int v_local) {
     float *out = out_v;
     const float *wte = wte_v;
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if ((int64_t)N * D >= MP_OMP_MIN)
     for (int n = 0; n < N; n++) {
         int64_t r = (int64_t)tok[n] - v_start;
         float *o = out + (size_t)n * D;
@@ -237,16 +251,23 @@ static void cpu_embed_fwd(mp_backend *be, void *out_v, const int32_t *tok, const
     }
 }
 
-/* Tokens in order, so repeated tokens add up in a fixed order. */
+/* Column blocks of MP_COLS_BLK are the work items (the threads' shares of D); within one, tokens in order,
+ * so repeated tokens add up in a fixed order whatever the thread count. */
+#define MP_COLS_BLK 64
 static void cpu_embed_bwd(mp_backend *be, float *dwte, const void *dout_v, const int32_t *tok, int N, int D,
                           int v_start, int v_local) {
     const float *dout = dout_v;
-    for (int n = 0; n < N; n++) {
-        int64_t r = (int64_t)tok[n] - v_start;
-        if (r < 0 || r >= v_local) continue;
-        float *restrict d = dwte + (size_t)r * D;
-        const float *restrict g = dout + (size_t)n * D;
-        for (int i = 0; i < D; i++) d[i] += g[i];
+    const int nblk = (D + MP_COLS_BLK - 1) / MP_COLS_BLK;
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_team(nblk)) if ((int64_t)N * D >= MP_OMP_MIN)
+    for (int cb = 0; cb < nblk; cb++) {
+        const int i0 = cb * MP_COLS_BLK, i1 = i0 + MP_COLS_BLK < D ? i0 + MP_COLS_BLK : D;
+        for (int n = 0; n < N; n++) {
+            int64_t r = (int64_t)tok[n] - v_start;
+            if (r < 0 || r >= v_local) continue;
+            float *restrict d = dwte + (size_t)r * D;
+            const float *restrict g = dout + (size_t)n * D;
+            for (int i = i0; i < i1; i++) d[i] += g[i];
+        }
     }
 }
 
@@ -257,6 +278,7 @@ static void cpu_rmsnorm_fwd(mp_backend *be, void *y_v, float *rstd, const void *
     float *y = y_v;
     const float *x = x_v;
     const float *w = w_v;
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if ((int64_t)N * D >= MP_OMP_MIN)
     for (int n = 0; n < N; n++) {
         const float *restrict xr = x + (size_t)n * D;
         float *restrict yr = y + (size_t)n * D;
@@ -269,26 +291,51 @@ static void cpu_rmsnorm_fwd(mp_backend *be, void *y_v, float *rstd, const void *
     }
 }
 
-/* dx_i += r * (w_i dy_i - x_i r^2 mean_j(w_j dy_j x_j)),  dw_i += sum_n dy_i x_i r. */
+/* One row of the RMSNorm backward: dx accumulates; dw too when it is not NULL. */
+static inline void rmsnorm_bwd_row(float *restrict dxr, float *restrict dwp, const float *restrict g,
+                                   const float *restrict xr, const float *restrict w, float r, int D) {
+    double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+    for (int i = 0; i < D; i++) dot += (double)(w[i] * g[i]) * xr[i];
+    const float c = (float)(dot / D) * r * r;
+    if (!dwp) {
+        for (int i = 0; i < D; i++) dxr[i] += r * (w[i] * g[i] - xr[i] * c);
+        return;
+    }
+    for (int i = 0; i < D; i++) {
+        dxr[i] += r * (w[i] * g[i] - xr[i] * c);
+        dwp[i] += g[i] * xr[i] * r;
+    }
+}
+
+/* dx_i += r * (w_i dy_i - x_i r^2 mean_j(w_j dy_j x_j)),  dw_i += sum_n dy_i x_i r. On one thread (or
+ * small inputs) one sweep of rows; on more, two sweeps split so that no element's arithmetic depends on
+ * the split: dx by rows (each row its own), then dw by column blocks, each adding the rows in the same
+ * order and by the same expression as the one sweep (test_kernels compares one and two threads). */
 static void cpu_rmsnorm_bwd(mp_backend *be, void *dx_v, float *dw, const void *dy_v, const void *x_v,
                             const void *w_v, const float *rstd, int N, int D) {
     float *dx = dx_v;
     const float *dy = dy_v;
     const float *x = x_v;
     const float *w = w_v;
-    for (int n = 0; n < N; n++) {
-        const float *restrict xr = x + (size_t)n * D;
-        const float *restrict g = dy + (size_t)n * D;
-        float *restrict dxr = dx + (size_t)n * D;
+    const int nblk = (D + MP_COLS_BLK - 1) / MP_COLS_BLK;
+    if ((int64_t)N * D < MP_OMP_MIN || mp_cpu_threads() == 1) {
+        for (int n = 0; n < N; n++)
+            rmsnorm_bwd_row(dx + (size_t)n * D, dw, dy + (size_t)n * D, x + (size_t)n * D, w, rstd[n], D);
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads())
+    for (int n = 0; n < N; n++)
+        rmsnorm_bwd_row(dx + (size_t)n * D, NULL, dy + (size_t)n * D, x + (size_t)n * D, w, rstd[n], D);
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_team(nblk))
+    for (int cb = 0; cb < nblk; cb++) {
+        const int i0 = cb * MP_COLS_BLK, i1 = i0 + MP_COLS_BLK < D ? i0 + MP_COLS_BLK : D;
         float *restrict dwp = dw;
-        const float r = rstd[n];
-        double dot = 0.0;
-#pragma omp simd reduction(+ : dot)
-        for (int i = 0; i < D; i++) dot += (double)(w[i] * g[i]) * xr[i];
-        const float c = (float)(dot / D) * r * r;
-        for (int i = 0; i < D; i++) {
-            dxr[i] += r * (w[i] * g[i] - xr[i] * c);
-            dwp[i] += g[i] * xr[i] * r;
+        for (int n = 0; n < N; n++) {
+            const float *restrict xr = x + (size_t)n * D;
+            const float *restrict g = dy + (size_t)n * D;
+            const float r = rstd[n];
+            for (int i = i0; i < i1; i++) dwp[i] += g[i] * xr[i] * r;
         }
     }
 }
@@ -300,6 +347,8 @@ static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, 
                        int pos0, float dir) {
     assert(hd % 2 == 0 && pos0 >= 0);
     const int half = hd / 2;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(mp_cpu_threads()) \
+    if ((int64_t)B * T * H * hd >= MP_OMP_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *restrict c = cos_t + (size_t)(pos0 + t) * half;
@@ -417,6 +466,14 @@ static void cpu_xent_rowmax(mp_backend *be, float *rowmax, const void *logits_v,
     }
 }
 
+/* sum of exp(l[j] - mx) over j in [j0, j1): one vectorised reduction (a chunk of a row). */
+static inline float chunk_sumexp(const float *restrict l, int j0, int j1, float mx) {
+    float c = 0.0f;
+#pragma omp simd reduction(+ : c)
+    for (int j = j0; j < j1; j++) c += mp_expf(l[j] - mx);
+    return c;
+}
+
 /* A row whose global max is -inf (no finite logit anywhere) has sumexp 0. */
 static void cpu_xent_sumexp(mp_backend *be, float *sumexp, const void *logits_v, const float *rowmax, int N,
                             int v_local, int v_valid) {
@@ -435,12 +492,42 @@ static void cpu_xent_sumexp(mp_backend *be, float *sumexp, const void *logits_v,
         for (int j0 = 0; j0 < v_valid; j0 += XCHUNK) {
             int j1 = j0 + XCHUNK < v_valid ? j0 + XCHUNK : v_valid;
             prefetch_chunk(l + j0 + XPF, end);
-            float c = 0.0f;
-#pragma omp simd reduction(+ : c)
-            for (int j = j0; j < j1; j++) c += mp_expf(l[j] - mx);
-            s += c;
+            s += chunk_sumexp(l, j0, j1, mx);
         }
         sumexp[n] = s;
+    }
+}
+
+/* One sweep per row: each XCHUNK chunk's max first (the chunk is then in L1), the running sum rescaled
+ * by exp(old max - new max) when the max grows, then the chunk's exps against the running max. The sum
+ * rounds differently from xent_sumexp's (exps against the row's final max), within a few ulp. Rows are
+ * the work items: each row's arithmetic is the same on any thread. */
+static void cpu_xent_fwd(mp_backend *be, float *rowmax, float *sumexp, float *tlogit, const void *logits_v,
+                         const int32_t *tgt, int N, int v_local, int v_valid, int v_start) {
+    const float *logits = logits_v;
+    assert(v_valid >= 0 && v_valid <= v_local);
+    const float *end = logits + (size_t)N * v_local;
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if ((int64_t)N * v_valid >= MP_OMP_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *restrict l = logits + (size_t)n * v_local;
+        float mx = -INFINITY, s = 0.0f;
+        for (int j0 = 0; j0 < v_valid; j0 += XCHUNK) {
+            int j1 = j0 + XCHUNK < v_valid ? j0 + XCHUNK : v_valid;
+            prefetch_chunk(l + j0 + XPF, end);
+            float cm = -INFINITY;
+#pragma omp simd reduction(max : cm)
+            for (int j = j0; j < j1; j++) cm = l[j] > cm ? l[j] : cm;
+            if (cm > mx) {
+                s = mx == -INFINITY ? 0.0f : s * mp_expf(mx - cm);
+                mx = cm;
+            }
+            if (mx == -INFINITY) continue;   /* no finite logit yet */
+            s += chunk_sumexp(l, j0, j1, mx);
+        }
+        rowmax[n] = mx;
+        sumexp[n] = s;
+        int64_t c = (int64_t)tgt[n] - v_start;
+        tlogit[n] = (c >= 0 && c < v_local) ? l[c] : 0.0f;
     }
 }
 
@@ -513,6 +600,17 @@ static void cpu_adamw(mp_backend *be, float *p, void *p_act, const float *g, flo
     }
 }
 
+/* ---- the exp the kernels run, for its accuracy test ---- */
+
+/* y[i] = mp_expf(x[i]) for i < n, by this level's vectorised loop: the code, flags and contractions of the
+ * kernels' exp loops (core/cpu_isa.c's mp_cpu_expf_n hands out the running level's copy). */
+void MP_ISA_FN(mp_cpu_expf_array)(float *y, const float *x, int64_t n) {
+    float *restrict yo = y;
+    const float *restrict xi = x;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) yo[i] = mp_expf(xi[i]);
+}
+
 /* ---- the table ---- */
 
 static mp_backend g_cpu = {
@@ -558,6 +656,7 @@ static mp_backend g_cpu = {
     .xent_rowmax = cpu_xent_rowmax,
     .xent_sumexp = cpu_xent_sumexp,
     .xent_target = cpu_xent_target,
+    .xent_fwd = cpu_xent_fwd,
     .xent_loss = cpu_xent_loss,
     .xent_bwd = cpu_xent_bwd,
     .adamw = cpu_adamw,

@@ -347,6 +347,7 @@ static void bf16_init(void) {
     g_bf16.xent_rowmax = bf16_xent_rowmax;
     g_bf16.xent_sumexp = bf16_xent_sumexp;
     g_bf16.xent_target = bf16_xent_target;
+    g_bf16.xent_fwd = NULL;   /* the CPU table's reads fp32 logits: the three ops above instead */
     g_bf16.xent_bwd = bf16_xent_bwd;
     g_bf16.adamw = bf16_adamw;
     /* kept from the CPU table (fp32 in, fp32 out on every device): accumulate, scale, sumsq_acc, sum_acc,

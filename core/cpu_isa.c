@@ -44,18 +44,28 @@ int mp_cpu_threads(void) {
 
 #ifdef MP_ISA_SINGLE
 mp_backend *mp_backend_cpu_one(void);   /* core/backend_cpu.c compiled once, MP_ISA_SUFFIX _one */
-static const struct { const char *name, *label; mp_backend *(*table)(void); } g_levels[] = {
-    {MP_ISA_SINGLE, MP_ISA_SINGLE, mp_backend_cpu_one}};
+void mp_cpu_expf_array_one(float *y, const float *x, int64_t n);
+static const struct {
+    const char *name, *label;
+    mp_backend *(*table)(void);
+    void (*expf_array)(float *, const float *, int64_t);
+} g_levels[] = {{MP_ISA_SINGLE, MP_ISA_SINGLE, mp_backend_cpu_one, mp_cpu_expf_array_one}};
 /* A one-level build runs what it was compiled for. */
 static int cpu_runs(int i) { return i == 0; }
 #else
 mp_backend *mp_backend_cpu_v2(void);
 mp_backend *mp_backend_cpu_v3(void);
 mp_backend *mp_backend_cpu_v4(void);
-static const struct { const char *name, *label; mp_backend *(*table)(void); } g_levels[] = {
-    {"v2", "x86-64-v2", mp_backend_cpu_v2},
-    {"v3", "x86-64-v3 (AVX2, FMA)", mp_backend_cpu_v3},
-    {"v4", "x86-64-v4 (AVX-512)", mp_backend_cpu_v4}};
+void mp_cpu_expf_array_v2(float *y, const float *x, int64_t n);
+void mp_cpu_expf_array_v3(float *y, const float *x, int64_t n);
+void mp_cpu_expf_array_v4(float *y, const float *x, int64_t n);
+static const struct {
+    const char *name, *label;
+    mp_backend *(*table)(void);
+    void (*expf_array)(float *, const float *, int64_t);
+} g_levels[] = {{"v2", "x86-64-v2", mp_backend_cpu_v2, mp_cpu_expf_array_v2},
+                {"v3", "x86-64-v3 (AVX2, FMA)", mp_backend_cpu_v3, mp_cpu_expf_array_v3},
+                {"v4", "x86-64-v4 (AVX-512)", mp_backend_cpu_v4, mp_cpu_expf_array_v4}};
 
 /* Does this CPU run level i? The feature lists of the x86-64 psABI levels, as both gcc and clang spell
  * them (clang 14 has no "x86-64-v3" name). MP_TEST_CPU_ISA_MAX=vN pretends the CPU stops at level N. */
@@ -121,4 +131,9 @@ const char *mp_cpu_isa(void) {
 mp_backend *mp_backend_cpu(void) {
     pthread_once(&g_level_once, level_init);
     return g_levels[g_level].table();
+}
+
+void mp_cpu_expf_n(float *y, const float *x, int64_t n) {
+    pthread_once(&g_level_once, level_init);
+    g_levels[g_level].expf_array(y, x, n);
 }

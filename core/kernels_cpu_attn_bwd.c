@@ -6,13 +6,15 @@
  * Per query head, with S = scale Q K^T, P = exp(S - lse) (causal) and D = rowsum(dO * O) (which equals
  * rowsum(P * dP), as O = P V):
  *   dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK += scale dS^T Q,  dV += P^T dO
- * (dK, dV summed over the H/KV query heads that share a kv head). For every query block [r0, r1) and
- * every key block [c0, c1) of its causal prefix (the forward's blocks, core/kernels_cpu_attn_fwd.c),
- * each of the five products is one sgemm on a block pair; P and dS live in two MP_ATTN_BQ x MP_ATTN_BK
- * stack buffers. D is computed per head into the caller's scratch ([B,H,T] floats), once per row.
+ * (dK, dV summed over the H/KV query heads that share a kv head). For every query block [r0, r1) of
+ * MP_ATTN_BQ rows and every key block [c0, c1) of MP_ATTN_BWD_BK keys of its causal prefix, each of the
+ * five products is one sgemm on a block pair; P and dS live in two MP_ATTN_BQ x MP_ATTN_BWD_BK stack
+ * buffers. D is computed per head into the caller's scratch ([B,H,T] floats), once per row.
  * Compared with keeping P from the forward this costs one more product (S) and the exps: measured on
- * one core at B=4 H=4 KV=2 hd=64, T=256..1024, 1.5-1.7x the CPU time of the old T x T backward, while
- * the forward is as fast as before (docs/DESIGN_NOTES.md).
+ * one core at B=4 H=4 KV=2 hd=64, T=256..1024, 1.5-1.7x the CPU time of the old T x T backward with
+ * 64-key blocks; the 256-key blocks took 4-8% off that (issue 21). Its sgemm calls already run at
+ * OpenBLAS's rate (~100 GFLOP/s on one Zen 4 core counting the causal block products): what is left
+ * over the T x T version is the extra product and the exps (docs/BENCH_TRAIN.md).
  *
  * Threads: the (b, kv head) loop runs under OpenMP with a static schedule: the query heads of one group
  * add into the same dK/dV, so a group is one work item, its heads and blocks done in a fixed order. Every
@@ -40,7 +42,7 @@ static void rowdot(float *D, const float *dO, const float *O, int ld, int T, int
 static void attn_bwd_head(float *dQ, float *dK, float *dV, int ldq, int ldkv, const float *D, const float *lse,
                           const float *dO, const float *Q, const float *K, const float *V, int T, int hd,
                           float scale) {
-    enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BK };
+    enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BWD_BK };
     float P[BQ * BK], dS[BQ * BK];   /* one block pair: probabilities, then dP -> dS */
     for (int r0 = 0; r0 < T; r0 += BQ) {
         const int r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0;

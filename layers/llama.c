@@ -414,6 +414,12 @@ static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets
 
     /* vocab-parallel cross-entropy: global max, global sum of exp, global target logit */
     assert(!m->kv);
+    if (m->tp == 1 && be->xent_fwd) {   /* one vocab shard: one sweep gives the global values */
+        be->xent_fwd(be, m->rowmax, m->sumexp, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_valid,
+                     m->v_start);
+        be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
+        return 1;
+    }
     be->xent_rowmax(be, m->rowmax, m->logits, N, m->v_local, m->v_valid);
     if (m->tp > 1) tpc->all_reduce(tpc, m->rowmax, N, MP_F32, 1);
     be->xent_sumexp(be, m->sumexp, m->logits, m->rowmax, N, m->v_local, m->v_valid);
