@@ -34,7 +34,7 @@
  * Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, then Cephes' degree-6 polynomial, then a
  * scale by 2^n built in the exponent bits. Branch-free, so loops calling it vectorise. */
 static inline float mp_expf(float x) {
-    float xc = x < -87.3f ? -87.3f : x;
+    float xc = x > -87.3f ? x : -87.3f;   /* NaN clamps too: converting NaN to int below would be undefined */
     xc = xc > 88.0f ? 88.0f : xc;
     /* round(xc / ln2) with the 1.5*2^23 trick (exact in round-to-nearest mode) */
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -47,7 +47,7 @@ static inline float mp_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
+    uint32_t e = (uint32_t)((int32_t)n + 127) << 23;   /* n in [-126, 127]: a normal scale */
     float s;
     memcpy(&s, &e, sizeof s);
     float y = p * s;
