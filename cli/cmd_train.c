@@ -121,10 +121,10 @@ static void prepare_loop(train_run *r) {
     r->in = be->host_alloc(be, r->tok_bytes, MP_MEM_OTHER);
     r->tgt = be->host_alloc(be, r->tok_bytes, MP_MEM_OTHER);
     mp_info("model: %lld parameters, %d layers, hidden %d; mesh dp %d x tp %d%s; batch %d x %d tokens "
-            "(micro %d x accum %d per rank); CPU kernels %s",
+            "(micro %d x accum %d per rank); CPU kernels %s, OpenBLAS %s",
             (long long)llama_config_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size, mesh->dp, mesh->tp,
             mesh->tp > 1 ? (c->sp < 0 || c->sp ? ", SP" : ", no SP") : "", c->batch_size, c->seq_len, r->bs.micro,
-            r->bs.grad_accum, mp_cpu_isa());
+            r->bs.grad_accum, mp_cpu_isa(), mp_cpu_blas_core());
     signal(SIGTERM, on_stop_signal);
     signal(SIGINT, on_stop_signal);
     r->sched = (mp_lr_schedule){c->lr, c->min_lr, c->warmup_steps,

@@ -73,6 +73,7 @@ static void print_version(void) {
     mp_err e;
     if (mp_cpu_isa_check(&e)) printf("cpu kernels: %s (%s)\n", mp_cpu_isa(), e.msg);
     else printf("cpu kernels: %s%s\n", mp_cpu_isa(), getenv("MP_ISA") && *getenv("MP_ISA") ? " (MP_ISA)" : "");
+    printf("blas: OpenBLAS, %s kernels\n", mp_cpu_blas_core());
 }
 
 /* 1 if --version appears among argv[0 .. argc) before a "--". */

@@ -195,6 +195,9 @@ mp_backend *mp_backend_cpu(void);
 /* The ISA level of the CPU kernels mp_backend_cpu() runs: "v2", "v3" or "v4" ("native", or the -march
  * value, in a one-level build). */
 const char *mp_cpu_isa(void);
+/* OpenBLAS's kernel set as OpenBLAS chose it ("Cooperlake", "Haswell", ...), with " (OPENBLAS_CORETYPE)" when
+ * that variable chose it. GEMM rounding depends on it as on the ISA level; reported beside it. */
+const char *mp_cpu_blas_core(void);
 /* MP_EINPUT when MP_ISA names a level this build lacks or this CPU cannot run (the message names the
  * level and the best one the CPU runs); MP_OK when MP_ISA is unset or valid. mp_backend_get checks it. */
 mp_code mp_cpu_isa_check(mp_err *err);

@@ -12,6 +12,11 @@
  * and vector widths change the rounding: docs/DESIGN_NOTES.md), which is why the level is logged and
  * recorded in checkpoints. A build with one level only (MP_NATIVE, a custom MP_ARCH, a non-x86 CPU)
  * compiles the kernels once, unsuffixed (MP_ISA_SINGLE names it).
+ *
+ * OpenBLAS picks its own kernels at load time from the CPU model (or OPENBLAS_CORETYPE); they change GEMM
+ * rounding as the ISA level does, so mp_cpu_blas_core() reports them beside the level (--version, the
+ * train log). meshpoint does not override OpenBLAS's choice: some machines force an older core on purpose
+ * (OpenBLAS releases older than the CPU can compute wrong results with their newest kernels there).
  */
 #include "core/backend.h"
 #include "core/kernels_cpu.h"
@@ -87,6 +92,16 @@ static int cpu_runs(int i) {
 static int g_level = -1;
 static pthread_once_t g_level_once = PTHREAD_ONCE_INIT;
 
+/* ---- OpenBLAS's kernels (see the top of the file) ---- */
+
+static char g_blas_core[96] = "";   /* mp_cpu_blas_core()'s answer, set once with the level */
+
+static void blas_core_init(void) {
+    const char *core = openblas_get_corename(), *user = getenv("OPENBLAS_CORETYPE");
+    snprintf(g_blas_core, sizeof g_blas_core, "%s%s", core ? core : "unknown",
+             user && *user ? " (OPENBLAS_CORETYPE)" : "");
+}
+
 /* The best level the CPU runs (0 when it runs none of them: the baseline is what the binary assumes). */
 static int best_level(void) {
     int best = 0;
@@ -107,6 +122,7 @@ static int forced_level(void) {
 static void level_init(void) {
     int f = forced_level();
     g_level = f >= 0 && cpu_runs(f) ? f : best_level();   /* an invalid MP_ISA: mp_cpu_isa_check says so */
+    blas_core_init();
 }
 
 mp_code mp_cpu_isa_check(mp_err *err) {
@@ -126,6 +142,11 @@ mp_code mp_cpu_isa_check(mp_err *err) {
 const char *mp_cpu_isa(void) {
     pthread_once(&g_level_once, level_init);
     return g_levels[g_level].name;
+}
+
+const char *mp_cpu_blas_core(void) {
+    pthread_once(&g_level_once, level_init);
+    return g_blas_core;
 }
 
 mp_backend *mp_backend_cpu(void) {

@@ -10,11 +10,10 @@
  * MP_ATTN_BQ rows and every key block [c0, c1) of MP_ATTN_BWD_BK keys of its causal prefix, each of the
  * five products is one sgemm on a block pair; P and dS live in two MP_ATTN_BQ x MP_ATTN_BWD_BK stack
  * buffers. D is computed per head into the caller's scratch ([B,H,T] floats), once per row.
- * Compared with keeping P from the forward this costs one more product (S) and the exps: measured on
- * one core at B=4 H=4 KV=2 hd=64, T=256..1024, 1.5-1.7x the CPU time of the old T x T backward with
- * 64-key blocks; the 256-key blocks took 4-8% off that (issue 21). Its sgemm calls already run at
- * OpenBLAS's rate (~100 GFLOP/s on one Zen 4 core counting the causal block products): what is left
- * over the T x T version is the extra product and the exps (docs/BENCH_TRAIN.md).
+ * Compared with keeping P from the forward this costs one more product (S) and the exps: with 64-key
+ * blocks 1.5-1.7x the CPU time of the old T x T backward; with 256-key blocks (issue 21) 1.10-1.24x at
+ * the bench shapes (bench/bench_attn.sh runs the old one beside this one). Its sgemm calls already run
+ * at OpenBLAS's rate: what is left over the T x T version is the fifth product (docs/BENCH_TRAIN.md).
  *
  * Threads: the (b, kv head) loop runs under OpenMP with a static schedule: the query heads of one group
  * add into the same dK/dV, so a group is one work item, its heads and blocks done in a fixed order. Every

@@ -38,6 +38,11 @@ version)
         expect 0 "^meshpoint [0-9]+\.[0-9]+\.[0-9]+" "$work/v" "$bin" $cmd --version
         grep -Eq "^checkpoint format: meshpoint-checkpoint v[0-9]+" "$work/v" || fail "no format version: $(cat "$work/v")"
     done
+    # OpenBLAS's kernels as OpenBLAS reports them (openblas_get_corename), marked when OPENBLAS_CORETYPE
+    # chose them (Prescott: a core every x86-64 OpenBLAS build has)
+    grep -Eq "^blas: OpenBLAS, [A-Za-z0-9]+( \(OPENBLAS_CORETYPE\))? kernels$" "$work/v" || fail "no blas line: $(cat "$work/v")"
+    OPENBLAS_CORETYPE=Prescott "$bin" --version > "$work/vb" || fail "--version with OPENBLAS_CORETYPE exited $?"
+    grep -q "^blas: OpenBLAS, Prescott (OPENBLAS_CORETYPE) kernels$" "$work/vb" || fail "OPENBLAS_CORETYPE not reported: $(cat "$work/vb")"
     grep -q "v$(grep -o 'CKPT_FORMAT_VERSION [0-9]*' "$(dirname "$0")/../ckpt/ckpt.h" | grep -o '[0-9]*$') " "$work/v" \
         || fail "the format version is not ckpt.h's: $(cat "$work/v")"
     if git -C "$(dirname "$0")" rev-parse --git-dir >/dev/null 2>&1; then

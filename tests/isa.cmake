@@ -35,3 +35,11 @@ add_test(NAME isa_refused COMMAND ${CMAKE_SOURCE_DIR}/tests/isa_refused.sh $<TAR
          ${CMAKE_BINARY_DIR}/isa_refused)
 set_tests_properties(isa_refused PROPERTIES FIXTURES_REQUIRED resume_data SKIP_RETURN_CODE 77 TIMEOUT 60
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+# attn_bwd_vs_txt: bench/bench_attn.c's agreement check as a test, on every level — the flash attention
+# backward against the T x T backward it replaced (an independent implementation), at a shape crossing
+# query and key blocks (T = 300, GQA 4/2, head dim 16), one timing round (the time is not checked).
+foreach(lvl v2 v3 v4)
+  add_test(NAME isa_${lvl}_attn_bwd_vs_txt COMMAND ${MP_ISA_RUN} ${lvl} $<TARGET_FILE:bench_attn> 2 300 4 2 16 1 1)
+  set_tests_properties(isa_${lvl}_attn_bwd_vs_txt PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 LABELS "isa"
+                       ENVIRONMENT "${MP_ISA_ENV}")
+endforeach()
