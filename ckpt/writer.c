@@ -840,7 +840,10 @@ static int cmp_int(const void *a, const void *b) {
 }
 
 /* Writes, closes and fsyncs this process's rank files (one per distinct file rank among its boxes,
- * ascending; none if it has no boxes), then fsyncs the directory. Any thread. */
+ * ascending; none if it has no boxes). Any thread. Their directory entries are made durable by rank 0's
+ * fsync of the directory after it wrote index.h5 (commit_rank0), which happens after every rank reported
+ * its files written and before anything is published: one directory fsync per save instead of one per
+ * rank (at 4,096 ranks, 4,096 fsyncs of one directory; docs/BENCH_SCALE.md). */
 static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
     double t0 = ck_now();
     ck_h5_init();
@@ -866,7 +869,6 @@ static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
     int64_t bytes = 0, file_bytes = 0;
     mp_code rc = MP_OK;
     for (int k = 0; k < nfr && rc == MP_OK; k++) rc = write_one_file(s, frs[k], buf, band_cap, &bytes, &file_bytes, e);
-    if (rc == MP_OK) rc = mp_fs_fsync_path(s->partial, 1, e);
     mp_free_acct(buf, band_cap, MP_MEM_CKPT);
     free(frs);
     s->st.bytes = bytes;
