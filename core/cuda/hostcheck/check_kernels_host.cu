@@ -34,6 +34,7 @@
 #include "core/cuda/k_adamw.cu"
 #include "core/cuda/k_attn_bwd.cu"
 #include "core/cuda/k_attn_fwd.cu"
+#include "core/cuda/k_attn_mma.cuh"
 #include "core/cuda/k_embed.cu"
 #include "core/cuda/k_reduce.cu"
 #include "core/cuda/k_rmsnorm.cu"
@@ -640,6 +641,67 @@ static void check_attention(int B, int T, int H, int KV, int hd) {
     close("dv vs CPU kernel", dv, cdv, 1e-2, 1e-4, shape);
 }
 
+/* attn_fwd_mma_kernel (k_attn_mma.cu) replayed block by block through the same k_attn_mma.cuh functions,
+ * a whole warp per call (NL = 32: the mma fragments and quad shuffles emulated by the PTX layouts). */
+template <int HD>
+static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<float> &lse) {
+    auto tobf = [](const std::vector<float> &x) {
+        std::vector<mp_bf16> y(x.size());
+        for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16_rn(x[i]);
+        return y;
+    };
+    const std::vector<mp_bf16> q = tobf(A.q), k = tobf(A.k), v = tobf(A.v);
+    std::vector<mp_bf16> o(q.size(), __float2bfloat16_rn(NAN));
+    std::vector<fa_smem<HD>> s(1);
+    std::vector<fa_fwd_state<HD, MP_WARP>> st(FA_WARPS);
+    const float scale = 1.0f / sqrtf((float)HD);
+    const int rep = A.H / A.KV, tiles = (A.T + FA_BQ - 1) / FA_BQ;
+    for (int b = 0; b < A.B; b++)
+        for (int h = 0; h < A.H; h++)
+            for (int tile = tiles - 1; tile >= 0; tile--) {
+                const int q0 = tile * FA_BQ;
+                for (int w = 0; w < FA_WARPS; w++) fa_fwd_init<HD, MP_WARP>(st[w], q.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+                for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
+                    for (int tid = 0; tid < FA_THREADS; tid++) fa_load_kv<HD>(s[0], k.data(), v.data(), b, A.T, A.KV, h / rep, k0, tid);
+                    for (int w = 0; w < FA_WARPS; w++) fa_fwd_step<HD, MP_WARP>(st[w], s[0], k0, q0 + 16 * w, scale, 0);
+                }
+                for (int w = 0; w < FA_WARPS; w++)
+                    fa_fwd_finish<HD, MP_WARP>(st[w], o.data(), lse.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+            }
+    for (size_t i = 0; i < o.size(); i++) out[i] = __bfloat162float(o[i]);
+}
+
+/* The tensor-core forward's replay against float64 (out, lse) and the CPU kernel, on T crossing the
+ * 16-row warp tiles and 64-key tiles, every element written (NaN-filled beforehand). */
+static void check_attention_mma(int B, int T, int H, int KV, int hd) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "mma B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    Attn A;
+    A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd;
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
+    A.q.resize(nq), A.k.resize(nk), A.v.resize(nk), A.dout.resize(nq);
+    for (auto &e : A.q) e = bf16_round(2.0f * rnd_unit());
+    for (auto &e : A.k) e = bf16_round(2.0f * rnd_unit());
+    for (auto &e : A.v) e = bf16_round(rnd_unit());
+    for (auto &e : A.dout) e = bf16_round(rnd_unit());
+    std::vector<float> out(nq, NAN), lse(nr, NAN);
+    if (hd == 64) mirror_fwd_mma<64>(A, out, lse);
+    else mirror_fwd_mma<128>(A, out, lse);
+    std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
+    naive(A, rout, rlse, rdq, rdk, rdv);
+    int nan = 0;
+    for (float x : out) nan += x != x;
+    for (float x : lse) nan += x != x;
+    CHECK(nan == 0, "%s: %d outputs not written or NaN", shape, nan);
+    close("out", out, rout, 1e-2, 1e-4, shape);
+    close("lse", lse, rlse, 1e-5, 1e-5, shape);
+    std::vector<float> cout_(nq), clse(nr);
+    mp_backend *cpu = mp_backend_cpu();
+    cpu->attn_fwd(cpu, cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    close("out vs CPU kernel", out, cout_, 1e-2, 1e-4, shape);
+    close("lse vs CPU kernel", lse, clse, 1e-5, 1e-5, shape);
+}
+
 #ifndef MP_HOSTCHECK_NO_MAIN   /* check_kernels_device.cu reuses this file's references */
 int main(void) {
     check_reduce_plan();
@@ -662,6 +724,11 @@ int main(void) {
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
+    for (int hd : {64, 128})
+        for (int T : {1, 15, 64, 112, 200}) {
+            check_attention_mma(1, T, 2, 2, hd);   /* GQA ratio 1 */
+            check_attention_mma(2, T, 4, 1, hd);   /* GQA ratio 4 */
+        }
     if (g_fail) {
         fprintf(stderr, "%d check(s) FAILED\n", g_fail);
         return 1;
