@@ -104,7 +104,7 @@ extern "C" void mp_cuda_attn_fwd(mp_bf16 *out, float *lse, const mp_bf16 *q, con
     if (B == 0 || T == 0) return;
     assert(out && lse && q && k && v);
     assert((int64_t)B * H <= 65535);   /* grid.y */
-    if (mp_cuda_attn_fwd_mma_ok(out, q, k, v, hd)) {   /* tensor cores (k_attn_mma.cu) */
+    if (mp_cuda_attn_mma_ok(out, q, k, v, hd)) {   /* tensor cores (k_attn_mma.cu) */
         mp_cuda_attn_fwd_mma(out, lse, q, k, v, B, T, H, KV, hd, s);
         return;
     }

@@ -147,19 +147,69 @@ __host__ __device__ static inline void fa_quad_reduce(float *v, int vs, int n, b
 #endif
 }
 
+/* Thread tid (of FA_THREADS) copies its share of rows r0 .. r0+ROWS-1 of head `head` of x [B,T,heads,HD]
+ * (zeros past T) into rm (row-major, row stride lr) and/or tr (transposed: tr[d*lt + r]), when not NULL. */
+template <int HD, int ROWS>
+__host__ __device__ static inline void fa_load_rows(mp_bf16 *rm, int lr, mp_bf16 *tr, int lt, const mp_bf16 *x, int b,
+                                                    int T, int heads, int head, int r0, int tid) {
+    for (int i = tid; i < ROWS * HD; i += FA_THREADS) {
+        const int r = i / HD, d = i % HD, row = r0 + r;
+        const mp_bf16 e = row < T ? x[(((int64_t)b * T + row) * heads + head) * HD + d] : __float2bfloat16_rn(0.0f);
+        if (rm) rm[r * lr + d] = e;
+        if (tr) tr[d * lt + r] = e;
+    }
+}
+
 /* Thread tid (of FA_THREADS) copies its share of key tile k0 of kv head g into s (zeros past T). */
 template <int HD>
 __host__ __device__ static inline void fa_load_kv(fa_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b, int T,
                                                   int KV, int g, int k0, int tid) {
-    for (int i = tid; i < FA_BK * HD; i += FA_THREADS) {
-        const int r = i / HD, d = i % HD, key = k0 + r;
-        mp_bf16 kx = __float2bfloat16_rn(0.0f), vx = kx;
-        if (key < T) {
-            const int64_t off = (((int64_t)b * T + key) * KV + g) * HD + d;
-            kx = k[off], vx = v[off];
+    fa_load_rows<HD, FA_BK>(&s.K[0][0], HD + 8, NULL, 0, k, b, T, KV, g, k0, tid);
+    fa_load_rows<HD, FA_BK>(NULL, 0, &s.Vt[0][0], FA_VPAD, v, b, T, KV, g, k0, tid);
+}
+
+/* The A fragments (16 rows x HD, PTX layout) of rows r0 .. r0+15 of head `head` of x [B,T,heads,HD],
+ * zeros past T, into f[li][k-step][reg]. */
+template <int HD, int NL>
+__host__ __device__ static inline void fa_load_afrag(uint32_t (*f)[HD / 16][4], const mp_bf16 *x, int b, int T,
+                                                     int heads, int head, int r0, int lane0) {
+    for (int li = 0; li < NL; li++) {
+        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+        for (int ks = 0; ks < HD / 16; ks++)
+            for (int r = 0; r < 4; r++) {
+                const int row = r0 + g + 8 * (r & 1), col = 16 * ks + 2 * c + 8 * (r >> 1);
+                f[li][ks][r] = row < T ? fa_ld32(x + (((int64_t)b * T + row) * heads + head) * HD + col) : 0u;
+            }
+    }
+}
+
+/* C[nt] += sum over KS k-steps of A[ks] B(ks, nt) for NT n-tiles, B[k][n] = Bs[n*ldb + k] in shared
+ * memory (n-major, k contiguous: pair loads). Lane li's C is C + li*cs ([NT][4]), its A is A + li*as
+ * ([KS][4] words). */
+template <int NL, int KS, int NT>
+__host__ __device__ static inline void fa_mma_smem(float *C, int cs, const uint32_t *A, int as, const mp_bf16 *Bs,
+                                                   int ldb, int lane0) {
+    for (int ks = 0; ks < KS; ks++)
+        for (int nt = 0; nt < NT; nt++) {
+            uint32_t bf[NL][2];
+            for (int li = 0; li < NL; li++) {
+                const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+                bf[li][0] = fa_ld32(Bs + (8 * nt + g) * ldb + 16 * ks + 2 * c);
+                bf[li][1] = fa_ld32(Bs + (8 * nt + g) * ldb + 16 * ks + 8 + 2 * c);
+            }
+            fa_mma<NL>(C + 4 * nt, cs, A + 4 * ks, as, &bf[0][0], 2);
         }
-        s.K[r][d] = kx;
-        s.Vt[d][r] = vx;
+}
+
+/* The C fragments of NT n-tiles (one lane's [NT][4]) packed to bf16 as the A fragments of NT/2 k-steps:
+ * n-tiles 2j, 2j+1 are k-step j (the PTX layouts line up: no data moves between lanes). */
+template <int NT>
+__host__ __device__ static inline void fa_c_to_a(uint32_t (*a)[4], const float (*C)[4]) {
+    for (int j = 0; j < NT / 2; j++) {
+        a[j][0] = fa_pack(C[2 * j][0], C[2 * j][1]);
+        a[j][1] = fa_pack(C[2 * j][2], C[2 * j][3]);
+        a[j][2] = fa_pack(C[2 * j + 1][0], C[2 * j + 1][1]);
+        a[j][3] = fa_pack(C[2 * j + 1][2], C[2 * j + 1][3]);
     }
 }
 
@@ -167,36 +217,12 @@ __host__ __device__ static inline void fa_load_kv(fa_smem<HD> &s, const mp_bf16 
 template <int HD, int NL>
 __host__ __device__ static inline void fa_fwd_init(fa_fwd_state<HD, NL> &st, const mp_bf16 *q, int b, int T, int H,
                                                    int h, int r0, int lane0) {
+    fa_load_afrag<HD, NL>(st.qf, q, b, T, H, h, r0, lane0);
     for (int li = 0; li < NL; li++) {
-        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
-        for (int ks = 0; ks < HD / 16; ks++)
-            for (int r = 0; r < 4; r++) {
-                const int row = r0 + g + 8 * (r & 1), col = 16 * ks + 2 * c + 8 * (r >> 1);
-                st.qf[li][ks][r] = row < T ? fa_ld32(q + (((int64_t)b * T + row) * H + h) * HD + col) : 0u;
-            }
         for (int nt = 0; nt < HD / 8; nt++)
             for (int e = 0; e < 4; e++) st.o[li][nt][e] = 0.0f;
         for (int rr = 0; rr < 2; rr++) st.m[li][rr] = -INFINITY, st.l[li][rr] = 0.0f;
     }
-}
-
-/* S = scale Q K^T for the warp's 16 rows against the 64 keys of the tile in s (C fragments). */
-template <int HD, int NL>
-__host__ __device__ static inline void fa_scores(float (*S)[FA_BK / 8][4], const uint32_t (*qf)[HD / 16][4],
-                                                 const fa_smem<HD> &s, int lane0) {
-    for (int li = 0; li < NL; li++)
-        for (int nt = 0; nt < FA_BK / 8; nt++)
-            for (int e = 0; e < 4; e++) S[li][nt][e] = 0.0f;
-    for (int ks = 0; ks < HD / 16; ks++)
-        for (int nt = 0; nt < FA_BK / 8; nt++) {
-            uint32_t bf[NL][2];
-            for (int li = 0; li < NL; li++) {
-                const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
-                bf[li][0] = fa_ld32(&s.K[8 * nt + g][16 * ks + 2 * c]);
-                bf[li][1] = fa_ld32(&s.K[8 * nt + g][16 * ks + 8 + 2 * c]);
-            }
-            fa_mma<NL>(&S[0][nt][0], FA_BK / 8 * 4, &qf[0][ks][0], HD / 16 * 4, &bf[0][0], 2);
-        }
 }
 
 /* One key tile (keys k0 .. k0+63, already in s) of the online softmax for the warp's rows r0 .. r0+15. */
@@ -204,7 +230,11 @@ template <int HD, int NL>
 __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, const fa_smem<HD> &s, int k0, int r0,
                                                    float scale, int lane0) {
     float S[NL][FA_BK / 8][4], mx[NL][2];
-    fa_scores<HD, NL>(S, st.qf, s, lane0);
+    for (int li = 0; li < NL; li++)
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            for (int e = 0; e < 4; e++) S[li][nt][e] = 0.0f;
+    fa_mma_smem<NL, HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8,
+                                        lane0);
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
         for (int rr = 0; rr < 2; rr++) {
@@ -236,23 +266,10 @@ __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, con
             st.l[li][rr] = st.l[li][rr] * alpha + sum;
             st.m[li][rr] = m_new;
         }
-        for (int j = 0; j < FA_BK / 16; j++) {
-            pa[li][j][0] = fa_pack(S[li][2 * j][0], S[li][2 * j][1]);
-            pa[li][j][1] = fa_pack(S[li][2 * j][2], S[li][2 * j][3]);
-            pa[li][j][2] = fa_pack(S[li][2 * j + 1][0], S[li][2 * j + 1][1]);
-            pa[li][j][3] = fa_pack(S[li][2 * j + 1][2], S[li][2 * j + 1][3]);
-        }
+        fa_c_to_a<FA_BK / 8>(pa[li], S[li]);
     }
-    for (int j = 0; j < FA_BK / 16; j++)
-        for (int nt = 0; nt < HD / 8; nt++) {
-            uint32_t bf[NL][2];
-            for (int li = 0; li < NL; li++) {
-                const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
-                bf[li][0] = fa_ld32(&s.Vt[8 * nt + g][16 * j + 2 * c]);
-                bf[li][1] = fa_ld32(&s.Vt[8 * nt + g][16 * j + 8 + 2 * c]);
-            }
-            fa_mma<NL>(&st.o[0][nt][0], HD / 8 * 4, &pa[0][j][0], FA_BK / 16 * 4, &bf[0][0], 2);
-        }
+    fa_mma_smem<NL, FA_BK / 16, HD / 8>(&st.o[0][0][0], HD / 8 * 4, &pa[0][0][0], FA_BK / 16 * 4, &s.Vt[0][0], FA_VPAD,
+                                        lane0);
 }
 
 /* Writes out = O / l (bf16) and lse = m + log l for the warp's rows below T. */
@@ -271,6 +288,160 @@ __host__ __device__ static inline void fa_fwd_finish(fa_fwd_state<HD, NL> &st, m
                 fa_st_pair(orow + 8 * nt + 2 * c, st.o[li][nt][2 * rr] * inv, st.o[li][nt][2 * rr + 1] * inv);
             if (c == 0) lse[((int64_t)b * H + h) * T + row] = st.m[li][rr] + logf(st.l[li][rr]);
         }
+    }
+}
+
+/* ---- backward (deterministic: dK/dV parallel over key rows, dQ over query rows, no atomics) ----
+ * dK/dV pass: a block owns 64 keys (16 per warp, as A fragments K_w, V_w in registers) of kv head g and
+ * walks, per query head of the group in order, the query tiles of FB_BQ = 32 rows from its first key on:
+ *   S^T = K_w Q^T, P^T = exp(scale S^T - lse) (0 where query < key or past T), dP^T = V_w dO^T,
+ *   dS^T = scale P^T (dP^T - D);  dV += P^T dO,  dK += dS^T Q   (P^T, dS^T: C -> A fragments).
+ * dQ pass: a block owns 64 query rows (16 per warp: Q_w, dO_w fragments, the rows' lse and D) and walks
+ * the key tiles of FB_BK = 32 of its causal prefix: S, P, dP = dO_w V^T, dS as above, dQ += dS K.
+ * Shared memory holds the streamed operands both row-major and transposed (pair loads either way). */
+#define FB_BQ 32
+#define FB_BK 32
+#define FB_PAD (32 + 8)
+
+template <int HD>
+struct fb_kv_smem {   /* a query tile of the dK/dV pass */
+    mp_bf16 Q[FB_BQ][HD + 8], Qt[HD][FB_PAD], dO[FB_BQ][HD + 8], dOt[HD][FB_PAD];
+    float lse[FB_BQ], D[FB_BQ];
+};
+template <int HD>
+struct fb_q_smem {   /* a key tile of the dQ pass */
+    mp_bf16 K[FB_BK][HD + 8], Kt[HD][FB_PAD], V[FB_BK][HD + 8];
+};
+template <int HD, int NL>
+struct fb_kv_state {
+    uint32_t kf[NL][HD / 16][4], vf[NL][HD / 16][4];
+    float dk[NL][HD / 8][4], dv[NL][HD / 8][4];
+};
+template <int HD, int NL>
+struct fb_q_state {
+    uint32_t qf[NL][HD / 16][4], df[NL][HD / 16][4];
+    float dq[NL][HD / 8][4], lse[NL][2], D[NL][2];
+};
+
+/* Thread tid's share of query tile t0 of head h: Q, dO both ways, lse and D (zeros past T). */
+template <int HD>
+__host__ __device__ static inline void fb_load_qtile(fb_kv_smem<HD> &s, const mp_bf16 *q, const mp_bf16 *dout,
+                                                     const float *lse, const float *D, int b, int T, int H, int h,
+                                                     int t0, int tid) {
+    fa_load_rows<HD, FB_BQ>(&s.Q[0][0], HD + 8, &s.Qt[0][0], FB_PAD, q, b, T, H, h, t0, tid);
+    fa_load_rows<HD, FB_BQ>(&s.dO[0][0], HD + 8, &s.dOt[0][0], FB_PAD, dout, b, T, H, h, t0, tid);
+    for (int i = tid; i < FB_BQ; i += FA_THREADS) {
+        const int64_t r = ((int64_t)b * H + h) * T + t0 + i;
+        s.lse[i] = t0 + i < T ? lse[r] : 0.0f;
+        s.D[i] = t0 + i < T ? D[r] : 0.0f;
+    }
+}
+
+/* Thread tid's share of key tile k0 of kv head g for the dQ pass: K both ways, V row-major. */
+template <int HD>
+__host__ __device__ static inline void fb_load_ktile(fb_q_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b,
+                                                     int T, int KV, int g, int k0, int tid) {
+    fa_load_rows<HD, FB_BK>(&s.K[0][0], HD + 8, &s.Kt[0][0], FB_PAD, k, b, T, KV, g, k0, tid);
+    fa_load_rows<HD, FB_BK>(&s.V[0][0], HD + 8, NULL, 0, v, b, T, KV, g, k0, tid);
+}
+
+/* P and dS of one 16 x 32 C tile (in place in P and dP): rows `row0 + g (+8)`, cols `col0 + 2c (+1) + 8 nt`.
+ * kv = 1: rows are keys, cols queries (the dK/dV pass); kv = 0: rows queries, cols keys (the dQ pass).
+ * lse_of / D_of give a query's values by its column (kv) or row slot (dQ). */
+template <int NL>
+__host__ __device__ static inline void fb_p_ds(float (*P)[4][4], float (*dP)[4][4], int row0, int col0, int T,
+                                               float scale, bool kv, const float *slse, const float *sD,
+                                               const float (*rlse)[2], const float (*rD)[2], int lane0) {
+    for (int li = 0; li < NL; li++) {
+        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int row = row0 + g + 8 * (e >> 1), ci = 8 * nt + 2 * c + (e & 1), col = col0 + ci;
+                const int key = kv ? row : col, qry = kv ? col : row;
+                const float l = kv ? slse[ci] : rlse[li][e >> 1], d = kv ? sD[ci] : rD[li][e >> 1];
+                const float p = qry >= key && qry < T ? expf(scale * P[li][nt][e] - l) : 0.0f;
+                P[li][nt][e] = p;
+                dP[li][nt][e] = scale * p * (dP[li][nt][e] - d);
+            }
+    }
+}
+
+/* dK/dV pass: the warp's keys r0 .. r0+15 against the query tile t0 in s. */
+template <int HD, int NL>
+__host__ __device__ static inline void fb_dkdv_step(fb_kv_state<HD, NL> &st, const fb_kv_smem<HD> &s, int t0, int r0,
+                                                    int T, float scale, int lane0) {
+    float S[NL][4][4], dP[NL][4][4];
+    for (int li = 0; li < NL; li++)
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) S[li][nt][e] = dP[li][nt][e] = 0.0f;
+    fa_mma_smem<NL, HD / 16, 4>(&S[0][0][0], 16, &st.kf[0][0][0], HD / 16 * 4, &s.Q[0][0], HD + 8, lane0);
+    fa_mma_smem<NL, HD / 16, 4>(&dP[0][0][0], 16, &st.vf[0][0][0], HD / 16 * 4, &s.dO[0][0], HD + 8, lane0);
+    fb_p_ds<NL>(S, dP, r0, t0, T, scale, true, s.lse, s.D, NULL, NULL, lane0);
+    uint32_t pa[NL][2][4], da[NL][2][4];
+    for (int li = 0; li < NL; li++) fa_c_to_a<4>(pa[li], S[li]), fa_c_to_a<4>(da[li], dP[li]);
+    fa_mma_smem<NL, 2, HD / 8>(&st.dv[0][0][0], HD / 8 * 4, &pa[0][0][0], 8, &s.dOt[0][0], FB_PAD, lane0);
+    fa_mma_smem<NL, 2, HD / 8>(&st.dk[0][0][0], HD / 8 * 4, &da[0][0][0], 8, &s.Qt[0][0], FB_PAD, lane0);
+}
+
+/* dQ pass: the warp's query rows r0 .. r0+15 against the key tile k0 in s. */
+template <int HD, int NL>
+__host__ __device__ static inline void fb_dq_step(fb_q_state<HD, NL> &st, const fb_q_smem<HD> &s, int k0, int r0,
+                                                  int T, float scale, int lane0) {
+    float S[NL][4][4], dP[NL][4][4];
+    for (int li = 0; li < NL; li++)
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) S[li][nt][e] = dP[li][nt][e] = 0.0f;
+    fa_mma_smem<NL, HD / 16, 4>(&S[0][0][0], 16, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8, lane0);
+    fa_mma_smem<NL, HD / 16, 4>(&dP[0][0][0], 16, &st.df[0][0][0], HD / 16 * 4, &s.V[0][0], HD + 8, lane0);
+    fb_p_ds<NL>(S, dP, r0, k0, T, scale, false, NULL, NULL, st.lse, st.D, lane0);
+    uint32_t da[NL][2][4];
+    for (int li = 0; li < NL; li++) fa_c_to_a<4>(da[li], dP[li]);
+    fa_mma_smem<NL, 2, HD / 8>(&st.dq[0][0][0], HD / 8 * 4, &da[0][0][0], 8, &s.Kt[0][0], FB_PAD, lane0);
+}
+
+/* Stores a warp's 16 x HD fp32 accumulator (C fragments) as bf16 rows r0 .. (below T) of head `head`. */
+template <int HD, int NL>
+__host__ __device__ static inline void fb_store(mp_bf16 *x, const float (*acc)[HD / 8][4], int b, int T, int heads,
+                                                int head, int r0, int lane0) {
+    for (int li = 0; li < NL; li++) {
+        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+        for (int rr = 0; rr < 2; rr++) {
+            const int row = r0 + g + 8 * rr;
+            if (row >= T) continue;
+            mp_bf16 *xr = x + (((int64_t)b * T + row) * heads + head) * HD;
+            for (int nt = 0; nt < HD / 8; nt++) fa_st_pair(xr + 8 * nt + 2 * c, acc[li][nt][2 * rr], acc[li][nt][2 * rr + 1]);
+        }
+    }
+}
+
+/* Resets the dK/dV state and loads the K, V fragments of keys r0 .. r0+15 of kv head g. */
+template <int HD, int NL>
+__host__ __device__ static inline void fb_kv_init(fb_kv_state<HD, NL> &st, const mp_bf16 *k, const mp_bf16 *v, int b,
+                                                  int T, int KV, int g, int r0, int lane0) {
+    fa_load_afrag<HD, NL>(st.kf, k, b, T, KV, g, r0, lane0);
+    fa_load_afrag<HD, NL>(st.vf, v, b, T, KV, g, r0, lane0);
+    for (int li = 0; li < NL; li++)
+        for (int nt = 0; nt < HD / 8; nt++)
+            for (int e = 0; e < 4; e++) st.dk[li][nt][e] = st.dv[li][nt][e] = 0.0f;
+}
+
+/* Resets the dQ state and loads Q, dO fragments and lse, D of query rows r0 .. r0+15 of head h. */
+template <int HD, int NL>
+__host__ __device__ static inline void fb_q_init(fb_q_state<HD, NL> &st, const mp_bf16 *q, const mp_bf16 *dout,
+                                                 const float *lse, const float *D, int b, int T, int H, int h, int r0,
+                                                 int lane0) {
+    fa_load_afrag<HD, NL>(st.qf, q, b, T, H, h, r0, lane0);
+    fa_load_afrag<HD, NL>(st.df, dout, b, T, H, h, r0, lane0);
+    for (int li = 0; li < NL; li++) {
+        const int g = (lane0 + li) >> 2;
+        for (int rr = 0; rr < 2; rr++) {
+            const int row = r0 + g + 8 * rr;
+            const int64_t r = ((int64_t)b * H + h) * T + row;
+            st.lse[li][rr] = row < T ? lse[r] : 0.0f;
+            st.D[li][rr] = row < T ? D[r] : 0.0f;
+        }
+        for (int nt = 0; nt < HD / 8; nt++)
+            for (int e = 0; e < 4; e++) st.dq[li][nt][e] = 0.0f;
     }
 }
 

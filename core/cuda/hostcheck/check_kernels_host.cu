@@ -671,8 +671,65 @@ static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<f
     for (size_t i = 0; i < o.size(); i++) out[i] = __bfloat162float(o[i]);
 }
 
-/* The tensor-core forward's replay against float64 (out, lse) and the CPU kernel, on T crossing the
- * 16-row warp tiles and 64-key tiles, every element written (NaN-filled beforehand). */
+/* attn_bwd_dkdv_mma_kernel and attn_bwd_dq_mma_kernel (k_attn_mma.cu) replayed the same way, from the
+ * forward's bf16 out and lse (A.out, A.lse); D as the D pass computes it (fp32, from bf16 dout and out). */
+template <int HD>
+static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<float> &dk, std::vector<float> &dv) {
+    auto tobf = [](const std::vector<float> &x) {
+        std::vector<mp_bf16> y(x.size());
+        for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16_rn(x[i]);
+        return y;
+    };
+    const std::vector<mp_bf16> q = tobf(A.q), k = tobf(A.k), v = tobf(A.v), dout = tobf(A.dout);
+    std::vector<mp_bf16> gq(q.size(), __float2bfloat16_rn(NAN)), gk(k.size(), gq[0]), gv(k.size(), gq[0]);
+    std::vector<float> D((size_t)A.B * A.H * A.T);
+    for (int b = 0; b < A.B; b++)
+        for (int t = 0; t < A.T; t++)
+            for (int h = 0; h < A.H; h++) {
+                float acc = 0.0f;
+                for (int d = 0; d < HD; d++) acc += A.dout[A.qi(b, t, h, d)] * A.out[A.qi(b, t, h, d)];
+                D[A.ri(b, h, t)] = acc;
+            }
+    const float scale = 1.0f / sqrtf((float)HD);
+    const int rep = A.H / A.KV, tiles = (A.T + FA_BQ - 1) / FA_BQ;
+    std::vector<fb_kv_smem<HD>> skv(1);
+    std::vector<fb_q_smem<HD>> sq(1);
+    std::vector<fb_kv_state<HD, MP_WARP>> kst(FA_WARPS);
+    std::vector<fb_q_state<HD, MP_WARP>> qst(FA_WARPS);
+    for (int b = 0; b < A.B; b++)
+        for (int g = 0; g < A.KV; g++)
+            for (int tile = 0; tile < tiles; tile++) {
+                const int j0 = tile * FA_BQ;
+                for (int w = 0; w < FA_WARPS; w++) fb_kv_init<HD, MP_WARP>(kst[w], k.data(), v.data(), b, A.T, A.KV, g, j0 + 16 * w, 0);
+                for (int h = g * rep; h < (g + 1) * rep; h++)
+                    for (int t0 = j0; t0 < A.T; t0 += FB_BQ) {
+                        for (int tid = 0; tid < FA_THREADS; tid++)
+                            fb_load_qtile<HD>(skv[0], q.data(), dout.data(), A.lse.data(), D.data(), b, A.T, A.H, h, t0, tid);
+                        for (int w = 0; w < FA_WARPS; w++) fb_dkdv_step<HD, MP_WARP>(kst[w], skv[0], t0, j0 + 16 * w, A.T, scale, 0);
+                    }
+                for (int w = 0; w < FA_WARPS; w++) {
+                    fb_store<HD, MP_WARP>(gk.data(), kst[w].dk, b, A.T, A.KV, g, j0 + 16 * w, 0);
+                    fb_store<HD, MP_WARP>(gv.data(), kst[w].dv, b, A.T, A.KV, g, j0 + 16 * w, 0);
+                }
+            }
+    for (int b = 0; b < A.B; b++)
+        for (int h = 0; h < A.H; h++)
+            for (int tile = tiles - 1; tile >= 0; tile--) {
+                const int q0 = tile * FA_BQ, end = std::min(q0 + FA_BQ, A.T);
+                for (int w = 0; w < FA_WARPS; w++)
+                    fb_q_init<HD, MP_WARP>(qst[w], q.data(), dout.data(), A.lse.data(), D.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+                for (int k0 = 0; k0 < end; k0 += FB_BK) {
+                    for (int tid = 0; tid < FA_THREADS; tid++) fb_load_ktile<HD>(sq[0], k.data(), v.data(), b, A.T, A.KV, h / rep, k0, tid);
+                    for (int w = 0; w < FA_WARPS; w++) fb_dq_step<HD, MP_WARP>(qst[w], sq[0], k0, q0 + 16 * w, A.T, scale, 0);
+                }
+                for (int w = 0; w < FA_WARPS; w++) fb_store<HD, MP_WARP>(gq.data(), qst[w].dq, b, A.T, A.H, h, q0 + 16 * w, 0);
+            }
+    for (size_t i = 0; i < gq.size(); i++) dq[i] = __bfloat162float(gq[i]);
+    for (size_t i = 0; i < gk.size(); i++) dk[i] = __bfloat162float(gk[i]), dv[i] = __bfloat162float(gv[i]);
+}
+
+/* The tensor-core kernels' replay against float64 (out, lse, dq, dk, dv) and the CPU kernels, on T
+ * crossing the 16-row warp tiles and the 32/64-row tiles, every element written (NaN-filled beforehand). */
 static void check_attention_mma(int B, int T, int H, int KV, int hd) {
     char shape[96];
     snprintf(shape, sizeof shape, "mma B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
@@ -700,6 +757,26 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd) {
     cpu->attn_fwd(cpu, cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
     close("out vs CPU kernel", out, cout_, 1e-2, 1e-4, shape);
     close("lse vs CPU kernel", lse, clse, 1e-5, 1e-5, shape);
+
+    /* the backward from the replayed forward's out and lse */
+    A.out = out, A.lse = lse;
+    std::vector<float> dq(nq, NAN), dk(nk, NAN), dv(nk, NAN);
+    if (hd == 64) mirror_bwd_mma<64>(A, dq, dk, dv);
+    else mirror_bwd_mma<128>(A, dq, dk, dv);
+    nan = 0;
+    for (float x : dq) nan += x != x;
+    for (float x : dk) nan += x != x;
+    for (float x : dv) nan += x != x;
+    CHECK(nan == 0, "%s: %d gradients not written or NaN", shape, nan);
+    close("dq", dq, rdq, 2e-2, 1e-4, shape);
+    close("dk", dk, rdk, 2e-2, 1e-4, shape);
+    close("dv", dv, rdv, 2e-2, 1e-4, shape);
+    std::vector<float> cdq(nq), cdk(nk), cdv(nk), scratch(nr);
+    cpu->attn_bwd(cpu, cdq.data(), cdk.data(), cdv.data(), scratch.data(), A.dout.data(), A.out.data(), A.lse.data(),
+                  A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    close("dq vs CPU kernel", dq, cdq, 1e-2, 1e-4, shape);
+    close("dk vs CPU kernel", dk, cdk, 1e-2, 1e-4, shape);
+    close("dv vs CPU kernel", dv, cdv, 1e-2, 1e-4, shape);
 }
 
 #ifndef MP_HOSTCHECK_NO_MAIN   /* check_kernels_device.cu reuses this file's references */
