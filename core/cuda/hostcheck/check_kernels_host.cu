@@ -605,9 +605,8 @@ static void close(const char *what, const G &got, const R &ref, double rtol, dou
     CHECK(md <= rtol * mr + atol, "%s %s: max err %.3g (max ref %.3g)", what, shape, md, mr);
 }
 
-static void check_attention(int B, int T, int H, int KV, int hd) {
-    char shape[96];
-    snprintf(shape, sizeof shape, "B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+/* An attention problem of that shape with random bf16-valued q, k, v, dout (out and lse sized, unset). */
+static Attn attn_random(int B, int T, int H, int KV, int hd) {
     Attn A;
     A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd;
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
@@ -616,6 +615,14 @@ static void check_attention(int B, int T, int H, int KV, int hd) {
     for (auto &e : A.k) e = bf16_round(2.0f * rnd_unit());
     for (auto &e : A.v) e = bf16_round(rnd_unit());
     for (auto &e : A.dout) e = bf16_round(rnd_unit());
+    return A;
+}
+
+static void check_attention(int B, int T, int H, int KV, int hd) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    Attn A = attn_random(B, T, H, KV, hd);
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
     mirror_fwd(A);
     std::vector<float> dq(nq, NAN), dk(nk, NAN), dv(nk, NAN);
     mirror_bwd(A, dq, dk, dv);
@@ -641,16 +648,18 @@ static void check_attention(int B, int T, int H, int KV, int hd) {
     close("dv vs CPU kernel", dv, cdv, 1e-2, 1e-4, shape);
 }
 
+/* x rounded to bf16 storage. */
+static std::vector<mp_bf16> to_bf16(const std::vector<float> &x) {
+    std::vector<mp_bf16> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16_rn(x[i]);
+    return y;
+}
+
 /* attn_fwd_mma_kernel (k_attn_mma.cu) replayed block by block through the same k_attn_mma.cuh functions,
  * a whole warp per call (NL = 32: the mma fragments and quad shuffles emulated by the PTX layouts). */
 template <int HD>
 static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<float> &lse) {
-    auto tobf = [](const std::vector<float> &x) {
-        std::vector<mp_bf16> y(x.size());
-        for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16_rn(x[i]);
-        return y;
-    };
-    const std::vector<mp_bf16> q = tobf(A.q), k = tobf(A.k), v = tobf(A.v);
+    const std::vector<mp_bf16> q = to_bf16(A.q), k = to_bf16(A.k), v = to_bf16(A.v);
     std::vector<mp_bf16> o(q.size(), __float2bfloat16_rn(NAN));
     std::vector<fa_smem<HD>> s(1);
     std::vector<fa_fwd_state<HD, MP_WARP>> st(FA_WARPS);
@@ -675,12 +684,7 @@ static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<f
  * forward's bf16 out and lse (A.out, A.lse); D as the D pass computes it (fp32, from bf16 dout and out). */
 template <int HD>
 static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<float> &dk, std::vector<float> &dv) {
-    auto tobf = [](const std::vector<float> &x) {
-        std::vector<mp_bf16> y(x.size());
-        for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16_rn(x[i]);
-        return y;
-    };
-    const std::vector<mp_bf16> q = tobf(A.q), k = tobf(A.k), v = tobf(A.v), dout = tobf(A.dout);
+    const std::vector<mp_bf16> q = to_bf16(A.q), k = to_bf16(A.k), v = to_bf16(A.v), dout = to_bf16(A.dout);
     std::vector<mp_bf16> gq(q.size(), __float2bfloat16_rn(NAN)), gk(k.size(), gq[0]), gv(k.size(), gq[0]);
     std::vector<float> D((size_t)A.B * A.H * A.T);
     for (int b = 0; b < A.B; b++)
@@ -733,14 +737,8 @@ static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<fl
 static void check_attention_mma(int B, int T, int H, int KV, int hd) {
     char shape[96];
     snprintf(shape, sizeof shape, "mma B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
-    Attn A;
-    A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd;
+    Attn A = attn_random(B, T, H, KV, hd);
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
-    A.q.resize(nq), A.k.resize(nk), A.v.resize(nk), A.dout.resize(nq);
-    for (auto &e : A.q) e = bf16_round(2.0f * rnd_unit());
-    for (auto &e : A.k) e = bf16_round(2.0f * rnd_unit());
-    for (auto &e : A.v) e = bf16_round(rnd_unit());
-    for (auto &e : A.dout) e = bf16_round(rnd_unit());
     std::vector<float> out(nq, NAN), lse(nr, NAN);
     if (hd == 64) mirror_fwd_mma<64>(A, out, lse);
     else mirror_fwd_mma<128>(A, out, lse);
