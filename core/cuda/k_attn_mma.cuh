@@ -345,23 +345,34 @@ __host__ __device__ static inline void fb_load_ktile(fb_q_smem<HD> &s, const mp_
     fa_load_rows<HD, FB_BK>(&s.V[0][0], HD + 8, NULL, 0, v, b, T, KV, g, k0, tid);
 }
 
-/* P and dS of one 16 x 32 C tile (in place in P and dP): rows `row0 + g (+8)`, cols `col0 + 2c (+1) + 8 nt`.
- * kv = 1: rows are keys, cols queries (the dK/dV pass); kv = 0: rows queries, cols keys (the dQ pass).
- * lse_of / D_of give a query's values by its column (kv) or row slot (dQ). */
+/* P of one 16 x 32 C tile of scores, in place: rows `row0 + g (+8)`, cols `col0 + 2c (+1) + 8 nt`. kv = 1:
+ * rows are keys, cols queries (the dK/dV pass, lse per column from slse); kv = 0: rows are queries, cols
+ * keys (the dQ pass, lse per row slot from rlse). P = exp(scale s - lse), 0 where query < key or past T. */
 template <int NL>
-__host__ __device__ static inline void fb_p_ds(float (*P)[4][4], float (*dP)[4][4], int row0, int col0, int T,
-                                               float scale, bool kv, const float *slse, const float *sD,
-                                               const float (*rlse)[2], const float (*rD)[2], int lane0) {
+__host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0, int T, float scale, bool kv,
+                                            const float *slse, const float (*rlse)[2], int lane0) {
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
         for (int nt = 0; nt < 4; nt++)
             for (int e = 0; e < 4; e++) {
                 const int row = row0 + g + 8 * (e >> 1), ci = 8 * nt + 2 * c + (e & 1), col = col0 + ci;
                 const int key = kv ? row : col, qry = kv ? col : row;
-                const float l = kv ? slse[ci] : rlse[li][e >> 1], d = kv ? sD[ci] : rD[li][e >> 1];
-                const float p = qry >= key && qry < T ? expf(scale * P[li][nt][e] - l) : 0.0f;
-                P[li][nt][e] = p;
-                dP[li][nt][e] = scale * p * (dP[li][nt][e] - d);
+                const float l = kv ? slse[ci] : rlse[li][e >> 1];
+                P[li][nt][e] = qry >= key && qry < T ? expf(scale * P[li][nt][e] - l) : 0.0f;
+            }
+    }
+}
+
+/* dS = scale P (dP - D) of the same tile, in place in dP (D per column from sD, or per row slot from rD). */
+template <int NL>
+__host__ __device__ static inline void fb_ds(float (*dP)[4][4], const float (*P)[4][4], float scale, bool kv,
+                                             const float *sD, const float (*rD)[2], int lane0) {
+    for (int li = 0; li < NL; li++) {
+        const int c = (lane0 + li) & 3;
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) {
+                const float d = kv ? sD[8 * nt + 2 * c + (e & 1)] : rD[li][e >> 1];
+                dP[li][nt][e] = scale * P[li][nt][e] * (dP[li][nt][e] - d);
             }
     }
 }
@@ -375,12 +386,14 @@ __host__ __device__ static inline void fb_dkdv_step(fb_kv_state<HD, NL> &st, con
         for (int nt = 0; nt < 4; nt++)
             for (int e = 0; e < 4; e++) S[li][nt][e] = dP[li][nt][e] = 0.0f;
     fa_mma_smem<NL, HD / 16, 4>(&S[0][0][0], 16, &st.kf[0][0][0], HD / 16 * 4, &s.Q[0][0], HD + 8, lane0);
+    fb_p<NL>(S, r0, t0, T, scale, true, s.lse, NULL, lane0);
+    uint32_t a[NL][2][4];   /* P^T, then dS^T, as A fragments (dV's product first: fewer live registers) */
+    for (int li = 0; li < NL; li++) fa_c_to_a<4>(a[li], S[li]);
+    fa_mma_smem<NL, 2, HD / 8>(&st.dv[0][0][0], HD / 8 * 4, &a[0][0][0], 8, &s.dOt[0][0], FB_PAD, lane0);
     fa_mma_smem<NL, HD / 16, 4>(&dP[0][0][0], 16, &st.vf[0][0][0], HD / 16 * 4, &s.dO[0][0], HD + 8, lane0);
-    fb_p_ds<NL>(S, dP, r0, t0, T, scale, true, s.lse, s.D, NULL, NULL, lane0);
-    uint32_t pa[NL][2][4], da[NL][2][4];
-    for (int li = 0; li < NL; li++) fa_c_to_a<4>(pa[li], S[li]), fa_c_to_a<4>(da[li], dP[li]);
-    fa_mma_smem<NL, 2, HD / 8>(&st.dv[0][0][0], HD / 8 * 4, &pa[0][0][0], 8, &s.dOt[0][0], FB_PAD, lane0);
-    fa_mma_smem<NL, 2, HD / 8>(&st.dk[0][0][0], HD / 8 * 4, &da[0][0][0], 8, &s.Qt[0][0], FB_PAD, lane0);
+    fb_ds<NL>(dP, S, scale, true, s.D, NULL, lane0);
+    for (int li = 0; li < NL; li++) fa_c_to_a<4>(a[li], dP[li]);
+    fa_mma_smem<NL, 2, HD / 8>(&st.dk[0][0][0], HD / 8 * 4, &a[0][0][0], 8, &s.Qt[0][0], FB_PAD, lane0);
 }
 
 /* dQ pass: the warp's query rows r0 .. r0+15 against the key tile k0 in s. */
@@ -393,7 +406,8 @@ __host__ __device__ static inline void fb_dq_step(fb_q_state<HD, NL> &st, const 
             for (int e = 0; e < 4; e++) S[li][nt][e] = dP[li][nt][e] = 0.0f;
     fa_mma_smem<NL, HD / 16, 4>(&S[0][0][0], 16, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8, lane0);
     fa_mma_smem<NL, HD / 16, 4>(&dP[0][0][0], 16, &st.df[0][0][0], HD / 16 * 4, &s.V[0][0], HD + 8, lane0);
-    fb_p_ds<NL>(S, dP, r0, k0, T, scale, false, NULL, NULL, st.lse, st.D, lane0);
+    fb_p<NL>(S, r0, k0, T, scale, false, NULL, st.lse, lane0);
+    fb_ds<NL>(dP, S, scale, false, NULL, st.D, lane0);
     uint32_t da[NL][2][4];
     for (int li = 0; li < NL; li++) fa_c_to_a<4>(da[li], dP[li]);
     fa_mma_smem<NL, 2, HD / 8>(&st.dq[0][0][0], HD / 8 * 4, &da[0][0][0], 8, &s.Kt[0][0], FB_PAD, lane0);
