@@ -44,9 +44,10 @@
 #define FA_BK 64              /* keys per tile */
 #define FA_VPAD (FA_BK + 8)
 
-/* A key tile in shared memory: K row-major, V transposed, both padded (see the top comment). */
+/* A key tile in shared memory: K row-major, V transposed, both padded (see the top comment); aligned for
+ * the 4-byte fragment loads (a bf16 struct alone would only be 2-byte aligned). */
 template <int HD>
-struct fa_smem {
+struct alignas(16) fa_smem {
     mp_bf16 K[FA_BK][HD + 8];
     mp_bf16 Vt[HD][FA_VPAD];
 };
@@ -304,12 +305,12 @@ __host__ __device__ static inline void fa_fwd_finish(fa_fwd_state<HD, NL> &st, m
 #define FB_PAD (32 + 8)
 
 template <int HD>
-struct fb_kv_smem {   /* a query tile of the dK/dV pass */
+struct alignas(16) fb_kv_smem {   /* a query tile of the dK/dV pass */
     mp_bf16 Q[FB_BQ][HD + 8], Qt[HD][FB_PAD], dO[FB_BQ][HD + 8], dOt[HD][FB_PAD];
     float lse[FB_BQ], D[FB_BQ];
 };
 template <int HD>
-struct fb_q_smem {   /* a key tile of the dQ pass */
+struct alignas(16) fb_q_smem {   /* a key tile of the dQ pass */
     mp_bf16 K[FB_BK][HD + 8], Kt[HD][FB_PAD], V[FB_BK][HD + 8];
 };
 template <int HD, int NL>
