@@ -14,7 +14,11 @@
  *      softmax; dK/dV by key-row warps over query tiles, dQ by query-row warps over key tiles), against a
  *      naive double-precision attention and against the project's CPU kernels
  *      (core/kernels_cpu_attn_fwd.c, _bwd.c), on odd sizes (T not a multiple of a tile, hd not a multiple
- *      of 32, GQA groups of 1, 2 and 4).
+ *      of 32, GQA groups of 1, 2 and 4);
+ *   3. the tensor-core attention (k_attn_mma.cu) through its own tile functions (k_attn_mma.cuh), a
+ *      whole warp per call: the mma.sync m16n8k16 fragments and the quad shuffles emulated by the PTX
+ *      ISA layouts, forward and backward against float64 and the CPU kernels, T = 1, 15, 64, 112, 200,
+ *      hd 64 / 128, GQA ratios 1 and 4.
  * What it cannot check: the device code itself (shuffles, barriers, shared-memory races, launch
  * configurations). Those need a GPU; see docs/CUDA.md.
  *
