@@ -23,7 +23,8 @@
  *      causal prefix (K, V tiles in shared memory, as the forward): lane l recomputes p, dp, ds for key
  *      k0 + l and the warp adds sum_l ds_l k_l into dq. Again one warp per output row.
  * The price is recomputing S and dP twice (once per pass): ~1.4x the FLOPs of the atomic version.
- * Scalar fp32 FMA, no tensor cores yet (docs/CUDA.md). Shared memory ~41 KB static per kernel.
+ * Scalar fp32 FMA (docs/CUDA.md); the launcher sends hd 64 / 128 to the tensor-core dK/dV and dQ passes
+ * (k_attn_mma.cu) after the D pass, unless MP_CUDA_ATTN=simt. Shared memory ~41 KB static per kernel.
  */
 #include "core/cuda/k_common.cuh"
 
@@ -192,6 +193,10 @@ extern "C" void mp_cuda_attn_bwd(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, float *s
     assert((rows + ATT_WARPS - 1) / ATT_WARPS <= 0x7fffffff);   /* grid.x */
     attn_bwd_d_kernel<<<(unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS), ATT_WARPS * MP_WARP, 0, s>>>(scratch, dout,
                                                                                                    out, T, H, hd, rows);
+    if (mp_cuda_attn_mma_ok(dq, dk, dv, dout, hd) && mp_cuda_attn_mma_ok(out, q, k, v, hd)) {   /* k_attn_mma.cu */
+        mp_cuda_attn_bwd_mma(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, H, KV, hd, s);
+        return;
+    }
     const unsigned tiles = (unsigned)((T + ATT_WARPS - 1) / ATT_WARPS);
     attn_bwd_dkdv_kernel<<<dim3(tiles, (unsigned)(B * KV)), ATT_WARPS * MP_WARP, 0, s>>>(dk, dv, scratch, dout, lse, q,
                                                                                          k, v, T, H, KV, hd, scale);

@@ -6,7 +6,9 @@
  * Layout: q [B,T,H,hd], k, v [B,T,KV,hd] bf16; query head h reads kv head g = h / (H/KV); out
  * [B,T,H,hd] bf16; lse [B,H,T] fp32, lse[b,h,t] = log sum_{j<=t} exp(scale q_t.k_j), scale = 1/sqrt(hd).
  *
- * Design (scalar fp32 FMA, no tensor cores yet: correctness and clarity first, see docs/CUDA.md):
+ * The launcher sends head dims 64 and 128 to the tensor-core kernel (k_attn_mma.cu) unless
+ * MP_CUDA_ATTN=simt; this scalar kernel is the fallback for other head dims and the comparison point.
+ * Design (scalar fp32 FMA, no tensor cores: correctness and clarity first, see docs/CUDA.md):
  *   - grid (query tile, b*H + h); a block of ATT_WARPS = 8 warps owns the 8 consecutive query rows of
  *     its tile, one row per warp. Tiles are visited in reverse order (the last query tiles have the
  *     longest causal prefix, so they start first).
@@ -102,6 +104,10 @@ extern "C" void mp_cuda_attn_fwd(mp_bf16 *out, float *lse, const mp_bf16 *q, con
     if (B == 0 || T == 0) return;
     assert(out && lse && q && k && v);
     assert((int64_t)B * H <= 65535);   /* grid.y */
+    if (mp_cuda_attn_mma_ok(out, q, k, v, hd)) {   /* tensor cores (k_attn_mma.cu) */
+        mp_cuda_attn_fwd_mma(out, lse, q, k, v, B, T, H, KV, hd, s);
+        return;
+    }
     const dim3 grid((unsigned)((T + ATT_WARPS - 1) / ATT_WARPS), (unsigned)(B * H));
     attn_fwd_kernel<<<grid, ATT_WARPS * MP_WARP, 0, s>>>(out, lse, q, k, v, T, H, KV, hd, 1.0f / sqrtf((float)hd));
 }

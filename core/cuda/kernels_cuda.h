@@ -126,6 +126,15 @@ void mp_cuda_swiglu_bwd(mp_bf16 *dgate, mp_bf16 *dup, const mp_bf16 *dout, const
 #define MP_CUDA_ATTN_MAX_HD 128
 void mp_cuda_attn_fwd(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
                       int T, int H, int KV, int hd, cudaStream_t s);
+/* The tensor-core kernels (k_attn_mma.cu; mp_cuda_attn_fwd / _bwd dispatch to them): hd 64 or 128, pointers
+ * 4-byte aligned. _ok says whether they take a call (off with the environment MP_CUDA_ATTN=simt). The
+ * backward takes D = rowsum(dout * out) [B,H,T], computed by mp_cuda_attn_bwd's first pass. */
+int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd);
+void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
+                          int T, int H, int KV, int hd, cudaStream_t s);
+void mp_cuda_attn_bwd_mma(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, const float *D, const mp_bf16 *dout,
+                          const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B, int T, int H,
+                          int KV, int hd, cudaStream_t s);
 /* The KV-cache forward (k_attn_kv.cu): Tq queries at positions pos0 .. pos0+Tq-1 against k, v [B,Tc,KV,hd]
  * holding positions 0 .. pos0+Tq-1; out [B,Tq,H,hd], lse [B,H,Tq]. Limits as above, and Tq <= 65535. */
 void mp_cuda_attn_fwd_kv(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,

@@ -14,7 +14,11 @@
  *      softmax; dK/dV by key-row warps over query tiles, dQ by query-row warps over key tiles), against a
  *      naive double-precision attention and against the project's CPU kernels
  *      (core/kernels_cpu_attn_fwd.c, _bwd.c), on odd sizes (T not a multiple of a tile, hd not a multiple
- *      of 32, GQA groups of 1, 2 and 4).
+ *      of 32, GQA groups of 1, 2 and 4);
+ *   3. the tensor-core attention (k_attn_mma.cu) through its own tile functions (k_attn_mma.cuh), a
+ *      whole warp per call: the mma.sync m16n8k16 fragments and the quad shuffles emulated by the PTX
+ *      ISA layouts, forward and backward against float64 and the CPU kernels, T = 1, 15, 64, 112, 200,
+ *      hd 64 / 128, GQA ratios 1 and 4.
  * What it cannot check: the device code itself (shuffles, barriers, shared-memory races, launch
  * configurations). Those need a GPU; see docs/CUDA.md.
  *
@@ -34,6 +38,7 @@
 #include "core/cuda/k_adamw.cu"
 #include "core/cuda/k_attn_bwd.cu"
 #include "core/cuda/k_attn_fwd.cu"
+#include "core/cuda/k_attn_mma.cuh"
 #include "core/cuda/k_embed.cu"
 #include "core/cuda/k_reduce.cu"
 #include "core/cuda/k_rmsnorm.cu"
@@ -604,9 +609,8 @@ static void close(const char *what, const G &got, const R &ref, double rtol, dou
     CHECK(md <= rtol * mr + atol, "%s %s: max err %.3g (max ref %.3g)", what, shape, md, mr);
 }
 
-static void check_attention(int B, int T, int H, int KV, int hd) {
-    char shape[96];
-    snprintf(shape, sizeof shape, "B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+/* An attention problem of that shape with random bf16-valued q, k, v, dout (out and lse sized, unset). */
+static Attn attn_random(int B, int T, int H, int KV, int hd) {
     Attn A;
     A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd;
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
@@ -615,6 +619,14 @@ static void check_attention(int B, int T, int H, int KV, int hd) {
     for (auto &e : A.k) e = bf16_round(2.0f * rnd_unit());
     for (auto &e : A.v) e = bf16_round(rnd_unit());
     for (auto &e : A.dout) e = bf16_round(rnd_unit());
+    return A;
+}
+
+static void check_attention(int B, int T, int H, int KV, int hd) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    Attn A = attn_random(B, T, H, KV, hd);
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
     mirror_fwd(A);
     std::vector<float> dq(nq, NAN), dk(nk, NAN), dv(nk, NAN);
     mirror_bwd(A, dq, dk, dv);
@@ -633,6 +645,135 @@ static void check_attention(int B, int T, int H, int KV, int hd) {
     cpu->attn_fwd(cpu, cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
     close("out vs CPU kernel", A.out, cout_, 1e-2, 1e-4, shape);
     close("lse vs CPU kernel", A.lse, clse, 1e-5, 1e-5, shape);
+    cpu->attn_bwd(cpu, cdq.data(), cdk.data(), cdv.data(), scratch.data(), A.dout.data(), A.out.data(), A.lse.data(),
+                  A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    close("dq vs CPU kernel", dq, cdq, 1e-2, 1e-4, shape);
+    close("dk vs CPU kernel", dk, cdk, 1e-2, 1e-4, shape);
+    close("dv vs CPU kernel", dv, cdv, 1e-2, 1e-4, shape);
+}
+
+/* x rounded to bf16 storage. */
+static std::vector<mp_bf16> to_bf16(const std::vector<float> &x) {
+    std::vector<mp_bf16> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = __float2bfloat16_rn(x[i]);
+    return y;
+}
+
+/* attn_fwd_mma_kernel (k_attn_mma.cu) replayed block by block through the same k_attn_mma.cuh functions,
+ * a whole warp per call (NL = 32: the mma fragments and quad shuffles emulated by the PTX layouts). */
+template <int HD>
+static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<float> &lse) {
+    const std::vector<mp_bf16> q = to_bf16(A.q), k = to_bf16(A.k), v = to_bf16(A.v);
+    std::vector<mp_bf16> o(q.size(), __float2bfloat16_rn(NAN));
+    std::vector<fa_smem<HD>> s(1);
+    std::vector<fa_fwd_state<HD, MP_WARP>> st(FA_WARPS);
+    const float scale = 1.0f / sqrtf((float)HD);
+    const int rep = A.H / A.KV, tiles = (A.T + FA_BQ - 1) / FA_BQ;
+    for (int b = 0; b < A.B; b++)
+        for (int h = 0; h < A.H; h++)
+            for (int tile = tiles - 1; tile >= 0; tile--) {
+                const int q0 = tile * FA_BQ;
+                for (int w = 0; w < FA_WARPS; w++) fa_fwd_init<HD, MP_WARP>(st[w], q.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+                for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
+                    for (int tid = 0; tid < FA_THREADS; tid++) fa_load_kv<HD>(s[0], k.data(), v.data(), b, A.T, A.KV, h / rep, k0, tid);
+                    for (int w = 0; w < FA_WARPS; w++) fa_fwd_step<HD, MP_WARP>(st[w], s[0], k0, q0 + 16 * w, scale, 0);
+                }
+                for (int w = 0; w < FA_WARPS; w++)
+                    fa_fwd_finish<HD, MP_WARP>(st[w], o.data(), lse.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+            }
+    for (size_t i = 0; i < o.size(); i++) out[i] = __bfloat162float(o[i]);
+}
+
+/* attn_bwd_dkdv_mma_kernel and attn_bwd_dq_mma_kernel (k_attn_mma.cu) replayed the same way, from the
+ * forward's bf16 out and lse (A.out, A.lse); D as the D pass computes it (fp32, from bf16 dout and out). */
+template <int HD>
+static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<float> &dk, std::vector<float> &dv) {
+    const std::vector<mp_bf16> q = to_bf16(A.q), k = to_bf16(A.k), v = to_bf16(A.v), dout = to_bf16(A.dout);
+    std::vector<mp_bf16> gq(q.size(), __float2bfloat16_rn(NAN)), gk(k.size(), gq[0]), gv(k.size(), gq[0]);
+    std::vector<float> D((size_t)A.B * A.H * A.T);
+    for (int b = 0; b < A.B; b++)
+        for (int t = 0; t < A.T; t++)
+            for (int h = 0; h < A.H; h++) {
+                float acc = 0.0f;
+                for (int d = 0; d < HD; d++) acc += A.dout[A.qi(b, t, h, d)] * A.out[A.qi(b, t, h, d)];
+                D[A.ri(b, h, t)] = acc;
+            }
+    const float scale = 1.0f / sqrtf((float)HD);
+    const int rep = A.H / A.KV, tiles = (A.T + FA_BQ - 1) / FA_BQ;
+    std::vector<fb_kv_smem<HD>> skv(1);
+    std::vector<fb_q_smem<HD>> sq(1);
+    std::vector<fb_kv_state<HD, MP_WARP>> kst(FA_WARPS);
+    std::vector<fb_q_state<HD, MP_WARP>> qst(FA_WARPS);
+    for (int b = 0; b < A.B; b++)
+        for (int g = 0; g < A.KV; g++)
+            for (int tile = 0; tile < tiles; tile++) {
+                const int j0 = tile * FA_BQ;
+                for (int w = 0; w < FA_WARPS; w++) fb_kv_init<HD, MP_WARP>(kst[w], k.data(), v.data(), b, A.T, A.KV, g, j0 + 16 * w, 0);
+                for (int h = g * rep; h < (g + 1) * rep; h++)
+                    for (int t0 = j0; t0 < A.T; t0 += FB_BQ) {
+                        for (int tid = 0; tid < FA_THREADS; tid++)
+                            fb_load_qtile<HD>(skv[0], q.data(), dout.data(), A.lse.data(), D.data(), b, A.T, A.H, h, t0, tid);
+                        for (int w = 0; w < FA_WARPS; w++) fb_dkdv_step<HD, MP_WARP>(kst[w], skv[0], t0, j0 + 16 * w, A.T, scale, 0);
+                    }
+                for (int w = 0; w < FA_WARPS; w++) {
+                    fb_store<HD, MP_WARP>(gk.data(), kst[w].dk, b, A.T, A.KV, g, j0 + 16 * w, 0);
+                    fb_store<HD, MP_WARP>(gv.data(), kst[w].dv, b, A.T, A.KV, g, j0 + 16 * w, 0);
+                }
+            }
+    for (int b = 0; b < A.B; b++)
+        for (int h = 0; h < A.H; h++)
+            for (int tile = tiles - 1; tile >= 0; tile--) {
+                const int q0 = tile * FA_BQ, end = std::min(q0 + FA_BQ, A.T);
+                for (int w = 0; w < FA_WARPS; w++)
+                    fb_q_init<HD, MP_WARP>(qst[w], q.data(), dout.data(), A.lse.data(), D.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+                for (int k0 = 0; k0 < end; k0 += FB_BK) {
+                    for (int tid = 0; tid < FA_THREADS; tid++) fb_load_ktile<HD>(sq[0], k.data(), v.data(), b, A.T, A.KV, h / rep, k0, tid);
+                    for (int w = 0; w < FA_WARPS; w++) fb_dq_step<HD, MP_WARP>(qst[w], sq[0], k0, q0 + 16 * w, A.T, scale, 0);
+                }
+                for (int w = 0; w < FA_WARPS; w++) fb_store<HD, MP_WARP>(gq.data(), qst[w].dq, b, A.T, A.H, h, q0 + 16 * w, 0);
+            }
+    for (size_t i = 0; i < gq.size(); i++) dq[i] = __bfloat162float(gq[i]);
+    for (size_t i = 0; i < gk.size(); i++) dk[i] = __bfloat162float(gk[i]), dv[i] = __bfloat162float(gv[i]);
+}
+
+/* The tensor-core kernels' replay against float64 (out, lse, dq, dk, dv) and the CPU kernels, on T
+ * crossing the 16-row warp tiles and the 32/64-row tiles, every element written (NaN-filled beforehand). */
+static void check_attention_mma(int B, int T, int H, int KV, int hd) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "mma B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    Attn A = attn_random(B, T, H, KV, hd);
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
+    std::vector<float> out(nq, NAN), lse(nr, NAN);
+    if (hd == 64) mirror_fwd_mma<64>(A, out, lse);
+    else mirror_fwd_mma<128>(A, out, lse);
+    std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
+    naive(A, rout, rlse, rdq, rdk, rdv);
+    int nan = 0;
+    for (float x : out) nan += x != x;
+    for (float x : lse) nan += x != x;
+    CHECK(nan == 0, "%s: %d outputs not written or NaN", shape, nan);
+    close("out", out, rout, 1e-2, 1e-4, shape);
+    close("lse", lse, rlse, 1e-5, 1e-5, shape);
+    std::vector<float> cout_(nq), clse(nr);
+    mp_backend *cpu = mp_backend_cpu();
+    cpu->attn_fwd(cpu, cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    close("out vs CPU kernel", out, cout_, 1e-2, 1e-4, shape);
+    close("lse vs CPU kernel", lse, clse, 1e-5, 1e-5, shape);
+
+    /* the backward from the replayed forward's out and lse */
+    A.out = out, A.lse = lse;
+    std::vector<float> dq(nq, NAN), dk(nk, NAN), dv(nk, NAN);
+    if (hd == 64) mirror_bwd_mma<64>(A, dq, dk, dv);
+    else mirror_bwd_mma<128>(A, dq, dk, dv);
+    nan = 0;
+    for (float x : dq) nan += x != x;
+    for (float x : dk) nan += x != x;
+    for (float x : dv) nan += x != x;
+    CHECK(nan == 0, "%s: %d gradients not written or NaN", shape, nan);
+    close("dq", dq, rdq, 2e-2, 1e-4, shape);
+    close("dk", dk, rdk, 2e-2, 1e-4, shape);
+    close("dv", dv, rdv, 2e-2, 1e-4, shape);
+    std::vector<float> cdq(nq), cdk(nk), cdv(nk), scratch(nr);
     cpu->attn_bwd(cpu, cdq.data(), cdk.data(), cdv.data(), scratch.data(), A.dout.data(), A.out.data(), A.lse.data(),
                   A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
     close("dq vs CPU kernel", dq, cdq, 1e-2, 1e-4, shape);
@@ -662,6 +803,11 @@ int main(void) {
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
+    for (int hd : {64, 128})
+        for (int T : {1, 15, 64, 112, 200}) {
+            check_attention_mma(1, T, 2, 2, hd);   /* GQA ratio 1 */
+            check_attention_mma(2, T, 4, 1, hd);   /* GQA ratio 4 */
+        }
     if (g_fail) {
         fprintf(stderr, "%d check(s) FAILED\n", g_fail);
         return 1;

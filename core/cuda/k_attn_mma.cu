@@ -1,0 +1,124 @@
+/*
+ * core/cuda/k_attn_mma.cu — causal GQA flash attention forward and backward on tensor cores (mma.sync m16n8k16, bf16
+ * inputs, fp32 accumulate) for head dims 64 and 128 (contract: core/backend.h attn_fwd, as
+ * attn_bwd, as k_attn_fwd.cu / k_attn_bwd.cu; their launchers dispatch here, see mp_cuda_attn_mma_ok).
+ *
+ * The tile logic lives in k_attn_mma.cuh, shared with the host replay (check_kernels_host.cu): this file
+ * is only the block driver — grid (query tile of FA_BQ = 64 rows, b*H + h), query tiles scheduled
+ * last-first (longest causal prefix first), FA_WARPS = 4 warps of 16 rows each; per key tile of its causal
+ * prefix the block loads K / V^T into shared memory between two barriers and each warp runs
+ * fa_fwd_step. No cross-block reduction, every sum in a fixed order: deterministic.
+ * Not yet done (docs/CUDA.md): ldmatrix, cp.async double buffering, 16-byte global loads, exp2 with a
+ * folded log2(e) scale. The backward's D pass stays in k_attn_bwd.cu (a row sum, memory-bound); its
+ * launcher calls mp_cuda_attn_bwd_mma for the dK/dV and dQ passes (k_attn_mma.cuh's backward section).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "core/cuda/k_attn_mma.cuh"
+
+template <int HD>
+static __global__ void __launch_bounds__(FA_THREADS)
+    attn_fwd_mma_kernel(mp_bf16 *__restrict__ out, float *__restrict__ lse, const mp_bf16 *__restrict__ q,
+                        const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV,
+                        float scale) {
+    __shared__ fa_smem<HD> s;
+    const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int q0 = tile * FA_BQ, r0 = q0 + 16 * w;
+    fa_fwd_state<HD, 1> st;
+    fa_fwd_init<HD, 1>(st, q, b, T, H, h, r0, lane);
+    for (int k0 = 0; k0 <= q0; k0 += FA_BK) {   /* key tiles aligned with query tiles: the last is the diagonal */
+        __syncthreads();                          /* the previous tile is no longer read */
+        fa_load_kv<HD>(s, k, v, b, T, KV, g, k0, tid);
+        __syncthreads();
+        fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
+    }
+    fa_fwd_finish<HD, 1>(st, out, lse, b, T, H, h, r0, lane);
+}
+
+/* dK/dV: grid (key tile of FA_BQ = 64, b*KV + g); each warp 16 keys; the group's query heads in order,
+ * then query tiles of FB_BQ from the block's first key on, in order: one fixed sum per element. */
+template <int HD>
+static __global__ void __launch_bounds__(FA_THREADS)
+    attn_bwd_dkdv_mma_kernel(mp_bf16 *__restrict__ dk, mp_bf16 *__restrict__ dv, const float *__restrict__ D,
+                             const mp_bf16 *__restrict__ dout, const float *__restrict__ lse,
+                             const mp_bf16 *__restrict__ q, const mp_bf16 *__restrict__ k,
+                             const mp_bf16 *__restrict__ v, int T, int H, int KV, float scale) {
+    __shared__ fb_kv_smem<HD> s;
+    const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
+    const int bg = blockIdx.y, b = bg / KV, g = bg % KV, rep = H / KV;
+    const int j0 = blockIdx.x * FA_BQ, r0 = j0 + 16 * w;
+    fb_kv_state<HD, 1> st;
+    fb_kv_init<HD, 1>(st, k, v, b, T, KV, g, r0, lane);
+    for (int h = g * rep; h < (g + 1) * rep; h++)
+        for (int t0 = j0; t0 < T; t0 += FB_BQ) {
+            __syncthreads();
+            fb_load_qtile<HD>(s, q, dout, lse, D, b, T, H, h, t0, tid);
+            __syncthreads();
+            fb_dkdv_step<HD, 1>(st, s, t0, r0, T, scale, lane);
+        }
+    fb_store<HD, 1>(dk, st.dk, b, T, KV, g, r0, lane);
+    fb_store<HD, 1>(dv, st.dv, b, T, KV, g, r0, lane);
+}
+
+/* dQ: grid (query tile of FA_BQ = 64, b*H + h), last tiles first; each warp 16 query rows; the key tiles
+ * of FB_BK of the block's causal prefix in order. */
+template <int HD>
+static __global__ void __launch_bounds__(FA_THREADS)
+    attn_bwd_dq_mma_kernel(mp_bf16 *__restrict__ dq, const float *__restrict__ D, const mp_bf16 *__restrict__ dout,
+                           const float *__restrict__ lse, const mp_bf16 *__restrict__ q,
+                           const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV,
+                           float scale) {
+    __shared__ fb_q_smem<HD> s;
+    const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int q0 = tile * FA_BQ, r0 = q0 + 16 * w, end = q0 + FA_BQ < T ? q0 + FA_BQ : T;
+    fb_q_state<HD, 1> st;
+    fb_q_init<HD, 1>(st, q, dout, lse, D, b, T, H, h, r0, lane);
+    for (int k0 = 0; k0 < end; k0 += FB_BK) {
+        __syncthreads();
+        fb_load_ktile<HD>(s, k, v, b, T, KV, g, k0, tid);
+        __syncthreads();
+        fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
+    }
+    fb_store<HD, 1>(dq, st.dq, b, T, H, h, r0, lane);
+}
+
+/* 1 when the tensor-core kernels take this call: hd 64 or 128, every pointer 4-byte aligned (pair
+ * loads), and MP_CUDA_ATTN is not "simt" (the CUDA-core kernels, kept for comparison). */
+extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd) {
+    static int simt = -1;
+    if (simt < 0) {
+        const char *e = getenv("MP_CUDA_ATTN");
+        simt = e && strcmp(e, "simt") == 0;
+    }
+    return !simt && (hd == 64 || hd == 128) && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 3) == 0;
+}
+
+extern "C" void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
+                                     int B, int T, int H, int KV, int hd, cudaStream_t s) {
+    assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128));
+    assert((int64_t)B * H <= 65535);   /* grid.y */
+    const dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)(B * H));
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (hd == 64) attn_fwd_mma_kernel<64><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, scale);
+    else attn_fwd_mma_kernel<128><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, scale);
+}
+
+extern "C" void mp_cuda_attn_bwd_mma(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, const float *D, const mp_bf16 *dout,
+                                     const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
+                                     int T, int H, int KV, int hd, cudaStream_t s) {
+    assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128));
+    assert((int64_t)B * H <= 65535);   /* grid.y */
+    const unsigned tiles = (unsigned)((T + FA_BQ - 1) / FA_BQ);
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (hd == 64) {
+        attn_bwd_dkdv_mma_kernel<64><<<dim3(tiles, B * KV), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H, KV, scale);
+        attn_bwd_dq_mma_kernel<64><<<dim3(tiles, B * H), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, scale);
+    } else {
+        attn_bwd_dkdv_mma_kernel<128><<<dim3(tiles, B * KV), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H, KV, scale);
+        attn_bwd_dq_mma_kernel<128><<<dim3(tiles, B * H), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, scale);
+    }
+}

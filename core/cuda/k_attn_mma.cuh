@@ -1,0 +1,463 @@
+/*
+ * core/cuda/k_attn_mma.cuh — the per-warp tile logic of the tensor-core flash attention (k_attn_mma.cu),
+ * written once for the device and for its host replay (core/cuda/hostcheck/check_kernels_host.cu).
+ *
+ * Why a shared header: the kernel's correctness rests on the mma.sync fragment layouts, the masks, the
+ * online softmax and the quad shuffles; none can run here (no GPU). So every function below is
+ * `__host__ __device__` and templated on NL, the lanes one call handles: on the device NL = 1 (a thread
+ * is its lane, lane0 = threadIdx.x % 32), in the host replay NL = 32 (one call is the whole warp,
+ * lane0 = 0, lane li is lane0 + li). Per-lane state is an array [NL][...]; the three warp-collective
+ * steps take the whole array:
+ *   fa_mma       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 on the device; on the host the
+ *                32 lanes' fragments are scattered into 16x16 A, 16x8 B, 16x8 C matrices by the PTX ISA
+ *                layouts ("Matrix Fragments for mma.m16n8k16 with floating point type"), multiplied in
+ *                double, and gathered back;
+ *   fa_quad_max, fa_quad_sum  the xor-1 then xor-2 butterfly over the four lanes of a row (shfl on
+ *                the device, the same pairings and operand order on the host: bitwise the same tree).
+ * Fragment layouts (PTX ISA, mma.m16n8k16, .bf16 A/B, .f32 C/D), g = lane >> 2, c = lane & 3:
+ *   A 16x16 row-major, 4 regs of bf16x2: reg r holds row g + 8 (r & 1), cols 2c + 8 (r >> 1) + {0, 1};
+ *   B 16x8 (k x n), 2 regs of bf16x2: reg r holds rows (k) 2c + 8 r + {0, 1}, col (n) g;
+ *   C 16x8 fp32, 4 floats: element e is row g + 8 (e >> 1), col 2c + (e & 1);
+ *   the lower-indexed element of a bf16x2 pair sits in the low 16 bits (little-endian memory order).
+ * So a C fragment pair of n-tiles (2j, 2j+1) is, packed to bf16, the A fragment of k-step j (the
+ * FlashAttention-2 register reuse of P): no shuffle between QK^T and PV.
+ *
+ * Forward tiling: a block of FA_WARPS = 4 warps owns FA_BQ = 64 query rows (16 per warp: one m16 tile),
+ * walks key tiles of FA_BK = 64 (tile-aligned with the query tile, so every tile a warp processes holds
+ * key k0 <= each of its rows: the running max is finite after the first tile). Per key tile the block
+ * copies K [64][HD+8] and V transposed, Vt [HD][64+8], into shared memory as bf16 (the +8 pad puts the
+ * eight g-rows a fragment load touches in distinct banks: row stride 4 words mod 32). Per warp:
+ *   S = Q K^T (Q fragments in registers, K fragments from Ks), masked (key > row: -inf), scaled;
+ *   m' = max(m, quad max of the row), alpha = exp(m - m'), p = exp(s - m'), l = alpha l + lane's p sum;
+ *   O = alpha O + P V (P: the bf16 A fragments above; V fragments from Vt).
+ * At the end l is quad-summed, out = O / l (bf16), lse = m + log l. All in fp32 except the mma inputs
+ * (bf16, as the activations are stored). Every sum has one fixed order: deterministic.
+ */
+#ifndef MP_K_ATTN_MMA_CUH
+#define MP_K_ATTN_MMA_CUH
+
+#include "core/cuda/k_common.cuh"
+
+#define FA_WARPS 4
+#define FA_THREADS (FA_WARPS * MP_WARP)
+#define FA_BQ (16 * FA_WARPS) /* query rows per block */
+#define FA_BK 64              /* keys per tile */
+#define FA_VPAD (FA_BK + 8)
+
+/* A key tile in shared memory: K row-major, V transposed, both padded (see the top comment); aligned for
+ * the 4-byte fragment loads (a bf16 struct alone would only be 2-byte aligned). */
+template <int HD>
+struct alignas(16) fa_smem {
+    mp_bf16 K[FA_BK][HD + 8];
+    mp_bf16 Vt[HD][FA_VPAD];
+};
+
+/* A warp's running state of the forward: Q fragments, the output accumulator, row max and lane sum. */
+template <int HD, int NL>
+struct fa_fwd_state {
+    uint32_t qf[NL][HD / 16][4];
+    float o[NL][HD / 8][4];
+    float m[NL][2], l[NL][2];
+};
+
+/* The 32-bit word holding p[0] (low half) and p[1] (high half); p 4-byte aligned. */
+__host__ __device__ static inline uint32_t fa_ld32(const mp_bf16 *p) {
+#ifdef __CUDA_ARCH__
+    return *(const uint32_t *)p;
+#else
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return u;
+#endif
+}
+
+/* Stores the pair (lo, hi) rounded to bf16 at p[0], p[1] (p 4-byte aligned). */
+__host__ __device__ static inline void fa_st_pair(mp_bf16 *p, float lo, float hi) {
+    mp_bf16 t[2] = {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
+    memcpy(p, t, 4);
+}
+
+/* (lo, hi) rounded to bf16 and packed as a bf16x2 register (lo in the low half). */
+__host__ __device__ static inline uint32_t fa_pack(float lo, float hi) {
+    mp_bf16 t[2] = {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
+    uint32_t u;
+    memcpy(&u, t, 4);
+    return u;
+}
+
+/* The float in half `hi` of a bf16x2 word (host replay). */
+static inline float fa_half(uint32_t u, int hi) {
+    const uint16_t bits = (uint16_t)(hi ? u >> 16 : u & 0xffff);
+    uint32_t f = (uint32_t)bits << 16;
+    float x;
+    memcpy(&x, &f, 4);
+    return x;
+}
+
+/* D = A B + C for one m16n8k16 tile, in place on C. Lane li's fragments are c + li*cs (4 floats),
+ * a + li*as (4 words), b + li*bs (2 words). Device: the instruction (NL = 1). Host (NL = 32): the
+ * fragments scattered by the PTX layouts, the product in double, rounded once to float per element. */
+template <int NL>
+__host__ __device__ static inline void fa_mma(float *c, int cs, const uint32_t *a, int as, const uint32_t *b, int bs) {
+#ifdef __CUDA_ARCH__
+    (void)cs, (void)as, (void)bs;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    static_assert(NL == MP_WARP, "the host replay runs a whole warp");
+    float A[16][16], Bm[16][8];
+    double C[16][8];
+    for (int lane = 0; lane < MP_WARP; lane++) {
+        const int g = lane >> 2, q = lane & 3;
+        for (int r = 0; r < 4; r++)
+            for (int hi = 0; hi < 2; hi++) A[g + 8 * (r & 1)][2 * q + 8 * (r >> 1) + hi] = fa_half(a[lane * as + r], hi);
+        for (int r = 0; r < 2; r++)
+            for (int hi = 0; hi < 2; hi++) Bm[2 * q + 8 * r + hi][g] = fa_half(b[lane * bs + r], hi);
+        for (int e = 0; e < 4; e++) C[g + 8 * (e >> 1)][2 * q + (e & 1)] = c[lane * cs + e];
+    }
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++)
+            for (int kk = 0; kk < 16; kk++) C[i][j] += (double)A[i][kk] * Bm[kk][j];
+    for (int lane = 0; lane < MP_WARP; lane++)
+        for (int e = 0; e < 4; e++) c[lane * cs + e] = (float)C[(lane >> 2) + 8 * (e >> 1)][2 * (lane & 3) + (e & 1)];
+#endif
+}
+
+/* The xor-1 then xor-2 butterfly over each quad of lanes on n floats per lane (v + li*vs), with max
+ * (is_max) or +. Each step combines (own, partner): both partners get the same bits. */
+template <int NL>
+__host__ __device__ static inline void fa_quad_reduce(float *v, int vs, int n, bool is_max) {
+#ifdef __CUDA_ARCH__
+    (void)vs;
+    for (int i = 0; i < n; i++)
+        for (int x = 1; x <= 2; x <<= 1) {
+            const float o = __shfl_xor_sync(MP_FULL_MASK, v[i], x);
+            v[i] = is_max ? fmaxf(v[i], o) : v[i] + o;
+        }
+#else
+    static_assert(NL == MP_WARP, "the host replay runs a whole warp");
+    for (int i = 0; i < n; i++)
+        for (int x = 1; x <= 2; x <<= 1) {
+            float old[MP_WARP];
+            for (int lane = 0; lane < MP_WARP; lane++) old[lane] = v[lane * vs + i];
+            for (int lane = 0; lane < MP_WARP; lane++)
+                v[lane * vs + i] = is_max ? fmaxf(old[lane], old[lane ^ x]) : old[lane] + old[lane ^ x];
+        }
+#endif
+}
+
+/* Thread tid (of FA_THREADS) copies its share of rows r0 .. r0+ROWS-1 of head `head` of x [B,T,heads,HD]
+ * (zeros past T) into rm (row-major, row stride lr) and/or tr (transposed: tr[d*lt + r]), when not NULL. */
+template <int HD, int ROWS>
+__host__ __device__ static inline void fa_load_rows(mp_bf16 *rm, int lr, mp_bf16 *tr, int lt, const mp_bf16 *x, int b,
+                                                    int T, int heads, int head, int r0, int tid) {
+    for (int i = tid; i < ROWS * HD; i += FA_THREADS) {
+        const int r = i / HD, d = i % HD, row = r0 + r;
+        const mp_bf16 e = row < T ? x[(((int64_t)b * T + row) * heads + head) * HD + d] : __float2bfloat16_rn(0.0f);
+        if (rm) rm[r * lr + d] = e;
+        if (tr) tr[d * lt + r] = e;
+    }
+}
+
+/* Thread tid (of FA_THREADS) copies its share of key tile k0 of kv head g into s (zeros past T). */
+template <int HD>
+__host__ __device__ static inline void fa_load_kv(fa_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b, int T,
+                                                  int KV, int g, int k0, int tid) {
+    fa_load_rows<HD, FA_BK>(&s.K[0][0], HD + 8, NULL, 0, k, b, T, KV, g, k0, tid);
+    fa_load_rows<HD, FA_BK>(NULL, 0, &s.Vt[0][0], FA_VPAD, v, b, T, KV, g, k0, tid);
+}
+
+/* The A fragments (16 rows x HD, PTX layout) of rows r0 .. r0+15 of head `head` of x [B,T,heads,HD],
+ * zeros past T, into f[li][k-step][reg]. */
+template <int HD, int NL>
+__host__ __device__ static inline void fa_load_afrag(uint32_t (*f)[HD / 16][4], const mp_bf16 *x, int b, int T,
+                                                     int heads, int head, int r0, int lane0) {
+    for (int li = 0; li < NL; li++) {
+        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+        for (int ks = 0; ks < HD / 16; ks++)
+            for (int r = 0; r < 4; r++) {
+                const int row = r0 + g + 8 * (r & 1), col = 16 * ks + 2 * c + 8 * (r >> 1);
+                f[li][ks][r] = row < T ? fa_ld32(x + (((int64_t)b * T + row) * heads + head) * HD + col) : 0u;
+            }
+    }
+}
+
+/* C[nt] += sum over KS k-steps of A[ks] B(ks, nt) for NT n-tiles, B[k][n] = Bs[n*ldb + k] in shared
+ * memory (n-major, k contiguous: pair loads). Lane li's C is C + li*cs ([NT][4]), its A is A + li*as
+ * ([KS][4] words). */
+template <int NL, int KS, int NT>
+__host__ __device__ static inline void fa_mma_smem(float *C, int cs, const uint32_t *A, int as, const mp_bf16 *Bs,
+                                                   int ldb, int lane0) {
+    for (int ks = 0; ks < KS; ks++)
+        for (int nt = 0; nt < NT; nt++) {
+            uint32_t bf[NL][2];
+            for (int li = 0; li < NL; li++) {
+                const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+                bf[li][0] = fa_ld32(Bs + (8 * nt + g) * ldb + 16 * ks + 2 * c);
+                bf[li][1] = fa_ld32(Bs + (8 * nt + g) * ldb + 16 * ks + 8 + 2 * c);
+            }
+            fa_mma<NL>(C + 4 * nt, cs, A + 4 * ks, as, &bf[0][0], 2);
+        }
+}
+
+/* The C fragments of NT n-tiles (one lane's [NT][4]) packed to bf16 as the A fragments of NT/2 k-steps:
+ * n-tiles 2j, 2j+1 are k-step j (the PTX layouts line up: no data moves between lanes). */
+template <int NT>
+__host__ __device__ static inline void fa_c_to_a(uint32_t (*a)[4], const float (*C)[4]) {
+    for (int j = 0; j < NT / 2; j++) {
+        a[j][0] = fa_pack(C[2 * j][0], C[2 * j][1]);
+        a[j][1] = fa_pack(C[2 * j][2], C[2 * j][3]);
+        a[j][2] = fa_pack(C[2 * j + 1][0], C[2 * j + 1][1]);
+        a[j][3] = fa_pack(C[2 * j + 1][2], C[2 * j + 1][3]);
+    }
+}
+
+/* Loads the Q fragments of rows r0 .. r0+15 of head h (zeros past T) and resets the running state. */
+template <int HD, int NL>
+__host__ __device__ static inline void fa_fwd_init(fa_fwd_state<HD, NL> &st, const mp_bf16 *q, int b, int T, int H,
+                                                   int h, int r0, int lane0) {
+    fa_load_afrag<HD, NL>(st.qf, q, b, T, H, h, r0, lane0);
+    for (int li = 0; li < NL; li++) {
+        for (int nt = 0; nt < HD / 8; nt++)
+            for (int e = 0; e < 4; e++) st.o[li][nt][e] = 0.0f;
+        for (int rr = 0; rr < 2; rr++) st.m[li][rr] = -INFINITY, st.l[li][rr] = 0.0f;
+    }
+}
+
+/* One key tile (keys k0 .. k0+63, already in s) of the online softmax for the warp's rows r0 .. r0+15. */
+template <int HD, int NL>
+__host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, const fa_smem<HD> &s, int k0, int r0,
+                                                   float scale, int lane0) {
+    float S[NL][FA_BK / 8][4], mx[NL][2];
+    for (int li = 0; li < NL; li++)
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            for (int e = 0; e < 4; e++) S[li][nt][e] = 0.0f;
+    fa_mma_smem<NL, HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8,
+                                        lane0);
+    for (int li = 0; li < NL; li++) {
+        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+        for (int rr = 0; rr < 2; rr++) {
+            const int row = r0 + g + 8 * rr;
+            mx[li][rr] = -INFINITY;
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                for (int e = 0; e < 2; e++) {
+                    const int key = k0 + 8 * nt + 2 * c + e;
+                    const float x = key <= row ? scale * S[li][nt][2 * rr + e] : -INFINITY;
+                    S[li][nt][2 * rr + e] = x;
+                    mx[li][rr] = fmaxf(mx[li][rr], x);
+                }
+        }
+    }
+    fa_quad_reduce<NL>(&mx[0][0], 2, 2, true);   /* finite: key k0 <= every row of the warp */
+    uint32_t pa[NL][FA_BK / 16][4];
+    for (int li = 0; li < NL; li++) {
+        for (int rr = 0; rr < 2; rr++) {
+            const float m_new = fmaxf(st.m[li][rr], mx[li][rr]);
+            const float alpha = expf(st.m[li][rr] - m_new);   /* first tile: exp(-inf) = 0 */
+            float sum = 0.0f;
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                for (int e = 0; e < 2; e++) {
+                    float &x = S[li][nt][2 * rr + e];
+                    x = expf(x - m_new);   /* masked: exp(-inf) = 0 */
+                    sum += x;
+                }
+            for (int nt = 0; nt < HD / 8; nt++) st.o[li][nt][2 * rr] *= alpha, st.o[li][nt][2 * rr + 1] *= alpha;
+            st.l[li][rr] = st.l[li][rr] * alpha + sum;
+            st.m[li][rr] = m_new;
+        }
+        fa_c_to_a<FA_BK / 8>(pa[li], S[li]);
+    }
+    fa_mma_smem<NL, FA_BK / 16, HD / 8>(&st.o[0][0][0], HD / 8 * 4, &pa[0][0][0], FA_BK / 16 * 4, &s.Vt[0][0], FA_VPAD,
+                                        lane0);
+}
+
+/* Writes out = O / l (bf16) and lse = m + log l for the warp's rows below T. */
+template <int HD, int NL>
+__host__ __device__ static inline void fa_fwd_finish(fa_fwd_state<HD, NL> &st, mp_bf16 *out, float *lse, int b, int T,
+                                                     int H, int h, int r0, int lane0) {
+    fa_quad_reduce<NL>(&st.l[0][0], 2, 2, false);
+    for (int li = 0; li < NL; li++) {
+        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+        for (int rr = 0; rr < 2; rr++) {
+            const int row = r0 + g + 8 * rr;
+            if (row >= T) continue;
+            const float inv = 1.0f / st.l[li][rr];   /* l >= 1: the max term is exp(0) */
+            mp_bf16 *orow = out + (((int64_t)b * T + row) * H + h) * HD;
+            for (int nt = 0; nt < HD / 8; nt++)
+                fa_st_pair(orow + 8 * nt + 2 * c, st.o[li][nt][2 * rr] * inv, st.o[li][nt][2 * rr + 1] * inv);
+            if (c == 0) lse[((int64_t)b * H + h) * T + row] = st.m[li][rr] + logf(st.l[li][rr]);
+        }
+    }
+}
+
+/* ---- backward (deterministic: dK/dV parallel over key rows, dQ over query rows, no atomics) ----
+ * dK/dV pass: a block owns 64 keys (16 per warp, as A fragments K_w, V_w in registers) of kv head g and
+ * walks, per query head of the group in order, the query tiles of FB_BQ = 32 rows from its first key on:
+ *   S^T = K_w Q^T, P^T = exp(scale S^T - lse) (0 where query < key or past T), dP^T = V_w dO^T,
+ *   dS^T = scale P^T (dP^T - D);  dV += P^T dO,  dK += dS^T Q   (P^T, dS^T: C -> A fragments).
+ * dQ pass: a block owns 64 query rows (16 per warp: Q_w, dO_w fragments, the rows' lse and D) and walks
+ * the key tiles of FB_BK = 32 of its causal prefix: S, P, dP = dO_w V^T, dS as above, dQ += dS K.
+ * Shared memory holds the streamed operands both row-major and transposed (pair loads either way). */
+#define FB_BQ 32
+#define FB_BK 32
+#define FB_PAD (32 + 8)
+
+template <int HD>
+struct alignas(16) fb_kv_smem {   /* a query tile of the dK/dV pass */
+    mp_bf16 Q[FB_BQ][HD + 8], Qt[HD][FB_PAD], dO[FB_BQ][HD + 8], dOt[HD][FB_PAD];
+    float lse[FB_BQ], D[FB_BQ];
+};
+template <int HD>
+struct alignas(16) fb_q_smem {   /* a key tile of the dQ pass */
+    mp_bf16 K[FB_BK][HD + 8], Kt[HD][FB_PAD], V[FB_BK][HD + 8];
+};
+template <int HD, int NL>
+struct fb_kv_state {
+    uint32_t kf[NL][HD / 16][4], vf[NL][HD / 16][4];
+    float dk[NL][HD / 8][4], dv[NL][HD / 8][4];
+};
+template <int HD, int NL>
+struct fb_q_state {
+    uint32_t qf[NL][HD / 16][4], df[NL][HD / 16][4];
+    float dq[NL][HD / 8][4], lse[NL][2], D[NL][2];
+};
+
+/* Thread tid's share of query tile t0 of head h: Q, dO both ways, lse and D (zeros past T). */
+template <int HD>
+__host__ __device__ static inline void fb_load_qtile(fb_kv_smem<HD> &s, const mp_bf16 *q, const mp_bf16 *dout,
+                                                     const float *lse, const float *D, int b, int T, int H, int h,
+                                                     int t0, int tid) {
+    fa_load_rows<HD, FB_BQ>(&s.Q[0][0], HD + 8, &s.Qt[0][0], FB_PAD, q, b, T, H, h, t0, tid);
+    fa_load_rows<HD, FB_BQ>(&s.dO[0][0], HD + 8, &s.dOt[0][0], FB_PAD, dout, b, T, H, h, t0, tid);
+    for (int i = tid; i < FB_BQ; i += FA_THREADS) {
+        const int64_t r = ((int64_t)b * H + h) * T + t0 + i;
+        s.lse[i] = t0 + i < T ? lse[r] : 0.0f;
+        s.D[i] = t0 + i < T ? D[r] : 0.0f;
+    }
+}
+
+/* Thread tid's share of key tile k0 of kv head g for the dQ pass: K both ways, V row-major. */
+template <int HD>
+__host__ __device__ static inline void fb_load_ktile(fb_q_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b,
+                                                     int T, int KV, int g, int k0, int tid) {
+    fa_load_rows<HD, FB_BK>(&s.K[0][0], HD + 8, &s.Kt[0][0], FB_PAD, k, b, T, KV, g, k0, tid);
+    fa_load_rows<HD, FB_BK>(&s.V[0][0], HD + 8, NULL, 0, v, b, T, KV, g, k0, tid);
+}
+
+/* P of one 16 x 32 C tile of scores, in place: rows `row0 + g (+8)`, cols `col0 + 2c (+1) + 8 nt`. kv = 1:
+ * rows are keys, cols queries (the dK/dV pass, lse per column from slse); kv = 0: rows are queries, cols
+ * keys (the dQ pass, lse per row slot from rlse). P = exp(scale s - lse), 0 where query < key or past T. */
+template <int NL>
+__host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0, int T, float scale, bool kv,
+                                            const float *slse, const float (*rlse)[2], int lane0) {
+    for (int li = 0; li < NL; li++) {
+        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int row = row0 + g + 8 * (e >> 1), ci = 8 * nt + 2 * c + (e & 1), col = col0 + ci;
+                const int key = kv ? row : col, qry = kv ? col : row;
+                const float l = kv ? slse[ci] : rlse[li][e >> 1];
+                P[li][nt][e] = qry >= key && qry < T ? expf(scale * P[li][nt][e] - l) : 0.0f;
+            }
+    }
+}
+
+/* dS = scale P (dP - D) of the same tile, in place in dP (D per column from sD, or per row slot from rD). */
+template <int NL>
+__host__ __device__ static inline void fb_ds(float (*dP)[4][4], const float (*P)[4][4], float scale, bool kv,
+                                             const float *sD, const float (*rD)[2], int lane0) {
+    for (int li = 0; li < NL; li++) {
+        const int c = (lane0 + li) & 3;
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) {
+                const float d = kv ? sD[8 * nt + 2 * c + (e & 1)] : rD[li][e >> 1];
+                dP[li][nt][e] = scale * P[li][nt][e] * (dP[li][nt][e] - d);
+            }
+    }
+}
+
+/* dK/dV pass: the warp's keys r0 .. r0+15 against the query tile t0 in s. */
+template <int HD, int NL>
+__host__ __device__ static inline void fb_dkdv_step(fb_kv_state<HD, NL> &st, const fb_kv_smem<HD> &s, int t0, int r0,
+                                                    int T, float scale, int lane0) {
+    float S[NL][4][4], dP[NL][4][4];
+    for (int li = 0; li < NL; li++)
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) S[li][nt][e] = dP[li][nt][e] = 0.0f;
+    fa_mma_smem<NL, HD / 16, 4>(&S[0][0][0], 16, &st.kf[0][0][0], HD / 16 * 4, &s.Q[0][0], HD + 8, lane0);
+    fb_p<NL>(S, r0, t0, T, scale, true, s.lse, NULL, lane0);
+    uint32_t a[NL][2][4];   /* P^T, then dS^T, as A fragments (dV's product first: fewer live registers) */
+    for (int li = 0; li < NL; li++) fa_c_to_a<4>(a[li], S[li]);
+    fa_mma_smem<NL, 2, HD / 8>(&st.dv[0][0][0], HD / 8 * 4, &a[0][0][0], 8, &s.dOt[0][0], FB_PAD, lane0);
+    fa_mma_smem<NL, HD / 16, 4>(&dP[0][0][0], 16, &st.vf[0][0][0], HD / 16 * 4, &s.dO[0][0], HD + 8, lane0);
+    fb_ds<NL>(dP, S, scale, true, s.D, NULL, lane0);
+    for (int li = 0; li < NL; li++) fa_c_to_a<4>(a[li], dP[li]);
+    fa_mma_smem<NL, 2, HD / 8>(&st.dk[0][0][0], HD / 8 * 4, &a[0][0][0], 8, &s.Qt[0][0], FB_PAD, lane0);
+}
+
+/* dQ pass: the warp's query rows r0 .. r0+15 against the key tile k0 in s. */
+template <int HD, int NL>
+__host__ __device__ static inline void fb_dq_step(fb_q_state<HD, NL> &st, const fb_q_smem<HD> &s, int k0, int r0,
+                                                  int T, float scale, int lane0) {
+    float S[NL][4][4], dP[NL][4][4];
+    for (int li = 0; li < NL; li++)
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) S[li][nt][e] = dP[li][nt][e] = 0.0f;
+    fa_mma_smem<NL, HD / 16, 4>(&S[0][0][0], 16, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8, lane0);
+    fa_mma_smem<NL, HD / 16, 4>(&dP[0][0][0], 16, &st.df[0][0][0], HD / 16 * 4, &s.V[0][0], HD + 8, lane0);
+    fb_p<NL>(S, r0, k0, T, scale, false, NULL, st.lse, lane0);
+    fb_ds<NL>(dP, S, scale, false, NULL, st.D, lane0);
+    uint32_t da[NL][2][4];
+    for (int li = 0; li < NL; li++) fa_c_to_a<4>(da[li], dP[li]);
+    fa_mma_smem<NL, 2, HD / 8>(&st.dq[0][0][0], HD / 8 * 4, &da[0][0][0], 8, &s.Kt[0][0], FB_PAD, lane0);
+}
+
+/* Stores a warp's 16 x HD fp32 accumulator (C fragments) as bf16 rows r0 .. (below T) of head `head`. */
+template <int HD, int NL>
+__host__ __device__ static inline void fb_store(mp_bf16 *x, const float (*acc)[HD / 8][4], int b, int T, int heads,
+                                                int head, int r0, int lane0) {
+    for (int li = 0; li < NL; li++) {
+        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+        for (int rr = 0; rr < 2; rr++) {
+            const int row = r0 + g + 8 * rr;
+            if (row >= T) continue;
+            mp_bf16 *xr = x + (((int64_t)b * T + row) * heads + head) * HD;
+            for (int nt = 0; nt < HD / 8; nt++) fa_st_pair(xr + 8 * nt + 2 * c, acc[li][nt][2 * rr], acc[li][nt][2 * rr + 1]);
+        }
+    }
+}
+
+/* Resets the dK/dV state and loads the K, V fragments of keys r0 .. r0+15 of kv head g. */
+template <int HD, int NL>
+__host__ __device__ static inline void fb_kv_init(fb_kv_state<HD, NL> &st, const mp_bf16 *k, const mp_bf16 *v, int b,
+                                                  int T, int KV, int g, int r0, int lane0) {
+    fa_load_afrag<HD, NL>(st.kf, k, b, T, KV, g, r0, lane0);
+    fa_load_afrag<HD, NL>(st.vf, v, b, T, KV, g, r0, lane0);
+    for (int li = 0; li < NL; li++)
+        for (int nt = 0; nt < HD / 8; nt++)
+            for (int e = 0; e < 4; e++) st.dk[li][nt][e] = st.dv[li][nt][e] = 0.0f;
+}
+
+/* Resets the dQ state and loads Q, dO fragments and lse, D of query rows r0 .. r0+15 of head h. */
+template <int HD, int NL>
+__host__ __device__ static inline void fb_q_init(fb_q_state<HD, NL> &st, const mp_bf16 *q, const mp_bf16 *dout,
+                                                 const float *lse, const float *D, int b, int T, int H, int h, int r0,
+                                                 int lane0) {
+    fa_load_afrag<HD, NL>(st.qf, q, b, T, H, h, r0, lane0);
+    fa_load_afrag<HD, NL>(st.df, dout, b, T, H, h, r0, lane0);
+    for (int li = 0; li < NL; li++) {
+        const int g = (lane0 + li) >> 2;
+        for (int rr = 0; rr < 2; rr++) {
+            const int row = r0 + g + 8 * rr;
+            const int64_t r = ((int64_t)b * H + h) * T + row;
+            st.lse[li][rr] = row < T ? lse[r] : 0.0f;
+            st.D[li][rr] = row < T ? D[r] : 0.0f;
+        }
+        for (int nt = 0; nt < HD / 8; nt++)
+            for (int e = 0; e < 4; e++) st.dq[li][nt][e] = 0.0f;
+    }
+}
+
+#endif
