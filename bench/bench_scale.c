@@ -264,6 +264,10 @@ static void sim_gv(mp_comm *c, void *out, const void *in, const int64_t *counts,
     (void)c; (void)out; (void)in; (void)counts; (void)dt;
     sim_unexpected();
 }
+static void sim_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root) {
+    (void)c; (void)out; (void)n; (void)in; (void)counts; (void)root;
+    sim_unexpected();
+}
 static void sim_barrier(mp_comm *c) { (void)c; }
 static void sim_destroy(mp_comm *c) { free(c); }
 
@@ -279,6 +283,7 @@ static mp_comm *sim_comm(sim_t *S, int rank, int size) {
     c->broadcast = sim_broadcast;
     c->gather = sim_gather;
     c->gatherv = sim_gatherv;
+    c->scatterv = sim_scatterv;
     c->barrier = sim_barrier;
     c->destroy = sim_destroy;
     c->impl = S;

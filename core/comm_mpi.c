@@ -246,6 +246,40 @@ static void mpi_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const 
     gather_p2p(c, out, in, n, counts, root);
 }
 
+/* Uneven scatter of bytes from root: point-to-point pieces of at most g_max_count, the mirror of
+ * gather_p2p (only the root knows the counts, so MPI_Scatterv's int displacements are never at stake):
+ * root posts one send per piece of every other rank's block and copies its own; the others receive
+ * their n bytes. */
+static void mpi_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root) {
+    assert(c->size > 1 && root >= 0 && root < c->size && n >= 0 && (out || n == 0));
+    assert(c->rank != root || counts);
+    mp_comm_count_scatter(c, n, c->rank == root ? counts : NULL, root);
+    MPI_Comm comm = impl_of(c)->comm;
+    enum { TAG = 0x6d71 };
+    if (c->rank != root) {
+        for (int64_t off = 0; off < n; off += g_max_count)
+            TIMED(c, MP_COMM_SCATTER, MPI_Recv((char *)out + off, piece(n, off), MPI_BYTE, root, TAG, comm,
+                                               MPI_STATUS_IGNORE));
+        return;
+    }
+    int64_t nreq = 0, displ = 0;
+    for (int r = 0; r < c->size; r++)
+        if (r != root) nreq += (counts[r] + g_max_count - 1) / g_max_count;
+    MPI_Request *req = mp_xmalloc(sizeof *req * (size_t)(nreq + 1));
+    nreq = 0;
+    double t0 = MPI_Wtime();
+    for (int r = 0; r < c->size; r++) {
+        const char *part = (const char *)in + displ;
+        if (r == root && n > 0 && part != out) memmove(out, part, (size_t)n);
+        for (int64_t off = 0; r != root && off < counts[r]; off += g_max_count)
+            MPI_Isend(part + off, piece(counts[r], off), MPI_BYTE, r, TAG, comm, &req[nreq++]);
+        displ += counts[r];
+    }
+    MPI_Waitall((int)nreq, req, MPI_STATUSES_IGNORE);
+    c->seconds[MP_COMM_SCATTER] += MPI_Wtime() - t0;
+    free(req);
+}
+
 static void mpi_barrier(mp_comm *c) {
     assert(c->size > 1);
     MPI_Barrier(impl_of(c)->comm);
@@ -288,6 +322,7 @@ mp_comm *mp_comm_mpi_create(MPI_Comm comm) {
     c->broadcast = mpi_broadcast;
     c->gather = mpi_gather;
     c->gatherv = mpi_gatherv;
+    c->scatterv = mpi_scatterv;
     c->barrier = mpi_barrier;
     c->destroy = mpi_destroy;
     c->impl = im;
