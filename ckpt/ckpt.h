@@ -429,6 +429,9 @@ mp_code ckpt_files_verify(const ckpt_reader *r, ckpt_file_report_fn report, void
 /* This process's box list exactly as the commit's layout exchange sends it (a new buffer of *n bytes,
  * freed with free). Local. */
 char *ckpt_save_list(const ckpt_save *s, size_t *n);
+/* The bytes ckpt_open_planned sends rank 0 for the regions want[n] (a new buffer of *bytes bytes, freed
+ * with free; NULL for a name longer than CKPT_NAME_MAX). Local. */
+char *ckpt_region_list(const ckpt_region *want, int n, size_t *bytes);
 /* The collective commit of s without writing its rank files (no tensor data: box checksums stay 0): the
  * real agreement, layout exchange, layout build, index write and rename over s's communicator. */
 mp_code ckpt_save_commit_plan(ckpt_save *s, mp_err *e);

@@ -67,6 +67,17 @@ static mp_code pack_regions(const ckpt_region *w, int n, buf_t *b, mp_err *e) {
     return MP_OK;
 }
 
+char *ckpt_region_list(const ckpt_region *want, int n, size_t *bytes) {
+    buf_t b = {0};
+    mp_err e;
+    if (pack_regions(want, n, &b, &e) != MP_OK) {
+        free(b.p);
+        return NULL;
+    }
+    *bytes = b.n;
+    return b.p ? b.p : mp_xmalloc(1);
+}
+
 /* Adds to ids (growing) the saved boxes of full that the regions packed in p[0, n) meet, and marks
  * their tensors (and every requested tensor present) in want_t. MP_EINTERNAL if the bytes do not parse. */
 static mp_code plan_regions(const ckpt_reader *full, const char *p, int64_t n, char *want_t, int **ids, int *nids,
