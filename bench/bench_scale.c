@@ -15,7 +15,13 @@
  *       checks and the index writer (DIR/index.h5).
  *   bench_scale load MODEL TP DP RANK DIR
  *       ckpt_open DIR (the real index reader) and the load-side planning of RANK's boxes: per box the
- *       tensor lookup and ckpt_query, the reader's interval index (what ckpt_read plans with).
+ *       tensor lookup and ckpt_query, the reader's interval index (what ckpt_read plans with). Before
+ *       issue 23's collective open, every rank of a loading job did this.
+ *   bench_scale planned MODEL TP DP RANK DIR
+ *       the collective open (ckpt_open_planned) as RANK, then the same planning on the reader it gets.
+ *       Rank 0 gathers every rank's regions (made here, as for the save's lists), reads the index and
+ *       plans all ranks; any other rank gets its part from a child process running rank 0's side
+ *       (through a pipe; the time it waits is wait_s, apart from its own open_s).
  *
  * The simulated communicator (sim_*) is this process's view of a world whose other ranks all run the
  * same save: where a collective brings another rank's contribution, that rank's box list is made by
@@ -38,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "ckpt/ckpt.h"
@@ -149,6 +156,10 @@ typedef struct {
     int64_t recv;            /* bytes delivered to this rank by collectives */
     double gen_s;            /* time spent making other ranks' lists (subtracted) */
     int64_t *len;            /* [world] list lengths, -1 unknown */
+    int planned;             /* the collective load open: gathers bring region lists (peer_regions) */
+    int pipe_fd;             /* planned: as root, the part of rank `target` goes here; else read from it */
+    int target;
+    double wait_s;           /* planned, not root: time blocked until rank 0 sent the part */
 } sim_t;
 
 /* never called: the simulated saves write no rank files */
@@ -190,6 +201,49 @@ static char *peer_list(sim_t *S, int q, size_t *n) {
     return p;
 }
 
+/* Rank q's load regions (its disk boxes of every parameter and both moments, as cli/train_ckpt.c asks
+ * for them): a new array of *n, names in *names (both freed by the caller). */
+typedef struct { ckpt_region *r; char (*names)[256]; int n, cap; } reg_ctx;
+static int add_region(void *ctx, const char *name, int ndim, const int64_t *g, const int64_t *off, const int64_t *shp) {
+    (void)g;
+    reg_ctx *a = ctx;
+    if (a->n == a->cap) {
+        a->cap = a->cap * 2 + 64;
+        a->r = mp_realloc(a->r, 0, sizeof *a->r * (size_t)a->cap, MP_MEM_OTHER);
+        a->names = mp_realloc(a->names, 0, sizeof *a->names * (size_t)a->cap, MP_MEM_OTHER);
+    }
+    ckpt_region *x = &a->r[a->n];
+    snprintf(a->names[a->n], sizeof a->names[a->n], "%s", name);
+    for (int d = 0; d < CKPT_MAX_DIMS; d++) { x->offset[d] = d < ndim ? off[d] : 0; x->shape[d] = d < ndim ? shp[d] : 1; }
+    a->n++;
+    return 0;
+}
+static ckpt_region *rank_regions(const world_t *w, int q, int *n, char (**names)[256]) {
+    reg_ctx a = {NULL, NULL, 0, 0};
+    rank_boxes(w, q, 1, add_region, &a);
+    for (int i = 0; i < a.n; i++) a.r[i].name = a.names[i];   /* after the last realloc */
+    *n = a.n;
+    *names = a.names;
+    return a.r;
+}
+
+/* Rank q's region list as ckpt_open_planned on q would send it (a new buffer of *n bytes). */
+static char *peer_regions(sim_t *S, int q, size_t *n) {
+    double t0 = now_s();
+    int k;
+    char (*names)[256];
+    ckpt_region *r = rank_regions(S->w, q, &k, &names);
+    char *p = ckpt_region_list(r, k, n);
+    if (!p) { fprintf(stderr, "bench_scale: a region list of rank %d does not pack\n", q); exit(1); }
+    free(r);
+    free(names);
+    S->gen_s += now_s() - t0;
+    return p;
+}
+
+/* The list of rank q of the collective in progress: a save's box list, or a planned load's regions. */
+static char *peer_any(sim_t *S, int q, size_t *n) { return S->planned ? peer_regions(S, q, n) : peer_list(S, q, n); }
+
 static sim_t *sim_of(mp_comm *c) { return (sim_t *)c->impl; }
 
 /* max: every other rank agrees (OK); sum of 2 x world floats: the writer's list lengths (v1 exchange). */
@@ -229,7 +283,7 @@ static void sim_gather(mp_comm *c, void *out, const void *in, size_t n, int root
     for (int q = 0; q < c->size; q++) {
         if (q == root) continue;
         size_t len;
-        free(peer_list(S, q, &len));
+        free(peer_any(S, q, &len));
         int64_t v = (int64_t)len;
         memcpy((char *)out + (size_t)q * n, &v, n);
         S->recv += (int64_t)n;
@@ -248,7 +302,7 @@ static void sim_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const 
             memcpy((char *)out + at, in, (size_t)n);
         } else {
             size_t len;
-            char *p = peer_list(S, q, &len);
+            char *p = peer_any(S, q, &len);
             if ((int64_t)len != counts[q]) { fprintf(stderr, "bench_scale: gatherv of rank %d\n", q); exit(1); }
             memcpy((char *)out + at, p, len);
             free(p);
@@ -263,6 +317,32 @@ static void sim_all_reduce_f64(mp_comm *c, double *x, int64_t n) { (void)c; (voi
 static void sim_gv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     (void)c; (void)out; (void)in; (void)counts; (void)dt;
     sim_unexpected();
+}
+/* The planned open's scatters: the root (a child process standing for rank 0) writes rank target's
+ * block to the pipe; rank target reads its n bytes from it (the time blocked is rank 0's work). */
+static void sim_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root) {
+    sim_t *S = sim_of(c);
+    if (!S->planned) sim_unexpected();
+    if (c->rank == root) {
+        if (n > 0) memcpy(out, in, (size_t)n);
+        if (S->pipe_fd < 0) return;
+        int64_t at = 0;
+        for (int q = 0; q < S->target; q++) at += counts[q];
+        for (int64_t done = 0; done < counts[S->target];) {
+            ssize_t k = write(S->pipe_fd, (const char *)in + at + done, (size_t)(counts[S->target] - done));
+            if (k <= 0) { perror("bench_scale: pipe"); exit(1); }
+            done += k;
+        }
+        return;
+    }
+    double t0 = now_s();
+    for (int64_t done = 0; done < n;) {
+        ssize_t k = read(S->pipe_fd, (char *)out + done, (size_t)(n - done));
+        if (k <= 0) { fprintf(stderr, "bench_scale: rank 0's part ended early\n"); exit(1); }
+        done += k;
+    }
+    S->wait_s += now_s() - t0;
+    S->recv += n;
 }
 static void sim_barrier(mp_comm *c) { (void)c; }
 static void sim_destroy(mp_comm *c) { free(c); }
@@ -279,6 +359,7 @@ static mp_comm *sim_comm(sim_t *S, int rank, int size) {
     c->broadcast = sim_broadcast;
     c->gather = sim_gather;
     c->gatherv = sim_gatherv;
+    c->scatterv = sim_scatterv;
     c->barrier = sim_barrier;
     c->destroy = sim_destroy;
     c->impl = S;
@@ -373,11 +454,74 @@ static int run_load(const world_t *w, int rank, const char *dir, int64_t rss0) {
     return 0;
 }
 
+/* The collective open as rank `rank` (ckpt_open_planned over the simulated world), then the planning
+ * of its boxes on the reader it got (every box must be found). Rank 0 gathers every rank's regions and
+ * reads the index; another rank gets its part from a child process that runs the same open as rank 0
+ * (through a pipe: its time is reported apart as wait_s, its memory and reads are the child's). */
+static int run_planned(const world_t *w, int rank, const char *dir, int64_t rss0) {
+    int W = w->tp * w->dp, fd[2] = {-1, -1};
+    char *target = bs_fmt("%s/ckpt", dir);
+    pid_t child = -1;
+    if (rank != 0) {
+        if (pipe(fd) != 0) { perror("bench_scale: pipe"); return 1; }
+        child = fork();
+        if (child < 0) { perror("bench_scale: fork"); return 1; }
+        if (child == 0) {   /* rank 0, writing rank `rank`'s part to the pipe */
+            close(fd[0]);
+            sim_t R = {w, dir, 0, 0, NULL, 1, fd[1], rank, 0};
+            mp_comm *c0 = sim_comm(&R, 0, W);
+            int k;
+            char (*names)[256];
+            ckpt_region *want = rank_regions(w, 0, &k, &names);
+            ckpt_reader *r0 = NULL;
+            mp_err e;
+            if (ckpt_open_planned(&r0, c0, target, want, k, &e) != MP_OK) { fprintf(stderr, "bench_scale: %s\n", e.msg); _exit(1); }
+            _exit(0);
+        }
+        close(fd[1]);
+    }
+    sim_t S = {w, dir, 0, 0, NULL, 1, fd[0], rank, 0};
+    mp_comm *c = sim_comm(&S, rank, W);
+    int k;
+    char (*names)[256];
+    ckpt_region *want = rank_regions(w, rank, &k, &names);
+    int64_t io0 = io_rchar(), reads0 = 0;
+    ckpt_index_reads(&reads0, NULL);
+    double t0 = now_s();
+    ckpt_reader *r = NULL;
+    mp_err e;
+    mp_code rc = ckpt_open_planned(&r, c, target, want, k, &e);
+    double open_s = now_s() - t0 - S.gen_s - S.wait_s;
+    int64_t read = io_rchar() - io0 - (rank != 0 ? S.recv : 0), reads = 0;   /* the pipe's bytes are not the index's */
+    ckpt_index_reads(&reads, NULL);
+    int status = 0;
+    if (child > 0 && (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status)))
+        rc = mp_err_set(&e, MP_EINTERNAL, "the process standing for rank 0 failed");
+    if (rc != MP_OK) { fprintf(stderr, "bench_scale: %s\n", e.msg); return 1; }
+    load_ctx L = {r, 0, 0};
+    t0 = now_s();
+    int64_t nb = rank_boxes(w, rank, 1, plan_one, &L);
+    double plan_s = now_s() - t0;
+    if (nb < 0 || L.bad) return 1;
+    printf("planned world=%d rank=%d boxes=%lld sources=%lld index_read_bytes=%lld index_reads=%lld recv_bytes=%lld "
+           "open_s=%.6f wait_s=%.6f plan_s=%.6f peak_kib=%lld\n", W, rank, (long long)nb, (long long)L.hits,
+           (long long)read, (long long)(reads - reads0), (long long)S.recv, open_s, S.wait_s, plan_s,
+           (long long)(status_kb("VmHWM") - rss0));
+    ckpt_close(r);
+    c->destroy(c);
+    if (fd[0] >= 0) close(fd[0]);
+    free(want);
+    free(names);
+    free(target);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int64_t rss0 = status_kb("VmRSS");
     world_t w;
-    if (argc != 7 || (strcmp(argv[1], "save") && strcmp(argv[1], "load")) || !model_config(argv[2], &w.cfg)) {
-        fprintf(stderr, "usage: bench_scale save|load 7b|70b|405b TP DP RANK DIR\n");
+    if (argc != 7 || (strcmp(argv[1], "save") && strcmp(argv[1], "load") && strcmp(argv[1], "planned")) ||
+        !model_config(argv[2], &w.cfg)) {
+        fprintf(stderr, "usage: bench_scale save|load|planned 7b|70b|405b TP DP RANK DIR\n");
         return 2;
     }
     w.tp = atoi(argv[3]);
@@ -390,7 +534,9 @@ int main(int argc, char **argv) {
     w.nspecs = llama_tensor_specs(&w.cfg, NULL, 0);
     w.specs = mp_xcalloc(sizeof *w.specs * (size_t)w.nspecs);
     llama_tensor_specs(&w.cfg, w.specs, w.nspecs);
-    int rc = strcmp(argv[1], "save") == 0 ? run_save(&w, rank, argv[6], rss0) : run_load(&w, rank, argv[6], rss0);
+    int rc = strcmp(argv[1], "save") == 0   ? run_save(&w, rank, argv[6], rss0)
+             : strcmp(argv[1], "load") == 0 ? run_load(&w, rank, argv[6], rss0)
+                                            : run_planned(&w, rank, argv[6], rss0);
     free(w.specs);
     return rc;
 }

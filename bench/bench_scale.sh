@@ -13,6 +13,13 @@
 #   save plan          the last rank's own planning (adding its boxes)
 #   load s, load MiB   the last rank's ckpt_open + planning of its boxes (median of ROUNDS), peak memory
 #   x                  growth factor of a column against the world 8x smaller (linear in world = 8.0)
+# A second table: the collective load open (ckpt_open_planned, issue 23), on the same index:
+#   idx read r0, rN    bytes rank 0 reads from index.h5; the last rank's index.h5 opens (ckpt_index_reads:
+#                      0) and the bytes it read from any file during the open (rchar, the pipe excluded)
+#   recv r0, rN        bytes the open's collectives deliver: rank 0 every rank's region list, rank N its part
+#   share rN           rank N's part against its share of the index (index bytes / world)
+#   r0 s, r0 MiB       rank 0's open (read, plan every rank, pack) and its peak memory
+#   rN s, rN MiB       the last rank's own work in the open (not the wait for rank 0) + its planning, memory
 # The rank-0 index build and the loads run only where the world has at most MAX_BOXES boxes (default
 # 1.2M: rank 0's memory and time on this machine). The last rank's save runs for every world up to
 # MAX_WORLD_<model>. --fast: Llama-2-7B at worlds 8 and 64 only, one round (a quick check; the test
@@ -35,6 +42,7 @@ else
     worlds_7b="8 64 512 4096 16384"; worlds_70b="8 64 512 4096"; worlds_405b="8 64 512 4096"
 fi
 tp=8
+planned_rows=()
 
 # key VALUE of a "mode key=value ..." line
 kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
@@ -78,5 +86,23 @@ for m in $models; do
              "$(mib $index) MiB ($(grow $index $p_index)) | $(mib $read) MiB ($(grow $read $p_read)) | $c0 | $m0 | $plan |" \
              "$load ($(grow $load $p_load)) | $lm |"
         p_recvN=$recvN; p_index=$index; p_read=$read; p_load=$load
+        if [ "$index" != "-" ]; then   # the collective open of the same world's index (made again)
+            rm -rf "$d/ckpt"; one save $m $tp $dp 0 "$d" > /dev/null
+            o0=(); oN=(); q0=""; qN=""
+            for ((i = 0; i < ROUNDS; i++)); do
+                q0=$(one planned $m $tp $dp 0 "$d"); o0+=("$(awk -v a="$(kv open_s "$q0")" -v b="$(kv plan_s "$q0")" 'BEGIN{print a+b}')")
+                qN=$(one planned $m $tp $dp $last "$d"); oN+=("$(awk -v a="$(kv open_s "$qN")" -v b="$(kv plan_s "$qN")" 'BEGIN{print a+b}')")
+            done
+            share=$(awk -v r="$(kv recv_bytes "$qN")" -v i="$index" -v w="$W" 'BEGIN{printf "%.2f", r / (i / w)}')
+            planned_rows+=("| $m | $W | $(mib "$(kv index_read_bytes "$q0")") MiB | $(kv index_reads "$qN") opens ($(kv index_read_bytes "$qN") B of any file) |"\
+" $(mib "$(kv recv_bytes "$q0")") MiB | $(mib "$(kv recv_bytes "$qN")") MiB | ${share}x |"\
+" $(printf '%s\n' "${o0[@]}" | median) | $(kib_mib "$(kv peak_kib "$q0")") | $(printf '%s\n' "${oN[@]}" | median) |"\
+" $(kib_mib "$(kv peak_kib "$qN")") |")
+            rm -rf "$d/ckpt"
+        fi
     done
 done
+echo
+echo "| model | world | idx read r0 | idx read rN | recv r0 | recv rN | share rN | r0 s | r0 MiB | rN s | rN MiB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for row in "${planned_rows[@]}"; do echo "$row"; done

@@ -198,6 +198,27 @@ typedef struct ckpt_reader ckpt_reader;
  * index checksum, every table, no two boxes of a tensor overlapping). Rank files are opened on first
  * use. Fails (MP_ECHECK) for a directory without a valid index. */
 mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e);
+/* A region a rank will read (ckpt_open_planned): tensor name, offset and shape in the tensor's dims
+ * (unused dims: offset 0, shape 1). */
+typedef struct ckpt_region {
+    const char *name;
+    int64_t offset[CKPT_MAX_DIMS], shape[CKPT_MAX_DIMS];
+} ckpt_region;
+
+/* The collective ckpt_open of the loaders on a mesh (ckpt/plan.c): every rank of world (ops on host
+ * buffers, as for saves) calls it with the same dir and the regions it will read; rank 0 alone reads
+ * and validates index.h5 (as ckpt_open) and sends each rank only its part of the layout: the saved
+ * boxes its regions meet, their tensors and files, every requested tensor the checkpoint has, and all
+ * metadata. The reader then works as one from ckpt_open for those regions (ckpt_read of anything else
+ * fails its coverage check); ckpt_num_tensors counts the tensors of its part. A failure of rank 0
+ * (a missing, corrupt or foreign index) is returned on every rank with rank 0's message (prefixed
+ * "[rank 0] " when the world has more than one rank). nwant 0: metadata only. */
+mp_code ckpt_open_planned(ckpt_reader **out, mp_comm *world, const char *dir, const ckpt_region *want, int nwant,
+                          mp_err *e);
+/* Index reads of this process since it started: *reads the index.h5 files opened from disk by
+ * ckpt_open (and everything built on it), *bytes their sizes. Either may be NULL. For tests and
+ * benchmarks that check which ranks read the index. */
+void ckpt_index_reads(int64_t *reads, int64_t *bytes);
 /* Opens the newest complete checkpoint under root (ckpt_find_latest). */
 mp_code ckpt_open_latest(ckpt_reader **out, const char *root, mp_err *e);
 void ckpt_close(ckpt_reader *r);
@@ -408,6 +429,9 @@ mp_code ckpt_files_verify(const ckpt_reader *r, ckpt_file_report_fn report, void
 /* This process's box list exactly as the commit's layout exchange sends it (a new buffer of *n bytes,
  * freed with free). Local. */
 char *ckpt_save_list(const ckpt_save *s, size_t *n);
+/* The bytes ckpt_open_planned sends rank 0 for the regions want[n] (a new buffer of *bytes bytes, freed
+ * with free; NULL for a name longer than CKPT_NAME_MAX). Local. */
+char *ckpt_region_list(const ckpt_region *want, int n, size_t *bytes);
 /* The collective commit of s without writing its rank files (no tensor data: box checksums stay 0): the
  * real agreement, layout exchange, layout build, index write and rename over s's communicator. */
 mp_code ckpt_save_commit_plan(ckpt_save *s, mp_err *e);

@@ -89,6 +89,12 @@ mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e);
 mp_code ck_index_read_image(const void *image, size_t bytes, const char *name, int check_sum, ck_layout *L,
                             mp_err *e);
 
+/* A reader of the checkpoint in dir over the layout *from (validated, indexed: ck_layout_index done),
+ * which it takes over (*from is zeroed). ckpt_open and the planned open (ckpt/plan.c) make readers so. */
+ckpt_reader *ck_reader_new(const char *dir, ck_layout *from);
+/* The layout a reader works on. */
+const ck_layout *ck_reader_layout(const ckpt_reader *r);
+
 /* ---------------------------------------------------------------------------------------- boxes */
 
 int64_t ck_volume(int nd, const int64_t *shp);

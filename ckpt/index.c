@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <xxhash.h>
 
@@ -830,7 +831,19 @@ static mp_code index_read(const char *path, const void *image, size_t image_byte
     return rc;
 }
 
-mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) { return index_read(path, NULL, 0, 1, L, e); }
+static int64_t g_index_reads, g_index_bytes;   /* ckpt_index_reads: every thread's, atomically */
+
+mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
+    __atomic_add_fetch(&g_index_reads, 1, __ATOMIC_RELAXED);
+    struct stat sb;
+    if (stat(path, &sb) == 0) __atomic_add_fetch(&g_index_bytes, (int64_t)sb.st_size, __ATOMIC_RELAXED);
+    return index_read(path, NULL, 0, 1, L, e);
+}
+
+void ckpt_index_reads(int64_t *reads, int64_t *bytes) {
+    if (reads) *reads = __atomic_load_n(&g_index_reads, __ATOMIC_RELAXED);
+    if (bytes) *bytes = __atomic_load_n(&g_index_bytes, __ATOMIC_RELAXED);
+}
 
 mp_code ck_index_read_image(const void *image, size_t bytes, const char *name, int check_sum, ck_layout *L,
                             mp_err *e) {

@@ -97,16 +97,21 @@ mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
     *out = NULL;
     ck_h5_init();
     if (!dir || !mp_fs_is_dir(dir)) return mp_err_set(e, MP_EINPUT, "checkpoint directory %s does not exist", dir ? dir : "(null)");
+    ck_layout L;
+    char *ip = ck_fmt("%s/index.h5", dir);
+    mp_code rc = ck_index_read(ip, &L, e);
+    free(ip);
+    if (rc != MP_OK) return rc;
+    *out = ck_reader_new(dir, &L);
+    return MP_OK;
+}
+
+ckpt_reader *ck_reader_new(const char *dir, ck_layout *from) {
+    ck_h5_init();
     ckpt_reader *r = mp_xcalloc(sizeof *r);
     r->dir = ck_fmt("%s", dir);
-    char *ip = ck_fmt("%s/index.h5", dir);
-    mp_code rc = ck_index_read(ip, &r->L, e);
-    free(ip);
-    if (rc != MP_OK) {
-        free(r->dir);
-        free(r);
-        return rc;
-    }
+    r->L = *from;
+    memset(from, 0, sizeof *from);
     ck_layout *L = &r->L;
     r->ti = mp_xcalloc(sizeof *r->ti * (size_t)(L->ntensors + 1));
     r->bi = mp_xcalloc(sizeof *r->bi * (size_t)(L->nboxes + 1));
@@ -138,9 +143,10 @@ mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
         B->tile_cols = S->tile_cols;
         B->ntiles = S->ntiles;
     }
-    *out = r;
-    return MP_OK;
+    return r;
 }
+
+const ck_layout *ck_reader_layout(const ckpt_reader *r) { return &r->L; }
 
 mp_code ckpt_open_latest(ckpt_reader **out, const char *root, mp_err *e) {
     char dir[4096];

@@ -187,10 +187,11 @@ static mp_code eos_ids(sample_run *run, const ckpt_reader *r) {
 /* The checkpoint's tokenizer, when it carries one and the prompt is text, into r->tok (checked against
  * its checksums), and its EOS ids (eos_ids). With --ids the tokenizer is not loaded (any model samples
  * in ids). Text with a tokenizer that does not load, or only a sentencepiece tokenizer.model (which
- * meshpoint does not read), is refused, pointing to --ids (MP_EINPUT). Local: the caller agrees. */
+ * meshpoint does not read), is refused, pointing to --ids (MP_EINPUT). Collective open (rank 0 reads the
+ * index), the rest local: the caller agrees. */
 static mp_code load_tokenizer(sample_run *r) {
     ckpt_reader *cr = NULL;
-    MP_TRY(ckpt_open(&cr, r->ckpt_dir, &r->err));
+    MP_TRY(mp_runtime_ckpt_open_meta(&r->rt, r->ckpt_dir, &cr, &r->err));
     mp_code rc = r->f.ids ? MP_OK : mp_tokfiles_load_tokenizer(cr, &r->tok, &r->err);
     if (rc == MP_EINPUT)
         mp_err_wrap(&r->err, "--prompt as text: the tokenizer checkpoint %s carries does not load (pass the prompt as token "

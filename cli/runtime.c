@@ -161,9 +161,18 @@ mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, const char *what, const ch
     return MP_OK;
 }
 
+mp_code mp_runtime_ckpt_open_meta(const mp_runtime *rt, const char *dir, ckpt_reader **r, mp_err *err) {
+    /* before the mesh: over MPI_COMM_WORLD, as mp_runtime_agree does */
+    int early = !rt->have_mesh && rt->mpi;
+    mp_comm *w = rt->have_mesh ? rt->mesh.world_comm : early ? mp_comm_mpi_create(MPI_COMM_WORLD) : mp_comm_self();
+    mp_code rc = ckpt_open_planned(r, w, dir, NULL, 0, err);
+    if (!rt->have_mesh) w->destroy(w);
+    return rc;
+}
+
 mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, llama_config *mc, mp_err *err) {
     ckpt_reader *cr = NULL;
-    mp_code local = ckpt_open(&cr, dir, err);
+    mp_code local = mp_runtime_ckpt_open_meta(rt, dir, &cr, err);
     if (!local && (local = mp_ckpt_parse_model_config(cr, mc, err))) mp_err_wrap(err, "checkpoint %s", dir);
     ckpt_close(cr);
     return mp_runtime_agree(rt, local, err);

@@ -9,6 +9,7 @@
 #ifndef MP_RUNTIME_H
 #define MP_RUNTIME_H
 
+#include "ckpt/ckpt.h"
 #include "core/backend.h"
 #include "core/data.h"
 #include "core/error.h"
@@ -60,8 +61,13 @@ mp_code mp_runtime_test_fail(const mp_runtime *rt, const char *what, mp_err *err
  * world; needs the mesh. */
 mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, const char *what, const char *name, char *dir, size_t cap,
                                 mp_err *err);
-/* The model config the checkpoint in dir was saved with (its model_config metadata) into *mc; every
- * rank reads it (no broadcast of a struct). Collective: the agreed code, the message naming dir. */
+/* A reader of the checkpoint in dir with its metadata only (ckpt_open_planned of no region: rank 0 reads
+ * index.h5, every rank gets the metadata; for carried files and config). Collective, before or after
+ * the mesh: the agreed code (rank 0's message). */
+mp_code mp_runtime_ckpt_open_meta(const mp_runtime *rt, const char *dir, ckpt_reader **r, mp_err *err);
+/* The model config the checkpoint in dir was saved with (its model_config metadata) into *mc; rank 0
+ * reads the index, every rank parses the metadata (no broadcast of a struct). Collective: the agreed
+ * code, the message naming dir. */
 mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, llama_config *mc, mp_err *err);
 /* Reads the checkpoint a command just wrote to dir back against its checksums and coverage (rank 0,
  * reader scratch bounded by scratch bytes, a progress bar on a terminal) and logs the bytes read.

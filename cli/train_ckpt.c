@@ -315,11 +315,37 @@ static void prefetch_next(ckpt_reader *r, llama_model *m, int i, int k, int nk) 
     ckpt_prefetch(r, name, off, shape);
 }
 
+/* The collective open of dir for this rank's loads (ckpt_open_planned over the world): the disk box of
+ * each of the first nk kinds of every parameter whose shard has rows here. */
+static mp_code open_planned(llama_model *m, const char *dir, int nk, ckpt_reader **r, mp_err *err) {
+    int np = llama_num_params(m), n = 0;
+    ckpt_region *want = mp_xcalloc(sizeof *want * (size_t)(np * nk + 1));
+    char (*names)[256] = mp_xmalloc(sizeof *names * (size_t)(np * nk + 1));
+    for (int i = 0; i < np; i++) {
+        llama_param *p = llama_param_at(m, i);
+        int64_t off[2], shape[2];
+        if (llama_param_disk_box(m, p, off, shape) <= 0) continue;
+        for (int k = 0; k < nk; k++, n++) {
+            snprintf(names[n], sizeof names[n], "%s/%s", kinds[k], p->name);
+            want[n].name = names[n];
+            for (int d = 0; d < CKPT_MAX_DIMS; d++) want[n].shape[d] = 1;   /* unused dims: offset 0, shape 1 */
+            for (int d = 0; d < p->ndim && d < 2; d++) {
+                want[n].offset[d] = off[d];
+                want[n].shape[d] = shape[d];
+            }
+        }
+    }
+    mp_code rc = ckpt_open_planned(r, llama_mesh(m)->world_comm, dir, want, n, err);
+    free(names);
+    free(want);
+    return rc;
+}
+
 mp_code mp_checkpoint_load(llama_model *m, const char *dir, const llama_config *mc, int mode,
                            mp_run_state *st, mp_err *err) {
     assert(mode == MP_LOAD_FULL || mode == MP_LOAD_MODEL_ONLY || mode == MP_LOAD_WEIGHTS);
     ckpt_reader *r = NULL;
-    MP_TRY(ckpt_open(&r, dir, err));
+    MP_TRY(open_planned(m, dir, mode == MP_LOAD_FULL ? 3 : 1, &r, err));
     mp_code rc = check_model_config(r, mc, err);
     /* every number from the index is range-checked before use (issue 9): the step feeds AdamW's t */
     if (mode == MP_LOAD_WEIGHTS) {   /* the run state is not used: only the step, for the log, if any */
@@ -393,8 +419,10 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const llama_config *
 
 void mp_checkpoint_log_io(mp_mesh *mesh, const char *what, const char *dir, const mp_run_state *st) {
     /* every rank's counts, summed in MiB (floats: exact enough for a ratio) */
-    float v[2] = {(float)(st->bytes_read / 1048576.0), (float)(st->bytes_needed / 1048576.0)};
-    mesh->world_comm->all_reduce(mesh->world_comm, v, 2, MP_F32, 0);
-    mp_info("%s %s at step %lld: read %.2f MiB for %.2f MiB needed (ratio %.3f)", what, dir, (long long)st->step,
-            v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0);
+    int64_t nidx = 0;   /* and the ranks that read an index.h5 in this process (ckpt_open_planned: rank 0) */
+    ckpt_index_reads(&nidx, NULL);
+    float v[3] = {(float)(st->bytes_read / 1048576.0), (float)(st->bytes_needed / 1048576.0), nidx > 0 ? 1.0f : 0.0f};
+    mesh->world_comm->all_reduce(mesh->world_comm, v, 3, MP_F32, 0);
+    mp_info("%s %s at step %lld: read %.2f MiB for %.2f MiB needed (ratio %.3f); index.h5 read by %d of %d ranks", what,
+            dir, (long long)st->step, v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0, (int)v[2], mesh->world);
 }

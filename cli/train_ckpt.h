@@ -89,8 +89,9 @@ enum {
  * get this rank's reader counters, st->init_from the metadata "init_from" ("" if absent). */
 mp_code mp_checkpoint_load(llama_model *m, const char *dir, const llama_config *mc, int mode,
                            mp_run_state *st, mp_err *err);
-/* Collective: logs "WHAT DIR at step N: read X MiB for Y MiB needed (ratio R)" with the counters
- * summed over the world. */
+/* Collective: logs "WHAT DIR at step N: read X MiB for Y MiB needed (ratio R); index.h5 read by K of W
+ * ranks" with the counters summed over the world (K: the ranks whose process read any index.h5 so far,
+ * ckpt_index_reads; 1 with the collective load). */
 void mp_checkpoint_log_io(mp_mesh *mesh, const char *what, const char *dir, const mp_run_state *st);
 
 #endif

@@ -108,3 +108,12 @@ void mp_comm_count_gather(mp_comm *c, int64_t n, const int64_t *counts, int root
     if (c->rank != root) c->bytes_sent[MP_COMM_GATHER] += n;
     c->calls[MP_COMM_GATHER]++;
 }
+
+void mp_comm_count_scatter(mp_comm *c, int64_t n, const int64_t *counts, int root) {
+    assert(c && n >= 0 && root >= 0 && root < c->size);
+    if (c->rank == root) {
+        assert(counts && counts[root] == n && "comm: scatterv counts[root] differs from the root's n");
+        c->bytes_sent[MP_COMM_SCATTER] += total_count(c, counts) - n;
+    }
+    c->calls[MP_COMM_SCATTER]++;
+}

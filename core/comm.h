@@ -8,6 +8,7 @@
  *   reduce_scatter(n total)  (p-1)/p * n
  *   broadcast(n bytes)       n on the root, 0 elsewhere
  *   gather/gatherv(n bytes)  n on every rank but the root, 0 on the root (its own block does not move)
+ *   scatterv(counts)         on the root the sum of counts[r] over r != root, 0 elsewhere
  * A group of size 1 moves nothing and counts nothing (neither bytes nor calls).
  *
  * Exact per-rank formulas (integers, deterministic, also for uneven sizes). p = group size, r = this
@@ -40,7 +41,7 @@
 #include "core/tensor.h"
 
 typedef enum { MP_COMM_ALLREDUCE = 0, MP_COMM_ALLGATHER, MP_COMM_REDUCE_SCATTER, MP_COMM_BCAST,
-               MP_COMM_GATHER, MP_COMM_NOPS } mp_comm_op;
+               MP_COMM_GATHER, MP_COMM_SCATTER, MP_COMM_NOPS } mp_comm_op;
 
 typedef struct mp_comm mp_comm;
 
@@ -64,6 +65,10 @@ struct mp_comm {
      * gets rank r's counts[r] bytes after those of ranks < r. counts[size] (counts[rank] == n) and
      * out are read on root only (NULL elsewhere is fine). */
     void (*gatherv)(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root);
+    /* Uneven scatter of raw bytes from root: rank r receives into out its n bytes (n == counts[r]), the
+     * counts[r] bytes of root's in after those of ranks < r. counts[size] and in are read on root only
+     * (NULL elsewhere is fine). The loaders' per-rank plans (ckpt_open_planned). */
+    void (*scatterv)(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root);
     void (*barrier)(mp_comm *c);
     void (*destroy)(mp_comm *c);
 
@@ -95,6 +100,8 @@ int64_t mp_comm_count_reduce_scatterv(mp_comm *c, const int64_t *counts, int64_t
 void mp_comm_count_broadcast(mp_comm *c, size_t bytes, int root);
 /* gather / gatherv of this rank's n bytes to root (counts[size] checked on root, may be NULL elsewhere). */
 void mp_comm_count_gather(mp_comm *c, int64_t n, const int64_t *counts, int root);
+/* scatterv of counts[size] (checked and summed on root, may be NULL elsewhere) from root; n this rank's. */
+void mp_comm_count_scatter(mp_comm *c, int64_t n, const int64_t *counts, int root);
 /* Sum of bytes_sent (and of seconds) over all op kinds; reset of all counters. */
 double mp_comm_total_seconds(const mp_comm *c);
 int64_t mp_comm_total_bytes(const mp_comm *c);

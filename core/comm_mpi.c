@@ -191,17 +191,12 @@ static void mpi_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     }
 }
 
-/* Point-to-point part of the gathers: every rank but root sends its n bytes to root in pieces of at most
- * g_max_count; root posts one receive per piece of every rank's counts[r] bytes into out (its own block
- * copied), then waits for all. Messages of one pair never overtake, so one tag serves every piece. */
-static void gather_p2p(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
+/* The root's side of the point-to-point gathers and scatters: for every rank r but root, one receive
+ * (gather) or send (scatter) per piece of at most g_max_count of its counts[r] bytes at its place in buf
+ * (after the blocks of ranks < r), then a wait for all; the time goes to op. Messages of one pair never
+ * overtake, so one tag serves every piece. */
+static void root_pieces(mp_comm *c, char *buf, const int64_t *counts, int root, int scatter, int tag) {
     MPI_Comm comm = impl_of(c)->comm;
-    enum { TAG = 0x6d70 };
-    if (c->rank != root) {
-        for (int64_t off = 0; off < n; off += g_max_count)
-            TIMED(c, MP_COMM_GATHER, MPI_Send((const char *)in + off, piece(n, off), MPI_BYTE, root, TAG, comm));
-        return;
-    }
     int64_t nreq = 0, displ = 0;
     for (int r = 0; r < c->size; r++)
         if (r != root) nreq += (counts[r] + g_max_count - 1) / g_max_count;
@@ -209,15 +204,37 @@ static void gather_p2p(mp_comm *c, void *out, const void *in, int64_t n, const i
     nreq = 0;
     double t0 = MPI_Wtime();
     for (int r = 0; r < c->size; r++) {
-        char *part = (char *)out + displ;
-        if (r == root && n > 0 && part != in) memmove(part, in, (size_t)n);
-        for (int64_t off = 0; r != root && off < counts[r]; off += g_max_count)
-            MPI_Irecv(part + off, piece(counts[r], off), MPI_BYTE, r, TAG, comm, &req[nreq++]);
+        for (int64_t off = 0; r != root && off < counts[r]; off += g_max_count) {
+            if (scatter) MPI_Isend(buf + displ + off, piece(counts[r], off), MPI_BYTE, r, tag, comm, &req[nreq++]);
+            else MPI_Irecv(buf + displ + off, piece(counts[r], off), MPI_BYTE, r, tag, comm, &req[nreq++]);
+        }
         displ += counts[r];
     }
     MPI_Waitall((int)nreq, req, MPI_STATUSES_IGNORE);
-    c->seconds[MP_COMM_GATHER] += MPI_Wtime() - t0;
+    c->seconds[scatter ? MP_COMM_SCATTER : MP_COMM_GATHER] += MPI_Wtime() - t0;
     free(req);
+}
+
+/* The offset of root's own block in a gather's or scatter's buffer: the sum of counts[< root]. */
+static int64_t root_displ(const int64_t *counts, int root) {
+    int64_t d = 0;
+    for (int r = 0; r < root; r++) d += counts[r];
+    return d;
+}
+
+/* Point-to-point part of the gathers: every rank but root sends its n bytes to root in pieces of at most
+ * g_max_count; root copies its own block into out and receives every other rank's (root_pieces). */
+static void gather_p2p(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
+    enum { TAG = 0x6d70 };
+    if (c->rank != root) {
+        for (int64_t off = 0; off < n; off += g_max_count)
+            TIMED(c, MP_COMM_GATHER, MPI_Send((const char *)in + off, piece(n, off), MPI_BYTE, root, TAG,
+                                              impl_of(c)->comm));
+        return;
+    }
+    char *own = (char *)out + root_displ(counts, root);
+    if (n > 0 && own != in) memmove(own, in, (size_t)n);
+    root_pieces(c, out, counts, root, 0, TAG);
 }
 
 /* out[size * n] on root = rank r's n bytes at r * n: one MPI_Gather, or the point-to-point pieces when n
@@ -244,6 +261,25 @@ static void mpi_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const 
     assert(c->rank != root || counts);
     mp_comm_count_gather(c, n, c->rank == root ? counts : NULL, root);
     gather_p2p(c, out, in, n, counts, root);
+}
+
+/* Uneven scatter of bytes from root: point-to-point pieces of at most g_max_count, the mirror of
+ * gather_p2p (only the root knows the counts, so MPI_Scatterv's int displacements are never at stake):
+ * root copies its own block and sends every other rank's (root_pieces); the others receive their n bytes. */
+static void mpi_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root) {
+    assert(c->size > 1 && root >= 0 && root < c->size && n >= 0 && (out || n == 0));
+    assert(c->rank != root || counts);
+    mp_comm_count_scatter(c, n, c->rank == root ? counts : NULL, root);
+    enum { TAG = 0x6d71 };
+    if (c->rank != root) {
+        for (int64_t off = 0; off < n; off += g_max_count)
+            TIMED(c, MP_COMM_SCATTER, MPI_Recv((char *)out + off, piece(n, off), MPI_BYTE, root, TAG, impl_of(c)->comm,
+                                               MPI_STATUS_IGNORE));
+        return;
+    }
+    const char *own = (const char *)in + root_displ(counts, root);
+    if (n > 0 && own != out) memmove(out, own, (size_t)n);
+    root_pieces(c, (char *)(uintptr_t)in, counts, root, 1, TAG);   /* only sent from: MPI_Isend takes const */
 }
 
 static void mpi_barrier(mp_comm *c) {
@@ -288,6 +324,7 @@ mp_comm *mp_comm_mpi_create(MPI_Comm comm) {
     c->broadcast = mpi_broadcast;
     c->gather = mpi_gather;
     c->gatherv = mpi_gatherv;
+    c->scatterv = mpi_scatterv;
     c->barrier = mpi_barrier;
     c->destroy = mpi_destroy;
     c->impl = im;

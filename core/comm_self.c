@@ -2,7 +2,7 @@
  * core/comm_self.c — the communicator of a group of one rank (the 1x1 mesh, no MPI needed).
  *
  * Every collective over one rank is the identity: all_reduce leaves x as it is, all_gatherv and
- * reduce_scatterv, gather and gatherv copy in to out (memmove, so in == out is fine), broadcast leaves the
+ * reduce_scatterv, gather, gatherv and scatterv copy in to out (memmove, so in == out is fine), broadcast leaves the
  * buffer. Nothing
  * moves, so nothing is counted: bytes_sent and calls stay 0 (core/comm.h).
  * Each mp_comm_self() call returns a fresh heap object owned by the caller (destroy frees it), so
@@ -50,6 +50,12 @@ static void self_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const
     self_gather(c, out, in, (size_t)n, root);
 }
 
+/* out[n] = in[n]. */
+static void self_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root) {
+    assert(c && c->size == 1 && root == 0 && n >= 0 && (!counts || counts[0] == n));
+    self_gather(c, out, in, (size_t)n, root);
+}
+
 static void self_barrier(mp_comm *c) { assert(c && c->size == 1); }
 
 static void self_destroy(mp_comm *c) {
@@ -66,6 +72,7 @@ void mp_comm_use_self_ops(mp_comm *c) {
     c->broadcast = self_broadcast;
     c->gather = self_gather;
     c->gatherv = self_gatherv;
+    c->scatterv = self_scatterv;
     c->barrier = self_barrier;
 }
 

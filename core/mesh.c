@@ -156,6 +156,10 @@ static void dev1_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const
     assert(c->size == 1 && root == 0 && n >= 0 && (!counts || counts[0] == n));
     dev1_gather(c, out, in, (size_t)n, root);
 }
+static void dev1_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root) {
+    assert(c->size == 1 && root == 0 && n >= 0 && (!counts || counts[0] == n));
+    dev1_gather(c, out, in, (size_t)n, root);
+}
 static void dev1_barrier(mp_comm *c) { assert(c->size == 1); }
 
 /* The wrapper around an NCCL communicator: the collective's stream waits for the compute queued so far,
@@ -214,6 +218,11 @@ static void wrap_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const
     d->inner->gatherv(d->inner, out, in, n, counts, root);
     wrap_leave(c, d);
 }
+static void wrap_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root) {
+    dev_comm *d = wrap_enter(c);
+    d->inner->scatterv(d->inner, out, n, in, counts, root);
+    wrap_leave(c, d);
+}
 /* The compute queued so far and the group's collectives have finished, then the group meets (the inner
  * barrier synchronises its stream, which waits for the compute first). */
 static void wrap_barrier(mp_comm *c) {
@@ -254,6 +263,7 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
         c->broadcast = dev1_broadcast;
         c->gather = dev1_gather;
         c->gatherv = dev1_gatherv;
+        c->scatterv = dev1_scatterv;
         c->barrier = dev1_barrier;
     } else {
         assert(strcmp(host->name, "mpi") == 0);
@@ -274,6 +284,7 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
         c->broadcast = wrap_broadcast;
         c->gather = wrap_gather;
         c->gatherv = wrap_gatherv;
+        c->scatterv = wrap_scatterv;
         c->barrier = wrap_barrier;
     }
     return c;

@@ -1,6 +1,8 @@
 # tests/ckpt.cmake — multi-rank and interop tests of the checkpoint library (ckpt/):
 #   ckpt_mpi_np{1,3,4}   tests/tool_ckpt_mpi roundtrip: sharded/replicated boxes, sync and async+zstd
 #                        saves, cross-rank reads, failures agreed on by every rank
+#   ckpt_planned_load    tests/ckpt_planned.sh: the collective load open on 1, 2, 4, 8 ranks, index.h5
+#                        read by rank 0 only; a damaged index fails every rank with rank 0's error
 #   ckpt_crash_mpi       tests/python/ckpt_crash_mpi.py: SIGKILL at every commit step of a 4-rank
 #                        save; the newest complete checkpoint is picked and loads on 4 and 3 ranks
 #   ckpt_h5py            tests/python/test_ckpt_h5py.py: h5py reads the tables, rank files and views
@@ -13,6 +15,10 @@ if(TARGET tool_ckpt_mpi)
                      roundtrip ${MP_CKPT_TEST_DIR}/mpi_np${np})
     set_tests_properties(ckpt_mpi_np${np} PROPERTIES ENVIRONMENT "OPENBLAS_NUM_THREADS=1" TIMEOUT 300)
   endforeach()
+  add_test(NAME ckpt_planned_load
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/ckpt_planned.sh $<TARGET_FILE:tool_ckpt_mpi> ${MPIEXEC_EXECUTABLE}
+                   ${MP_CKPT_TEST_DIR}/planned)
+  set_tests_properties(ckpt_planned_load PROPERTIES ENVIRONMENT "OPENBLAS_NUM_THREADS=1" TIMEOUT 300 LABELS mpi)
   add_test(NAME ckpt_crash_mpi
            COMMAND ${MP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/python/ckpt_crash_mpi.py
                    --tool $<TARGET_FILE:tool_ckpt_mpi> --mpiexec ${MPIEXEC_EXECUTABLE}

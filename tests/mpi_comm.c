@@ -274,11 +274,37 @@ static void gather_case(mp_comm *c, const char *name, int root) {
     free(all); free(counts); free(in); free(out);
 }
 
+/* scatterv of ucount(r) bytes to each rank r (a zero among them) from root: every rank gets exactly its
+ * block, bytes after it untouched; other ranks pass in and counts NULL; the root counts the bytes of the
+ * others' blocks, the others nothing. */
+static void scatter_case(mp_comm *c, const char *name, int root) {
+    const int p = g_np, me = g_rank;
+    int64_t *counts = malloc(sizeof(int64_t) * (size_t)p), total = 0, others = 0;
+    for (int r = 0; r < p; r++) { counts[r] = ucount(r); total += counts[r]; others += r == root ? 0 : counts[r]; }
+    unsigned char *in = me == root ? malloc((size_t)total + 1) : NULL, *out = malloc((size_t)ucount(me) + 1);
+    for (int64_t r = 0, at = 0; in && r < p; r++)
+        for (int64_t i = 0; i < counts[r]; i++, at++) in[at] = (unsigned char)(r * 29 + i * 5 + 3);
+    out[ucount(me)] = 0xEE;
+    mp_comm_reset_counters(c);
+    c->scatterv(c, out, ucount(me), in, me == root ? counts : NULL, root);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < ucount(me); i++)
+        if (out[i] != (unsigned char)(me * 29 + i * 5 + 3) && bad < 0) bad = i;
+    check(name, bad < 0 && out[ucount(me)] == 0xEE, "byte %lld (or the byte after the block)", (long long)bad);
+    char n2[160];
+    snprintf(n2, sizeof n2, "%s: bytes = the others' blocks on root %d, 0 elsewhere", name, root);
+    check_counters(n2, c, MP_COMM_SCATTER, (me == root && p > 1) ? others : 0, p > 1 ? 1 : 0);
+    free(counts); free(in); free(out);
+}
+
 static void test_gather(mp_comm *c) {
     gather_case(c, "gatherv to rank 0", 0);
     gather_case(c, "gatherv to the last rank", g_np - 1);
+    scatter_case(c, "scatterv from rank 0", 0);
+    scatter_case(c, "scatterv from the last rank", g_np - 1);
     mp_comm_mpi_set_max_count(4);   /* pieces of 4 bytes: the path of lists over INT_MAX bytes */
     gather_case(c, "gatherv/gather in 4-byte pieces", g_np > 1 ? 1 : 0);
+    scatter_case(c, "scatterv in 4-byte pieces", g_np > 1 ? 1 : 0);
     mp_comm_mpi_set_max_count(2147483647);
 }
 
@@ -300,6 +326,9 @@ static void test_size_one(void) {
     ok = ok && memcmp(out, x, sizeof x) == 0;
     memset(out, 0, sizeof out);
     c->gatherv(c, out, x, (int64_t)sizeof x, NULL, 0);
+    ok = ok && memcmp(out, x, sizeof x) == 0;
+    memset(out, 0, sizeof out);
+    c->scatterv(c, out, (int64_t)sizeof x, x, NULL, 0);
     ok = ok && memcmp(out, x, sizeof x) == 0;
     check("mpi comm of size 1 is the identity", ok, "size %d rank %d", c->size, c->rank);
     check_counters("mpi comm of size 1 counts nothing", c, MP_COMM_ALLREDUCE, 0, 0);

@@ -57,3 +57,8 @@ add_test(NAME resume_on_another_mesh
                  ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json ${CMAKE_BINARY_DIR}/resume_other_mesh)
 set_tests_properties(resume_on_another_mesh PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300 LABELS mpi
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
+add_test(NAME resume_planned_load
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/resume_planned.sh $<TARGET_FILE:meshpoint> ${MP_RESUME_DATA}/t_train.bin
+                 ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json ${CMAKE_BINARY_DIR}/resume_planned)
+set_tests_properties(resume_planned_load PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300 LABELS mpi
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")

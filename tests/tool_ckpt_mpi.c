@@ -15,6 +15,11 @@
  *   tool_ckpt_mpi check ROOT STEP         ckpt_find_latest must pick STEP; every rank reads every
  *                                         tensor whole and the boxes a world of its size would own, and
  *                                         compares them with the generator; rank 0 runs ckpt_verify.
+ *   tool_ckpt_mpi planned ROOT STEP       the collective open (ckpt_open_planned): every rank reads the
+ *                                         boxes it and the next rank own; only rank 0 reads index.h5
+ *   tool_ckpt_mpi planned-damaged ROOT STEP
+ *                                         the collective open of a damaged index fails on every rank with
+ *                                         rank 0's message (one line per rank on stdout)
  * Values depend only on (tensor, global element index), so any world size can check any checkpoint.
  * Exit status: 0 all ranks passed, 1 a check failed, 2 bad usage.
  */
@@ -185,6 +190,69 @@ static void cmd_check(const char *root, int64_t want_step) {
     ckpt_close(r);
 }
 
+/* planned ROOT STEP: the collective open (ckpt_open_planned) of step STEP with the boxes this rank and
+ * the next own in a world of this size: every one reads back equal to the generator, the reader holds
+ * only the tensors asked for, a whole tensor the regions do not cover fails its coverage check, and
+ * only rank 0's process read an index.h5 (ckpt_index_reads). */
+static void cmd_planned(const char *root, int64_t step) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/step_%08lld", root, (long long)step);
+    ckpt_region want[2 * NT];
+    int tid[2 * NT], n = 0, ntens = 0;
+    memset(want, 0, sizeof want);
+    for (int t = 0; t < NT; t++) {
+        int before = n;
+        for (int k = 0; k < 2; k++) {
+            want[n].name = g_t[t].name;
+            for (int d = 0; d < CKPT_MAX_DIMS; d++) want[n].shape[d] = 1;
+            tid[n] = t;
+            if (owned_box(t, (g_rank + k) % g_size, g_size, want[n].offset, want[n].shape)) n++;
+        }
+        ntens += n > before;
+    }
+    ckpt_reader *r = NULL;
+    mp_err e;
+    mp_code rc = ckpt_open_planned(&r, g_w, dir, want, n, &e);
+    CHECK(rc == MP_OK, "planned open of %s: %s", dir, e.msg);
+    if (rc == MP_OK) {
+        for (int i = 0; i < n; i++) expect_box(r, tid[i], want[i].offset, want[i].shape);
+        CHECK(ckpt_num_tensors(r) == ntens, "%d tensors in the plan, %d asked for", ckpt_num_tensors(r), ntens);
+        CHECK(ckpt_meta_get(r, "who") && !strcmp(ckpt_meta_get(r, "who"), "rank0"), "meta who");
+        int64_t z[4] = {0};
+        float *all = malloc(sizeof(float) * 37 * 24);
+        mp_code whole = ckpt_read(r, g_t[T_EMB].name, z, g_t[T_EMB].shape, all, &e);
+        CHECK(g_size < 3 ? whole == MP_OK : whole == MP_ECHECK, "whole %s outside the plan: rc %d", g_t[T_EMB].name,
+              whole);
+        free(all);
+        ckpt_close(r);
+    }
+    int64_t reads = -1, bytes = -1;
+    ckpt_index_reads(&reads, &bytes);
+    CHECK(g_rank == 0 ? reads == 1 && bytes > 0 : reads == 0 && bytes == 0, "index.h5 read %lld times (%lld bytes)",
+          (long long)reads, (long long)bytes);
+    printf("rank %d: %d regions, index reads %lld (%lld bytes)\n", g_rank, n, (long long)reads, (long long)bytes);
+}
+
+/* planned-damaged ROOT STEP: the collective open of a checkpoint whose index.h5 is damaged must fail
+ * on every rank with MP_ECHECK and rank 0's message; prints it per rank ("[rank 0] " stripped) so the
+ * test can check that every line is the same. */
+static void cmd_planned_damaged(const char *root, int64_t step) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/step_%08lld", root, (long long)step);
+    ckpt_region want = {g_t[T_EMB].name, {0, 0, 0, 0}, {1, 1, 1, 1}};
+    ckpt_reader *r = NULL;
+    mp_err e;
+    mp_err_clear(&e);
+    mp_code rc = ckpt_open_planned(&r, g_w, dir, &want, 1, &e);
+    CHECK(rc == MP_ECHECK && !r, "planned open of a damaged index: rc %d", rc);
+    const char *msg = strncmp(e.msg, "[rank 0] ", 9) == 0 ? e.msg + 9 : e.msg;
+    CHECK(strstr(msg, "index.h5") != NULL, "the message names the index: %s", msg);
+    int64_t reads = -1;
+    ckpt_index_reads(&reads, NULL);
+    CHECK(reads == (g_rank == 0), "index.h5 read %lld times", (long long)reads);
+    printf("planned open: code %d: %s\n", (int)rc, msg);
+}
+
 static void cmd_roundtrip(const char *root) {
     mp_err e;
     if (g_rank == 0) {
@@ -282,13 +350,17 @@ int main(int argc, char **argv) {
         if (!usage) cmd_save(argv[2], atoll(argv[3]), zstd, async);
     } else if (argc >= 4 && !strcmp(argv[1], "check")) {
         cmd_check(argv[2], atoll(argv[3]));
+    } else if (argc >= 4 && !strcmp(argv[1], "planned")) {
+        cmd_planned(argv[2], atoll(argv[3]));
+    } else if (argc >= 4 && !strcmp(argv[1], "planned-damaged")) {
+        cmd_planned_damaged(argv[2], atoll(argv[3]));
     } else {
         usage = 1;
     }
     int fails = g_fails;
     MPI_Allreduce(MPI_IN_PLACE, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (usage && g_rank == 0)
-        fprintf(stderr, "usage: tool_ckpt_mpi roundtrip ROOT | save ROOT STEP [--zstd L] [--async] | check ROOT STEP\n");
+        fprintf(stderr, "usage: tool_ckpt_mpi roundtrip ROOT | save ROOT STEP [--zstd L] [--async] | check ROOT STEP | planned ROOT STEP | planned-damaged ROOT STEP\n");
     if (!usage && g_rank == 0) fprintf(stderr, "tool_ckpt_mpi %s: %s (%d failures)\n", argv[1], fails ? "FAILED" : "ok", fails);
     g_w->destroy(g_w);
     MPI_Finalize();

@@ -164,6 +164,32 @@ static void nccl_gather(mp_comm *c, void *out, const void *in, size_t n, int roo
     free(counts);
 }
 
+/* Uneven scatter of device bytes from root: one group of point-to-point calls, the mirror of
+ * nccl_gatherv: root sends counts[r] bytes to each rank r and copies its own block on the stream; the
+ * others receive their n bytes. counts are read on root only. */
+static void nccl_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root) {
+    assert(c->size > 1 && root >= 0 && root < c->size && n >= 0 && (out || n == 0));
+    assert(c->rank != root || counts);
+    mp_comm_count_scatter(c, n, c->rank == root ? counts : NULL, root);
+    nccl_impl *im = impl_of(c);
+    double t0 = mp_time_s();
+    if (c->rank != root) {
+        if (n) NCCL_CHECK(ncclRecv(out, (size_t)n, ncclUint8, root, im->comm, im->stream));
+    } else {
+        NCCL_CHECK(ncclGroupStart());
+        int64_t displ = 0;
+        for (int r = 0; r < c->size; r++) {
+            const char *part = (const char *)in + displ;
+            if (r != root && counts[r]) NCCL_CHECK(ncclSend(part, (size_t)counts[r], ncclUint8, r, im->comm, im->stream));
+            if (r == root && n && part != (const char *)out)
+                MP_CUDA_CHECK(cudaMemcpyAsync(out, part, (size_t)n, cudaMemcpyDeviceToDevice, im->stream));
+            displ += counts[r];
+        }
+        NCCL_CHECK(ncclGroupEnd());
+    }
+    c->seconds[MP_COMM_SCATTER] += mp_time_s() - t0;
+}
+
 /* Every rank's enqueued collectives have finished on its stream, then the group meets. */
 static void nccl_barrier(mp_comm *c) {
     nccl_impl *im = impl_of(c);
@@ -198,6 +224,7 @@ mp_comm *mp_comm_nccl_create(MPI_Comm group, cudaStream_t stream, mp_err *err) {
     c->broadcast = nccl_broadcast;
     c->gather = nccl_gather;
     c->gatherv = nccl_gatherv;
+    c->scatterv = nccl_scatterv;
     c->barrier = nccl_barrier;
     c->destroy = nccl_destroy;
     c->impl = im;

@@ -1,0 +1,307 @@
+/*
+ * ckpt/plan.c — the collective open of a checkpoint for loading on a mesh (ckpt_open_planned): rank 0
+ * reads index.h5 once and sends every rank only the part of the layout its reads need.
+ *
+ * ckpt_open makes every rank read all of index.h5: O(all boxes of all ranks) per rank to plan its own
+ * few (issue 23, docs/BENCH_SCALE.md). Here instead:
+ *   1. every rank packs the regions it will read (tensor name, offset, shape) and gatherv sends them
+ *      to rank 0 (a gather of the sizes first);
+ *   2. rank 0 opens the checkpoint with the real reader (ckpt_open: format, index checksum, every
+ *      table validated), and for each rank finds the saved boxes its regions meet (ckpt_query: the
+ *      interval index, O(log boxes) per region), and cuts the layout down to them: those boxes, their
+ *      tensors' rows (plus every requested tensor, found or not as in the index), the files they live
+ *      in, their v1 slab checksums, and all metadata (small: config, run state);
+ *   3. the result of rank 0 (and of every rank's packing) is agreed over the world (mp_comm_agree), so
+ *      a damaged index fails every rank with rank 0's message;
+ *   4. scatterv sends each rank its part (sizes first); each rank rebuilds a ck_layout from it, indexes
+ *      it and makes an ordinary reader over it (ck_reader_new): ckpt_read, its checksums and its
+ *      coverage checks are unchanged. A read outside the planned regions fails the coverage check
+ *      (the boxes are not in the rank's layout), never silently.
+ * The parts travel as the in-memory structs (ck_tensor, ck_box, ck_file) copied byte for byte: every
+ * rank runs the same binary. Packing zeroes them first, so no uninitialised padding travels.
+ *
+ * Costs: rank 0 reads the index once and plans in O(total boxes x log); every other rank reads no
+ * index table and receives O(own boxes + metadata) bytes.
+ */
+#include "ckpt/ckpt_internal.h"
+#include "core/alloc.h"
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t version, world, zstd_level, ntensors, nboxes, nfiles, nmeta, pad;
+    int64_t step, nslabs, meta_bytes;
+    char created_utc[32];
+} plan_head;
+
+typedef struct {   /* a growing byte buffer */
+    char *p;
+    size_t n, cap;
+} buf_t;
+
+static void buf_put(buf_t *b, const void *src, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 256;
+        b->p = mp_realloc(b->p, 0, b->cap, MP_MEM_OTHER);
+    }
+    if (n) memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+
+/* ------------------------------------------------------------------------------- the requests */
+
+/* The regions as bytes: per region a uint32 name length, the name, offset[4] and shape[4] (unused
+ * dims: offset 0, shape 1). MP_EINPUT for a name longer than CKPT_NAME_MAX. */
+static mp_code pack_regions(const ckpt_region *w, int n, buf_t *b, mp_err *e) {
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(w[i].name);
+        if (len > CKPT_NAME_MAX)
+            return mp_err_set(e, MP_EINPUT, "tensor name of %zu bytes (at most %d): %.40s...", len, CKPT_NAME_MAX, w[i].name);
+        uint32_t l = (uint32_t)len;
+        buf_put(b, &l, sizeof l);
+        buf_put(b, w[i].name, len);
+        buf_put(b, w[i].offset, sizeof w[i].offset);
+        buf_put(b, w[i].shape, sizeof w[i].shape);
+    }
+    return MP_OK;
+}
+
+char *ckpt_region_list(const ckpt_region *want, int n, size_t *bytes) {
+    buf_t b = {0};
+    mp_err e;
+    if (pack_regions(want, n, &b, &e) != MP_OK) {
+        free(b.p);
+        return NULL;
+    }
+    *bytes = b.n;
+    return b.p ? b.p : mp_xmalloc(1);
+}
+
+/* Adds to ids (growing) the saved boxes of full that the regions packed in p[0, n) meet, and marks
+ * their tensors (and every requested tensor present) in want_t. MP_EINTERNAL if the bytes do not parse. */
+static mp_code plan_regions(const ckpt_reader *full, const char *p, int64_t n, char *want_t, int **ids, int *nids,
+                            int *cap, mp_err *e) {
+    int64_t at = 0;
+    char name[CKPT_NAME_MAX + 1];
+    while (at < n) {
+        uint32_t l;
+        if (n - at < (int64_t)sizeof l) return mp_err_set(e, MP_EINTERNAL, "planned open: a region list is cut short");
+        memcpy(&l, p + at, sizeof l);
+        at += (int64_t)sizeof l;
+        int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
+        if (l > CKPT_NAME_MAX || n - at < (int64_t)(l + sizeof off + sizeof shp))
+            return mp_err_set(e, MP_EINTERNAL, "planned open: a region list is cut short");
+        memcpy(name, p + at, l);
+        name[l] = 0;
+        memcpy(off, p + at + l, sizeof off);
+        memcpy(shp, p + at + l + sizeof off, sizeof shp);
+        at += (int64_t)(l + sizeof off + sizeof shp);
+        int t = ckpt_tensor_find(full, name);
+        if (t < 0) continue;   /* absent: the loader's own lookup reports it */
+        want_t[t] = 1;
+        int k = ckpt_query(full, t, off, shp, NULL, 0);
+        if (*nids + k > *cap) {
+            *cap = (*nids + k) * 2 + 16;
+            *ids = mp_realloc(*ids, 0, sizeof(int) * (size_t)*cap, MP_MEM_OTHER);
+        }
+        *nids += ckpt_query(full, t, off, shp, *ids + *nids, k);
+    }
+    return MP_OK;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* ---------------------------------------------------------------------------------- the parts */
+
+/* Packs the part of layout L of the boxes ids[n] (sorted, unique) and the tensors marked in want_t
+ * into b: head, tensors, boxes, files, slabs, metadata. Indices are renumbered to the part's. */
+static void pack_part(const ck_layout *L, const int *ids, int n, const char *want_t, buf_t *b) {
+    int *tmap = mp_xmalloc(sizeof(int) * (size_t)(L->ntensors + 1)), *fmap = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
+    plan_head h;
+    memset(&h, 0, sizeof h);
+    for (int i = 0; i < L->ntensors; i++) tmap[i] = want_t[i] ? h.ntensors++ : -1;
+    for (int i = 0; i < L->nfiles; i++) fmap[i] = -1;
+    for (int k = 0; k < n; k++) {
+        fmap[L->b[ids[k]].file] = 0;
+        h.nslabs += L->b[ids[k]].nslabs;
+    }
+    for (int i = 0; i < L->nfiles; i++)
+        if (fmap[i] == 0) fmap[i] = h.nfiles++;
+    for (int i = 0; i < L->nmeta; i++) h.meta_bytes += (int64_t)(strlen(L->keys[i]) + strlen(L->vals[i]) + 2);
+    h.version = L->version; h.world = L->world; h.zstd_level = L->zstd_level;
+    h.nboxes = n; h.nmeta = L->nmeta; h.step = L->step;
+    memcpy(h.created_utc, L->created_utc, sizeof h.created_utc);
+    buf_put(b, &h, sizeof h);
+    int k0 = 0;   /* the boxes are grouped by tensor in tensor order: each tensor's run starts at k0 */
+    for (int i = 0; i < L->ntensors; i++) {
+        if (tmap[i] < 0) continue;
+        ck_tensor t;
+        memset(&t, 0, sizeof t);
+        memcpy(t.name, L->t[i].name, sizeof t.name);
+        t.dtype = L->t[i].dtype; t.ndim = L->t[i].ndim;
+        memcpy(t.shape, L->t[i].shape, sizeof t.shape);
+        t.box_first = k0;
+        while (k0 < n && L->b[ids[k0]].tensor == i) k0++;
+        t.nboxes = k0 - t.box_first;
+        buf_put(b, &t, sizeof t);
+    }
+    assert(k0 == n);
+    int64_t slab_at = 0;
+    for (int k = 0; k < n; k++) {
+        ck_box x = L->b[ids[k]];
+        x.tensor = tmap[x.tensor];
+        x.file = fmap[x.file];
+        x.slab_first = slab_at;
+        slab_at += x.nslabs;
+        buf_put(b, &x, sizeof x);
+    }
+    for (int i = 0; i < L->nfiles; i++)
+        if (fmap[i] >= 0) buf_put(b, &L->f[i], sizeof L->f[i]);
+    for (int k = 0; k < n; k++)
+        if (L->b[ids[k]].nslabs > 0)
+            buf_put(b, L->slabs + L->b[ids[k]].slab_first, sizeof(uint64_t) * (size_t)L->b[ids[k]].nslabs);
+    for (int i = 0; i < L->nmeta; i++) {
+        buf_put(b, L->keys[i], strlen(L->keys[i]) + 1);
+        buf_put(b, L->vals[i], strlen(L->vals[i]) + 1);
+    }
+    free(tmap);
+    free(fmap);
+}
+
+/* Takes n bytes from p at *at into dst; 0 when fewer are left. */
+static int take(const char *p, int64_t n, int64_t *at, void *dst, size_t len) {
+    if (n - *at < (int64_t)len) return 0;
+    if (len) memcpy(dst, p + *at, len);
+    *at += (int64_t)len;
+    return 1;
+}
+
+/* Rebuilds a layout from a part packed by pack_part (p[0, n)) and indexes it. MP_EINTERNAL if the
+ * bytes do not parse (they come from rank 0 of the same binary: a bug, not a user's file). */
+static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
+    memset(L, 0, sizeof *L);
+    plan_head h;
+    int64_t at = 0;
+    int ok = take(p, n, &at, &h, sizeof h) && h.ntensors >= 0 && h.nboxes >= 0 && h.nfiles >= 0 && h.nmeta >= 0 &&
+             h.nslabs >= 0 && h.meta_bytes >= 0 &&
+             n - at == (int64_t)(sizeof(ck_tensor) * (size_t)h.ntensors + sizeof(ck_box) * (size_t)h.nboxes +
+                                 sizeof(ck_file) * (size_t)h.nfiles + sizeof(uint64_t) * (size_t)h.nslabs) + h.meta_bytes;
+    if (!ok) return mp_err_set(e, MP_EINTERNAL, "planned open: the plan received has %lld bytes that do not parse", (long long)n);
+    L->version = h.version; L->world = h.world; L->zstd_level = h.zstd_level; L->step = h.step;
+    L->ntensors = h.ntensors; L->nboxes = h.nboxes; L->nfiles = h.nfiles; L->nmeta = h.nmeta; L->nslabs = h.nslabs;
+    memcpy(L->created_utc, h.created_utc, sizeof L->created_utc);
+    L->t = mp_xmalloc(sizeof(ck_tensor) * (size_t)(h.ntensors + 1));
+    L->b = mp_xmalloc(sizeof(ck_box) * (size_t)(h.nboxes + 1));
+    L->f = mp_xmalloc(sizeof(ck_file) * (size_t)(h.nfiles + 1));
+    L->slabs = h.nslabs ? mp_xmalloc(sizeof(uint64_t) * (size_t)h.nslabs) : NULL;
+    L->keys = mp_xcalloc(sizeof(char *) * (size_t)(h.nmeta + 1));
+    L->vals = mp_xcalloc(sizeof(char *) * (size_t)(h.nmeta + 1));
+    take(p, n, &at, L->t, sizeof(ck_tensor) * (size_t)h.ntensors);
+    take(p, n, &at, L->b, sizeof(ck_box) * (size_t)h.nboxes);
+    take(p, n, &at, L->f, sizeof(ck_file) * (size_t)h.nfiles);
+    take(p, n, &at, L->slabs, sizeof(uint64_t) * (size_t)h.nslabs);
+    for (int i = 0; i < h.nmeta && ok; i++) {
+        const char *k = p + at, *v = memchr(k, 0, (size_t)(n - at));
+        const char *end = v ? memchr(v + 1, 0, (size_t)(n - (v + 1 - p))) : NULL;
+        if (!end) { ok = 0; break; }
+        L->keys[i] = mp_strdup(k);
+        L->vals[i] = mp_strdup(v + 1);
+        at = end + 1 - p;
+    }
+    if (!ok || at != n) {
+        ck_layout_free(L);
+        return mp_err_set(e, MP_EINTERNAL, "planned open: the metadata of the plan received does not parse");
+    }
+    ck_layout_index(L);
+    return MP_OK;
+}
+
+/* Rank 0's part of the open: reads the checkpoint (ckpt_open) and packs every rank's part of it from
+ * the regions gathered in req (rank q's at the sum of rcount[< q]) into parts, pcount[size]. */
+static mp_code plan_all(const char *dir, int size, const char *req, const int64_t *rcount, buf_t *parts,
+                        int64_t *pcount, mp_err *e) {
+    ckpt_reader *full = NULL;
+    MP_TRY(ckpt_open(&full, dir, e));
+    const ck_layout *L = ck_reader_layout(full);
+    char *want_t = mp_xmalloc((size_t)L->ntensors + 1);
+    int *ids = NULL, nids = 0, cap = 0;
+    mp_code rc = MP_OK;
+    int64_t at = 0;
+    for (int q = 0; q < size && !rc; q++) {
+        memset(want_t, 0, (size_t)L->ntensors + 1);
+        nids = 0;
+        rc = plan_regions(full, req + at, rcount[q], want_t, &ids, &nids, &cap, e);
+        at += rcount[q];
+        if (rc) break;
+        if (nids > 1) qsort(ids, (size_t)nids, sizeof *ids, cmp_int);
+        int u = 0;   /* unique: regions of one rank may meet the same saved box */
+        for (int k = 0; k < nids; k++)
+            if (!u || ids[u - 1] != ids[k]) ids[u++] = ids[k];
+        size_t before = parts->n;
+        pack_part(L, ids, u, want_t, parts);
+        pcount[q] = (int64_t)(parts->n - before);
+    }
+    free(ids);
+    free(want_t);
+    ckpt_close(full);
+    return rc;
+}
+
+/* mp_comm_agree, with a failing rank keeping its own message unprefixed (the others get it as
+ * "[rank N] ..."), so that a caller's own agreement over the same world (the CLI's) prefixes it once. */
+static mp_code agree(mp_comm *world, mp_code local, mp_err *e) {
+    mp_err m;
+    if (local) m = *e;
+    else mp_err_clear(&m);
+    mp_code rc = mp_comm_agree(world, local, &m, NULL);
+    if (rc && !local) *e = m;
+    return rc;
+}
+
+mp_code ckpt_open_planned(ckpt_reader **out, mp_comm *world, const char *dir, const ckpt_region *want, int nwant,
+                          mp_err *e) {
+    assert(out && world && dir && (want || nwant == 0));
+    *out = NULL;
+    ck_h5_init();
+    const int me = world->rank, size = world->size;
+    buf_t req = {0}, parts = {0};
+    mp_code local = pack_regions(want, nwant, &req, e);
+    int64_t n = (int64_t)req.n, tot = 0;
+    int64_t *rcount = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
+    int64_t *pcount = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
+    int64_t *eight = me == 0 ? mp_xmalloc(sizeof(int64_t) * (size_t)size) : NULL;
+    world->gather(world, rcount, &n, sizeof n, 0);
+    for (int q = 0; me == 0 && q < size; q++) { tot += rcount[q]; eight[q] = (int64_t)sizeof(int64_t); }
+    char *all = me == 0 ? mp_xmalloc((size_t)tot + 1) : NULL;
+    world->gatherv(world, all, req.p, n, rcount, 0);
+    if (me == 0 && !local) local = plan_all(dir, size, all, rcount, &parts, pcount, e);
+    free(all);
+    free(req.p);
+    free(rcount);
+    mp_code rc = agree(world, local, e);   /* rank 0's bad index: the same error everywhere */
+    int64_t mine = 0;
+    char *part = NULL;
+    if (!rc) {
+        world->scatterv(world, &mine, (int64_t)sizeof mine, pcount, eight, 0);
+        part = mp_xmalloc((size_t)mine + 1);
+        world->scatterv(world, part, mine, parts.p, pcount, 0);
+    }
+    free(pcount);
+    free(eight);
+    free(parts.p);
+    if (rc) return rc;
+    ck_layout L;
+    local = unpack_part(part, mine, &L, e);
+    free(part);
+    rc = agree(world, local, e);
+    if (rc) {
+        if (!local) ck_layout_free(&L);
+        return rc;
+    }
+    *out = ck_reader_new(dir, &L);
+    return MP_OK;
+}
