@@ -1,7 +1,7 @@
 /*
  * ckpt/read_pipe.h — the reader's verification worker (ckpt/read_pipe.c): one helper thread that runs
  * one job at a time, so that ckpt_read can hash piece k while its own thread reads piece k+1.
- * Internal to ckpt/ (used by ckpt/reader.c only).
+ * Internal to ckpt/ (ckpt/reader.c; ckpt/writer.c hashes fill bands on one) and reshard/hf_sink.c.
  */
 #ifndef CKPT_READ_PIPE_H
 #define CKPT_READ_PIPE_H
