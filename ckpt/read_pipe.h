@@ -27,6 +27,11 @@ void ck_worker_wait(ck_worker *w);
 /* 1 if a job is posted and not yet waited for. */
 int ck_worker_busy(const ck_worker *w);
 
+/* 1 when MP_CKPT_SERIAL_FILL is set (non-empty, not "0"): the band writers (ckpt/writer.c fill boxes,
+ * reshard/hf_sink.c) then run without a worker, serially: the path their overlapped output is
+ * compared against in tests (tests/convert_overlap.sh). */
+int ck_worker_serial_forced(void);
+
 /* 1 if w's thread belongs to this process (a worker created before fork() has no thread in the
  * child: the child must make a new one). */
 int ck_worker_usable(const ck_worker *w);

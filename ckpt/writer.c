@@ -693,12 +693,6 @@ static void hash_job_run(void *arg) {
     hasher_feed(j->h, j->p, j->nrows);
 }
 
-/* 1 when MP_CKPT_SERIAL_FILL is set to a non-empty value other than 0. */
-static int serial_fill(void) {
-    const char *v = getenv("MP_CKPT_SERIAL_FILL");
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 /* Produces (fill callback) and writes one band of fill box B, rows [r0, r0 + n), from buf. */
 static mp_code write_one_band(wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0, int64_t n, void *buf, const char *path,
                               mp_err *e) {
@@ -909,7 +903,7 @@ static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
     for (int i = 0; i < s->nb; i++)
         if (i == 0 || frs[i] != frs[i - 1]) frs[nfr++] = frs[i];
     fill_pipe fp = {{NULL, NULL}, band_cap, NULL};
-    int nbuf = band_cap ? (serial_fill() ? 1 : 2) : 0;
+    int nbuf = band_cap ? (ck_worker_serial_forced() ? 1 : 2) : 0;
     for (int k = 0; k < nbuf; k++) fp.buf[k] = mp_malloc(band_cap, MP_MEM_CKPT);
     if (nbuf == 2) fp.w = ck_worker_new();
     int64_t bytes = 0, file_bytes = 0;
