@@ -73,7 +73,9 @@ typedef struct ckpt_save_opts {
                                 with file_rank < world_size). 0: the communicator's size. */
     size_t fill_bytes;       /* buffer bound for boxes added with ckpt_save_add_fill: each box is
                                 produced and written in row bands of at most this many bytes (at least
-                                one tile row). 0: 16 MiB. */
+                                one tile row), through two buffers of that size (band k is hashed on
+                                a helper thread while band k+1 is produced; MP_CKPT_SERIAL_FILL=1: one
+                                buffer, no overlap, the same bytes). 0: 16 MiB. */
     ckpt_progress_fn progress;  /* optional: called after each box this process writes, with the tensor
                                    bytes written so far and the total of its boxes (on the writer's
                                    thread: the background thread of an async save) */
@@ -122,8 +124,9 @@ mp_code ckpt_save_add(ckpt_save *s, const char *name, mp_dtype dt, int ndim, con
 typedef mp_code (*ckpt_fill_fn)(void *ctx, const int64_t *offset, const int64_t *shape, void *buf, mp_err *e);
 
 /* Like ckpt_save_add, but the data is produced on demand while the file is written: the writer calls
- * fill for consecutive row bands of at most opts.fill_bytes and writes and hashes each band before
- * asking for the next, so memory stays bounded whatever the box size. The box goes to the rank file
+ * fill for consecutive row bands of at most opts.fill_bytes, in order, on the caller's thread, and
+ * writes each band before asking for the next (its hashing may overlap the next fill, into another
+ * buffer), so memory stays bounded whatever the box size. The box goes to the rank file
  * of file_rank (0 <= file_rank < world size, see opts.world_size): one process may write the files
  * of several ranks (offline resharding), each file written once all its boxes are added. Boxes of a
  * file are written in the order added. ctx must stay valid until the commit. Synchronous saves only

@@ -27,6 +27,7 @@
 #include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 struct ck_worker {
@@ -138,3 +139,8 @@ void ck_worker_wait(ck_worker *w) {
 int ck_worker_busy(const ck_worker *w) { return w && w->busy; }
 
 int ck_worker_usable(const ck_worker *w) { return w && w->pid == getpid(); }
+
+int ck_worker_serial_forced(void) {
+    const char *v = getenv("MP_CKPT_SERIAL_FILL");
+    return v && *v && strcmp(v, "0") != 0;
+}

@@ -1,7 +1,7 @@
 /*
  * ckpt/read_pipe.h — the reader's verification worker (ckpt/read_pipe.c): one helper thread that runs
  * one job at a time, so that ckpt_read can hash piece k while its own thread reads piece k+1.
- * Internal to ckpt/ (used by ckpt/reader.c only).
+ * Internal to ckpt/ (ckpt/reader.c; ckpt/writer.c hashes fill bands on one) and reshard/hf_sink.c.
  */
 #ifndef CKPT_READ_PIPE_H
 #define CKPT_READ_PIPE_H
@@ -26,6 +26,11 @@ void ck_worker_wait(ck_worker *w);
 
 /* 1 if a job is posted and not yet waited for. */
 int ck_worker_busy(const ck_worker *w);
+
+/* 1 when MP_CKPT_SERIAL_FILL is set (non-empty, not "0"): the band writers (ckpt/writer.c fill boxes,
+ * reshard/hf_sink.c) then run without a worker, serially: the path their overlapped output is
+ * compared against in tests (tests/convert_overlap.sh). */
+int ck_worker_serial_forced(void);
 
 /* 1 if w's thread belongs to this process (a worker created before fork() has no thread in the
  * child: the child must make a new one). */

@@ -17,7 +17,8 @@
  * Uncompressed boxes are CONTIGUOUS datasets (file type = memory type: no conversion, no fill); a
  * pointer box is written by one H5Dwrite straight from the caller's buffer, a fill box by one
  * hyperslab H5Dwrite per band of dim-0 rows (at most opts.fill_bytes, a multiple of the tile rows,
- * through one band buffer accounted as MP_MEM_CKPT). With zstd they are chunked one tile per chunk
+ * through two band buffers accounted as MP_MEM_CKPT: band k is hashed on the ckpt/read_pipe.c worker
+ * while band k+1 is produced and written, HDF5 staying on the caller's thread). With zstd they are chunked one tile per chunk
  * (tile_rows x tile_cols x the box's dims 2..), shuffle then zstd 32015.
  *
  * Checksums (format v2, docs/FORMAT.md): each box is cut into tiles by ckpt_tile_geometry (bands of
@@ -45,6 +46,7 @@
  */
 #define _GNU_SOURCE
 #include "ckpt/ckpt_internal.h"
+#include "ckpt/read_pipe.h"
 #include "ckpt/zstd_filter.h"
 #include "core/alloc.h"
 #include "core/fsutil.h"
@@ -669,48 +671,88 @@ done:
     return rc;
 }
 
-/* Writes fill box B into dataset d band by band through buf (band_cap bytes), feeding h. */
-static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher *h, void *buf, size_t band_cap,
-                                const char *path, mp_err *e) {
+/* The band buffers of fill boxes: two, so that the checksum of band k runs on the worker thread
+ * (ckpt/read_pipe.c) while the caller's thread produces band k+1 (the fill callback: a source read,
+ * HDF5 included) and writes it. One buffer and no worker when MP_CKPT_SERIAL_FILL=1 (the serial path,
+ * kept to compare against: the bytes are the same, only the overlap differs). */
+typedef struct fill_pipe {
+    void *buf[2];
+    size_t cap;        /* bytes of each buffer */
+    ck_worker *w;      /* NULL: serial */
+} fill_pipe;
+
+/* The job: feed one band to the hasher (memory only, no HDF5). */
+typedef struct hash_job {
+    hasher *h;
+    const char *p;
+    int64_t nrows;
+} hash_job;
+
+static void hash_job_run(void *arg) {
+    hash_job *j = arg;
+    hasher_feed(j->h, j->p, j->nrows);
+}
+
+/* Produces (fill callback) and writes one band of fill box B, rows [r0, r0 + n), from buf. */
+static mp_code write_one_band(wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0, int64_t n, void *buf, const char *path,
+                              mp_err *e) {
+    int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
+    memcpy(goff, B->off, sizeof goff);
+    memcpy(gshp, B->shp, sizeof gshp);
+    goff[0] += r0;
+    gshp[0] = n;
+    mp_err fe;
+    mp_err_clear(&fe);
+    mp_code frc = B->fill(B->ctx, goff, gshp, buf, &fe);
+    if (frc != MP_OK) {
+        char reg[256];
+        ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
+        return mp_err_set(e, frc, "writing %s: tensor %s: producing rows %s: %s", path, B->name, reg,
+                          fe.msg[0] ? fe.msg : mp_code_name(frc));
+    }
+    hsize_t start[CKPT_MAX_DIMS] = {0}, count[CKPT_MAX_DIMS];
+    for (int k = 0; k < B->ndim; k++) count[k] = (hsize_t)gshp[k];
+    start[0] = (hsize_t)r0;
+    hid_t msp = H5Screate_simple(B->ndim, count, NULL);
+    herr_t hr = msp < 0 ? -1 : H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL);
+    if (hr >= 0) hr = H5Dwrite(d, ft, msp, fsp, H5P_DEFAULT, buf);
+    if (msp >= 0) H5Sclose(msp);
+    if (hr < 0) {
+        char reg[256];
+        ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
+        return ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, B->dataset, B->name, reg);
+    }
+    return MP_OK;
+}
+
+/* Writes fill box B into dataset d band by band through the pipe's buffers, feeding h: band k is
+ * hashed on the worker while band k+1 is produced and written into the other buffer (the hasher is
+ * fed in band order either way, so the checksums do not depend on the path). Returns with no job in
+ * flight. */
+static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher *h, fill_pipe *fp, const char *path,
+                                mp_err *e) {
     int64_t br = band_rows(B, s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT);
     int64_t rb = row_bytes(B);
-    assert(buf && (size_t)(br * rb) <= band_cap);
-    (void)band_cap;
+    assert(fp->buf[0] && (size_t)(br * rb) <= fp->cap);
     hid_t fsp = H5Dget_space(d);
     if (fsp < 0) return ck_h5_err(e, MP_EIO, "writing %s: dataset %s: dataspace", path, B->dataset);
     mp_code rc = MP_OK;
-    for (int64_t r0 = 0; r0 < B->shp[0] && rc == MP_OK; r0 += br) {
+    hash_job job;
+    int k = 0;
+    for (int64_t r0 = 0; r0 < B->shp[0] && rc == MP_OK; r0 += br, k++) {
         int64_t n = B->shp[0] - r0 < br ? B->shp[0] - r0 : br;
-        int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
-        memcpy(goff, B->off, sizeof goff);
-        memcpy(gshp, B->shp, sizeof gshp);
-        goff[0] += r0;
-        gshp[0] = n;
-        mp_err fe;
-        mp_err_clear(&fe);
-        mp_code frc = B->fill(B->ctx, goff, gshp, buf, &fe);
-        if (frc != MP_OK) {
-            char reg[256];
-            ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
-            rc = mp_err_set(e, frc, "writing %s: tensor %s: producing rows %s: %s", path, B->name, reg,
-                            fe.msg[0] ? fe.msg : mp_code_name(frc));
-            break;
+        void *buf = fp->buf[fp->w ? k & 1 : 0];   /* the worker may still hash the other one */
+        rc = write_one_band(B, d, fsp, ft, r0, n, buf, path, e);
+        if (rc != MP_OK) break;
+        if (!fp->w) {
+            hasher_feed(h, buf, n);
+            continue;
         }
-        hsize_t start[CKPT_MAX_DIMS] = {0}, count[CKPT_MAX_DIMS];
-        for (int k = 0; k < B->ndim; k++) count[k] = (hsize_t)gshp[k];
-        start[0] = (hsize_t)r0;
-        hid_t msp = H5Screate_simple(B->ndim, count, NULL);
-        herr_t hr = msp < 0 ? -1 : H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL);
-        if (hr >= 0) hr = H5Dwrite(d, ft, msp, fsp, H5P_DEFAULT, buf);
-        if (msp >= 0) H5Sclose(msp);
-        if (hr < 0) {
-            char reg[256];
-            ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
-            rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, B->dataset, B->name, reg);
-            break;
-        }
-        hasher_feed(h, buf, n);
+        ck_worker_wait(fp->w);   /* band k-1 hashed: its buffer is free, the hasher ours to hand on */
+        job = (hash_job){h, buf, n};
+        ck_worker_post(fp->w, hash_job_run, &job);
     }
+    if (fp->w) ck_worker_wait(fp->w);
     H5Sclose(fsp);
     return rc;
 }
@@ -733,10 +775,9 @@ static mp_code write_tiles(hid_t f, hid_t lcpl, const wbox *B, const hasher *h, 
     return MP_OK;
 }
 
-/* Writes box B (its data and tile array, hashing it on the way) into file f. buf/band_cap: the band
- * buffer for fill boxes. */
-static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, void *buf, size_t band_cap, const char *path,
-                         mp_err *e) {
+/* Writes box B (its data and tile array, hashing it on the way) into file f. fp: the band buffers
+ * for fill boxes. */
+static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, fill_pipe *fp, const char *path, mp_err *e) {
     hid_t ft = ck_h5_type(B->dt);
     if (ft < 0) return ck_h5_err(e, MP_EIO, "writing %s: tensor %s: file type", path, B->name);
     hid_t d = -1;
@@ -751,7 +792,7 @@ static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, void *buf, 
             goto done;
         }
     } else {
-        rc = write_fill_bands(s, d, ft, B, &h, buf, band_cap, path, e);
+        rc = write_fill_bands(s, d, ft, B, &h, fp, path, e);
         if (rc != MP_OK) goto done;
     }
     hasher_finish(&h, B);
@@ -775,8 +816,7 @@ done:
 
 /* Writes, closes and fsyncs the rank file of file rank fr: the boxes of s with that file rank, in
  * the order added. Adds the tensor bytes to *bytes and the file's size to *file_bytes. */
-static mp_code write_one_file(ckpt_save *s, int fr, void *buf, size_t band_cap, int64_t *bytes, int64_t *file_bytes,
-                              mp_err *e) {
+static mp_code write_one_file(ckpt_save *s, int fr, fill_pipe *fp, int64_t *bytes, int64_t *file_bytes, mp_err *e) {
     char *path = ck_fmt("%s/rank_%05d.h5", s->partial, fr);
     mp_code rc = MP_OK;
     ck_h5_clear();
@@ -818,7 +858,7 @@ static mp_code write_one_file(ckpt_save *s, int fr, void *buf, size_t band_cap, 
     for (int i = 0; i < s->nb && rc == MP_OK; i++) {
         wbox *B = &s->b[i];
         if (B->rank != fr) continue;
-        rc = write_box(s, f, lcpl, B, buf, band_cap, path, e);
+        rc = write_box(s, f, lcpl, B, fp, path, e);
         if (rc == MP_OK && fdp) sync_file_range(*fdp, 0, 0, SYNC_FILE_RANGE_WRITE);
         *bytes += (int64_t)mp_dtype_size(B->dt) * ck_volume(B->ndim, B->shp);
         if (rc == MP_OK && s->o.progress) s->o.progress(s->o.progress_ctx, *bytes, s->progress_total);
@@ -865,11 +905,15 @@ static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
     int nfr = 0;
     for (int i = 0; i < s->nb; i++)
         if (i == 0 || frs[i] != frs[i - 1]) frs[nfr++] = frs[i];
-    void *buf = band_cap ? mp_malloc(band_cap, MP_MEM_CKPT) : NULL;
+    fill_pipe fp = {{NULL, NULL}, band_cap, NULL};
+    int nbuf = band_cap ? (ck_worker_serial_forced() ? 1 : 2) : 0;
+    for (int k = 0; k < nbuf; k++) fp.buf[k] = mp_malloc(band_cap, MP_MEM_CKPT);
+    if (nbuf == 2) fp.w = ck_worker_new();
     int64_t bytes = 0, file_bytes = 0;
     mp_code rc = MP_OK;
-    for (int k = 0; k < nfr && rc == MP_OK; k++) rc = write_one_file(s, frs[k], buf, band_cap, &bytes, &file_bytes, e);
-    mp_free_acct(buf, band_cap, MP_MEM_CKPT);
+    for (int k = 0; k < nfr && rc == MP_OK; k++) rc = write_one_file(s, frs[k], &fp, &bytes, &file_bytes, e);
+    ck_worker_free(fp.w);
+    for (int k = 0; k < nbuf; k++) mp_free_acct(fp.buf[k], band_cap, MP_MEM_CKPT);
     free(frs);
     s->st.bytes = bytes;
     s->st.file_bytes = file_bytes;

@@ -29,6 +29,7 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "layers/llama.h"
+#include "ckpt/read_pipe.h"
 #include "reshard/reshard.h"
 #include "reshard/safetensors.h"
 
@@ -138,7 +139,33 @@ static mp_code write_files(hf_sink *h, int *gen, mp_err *e) {
 /* Data bytes of item t in the output dtype. */
 static int64_t item_bytes(const hf_sink *h, const hf_item *t) { return t->shape[0] * t->shape[1] * st_dtype_size(h->dtype); }
 
-/* Writes items [a, b) into the safetensors file dir/file, each pulled in row bands. */
+/* One band handed to the safetensors writer on the worker thread (plain write(2), no HDF5). */
+typedef struct put_job {
+    st_writer *w;
+    const float *x;
+    int64_t count;
+    mp_code rc;
+    mp_err e;
+} put_job;
+
+static void put_job_run(void *arg) {
+    put_job *j = arg;
+    mp_err_clear(&j->e);
+    j->rc = st_writer_put(j->w, j->x, j->count, &j->e);
+}
+
+/* Waits for the put in flight (if any); its error, if it failed, into e. */
+static mp_code put_wait(ck_worker *wk, put_job *j, mp_err *e) {
+    if (!wk || !ck_worker_busy(wk)) return MP_OK;
+    ck_worker_wait(wk);
+    if (j->rc && e) *e = j->e;
+    return j->rc;
+}
+
+/* Writes items [a, b) into the safetensors file dir/file, each pulled in row bands through two
+ * buffers: band k is converted and written on the ckpt/read_pipe.c worker while the caller's thread
+ * reads band k+1 from the source (HDF5 stays on it). MP_CKPT_SERIAL_FILL=1: one buffer, serial. The
+ * bytes written are the same either way (one writer, bands in order). */
 static mp_code write_shard(hf_sink *h, const char *file, int a, int b, mp_err *e) {
     st_decl *d = mp_xcalloc(sizeof *d * (size_t)(b - a + 1));
     size_t rows_max = 1;
@@ -153,19 +180,39 @@ static mp_code write_shard(hf_sink *h, const char *file, int a, int b, mp_err *e
     char *path = mp_fs_join(h->partial, file);
     st_writer *w = NULL;
     mp_code rc = st_writer_open(&w, path, d, b - a, e);
-    float *buf = rc ? NULL : mp_malloc(rows_max * sizeof(float), MP_MEM_CKPT);
+    int nbuf = rc ? 0 : ck_worker_serial_forced() ? 1 : 2;
+    float *buf[2] = {NULL, NULL};
+    for (int k = 0; k < nbuf; k++) buf[k] = mp_malloc(rows_max * sizeof(float), MP_MEM_CKPT);
+    ck_worker *wk = nbuf == 2 ? ck_worker_new() : NULL;
+    put_job job = {0};
+    int band = 0;
     for (int i = a; i < b && !rc; i++) {
         hf_item *t = &h->it[i];
         int64_t step = (int64_t)(rows_max / (size_t)t->shape[1]);
-        for (int64_t r = 0; r < t->shape[0] && !rc; r += step) {
+        for (int64_t r = 0; r < t->shape[0] && !rc; r += step, band++) {
             int64_t off[2] = {r, 0}, shp[2] = {t->shape[0] - r < step ? t->shape[0] - r : step, t->shape[1]};
-            rc = t->fill(t->ctx, off, shp, buf, e);
-            if (!rc) rc = st_writer_put(w, buf, shp[0] * shp[1], e);
+            float *x = buf[wk ? band & 1 : 0];   /* the worker may still write the other one */
+            rc = t->fill(t->ctx, off, shp, x, e);
+            if (!rc) rc = put_wait(wk, &job, e);
+            if (rc) break;
+            if (!wk) {
+                rc = st_writer_put(w, x, shp[0] * shp[1], e);
+                continue;
+            }
+            job = (put_job){.w = w, .x = x, .count = shp[0] * shp[1]};
+            ck_worker_post(wk, put_job_run, &job);
         }
     }
+    mp_err we;
+    mp_code wrc = put_wait(wk, &job, &we);   /* a fill error stands; else the last put's */
+    if (!rc && wrc) {
+        rc = wrc;
+        if (e) *e = we;
+    }
+    ck_worker_free(wk);
     if (!rc) rc = st_writer_close(w, e);
     else st_writer_free(w);
-    if (buf) mp_free_acct(buf, rows_max * sizeof(float), MP_MEM_CKPT);
+    for (int k = 0; k < nbuf; k++) mp_free_acct(buf[k], rows_max * sizeof(float), MP_MEM_CKPT);
     free(path);
     free(d);
     return rc;

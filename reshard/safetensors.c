@@ -12,6 +12,7 @@
  *     element i+1's 2 source bytes), so reading needs no scratch buffer at all.
  * Little-endian hosts only (the format's byte order is copied as is).
  */
+#define _GNU_SOURCE
 #include "reshard/safetensors.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -432,6 +433,9 @@ static char *build_header(const st_decl *d, int n, size_t *len) {
 
 /* Moves cur past finished (and empty) tensors. */
 static void advance(st_writer *w) {
+    /* a tensor done: start writeback of what is written so far (does not wait), so the disk works
+     * while the next tensor is produced and the fsync at close only waits for the tail */
+    if (w->left == 0 && w->cur < w->n) sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     while (w->left == 0 && w->cur < w->n) {
         w->cur++;
         if (w->cur < w->n) w->left = w->numel[w->cur];
