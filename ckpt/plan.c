@@ -25,6 +25,7 @@
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +271,9 @@ mp_code ckpt_open_planned(ckpt_reader **out, mp_comm *world, const char *dir, co
     const int me = world->rank, size = world->size;
     buf_t req = {0}, parts = {0};
     mp_code local = pack_regions(want, nwant, &req, e);
+    /* every rank must see the directory it will read rank files from (node-local storage: only rank
+     * 0's host may have it); the same error as ckpt_open's, agreed below */
+    if (!local && !mp_fs_is_dir(dir)) local = mp_err_set(e, MP_EINPUT, "checkpoint directory %s does not exist", dir);
     int64_t n = (int64_t)req.n, tot = 0;
     int64_t *rcount = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
     int64_t *pcount = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
