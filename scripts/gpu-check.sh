@@ -7,8 +7,9 @@
 # Parts, each under `timeout`, in this order (R: required):
 #   R kernels_host        core/cuda/hostcheck: the kernels' host side and the attention tiling on the host
 #   R kernels_device      every launcher against host references, reductions run twice, bitwise (attention
-#                         hd 64 / 128 on the tensor-core kernels, forward + backward repeated bitwise)
-#     kernels_device_simt the same with MP_CUDA_ATTN=simt: the CUDA-core attention kernels
+#                         on the default CUDA-core kernels, forward + backward repeated bitwise)
+#     kernels_device_mma  the same with MP_CUDA_ATTN=mma: the tensor-core attention kernels (opt-in: wrong
+#                         on their first H200 run, docs/BENCH_GPU.md)
 #   R cuda_train          a 2-step tiny `train --device cuda`
 #   R device_parity       CPU-vs-GPU logits, loss, gradients, AdamW steps (tests/test_device_parity.c) on
 #                         the two small configs (T 16)
@@ -102,7 +103,7 @@ fi
 
 part kernels_host 60 1 "$bin/cuda_check_host"
 part kernels_device 90 1 "$bin/cuda_check_device"
-part kernels_device_simt 60 0 env MP_CUDA_ATTN=simt "$bin/cuda_check_device"
+part kernels_device_mma 60 0 env MP_CUDA_ATTN=mma "$bin/cuda_check_device"
 part cuda_train 60 1 "$bin/meshpoint" train --config "$tiny" --train-data "$data" --steps 2 --run-dir "$out/probe" --device cuda
 part device_parity 120 1 "$bin/test_device_parity" cuda tests/configs/cli_tiny.json tests/configs/torch_gqa_tied.json
 part device_parity_hd64 120 1 "$bin/test_device_parity" --seq-len 112 cuda tests/configs/parity_hd64.json

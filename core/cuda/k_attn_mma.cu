@@ -86,15 +86,17 @@ static __global__ void __launch_bounds__(FA_THREADS)
     fb_store<HD, 1>(dq, st.dq, b, T, H, h, r0, lane);
 }
 
-/* 1 when the tensor-core kernels take this call: hd 64 or 128, every pointer 4-byte aligned (pair
- * loads), and MP_CUDA_ATTN is not "simt" (the CUDA-core kernels, kept for comparison). */
+/* 1 when the tensor-core kernels take this call: MP_CUDA_ATTN=mma, hd 64 or 128, every pointer 4-byte
+ * aligned (pair loads). Opt-in: their first run on an H200 (2026-12-04, docs/BENCH_GPU.md) computed
+ * wrong results (check_kernels_device: 93 failed checks, head dims 64 and 128, though the 32-lane host
+ * replay of the same tile code passes), so the CUDA-core kernels stay the default until it is found. */
 extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd) {
-    static int simt = -1;
-    if (simt < 0) {
+    static int mma = -1;
+    if (mma < 0) {
         const char *e = getenv("MP_CUDA_ATTN");
-        simt = e && strcmp(e, "simt") == 0;
+        mma = e && strcmp(e, "mma") == 0;
     }
-    return !simt && (hd == 64 || hd == 128) && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 3) == 0;
+    return mma && (hd == 64 || hd == 128) && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 3) == 0;
 }
 
 extern "C" void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
