@@ -186,6 +186,13 @@ herr_t ck_attr_read_u64(hid_t obj, const char *name, uint64_t *v, int n);
 double ck_now(void);
 /* asprintf into a new string (aborts on OOM). */
 char *ck_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A growing byte buffer (the save's box lists, the collective load's requests and shares); {0} is empty,
+ * p is freed with free(). ck_buf_put appends n bytes of v (checked allocation, counted as MP_MEM_OTHER). */
+typedef struct { char *p; size_t n, cap; } ck_buf;
+void ck_buf_put(ck_buf *b, const void *v, size_t n);
+/* MP_OK if dir is a directory, else MP_EINPUT "checkpoint directory DIR does not exist" (ckpt_open, and
+ * every rank of ckpt_open_planned: node-local storage may hold it on rank 0's host only). */
+mp_code ck_dir_exists(const char *dir, mp_err *e);
 /* raise(SIGKILL) if MP_CKPT_CRASH_AT == point (and MP_CKPT_CRASH_RANK unset or == rank). */
 void ck_crash_point(const char *point, int rank);
 

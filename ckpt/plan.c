@@ -25,7 +25,6 @@
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
-#include "core/fsutil.h"
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,40 +35,26 @@ typedef struct {
     char created_utc[32];
 } plan_head;
 
-typedef struct {   /* a growing byte buffer */
-    char *p;
-    size_t n, cap;
-} buf_t;
-
-static void buf_put(buf_t *b, const void *src, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 256;
-        b->p = mp_realloc(b->p, 0, b->cap, MP_MEM_OTHER);
-    }
-    if (n) memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-
 /* ------------------------------------------------------------------------------- the requests */
 
 /* The regions as bytes: per region a uint32 name length, the name, offset[4] and shape[4] (unused
  * dims: offset 0, shape 1). MP_EINPUT for a name longer than CKPT_NAME_MAX. */
-static mp_code pack_regions(const ckpt_region *w, int n, buf_t *b, mp_err *e) {
+static mp_code pack_regions(const ckpt_region *w, int n, ck_buf *b, mp_err *e) {
     for (int i = 0; i < n; i++) {
         size_t len = strlen(w[i].name);
         if (len > CKPT_NAME_MAX)
             return mp_err_set(e, MP_EINPUT, "tensor name of %zu bytes (at most %d): %.40s...", len, CKPT_NAME_MAX, w[i].name);
         uint32_t l = (uint32_t)len;
-        buf_put(b, &l, sizeof l);
-        buf_put(b, w[i].name, len);
-        buf_put(b, w[i].offset, sizeof w[i].offset);
-        buf_put(b, w[i].shape, sizeof w[i].shape);
+        ck_buf_put(b, &l, sizeof l);
+        ck_buf_put(b, w[i].name, len);
+        ck_buf_put(b, w[i].offset, sizeof w[i].offset);
+        ck_buf_put(b, w[i].shape, sizeof w[i].shape);
     }
     return MP_OK;
 }
 
 char *ckpt_region_list(const ckpt_region *want, int n, size_t *bytes) {
-    buf_t b = {0};
+    ck_buf b = {0};
     mp_err e;
     if (pack_regions(want, n, &b, &e) != MP_OK) {
         free(b.p);
@@ -120,7 +105,7 @@ static int cmp_int(const void *a, const void *b) {
 
 /* Packs the part of layout L of the boxes ids[n] (sorted, unique) and the tensors marked in want_t
  * into b: head, tensors, boxes, files, slabs, metadata. Indices are renumbered to the part's. */
-static void pack_part(const ck_layout *L, const int *ids, int n, const char *want_t, buf_t *b) {
+static void pack_part(const ck_layout *L, const int *ids, int n, const char *want_t, ck_buf *b) {
     int *tmap = mp_xmalloc(sizeof(int) * (size_t)(L->ntensors + 1)), *fmap = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     plan_head h;
     memset(&h, 0, sizeof h);
@@ -136,7 +121,7 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
     h.version = L->version; h.world = L->world; h.zstd_level = L->zstd_level;
     h.nboxes = n; h.nmeta = L->nmeta; h.step = L->step;
     memcpy(h.created_utc, L->created_utc, sizeof h.created_utc);
-    buf_put(b, &h, sizeof h);
+    ck_buf_put(b, &h, sizeof h);
     int k0 = 0;   /* the boxes are grouped by tensor in tensor order: each tensor's run starts at k0 */
     for (int i = 0; i < L->ntensors; i++) {
         if (tmap[i] < 0) continue;
@@ -148,7 +133,7 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
         t.box_first = k0;
         while (k0 < n && L->b[ids[k0]].tensor == i) k0++;
         t.nboxes = k0 - t.box_first;
-        buf_put(b, &t, sizeof t);
+        ck_buf_put(b, &t, sizeof t);
     }
     assert(k0 == n);
     int64_t slab_at = 0;
@@ -158,16 +143,16 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
         x.file = fmap[x.file];
         x.slab_first = slab_at;
         slab_at += x.nslabs;
-        buf_put(b, &x, sizeof x);
+        ck_buf_put(b, &x, sizeof x);
     }
     for (int i = 0; i < L->nfiles; i++)
-        if (fmap[i] >= 0) buf_put(b, &L->f[i], sizeof L->f[i]);
+        if (fmap[i] >= 0) ck_buf_put(b, &L->f[i], sizeof L->f[i]);
     for (int k = 0; k < n; k++)
         if (L->b[ids[k]].nslabs > 0)
-            buf_put(b, L->slabs + L->b[ids[k]].slab_first, sizeof(uint64_t) * (size_t)L->b[ids[k]].nslabs);
+            ck_buf_put(b, L->slabs + L->b[ids[k]].slab_first, sizeof(uint64_t) * (size_t)L->b[ids[k]].nslabs);
     for (int i = 0; i < L->nmeta; i++) {
-        buf_put(b, L->keys[i], strlen(L->keys[i]) + 1);
-        buf_put(b, L->vals[i], strlen(L->vals[i]) + 1);
+        ck_buf_put(b, L->keys[i], strlen(L->keys[i]) + 1);
+        ck_buf_put(b, L->vals[i], strlen(L->vals[i]) + 1);
     }
     free(tmap);
     free(fmap);
@@ -223,7 +208,7 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
 
 /* Rank 0's part of the open: reads the checkpoint (ckpt_open) and packs every rank's part of it from
  * the regions gathered in req (rank q's at the sum of rcount[< q]) into parts, pcount[size]. */
-static mp_code plan_all(const char *dir, int size, const char *req, const int64_t *rcount, buf_t *parts,
+static mp_code plan_all(const char *dir, int size, const char *req, const int64_t *rcount, ck_buf *parts,
                         int64_t *pcount, mp_err *e) {
     ckpt_reader *full = NULL;
     MP_TRY(ckpt_open(&full, dir, e));
@@ -269,11 +254,11 @@ mp_code ckpt_open_planned(ckpt_reader **out, mp_comm *world, const char *dir, co
     *out = NULL;
     ck_h5_init();
     const int me = world->rank, size = world->size;
-    buf_t req = {0}, parts = {0};
+    ck_buf req = {0}, parts = {0};
     mp_code local = pack_regions(want, nwant, &req, e);
     /* every rank must see the directory it will read rank files from (node-local storage: only rank
      * 0's host may have it); the same error as ckpt_open's, agreed below */
-    if (!local && !mp_fs_is_dir(dir)) local = mp_err_set(e, MP_EINPUT, "checkpoint directory %s does not exist", dir);
+    if (!local) local = ck_dir_exists(dir, e);
     int64_t n = (int64_t)req.n, tot = 0;
     int64_t *rcount = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
     int64_t *pcount = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;

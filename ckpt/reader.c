@@ -96,7 +96,7 @@ mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
     assert(out);
     *out = NULL;
     ck_h5_init();
-    if (!dir || !mp_fs_is_dir(dir)) return mp_err_set(e, MP_EINPUT, "checkpoint directory %s does not exist", dir ? dir : "(null)");
+    MP_TRY(ck_dir_exists(dir, e));
     ck_layout L;
     char *ip = ck_fmt("%s/index.h5", dir);
     mp_code rc = ck_index_read(ip, &L, e);

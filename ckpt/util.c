@@ -1,10 +1,11 @@
 /*
- * ckpt/util.c — small pieces every file of ckpt/ shares: the clock, formatted strings, and the crash
- * points of MP_CKPT_CRASH_AT that the kill tests use. The file-system steps of the commit protocol
- * (fsync, durable rename, directory swap, mkdir -p, removal) are core/fsutil.h's, shared with every layer.
+ * ckpt/util.c — small pieces every file of ckpt/ shares: the clock, formatted strings, a growing byte
+ * buffer, the checkpoint-directory check of every open, and the crash points of MP_CKPT_CRASH_AT that the
+ * kill tests use. The file-system steps of the commit protocol (fsync, durable rename, directory swap, mkdir -p, removal) are core/fsutil.h's, shared with every layer.
  */
 #define _GNU_SOURCE
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include "ckpt/ckpt_internal.h"
 #include <signal.h>
 #include <stdarg.h>
@@ -23,6 +24,21 @@ char *ck_fmt(const char *fmt, ...) {
     va_end(ap);
     if (n < 0 || !s) mp_oom(0, MP_MEM_OTHER, "a formatted string");
     return s;
+}
+
+void ck_buf_put(ck_buf *b, const void *v, size_t n) {
+    if (b->n + n > b->cap) {
+        size_t cap = (b->n + n) * 2 + 256;
+        b->p = mp_realloc(b->p, b->cap, cap, MP_MEM_OTHER);
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, v, n);
+    b->n += n;
+}
+
+mp_code ck_dir_exists(const char *dir, mp_err *e) {
+    if (dir && mp_fs_is_dir(dir)) return MP_OK;
+    return mp_err_set(e, MP_EINPUT, "checkpoint directory %s does not exist", dir ? dir : "(null)");
 }
 
 void ck_crash_point(const char *point, int rank) {

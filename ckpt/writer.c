@@ -923,24 +923,12 @@ static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
 
 /* ---------------------------------------------------------------------------------- exchange */
 
-typedef struct { char *p; size_t n, cap; } buf_t;
-
-static void put(buf_t *b, const void *v, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = (b->n + n) * 2 + 256;
-        b->p = mp_realloc(b->p, b->cap, cap, MP_MEM_OTHER);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, v, n);
-    b->n += n;
-}
-
-static void put_i64(buf_t *b, int64_t v) { put(b, &v, sizeof v); }
-static void put_str(buf_t *b, const char *s) { int64_t n = (int64_t)strlen(s); put_i64(b, n); put(b, s, (size_t)n); }
+static void put_i64(ck_buf *b, int64_t v) { ck_buf_put(b, &v, sizeof v); }
+static void put_str(ck_buf *b, const char *s) { int64_t n = (int64_t)strlen(s); put_i64(b, n); ck_buf_put(b, s, (size_t)n); }
 
 /* This process's box list: the recorded world size, then per box its names, file rank, shapes,
  * checksums and tile geometry (not the tile array, which stays in the rank file). */
-static void serialize(const ckpt_save *s, buf_t *b) {
+static void serialize(const ckpt_save *s, ck_buf *b) {
     put_i64(b, s->wsize);
     put_i64(b, s->nb);
     for (int i = 0; i < s->nb; i++) {
@@ -1048,7 +1036,7 @@ static int gather_ranks(void) {
  * world size other than rank 0's (both -1 if none); the other ranks return an empty list. */
 static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank, int *bad_world) {
     mp_comm *w = s->world;
-    buf_t mine = {0};
+    ck_buf mine = {0};
     serialize(s, &mine);
     int root = w->rank == 0;
     int64_t n = (int64_t)mine.n;
@@ -1486,7 +1474,7 @@ void ckpt_save_free(ckpt_save *s) {
 /* ------------------------------------------------------------- scale simulation (bench_scale only) */
 
 char *ckpt_save_list(const ckpt_save *s, size_t *n) {
-    buf_t b = {0};
+    ck_buf b = {0};
     serialize(s, &b);
     *n = b.n;
     return b.p;
