@@ -344,6 +344,13 @@ mp_code ckpt_cleanup_partials(const char *root, int *removed, mp_err *e);
  * the count. One rank. */
 mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e);
 
+/* Finishes a retention a crash interrupted: of the step directories ckpt_retain(root, keep) would
+ * remove, removes those without an index.h5 (retention removes the index first, so only its own
+ * half-done work qualifies; a directory with a damaged index is left for the user). Logs each. One
+ * rank, before the run's first save: a run that makes no save (resumed at its last step) still leaves
+ * no leftover. */
+mp_code ckpt_finish_retention(const char *root, int keep, int *removed, mp_err *e);
+
 /* What a root holds (read only; a missing root holds nothing). */
 typedef struct ckpt_root_info {
     int nsteps;             /* step_<digits> directories, complete or not */

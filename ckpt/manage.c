@@ -238,7 +238,21 @@ mp_code ckpt_cleanup_partials(const char *root, int *removed, mp_err *e) {
     return rc;
 }
 
-mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e) {
+/* Whether checkpoint directory `name` under rootfd has no index.h5 entry at all (a link counts as
+ * present): what an interrupted retention leaves, since retire_step removes the index first. A damaged
+ * index is present: such a directory is evidence for the user, not a leftover. */
+static int index_absent(int rootfd, const char *name) {
+    char *p = ck_fmt("%s/index.h5", name);
+    struct stat st;
+    int absent = fstatat(rootfd, p, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
+    free(p);
+    return absent;
+}
+
+/* ckpt_retain and ckpt_finish_retention: the newest `keep` complete checkpoints are kept; every older
+ * step directory but the one `latest` names is retired, or with leftovers_only only those without an
+ * index.h5 (a removal a crash interrupted). */
+static mp_code retain(const char *root, int keep, int leftovers_only, int *removed, mp_err *e) {
     if (removed) *removed = 0;
     if (keep < 1) return mp_err_set(e, MP_EINPUT, "retention: keep %d must be >= 1", keep);
     int64_t *steps;
@@ -261,10 +275,13 @@ mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e) {
             if (steps[i] == named) continue;
             char *name = ck_fmt("step_%08lld", (long long)steps[i]);
             int was_link = 0;
-            rc = retire_step(rootfd, root, name, &was_link, e);
-            if (rc == MP_OK) {
-                mp_debug("ckpt: retention removed %s/%s%s", root, name, was_link ? " (a link)" : "");
-                if (removed) (*removed)++;
+            if (!leftovers_only || index_absent(rootfd, name)) {
+                rc = retire_step(rootfd, root, name, &was_link, e);
+                if (rc == MP_OK) {
+                    if (leftovers_only) mp_warn("ckpt: removing %s/%s, left by an interrupted retention", root, name);
+                    else mp_debug("ckpt: retention removed %s/%s%s", root, name, was_link ? " (a link)" : "");
+                    if (removed) (*removed)++;
+                }
             }
             free(name);
         }
@@ -273,6 +290,12 @@ mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e) {
     }
     free(steps);
     return rc;
+}
+
+mp_code ckpt_retain(const char *root, int keep, int *removed, mp_err *e) { return retain(root, keep, 0, removed, e); }
+
+mp_code ckpt_finish_retention(const char *root, int keep, int *removed, mp_err *e) {
+    return retain(root, keep, 1, removed, e);
 }
 
 mp_code ckpt_inspect_root(const char *root, ckpt_root_info *info, mp_err *e) {

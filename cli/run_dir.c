@@ -139,7 +139,8 @@ static mp_code refuse_used_run_dir(train_run *r) {
 /* Sets up the checkpointer under r->ckpt_root (--ckpt-dir, else RUN/checkpoints). Rank 0 takes the
  * root's job lock for the run's life (another job holding it: exit 2 naming it), refuses a fresh run
  * in a used run directory, records itself in the lock, and only then removes the leftovers of
- * interrupted saves (a live job's *.partial is never touched). Collective. Returns the agreed code:
+ * interrupted saves (a live job's *.partial is never touched) and, with --keep, of an interrupted
+ * retention (ckpt_finish_retention). Collective. Returns the agreed code:
  * nonzero means `fail_agreed` (the failing rank printed the message). */
 mp_code mp_train_claim_ckpt_root(train_run *r) {
     const train_flags *f = &r->f;
@@ -159,6 +160,7 @@ mp_code mp_train_claim_ckpt_root(train_run *r) {
         if (!local) local = ckpt_lock_publish(r->lock, &r->err);
         if (!local) local = ckpt_cleanup_partials(r->ckpt_root, &removed, &r->err);
         if (removed) mp_warn("removed %d unfinished checkpoint(s) (*.partial) under %s", removed, r->ckpt_root);
+        if (!local && f->keep > 0) local = ckpt_finish_retention(r->ckpt_root, f->keep, &removed, &r->err);
     }
     return mp_runtime_agree(&r->rt, local, &r->err);
 }

@@ -19,6 +19,9 @@
 #                  run's last save failing fails the run (exit 1), sync and async alike
 #   ranks_data     (mpiexec -np 2) a training file only rank 0 can open: one agreed error, exit 2, no hang
 #   ranks_resume   (mpiexec -np 2) ranks that see different checkpoint roots resume from rank 0's choice
+#   retention_leftover  a retention a kill interrupted (an old step directory whose index.h5 is gone) is
+#                  finished by the next --keep run even when it saves nothing (resumed at its last step);
+#                  an old directory with a damaged index, a newer one and `latest`'s are left alone
 set -u
 bin=$1; data=$2; config=$3; work=$4; case=$5
 mpi="mpiexec --allow-run-as-root --oversubscribe -np 2"
@@ -179,6 +182,27 @@ ranks_resume)
         --run-dir "$run" --resume
     grep -q "done: 5 steps" "$work/log" || fail "the resumed run did not finish: $(cat "$work/log")"
     echo "ok ($case): every rank resumed from rank 0's choice (step 4)"
+    ;;
+retention_leftover)
+    run=$work/run; root=$run/checkpoints
+    train --run-dir "$run" --steps 10 --ckpt-every 2 >/dev/null 2>&1 || fail "first run"
+    rm "$root/step_00000002/index.h5"                          # retention killed after its first unlink
+    printf 'damaged' > "$root/step_00000004/index.h5"            # not retention's work: evidence, kept
+    rm "$root/step_00000008/index.h5"                          # inside the kept window (10, 6): kept
+    before=$(snapshot "$root/step_00000004")
+    expect 0 "removing .*step_00000002, left by an interrupted retention" "$work/log" \
+        train --run-dir "$run" --steps 10 --ckpt-every 2 --keep 2 --resume
+    grep -q "resumed from .*step_00000010" "$work/log" || fail "did not resume from step 10: $(cat "$work/log")"
+    [ -e "$root/step_00000002" ] && fail "the interrupted retention's step_00000002 is still there"
+    [ "$(snapshot "$root/step_00000004")" = "$before" ] || fail "step_00000004 (damaged index) was touched"
+    [ -d "$root/step_00000008" ] || fail "step_00000008 was removed: only directories older than the kept ones go"
+    [ -d "$root/step_00000006" ] || fail "step_00000006 (kept) was removed"
+    check_latest "$root" 10
+    # without --keep, nothing is retention's business
+    mkdir "$root/step_00000001"
+    expect 0 "" "$work/log2" train --run-dir "$run" --steps 10 --ckpt-every 2 --resume
+    [ -d "$root/step_00000001" ] || fail "a run without --keep removed step_00000001"
+    echo "ok ($case): the interrupted retention finished; the damaged, the kept window's and latest's left alone"
     ;;
 *) fail "unknown case" ;;
 esac
