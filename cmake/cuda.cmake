@@ -10,7 +10,8 @@
 # the build (the GPU bundle puts it in bin/, beside meshpoint), is dlopened by core/cuda_module.c only
 # when something asks for a CUDA device; a CPU run never maps CUDA, and the binary starts where CUDA is
 # not installed. The module calls back into core (errors, accounting, log prefix): every program linking
-# mp_core exports its symbols (--export-dynamic), and the module exports one symbol (core/cuda/module.map).
+# mp_core exports core's mp_* functions (core/cuda/host_symbols.list), and the module exports one symbol
+# (core/cuda/module.map).
 # core/cuda/ is compiled once (mp_cuda_obj, position-independent) into both the module and a static
 # library, mp_cuda, which the kernel checks (tests/cuda.cmake) link directly. A CUDA build on a machine
 # without a usable GPU refuses `--device cuda` with a clear error (exit 2). Kernels are built for sm_80
@@ -82,7 +83,8 @@ if(MP_HAVE_CUDA)
   target_link_libraries(mp_cuda PUBLIC ${mp_cuda_libs})
   set_target_properties(mp_cuda PROPERTIES LINKER_LANGUAGE CUDA CUDA_RUNTIME_LIBRARY Shared)
   target_compile_definitions(mp_core PUBLIC MP_HAVE_CUDA=1)
-  target_link_options(mp_core INTERFACE "LINKER:--export-dynamic")   # the module's calls into core
+  # the module's calls into core: programs export core's mp_* functions (and nothing else of theirs)
+  target_link_options(mp_core INTERFACE "LINKER:--dynamic-list=${CMAKE_SOURCE_DIR}/core/cuda/host_symbols.list")
   message(STATUS "meshpoint: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, archs ${MP_CUDA_ARCHS}, NCCL ${NCCL_LIBRARY})")
 else()
   message(STATUS "meshpoint: CUDA backend OFF (MP_CUDA=${MP_CUDA}; missing: ${mp_cuda_missing})")

@@ -23,8 +23,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/tensor.h"
 
 #ifdef MP_HAVE_CUDA
+/* The core functions the module calls (its undefined mp_* symbols: `nm -D -u libmeshpoint-cuda.so`).
+ * Referenced here so that every program that can load the module (this file comes with mp_backend_get)
+ * links them, and so exports them (core/cuda/host_symbols.list); a program could otherwise lack one its
+ * own code never calls, and the load would fail on it. tests/cuda_module.sh checks this list against the
+ * module and every program of the build. */
+typedef void (*mp_any_fn)(void);
+__attribute__((used)) static const mp_any_fn g_module_needs[] = {
+    (mp_any_fn)mp_malloc_, (mp_any_fn)mp_calloc_, (mp_any_fn)mp_free_acct, (mp_any_fn)mp_mem_cat_name,
+    (mp_any_fn)mp_err_set, (mp_any_fn)mp_err_wrap, (mp_any_fn)mp_log_prog, (mp_any_fn)mp_time_s,
+    (mp_any_fn)mp_dtype_size, (mp_any_fn)mp_dtype_name, (mp_any_fn)mp_comm_count_all_reduce,
+    (mp_any_fn)mp_comm_count_all_gatherv, (mp_any_fn)mp_comm_count_reduce_scatterv,
+    (mp_any_fn)mp_comm_count_broadcast, (mp_any_fn)mp_comm_count_gather, (mp_any_fn)mp_comm_count_scatter,
+};
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_tried;                      /* a load was attempted (its outcome below) */
 static const mp_cuda_module *g_module;   /* the table, when it loaded */

@@ -17,8 +17,8 @@
  * struct mp_backend of core/backend.h and the mp_comm tables of the NCCL communicators (core/comm.h), so
  * no caller branches on CPU vs CUDA and no caller outside core/cuda/ sees a CUDA type. The module calls
  * back into core's own functions (errors, accounted allocation, log prefix, communicator counters): the
- * executables of a CUDA build export their symbols (-rdynamic, cmake/cuda.cmake), so there is one copy of
- * core's state, the executable's. The table carries an ABI number and the sizes of the structs it shares;
+ * executables of a CUDA build export core's mp_* functions (core/cuda/host_symbols.list), so there is one
+ * copy of core's state, the executable's. The table carries an ABI number and the sizes of the structs it shares;
  * a module from another build is refused rather than called.
  */
 #ifndef MP_CUDA_MODULE_H

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/cuda_module.sh MESHPOINT DATA CONFIG WORKDIR CASE — the CUDA backend is a module that only a CUDA
 # device loads (core/cuda_module.h, issues 21/22):
-#   maps    every CPU command (--version, data, train with a checkpoint, ckpt ls/verify, eval, sample,
+#   maps    (CUDA builds) every program beside the module that can load it exports the core functions the
+#           module calls (nm); every CPU command (--version, data, train with a checkpoint, ckpt ls/verify, eval, sample,
 #           init, reshard, export, import) runs under LD_DEBUG=libs, and no shared object it loads is
 #           libcudart, libcublas(Lt), libnccl or the module; in a CUDA build, `train --device cuda` under
 #           the same watch must load the module and libcudart (the watch can see them) and exit 2 with
@@ -37,6 +38,21 @@ watch() {
 }
 
 if [ "$what" = maps ]; then
+  if [ $cuda = 1 ]; then   # every program that can load the module exports the core functions it calls
+    nm -D -u "$module" | awk '$2 ~ /^mp_/ { print $2 }' | sort -u > "$work/module_needs"
+    [ -s "$work/module_needs" ] || fail "nm lists no mp_* symbol the module takes from core"
+    n=0
+    for p in "$(dirname "$module")"/*; do
+      [ -f "$p" ] && [ -x "$p" ] || continue
+      nm -D --defined-only "$p" 2> /dev/null | awk '{ print $3 }' | sort -u > "$work/exports"
+      grep -qx mp_cuda_module_load "$work/exports" || continue   # cannot load it
+      n=$((n + 1))
+      missing=$(comm -23 "$work/module_needs" "$work/exports" | tr '\n' ' ')
+      [ -z "$missing" ] || fail "$(basename "$p") can load the CUDA module but does not export what it calls: $missing"
+    done
+    [ $n -gt 5 ] || fail "only $n programs beside the module can load it"
+    echo "$n programs can load the module; each exports the $(wc -l < "$work/module_needs") core functions it calls"
+  fi
   run="$work/run"
   watch version 0 "$bin" --version
   watch data 0 "$bin" data --out "$work/data" --name t "$(dirname "$0")/README.md"

@@ -21,9 +21,9 @@
 #include <string.h>
 #include "core/alloc.h"
 #include "core/backend.h"
+#include "core/cuda_module.h"
 #include "core/kernels_cpu.h"
 #include "tests/testutil.h"
-#include "core/cuda_module.h"
 
 #define FWD_TOL 1e-5
 #define FD_TOL 1e-3
