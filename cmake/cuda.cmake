@@ -6,7 +6,7 @@
 #   -DMP_CUDA=ON              required: configuring fails naming what is missing
 #   -DMP_CUDA=OFF             never (no module; `--version` says "cuda not built in")
 #
-# One binary either way: libmeshpoint links no CUDA library. The module, placed beside the programs of
+# One binary either way: meshpoint (and every program linking mp_core) links no CUDA library. The module, placed beside the programs of
 # the build (the GPU bundle puts it in bin/, beside meshpoint), is dlopened by core/cuda_module.c only
 # when something asks for a CUDA device; a CPU run never maps CUDA, and the binary starts where CUDA is
 # not installed. The module calls back into core (errors, accounting, log prefix): every program linking

@@ -109,7 +109,6 @@ mp_code mp_mesh_init_mpi(mp_mesh *m, int tp, int dp, mp_err *err) {
 }
 
 /* ---- device communicators (see the top of this file) ---- */
-
 typedef struct {
     mp_backend *be;
     mp_comm *inner;        /* the NCCL communicator; NULL for a group of one */
@@ -288,7 +287,6 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
     }
     return c;
 }
-
 
 mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_err *err) {
     assert(m && be && m->world_comm && m->tp_comm && m->dp_comm && m->ctl_dp && m->ctl_tp);
