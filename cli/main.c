@@ -11,10 +11,8 @@
 #include "ckpt/ckpt.h"
 #include "cli/cli.h"
 #include "core/backend.h"
+#include "core/cuda_module.h"
 #include "core/log.h"
-#ifdef MP_HAVE_CUDA
-#include "core/cuda/device_cuda.h"
-#endif
 
 #ifndef MP_VERSION
 #define MP_VERSION "unknown"
@@ -50,11 +48,12 @@ static void print_usage(FILE *out) {
 }
 
 /* The devices this binary can train on here: the CPU always; CUDA when built in, with the GPUs CUDA
- * reports or its reason for none (so `--version` tells a user at once why `--device cuda` is refused). */
+ * reports or its reason for none (so `--version` tells a user at once why `--device cuda` is refused).
+ * The CUDA module is loaded only where a CUDA driver is (mp_cuda_devices): on a CPU node nothing of CUDA. */
 static void print_devices(void) {
 #ifdef MP_HAVE_CUDA
-    char why[256] = "";
-    int n = mp_cuda_device_count(why, sizeof why);
+    char why[MP_ERR_MSG_MAX] = "";
+    int n = mp_cuda_devices(why, sizeof why);
     if (n > 0) printf("devices: cpu, cuda (%d GPU%s)\n", n, n > 1 ? "s" : "");
     else if (n == 0) printf("devices: cpu; cuda built in, no GPU on this host\n");
     else printf("devices: cpu; cuda built in, no usable GPU: %s\n", why);

@@ -5,19 +5,18 @@
  * divides them by factor, "llama3" leaves high frequencies, divides low ones by factor and interpolates
  * smoothly between (modeling_rope_utils._compute_llama3_parameters), all in double, rounded to fp32 once.
  *
- * "cuda" is a known name in every build. A build without the CUDA toolkit refuses it saying so; a CUDA
- * build (cmake/cuda.cmake) first finds this process's GPU (core/cuda/device_cuda.c), so a host without a
- * usable one is refused with CUDA's own reason. Both are usage errors (MP_EINPUT, exit 2): the user
- * asked for a device this binary or host cannot give, and nothing has been created yet.
+ * "cuda" is a known name in every build. It is reached through the CUDA module (core/cuda_module.h),
+ * loaded on this first request: a build without the CUDA toolkit refuses it saying so, a module that
+ * cannot be loaded is refused with its path and dlerror(), and the module first finds this process's GPU
+ * (core/cuda/device_cuda.c), so a host without a usable one is refused with CUDA's own reason. All are
+ * usage errors (MP_EINPUT, exit 2): the user asked for a device this binary or host cannot give, and
+ * nothing has been created yet.
  */
 #include "core/backend.h"
 #include <assert.h>
 #include <math.h>
 #include <string.h>
-#ifdef MP_HAVE_CUDA
-#include "core/cuda/backend_cuda.h"
-#include "core/cuda/device_cuda.h"
-#endif
+#include "core/cuda_module.h"
 
 mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err) {
     assert(out);
@@ -34,15 +33,10 @@ mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err) {
         return MP_OK;
     }
     if (strcmp(name, "cuda") == 0) {
-#ifdef MP_HAVE_CUDA
-        int dev;
-        MP_TRY(mp_cuda_device_select(&dev, err));
-        /* the table over the kernels, GEMMs and streams (core/cuda/backend_cuda.c; one per process) */
-        return mp_backend_cuda(dev, out, err);
-#else
-        return mp_err_set(err, MP_EINPUT, "device cuda: meshpoint was built without CUDA (rebuild on a machine with "
-                          "the CUDA toolkit and NCCL: scripts/build.sh BUILD -DMP_CUDA=ON)");
-#endif
+        const mp_cuda_module *m;
+        MP_TRY(mp_cuda_module_load(&m, err));
+        /* the GPU, then the table over the kernels, GEMMs and streams (core/cuda/backend_cuda.c; one per process) */
+        return m->backend(out, err);
     }
     return mp_err_set(err, MP_EINPUT, "device: unknown device '%s' (expected cpu, cpu-bf16 or cuda)", name);
 }

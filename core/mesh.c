@@ -17,7 +17,8 @@
  * buffers, as ctl_tp and ctl_dp. A device communicator is:
  *   - for a group of more than one rank, an NCCL communicator (core/cuda/comm_nccl.h: the unique id
  *     drawn by the group's rank 0 and broadcast over the group's MPI communicator) on a stream of its own
- *     (be->stream_create; mp_backend_cuda_stream gives NCCL its cudaStream_t), behind a thin wrapper
+ *     (be->stream_create), made by the CUDA module's comm_create (core/cuda_module.h: this file sees no
+ *     CUDA type, and a build without CUDA compiles it too and never reaches it), behind a thin wrapper
  *     that orders it with the backend's compute stream through two events: the collective's stream
  *     waits for the compute queued before the call, and the compute stream's later work waits for the
  *     collective. So callers keep the contract of the host communicators (a collective is "done" for
@@ -28,7 +29,7 @@
  *     in to out with be->copy when they differ (mp_comm_self's memmove would touch device memory from
  *     the host). No NCCL is created for it: a 1x1 CUDA run needs neither NCCL nor MPI.
  * The backend must outlive the mesh: mp_mesh_destroy frees the device communicators' streams and events
- * through it (tear down the mesh before mp_backend_cuda_destroy).
+ * through it (tear down the mesh before the backend).
  * NCCL failures are agreed over the world (mp_comm_agree) before the next collective (a tp group that
  * failed on one dp row must not leave the other rows waiting in the dp group's set-up): every rank
  * returns the same code with the message of the lowest failing rank.
@@ -41,10 +42,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
-#ifdef MP_HAVE_CUDA
-#include "core/cuda/backend_cuda.h"
-#include "core/cuda/comm_nccl.h"
-#endif
+#include "core/cuda_module.h"
 
 void mp_mesh_init_single(mp_mesh *m) {
     assert(m);
@@ -111,8 +109,6 @@ mp_code mp_mesh_init_mpi(mp_mesh *m, int tp, int dp, mp_err *err) {
 }
 
 /* ---- device communicators (see the top of this file) ---- */
-#ifdef MP_HAVE_CUDA
-
 typedef struct {
     mp_backend *be;
     mp_comm *inner;        /* the NCCL communicator; NULL for a group of one */
@@ -270,7 +266,9 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
         d->stream = be->stream_create(be);
         d->before = be->event_create(be);
         d->after = be->event_create(be);
-        d->inner = mp_comm_nccl_create(mp_comm_mpi_handle(host), mp_backend_cuda_stream(be, d->stream), err);
+        const mp_cuda_module *mod = NULL;
+        if (mp_cuda_module_load(&mod, err) == MP_OK)   /* loaded already: it made be */
+            d->inner = mod->comm_create(mp_comm_mpi_handle(host), be, d->stream, err);
         if (!d->inner) {
             dev_destroy(c);
             return NULL;
@@ -290,14 +288,9 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
     return c;
 }
 
-#endif /* MP_HAVE_CUDA */
-
 mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_err *err) {
     assert(m && be && m->world_comm && m->tp_comm && m->dp_comm && m->ctl_dp && m->ctl_tp);
     if (be->device != MP_DEV_CUDA) return MP_OK;   /* host buffers: the host communicators serve */
-#ifndef MP_HAVE_CUDA
-    return mp_err_set(err, MP_EINTERNAL, "mesh: a CUDA backend (%s) in a build without CUDA", be->name);
-#else
     if (!be->copy || !be->stream_create || !be->stream_destroy || !be->event_create || !be->event_destroy ||
         !be->event_record || !be->stream_wait_event)
         return mp_err_set(err, MP_EINTERNAL, "mesh: backend %s lacks the copy, stream or event entries its "
@@ -322,7 +315,6 @@ mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_err *err) {
         *dev = c;
     }
     return MP_OK;
-#endif
 }
 
 void mp_mesh_destroy(mp_mesh *m) {

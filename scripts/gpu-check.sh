@@ -27,7 +27,8 @@
 #
 # --selftest: the CPU part, for the machine that built the bundle (tests/gpu_bundle.sh runs it with the
 # project's packages hidden): the programs load (inside a bundle: every library loaded comes from the
-# bundle, the CUDA directories found, or glibc), kernels_host, a CPU training run with a compressed
+# bundle, the CUDA directories found, or glibc), the CUDA module loads (`--device cuda` gets as far as
+# CUDA's own answer), kernels_host, a CPU training run with a compressed
 # checkpoint verified and evaluated (HDF5, zstd, xxHash, OpenBLAS, an MPI singleton), tp 2 under the
 # bundled mpiexec, and the parity program on cpu-bf16 with the head-dim-64 config. No GPU needed.
 #
@@ -79,6 +80,7 @@ fi
 for p in meshpoint cuda_check_host cuda_check_device test_device_parity; do
   [ -x "$bin/$p" ] || missing+=("$bin/$p")
 done
+[ -f "$bin/libmeshpoint-cuda.so" ] || missing+=("$bin/libmeshpoint-cuda.so (the CUDA module meshpoint loads)")
 [ ${#missing[@]} -eq 0 ] || die "missing prerequisites: ${missing[*]}"
 if command -v nvidia-smi > /dev/null 2>&1; then timeout 30 nvidia-smi -L 2>&1; else echo "(nvidia-smi: not installed)"; fi
 timeout 60 "$bin/meshpoint" --version > "$out/version.log" 2>&1 ||

@@ -6,8 +6,11 @@
 # What the bundle holds (BUILD_DIR defaults to build-gpu-bundle; the bundle is BUILD_DIR/meshpoint-gpu,
 #            packed for travel as BUILD_DIR/meshpoint-gpu.tar.gz):
 #   bin/       meshpoint, cuda_check_host, cuda_check_device, test_device_parity (linked with an RPATH of
-#              $ORIGIN/../lib, DT_RPATH so it also covers the libraries' own dependencies), and Open MPI's
-#              mpiexec/orterun/orted for the tp x dp part on a host with 2+ GPUs
+#              $ORIGIN/../lib, DT_RPATH so it also covers the libraries' own dependencies), the CUDA module
+#              libmeshpoint-cuda.so beside them (the same RPATH; meshpoint and test_device_parity dlopen it
+#              from their own folder for --device cuda, core/cuda_module.h; the cuda_check_* programs link
+#              core/cuda/ statically), and Open MPI's mpiexec/orterun/orted for the tp x dp part on a host
+#              with 2+ GPUs
 #   lib/       every shared library those load (ldd, Open MPI's and PMIx's components included) that is
 #              neither CUDA's (cudart, cuBLAS(Lt), NCCL, cuDNN, the driver) nor the C library's (glibc:
 #              libc, libm, libdl, libpthread, librt, libresolv, the loader); libstdc++/libgcc_s go to
@@ -42,19 +45,23 @@ mkdir -p "$bdir"
 echo "gpu_bundle.sh: building the CUDA variant in $bdir (warnings as errors)"
 # CMAKE_SKIP_RPATH: no build-tree RUNPATH (it would name this machine's directories); the one RPATH is ours.
 cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DMP_CUDA=ON -DMP_WERROR=ON -DCMAKE_SKIP_RPATH=ON \
-  "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath,\\\$ORIGIN/../lib" > "$bdir/gpu_bundle.configure.log" 2>&1 ||
+  "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath,\\\$ORIGIN/../lib" \
+  "-DCMAKE_MODULE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath,\\\$ORIGIN/../lib" > "$bdir/gpu_bundle.configure.log" 2>&1 ||
   { tail -20 "$bdir/gpu_bundle.configure.log"; echo "gpu_bundle.sh: configuring failed (log $bdir/gpu_bundle.configure.log)" >&2; exit 1; }
 progs="meshpoint cuda_check_host cuda_check_device test_device_parity"
+module=libmeshpoint-cuda.so
 # shellcheck disable=SC2086
-cmake --build "$bdir" -j"$(nproc)" --target $progs > "$bdir/gpu_bundle.build.log" 2>&1 ||
+cmake --build "$bdir" -j"$(nproc)" --target $progs meshpoint-cuda > "$bdir/gpu_bundle.build.log" 2>&1 ||
   { tail -30 "$bdir/gpu_bundle.build.log"; echo "gpu_bundle.sh: the build failed (log $bdir/gpu_bundle.build.log)" >&2; exit 1; }
-rpath=$(objdump -p "$bdir/meshpoint" | awk '$1 == "RPATH" { print $2 }')
-[ "$rpath" = '$ORIGIN/../lib' ] || { echo "gpu_bundle.sh: meshpoint's RPATH is '$rpath', not \$ORIGIN/../lib" >&2; exit 1; }
+for f in meshpoint $module; do
+  rpath=$(objdump -p "$bdir/$f" | awk '$1 == "RPATH" { print $2 }')
+  [ "$rpath" = '$ORIGIN/../lib' ] || { echo "gpu_bundle.sh: $f's RPATH is '$rpath', not \$ORIGIN/../lib" >&2; exit 1; }
+done
 
 rm -rf "$out"
 mkdir -p "$out"/{bin,lib/compat,lib/openmpi3,lib/pmix,lib/hwloc,share,scripts,bench,tests/configs,configs,data,etc}
 echo "meshpoint GPU bundle (scripts/gpu_bundle.sh)" > "$out/BUNDLE"
-for p in $progs; do cp "$bdir/$p" "$out/bin/"; done
+for p in $progs $module; do cp "$bdir/$p" "$out/bin/"; done
 
 # Open MPI: the launcher for tp x dp (2+ GPUs), its components and help texts, PMIx's components.
 ompi_lib=$(dirname "$(readlink -f "$(ldd "$bdir/meshpoint" | awk '$1 ~ /^libmpi\.so/ { print $3 }')")")

@@ -2,6 +2,9 @@
 # data, tiny, mode, root): mp_gpu_selftest runs the CPU part of the GPU check, on the machine that built
 # the bundle, every piece required:
 #   kernels_host   core/cuda/hostcheck on the host (the kernels' helpers, the attention tiling vs float64)
+#   cuda_module    `train --device cuda` loads the CUDA module beside meshpoint (core/cuda_module.h) with the
+#                  CUDA libraries found: it trains (a GPU here) or exits 2 with CUDA's own reason ("device
+#                  cuda: no ..."), never "cannot load the CUDA module"
 #   cpu_train      3 steps on --device cpu with a zstd-compressed checkpoint, `ckpt verify`, `eval`: HDF5,
 #                  zstd, xxHash, cJSON, OpenBLAS, OpenMP and an Open MPI singleton (no mpirun)
 #   mpiexec_tp2    tp 2 on the CPU under `mpiexec -np 2` (the bundle's Open MPI: the launcher that the
@@ -50,11 +53,21 @@ mp_gpu_tp2() {
   mpiexec --allow-run-as-root --oversubscribe -np 2 "$bin/meshpoint" train --config "$tiny" --train-data "$data" \
     --steps 2 --tp 2 --log-every 1 --device cpu --run-dir "$1"
 }
-export -f mp_gpu_cpu_train mp_gpu_tp2
+# mp_gpu_cuda_module RUN: 0 when `--device cuda` reaches CUDA through the module (trains, or CUDA's refusal).
+mp_gpu_cuda_module() {
+  local rc
+  "$bin/meshpoint" train --config "$tiny" --train-data "$data" --steps 1 --device cuda --run-dir "$1" > "$1.out" 2>&1
+  rc=$?
+  cat "$1.out"
+  [ $rc -eq 0 ] && return 0
+  [ $rc -eq 2 ] && grep -q 'device cuda: no' "$1.out" && ! grep -q 'cannot load the CUDA module' "$1.out"
+}
+export -f mp_gpu_cpu_train mp_gpu_tp2 mp_gpu_cuda_module
 export bin tiny data root
 
 mp_gpu_selftest() {
   part kernels_host 60 1 "$bin/cuda_check_host"
+  part cuda_module 60 1 bash -c 'mp_gpu_cuda_module "$1"' _ "$out/cuda_module"
   part cpu_train 60 1 bash -c 'mp_gpu_cpu_train "$1"' _ "$out/cpu_train"
   part mpiexec_tp2 90 1 bash -c 'mp_gpu_tp2 "$1"' _ "$out/tp2"
   if [ "$mode" = bundle ]; then

@@ -2,8 +2,10 @@
 # tests/device_cuda.sh MESHPOINT DATA CONFIG WORKDIR — `--device cuda` where it cannot run is a usage
 # error (exit 2) that says why, for train, eval and sample, and creates nothing:
 #   - a build without CUDA: "meshpoint was built without CUDA";
-#   - a CUDA build on a host without a usable GPU (this CI machine): CUDA's own reason, as
-#     `meshpoint --version` reports it ("devices: cpu; cuda built in, no usable GPU: ...").
+#   - a CUDA build on a host without a usable GPU (this CI machine): the CUDA module loads and the refusal
+#     is CUDA's own reason; `meshpoint --version` says "devices: cpu; cuda built in, no usable GPU: ..."
+#     (without a CUDA driver it does not load the module: its reason is then the missing libcuda.so.1).
+#     The module missing or unloadable is tests/cuda_module.sh's.
 # On a host where `--version` lists GPUs the refusal does not apply: the test is skipped (exit 77);
 # scripts/gpu-check.sh is the GPU's test.
 set -u

@@ -1,7 +1,8 @@
 /*
  * core/cuda/backend_cuda.h — the CUDA implementation of struct mp_backend (core/backend.h), CUDA builds
  * only: act_dtype bf16, device memory (host_memory = 0), one compute stream. core/backend.c's
- * mp_backend_get("cuda") selects the GPU (core/cuda/device_cuda.h) and then calls mp_backend_cuda.
+ * mp_backend_get("cuda") loads the CUDA module (core/cuda_module.h), whose backend entry
+ * (core/cuda/module.c) selects the GPU (core/cuda/device_cuda.h) and then calls mp_backend_cuda.
  *
  * NOT YET RUN ON A GPU: this glue, like the kernels under it, has only been compiled (docs/CUDA.md).
  *
