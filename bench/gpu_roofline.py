@@ -41,12 +41,22 @@ def model_rows(c, B, T):
         r[1] += flops
         r[2] += nbytes
 
-    linears = [(D, H * hd, L), (D, KV * hd, 2 * L), (H * hd, D, L), (D, I, 2 * L), (I, D, L), (D, V, 1)]
+    linears = [(D, H * hd, L), (D, KV * hd, 2 * L), (H * hd, D, L), (D, V, 1)]
     for din, dout, cnt in linears:
         f = 2.0 * N * din * dout
         add(gemm_key(0, 1, N, dout, din, "bf16"), cnt, cnt * f, cnt * 2.0 * (N * din + din * dout + N * dout))
         add(gemm_key(0, 0, N, din, dout, "bf16"), cnt, cnt * f, cnt * 2.0 * (N * dout + din * dout + 2 * N * din))
         add(gemm_key(1, 0, dout, din, N, "f32"), cnt, cnt * f, cnt * (2.0 * (N * dout + N * din) + 8.0 * din * dout))
+    # the MLP runs feature-major (layers/llama.c): gate and up are one [2I, D] GEMM each way, on
+    # transposed activations; down reads h^T [I, N]
+    f = 2.0 * N * D * 2 * I
+    add(gemm_key(0, 1, 2 * I, N, D, "bf16"), L, L * f, L * 2.0 * (N * D + 2 * I * D + 2 * I * N))
+    add(gemm_key(1, 0, N, D, 2 * I, "bf16"), L, L * f, L * 2.0 * (2 * I * N + 2 * I * D + N * D))
+    add(gemm_key(0, 0, 2 * I, D, N, "f32"), L, L * f, L * (2.0 * (2 * I * N + N * D) + 8.0 * 2 * I * D))
+    f = 2.0 * N * I * D
+    add(gemm_key(1, 1, N, D, I, "bf16"), L, L * f, L * 2.0 * (N * I + I * D + N * D))
+    add(gemm_key(1, 1, I, N, D, "bf16"), L, L * f, L * 2.0 * (D * I + N * D + I * N))
+    add(gemm_key(1, 1, D, I, N, "f32"), L, L * f, L * (2.0 * (N * D + I * N) + 8.0 * D * I))
     att = 4.0 * B * H * T * T * hd / 2          # QK^T and PV over the causal half
     qkv = 2.0 * N * (H + 2 * KV) * hd
     add("attn_fwd", L, L * att, L * (qkv + 2.0 * N * H * hd + 4.0 * N * H))

@@ -106,7 +106,8 @@ static void cpu_synchronize(mp_backend *be) {}
 /* Work below this many multiply-adds runs as one sgemm on the calling thread. */
 #define MP_GEMM_SPLIT_MIN (1 << 20)
 
-/* One single-threaded product. A one-row product (M = 1: a decode step's linear layers) is a matrix-vector
+/* One single-threaded product. A one-row product (M = 1: a decode step's linear layers) or a one-column
+ * one (N = 1: the feature-major MLP's gate/up in a decode step, layers/llama.c) is a matrix-vector
  * product, which OpenBLAS's sgemv does reading op(B) once, where sgemm would first copy (pack) all of it:
  * twice the memory traffic for the weights, which is what a decode step's time is. */
 static void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
@@ -115,6 +116,13 @@ static void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, c
         if (beta == 0.0f) memset(C, 0, (size_t)N * sizeof(float));   /* garbage (NaN) in C never leaks: 0 * C */
         cblas_sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans, trans_b ? N : K, trans_b ? K : N, alpha, B,
                     ldb, A, trans_a ? lda : 1, beta, C, 1);
+        return;
+    }
+    if (N == 1) {   /* C[:, 0] = alpha op(A) op(B)[:, 0] + beta C[:, 0], op(B)[k, 0] = B[k * (trans_b ? 1 : ldb)] */
+        if (beta == 0.0f)
+            for (int i = 0; i < M; i++) C[(size_t)i * ldc] = 0.0f;
+        cblas_sgemv(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_a ? K : M, trans_a ? M : K, alpha, A,
+                    lda, B, trans_b ? 1 : ldb, beta, C, ldc);
         return;
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M,

@@ -9,6 +9,15 @@
  *     -> o (row-parallel, partial sums) -> reduce_out (+ residual) -> RMSNorm -> gather_in
  *     -> gate, up (column-parallel) -> SwiGLU -> down (row-parallel) -> reduce_out (+ residual)
  *
+ * The MLP runs feature-major: its activations are stored transposed ([Il, N]: one row per intermediate
+ * feature), so gate^T and up^T are two contiguous blocks of one buffer, [gate^T; up^T] = [Wg; Wu] x^T.
+ * With the two weight slices back to back (parameter order puts up right after gate in every arena;
+ * asserted, mlp_assert_adjacent), gate and up are ONE GEMM each way: the forward [2 Il, D] x [D, N], the
+ * input gradient [dgate | dup] [Wg; Wu] with K = 2 Il (the two products summed inside the GEMM, in fp32:
+ * no bf16 rounding of a partial sum on the GPU), the weight gradient [dgate^T; dup^T] x into [dWg; dWu].
+ * SwiGLU is elementwise, so the transposed layout costs it nothing; the down projection reads h^T with
+ * a transposed operand.
+ *
  * gather_in / reduce_out are where tensor and sequence parallelism meet: without SP the residual
  * stream is whole on every tp rank (n_res = N), gather_in is the identity and reduce_out an all-reduce;
  * with SP the stream is split along the (flattened) sequence into tp chunks (n_res = N/tp), gather_in is
@@ -167,7 +176,7 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes, int64_t *k
         ADD_F(a->lse, bht); ADD_A(a->o_in, N * qd);
         ADD_A(a->x_mid, nr * D); ADD_A(a->ln2, nr * D); ADD_F(a->rstd2, nr);
         if (m->sp) ADD_A(a->ln2_full, N * D);
-        ADD_A(a->gate, N * Il); ADD_A(a->up, N * Il); ADD_A(a->h, N * Il);
+        ADD_A(a->gate, 2 * N * Il); ADD_A(a->h, N * Il);   /* [gate^T; up^T], h^T */
     }
     ADD_A(m->x_final, nr * D); ADD_A(m->lnf, nr * D); ADD_F(m->rstdf, nr);
     if (m->sp) ADD_A(m->lnf_full, N * D);
@@ -178,7 +187,7 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes, int64_t *k
     if (train) {   /* the backward's buffers */
         ADD_A(m->dres_a, nr * D); ADD_A(m->dfull, N * D);
         ADD_A(m->dq, N * qd); ADD_A(m->dk, N * kd); ADD_A(m->dv, N * kd); ADD_A(m->do_in, N * qd);
-        ADD_A(m->dgate, N * Il); ADD_A(m->dup, N * Il); ADD_A(m->dh, N * Il); ADD_F(m->attn_scratch, bht);
+        ADD_A(m->dgate, 2 * N * Il); ADD_A(m->dh, N * Il); ADD_F(m->attn_scratch, bht);
         ADD_F(m->sync_buf, rep > 0 ? rep : 1);
     }
     int64_t half = m->hd / 2;
@@ -352,6 +361,53 @@ void llama_destroy(llama_model *m) {
 #define W(idx) (m->params[(idx)].full)
 #define DW(idx) (m->params[(idx)].full_grad)
 
+/* ---- the MLP, feature-major (see the file comment) ---- */
+
+/* Layer p's gate and up slices are one [2 Il, D] matrix in the compute weights and (grads) in the
+ * weight gradients: every arena lays out a unit's parameters back to back in parameter order, up right
+ * after gate (llama_params_alloc, llama_fsdp_gather / _grad_begin). Asserted, so a layout change cannot
+ * silently turn the fused GEMMs into reads of the wrong weights. */
+static void mlp_assert_adjacent(const llama_model *m, const llama_layer_params *p, int grads) {
+    const int64_t n = (int64_t)m->I_local * m->D;
+    assert(p->wu == p->wg + 1);
+    assert(mp_act_at(m->be, W(p->wg), n) == W(p->wu));
+    assert(!grads || DW(p->wg) + n == DW(p->wu));
+    (void)m, (void)p, (void)n, (void)grads;
+}
+
+/* m->tmp_nd [N, D] = the MLP's partial output (before the tp reduction) for xin [N, D]; saves
+ * [gate^T; up^T] and h^T in a. */
+static void mlp_forward(llama_model *m, const llama_layer_params *p, llama_layer_acts *a, const void *xin, int N) {
+    mp_backend *be = m->be;
+    const int D = m->D, Il = m->I_local;
+    void *up = mp_act_at(be, a->gate, (int64_t)Il * N);
+    mlp_assert_adjacent(m, p, 0);
+    /* [gate^T; up^T] [2 Il, N] = [Wg; Wu] xin^T */
+    be->gemm(be, 0, 1, 2 * Il, N, D, 1.0f, W(p->wg), D, xin, D, 0.0f, a->gate, N, be->act_dtype);
+    be->swiglu_fwd(be, a->h, a->gate, up, (int64_t)N * Il);
+    /* y [N, D] = h Wd^T, h stored as h^T [Il, N] */
+    be->gemm(be, 1, 1, N, D, Il, 1.0f, a->h, N, W(p->wd), Il, 0.0f, m->tmp_nd, D, be->act_dtype);
+}
+
+/* The MLP's backward for dy [N, D] (gathered): accumulates dWd, dWg, dWu; m->tmp_nd [N, D] = its partial
+ * input gradient (before the tp reduction). Uses m->dh and m->dgate. */
+static void mlp_backward(llama_model *m, const llama_layer_params *p, const llama_layer_acts *a, const void *dy,
+                         int N) {
+    mp_backend *be = m->be;
+    const int D = m->D, Il = m->I_local;
+    const void *x = a->ln2_full, *up = mp_act_at(be, a->gate, (int64_t)Il * N);
+    void *dup = mp_act_at(be, m->dgate, (int64_t)Il * N);
+    /* dh^T [Il, N] = Wd^T dy^T;  dWd [D, Il] += dy^T h */
+    be->gemm(be, 1, 1, Il, N, D, 1.0f, W(p->wd), Il, dy, D, 0.0f, m->dh, N, be->act_dtype);
+    be->gemm(be, 1, 1, D, Il, N, 1.0f, dy, D, a->h, N, 1.0f, DW(p->wd), Il, MP_F32);
+    be->swiglu_bwd(be, m->dgate, dup, m->dh, a->gate, up, (int64_t)N * Il);
+    mlp_assert_adjacent(m, p, 1);
+    /* dx = [dgate | dup] [Wg; Wu] (K = 2 Il: the two products summed in fp32);
+     * [dWg; dWu] += [dgate^T; dup^T] x */
+    be->gemm(be, 1, 0, N, D, 2 * Il, 1.0f, m->dgate, N, W(p->wg), D, 0.0f, m->tmp_nd, D, be->act_dtype);
+    be->gemm(be, 0, 0, 2 * Il, D, N, 1.0f, m->dgate, N, x, D, 1.0f, DW(p->wg), D, MP_F32);
+}
+
 /* Block l on rows for T tokens of each of the B sequences (B = m->B), at positions pos0 .. pos0+T-1
  * (training and eval: T = m->T, pos0 = 0; a kv chunk: B = 1, and k, v go into the cache at row pos0). */
 static void block_forward(llama_model *m, int l, void *x_out, int T, int pos0) {
@@ -359,7 +415,6 @@ static void block_forward(llama_model *m, int l, void *x_out, int T, int pos0) {
     llama_layer_acts *a = &m->acts[l];
     const llama_layer_params *p = &m->lp[l];
     int N = m->B * T, nr = m->sp ? N / m->tp : N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd;
-    int Il = m->I_local;
     float eps = (float)m->cfg.rms_norm_eps;
     void *k = m->kv ? mp_act_at(be, a->k, (int64_t)pos0 * kd) : a->k;
     void *v = m->kv ? mp_act_at(be, a->v, (int64_t)pos0 * kd) : a->v;
@@ -378,10 +433,7 @@ static void block_forward(llama_model *m, int l, void *x_out, int T, int pos0) {
     reduce_out(m, a->x_mid, a->x_in, m->tmp_nd, nr);
     be->rmsnorm_fwd(be, a->ln2, a->rstd2, a->x_mid, W(p->ln2), nr, D, eps);
     xin = gather_in(m, a->ln2_full, a->ln2);
-    linear_fwd(be, a->gate, xin, W(p->wg), N, D, Il);
-    linear_fwd(be, a->up, xin, W(p->wu), N, D, Il);
-    be->swiglu_fwd(be, a->h, a->gate, a->up, (int64_t)N * Il);
-    linear_fwd(be, m->tmp_nd, a->h, W(p->wd), N, Il, D);
+    mlp_forward(m, p, a, xin, N);
     reduce_out(m, x_out, a->x_mid, m->tmp_nd, nr);
 }
 
@@ -470,17 +522,11 @@ static void block_backward(llama_model *m, int l) {
     mp_backend *be = m->be;
     llama_layer_acts *a = &m->acts[l];
     const llama_layer_params *p = &m->lp[l];
-    int N = m->N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd, Il = m->I_local;
+    int N = m->N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd;
 
     /* MLP: d(down output) = d(block output), gathered under SP */
     void *dy = gather_in(m, m->dfull, m->dres_a);
-    linear_bwd_x(be, m->dh, dy, W(p->wd), N, Il, D, 0.0f);
-    linear_bwd_w(be, DW(p->wd), dy, a->h, N, Il, D);
-    be->swiglu_bwd(be, m->dgate, m->dup, m->dh, a->gate, a->up, (int64_t)N * Il);
-    linear_bwd_x(be, m->tmp_nd, m->dgate, W(p->wg), N, D, Il, 0.0f);
-    linear_bwd_x(be, m->tmp_nd, m->dup, W(p->wu), N, D, Il, 1.0f);
-    linear_bwd_w(be, DW(p->wg), m->dgate, a->ln2_full, N, D, Il);
-    linear_bwd_w(be, DW(p->wu), m->dup, a->ln2_full, N, D, Il);
+    mlp_backward(m, p, a, dy, N);
     void *dln = reduce_in_grad(m, m->tmp_nd);
     /* dy may alias dres_a (no SP): it is no longer read, so the residual gradient accumulates in place */
     be->rmsnorm_bwd(be, m->dres_a, DW(p->ln2), dln, a->x_mid, W(p->ln2), a->rstd2, m->n_res, D);

@@ -45,7 +45,9 @@ typedef struct llama_layer_acts {
     void *ln2;
     float *rstd2;
     void *ln2_full;
-    void *gate, *up, *h;   /* [N, Il] */
+    /* the MLP runs feature-major (layers/llama.c, "The MLP"): gate holds [gate^T; up^T], [2 Il, N] for the
+     * call's N tokens (up^T starts Il * N elements in), h is h^T [Il, N] */
+    void *gate, *h;
 } llama_layer_acts;
 
 struct llama_model {
@@ -93,7 +95,7 @@ struct llama_model {
     void *dres_a, *dres_b;            /* [n_res, D] residual-stream gradients */
     void *dfull;                      /* [N, D] */
     void *tmp_nd;                     /* [N, D] partial outputs before the tp reduction */
-    void *dq, *dk, *dv, *do_in, *dgate, *dup, *dh;
+    void *dq, *dk, *dv, *do_in, *dgate, *dh;   /* dgate: [dgate^T; dup^T] [2 Il, N]; dh: dh^T [Il, N] */
     float *attn_scratch;              /* [B, Hl, T] attention backward scratch (rowsum(dout * out)) */
     float *cos_t, *sin_t;
     int32_t *tok_in, *tok_tgt;        /* device copies of the micro-batch tokens */

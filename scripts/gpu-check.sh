@@ -17,6 +17,8 @@
 #   R gpu_e2e             tests/gpu_e2e.sh: bitwise resume, GPU->CPU and CPU->GPU checkpoints; with 2+ GPUs
 #                         also tp 2 and dp 2 (and tp 2 x dp 2 with 4+) over NCCL, under the bundle's mpiexec
 #   R bench_gpu           bench/bench_gpu.sh on the 1B shape: fails below its MFU floor or on a non-finite loss
+#     gemm_probe          bench/gemm_probe.cu: the step's GEMM keys alone, against the roofline and the
+#                         heuristic's other algorithms (two keys profiled 12-13x off in the first run)
 #     sanitizer_*         compute-sanitizer (found under the CUDA directory) memcheck, racecheck, synccheck
 #                         on kernels_device, with the time that is left
 # Verdicts: PASS; FAIL (it ran and failed, or hit its OWN time limit: a hang); NOT RUN (out of time: the
@@ -115,6 +117,7 @@ else
   part gpu_e2e 180 1 tests/gpu_e2e.sh "$bin/meshpoint" "$data" "$tiny" "$out/gpu_e2e"
 fi
 part bench_gpu 180 1 bench/bench_gpu.sh --bin "$bin/meshpoint" --out "$out/bench_gpu"
+part gemm_probe 60 0 "$bin/gemm_probe"   # optional: the step's GEMM keys alone (why two ran 12-13x off)
 # the summary line and the whole per-kernel table (part shows only the log's tail)
 grep '^bench_gpu: ' "$out/bench_gpu.log" 2>/dev/null || true
 sed -n '/^per-op device time/,$p' "$out/bench_gpu.log" 2>/dev/null || true
