@@ -1,6 +1,9 @@
 # tests/cuda.cmake — the CUDA kernels' checks (core/cuda/hostcheck/), in CUDA builds only (cmake/cuda.cmake).
 #   cuda_kernels_host    runs here, without a GPU: the kernels' host/device helpers and the flash-attention
 #                        tiling replayed on the host against a float64 attention and the CPU kernels
+#   cuda_kernels_host_sass  the kernels' SASS in meshpoint (tests/cuda_sass.sh): no float-to-8/16-bit-integer
+#                        conversion (nvcc 13.0's ptxas miscompiled the tensor-core attention's bf16 byte stores
+#                        into them, issue 22); skipped (77) without a cuobjdump
 #   cuda_kernels_device  every launcher against host references, reductions run twice and compared
 #                        bitwise; needs a GPU (sm_80+), exit 77 (skipped) without one
 if(MP_HAVE_CUDA)
@@ -12,4 +15,6 @@ if(MP_HAVE_CUDA)
     set_tests_properties(cuda_kernels_${check} PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300
                          ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
   endforeach()
+  add_test(NAME cuda_kernels_host_sass COMMAND ${CMAKE_SOURCE_DIR}/tests/cuda_sass.sh $<TARGET_FILE:meshpoint>)
+  set_tests_properties(cuda_kernels_host_sass PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()

@@ -71,12 +71,6 @@ __host__ __device__ static inline uint32_t fa_ld32(const mp_bf16 *p) {
 #endif
 }
 
-/* Stores the pair (lo, hi) rounded to bf16 at p[0], p[1] (p 4-byte aligned). */
-__host__ __device__ static inline void fa_st_pair(mp_bf16 *p, float lo, float hi) {
-    mp_bf16 t[2] = {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
-    memcpy(p, t, 4);
-}
-
 /* (lo, hi) rounded to bf16 and packed as a bf16x2 register (lo in the low half). */
 __host__ __device__ static inline uint32_t fa_pack(float lo, float hi) {
     mp_bf16 t[2] = {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
@@ -84,6 +78,22 @@ __host__ __device__ static inline uint32_t fa_pack(float lo, float hi) {
     memcpy(&u, t, 4);
     return u;
 }
+
+/* Stores the word u at p: p[0] gets its low half, p[1] its high half; p 4-byte aligned. On the device one
+ * 32-bit store, never a memcpy: nvcc 13.0's ptxas compiles a memcpy of two bf16 to global memory into
+ * byte stores whose low byte it CONVERTS (F2I.U8.F16.TRUNC: the bf16 bits read as an f16 number, truncated
+ * to 0..255) instead of storing it. That was issue 22's "tensor-core attention wrong on the H200": every
+ * bf16 output lost its low byte (docs/CUDA.md; tests/cuda_sass.sh keeps such instructions out). */
+__host__ __device__ static inline void fa_st32(mp_bf16 *p, uint32_t u) {
+#ifdef __CUDA_ARCH__
+    *(uint32_t *)p = u;
+#else
+    memcpy((void *)p, &u, 4);
+#endif
+}
+
+/* Stores the pair (lo, hi) rounded to bf16 at p[0], p[1] (p 4-byte aligned). */
+__host__ __device__ static inline void fa_st_pair(mp_bf16 *p, float lo, float hi) { fa_st32(p, fa_pack(lo, hi)); }
 
 /* The float in half `hi` of a bf16x2 word (host replay). */
 static inline float fa_half(uint32_t u, int hi) {
