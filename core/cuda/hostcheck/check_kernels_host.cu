@@ -598,15 +598,18 @@ static void naive(const Attn &A, std::vector<double> &out, std::vector<double> &
         }
 }
 
-/* max |got - ref| <= rtol * max |ref| + atol */
+/* max |got - ref| <= rtol * max |ref| + atol, and no NaN in got or ref (std::max(md, NaN) keeps md: a NaN
+ * must be counted, or it passes unseen). */
 template <typename G, typename R>
 static void close(const char *what, const G &got, const R &ref, double rtol, double atol, const char *shape) {
     double md = 0, mr = 0;
+    size_t nan = 0;
     for (size_t i = 0; i < ref.size(); i++) {
-        md = std::max(md, fabs((double)got[i] - (double)ref[i]));
-        mr = std::max(mr, fabs((double)ref[i]));
+        const double d = fabs((double)got[i] - (double)ref[i]);
+        if (d != d) nan++;
+        else md = std::max(md, d), mr = std::max(mr, fabs((double)ref[i]));
     }
-    CHECK(md <= rtol * mr + atol, "%s %s: max err %.3g (max ref %.3g)", what, shape, md, mr);
+    CHECK(nan == 0 && md <= rtol * mr + atol, "%s %s: max err %.3g (max ref %.3g), %zu NaN", what, shape, md, mr, nan);
 }
 
 /* An attention problem of that shape with random bf16-valued q, k, v, dout (out and lse sized, unset). */
