@@ -6,6 +6,9 @@
 #
 # Parts, each under `timeout`, in this order (R: required):
 #   R kernels_host        core/cuda/hostcheck: the kernels' host side and the attention tiling on the host
+#     mma_probe           core/cuda/hostcheck/mma_probe.cu (seconds): the mma.sync fragment layouts, the bf16
+#                         pair store and the tensor-core attention's tile helpers on the device against the
+#                         host replay, element by element; its first mismatches name lane, register and half
 #   R kernels_device      every launcher against host references, reductions run twice, bitwise (attention
 #                         on the default CUDA-core kernels, forward + backward repeated bitwise)
 #     kernels_device_mma  the same with MP_CUDA_ATTN=mma: the tensor-core attention kernels (opt-in: wrong
@@ -76,7 +79,7 @@ else
     { tail -30 "$out/build.log"; die "the CUDA build failed or ran out of time (log $out/build.log)"; }
   note "build: CUDA variant, warnings as errors: PASS ($SECONDS s)"
 fi
-for p in meshpoint cuda_check_host cuda_check_device test_device_parity; do
+for p in meshpoint cuda_check_host cuda_check_device cuda_mma_probe test_device_parity; do
   [ -x "$bin/$p" ] || missing+=("$bin/$p")
 done
 [ ${#missing[@]} -eq 0 ] || die "missing prerequisites: ${missing[*]}"
@@ -102,6 +105,7 @@ if [ $selftest = 1 ]; then
 fi
 
 part kernels_host 60 1 "$bin/cuda_check_host"
+part mma_probe 60 0 "$bin/cuda_mma_probe"
 part kernels_device 90 1 "$bin/cuda_check_device"
 part kernels_device_mma 60 0 env MP_CUDA_ATTN=mma "$bin/cuda_check_device"
 part cuda_train 60 1 "$bin/meshpoint" train --config "$tiny" --train-data "$data" --steps 2 --run-dir "$out/probe" --device cuda

@@ -5,7 +5,7 @@
 #
 # What the bundle holds (BUILD_DIR defaults to build-gpu-bundle; the bundle is BUILD_DIR/meshpoint-gpu,
 #            packed for travel as BUILD_DIR/meshpoint-gpu.tar.gz):
-#   bin/       meshpoint, cuda_check_host, cuda_check_device, test_device_parity (linked with an RPATH of
+#   bin/       meshpoint, cuda_check_host, cuda_check_device, cuda_mma_probe, test_device_parity (linked with an RPATH of
 #              $ORIGIN/../lib, DT_RPATH so it also covers the libraries' own dependencies), and Open MPI's
 #              mpiexec/orterun/orted for the tp x dp part on a host with 2+ GPUs
 #   lib/       every shared library those load (ldd, Open MPI's and PMIx's components included) that is
@@ -44,7 +44,7 @@ echo "gpu_bundle.sh: building the CUDA variant in $bdir (warnings as errors)"
 cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DMP_CUDA=ON -DMP_WERROR=ON -DCMAKE_SKIP_RPATH=ON \
   "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath,\\\$ORIGIN/../lib" > "$bdir/gpu_bundle.configure.log" 2>&1 ||
   { tail -20 "$bdir/gpu_bundle.configure.log"; echo "gpu_bundle.sh: configuring failed (log $bdir/gpu_bundle.configure.log)" >&2; exit 1; }
-progs="meshpoint cuda_check_host cuda_check_device test_device_parity"
+progs="meshpoint cuda_check_host cuda_check_device cuda_mma_probe test_device_parity"
 # shellcheck disable=SC2086
 cmake --build "$bdir" -j"$(nproc)" --target $progs > "$bdir/gpu_bundle.build.log" 2>&1 ||
   { tail -30 "$bdir/gpu_bundle.build.log"; echo "gpu_bundle.sh: the build failed (log $bdir/gpu_bundle.build.log)" >&2; exit 1; }

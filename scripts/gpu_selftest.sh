@@ -2,6 +2,8 @@
 # data, tiny, mode, root): mp_gpu_selftest runs the CPU part of the GPU check, on the machine that built
 # the bundle, every piece required:
 #   kernels_host   core/cuda/hostcheck on the host (the kernels' helpers, the attention tiling vs float64)
+#   mma_probe      the device probe loads, checks its fragment table against the PTX ISA and, with no GPU,
+#                  exits 77 naming "no GPU" (with one: 0, everything agreeing)
 #   cpu_train      3 steps on --device cpu with a zstd-compressed checkpoint, `ckpt verify`, `eval`: HDF5,
 #                  zstd, xxHash, cJSON, OpenBLAS, OpenMP and an Open MPI singleton (no mpirun)
 #   mpiexec_tp2    tp 2 on the CPU under `mpiexec -np 2` (the bundle's Open MPI: the launcher that the
@@ -55,6 +57,7 @@ export bin tiny data root
 
 mp_gpu_selftest() {
   part kernels_host 60 1 "$bin/cuda_check_host"
+  part mma_probe 30 1 bash -c 'o=$("$1" 2>&1); rc=$?; echo "$o"; [ $rc = 0 ] || { [ $rc = 77 ] && [[ $o == *"no GPU"* ]]; }' _ "$bin/cuda_mma_probe"
   part cpu_train 60 1 bash -c 'mp_gpu_cpu_train "$1"' _ "$out/cpu_train"
   part mpiexec_tp2 90 1 bash -c 'mp_gpu_tp2 "$1"' _ "$out/tp2"
   if [ "$mode" = bundle ]; then
