@@ -5,7 +5,8 @@
 #                        conversion (nvcc 13.0's ptxas miscompiled the tensor-core attention's bf16 byte stores
 #                        into them, issue 22); skipped (77) without a cuobjdump
 #   cuda_mma_probe       core/cuda/hostcheck/mma_probe.cu: the mma.sync fragment layouts and the attention's tile
-#                        helpers on the device against the host replay; needs a GPU, exit 77 without one
+#                        helpers on the device against the host replay; needs a GPU, exit 77 without one;
+#                        cuda_mma_probe_selftest runs its analysis on emulated right and wrong devices
 #   cuda_kernels_device  every launcher against host references, reductions run twice and compared
 #                        bitwise; needs a GPU (sm_80+), exit 77 (skipped) without one
 if(MP_HAVE_CUDA)
@@ -23,6 +24,8 @@ if(MP_HAVE_CUDA)
   add_test(NAME cuda_mma_probe COMMAND cuda_mma_probe)
   set_tests_properties(cuda_mma_probe PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+  add_test(NAME cuda_mma_probe_selftest COMMAND cuda_mma_probe --selftest)
+  set_tests_properties(cuda_mma_probe_selftest PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
   add_test(NAME cuda_kernels_host_sass COMMAND ${CMAKE_SOURCE_DIR}/tests/cuda_sass.sh $<TARGET_FILE:meshpoint>)
   set_tests_properties(cuda_kernels_host_sass PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()

@@ -22,7 +22,10 @@
  *           (warp, lane, C register) by the table.
  * Inputs of the exact parts are small multiples of 1/4 (bf16-exact, every product and fp32 sum exact), so
  * those compare bitwise; the softmax-bearing parts compare within 1e-5 (registers) or 1e-2 (bf16 outputs).
- * Exit: 0 all agree, 1 a mismatch, 77 no GPU (named "no GPU"; gpu-check's optional part mma_probe).
+ * Exit: 0 all agree, 1 a mismatch, 77 no GPU (named "no GPU"; gpu-check's optional part mma_probe), 2 usage.
+ * --selftest (no GPU; ctest cuda_mma_probe_selftest): the analysis of each part run on emulated devices, a
+ * right one (nothing found) and wrong ones (A or B registers swapped, nvcc 13.0's byte stores, damaged
+ * tile registers: each found).
  * Built as cuda_mma_probe (tests/cuda.cmake), packed into the GPU bundle (scripts/gpu_bundle.sh).
  */
 #define MP_HOSTCHECK_NO_MAIN 1
@@ -128,39 +131,50 @@ static void decode(char *s, size_t n, bool is_a, float g) {
     snprintf(s, n, "%s[%d][%d] = %d (table: %s)", is_a ? "A" : "B", v / w, v % w, v, o);
 }
 
-static void probe_layout(void) {
-    std::vector<uint32_t> a, b;
-    std::vector<float> c;
+/* The layout part's cases (fragments built from the table): 0..15 A codes against one-hot rows of B,
+ * 16..31 B codes against one-hot columns of A, 32 C codes with A = B = 0, 33..36 random small integers. */
+#define PL_CASES 37
+static void layout_cases(std::vector<uint32_t> &a, std::vector<uint32_t> &b, std::vector<float> &c) {
     float A[256], B[128], C[128];
-    for (int k0 = 0; k0 < 16; k0++) {   /* cases 0..15: A codes, B one-hot row k0 */
+    for (int k0 = 0; k0 < 16; k0++) {
         for (int i = 0; i < 256; i++) A[i] = (float)i;
         for (int i = 0; i < 128; i++) B[i] = i / 8 == k0 ? 1.0f : 0.0f, C[i] = 0.0f;
         frag_push(a, b, c, A, B, C);
     }
-    for (int k0 = 0; k0 < 16; k0++) {   /* cases 16..31: A one-hot column k0, B codes */
+    for (int k0 = 0; k0 < 16; k0++) {
         for (int i = 0; i < 256; i++) A[i] = i % 16 == k0 ? 1.0f : 0.0f;
         for (int i = 0; i < 128; i++) B[i] = (float)i, C[i] = 0.0f;
         frag_push(a, b, c, A, B, C);
     }
-    for (int i = 0; i < 128; i++) C[i] = (float)i, B[i] = 0.0f;   /* case 32: D = C */
+    for (int i = 0; i < 128; i++) C[i] = (float)i, B[i] = 0.0f;
     for (int i = 0; i < 256; i++) A[i] = 0.0f;
     frag_push(a, b, c, A, B, C);
-    for (int t = 0; t < 4; t++) {   /* cases 33..36: random small integers (exact) */
+    for (int t = 0; t < 4; t++) {
         for (int i = 0; i < 256; i++) A[i] = (float)(int)(4.0f * rnd_unit());
         for (int i = 0; i < 128; i++) B[i] = (float)(int)(4.0f * rnd_unit()), C[i] = (float)(int)(8.0f * rnd_unit());
         frag_push(a, b, c, A, B, C);
     }
-    const int ncase = 37;
-    float *dd;
+}
+
+/* The cases on the device: D into d, the registers each lane held into ra, rb. */
+static void layout_device(std::vector<float> &d, std::vector<uint32_t> &ra, std::vector<uint32_t> &rb,
+                          const std::vector<uint32_t> &a, const std::vector<uint32_t> &b, const std::vector<float> &c) {
+    float *dd, *dc = dup(c);
     uint32_t *da = dup(a), *db = dup(b), *dra, *drb;
-    float *dc = dup(c);
     PK(cudaMalloc(&dd, c.size() * sizeof(float)));
     PK(cudaMalloc(&dra, a.size() * 4));
     PK(cudaMalloc(&drb, b.size() * 4));
-    probe_mma_kernel<<<ncase, 32>>>(dd, dra, drb, da, db, dc);
+    probe_mma_kernel<<<PL_CASES, 32>>>(dd, dra, drb, da, db, dc);
     PK(cudaGetLastError());
-    const std::vector<float> d = back(dd, c.size());
-    const std::vector<uint32_t> ra = back(dra, a.size()), rb = back(drb, b.size());
+    d = back(dd, c.size()), ra = back(dra, a.size()), rb = back(drb, b.size());
+    cudaFree(dd), cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dra), cudaFree(drb);
+}
+
+/* Compares what the device did (d, ra, rb) with the table's and the replay's expectations; the number of
+ * mismatches (the first PR_SHOW printed, each A/B one decoded to the element the device used). */
+static int layout_report(const std::vector<float> &d, const std::vector<uint32_t> &ra, const std::vector<uint32_t> &rb,
+                         const std::vector<uint32_t> &a, const std::vector<uint32_t> &b, const std::vector<float> &c) {
+    const int bad0 = g_bad;
     int shown = 0;
     for (size_t i = 0; i < a.size(); i++)
         if (ra[i] != a[i]) MISMATCH(shown, "layout: lane %zu reg %zu: the device held A word %08x, loaded %08x", i / 4 % 32, i % 4, ra[i], a[i]);
@@ -198,8 +212,16 @@ static void probe_layout(void) {
                 mp_mma_c_pos(lane, e, &i, &n);
                 if (g != x) MISMATCH(shown, "layout random case %d: D lane %d c%d = D[%d][%d]: replay %g, device %g", t, lane, e, i, n, x, g);
             }
-    printf("mma_probe layout: %d cases of one mma.sync: %s\n", ncase, shown ? "MISMATCH" : "the device agrees with the table");
-    cudaFree(dd), cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dra), cudaFree(drb);
+    printf("mma_probe layout: %d cases of one mma.sync: %s\n", PL_CASES, shown ? "MISMATCH" : "the device agrees with the table");
+    return g_bad - bad0;
+}
+
+static void probe_layout(void) {
+    std::vector<uint32_t> a, b, ra, rb;
+    std::vector<float> c, d;
+    layout_cases(a, b, c);
+    layout_device(d, ra, rb, a, b, c);
+    layout_report(d, ra, rb, a, b, c);
 }
 
 /* ---- store ---- */
@@ -210,10 +232,16 @@ static __global__ void probe_store_kernel(mp_bf16 *pairs, uint32_t *packed, cons
     packed[lane] = fa_pack(x[2 * lane], x[2 * lane + 1]);
 }
 
-static void probe_store(void) {
+/* The store part's 64 values: fixed ones whose bf16 has a non-zero low byte, then random ones. */
+static std::vector<float> store_values(void) {
     std::vector<float> x(64);
     const float fixed[8] = {0.99609375f, -1.0f, 4.4375f, 1.0f / 3.0f, -0.0078125f, 5.40625f, 1.0f, -2.71875f};
     for (int i = 0; i < 64; i++) x[i] = i < 8 ? fixed[i] : 3.0f * rnd_unit();
+    return x;
+}
+
+/* fa_st_pair's memory (p, 64 bf16) and fa_pack's registers (u, 32 words) of x on the device. */
+static void store_device(std::vector<mp_bf16> &p, std::vector<uint32_t> &u, const std::vector<float> &x) {
     float *dx = dup(x);
     mp_bf16 *dp;
     uint32_t *du;
@@ -222,8 +250,13 @@ static void probe_store(void) {
     PK(cudaMemset(dp, 0, 64 * sizeof(mp_bf16)));
     probe_store_kernel<<<1, 32>>>(dp, du, dx);
     PK(cudaGetLastError());
-    const std::vector<mp_bf16> p = back(dp, 64);
-    const std::vector<uint32_t> u = back(du, 32);
+    p = back(dp, 64), u = back(du, 32);
+    cudaFree(dx), cudaFree(dp), cudaFree(du);
+}
+
+/* p and u against the host's fa_pack of x, bit for bit; the number of mismatches. */
+static int store_report(const std::vector<mp_bf16> &p, const std::vector<uint32_t> &u, const std::vector<float> &x) {
+    const int bad0 = g_bad;
     int shown = 0;
     for (int lane = 0; lane < 32; lane++) {
         const uint32_t want = fa_pack(x[2 * lane], x[2 * lane + 1]);
@@ -240,7 +273,15 @@ static void probe_store(void) {
         }
     }
     printf("mma_probe store: 64 bf16 through fa_pack and fa_st_pair: %s\n", shown ? "MISMATCH" : "bit for bit");
-    cudaFree(dx), cudaFree(dp), cudaFree(du);
+    return g_bad - bad0;
+}
+
+static void probe_store(void) {
+    const std::vector<float> x = store_values();
+    std::vector<mp_bf16> p;
+    std::vector<uint32_t> u;
+    store_device(p, u, x);
+    store_report(p, u, x);
 }
 
 /* ---- tiles ---- */
@@ -336,29 +377,54 @@ static void cmp_a(const char *what, const uint32_t *got, const uint32_t *want, i
                     }
 }
 
-static void probe_tiles(void) {
-    std::vector<mp_bf16> q(PT_T * PT_HD), k(q.size()), v(q.size()), dout(q.size());
-    for (auto *x : {&q, &k, &v, &dout})   /* multiples of 1/4 in [-2, 2]: bf16-exact, exact products and sums */
+/* The tiles part's inputs: multiples of 1/4 in [-1.75, 1.75] (bf16-exact; exact products and sums). */
+static void tiles_inputs(std::vector<mp_bf16> &q, std::vector<mp_bf16> &k, std::vector<mp_bf16> &v, std::vector<mp_bf16> &dout) {
+    for (auto *x : {&q, &k, &v, &dout}) {
+        x->resize(PT_T * PT_HD);
         for (auto &e : *x) e = __float2bfloat16_rn(0.25f * (float)(int)(8.0f * rnd_unit()));
+    }
+}
+
+/* The helpers on the device (dev) or in the host replay (NULL), into out. */
+static void tiles_run(probe_tiles_dump *out, bool dev, const std::vector<mp_bf16> &q, const std::vector<mp_bf16> &k,
+                      const std::vector<mp_bf16> &v, const std::vector<mp_bf16> &dout) {
+    if (!dev) {
+        std::vector<probe_tiles_smem> s(1);
+        for (int tid = 0; tid < FA_THREADS; tid++) probe_tiles_load(s[0], q.data(), k.data(), v.data(), dout.data(), tid);
+        for (int w = 0; w < FA_WARPS; w++) probe_tiles_warp<MP_WARP>(out, s[0], q.data(), k.data(), w, 0);
+        return;
+    }
     mp_bf16 *dq = dup(q), *dk = dup(k), *dv = dup(v), *dd = dup(dout);
-    probe_tiles_dump *dev;
-    PK(cudaMalloc(&dev, sizeof(probe_tiles_dump)));
-    probe_tiles_kernel<<<1, FA_THREADS>>>(dev, dq, dk, dv, dd);
+    probe_tiles_dump *d;
+    PK(cudaMalloc(&d, sizeof(probe_tiles_dump)));
+    probe_tiles_kernel<<<1, FA_THREADS>>>(d, dq, dk, dv, dd);
     PK(cudaGetLastError());
-    std::vector<probe_tiles_dump> got = back(dev, 1), want(1);
-    std::vector<probe_tiles_smem> s(1);
-    for (int tid = 0; tid < FA_THREADS; tid++) probe_tiles_load(s[0], q.data(), k.data(), v.data(), dout.data(), tid);
-    for (int w = 0; w < FA_WARPS; w++) probe_tiles_warp<MP_WARP>(&want[0], s[0], q.data(), k.data(), w, 0);
+    *out = back(d, 1)[0];
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dd), cudaFree(d);
+}
+
+/* The device's registers (got) against the replay's (want), helper by helper; the number of mismatches. */
+static int tiles_report(const probe_tiles_dump &got, const probe_tiles_dump &want) {
+    const int bad0 = g_bad;
     int shown = 0;
-    cmp_c("S = Q K^T", &got[0].S[0][0][0][0], &want[0].S[0][0][0][0], FA_BK / 8, 16, 0.0f, shown);
-    cmp_a("P = S repacked (fa_c_to_a)", &got[0].pa[0][0][0][0], &want[0].pa[0][0][0][0], FA_BK / 16, 16, shown);
-    cmp_c("P V (V^T in shared memory)", &got[0].O[0][0][0][0], &want[0].O[0][0][0][0], PT_HD / 8, 16, 1e-5f, shown);
-    cmp_c("S^T = K Q^T", &got[0].St[0][0][0][0], &want[0].St[0][0][0][0], 4, 16, 0.0f, shown);
-    cmp_a("P^T = S^T repacked", &got[0].pt[0][0][0][0], &want[0].pt[0][0][0][0], 2, 16, shown);
-    cmp_c("P^T dO (dO^T in shared memory)", &got[0].dV[0][0][0][0], &want[0].dV[0][0][0][0], PT_HD / 8, 16, 1e-5f, shown);
+    cmp_c("S = Q K^T", &got.S[0][0][0][0], &want.S[0][0][0][0], FA_BK / 8, 16, 0.0f, shown);
+    cmp_a("P = S repacked (fa_c_to_a)", &got.pa[0][0][0][0], &want.pa[0][0][0][0], FA_BK / 16, 16, shown);
+    cmp_c("P V (V^T in shared memory)", &got.O[0][0][0][0], &want.O[0][0][0][0], PT_HD / 8, 16, 1e-5f, shown);
+    cmp_c("S^T = K Q^T", &got.St[0][0][0][0], &want.St[0][0][0][0], 4, 16, 0.0f, shown);
+    cmp_a("P^T = S^T repacked", &got.pt[0][0][0][0], &want.pt[0][0][0][0], 2, 16, shown);
+    cmp_c("P^T dO (dO^T in shared memory)", &got.dV[0][0][0][0], &want.dV[0][0][0][0], PT_HD / 8, 16, 1e-5f, shown);
     printf("mma_probe tiles: hd %d, 4 warps: Q K^T, repack, P V, K Q^T, repack, P^T dO: %s\n", PT_HD,
            shown ? "MISMATCH" : "the device agrees with the replay");
-    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dd), cudaFree(dev);
+    return g_bad - bad0;
+}
+
+static void probe_tiles(void) {
+    std::vector<mp_bf16> q, k, v, dout;
+    tiles_inputs(q, k, v, dout);
+    std::vector<probe_tiles_dump> got(1), want(1);
+    tiles_run(&got[0], true, q, k, v, dout);
+    tiles_run(&want[0], false, q, k, v, dout);
+    tiles_report(got[0], want[0]);
 }
 
 /* ---- kernels ---- */
@@ -430,11 +496,83 @@ static void probe_kernels(int T, int hd) {
         cudaFree(p);
 }
 
-int main(void) {
+/* ---- self-test (no GPU): the analysis above on emulated devices, right and wrong ---- */
+
+/* The layout cases run by the host replay as the "device"; swap_a / swap_b: the device reads A registers 1
+ * and 2 (B registers 0 and 1) the other way round. */
+static void layout_emulated(std::vector<float> &d, const std::vector<uint32_t> &a, const std::vector<uint32_t> &b,
+                            const std::vector<float> &c, bool swap_a, bool swap_b) {
+    std::vector<uint32_t> ha = a, hb = b;
+    for (size_t l = 0; l < ha.size() / 4; l++)
+        if (swap_a) std::swap(ha[4 * l + 1], ha[4 * l + 2]);
+    for (size_t l = 0; l < hb.size() / 2; l++)
+        if (swap_b) std::swap(hb[2 * l], hb[2 * l + 1]);
+    d = c;
+    for (int cs = 0; cs < PL_CASES; cs++) fa_mma<MP_WARP>(&d[cs * 128], 4, &ha[cs * 128], 4, &hb[cs * 64], 2);
+}
+
+/* The low byte as nvcc 13.0's ptxas stored it (F2I.U8.F16.TRUNC.NTZ of the 16 bits read as an f16). */
+static uint8_t ptxas13_low_byte(uint16_t bits) {
+    const int e = (bits >> 10) & 31, m = bits & 1023;
+    const double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+    const double x = bits >> 15 ? -v : v;
+    return x != x || x <= 0.0 ? 0 : x >= 255.0 ? 255 : (uint8_t)x;
+}
+
+/* 0 when every part's analysis finds nothing on a right device and something on each wrong one. */
+static int selftest(void) {
+    int ok = 1;
+    std::vector<uint32_t> a, b;
+    std::vector<float> c, d;
+    layout_cases(a, b, c);
+    layout_emulated(d, a, b, c, false, false);
+    ok &= layout_report(d, a, b, a, b, c) == 0;
+    printf("(self-test: an emulated device that swaps A registers 1 and 2)\n");
+    layout_emulated(d, a, b, c, true, false);
+    ok &= layout_report(d, a, b, a, b, c) > 0;
+    printf("(self-test: an emulated device that swaps B registers 0 and 1)\n");
+    layout_emulated(d, a, b, c, false, true);
+    ok &= layout_report(d, a, b, a, b, c) > 0;
+
+    const std::vector<float> x = store_values();
+    std::vector<mp_bf16> p(64);
+    std::vector<uint32_t> u(32);
+    for (int l = 0; l < 32; l++) u[l] = fa_pack(x[2 * l], x[2 * l + 1]), fa_st_pair(&p[2 * l], x[2 * l], x[2 * l + 1]);
+    ok &= store_report(p, u, x) == 0;
+    printf("(self-test: an emulated device with nvcc 13.0's byte stores)\n");
+    for (int i = 0; i < 64; i++) {
+        uint16_t bits;
+        memcpy(&bits, &p[i], 2);
+        bits = (uint16_t)((bits & 0xff00) | ptxas13_low_byte(bits));
+        memcpy((void *)&p[i], &bits, 2);
+    }
+    ok &= store_report(p, u, x) >= 8;   /* at least the fixed values */
+
+    std::vector<mp_bf16> q, k, v, dout;
+    tiles_inputs(q, k, v, dout);
+    std::vector<probe_tiles_dump> got(1), want(1);
+    tiles_run(&want[0], false, q, k, v, dout);
+    got = want;
+    ok &= tiles_report(got[0], want[0]) == 0;
+    printf("(self-test: one S register and one packed-P half wrong)\n");
+    got[0].S[1][5][3][2] += 1.0f;
+    got[0].pa[2][7][1][3] ^= 0x00010000u;
+    ok &= tiles_report(got[0], want[0]) == 2;
+    g_bad = 0;
+    printf("mma_probe --selftest: %s\n", ok ? "PASS (the analysis finds what a wrong device does, nothing on a right one)" : "FAIL");
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
     check_mma_table();   /* the table itself against the PTX ISA, here too: the probe trusts it */
     if (g_fail) {
         fprintf(stderr, "mma_probe: the fragment table disagrees with the PTX ISA (above): nothing probed\n");
         return 1;
+    }
+    if (argc == 2 && strcmp(argv[1], "--selftest") == 0) return selftest();
+    if (argc != 1) {
+        fprintf(stderr, "usage: cuda_mma_probe [--selftest]\n");
+        return 2;
     }
     int ndev = 0;
     const cudaError_t e = cudaGetDeviceCount(&ndev);
