@@ -64,6 +64,19 @@ static int g_fail = 0;
         }                                                   \
     } while (0)
 
+#ifdef MP_HOSTCHECK_NO_MAIN
+/* For the programs that include this file and launch kernels (check_kernels_device.cu, mma_probe.cu): a
+ * CUDA runtime call that fails ends the program, naming the call and the error. */
+#define CK(call)                                                                                        \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) {                                                                        \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));      \
+            exit(1);                                                                                    \
+        }                                                                                               \
+    } while (0)
+#endif
+
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd_u64(void) {   /* splitmix64 */
     uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);

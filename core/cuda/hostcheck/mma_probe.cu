@@ -32,15 +32,6 @@
 #pragma GCC diagnostic ignored "-Wunused-function" /* the reused file's other checks do not run here */
 #include "core/cuda/hostcheck/check_kernels_host.cu"
 
-#define PK(call)                                                                                        \
-    do {                                                                                                \
-        cudaError_t e_ = (call);                                                                        \
-        if (e_ != cudaSuccess) {                                                                        \
-            fprintf(stderr, "mma_probe: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                                    \
-        }                                                                                               \
-    } while (0)
-
 #define PR_SHOW 8 /* mismatches printed per part */
 static int g_bad = 0;
 
@@ -58,15 +49,15 @@ static int g_bad = 0;
 template <typename T>
 static T *dup(const std::vector<T> &h) {
     T *p = NULL;
-    PK(cudaMalloc(&p, h.size() * sizeof(T)));
-    PK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&p, h.size() * sizeof(T)));
+    CK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
     return p;
 }
 template <typename T>
 static std::vector<T> back(const T *p, size_t n) {
     std::vector<T> h(n);
-    PK(cudaDeviceSynchronize());
-    PK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
 }
 
@@ -161,11 +152,11 @@ static void layout_device(std::vector<float> &d, std::vector<uint32_t> &ra, std:
                           const std::vector<uint32_t> &a, const std::vector<uint32_t> &b, const std::vector<float> &c) {
     float *dd, *dc = dup(c);
     uint32_t *da = dup(a), *db = dup(b), *dra, *drb;
-    PK(cudaMalloc(&dd, c.size() * sizeof(float)));
-    PK(cudaMalloc(&dra, a.size() * 4));
-    PK(cudaMalloc(&drb, b.size() * 4));
+    CK(cudaMalloc(&dd, c.size() * sizeof(float)));
+    CK(cudaMalloc(&dra, a.size() * 4));
+    CK(cudaMalloc(&drb, b.size() * 4));
     probe_mma_kernel<<<PL_CASES, 32>>>(dd, dra, drb, da, db, dc);
-    PK(cudaGetLastError());
+    CK(cudaGetLastError());
     d = back(dd, c.size()), ra = back(dra, a.size()), rb = back(drb, b.size());
     cudaFree(dd), cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dra), cudaFree(drb);
 }
@@ -245,11 +236,11 @@ static void store_device(std::vector<mp_bf16> &p, std::vector<uint32_t> &u, cons
     float *dx = dup(x);
     mp_bf16 *dp;
     uint32_t *du;
-    PK(cudaMalloc(&dp, 64 * sizeof(mp_bf16)));
-    PK(cudaMalloc(&du, 32 * 4));
-    PK(cudaMemset(dp, 0, 64 * sizeof(mp_bf16)));
+    CK(cudaMalloc(&dp, 64 * sizeof(mp_bf16)));
+    CK(cudaMalloc(&du, 32 * 4));
+    CK(cudaMemset(dp, 0, 64 * sizeof(mp_bf16)));
     probe_store_kernel<<<1, 32>>>(dp, du, dx);
-    PK(cudaGetLastError());
+    CK(cudaGetLastError());
     p = back(dp, 64), u = back(du, 32);
     cudaFree(dx), cudaFree(dp), cudaFree(du);
 }
@@ -396,9 +387,9 @@ static void tiles_run(probe_tiles_dump *out, bool dev, const std::vector<mp_bf16
     }
     mp_bf16 *dq = dup(q), *dk = dup(k), *dv = dup(v), *dd = dup(dout);
     probe_tiles_dump *d;
-    PK(cudaMalloc(&d, sizeof(probe_tiles_dump)));
+    CK(cudaMalloc(&d, sizeof(probe_tiles_dump)));
     probe_tiles_kernel<<<1, FA_THREADS>>>(d, dq, dk, dv, dd);
-    PK(cudaGetLastError());
+    CK(cudaGetLastError());
     *out = back(d, 1)[0];
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dd), cudaFree(d);
 }
@@ -468,12 +459,12 @@ static void probe_kernels(int T, int hd) {
     mp_bf16 *q = dup(to_bf16(A.q)), *k = dup(to_bf16(A.k)), *v = dup(to_bf16(A.v)), *dout = dup(to_bf16(A.dout));
     mp_bf16 *o, *gq, *gk, *gv;
     float *l, *dD = dup(D), *dl = dup(lse);
-    for (mp_bf16 **p : {&o, &gq, &gk, &gv}) PK(cudaMalloc(p, n * sizeof(mp_bf16)));
-    PK(cudaMalloc(&l, T * sizeof(float)));
+    for (mp_bf16 **p : {&o, &gq, &gk, &gv}) CK(cudaMalloc(p, n * sizeof(mp_bf16)));
+    CK(cudaMalloc(&l, T * sizeof(float)));
     mp_cuda_attn_fwd_mma(o, l, q, k, v, 1, T, 1, 1, hd, 0);
-    PK(cudaGetLastError());
+    CK(cudaGetLastError());
     mp_cuda_attn_bwd_mma(gq, gk, gv, dD, dout, dl, q, k, v, 1, T, 1, 1, hd, 0);   /* from the replay's lse, D */
-    PK(cudaGetLastError());
+    CK(cudaGetLastError());
     auto f32 = [&](const mp_bf16 *p) {
         std::vector<mp_bf16> b = back(p, n);
         std::vector<float> f(n);
@@ -581,7 +572,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     cudaDeviceProp prop;
-    PK(cudaGetDeviceProperties(&prop, 0));
+    CK(cudaGetDeviceProperties(&prop, 0));
     printf("mma_probe: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
     if (prop.major < 8) {
         fprintf(stderr, "mma_probe: sm_%d%d has no bf16 mma.sync (sm_80 or newer needed): nothing probed\n", prop.major, prop.minor);
