@@ -25,7 +25,8 @@
  * Exit: 0 all agree, 1 a mismatch, 77 no GPU (named "no GPU"; gpu-check's optional part mma_probe), 2 usage.
  * --selftest (no GPU; ctest cuda_mma_probe_selftest): the analysis of each part run on emulated devices, a
  * right one (nothing found) and wrong ones (A or B registers swapped, nvcc 13.0's byte stores, damaged
- * tile registers: each found).
+ * tile registers: each found); and the first H200 run reproduced: the replay with its stores damaged as
+ * nvcc 13.0 did fails as the device did (out, dq, dk, dv; lse passing; out's error half its size).
  * Built as cuda_mma_probe (tests/cuda.cmake), packed into the GPU bundle (scripts/gpu_bundle.sh).
  */
 #define MP_HOSTCHECK_NO_MAIN 1
@@ -510,6 +511,49 @@ static uint8_t ptxas13_low_byte(uint16_t bits) {
     return x != x || x <= 0.0 ? 0 : x >= 255.0 ? 255 : (uint8_t)x;
 }
 
+/* x stored as bf16 by nvcc 13.0's miscompiled byte stores (the high byte kept, the low one converted). */
+static float ptxas13_stored(float x) {
+    mp_bf16 b = __float2bfloat16_rn(x);
+    uint16_t bits;
+    memcpy(&bits, &b, 2);
+    bits = (uint16_t)((bits & 0xff00) | ptxas13_low_byte(bits));
+    memcpy((void *)&b, &bits, 2);
+    return __bfloat162float(b);
+}
+
+/* The first H200 run's failures, explained: the replay with its stores damaged as ptxas did must fail
+ * out, dq, dk, dv of the device check's first failing shape (B 1, T 33, H 4, KV 1, hd 64; the H200 said
+ * "max err 0.492 (max ref 0.996)" for out) and keep lse, with out's max error about half its max. */
+static int selftest_h200_run1(void) {
+    Attn A = attn_random(1, 33, 4, 1, 64);
+    const size_t nq = A.q.size(), nk = A.k.size(), nr = (size_t)4 * 33;
+    std::vector<float> out(nq), lse(nr), dq(nq), dk(nk), dv(nk);
+    std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
+    naive(A, rout, rlse, rdq, rdk, rdv);
+    mirror_fwd_mma<64>(A, out, lse);
+    for (auto &e : out) e = ptxas13_stored(e);
+    A.out = out, A.lse = lse;   /* the D pass reads the damaged out, as on the device */
+    mirror_bwd_mma<64>(A, dq, dk, dv);
+    for (auto *x : {&dq, &dk, &dv})
+        for (auto &e : *x) e = ptxas13_stored(e);
+    const int fail0 = g_fail;
+    const char *why = "(expected here: the stores emulate nvcc 13.0's)";
+    close("emulated h200 out", out, rout, 1e-2, 1e-4, why);
+    close("emulated h200 dq", dq, rdq, 2e-2, 1e-4, why);
+    close("emulated h200 dk", dk, rdk, 2e-2, 1e-4, why);
+    close("emulated h200 dv", dv, rdv, 2e-2, 1e-4, why);
+    const int failed = g_fail - fail0;
+    close("emulated h200 lse", lse, rlse, 1e-5, 1e-5, why);
+    double md = 0, mr = 0;
+    for (size_t i = 0; i < nq; i++) md = std::max(md, fabs(out[i] - rout[i])), mr = std::max(mr, fabs(rout[i]));
+    printf("(self-test: the replay with nvcc 13.0's stores, B 1 T 33 H 4 KV 1 hd 64: %d of out/dq/dk/dv fail, lse %s, "
+           "out max err %.3g of max %.3g; the H200: 4, passed, 0.492 of 0.996)\n",
+           failed, g_fail - fail0 == failed ? "passes" : "fails", md, mr);
+    const int ok = failed == 4 && g_fail - fail0 == 4 && md > 0.45 * mr && md < 0.51 * mr;
+    g_fail = fail0;
+    return ok;
+}
+
 /* 0 when every part's analysis finds nothing on a right device and something on each wrong one. */
 static int selftest(void) {
     int ok = 1;
@@ -549,6 +593,7 @@ static int selftest(void) {
     got[0].S[1][5][3][2] += 1.0f;
     got[0].pa[2][7][1][3] ^= 0x00010000u;
     ok &= tiles_report(got[0], want[0]) == 2;
+    ok &= selftest_h200_run1();
     g_bad = 0;
     printf("mma_probe --selftest: %s\n", ok ? "PASS (the analysis finds what a wrong device does, nothing on a right one)" : "FAIL");
     return ok ? 0 : 1;
