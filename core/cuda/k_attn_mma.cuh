@@ -6,8 +6,8 @@
  * online softmax and the quad shuffles; none can run here (no GPU). So every function below is
  * `__host__ __device__` and templated on NL, the lanes one call handles: on the device NL = 1 (a thread
  * is its lane, lane0 = threadIdx.x % 32), in the host replay NL = 32 (one call is the whole warp,
- * lane0 = 0, lane li is lane0 + li). Per-lane state is an array [NL][...]; the three warp-collective
- * steps take the whole array:
+ * lane0 = 0, lane li is lane0 + li). Per-lane state is an array [NL][...]; the two warp-collective steps
+ * take the whole array, and they and the pair accesses are all that differs between device and host:
  *   fa_mma       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 on the device; on the host the
  *                32 lanes' fragments are scattered into 16x16 A, 16x8 B, 16x8 C matrices by the one
  *                fragment table (mma_frag.cuh: CuTe's layouts, tested against the PTX ISA's "Matrix
@@ -15,8 +15,8 @@
  *                and gathered back;
  *   fa_quad_reduce  the xor-1 then xor-2 butterfly over the four lanes of a row (shfl on the device,
  *                the same pairings and operand order on the host: bitwise the same tree);
- *   fa_ld32, fa_st32  one 32-bit access to a bf16 pair (memcpy on the host). Nothing else differs
- *                between the device and the replay: the tile code below is the same source for both.
+ *   fa_ld32, fa_st32  one 32-bit access to a bf16 pair per lane (memcpy on the host). Everything else,
+ *                the tile code below, is the same source for both.
  * Fragment layouts (PTX ISA, mma.m16n8k16, .bf16 A/B, .f32 C/D), g = lane >> 2, c = lane & 3:
  *   A 16x16 row-major, 4 regs of bf16x2: reg r holds row g + 8 (r & 1), cols 2c + 8 (r >> 1) + {0, 1};
  *   B 16x8 (k x n), 2 regs of bf16x2: reg r holds rows (k) 2c + 8 r + {0, 1}, col (n) g;
