@@ -1,7 +1,7 @@
 # tests/cuda.cmake — the CUDA kernels' checks (core/cuda/hostcheck/), in CUDA builds only (cmake/cuda.cmake).
 #   cuda_kernels_host    runs here, without a GPU: the kernels' host/device helpers and the flash-attention
 #                        tiling replayed on the host against a float64 attention and the CPU kernels
-#   cuda_kernels_host_sass  the kernels' SASS in meshpoint (tests/cuda_sass.sh): no float-to-8/16-bit-integer
+#   cuda_kernels_host_sass  the kernels' SASS in meshpoint and the device checks (tests/cuda_sass.sh): no float-to-8/16-bit-integer
 #                        conversion (nvcc 13.0's ptxas miscompiled the tensor-core attention's bf16 byte stores
 #                        into them, issue 22); skipped (77) without a cuobjdump
 #   cuda_mma_probe       core/cuda/hostcheck/mma_probe.cu: the mma.sync fragment layouts and the attention's tile
@@ -26,6 +26,7 @@ if(MP_HAVE_CUDA)
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
   add_test(NAME cuda_mma_probe_selftest COMMAND cuda_mma_probe --selftest)
   set_tests_properties(cuda_mma_probe_selftest PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
-  add_test(NAME cuda_kernels_host_sass COMMAND ${CMAKE_SOURCE_DIR}/tests/cuda_sass.sh $<TARGET_FILE:meshpoint>)
+  add_test(NAME cuda_kernels_host_sass COMMAND ${CMAKE_SOURCE_DIR}/tests/cuda_sass.sh $<TARGET_FILE:meshpoint>
+           $<TARGET_FILE:cuda_check_device> $<TARGET_FILE:cuda_mma_probe>)
   set_tests_properties(cuda_kernels_host_sass PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()

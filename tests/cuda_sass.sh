@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/cuda_sass.sh BINARY — the machine code of every CUDA kernel in BINARY (its sm_80 and sm_90 SASS, read
+# tests/cuda_sass.sh BINARY... — the machine code of every CUDA kernel in each BINARY (its sm_80 and sm_90 SASS, read
 # with cuobjdump) holds no float-to-small-integer conversion: no F2I to an 8- or 16-bit integer and no F2I
 # from an f16/bf16 register. No kernel of core/cuda converts a float to such an integer, so one in the
 # SASS is the compiler's, not ours: nvcc 13.0's ptxas compiles a memcpy of two bf16 to global memory into
@@ -10,7 +10,6 @@
 # cuobjdump: $MP_CUOBJDUMP, else on PATH, under $CUDA_HOME or /usr/local/cuda*, else the copy Triton ships
 # in the bench venv (scripts/bench_venv.sh); none found: exit 77 (skipped), saying so.
 set -u
-bin=$1
 case=cuda_sass; . "$(dirname "$0")/lib.sh"
 cuobjdump=${MP_CUOBJDUMP:-}
 if [ -z "$cuobjdump" ]; then
@@ -25,13 +24,16 @@ if [ -z "$cuobjdump" ]; then
 fi
 sass=$(mktemp /tmp/mp_cuda_sass.XXXXXX)
 trap 'rm -f "$sass"' EXIT
-"$cuobjdump" -sass "$bin" > "$sass" 2>&1 || fail "$cuobjdump -sass $bin failed: $(tail -5 "$sass")"
-nfun=$(grep -c 'Function :' "$sass")
-[ "$nfun" -ge 20 ] || fail "$cuobjdump found only $nfun kernels in $bin (not a CUDA build?)"
-# the offending instructions, each with the kernel it is in (first 10)
-bad=$(awk '/Function :/ { fn = $3 }
-           /F2I(\.[A-Z0-9]+)*\.(U8|S8|U16|S16|F16|BF16)[ .;]/ { n++; if (n <= 10) { sub(/^[ \t]*\/\*[0-9a-f]*\*\/[ \t]*/, ""); sub(/[ \t]*\/\*.*$/, ""); print fn ": " $0 } }
-           END { if (n) print n " such instruction(s) in all" }' "$sass")
-[ -z "$bad" ] || fail "float-to-small-integer conversions in the kernels' SASS (a ptxas miscompile of bf16 byte stores; store whole 32-bit words instead):
+for bin in "$@"; do
+  "$cuobjdump" -sass "$bin" > "$sass" 2>&1 || fail "$cuobjdump -sass $bin failed: $(tail -5 "$sass")"
+  nfun=$(grep -c 'Function :' "$sass")
+  [ "$nfun" -ge 20 ] || fail "$cuobjdump found only $nfun kernels in $bin (not a CUDA build?)"
+  # the offending instructions, each with the kernel it is in (first 10)
+  bad=$(awk '/Function :/ { fn = $3 }
+             /F2I(\.[A-Z0-9]+)*\.(U8|S8|U16|S16|F16|BF16)[ .;]/ { n++; if (n <= 10) { sub(/^[ \t]*\/\*[0-9a-f]*\*\/[ \t]*/, ""); sub(/[ \t]*\/\*.*$/, ""); print fn ": " $0 } }
+             END { if (n) print n " such instruction(s) in all" }' "$sass")
+  [ -z "$bad" ] || fail "float-to-small-integer conversions in the SASS of $bin (a ptxas miscompile of bf16 byte stores; store whole 32-bit words instead):
 $bad"
-echo "cuda_sass: $nfun kernels ($cuobjdump): no F2I to 8/16-bit integers, none from f16/bf16"
+  echo "cuda_sass: $(basename "$bin"): $nfun kernels: no F2I to 8/16-bit integers, none from f16/bf16"
+done
+echo "cuda_sass: read with $cuobjdump"
