@@ -6,6 +6,9 @@
 #
 # Parts, each under `timeout`, in this order (R: required):
 #   R kernels_host        core/cuda/hostcheck: the kernels' host side and the attention tiling on the host
+#     mma_probe           core/cuda/hostcheck/mma_probe.cu (seconds): the mma.sync fragment layouts, the bf16
+#                         pair store and the tensor-core attention's tile helpers on the device against the
+#                         host replay, element by element; its first mismatches name lane, register and half
 #   R kernels_device      every launcher against host references, reductions run twice, bitwise (attention
 #                         on the default CUDA-core kernels, forward + backward repeated bitwise)
 #     kernels_device_mma  the same with MP_CUDA_ATTN=mma: the tensor-core attention kernels (opt-in: wrong
@@ -14,6 +17,7 @@
 #   R device_parity       CPU-vs-GPU logits, loss, gradients, AdamW steps (tests/test_device_parity.c) on
 #                         the two small configs (T 16)
 #   R device_parity_hd64  the same on tests/configs/parity_hd64.json: head dim 64, T = 112 (several key tiles)
+#     device_parity_hd64_mma  the same with MP_CUDA_ATTN=mma (the tensor-core attention inside training)
 #   R gpu_e2e             tests/gpu_e2e.sh: bitwise resume, GPU->CPU and CPU->GPU checkpoints; with 2+ GPUs
 #                         also tp 2 and dp 2 (and tp 2 x dp 2 with 4+) over NCCL, under the bundle's mpiexec
 #   R bench_gpu           bench/bench_gpu.sh on the 1B shape: fails below its MFU floor or on a non-finite loss
@@ -79,7 +83,7 @@ else
     { tail -30 "$out/build.log"; die "the CUDA build failed or ran out of time (log $out/build.log)"; }
   note "build: CUDA variant, warnings as errors: PASS ($SECONDS s)"
 fi
-for p in meshpoint cuda_check_host cuda_check_device test_device_parity; do
+for p in meshpoint cuda_check_host cuda_check_device cuda_mma_probe test_device_parity; do
   [ -x "$bin/$p" ] || missing+=("$bin/$p")
 done
 [ -f "$bin/libmeshpoint-cuda.so" ] || missing+=("$bin/libmeshpoint-cuda.so (the CUDA module meshpoint loads)")
@@ -106,11 +110,13 @@ if [ $selftest = 1 ]; then
 fi
 
 part kernels_host 60 1 "$bin/cuda_check_host"
+part mma_probe 60 0 "$bin/cuda_mma_probe"
 part kernels_device 90 1 "$bin/cuda_check_device"
 part kernels_device_mma 60 0 env MP_CUDA_ATTN=mma "$bin/cuda_check_device"
 part cuda_train 60 1 "$bin/meshpoint" train --config "$tiny" --train-data "$data" --steps 2 --run-dir "$out/probe" --device cuda
 part device_parity 120 1 "$bin/test_device_parity" cuda tests/configs/cli_tiny.json tests/configs/torch_gqa_tied.json
 part device_parity_hd64 120 1 "$bin/test_device_parity" --seq-len 112 cuda tests/configs/parity_hd64.json
+part device_parity_hd64_mma 120 0 env MP_CUDA_ATTN=mma "$bin/test_device_parity" --seq-len 112 cuda tests/configs/parity_hd64.json
 if [ "$ngpu" -ge 2 ] && ! command -v mpiexec > /dev/null 2>&1; then
   note "gpu_e2e: FAIL ($ngpu GPUs but no mpiexec: the tp/dp part cannot run)"; failed=1
 else

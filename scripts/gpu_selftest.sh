@@ -5,6 +5,8 @@
 #   cuda_module    `train --device cuda` loads the CUDA module beside meshpoint (core/cuda_module.h) with the
 #                  CUDA libraries found: it trains (a GPU here) or exits 2 with CUDA's own reason ("device
 #                  cuda: no ..."), never "cannot load the CUDA module"
+#   mma_probe      the device probe loads, checks its fragment table against the PTX ISA and, with no GPU,
+#                  exits 77 naming "no GPU" (with one: 0, everything agreeing)
 #   cpu_train      3 steps on --device cpu with a zstd-compressed checkpoint, `ckpt verify`, `eval`: HDF5,
 #                  zstd, xxHash, cJSON, OpenBLAS, OpenMP and an Open MPI singleton (no mpirun)
 #   mpiexec_tp2    tp 2 on the CPU under `mpiexec -np 2` (the bundle's Open MPI: the launcher that the
@@ -68,6 +70,7 @@ export bin tiny data root
 mp_gpu_selftest() {
   part kernels_host 60 1 "$bin/cuda_check_host"
   part cuda_module 60 1 bash -c 'mp_gpu_cuda_module "$1"' _ "$out/cuda_module"
+  part mma_probe 30 1 bash -c 'o=$("$1" 2>&1); rc=$?; echo "$o"; [ $rc = 0 ] || { [ $rc = 77 ] && [[ $o == *"no GPU"* ]]; }' _ "$bin/cuda_mma_probe"
   part cpu_train 60 1 bash -c 'mp_gpu_cpu_train "$1"' _ "$out/cpu_train"
   part mpiexec_tp2 90 1 bash -c 'mp_gpu_tp2 "$1"' _ "$out/tp2"
   if [ "$mode" = bundle ]; then

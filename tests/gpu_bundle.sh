@@ -7,9 +7,10 @@
 #      OpenBLAS/LAPACK, libgfortran, cJSON, xxHash, zstd, PLplot, Criterion, libaec/szip and libgomp (their
 #      library files and folders overmounted with /dev/null and an empty folder, the mpiexec/orted programs
 #      too), and checks they are gone: MESHPOINT (the ordinary build) no longer loads there;
-#   3. runs the unpacked bundle's `scripts/gpu-check.sh --selftest` there (kernels_host, a CPU training run
-#      with a compressed checkpoint verified and evaluated, tp 2 under the bundled mpiexec, the audit that
-#      every library loaded is the bundle's, CUDA's or glibc's, the head-dim-64 parity program on cpu-bf16);
+#   3. runs the unpacked bundle's `scripts/gpu-check.sh --selftest` there (kernels_host, the mma probe's
+#      "no GPU" exit, a CPU training run with a compressed checkpoint verified and evaluated, tp 2 under the
+#      bundled mpiexec, the audit that every library loaded is the bundle's, CUDA's or glibc's, the
+#      head-dim-64 parity program on cpu-bf16);
 #   4. runs the bundle's `scripts/gpu-check.sh` (the GPU check) there: on this machine without a GPU it
 #      must exit 2 naming "no GPU", having checked nothing; with /usr/local/cuda-* hidden too, it must
 #      exit 1 naming the CUDA library it lacks.
@@ -64,6 +65,7 @@ cat "$work/hidden.log"
 grep -q '^the system build no longer loads' "$work/hidden.log" || fail "the packages could not be hidden: $(cat "$work/hidden.log")"
 grep -q '^selftest exit 0$' "$work/hidden.log" || fail "the bundle's self-test failed without the packages: $(tail -40 "$work/selftest.log")"
 grep -q 'load_audit: PASS' "$work/selftest.log" || fail "the self-test ran no load audit: $(tail -20 "$work/selftest.log")"
+grep -q 'mma_probe: PASS' "$work/selftest.log" || fail "the self-test did not run the mma probe (no GPU: exit 77 naming it): $(tail -20 "$work/selftest.log")"
 grep -q '^gpu-check exit 2$' "$work/hidden.log" || fail "gpu-check without a GPU did not exit 2: $(tail -20 "$work/gpucheck.log")"
 grep -q '^no-CUDA gpu-check exit 1$' "$work/hidden.log" || fail "gpu-check without CUDA's libraries did not exit 1: $(tail -20 "$work/nocuda.log")"
 grep -Eq 'libcudart.so|libcublasLt.so|libnccl.so' "$work/nocuda.log" || fail "gpu-check without CUDA named no CUDA library: $(tail -20 "$work/nocuda.log")"

@@ -87,9 +87,10 @@ static __global__ void __launch_bounds__(FA_THREADS)
 }
 
 /* 1 when the tensor-core kernels take this call: MP_CUDA_ATTN=mma, hd 64 or 128, every pointer 4-byte
- * aligned (pair loads). Opt-in: their first run on an H200 (2026-12-04, docs/BENCH_GPU.md) computed
- * wrong results (check_kernels_device: 93 failed checks, head dims 64 and 128, though the 32-lane host
- * replay of the same tile code passes), so the CUDA-core kernels stay the default until it is found. */
+ * aligned (pair loads and stores). Opt-in: their first run on an H200 (2026-12-04, docs/BENCH_GPU.md)
+ * computed wrong results (check_kernels_device: 93 failed checks, head dims 64 and 128); the cause, a
+ * ptxas miscompile of the bf16 pair stores (k_attn_mma.cuh, fa_st32), is fixed but not yet re-run on a
+ * GPU, so the CUDA-core kernels stay the default until mma_probe and kernels_device_mma pass there. */
 extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd) {
     static int mma = -1;
     if (mma < 0) {

@@ -6,14 +6,17 @@
  * online softmax and the quad shuffles; none can run here (no GPU). So every function below is
  * `__host__ __device__` and templated on NL, the lanes one call handles: on the device NL = 1 (a thread
  * is its lane, lane0 = threadIdx.x % 32), in the host replay NL = 32 (one call is the whole warp,
- * lane0 = 0, lane li is lane0 + li). Per-lane state is an array [NL][...]; the three warp-collective
- * steps take the whole array:
+ * lane0 = 0, lane li is lane0 + li). Per-lane state is an array [NL][...]; the two warp-collective steps
+ * take the whole array, and they and the pair accesses are all that differs between device and host:
  *   fa_mma       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 on the device; on the host the
- *                32 lanes' fragments are scattered into 16x16 A, 16x8 B, 16x8 C matrices by the PTX ISA
- *                layouts ("Matrix Fragments for mma.m16n8k16 with floating point type"), multiplied in
- *                double, and gathered back;
- *   fa_quad_max, fa_quad_sum  the xor-1 then xor-2 butterfly over the four lanes of a row (shfl on
- *                the device, the same pairings and operand order on the host: bitwise the same tree).
+ *                32 lanes' fragments are scattered into 16x16 A, 16x8 B, 16x8 C matrices by the one
+ *                fragment table (mma_frag.cuh: CuTe's layouts, tested against the PTX ISA's "Matrix
+ *                Fragments for mma.m16n8k16 with floating point type" formulas), multiplied in double,
+ *                and gathered back;
+ *   fa_quad_reduce  the xor-1 then xor-2 butterfly over the four lanes of a row (shfl on the device,
+ *                the same pairings and operand order on the host: bitwise the same tree);
+ *   fa_ld32, fa_st32  one 32-bit access to a bf16 pair per lane (memcpy on the host). Everything else,
+ *                the tile code below, is the same source for both.
  * Fragment layouts (PTX ISA, mma.m16n8k16, .bf16 A/B, .f32 C/D), g = lane >> 2, c = lane & 3:
  *   A 16x16 row-major, 4 regs of bf16x2: reg r holds row g + 8 (r & 1), cols 2c + 8 (r >> 1) + {0, 1};
  *   B 16x8 (k x n), 2 regs of bf16x2: reg r holds rows (k) 2c + 8 r + {0, 1}, col (n) g;
@@ -37,6 +40,7 @@
 #define MP_K_ATTN_MMA_CUH
 
 #include "core/cuda/k_common.cuh"
+#include "core/cuda/mma_frag.cuh"
 
 #define FA_WARPS 4
 #define FA_THREADS (FA_WARPS * MP_WARP)
@@ -71,12 +75,6 @@ __host__ __device__ static inline uint32_t fa_ld32(const mp_bf16 *p) {
 #endif
 }
 
-/* Stores the pair (lo, hi) rounded to bf16 at p[0], p[1] (p 4-byte aligned). */
-__host__ __device__ static inline void fa_st_pair(mp_bf16 *p, float lo, float hi) {
-    mp_bf16 t[2] = {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
-    memcpy(p, t, 4);
-}
-
 /* (lo, hi) rounded to bf16 and packed as a bf16x2 register (lo in the low half). */
 __host__ __device__ static inline uint32_t fa_pack(float lo, float hi) {
     mp_bf16 t[2] = {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
@@ -84,6 +82,22 @@ __host__ __device__ static inline uint32_t fa_pack(float lo, float hi) {
     memcpy(&u, t, 4);
     return u;
 }
+
+/* Stores the word u at p: p[0] gets its low half, p[1] its high half; p 4-byte aligned. On the device one
+ * 32-bit store, never a memcpy: nvcc 13.0's ptxas compiles a memcpy of two bf16 to global memory into
+ * byte stores whose low byte it CONVERTS (F2I.U8.F16.TRUNC: the bf16 bits read as an f16 number, truncated
+ * to 0..255) instead of storing it. That was issue 22's "tensor-core attention wrong on the H200": every
+ * bf16 output lost its low byte (docs/CUDA.md; tests/cuda_sass.sh keeps such instructions out). */
+__host__ __device__ static inline void fa_st32(mp_bf16 *p, uint32_t u) {
+#ifdef __CUDA_ARCH__
+    *(uint32_t *)p = u;
+#else
+    memcpy((void *)p, &u, 4);
+#endif
+}
+
+/* Stores the pair (lo, hi) rounded to bf16 at p[0], p[1] (p 4-byte aligned). */
+__host__ __device__ static inline void fa_st_pair(mp_bf16 *p, float lo, float hi) { fa_st32(p, fa_pack(lo, hi)); }
 
 /* The float in half `hi` of a bf16x2 word (host replay). */
 static inline float fa_half(uint32_t u, int hi) {
@@ -109,19 +123,19 @@ __host__ __device__ static inline void fa_mma(float *c, int cs, const uint32_t *
     static_assert(NL == MP_WARP, "the host replay runs a whole warp");
     float A[16][16], Bm[16][8];
     double C[16][8];
-    for (int lane = 0; lane < MP_WARP; lane++) {
-        const int g = lane >> 2, q = lane & 3;
+    int i, j;
+    for (int lane = 0; lane < MP_WARP; lane++) {   /* ownership from the one table (mma_frag.cuh) */
         for (int r = 0; r < 4; r++)
-            for (int hi = 0; hi < 2; hi++) A[g + 8 * (r & 1)][2 * q + 8 * (r >> 1) + hi] = fa_half(a[lane * as + r], hi);
+            for (int h = 0; h < 2; h++) mp_mma_a_pos(lane, r, h, &i, &j), A[i][j] = fa_half(a[lane * as + r], h);
         for (int r = 0; r < 2; r++)
-            for (int hi = 0; hi < 2; hi++) Bm[2 * q + 8 * r + hi][g] = fa_half(b[lane * bs + r], hi);
-        for (int e = 0; e < 4; e++) C[g + 8 * (e >> 1)][2 * q + (e & 1)] = c[lane * cs + e];
+            for (int h = 0; h < 2; h++) mp_mma_b_pos(lane, r, h, &i, &j), Bm[i][j] = fa_half(b[lane * bs + r], h);
+        for (int e = 0; e < 4; e++) mp_mma_c_pos(lane, e, &i, &j), C[i][j] = c[lane * cs + e];
     }
-    for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 8; j++)
+    for (i = 0; i < 16; i++)
+        for (j = 0; j < 8; j++)
             for (int kk = 0; kk < 16; kk++) C[i][j] += (double)A[i][kk] * Bm[kk][j];
     for (int lane = 0; lane < MP_WARP; lane++)
-        for (int e = 0; e < 4; e++) c[lane * cs + e] = (float)C[(lane >> 2) + 8 * (e >> 1)][2 * (lane & 3) + (e & 1)];
+        for (int e = 0; e < 4; e++) mp_mma_c_pos(lane, e, &i, &j), c[lane * cs + e] = (float)C[i][j];
 #endif
 }
 

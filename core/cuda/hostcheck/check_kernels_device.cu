@@ -23,14 +23,6 @@ extern "C" {
 }
 #include "core/cuda/gemm_cuda.h"
 
-#define CK(call)                                                                                        \
-    do {                                                                                                \
-        cudaError_t e_ = (call);                                                                        \
-        if (e_ != cudaSuccess) {                                                                        \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));      \
-            exit(1);                                                                                    \
-        }                                                                                               \
-    } while (0)
 #define SYNC()                               \
     do {                                     \
         CK(cudaGetLastError());              \
@@ -475,6 +467,7 @@ int main(void) {
     check_rmsnorm_bwd(33, 5);
     check_elementwise();
     check_attention(2, 70, 4, 2, 40);
+    check_mma_table();
     check_attention_mma(2, 112, 4, 1, 64);
     if (g_fail) {
         fprintf(stderr, "check_kernels_device: %d host check(s) FAILED\n", g_fail);

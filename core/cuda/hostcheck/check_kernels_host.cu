@@ -64,6 +64,19 @@ static int g_fail = 0;
         }                                                   \
     } while (0)
 
+#ifdef MP_HOSTCHECK_NO_MAIN
+/* For the programs that include this file and launch kernels (check_kernels_device.cu, mma_probe.cu): a
+ * CUDA runtime call that fails ends the program, naming the call and the error. */
+#define CK(call)                                                                                        \
+    do {                                                                                                \
+        cudaError_t e_ = (call);                                                                        \
+        if (e_ != cudaSuccess) {                                                                        \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));      \
+            exit(1);                                                                                    \
+        }                                                                                               \
+    } while (0)
+#endif
+
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd_u64(void) {   /* splitmix64 */
     uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
@@ -598,15 +611,18 @@ static void naive(const Attn &A, std::vector<double> &out, std::vector<double> &
         }
 }
 
-/* max |got - ref| <= rtol * max |ref| + atol */
+/* max |got - ref| <= rtol * max |ref| + atol, and no NaN in got or ref (std::max(md, NaN) keeps md: a NaN
+ * must be counted, or it passes unseen). */
 template <typename G, typename R>
 static void close(const char *what, const G &got, const R &ref, double rtol, double atol, const char *shape) {
     double md = 0, mr = 0;
+    size_t nan = 0;
     for (size_t i = 0; i < ref.size(); i++) {
-        md = std::max(md, fabs((double)got[i] - (double)ref[i]));
-        mr = std::max(mr, fabs((double)ref[i]));
+        const double d = fabs((double)got[i] - (double)ref[i]);
+        if (d != d) nan++;
+        else md = std::max(md, d), mr = std::max(mr, fabs((double)ref[i]));
     }
-    CHECK(md <= rtol * mr + atol, "%s %s: max err %.3g (max ref %.3g)", what, shape, md, mr);
+    CHECK(nan == 0 && md <= rtol * mr + atol, "%s %s: max err %.3g (max ref %.3g), %zu NaN", what, shape, md, mr, nan);
 }
 
 /* An attention problem of that shape with random bf16-valued q, k, v, dout (out and lse sized, unset). */
@@ -736,6 +752,106 @@ static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<fl
     for (size_t i = 0; i < gk.size(); i++) dk[i] = __bfloat162float(gk[i]), dv[i] = __bfloat162float(gv[i]);
 }
 
+/* The mma.sync fragment table (mma_frag.cuh, transcribed from CuTe) against the PTX ISA's own formulas,
+ * written out here as the ISA states them ("Matrix Fragments for mma.m16n8k16 with floating point type",
+ * .bf16 A/B, .f32 C/D; groupID = %laneid >> 2, threadID_in_group = %laneid % 4; element i of a lane's
+ * fragment is half i % 2 of register i / 2), then the attention's tile helpers against the table: the
+ * A-fragment loads (fa_load_afrag), the C -> A repack of P (fa_c_to_a), the B loads of fa_mma_smem (through
+ * a product with the direct one) and the bf16-pair store (fa_st_pair) on matrices of distinct codes. */
+static void check_mma_table(void) {
+    int seenA[16][16] = {}, seenB[16][8] = {}, seenC[16][8] = {};
+    for (int lane = 0; lane < 32; lane++) {
+        const int groupID = lane >> 2, threadID_in_group = lane % 4;
+        for (int i = 0; i < 8; i++) {   /* a0..a7 */
+            const int row = (i < 2 || (4 <= i && i < 6)) ? groupID : groupID + 8;
+            const int col = i < 4 ? threadID_in_group * 2 + (i & 0x1) : threadID_in_group * 2 + (i & 0x1) + 8;
+            int r, c;
+            mp_mma_a_pos(lane, i / 2, i % 2, &r, &c);
+            CHECK(r == row && c == col, "mma table: A lane %d a%d at (%d, %d), the PTX ISA says (%d, %d)", lane, i, r, c, row, col);
+            seenA[r & 15][c & 15]++;
+        }
+        for (int i = 0; i < 4; i++) {   /* b0..b3 */
+            const int row = i < 2 ? threadID_in_group * 2 + (i & 0x1) : threadID_in_group * 2 + (i & 0x1) + 8;
+            const int col = groupID;
+            int k, n;
+            mp_mma_b_pos(lane, i / 2, i % 2, &k, &n);
+            CHECK(k == row && n == col, "mma table: B lane %d b%d at (%d, %d), the PTX ISA says (%d, %d)", lane, i, k, n, row, col);
+            seenB[k & 15][n & 7]++;
+        }
+        for (int i = 0; i < 4; i++) {   /* c0..c3 (and d0..d3) */
+            const int row = i < 2 ? groupID : groupID + 8;
+            const int col = threadID_in_group * 2 + (i & 0x1);
+            int r, c;
+            mp_mma_c_pos(lane, i, &r, &c);
+            CHECK(r == row && c == col, "mma table: C lane %d c%d at (%d, %d), the PTX ISA says (%d, %d)", lane, i, r, c, row, col);
+            seenC[r & 15][c & 7]++;
+        }
+    }
+    int once = 1;
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) once &= seenA[r][c] == 1 && (c >= 8 || (seenB[r][c] == 1 && seenC[r][c] == 1));
+    CHECK(once, "mma table: an element of A, B or C is held by no lane or by two");
+
+    /* codes 0..255 are exact in bf16; X is 16 x 16 [row][col], the B operand's shared copy n-major */
+    std::vector<mp_bf16> X(256), Bs(16 * 16);
+    for (int i = 0; i < 256; i++) X[i] = __float2bfloat16_rn((float)i);
+    uint32_t af[MP_WARP][1][4];
+    fa_load_afrag<16, MP_WARP>(af, X.data(), 0, 16, 1, 0, 0, 0);
+    float C[MP_WARP][2][4];
+    for (int lane = 0; lane < MP_WARP; lane++)
+        for (int r = 0; r < 4; r++)
+            for (int h = 0; h < 2; h++) {
+                int row, col;
+                mp_mma_a_pos(lane, r, h, &row, &col);
+                CHECK(fa_half(af[lane][0][r], h) == (float)(16 * row + col),
+                      "fa_load_afrag: lane %d reg %d half %d holds %g, the table says X[%d][%d] = %d", lane, r, h,
+                      fa_half(af[lane][0][r], h), row, col, 16 * row + col);
+            }
+    for (int lane = 0; lane < MP_WARP; lane++)   /* C of n-tiles 0, 1 per the table from X, repacked as A */
+        for (int nt = 0; nt < 2; nt++)
+            for (int e = 0; e < 4; e++) {
+                int row, col;
+                mp_mma_c_pos(lane, e, &row, &col);
+                C[lane][nt][e] = (float)(16 * row + 8 * nt + col);
+            }
+    uint32_t pa[MP_WARP][1][4];
+    for (int lane = 0; lane < MP_WARP; lane++) fa_c_to_a<2>(pa[lane], C[lane]);
+    for (int lane = 0; lane < MP_WARP; lane++)
+        for (int r = 0; r < 4; r++)
+            for (int h = 0; h < 2; h++) {
+                int row, col;
+                mp_mma_a_pos(lane, r, h, &row, &col);
+                CHECK(pa[lane][0][r] == af[lane][0][r], "fa_c_to_a: lane %d reg %d half %d holds %g, A[%d][%d] is %d",
+                      lane, r, h, fa_half(pa[lane][0][r], h), row, col, 16 * row + col);
+            }
+    /* D = X B with B[k][n] = (k + 2 n) % 5 - 2 (Bs[n][k]), through fa_mma_smem: exact small integers */
+    for (int n = 0; n < 16; n++)
+        for (int k = 0; k < 16; k++) Bs[n * 16 + k] = __float2bfloat16_rn((float)((k + 2 * n) % 5 - 2));
+    for (int lane = 0; lane < MP_WARP; lane++)
+        for (int nt = 0; nt < 2; nt++)
+            for (int e = 0; e < 4; e++) C[lane][nt][e] = 0.0f;
+    fa_mma_smem<MP_WARP, 1, 2>(&C[0][0][0], 8, &af[0][0][0], 4, Bs.data(), 16, 0);
+    std::vector<mp_bf16> D(16 * 16);
+    for (int lane = 0; lane < MP_WARP; lane++)
+        for (int nt = 0; nt < 2; nt++)
+            for (int e = 0; e < 4; e++) {
+                int row, col;
+                mp_mma_c_pos(lane, e, &row, &col);
+                double want = 0;
+                for (int k = 0; k < 16; k++) want += (16.0 * row + k) * ((k + 2 * (8 * nt + col)) % 5 - 2);
+                CHECK(C[lane][nt][e] == (float)want, "fa_mma_smem: lane %d n-tile %d c%d = %g, D[%d][%d] is %g", lane, nt,
+                      e, C[lane][nt][e], row, 8 * nt + col, want);
+                if (e % 2 == 0) fa_st_pair(&D[16 * row + 8 * nt + col], C[lane][nt][e], C[lane][nt][e + 1]);
+            }
+    for (int row = 0; row < 16; row++)   /* the pair stores put every element in its place, both halves */
+        for (int col = 0; col < 16; col++) {
+            double want = 0;
+            for (int k = 0; k < 16; k++) want += (16.0 * row + k) * ((k + 2 * col) % 5 - 2);
+            CHECK(__bfloat162float(D[16 * row + col]) == bf16_round((float)want), "fa_st_pair: D[%d][%d] = %g, not %g",
+                  row, col, __bfloat162float(D[16 * row + col]), bf16_round((float)want));
+        }
+}
+
 /* The tensor-core kernels' replay against float64 (out, lse, dq, dk, dv) and the CPU kernels, on T
  * crossing the 16-row warp tiles and the 32/64-row tiles, every element written (NaN-filled beforehand). */
 static void check_attention_mma(int B, int T, int H, int KV, int hd) {
@@ -803,6 +919,7 @@ int main(void) {
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
+    check_mma_table();
     for (int hd : {64, 128})
         for (int T : {1, 15, 64, 112, 200}) {
             check_attention_mma(1, T, 2, 2, hd);   /* GQA ratio 1 */
