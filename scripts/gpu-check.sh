@@ -23,6 +23,7 @@
 #   R bench_gpu           bench/bench_gpu.sh on the 1B shape: fails below its MFU floor or on a non-finite loss
 #     gemm_probe          bench/gemm_probe.cu: the step's GEMM keys alone, against the roofline and the
 #                         heuristic's other algorithms (two keys profiled 12-13x off in the first run)
+#     bench_gpu_mma       bench_gpu with MP_CUDA_ATTN=mma: the step's MFU on the tensor-core attention
 #     sanitizer_*         compute-sanitizer (found under the CUDA directory) memcheck, racecheck, synccheck
 #                         on kernels_device, with the time that is left
 # Verdicts: PASS; FAIL (it ran and failed, or hit its OWN time limit: a hang); NOT RUN (out of time: the
@@ -124,9 +125,13 @@ else
 fi
 part bench_gpu 180 1 bench/bench_gpu.sh --bin "$bin/meshpoint" --out "$out/bench_gpu"
 part gemm_probe 60 0 "$bin/gemm_probe"   # optional: the step's GEMM keys alone (why two ran 12-13x off)
+part bench_gpu_mma 150 0 env MP_CUDA_ATTN=mma bench/bench_gpu.sh --bin "$bin/meshpoint" --out "$out/bench_gpu_mma"
 # the summary line and the whole per-kernel table (part shows only the log's tail)
-grep '^bench_gpu: ' "$out/bench_gpu.log" 2>/dev/null || true
-sed -n '/^per-op device time/,$p' "$out/bench_gpu.log" 2>/dev/null || true
+for b in bench_gpu bench_gpu_mma; do
+  grep '^bench_gpu: ' "$out/$b.log" 2>/dev/null | sed "s/^bench_gpu:/$b:/" || true
+  sed -n '/^per-op device time/,$p' "$out/$b.log" 2>/dev/null || true
+done
+cat "$out/gemm_probe.log" 2>/dev/null || true
 if [ -n "${MP_GPU_SANITIZER:-}" ]; then
   echo "compute-sanitizer: $MP_GPU_SANITIZER"
   for tool in memcheck racecheck synccheck; do

@@ -21,7 +21,7 @@ if(MP_HAVE_CUDA)
   endforeach()
   add_executable(cuda_mma_probe core/cuda/hostcheck/mma_probe.cu)
   set_target_properties(cuda_mma_probe PROPERTIES CUDA_ARCHITECTURES "${MP_CUDA_ARCHS}" CUDA_STANDARD 17)
-  target_link_libraries(cuda_mma_probe PRIVATE mp_core)
+  target_link_libraries(cuda_mma_probe PRIVATE mp_cuda mp_core)   # the kernels linked in, not loaded
   add_test(NAME cuda_mma_probe COMMAND cuda_mma_probe)
   set_tests_properties(cuda_mma_probe PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
