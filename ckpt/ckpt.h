@@ -50,7 +50,7 @@
 #include "core/tensor.h"
 
 #define CKPT_FORMAT_NAME "meshpoint-checkpoint"
-#define CKPT_FORMAT_VERSION 2          /* written; readers accept 1 and 2 (docs/FORMAT.md) */
+#define CKPT_FORMAT_VERSION 3          /* written; readers accept 1, 2 and 3 (docs/FORMAT.md) */
 #define CKPT_MAX_DIMS 4
 #define CKPT_NAME_MAX 255      /* longest tensor name, bytes */
 #define CKPT_KEY_MAX 64        /* longest metadata key, bytes */
