@@ -79,11 +79,18 @@ typedef struct wbox {
     const void *data;               /* pointer box; NULL for a fill box */
     ckpt_fill_fn fill;              /* fill box: producer and its context */
     void *ctx;
-    char dataset[CK_DSET_MAX], tiles_dataset[CK_DSET_MAX];
+    int k;                          /* its datasets: /<name>/box_<k>, /<name>/tiles_<k> (wbox_path) */
     uint64_t checksum;
     int64_t tile_rows, tile_cols, ntiles;
     uint64_t tiles_checksum;
 } wbox;
+
+/* The path of box B's dataset (tiles 0) or of its tile checksums (tiles 1) into buf (CK_DSET_MAX bytes):
+ * derived from its name and k, not stored (format v3 readers derive them the same way). */
+static const char *wbox_path(const wbox *B, int tiles, char *buf) {
+    snprintf(buf, CK_DSET_MAX, tiles ? "/%s/tiles_%d" : "/%s/box_%d", B->name, B->k);
+    return buf;
+}
 
 enum { ST_OPEN = 0, ST_STARTED, ST_DONE };
 
@@ -439,8 +446,7 @@ static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt,
         B->off[d] = d < ndim ? offset[d] : 0;
         B->shp[d] = d < ndim ? shape[d] : 1;
     }
-    snprintf(B->dataset, sizeof B->dataset, "/%s/box_%d", name, k);
-    snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%d", name, k);
+    B->k = k;
     ckpt_tile_geometry(mp_dtype_size(dt), ndim, B->shp, &B->tile_rows, &B->tile_cols);
     B->ntiles = ck_tile_count(ndim, B->shp, B->tile_rows, B->tile_cols);
     map_add(s, s->nb - 1, same_name, same_file, k + 1);
@@ -669,9 +675,11 @@ static mp_code create_box_dataset(ckpt_save *s, hid_t f, hid_t lcpl, hid_t ft, c
     } else if (hr >= 0) {
         hr = H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     }
-    if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s: creation properties", path, B->dataset); goto done; }
-    *out = ck_h5_make_parents(f, B->dataset) < 0 ? -1 : H5Dcreate2(f, B->dataset, ft, sp, lcpl, dcpl, H5P_DEFAULT);
-    if (*out < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: creating dataset %s (tensor %s)", path, B->dataset, B->name);
+    char dp[CK_DSET_MAX];
+    wbox_path(B, 0, dp);
+    if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s: creation properties", path, dp); goto done; }
+    *out = ck_h5_make_parents(f, dp) < 0 ? -1 : H5Dcreate2(f, dp, ft, sp, lcpl, dcpl, H5P_DEFAULT);
+    if (*out < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: creating dataset %s (tensor %s)", path, dp, B->name);
 done:
     if (dcpl >= 0) H5Pclose(dcpl);
     if (sp >= 0) H5Sclose(sp);
@@ -727,7 +735,8 @@ static mp_code write_one_band(wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0,
     if (hr < 0) {
         char reg[256];
         ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
-        return ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, B->dataset, B->name, reg);
+        return ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, wbox_path(B, 0, (char[CK_DSET_MAX]){0}),
+                         B->name, reg);
     }
     return MP_OK;
 }
@@ -742,7 +751,7 @@ static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher
     int64_t rb = row_bytes(B);
     assert(fp->buf[0] && (size_t)(br * rb) <= fp->cap);
     hid_t fsp = H5Dget_space(d);
-    if (fsp < 0) return ck_h5_err(e, MP_EIO, "writing %s: dataset %s: dataspace", path, B->dataset);
+    if (fsp < 0) return ck_h5_err(e, MP_EIO, "writing %s: dataset %s: dataspace", path, wbox_path(B, 0, (char[CK_DSET_MAX]){0}));
     mp_code rc = MP_OK;
     hash_job job;
     int k = 0;
@@ -773,12 +782,14 @@ static mp_code write_tiles(hid_t f, hid_t lcpl, const wbox *B, const hasher *h, 
     herr_t hr = (sp < 0 || dcpl < 0) ? -1 : 0;
     if (hr >= 0) hr = H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     if (hr >= 0) hr = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
-    if (hr >= 0) hr = (d = H5Dcreate2(f, B->tiles_dataset, H5T_STD_U64LE, sp, lcpl, dcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
+    char tp[CK_DSET_MAX];
+    wbox_path(B, 1, tp);
+    if (hr >= 0) hr = (d = H5Dcreate2(f, tp, H5T_STD_U64LE, sp, lcpl, dcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
     if (hr >= 0) hr = H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->tiles);
     if (d >= 0 && H5Dclose(d) < 0) hr = -1;
     if (dcpl >= 0) H5Pclose(dcpl);
     if (sp >= 0) H5Sclose(sp);
-    if (hr < 0) return ck_h5_err(e, MP_EIO, "writing %s: tile checksums %s (tensor %s)", path, B->tiles_dataset, B->name);
+    if (hr < 0) return ck_h5_err(e, MP_EIO, "writing %s: tile checksums %s (tensor %s)", path, tp, B->name);
     return MP_OK;
 }
 
@@ -788,6 +799,7 @@ static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, fill_pipe *
     hid_t ft = ck_h5_type(B->dt);
     if (ft < 0) return ck_h5_err(e, MP_EIO, "writing %s: tensor %s: file type", path, B->name);
     hid_t d = -1;
+    char dp[CK_DSET_MAX];
     hasher h;
     hasher_init(&h, B);
     mp_code rc = create_box_dataset(s, f, lcpl, ft, B, path, &d, e);
@@ -795,7 +807,7 @@ static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, fill_pipe *
     if (B->data) {
         hasher_feed(&h, B->data, B->shp[0]);
         if (H5Dwrite(d, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, B->data) < 0) {
-            rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s)", path, B->dataset, B->name);
+            rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s)", path, wbox_path(B, 0, dp), B->name);
             goto done;
         }
     } else {
@@ -811,11 +823,11 @@ static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, fill_pipe *
     if (hr >= 0) hr = ck_attr_write_i64s(d, "tile_rows", B->tile_rows);
     if (hr >= 0) hr = ck_attr_write_i64s(d, "tile_cols", B->tile_cols);
     if (hr >= 0) hr = ck_attr_write_u64s(d, "tiles_checksum", B->tiles_checksum);
-    if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: attributes of dataset %s", path, B->dataset); goto done; }
+    if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: attributes of dataset %s", path, wbox_path(B, 0, dp)); goto done; }
     rc = write_tiles(f, lcpl, B, &h, path, e);
 done:
     if (d >= 0 && H5Dclose(d) < 0 && rc == MP_OK)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: closing dataset %s", path, B->dataset);
+        rc = ck_h5_err(e, MP_EIO, "writing %s: closing dataset %s", path, wbox_path(B, 0, dp));
     hasher_free(&h);
     H5Tclose(ft);
     return rc;
@@ -831,8 +843,7 @@ static mp_code write_box_table(ckpt_save *s, hid_t f, int fr, const char *path, 
         if (B->rank != fr) continue;
         ck_boxrow *R = &rows[n++];
         snprintf(R->tensor, sizeof R->tensor, "%s", B->name);
-        int k = atoi(strrchr(B->dataset, '_') + 1);
-        memcpy(&R->k, &k, sizeof k);
+        memcpy(&R->k, &B->k, sizeof B->k);
         memcpy(R->offset, B->off, sizeof R->offset);
         memcpy(R->shape, B->shp, sizeof R->shape);
         memcpy(&R->checksum, &B->checksum, sizeof R->checksum);
@@ -942,8 +953,7 @@ static void number_boxes(ckpt_save *s) {
         wbox *B = &s->b[ix[i]];
         const wbox *P = i > 0 ? &s->b[ix[i - 1]] : NULL;
         k = P && P->rank == B->rank && !strcmp(P->name, B->name) ? k + 1 : 0;
-        snprintf(B->dataset, sizeof B->dataset, "/%s/box_%d", B->name, k);
-        snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%d", B->name, k);
+        B->k = k;
     }
     free(ix);
 }
@@ -1005,8 +1015,7 @@ static void serialize(const ckpt_save *s, ck_buf *b) {
     for (int i = 0; i < s->nb; i++) {
         const wbox *B = &s->b[i];
         put_str(b, B->name);
-        put_str(b, B->dataset);
-        put_str(b, B->tiles_dataset);
+        put_i64(b, B->k);
         put_i64(b, B->dt);
         put_i64(b, B->ndim);
         put_i64(b, B->rank);
@@ -1078,8 +1087,9 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
         wbox *B = &(*all)[*nall];
         memset(B, 0, sizeof *B);
         get_str(&r, name, sizeof name);
-        get_str(&r, B->dataset, sizeof B->dataset);
-        get_str(&r, B->tiles_dataset, sizeof B->tiles_dataset);
+        int64_t k = get_i64(&r);
+        if (k < 0 || k > INT32_MAX) { r.bad = 1; break; }
+        B->k = (int)k;
         B->dt = (mp_dtype)get_i64(&r);
         B->ndim = (int)get_i64(&r);
         B->rank = (int)get_i64(&r);
@@ -1253,8 +1263,8 @@ static mp_code layout_boxes(const wbox *all, int nall, const int *file_of, ck_la
         B->tensor = L->ntensors - 1;
         B->file = file_of[W->rank];
         assert(B->file >= 0);
-        snprintf(B->dataset, sizeof B->dataset, "%s", W->dataset);
-        snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "%s", W->tiles_dataset);
+        wbox_path(W, 0, B->dataset);
+        wbox_path(W, 1, B->tiles_dataset);
         memcpy(B->off, W->off, sizeof B->off);
         memcpy(B->shp, W->shp, sizeof B->shp);
         B->checksum = W->checksum;
