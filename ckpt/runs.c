@@ -215,6 +215,16 @@ mp_code ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n, const char *
         if (total > INT32_MAX)
             return mp_err_set(e, MP_ECHECK, "%s: /layout/runs holds more than %d boxes", path, INT32_MAX);
     }
+    /* before allocating: the runs must claim as many boxes as the file table lists (a crafted count is
+     * refused here unless the file rows tell the same lie; then the expansion's memory is what the index
+     * claims, and running out of it is a message, not a crash) */
+    int64_t listed = 0;
+    for (int i = 0; i < L->nfiles; i++)
+        if (L->f[i].nboxes < 0 || __builtin_add_overflow(listed, L->f[i].nboxes, &listed))
+            return mp_err_set(e, MP_ECHECK, "%s: /layout/files: bad box count in %s", path, L->f[i].name);
+    if (listed != total)
+        return mp_err_set(e, MP_ECHECK, "%s: /layout/runs holds %lld boxes, /layout/files lists %lld", path,
+                          (long long)total, (long long)listed);
     free(L->b);
     L->b = mp_xcalloc(sizeof *L->b * (size_t)(total + 1));
     L->nboxes = 0;
