@@ -104,24 +104,17 @@ void ck_layout_free(ck_layout *L) {
 static void h_i64(XXH3_state_t *s, int64_t v) { XXH3_64bits_update(s, &v, sizeof v); }
 static void h_str(XXH3_state_t *s, const char *p) { XXH3_64bits_update(s, p, strlen(p) + 1); }
 
-/* The sequence of docs/FORMAT.md "Index checksum" for version 1 or 2: v2 hashes each box's tile
- * fields where v1 hashes its slab fields, and has no slab array (its slab count is 0). */
-static uint64_t hash_v12(const ck_layout *L) {
-    assert(L->version == 1 || L->version == 2);
-    assert(L->version == 1 || L->nslabs == 0);
+/* A new hashing state fed the format name (the start of every version's sequence). */
+static XXH3_state_t *hash_begin(void) {
     XXH3_state_t *s = XXH3_createState();
     if (!s) mp_oom(0, MP_MEM_CKPT, "a checksum state");
     XXH3_64bits_reset(s);
     h_str(s, CKPT_FORMAT_NAME);
-    h_i64(s, L->version);
-    h_i64(s, L->step);
-    h_i64(s, L->world);
-    h_i64(s, L->zstd_level);
-    h_i64(s, L->ntensors);
-    h_i64(s, L->nboxes);
-    h_i64(s, L->nfiles);
-    h_i64(s, L->nslabs);
-    h_i64(s, L->nmeta);
+    return s;
+}
+
+/* The tensor rows, as every version hashes them. */
+static void hash_tensors(XXH3_state_t *s, const ck_layout *L) {
     for (int i = 0; i < L->ntensors; i++) {
         const ck_tensor *T = &L->t[i];
         h_str(s, T->name);
@@ -131,6 +124,35 @@ static uint64_t hash_v12(const ck_layout *L) {
         h_i64(s, T->box_first);
         h_i64(s, T->nboxes);
     }
+}
+
+/* The metadata entries (the end of every version's sequence), then the digest; frees s. */
+static uint64_t hash_meta_end(XXH3_state_t *s, const ck_layout *L) {
+    for (int i = 0; i < L->nmeta; i++) {
+        h_str(s, L->keys[i]);
+        h_str(s, L->vals[i]);
+    }
+    uint64_t h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return h;
+}
+
+/* The sequence of docs/FORMAT.md "Index checksum" for version 1 or 2: v2 hashes each box's tile
+ * fields where v1 hashes its slab fields, and has no slab array (its slab count is 0). */
+static uint64_t hash_v12(const ck_layout *L) {
+    assert(L->version == 1 || L->version == 2);
+    assert(L->version == 1 || L->nslabs == 0);
+    XXH3_state_t *s = hash_begin();
+    h_i64(s, L->version);
+    h_i64(s, L->step);
+    h_i64(s, L->world);
+    h_i64(s, L->zstd_level);
+    h_i64(s, L->ntensors);
+    h_i64(s, L->nboxes);
+    h_i64(s, L->nfiles);
+    h_i64(s, L->nslabs);
+    h_i64(s, L->nmeta);
+    hash_tensors(s, L);
     for (int i = 0; i < L->nboxes; i++) {
         const ck_box *B = &L->b[i];
         h_i64(s, B->tensor);
@@ -158,22 +180,13 @@ static uint64_t hash_v12(const ck_layout *L) {
         h_i64(s, L->f[i].bytes);
     }
     if (L->nslabs) XXH3_64bits_update(s, L->slabs, (size_t)L->nslabs * sizeof(uint64_t));
-    for (int i = 0; i < L->nmeta; i++) {
-        h_str(s, L->keys[i]);
-        h_str(s, L->vals[i]);
-    }
-    uint64_t h = XXH3_64bits_digest(s);
-    XXH3_freeState(s);
-    return h;
+    return hash_meta_end(s, L);
 }
 
 /* The version-3 sequence of docs/FORMAT.md "Index checksum": tensors, runs[nruns], files with their
  * boxes_checksum, metadata. */
 static uint64_t hash_v3(const ck_layout *L, const ck_run *runs, int64_t nruns) {
-    XXH3_state_t *s = XXH3_createState();
-    if (!s) mp_oom(0, MP_MEM_CKPT, "a checksum state");
-    XXH3_64bits_reset(s);
-    h_str(s, CKPT_FORMAT_NAME);
+    XXH3_state_t *s = hash_begin();
     h_i64(s, 3);
     h_i64(s, L->step);
     h_i64(s, L->world);
@@ -182,15 +195,7 @@ static uint64_t hash_v3(const ck_layout *L, const ck_run *runs, int64_t nruns) {
     h_i64(s, nruns);
     h_i64(s, L->nfiles);
     h_i64(s, L->nmeta);
-    for (int i = 0; i < L->ntensors; i++) {
-        const ck_tensor *T = &L->t[i];
-        h_str(s, T->name);
-        h_str(s, mp_dtype_name(T->dtype));
-        h_i64(s, T->ndim);
-        for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, T->shape[d]);
-        h_i64(s, T->box_first);
-        h_i64(s, T->nboxes);
-    }
+    hash_tensors(s, L);
     for (int64_t i = 0; i < nruns; i++) {
         const ck_run *R = &runs[i];
         h_i64(s, R->tensor);
@@ -208,13 +213,7 @@ static uint64_t hash_v3(const ck_layout *L, const ck_run *runs, int64_t nruns) {
         h_i64(s, L->f[i].bytes);
         h_i64(s, (int64_t)L->f[i].boxes_checksum);
     }
-    for (int i = 0; i < L->nmeta; i++) {
-        h_str(s, L->keys[i]);
-        h_str(s, L->vals[i]);
-    }
-    uint64_t h = XXH3_64bits_digest(s);
-    XXH3_freeState(s);
-    return h;
+    return hash_meta_end(s, L);
 }
 
 /* v1/v2: over the layout; v3: over the runs ck_runs_build makes of it (what ck_index_write stores). */
@@ -470,6 +469,26 @@ static rec_tensor *tensor_rows(const ck_layout *L) {
     return rt;
 }
 
+/* Writes /layout/tensors (rows rt), /layout/<mid> (n rows of memory type mt: v2 boxes, v3 runs) and
+ * /layout/files (rows rf, memory type ft) of L into f; closes the two given types. */
+static mp_code write_layout(hid_t f, const char *path, const ck_layout *L, const rec_tensor *rt, const char *mid,
+                            hid_t mt, const void *rows, hsize_t n, hid_t ft, const void *rf, mp_err *e) {
+    hid_t tt = tensor_mtype();
+    char *mp = ck_fmt("layout/%s", mid);
+    mp_code rc = MP_OK;
+    if (write_table(f, "layout/tensors", tt, rt, (hsize_t)L->ntensors) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/tensors", path);
+    else if (write_table(f, mp, mt, rows, n) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: /%s", path, mp);
+    else if (write_table(f, "layout/files", ft, rf, (hsize_t)L->nfiles) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/files", path);
+    free(mp);
+    H5Tclose(tt);
+    H5Tclose(mt);
+    H5Tclose(ft);
+    return rc;
+}
+
 /* Version 3's tables: tensors, runs (built from L's boxes), files with boxes_checksum. */
 static mp_code write_tables3(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
     if (H5Gclose(ck_group_create(f, "layout")) < 0)
@@ -486,17 +505,7 @@ static mp_code write_tables3(const ck_layout *L, hid_t f, const char *path, mp_e
     ck_run *runs;
     int64_t nr;
     ck_runs_build(L, &runs, &nr);
-    hid_t tt = tensor_mtype(), rtt = run_mtype(), fit = file_mtype(3);
-    mp_code rc = MP_OK;
-    if (write_table(f, "layout/tensors", tt, rt, (hsize_t)L->ntensors) < 0)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/tensors", path);
-    else if (write_table(f, "layout/runs", rtt, runs, (hsize_t)nr) < 0)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/runs", path);
-    else if (write_table(f, "layout/files", fit, rf, (hsize_t)L->nfiles) < 0)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/files", path);
-    H5Tclose(tt);
-    H5Tclose(rtt);
-    H5Tclose(fit);
+    mp_code rc = write_layout(f, path, L, rt, "runs", run_mtype(), runs, (hsize_t)nr, file_mtype(3), rf, e);
     free(rt);
     free(rf);
     free(runs);
@@ -533,17 +542,7 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
         rf[i].nboxes = L->f[i].nboxes;
         rf[i].bytes = L->f[i].bytes;
     }
-    hid_t tt = tensor_mtype(), bt = box_mtype(2), fit = file_mtype(2);
-    mp_code rc = MP_OK;
-    if (write_table(f, "layout/tensors", tt, rt, (hsize_t)L->ntensors) < 0)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/tensors", path);
-    else if (write_table(f, "layout/boxes", bt, rb, (hsize_t)L->nboxes) < 0)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/boxes", path);
-    else if (write_table(f, "layout/files", fit, rf, (hsize_t)L->nfiles) < 0)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/files", path);
-    H5Tclose(tt);
-    H5Tclose(bt);
-    H5Tclose(fit);
+    mp_code rc = write_layout(f, path, L, rt, "boxes", box_mtype(2), rb, (hsize_t)L->nboxes, file_mtype(2), rf, e);
     free(rt);
     free(rb);
     free(rf);
