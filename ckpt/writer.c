@@ -1591,5 +1591,6 @@ char *ckpt_save_list(const ckpt_save *s, size_t *n) {
 
 mp_code ckpt_save_commit_plan(ckpt_save *s, mp_err *e) {
     assert(s && s->state == ST_OPEN);
+    number_boxes(s);   /* as write_rank_files would: the datasets' k by offset order */
     return commit(s, e);
 }
