@@ -10,6 +10,8 @@
 #   boxes_flip  a flipped byte in a rank file's /boxes table (raw data: no HDF5 checksum there) is caught
 #               by verify and by a load (reshard), exit 1, naming the rank file
 #   swapped     a rank file of another save (another seed) in place of one: caught, exit 1, naming it
+#   index_flat  the index does not grow with the world (README): a tp 2 x dp 16 init has as many runs as a
+#               tp 2 x dp 2 one (8x the boxes) and an index.h5 less than 1.5x its size
 #   no_view     view.h5 removed: verify reports the views (exit 1), tensors still read (reshard works),
 #               repair-views rebuilds view.h5 and verify passes, h5py reads a tensor through index.h5
 set -uo pipefail
@@ -75,6 +77,22 @@ f = h5py.File(sys.argv[1] + "/index.h5", "r")
 w = f["view/model/model.embed_tokens.weight"][...]
 assert w.shape == (256, 32) and np.isfinite(w).all(), w' "$work/c") >"$log" 2>&1 || fail "h5py through the view: $(cat "$log")"
     echo "ok: a missing view.h5 is reported, repaired, and read through index.h5 by h5py"
+    ;;
+index_flat)
+    init 2 "$work/small"
+    init 16 "$work/large"
+    /usr/bin/python3 - "$work/small" "$work/large" >"$log" 2>&1 <<'PY' || fail "$(cat "$log")"
+import os, sys, h5py
+(a, b) = [h5py.File(d + "/index.h5", "r") for d in sys.argv[1:3]]
+na, nb = len(a["layout/runs"]), len(b["layout/runs"])
+ba, bb = int(a["layout/tensors"]["nboxes"].sum()), int(b["layout/tensors"]["nboxes"].sum())
+sa, sb = (os.path.getsize(d + "/index.h5") for d in sys.argv[1:3])
+assert bb >= 7 * ba, (ba, bb)
+assert na == nb, ("runs", na, nb)
+assert sb < 1.5 * sa, ("index bytes", sa, sb)
+print(f"boxes {ba} -> {bb}, runs {na} -> {nb}, index.h5 {sa} -> {sb} bytes")
+PY
+    echo "ok: $(cat "$log")"
     ;;
 *) fail "unknown case $case" ;;
 esac
