@@ -17,7 +17,8 @@
 #   idx read r0, rN    bytes rank 0 reads from index.h5; the last rank's index.h5 opens (ckpt_index_reads:
 #                      0) and the bytes it read from any file during the open (rchar, the pipe excluded)
 #   recv r0, rN        bytes the open's collectives deliver: rank 0 every rank's region list, rank N its part
-#   share rN           rank N's part against its share of the index (index bytes / world)
+#   share rN           rank N's part against its share of the index: the tensor table (every rank loads
+#                      every tensor) + the box-describing tables (v3 runs, v2 boxes) and file table / world
 #   r0 s, r0 MiB       rank 0's open (read, plan every rank, pack) and its peak memory
 #   rN s, rN MiB       the last rank's own work in the open (not the wait for rank 0) + its planning, memory
 # The rank-0 index build and the loads run only where the world has at most MAX_BOXES boxes (default
@@ -93,7 +94,14 @@ for m in $models; do
                 q0=$(one planned $m $tp $dp 0 "$d"); o0+=("$(awk -v a="$(kv open_s "$q0")" -v b="$(kv plan_s "$q0")" 'BEGIN{print a+b}')")
                 qN=$(one planned $m $tp $dp $last "$d"); oN+=("$(awk -v a="$(kv open_s "$qN")" -v b="$(kv plan_s "$qN")" 'BEGIN{print a+b}')")
             done
-            share=$(awk -v r="$(kv recv_bytes "$qN")" -v i="$index" -v w="$W" 'BEGIN{printf "%.2f", r / (i / w)}')
+            # rank N's share of the index: format v3 keeps one row per tensor, which every rank needs (it
+            # loads every tensor), and one per run of boxes, of which it needs about 1/world
+            sh=$(/usr/bin/python3 -c '
+import sys, glob, h5py
+f = h5py.File(glob.glob(sys.argv[1] + "/**/index.h5", recursive=True)[0], "r")
+size = lambda n: f[n].id.get_storage_size() if n in f else 0
+print(size("layout/tensors") + (size("layout/runs") + size("layout/boxes") + size("layout/files")) // int(sys.argv[2]))' "$d" "$W")
+            share=$(awk -v r="$(kv recv_bytes "$qN")" -v s="$sh" 'BEGIN{printf "%.2f", r / s}')
             planned_rows+=("| $m | $W | $(mib "$(kv index_read_bytes "$q0")") MiB | $(kv index_reads "$qN") opens ($(kv index_read_bytes "$qN") B of any file) |"\
 " $(mib "$(kv recv_bytes "$q0")") MiB | $(mib "$(kv recv_bytes "$qN")") MiB | ${share}x |"\
 " $(printf '%s\n' "${o0[@]}" | median) | $(kib_mib "$(kv peak_kib "$q0")") | $(printf '%s\n' "${oN[@]}" | median) |"\

@@ -7,7 +7,7 @@ per-tensor scripts do it (load every tensor whole with h5py/numpy, re-slice, wri
 
 Conversion: opens SRC/index.h5 and, for every tensor of /layout/tensors in turn,
   1. allocates the whole global tensor (np.empty of its global shape, f32),
-  2. reads every saved box of it (/layout/boxes: file + dataset + offset + shape) with
+  2. reads every saved box of it (/layout/boxes, or format v3's /layout/runs expanded: file + dataset + offset + shape) with
      `full[slices] = f[dataset][()]` (h5py reads the box into a fresh array, numpy copies it in),
   3. cuts the box of every target rank with the layout rule of layers/llama_params.c (llama_place +
      llama_disk_box + llama_disk_writer, mirrored in target_box() below) and writes it to that rank's
@@ -104,13 +104,33 @@ def fsync_path(path):
         os.close(fd)
 
 
+def layout_rows(idx):
+    """The saved boxes as rows with tensor, file, dataset, offset, shape: format v2's /layout/boxes, or
+    format v3's /layout/runs expanded by the rule of docs/FORMAT.md (box i of a run at offset + i *
+    offset_step in the file of rank + i * rank_stride; box_<k> counting a file's boxes of the tensor in
+    offset order). Nothing is verified: this peer trusts the files."""
+    if "layout/boxes" in idx:
+        return idx["layout/boxes"][()]
+    tens, runs, rows = idx["layout/tensors"][()], idx["layout/runs"][()], []
+    for ti, t in enumerate(tens):
+        mine = sorted((tuple(int(o) + i * int(st) for o, st in zip(r["offset"], r["offset_step"])),
+                       int(r["rank"]) + i * int(r["rank_stride"]), tuple(int(x) for x in r["shape"]))
+                      for r in runs[runs["tensor_index"] == ti] for i in range(int(r["count"])))
+        k = {}
+        for off, rank, shp in mine:
+            rows.append({"tensor": t["name"], "file": b"rank_%05d.h5" % rank,
+                         "dataset": b"/%s/box_%d" % (t["name"], k.get(rank, 0)), "offset": off, "shape": shp})
+            k[rank] = k.get(rank, 0) + 1
+    return rows
+
+
 def convert(src, tp, dp, dst, do_fsync):
     t0 = time.time()
     if os.path.exists(dst):
         sys.exit("naive_reshard: %s exists" % dst)
     idx = h5py.File(os.path.join(src, "index.h5"), "r")
     tens = idx["layout/tensors"][()]
-    boxes = idx["layout/boxes"][()]
+    boxes = layout_rows(idx)
     meta = {k: s(idx["meta"][k][()]) for k in idx["meta"]} if "meta" in idx else {}
     names = [s(t["name"]) for t in tens]
     by_tensor = {}

@@ -1,12 +1,13 @@
 /*
- * ckpt/ckpt.h — sharded checkpoints of named global tensors in HDF5 (format v2, docs/FORMAT.md;
- * version 1 checkpoints stay readable).
+ * ckpt/ckpt.h — sharded checkpoints of named global tensors in HDF5 (format v3, docs/FORMAT.md;
+ * version 1 and 2 checkpoints stay readable).
  *
  * The library knows nothing of models. A checkpoint stores named global tensors (dtype, 1..4 dims,
  * global shape); each tensor is written as boxes (global offset + shape) of local host data, every
  * element by exactly one rank. Next to the tensors it stores text metadata (key -> JSON/text value).
  *
- *   ROOT/step_%08d/index.h5        layout tables, metadata, virtual views; written last, by rank 0
+ *   ROOT/step_%08d/index.h5        layout tables (runs of boxes), metadata, a link to the views; last, rank 0
+ *   ROOT/step_%08d/view.h5         the virtual views (derived data, for other tools), just before index.h5
  *   ROOT/step_%08d/rank_%05d.h5    one per rank that wrote boxes: one dataset per box
  *   ROOT/latest                    text: the newest step directory name, replaced by rename
  *
@@ -50,7 +51,7 @@
 #include "core/tensor.h"
 
 #define CKPT_FORMAT_NAME "meshpoint-checkpoint"
-#define CKPT_FORMAT_VERSION 2          /* written; readers accept 1 and 2 (docs/FORMAT.md) */
+#define CKPT_FORMAT_VERSION 3          /* written; readers accept 1, 2 and 3 (docs/FORMAT.md) */
 #define CKPT_MAX_DIMS 4
 #define CKPT_NAME_MAX 255      /* longest tensor name, bytes */
 #define CKPT_KEY_MAX 64        /* longest metadata key, bytes */
@@ -235,6 +236,9 @@ int ckpt_num_tensors(const ckpt_reader *r);
 const ckpt_tensor_info *ckpt_tensor_at(const ckpt_reader *r, int i);
 int ckpt_tensor_find(const ckpt_reader *r, const char *name);   /* index, or -1 */
 int ckpt_num_boxes(const ckpt_reader *r);
+/* Box j. Format v3 keeps a box's checksum and tile fields in its rank file's /boxes table: the first
+ * call for a box of a file reads and checks that table; if that fails, those fields read 0 (ckpt_read
+ * and ckpt_verify of the box report why). */
 const ckpt_box_info *ckpt_box_at(const ckpt_reader *r, int j);
 
 int ckpt_num_meta(const ckpt_reader *r);
@@ -291,9 +295,10 @@ typedef void (*ckpt_view_report_fn)(void *ctx, const char *problem);
 mp_code ckpt_views_check(const char *dir, int read_through, ckpt_view_report_fn report, void *ctx, int *nproblems,
                          mp_err *e);
 
-/* Rebuilds dir/index.h5 from its own validated tables and metadata with fresh views, atomically
- * (index.h5.repair, fsync, rename, fsync of dir), never opening the damaged views; the rank files are
- * not touched. MP_ECHECK when the tables are unreadable (nothing to rebuild from), MP_EINPUT for a
+/* Rebuilds the views from the checkpoint's own validated tables, atomically, never opening the damaged
+ * views: format v3 writes dir/view.h5 afresh (view.h5.repair, fsync, rename, fsync of dir), v2
+ * rebuilds dir/index.h5 with its tables, metadata and fresh views (index.h5.repair, same steps); the
+ * rank files are not touched. MP_ECHECK when the tables are unreadable (nothing to rebuild from), MP_EINPUT for a
  * version 1 checkpoint (read-only), MP_EIO on a write failure (index.h5 is then unchanged). Local. */
 mp_code ckpt_views_repair(const char *dir, mp_err *e);
 

@@ -52,10 +52,14 @@ typedef struct ck_file {
     int rank;
     char name[CK_FILE_MAX];
     int64_t nboxes, bytes;
+    uint64_t boxes_checksum;          /* v3: XXH3-64 of the rank file's /boxes table (ckpt/boxtab.c) */
 } ck_file;
 
 typedef struct ck_layout {
-    int version;                      /* format_version read (1 or 2); the writer builds 2 */
+    int version;                      /* format_version read (1, 2 or 3); the writer builds 3. In a v3
+                                         layout the boxes come from the runs (ckpt/runs.c) with their
+                                         dataset paths derived, and their checksum and tile fields are 0
+                                         until the reader reads their rank file's /boxes table */
     int64_t step;
     int world;                        /* world size of the saving job */
     int zstd_level;                   /* informational: 0 none */
@@ -79,7 +83,11 @@ uint64_t ck_layout_hash(const ck_layout *L);
  * need_full) the volumes summing to the tensor's. MP_ECHECK naming the tensor, the boxes (rank file and
  * dataset) and the region. Needs ck_layout_index(L). */
 mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err *e);
-/* Writes index.h5 for L at path (the .partial directory's), fsyncs it. */
+#define CK_VIEW_FILE "view.h5"   /* v3: the views, beside index.h5 (which links /view to it) */
+/* Writes the view file of L (v3: view.h5; a new file with the /view group of virtual datasets, relative
+ * source names) at path and fsyncs it. */
+mp_code ck_view_write(const ck_layout *L, const char *path, mp_err *e);
+/* Writes index.h5 for L at path (the .partial directory's), fsyncs it: version L->version (2 or 3). */
 mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e);
 /* Reads and validates index.h5 at path into *L. MP_ECHECK for a missing/corrupt/foreign index. */
 mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e);
@@ -88,6 +96,53 @@ mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e);
  * checksum but does not compare it, so that crafted tables reach the structural validation. */
 mp_code ck_index_read_image(const void *image, size_t bytes, const char *name, int check_sum, ck_layout *L,
                             mp_err *e);
+
+/* ------------------------------------------------------------- format v3: runs and rank-file tables */
+
+/* A run (ckpt/runs.c): count equal-shaped boxes of tensor `tensor`, box i at offset off + i * step in
+ * the rank file of rank rank0 + i * stride. /layout/runs holds one row per run. */
+typedef struct ck_run {
+    int32_t tensor, rank0, stride, pad;
+    int64_t count;
+    int64_t off[CKPT_MAX_DIMS], step[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
+} ck_run;
+/* The runs of L's boxes (grouped by tensor, each group sorted by offset): per tensor the greedy merge
+ * of its boxes into maximal runs, in whichever of two orders (dim 0 first, or dim 0 last) gives fewer
+ * runs. *runs is malloc'd (*n of them). */
+void ck_runs_build(const ck_layout *L, ck_run **runs, int64_t *n);
+/* Expands the runs[n] of a v3 index into L->b (L's tensors and files read, nboxes 0): every box inside
+ * its tensor and in a listed file, boxes sorted per tensor by offset (all dims), box_first/nboxes of
+ * the tensors set, dataset paths derived (/<name>/box_<k>, k counting the file's boxes of the tensor in
+ * that order), files' box counts checked. MP_ECHECK naming path and the run on anything wrong. */
+mp_code ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n, const char *path, mp_err *e);
+/* Sets box dataset / tiles_dataset paths of L (v3 rule: k counts the boxes of the tensor in the file,
+ * in layout order). */
+void ck_layout_derive_paths(ck_layout *L);
+
+/* A row of a v3 rank file's /boxes table (packed: its bytes are the table's, little-endian). */
+typedef struct __attribute__((packed)) ck_boxrow {
+    char tensor[CKPT_NAME_MAX + 1];
+    int32_t k;
+    int64_t offset[CKPT_MAX_DIMS], shape[CKPT_MAX_DIMS];
+    uint64_t checksum;
+    int64_t tile_rows, tile_cols, ntiles;
+    uint64_t tiles_checksum;
+} ck_boxrow;
+/* Order of the table's rows: tensor name (strcmp), then offset (lexicographic). */
+int ck_boxrow_cmp(const void *a, const void *b);
+/* XXH3-64 of n rows (the table's bytes): a file's boxes_checksum. */
+uint64_t ck_boxtab_hash(const ck_boxrow *rows, int64_t n);
+/* Writes rows[n] (sorted by ck_boxrow_cmp) as /boxes of the open rank file f (path names it). */
+mp_code ck_boxtab_write(hid_t f, const ck_boxrow *rows, int64_t n, const char *path, mp_err *e);
+/* Reads /boxes of the open rank file f into *rows (malloc'd, *n rows). MP_ECHECK naming path when it is
+ * missing or not a table of ck_boxrow. */
+mp_code ck_boxtab_read(hid_t f, const char *path, ck_boxrow **rows, int64_t *n, mp_err *e);
+/* Checks the table rows[n] of file fi against L (v3: the index's boxes_checksum and box count of the
+ * file; rows strictly sorted; each box ids[0..nids) of L, the file's boxes in layout order, has its row
+ * with its shape, its path's k and valid tile fields) and fills those boxes' checksum and tile fields.
+ * MP_ECHECK naming path (the rank file) otherwise. */
+mp_code ck_boxtab_apply(ck_layout *L, int fi, const int *ids, int nids, const ck_boxrow *rows, int64_t n,
+                        const char *path, mp_err *e);
 
 /* A reader of the checkpoint in dir over the layout *from (validated, indexed: ck_layout_index done),
  * which it takes over (*from is zeroed). ckpt_open and the planned open (ckpt/plan.c) make readers so. */

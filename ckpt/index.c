@@ -77,7 +77,14 @@ typedef struct {
     int32_t rank;
     char name[CK_FILE_MAX];
     int64_t nboxes, bytes;
-} rec_file;
+} rec_file;           /* v1, v2 */
+
+typedef struct {
+    int32_t rank;
+    char name[CK_FILE_MAX];
+    int64_t nboxes, bytes;
+    uint64_t boxes_checksum;
+} rec_file3;          /* v3 */
 
 void ck_layout_free(ck_layout *L) {
     if (!L) return;
@@ -97,24 +104,17 @@ void ck_layout_free(ck_layout *L) {
 static void h_i64(XXH3_state_t *s, int64_t v) { XXH3_64bits_update(s, &v, sizeof v); }
 static void h_str(XXH3_state_t *s, const char *p) { XXH3_64bits_update(s, p, strlen(p) + 1); }
 
-/* The sequence of docs/FORMAT.md "Index checksum" for L->version (1 or 2): v2 hashes each box's tile
- * fields where v1 hashes its slab fields, and has no slab array (its slab count is 0). */
-uint64_t ck_layout_hash(const ck_layout *L) {
-    assert(L->version == 1 || L->version == 2);
-    assert(L->version == 1 || L->nslabs == 0);
+/* A new hashing state fed the format name (the start of every version's sequence). */
+static XXH3_state_t *hash_begin(void) {
     XXH3_state_t *s = XXH3_createState();
     if (!s) mp_oom(0, MP_MEM_CKPT, "a checksum state");
     XXH3_64bits_reset(s);
     h_str(s, CKPT_FORMAT_NAME);
-    h_i64(s, L->version);
-    h_i64(s, L->step);
-    h_i64(s, L->world);
-    h_i64(s, L->zstd_level);
-    h_i64(s, L->ntensors);
-    h_i64(s, L->nboxes);
-    h_i64(s, L->nfiles);
-    h_i64(s, L->nslabs);
-    h_i64(s, L->nmeta);
+    return s;
+}
+
+/* The tensor rows, as every version hashes them. */
+static void hash_tensors(XXH3_state_t *s, const ck_layout *L) {
     for (int i = 0; i < L->ntensors; i++) {
         const ck_tensor *T = &L->t[i];
         h_str(s, T->name);
@@ -124,6 +124,35 @@ uint64_t ck_layout_hash(const ck_layout *L) {
         h_i64(s, T->box_first);
         h_i64(s, T->nboxes);
     }
+}
+
+/* The metadata entries (the end of every version's sequence), then the digest; frees s. */
+static uint64_t hash_meta_end(XXH3_state_t *s, const ck_layout *L) {
+    for (int i = 0; i < L->nmeta; i++) {
+        h_str(s, L->keys[i]);
+        h_str(s, L->vals[i]);
+    }
+    uint64_t h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return h;
+}
+
+/* The sequence of docs/FORMAT.md "Index checksum" for version 1 or 2: v2 hashes each box's tile
+ * fields where v1 hashes its slab fields, and has no slab array (its slab count is 0). */
+static uint64_t hash_v12(const ck_layout *L) {
+    assert(L->version == 1 || L->version == 2);
+    assert(L->version == 1 || L->nslabs == 0);
+    XXH3_state_t *s = hash_begin();
+    h_i64(s, L->version);
+    h_i64(s, L->step);
+    h_i64(s, L->world);
+    h_i64(s, L->zstd_level);
+    h_i64(s, L->ntensors);
+    h_i64(s, L->nboxes);
+    h_i64(s, L->nfiles);
+    h_i64(s, L->nslabs);
+    h_i64(s, L->nmeta);
+    hash_tensors(s, L);
     for (int i = 0; i < L->nboxes; i++) {
         const ck_box *B = &L->b[i];
         h_i64(s, B->tensor);
@@ -151,12 +180,50 @@ uint64_t ck_layout_hash(const ck_layout *L) {
         h_i64(s, L->f[i].bytes);
     }
     if (L->nslabs) XXH3_64bits_update(s, L->slabs, (size_t)L->nslabs * sizeof(uint64_t));
-    for (int i = 0; i < L->nmeta; i++) {
-        h_str(s, L->keys[i]);
-        h_str(s, L->vals[i]);
+    return hash_meta_end(s, L);
+}
+
+/* The version-3 sequence of docs/FORMAT.md "Index checksum": tensors, runs[nruns], files with their
+ * boxes_checksum, metadata. */
+static uint64_t hash_v3(const ck_layout *L, const ck_run *runs, int64_t nruns) {
+    XXH3_state_t *s = hash_begin();
+    h_i64(s, 3);
+    h_i64(s, L->step);
+    h_i64(s, L->world);
+    h_i64(s, L->zstd_level);
+    h_i64(s, L->ntensors);
+    h_i64(s, nruns);
+    h_i64(s, L->nfiles);
+    h_i64(s, L->nmeta);
+    hash_tensors(s, L);
+    for (int64_t i = 0; i < nruns; i++) {
+        const ck_run *R = &runs[i];
+        h_i64(s, R->tensor);
+        h_i64(s, R->count);
+        h_i64(s, R->rank0);
+        h_i64(s, R->stride);
+        for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, R->off[d]);
+        for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, R->step[d]);
+        for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, R->shp[d]);
     }
-    uint64_t h = XXH3_64bits_digest(s);
-    XXH3_freeState(s);
+    for (int i = 0; i < L->nfiles; i++) {
+        h_i64(s, L->f[i].rank);
+        h_str(s, L->f[i].name);
+        h_i64(s, L->f[i].nboxes);
+        h_i64(s, L->f[i].bytes);
+        h_i64(s, (int64_t)L->f[i].boxes_checksum);
+    }
+    return hash_meta_end(s, L);
+}
+
+/* v1/v2: over the layout; v3: over the runs ck_runs_build makes of it (what ck_index_write stores). */
+uint64_t ck_layout_hash(const ck_layout *L) {
+    if (L->version != 3) return hash_v12(L);
+    ck_run *runs;
+    int64_t n;
+    ck_runs_build(L, &runs, &n);
+    uint64_t h = hash_v3(L, runs, n);
+    free(runs);
     return h;
 }
 
@@ -232,14 +299,31 @@ static hid_t box_mtype(int v) {
     return t;
 }
 
-static hid_t file_mtype(void) {
-    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_file));
+/* The file table's memory type of format version v (rec_file; v3 rec_file3, with boxes_checksum). */
+static hid_t file_mtype(int v) {
+    hid_t t = H5Tcreate(H5T_COMPOUND, v >= 3 ? sizeof(rec_file3) : sizeof(rec_file));
     hid_t f = str_type(CK_FILE_MAX);
     H5Tinsert(t, "rank", HOFFSET(rec_file, rank), H5T_NATIVE_INT32);
     H5Tinsert(t, "name", HOFFSET(rec_file, name), f);
     H5Tinsert(t, "nboxes", HOFFSET(rec_file, nboxes), H5T_NATIVE_INT64);
     H5Tinsert(t, "bytes", HOFFSET(rec_file, bytes), H5T_NATIVE_INT64);
+    if (v >= 3) H5Tinsert(t, "boxes_checksum", HOFFSET(rec_file3, boxes_checksum), H5T_NATIVE_UINT64);
     H5Tclose(f);
+    return t;
+}
+
+/* The memory type of a /layout/runs row (ck_run; the file type is it packed, without the padding). */
+static hid_t run_mtype(void) {
+    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(ck_run));
+    hid_t a = arr_type(H5T_NATIVE_INT64);
+    H5Tinsert(t, "tensor_index", HOFFSET(ck_run, tensor), H5T_NATIVE_INT32);
+    H5Tinsert(t, "count", HOFFSET(ck_run, count), H5T_NATIVE_INT64);
+    H5Tinsert(t, "rank", HOFFSET(ck_run, rank0), H5T_NATIVE_INT32);
+    H5Tinsert(t, "rank_stride", HOFFSET(ck_run, stride), H5T_NATIVE_INT32);
+    H5Tinsert(t, "offset", HOFFSET(ck_run, off), a);
+    H5Tinsert(t, "offset_step", HOFFSET(ck_run, step), a);
+    H5Tinsert(t, "shape", HOFFSET(ck_run, shp), a);
+    H5Tclose(a);
     return t;
 }
 
@@ -370,12 +454,9 @@ static mp_code write_meta(const ck_layout *L, hid_t f, const char *path, mp_err 
     return rc;
 }
 
-static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
-    if (H5Gclose(ck_group_create(f, "layout")) < 0)
-        return ck_h5_err(e, MP_EIO, "writing %s: group /layout", path);
+/* The tensor table's rows of L (caller frees). */
+static rec_tensor *tensor_rows(const ck_layout *L) {
     rec_tensor *rt = mp_xcalloc(sizeof *rt * (size_t)(L->ntensors + 1));
-    rec_box2 *rb = mp_xcalloc(sizeof *rb * (size_t)(L->nboxes + 1));
-    rec_file *rf = mp_xcalloc(sizeof *rf * (size_t)(L->nfiles + 1));
     for (int i = 0; i < L->ntensors; i++) {
         const ck_tensor *T = &L->t[i];
         snprintf(rt[i].name, sizeof rt[i].name, "%s", T->name);
@@ -385,6 +466,59 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
         rt[i].box_first = T->box_first;
         rt[i].nboxes = T->nboxes;
     }
+    return rt;
+}
+
+/* Writes /layout/tensors (rows rt), /layout/<mid> (n rows of memory type mt: v2 boxes, v3 runs) and
+ * /layout/files (rows rf, memory type ft) of L into f; closes the two given types. */
+static mp_code write_layout(hid_t f, const char *path, const ck_layout *L, const rec_tensor *rt, const char *mid,
+                            hid_t mt, const void *rows, hsize_t n, hid_t ft, const void *rf, mp_err *e) {
+    hid_t tt = tensor_mtype();
+    char *mp = ck_fmt("layout/%s", mid);
+    mp_code rc = MP_OK;
+    if (write_table(f, "layout/tensors", tt, rt, (hsize_t)L->ntensors) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/tensors", path);
+    else if (write_table(f, mp, mt, rows, n) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: /%s", path, mp);
+    else if (write_table(f, "layout/files", ft, rf, (hsize_t)L->nfiles) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/files", path);
+    free(mp);
+    H5Tclose(tt);
+    H5Tclose(mt);
+    H5Tclose(ft);
+    return rc;
+}
+
+/* Version 3's tables: tensors, runs (built from L's boxes), files with boxes_checksum. */
+static mp_code write_tables3(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
+    if (H5Gclose(ck_group_create(f, "layout")) < 0)
+        return ck_h5_err(e, MP_EIO, "writing %s: group /layout", path);
+    rec_tensor *rt = tensor_rows(L);
+    rec_file3 *rf = mp_xcalloc(sizeof *rf * (size_t)(L->nfiles + 1));
+    for (int i = 0; i < L->nfiles; i++) {
+        rf[i].rank = L->f[i].rank;
+        snprintf(rf[i].name, sizeof rf[i].name, "%s", L->f[i].name);
+        rf[i].nboxes = L->f[i].nboxes;
+        rf[i].bytes = L->f[i].bytes;
+        rf[i].boxes_checksum = L->f[i].boxes_checksum;
+    }
+    ck_run *runs;
+    int64_t nr;
+    ck_runs_build(L, &runs, &nr);
+    mp_code rc = write_layout(f, path, L, rt, "runs", run_mtype(), runs, (hsize_t)nr, file_mtype(3), rf, e);
+    free(rt);
+    free(rf);
+    free(runs);
+    return rc;
+}
+
+static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
+    if (L->version == 3) return write_tables3(L, f, path, e);
+    if (H5Gclose(ck_group_create(f, "layout")) < 0)
+        return ck_h5_err(e, MP_EIO, "writing %s: group /layout", path);
+    rec_tensor *rt = tensor_rows(L);
+    rec_box2 *rb = mp_xcalloc(sizeof *rb * (size_t)(L->nboxes + 1));
+    rec_file *rf = mp_xcalloc(sizeof *rf * (size_t)(L->nfiles + 1));
     for (int i = 0; i < L->nboxes; i++) {
         const ck_box *B = &L->b[i];
         snprintf(rb[i].tensor, sizeof rb[i].tensor, "%s", L->t[B->tensor].name);
@@ -408,32 +542,41 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
         rf[i].nboxes = L->f[i].nboxes;
         rf[i].bytes = L->f[i].bytes;
     }
-    hid_t tt = tensor_mtype(), bt = box_mtype(2), fit = file_mtype();
-    mp_code rc = MP_OK;
-    if (write_table(f, "layout/tensors", tt, rt, (hsize_t)L->ntensors) < 0)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/tensors", path);
-    else if (write_table(f, "layout/boxes", bt, rb, (hsize_t)L->nboxes) < 0)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/boxes", path);
-    else if (write_table(f, "layout/files", fit, rf, (hsize_t)L->nfiles) < 0)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: /layout/files", path);
-    H5Tclose(tt);
-    H5Tclose(bt);
-    H5Tclose(fit);
+    mp_code rc = write_layout(f, path, L, rt, "boxes", box_mtype(2), rb, (hsize_t)L->nboxes, file_mtype(2), rf, e);
     free(rt);
     free(rb);
     free(rf);
     return rc;
 }
 
-/* Writes version 2 only (L->version == 2, no slab checksums: boxes carry their tile fields). */
-mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
-    assert(L->version == CKPT_FORMAT_VERSION && L->nslabs == 0);
-    ck_h5_init();
-    ck_h5_clear();
+/* A file created for writing at path (exclusive), with the project's property lists; < 0 on failure. */
+static hid_t create_file(const char *path) {
     hid_t fapl = ck_h5_fapl(0), fcpl = ck_h5_fcpl();
     hid_t f = fapl < 0 || fcpl < 0 ? -1 : H5Fcreate(path, H5F_ACC_EXCL, fcpl, fapl);
     if (fapl >= 0) H5Pclose(fapl);
     if (fcpl >= 0) H5Pclose(fcpl);
+    return f;
+}
+
+mp_code ck_view_write(const ck_layout *L, const char *path, mp_err *e) {
+    ck_h5_init();
+    ck_h5_clear();
+    hid_t f = create_file(path);
+    if (f < 0) return ck_h5_err(e, MP_EIO, "creating %s", path);
+    mp_code rc = write_views(L, f, path, e);
+    if (H5Fclose(f) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "closing %s", path);
+    ck_h5_clear();
+    if (rc == MP_OK) rc = mp_fs_fsync_path(path, 0, e);
+    return rc;
+}
+
+/* Writes version L->version: 2 (repair-views of a v2 checkpoint: its tables, views inside) or 3 (runs,
+ * files with boxes_checksum, and /view as an external link to view.h5:/view). No slab checksums. */
+mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
+    assert((L->version == 2 || L->version == 3) && L->nslabs == 0);
+    ck_h5_init();
+    ck_h5_clear();
+    hid_t f = create_file(path);
     if (f < 0) return ck_h5_err(e, MP_EIO, "creating %s", path);
     mp_code rc = MP_OK;
     uint64_t h = ck_layout_hash(L);
@@ -444,7 +587,7 @@ mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tmv);
     if (L->created_utc[0]) snprintf(created, sizeof created, "%s", L->created_utc);   /* a rebuilt index */
     herr_t hr = ck_attr_write_str(f, "format", CKPT_FORMAT_NAME);
-    if (hr >= 0) hr = ck_attr_write_i64s(f, "format_version", CKPT_FORMAT_VERSION);
+    if (hr >= 0) hr = ck_attr_write_i64s(f, "format_version", L->version);
     if (hr >= 0) hr = ck_attr_write_i64s(f, "step", L->step);
     if (hr >= 0) hr = ck_attr_write_i64s(f, "world_size", L->world);
     if (hr >= 0) hr = ck_attr_write_i64s(f, "zstd_level", L->zstd_level);
@@ -453,7 +596,9 @@ mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
     if (hr < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: root attributes", path);
     if (rc == MP_OK) rc = write_tables(L, f, path, e);
     if (rc == MP_OK) rc = write_meta(L, f, path, e);
-    if (rc == MP_OK) rc = write_views(L, f, path, e);
+    if (rc == MP_OK && L->version == 2) rc = write_views(L, f, path, e);
+    if (rc == MP_OK && L->version == 3 && H5Lcreate_external(CK_VIEW_FILE, "/view", f, "view", H5P_DEFAULT, H5P_DEFAULT) < 0)
+        rc = ck_h5_err(e, MP_EIO, "writing %s: the external link /view -> %s:/view", path, CK_VIEW_FILE);
     /* closing flushes the metadata cache: a full disk often shows here first */
     if (H5Fclose(f) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "closing %s", path);
     ck_h5_clear();
@@ -553,6 +698,7 @@ static mp_code validate_box(ck_layout *L, int t, int64_t j, const char *path, mp
         B->tiles_dataset[0] = '\0';
         return MP_OK;
     }
+    if (L->version >= 3) return MP_OK;   /* tile fields: checked when the rank file's /boxes table is read */
     if (B->tile_rows < 1 || B->tile_rows > rows || B->tile_cols < 1 || B->tile_cols > cols ||
         B->ntiles != ck_tile_count(T->ndim, B->shp, B->tile_rows, B->tile_cols))
         return mp_err_set(e, MP_ECHECK,
@@ -566,24 +712,43 @@ static mp_code validate_box(ck_layout *L, int t, int64_t j, const char *path, mp
     return MP_OK;
 }
 
+/* The rules on the tensors alone (name, order, ndim, shape; docs/FORMAT.md "Validation"). */
+static mp_code validate_tensor(const ck_layout *L, int i, const char *path, mp_err *e) {
+    const ck_tensor *T = &L->t[i];
+    mp_err ne;
+    if (ck_check_name(T->name, &ne) != MP_OK) return mp_err_set(e, MP_ECHECK, "%s: tensors[%d]: %s", path, i, ne.msg);
+    if (i > 0 && strcmp(L->t[i - 1].name, T->name) >= 0)
+        return mp_err_set(e, MP_ECHECK, "%s: tensors table not sorted by name at %s", path, T->name);
+    if (T->ndim < 1 || T->ndim > CKPT_MAX_DIMS)
+        return mp_err_set(e, MP_ECHECK, "%s: tensor %s: ndim %d out of range", path, T->name, T->ndim);
+    int64_t bytes = (int64_t)mp_dtype_size(T->dtype);
+    for (int d = 0; d < CKPT_MAX_DIMS; d++)
+        if ((d < T->ndim ? T->shape[d] <= 0 : T->shape[d] != 1) || !mul_ok(bytes, T->shape[d], &bytes))
+            return mp_err_set(e, MP_ECHECK,
+                              "%s: tensor %s: bad shape: shape[%d] = %lld (dims must be > 0, 1 past ndim %d, and "
+                              "the tensor's byte size must fit in int64)",
+                              path, T->name, d, (long long)T->shape[d], T->ndim);
+    return MP_OK;
+}
+
+/* The rules on the tensors and the file rows (what expanding v3 runs relies on). */
+static mp_code validate_head(const ck_layout *L, const char *path, mp_err *e) {
+    for (int i = 0; i < L->ntensors; i++) MP_TRY(validate_tensor(L, i, path, e));
+    for (int i = 0; i < L->nfiles; i++) {
+        char want[CK_FILE_MAX];
+        snprintf(want, sizeof want, "rank_%05d.h5", L->f[i].rank);
+        if (L->f[i].rank < 0 || strcmp(want, L->f[i].name) != 0 || (i > 0 && L->f[i - 1].rank >= L->f[i].rank))
+            return mp_err_set(e, MP_ECHECK, "%s: files[%d]: bad rank file entry '%.32s'", path, i, L->f[i].name);
+    }
+    return MP_OK;
+}
+
 /* Every structural rule of the layout (docs/FORMAT.md "Validation"). */
 static mp_code validate(ck_layout *L, const char *path, mp_err *e) {
     int64_t next_box = 0, slabs_seen = 0;
+    MP_TRY(validate_head(L, path, e));
     for (int i = 0; i < L->ntensors; i++) {
         ck_tensor *T = &L->t[i];
-        mp_err ne;
-        if (ck_check_name(T->name, &ne) != MP_OK) return mp_err_set(e, MP_ECHECK, "%s: tensors[%d]: %s", path, i, ne.msg);
-        if (i > 0 && strcmp(L->t[i - 1].name, T->name) >= 0)
-            return mp_err_set(e, MP_ECHECK, "%s: tensors table not sorted by name at %s", path, T->name);
-        if (T->ndim < 1 || T->ndim > CKPT_MAX_DIMS)
-            return mp_err_set(e, MP_ECHECK, "%s: tensor %s: ndim %d out of range", path, T->name, T->ndim);
-        int64_t bytes = (int64_t)mp_dtype_size(T->dtype);
-        for (int d = 0; d < CKPT_MAX_DIMS; d++)
-            if ((d < T->ndim ? T->shape[d] <= 0 : T->shape[d] != 1) || !mul_ok(bytes, T->shape[d], &bytes))
-                return mp_err_set(e, MP_ECHECK,
-                                  "%s: tensor %s: bad shape: shape[%d] = %lld (dims must be > 0, 1 past ndim %d, and "
-                                  "the tensor's byte size must fit in int64)",
-                                  path, T->name, d, (long long)T->shape[d], T->ndim);
         if (T->box_first != next_box || T->nboxes < 0 || T->nboxes > L->nboxes - T->box_first)
             return mp_err_set(e, MP_ECHECK, "%s: tensor %s: boxes [%lld, +%lld) do not follow the previous tensor's",
                               path, T->name, (long long)T->box_first, (long long)T->nboxes);
@@ -602,12 +767,6 @@ static mp_code validate(ck_layout *L, const char *path, mp_err *e) {
     if (slabs_seen != L->nslabs)
         return mp_err_set(e, MP_ECHECK, "%s: %lld slab checksums, but the boxes list %lld", path,
                           (long long)L->nslabs, (long long)slabs_seen);
-    for (int i = 0; i < L->nfiles; i++) {
-        char want[CK_FILE_MAX];
-        snprintf(want, sizeof want, "rank_%05d.h5", L->f[i].rank);
-        if (L->f[i].rank < 0 || strcmp(want, L->f[i].name) != 0 || (i > 0 && L->f[i - 1].rank >= L->f[i].rank))
-            return mp_err_set(e, MP_ECHECK, "%s: files[%d]: bad rank file entry '%.32s'", path, i, L->f[i].name);
-    }
     ck_layout_index(L);
     for (int t = 0; t < L->ntensors; t++) {
         mp_code rc = ck_layout_check_tensor(L, t, 0, e);
@@ -712,8 +871,23 @@ static mp_code copy_box_row(ck_layout *L, const void *rbv, int64_t i, const char
 
 /* Copies the rows of the tensor, file and box tables (L->ntensors, nfiles, nboxes of them) into L's
  * arrays, allocated by the caller, checking each tensor's name and dtype and each box row. */
+static mp_code copy_tensors(ck_layout *L, const rec_tensor *rt, const char *path, mp_err *e);
 static mp_code copy_rows(ck_layout *L, const rec_tensor *rt, const void *rbv, const rec_file *rf, const char *path,
                          mp_err *e) {
+    mp_code rc = copy_tensors(L, rt, path, e);
+    for (int64_t i = 0; i < L->nfiles && rc == MP_OK; i++) {
+        L->f[i].rank = rf[i].rank;
+        memcpy(L->f[i].name, rf[i].name, sizeof L->f[i].name);
+        L->f[i].name[CK_FILE_MAX - 1] = '\0';
+        L->f[i].nboxes = rf[i].nboxes;
+        L->f[i].bytes = rf[i].bytes;
+    }
+    for (int64_t i = 0; i < L->nboxes && rc == MP_OK; i++) rc = copy_box_row(L, rbv, i, path, e);
+    return rc;
+}
+
+/* Copies the tensor rows rt[L->ntensors] into L->t (allocated), checking names and dtypes. */
+static mp_code copy_tensors(ck_layout *L, const rec_tensor *rt, const char *path, mp_err *e) {
     mp_code rc = MP_OK;
     for (int64_t i = 0; i < L->ntensors && rc == MP_OK; i++) {
         ck_tensor *T = &L->t[i];
@@ -728,14 +902,44 @@ static mp_code copy_rows(ck_layout *L, const rec_tensor *rt, const void *rbv, co
         T->box_first = rt[i].box_first;
         T->nboxes = rt[i].nboxes;
     }
-    for (int64_t i = 0; i < L->nfiles && rc == MP_OK; i++) {
-        L->f[i].rank = rf[i].rank;
-        memcpy(L->f[i].name, rf[i].name, sizeof L->f[i].name);
-        L->f[i].name[CK_FILE_MAX - 1] = '\0';
-        L->f[i].nboxes = rf[i].nboxes;
-        L->f[i].bytes = rf[i].bytes;
+    return rc;
+}
+
+/* Reads the version-3 tables of f: tensors and files into L (their rows as stored: the tensors' box
+ * ranges are checked after the runs are expanded), the runs into *runs (*nruns). */
+static mp_code read_layout3(hid_t f, const char *path, ck_layout *L, ck_run **runs, int64_t *nruns, mp_err *e) {
+    rec_tensor *rt = NULL;
+    rec_file3 *rf = NULL;
+    int64_t nt = 0, nf = 0;
+    hid_t tt = tensor_mtype(), rtt = run_mtype(), fit = file_mtype(3);
+    herr_t h1 = read_table(f, "layout/tensors", tt, sizeof *rt, (void **)&rt, &nt);
+    herr_t h2 = h1 < 0 ? -1 : read_table(f, "layout/runs", rtt, sizeof(ck_run), (void **)runs, nruns);
+    herr_t h3 = h2 < 0 ? -1 : read_table(f, "layout/files", fit, sizeof *rf, (void **)&rf, &nf);
+    H5Tclose(tt);
+    H5Tclose(rtt);
+    H5Tclose(fit);
+    mp_code rc = MP_OK;
+    if (h3 < 0) {
+        rc = ck_h5_err(e, MP_ECHECK, "%s: cannot read the layout tables (format version 3)", path);
+    } else {
+        L->ntensors = (int)nt;
+        L->nfiles = (int)nf;
+        L->t = mp_xcalloc(sizeof *L->t * (size_t)(nt + 1));
+        L->b = mp_xcalloc(sizeof *L->b);
+        L->f = mp_xcalloc(sizeof *L->f * (size_t)(nf + 1));
+        L->slabs = mp_xmalloc(sizeof(uint64_t));
+        rc = copy_tensors(L, rt, path, e);
+        for (int64_t i = 0; i < nf; i++) {
+            L->f[i].rank = rf[i].rank;
+            memcpy(L->f[i].name, rf[i].name, sizeof L->f[i].name);
+            L->f[i].name[CK_FILE_MAX - 1] = '\0';
+            L->f[i].nboxes = rf[i].nboxes;
+            L->f[i].bytes = rf[i].bytes;
+            L->f[i].boxes_checksum = rf[i].boxes_checksum;
+        }
     }
-    for (int64_t i = 0; i < L->nboxes && rc == MP_OK; i++) rc = copy_box_row(L, rbv, i, path, e);
+    free(rt);
+    free(rf);
     return rc;
 }
 
@@ -746,7 +950,7 @@ static mp_code read_layout(hid_t f, const char *path, ck_layout *L, mp_err *e) {
     rec_file *rf = NULL;
     int64_t nt = 0, nb = 0, nf = 0, ns = 0;
     size_t brec = L->version == 1 ? sizeof(rec_box) : sizeof(rec_box2);
-    hid_t tt = tensor_mtype(), bt = box_mtype(L->version), fit = file_mtype();
+    hid_t tt = tensor_mtype(), bt = box_mtype(L->version), fit = file_mtype(L->version);
     herr_t h1 = read_table(f, "layout/tensors", tt, sizeof *rt, (void **)&rt, &nt);
     herr_t h2 = h1 < 0 ? -1 : read_table(f, "layout/boxes", bt, brec, &rbv, &nb);
     herr_t h3 = h2 < 0 ? -1 : read_table(f, "layout/files", fit, sizeof *rf, (void **)&rf, &nf);
@@ -794,7 +998,40 @@ static mp_code read_meta(hid_t f, const char *path, ck_layout *L, mp_err *e) {
     return MP_OK;
 }
 
-/* Reads and validates index.h5 of format version 1 or 2 (docs/FORMAT.md); refuses other versions.
+/* Version 3 after the root attributes: reads the tables and metadata, checks the index checksum (over
+ * the runs as stored; not compared when check_sum is 0), then the tensors and files, expands the runs
+ * into boxes (ckpt/runs.c) and checks the tensors' box ranges against them, then validates the whole. */
+static mp_code read_index3(hid_t f, const char *path, int check_sum, uint64_t want_hash, ck_layout *L, mp_err *e) {
+    ck_run *runs = NULL;
+    int64_t nruns = 0;
+    mp_code rc = read_layout3(f, path, L, &runs, &nruns, e);
+    if (rc == MP_OK) rc = read_meta(f, path, L, e);
+    if (rc == MP_OK) {
+        uint64_t got = hash_v3(L, runs, nruns);
+        if (check_sum && got != want_hash)
+            rc = mp_err_set(e, MP_ECHECK,
+                            "%s: index checksum mismatch (stored %016llx, computed %016llx): the index is corrupt",
+                            path, (unsigned long long)want_hash, (unsigned long long)got);
+    }
+    if (rc == MP_OK) rc = validate_head(L, path, e);
+    int64_t *stored = NULL;
+    if (rc == MP_OK) {
+        stored = mp_xmalloc(sizeof(int64_t) * 2 * (size_t)(L->ntensors + 1));
+        for (int i = 0; i < L->ntensors; i++) { stored[2 * i] = L->t[i].box_first; stored[2 * i + 1] = L->t[i].nboxes; }
+        rc = ck_runs_expand(L, runs, nruns, path, e);
+    }
+    for (int i = 0; rc == MP_OK && i < L->ntensors; i++)
+        if (stored[2 * i] != L->t[i].box_first || stored[2 * i + 1] != L->t[i].nboxes)
+            rc = mp_err_set(e, MP_ECHECK, "%s: tensor %s: boxes [%lld, +%lld) in the table, [%lld, +%lld) in the runs",
+                            path, L->t[i].name, (long long)stored[2 * i], (long long)stored[2 * i + 1],
+                            (long long)L->t[i].box_first, (long long)L->t[i].nboxes);
+    if (rc == MP_OK) rc = validate(L, path, e);
+    free(stored);
+    free(runs);
+    return rc;
+}
+
+/* Reads and validates index.h5 of format version 1, 2 or 3 (docs/FORMAT.md); refuses other versions.
  * The body of ck_index_read (image NULL: the file at path) and ck_index_read_image (image[0,
  * image_bytes), path only names it); check_sum 0 computes the index checksum without comparing it. */
 static mp_code index_read(const char *path, const void *image, size_t image_bytes, int check_sum, ck_layout *L,
@@ -814,9 +1051,13 @@ static mp_code index_read(const char *path, const void *image, size_t image_byte
     }
     uint64_t want_hash = 0;
     mp_code rc = read_root(f, path, L, &want_hash, e);
-    if (rc == MP_OK) rc = read_layout(f, path, L, e);
-    if (rc == MP_OK) rc = read_meta(f, path, L, e);
-    if (rc == MP_OK) {
+    if (rc == MP_OK && L->version == 3) {
+        rc = read_index3(f, path, check_sum, want_hash, L, e);
+    } else {
+        if (rc == MP_OK) rc = read_layout(f, path, L, e);
+        if (rc == MP_OK) rc = read_meta(f, path, L, e);
+    }
+    if (rc == MP_OK && L->version < 3) {
         uint64_t got = ck_layout_hash(L);
         if (check_sum && got != want_hash)
             rc = mp_err_set(e, MP_ECHECK,

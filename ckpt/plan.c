@@ -18,7 +18,10 @@
  *      coverage checks are unchanged. A read outside the planned regions fails the coverage check
  *      (the boxes are not in the rank's layout), never silently.
  * The parts travel as the in-memory structs (ck_tensor, ck_box, ck_file) copied byte for byte: every
- * rank runs the same binary. Packing zeroes them first, so no uninitialised padding travels.
+ * rank runs the same binary. Packing zeroes them first, so no uninitialised padding travels. A format-v3
+ * part carries its boxes as plan_box3 (tensor, file, k, offset, shape: 80 bytes, not a ck_box's ~1 KiB
+ * of dataset paths): the receiver derives the paths from k, and its reader takes the checksums from the
+ * rank files' /boxes tables, checked against the files' boxes_checksum the part carries.
  *
  * Costs: rank 0 reads the index once and plans in O(total boxes x log); every other rank reads no
  * index table and receives O(own boxes + metadata) bytes.
@@ -28,6 +31,13 @@
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A box of a version-3 part: what the runs say of it (its checksums come from its rank file's /boxes
+ * table, its dataset path from k), 80 bytes instead of a ck_box's ~1 KiB of paths. */
+typedef struct {
+    int32_t tensor, file, k, pad;
+    int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
+} plan_box3;
 
 typedef struct {
     int32_t version, world, zstd_level, ntensors, nboxes, nfiles, nmeta, pad;
@@ -143,7 +153,18 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
         x.file = fmap[x.file];
         x.slab_first = slab_at;
         slab_at += x.nslabs;
-        ck_buf_put(b, &x, sizeof x);
+        if (L->version >= 3) {
+            plan_box3 c;
+            memset(&c, 0, sizeof c);
+            c.tensor = x.tensor;
+            c.file = x.file;
+            c.k = atoi(strrchr(x.dataset, '_') + 1);   /* "/<name>/box_<k>" (derived by the index reader) */
+            memcpy(c.off, x.off, sizeof c.off);
+            memcpy(c.shp, x.shp, sizeof c.shp);
+            ck_buf_put(b, &c, sizeof c);
+        } else {
+            ck_buf_put(b, &x, sizeof x);
+        }
     }
     for (int i = 0; i < L->nfiles; i++)
         if (fmap[i] >= 0) ck_buf_put(b, &L->f[i], sizeof L->f[i]);
@@ -172,9 +193,10 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     memset(L, 0, sizeof *L);
     plan_head h;
     int64_t at = 0;
-    int ok = take(p, n, &at, &h, sizeof h) && h.ntensors >= 0 && h.nboxes >= 0 && h.nfiles >= 0 && h.nmeta >= 0 &&
-             h.nslabs >= 0 && h.meta_bytes >= 0 &&
-             n - at == (int64_t)(sizeof(ck_tensor) * (size_t)h.ntensors + sizeof(ck_box) * (size_t)h.nboxes +
+    int ok = take(p, n, &at, &h, sizeof h);
+    size_t brec = h.version >= 3 ? sizeof(plan_box3) : sizeof(ck_box);
+    ok = ok && h.ntensors >= 0 && h.nboxes >= 0 && h.nfiles >= 0 && h.nmeta >= 0 && h.nslabs >= 0 && h.meta_bytes >= 0 &&
+             n - at == (int64_t)(sizeof(ck_tensor) * (size_t)h.ntensors + brec * (size_t)h.nboxes +
                                  sizeof(ck_file) * (size_t)h.nfiles + sizeof(uint64_t) * (size_t)h.nslabs) + h.meta_bytes;
     if (!ok) return mp_err_set(e, MP_EINTERNAL, "planned open: the plan received has %lld bytes that do not parse", (long long)n);
     L->version = h.version; L->world = h.world; L->zstd_level = h.zstd_level; L->step = h.step;
@@ -187,7 +209,25 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     L->keys = mp_xcalloc(sizeof(char *) * (size_t)(h.nmeta + 1));
     L->vals = mp_xcalloc(sizeof(char *) * (size_t)(h.nmeta + 1));
     take(p, n, &at, L->t, sizeof(ck_tensor) * (size_t)h.ntensors);
-    take(p, n, &at, L->b, sizeof(ck_box) * (size_t)h.nboxes);
+    if (h.version >= 3) {
+        for (int j = 0; j < h.nboxes; j++) {
+            plan_box3 c;
+            memset(&c, 0, sizeof c);
+            take(p, n, &at, &c, sizeof c);
+            ck_box *B = &L->b[j];
+            memset(B, 0, sizeof *B);
+            B->tensor = c.tensor;
+            B->file = c.file;
+            memcpy(B->off, c.off, sizeof B->off);
+            memcpy(B->shp, c.shp, sizeof B->shp);
+            ok = ok && c.tensor >= 0 && c.tensor < h.ntensors && c.file >= 0 && c.file < h.nfiles;
+            const char *tn = ok ? L->t[c.tensor].name : "?";
+            snprintf(B->dataset, sizeof B->dataset, "/%s/box_%d", tn, (int)c.k);
+            snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%d", tn, (int)c.k);
+        }
+    } else {
+        take(p, n, &at, L->b, sizeof(ck_box) * (size_t)h.nboxes);
+    }
     take(p, n, &at, L->f, sizeof(ck_file) * (size_t)h.nfiles);
     take(p, n, &at, L->slabs, sizeof(uint64_t) * (size_t)h.nslabs);
     for (int i = 0; i < h.nmeta && ok; i++) {

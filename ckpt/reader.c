@@ -82,6 +82,8 @@ struct ckpt_reader {
     hid_t *files;         /* [nfiles], -1 until opened */
     int *fds;             /* [nfiles], the sec2 descriptor of files[i] (-1 unknown) */
     uint64_t **tiles;     /* [nboxes], cached tile checksums of v2 boxes (NULL: not loaded) */
+    unsigned char *ftab;  /* [nfiles], v3: 1 once the file's /boxes table is read and applied */
+    int *fbox_first, *fbox;   /* v3: the boxes of each file in layout order (CSR; built on first need) */
     size_t tiles_bytes;   /* bytes held in tiles[] */
     size_t scratch;       /* scratch bound of partial reads and verify batches */
     int64_t bytes_read, bytes_needed;
@@ -106,6 +108,8 @@ mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
     return MP_OK;
 }
 
+static void fill_info(ckpt_reader *r, int j);
+
 ckpt_reader *ck_reader_new(const char *dir, ck_layout *from) {
     ck_h5_init();
     ckpt_reader *r = mp_xcalloc(sizeof *r);
@@ -118,6 +122,7 @@ ckpt_reader *ck_reader_new(const char *dir, ck_layout *from) {
     r->files = mp_xmalloc(sizeof(hid_t) * (size_t)(L->nfiles + 1));
     r->fds = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     r->tiles = mp_xcalloc(sizeof(uint64_t *) * (size_t)(L->nboxes + 1));
+    r->ftab = mp_xcalloc((size_t)(L->nfiles + 1));
     r->scratch = CK_BATCH_BYTES;
     for (int i = 0; i < L->nfiles; i++) { r->files[i] = -1; r->fds[i] = -1; }
     for (int i = 0; i < L->ntensors; i++) {
@@ -129,21 +134,24 @@ ckpt_reader *ck_reader_new(const char *dir, ck_layout *from) {
         T->box_first = (int)L->t[i].box_first;
         T->nboxes = (int)L->t[i].nboxes;
     }
-    for (int j = 0; j < L->nboxes; j++) {
-        ckpt_box_info *B = &r->bi[j];
-        const ck_box *S = &L->b[j];
-        B->tensor = S->tensor;
-        B->rank = L->f[S->file].rank;
-        B->file = L->f[S->file].name;
-        B->dataset = S->dataset;
-        memcpy(B->offset, S->off, sizeof B->offset);
-        memcpy(B->shape, S->shp, sizeof B->shape);
-        B->checksum = S->checksum;
-        B->tile_rows = S->tile_rows;
-        B->tile_cols = S->tile_cols;
-        B->ntiles = S->ntiles;
-    }
+    for (int j = 0; j < L->nboxes; j++) fill_info(r, j);
     return r;
+}
+
+/* The public box info bi[j] from the layout's box j. */
+static void fill_info(ckpt_reader *r, int j) {
+    ckpt_box_info *B = &r->bi[j];
+    const ck_box *S = &r->L.b[j];
+    B->tensor = S->tensor;
+    B->rank = r->L.f[S->file].rank;
+    B->file = r->L.f[S->file].name;
+    B->dataset = S->dataset;
+    memcpy(B->offset, S->off, sizeof B->offset);
+    memcpy(B->shape, S->shp, sizeof B->shape);
+    B->checksum = S->checksum;
+    B->tile_rows = S->tile_rows;
+    B->tile_cols = S->tile_cols;
+    B->ntiles = S->ntiles;
 }
 
 const ck_layout *ck_reader_layout(const ckpt_reader *r) { return &r->L; }
@@ -174,6 +182,9 @@ void ckpt_close(ckpt_reader *r) {
     if (r->tile_hs) XXH3_freeState(r->tile_hs);
     drop_tiles(r);
     free(r->tiles);
+    free(r->ftab);
+    free(r->fbox_first);
+    free(r->fbox);
     free(r->files);
     free(r->fds);
     free(r->ti);
@@ -193,8 +204,14 @@ const ckpt_tensor_info *ckpt_tensor_at(const ckpt_reader *r, int i) {
     return &r->ti[i];
 }
 int ckpt_num_boxes(const ckpt_reader *r) { return r->L.nboxes; }
+static mp_code file_table(ckpt_reader *r, int fi, mp_err *e);
+
+/* v3: reads the box's rank file's /boxes table first (the reader is logically const: a cache); if that
+ * fails the box's checksum and tile fields stay 0, and ckpt_read / ckpt_verify report why. */
 const ckpt_box_info *ckpt_box_at(const ckpt_reader *r, int j) {
     assert(j >= 0 && j < r->L.nboxes);
+    mp_err e;
+    if (file_table((ckpt_reader *)r, r->L.b[j].file, &e) != MP_OK) ck_h5_clear();
     return &r->bi[j];
 }
 int ckpt_num_meta(const ckpt_reader *r) { return r->L.nmeta; }
@@ -294,6 +311,39 @@ static mp_code rank_file(ckpt_reader *r, int fi, hid_t *out, int *fd, mp_err *e)
     return MP_OK;
 }
 
+/* The boxes of each file in layout order (r->fbox_first / r->fbox), by a counting sort. */
+static void build_file_boxes(ckpt_reader *r) {
+    const ck_layout *L = &r->L;
+    r->fbox_first = mp_xcalloc(sizeof(int) * (size_t)(L->nfiles + 2));
+    r->fbox = mp_xmalloc(sizeof(int) * (size_t)(L->nboxes + 1));
+    for (int j = 0; j < L->nboxes; j++) r->fbox_first[L->b[j].file + 2]++;
+    for (int i = 0; i < L->nfiles; i++) r->fbox_first[i + 2] += r->fbox_first[i + 1];
+    for (int j = 0; j < L->nboxes; j++) r->fbox[r->fbox_first[L->b[j].file + 1]++] = j;
+}
+
+/* v3: reads rank file fi's /boxes table once, checks it against the index and the runs and fills in its
+ * boxes' checksums and tile fields (ckpt/boxtab.c). MP_OK at once for v1/v2 and for a table read. */
+static mp_code file_table(ckpt_reader *r, int fi, mp_err *e) {
+    if (r->L.version < 3 || r->ftab[fi]) return MP_OK;
+    hid_t f;
+    MP_TRY(rank_file(r, fi, &f, NULL, e));
+    if (!r->fbox) build_file_boxes(r);
+    char *p = ck_fmt("%s/%s", r->dir, r->L.f[fi].name);
+    ck_boxrow *rows = NULL;
+    int64_t n = 0;
+    const int *ids = r->fbox + r->fbox_first[fi];
+    int nids = r->fbox_first[fi + 1] - r->fbox_first[fi];
+    mp_code rc = ck_boxtab_read(f, p, &rows, &n, e);
+    if (rc == MP_OK) rc = ck_boxtab_apply(&r->L, fi, ids, nids, rows, n, p, e);
+    if (rc == MP_OK) {
+        r->ftab[fi] = 1;
+        for (int k = 0; k < nids; k++) fill_info(r, ids[k]);
+    }
+    free(rows);
+    free(p);
+    return rc;
+}
+
 /* A dataset of a rank file being read: its HDF5 handles and, when it is contiguous and unfiltered
  * with allocated storage, where its bytes start in the file (then it is read with pread on fd). */
 typedef struct {
@@ -338,6 +388,7 @@ static mp_code open_box(ckpt_reader *r, int64_t j, src_t *s, mp_err *e) {
     int fd = -1;
     s->d = s->ft = -1;
     MP_TRY(rank_file(r, B->file, &f, &fd, e));
+    MP_TRY(file_table(r, B->file, e));
     hid_t d = H5Dopen2(f, B->dataset, H5P_DEFAULT);
     if (d < 0) return ck_h5_err(e, MP_ECHECK, "%s/%s: dataset %s of tensor %s is missing", r->dir, fname, B->dataset, T->name);
     hid_t want = ck_h5_type(T->dtype);
@@ -864,6 +915,11 @@ int64_t ckpt_box_read_cost(const ckpt_reader *r, int j, const int64_t *offset, c
     for (int d = 1; d < nd; d++) contig = contig && is[d] == B->shp[d] && is[d] == shape[d];
     int64_t r0 = io[0] - B->off[0], r1 = r0 + is[0];
     if (contig && r0 == 0 && r1 == g.rows) return g.rows * g.row;
+    mp_err fe;
+    if (file_table((ckpt_reader *)r, B->file, &fe) != MP_OK) {   /* v3: tile fields unknown; the read reports it */
+        ck_h5_clear();
+        return g.rows * g.row;
+    }
     int64_t c0 = nd >= 2 ? io[1] - B->off[1] : 0, c1 = nd >= 2 ? c0 + is[1] : 1;
     int64_t TR = B->tile_rows, TC = B->tile_cols;
     int64_t a = r0 / TR * TR, b = (r1 + TR - 1) / TR * TR, ca = c0 / TC * TC, cb = (c1 + TC - 1) / TC * TC;

@@ -17,10 +17,15 @@
  *           source dataset (a view whose source went missing reads as its fill value). The child sends
  *           one line per problem, and "at <tensor>" before each tensor, over a pipe. Test hook:
  *           MP_TEST_VIEWS_CRASH_AT=<tensor> makes the child die of SIGSEGV at that tensor.
- *   repair  rebuilds index.h5 from its validated tables and metadata (ck_index_write writes tables,
- *           metadata and views afresh; the creation time is kept) into index.h5.repair, fsyncs it and
- *           renames it over index.h5 (then fsyncs the directory): atomic, and the damaged views are
- *           never opened. The data files are not touched.
+ *   repair  rebuilds the views from the validated tables: version 3 writes view.h5 afresh
+ *           (ck_view_write) into view.h5.repair; version 2 rebuilds index.h5 (ck_index_write writes
+ *           tables, metadata and views afresh; the creation time is kept) into index.h5.repair; either
+ *           is fsynced and renamed over the old file (then the directory fsynced): atomic, and the
+ *           damaged views are never opened. The data files are not touched.
+ *
+ * Version 3 keeps the views in view.h5 beside index.h5, whose /view is an external link to view.h5:/view;
+ * the check opens them through index.h5 (as h5py does), so a missing view.h5 or link shows as missing
+ * views.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
@@ -328,16 +333,22 @@ mp_code ckpt_views_repair(const char *dir, mp_err *e) {
         mp_err_wrap(e, "repairing the views of %s: the tables themselves are unreadable", dir);
         goto out_paths;
     }
-    if (L.version != CKPT_FORMAT_VERSION) {
+    if (L.version < 2) {
         rc = mp_err_set(e, MP_EINPUT, "repairing the views of %s: a version %d checkpoint is read-only (reshard it to "
                         "write version %d)", dir, L.version, CKPT_FORMAT_VERSION);
         goto out;
+    }
+    if (L.version >= 3) {   /* the views live in view.h5: rebuild that file; index.h5 only links to it */
+        free(path);
+        free(tmp);
+        path = ck_fmt("%s/%s", dir, CK_VIEW_FILE);
+        tmp = ck_fmt("%s/%s.repair", dir, CK_VIEW_FILE);
     }
     if (mp_fs_exists(tmp) && unlink(tmp)) {   /* a leftover of an interrupted repair: ours to remove */
         rc = mp_err_set(e, MP_EIO, "removing %s: %s", tmp, strerror(errno));
         goto out;
     }
-    rc = ck_index_write(&L, tmp, e);
+    rc = L.version >= 3 ? ck_view_write(&L, tmp, e) : ck_index_write(&L, tmp, e);
     if (!rc) rc = mp_fs_rename_durable(tmp, path, dir, e);
     if (rc) unlink(tmp);
 out:

@@ -79,11 +79,18 @@ typedef struct wbox {
     const void *data;               /* pointer box; NULL for a fill box */
     ckpt_fill_fn fill;              /* fill box: producer and its context */
     void *ctx;
-    char dataset[CK_DSET_MAX], tiles_dataset[CK_DSET_MAX];
+    int k;                          /* its datasets: /<name>/box_<k>, /<name>/tiles_<k> (wbox_path) */
     uint64_t checksum;
     int64_t tile_rows, tile_cols, ntiles;
     uint64_t tiles_checksum;
 } wbox;
+
+/* The path of box B's dataset (tiles 0) or of its tile checksums (tiles 1) into buf (CK_DSET_MAX bytes):
+ * derived from its name and k, not stored (format v3 readers derive them the same way). */
+static const char *wbox_path(const wbox *B, int tiles, char *buf) {
+    snprintf(buf, CK_DSET_MAX, tiles ? "/%s/tiles_%d" : "/%s/box_%d", B->name, B->k);
+    return buf;
+}
 
 enum { ST_OPEN = 0, ST_STARTED, ST_DONE };
 
@@ -105,6 +112,8 @@ struct ckpt_save {
     int capm;
     char **keys, **vals;
     int nmeta;
+    int64_t (*fsums)[2];            /* per rank file written here: (file rank, XXH3 of its /boxes table) */
+    int nfsums;
     mp_code lrc;                    /* first local error (add/meta/write) */
     mp_err lerr;
     int state;
@@ -375,6 +384,11 @@ static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt,
         return NULL;
     }
     if (ck_check_name(name, le) != MP_OK) return NULL;
+    if (!strncmp(name, "boxes", 5) && (name[5] == '\0' || name[5] == '/')) {
+        mp_err_set(le, MP_EINPUT, "tensor %s: the name 'boxes' is reserved (a rank file's /boxes table, format v3)",
+                   name);
+        return NULL;
+    }
     if (dt != MP_F32 && dt != MP_BF16 && dt != MP_I32) {
         mp_err_set(le, MP_EINPUT, "tensor %s: unsupported dtype %d", name, (int)dt);
         return NULL;
@@ -432,8 +446,7 @@ static wbox *add_box(ckpt_save *s, int file_rank, const char *name, mp_dtype dt,
         B->off[d] = d < ndim ? offset[d] : 0;
         B->shp[d] = d < ndim ? shape[d] : 1;
     }
-    snprintf(B->dataset, sizeof B->dataset, "/%s/box_%d", name, k);
-    snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%d", name, k);
+    B->k = k;
     ckpt_tile_geometry(mp_dtype_size(dt), ndim, B->shp, &B->tile_rows, &B->tile_cols);
     B->ntiles = ck_tile_count(ndim, B->shp, B->tile_rows, B->tile_cols);
     map_add(s, s->nb - 1, same_name, same_file, k + 1);
@@ -662,9 +675,11 @@ static mp_code create_box_dataset(ckpt_save *s, hid_t f, hid_t lcpl, hid_t ft, c
     } else if (hr >= 0) {
         hr = H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     }
-    if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s: creation properties", path, B->dataset); goto done; }
-    *out = ck_h5_make_parents(f, B->dataset) < 0 ? -1 : H5Dcreate2(f, B->dataset, ft, sp, lcpl, dcpl, H5P_DEFAULT);
-    if (*out < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: creating dataset %s (tensor %s)", path, B->dataset, B->name);
+    char dp[CK_DSET_MAX];
+    wbox_path(B, 0, dp);
+    if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s: creation properties", path, dp); goto done; }
+    *out = ck_h5_make_parents(f, dp) < 0 ? -1 : H5Dcreate2(f, dp, ft, sp, lcpl, dcpl, H5P_DEFAULT);
+    if (*out < 0) rc = ck_h5_err(e, MP_EIO, "writing %s: creating dataset %s (tensor %s)", path, dp, B->name);
 done:
     if (dcpl >= 0) H5Pclose(dcpl);
     if (sp >= 0) H5Sclose(sp);
@@ -720,7 +735,8 @@ static mp_code write_one_band(wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0,
     if (hr < 0) {
         char reg[256];
         ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
-        return ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, B->dataset, B->name, reg);
+        return ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, wbox_path(B, 0, (char[CK_DSET_MAX]){0}),
+                         B->name, reg);
     }
     return MP_OK;
 }
@@ -735,7 +751,7 @@ static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher
     int64_t rb = row_bytes(B);
     assert(fp->buf[0] && (size_t)(br * rb) <= fp->cap);
     hid_t fsp = H5Dget_space(d);
-    if (fsp < 0) return ck_h5_err(e, MP_EIO, "writing %s: dataset %s: dataspace", path, B->dataset);
+    if (fsp < 0) return ck_h5_err(e, MP_EIO, "writing %s: dataset %s: dataspace", path, wbox_path(B, 0, (char[CK_DSET_MAX]){0}));
     mp_code rc = MP_OK;
     hash_job job;
     int k = 0;
@@ -766,12 +782,14 @@ static mp_code write_tiles(hid_t f, hid_t lcpl, const wbox *B, const hasher *h, 
     herr_t hr = (sp < 0 || dcpl < 0) ? -1 : 0;
     if (hr >= 0) hr = H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     if (hr >= 0) hr = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
-    if (hr >= 0) hr = (d = H5Dcreate2(f, B->tiles_dataset, H5T_STD_U64LE, sp, lcpl, dcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
+    char tp[CK_DSET_MAX];
+    wbox_path(B, 1, tp);
+    if (hr >= 0) hr = (d = H5Dcreate2(f, tp, H5T_STD_U64LE, sp, lcpl, dcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
     if (hr >= 0) hr = H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->tiles);
     if (d >= 0 && H5Dclose(d) < 0) hr = -1;
     if (dcpl >= 0) H5Pclose(dcpl);
     if (sp >= 0) H5Sclose(sp);
-    if (hr < 0) return ck_h5_err(e, MP_EIO, "writing %s: tile checksums %s (tensor %s)", path, B->tiles_dataset, B->name);
+    if (hr < 0) return ck_h5_err(e, MP_EIO, "writing %s: tile checksums %s (tensor %s)", path, tp, B->name);
     return MP_OK;
 }
 
@@ -781,6 +799,7 @@ static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, fill_pipe *
     hid_t ft = ck_h5_type(B->dt);
     if (ft < 0) return ck_h5_err(e, MP_EIO, "writing %s: tensor %s: file type", path, B->name);
     hid_t d = -1;
+    char dp[CK_DSET_MAX];
     hasher h;
     hasher_init(&h, B);
     mp_code rc = create_box_dataset(s, f, lcpl, ft, B, path, &d, e);
@@ -788,7 +807,7 @@ static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, fill_pipe *
     if (B->data) {
         hasher_feed(&h, B->data, B->shp[0]);
         if (H5Dwrite(d, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, B->data) < 0) {
-            rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s)", path, B->dataset, B->name);
+            rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s)", path, wbox_path(B, 0, dp), B->name);
             goto done;
         }
     } else {
@@ -804,13 +823,45 @@ static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, fill_pipe *
     if (hr >= 0) hr = ck_attr_write_i64s(d, "tile_rows", B->tile_rows);
     if (hr >= 0) hr = ck_attr_write_i64s(d, "tile_cols", B->tile_cols);
     if (hr >= 0) hr = ck_attr_write_u64s(d, "tiles_checksum", B->tiles_checksum);
-    if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: attributes of dataset %s", path, B->dataset); goto done; }
+    if (hr < 0) { rc = ck_h5_err(e, MP_EIO, "writing %s: attributes of dataset %s", path, wbox_path(B, 0, dp)); goto done; }
     rc = write_tiles(f, lcpl, B, &h, path, e);
 done:
     if (d >= 0 && H5Dclose(d) < 0 && rc == MP_OK)
-        rc = ck_h5_err(e, MP_EIO, "writing %s: closing dataset %s", path, B->dataset);
+        rc = ck_h5_err(e, MP_EIO, "writing %s: closing dataset %s", path, wbox_path(B, 0, dp));
     hasher_free(&h);
     H5Tclose(ft);
+    return rc;
+}
+
+/* Writes the /boxes table of the open rank file f of file rank fr (its boxes, written: checksums known),
+ * sorted by tensor name and offset, and records its XXH3 for the exchange (s->fsums). */
+static mp_code write_box_table(ckpt_save *s, hid_t f, int fr, const char *path, mp_err *e) {
+    ck_boxrow *rows = mp_xcalloc(sizeof *rows * (size_t)(s->nb + 1));
+    int64_t n = 0;
+    for (int i = 0; i < s->nb; i++) {
+        const wbox *B = &s->b[i];
+        if (B->rank != fr) continue;
+        ck_boxrow *R = &rows[n++];
+        snprintf(R->tensor, sizeof R->tensor, "%s", B->name);
+        memcpy(&R->k, &B->k, sizeof B->k);
+        memcpy(R->offset, B->off, sizeof R->offset);
+        memcpy(R->shape, B->shp, sizeof R->shape);
+        memcpy(&R->checksum, &B->checksum, sizeof R->checksum);
+        memcpy(&R->tile_rows, &B->tile_rows, sizeof R->tile_rows);
+        memcpy(&R->tile_cols, &B->tile_cols, sizeof R->tile_cols);
+        memcpy(&R->ntiles, &B->ntiles, sizeof R->ntiles);
+        memcpy(&R->tiles_checksum, &B->tiles_checksum, sizeof R->tiles_checksum);
+    }
+    qsort(rows, (size_t)n, sizeof *rows, ck_boxrow_cmp);
+    mp_code rc = ck_boxtab_write(f, rows, n, path, e);
+    if (rc == MP_OK) {
+        s->fsums = mp_realloc(s->fsums, sizeof *s->fsums * (size_t)s->nfsums, sizeof *s->fsums * (size_t)(s->nfsums + 1),
+                              MP_MEM_OTHER);
+        s->fsums[s->nfsums][0] = fr;
+        s->fsums[s->nfsums][1] = (int64_t)ck_boxtab_hash(rows, n);
+        s->nfsums++;
+    }
+    free(rows);
     return rc;
 }
 
@@ -865,6 +916,7 @@ static mp_code write_one_file(ckpt_save *s, int fr, fill_pipe *fp, int64_t *byte
         ck_crash_point("during_rank_files", s->rank);
     }
     H5Pclose(lcpl);
+    if (rc == MP_OK) rc = write_box_table(s, f, fr, path, e);
     if (H5Fclose(f) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "closing %s", path);
     ck_h5_clear();
     if (rc == MP_OK) rc = mp_fs_fsync_path(path, 0, e);
@@ -879,6 +931,33 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* qsort_r order of box indices (into the save ctx's boxes): tensor name, file rank, offset. */
+static int cmp_number(const void *a, const void *b, void *ctx) {
+    const wbox *x = &((const ckpt_save *)ctx)->b[*(const int *)a], *y = &((const ckpt_save *)ctx)->b[*(const int *)b];
+    int c = strcmp(x->name, y->name);
+    if (c) return c;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    for (int d = 0; d < CKPT_MAX_DIMS; d++)
+        if (x->off[d] != y->off[d]) return x->off[d] < y->off[d] ? -1 : 1;
+    return 0;
+}
+
+/* Numbers the datasets of each tensor in each file by offset (box_<k>, tiles_<k>: k counts the file's
+ * boxes of the tensor in offset order), the rule by which a v3 reader derives them from the index. */
+static void number_boxes(ckpt_save *s) {
+    int *ix = mp_xmalloc(sizeof(int) * (size_t)(s->nb + 1));
+    for (int i = 0; i < s->nb; i++) ix[i] = i;
+    qsort_r(ix, (size_t)s->nb, sizeof(int), cmp_number, s);
+    int k = 0;
+    for (int i = 0; i < s->nb; i++) {
+        wbox *B = &s->b[ix[i]];
+        const wbox *P = i > 0 ? &s->b[ix[i - 1]] : NULL;
+        k = P && P->rank == B->rank && !strcmp(P->name, B->name) ? k + 1 : 0;
+        B->k = k;
+    }
+    free(ix);
+}
+
 /* Writes, closes and fsyncs this process's rank files (one per distinct file rank among its boxes,
  * ascending; none if it has no boxes). Any thread. Their directory entries are made durable by rank 0's
  * fsync of the directory after it wrote index.h5 (commit_rank0), which happens after every rank reported
@@ -888,6 +967,8 @@ static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
     double t0 = ck_now();
     ck_h5_init();
     if (s->nb == 0) return MP_OK;
+    number_boxes(s);
+    s->nfsums = 0;
     /* distinct file ranks, ascending; the band buffer for the largest band of any fill box */
     int *frs = mp_xmalloc(sizeof(int) * (size_t)s->nb);
     size_t band_cap = 0;
@@ -934,8 +1015,7 @@ static void serialize(const ckpt_save *s, ck_buf *b) {
     for (int i = 0; i < s->nb; i++) {
         const wbox *B = &s->b[i];
         put_str(b, B->name);
-        put_str(b, B->dataset);
-        put_str(b, B->tiles_dataset);
+        put_i64(b, B->k);
         put_i64(b, B->dt);
         put_i64(b, B->ndim);
         put_i64(b, B->rank);
@@ -947,6 +1027,11 @@ static void serialize(const ckpt_save *s, ck_buf *b) {
         put_i64(b, B->tile_cols);
         put_i64(b, B->ntiles);
         put_i64(b, (int64_t)B->tiles_checksum);
+    }
+    put_i64(b, s->nfsums);
+    for (int i = 0; i < s->nfsums; i++) {
+        put_i64(b, s->fsums[i][0]);
+        put_i64(b, s->fsums[i][1]);
     }
 }
 
@@ -969,10 +1054,25 @@ static void get_str(rd_t *r, char *buf, size_t cap) {
     buf[n] = '\0';
 }
 
-/* Appends the boxes that process `sender` serialized to *all (file ranks kept, sender recorded) and
+/* Reads the (file rank, /boxes checksum) pairs at the end of a list into fsum[rank] (ranks below
+ * wsize); 0 when malformed. */
+static int get_fsums(rd_t *r, int64_t wsize, uint64_t *fsum) {
+    int64_t nf = get_i64(r);
+    if (nf < 0) return 0;
+    for (int64_t i = 0; i < nf && !r->bad; i++) {
+        int64_t fr = get_i64(r), h = get_i64(r);
+        if (fr < 0 || fr >= wsize) return 0;
+        fsum[fr] = (uint64_t)h;
+    }
+    return !r->bad;
+}
+
+/* Appends the boxes that process `sender` serialized to *all (file ranks kept, sender recorded), its
+ * files' /boxes checksums to fsum (by file rank, for ranks below rank 0's world size rank0_wsize) and
  * sets *wsize to the world size it records. Returns 0 on a malformed list (lengths, dims or a tile
  * geometry that ckpt_tile_geometry does not give). */
-static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nall, int *cap, int64_t *wsize) {
+static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nall, int *cap, int64_t *wsize,
+                       int64_t rank0_wsize, uint64_t *fsum) {
     rd_t r = {p, n, 0, 0};
     *wsize = get_i64(&r);
     int64_t nb = get_i64(&r);
@@ -987,8 +1087,9 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
         wbox *B = &(*all)[*nall];
         memset(B, 0, sizeof *B);
         get_str(&r, name, sizeof name);
-        get_str(&r, B->dataset, sizeof B->dataset);
-        get_str(&r, B->tiles_dataset, sizeof B->tiles_dataset);
+        int64_t k = get_i64(&r);
+        if (k < 0 || k > INT32_MAX) { r.bad = 1; break; }
+        B->k = (int)k;
         B->dt = (mp_dtype)get_i64(&r);
         B->ndim = (int)get_i64(&r);
         B->rank = (int)get_i64(&r);
@@ -1013,6 +1114,7 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
         B->name = mp_strdup(name);
         (*nall)++;
     }
+    if (r.bad || !get_fsums(&r, rank0_wsize, fsum)) return 0;
     return !r.bad && r.at == r.n;
 }
 
@@ -1032,9 +1134,9 @@ static int gather_ranks(void) {
  * process, then the lists by one gatherv per CK_GATHER_RANKS consecutive ranks (core/comm.h; a rank
  * sends nothing in the rounds of other ranks), deserialized round by round. So a rank other than 0
  * receives nothing and rank 0 the sum of the lists. On rank 0, *all gets every box (in rank order),
- * *bad_rank is the first process whose list is malformed and *bad_world the first that records a
+ * fsum[file rank] each rank file's /boxes checksum, *bad_rank is the first process whose list is malformed and *bad_world the first that records a
  * world size other than rank 0's (both -1 if none); the other ranks return an empty list. */
-static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank, int *bad_world) {
+static void exchange(ckpt_save *s, wbox **all, int *nall, uint64_t *fsum, int *bad_rank, int *bad_world) {
     mp_comm *w = s->world;
     ck_buf mine = {0};
     serialize(s, &mine);
@@ -1058,7 +1160,7 @@ static void exchange(ckpt_save *s, wbox **all, int *nall, int *bad_rank, int *ba
         size_t at = 0;
         for (int r = r0; root && r < r1; r++) {
             int64_t ws = 0;
-            if (!deserialize(lists + at, (size_t)len[r], r, all, nall, &cap, &ws)) {
+            if (!deserialize(lists + at, (size_t)len[r], r, all, nall, &cap, &ws, s->wsize, fsum)) {
                 if (*bad_rank < 0) *bad_rank = r;
             } else if (ws != s->wsize && *bad_world < 0) {
                 *bad_world = r;
@@ -1090,7 +1192,8 @@ static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const 
 /* The file table of the layout: the file ranks that have boxes in all[0, nall), each in order, into L->f
  * (L->nfiles of them); file_of[r] gets rank r's index in it (-1: none). Checks that every file rank is in
  * the world and written by exactly one process; L->f is complete even when that check fails. */
-static mp_code layout_files(const ckpt_save *s, const wbox *all, int nall, ck_layout *L, int *file_of, mp_err *e) {
+static mp_code layout_files(const ckpt_save *s, const wbox *all, int nall, const uint64_t *fsum, ck_layout *L,
+                            int *file_of, mp_err *e) {
     mp_code rc = MP_OK;
     int *owner = mp_xmalloc(sizeof(int) * (size_t)s->wsize);
     for (int r = 0; r < s->wsize; r++) owner[r] = file_of[r] = -1;
@@ -1115,6 +1218,7 @@ static mp_code layout_files(const ckpt_save *s, const wbox *all, int nall, ck_la
             ck_file *F = &L->f[L->nfiles++];
             F->rank = r;
             snprintf(F->name, sizeof F->name, "rank_%05d.h5", r);
+            F->boxes_checksum = fsum[r];
         }
     free(owner);
     return rc;
@@ -1159,8 +1263,8 @@ static mp_code layout_boxes(const wbox *all, int nall, const int *file_of, ck_la
         B->tensor = L->ntensors - 1;
         B->file = file_of[W->rank];
         assert(B->file >= 0);
-        snprintf(B->dataset, sizeof B->dataset, "%s", W->dataset);
-        snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "%s", W->tiles_dataset);
+        wbox_path(W, 0, B->dataset);
+        wbox_path(W, 1, B->tiles_dataset);
         memcpy(B->off, W->off, sizeof B->off);
         memcpy(B->shp, W->shp, sizeof B->shp);
         B->checksum = W->checksum;
@@ -1211,17 +1315,17 @@ static mp_code check_name_prefixes(const ck_layout *L, mp_err *e) {
 
 /* Builds the format-v2 layout from all boxes (sorted here) and rank 0's metadata; checks that every
  * file rank is in the recorded world and written by one process only, the names, and exact coverage. */
-static mp_code build_layout(ckpt_save *s, wbox *all, int nall, ck_layout *L, mp_err *e) {
+static mp_code build_layout(ckpt_save *s, wbox *all, int nall, const uint64_t *fsum, ck_layout *L, mp_err *e) {
     memset(L, 0, sizeof *L);
     if (nall > 1) qsort(all, (size_t)nall, sizeof *all, cmp_wbox);
-    L->version = 2;
+    L->version = CKPT_FORMAT_VERSION;
     L->step = s->step;
     L->world = s->wsize;
     L->zstd_level = s->o.zstd_level;
     L->nslabs = 0;
     L->slabs = mp_xmalloc(sizeof(uint64_t));   /* v2 has no slab table */
     int *file_of = mp_xmalloc(sizeof(int) * (size_t)s->wsize);
-    mp_code rc = layout_files(s, all, nall, L, file_of, e);
+    mp_code rc = layout_files(s, all, nall, fsum, L, file_of, e);
     if (rc == MP_OK) rc = layout_boxes(all, nall, file_of, L, e);
     free(file_of);
     layout_meta(s, L);
@@ -1263,14 +1367,16 @@ static mp_code finish_dir(ckpt_save *s, int *renamed, mp_err *e) {
  *   3. rename to step_N, ROOT fsynced, 4. latest.tmp written and fsynced, 5. rename to latest, ROOT
  *   fsynced, 6. retention (index.h5 of an old checkpoint removed and its directory fsynced first).
  * A crash between any two leaves either the previous checkpoint or the new one as the newest complete. */
-static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, mp_err *e) {
+static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, const uint64_t *fsum, mp_err *e) {
     ck_layout L;
-    mp_code rc = build_layout(s, all, nall, &L, e);
+    mp_code rc = build_layout(s, all, nall, fsum, &L, e);
     int renamed = 0;
     if (rc == MP_OK) {
         ck_crash_point("before_index", s->rank);
-        char *ip = ck_fmt("%s/index.h5", s->partial);
-        rc = ck_index_write(&L, ip, e);
+        char *vp = ck_fmt("%s/%s", s->partial, CK_VIEW_FILE), *ip = ck_fmt("%s/index.h5", s->partial);
+        rc = ck_view_write(&L, vp, e);   /* derived data, before the index that links to it */
+        if (rc == MP_OK) rc = ck_index_write(&L, ip, e);
+        free(vp);
         if (rc == MP_OK) rc = mp_fs_fsync_path(s->partial, 1, e);
         free(ip);
     }
@@ -1326,7 +1432,8 @@ static mp_code commit(ckpt_save *s, mp_err *e) {
         ck_crash_point("after_rank_files", s->rank);
         wbox *all = NULL;
         int nall = 0, bad = -1, bad_world = -1;
-        exchange(s, &all, &nall, &bad, &bad_world);
+        uint64_t *fsum = s->rank == 0 ? mp_xcalloc(sizeof(uint64_t) * (size_t)s->wsize) : NULL;
+        exchange(s, &all, &nall, fsum, &bad, &bad_world);
         mp_code r0 = MP_OK;
         mp_err e0;
         if (s->rank == 0) {
@@ -1338,9 +1445,10 @@ static mp_code commit(ckpt_save *s, mp_err *e) {
                 mp_err ce;
                 if (mp_fs_remove_tree(s->partial, &ce) != MP_OK) mp_warn("ckpt: %s", ce.msg);
             } else {
-                r0 = commit_rank0(s, all, nall, &e0);
+                r0 = commit_rank0(s, all, nall, fsum, &e0);
             }
         }
+        free(fsum);
         free_boxes(all, nall);
         rc = agree(w, r0, &e0, e);
     }
@@ -1468,6 +1576,7 @@ void ckpt_save_free(ckpt_save *s) {
     free(s->final);
     free(s->partial);
     free(s->where);
+    free(s->fsums);
     free(s);
 }
 
@@ -1482,5 +1591,6 @@ char *ckpt_save_list(const ckpt_save *s, size_t *n) {
 
 mp_code ckpt_save_commit_plan(ckpt_save *s, mp_err *e) {
     assert(s && s->state == ST_OPEN);
+    number_boxes(s);   /* as write_rank_files would: the datasets' k by offset order */
     return commit(s, e);
 }

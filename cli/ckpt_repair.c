@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include "cli/args.h"
 #include "cli/ckpt_common.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 
 /* Prints one view problem (ckpt_view_report_fn). */
@@ -64,8 +65,10 @@ int mp_ckpt_repair_views(int argc, char **argv) {
                     err.msg);
         goto out;
     }
-    printf("repaired %s: index.h5 rebuilt from its tables (%d view problem(s) before, none now; rank files "
-           "untouched)\n", dir, found);
+    char *vf = mp_fs_join(dir, "view.h5");   /* format v3 keeps the views there (docs/FORMAT.md) */
+    printf("repaired %s: %s rebuilt from its tables (%d view problem(s) before, none now; rank files "
+           "untouched)\n", dir, mp_fs_exists(vf) ? "view.h5" : "index.h5", found);
+    free(vf);
     status = mp_exit_status(MP_OK);
 out:
     free(dir);

@@ -34,9 +34,9 @@ cp "$work/root/step_00000005/index.h5" "$idx"
 /usr/bin/python3 - "$idx" <<'PY'
 import sys, h5py
 p = sys.argv[1]
-with h5py.File(p, "r") as f:   # a byte of box 1's checksum in the table: only the index checksum covers it
-    ds = f["layout/boxes"]
-    at = ds.id.get_offset() + ds.dtype.itemsize + ds.dtype.fields["checksum"][1]
+with h5py.File(p, "r") as f:   # a byte of file 1's boxes_checksum in the table: only the index checksum covers it
+    ds = f["layout/files"]
+    at = ds.id.get_offset() + ds.dtype.itemsize + ds.dtype.fields["boxes_checksum"][1]
 with open(p, "r+b") as fh:
     fh.seek(at)
     b = fh.read(1)

@@ -39,11 +39,15 @@ reshard() {  # reshard SRC OUT TP DP [extra...]
 same() { "$equal" "$1" "$2" >"$work/eq.log" 2>&1 || fail "$1 and $2 differ: $(cat "$work/eq.log")"; }
 # box (tensor, offset, shape, checksum) lists of two checkpoints must be identical
 same_boxes() {
-    /usr/bin/python3 - "$1" "$2" <<'PY' || fail "box checksums of $1 and $2 differ"
-import sys, h5py
+    /usr/bin/python3 - "$1" "$2" "$src_dir/tests/python" <<'PY' || fail "box checksums of $1 and $2 differ"
+import sys, h5py, numpy as np
+sys.path.insert(0, sys.argv[3])
+from test_ckpt_h5py import layout_boxes   # any format version (v3: runs + the rank files' /boxes tables)
 def boxes(d):
     with h5py.File(d + "/index.h5", "r") as f:
-        b = f["layout/boxes"][...]
+        fails = []
+        b = layout_boxes(h5py, np, lambda c, m: c or fails.append(m), d, d, f)
+        assert not fails, fails
         return sorted((r["tensor"], r["file"], tuple(r["offset"]), tuple(r["shape"]), int(r["checksum"])) for r in b)
 a, b = boxes(sys.argv[1]), boxes(sys.argv[2])
 assert len(a) == len(b) and a == b, (len(a), len(b))
@@ -138,7 +142,7 @@ corners)
     "$bin" init --config "$mcfg" --tp 1 --dp 8 --out "$work/m_init8" >"$work/m8.log" 2>&1 || fail "init dp8: $(cat "$work/m8.log")"
     same_boxes "$work/m_init8" "$work/m_dp8"
     # empty shards write nothing: k_proj (6 rows) has 6 boxes on dp 8
-    n=$(/usr/bin/python3 -c 'import h5py,sys; b=h5py.File(sys.argv[1]+"/index.h5")["layout/boxes"][...]; print(sum(1 for r in b if r["tensor"]==b"model/model.layers.0.self_attn.k_proj.weight"))' "$work/m_dp8")
+    n=$(/usr/bin/python3 -c 'import h5py,sys; t=h5py.File(sys.argv[1]+"/index.h5")["layout/tensors"][...]; print(sum(int(r["nboxes"]) for r in t if r["name"]==b"model/model.layers.0.self_attn.k_proj.weight"))' "$work/m_dp8")
     [ "$n" = 6 ] || fail "expected 6 boxes of k_proj on dp 8, got $n"
     # GQA with uneven intermediate and padded vocab to tp 8 is refused (4 kv heads); tp 4 x dp 3 is fine
     "$bin" init --config "$cfg" --tp 1 --dp 1 --out "$work/g11" >/dev/null 2>&1 || fail "init gqa"

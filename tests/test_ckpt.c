@@ -351,7 +351,7 @@ Test(ckpt, integrity_missing_and_corrupt_index) {
     cr_assert(strstr(e.msg, "index.h5") && strstr(e.msg, "corrupt"), "%s", e.msg);
     /* step 2: one flipped byte in the box table's raw data (HDF5 has no checksum there) */
     char *i2 = tu_path(root, "step_00000002/index.h5");
-    tu_flip_byte(i2, tu_h5_data_offset(i2, "/layout/boxes") + 300);
+    tu_flip_byte(i2, tu_h5_data_offset(i2, "/layout/runs") + 30);
     char *d2 = tu_path(root, "step_00000002");
     cr_assert_eq(ckpt_open(&r, d2, &e), MP_ECHECK);
     cr_assert(strstr(e.msg, "index checksum mismatch") && strstr(e.msg, "step_00000002/index.h5"), "%s", e.msg);
@@ -735,7 +735,7 @@ Test(ckpt, newer_format_version_is_refused) {
     ckpt_reader *r;
     char *d = tu_path(root, "step_00000001");
     cr_assert_eq(ckpt_open(&r, d, &e), MP_ECHECK);
-    cr_assert(strstr(e.msg, "format version 3") && strstr(e.msg, "reads versions 1..2"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "format version 4") && strstr(e.msg, "reads versions 1..3"), "%s", e.msg);
     free(d);
     free(ip);
     tu_rm_rf(root);

@@ -283,6 +283,9 @@ Test(ckpt_cli, ls_lists_steps_latest_and_incomplete, .timeout = 120) {
         want2 += file_size(p);
         free(p);
     }
+    char *vp = fmt("%s/step_00000002/view.h5", root);
+    want2 += file_size(vp);   /* format v3: the views' file */
+    free(vp);
     char *bytes = fmt("(%lld bytes)", (long long)want2);
     cr_assert(strstr(l2, bytes), "want %s in: %s", bytes, l2);
 
@@ -429,7 +432,7 @@ Test(ckpt_cli, show_prints_config_tensors_and_stats, .timeout = 120) {
     cr_assert_eq(ckpt_json(&js, args), 0, "%s", js);
     cJSON *j = parse(js);
     cr_assert_eq(jnum(j, "step"), 4);
-    cr_assert_eq(jnum(j, "format_version"), 2);
+    cr_assert_eq(jnum(j, "format_version"), CKPT_FORMAT_VERSION);
     cr_assert_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "mesh"), "tp"), 1);
     cr_assert_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "model_config"), "hidden_size"), 32);
     cr_assert_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "data_cursor"), "pos"), 256);
@@ -726,16 +729,24 @@ Test(ckpt_cli, diff_and_show_across_meshes, .timeout = 300) {
     cr_assert_eq(run(NULL, "%s ckpt diff %s %s --rtol 1e-12", tu_bin(), a, b), 1);
 
     /* the shard map of the mesh checkpoint is the index's box table */
-    char *py = write_py(dir, "boxes.py",
-                        "import sys, json, h5py\n"
-                        "f = h5py.File(sys.argv[1] + '/index.h5', 'r')\n"
-                        "t = f['layout/tensors'][...]; b = f['layout/boxes'][...]\n"
-                        "out = []\n"
-                        "for r in b:\n"
-                        "    nd = int(t[r['tensor_index']]['ndim'])\n"
-                        "    out.append([r['tensor'].decode(), int(r['rank']), r['file'].decode(),\n"
-                        "                [int(v) for v in r['offset'][:nd]], [int(v) for v in r['shape'][:nd]]])\n"
-                        "print(json.dumps(out))\n");
+    /* format v3: the boxes from the runs and the rank files' tables, by the h5py oracle of
+     * tests/python/test_ckpt_h5py.py (layout_boxes: the spec alone, no code of ours) */
+    char *pysrc = fmt("import sys, json, h5py, numpy as np\n"
+                      "sys.path.insert(0, '%s/tests/python')\n"
+                      "from test_ckpt_h5py import layout_boxes\n"
+                      "f = h5py.File(sys.argv[1] + '/index.h5', 'r')\n"
+                      "fails = []\n"
+                      "t = f['layout/tensors'][...]\n"
+                      "b = layout_boxes(h5py, np, lambda c, m: c or fails.append(m), 'show', sys.argv[1], f)\n"
+                      "assert not fails, fails\n"
+                      "out = []\n"
+                      "for r in b:\n"
+                      "    nd = int(t[r['tensor_index']]['ndim'])\n"
+                      "    out.append([r['tensor'].decode(), int(r['rank']), r['file'].decode(),\n"
+                      "                [int(v) for v in r['offset'][:nd]], [int(v) for v in r['shape'][:nd]]])\n"
+                      "print(json.dumps(out))\n", tu_src());
+    char *py = write_py(dir, "boxes.py", pysrc);
+    free(pysrc);
     char *pyout = NULL;
     rc = run(&pyout, PY " %s %s", py, b);
     cr_assert_eq(rc, 0, "%s", pyout);

@@ -2,8 +2,9 @@
 # tests/views.sh MESHPOINT DATA CONFIG WORKDIR PLUGINS CASE — index.h5's /view datasets (what h5py and other
 # HDF5 tools read) checked by `ckpt verify` and rebuilt by `ckpt repair-views` (issue 9 item 2).
 #   intact   verify passes, repair-views leaves index.h5 byte for byte as it was (exit 0)
-#   wrong    views rewritten with h5py (one mapping to another tensor's box, one deleted): verify exits 1
-#            naming both; repair-views rebuilds index.h5 (exit 0), keeps its creation time, and afterwards
+#   wrong    views rewritten with h5py through index.h5 (format v3: into view.h5, the external link's
+#            target; one mapping to another tensor's box, one deleted): verify exits 1
+#            naming both; repair-views rebuilds view.h5 (exit 0), keeps index.h5's creation time, and afterwards
 #            verify passes and h5py reads every view bitwise equal to the rank files' boxes
 #   crash    a libhdf5 crash while checking a view (MP_TEST_VIEWS_CRASH_AT) is a problem verify reports
 #            (exit 1, naming the view), not a crash of verify; so is one while reading index.h5 itself
@@ -19,11 +20,15 @@ train --run-dir "$work/run" --steps 2 --ckpt-every 2 >/dev/null 2>&1 || fail "tr
 ck=$work/run/checkpoints/step_00000002
 # views_equal DIR: h5py reads every view of DIR bitwise equal to its boxes in the rank files
 views_equal() {
-    /usr/bin/python3 - "$1" <<'PY'
+    /usr/bin/python3 - "$1" "$(cd "$(dirname "$0")" && pwd)/python" <<'PY'
 import sys, h5py, numpy as np
 d = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from test_ckpt_h5py import layout_boxes   # any format version (v3: runs + the rank files' /boxes tables)
 with h5py.File(d + "/index.h5", "r") as f:
-    boxes = f["layout/boxes"][()]
+    fails = []
+    boxes = layout_boxes(h5py, np, lambda c, m: c or fails.append(m), d, d, f)
+    assert not fails, fails
     n = 0
     for b in boxes:
         name = b["tensor"].decode()
@@ -65,7 +70,7 @@ PY
     grep -q "view of optim/exp_avg/lm_head.weight: /view/optim/exp_avg/lm_head.weight is missing" "$work/verify" ||
         fail "the deleted view is not named: $(cat "$work/verify")"
     grep -q "ckpt repair-views" "$work/verify" || fail "verify does not say how to repair: $(cat "$work/verify")"
-    expect 0 "repaired .*: index.h5 rebuilt from its tables \(3 view problem\(s\) before, none now" "$work/repair" \
+    expect 0 "repaired .*: view.h5 rebuilt from its tables \(3 view problem\(s\) before, none now" "$work/repair" \
         "$bin" ckpt repair-views "$ck"
     expect 0 "^ok:" "$work/verify2" "$bin" ckpt verify "$ck"
     views_equal "$ck" >"$work/h5py" 2>&1 || fail "h5py after the repair: $(cat "$work/h5py")"
@@ -113,9 +118,9 @@ tables)
     /usr/bin/python3 - "$ck/index.h5" <<'PY' || fail "could not damage the tables"
 import sys, h5py
 with h5py.File(sys.argv[1], "r+") as f:
-    b = f["layout/boxes"][()]
+    b = f["layout/runs"][()]
     b[0]["offset"][0] += 1
-    f["layout/boxes"][0] = b[0]
+    f["layout/runs"][0] = b[0]
 PY
     sum=$(sha256sum "$ck/index.h5")
     expect 1 "index.h5: index checksum mismatch .*corrupt" "$work/repair" "$bin" ckpt repair-views "$ck"

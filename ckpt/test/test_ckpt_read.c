@@ -90,7 +90,7 @@ Test(ckpt_read, v2_dim1_and_dim0_partial_reads_read_only_their_tiles) {
     char *root = tu_mkdtemp("ckpt_tiles");
     save_whole(root, 1, g_w, 1, 0);
     ckpt_reader *r = tu_open_step(root, 1);
-    cr_assert_eq(ckpt_reader_version(r), 2);
+    cr_assert_eq(ckpt_reader_version(r), CKPT_FORMAT_VERSION);
     const ckpt_box_info *b = ckpt_box_at(r, 0);
     int64_t tr, tc;
     geometry(&g_w[0], g_w[0].shape, &tr, &tc);
@@ -458,10 +458,14 @@ static void ed_shape_overflow(ck_layout *L) {
     L->t[0].shape[1] = 1024;
 }
 
+/* On a copy of the v2 fixture tests/data/ckpt_v2/init_tp2dp1 (written by the v2 writer, see its
+ * README.txt): since version 3 nothing writes a v2 box table. */
 Test(ckpt_read, v2_index_refuses_crafted_tile_fields_and_overflows) {
-    char *root = tu_mkdtemp("ckpt_tiles_idx");
-    save_whole(root, 1, g_w, 1, 0);
-    char *d = tu_path(root, "step_00000001");
+    char *root = tu_mkdtemp("ckpt_tiles_idx"), *cmd;
+    cr_assert(asprintf(&cmd, "cp -r '%s/tests/data/ckpt_v2/init_tp2dp1' '%s/v2'", tu_src(), root) > 0);
+    cr_assert_eq(tu_run(cmd, NULL), 0);
+    free(cmd);
+    char *d = tu_path(root, "v2");
     mp_err e;
     cr_assert_eq(reread_edited(d, ed_none, &e), MP_OK, "%s", e.msg);
     static const struct { void (*f)(ck_layout *); const char *want; } cases[] = {
@@ -748,4 +752,118 @@ Test(ckpt_read, v1_fixture_damage_is_caught) {
     free(d);
     tu_rm_rf(tmp);
     free(tmp);
+}
+
+/* ---------------------------------------------------------------- format v3: crafted runs */
+
+/* model/w [256, 1024] saved as 4 row blocks by one process: one run of 4 boxes in rank_00000.h5. */
+static void save_rows(const char *root) {
+    mp_comm *w = mp_comm_self();
+    ckpt_save *s;
+    mp_err e;
+    cr_assert_eq(ckpt_save_begin(&s, w, root, 1, NULL, &e), MP_OK, "%s", e.msg);
+    int64_t sz[2] = {64, 1024};
+    void *bufs[4];
+    for (int k = 0; k < 4; k++) {
+        int64_t off[2] = {64 * k, 0};
+        bufs[k] = tu_expected_box(TU_VALS_V1FIX, 0, &g_w[0], off, sz, NULL);
+        cr_assert_eq(ckpt_save_add(s, "model/w", MP_F32, 2, g_w[0].shape, off, sz, bufs[k], &e), MP_OK, "%s", e.msg);
+    }
+    cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
+    ckpt_save_free(s);
+    for (int k = 0; k < 4; k++) free(bufs[k]);
+    w->destroy(w);
+}
+
+/* The bytes of the file at path (malloc'd; *n its size). */
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s", path);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    long len = ftell(f);
+    cr_assert(len > 0);
+    rewind(f);
+    char *buf = malloc((size_t)len);
+    cr_assert(buf && fread(buf, 1, (size_t)len, f) == (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return buf;
+}
+
+/* A copy of dir/index.h5 whose /layout/runs went through edit(), read by ck_index_read_image with the
+ * index checksum computed but not compared (as tests/fuzz does), so that the crafted runs reach the
+ * structural validation. Returns its code, message in *e. */
+static mp_code reread_runs(const char *dir, void (*edit)(ck_run *), mp_err *e) {
+    char *ip = tu_path(dir, "index.h5"), *np = tu_path(dir, "index_edited.h5"), *cmd;
+    cr_assert(asprintf(&cmd, "cp '%s' '%s'", ip, np) > 0);
+    cr_assert_eq(tu_run(cmd, NULL), 0);
+    hsize_t four = CKPT_MAX_DIMS;
+    hid_t a64 = H5Tarray_create2(H5T_NATIVE_INT64, 1, &four);
+    hid_t rt = H5Tcreate(H5T_COMPOUND, sizeof(ck_run));   /* the row as docs/FORMAT.md lists it */
+    H5Tinsert(rt, "tensor_index", HOFFSET(ck_run, tensor), H5T_NATIVE_INT32);
+    H5Tinsert(rt, "count", HOFFSET(ck_run, count), H5T_NATIVE_INT64);
+    H5Tinsert(rt, "rank", HOFFSET(ck_run, rank0), H5T_NATIVE_INT32);
+    H5Tinsert(rt, "rank_stride", HOFFSET(ck_run, stride), H5T_NATIVE_INT32);
+    H5Tinsert(rt, "offset", HOFFSET(ck_run, off), a64);
+    H5Tinsert(rt, "offset_step", HOFFSET(ck_run, step), a64);
+    H5Tinsert(rt, "shape", HOFFSET(ck_run, shp), a64);
+    hid_t f = tu_h5_open(np, H5F_ACC_RDWR);
+    cr_assert(f >= 0);
+    hid_t d = H5Dopen2(f, "layout/runs", H5P_DEFAULT);
+    ck_run run[1];
+    cr_assert(d >= 0 && H5Sget_simple_extent_npoints(H5Dget_space(d)) == 1, "one run expected");
+    cr_assert(H5Dread(d, rt, H5S_ALL, H5S_ALL, H5P_DEFAULT, run) >= 0);
+    cr_assert_eq(run[0].count, 4);
+    edit(run);
+    cr_assert(H5Dwrite(d, rt, H5S_ALL, H5S_ALL, H5P_DEFAULT, run) >= 0);
+    H5Dclose(d);
+    H5Tclose(rt);
+    H5Tclose(a64);
+    cr_assert(H5Fclose(f) >= 0);
+    size_t n = 0;
+    char *img = slurp(np, &n);
+    ck_layout L;
+    mp_code rc = ck_index_read_image(img, n, "index_edited.h5", 0, &L, e);
+    if (rc == MP_OK) ck_layout_free(&L);
+    free(img);
+    free(cmd);
+    free(ip);
+    free(np);
+    return rc;
+}
+
+static void rn_none(ck_run *r) { (void)r; }
+static void rn_count0(ck_run *r) { r->count = 0; }
+static void rn_count_huge(ck_run *r) { r->count = INT64_MAX; }
+static void rn_count_more(ck_run *r) { r->count = 5; }
+static void rn_tensor(ck_run *r) { r->tensor = 7; }
+static void rn_rank(ck_run *r) { r->rank0 = 1; }
+static void rn_stride(ck_run *r) { r->stride = 1; }
+static void rn_offset(ck_run *r) { r->off[0] = -1; }
+static void rn_step_overflow(ck_run *r) { r->step[0] = INT64_MAX; }
+static void rn_overlap(ck_run *r) { r->step[0] = 32; }
+static void rn_shape(ck_run *r) { r->shp[0] = 0; }
+static void rn_past_ndim(ck_run *r) { r->step[2] = 1; }
+
+Test(ckpt_read, v3_index_refuses_crafted_runs) {
+    char *root = tu_mkdtemp("ckpt_runs_idx");
+    save_rows(root);
+    char *d = tu_path(root, "step_00000001");
+    mp_err e;
+    cr_assert_eq(reread_runs(d, rn_none, &e), MP_OK, "%s", e.msg);
+    static const struct { void (*f)(ck_run *); const char *want; } cases[] = {
+        {rn_count0, "count 0 out of range"},        {rn_count_huge, "out of range"},
+        {rn_count_more, "outside the tensor"},       {rn_tensor, "tensor 7"},
+        {rn_rank, "outside the world"},              {rn_stride, "outside the world"},
+        {rn_offset, "outside the tensor"},           {rn_step_overflow, "outside the tensor"},
+        {rn_overlap, "written twice"},               {rn_shape, "outside the tensor"},
+        {rn_past_ndim, "outside the tensor"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert_eq(reread_runs(d, cases[i].f, &e), MP_ECHECK, "case %zu accepted", i);
+        cr_assert(strstr(e.msg, cases[i].want) && strstr(e.msg, "index_edited.h5"), "case %zu: %s", i, e.msg);
+    }
+    free(d);
+    tu_rm_rf(root);
+    free(root);
 }

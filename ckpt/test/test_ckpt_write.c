@@ -151,7 +151,7 @@ static void check_box_on_disk(const char *dir, ckpt_reader *r, int j, int tid, c
     hid_t f = open_ro(fp);
     cr_assert(f >= 0, "opening %s", fp);
     int64_t v;
-    cr_assert(read_attr(f, "format_version", H5T_NATIVE_INT64, &v) >= 0 && v == 2);
+    cr_assert(read_attr(f, "format_version", H5T_NATIVE_INT64, &v) >= 0 && v == CKPT_FORMAT_VERSION);
     cr_assert(read_attr(f, "rank", H5T_NATIVE_INT64, &v) >= 0 && v == B->rank, "%s: rank attribute %lld, box rank %d",
               fp, (long long)v, B->rank);
     cr_assert(read_attr(f, "world_size", H5T_NATIVE_INT64, &v) >= 0 && v == world);
@@ -332,7 +332,7 @@ static void check_fill_save(int zstd) {
     ckpt_reader *rd;
     cr_assert_eq(ckpt_open(&rd, dir, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(ckpt_reader_world(rd), 4);
-    cr_assert_eq(ckpt_reader_version(rd), 2);
+    cr_assert_eq(ckpt_reader_version(rd), CKPT_FORMAT_VERSION);
     cr_assert_eq(ckpt_reader_step(rd), 7);
     for (int ti = 0; ti < NT; ti++) {
         expect_tensor(rd, ti, &g_t[ti]);

@@ -68,7 +68,7 @@ def tile_geometry(esize, shape):
 
 
 def check_box_tiles(h5py, np, check, what, f, b, ds, zstd):
-    """Checks box row b of /layout/boxes (format v2), whose dataset ds is in rank file f: tile fields
+    """Checks box row b (a dict of layout_boxes), whose dataset ds is in rank file f: tile fields
     per the geometry rule, dataset attributes, the tiles dataset, and every checksum from raw bytes."""
     shape = tuple(int(x) for x in ds.shape)
     ft = ds.id.get_type()
@@ -110,6 +110,60 @@ def check_box_tiles(h5py, np, check, what, f, b, ds, zstd):
     check(bad == 0, f"{what}: {bad} of {ntiles} tile checksums differ")
 
 
+def layout_boxes(h5py, np, check, what, step_dir, idx):
+    """The box rows of a checkpoint as dicts with the fields of a v2 /layout/boxes row. Version 1/2: the
+    index's table. Version 3 (docs/FORMAT.md), rebuilt here from the spec alone: /layout/runs expanded
+    (box i of a run at offset + i * offset_step in the rank file of rank + i * rank_stride), each
+    tensor's boxes sorted by offset, dataset paths /<name>/box_<k> with k counting the file's boxes of
+    the tensor in that order; every rank file's /boxes table must hash (XXH3-64 of its bytes) to the
+    index's boxes_checksum, list exactly the file's boxes in (tensor name, offset) order with their k
+    and shape, and gives each box its checksum and tile fields."""
+    version = int(idx.attrs["format_version"])
+    if version < 3:
+        return [dict(zip(b.dtype.names, b)) for b in idx["layout/boxes"][...]]
+    tensors = idx["layout/tensors"][...]
+    files = idx["layout/files"][...]
+    runs = idx["layout/runs"][...]
+    by_rank = {int(f["rank"]): f for f in files}
+    boxes = []
+    for ti, t in enumerate(tensors):
+        mine = []
+        for r in runs[runs["tensor_index"] == ti]:
+            for i in range(int(r["count"])):
+                rank = int(r["rank"]) + i * int(r["rank_stride"])
+                off = tuple(int(o) + i * int(s) for o, s in zip(r["offset"], r["offset_step"]))
+                mine.append((off, rank, tuple(int(x) for x in r["shape"])))
+        mine.sort()
+        check(len(mine) == int(t["nboxes"]), f"{what}: {t['name']}: runs give {len(mine)} boxes, table {t['nboxes']}")
+        k = {}
+        for off, rank, shp in mine:
+            check(rank in by_rank, f"{what}: a run names rank file {rank}, not in /layout/files")
+            kk = k.get(rank, 0)
+            k[rank] = kk + 1
+            name = t["name"].decode()
+            boxes.append({"tensor": t["name"], "tensor_index": ti, "rank": rank, "file": b"rank_%05d.h5" % rank,
+                          "dataset": ("/%s/box_%d" % (name, kk)).encode(),
+                          "tiles_dataset": ("/%s/tiles_%d" % (name, kk)).encode(),
+                          "offset": np.array(off), "shape": np.array(shp), "k": kk})
+    for rank, f in by_rank.items():
+        with h5py.File(os.path.join(step_dir, f["name"].decode()), "r") as rf:
+            table = rf["boxes"][...]
+            raw = np.ascontiguousarray(table)
+            check(raw.dtype.itemsize == 364, f"{what}: {f['name']}: /boxes rows of {raw.dtype.itemsize} bytes")
+            check(xxh3(raw.view(np.uint8)) == int(f["boxes_checksum"]),
+                  f"{what}: {f['name']}: /boxes does not hash to the index's boxes_checksum")
+            mine = [b for b in boxes if b["rank"] == rank]
+            mine.sort(key=lambda b: (b["tensor"], tuple(b["offset"])))
+            check(len(mine) == len(table) == int(f["nboxes"]), f"{what}: {f['name']}: {len(table)} rows")
+            for b, row in zip(mine, table):
+                check(row["tensor"] == b["tensor"] and list(row["offset"]) == list(b["offset"]) and
+                      list(row["shape"]) == list(b["shape"]) and int(row["k"]) == b["k"],
+                      f"{what}: {f['name']}: row {row} is not box {b}")
+                for key in ("checksum", "tile_rows", "tile_cols", "ntiles", "tiles_checksum"):
+                    b[key] = row[key]
+    return boxes
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True)
@@ -145,14 +199,17 @@ def main():
         os.chdir("/")
         idx = h5py.File(os.path.join(step_dir, "index.h5"), "r")
         check(idx.attrs["format"] == b"meshpoint-checkpoint", f"{mode}: format {idx.attrs['format']!r}")
-        check(int(idx.attrs["format_version"]) == 2, f"{mode}: version")
+        check(int(idx.attrs["format_version"]) == 3, f"{mode}: version")
+        link = idx.get("view", getlink=True)
+        check(isinstance(link, h5py.ExternalLink) and link.filename == "view.h5" and link.path == "/view",
+              f"{mode}: /view is not the external link to view.h5:/view")
         check("layout/slab_checksums" not in idx, f"{mode}: a v2 index has no slab checksum table")
         check(int(idx.attrs["step"]) == 5, f"{mode}: step")
         check(int(idx.attrs["world_size"]) == a.np, f"{mode}: world_size")
         check(idx["meta/who"][()] == b"rank0", f"{mode}: meta who = {idx['meta/who'][()]!r}")
         check(b"hidden_size" in idx["meta/model_config"][()], f"{mode}: model_config")
         tensors = idx["layout/tensors"][...]
-        boxes = idx["layout/boxes"][...]
+        boxes = layout_boxes(h5py, np, check, mode, step_dir, idx)
         files = idx["layout/files"][...]
         check(len(tensors) == 6, f"{mode}: {len(tensors)} tensors")
         check(sorted(int(x) for x in files["rank"]) == list(range(a.np)), f"{mode}: files {files}")
@@ -179,7 +236,7 @@ def main():
                 check(list(ds.attrs["global_shape"]) == list(shape), f"{mode}: {name}: global_shape attribute")
                 check(int(ds.attrs["checksum"]) == int(b["checksum"]), f"{mode}: {name}: checksum attribute")
                 check(ds.attrs["tensor"] == name.encode(), f"{mode}: {name}: tensor attribute")
-                check(int(rank_files[fname].attrs["format_version"]) == 2, f"{mode}: {fname}: format_version")
+                check(int(rank_files[fname].attrs["format_version"]) == 3, f"{mode}: {fname}: format_version")
                 check_box_tiles(h5py, np, check, f"{mode}: {name} {fname}", rank_files[fname], b, ds, mode == "zstd")
                 if mode == "zstd":
                     plist = ds.id.get_create_plist()

@@ -29,7 +29,7 @@ def main():
     import h5py
     import numpy as np
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from test_ckpt_h5py import check_box_tiles
+    from test_ckpt_h5py import check_box_tiles, layout_boxes
     subprocess.run(["rm", "-rf", a.workdir], check=True)
     cmd = [a.mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", "4", a.meshpoint, "train",
            "--config", a.config, "--train-data", a.data, "--steps", "3", "--ckpt-every", "3", "--tp", "2",
@@ -58,14 +58,14 @@ def main():
             fails.append(msg); print("FAIL:", msg, file=sys.stderr)
 
     idx = h5py.File(os.path.join(step_dir, "index.h5"), "r")
-    check(idx.attrs["format"] == b"meshpoint-checkpoint" and int(idx.attrs["format_version"]) == 2, "format")
+    check(idx.attrs["format"] == b"meshpoint-checkpoint" and int(idx.attrs["format_version"]) == 3, "format")
     check(int(idx.attrs["step"]) == 3, "step")
     for key in ("model_config", "train_config", "mesh", "data_cursor", "lr_schedule", "optimizer", "rng"):
         check(("meta/" + key) in idx, f"metadata {key} missing")
     mesh = json.loads(idx["meta/mesh"][()])
     check(mesh["tp"] == 2 and mesh["dp"] == 2, f"mesh {mesh}")
     check(json.loads(idx["meta/model_config"][()])["vocab_size"] == V, "model_config vocab_size")
-    tensors, boxes = idx["layout/tensors"][...], idx["layout/boxes"][...]
+    tensors, boxes = idx["layout/tensors"][...], layout_boxes(h5py, np, check, "train", step_dir, idx)
     names = {t["name"].decode() for t in tensors}
     want = {k + "/" + n for n in expect for k in ("model", "optim/exp_avg", "optim/exp_avg_sq")}
     check(names == want, f"tensor names differ: extra {sorted(names - want)[:5]}, missing {sorted(want - names)[:5]}")
