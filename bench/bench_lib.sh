@@ -23,7 +23,9 @@ prime() {
   avail=$(( $(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024 ))
   n=$(( $1 < avail - (2 << 30) ? $1 : avail - (2 << 30) ))
   [ "$n" -gt 0 ] || return 0
-  "$PY" -c 'import sys, numpy as np; a = np.ones(int(sys.argv[1]), np.uint8)' "$n"
+  # only a warm-up: if other programs took the memory meanwhile (the OOM killer ends it), go on
+  "$PY" -c 'import sys, numpy as np; a = np.ones(int(sys.argv[1]), np.uint8)' "$n" 2> /dev/null ||
+    echo "$me: priming $(mib "$n") MiB failed (memory taken meanwhile?); the next part may pay first touches" >&2
 }
 rss_mib() { awk -F': ' '/Maximum resident set size/ { printf "%.0f", $2 / 1024 }' "$1"; }
 # run_timed LOG TIMEFILE CMD...: runs CMD under /usr/bin/time -v, stderr (and stdout) to LOG; sets T_S.
