@@ -49,6 +49,12 @@ int64_t ck_volume(int nd, const int64_t *shp) {
     return v;
 }
 
+int ck_off_cmp(const int64_t *a, const int64_t *b) {
+    for (int d = 0; d < CKPT_MAX_DIMS; d++)
+        if (a[d] != b[d]) return a[d] < b[d] ? -1 : 1;
+    return 0;
+}
+
 int ck_intersect(int nd, const int64_t *ao, const int64_t *as, const int64_t *bo, const int64_t *bs,
                  int64_t *io, int64_t *is) {
     for (int d = 0; d < nd; d++) {

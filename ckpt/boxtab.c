@@ -28,11 +28,7 @@
 /* The compound type of a row, packed (memory = file type). Caller closes. */
 static hid_t row_type(void) {
     hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(ck_boxrow));
-    hid_t s = H5Tcopy(H5T_C_S1);
-    H5Tset_size(s, CKPT_NAME_MAX + 1);
-    H5Tset_strpad(s, H5T_STR_NULLPAD);
-    hsize_t n4[1] = {CKPT_MAX_DIMS};
-    hid_t a = H5Tarray_create2(H5T_STD_I64LE, 1, n4);
+    hid_t s = ck_h5_str_type(CKPT_NAME_MAX + 1), a = ck_h5_dims_type(H5T_STD_I64LE);
     H5Tinsert(t, "tensor", HOFFSET(ck_boxrow, tensor), s);
     H5Tinsert(t, "k", HOFFSET(ck_boxrow, k), H5T_STD_I32LE);
     H5Tinsert(t, "offset", HOFFSET(ck_boxrow, offset), a);
@@ -47,13 +43,6 @@ static hid_t row_type(void) {
     return t;
 }
 
-/* Lexicographic order of two offsets. */
-static int cmp_off(const int64_t *a, const int64_t *b) {
-    for (int d = 0; d < CKPT_MAX_DIMS; d++)
-        if (a[d] != b[d]) return a[d] < b[d] ? -1 : 1;
-    return 0;
-}
-
 int ck_boxrow_cmp(const void *a, const void *b) {
     const ck_boxrow *x = a, *y = b;
     int c = strncmp(x->tensor, y->tensor, sizeof x->tensor);
@@ -61,7 +50,7 @@ int ck_boxrow_cmp(const void *a, const void *b) {
     int64_t xo[CKPT_MAX_DIMS], yo[CKPT_MAX_DIMS];
     memcpy(xo, x->offset, sizeof xo);
     memcpy(yo, y->offset, sizeof yo);
-    return cmp_off(xo, yo);
+    return ck_off_cmp(xo, yo);
 }
 
 uint64_t ck_boxtab_hash(const ck_boxrow *rows, int64_t n) {
@@ -119,7 +108,7 @@ static int row_vs_box(const ck_boxrow *R, const ck_tensor *T, const ck_box *B) {
     if (c) return c;
     int64_t ro[CKPT_MAX_DIMS];
     memcpy(ro, R->offset, sizeof ro);
-    return cmp_off(ro, B->off);
+    return ck_off_cmp(ro, B->off);
 }
 
 /* Checks the matched row R of box B (shape, k, tile fields) and copies its checksums and tiles into B. */

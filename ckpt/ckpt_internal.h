@@ -153,6 +153,9 @@ const ck_layout *ck_reader_layout(const ckpt_reader *r);
 /* ---------------------------------------------------------------------------------------- boxes */
 
 int64_t ck_volume(int nd, const int64_t *shp);
+/* Lexicographic order (-1, 0, 1) of two offsets of CKPT_MAX_DIMS entries, dim 0 first: the order of a
+ * tensor's boxes in every table and list. */
+int ck_off_cmp(const int64_t *a, const int64_t *b);
 /* Intersection of boxes a and b (nd dims) into (io, is); returns 1 if non-empty. */
 int ck_intersect(int nd, const int64_t *ao, const int64_t *as, const int64_t *bo, const int64_t *bs,
                  int64_t *io, int64_t *is);
@@ -214,6 +217,10 @@ int ck_h5_cause_errno(void);
 /* The HDF5 file type of a dtype (a new id the caller closes): f32 -> IEEE F32LE, i32 -> STD I32LE,
  * bf16 -> a 16-bit IEEE-style float (sign 15, exponent 7..14 bias 127, mantissa 0..6). */
 hid_t ck_h5_type(mp_dtype dt);
+/* A fixed-length, NUL-padded ASCII string type of n bytes, the tables' strings (caller closes). */
+hid_t ck_h5_str_type(size_t n);
+/* An array of CKPT_MAX_DIMS elements of base, the tables' offsets and shapes (caller closes). */
+hid_t ck_h5_dims_type(hid_t base);
 /* File access property list: sec2 driver, file locking off, library version bounds v110; for
  * writing (for_write) also metadata aggregation and alignment of large datasets. */
 hid_t ck_h5_fapl(int for_write);

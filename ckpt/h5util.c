@@ -212,6 +212,19 @@ hid_t ck_h5_type(mp_dtype dt) {
     return -1;
 }
 
+hid_t ck_h5_str_type(size_t n) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, n);
+    H5Tset_strpad(t, H5T_STR_NULLPAD);
+    H5Tset_cset(t, H5T_CSET_ASCII);
+    return t;
+}
+
+hid_t ck_h5_dims_type(hid_t base) {
+    hsize_t n[1] = {CKPT_MAX_DIMS};
+    return H5Tarray_create2(base, 1, n);
+}
+
 hid_t ck_h5_fapl(int for_write) {
     hid_t p = H5Pcreate(H5P_FILE_ACCESS);
     if (p < 0) return p;

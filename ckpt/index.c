@@ -229,23 +229,10 @@ uint64_t ck_layout_hash(const ck_layout *L) {
 
 /* --------------------------------------------------------------------------------- HDF5 types */
 
-static hid_t str_type(size_t n) {
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, n);
-    H5Tset_strpad(t, H5T_STR_NULLPAD);
-    H5Tset_cset(t, H5T_CSET_ASCII);
-    return t;
-}
-
-static hid_t arr_type(hid_t base) {
-    hsize_t n[1] = {CKPT_MAX_DIMS};
-    return H5Tarray_create2(base, 1, n);
-}
-
 /* Memory compound types of the three tables (caller closes). */
 static hid_t tensor_mtype(void) {
     hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_tensor));
-    hid_t s = str_type(sizeof(((rec_tensor *)0)->name)), d = str_type(8), a = arr_type(H5T_NATIVE_INT64);
+    hid_t s = ck_h5_str_type(sizeof(((rec_tensor *)0)->name)), d = ck_h5_str_type(8), a = ck_h5_dims_type(H5T_NATIVE_INT64);
     H5Tinsert(t, "name", HOFFSET(rec_tensor, name), s);
     H5Tinsert(t, "dtype", HOFFSET(rec_tensor, dtype), d);
     H5Tinsert(t, "ndim", HOFFSET(rec_tensor, ndim), H5T_NATIVE_INT32);
@@ -261,8 +248,8 @@ static hid_t box_mtype(int v) {
     assert(v == 1 || v == 2);
     if (v == 2) {
         hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_box2));
-        hid_t s = str_type(CKPT_NAME_MAX + 1), f = str_type(CK_FILE_MAX), ds = str_type(CK_DSET_MAX);
-        hid_t a = arr_type(H5T_NATIVE_INT64);
+        hid_t s = ck_h5_str_type(CKPT_NAME_MAX + 1), f = ck_h5_str_type(CK_FILE_MAX), ds = ck_h5_str_type(CK_DSET_MAX);
+        hid_t a = ck_h5_dims_type(H5T_NATIVE_INT64);
         H5Tinsert(t, "tensor", HOFFSET(rec_box2, tensor), s);
         H5Tinsert(t, "tensor_index", HOFFSET(rec_box2, tensor_index), H5T_NATIVE_INT32);
         H5Tinsert(t, "rank", HOFFSET(rec_box2, rank), H5T_NATIVE_INT32);
@@ -281,8 +268,8 @@ static hid_t box_mtype(int v) {
         return t;
     }
     hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_box));
-    hid_t s = str_type(CKPT_NAME_MAX + 1), f = str_type(CK_FILE_MAX), ds = str_type(CK_DSET_MAX);
-    hid_t a = arr_type(H5T_NATIVE_INT64);
+    hid_t s = ck_h5_str_type(CKPT_NAME_MAX + 1), f = ck_h5_str_type(CK_FILE_MAX), ds = ck_h5_str_type(CK_DSET_MAX);
+    hid_t a = ck_h5_dims_type(H5T_NATIVE_INT64);
     H5Tinsert(t, "tensor", HOFFSET(rec_box, tensor), s);
     H5Tinsert(t, "tensor_index", HOFFSET(rec_box, tensor_index), H5T_NATIVE_INT32);
     H5Tinsert(t, "rank", HOFFSET(rec_box, rank), H5T_NATIVE_INT32);
@@ -302,7 +289,7 @@ static hid_t box_mtype(int v) {
 /* The file table's memory type of format version v (rec_file; v3 rec_file3, with boxes_checksum). */
 static hid_t file_mtype(int v) {
     hid_t t = H5Tcreate(H5T_COMPOUND, v >= 3 ? sizeof(rec_file3) : sizeof(rec_file));
-    hid_t f = str_type(CK_FILE_MAX);
+    hid_t f = ck_h5_str_type(CK_FILE_MAX);
     H5Tinsert(t, "rank", HOFFSET(rec_file, rank), H5T_NATIVE_INT32);
     H5Tinsert(t, "name", HOFFSET(rec_file, name), f);
     H5Tinsert(t, "nboxes", HOFFSET(rec_file, nboxes), H5T_NATIVE_INT64);
@@ -315,7 +302,7 @@ static hid_t file_mtype(int v) {
 /* The memory type of a /layout/runs row (ck_run; the file type is it packed, without the padding). */
 static hid_t run_mtype(void) {
     hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(ck_run));
-    hid_t a = arr_type(H5T_NATIVE_INT64);
+    hid_t a = ck_h5_dims_type(H5T_NATIVE_INT64);
     H5Tinsert(t, "tensor_index", HOFFSET(ck_run, tensor), H5T_NATIVE_INT32);
     H5Tinsert(t, "count", HOFFSET(ck_run, count), H5T_NATIVE_INT64);
     H5Tinsert(t, "rank", HOFFSET(ck_run, rank0), H5T_NATIVE_INT32);

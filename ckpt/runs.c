@@ -94,10 +94,7 @@ void ck_runs_build(const ck_layout *L, ck_run **runs, int64_t *n) {
 
 /* Lexicographic order of the offsets of two boxes (within one tensor). */
 static int cmp_box_off(const void *a, const void *b) {
-    const ck_box *x = a, *y = b;
-    for (int d = 0; d < CKPT_MAX_DIMS; d++)
-        if (x->off[d] != y->off[d]) return x->off[d] < y->off[d] ? -1 : 1;
-    return 0;
+    return ck_off_cmp(((const ck_box *)a)->off, ((const ck_box *)b)->off);
 }
 
 /* The row of L->f with rank `rank` (files sorted by rank), or -1. */

@@ -937,9 +937,7 @@ static int cmp_number(const void *a, const void *b, void *ctx) {
     int c = strcmp(x->name, y->name);
     if (c) return c;
     if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
-    for (int d = 0; d < CKPT_MAX_DIMS; d++)
-        if (x->off[d] != y->off[d]) return x->off[d] < y->off[d] ? -1 : 1;
-    return 0;
+    return ck_off_cmp(x->off, y->off);
 }
 
 /* Numbers the datasets of each tensor in each file by offset (box_<k>, tiles_<k>: k counts the file's
@@ -1181,8 +1179,7 @@ static int cmp_wbox(const void *a, const void *b) {
     const wbox *x = a, *y = b;
     int c = strcmp(x->name, y->name);
     if (c) return c;
-    for (int d = 0; d < CKPT_MAX_DIMS; d++)
-        if (x->off[d] != y->off[d]) return x->off[d] < y->off[d] ? -1 : 1;
+    if ((c = ck_off_cmp(x->off, y->off))) return c;
     if (x->rank != y->rank) return x->rank - y->rank;
     return x->sender - y->sender;
 }
