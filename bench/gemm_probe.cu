@@ -219,7 +219,6 @@ int main(int argc, char **argv) {
            kv, v, reps);
     printf("%-12s %-22s %8s %8s %8s %7s | %8s %7s | %8s %7s %s\n", "op", "MxNxK t C", "roof ms", "lt ms", "TFLOP/s",
            "x roof", "lt@64 ms", "x roof", "best ms", "x roof", "(index of N)");
-    int rc = 0;
     for (auto &k : keys) {
         const int lda = k.ta ? k.M : k.K, ldb = k.tb ? k.K : k.N;
         auto call = [&](size_t off) {
@@ -251,5 +250,5 @@ int main(int argc, char **argv) {
     cublasLtDestroy(lt);
     mp_cuda_blas_destroy(g);
     cudaStreamDestroy(s);
-    return rc;
+    return 0;
 }

@@ -160,7 +160,7 @@ mp_code mp_train_claim_ckpt_root(train_run *r) {
         if (!local) local = ckpt_lock_publish(r->lock, &r->err);
         if (!local) local = ckpt_cleanup_partials(r->ckpt_root, &removed, &r->err);
         if (removed) mp_warn("removed %d unfinished checkpoint(s) (*.partial) under %s", removed, r->ckpt_root);
-        if (!local && f->keep > 0) local = ckpt_finish_retention(r->ckpt_root, f->keep, &removed, &r->err);
+        if (!local && f->keep > 0) local = ckpt_finish_retention(r->ckpt_root, f->keep, NULL, &r->err);   /* logs each */
     }
     return mp_runtime_agree(&r->rt, local, &r->err);
 }
