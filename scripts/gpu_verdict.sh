@@ -6,6 +6,9 @@
 # Verdicts: PASS (exit 0); FAIL (another exit, or CMD hit its OWN LIMIT: a hang); NOT RUN (out of time)
 # when the budget, not LIMIT, stopped it or left it under 10 s; NOT RUN (skipped) on exit 77. REQ 1 marks
 # a required part: its NOT RUN fails the check as a FAIL does.
+# MP_GPU_CHECK_PARTS (optional): names of the parts to run, separated by spaces or commas (a short
+# diagnostic call on a lent machine); every other part is NOT RUN (skipped: not asked for), so a required
+# one left out still fails the check: a partial run never reads as a whole one.
 summary=()
 failed=0
 note() { summary+=("$1"); echo "== $1"; }
@@ -15,6 +18,9 @@ left() { echo $((budget - SECONDS)); }
 part() {
   local name=$1 limit=$2 req=$3; shift 3
   local t0=$SECONDS rc l log="$out/$name.log" cut=0
+  if [ -n "${MP_GPU_CHECK_PARTS:-}" ] && ! [[ " ${MP_GPU_CHECK_PARTS//,/ } " == *" $name "* ]]; then
+    note "$name: NOT RUN (skipped: not in MP_GPU_CHECK_PARTS)"; [ "$req" = 0 ] || failed=1; return 0
+  fi
   l=$(left)
   if [ "$l" -lt 10 ]; then
     note "$name: NOT RUN (out of time: ${l} s left of the ${budget} s budget)"; [ "$req" = 0 ] || failed=1; return 0

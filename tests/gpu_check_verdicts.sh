@@ -37,4 +37,11 @@ grep -Eq '^  (long|next): FAIL' "$work/out" && fail "a part cut by the budget wa
 expect_rc 1
 run_parts 12 'part opt_long 100 0 sleep 60'
 expect_line '^  opt_long: NOT RUN \(out of time'; expect_rc 0
-echo "gpu_check_verdicts: PASS, FAIL, own-limit FAIL, budget NOT RUN, skipped NOT RUN, required vs optional: as specified"
+# MP_GPU_CHECK_PARTS runs only the parts it names: the others are NOT RUN (skipped), and a required
+# one left out fails the check
+MP_GPU_CHECK_PARTS="b, opt" run_parts 60 'part a 5 1 true; part b 5 1 true; part opt 5 0 true; part opt2 5 0 false'
+expect_line '^  a: NOT RUN \(skipped: not in MP_GPU_CHECK_PARTS\)'; expect_line '^  b: PASS'; expect_line '^  opt: PASS'
+expect_line '^  opt2: NOT RUN \(skipped'; expect_rc 1
+MP_GPU_CHECK_PARTS=opt run_parts 60 'part opt 5 0 true; part opt2 5 0 false'
+expect_line '^  opt: PASS'; expect_line '^  opt2: NOT RUN \(skipped'; expect_rc 0
+echo "gpu_check_verdicts: PASS, FAIL, own-limit FAIL, budget NOT RUN, skipped NOT RUN, required vs optional, MP_GPU_CHECK_PARTS: as specified"
