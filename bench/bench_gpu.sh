@@ -27,11 +27,15 @@
 # The floor (issue 22): the run FAILS when any step's loss is not finite or when the MFU is below
 # --min-mfu percent (default 35; the goal is 45). A dry run (MP_BENCH_GPU_DEVICE=cpu*) has no floor unless
 # --min-mfu is given (tests/bench_gpu_floor.sh checks the floor that way).
-# Per-kernel times: then a second, short run of --profile-steps steps (0: none) with MP_CUDA_PROFILE
-# (core/cuda/prof_cuda.h: cudaEvent pairs around every op of the backend) and CUDA_MODULE_LOADING=EAGER,
-# whose per-op device times bench/gpu_roofline.py prints beside the roofline model's (docs/CUDA.md): the
-# table of FLOPs, bytes, roofline ms, measured ms per step and their ratio, and the projected MFU. The
-# profiled steps include the first (cuBLASLt's heuristics show as host gaps inside the GEMM rows).
+# Per-kernel times: then two short runs with MP_CUDA_PROFILE (core/cuda/prof_cuda.h: cudaEvent pairs around
+# every op of the backend) and CUDA_MODULE_LOADING=EAGER, of 1 and of 1 + --profile-steps steps (0: none);
+# their difference is the steady steps' per-op device time (the first step's one-time costs, cuBLASLt's
+# heuristics and first-touch allocations, cancel out: in one profiled run they inflated the first GEMMs
+# that paid for them 12x), which bench/gpu_roofline.py prints beside the roofline model's (docs/CUDA.md):
+# the table of FLOPs, bytes, roofline ms, measured ms per step and their ratio, and the projected MFU.
+# CPU threads: a --device cuda run is one process, so OPENBLAS_NUM_THREADS (which caps meshpoint's CPU
+# threads, and which scripts/gpu-check.sh sets for its multi-rank parts) is dropped for it: the random
+# initialisation of 1.1 G parameters runs on the host (62 s on one core of the H200 machine).
 # Exit status: 0 done and above the floor, 1 the run failed, a loss was not finite or the MFU is below the
 # floor, 2 bad usage, 77 no usable GPU here (or a build without CUDA): nothing was run.
 set -euo pipefail
@@ -129,6 +133,7 @@ EOF
 )
 [ -n "${ntotal:-}" ] || bad "cannot read the model shape from $config"
 
+[ "$device" != cuda ] || unset OPENBLAS_NUM_THREADS   # one process: every core for the random init
 run="$out/run"
 log="$out/train.log"
 rm -rf "$run"
@@ -178,17 +183,20 @@ if 100 * mfu < float(floor):
 EOF
 # per-kernel times beside the roofline (a CUDA run only: the profiler is the CUDA backend's)
 if [ "$device" = cuda ] && [ "$prof_steps" -gt 0 ]; then
-  rm -rf "$run.prof"
-  if MP_CUDA_PROFILE="$out/profile.tsv" CUDA_MODULE_LOADING=EAGER "$bin" train --config "$config" --device cuda \
-       --steps "$prof_steps" --batch "$batch" --grad-accum 1 --seq-len "$seq" --lr 3e-4 --warmup 0 --seed 1337 \
-       --log-every 1 --train-data "$data" --data-format "$fmt" --run-dir "$run.prof" > "$out/profile.log" 2>&1 &&
-     [ -s "$out/profile.tsv" ]; then
-    echo "per-op device time per step ($prof_steps profiled steps, cudaEvent pairs) against the roofline:"
+  # profile_run NAME STEPS: a profiled run of STEPS steps, its per-op file $out/NAME.tsv
+  profile_run() {
+    rm -rf "$run.$1"
+    MP_CUDA_PROFILE="$out/$1.tsv" CUDA_MODULE_LOADING=EAGER "$bin" train --config "$config" --device cuda \
+      --steps "$2" --batch "$batch" --grad-accum 1 --seq-len "$seq" --lr 3e-4 --warmup 0 --seed 1337 \
+      --log-every 1 --train-data "$data" --data-format "$fmt" --run-dir "$run.$1" > "$out/$1.log" 2>&1 &&
+      [ -s "$out/$1.tsv" ] || { tail -5 "$out/$1.log" >&2; false; }
+  }
+  if profile_run profile_first 1 && profile_run profile $((1 + prof_steps)); then
+    echo "per-op device time per step ($prof_steps profiled steps after the first, cudaEvent pairs) against the roofline:"
     "$PY" "$here/gpu_roofline.py" "$config" --batch "$batch" --seq-len "$seq" --peak "$peak" \
-      --profile "$out/profile.tsv" --profile-steps "$prof_steps" || verdict=1
+      --profile "$out/profile.tsv" --baseline "$out/profile_first.tsv" --profile-steps "$prof_steps" || verdict=1
   else
-    tail -5 "$out/profile.log" >&2
-    echo "bench_gpu.sh: FAIL: the profiled run failed or wrote no $out/profile.tsv" >&2
+    echo "bench_gpu.sh: FAIL: a profiled run failed or wrote no per-op file (logs $out/profile*.log)" >&2
     verdict=1
   fi
 else

@@ -10,20 +10,19 @@
 #                         pair store and the tensor-core attention's tile helpers on the device against the
 #                         host replay, element by element; its first mismatches name lane, register and half
 #   R kernels_device      every launcher against host references, reductions run twice, bitwise (attention
-#                         on the default CUDA-core kernels, forward + backward repeated bitwise)
-#     kernels_device_mma  the same with MP_CUDA_ATTN=mma: the tensor-core attention kernels (opt-in: wrong
-#                         on their first H200 run, docs/BENCH_GPU.md)
+#                         on the default tensor-core kernels, forward + backward repeated bitwise)
+#     kernels_device_simt the same with MP_CUDA_ATTN=simt: the CUDA-core attention kernels (the fallback for
+#                         head dims other than 64 and 128)
 #   R cuda_train          a 2-step tiny `train --device cuda`
 #   R device_parity       CPU-vs-GPU logits, loss, gradients, AdamW steps (tests/test_device_parity.c) on
 #                         the two small configs (T 16)
-#   R device_parity_hd64  the same on tests/configs/parity_hd64.json: head dim 64, T = 112 (several key tiles)
-#     device_parity_hd64_mma  the same with MP_CUDA_ATTN=mma (the tensor-core attention inside training)
+#   R device_parity_hd64  the same on tests/configs/parity_hd64.json: head dim 64, T = 112 (several key tiles:
+#                         the tensor-core attention inside training)
 #   R gpu_e2e             tests/gpu_e2e.sh: bitwise resume, GPU->CPU and CPU->GPU checkpoints; with 2+ GPUs
 #                         also tp 2 and dp 2 (and tp 2 x dp 2 with 4+) over NCCL, under the bundle's mpiexec
 #   R bench_gpu           bench/bench_gpu.sh on the 1B shape: fails below its MFU floor or on a non-finite loss
 #     gemm_probe          bench/gemm_probe.cu: the step's GEMM keys alone, against the roofline and the
-#                         heuristic's other algorithms (two keys profiled 12-13x off in the first run)
-#     bench_gpu_mma       bench_gpu with MP_CUDA_ATTN=mma: the step's MFU on the tensor-core attention
+#                         heuristic's other algorithms
 #     sanitizer_*         compute-sanitizer (found under the CUDA directory) memcheck, racecheck, synccheck
 #                         on kernels_device, with the time that is left
 # Verdicts: PASS; FAIL (it ran and failed, or hit its OWN time limit: a hang); NOT RUN (out of time: the
@@ -113,21 +112,19 @@ fi
 part kernels_host 60 1 "$bin/cuda_check_host"
 part mma_probe 60 0 "$bin/cuda_mma_probe"
 part kernels_device 90 1 "$bin/cuda_check_device"
-part kernels_device_mma 60 0 env MP_CUDA_ATTN=mma "$bin/cuda_check_device"
+part kernels_device_simt 60 0 env MP_CUDA_ATTN=simt "$bin/cuda_check_device"
 part cuda_train 60 1 "$bin/meshpoint" train --config "$tiny" --train-data "$data" --steps 2 --run-dir "$out/probe" --device cuda
 part device_parity 120 1 "$bin/test_device_parity" cuda tests/configs/cli_tiny.json tests/configs/torch_gqa_tied.json
 part device_parity_hd64 120 1 "$bin/test_device_parity" --seq-len 112 cuda tests/configs/parity_hd64.json
-part device_parity_hd64_mma 120 0 env MP_CUDA_ATTN=mma "$bin/test_device_parity" --seq-len 112 cuda tests/configs/parity_hd64.json
 if [ "$ngpu" -ge 2 ] && ! command -v mpiexec > /dev/null 2>&1; then
   note "gpu_e2e: FAIL ($ngpu GPUs but no mpiexec: the tp/dp part cannot run)"; failed=1
 else
   part gpu_e2e 180 1 tests/gpu_e2e.sh "$bin/meshpoint" "$data" "$tiny" "$out/gpu_e2e"
 fi
 part bench_gpu 180 1 bench/bench_gpu.sh --bin "$bin/meshpoint" --out "$out/bench_gpu"
-part gemm_probe 60 0 "$bin/gemm_probe"   # optional: the step's GEMM keys alone (why two ran 12-13x off)
-part bench_gpu_mma 150 0 env MP_CUDA_ATTN=mma bench/bench_gpu.sh --bin "$bin/meshpoint" --out "$out/bench_gpu_mma"
+part gemm_probe 60 0 "$bin/gemm_probe"   # optional: the step's GEMM keys alone, against the step's profile
 # the summary line and the whole per-kernel table (part shows only the log's tail)
-for b in bench_gpu bench_gpu_mma; do
+for b in bench_gpu; do
   grep '^bench_gpu: ' "$out/$b.log" 2>/dev/null | sed "s/^bench_gpu:/$b:/" || true
   sed -n '/^per-op device time/,$p' "$out/$b.log" 2>/dev/null || true
 done

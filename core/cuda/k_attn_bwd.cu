@@ -24,7 +24,7 @@
  *      k0 + l and the warp adds sum_l ds_l k_l into dq. Again one warp per output row.
  * The price is recomputing S and dP twice (once per pass): ~1.4x the FLOPs of the atomic version.
  * Scalar fp32 FMA (docs/CUDA.md); the launcher sends hd 64 / 128 to the tensor-core dK/dV and dQ passes
- * (k_attn_mma.cu) after the D pass with MP_CUDA_ATTN=mma (opt-in). Shared memory ~41 KB static per kernel.
+ * (k_attn_mma.cu) after the D pass unless MP_CUDA_ATTN=simt. Shared memory ~41 KB static per kernel.
  */
 #include "core/cuda/k_common.cuh"
 

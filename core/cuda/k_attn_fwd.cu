@@ -7,7 +7,7 @@
  * [B,T,H,hd] bf16; lse [B,H,T] fp32, lse[b,h,t] = log sum_{j<=t} exp(scale q_t.k_j), scale = 1/sqrt(hd).
  *
  * The launcher sends head dims 64 and 128 to the tensor-core kernel (k_attn_mma.cu) unless
- * MP_CUDA_ATTN=mma (opt-in: wrong on the first H200 run); this scalar kernel, the default, is the fallback for other head dims and the comparison point.
+ * MP_CUDA_ATTN=simt; this scalar kernel is the fallback for other head dims and the comparison point.
  * Design (scalar fp32 FMA, no tensor cores: correctness and clarity first, see docs/CUDA.md):
  *   - grid (query tile, b*H + h); a block of ATT_WARPS = 8 warps owns the 8 consecutive query rows of
  *     its tile, one row per warp. Tiles are visited in reverse order (the last query tiles have the

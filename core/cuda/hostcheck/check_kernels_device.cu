@@ -493,7 +493,7 @@ int main(void) {
     const int shapes[][5] = {{1, 1, 1, 1, 8}, {2, 7, 4, 2, 40}, {1, 33, 4, 1, 64}, {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 300, 8, 2, 128}};
     for (auto &s : shapes) dev_attention(s[0], s[1], s[2], s[3], s[4]);
-    for (int hd : {64, 128})   /* the tensor-core forward (k_attn_mma.cu) with MP_CUDA_ATTN=mma */
+    for (int hd : {64, 128})   /* the tensor-core kernels (k_attn_mma.cu; MP_CUDA_ATTN=simt: the CUDA-core ones) */
         for (int T : {1, 15, 64, 112, 200}) dev_attention(1, T, 2, 2, hd), dev_attention(2, T, 4, 1, hd);
     dev_attention_kv(2, 70, 4, 2, 40);
     dev_attention_kv(1, 150, 9, 3, 64);
