@@ -86,8 +86,9 @@ static __global__ void __launch_bounds__(FA_THREADS)
     fb_store<HD, 1>(dq, st.dq, b, T, H, h, r0, lane);
 }
 
-/* 1 when the tensor-core kernels take this call: hd 64 or 128, every pointer 4-byte aligned (pair loads and
- * stores), unless the environment says MP_CUDA_ATTN=simt (the CUDA-core kernels, k_attn_fwd.cu /
+/* 1 when the tensor-core kernels take this call: hd 64 or 128, every pointer 16-byte aligned (the tile
+ * loaders' 16-byte accesses, fa_load_rows; rows are hd * 2 = 128 or 256 bytes, so every row is then
+ * aligned; cudaMalloc gives 256), unless the environment says MP_CUDA_ATTN=simt (the CUDA-core kernels, k_attn_fwd.cu /
  * k_attn_bwd.cu, kept as the fallback for other head dims and as the comparison point). The default since
  * their second H200 run (2026-12-04, docs/BENCH_GPU.md): mma_probe, check_kernels_device and the hd-64
  * parity passed on the device after the fix of the pair store (fa_st32), and the 1B step ran 5.2x faster
@@ -98,7 +99,7 @@ extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, 
         const char *e = getenv("MP_CUDA_ATTN");
         mma = !(e && strcmp(e, "simt") == 0);
     }
-    return mma && (hd == 64 || hd == 128) && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 3) == 0;
+    return mma && (hd == 64 || hd == 128) && mp_aligned16(a, b, c, d);
 }
 
 extern "C" void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,

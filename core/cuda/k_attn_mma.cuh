@@ -47,6 +47,11 @@
 #define FA_BQ (16 * FA_WARPS) /* query rows per block */
 #define FA_BK 64              /* keys per tile */
 #define FA_VPAD (FA_BK + 8)
+/* The softmax runs in base 2: exp(x) = exp2(x log2(e)), with log2(e) folded into the score scale (one
+ * multiply per score, and exp2f is the bare MUFU.EX2 where expf adds a range reduction); lse, stored and
+ * read, stays the natural log of the contract (core/backend.h). */
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
 
 /* A key tile in shared memory: K row-major, V transposed, both padded (see the top comment); aligned for
  * the 4-byte fragment loads (a bf16 struct alone would only be 2-byte aligned). */
@@ -162,16 +167,66 @@ __host__ __device__ static inline void fa_quad_reduce(float *v, int vs, int n, b
 #endif
 }
 
+/* The 16 bytes (8 bf16) at p as a uint4, and the store back; p 16-byte aligned (one 128-bit access on the
+ * device, a memcpy on the host: mp_copy16). */
+__host__ __device__ static inline uint4 fa_ld16(const mp_bf16 *p) {
+    uint4 u;
+    mp_copy16(&u, p);
+    return u;
+}
+__host__ __device__ static inline void fa_st16(mp_bf16 *p, uint4 u) { mp_copy16(p, &u); }
+
+/* Row `row` of head `head` of x [B,T,heads,HD], columns 8c .. 8c+7, as a uint4; zeros past T. */
+template <int HD>
+__host__ __device__ static inline uint4 fa_ld_chunk(const mp_bf16 *x, int b, int T, int heads, int head, int row, int c) {
+    return row < T ? fa_ld16(x + (((int64_t)b * T + row) * heads + head) * HD + 8 * c) : make_uint4(0u, 0u, 0u, 0u);
+}
+
 /* Thread tid (of FA_THREADS) copies its share of rows r0 .. r0+ROWS-1 of head `head` of x [B,T,heads,HD]
- * (zeros past T) into rm (row-major, row stride lr) and/or tr (transposed: tr[d*lt + r]), when not NULL. */
+ * (zeros past T; x 16-byte aligned, see mp_cuda_attn_mma_ok) into rm (row-major, row stride lr) and/or tr
+ * (transposed: tr[d*lt + r]), whichever is not NULL. Every global access is 16 bytes (a chunk: 8 columns
+ * 8c .. 8c+7 of a row), no division but by powers of two, and the shared stores are conflict-free:
+ *   rm only: chunk i is row i / (HD/8), c = i % (HD/8); a quarter warp (the unit of a 16-byte store)
+ *     writes 128 contiguous bytes.
+ *   tr: item i is the row pair (2j, 2j+1), j = i % (ROWS/2) (consecutive lanes, consecutive pairs), and
+ *     chunk c = i / (ROWS/2). Its two chunks give the 8 words (x[2j][d], x[2j+1][d]), d = 8c .. 8c+7, made
+ *     with shifts and masks (integers only: no bf16 conversion, see fa_st32), each one 32-bit store to
+ *     tr + d*lt + 2j. ROWS = 64: a warp's 32 lanes store 32 consecutive words. ROWS = 32 (lt = FB_PAD = 40,
+ *     20 words a row): lanes 16..31 hold the next chunk and store their words in the order d ^ 4, so the
+ *     two half warps are (8 +- 4) * 20 = 240 or 80 words apart, 16 banks: conflict-free too. With rm also,
+ *     the pair's two rows go there as well, row 2j + ((j >> 2) & 1) first: the eight rows of a quarter
+ *     warp's store then have distinct residues mod 8 (row stride HD + 8 elements = 4 banks mod 32). */
 template <int HD, int ROWS>
 __host__ __device__ static inline void fa_load_rows(mp_bf16 *rm, int lr, mp_bf16 *tr, int lt, const mp_bf16 *x, int b,
                                                     int T, int heads, int head, int r0, int tid) {
-    for (int i = tid; i < ROWS * HD; i += FA_THREADS) {
-        const int r = i / HD, d = i % HD, row = r0 + r;
-        const mp_bf16 e = row < T ? x[(((int64_t)b * T + row) * heads + head) * HD + d] : __float2bfloat16_rn(0.0f);
-        if (rm) rm[r * lr + d] = e;
-        if (tr) tr[d * lt + r] = e;
+    constexpr int CH = HD / 8, NP = ROWS / 2;
+    static_assert(NP == 16 || NP == 32, "row pairs: a half or a whole warp");
+    static_assert(ROWS * CH % FA_THREADS == 0 && NP * CH % FA_THREADS == 0, "whole rounds of the block");
+    if (!tr) {
+        for (int i = tid; i < ROWS * CH; i += FA_THREADS)
+            fa_st16(rm + (i / CH) * lr + 8 * (i % CH), fa_ld_chunk<HD>(x, b, T, heads, head, r0 + i / CH, i % CH));
+        return;
+    }
+    const bool sw = NP == 16 && (tid & 16);   /* the upper half warp's store order: d ^ 4 */
+    for (int i = tid; i < NP * CH; i += FA_THREADS) {
+        const int j = i % NP, c = i / NP;
+        const uint4 ua = fa_ld_chunk<HD>(x, b, T, heads, head, r0 + 2 * j, c);
+        const uint4 ub = fa_ld_chunk<HD>(x, b, T, heads, head, r0 + 2 * j + 1, c);
+        if (rm) {
+            const bool odd = (j >> 2) & 1;
+            fa_st16(rm + (2 * j + odd) * lr + 8 * c, odd ? ub : ua);
+            fa_st16(rm + (2 * j + !odd) * lr + 8 * c, odd ? ua : ub);
+        }
+        const uint32_t a[4] = {ua.x, ua.y, ua.z, ua.w}, bb[4] = {ub.x, ub.y, ub.z, ub.w};
+        uint32_t wd[8];   /* wd[2m + h]: column 8c + 2m + h of rows 2j (low half), 2j+1 (high half) */
+        for (int m = 0; m < 4; m++) {
+            wd[2 * m] = (a[m] & 0xffffu) | (bb[m] << 16);
+            wd[2 * m + 1] = (a[m] >> 16) | (bb[m] & 0xffff0000u);
+        }
+        for (int e = 0; e < 8; e++) {
+            const int d = sw ? e ^ 4 : e;
+            fa_st32(tr + (8 * c + d) * lt + 2 * j, sw ? wd[e ^ 4] : wd[e]);
+        }
     }
 }
 
@@ -179,8 +234,8 @@ __host__ __device__ static inline void fa_load_rows(mp_bf16 *rm, int lr, mp_bf16
 template <int HD>
 __host__ __device__ static inline void fa_load_kv(fa_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b, int T,
                                                   int KV, int g, int k0, int tid) {
-    fa_load_rows<HD, FA_BK>(&s.K[0][0], HD + 8, NULL, 0, k, b, T, KV, g, k0, tid);
-    fa_load_rows<HD, FA_BK>(NULL, 0, &s.Vt[0][0], FA_VPAD, v, b, T, KV, g, k0, tid);
+    fa_load_rows<HD, FA_BK>((mp_bf16 *)&s.K, HD + 8, NULL, 0, k, b, T, KV, g, k0, tid);
+    fa_load_rows<HD, FA_BK>(NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, v, b, T, KV, g, k0, tid);
 }
 
 /* The A fragments (16 rows x HD, PTX layout) of rows r0 .. r0+15 of head `head` of x [B,T,heads,HD],
@@ -245,10 +300,11 @@ template <int HD, int NL>
 __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, const fa_smem<HD> &s, int k0, int r0,
                                                    float scale, int lane0) {
     float S[NL][FA_BK / 8][4], mx[NL][2];
+    const float sl2 = scale * FA_LOG2E;   /* scores in base 2: m, and the exponents, are log2 units */
     for (int li = 0; li < NL; li++)
         for (int nt = 0; nt < FA_BK / 8; nt++)
             for (int e = 0; e < 4; e++) S[li][nt][e] = 0.0f;
-    fa_mma_smem<NL, HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8,
+    fa_mma_smem<NL, HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &st.qf[0][0][0], HD / 16 * 4, (mp_bf16 *)&s.K, HD + 8,
                                         lane0);
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
@@ -258,7 +314,7 @@ __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, con
             for (int nt = 0; nt < FA_BK / 8; nt++)
                 for (int e = 0; e < 2; e++) {
                     const int key = k0 + 8 * nt + 2 * c + e;
-                    const float x = key <= row ? scale * S[li][nt][2 * rr + e] : -INFINITY;
+                    const float x = key <= row ? sl2 * S[li][nt][2 * rr + e] : -INFINITY;
                     S[li][nt][2 * rr + e] = x;
                     mx[li][rr] = fmaxf(mx[li][rr], x);
                 }
@@ -269,12 +325,12 @@ __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, con
     for (int li = 0; li < NL; li++) {
         for (int rr = 0; rr < 2; rr++) {
             const float m_new = fmaxf(st.m[li][rr], mx[li][rr]);
-            const float alpha = expf(st.m[li][rr] - m_new);   /* first tile: exp(-inf) = 0 */
+            const float alpha = exp2f(st.m[li][rr] - m_new);   /* first tile: exp2(-inf) = 0 */
             float sum = 0.0f;
             for (int nt = 0; nt < FA_BK / 8; nt++)
                 for (int e = 0; e < 2; e++) {
                     float &x = S[li][nt][2 * rr + e];
-                    x = expf(x - m_new);   /* masked: exp(-inf) = 0 */
+                    x = exp2f(x - m_new);   /* masked: exp2(-inf) = 0 */
                     sum += x;
                 }
             for (int nt = 0; nt < HD / 8; nt++) st.o[li][nt][2 * rr] *= alpha, st.o[li][nt][2 * rr + 1] *= alpha;
@@ -283,11 +339,11 @@ __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, con
         }
         fa_c_to_a<FA_BK / 8>(pa[li], S[li]);
     }
-    fa_mma_smem<NL, FA_BK / 16, HD / 8>(&st.o[0][0][0], HD / 8 * 4, &pa[0][0][0], FA_BK / 16 * 4, &s.Vt[0][0], FA_VPAD,
+    fa_mma_smem<NL, FA_BK / 16, HD / 8>(&st.o[0][0][0], HD / 8 * 4, &pa[0][0][0], FA_BK / 16 * 4, (mp_bf16 *)&s.Vt, FA_VPAD,
                                         lane0);
 }
 
-/* Writes out = O / l (bf16) and lse = m + log l for the warp's rows below T. */
+/* Writes out = O / l (bf16) and lse = m ln 2 + log l (m in log2 units) for the warp's rows below T. */
 template <int HD, int NL>
 __host__ __device__ static inline void fa_fwd_finish(fa_fwd_state<HD, NL> &st, mp_bf16 *out, float *lse, int b, int T,
                                                      int H, int h, int r0, int lane0) {
@@ -301,7 +357,7 @@ __host__ __device__ static inline void fa_fwd_finish(fa_fwd_state<HD, NL> &st, m
             mp_bf16 *orow = out + (((int64_t)b * T + row) * H + h) * HD;
             for (int nt = 0; nt < HD / 8; nt++)
                 fa_st_pair(orow + 8 * nt + 2 * c, st.o[li][nt][2 * rr] * inv, st.o[li][nt][2 * rr + 1] * inv);
-            if (c == 0) lse[((int64_t)b * H + h) * T + row] = st.m[li][rr] + logf(st.l[li][rr]);
+            if (c == 0) lse[((int64_t)b * H + h) * T + row] = st.m[li][rr] * FA_LN2 + logf(st.l[li][rr]);
         }
     }
 }
@@ -321,7 +377,7 @@ __host__ __device__ static inline void fa_fwd_finish(fa_fwd_state<HD, NL> &st, m
 template <int HD>
 struct alignas(16) fb_kv_smem {   /* a query tile of the dK/dV pass */
     mp_bf16 Q[FB_BQ][HD + 8], Qt[HD][FB_PAD], dO[FB_BQ][HD + 8], dOt[HD][FB_PAD];
-    float lse[FB_BQ], D[FB_BQ];
+    float lse[FB_BQ], D[FB_BQ];   /* lse in log2 units: lse log2(e) */
 };
 template <int HD>
 struct alignas(16) fb_q_smem {   /* a key tile of the dQ pass */
@@ -335,7 +391,7 @@ struct fb_kv_state {
 template <int HD, int NL>
 struct fb_q_state {
     uint32_t qf[NL][HD / 16][4], df[NL][HD / 16][4];
-    float dq[NL][HD / 8][4], lse[NL][2], D[NL][2];
+    float dq[NL][HD / 8][4], lse[NL][2], D[NL][2];   /* lse in log2 units, as fb_kv_smem's */
 };
 
 /* Thread tid's share of query tile t0 of head h: Q, dO both ways, lse and D (zeros past T). */
@@ -343,11 +399,11 @@ template <int HD>
 __host__ __device__ static inline void fb_load_qtile(fb_kv_smem<HD> &s, const mp_bf16 *q, const mp_bf16 *dout,
                                                      const float *lse, const float *D, int b, int T, int H, int h,
                                                      int t0, int tid) {
-    fa_load_rows<HD, FB_BQ>(&s.Q[0][0], HD + 8, &s.Qt[0][0], FB_PAD, q, b, T, H, h, t0, tid);
-    fa_load_rows<HD, FB_BQ>(&s.dO[0][0], HD + 8, &s.dOt[0][0], FB_PAD, dout, b, T, H, h, t0, tid);
+    fa_load_rows<HD, FB_BQ>((mp_bf16 *)&s.Q, HD + 8, (mp_bf16 *)&s.Qt, FB_PAD, q, b, T, H, h, t0, tid);
+    fa_load_rows<HD, FB_BQ>((mp_bf16 *)&s.dO, HD + 8, (mp_bf16 *)&s.dOt, FB_PAD, dout, b, T, H, h, t0, tid);
     for (int i = tid; i < FB_BQ; i += FA_THREADS) {
         const int64_t r = ((int64_t)b * H + h) * T + t0 + i;
-        s.lse[i] = t0 + i < T ? lse[r] : 0.0f;
+        s.lse[i] = t0 + i < T ? lse[r] * FA_LOG2E : 0.0f;
         s.D[i] = t0 + i < T ? D[r] : 0.0f;
     }
 }
@@ -356,16 +412,18 @@ __host__ __device__ static inline void fb_load_qtile(fb_kv_smem<HD> &s, const mp
 template <int HD>
 __host__ __device__ static inline void fb_load_ktile(fb_q_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b,
                                                      int T, int KV, int g, int k0, int tid) {
-    fa_load_rows<HD, FB_BK>(&s.K[0][0], HD + 8, &s.Kt[0][0], FB_PAD, k, b, T, KV, g, k0, tid);
-    fa_load_rows<HD, FB_BK>(&s.V[0][0], HD + 8, NULL, 0, v, b, T, KV, g, k0, tid);
+    fa_load_rows<HD, FB_BK>((mp_bf16 *)&s.K, HD + 8, (mp_bf16 *)&s.Kt, FB_PAD, k, b, T, KV, g, k0, tid);
+    fa_load_rows<HD, FB_BK>((mp_bf16 *)&s.V, HD + 8, NULL, 0, v, b, T, KV, g, k0, tid);
 }
 
 /* P of one 16 x 32 C tile of scores, in place: rows `row0 + g (+8)`, cols `col0 + 2c (+1) + 8 nt`. kv = 1:
  * rows are keys, cols queries (the dK/dV pass, lse per column from slse); kv = 0: rows are queries, cols
- * keys (the dQ pass, lse per row slot from rlse). P = exp(scale s - lse), 0 where query < key or past T. */
+ * keys (the dQ pass, lse per row slot from rlse), both lse in log2 units. P = exp(scale s - lse) =
+ * exp2(scale log2(e) s - lse log2(e)), 0 where query < key or past T. */
 template <int NL>
 __host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0, int T, float scale, bool kv,
                                             const float *slse, const float (*rlse)[2], int lane0) {
+    const float sl2 = scale * FA_LOG2E;
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
         for (int nt = 0; nt < 4; nt++)
@@ -373,7 +431,7 @@ __host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0
                 const int row = row0 + g + 8 * (e >> 1), ci = 8 * nt + 2 * c + (e & 1), col = col0 + ci;
                 const int key = kv ? row : col, qry = kv ? col : row;
                 const float l = kv ? slse[ci] : rlse[li][e >> 1];
-                P[li][nt][e] = qry >= key && qry < T ? expf(scale * P[li][nt][e] - l) : 0.0f;
+                P[li][nt][e] = qry >= key && qry < T ? exp2f(sl2 * P[li][nt][e] - l) : 0.0f;
             }
     }
 }
@@ -466,7 +524,7 @@ __host__ __device__ static inline void fb_q_init(fb_q_state<HD, NL> &st, const m
         for (int rr = 0; rr < 2; rr++) {
             const int row = r0 + g + 8 * rr;
             const int64_t r = ((int64_t)b * H + h) * T + row;
-            st.lse[li][rr] = row < T ? lse[r] : 0.0f;
+            st.lse[li][rr] = row < T ? lse[r] * FA_LOG2E : 0.0f;
             st.D[li][rr] = row < T ? D[r] : 0.0f;
         }
         for (int nt = 0; nt < HD / 8; nt++)
