@@ -69,6 +69,11 @@ struct fa_fwd_state {
     float m[NL][2], l[NL][2];
 };
 
+/* Host replay only (a host variable, read in the host branches alone): when set, called with the address and size of every store through fa_st32 and
+ * fa_st16 (the tile loaders' shared-memory stores among them), so check_kernels_host can see which lane
+ * wrote what, once each, and count the bank conflicts of each warp-wide store. NULL: nothing is logged. */
+static void (*fa_host_store_log)(const void *p, int bytes) = NULL;
+
 /* The 32-bit word holding p[0] (low half) and p[1] (high half); p 4-byte aligned. */
 __host__ __device__ static inline uint32_t fa_ld32(const mp_bf16 *p) {
 #ifdef __CUDA_ARCH__
@@ -97,6 +102,7 @@ __host__ __device__ static inline void fa_st32(mp_bf16 *p, uint32_t u) {
 #ifdef __CUDA_ARCH__
     *(uint32_t *)p = u;
 #else
+    if (fa_host_store_log) fa_host_store_log(p, 4);
     memcpy((void *)p, &u, 4);
 #endif
 }
@@ -174,7 +180,12 @@ __host__ __device__ static inline uint4 fa_ld16(const mp_bf16 *p) {
     mp_copy16(&u, p);
     return u;
 }
-__host__ __device__ static inline void fa_st16(mp_bf16 *p, uint4 u) { mp_copy16(p, &u); }
+__host__ __device__ static inline void fa_st16(mp_bf16 *p, uint4 u) {
+#ifndef __CUDA_ARCH__
+    if (fa_host_store_log) fa_host_store_log(p, 16);
+#endif
+    mp_copy16(p, &u);
+}
 
 /* Row `row` of head `head` of x [B,T,heads,HD], columns 8c .. 8c+7, as a uint4; zeros past T. */
 template <int HD>
