@@ -306,6 +306,28 @@ __host__ __device__ static inline void fa_fwd_init(fa_fwd_state<HD, NL> &st, con
     }
 }
 
+/* S scaled by sl2 (base-2 units) in place, keys past the row (key > row) set to -inf when MASK, and each
+ * lane's row maxima into mx. MASK = false only for a tile wholly below the diagonal (no key masked): the
+ * compare and select per score are then left out. */
+template <int NL, bool MASK>
+__host__ __device__ static inline void fa_scale_max(float (*S)[FA_BK / 8][4], float (*mx)[2], float sl2, int k0, int r0,
+                                                    int lane0) {
+    for (int li = 0; li < NL; li++) {
+        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
+        for (int rr = 0; rr < 2; rr++) {
+            const int row = r0 + g + 8 * rr;
+            mx[li][rr] = -INFINITY;
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                for (int e = 0; e < 2; e++) {
+                    const int key = k0 + 8 * nt + 2 * c + e;
+                    const float x = !MASK || key <= row ? sl2 * S[li][nt][2 * rr + e] : -INFINITY;
+                    S[li][nt][2 * rr + e] = x;
+                    mx[li][rr] = fmaxf(mx[li][rr], x);
+                }
+        }
+    }
+}
+
 /* One key tile (keys k0 .. k0+63, already in s) of the online softmax for the warp's rows r0 .. r0+15. */
 template <int HD, int NL>
 __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, const fa_smem<HD> &s, int k0, int r0,
@@ -317,20 +339,8 @@ __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, con
             for (int e = 0; e < 4; e++) S[li][nt][e] = 0.0f;
     fa_mma_smem<NL, HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &st.qf[0][0][0], HD / 16 * 4, (mp_bf16 *)&s.K, HD + 8,
                                         lane0);
-    for (int li = 0; li < NL; li++) {
-        const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
-        for (int rr = 0; rr < 2; rr++) {
-            const int row = r0 + g + 8 * rr;
-            mx[li][rr] = -INFINITY;
-            for (int nt = 0; nt < FA_BK / 8; nt++)
-                for (int e = 0; e < 2; e++) {
-                    const int key = k0 + 8 * nt + 2 * c + e;
-                    const float x = key <= row ? sl2 * S[li][nt][2 * rr + e] : -INFINITY;
-                    S[li][nt][2 * rr + e] = x;
-                    mx[li][rr] = fmaxf(mx[li][rr], x);
-                }
-        }
-    }
+    if (k0 + FA_BK - 1 <= r0) fa_scale_max<NL, false>(S, mx, sl2, k0, r0, lane0);   /* below the diagonal */
+    else fa_scale_max<NL, true>(S, mx, sl2, k0, r0, lane0);
     fa_quad_reduce<NL>(&mx[0][0], 2, 2, true);   /* finite: key k0 <= every row of the warp */
     uint32_t pa[NL][FA_BK / 16][4];
     for (int li = 0; li < NL; li++) {
@@ -431,10 +441,9 @@ __host__ __device__ static inline void fb_load_ktile(fb_q_smem<HD> &s, const mp_
  * rows are keys, cols queries (the dK/dV pass, lse per column from slse); kv = 0: rows are queries, cols
  * keys (the dQ pass, lse per row slot from rlse), both lse in log2 units. P = exp(scale s - lse) =
  * exp2(scale log2(e) s - lse log2(e)), 0 where query < key or past T. */
-template <int NL>
-__host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0, int T, float scale, bool kv,
-                                            const float *slse, const float (*rlse)[2], int lane0) {
-    const float sl2 = scale * FA_LOG2E;
+template <int NL, bool MASK>
+__host__ __device__ static inline void fb_p_tile(float (*P)[4][4], int row0, int col0, int T, float sl2, bool kv,
+                                                 const float *slse, const float (*rlse)[2], int lane0) {
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
         for (int nt = 0; nt < 4; nt++)
@@ -442,9 +451,19 @@ __host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0
                 const int row = row0 + g + 8 * (e >> 1), ci = 8 * nt + 2 * c + (e & 1), col = col0 + ci;
                 const int key = kv ? row : col, qry = kv ? col : row;
                 const float l = kv ? slse[ci] : rlse[li][e >> 1];
-                P[li][nt][e] = qry >= key && qry < T ? exp2f(sl2 * P[li][nt][e] - l) : 0.0f;
+                P[li][nt][e] = !MASK || (qry >= key && qry < T) ? exp2f(sl2 * P[li][nt][e] - l) : 0.0f;
             }
     }
+}
+/* The tile is unmasked (every query >= every key, and below T) or not: the mask's compares and selects
+ * are left out of the (usual) unmasked tiles. */
+template <int NL>
+__host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0, int T, float scale, bool kv,
+                                            const float *slse, const float (*rlse)[2], int lane0) {
+    const float sl2 = scale * FA_LOG2E;
+    const bool full = kv ? col0 >= row0 + 15 && col0 + 31 < T : row0 >= col0 + 31 && row0 + 15 < T;
+    if (full) fb_p_tile<NL, false>(P, row0, col0, T, sl2, kv, slse, rlse, lane0);
+    else fb_p_tile<NL, true>(P, row0, col0, T, sl2, kv, slse, rlse, lane0);
 }
 
 /* dS = scale P (dP - D) of the same tile, in place in dP (D per column from sD, or per row slot from rD). */
