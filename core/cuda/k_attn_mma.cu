@@ -16,10 +16,11 @@
 #include <string.h>
 #include "core/cuda/k_attn_mma.cuh"
 
-/* Forward. The launch bound's 3 blocks per SM (at most 170 registers) keeps ptxas from squeezing hd 64 into
- * 128 registers with a spill (nvcc 13.0: 158 registers, hd 128 168; no spill either way). */
+/* Forward. The launch bound asks 3 blocks per SM for hd 64 (at most 170 registers: ptxas otherwise squeezes
+ * it into 128 with a spill) and 2 for hd 128 (at 3, ptxas spills a dozen hoisted addresses that the tile
+ * loop reloads). nvcc 13.0, sm_90: hd 64 148 registers, hd 128 224, no spill. */
 template <int HD>
-static __global__ void __launch_bounds__(FA_THREADS, 3)
+static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 2)
     attn_fwd_mma_kernel(mp_bf16 *__restrict__ out, float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                         const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV,
                         float scale) {

@@ -193,60 +193,147 @@ __host__ __device__ static inline uint4 fa_ld_chunk(const mp_bf16 *x, int b, int
     return row < T ? fa_ld16(x + (((int64_t)b * T + row) * heads + head) * HD + 8 * c) : make_uint4(0u, 0u, 0u, 0u);
 }
 
-/* Thread tid (of FA_THREADS) copies its share of rows r0 .. r0+ROWS-1 of head `head` of x [B,T,heads,HD]
- * (zeros past T; x 16-byte aligned, see mp_cuda_attn_mma_ok) into rm (row-major, row stride lr) and/or tr
- * (transposed: tr[d*lt + r]), whichever is not NULL. Every global access is 16 bytes (a chunk: 8 columns
- * 8c .. 8c+7 of a row), no division but by powers of two, and the shared stores are conflict-free:
- *   rm only: chunk i is row i / (HD/8), c = i % (HD/8); a quarter warp (the unit of a 16-byte store)
- *     writes 128 contiguous bytes.
- *   tr: item i is the row pair (2j, 2j+1), j = i % (ROWS/2) (consecutive lanes, consecutive pairs), and
- *     chunk c = i / (ROWS/2). Its two chunks give the 8 words (x[2j][d], x[2j+1][d]), d = 8c .. 8c+7, made
- *     with shifts and masks (integers only: no bf16 conversion, see fa_st32), each one 32-bit store to
- *     tr + d*lt + 2j. ROWS = 64: a warp's 32 lanes store 32 consecutive words. ROWS = 32 (lt = FB_PAD = 40,
- *     20 words a row): lanes 16..31 hold the next chunk and store their words in the order d ^ 4, so the
- *     two half warps are (8 +- 4) * 20 = 240 or 80 words apart, 16 banks: conflict-free too. With rm also,
- *     the pair's two rows go there as well, row 2j + ((j >> 2) & 1) first: the eight rows of a quarter
- *     warp's store then have distinct residues mod 8 (row stride HD + 8 elements = 4 banks mod 32). */
-template <int HD, int ROWS>
-__host__ __device__ static inline void fa_load_rows(mp_bf16 *rm, int lr, mp_bf16 *tr, int lt, const mp_bf16 *x, int b,
-                                                    int T, int heads, int head, int r0, int tid) {
-    constexpr int CH = HD / 8, NP = ROWS / 2;
+/* Thread tid's (of FA_THREADS) share of a tile of rows r0 .. r0+ROWS-1 of head `head` of x [B,T,heads,HD],
+ * in registers: fa_fetch_rows reads it from global memory, fa_put_rows writes it to shared memory. Split
+ * so that all of a block's global loads for a tile are issued before the first store waits on one (one
+ * memory latency per tile, not one per loop trip), and so that a driver may fetch the next tile before it
+ * computes on the current one. TR: the tile goes (also) transposed, as row pairs (see fa_put_rows). Every
+ * global access is 16 bytes (a chunk: 8 columns 8c .. 8c+7 of a row; x 16-byte aligned, see
+ * mp_cuda_attn_mma_ok), zeros past T; trip counts are compile-time, indices divide by powers of two. */
+template <int HD, int ROWS, bool TR>
+struct fa_stage {
+    static constexpr int CH = HD / 8, NP = ROWS / 2;
+    static constexpr int N = TR ? 2 * NP * CH / FA_THREADS : ROWS * CH / FA_THREADS;   /* uint4 per thread */
     static_assert(NP == 16 || NP == 32, "row pairs: a half or a whole warp");
     static_assert(ROWS * CH % FA_THREADS == 0 && NP * CH % FA_THREADS == 0, "whole rounds of the block");
-    if (!tr) {
-        for (int i = tid; i < ROWS * CH; i += FA_THREADS)
-            fa_st16(rm + (i / CH) * lr + 8 * (i % CH), fa_ld_chunk<HD>(x, b, T, heads, head, r0 + i / CH, i % CH));
-        return;
-    }
-    const bool sw = NP == 16 && (tid & 16);   /* the upper half warp's store order: d ^ 4 */
-    for (int i = tid; i < NP * CH; i += FA_THREADS) {
-        const int j = i % NP, c = i / NP;
-        const uint4 ua = fa_ld_chunk<HD>(x, b, T, heads, head, r0 + 2 * j, c);
-        const uint4 ub = fa_ld_chunk<HD>(x, b, T, heads, head, r0 + 2 * j + 1, c);
-        if (rm) {
-            const bool odd = (j >> 2) & 1;
-            fa_st16(rm + (2 * j + odd) * lr + 8 * c, odd ? ub : ua);
-            fa_st16(rm + (2 * j + !odd) * lr + 8 * c, odd ? ua : ub);
+    uint4 u[N];
+};
+
+/* Fetch: !TR, u[k] is chunk i = tid + k FA_THREADS: row i / (HD/8), c = i % (HD/8). TR, item i =
+ * tid + k FA_THREADS is the row pair (2j, 2j+1), j = i % (ROWS/2) (consecutive lanes, consecutive pairs),
+ * of chunk c = i / (ROWS/2): u[2k] row 2j, u[2k+1] row 2j+1. Only items k of [K0, K1) when given (a
+ * part of the tile, for kernels without the registers for all of it; fa_put_rows takes the same part). */
+template <int HD, int ROWS, bool TR, int K0 = 0, int K1 = fa_stage<HD, ROWS, TR>::N / (TR ? 2 : 1)>
+__host__ __device__ static inline void fa_fetch_rows(fa_stage<HD, ROWS, TR> &st, const mp_bf16 *x, int b, int T,
+                                                     int heads, int head, int r0, int tid) {
+    using S = fa_stage<HD, ROWS, TR>;
+    if constexpr (!TR) {
+        for (int k = K0; k < K1; k++) {
+            const int i = tid + k * FA_THREADS;
+            st.u[k] = fa_ld_chunk<HD>(x, b, T, heads, head, r0 + i / S::CH, i % S::CH);
         }
-        const uint32_t a[4] = {ua.x, ua.y, ua.z, ua.w}, bb[4] = {ub.x, ub.y, ub.z, ub.w};
-        uint32_t wd[8];   /* wd[2m + h]: column 8c + 2m + h of rows 2j (low half), 2j+1 (high half) */
-        for (int m = 0; m < 4; m++) {
-            wd[2 * m] = (a[m] & 0xffffu) | (bb[m] << 16);
-            wd[2 * m + 1] = (a[m] >> 16) | (bb[m] & 0xffff0000u);
-        }
-        for (int e = 0; e < 8; e++) {
-            const int d = sw ? e ^ 4 : e;
-            fa_st32(tr + (8 * c + d) * lt + 2 * j, sw ? wd[e ^ 4] : wd[e]);
+    } else {
+        for (int k = K0; k < K1; k++) {
+            const int i = tid + k * FA_THREADS, j = i % S::NP, c = i / S::NP;
+            st.u[2 * k] = fa_ld_chunk<HD>(x, b, T, heads, head, r0 + 2 * j, c);
+            st.u[2 * k + 1] = fa_ld_chunk<HD>(x, b, T, heads, head, r0 + 2 * j + 1, c);
         }
     }
 }
 
-/* Thread tid (of FA_THREADS) copies its share of key tile k0 of kv head g into s (zeros past T). */
+/* Put: the fetched share into rm (row-major, row stride lr; !TR, or TR and rm not NULL) and tr (TR:
+ * transposed, tr[d*lt + r]). The shared stores are conflict-free (check_kernels_host counts them):
+ *   !TR: a quarter warp (the unit of a 16-byte store) writes 128 contiguous bytes.
+ *   TR: a pair's two chunks give the 8 words (x[2j][d], x[2j+1][d]), d = 8c .. 8c+7, made with shifts and
+ *     masks (integers only: no bf16 conversion, see fa_st32), each one 32-bit store to tr + d*lt + 2j.
+ *     ROWS = 64: a warp's 32 lanes store 32 consecutive words. ROWS = 32 (lt = FB_PAD = 40, 20 words a
+ *     row): lanes 16..31 hold the next chunk and store their words in the order d ^ 4, so the two half
+ *     warps are (8 +- 4) * 20 = 240 or 80 words apart, 16 banks. With rm, the pair's two rows go there
+ *     too, row 2j + ((j >> 2) & 1) first: the eight rows of a quarter warp's store then have distinct
+ *     residues mod 8 (row stride HD + 8 elements = 4 banks mod 32). */
+template <int HD, int ROWS, bool TR, int K0 = 0, int K1 = fa_stage<HD, ROWS, TR>::N / (TR ? 2 : 1)>
+__host__ __device__ static inline void fa_put_rows(const fa_stage<HD, ROWS, TR> &st, mp_bf16 *rm, int lr, mp_bf16 *tr,
+                                                   int lt, int tid) {
+    using S = fa_stage<HD, ROWS, TR>;
+    if constexpr (!TR) {
+        (void)tr, (void)lt;
+        for (int k = K0; k < K1; k++) {
+            const int i = tid + k * FA_THREADS;
+            fa_st16(rm + (i / S::CH) * lr + 8 * (i % S::CH), st.u[k]);
+        }
+    } else {
+        const bool sw = S::NP == 16 && (tid & 16);   /* the upper half warp's store order: d ^ 4 */
+        for (int k = K0; k < K1; k++) {
+            const int i = tid + k * FA_THREADS, j = i % S::NP, c = i / S::NP;
+            const uint4 ua = st.u[2 * k], ub = st.u[2 * k + 1];
+            if (rm) {
+                const bool odd = (j >> 2) & 1;
+                fa_st16(rm + (2 * j + odd) * lr + 8 * c, odd ? ub : ua);
+                fa_st16(rm + (2 * j + !odd) * lr + 8 * c, odd ? ua : ub);
+            }
+            const uint32_t a[4] = {ua.x, ua.y, ua.z, ua.w}, bb[4] = {ub.x, ub.y, ub.z, ub.w};
+            uint32_t wd[8];   /* wd[2m + h]: column 8c + 2m + h of rows 2j (low half), 2j+1 (high half) */
+            for (int m = 0; m < 4; m++) {
+                wd[2 * m] = (a[m] & 0xffffu) | (bb[m] << 16);
+                wd[2 * m + 1] = (a[m] >> 16) | (bb[m] & 0xffff0000u);
+            }
+            for (int e = 0; e < 8; e++) {
+                const int d = sw ? e ^ 4 : e;
+                fa_st32(tr + (8 * c + d) * lt + 2 * j, sw ? wd[e ^ 4] : wd[e]);
+            }
+        }
+    }
+}
+
+/* Thread tid's share of rows r0 .. r0+ROWS-1 of head `head` of x into rm and/or tr (whichever is not
+ * NULL; tr NULL: row-major only), fetched and put at once (the probe's and check_kernels_host's loads). */
+template <int HD, int ROWS>
+__host__ __device__ static inline void fa_load_rows(mp_bf16 *rm, int lr, mp_bf16 *tr, int lt, const mp_bf16 *x, int b,
+                                                    int T, int heads, int head, int r0, int tid) {
+    if (tr) {
+        fa_stage<HD, ROWS, true> st;
+        fa_fetch_rows(st, x, b, T, heads, head, r0, tid);
+        fa_put_rows(st, rm, lr, tr, lt, tid);
+    } else {
+        fa_stage<HD, ROWS, false> st;
+        fa_fetch_rows(st, x, b, T, heads, head, r0, tid);
+        fa_put_rows(st, rm, lr, tr, lt, tid);
+    }
+}
+
+/* A forward key tile in flight: K row-major, V for its transpose. */
+template <int HD>
+struct fa_kv_stage {
+    fa_stage<HD, FA_BK, false> k;
+    fa_stage<HD, FA_BK, true> v;
+};
+
+/* Thread tid's share of key tile k0 of kv head g into registers (zeros past T). */
+template <int HD>
+__host__ __device__ static inline void fa_fetch_kv(fa_kv_stage<HD> &st, const mp_bf16 *k, const mp_bf16 *v, int b,
+                                                   int T, int KV, int g, int k0, int tid) {
+    fa_fetch_rows(st.k, k, b, T, KV, g, k0, tid);
+    fa_fetch_rows(st.v, v, b, T, KV, g, k0, tid);
+}
+
+/* ... and from there into s: K row-major, V transposed. */
+template <int HD>
+__host__ __device__ static inline void fa_put_kv(fa_smem<HD> &s, const fa_kv_stage<HD> &st, int tid) {
+    fa_put_rows(st.k, (mp_bf16 *)&s.K, HD + 8, NULL, 0, tid);
+    fa_put_rows(st.v, NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, tid);
+}
+
+/* Thread tid (of FA_THREADS) copies its share of key tile k0 of kv head g into s (zeros past T). hd 64: K
+ * and V fetched together (8 loads in flight, 32 registers); hd 128 would need 64 registers for that, more
+ * than the kernel has spare (ptxas spills), so there the tile goes in four parts of 16 registers each. */
 template <int HD>
 __host__ __device__ static inline void fa_load_kv(fa_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b, int T,
                                                   int KV, int g, int k0, int tid) {
-    fa_load_rows<HD, FA_BK>((mp_bf16 *)&s.K, HD + 8, NULL, 0, k, b, T, KV, g, k0, tid);
-    fa_load_rows<HD, FA_BK>(NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, v, b, T, KV, g, k0, tid);
+    fa_kv_stage<HD> st;
+    if constexpr (HD <= 64) {
+        fa_fetch_kv(st, k, v, b, T, KV, g, k0, tid);
+        fa_put_kv(s, st, tid);
+    } else {
+        constexpr int NK = fa_stage<HD, FA_BK, false>::N, NV = fa_stage<HD, FA_BK, true>::N / 2;
+        fa_fetch_rows<HD, FA_BK, false, 0, NK / 2>(st.k, k, b, T, KV, g, k0, tid);
+        fa_put_rows<HD, FA_BK, false, 0, NK / 2>(st.k, (mp_bf16 *)&s.K, HD + 8, NULL, 0, tid);
+        fa_fetch_rows<HD, FA_BK, false, NK / 2, NK>(st.k, k, b, T, KV, g, k0, tid);
+        fa_put_rows<HD, FA_BK, false, NK / 2, NK>(st.k, (mp_bf16 *)&s.K, HD + 8, NULL, 0, tid);
+        fa_fetch_rows<HD, FA_BK, true, 0, NV / 2>(st.v, v, b, T, KV, g, k0, tid);
+        fa_put_rows<HD, FA_BK, true, 0, NV / 2>(st.v, NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, tid);
+        fa_fetch_rows<HD, FA_BK, true, NV / 2, NV>(st.v, v, b, T, KV, g, k0, tid);
+        fa_put_rows<HD, FA_BK, true, NV / 2, NV>(st.v, NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, tid);
+    }
 }
 
 /* The A fragments (16 rows x HD, PTX layout) of rows r0 .. r0+15 of head `head` of x [B,T,heads,HD],
@@ -415,26 +502,91 @@ struct fb_q_state {
     float dq[NL][HD / 8][4], lse[NL][2], D[NL][2];   /* lse in log2 units, as fb_kv_smem's */
 };
 
-/* Thread tid's share of query tile t0 of head h: Q, dO both ways, lse and D (zeros past T). */
+/* A query tile of the dK/dV pass in flight: Q, dO (both ways), and row tid's lse (log2 units) and D
+ * (threads below FB_BQ). */
+template <int HD>
+struct fb_q_stage {
+    fa_stage<HD, FB_BQ, true> q, d;
+    float lse, D;
+};
+
+/* The part of fb_fetch_qtile after Q: dO, lse, D. */
+template <int HD>
+__host__ __device__ static inline void fb_fetch_qtile_tail(fb_q_stage<HD> &st, const mp_bf16 *dout, const float *lse,
+                                                           const float *D, int b, int T, int H, int h, int t0,
+                                                           int tid) {
+    fa_fetch_rows(st.d, dout, b, T, H, h, t0, tid);
+    const int64_t r = ((int64_t)b * H + h) * T + t0 + tid;
+    const bool in = tid < FB_BQ && t0 + tid < T;
+    st.lse = in ? lse[r] * FA_LOG2E : 0.0f;
+    st.D = in ? D[r] : 0.0f;
+}
+
+/* Thread tid's share of query tile t0 of head h into registers (zeros past T). */
+template <int HD>
+__host__ __device__ static inline void fb_fetch_qtile(fb_q_stage<HD> &st, const mp_bf16 *q, const mp_bf16 *dout,
+                                                      const float *lse, const float *D, int b, int T, int H, int h,
+                                                      int t0, int tid) {
+    fa_fetch_rows(st.q, q, b, T, H, h, t0, tid);
+    fb_fetch_qtile_tail(st, dout, lse, D, b, T, H, h, t0, tid);
+}
+
+/* ... and from there into s: Q, dO both ways, lse and D. */
+template <int HD>
+__host__ __device__ static inline void fb_put_qtile(fb_kv_smem<HD> &s, const fb_q_stage<HD> &st, int tid) {
+    fa_put_rows(st.q, (mp_bf16 *)&s.Q, HD + 8, (mp_bf16 *)&s.Qt, FB_PAD, tid);
+    fa_put_rows(st.d, (mp_bf16 *)&s.dO, HD + 8, (mp_bf16 *)&s.dOt, FB_PAD, tid);
+    if (tid < FB_BQ) s.lse[tid] = st.lse, s.D[tid] = st.D;
+}
+
+/* Thread tid's share of query tile t0 of head h: Q, dO both ways, lse and D (zeros past T). hd 128: Q is
+ * put before dO is fetched (the dK/dV kernel has no 32 registers spare there; see fa_load_kv). */
 template <int HD>
 __host__ __device__ static inline void fb_load_qtile(fb_kv_smem<HD> &s, const mp_bf16 *q, const mp_bf16 *dout,
                                                      const float *lse, const float *D, int b, int T, int H, int h,
                                                      int t0, int tid) {
-    fa_load_rows<HD, FB_BQ>((mp_bf16 *)&s.Q, HD + 8, (mp_bf16 *)&s.Qt, FB_PAD, q, b, T, H, h, t0, tid);
-    fa_load_rows<HD, FB_BQ>((mp_bf16 *)&s.dO, HD + 8, (mp_bf16 *)&s.dOt, FB_PAD, dout, b, T, H, h, t0, tid);
-    for (int i = tid; i < FB_BQ; i += FA_THREADS) {
-        const int64_t r = ((int64_t)b * H + h) * T + t0 + i;
-        s.lse[i] = t0 + i < T ? lse[r] * FA_LOG2E : 0.0f;
-        s.D[i] = t0 + i < T ? D[r] : 0.0f;
+    fb_q_stage<HD> st;
+    if constexpr (HD <= 64) {
+        fb_fetch_qtile(st, q, dout, lse, D, b, T, H, h, t0, tid);
+        fb_put_qtile(s, st, tid);
+    } else {
+        fa_fetch_rows(st.q, q, b, T, H, h, t0, tid);
+        fa_put_rows(st.q, (mp_bf16 *)&s.Q, HD + 8, (mp_bf16 *)&s.Qt, FB_PAD, tid);
+        fb_fetch_qtile_tail(st, dout, lse, D, b, T, H, h, t0, tid);
+        fa_put_rows(st.d, (mp_bf16 *)&s.dO, HD + 8, (mp_bf16 *)&s.dOt, FB_PAD, tid);
+        if (tid < FB_BQ) s.lse[tid] = st.lse, s.D[tid] = st.D;
     }
+}
+
+/* A key tile of the dQ pass in flight: K (both ways), V row-major. */
+template <int HD>
+struct fb_k_stage {
+    fa_stage<HD, FB_BK, true> k;
+    fa_stage<HD, FB_BK, false> v;
+};
+
+/* Thread tid's share of key tile k0 of kv head g for the dQ pass into registers (zeros past T). */
+template <int HD>
+__host__ __device__ static inline void fb_fetch_ktile(fb_k_stage<HD> &st, const mp_bf16 *k, const mp_bf16 *v, int b,
+                                                      int T, int KV, int g, int k0, int tid) {
+    fa_fetch_rows(st.k, k, b, T, KV, g, k0, tid);
+    fa_fetch_rows(st.v, v, b, T, KV, g, k0, tid);
+}
+
+/* ... and from there into s: K both ways, V row-major. */
+template <int HD>
+__host__ __device__ static inline void fb_put_ktile(fb_q_smem<HD> &s, const fb_k_stage<HD> &st, int tid) {
+    fa_put_rows(st.k, (mp_bf16 *)&s.K, HD + 8, (mp_bf16 *)&s.Kt, FB_PAD, tid);
+    fa_put_rows(st.v, (mp_bf16 *)&s.V, HD + 8, NULL, 0, tid);
 }
 
 /* Thread tid's share of key tile k0 of kv head g for the dQ pass: K both ways, V row-major. */
 template <int HD>
 __host__ __device__ static inline void fb_load_ktile(fb_q_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b,
                                                      int T, int KV, int g, int k0, int tid) {
-    fa_load_rows<HD, FB_BK>((mp_bf16 *)&s.K, HD + 8, (mp_bf16 *)&s.Kt, FB_PAD, k, b, T, KV, g, k0, tid);
-    fa_load_rows<HD, FB_BK>((mp_bf16 *)&s.V, HD + 8, NULL, 0, v, b, T, KV, g, k0, tid);
+    fb_k_stage<HD> st;
+    fb_fetch_ktile(st, k, v, b, T, KV, g, k0, tid);
+    fb_put_ktile(s, st, tid);
 }
 
 /* P of one 16 x 32 C tile of scores, in place: rows `row0 + g (+8)`, cols `col0 + 2c (+1) + 8 nt`. kv = 1:
