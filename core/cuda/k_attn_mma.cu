@@ -7,9 +7,10 @@
  * is only the block driver — grid (query tile of FA_BQ = 64 rows, b*H + h), query tiles scheduled
  * last-first (longest causal prefix first), FA_WARPS = 4 warps of 16 rows each; per key tile of its causal
  * prefix the block loads K / V^T into shared memory between two barriers and each warp runs
- * fa_fwd_step. No cross-block reduction, every sum in a fixed order: deterministic.
- * Not yet done (docs/CUDA.md): ldmatrix, cp.async double buffering, 16-byte global loads, exp2 with a
- * folded log2(e) scale. The backward's D pass stays in k_attn_bwd.cu (a row sum, memory-bound); its
+ * fa_fwd_step. No cross-block reduction, every sum in a fixed order: deterministic. The tile loads are
+ * 16-byte and batched (k_attn_mma.cuh, fa_fetch_rows): one memory latency per tile, but not yet
+ * overlapped with the previous tile's mma (no prefetch or cp.async double buffering; nor ldmatrix:
+ * docs/CUDA.md). The backward's D pass stays in k_attn_bwd.cu (a row sum, memory-bound); its
  * launcher calls mp_cuda_attn_bwd_mma for the dK/dV and dQ passes (k_attn_mma.cuh's backward section).
  */
 #include <stdlib.h>

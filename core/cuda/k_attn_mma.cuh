@@ -15,8 +15,9 @@
  *                and gathered back;
  *   fa_quad_reduce  the xor-1 then xor-2 butterfly over the four lanes of a row (shfl on the device,
  *                the same pairings and operand order on the host: bitwise the same tree);
- *   fa_ld32, fa_st32  one 32-bit access to a bf16 pair per lane (memcpy on the host). Everything else,
- *                the tile code below, is the same source for both.
+ *   fa_ld32, fa_st32  one 32-bit access to a bf16 pair per lane (memcpy on the host);
+ *   fa_ld16, fa_st16  one 16-byte access (8 bf16) of the tile loaders (mp_copy16: memcpy on the host).
+ *                Everything else, the tile code below, is the same source for both.
  * Fragment layouts (PTX ISA, mma.m16n8k16, .bf16 A/B, .f32 C/D), g = lane >> 2, c = lane & 3:
  *   A 16x16 row-major, 4 regs of bf16x2: reg r holds row g + 8 (r & 1), cols 2c + 8 (r >> 1) + {0, 1};
  *   B 16x8 (k x n), 2 regs of bf16x2: reg r holds rows (k) 2c + 8 r + {0, 1}, col (n) g;
@@ -29,12 +30,15 @@
  * walks key tiles of FA_BK = 64 (tile-aligned with the query tile, so every tile a warp processes holds
  * key k0 <= each of its rows: the running max is finite after the first tile). Per key tile the block
  * copies K [64][HD+8] and V transposed, Vt [HD][64+8], into shared memory as bf16 (the +8 pad puts the
- * eight g-rows a fragment load touches in distinct banks: row stride 4 words mod 32). Per warp:
- *   S = Q K^T (Q fragments in registers, K fragments from Ks), masked (key > row: -inf), scaled;
- *   m' = max(m, quad max of the row), alpha = exp(m - m'), p = exp(s - m'), l = alpha l + lane's p sum;
+ * eight g-rows a fragment load touches in distinct banks: row stride 4 words mod 32), through registers
+ * with 16-byte global accesses and conflict-free stores (fa_fetch_rows / fa_put_rows). Per warp:
+ *   S = Q K^T (Q fragments in registers, K fragments from Ks), scaled by scale log2(e) (base 2), masked
+ *   (key > row: -inf; only on the diagonal tile);
+ *   m' = max(m, quad max of the row), alpha = exp2(m - m'), p = exp2(s - m'), l = alpha l + lane's p sum;
  *   O = alpha O + P V (P: the bf16 A fragments above; V fragments from Vt).
- * At the end l is quad-summed, out = O / l (bf16), lse = m + log l. All in fp32 except the mma inputs
- * (bf16, as the activations are stored). Every sum has one fixed order: deterministic.
+ * At the end l is quad-summed, out = O / l (bf16), lse = m ln 2 + log l (natural log, the contract). All
+ * in fp32 except the mma inputs (bf16, as the activations are stored). Every sum has one fixed order:
+ * deterministic.
  */
 #ifndef MP_K_ATTN_MMA_CUH
 #define MP_K_ATTN_MMA_CUH

@@ -18,7 +18,9 @@
  *   3. the tensor-core attention (k_attn_mma.cu) through its own tile functions (k_attn_mma.cuh), a
  *      whole warp per call: the mma.sync m16n8k16 fragments and the quad shuffles emulated by the PTX
  *      ISA layouts, forward and backward against float64 and the CPU kernels, T = 1, 15, 64, 112, 200,
- *      hd 64 / 128, GQA ratios 1 and 4.
+ *      hd 64 / 128, GQA ratios 1 and 4; and its tile loaders alone (check_loaders), run for all 128
+ *      threads: every shared element written once with the right bits, and no bank conflict in any
+ *      warp-wide store (the stores recorded through fa_host_store_log).
  * What it cannot check: the device code itself (shuffles, barriers, shared-memory races, launch
  * configurations). Those need a GPU; see docs/CUDA.md.
  *
