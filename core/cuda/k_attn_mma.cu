@@ -17,9 +17,12 @@
 #include <string.h>
 #include "core/cuda/k_attn_mma.cuh"
 
-/* Forward. The launch bound asks 3 blocks per SM for hd 64 (at most 170 registers: ptxas otherwise squeezes
- * it into 128 with a spill) and 2 for hd 128 (at 3, ptxas spills a dozen hoisted addresses that the tile
- * loop reloads). nvcc 13.0, sm_90: hd 64 148 registers, hd 128 224, no spill. */
+/* Forward. hd 64 prefetches: the next key tile's loads are issued (into registers, fa_fetch_kv) before
+ * the warps compute on the current one, and put into shared memory after the next barrier. hd 128 has no
+ * registers for a tile in flight: it loads each tile in parts between the barriers (fa_load_kv). The
+ * launch bound asks 3 blocks per SM for hd 64 (at most 170 registers) and 2 for hd 128 (at 3, ptxas
+ * spills hoisted addresses that the tile loop reloads). nvcc 13.0, sm_90: 168 and 224 registers, no
+ * spill. */
 template <int HD>
 static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 2)
     attn_fwd_mma_kernel(mp_bf16 *__restrict__ out, float *__restrict__ lse, const mp_bf16 *__restrict__ q,
@@ -32,11 +35,24 @@ static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 2)
     const int q0 = tile * FA_BQ, r0 = q0 + 16 * w;
     fa_fwd_state<HD, 1> st;
     fa_fwd_init<HD, 1>(st, q, b, T, H, h, r0, lane);
-    for (int k0 = 0; k0 <= q0; k0 += FA_BK) {   /* key tiles aligned with query tiles: the last is the diagonal */
-        __syncthreads();                          /* the previous tile is no longer read */
-        fa_load_kv<HD>(s, k, v, b, T, KV, g, k0, tid);
-        __syncthreads();
-        fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
+    /* key tiles aligned with query tiles: the last is the diagonal */
+    if constexpr (HD == 64) {
+        fa_kv_stage<HD> ld;   /* the next tile, in flight */
+        fa_fetch_kv(ld, k, v, b, T, KV, g, 0, tid);
+        for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
+            __syncthreads();   /* the previous tile is no longer read */
+            fa_put_kv(s, ld, tid);
+            __syncthreads();
+            if (k0 + FA_BK <= q0) fa_fetch_kv(ld, k, v, b, T, KV, g, k0 + FA_BK, tid);
+            fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
+        }
+    } else {
+        for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
+            __syncthreads();
+            fa_load_kv<HD>(s, k, v, b, T, KV, g, k0, tid);
+            __syncthreads();
+            fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
+        }
     }
     fa_fwd_finish<HD, 1>(st, out, lse, b, T, H, h, r0, lane);
 }
@@ -67,9 +83,11 @@ static __global__ void __launch_bounds__(FA_THREADS)
 }
 
 /* dQ: grid (query tile of FA_BQ = 64, b*H + h), last tiles first; each warp 16 query rows; the key tiles
- * of FB_BK of the block's causal prefix in order. */
+ * of FB_BK of the block's causal prefix in order. hd 64 prefetches the next key tile as the forward does
+ * (3 blocks per SM by the launch bound: 168 registers, no spill); hd 128 loads between the barriers. (The
+ * dK/dV kernel does not prefetch: at 3 blocks per SM ptxas spills in its tile loop.) */
 template <int HD>
-static __global__ void __launch_bounds__(FA_THREADS)
+static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 1)
     attn_bwd_dq_mma_kernel(mp_bf16 *__restrict__ dq, const float *__restrict__ D, const mp_bf16 *__restrict__ dout,
                            const float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                            const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV,
@@ -81,11 +99,23 @@ static __global__ void __launch_bounds__(FA_THREADS)
     const int q0 = tile * FA_BQ, r0 = q0 + 16 * w, end = q0 + FA_BQ < T ? q0 + FA_BQ : T;
     fb_q_state<HD, 1> st;
     fb_q_init<HD, 1>(st, q, dout, lse, D, b, T, H, h, r0, lane);
-    for (int k0 = 0; k0 < end; k0 += FB_BK) {
-        __syncthreads();
-        fb_load_ktile<HD>(s, k, v, b, T, KV, g, k0, tid);
-        __syncthreads();
-        fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
+    if constexpr (HD == 64) {
+        fb_k_stage<HD> ld;   /* the next tile, in flight */
+        fb_fetch_ktile(ld, k, v, b, T, KV, g, 0, tid);
+        for (int k0 = 0; k0 < end; k0 += FB_BK) {
+            __syncthreads();
+            fb_put_ktile(s, ld, tid);
+            __syncthreads();
+            if (k0 + FB_BK < end) fb_fetch_ktile(ld, k, v, b, T, KV, g, k0 + FB_BK, tid);
+            fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
+        }
+    } else {
+        for (int k0 = 0; k0 < end; k0 += FB_BK) {
+            __syncthreads();
+            fb_load_ktile<HD>(s, k, v, b, T, KV, g, k0, tid);
+            __syncthreads();
+            fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
+        }
     }
     fb_store<HD, 1>(dq, st.dq, b, T, H, h, r0, lane);
 }

@@ -191,10 +191,13 @@ __host__ __device__ static inline void fa_st16(mp_bf16 *p, uint4 u) {
     mp_copy16(p, &u);
 }
 
-/* Row `row` of head `head` of x [B,T,heads,HD], columns 8c .. 8c+7, as a uint4; zeros past T. */
+/* Row r0 + rr of the tile xt (row r0 of the head: xt = x + ((b T + r0) heads + head) HD), columns 8c ..
+ * 8c+7, as a uint4; zeros past T. The offset within the tile is a 32-bit int: rr < 64, heads <= 65535
+ * (the launchers assert B * H <= 65535) and HD <= 128 keep it below 2^29. What the compiler hoists out of
+ * a tile loop is then one register a chunk, not two (it kept the prefetching kernels from spilling). */
 template <int HD>
-__host__ __device__ static inline uint4 fa_ld_chunk(const mp_bf16 *x, int b, int T, int heads, int head, int row, int c) {
-    return row < T ? fa_ld16(x + (((int64_t)b * T + row) * heads + head) * HD + 8 * c) : make_uint4(0u, 0u, 0u, 0u);
+__host__ __device__ static inline uint4 fa_ld_chunk(const mp_bf16 *xt, int heads, int T, int r0, int rr, int c) {
+    return r0 + rr < T ? fa_ld16(xt + (rr * heads * HD + 8 * c)) : make_uint4(0u, 0u, 0u, 0u);
 }
 
 /* Thread tid's (of FA_THREADS) share of a tile of rows r0 .. r0+ROWS-1 of head `head` of x [B,T,heads,HD],
@@ -221,16 +224,17 @@ template <int HD, int ROWS, bool TR, int K0 = 0, int K1 = fa_stage<HD, ROWS, TR>
 __host__ __device__ static inline void fa_fetch_rows(fa_stage<HD, ROWS, TR> &st, const mp_bf16 *x, int b, int T,
                                                      int heads, int head, int r0, int tid) {
     using S = fa_stage<HD, ROWS, TR>;
+    const mp_bf16 *xt = x + (((int64_t)b * T + r0) * heads + head) * HD;
     if constexpr (!TR) {
         for (int k = K0; k < K1; k++) {
             const int i = tid + k * FA_THREADS;
-            st.u[k] = fa_ld_chunk<HD>(x, b, T, heads, head, r0 + i / S::CH, i % S::CH);
+            st.u[k] = fa_ld_chunk<HD>(xt, heads, T, r0, i / S::CH, i % S::CH);
         }
     } else {
         for (int k = K0; k < K1; k++) {
             const int i = tid + k * FA_THREADS, j = i % S::NP, c = i / S::NP;
-            st.u[2 * k] = fa_ld_chunk<HD>(x, b, T, heads, head, r0 + 2 * j, c);
-            st.u[2 * k + 1] = fa_ld_chunk<HD>(x, b, T, heads, head, r0 + 2 * j + 1, c);
+            st.u[2 * k] = fa_ld_chunk<HD>(xt, heads, T, r0, 2 * j, c);
+            st.u[2 * k + 1] = fa_ld_chunk<HD>(xt, heads, T, r0, 2 * j + 1, c);
         }
     }
 }

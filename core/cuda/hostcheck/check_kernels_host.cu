@@ -678,13 +678,16 @@ static std::vector<mp_bf16> to_bf16(const std::vector<float> &x) {
 }
 
 /* attn_fwd_mma_kernel (k_attn_mma.cu) replayed block by block through the same k_attn_mma.cuh functions,
- * a whole warp per call (NL = 32: the mma fragments and quad shuffles emulated by the PTX layouts). */
+ * a whole warp per call (NL = 32: the mma fragments and quad shuffles emulated by the PTX layouts); the
+ * tile loads in the kernel's order: hd 64 fetches the next tile (each thread's registers: ld[tid]) before
+ * the warps compute on the current one and puts it after, hd 128 loads each tile before its compute. */
 template <int HD>
 static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<float> &lse) {
     const std::vector<mp_bf16> q = to_bf16(A.q), k = to_bf16(A.k), v = to_bf16(A.v);
     std::vector<mp_bf16> o(q.size(), __float2bfloat16_rn(NAN));
     std::vector<fa_smem<HD>> s(1);
     std::vector<fa_fwd_state<HD, MP_WARP>> st(FA_WARPS);
+    std::vector<fa_kv_stage<HD>> ld(FA_THREADS);
     const float scale = 1.0f / sqrtf((float)HD);
     const int rep = A.H / A.KV, tiles = (A.T + FA_BQ - 1) / FA_BQ;
     for (int b = 0; b < A.B; b++)
@@ -692,8 +695,18 @@ static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<f
             for (int tile = tiles - 1; tile >= 0; tile--) {
                 const int q0 = tile * FA_BQ;
                 for (int w = 0; w < FA_WARPS; w++) fa_fwd_init<HD, MP_WARP>(st[w], q.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+                const int g = h / rep;
+                if (HD == 64)
+                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(ld[tid], k.data(), v.data(), b, A.T, A.KV, g, 0, tid);
                 for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
-                    for (int tid = 0; tid < FA_THREADS; tid++) fa_load_kv<HD>(s[0], k.data(), v.data(), b, A.T, A.KV, h / rep, k0, tid);
+                    for (int tid = 0; tid < FA_THREADS; tid++) {
+                        if (HD == 64) {
+                            fa_put_kv(s[0], ld[tid], tid);
+                            if (k0 + FA_BK <= q0) fa_fetch_kv(ld[tid], k.data(), v.data(), b, A.T, A.KV, g, k0 + FA_BK, tid);
+                        } else {
+                            fa_load_kv<HD>(s[0], k.data(), v.data(), b, A.T, A.KV, g, k0, tid);
+                        }
+                    }
                     for (int w = 0; w < FA_WARPS; w++) fa_fwd_step<HD, MP_WARP>(st[w], s[0], k0, q0 + 16 * w, scale, 0);
                 }
                 for (int w = 0; w < FA_WARPS; w++)
@@ -722,6 +735,7 @@ static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<fl
     std::vector<fb_q_smem<HD>> sq(1);
     std::vector<fb_kv_state<HD, MP_WARP>> kst(FA_WARPS);
     std::vector<fb_q_state<HD, MP_WARP>> qst(FA_WARPS);
+    std::vector<fb_k_stage<HD>> kld(FA_THREADS);
     for (int b = 0; b < A.B; b++)
         for (int g = 0; g < A.KV; g++)
             for (int tile = 0; tile < tiles; tile++) {
@@ -744,8 +758,18 @@ static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<fl
                 const int q0 = tile * FA_BQ, end = std::min(q0 + FA_BQ, A.T);
                 for (int w = 0; w < FA_WARPS; w++)
                     fb_q_init<HD, MP_WARP>(qst[w], q.data(), dout.data(), A.lse.data(), D.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+                const int g = h / rep;   /* hd 64: the next key tile fetched before the current one's compute */
+                if (HD == 64)
+                    for (int tid = 0; tid < FA_THREADS; tid++) fb_fetch_ktile(kld[tid], k.data(), v.data(), b, A.T, A.KV, g, 0, tid);
                 for (int k0 = 0; k0 < end; k0 += FB_BK) {
-                    for (int tid = 0; tid < FA_THREADS; tid++) fb_load_ktile<HD>(sq[0], k.data(), v.data(), b, A.T, A.KV, h / rep, k0, tid);
+                    for (int tid = 0; tid < FA_THREADS; tid++) {
+                        if (HD == 64) {
+                            fb_put_ktile(sq[0], kld[tid], tid);
+                            if (k0 + FB_BK < end) fb_fetch_ktile(kld[tid], k.data(), v.data(), b, A.T, A.KV, g, k0 + FB_BK, tid);
+                        } else {
+                            fb_load_ktile<HD>(sq[0], k.data(), v.data(), b, A.T, A.KV, g, k0, tid);
+                        }
+                    }
                     for (int w = 0; w < FA_WARPS; w++) fb_dq_step<HD, MP_WARP>(qst[w], sq[0], k0, q0 + 16 * w, A.T, scale, 0);
                 }
                 for (int w = 0; w < FA_WARPS; w++) fb_store<HD, MP_WARP>(gq.data(), qst[w].dq, b, A.T, A.H, h, q0 + 16 * w, 0);
