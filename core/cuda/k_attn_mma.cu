@@ -8,9 +8,9 @@
  * last-first (longest causal prefix first), FA_WARPS = 4 warps of 16 rows each; per key tile of its causal
  * prefix the block loads K / V^T into shared memory between two barriers and each warp runs
  * fa_fwd_step. No cross-block reduction, every sum in a fixed order: deterministic. The tile loads are
- * 16-byte and batched (k_attn_mma.cuh, fa_fetch_rows): one memory latency per tile, but not yet
- * overlapped with the previous tile's mma (no prefetch or cp.async double buffering; nor ldmatrix:
- * docs/CUDA.md). The backward's D pass stays in k_attn_bwd.cu (a row sum, memory-bound); its
+ * 16-byte and batched (k_attn_mma.cuh, fa_fetch_rows); at hd 64 the forward and the dQ pass prefetch the
+ * next tile into registers while the warps compute (the kernels' comments say why not the others). Not
+ * yet: cp.async double buffering, ldmatrix (docs/CUDA.md). The backward's D pass stays in k_attn_bwd.cu (a row sum, memory-bound); its
  * launcher calls mp_cuda_attn_bwd_mma for the dK/dV and dQ passes (k_attn_mma.cuh's backward section).
  */
 #include <stdlib.h>
