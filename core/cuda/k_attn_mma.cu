@@ -10,8 +10,9 @@
  * fa_fwd_step. No cross-block reduction, every sum in a fixed order: deterministic. The tile loads are
  * 16-byte and batched (k_attn_mma.cuh, fa_fetch_rows); at hd 64 the forward and the dQ pass prefetch the
  * next tile into registers while the warps compute (the kernels' comments say why not the others). Not
- * yet: cp.async double buffering, ldmatrix (docs/CUDA.md). The backward's D pass stays in k_attn_bwd.cu (a row sum, memory-bound); its
- * launcher calls mp_cuda_attn_bwd_mma for the dK/dV and dQ passes (k_attn_mma.cuh's backward section).
+ * yet: cp.async double buffering, ldmatrix (docs/CUDA.md). The backward's D pass stays in k_attn_bwd.cu
+ * (a row sum, memory-bound); its launcher calls mp_cuda_attn_bwd_mma for the dK/dV and dQ passes
+ * (k_attn_mma.cuh's backward section).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -122,9 +123,9 @@ static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 1)
 
 /* 1 when the tensor-core kernels take this call: hd 64 or 128, every pointer 16-byte aligned (the tile
  * loaders' 16-byte accesses, fa_load_rows; rows are hd * 2 = 128 or 256 bytes, so every row is then
- * aligned; cudaMalloc gives 256), unless the environment says MP_CUDA_ATTN=simt (the CUDA-core kernels, k_attn_fwd.cu /
- * k_attn_bwd.cu, kept as the fallback for other head dims and as the comparison point). The default since
- * their second H200 run (2026-12-04, docs/BENCH_GPU.md): mma_probe, check_kernels_device and the hd-64
+ * aligned; cudaMalloc gives 256), unless the environment says MP_CUDA_ATTN=simt (the CUDA-core kernels,
+ * k_attn_fwd.cu / k_attn_bwd.cu, kept as the fallback for other head dims and as the comparison point).
+ * The default since their second H200 run (2026-12-04, docs/BENCH_GPU.md): mma_probe, check_kernels_device and the hd-64
  * parity passed on the device after the fix of the pair store (fa_st32), and the 1B step ran 5.2x faster
  * than on the CUDA-core kernels (MFU 33.4% against 6.4%). */
 extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd) {
@@ -139,7 +140,8 @@ extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, 
 extern "C" void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
                                      int B, int T, int H, int KV, int hd, cudaStream_t s) {
     assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128));
-    assert((int64_t)B * H <= 65535);   /* grid.y */
+    assert((int64_t)B * H <= 65535);   /* grid.y; also keeps fa_ld_chunk's 32-bit offsets in range */
+    assert(mp_aligned16(q, k, v));     /* the tile loaders' 16-byte loads (mp_cuda_attn_mma_ok) */
     const dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)(B * H));
     const float scale = 1.0f / sqrtf((float)hd);
     if (hd == 64) attn_fwd_mma_kernel<64><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, scale);
@@ -150,7 +152,8 @@ extern "C" void mp_cuda_attn_bwd_mma(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, cons
                                      const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
                                      int T, int H, int KV, int hd, cudaStream_t s) {
     assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128));
-    assert((int64_t)B * H <= 65535);   /* grid.y */
+    assert((int64_t)B * H <= 65535);   /* grid.y; also keeps fa_ld_chunk's 32-bit offsets in range */
+    assert(mp_aligned16(q, k, v, dout));   /* the tile loaders' 16-byte loads (mp_cuda_attn_mma_ok) */
     const unsigned tiles = (unsigned)((T + FA_BQ - 1) / FA_BQ);
     const float scale = 1.0f / sqrtf((float)hd);
     if (hd == 64) {

@@ -73,9 +73,10 @@ struct fa_fwd_state {
     float m[NL][2], l[NL][2];
 };
 
-/* Host replay only (a host variable, read in the host branches alone): when set, called with the address and size of every store through fa_st32 and
- * fa_st16 (the tile loaders' shared-memory stores among them), so check_kernels_host can see which lane
- * wrote what, once each, and count the bank conflicts of each warp-wide store. NULL: nothing is logged. */
+/* Host replay only (a host variable, read in the host branches alone): when set, called with the address
+ * and size of every store through fa_st32 and fa_st16 (the tile loaders' shared-memory stores among them),
+ * so check_kernels_host can see which lane wrote what, once each, and count the bank conflicts of each
+ * warp-wide store. NULL: nothing is logged. */
 static void (*fa_host_store_log)(const void *p, int bytes) = NULL;
 
 /* The 32-bit word holding p[0] (low half) and p[1] (high half); p 4-byte aligned. */
@@ -432,7 +433,7 @@ __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, con
     for (int li = 0; li < NL; li++)
         for (int nt = 0; nt < FA_BK / 8; nt++)
             for (int e = 0; e < 4; e++) S[li][nt][e] = 0.0f;
-    fa_mma_smem<NL, HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &st.qf[0][0][0], HD / 16 * 4, (mp_bf16 *)&s.K, HD + 8,
+    fa_mma_smem<NL, HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8,
                                         lane0);
     if (k0 + FA_BK - 1 <= r0) fa_scale_max<NL, false>(S, mx, sl2, k0, r0, lane0);   /* below the diagonal */
     else fa_scale_max<NL, true>(S, mx, sl2, k0, r0, lane0);
@@ -455,7 +456,7 @@ __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, con
         }
         fa_c_to_a<FA_BK / 8>(pa[li], S[li]);
     }
-    fa_mma_smem<NL, FA_BK / 16, HD / 8>(&st.o[0][0][0], HD / 8 * 4, &pa[0][0][0], FA_BK / 16 * 4, (mp_bf16 *)&s.Vt, FA_VPAD,
+    fa_mma_smem<NL, FA_BK / 16, HD / 8>(&st.o[0][0][0], HD / 8 * 4, &pa[0][0][0], FA_BK / 16 * 4, &s.Vt[0][0], FA_VPAD,
                                         lane0);
 }
 
