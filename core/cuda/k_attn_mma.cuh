@@ -322,9 +322,10 @@ __host__ __device__ static inline void fa_put_kv(fa_smem<HD> &s, const fa_kv_sta
     fa_put_rows(st.v, NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, tid);
 }
 
-/* Thread tid (of FA_THREADS) copies its share of key tile k0 of kv head g into s (zeros past T). hd 64: K
- * and V fetched together (8 loads in flight, 32 registers); hd 128 would need 64 registers for that, more
- * than the kernel has spare (ptxas spills), so there the tile goes in four parts of 16 registers each. */
+/* Thread tid (of FA_THREADS) copies its share of key tile k0 of kv head g into s (zeros past T): the hd 128
+ * forward's load, and the probe's. hd 64: K and V fetched together (8 loads in flight, 32 registers; the
+ * hd 64 kernel itself prefetches through fa_fetch_kv / fa_put_kv); hd 128 would need 64 registers for
+ * that, more than its kernel has spare (ptxas spills), so there the tile goes in four parts of 16. */
 template <int HD>
 __host__ __device__ static inline void fa_load_kv(fa_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b, int T,
                                                   int KV, int g, int k0, int tid) {
