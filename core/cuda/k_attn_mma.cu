@@ -102,12 +102,12 @@ static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 1)
     fb_q_init<HD, 1>(st, q, dout, lse, D, b, T, H, h, r0, lane);
     if constexpr (HD == 64) {
         fb_k_stage<HD> ld;   /* the next tile, in flight */
-        fb_fetch_ktile(ld, k, v, b, T, KV, g, 0, tid);
+        fa_fetch_kv(ld, k, v, b, T, KV, g, 0, tid);
         for (int k0 = 0; k0 < end; k0 += FB_BK) {
             __syncthreads();
             fb_put_ktile(s, ld, tid);
             __syncthreads();
-            if (k0 + FB_BK < end) fb_fetch_ktile(ld, k, v, b, T, KV, g, k0 + FB_BK, tid);
+            if (k0 + FB_BK < end) fa_fetch_kv(ld, k, v, b, T, KV, g, k0 + FB_BK, tid);
             fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
         }
     } else {

@@ -300,16 +300,19 @@ __host__ __device__ static inline void fa_load_rows(mp_bf16 *rm, int lr, mp_bf16
     }
 }
 
-/* A forward key tile in flight: K row-major, V for its transpose. */
-template <int HD>
-struct fa_kv_stage {
-    fa_stage<HD, FA_BK, false> k;
-    fa_stage<HD, FA_BK, true> v;
+/* A key tile in flight: its K and V rows (fa_stage types KS, VS: which go transposed). */
+template <class KS, class VS>
+struct fa_kv_pair {
+    KS k;
+    VS v;
 };
-
-/* Thread tid's share of key tile k0 of kv head g into registers (zeros past T). */
+/* The forward's: K row-major, V for its transpose. */
 template <int HD>
-__host__ __device__ static inline void fa_fetch_kv(fa_kv_stage<HD> &st, const mp_bf16 *k, const mp_bf16 *v, int b,
+using fa_kv_stage = fa_kv_pair<fa_stage<HD, FA_BK, false>, fa_stage<HD, FA_BK, true>>;
+
+/* Thread tid's share of key tile k0 of kv head g into registers (zeros past T), for either pass. */
+template <class KS, class VS>
+__host__ __device__ static inline void fa_fetch_kv(fa_kv_pair<KS, VS> &st, const mp_bf16 *k, const mp_bf16 *v, int b,
                                                    int T, int KV, int g, int k0, int tid) {
     fa_fetch_rows(st.k, k, b, T, KV, g, k0, tid);
     fa_fetch_rows(st.v, v, b, T, KV, g, k0, tid);
@@ -568,20 +571,9 @@ __host__ __device__ static inline void fb_load_qtile(fb_kv_smem<HD> &s, const mp
     }
 }
 
-/* A key tile of the dQ pass in flight: K (both ways), V row-major. */
+/* A key tile of the dQ pass in flight (fetched by fa_fetch_kv): K for both ways, V row-major. */
 template <int HD>
-struct fb_k_stage {
-    fa_stage<HD, FB_BK, true> k;
-    fa_stage<HD, FB_BK, false> v;
-};
-
-/* Thread tid's share of key tile k0 of kv head g for the dQ pass into registers (zeros past T). */
-template <int HD>
-__host__ __device__ static inline void fb_fetch_ktile(fb_k_stage<HD> &st, const mp_bf16 *k, const mp_bf16 *v, int b,
-                                                      int T, int KV, int g, int k0, int tid) {
-    fa_fetch_rows(st.k, k, b, T, KV, g, k0, tid);
-    fa_fetch_rows(st.v, v, b, T, KV, g, k0, tid);
-}
+using fb_k_stage = fa_kv_pair<fa_stage<HD, FB_BK, true>, fa_stage<HD, FB_BK, false>>;
 
 /* ... and from there into s: K both ways, V row-major. */
 template <int HD>
@@ -595,7 +587,7 @@ template <int HD>
 __host__ __device__ static inline void fb_load_ktile(fb_q_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b,
                                                      int T, int KV, int g, int k0, int tid) {
     fb_k_stage<HD> st;
-    fb_fetch_ktile(st, k, v, b, T, KV, g, k0, tid);
+    fa_fetch_kv(st, k, v, b, T, KV, g, k0, tid);
     fb_put_ktile(s, st, tid);
 }
 

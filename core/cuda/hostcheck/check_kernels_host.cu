@@ -760,12 +760,12 @@ static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<fl
                     fb_q_init<HD, MP_WARP>(qst[w], q.data(), dout.data(), A.lse.data(), D.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
                 const int g = h / rep;   /* hd 64: the next key tile fetched before the current one's compute */
                 if (HD == 64)
-                    for (int tid = 0; tid < FA_THREADS; tid++) fb_fetch_ktile(kld[tid], k.data(), v.data(), b, A.T, A.KV, g, 0, tid);
+                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(kld[tid], k.data(), v.data(), b, A.T, A.KV, g, 0, tid);
                 for (int k0 = 0; k0 < end; k0 += FB_BK) {
                     for (int tid = 0; tid < FA_THREADS; tid++) {
                         if (HD == 64) {
                             fb_put_ktile(sq[0], kld[tid], tid);
-                            if (k0 + FB_BK < end) fb_fetch_ktile(kld[tid], k.data(), v.data(), b, A.T, A.KV, g, k0 + FB_BK, tid);
+                            if (k0 + FB_BK < end) fa_fetch_kv(kld[tid], k.data(), v.data(), b, A.T, A.KV, g, k0 + FB_BK, tid);
                         } else {
                             fb_load_ktile<HD>(sq[0], k.data(), v.data(), b, A.T, A.KV, g, k0, tid);
                         }
