@@ -7,17 +7,25 @@
  * is only the block driver — grid (query tile of FA_BQ = 64 rows, b*H + h), query tiles scheduled
  * last-first (longest causal prefix first), FA_WARPS = 4 warps of 16 rows each; per key tile of its causal
  * prefix the block loads K / V^T into shared memory between two barriers and each warp runs
- * fa_fwd_step. No cross-block reduction, every sum in a fixed order: deterministic.
- * Not yet done (docs/CUDA.md): ldmatrix, cp.async double buffering, 16-byte global loads, exp2 with a
- * folded log2(e) scale. The backward's D pass stays in k_attn_bwd.cu (a row sum, memory-bound); its
- * launcher calls mp_cuda_attn_bwd_mma for the dK/dV and dQ passes (k_attn_mma.cuh's backward section).
+ * fa_fwd_step. No cross-block reduction, every sum in a fixed order: deterministic. The tile loads are
+ * 16-byte and batched (k_attn_mma.cuh, fa_fetch_rows); at hd 64 the forward and the dQ pass prefetch the
+ * next tile into registers while the warps compute (the kernels' comments say why not the others). Not
+ * yet: cp.async double buffering, ldmatrix (docs/CUDA.md). The backward's D pass stays in k_attn_bwd.cu
+ * (a row sum, memory-bound); its launcher calls mp_cuda_attn_bwd_mma for the dK/dV and dQ passes
+ * (k_attn_mma.cuh's backward section).
  */
 #include <stdlib.h>
 #include <string.h>
 #include "core/cuda/k_attn_mma.cuh"
 
+/* Forward. hd 64 prefetches: the next key tile's loads are issued (into registers, fa_fetch_kv) before
+ * the warps compute on the current one, and put into shared memory after the next barrier. hd 128 has no
+ * registers for a tile in flight: it loads each tile in parts between the barriers (fa_load_kv). The
+ * launch bound asks 3 blocks per SM for hd 64 (at most 170 registers) and 2 for hd 128 (at 3, ptxas
+ * spills hoisted addresses that the tile loop reloads). nvcc 13.0, sm_90: 168 and 224 registers, no
+ * spill. */
 template <int HD>
-static __global__ void __launch_bounds__(FA_THREADS)
+static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 2)
     attn_fwd_mma_kernel(mp_bf16 *__restrict__ out, float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                         const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV,
                         float scale) {
@@ -28,11 +36,24 @@ static __global__ void __launch_bounds__(FA_THREADS)
     const int q0 = tile * FA_BQ, r0 = q0 + 16 * w;
     fa_fwd_state<HD, 1> st;
     fa_fwd_init<HD, 1>(st, q, b, T, H, h, r0, lane);
-    for (int k0 = 0; k0 <= q0; k0 += FA_BK) {   /* key tiles aligned with query tiles: the last is the diagonal */
-        __syncthreads();                          /* the previous tile is no longer read */
-        fa_load_kv<HD>(s, k, v, b, T, KV, g, k0, tid);
-        __syncthreads();
-        fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
+    /* key tiles aligned with query tiles: the last is the diagonal */
+    if constexpr (HD == 64) {
+        fa_kv_stage<HD> ld;   /* the next tile, in flight */
+        fa_fetch_kv(ld, k, v, b, T, KV, g, 0, tid);
+        for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
+            __syncthreads();   /* the previous tile is no longer read */
+            fa_put_kv(s, ld, tid);
+            __syncthreads();
+            if (k0 + FA_BK <= q0) fa_fetch_kv(ld, k, v, b, T, KV, g, k0 + FA_BK, tid);
+            fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
+        }
+    } else {
+        for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
+            __syncthreads();
+            fa_load_kv<HD>(s, k, v, b, T, KV, g, k0, tid);
+            __syncthreads();
+            fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
+        }
     }
     fa_fwd_finish<HD, 1>(st, out, lse, b, T, H, h, r0, lane);
 }
@@ -63,9 +84,11 @@ static __global__ void __launch_bounds__(FA_THREADS)
 }
 
 /* dQ: grid (query tile of FA_BQ = 64, b*H + h), last tiles first; each warp 16 query rows; the key tiles
- * of FB_BK of the block's causal prefix in order. */
+ * of FB_BK of the block's causal prefix in order. hd 64 prefetches the next key tile as the forward does
+ * (3 blocks per SM by the launch bound: 168 registers, no spill); hd 128 loads between the barriers. (The
+ * dK/dV kernel does not prefetch: at 3 blocks per SM ptxas spills in its tile loop.) */
 template <int HD>
-static __global__ void __launch_bounds__(FA_THREADS)
+static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 1)
     attn_bwd_dq_mma_kernel(mp_bf16 *__restrict__ dq, const float *__restrict__ D, const mp_bf16 *__restrict__ dout,
                            const float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                            const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV,
@@ -77,19 +100,32 @@ static __global__ void __launch_bounds__(FA_THREADS)
     const int q0 = tile * FA_BQ, r0 = q0 + 16 * w, end = q0 + FA_BQ < T ? q0 + FA_BQ : T;
     fb_q_state<HD, 1> st;
     fb_q_init<HD, 1>(st, q, dout, lse, D, b, T, H, h, r0, lane);
-    for (int k0 = 0; k0 < end; k0 += FB_BK) {
-        __syncthreads();
-        fb_load_ktile<HD>(s, k, v, b, T, KV, g, k0, tid);
-        __syncthreads();
-        fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
+    if constexpr (HD == 64) {
+        fb_k_stage<HD> ld;   /* the next tile, in flight */
+        fa_fetch_kv(ld, k, v, b, T, KV, g, 0, tid);
+        for (int k0 = 0; k0 < end; k0 += FB_BK) {
+            __syncthreads();
+            fb_put_ktile(s, ld, tid);
+            __syncthreads();
+            if (k0 + FB_BK < end) fa_fetch_kv(ld, k, v, b, T, KV, g, k0 + FB_BK, tid);
+            fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
+        }
+    } else {
+        for (int k0 = 0; k0 < end; k0 += FB_BK) {
+            __syncthreads();
+            fb_load_ktile<HD>(s, k, v, b, T, KV, g, k0, tid);
+            __syncthreads();
+            fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
+        }
     }
     fb_store<HD, 1>(dq, st.dq, b, T, H, h, r0, lane);
 }
 
-/* 1 when the tensor-core kernels take this call: hd 64 or 128, every pointer 4-byte aligned (pair loads and
- * stores), unless the environment says MP_CUDA_ATTN=simt (the CUDA-core kernels, k_attn_fwd.cu /
- * k_attn_bwd.cu, kept as the fallback for other head dims and as the comparison point). The default since
- * their second H200 run (2026-12-04, docs/BENCH_GPU.md): mma_probe, check_kernels_device and the hd-64
+/* 1 when the tensor-core kernels take this call: hd 64 or 128, every pointer 16-byte aligned (the tile
+ * loaders' 16-byte accesses, fa_load_rows; rows are hd * 2 = 128 or 256 bytes, so every row is then
+ * aligned; cudaMalloc gives 256), unless the environment says MP_CUDA_ATTN=simt (the CUDA-core kernels,
+ * k_attn_fwd.cu / k_attn_bwd.cu, kept as the fallback for other head dims and as the comparison point).
+ * The default since their second H200 run (2026-12-04, docs/BENCH_GPU.md): mma_probe, check_kernels_device and the hd-64
  * parity passed on the device after the fix of the pair store (fa_st32), and the 1B step ran 5.2x faster
  * than on the CUDA-core kernels (MFU 33.4% against 6.4%). */
 extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd) {
@@ -98,13 +134,14 @@ extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, 
         const char *e = getenv("MP_CUDA_ATTN");
         mma = !(e && strcmp(e, "simt") == 0);
     }
-    return mma && (hd == 64 || hd == 128) && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 3) == 0;
+    return mma && (hd == 64 || hd == 128) && mp_aligned16(a, b, c, d);
 }
 
 extern "C" void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
                                      int B, int T, int H, int KV, int hd, cudaStream_t s) {
     assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128));
-    assert((int64_t)B * H <= 65535);   /* grid.y */
+    assert((int64_t)B * H <= 65535);   /* grid.y; also keeps fa_ld_chunk's 32-bit offsets in range */
+    assert(mp_aligned16(q, k, v));     /* the tile loaders' 16-byte loads (mp_cuda_attn_mma_ok) */
     const dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)(B * H));
     const float scale = 1.0f / sqrtf((float)hd);
     if (hd == 64) attn_fwd_mma_kernel<64><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, scale);
@@ -115,7 +152,8 @@ extern "C" void mp_cuda_attn_bwd_mma(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, cons
                                      const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
                                      int T, int H, int KV, int hd, cudaStream_t s) {
     assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128));
-    assert((int64_t)B * H <= 65535);   /* grid.y */
+    assert((int64_t)B * H <= 65535);   /* grid.y; also keeps fa_ld_chunk's 32-bit offsets in range */
+    assert(mp_aligned16(q, k, v, dout));   /* the tile loaders' 16-byte loads (mp_cuda_attn_mma_ok) */
     const unsigned tiles = (unsigned)((T + FA_BQ - 1) / FA_BQ);
     const float scale = 1.0f / sqrtf((float)hd);
     if (hd == 64) {

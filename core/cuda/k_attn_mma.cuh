@@ -15,8 +15,9 @@
  *                and gathered back;
  *   fa_quad_reduce  the xor-1 then xor-2 butterfly over the four lanes of a row (shfl on the device,
  *                the same pairings and operand order on the host: bitwise the same tree);
- *   fa_ld32, fa_st32  one 32-bit access to a bf16 pair per lane (memcpy on the host). Everything else,
- *                the tile code below, is the same source for both.
+ *   fa_ld32, fa_st32  one 32-bit access to a bf16 pair per lane (memcpy on the host);
+ *   fa_ld16, fa_st16  one 16-byte access (8 bf16) of the tile loaders (mp_copy16: memcpy on the host).
+ *                Everything else, the tile code below, is the same source for both.
  * Fragment layouts (PTX ISA, mma.m16n8k16, .bf16 A/B, .f32 C/D), g = lane >> 2, c = lane & 3:
  *   A 16x16 row-major, 4 regs of bf16x2: reg r holds row g + 8 (r & 1), cols 2c + 8 (r >> 1) + {0, 1};
  *   B 16x8 (k x n), 2 regs of bf16x2: reg r holds rows (k) 2c + 8 r + {0, 1}, col (n) g;
@@ -29,12 +30,15 @@
  * walks key tiles of FA_BK = 64 (tile-aligned with the query tile, so every tile a warp processes holds
  * key k0 <= each of its rows: the running max is finite after the first tile). Per key tile the block
  * copies K [64][HD+8] and V transposed, Vt [HD][64+8], into shared memory as bf16 (the +8 pad puts the
- * eight g-rows a fragment load touches in distinct banks: row stride 4 words mod 32). Per warp:
- *   S = Q K^T (Q fragments in registers, K fragments from Ks), masked (key > row: -inf), scaled;
- *   m' = max(m, quad max of the row), alpha = exp(m - m'), p = exp(s - m'), l = alpha l + lane's p sum;
+ * eight g-rows a fragment load touches in distinct banks: row stride 4 words mod 32), through registers
+ * with 16-byte global accesses and conflict-free stores (fa_fetch_rows / fa_put_rows). Per warp:
+ *   S = Q K^T (Q fragments in registers, K fragments from Ks), scaled by scale log2(e) (base 2), masked
+ *   (key > row: -inf; only on the diagonal tile);
+ *   m' = max(m, quad max of the row), alpha = exp2(m - m'), p = exp2(s - m'), l = alpha l + lane's p sum;
  *   O = alpha O + P V (P: the bf16 A fragments above; V fragments from Vt).
- * At the end l is quad-summed, out = O / l (bf16), lse = m + log l. All in fp32 except the mma inputs
- * (bf16, as the activations are stored). Every sum has one fixed order: deterministic.
+ * At the end l is quad-summed, out = O / l (bf16), lse = m ln 2 + log l (natural log, the contract). All
+ * in fp32 except the mma inputs (bf16, as the activations are stored). Every sum has one fixed order:
+ * deterministic.
  */
 #ifndef MP_K_ATTN_MMA_CUH
 #define MP_K_ATTN_MMA_CUH
@@ -47,6 +51,11 @@
 #define FA_BQ (16 * FA_WARPS) /* query rows per block */
 #define FA_BK 64              /* keys per tile */
 #define FA_VPAD (FA_BK + 8)
+/* The softmax runs in base 2: exp(x) = exp2(x log2(e)), with log2(e) folded into the score scale (one
+ * multiply per score, and exp2f is the bare MUFU.EX2 where expf adds a range reduction); lse, stored and
+ * read, stays the natural log of the contract (core/backend.h). */
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
 
 /* A key tile in shared memory: K row-major, V transposed, both padded (see the top comment); aligned for
  * the 4-byte fragment loads (a bf16 struct alone would only be 2-byte aligned). */
@@ -63,6 +72,12 @@ struct fa_fwd_state {
     float o[NL][HD / 8][4];
     float m[NL][2], l[NL][2];
 };
+
+/* Host replay only (a host variable, read in the host branches alone): when set, called with the address
+ * and size of every store through fa_st32 and fa_st16 (the tile loaders' shared-memory stores among them),
+ * so check_kernels_host can see which lane wrote what, once each, and count the bank conflicts of each
+ * warp-wide store. NULL: nothing is logged. */
+static void (*fa_host_store_log)(const void *p, int bytes) = NULL;
 
 /* The 32-bit word holding p[0] (low half) and p[1] (high half); p 4-byte aligned. */
 __host__ __device__ static inline uint32_t fa_ld32(const mp_bf16 *p) {
@@ -92,6 +107,7 @@ __host__ __device__ static inline void fa_st32(mp_bf16 *p, uint32_t u) {
 #ifdef __CUDA_ARCH__
     *(uint32_t *)p = u;
 #else
+    if (fa_host_store_log) fa_host_store_log(p, 4);
     memcpy((void *)p, &u, 4);
 #endif
 }
@@ -162,25 +178,175 @@ __host__ __device__ static inline void fa_quad_reduce(float *v, int vs, int n, b
 #endif
 }
 
-/* Thread tid (of FA_THREADS) copies its share of rows r0 .. r0+ROWS-1 of head `head` of x [B,T,heads,HD]
- * (zeros past T) into rm (row-major, row stride lr) and/or tr (transposed: tr[d*lt + r]), when not NULL. */
-template <int HD, int ROWS>
-__host__ __device__ static inline void fa_load_rows(mp_bf16 *rm, int lr, mp_bf16 *tr, int lt, const mp_bf16 *x, int b,
-                                                    int T, int heads, int head, int r0, int tid) {
-    for (int i = tid; i < ROWS * HD; i += FA_THREADS) {
-        const int r = i / HD, d = i % HD, row = r0 + r;
-        const mp_bf16 e = row < T ? x[(((int64_t)b * T + row) * heads + head) * HD + d] : __float2bfloat16_rn(0.0f);
-        if (rm) rm[r * lr + d] = e;
-        if (tr) tr[d * lt + r] = e;
+/* The 16 bytes (8 bf16) at p as a uint4, and the store back; p 16-byte aligned (one 128-bit access on the
+ * device, a memcpy on the host: mp_copy16). */
+__host__ __device__ static inline uint4 fa_ld16(const mp_bf16 *p) {
+    uint4 u;
+    mp_copy16(&u, p);
+    return u;
+}
+__host__ __device__ static inline void fa_st16(mp_bf16 *p, uint4 u) {
+#ifndef __CUDA_ARCH__
+    if (fa_host_store_log) fa_host_store_log(p, 16);
+#endif
+    mp_copy16(p, &u);
+}
+
+/* Row r0 + rr of the tile xt (row r0 of the head: xt = x + ((b T + r0) heads + head) HD), columns 8c ..
+ * 8c+7, as a uint4; zeros past T. The offset within the tile is a 32-bit int: rr < 64, heads <= 65535
+ * (the launchers assert B * H <= 65535) and HD <= 128 keep it below 2^29. What the compiler hoists out of
+ * a tile loop is then one register a chunk, not two (it kept the prefetching kernels from spilling). */
+template <int HD>
+__host__ __device__ static inline uint4 fa_ld_chunk(const mp_bf16 *xt, int heads, int T, int r0, int rr, int c) {
+    return r0 + rr < T ? fa_ld16(xt + (rr * heads * HD + 8 * c)) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+/* Thread tid's (of FA_THREADS) share of a tile of rows r0 .. r0+ROWS-1 of head `head` of x [B,T,heads,HD],
+ * in registers: fa_fetch_rows reads it from global memory, fa_put_rows writes it to shared memory. Split
+ * so that all of a block's global loads for a tile are issued before the first store waits on one (one
+ * memory latency per tile, not one per loop trip), and so that a driver may fetch the next tile before it
+ * computes on the current one. TR: the tile goes (also) transposed, as row pairs (see fa_put_rows). Every
+ * global access is 16 bytes (a chunk: 8 columns 8c .. 8c+7 of a row; x 16-byte aligned, see
+ * mp_cuda_attn_mma_ok), zeros past T; trip counts are compile-time, indices divide by powers of two. */
+template <int HD, int ROWS, bool TR>
+struct fa_stage {
+    static constexpr int CH = HD / 8, NP = ROWS / 2;
+    static constexpr int N = TR ? 2 * NP * CH / FA_THREADS : ROWS * CH / FA_THREADS;   /* uint4 per thread */
+    static_assert(NP == 16 || NP == 32, "row pairs: a half or a whole warp");
+    static_assert(ROWS * CH % FA_THREADS == 0 && NP * CH % FA_THREADS == 0, "whole rounds of the block");
+    uint4 u[N];
+};
+
+/* Fetch: !TR, u[k] is chunk i = tid + k FA_THREADS: row i / (HD/8), c = i % (HD/8). TR, item i =
+ * tid + k FA_THREADS is the row pair (2j, 2j+1), j = i % (ROWS/2) (consecutive lanes, consecutive pairs),
+ * of chunk c = i / (ROWS/2): u[2k] row 2j, u[2k+1] row 2j+1. Only items k of [K0, K1) when given (a
+ * part of the tile, for kernels without the registers for all of it; fa_put_rows takes the same part). */
+template <int HD, int ROWS, bool TR, int K0 = 0, int K1 = fa_stage<HD, ROWS, TR>::N / (TR ? 2 : 1)>
+__host__ __device__ static inline void fa_fetch_rows(fa_stage<HD, ROWS, TR> &st, const mp_bf16 *x, int b, int T,
+                                                     int heads, int head, int r0, int tid) {
+    using S = fa_stage<HD, ROWS, TR>;
+    const mp_bf16 *xt = x + (((int64_t)b * T + r0) * heads + head) * HD;
+    if constexpr (!TR) {
+        for (int k = K0; k < K1; k++) {
+            const int i = tid + k * FA_THREADS;
+            st.u[k] = fa_ld_chunk<HD>(xt, heads, T, r0, i / S::CH, i % S::CH);
+        }
+    } else {
+        for (int k = K0; k < K1; k++) {
+            const int i = tid + k * FA_THREADS, j = i % S::NP, c = i / S::NP;
+            st.u[2 * k] = fa_ld_chunk<HD>(xt, heads, T, r0, 2 * j, c);
+            st.u[2 * k + 1] = fa_ld_chunk<HD>(xt, heads, T, r0, 2 * j + 1, c);
+        }
     }
 }
 
-/* Thread tid (of FA_THREADS) copies its share of key tile k0 of kv head g into s (zeros past T). */
+/* Put: the fetched share into rm (row-major, row stride lr; !TR, or TR and rm not NULL) and tr (TR:
+ * transposed, tr[d*lt + r]). The shared stores are conflict-free (check_kernels_host counts them):
+ *   !TR: a quarter warp (the unit of a 16-byte store) writes 128 contiguous bytes.
+ *   TR: a pair's two chunks give the 8 words (x[2j][d], x[2j+1][d]), d = 8c .. 8c+7, made with shifts and
+ *     masks (integers only: no bf16 conversion, see fa_st32), each one 32-bit store to tr + d*lt + 2j.
+ *     ROWS = 64: a warp's 32 lanes store 32 consecutive words. ROWS = 32 (lt = FB_PAD = 40, 20 words a
+ *     row): lanes 16..31 hold the next chunk and store their words in the order d ^ 4, so the two half
+ *     warps are (8 +- 4) * 20 = 240 or 80 words apart, 16 banks. With rm, the pair's two rows go there
+ *     too, row 2j + ((j >> 2) & 1) first: the eight rows of a quarter warp's store then have distinct
+ *     residues mod 8 (row stride HD + 8 elements = 4 banks mod 32). */
+template <int HD, int ROWS, bool TR, int K0 = 0, int K1 = fa_stage<HD, ROWS, TR>::N / (TR ? 2 : 1)>
+__host__ __device__ static inline void fa_put_rows(const fa_stage<HD, ROWS, TR> &st, mp_bf16 *rm, int lr, mp_bf16 *tr,
+                                                   int lt, int tid) {
+    using S = fa_stage<HD, ROWS, TR>;
+    if constexpr (!TR) {
+        (void)tr, (void)lt;
+        for (int k = K0; k < K1; k++) {
+            const int i = tid + k * FA_THREADS;
+            fa_st16(rm + (i / S::CH) * lr + 8 * (i % S::CH), st.u[k]);
+        }
+    } else {
+        const bool sw = S::NP == 16 && (tid & 16);   /* the upper half warp's store order: d ^ 4 */
+        for (int k = K0; k < K1; k++) {
+            const int i = tid + k * FA_THREADS, j = i % S::NP, c = i / S::NP;
+            const uint4 ua = st.u[2 * k], ub = st.u[2 * k + 1];
+            if (rm) {
+                const bool odd = (j >> 2) & 1;
+                fa_st16(rm + (2 * j + odd) * lr + 8 * c, odd ? ub : ua);
+                fa_st16(rm + (2 * j + !odd) * lr + 8 * c, odd ? ua : ub);
+            }
+            const uint32_t a[4] = {ua.x, ua.y, ua.z, ua.w}, bb[4] = {ub.x, ub.y, ub.z, ub.w};
+            uint32_t wd[8];   /* wd[2m + h]: column 8c + 2m + h of rows 2j (low half), 2j+1 (high half) */
+            for (int m = 0; m < 4; m++) {
+                wd[2 * m] = (a[m] & 0xffffu) | (bb[m] << 16);
+                wd[2 * m + 1] = (a[m] >> 16) | (bb[m] & 0xffff0000u);
+            }
+            for (int e = 0; e < 8; e++) {
+                const int d = sw ? e ^ 4 : e;
+                fa_st32(tr + (8 * c + d) * lt + 2 * j, sw ? wd[e ^ 4] : wd[e]);
+            }
+        }
+    }
+}
+
+/* Thread tid's share of rows r0 .. r0+ROWS-1 of head `head` of x into rm and/or tr (whichever is not
+ * NULL; tr NULL: row-major only), fetched and put at once (the probe's and check_kernels_host's loads). */
+template <int HD, int ROWS>
+__host__ __device__ static inline void fa_load_rows(mp_bf16 *rm, int lr, mp_bf16 *tr, int lt, const mp_bf16 *x, int b,
+                                                    int T, int heads, int head, int r0, int tid) {
+    if (tr) {
+        fa_stage<HD, ROWS, true> st;
+        fa_fetch_rows(st, x, b, T, heads, head, r0, tid);
+        fa_put_rows(st, rm, lr, tr, lt, tid);
+    } else {
+        fa_stage<HD, ROWS, false> st;
+        fa_fetch_rows(st, x, b, T, heads, head, r0, tid);
+        fa_put_rows(st, rm, lr, tr, lt, tid);
+    }
+}
+
+/* A key tile in flight: its K and V rows (fa_stage types KS, VS: which go transposed). */
+template <class KS, class VS>
+struct fa_kv_pair {
+    KS k;
+    VS v;
+};
+/* The forward's: K row-major, V for its transpose. */
+template <int HD>
+using fa_kv_stage = fa_kv_pair<fa_stage<HD, FA_BK, false>, fa_stage<HD, FA_BK, true>>;
+
+/* Thread tid's share of key tile k0 of kv head g into registers (zeros past T), for either pass. */
+template <class KS, class VS>
+__host__ __device__ static inline void fa_fetch_kv(fa_kv_pair<KS, VS> &st, const mp_bf16 *k, const mp_bf16 *v, int b,
+                                                   int T, int KV, int g, int k0, int tid) {
+    fa_fetch_rows(st.k, k, b, T, KV, g, k0, tid);
+    fa_fetch_rows(st.v, v, b, T, KV, g, k0, tid);
+}
+
+/* ... and from there into s: K row-major, V transposed. */
+template <int HD>
+__host__ __device__ static inline void fa_put_kv(fa_smem<HD> &s, const fa_kv_stage<HD> &st, int tid) {
+    fa_put_rows(st.k, (mp_bf16 *)&s.K, HD + 8, NULL, 0, tid);
+    fa_put_rows(st.v, NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, tid);
+}
+
+/* Thread tid (of FA_THREADS) copies its share of key tile k0 of kv head g into s (zeros past T): the hd 128
+ * forward's load, and the probe's. hd 64: K and V fetched together (8 loads in flight, 32 registers; the
+ * hd 64 kernel itself prefetches through fa_fetch_kv / fa_put_kv); hd 128 would need 64 registers for
+ * that, more than its kernel has spare (ptxas spills), so there the tile goes in four parts of 16. */
 template <int HD>
 __host__ __device__ static inline void fa_load_kv(fa_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b, int T,
                                                   int KV, int g, int k0, int tid) {
-    fa_load_rows<HD, FA_BK>(&s.K[0][0], HD + 8, NULL, 0, k, b, T, KV, g, k0, tid);
-    fa_load_rows<HD, FA_BK>(NULL, 0, &s.Vt[0][0], FA_VPAD, v, b, T, KV, g, k0, tid);
+    fa_kv_stage<HD> st;
+    if constexpr (HD <= 64) {
+        fa_fetch_kv(st, k, v, b, T, KV, g, k0, tid);
+        fa_put_kv(s, st, tid);
+    } else {
+        constexpr int NK = fa_stage<HD, FA_BK, false>::N, NV = fa_stage<HD, FA_BK, true>::N / 2;
+        fa_fetch_rows<HD, FA_BK, false, 0, NK / 2>(st.k, k, b, T, KV, g, k0, tid);
+        fa_put_rows<HD, FA_BK, false, 0, NK / 2>(st.k, (mp_bf16 *)&s.K, HD + 8, NULL, 0, tid);
+        fa_fetch_rows<HD, FA_BK, false, NK / 2, NK>(st.k, k, b, T, KV, g, k0, tid);
+        fa_put_rows<HD, FA_BK, false, NK / 2, NK>(st.k, (mp_bf16 *)&s.K, HD + 8, NULL, 0, tid);
+        fa_fetch_rows<HD, FA_BK, true, 0, NV / 2>(st.v, v, b, T, KV, g, k0, tid);
+        fa_put_rows<HD, FA_BK, true, 0, NV / 2>(st.v, NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, tid);
+        fa_fetch_rows<HD, FA_BK, true, NV / 2, NV>(st.v, v, b, T, KV, g, k0, tid);
+        fa_put_rows<HD, FA_BK, true, NV / 2, NV>(st.v, NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, tid);
+    }
 }
 
 /* The A fragments (16 rows x HD, PTX layout) of rows r0 .. r0+15 of head `head` of x [B,T,heads,HD],
@@ -240,16 +406,12 @@ __host__ __device__ static inline void fa_fwd_init(fa_fwd_state<HD, NL> &st, con
     }
 }
 
-/* One key tile (keys k0 .. k0+63, already in s) of the online softmax for the warp's rows r0 .. r0+15. */
-template <int HD, int NL>
-__host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, const fa_smem<HD> &s, int k0, int r0,
-                                                   float scale, int lane0) {
-    float S[NL][FA_BK / 8][4], mx[NL][2];
-    for (int li = 0; li < NL; li++)
-        for (int nt = 0; nt < FA_BK / 8; nt++)
-            for (int e = 0; e < 4; e++) S[li][nt][e] = 0.0f;
-    fa_mma_smem<NL, HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8,
-                                        lane0);
+/* S scaled by sl2 (base-2 units) in place, keys past the row (key > row) set to -inf when MASK, and each
+ * lane's row maxima into mx. MASK = false only for a tile wholly below the diagonal (no key masked): the
+ * compare and select per score are then left out. */
+template <int NL, bool MASK>
+__host__ __device__ static inline void fa_scale_max(float (*S)[FA_BK / 8][4], float (*mx)[2], float sl2, int k0, int r0,
+                                                    int lane0) {
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
         for (int rr = 0; rr < 2; rr++) {
@@ -258,23 +420,38 @@ __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, con
             for (int nt = 0; nt < FA_BK / 8; nt++)
                 for (int e = 0; e < 2; e++) {
                     const int key = k0 + 8 * nt + 2 * c + e;
-                    const float x = key <= row ? scale * S[li][nt][2 * rr + e] : -INFINITY;
+                    const float x = !MASK || key <= row ? sl2 * S[li][nt][2 * rr + e] : -INFINITY;
                     S[li][nt][2 * rr + e] = x;
                     mx[li][rr] = fmaxf(mx[li][rr], x);
                 }
         }
     }
+}
+
+/* One key tile (keys k0 .. k0+63, already in s) of the online softmax for the warp's rows r0 .. r0+15. */
+template <int HD, int NL>
+__host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, const fa_smem<HD> &s, int k0, int r0,
+                                                   float scale, int lane0) {
+    float S[NL][FA_BK / 8][4], mx[NL][2];
+    const float sl2 = scale * FA_LOG2E;   /* scores in base 2: m, and the exponents, are log2 units */
+    for (int li = 0; li < NL; li++)
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            for (int e = 0; e < 4; e++) S[li][nt][e] = 0.0f;
+    fa_mma_smem<NL, HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8,
+                                        lane0);
+    if (k0 + FA_BK - 1 <= r0) fa_scale_max<NL, false>(S, mx, sl2, k0, r0, lane0);   /* below the diagonal */
+    else fa_scale_max<NL, true>(S, mx, sl2, k0, r0, lane0);
     fa_quad_reduce<NL>(&mx[0][0], 2, 2, true);   /* finite: key k0 <= every row of the warp */
     uint32_t pa[NL][FA_BK / 16][4];
     for (int li = 0; li < NL; li++) {
         for (int rr = 0; rr < 2; rr++) {
             const float m_new = fmaxf(st.m[li][rr], mx[li][rr]);
-            const float alpha = expf(st.m[li][rr] - m_new);   /* first tile: exp(-inf) = 0 */
+            const float alpha = exp2f(st.m[li][rr] - m_new);   /* first tile: exp2(-inf) = 0 */
             float sum = 0.0f;
             for (int nt = 0; nt < FA_BK / 8; nt++)
                 for (int e = 0; e < 2; e++) {
                     float &x = S[li][nt][2 * rr + e];
-                    x = expf(x - m_new);   /* masked: exp(-inf) = 0 */
+                    x = exp2f(x - m_new);   /* masked: exp2(-inf) = 0 */
                     sum += x;
                 }
             for (int nt = 0; nt < HD / 8; nt++) st.o[li][nt][2 * rr] *= alpha, st.o[li][nt][2 * rr + 1] *= alpha;
@@ -287,7 +464,7 @@ __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, con
                                         lane0);
 }
 
-/* Writes out = O / l (bf16) and lse = m + log l for the warp's rows below T. */
+/* Writes out = O / l (bf16) and lse = m ln 2 + log l (m in log2 units) for the warp's rows below T. */
 template <int HD, int NL>
 __host__ __device__ static inline void fa_fwd_finish(fa_fwd_state<HD, NL> &st, mp_bf16 *out, float *lse, int b, int T,
                                                      int H, int h, int r0, int lane0) {
@@ -301,7 +478,7 @@ __host__ __device__ static inline void fa_fwd_finish(fa_fwd_state<HD, NL> &st, m
             mp_bf16 *orow = out + (((int64_t)b * T + row) * H + h) * HD;
             for (int nt = 0; nt < HD / 8; nt++)
                 fa_st_pair(orow + 8 * nt + 2 * c, st.o[li][nt][2 * rr] * inv, st.o[li][nt][2 * rr + 1] * inv);
-            if (c == 0) lse[((int64_t)b * H + h) * T + row] = st.m[li][rr] + logf(st.l[li][rr]);
+            if (c == 0) lse[((int64_t)b * H + h) * T + row] = st.m[li][rr] * FA_LN2 + logf(st.l[li][rr]);
         }
     }
 }
@@ -321,7 +498,7 @@ __host__ __device__ static inline void fa_fwd_finish(fa_fwd_state<HD, NL> &st, m
 template <int HD>
 struct alignas(16) fb_kv_smem {   /* a query tile of the dK/dV pass */
     mp_bf16 Q[FB_BQ][HD + 8], Qt[HD][FB_PAD], dO[FB_BQ][HD + 8], dOt[HD][FB_PAD];
-    float lse[FB_BQ], D[FB_BQ];
+    float lse[FB_BQ], D[FB_BQ];   /* lse in log2 units: lse log2(e) */
 };
 template <int HD>
 struct alignas(16) fb_q_smem {   /* a key tile of the dQ pass */
@@ -335,37 +512,92 @@ struct fb_kv_state {
 template <int HD, int NL>
 struct fb_q_state {
     uint32_t qf[NL][HD / 16][4], df[NL][HD / 16][4];
-    float dq[NL][HD / 8][4], lse[NL][2], D[NL][2];
+    float dq[NL][HD / 8][4], lse[NL][2], D[NL][2];   /* lse in log2 units, as fb_kv_smem's */
 };
 
-/* Thread tid's share of query tile t0 of head h: Q, dO both ways, lse and D (zeros past T). */
+/* A query tile of the dK/dV pass in flight: Q, dO (both ways), and row tid's lse (log2 units) and D
+ * (threads below FB_BQ). */
+template <int HD>
+struct fb_q_stage {
+    fa_stage<HD, FB_BQ, true> q, d;
+    float lse, D;
+};
+
+/* The part of fb_fetch_qtile after Q: dO, lse, D. */
+template <int HD>
+__host__ __device__ static inline void fb_fetch_qtile_tail(fb_q_stage<HD> &st, const mp_bf16 *dout, const float *lse,
+                                                           const float *D, int b, int T, int H, int h, int t0,
+                                                           int tid) {
+    fa_fetch_rows(st.d, dout, b, T, H, h, t0, tid);
+    const int64_t r = ((int64_t)b * H + h) * T + t0 + tid;
+    const bool in = tid < FB_BQ && t0 + tid < T;
+    st.lse = in ? lse[r] * FA_LOG2E : 0.0f;
+    st.D = in ? D[r] : 0.0f;
+}
+
+/* Thread tid's share of query tile t0 of head h into registers (zeros past T). */
+template <int HD>
+__host__ __device__ static inline void fb_fetch_qtile(fb_q_stage<HD> &st, const mp_bf16 *q, const mp_bf16 *dout,
+                                                      const float *lse, const float *D, int b, int T, int H, int h,
+                                                      int t0, int tid) {
+    fa_fetch_rows(st.q, q, b, T, H, h, t0, tid);
+    fb_fetch_qtile_tail(st, dout, lse, D, b, T, H, h, t0, tid);
+}
+
+/* ... and from there into s: Q, dO both ways, lse and D. */
+template <int HD>
+__host__ __device__ static inline void fb_put_qtile(fb_kv_smem<HD> &s, const fb_q_stage<HD> &st, int tid) {
+    fa_put_rows(st.q, (mp_bf16 *)&s.Q, HD + 8, (mp_bf16 *)&s.Qt, FB_PAD, tid);
+    fa_put_rows(st.d, (mp_bf16 *)&s.dO, HD + 8, (mp_bf16 *)&s.dOt, FB_PAD, tid);
+    if (tid < FB_BQ) s.lse[tid] = st.lse, s.D[tid] = st.D;
+}
+
+/* Thread tid's share of query tile t0 of head h: Q, dO both ways, lse and D (zeros past T). hd 128: Q is
+ * put before dO is fetched (the dK/dV kernel has no 32 registers spare there; see fa_load_kv). */
 template <int HD>
 __host__ __device__ static inline void fb_load_qtile(fb_kv_smem<HD> &s, const mp_bf16 *q, const mp_bf16 *dout,
                                                      const float *lse, const float *D, int b, int T, int H, int h,
                                                      int t0, int tid) {
-    fa_load_rows<HD, FB_BQ>(&s.Q[0][0], HD + 8, &s.Qt[0][0], FB_PAD, q, b, T, H, h, t0, tid);
-    fa_load_rows<HD, FB_BQ>(&s.dO[0][0], HD + 8, &s.dOt[0][0], FB_PAD, dout, b, T, H, h, t0, tid);
-    for (int i = tid; i < FB_BQ; i += FA_THREADS) {
-        const int64_t r = ((int64_t)b * H + h) * T + t0 + i;
-        s.lse[i] = t0 + i < T ? lse[r] : 0.0f;
-        s.D[i] = t0 + i < T ? D[r] : 0.0f;
+    fb_q_stage<HD> st;
+    if constexpr (HD <= 64) {
+        fb_fetch_qtile(st, q, dout, lse, D, b, T, H, h, t0, tid);
+        fb_put_qtile(s, st, tid);
+    } else {
+        fa_fetch_rows(st.q, q, b, T, H, h, t0, tid);
+        fa_put_rows(st.q, (mp_bf16 *)&s.Q, HD + 8, (mp_bf16 *)&s.Qt, FB_PAD, tid);
+        fb_fetch_qtile_tail(st, dout, lse, D, b, T, H, h, t0, tid);
+        fa_put_rows(st.d, (mp_bf16 *)&s.dO, HD + 8, (mp_bf16 *)&s.dOt, FB_PAD, tid);
+        if (tid < FB_BQ) s.lse[tid] = st.lse, s.D[tid] = st.D;
     }
+}
+
+/* A key tile of the dQ pass in flight (fetched by fa_fetch_kv): K for both ways, V row-major. */
+template <int HD>
+using fb_k_stage = fa_kv_pair<fa_stage<HD, FB_BK, true>, fa_stage<HD, FB_BK, false>>;
+
+/* ... and from there into s: K both ways, V row-major. */
+template <int HD>
+__host__ __device__ static inline void fb_put_ktile(fb_q_smem<HD> &s, const fb_k_stage<HD> &st, int tid) {
+    fa_put_rows(st.k, (mp_bf16 *)&s.K, HD + 8, (mp_bf16 *)&s.Kt, FB_PAD, tid);
+    fa_put_rows(st.v, (mp_bf16 *)&s.V, HD + 8, NULL, 0, tid);
 }
 
 /* Thread tid's share of key tile k0 of kv head g for the dQ pass: K both ways, V row-major. */
 template <int HD>
 __host__ __device__ static inline void fb_load_ktile(fb_q_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b,
                                                      int T, int KV, int g, int k0, int tid) {
-    fa_load_rows<HD, FB_BK>(&s.K[0][0], HD + 8, &s.Kt[0][0], FB_PAD, k, b, T, KV, g, k0, tid);
-    fa_load_rows<HD, FB_BK>(&s.V[0][0], HD + 8, NULL, 0, v, b, T, KV, g, k0, tid);
+    fb_k_stage<HD> st;
+    fa_fetch_kv(st, k, v, b, T, KV, g, k0, tid);
+    fb_put_ktile(s, st, tid);
 }
 
 /* P of one 16 x 32 C tile of scores, in place: rows `row0 + g (+8)`, cols `col0 + 2c (+1) + 8 nt`. kv = 1:
  * rows are keys, cols queries (the dK/dV pass, lse per column from slse); kv = 0: rows are queries, cols
- * keys (the dQ pass, lse per row slot from rlse). P = exp(scale s - lse), 0 where query < key or past T. */
-template <int NL>
-__host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0, int T, float scale, bool kv,
-                                            const float *slse, const float (*rlse)[2], int lane0) {
+ * keys (the dQ pass, lse per row slot from rlse), both lse in log2 units. P = exp(scale s - lse) =
+ * exp2(scale log2(e) s - lse log2(e)), 0 where query < key or past T. */
+template <int NL, bool MASK>
+__host__ __device__ static inline void fb_p_tile(float (*P)[4][4], int row0, int col0, int T, float sl2, bool kv,
+                                                 const float *slse, const float (*rlse)[2], int lane0) {
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
         for (int nt = 0; nt < 4; nt++)
@@ -373,9 +605,19 @@ __host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0
                 const int row = row0 + g + 8 * (e >> 1), ci = 8 * nt + 2 * c + (e & 1), col = col0 + ci;
                 const int key = kv ? row : col, qry = kv ? col : row;
                 const float l = kv ? slse[ci] : rlse[li][e >> 1];
-                P[li][nt][e] = qry >= key && qry < T ? expf(scale * P[li][nt][e] - l) : 0.0f;
+                P[li][nt][e] = !MASK || (qry >= key && qry < T) ? exp2f(sl2 * P[li][nt][e] - l) : 0.0f;
             }
     }
+}
+/* The tile is unmasked (every query >= every key, and below T) or not: the mask's compares and selects
+ * are left out of the (usual) unmasked tiles. */
+template <int NL>
+__host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0, int T, float scale, bool kv,
+                                            const float *slse, const float (*rlse)[2], int lane0) {
+    const float sl2 = scale * FA_LOG2E;
+    const bool full = kv ? col0 >= row0 + 15 && col0 + 31 < T : row0 >= col0 + 31 && row0 + 15 < T;
+    if (full) fb_p_tile<NL, false>(P, row0, col0, T, sl2, kv, slse, rlse, lane0);
+    else fb_p_tile<NL, true>(P, row0, col0, T, sl2, kv, slse, rlse, lane0);
 }
 
 /* dS = scale P (dP - D) of the same tile, in place in dP (D per column from sD, or per row slot from rD). */
@@ -466,7 +708,7 @@ __host__ __device__ static inline void fb_q_init(fb_q_state<HD, NL> &st, const m
         for (int rr = 0; rr < 2; rr++) {
             const int row = r0 + g + 8 * rr;
             const int64_t r = ((int64_t)b * H + h) * T + row;
-            st.lse[li][rr] = row < T ? lse[r] : 0.0f;
+            st.lse[li][rr] = row < T ? lse[r] * FA_LOG2E : 0.0f;
             st.D[li][rr] = row < T ? D[r] : 0.0f;
         }
         for (int nt = 0; nt < HD / 8; nt++)

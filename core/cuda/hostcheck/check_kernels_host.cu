@@ -18,7 +18,9 @@
  *   3. the tensor-core attention (k_attn_mma.cu) through its own tile functions (k_attn_mma.cuh), a
  *      whole warp per call: the mma.sync m16n8k16 fragments and the quad shuffles emulated by the PTX
  *      ISA layouts, forward and backward against float64 and the CPU kernels, T = 1, 15, 64, 112, 200,
- *      hd 64 / 128, GQA ratios 1 and 4.
+ *      hd 64 / 128, GQA ratios 1 and 4; and its tile loaders alone (check_loaders), run for all 128
+ *      threads: every shared element written once with the right bits, and no bank conflict in any
+ *      warp-wide store (the stores recorded through fa_host_store_log).
  * What it cannot check: the device code itself (shuffles, barriers, shared-memory races, launch
  * configurations). Those need a GPU; see docs/CUDA.md.
  *
@@ -676,13 +678,16 @@ static std::vector<mp_bf16> to_bf16(const std::vector<float> &x) {
 }
 
 /* attn_fwd_mma_kernel (k_attn_mma.cu) replayed block by block through the same k_attn_mma.cuh functions,
- * a whole warp per call (NL = 32: the mma fragments and quad shuffles emulated by the PTX layouts). */
+ * a whole warp per call (NL = 32: the mma fragments and quad shuffles emulated by the PTX layouts); the
+ * tile loads in the kernel's order: hd 64 fetches the next tile (each thread's registers: ld[tid]) before
+ * the warps compute on the current one and puts it after, hd 128 loads each tile before its compute. */
 template <int HD>
 static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<float> &lse) {
     const std::vector<mp_bf16> q = to_bf16(A.q), k = to_bf16(A.k), v = to_bf16(A.v);
     std::vector<mp_bf16> o(q.size(), __float2bfloat16_rn(NAN));
     std::vector<fa_smem<HD>> s(1);
     std::vector<fa_fwd_state<HD, MP_WARP>> st(FA_WARPS);
+    std::vector<fa_kv_stage<HD>> ld(FA_THREADS);
     const float scale = 1.0f / sqrtf((float)HD);
     const int rep = A.H / A.KV, tiles = (A.T + FA_BQ - 1) / FA_BQ;
     for (int b = 0; b < A.B; b++)
@@ -690,8 +695,18 @@ static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<f
             for (int tile = tiles - 1; tile >= 0; tile--) {
                 const int q0 = tile * FA_BQ;
                 for (int w = 0; w < FA_WARPS; w++) fa_fwd_init<HD, MP_WARP>(st[w], q.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+                const int g = h / rep;
+                if (HD == 64)
+                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(ld[tid], k.data(), v.data(), b, A.T, A.KV, g, 0, tid);
                 for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
-                    for (int tid = 0; tid < FA_THREADS; tid++) fa_load_kv<HD>(s[0], k.data(), v.data(), b, A.T, A.KV, h / rep, k0, tid);
+                    for (int tid = 0; tid < FA_THREADS; tid++) {
+                        if (HD == 64) {
+                            fa_put_kv(s[0], ld[tid], tid);
+                            if (k0 + FA_BK <= q0) fa_fetch_kv(ld[tid], k.data(), v.data(), b, A.T, A.KV, g, k0 + FA_BK, tid);
+                        } else {
+                            fa_load_kv<HD>(s[0], k.data(), v.data(), b, A.T, A.KV, g, k0, tid);
+                        }
+                    }
                     for (int w = 0; w < FA_WARPS; w++) fa_fwd_step<HD, MP_WARP>(st[w], s[0], k0, q0 + 16 * w, scale, 0);
                 }
                 for (int w = 0; w < FA_WARPS; w++)
@@ -720,6 +735,7 @@ static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<fl
     std::vector<fb_q_smem<HD>> sq(1);
     std::vector<fb_kv_state<HD, MP_WARP>> kst(FA_WARPS);
     std::vector<fb_q_state<HD, MP_WARP>> qst(FA_WARPS);
+    std::vector<fb_k_stage<HD>> kld(FA_THREADS);
     for (int b = 0; b < A.B; b++)
         for (int g = 0; g < A.KV; g++)
             for (int tile = 0; tile < tiles; tile++) {
@@ -742,8 +758,18 @@ static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<fl
                 const int q0 = tile * FA_BQ, end = std::min(q0 + FA_BQ, A.T);
                 for (int w = 0; w < FA_WARPS; w++)
                     fb_q_init<HD, MP_WARP>(qst[w], q.data(), dout.data(), A.lse.data(), D.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+                const int g = h / rep;   /* hd 64: the next key tile fetched before the current one's compute */
+                if (HD == 64)
+                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(kld[tid], k.data(), v.data(), b, A.T, A.KV, g, 0, tid);
                 for (int k0 = 0; k0 < end; k0 += FB_BK) {
-                    for (int tid = 0; tid < FA_THREADS; tid++) fb_load_ktile<HD>(sq[0], k.data(), v.data(), b, A.T, A.KV, h / rep, k0, tid);
+                    for (int tid = 0; tid < FA_THREADS; tid++) {
+                        if (HD == 64) {
+                            fb_put_ktile(sq[0], kld[tid], tid);
+                            if (k0 + FB_BK < end) fa_fetch_kv(kld[tid], k.data(), v.data(), b, A.T, A.KV, g, k0 + FB_BK, tid);
+                        } else {
+                            fb_load_ktile<HD>(sq[0], k.data(), v.data(), b, A.T, A.KV, g, k0, tid);
+                        }
+                    }
                     for (int w = 0; w < FA_WARPS; w++) fb_dq_step<HD, MP_WARP>(qst[w], sq[0], k0, q0 + 16 * w, A.T, scale, 0);
                 }
                 for (int w = 0; w < FA_WARPS; w++) fb_store<HD, MP_WARP>(gq.data(), qst[w].dq, b, A.T, A.H, h, q0 + 16 * w, 0);
@@ -852,6 +878,104 @@ static void check_mma_table(void) {
         }
 }
 
+/* The stores fa_host_store_log saw: address and size, in order, with the thread that made them. */
+struct LoaderStore {
+    const char *p;
+    int bytes, tid;
+};
+static std::vector<LoaderStore> g_ld_log;
+static int g_ld_tid;
+static void ld_log(const void *p, int bytes) { g_ld_log.push_back({(const char *)p, bytes, g_ld_tid}); }
+
+/* fa_load_rows<HD, ROWS> run for every thread of the block as the kernels call it (row-major only,
+ * transposed only, both), rows r0 .. of head 1 of x [1, T, 2, HD] whose elements carry distinct bit
+ * patterns: every tile element is written exactly once with the right bits (zeros past T); every store
+ * is aligned to its size; and the n-th store of the 32 lanes of a warp (the loops are uniform: one
+ * warp-wide instruction) touches each of the 32 banks at most once per word it needs, per quarter warp for
+ * the 16-byte stores: conflict-free, as the loader's comment argues. */
+template <int HD, int ROWS>
+static void check_loader(int T, int r0, bool want_rm, bool want_tr) {
+    const int lr = HD + 8, lt = ROWS + 8, heads = 2, head = 1;
+    char what[96];
+    snprintf(what, sizeof what, "fa_load_rows<%d, %d> T=%d r0=%d rm=%d tr=%d", HD, ROWS, T, r0, want_rm, want_tr);
+    std::vector<uint16_t> x((size_t)T * heads * HD);
+    for (size_t i = 0; i < x.size(); i++) x[i] = (uint16_t)(0x3c00 + (i * 7919) % 40000);   /* distinct, non-zero */
+    struct alignas(16) Tiles {
+        mp_bf16 rm[ROWS][HD + 8], tr[HD][ROWS + 8];
+    };
+    std::vector<Tiles> s(1);
+    memset(&s[0], 0xff, sizeof(Tiles));   /* 0xffff: a NaN no element of x or zero has */
+    mp_bf16 *rm = want_rm ? (mp_bf16 *)&s[0].rm : NULL, *tr = want_tr ? (mp_bf16 *)&s[0].tr : NULL;
+    g_ld_log.clear();
+    fa_host_store_log = ld_log;
+    for (g_ld_tid = 0; g_ld_tid < FA_THREADS; g_ld_tid++)
+        fa_load_rows<HD, ROWS>(rm, lr, tr, lt, (const mp_bf16 *)x.data(), 0, T, heads, head, r0, g_ld_tid);
+    fa_host_store_log = NULL;
+    const char *base = (const char *)&s[0];
+    std::vector<int> writes(sizeof(Tiles) / 2, 0);
+    int bad = 0;
+    for (const LoaderStore &e : g_ld_log) {
+        const size_t off = (size_t)(e.p - base);
+        CHECK(off % e.bytes == 0 && off + e.bytes <= sizeof(Tiles), "%s: tid %d stores %d bytes at offset %zu", what,
+              e.tid, e.bytes, off);
+        if (off % e.bytes == 0 && off + e.bytes <= sizeof(Tiles))
+            for (int k = 0; k < e.bytes / 2; k++) writes[off / 2 + k]++;
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int d = 0; d < HD; d++) {
+            const uint16_t want = r0 + r < T ? x[((size_t)(r0 + r) * heads + head) * HD + d] : 0;
+            uint16_t got;
+            const size_t erm = (size_t)r * lr + d, etr = offsetof(Tiles, tr) / 2 + (size_t)d * lt + r;
+            memcpy(&got, (const uint16_t *)base + erm, 2);
+            if (want_rm && (got != want || writes[erm] != 1) && bad++ < 5)
+                CHECK(0, "%s: rm[%d][%d] = %04x written %d times, want %04x once", what, r, d, got, writes[erm], want);
+            memcpy(&got, (const uint16_t *)base + etr, 2);
+            if (want_tr && (got != want || writes[etr] != 1) && bad++ < 5)
+                CHECK(0, "%s: tr[%d][%d] = %04x written %d times, want %04x once", what, d, r, got, writes[etr], want);
+        }
+    int total = 0;
+    for (int w : writes) total += w;
+    CHECK(total == (want_rm + want_tr) * ROWS * HD, "%s: %d elements written, want %d", what, total,
+          (want_rm + want_tr) * ROWS * HD);
+    /* bank conflicts: the n-th store of each lane of warp w is one instruction */
+    std::vector<std::vector<const LoaderStore *>> per(FA_THREADS);
+    for (const LoaderStore &e : g_ld_log) per[e.tid].push_back(&e);
+    for (int w = 0; w < FA_WARPS; w++)
+        for (size_t n = 0; n < per[32 * w].size(); n++) {
+            const int bytes = per[32 * w][n]->bytes, group = bytes == 16 ? 8 : 32;   /* lanes served together */
+            for (int g0 = 0; g0 < 32; g0 += group) {
+                std::vector<std::vector<size_t>> bank(32);   /* the distinct words each bank is asked for */
+                for (int l = g0; l < g0 + group; l++) {
+                    CHECK(per[32 * w + l].size() == per[32 * w].size() && per[32 * w + l][n]->bytes == bytes,
+                          "%s: lane %d of warp %d stores unlike lane 0 (not one warp-wide instruction)", what, l, w);
+                    const size_t word = (size_t)(per[32 * w + l][n]->p - base) / 4;
+                    for (int k = 0; k < bytes / 4; k++) {
+                        std::vector<size_t> &b = bank[(word + k) % 32];
+                        if (std::find(b.begin(), b.end(), word + k) == b.end()) b.push_back(word + k);
+                    }
+                }
+                size_t worst = 0;
+                for (auto &b : bank) worst = std::max(worst, b.size());
+                CHECK(worst == 1, "%s: warp %d's store %zu (%d bytes, lanes %d..%d) is a %zu-way bank conflict", what,
+                      w, n, bytes, g0, g0 + group - 1, worst);
+            }
+        }
+}
+
+/* The loaders as the kernels call them: fa_load_kv (K row-major, V transposed; 64 rows), fb_load_qtile
+ * (Q, dO both ways; 32 rows), fb_load_ktile (K both ways, V row-major; 32 rows); full and partial tiles. */
+[[maybe_unused]] static void check_loaders(void) {
+    for (int T : {1, 31, 64, 100})
+        for (int r0 : {0, 32, 64}) {
+            if (r0 >= T && r0 > 0) continue;
+            check_loader<64, 64>(T, r0, true, false), check_loader<64, 64>(T, r0, false, true);
+            check_loader<128, 64>(T, r0, true, false), check_loader<128, 64>(T, r0, false, true);
+            check_loader<64, 32>(T, r0, true, true), check_loader<64, 32>(T, r0, true, false);
+            check_loader<128, 32>(T, r0, true, true), check_loader<128, 32>(T, r0, true, false);
+            check_loader<64, 32>(T, r0, false, true);   /* mma_probe's dO^T */
+        }
+}
+
 /* The tensor-core kernels' replay against float64 (out, lse, dq, dk, dv) and the CPU kernels, on T
  * crossing the 16-row warp tiles and the 32/64-row tiles, every element written (NaN-filled beforehand). */
 static void check_attention_mma(int B, int T, int H, int KV, int hd) {
@@ -920,6 +1044,7 @@ int main(void) {
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
     check_mma_table();
+    check_loaders();
     for (int hd : {64, 128})
         for (int T : {1, 15, 64, 112, 200}) {
             check_attention_mma(1, T, 2, 2, hd);   /* GQA ratio 1 */

@@ -291,15 +291,16 @@ struct probe_tiles_dump {
 };
 struct probe_tiles_smem {
     fa_smem<PT_HD> f;
-    mp_bf16 Q[FB_BQ][PT_HD + 8], dOt[PT_HD][FB_PAD];
+    mp_bf16 Q[FB_BQ][PT_HD + 8], Qt[PT_HD][FB_PAD], dOt[PT_HD][FB_PAD];
 };
 
-/* Thread tid's share of the probe's shared tiles: K, V^T (64 keys), Q (32 rows), dO^T. */
+/* Thread tid's share of the probe's shared tiles: K, V^T (64 keys), Q (32 rows; loaded both ways, as the
+ * dK/dV pass loads it: its row-major copy comes from the row-pair path), dO^T. */
 __host__ __device__ static void probe_tiles_load(probe_tiles_smem &s, const mp_bf16 *q, const mp_bf16 *k,
                                                  const mp_bf16 *v, const mp_bf16 *dout, int tid) {
     fa_load_kv<PT_HD>(s.f, k, v, 0, PT_T, 1, 0, 0, tid);
-    fa_load_rows<PT_HD, FB_BQ>(&s.Q[0][0], PT_HD + 8, NULL, 0, q, 0, PT_T, 1, 0, 0, tid);
-    fa_load_rows<PT_HD, FB_BQ>(NULL, 0, &s.dOt[0][0], FB_PAD, dout, 0, PT_T, 1, 0, 0, tid);
+    fa_load_rows<PT_HD, FB_BQ>((mp_bf16 *)&s.Q, PT_HD + 8, (mp_bf16 *)&s.Qt, FB_PAD, q, 0, PT_T, 1, 0, 0, tid);
+    fa_load_rows<PT_HD, FB_BQ>(NULL, 0, (mp_bf16 *)&s.dOt, FB_PAD, dout, 0, PT_T, 1, 0, 0, tid);
 }
 
 /* Warp w's helpers, its lanes lane0 .. lane0+NL-1, into d. */
