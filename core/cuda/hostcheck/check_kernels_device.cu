@@ -131,19 +131,30 @@ static void dev_embed(void) {
     cudaFree(dtok), cudaFree(dw), cudaFree(dg), cudaFree(dout_d), cudaFree(out), cudaFree(keys);
 }
 
-static void dev_rmsnorm(void) {
-    const int N = 300, D = 200;
+/* RMSNorm forward and backward on one shape against float64; off: the element offset of every tensor
+ * (off 1: no pointer 16-byte aligned, the 2-byte path even when D % 8 == 0). dx accumulates into a
+ * random start; dw into 0.25. Backward run twice from the same start: dx and dw bitwise repeatable. */
+static void dev_rmsnorm(int N, int D, int off) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d D=%d off=%d", N, D, off);
     const float eps = 1e-5f;
-    std::vector<float> x = rnd_vec((size_t)N * D, 2.0f), w = rnd_vec(D, 1.0f), dy = rnd_vec((size_t)N * D, 1.0f);
-    mp_bf16 *xd = up_bf16(x), *wd = up_bf16(w), *dyd = up_bf16(dy), *y = dev<mp_bf16>((size_t)N * D),
-            *dx = dev<mp_bf16>((size_t)N * D);
-    float *rstd = dev<float>(N), *dw = dev<float>(D), *part = dev<float>(mp_cuda_rmsnorm_bwd_scratch_floats(N, D));
+    const size_t nd = (size_t)N * D;
+    std::vector<float> x = rnd_vec(nd, 2.0f), w = rnd_vec(D, 1.0f), dy = rnd_vec(nd, 1.0f), dx0 = rnd_vec(nd, 1.0f);
+    auto pad = [off](const std::vector<float> &v) {
+        std::vector<float> p(v.size() + off, 0.0f);
+        std::copy(v.begin(), v.end(), p.begin() + off);
+        return p;
+    };
+    mp_bf16 *xb = up_bf16(pad(x)), *wb = up_bf16(pad(w)), *dyb = up_bf16(pad(dy)), *dxb = up_bf16(pad(dx0)),
+            *yb = dev<mp_bf16>(nd + off);
+    mp_bf16 *xd = xb + off, *wd = wb + off, *dyd = dyb + off, *dx = dxb + off, *y = yb + off;
+    float *rstd = dev<float>(N), *dw = up(std::vector<float>(D, 0.25f)),
+          *part = dev<float>(mp_cuda_rmsnorm_bwd_scratch_floats(N, D));
     mp_cuda_rmsnorm_fwd(y, rstd, xd, wd, N, D, eps, g_s);
     mp_cuda_rmsnorm_bwd(dx, dw, part, dyd, xd, wd, rstd, N, D, g_s);
     SYNC();
-    std::vector<float> yh = down_bf16(y, (size_t)N * D), rh = down(rstd, N), dxh = down_bf16(dx, (size_t)N * D),
-                       dwh = down(dw, D);
-    std::vector<double> ry((size_t)N * D), rdx((size_t)N * D), rdw(D, 0.0), rr(N);
+    std::vector<float> yh = down_bf16(y, nd), rh = down(rstd, N), dxh = down_bf16(dx, nd), dwh = down(dw, D);
+    std::vector<double> ry(nd), rdx(nd), rdw(D, 0.0), rr(N);
     for (int n = 0; n < N; n++) {
         double ss = 0, dot = 0;
         for (int i = 0; i < D; i++) ss += (double)x[n * D + i] * x[n * D + i];
@@ -151,19 +162,24 @@ static void dev_rmsnorm(void) {
         rr[n] = r;
         for (int i = 0; i < D; i++) ry[n * D + i] = x[n * D + i] * r * w[i], dot += (double)w[i] * dy[n * D + i] * x[n * D + i];
         for (int i = 0; i < D; i++) {
-            rdx[n * D + i] = r * (w[i] * dy[n * D + i] - x[n * D + i] * r * r * dot / D);
+            rdx[n * D + i] = dx0[n * D + i] + r * (w[i] * dy[n * D + i] - x[n * D + i] * r * r * dot / D);
             rdw[i] += dy[n * D + i] * x[n * D + i] * r;
         }
     }
-    close("rmsnorm y", yh, ry, 1e-2, 1e-4, "");
-    close("rmsnorm rstd", rh, rr, 1e-5, 1e-6, "");
-    close("rmsnorm dx", dxh, rdx, 1e-2, 1e-4, "");
-    close("rmsnorm dw", dwh, rdw, 1e-4, 1e-4, "");
-    CK(cudaMemset(dw, 0, D * sizeof(float)));
+    for (auto &e : rdw) e += 0.25;
+    close("rmsnorm y", yh, ry, 1e-2, 1e-4, shape);
+    close("rmsnorm rstd", rh, rr, 1e-5, 1e-6, shape);
+    close("rmsnorm dx", dxh, rdx, 1e-2, 1e-4, shape);
+    close("rmsnorm dw", dwh, rdw, 1e-4, 1e-4, shape);
+    const std::vector<float> dw0(D, 0.25f);
+    std::vector<mp_bf16> dx0b(nd);
+    for (size_t k = 0; k < nd; k++) dx0b[k] = __float2bfloat16_rn(dx0[k]);
+    CK(cudaMemcpy(dx, dx0b.data(), nd * sizeof(mp_bf16), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, dw0.data(), D * sizeof(float), cudaMemcpyHostToDevice));
     mp_cuda_rmsnorm_bwd(dx, dw, part, dyd, xd, wd, rstd, N, D, g_s);
     SYNC();
-    CHECK(same_bits(down(dw, D), dwh), "rmsnorm dw not repeatable");
-    cudaFree(xd), cudaFree(wd), cudaFree(dyd), cudaFree(y), cudaFree(dx), cudaFree(rstd), cudaFree(dw), cudaFree(part);
+    CHECK(same_bits(down(dw, D), dwh) && same_bits(down_bf16(dx, nd), dxh), "rmsnorm bwd not repeatable (%s)", shape);
+    cudaFree(xb), cudaFree(wb), cudaFree(dyb), cudaFree(yb), cudaFree(dxb), cudaFree(rstd), cudaFree(dw), cudaFree(part);
 }
 
 static void dev_rope_swiglu(void) {
@@ -464,7 +480,8 @@ int main(void) {
     check_reduce_plan();
     check_rmsnorm_plan();
     check_embed_bwd(1000, 5, 100, 37, 200);
-    check_rmsnorm_bwd(33, 5);
+    check_rmsnorm(33, 5);
+    check_rmsnorm(7, 200);
     check_elementwise();
     check_attention(2, 70, 4, 2, 40);
     check_mma_table();
@@ -488,7 +505,11 @@ int main(void) {
     dev_reduce();
     dev_misc();
     dev_embed();
-    dev_rmsnorm();
+    /* RMSNorm: the 16-byte path (D % 8 == 0, aligned), the 2-byte path (unaligned; D % 8 != 0), N below one
+     * chunk, many chunks, one warp per block (D 12288) and the wide kernel (D 12296, 12301) */
+    const int rms[][3] = {{300, 200, 0}, {300, 200, 1}, {5, 203, 0}, {2, 8, 0}, {1, 3, 0}, {20011, 64, 0},
+                          {20011, 64, 1}, {600, 2048, 0}, {40, 4000, 0}, {33, 12288, 0}, {33, 12296, 0}, {9, 12301, 1}};
+    for (auto &r : rms) dev_rmsnorm(r[0], r[1], r[2]);
     dev_rope_swiglu();
     const int shapes[][5] = {{1, 1, 1, 1, 8}, {2, 7, 4, 2, 40}, {1, 33, 4, 1, 64}, {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 300, 8, 2, 128}};

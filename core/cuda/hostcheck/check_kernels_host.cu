@@ -126,6 +126,21 @@ static void check_rmsnorm_plan(void) {
         CHECK((int64_t)nc * rows >= N && (int64_t)(nc - 1) * rows < N, "rmsnorm_plan(%d) coverage", N);
         CHECK(mp_cuda_rmsnorm_bwd_scratch_floats(N, 7) == (size_t)nc * 7, "scratch size");
     }
+    /* the backward's warps per block: its accumulators fit 48 KB, 1..8 warps, 0 (the wide kernel) past that;
+     * the transposed accumulator slots are a permutation of 0..D-1 that the fold's store inverts */
+    for (int D = 1; D <= 20000; D += (D < 300 ? 1 : 97)) {
+        const int W = rms_bwd_warps(D);
+        CHECK(D > BWD_SMEM_FLOATS ? W == 0 : (W >= 1 && W <= BWD_MAX_WARPS && (int64_t)W * D <= BWD_SMEM_FLOATS &&
+                                               (W == BWD_MAX_WARPS || (int64_t)(W + 1) * D > BWD_SMEM_FLOATS)),
+              "rms_bwd_warps(%d) = %d", D, W);
+        if (D % 8 || D > 4096) continue;
+        std::vector<int> seen(D, 0);
+        std::vector<float> acc(D), part(D, NAN);
+        for (int i = 0; i < D; i++) seen[rms_acc_slot<8>(i, D)]++, acc[rms_acc_slot<8>(i, D)] = (float)i;
+        for (int tid = 0; tid < 64; tid++) rms_bwd_fold<8>(part.data(), acc.data(), 1, D, tid, 64);
+        for (int i = 0; i < D; i++)
+            CHECK(seen[i] == 1 && part[i] == (float)i, "rms_acc_slot<8>/rms_bwd_fold D=%d column %d", D, i);
+    }
 }
 
 /* ---- 1. embedding backward: keys, bitonic network, runs ---- */
@@ -163,38 +178,171 @@ static void check_embed_bwd(int N, int D, int v_start, int v_local, int vocab) {
     CHECK(memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0, "embed bwd N=%d differs from CPU", N);
 }
 
-/* ---- 1. RMSNorm backward: the chunk and column passes against core/backend_cpu.c's formula ---- */
+/* ---- 1. RMSNorm: the launches replayed lane by lane (k_rmsnorm.cu) ---- */
 
-static void check_rmsnorm_bwd(int N, int D) {
-    std::vector<float> x((size_t)N * D), dy((size_t)N * D), w(D), rstd(N);
-    for (auto &e : x) e = bf16_round(rnd_unit());
-    for (auto &e : dy) e = bf16_round(rnd_unit());
-    for (auto &e : w) e = bf16_round(1.0f + 0.5f * rnd_unit());
-    for (int n = 0; n < N; n++) rstd[n] = 0.5f + 0.25f * (n % 5);
-    std::vector<double> ref_dw(D, 0.0);
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < D; i++) ref_dw[i] += (double)dy[(size_t)n * D + i] * x[(size_t)n * D + i] * rstd[n];
-    /* rmsnorm_bwd_chunk_kernel's partial (each (chunk, column) owned by one thread), then the column pass */
+/* mp_warp_sum's xor butterfly on the host: lane l takes v[l] + v[l ^ o] for o = 16, 8, 4, 2, 1 (the
+ * device's operand order); every lane ends with the same bits, lane 0's are returned. */
+static float warp_sum_host(const float *lanes) {
+    float v[MP_WARP], old[MP_WARP];
+    memcpy(v, lanes, sizeof v);
+    for (int o = MP_WARP / 2; o > 0; o /= 2) {
+        memcpy(old, v, sizeof v);
+        for (int l = 0; l < MP_WARP; l++) v[l] = old[l] + old[l ^ o];
+    }
+    return v[0];
+}
+
+/* rmsnorm_fwd_kernel<VEC>: every warp of every block, lane by lane. */
+template <int VEC>
+static void rms_fwd_replay(std::vector<mp_bf16> &y, std::vector<float> &rstd, const std::vector<mp_bf16> &x,
+                           const std::vector<mp_bf16> &w, int N, int D, float eps) {
+    const int blocks = (N + FWD_ROWS_PER_BLOCK - 1) / FWD_ROWS_PER_BLOCK;
+    for (int b = 0; b < blocks; b++)
+        for (int warp = 0; warp < FWD_ROWS_PER_BLOCK; warp++) {
+            const int64_t n = (int64_t)b * FWD_ROWS_PER_BLOCK + warp;
+            if (n >= N) continue;
+            float ss[MP_WARP];
+            for (int lane = 0; lane < MP_WARP; lane++) ss[lane] = rms_fwd_lane_ss<VEC>(x.data() + n * D, D, lane);
+            const float r = 1.0f / sqrtf(warp_sum_host(ss) / (float)D + eps);
+            rstd[n] = r;
+            for (int lane = 0; lane < MP_WARP; lane++)
+                rms_fwd_lane_store<VEC>(y.data() + n * D, x.data() + n * D, w.data(), r, D, lane);
+        }
+}
+
+/* rmsnorm_bwd_chunk_kernel<VEC> (W = rms_bwd_warps(D) > 0), or the wide kernel's order (W = 0: the
+ * rows of a chunk in order, each column's partial its own), then the column kernel. Warps of a block
+ * touch disjoint rows of dx and disjoint accumulators, lanes disjoint columns: replaying them one after
+ * another is the launch. */
+template <int VEC>
+static void rms_bwd_replay(std::vector<mp_bf16> &dx, std::vector<float> &dw, const std::vector<mp_bf16> &dy,
+                           const std::vector<mp_bf16> &x, const std::vector<mp_bf16> &w, const std::vector<float> &rstd,
+                           int N, int D) {
     int rows, nc;
     rmsnorm_plan(N, &rows, &nc);
-    std::vector<float> partial(mp_cuda_rmsnorm_bwd_scratch_floats(N, D), NAN), dw(D, 0.25f);
+    const int W = rms_bwd_warps(D);
+    std::vector<float> partial(mp_cuda_rmsnorm_bwd_scratch_floats(N, D), NAN), acc((size_t)std::max(W, 1) * D);
     for (int c = 0; c < nc; c++) {
         const int64_t n0 = (int64_t)c * rows, n1 = std::min<int64_t>(n0 + rows, N);
-        for (int64_t n = n0; n < n1; n++)
-            for (int i = 0; i < D; i++) {
-                const float dwi = dy[n * D + i] * x[n * D + i] * rstd[n];
-                float &p = partial[(size_t)c * D + i];
-                p = n == n0 ? dwi : p + dwi;
+        if (W == 0) {   /* rmsnorm_bwd_wide_kernel: a block reduction per row (order immaterial to dw) */
+            for (int64_t n = n0; n < n1; n++) {
+                const float r = rstd[n];
+                double dot = 0;
+                for (int i = 0; i < D; i++)
+                    dot += (double)__bfloat162float(w[i]) * __bfloat162float(dy[n * D + i]) * __bfloat162float(x[n * D + i]);
+                const float cc = (float)dot / (float)D * r * r;
+                for (int i = 0; i < D; i++) {
+                    const float xi = __bfloat162float(x[n * D + i]), gi = __bfloat162float(dy[n * D + i]);
+                    dx[n * D + i] = __float2bfloat16_rn(__bfloat162float(dx[n * D + i]) +
+                                                        r * (__bfloat162float(w[i]) * gi - xi * cc));
+                    float &p = partial[(size_t)c * D + i];
+                    p = n == n0 ? gi * xi * r : p + gi * xi * r;
+                }
             }
+            continue;
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int warp = 0; warp < W; warp++)
+            for (int64_t n = n0 + warp; n < n1; n += W) {
+                const mp_bf16 *xr = x.data() + n * D, *g = dy.data() + n * D;
+                const float r = rstd[n];
+                float dots[MP_WARP];
+                for (int lane = 0; lane < MP_WARP; lane++) dots[lane] = rms_bwd_lane_dot<VEC>(g, xr, w.data(), D, lane);
+                const float cc = warp_sum_host(dots) / (float)D * r * r;
+                for (int lane = 0; lane < MP_WARP; lane++)
+                    rms_bwd_lane_update<VEC>(dx.data() + n * D, acc.data() + (size_t)warp * D, g, xr, w.data(), r, cc, D, lane);
+            }
+        for (int tid = 0; tid < W * MP_WARP; tid++) rms_bwd_fold<VEC>(partial.data() + (size_t)c * D, acc.data(), W, D, tid, W * MP_WARP);
     }
-    for (int i = 0; i < D; i++) {
+    for (int i = 0; i < D; i++) {   /* rmsnorm_bwd_column_kernel */
         float s = 0.0f;
         for (int c = 0; c < nc; c++) s += partial[(size_t)c * D + i];
         dw[i] += s;
     }
-    for (int i = 0; i < D; i++)
-        CHECK(fabs(dw[i] - 0.25 - ref_dw[i]) < 1e-4 * (1 + fabs(ref_dw[i])), "rmsnorm dw N=%d i=%d: %g vs %g", N, i,
-              dw[i] - 0.25, ref_dw[i]);
+}
+
+/* Forward and backward replays (VEC 1 always, VEC 8 when D % 8 == 0) against float64; dw bitwise
+ * against the contract's order written out independently (a chunk's warps each sum their rows n0 + w,
+ * n0 + w + W, ... in order from 0, the warps are added in order, the chunks in order), and the two
+ * widths' dw bitwise equal. NaN-filled outputs catch an element never written; dx accumulates, so an
+ * element written twice is off by its update. */
+static void check_rmsnorm(int N, int D) {
+    const float eps = 1e-5f;
+    std::vector<mp_bf16> x((size_t)N * D), dy(x.size()), dx0(x.size()), w(D);
+    for (auto &e : x) e = __float2bfloat16_rn(2.0f * rnd_unit());
+    for (auto &e : dy) e = __float2bfloat16_rn(rnd_unit());
+    for (auto &e : dx0) e = __float2bfloat16_rn(rnd_unit());
+    for (auto &e : w) e = __float2bfloat16_rn(1.0f + 0.5f * rnd_unit());
+    auto f = [](mp_bf16 v) { return (double)__bfloat162float(v); };
+    std::vector<float> rstd(N);
+    std::vector<double> ref_y(x.size()), ref_r(N), ref_dx(x.size()), ref_dw(D, 0.0);
+    for (int n = 0; n < N; n++) {
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += f(x[(size_t)n * D + i]) * f(x[(size_t)n * D + i]);
+        ref_r[n] = 1.0 / sqrt(ss / D + eps);
+        for (int i = 0; i < D; i++) ref_y[(size_t)n * D + i] = f(x[(size_t)n * D + i]) * ref_r[n] * f(w[i]);
+    }
+    for (int vec : {1, 8}) {   /* forward */
+        if (vec == 8 && D % 8) continue;
+        std::vector<mp_bf16> y(x.size(), __float2bfloat16_rn(NAN));
+        std::vector<float> r(N, NAN);
+        if (vec == 8) rms_fwd_replay<8>(y, r, x, w, N, D, eps);
+        else rms_fwd_replay<1>(y, r, x, w, N, D, eps);
+        int bad = 0;
+        for (size_t k = 0; k < y.size(); k++) bad += !(fabs(__bfloat162float(y[k]) - ref_y[k]) <= fabs(ref_y[k]) / 256 + 1e-6);
+        for (int n = 0; n < N; n++) bad += !(fabs(r[n] - ref_r[n]) <= 1e-5 * ref_r[n]);
+        CHECK(bad == 0, "rmsnorm fwd VEC %d N=%d D=%d: %d elements not written or off float64", vec, N, D, bad);
+        if (vec == 1) rstd = r;
+    }
+    for (int n = 0; n < N; n++) {   /* backward references, from the fp32 rstd the forward saved */
+        const double r = rstd[n];
+        double dot = 0;
+        for (int i = 0; i < D; i++) dot += f(w[i]) * f(dy[(size_t)n * D + i]) * f(x[(size_t)n * D + i]);
+        for (int i = 0; i < D; i++) {
+            const size_t k = (size_t)n * D + i;
+            ref_dx[k] = f(dx0[k]) + r * (f(w[i]) * f(dy[k]) - f(x[k]) * r * r * dot / D);
+            ref_dw[i] += f(dy[k]) * f(x[k]) * r;
+        }
+    }
+    int rows, nc;
+    rmsnorm_plan(N, &rows, &nc);
+    const int W = rms_bwd_warps(D);
+    std::vector<float> order_dw(D, 0.25f);
+    for (int i = 0; i < D; i++) {
+        float total = 0.0f;
+        for (int c = 0; c < nc; c++) {
+            const int64_t n0 = (int64_t)c * rows, n1 = std::min<int64_t>(n0 + rows, N);
+            float part = 0.0f;
+            for (int wi = 0; wi < std::max(W, 1); wi++) {
+                float a = 0.0f;
+                for (int64_t n = n0 + wi; n < n1; n += std::max(W, 1)) {
+                    const float t = __bfloat162float(dy[n * D + i]) * __bfloat162float(x[n * D + i]) * rstd[n];
+                    a = (W == 0 && n == n0) ? t : a + t;   /* the wide kernel's first row is stored, not added */
+                }
+                part = wi == 0 ? a : part + a;
+            }
+            total += part;
+        }
+        order_dw[i] += total;
+    }
+    std::vector<float> dw1;
+    for (int vec : {1, 8}) {
+        if (vec == 8 && D % 8) continue;
+        std::vector<mp_bf16> dx = dx0;
+        std::vector<float> dw(D, 0.25f);
+        if (vec == 8) rms_bwd_replay<8>(dx, dw, dy, x, w, rstd, N, D);
+        else rms_bwd_replay<1>(dx, dw, dy, x, w, rstd, N, D);
+        int bad = 0;
+        for (size_t k = 0; k < dx.size(); k++) bad += !(fabs(__bfloat162float(dx[k]) - ref_dx[k]) <= fabs(ref_dx[k]) / 256 + 1e-5);
+        CHECK(bad == 0, "rmsnorm bwd VEC %d N=%d D=%d (W %d): %d dx elements off float64", vec, N, D, W, bad);
+        bad = 0;
+        for (int i = 0; i < D; i++) bad += !(fabs(dw[i] - 0.25 - ref_dw[i]) <= 1e-4 * (1 + fabs(ref_dw[i])));
+        CHECK(bad == 0, "rmsnorm bwd VEC %d N=%d D=%d: %d dw elements off float64", vec, N, D, bad);
+        CHECK(memcmp(dw.data(), order_dw.data(), D * sizeof(float)) == 0,
+              "rmsnorm bwd VEC %d N=%d D=%d: dw is not the contract's fixed-order sum bit for bit", vec, N, D);
+        if (vec == 1) dw1 = dw;
+        else CHECK(memcmp(dw.data(), dw1.data(), D * sizeof(float)) == 0, "rmsnorm dw: VEC 8 differs from VEC 1 (N=%d D=%d)", N, D);
+    }
 }
 
 /* ---- 1. element math ---- */
@@ -907,9 +1055,11 @@ int main(void) {
         check_embed_bwd(N, 3, 100, 37, 200);   /* a middle vocab slice: most tokens out of range */
     }
     check_elementwise();
-    check_rmsnorm_bwd(1, 3);
-    check_rmsnorm_bwd(33, 5);
-    check_rmsnorm_bwd(9000, 4);   /* several chunks of > 32 rows */
+    /* RMSNorm: D % 8 != 0 (2-byte path only), N below one chunk and below one row per warp, several
+     * chunks, > 512 chunks' worth of rows (chunks of > 32 rows), 1 warp per block, the wide kernel */
+    const int rms[][2] = {{1, 3}, {5, 13}, {33, 5}, {7, 200}, {100, 64}, {300, 2048}, {40, 4000}, {9000, 24},
+                          {20011, 16}, {3, 12288}, {3, 12296}, {2, 12301}};
+    for (auto &r : rms) check_rmsnorm(r[0], r[1]);
     const int ropes[][5] = {{1, 1, 1, 2, 0}, {2, 5, 3, 64, 7}, {1, 9, 4, 16, 0}, {2, 3, 2, 128, 100}, {1, 4, 3, 40, 2},
                             {1, 2, 1, 6, 0}, {1, 3, 2, 1024, 5}};
     for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4]);
