@@ -14,7 +14,8 @@
  * the project, nothing to load), and calls the launchers and, for the peers, the kernels directly:
  *   rmsnorm_bwd       mp_cuda_rmsnorm_bwd (warp per row, 16-byte accesses, shared dw accumulators)
  *   rmsnorm_bwd_wide  the block-per-chunk kernel (the previous design; now only for D > 12288) + column pass
- *   rmsnorm_fwd       mp_cuda_rmsnorm_fwd (16-byte accesses); rmsnorm_fwd_2b: the same with 2-byte accesses
+ *   rmsnorm_fwd       mp_cuda_rmsnorm_fwd (16-byte accesses); rmsnorm_fwd_2b: the same lanes with 2-byte
+ *                     accesses; rmsnorm_fwd_prev: one column per lane, 2-byte (the previous design)
  *   copy(bytes)       cudaMemcpyAsync device to device of half the op's bytes (read + write = its traffic)
  * Per row: ms per call (median over --rounds of the mean of --reps calls), GB/s of the op's bytes, and the
  * ratio to the copy of the same bytes. Exit: 0 done, 1 a CUDA error, 2 bad usage, 77 no usable GPU.
@@ -127,9 +128,13 @@ int main(int argc, char **argv) {
             rmsnorm_bwd_column_kernel<<<(D + 255) / 256, 256>>>(dw, part, nchunks, D);
         }), bwd_bytes, cb);
     row("rmsnorm_fwd", time_ms(rounds, reps, [&] { mp_cuda_rmsnorm_fwd(y, rstd, x, w, N, D, 1e-5f, 0); }), fwd_bytes, cf);
-    row("rmsnorm_fwd_2b", time_ms(rounds, reps, [&] {
-            rmsnorm_fwd_kernel<1><<<(N + FWD_ROWS_PER_BLOCK - 1) / FWD_ROWS_PER_BLOCK, FWD_ROWS_PER_BLOCK * MP_WARP>>>(
-                y, rstd, x, w, N, D, 1e-5f);
+    const int fblocks = (N + FWD_ROWS_PER_BLOCK - 1) / FWD_ROWS_PER_BLOCK, fthreads = FWD_ROWS_PER_BLOCK * MP_WARP;
+    if (D % 8 == 0)
+        row("rmsnorm_fwd_2b", time_ms(rounds, reps, [&] {
+                rmsnorm_fwd_kernel<8, false><<<fblocks, fthreads>>>(y, rstd, x, w, N, D, 1e-5f);
+            }), fwd_bytes, cf);
+    row("rmsnorm_fwd_prev", time_ms(rounds, reps, [&] {
+            rmsnorm_fwd_kernel<1, false><<<fblocks, fthreads>>>(y, rstd, x, w, N, D, 1e-5f);
         }), fwd_bytes, cf);
     PCK(cudaDeviceSynchronize());
     cudaFree(x), cudaFree(dy), cudaFree(dx), cudaFree(y), cudaFree(w), cudaFree(rstd), cudaFree(dw), cudaFree(part);

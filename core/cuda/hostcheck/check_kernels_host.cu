@@ -192,8 +192,8 @@ static float warp_sum_host(const float *lanes) {
     return v[0];
 }
 
-/* rmsnorm_fwd_kernel<VEC>: every warp of every block, lane by lane. */
-template <int VEC>
+/* rmsnorm_fwd_kernel<VEC, V16>: every warp of every block, lane by lane. */
+template <int VEC, bool V16>
 static void rms_fwd_replay(std::vector<mp_bf16> &y, std::vector<float> &rstd, const std::vector<mp_bf16> &x,
                            const std::vector<mp_bf16> &w, int N, int D, float eps) {
     const int blocks = (N + FWD_ROWS_PER_BLOCK - 1) / FWD_ROWS_PER_BLOCK;
@@ -202,19 +202,19 @@ static void rms_fwd_replay(std::vector<mp_bf16> &y, std::vector<float> &rstd, co
             const int64_t n = (int64_t)b * FWD_ROWS_PER_BLOCK + warp;
             if (n >= N) continue;
             float ss[MP_WARP];
-            for (int lane = 0; lane < MP_WARP; lane++) ss[lane] = rms_fwd_lane_ss<VEC>(x.data() + n * D, D, lane);
+            for (int lane = 0; lane < MP_WARP; lane++) ss[lane] = rms_fwd_lane_ss<VEC, V16>(x.data() + n * D, D, lane);
             const float r = 1.0f / sqrtf(warp_sum_host(ss) / (float)D + eps);
             rstd[n] = r;
             for (int lane = 0; lane < MP_WARP; lane++)
-                rms_fwd_lane_store<VEC>(y.data() + n * D, x.data() + n * D, w.data(), r, D, lane);
+                rms_fwd_lane_store<VEC, V16>(y.data() + n * D, x.data() + n * D, w.data(), r, D, lane);
         }
 }
 
-/* rmsnorm_bwd_chunk_kernel<VEC> (W = rms_bwd_warps(D) > 0), or the wide kernel's order (W = 0: the
+/* rmsnorm_bwd_chunk_kernel<VEC, V16> (W = rms_bwd_warps(D) > 0), or the wide kernel's order (W = 0: the
  * rows of a chunk in order, each column's partial its own), then the column kernel. Warps of a block
  * touch disjoint rows of dx and disjoint accumulators, lanes disjoint columns: replaying them one after
  * another is the launch. */
-template <int VEC>
+template <int VEC, bool V16>
 static void rms_bwd_replay(std::vector<mp_bf16> &dx, std::vector<float> &dw, const std::vector<mp_bf16> &dy,
                            const std::vector<mp_bf16> &x, const std::vector<mp_bf16> &w, const std::vector<float> &rstd,
                            int N, int D) {
@@ -247,10 +247,10 @@ static void rms_bwd_replay(std::vector<mp_bf16> &dx, std::vector<float> &dw, con
                 const mp_bf16 *xr = x.data() + n * D, *g = dy.data() + n * D;
                 const float r = rstd[n];
                 float dots[MP_WARP];
-                for (int lane = 0; lane < MP_WARP; lane++) dots[lane] = rms_bwd_lane_dot<VEC>(g, xr, w.data(), D, lane);
+                for (int lane = 0; lane < MP_WARP; lane++) dots[lane] = rms_bwd_lane_dot<VEC, V16>(g, xr, w.data(), D, lane);
                 const float cc = warp_sum_host(dots) / (float)D * r * r;
                 for (int lane = 0; lane < MP_WARP; lane++)
-                    rms_bwd_lane_update<VEC>(dx.data() + n * D, acc.data() + (size_t)warp * D, g, xr, w.data(), r, cc, D, lane);
+                    rms_bwd_lane_update<VEC, V16>(dx.data() + n * D, acc.data() + (size_t)warp * D, g, xr, w.data(), r, cc, D, lane);
             }
         for (int tid = 0; tid < W * MP_WARP; tid++) rms_bwd_fold<VEC>(partial.data() + (size_t)c * D, acc.data(), W, D, tid, W * MP_WARP);
     }
@@ -261,10 +261,10 @@ static void rms_bwd_replay(std::vector<mp_bf16> &dx, std::vector<float> &dw, con
     }
 }
 
-/* Forward and backward replays (VEC 1 always, VEC 8 when D % 8 == 0) against float64; dw bitwise
- * against the contract's order written out independently (a chunk's warps each sum their rows n0 + w,
- * n0 + w + W, ... in order from 0, the warps are added in order, the chunks in order), and the two
- * widths' dw bitwise equal. NaN-filled outputs catch an element never written; dx accumulates, so an
+/* Forward and backward replays against float64 (each launch D allows: D % 8 == 0 with 16-byte and with
+ * 2-byte accesses, which must agree bit for bit; else groups of 1); dw bitwise against the contract's
+ * order written out independently (a chunk's warps each sum their rows n0 + w, n0 + w + W, ... in order
+ * from 0, the warps are added in order, the chunks in order). NaN-filled outputs catch an element never written; dx accumulates, so an
  * element written twice is off by its update. */
 static void check_rmsnorm(int N, int D) {
     const float eps = 1e-5f;
@@ -282,17 +282,23 @@ static void check_rmsnorm(int N, int D) {
         ref_r[n] = 1.0 / sqrt(ss / D + eps);
         for (int i = 0; i < D; i++) ref_y[(size_t)n * D + i] = f(x[(size_t)n * D + i]) * ref_r[n] * f(w[i]);
     }
-    for (int vec : {1, 8}) {   /* forward */
-        if (vec == 8 && D % 8) continue;
+    /* the launches D allows: D % 8 == 0: groups of 8 with 16-byte (path 0) and 2-byte (path 1) accesses,
+     * which must agree bit for bit; else groups of 1 (path 2) */
+    const std::vector<int> paths = D % 8 ? std::vector<int>{2} : std::vector<int>{0, 1};
+    std::vector<mp_bf16> y0;
+    for (int path : paths) {   /* forward */
         std::vector<mp_bf16> y(x.size(), __float2bfloat16_rn(NAN));
         std::vector<float> r(N, NAN);
-        if (vec == 8) rms_fwd_replay<8>(y, r, x, w, N, D, eps);
-        else rms_fwd_replay<1>(y, r, x, w, N, D, eps);
+        if (path == 0) rms_fwd_replay<8, true>(y, r, x, w, N, D, eps);
+        else if (path == 1) rms_fwd_replay<8, false>(y, r, x, w, N, D, eps);
+        else rms_fwd_replay<1, false>(y, r, x, w, N, D, eps);
         int bad = 0;
         for (size_t k = 0; k < y.size(); k++) bad += !(fabs(__bfloat162float(y[k]) - ref_y[k]) <= fabs(ref_y[k]) / 256 + 1e-6);
         for (int n = 0; n < N; n++) bad += !(fabs(r[n] - ref_r[n]) <= 1e-5 * ref_r[n]);
-        CHECK(bad == 0, "rmsnorm fwd VEC %d N=%d D=%d: %d elements not written or off float64", vec, N, D, bad);
-        if (vec == 1) rstd = r;
+        CHECK(bad == 0, "rmsnorm fwd path %d N=%d D=%d: %d elements not written or off float64", path, N, D, bad);
+        if (path == paths[0]) rstd = r, y0 = y;
+        else CHECK(!memcmp(y.data(), y0.data(), y.size() * 2) && !memcmp(r.data(), rstd.data(), N * sizeof(float)),
+                   "rmsnorm fwd N=%d D=%d: 2-byte accesses differ from 16-byte", N, D);
     }
     for (int n = 0; n < N; n++) {   /* backward references, from the fp32 rstd the forward saved */
         const double r = rstd[n];
@@ -326,22 +332,24 @@ static void check_rmsnorm(int N, int D) {
         order_dw[i] += total;
     }
     std::vector<float> dw1;
-    for (int vec : {1, 8}) {
-        if (vec == 8 && D % 8) continue;
+    std::vector<mp_bf16> dx1;
+    for (int path : paths) {
         std::vector<mp_bf16> dx = dx0;
         std::vector<float> dw(D, 0.25f);
-        if (vec == 8) rms_bwd_replay<8>(dx, dw, dy, x, w, rstd, N, D);
-        else rms_bwd_replay<1>(dx, dw, dy, x, w, rstd, N, D);
+        if (path == 0) rms_bwd_replay<8, true>(dx, dw, dy, x, w, rstd, N, D);
+        else if (path == 1) rms_bwd_replay<8, false>(dx, dw, dy, x, w, rstd, N, D);
+        else rms_bwd_replay<1, false>(dx, dw, dy, x, w, rstd, N, D);
         int bad = 0;
         for (size_t k = 0; k < dx.size(); k++) bad += !(fabs(__bfloat162float(dx[k]) - ref_dx[k]) <= fabs(ref_dx[k]) / 256 + 1e-5);
-        CHECK(bad == 0, "rmsnorm bwd VEC %d N=%d D=%d (W %d): %d dx elements off float64", vec, N, D, W, bad);
+        CHECK(bad == 0, "rmsnorm bwd path %d N=%d D=%d (W %d): %d dx elements off float64", path, N, D, W, bad);
         bad = 0;
         for (int i = 0; i < D; i++) bad += !(fabs(dw[i] - 0.25 - ref_dw[i]) <= 1e-4 * (1 + fabs(ref_dw[i])));
-        CHECK(bad == 0, "rmsnorm bwd VEC %d N=%d D=%d: %d dw elements off float64", vec, N, D, bad);
+        CHECK(bad == 0, "rmsnorm bwd path %d N=%d D=%d: %d dw elements off float64", path, N, D, bad);
         CHECK(memcmp(dw.data(), order_dw.data(), D * sizeof(float)) == 0,
-              "rmsnorm bwd VEC %d N=%d D=%d: dw is not the contract's fixed-order sum bit for bit", vec, N, D);
-        if (vec == 1) dw1 = dw;
-        else CHECK(memcmp(dw.data(), dw1.data(), D * sizeof(float)) == 0, "rmsnorm dw: VEC 8 differs from VEC 1 (N=%d D=%d)", N, D);
+              "rmsnorm bwd path %d N=%d D=%d: dw is not the contract's fixed-order sum bit for bit", path, N, D);
+        if (path == paths[0]) dw1 = dw, dx1 = dx;
+        else CHECK(!memcmp(dw.data(), dw1.data(), D * sizeof(float)) && !memcmp(dx.data(), dx1.data(), dx.size() * 2),
+                   "rmsnorm bwd N=%d D=%d: 2-byte accesses differ from 16-byte", N, D);
     }
 }
 
