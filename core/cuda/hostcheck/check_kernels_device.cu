@@ -362,6 +362,19 @@ static void dev_adamw(void) {
     }
     close("adamw p", ph, rp, 1e-6, 1e-7, "");
     CHECK(same_bits(pbh, rpb), "adamw bf16 copy is not the rounded fp32 weight");
+    /* the same update one element into fresh buffers (no pointer 16-byte aligned: one element per access)
+     * must give the same bits as the 16-byte path above */
+    std::vector<float> p1(n + 1, 0.0f), g1(n + 1, 0.0f), m1(n + 1, 0.0f), v1(n + 1, 0.0f);
+    std::copy(p.begin(), p.end(), p1.begin() + 1), std::copy(g.begin(), g.end(), g1.begin() + 1);
+    std::copy(m.begin(), m.end(), m1.begin() + 1), std::copy(v.begin(), v.end(), v1.begin() + 1);
+    float *pu = up(p1), *gu = up(g1), *mu = up(m1), *vu = up(v1);
+    mp_bf16 *pbu = dev<mp_bf16>(n + 1);
+    mp_cuda_adamw(pu + 1, pbu + 1, gu + 1, mu + 1, vu + 1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 2.0f, sc, g_s);
+    SYNC();
+    CHECK(same_bits(down(pu + 1, n), ph) && same_bits(down(mu + 1, n), down(md, n)) && same_bits(down(vu + 1, n), down(vd, n)) &&
+              same_bits(down_bf16(pbu + 1, n), pbh),
+          "adamw: unaligned (one element per access) differs from the 16-byte path");
+    cudaFree(pu), cudaFree(gu), cudaFree(mu), cudaFree(vu), cudaFree(pbu);
     cudaFree(pd), cudaFree(gd), cudaFree(md), cudaFree(vd), cudaFree(sc), cudaFree(pb);
 }
 

@@ -554,6 +554,36 @@ static void vec_replay(int64_t n, const F &f) {
     }
 }
 
+/* AdamW's 16-byte path (k_adamw.cu): its launch replayed (vec_replay: chunks of 8, then the n % 8 tail one
+ * per thread), p, m, v and the bf16 copy bitwise against the one-element path and against adamw_elem
+ * element by element, p against float64 PyTorch AdamW; the device scale factor read through the pointer. */
+[[maybe_unused]] static void check_adamw_vec(int64_t n) {
+    std::vector<float> p0(n), g(n), m0(n), v0(n);
+    for (int64_t i = 0; i < n; i++)
+        p0[i] = rnd_unit(), g[i] = rnd_unit(), m0[i] = 0.1f * rnd_unit(), v0[i] = 0.01f * (rnd_unit() + 1.0f);
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 2.0f, gsd = 0.25f;
+    const int step = 3;
+    const float bc1 = (float)(1.0 / (1.0 - pow((double)b1, step))), bc2 = (float)(1.0 / (1.0 - pow((double)b2, step)));
+    std::vector<float> p8 = p0, m8 = m0, v8 = v0, p1 = p0, m1 = m0, v1 = v0;
+    std::vector<__nv_bfloat16> b8(n, __float2bfloat16_rn(NAN)), b1v(n, __float2bfloat16_rn(NAN));
+    vec_replay<8>(n, adamw_op{p8.data(), b8.data(), g.data(), m8.data(), v8.data(), lr, b1, b2, eps, wd, bc1, bc2, gs, &gsd});
+    vec_replay<1>(n, adamw_op{p1.data(), b1v.data(), g.data(), m1.data(), v1.data(), lr, b1, b2, eps, wd, bc1, bc2, gs, &gsd});
+    CHECK(!memcmp(p8.data(), p1.data(), n * 4) && !memcmp(m8.data(), m1.data(), n * 4) && !memcmp(v8.data(), v1.data(), n * 4) &&
+              !memcmp(b8.data(), b1v.data(), n * 2),
+          "adamw: 16-byte path differs from the one-element path (n=%lld)", (long long)n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float mi = m0[i], vi = v0[i];
+        const float pi = adamw_elem(p0[i], g[i], &mi, &vi, lr, b1, b2, eps, wd, bc1, bc2, gs * gsd);
+        bad += pi != p1[i] || mi != m1[i] || vi != v1[i] || __bfloat162float(b1v[i]) != bf16_round(pi);
+        const double gd = (double)g[i] * gs * gsd, md = b1 * (double)m0[i] + (1 - (double)b1) * gd,
+                     vd = b2 * (double)v0[i] + (1 - (double)b2) * gd * gd;
+        const double pd = p0[i] - lr * ((md * bc1) / (sqrt(vd * bc2) + eps) + wd * (double)p0[i]);
+        bad += !(fabs(p1[i] - pd) <= 1e-6 * (1 + fabs(pd)));
+    }
+    CHECK(bad == 0, "adamw (n=%lld): %d elements not written once or off adamw_elem / float64", (long long)n, bad);
+}
+
 /* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls in the order layers/ issues them
  * (per layer q, k, v, o, gate, up, down; forward, dx, dw) find one plan per distinct key, a key differing in
  * any single field (transposes, sizes, strides, C type, any alignment) is another plan, and a key found is
@@ -1074,6 +1104,7 @@ int main(void) {
     check_gemm_plans();
     for (int64_t n : {1, 7, 8, 9, 64, 1003}) check_swiglu_vec(n);
     for (int64_t n : {1, 3, 4, 5, 8, 9, 1003, 70001}) check_vec_elementwise(n);
+    for (int64_t n : {1, 7, 8, 9, 1003, 70001}) check_adamw_vec(n);
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
