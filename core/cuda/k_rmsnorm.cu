@@ -44,11 +44,6 @@
 #define BWD_MAX_CHUNKS 512
 #define BWD_MAX_WARPS 8
 #define BWD_SMEM_FLOATS 12288   /* 48 KB of fp32 accumulators per block */
-#ifdef __CUDA_ARCH__   /* keeps several rows' loads in flight per lane (the host replay needs no pragma) */
-#define RMS_UNROLL _Pragma("unroll 4")
-#else
-#define RMS_UNROLL
-#endif
 
 /* Rows per chunk and chunk count of the backward's dw reduction (host and device: hostcheck tests it). */
 __host__ __device__ static inline void rmsnorm_plan(int N, int *rows_per_chunk, int *nchunks) {
@@ -90,7 +85,7 @@ __host__ __device__ static inline void rms_st(mp_bf16 *p, const float *f) {
 template <int VEC, bool V16>
 __host__ __device__ static inline float rms_fwd_lane_ss(const mp_bf16 *xr, int D, int lane) {
     float ss = 0.0f;
-    RMS_UNROLL
+    MP_DEVICE_UNROLL4
     for (int i = VEC * lane; i < D; i += VEC * MP_WARP) {
         float xv[VEC];
         rms_ld<VEC, V16>(xv, xr + i);
@@ -117,7 +112,7 @@ template <int VEC, bool V16>
 __host__ __device__ static inline float rms_bwd_lane_dot(const mp_bf16 *g, const mp_bf16 *xr, const mp_bf16 *w, int D,
                                                          int lane) {
     float dot = 0.0f;
-    RMS_UNROLL
+    MP_DEVICE_UNROLL4
     for (int i = VEC * lane; i < D; i += VEC * MP_WARP) {
         float xv[VEC], gv[VEC], wv[VEC];
         rms_ld<VEC, V16>(xv, xr + i);
@@ -134,7 +129,7 @@ template <int VEC, bool V16>
 __host__ __device__ static inline void rms_bwd_lane_update(mp_bf16 *dxr, float *acc, const mp_bf16 *g,
                                                            const mp_bf16 *xr, const mp_bf16 *w, float r, float cc,
                                                            int D, int lane) {
-    RMS_UNROLL
+    MP_DEVICE_UNROLL4
     for (int i = VEC * lane; i < D; i += VEC * MP_WARP) {
         float xv[VEC], gv[VEC], wv[VEC], dv[VEC];
         rms_ld<VEC, V16>(xv, xr + i);

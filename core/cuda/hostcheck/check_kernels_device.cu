@@ -93,6 +93,27 @@ static void dev_reduce(void) {
     mp_cuda_clip_scale(scale, acc, 1.0, g_s);
     SYNC();
     CHECK(down(scale, 1)[0] == clip_factor(b[0], 1.0), "clip scale on the device");
+    /* the same data one element off 16-byte alignment (one load per element): the same bits, fp32 and
+     * bf16; the bf16 result equals the host replay of its order to double rounding */
+    std::vector<float> x1(n + 1, 0.0f);
+    std::copy(x.begin(), x.end(), x1.begin() + 1);
+    std::vector<mp_bf16> xb(n), xb1(n + 1, __float2bfloat16_rn(0.0f));
+    for (int64_t i = 0; i < n; i++) xb[i] = xb1[i + 1] = __float2bfloat16_rn(x[i]);
+    float *du = up(x1);
+    mp_bf16 *db = up(xb), *db1 = up(xb1);
+    double *acc2 = dev<double>(4);
+    mp_cuda_sumsq_acc_f32(acc2, part, du + 1, n, g_s);
+    mp_cuda_sum_acc_f32(acc2 + 1, part, du + 1, n, g_s);
+    mp_cuda_sumsq_acc_bf16(acc2 + 2, part, db, n, g_s);
+    mp_cuda_sumsq_acc_bf16(acc2 + 3, part, db1 + 1, n, g_s);
+    SYNC();
+    std::vector<double> c = down(acc2, 4);
+    CHECK(c[0] == a[0] && c[1] == a[1], "sumsq/sum f32 unaligned %.17g/%.17g differ from aligned %.17g/%.17g", c[0], c[1],
+          a[0], a[1]);
+    const double rb = reduce_replay<true, true>(xb.data(), n, 0.0);
+    CHECK(c[2] == c[3] && fabs(c[2] - rb) <= 1e-13 * rb, "sumsq bf16 aligned %.17g unaligned %.17g host replay %.17g",
+          c[2], c[3], rb);
+    cudaFree(du), cudaFree(db), cudaFree(db1), cudaFree(acc2);
     cudaFree(dx), cudaFree(acc), cudaFree(part), cudaFree(scale);
 }
 

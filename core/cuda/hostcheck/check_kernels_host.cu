@@ -87,6 +87,29 @@ static uint64_t rnd_u64(void) {   /* splitmix64 */
 static float rnd_unit(void) { return (float)((rnd_u64() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
 static float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+/* mp_warp_sum's xor butterfly on the host: lane l takes v[l] + v[l ^ o] for o = 16, 8, 4, 2, 1 (the
+ * device's operand order); every lane ends with the same bits, lane 0's are returned. */
+template <typename T>
+static T warp_sum_host(const T *lanes) {
+    T v[MP_WARP], old[MP_WARP];
+    memcpy(v, lanes, sizeof v);
+    for (int o = MP_WARP / 2; o > 0; o /= 2) {
+        memcpy(old, v, sizeof v);
+        for (int l = 0; l < MP_WARP; l++) v[l] = old[l] + old[l ^ o];
+    }
+    return v[0];
+}
+
+/* mp_block_sum(_d) on the host for a block of v.size() threads (a multiple of 32): each warp's
+ * butterfly, then the warp results (zeros past the last warp) through one more butterfly. */
+template <typename T>
+static T block_sum_host(const std::vector<T> &v) {
+    const int nwarps = (int)v.size() / MP_WARP;
+    T buf[MP_WARP];
+    for (int l = 0; l < MP_WARP; l++) buf[l] = l < nwarps ? warp_sum_host(v.data() + l * MP_WARP) : (T)0;
+    return warp_sum_host(buf);
+}
+
 /* ---- 1. plans ---- */
 
 static void check_reduce_plan(void) {
@@ -98,24 +121,45 @@ static void check_reduce_plan(void) {
         reduce_plan(n, &nb, &chunk);
         CHECK(nb >= 1 && nb <= MP_CUDA_REDUCE_MAX_BLOCKS, "reduce_plan(%lld): %d blocks", (long long)n, nb);
         CHECK((int64_t)nb * chunk >= n && (int64_t)(nb - 1) * chunk < n, "reduce_plan(%lld) coverage", (long long)n);
+        CHECK(chunk % 8 == 0, "reduce_plan(%lld): chunk %lld not whole 16-byte groups of bf16", (long long)n, (long long)chunk);
     }
-    /* the two-stage order emulated on the host equals the plain sum to double rounding */
-    std::vector<float> x(300001);
-    for (auto &e : x) e = rnd_unit();
+}
+
+/* partial_kernel<SQUARE, V16> (every thread of every block through reduce_thread, then the block tree)
+ * and final_kernel (the 1024-thread tree over the partials, zeros past nb) replayed; returns acc + total. */
+template <bool SQUARE, bool V16, typename T>
+static double reduce_replay(const T *x, int64_t n, double acc) {
     int nb;
     int64_t chunk;
-    reduce_plan((int64_t)x.size(), &nb, &chunk);
-    double total = 0.0, plain = 0.0;
+    reduce_plan(n, &nb, &chunk);
+    std::vector<double> partials(FINAL_THREADS, 0.0), sums(RED_THREADS);
     for (int b = 0; b < nb; b++) {
-        double part[RED_THREADS] = {0};
-        for (int64_t i = b * chunk; i < std::min<int64_t>((int64_t)x.size(), (b + 1) * chunk); i++)
-            part[(i - b * chunk) % RED_THREADS] += (double)x[i] * x[i];
-        double s = 0.0;
-        for (double p : part) s += p;
-        total += s;
+        const int64_t start = (int64_t)b * chunk, end = std::min(start + chunk, n);
+        for (int t = 0; t < RED_THREADS; t++) sums[t] = reduce_thread<SQUARE, V16>(x, start, end, t);
+        partials[b] = block_sum_host(sums);
     }
-    for (float e : x) plain += (double)e * e;
-    CHECK(fabs(total - plain) <= 1e-12 * plain, "reduce emulation %.17g vs %.17g", total, plain);
+    return acc + block_sum_host(partials);
+}
+
+/* The reductions (k_reduce.cu) replayed on fp32 and bf16 data: the 16-byte and one-element paths bitwise
+ * equal, and within 1e-13 relative of the exact sum (of squares; long double). */
+[[maybe_unused]] static void check_reduce(int64_t n) {
+    std::vector<float> x(n);
+    std::vector<__nv_bfloat16> xb(n);
+    long double lsq = 0, lsm = 0, lsa = 0, lsqb = 0;   /* references in long double: a plain double sum of 2M terms errs more than the tree */
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = 3.0f * rnd_unit(), xb[i] = __float2bfloat16_rn(x[i]);
+        lsq += (long double)x[i] * x[i], lsm += x[i], lsa += fabsl(x[i]);
+        lsqb += (long double)__bfloat162float(xb[i]) * __bfloat162float(xb[i]);
+    }
+    const double sq = (double)lsq, sm = (double)lsm, sa = (double)lsa, sqb = (double)lsqb;
+    const double a = reduce_replay<true, true>(x.data(), n, 0.5), b = reduce_replay<true, false>(x.data(), n, 0.5);
+    const double c = reduce_replay<false, true>(x.data(), n, 0.5), d = reduce_replay<false, false>(x.data(), n, 0.5);
+    const double e = reduce_replay<true, true>(xb.data(), n, 0.5), f = reduce_replay<true, false>(xb.data(), n, 0.5);
+    CHECK(!memcmp(&a, &b, 8) && !memcmp(&c, &d, 8) && !memcmp(&e, &f, 8), "reduce n=%lld: 16-byte path differs from one-element", (long long)n);
+    CHECK(fabs(a - 0.5 - sq) <= 1e-13 * sq && fabs(c - 0.5 - sm) <= 1e-13 * sa && fabs(e - 0.5 - sqb) <= 1e-13 * sqb,
+          "reduce n=%lld: sumsq %.17g/%.17g sum %.17g/%.17g bf16 sumsq %.17g/%.17g", (long long)n, a - 0.5, sq, c - 0.5, sm,
+          e - 0.5, sqb);
 }
 
 static void check_rmsnorm_plan(void) {
@@ -179,18 +223,6 @@ static void check_embed_bwd(int N, int D, int v_start, int v_local, int vocab) {
 }
 
 /* ---- 1. RMSNorm: the launches replayed lane by lane (k_rmsnorm.cu) ---- */
-
-/* mp_warp_sum's xor butterfly on the host: lane l takes v[l] + v[l ^ o] for o = 16, 8, 4, 2, 1 (the
- * device's operand order); every lane ends with the same bits, lane 0's are returned. */
-static float warp_sum_host(const float *lanes) {
-    float v[MP_WARP], old[MP_WARP];
-    memcpy(v, lanes, sizeof v);
-    for (int o = MP_WARP / 2; o > 0; o /= 2) {
-        memcpy(old, v, sizeof v);
-        for (int l = 0; l < MP_WARP; l++) v[l] = old[l] + old[l ^ o];
-    }
-    return v[0];
-}
 
 /* rmsnorm_fwd_kernel<VEC, V16>: every warp of every block, lane by lane. */
 template <int VEC, bool V16>
@@ -1086,6 +1118,7 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd) {
 #ifndef MP_HOSTCHECK_NO_MAIN   /* check_kernels_device.cu reuses this file's references */
 int main(void) {
     check_reduce_plan();
+    for (int64_t n : {1, 3, 4, 5, 7, 8, 9, 4097, 8192, 8193, 300001, 2000003}) check_reduce(n);
     check_rmsnorm_plan();
     const int Ns[] = {1, 2, 3, 7, 64, 100, 1000, 4099};
     for (int N : Ns) {
