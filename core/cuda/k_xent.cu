@@ -14,7 +14,9 @@
  * in the fixed tree of k_common.cuh, so each row's statistic is a fixed-order sum: bitwise repeatable.
  * exp is expf (full precision). The logits are bf16 (the lm_head GEMM's output; the backward writes the
  * bf16 dlogits over them, which the dX/dW GEMMs read) or fp32 (templates; both exported). The per-row
- * scalars (rowmax, sumexp, tlogit, losses) are fp32. target and loss are one thread per row.
+ * scalars (rowmax, sumexp, tlogit, losses) are fp32. target and loss are one thread per row. The
+ * backward (elementwise in a row: nothing summed) moves 16 bytes per access when the rows allow it
+ * (issue 22); the same expression per column, so both widths agree bit for bit.
  */
 #include "core/cuda/k_common.cuh"
 
@@ -68,8 +70,30 @@ static __global__ void loss_kernel(float *__restrict__ losses, const float *__re
     if (n < N) losses[n] = xent_loss_row(rowmax[n], sumexp[n], tlogit[n]);
 }
 
-/* Each column is read and written by one thread, the target's -dloss folded into that same write. */
-template <typename T>
+/* Columns j0 .. j0+VEC-1 of one row l of the backward, in place: read all, then write all (VEC > 1: one
+ * 16-byte access each way). Every column's expression is the same whatever VEC (host and device:
+ * hostcheck replays the launches). f = dloss / sumexp, or 0 when the row has no finite logit. */
+template <int VEC, typename T>
+__host__ __device__ static inline void xent_bwd_at(T *l, int j0, float mx, float f, int64_t c, float dloss,
+                                                   int v_valid) {
+    float g[VEC];
+    mp_ld_vec<VEC>(g, l + j0);
+    for (int k = 0; k < VEC; k++) {
+        const int j = j0 + k;
+        float gk = 0.0f;
+        if (j < v_valid) {
+            gk = f == 0.0f ? 0.0f : f * expf(g[k] - mx);   /* f == 0: also no exp(-inf - -inf) = NaN */
+            if (j == c) gk -= dloss;
+        }
+        g[k] = gk;
+    }
+    mp_st_vec<VEC>(l + j0, g);
+}
+
+/* Each column is read and written by one thread, the target's -dloss folded into that same write. VEC
+ * columns per access (VEC = 16 bytes of T when v_local is a multiple of it and logits is 16-byte aligned:
+ * then every row is; else 1); thread t takes the groups starting at VEC t, VEC (t + 256), ... */
+template <int VEC, typename T>
 static __global__ void __launch_bounds__(XENT_THREADS)
     xent_bwd_kernel(T *__restrict__ logits, const float *__restrict__ rowmax, const float *__restrict__ sumexp,
                     const int32_t *__restrict__ tgt, float dloss, int v_local, int v_valid, int v_start) {
@@ -77,14 +101,8 @@ static __global__ void __launch_bounds__(XENT_THREADS)
     const float mx = rowmax[blockIdx.x];
     const float f = mx == -INFINITY ? 0.0f : dloss / sumexp[blockIdx.x];   /* no finite logit: no gradient */
     const int64_t c = (int64_t)tgt[blockIdx.x] - v_start;                   /* local target column, maybe none */
-    for (int j = threadIdx.x; j < v_local; j += XENT_THREADS) {
-        float g = 0.0f;
-        if (j < v_valid) {
-            g = f == 0.0f ? 0.0f : f * expf(mp_ld(l + j) - mx);   /* f == 0: also no exp(-inf - -inf) = NaN */
-            if (j == c) g -= dloss;
-        }
-        mp_st(l + j, g);
-    }
+    MP_DEVICE_UNROLL4
+    for (int j0 = VEC * threadIdx.x; j0 < v_local; j0 += VEC * XENT_THREADS) xent_bwd_at<VEC>(l, j0, mx, f, c, dloss, v_valid);
 }
 
 static void check_rows(int N, int v_local, int v_valid) {
@@ -124,7 +142,11 @@ static void bwd_t(T *logits, const float *rowmax, const float *sumexp, const int
     check_rows(N, v_local, v_valid);
     if (N == 0 || v_local == 0) return;
     assert(logits && rowmax && sumexp && tgt);
-    xent_bwd_kernel<T><<<N, XENT_THREADS, 0, s>>>(logits, rowmax, sumexp, tgt, dloss, v_local, v_valid, v_start);
+    constexpr int V = 16 / sizeof(T);
+    if (v_local % V == 0 && mp_aligned16(logits))
+        xent_bwd_kernel<V, T><<<N, XENT_THREADS, 0, s>>>(logits, rowmax, sumexp, tgt, dloss, v_local, v_valid, v_start);
+    else
+        xent_bwd_kernel<1, T><<<N, XENT_THREADS, 0, s>>>(logits, rowmax, sumexp, tgt, dloss, v_local, v_valid, v_start);
 }
 
 extern "C" void mp_cuda_xent_rowmax_bf16(float *rowmax, const mp_bf16 *logits, int N, int v_local, int v_valid,

@@ -334,13 +334,17 @@ static void dev_attention_kv(int B, int T, int H, int KV, int hd) {
     cudaFree(k), cudaFree(v);
 }
 
-static void dev_xent(void) {
-    const int N = 37, v_local = 1003, v_valid = 990, v_start = 2000;
+/* bf16 cross-entropy on N = 37 rows against float64; off: the logits' element offset (off 1 with
+ * v_local % 8 == 0: the 2-byte backward where off 0 takes the 16-byte one). Returns the dlogits. */
+static std::vector<float> dev_xent(int v_local, int v_valid, int off) {
+    const int N = 37, v_start = 2000;
     const float dloss = 0.125f;
     std::vector<float> lg = rnd_vec((size_t)N * v_local, 8.0f);
     std::vector<int32_t> tgt(N);
     for (int n = 0; n < N; n++) tgt[n] = v_start - 5 + (int32_t)(rnd_u64() % (v_valid + 10));
-    mp_bf16 *ld = up_bf16(lg);
+    std::vector<float> lgo(lg.size() + off, 0.0f);
+    std::copy(lg.begin(), lg.end(), lgo.begin() + off);
+    mp_bf16 *lbase = up_bf16(lgo), *ld = lbase + off;
     int32_t *td = up(tgt);
     float *mx = dev<float>(N), *se = dev<float>(N), *tl = dev<float>(N), *loss = dev<float>(N);
     mp_cuda_xent_rowmax_bf16(mx, ld, N, v_local, v_valid, g_s);
@@ -360,9 +364,12 @@ static void dev_xent(void) {
         rl[n] = log(s) + m - t;
         for (int j = 0; j < v_valid; j++) rg[(size_t)n * v_local + j] = dloss * (exp(lg[(size_t)n * v_local + j] - m) / s - (j == c));
     }
-    close("xent loss", lh, rl, 1e-5, 1e-4, "");
-    close("xent dlogits", gh, rg, 1e-2, 1e-6, "");
-    cudaFree(ld), cudaFree(td), cudaFree(mx), cudaFree(se), cudaFree(tl), cudaFree(loss);
+    char shape[64];
+    snprintf(shape, sizeof shape, "v_local %d v_valid %d off %d", v_local, v_valid, off);
+    close("xent loss", lh, rl, 1e-5, 1e-4, shape);
+    close("xent dlogits", gh, rg, 1e-2, 1e-6, shape);
+    cudaFree(lbase), cudaFree(td), cudaFree(mx), cudaFree(se), cudaFree(tl), cudaFree(loss);
+    return gh;
 }
 
 static void dev_adamw(void) {
@@ -561,7 +568,12 @@ int main(void) {
         for (int T : {1, 15, 64, 112, 200}) dev_attention(1, T, 2, 2, hd), dev_attention(2, T, 4, 1, hd);
     dev_attention_kv(2, 70, 4, 2, 40);
     dev_attention_kv(1, 150, 9, 3, 64);
-    dev_xent();
+    for (int vl : {1003, 1024}) {   /* 1024: the 16-byte backward aligned, the 2-byte one at offset 1, same bits */
+        const uint64_t seed = g_rng;
+        const std::vector<float> a = dev_xent(vl, vl - 13, 0);
+        g_rng = seed;
+        CHECK(same_bits(a, dev_xent(vl, vl - 13, 1)), "xent bwd v_local %d: aligned and unaligned differ", vl);
+    }
     dev_adamw();
     dev_gemm(bl);
     dev_gemm(bl);   /* again: every call now finds its cached cuBLASLt plan (gemm_cuda.cu) */

@@ -616,6 +616,62 @@ static void vec_replay(int64_t n, const F &f) {
     CHECK(bad == 0, "adamw (n=%lld): %d elements not written once or off adamw_elem / float64", (long long)n, bad);
 }
 
+/* xent_bwd_kernel<VEC, T> (k_xent.cu) replayed: every thread of every row's block through xent_bwd_at. */
+template <int VEC, typename T>
+static void xent_bwd_replay(std::vector<T> &lg, const std::vector<float> &mx, const std::vector<float> &se,
+                            const std::vector<int32_t> &tgt, float dloss, int N, int v_local, int v_valid, int v_start) {
+    for (int n = 0; n < N; n++) {
+        const float f = mx[n] == -INFINITY ? 0.0f : dloss / se[n];
+        const int64_t c = (int64_t)tgt[n] - v_start;
+        for (int t = 0; t < XENT_THREADS; t++)
+            for (int j0 = VEC * t; j0 < v_local; j0 += VEC * XENT_THREADS)
+                xent_bwd_at<VEC>(lg.data() + (size_t)n * v_local, j0, mx[n], f, c, dloss, v_valid);
+    }
+}
+
+/* The cross-entropy backward's 16-byte path, bf16 and fp32 logits, bitwise against the one-element path and
+ * within one rounding of float64 dloss (softmax - onehot); padding columns 0; a row of -inf logits gets
+ * -dloss at its target only; targets outside the slice get no -dloss. */
+template <typename T>
+static void check_xent_bwd_vec(int N, int v_local, int v_valid, int v_start) {
+    constexpr int V = 16 / sizeof(T);
+    std::vector<T> lg((size_t)N * v_local);
+    std::vector<float> lf(lg.size()), mx(N), se(N);
+    std::vector<int32_t> tgt(N);
+    for (size_t i = 0; i < lg.size(); i++) mp_from_f32(&lg[i], 6.0f * rnd_unit()), lf[i] = mp_to_f32(lg[i]);
+    for (int j = 0; j < v_local; j++) mp_from_f32(&lg[j], -INFINITY), lf[j] = -INFINITY;   /* row 0: no finite logit */
+    for (int n = 0; n < N; n++) {
+        tgt[n] = v_start - 3 + (int32_t)(rnd_u64() % (uint64_t)(v_valid + 6));
+        float m = -INFINITY, s = 0.0f;
+        for (int j = 0; j < v_valid; j++) m = std::max(m, lf[(size_t)n * v_local + j]);
+        if (m != -INFINITY)
+            for (int j = 0; j < v_valid; j++) s += expf(lf[(size_t)n * v_local + j] - m);
+        mx[n] = m, se[n] = s;
+    }
+    const float dloss = 0.125f;
+    std::vector<T> gv = lg, g1 = lg;
+    if (v_local % V == 0) xent_bwd_replay<V>(gv, mx, se, tgt, dloss, N, v_local, v_valid, v_start);
+    xent_bwd_replay<1>(g1, mx, se, tgt, dloss, N, v_local, v_valid, v_start);
+    if (v_local % V == 0)
+        CHECK(!memcmp(gv.data(), g1.data(), g1.size() * sizeof(T)), "xent bwd (%zu-byte logits, v_local %d): 16-byte path differs",
+              sizeof(T), v_local);
+    int bad = 0;
+    for (int n = 0; n < N; n++) {
+        const int64_t c = (int64_t)tgt[n] - v_start;
+        for (int j = 0; j < v_local; j++) {
+            double r = 0.0;
+            if (j < v_valid) {
+                r = n == 0 ? 0.0 : dloss * exp((double)lf[(size_t)n * v_local + j] - mx[n]) / se[n];
+                if (j == c) r -= dloss;
+            }
+            const double got = mp_to_f32(g1[(size_t)n * v_local + j]), tol = sizeof(T) == 2 ? 1.0 / 256 : 1e-5;
+            bad += !(fabs(got - r) <= tol * fabs(r) + 1e-9);
+        }
+    }
+    CHECK(bad == 0, "xent bwd (%zu-byte logits, N %d v_local %d v_valid %d): %d columns off float64", sizeof(T), N, v_local,
+          v_valid, bad);
+}
+
 /* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls in the order layers/ issues them
  * (per layer q, k, v, o, gate, up, down; forward, dx, dw) find one plan per distinct key, a key differing in
  * any single field (transposes, sizes, strides, C type, any alignment) is another plan, and a key found is
@@ -1138,6 +1194,8 @@ int main(void) {
     for (int64_t n : {1, 7, 8, 9, 64, 1003}) check_swiglu_vec(n);
     for (int64_t n : {1, 3, 4, 5, 8, 9, 1003, 70001}) check_vec_elementwise(n);
     for (int64_t n : {1, 7, 8, 9, 1003, 70001}) check_adamw_vec(n);
+    const int xents[][4] = {{3, 8, 8, 0}, {5, 4096, 4000, 100}, {4, 1003, 990, 2000}, {3, 32000, 32000, 0}, {2, 20, 17, 5}};
+    for (auto &x : xents) check_xent_bwd_vec<__nv_bfloat16>(x[0], x[1], x[2], x[3]), check_xent_bwd_vec<float>(x[0], x[1], x[2], x[3]);
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
