@@ -4,8 +4,11 @@
  *
  * What it checks:
  *   1. the __host__ __device__ helpers the kernels themselves call (it #includes the kernel files):
- *      reduction and RMSNorm-backward plans (every element covered once, limits held), the RMSNorm dw
- *      chunk/column passes against a double reference, the embedding
+ *      reduction and RMSNorm-backward plans (every element covered once, limits held); the launches of
+ *      RMSNorm (forward, backward: lane by lane, the warp butterfly emulated), the sum-of-squares
+ *      reductions (thread by thread, the block trees emulated), the cross-entropy backward and AdamW
+ *      replayed on the host, 16-byte and 2-byte paths bitwise equal, against float64 (RMSNorm's dw also
+ *      bitwise against its contract's summation order written out independently); the embedding
  *      backward's key packing, bitonic network and run detection (run as the launcher runs them, stage
  *      by stage, against core/backend_cpu.c's in-order scatter), the AdamW, SwiGLU, RoPE, loss and clip
  *      element math against double-precision references;
