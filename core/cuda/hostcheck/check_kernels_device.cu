@@ -117,8 +117,10 @@ static void dev_reduce(void) {
     cudaFree(dx), cudaFree(acc), cudaFree(part), cudaFree(scale);
 }
 
-static void dev_embed(void) {
-    const int N = 777, D = 67, v_start = 10, v_local = 40;
+/* The embedding forward and backward (N 777: the sort in one shared-memory tile; N 5000: P 8192, four
+ * tiles and global steps between them), the backward bitwise the CPU's in-order scatter. */
+static void dev_embed(int N, int D) {
+    const int v_start = 10, v_local = 40;
     std::vector<int32_t> tok(N);
     for (auto &t : tok) t = (int32_t)(rnd_u64() % 60);
     std::vector<float> wte = rnd_vec((size_t)v_local * D, 1.0f), dout = rnd_vec((size_t)N * D, 1.0f);
@@ -547,7 +549,8 @@ int main(void) {
     }
     dev_reduce();
     dev_misc();
-    dev_embed();
+    dev_embed(777, 67);
+    dev_embed(5000, 19);
     /* RMSNorm: the 16-byte path (D % 8 == 0, aligned), the 2-byte path (unaligned; D % 8 != 0), N below one
      * chunk, many chunks, one warp per block (D 12288) and the wide kernel (D 12296, 12301) */
     const int rms[][2] = {{300, 200}, {5, 203}, {2, 8}, {1, 3}, {20011, 64}, {600, 2048}, {40, 4000}, {33, 12288},

@@ -209,10 +209,34 @@ static void check_embed_bwd(int N, int D, int v_start, int v_local, int vocab) {
     CHECK(mp_cuda_embed_bwd_scratch_bytes(N) == (size_t)P * 8, "scratch bytes");
     std::vector<uint64_t> keys(P);
     for (int64_t i = 0; i < P; i++) keys[i] = i < N ? embed_key(tok[i], (int)i, v_start, v_local) : ~(uint64_t)0;
+    std::vector<uint64_t> net = keys;   /* the plain network, step by step */
     for (int64_t k = 2; k <= P; k <<= 1)
         for (int64_t j = k >> 1; j > 0; j >>= 1)
-            for (int64_t i = P - 1; i >= 0; i--) bitonic_step(keys.data(), i, j, k);   /* any order within a stage */
-    CHECK(std::is_sorted(keys.begin(), keys.end()), "bitonic sort (N=%d)", N);
+            for (int64_t i = P - 1; i >= 0; i--) bitonic_step(net.data(), i, j, k);   /* any order within a stage */
+    CHECK(std::is_sorted(net.begin(), net.end()), "bitonic sort (N=%d)", N);
+    /* the launcher's schedule: global steps, and tile kernels replayed block by block, thread by thread
+     * (in reverse thread order: any order within a step) on a copy of the tile, as in shared memory */
+    int launches = 0;
+    bitonic_schedule(
+        P,
+        [&](int64_t j, int64_t k) {
+            launches++;
+            for (int64_t i = P - 1; i >= 0; i--) bitonic_step(keys.data(), i, j, k);
+        },
+        [&](int64_t k_first, int64_t k_last) {
+            launches++;
+            const int64_t n = std::min<int64_t>(P, SORT_TILE);
+            for (int64_t base = 0; base < P; base += n) {
+                std::vector<uint64_t> t(keys.begin() + base, keys.begin() + base + n);
+                for (int64_t k = k_first; k <= k_last; k <<= 1)
+                    for (int64_t j = bitonic_tile_j0(k, n); j > 0; j >>= 1)
+                        for (int tid = SORT_TILE_THREADS - 1; tid >= 0; tid--) bitonic_tile_step(t.data(), base, n, j, k, tid, SORT_TILE_THREADS);
+                std::copy(t.begin(), t.end(), keys.begin() + base);
+            }
+        });
+    const int lp = (int)log2((double)P), lt = (int)log2((double)std::min<int64_t>(P, SORT_TILE));
+    CHECK(keys == net && launches == (P < 2 ? 0 : (lp - lt + 1) * (lp - lt + 2) / 2),
+          "bitonic schedule (N=%d): %s, %d launches", N, keys == net ? "same keys" : "keys differ from the network", launches);
     for (int i = 0; i < N; i++)
         for (int d = 0; d < D; d++) {
             if (!run_start(keys.data(), i, v_local)) continue;
@@ -1179,7 +1203,7 @@ int main(void) {
     check_reduce_plan();
     for (int64_t n : {1, 3, 4, 5, 7, 8, 9, 4097, 8192, 8193, 300001, 2000003}) check_reduce(n);
     check_rmsnorm_plan();
-    const int Ns[] = {1, 2, 3, 7, 64, 100, 1000, 4099};
+    const int Ns[] = {1, 2, 3, 7, 64, 100, 1000, 2048, 2049, 4099, 16384};
     for (int N : Ns) {
         check_embed_bwd(N, 5, 0, 50, 50);      /* tp = 1 */
         check_embed_bwd(N, 3, 100, 37, 200);   /* a middle vocab slice: most tokens out of range */
