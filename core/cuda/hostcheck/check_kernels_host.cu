@@ -90,27 +90,29 @@ static uint64_t rnd_u64(void) {   /* splitmix64 */
 static float rnd_unit(void) { return (float)((rnd_u64() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
 static float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-/* mp_warp_sum's xor butterfly on the host: lane l takes v[l] + v[l ^ o] for o = 16, 8, 4, 2, 1 (the
- * device's operand order); every lane ends with the same bits, lane 0's are returned. */
-template <typename T>
+/* mp_warp_sum's (MAX: mp_warp_max's) xor butterfly on the host: lane l takes op(v[l], v[l ^ o]) for
+ * o = 16, 8, 4, 2, 1 (the device's operand order); every lane ends with the same bits, lane 0's are
+ * returned. */
+template <typename T, bool MAX = false>
 static T warp_sum_host(const T *lanes) {
     T v[MP_WARP], old[MP_WARP];
     memcpy(v, lanes, sizeof v);
     for (int o = MP_WARP / 2; o > 0; o /= 2) {
         memcpy(old, v, sizeof v);
-        for (int l = 0; l < MP_WARP; l++) v[l] = old[l] + old[l ^ o];
+        for (int l = 0; l < MP_WARP; l++) v[l] = MAX ? fmaxf(old[l], old[l ^ o]) : old[l] + old[l ^ o];
     }
     return v[0];
 }
 
-/* mp_block_sum(_d) on the host for a block of v.size() threads (a multiple of 32): each warp's
- * butterfly, then the warp results (zeros past the last warp) through one more butterfly. */
-template <typename T>
+/* mp_block_sum(_d) (MAX: mp_block_max) on the host for a block of v.size() threads (a multiple of 32):
+ * each warp's butterfly, then the warp results (the identity past the last warp) through one more. */
+template <typename T, bool MAX = false>
 static T block_sum_host(const std::vector<T> &v) {
     const int nwarps = (int)v.size() / MP_WARP;
     T buf[MP_WARP];
-    for (int l = 0; l < MP_WARP; l++) buf[l] = l < nwarps ? warp_sum_host(v.data() + l * MP_WARP) : (T)0;
-    return warp_sum_host(buf);
+    for (int l = 0; l < MP_WARP; l++)
+        buf[l] = l < nwarps ? warp_sum_host<T, MAX>(v.data() + l * MP_WARP) : (MAX ? (T)-INFINITY : (T)0);
+    return warp_sum_host<T, MAX>(buf);
 }
 
 /* ---- 1. plans ---- */
@@ -643,6 +645,25 @@ static void vec_replay(int64_t n, const F &f) {
     CHECK(bad == 0, "adamw (n=%lld): %d elements not written once or off adamw_elem / float64", (long long)n, bad);
 }
 
+/* rowmax_kernel and sumexp_kernel<G, V16, T> (k_xent.cu) replayed: every thread of every row's block
+ * through xent_row_thread, then the block trees. */
+template <int G, bool V16, typename T>
+static void xent_rows_replay(std::vector<float> &mx, std::vector<float> &se, const std::vector<T> &lg, int N, int v_local,
+                             int v_valid) {
+    std::vector<float> th(XENT_THREADS);
+    for (int n = 0; n < N; n++) {
+        const T *l = lg.data() + (size_t)n * v_local;
+        for (int t = 0; t < XENT_THREADS; t++) th[t] = xent_row_thread<true, G, V16>(l, v_valid, 0.0f, t);
+        mx[n] = block_sum_host<float, true>(th);
+        if (mx[n] == -INFINITY) {
+            se[n] = 0.0f;
+            continue;
+        }
+        for (int t = 0; t < XENT_THREADS; t++) th[t] = xent_row_thread<false, G, V16>(l, v_valid, mx[n], t);
+        se[n] = block_sum_host(th);
+    }
+}
+
 /* xent_bwd_kernel<VEC, T> (k_xent.cu) replayed: every thread of every row's block through xent_bwd_at. */
 template <int VEC, typename T>
 static void xent_bwd_replay(std::vector<T> &lg, const std::vector<float> &mx, const std::vector<float> &se,
@@ -656,9 +677,11 @@ static void xent_bwd_replay(std::vector<T> &lg, const std::vector<float> &mx, co
     }
 }
 
-/* The cross-entropy backward's 16-byte path, bf16 and fp32 logits, bitwise against the one-element path and
- * within one rounding of float64 dloss (softmax - onehot); padding columns 0; a row of -inf logits gets
- * -dloss at its target only; targets outside the slice get no -dloss. */
+/* The cross-entropy's row statistics and backward, bf16 and fp32 logits: rowmax and sumexp replayed with
+ * 16-byte and one-element loads (v_local a multiple of 16 bytes: the same groups, bitwise equal), rowmax
+ * the exact max, sumexp within 1e-5 of float64; the backward's 16-byte path bitwise against the
+ * one-element path and within one rounding of float64 dloss (softmax - onehot); padding columns 0; a
+ * row of -inf logits gets -dloss at its target only; targets outside the slice get no -dloss. */
 template <typename T>
 static void check_xent_bwd_vec(int N, int v_local, int v_valid, int v_start) {
     constexpr int V = 16 / sizeof(T);
@@ -667,14 +690,28 @@ static void check_xent_bwd_vec(int N, int v_local, int v_valid, int v_start) {
     std::vector<int32_t> tgt(N);
     for (size_t i = 0; i < lg.size(); i++) mp_from_f32(&lg[i], 6.0f * rnd_unit()), lf[i] = mp_to_f32(lg[i]);
     for (int j = 0; j < v_local; j++) mp_from_f32(&lg[j], -INFINITY), lf[j] = -INFINITY;   /* row 0: no finite logit */
-    for (int n = 0; n < N; n++) {
-        tgt[n] = v_start - 3 + (int32_t)(rnd_u64() % (uint64_t)(v_valid + 6));
-        float m = -INFINITY, s = 0.0f;
-        for (int j = 0; j < v_valid; j++) m = std::max(m, lf[(size_t)n * v_local + j]);
-        if (m != -INFINITY)
-            for (int j = 0; j < v_valid; j++) s += expf(lf[(size_t)n * v_local + j] - m);
-        mx[n] = m, se[n] = s;
+    for (int n = 0; n < N; n++)   /* vocab padding: large, to show if it were ever read as a logit */
+        for (int j = v_valid; j < v_local; j++) mp_from_f32(&lg[(size_t)n * v_local + j], 100.0f), lf[(size_t)n * v_local + j] = 100.0f;
+    for (int n = 0; n < N; n++) tgt[n] = v_start - 3 + (int32_t)(rnd_u64() % (uint64_t)(v_valid + 6));
+    if (v_local % V == 0) {
+        std::vector<float> mx1(N), se1(N);
+        xent_rows_replay<V, true>(mx, se, lg, N, v_local, v_valid);
+        xent_rows_replay<V, false>(mx1, se1, lg, N, v_local, v_valid);
+        CHECK(mx == mx1 && !memcmp(se.data(), se1.data(), N * sizeof(float)),
+              "xent rowmax/sumexp (%zu-byte logits, v_local %d): 16-byte loads differ from one-element", sizeof(T), v_local);
+    } else {
+        xent_rows_replay<1, false>(mx, se, lg, N, v_local, v_valid);
     }
+    int bad_stats = 0;
+    for (int n = 0; n < N; n++) {
+        double m = -INFINITY, sd = 0.0;
+        for (int j = 0; j < v_valid; j++) m = std::max(m, (double)lf[(size_t)n * v_local + j]);
+        if (m != -INFINITY)
+            for (int j = 0; j < v_valid; j++) sd += exp((double)lf[(size_t)n * v_local + j] - m);
+        bad_stats += !((double)mx[n] == m && fabs(se[n] - sd) <= 1e-5 * sd);
+    }
+    CHECK(bad_stats == 0, "xent rowmax/sumexp (%zu-byte logits, N %d v_local %d v_valid %d): %d rows off float64",
+          sizeof(T), N, v_local, v_valid, bad_stats);
     const float dloss = 0.125f;
     std::vector<T> gv = lg, g1 = lg;
     if (v_local % V == 0) xent_bwd_replay<V>(gv, mx, se, tgt, dloss, N, v_local, v_valid, v_start);
@@ -1221,7 +1258,7 @@ int main(void) {
     for (int64_t n : {1, 7, 8, 9, 64, 1003}) check_swiglu_vec(n);
     for (int64_t n : {1, 3, 4, 5, 8, 9, 1003, 70001}) check_vec_elementwise(n);
     for (int64_t n : {1, 7, 8, 9, 1003, 70001}) check_adamw_vec(n);
-    const int xents[][4] = {{3, 8, 8, 0}, {5, 4096, 4000, 100}, {4, 1003, 990, 2000}, {3, 32000, 32000, 0}, {2, 20, 17, 5}};
+    const int xents[][4] = {{3, 8, 8, 0}, {5, 4096, 3999, 100}, {4, 1003, 990, 2000}, {3, 32000, 32000, 0}, {2, 20, 17, 5}};
     for (auto &x : xents) check_xent_bwd_vec<__nv_bfloat16>(x[0], x[1], x[2], x[3]), check_xent_bwd_vec<float>(x[0], x[1], x[2], x[3]);
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
