@@ -157,6 +157,7 @@ __host__ __device__ static inline void rms_bwd_fold(float *part, const float *ac
     }
 }
 
+/* Forward: warp w of block b normalises row 8 b + w (y, and rstd by lane 0). */
 template <int VEC, bool V16>
 static __global__ void __launch_bounds__(FWD_ROWS_PER_BLOCK * MP_WARP)
     rmsnorm_fwd_kernel(mp_bf16 *__restrict__ y, float *__restrict__ rstd, const mp_bf16 *__restrict__ x,
@@ -170,6 +171,8 @@ static __global__ void __launch_bounds__(FWD_ROWS_PER_BLOCK * MP_WARP)
     rms_fwd_lane_store<VEC, V16>(y + n * D, x + n * D, w, r, D, lane);
 }
 
+/* Backward, chunk blockIdx.x of rows_per_chunk rows, blockDim.x / 32 = rms_bwd_warps(D) warps, W x D
+ * floats of dynamic shared memory: dx of its rows updated, partial[chunk, :] written (top comment). */
 template <int VEC, bool V16>
 static __global__ void __launch_bounds__(BWD_MAX_WARPS * MP_WARP)
     rmsnorm_bwd_chunk_kernel(mp_bf16 *__restrict__ dx, float *__restrict__ partial, const mp_bf16 *__restrict__ dy,
