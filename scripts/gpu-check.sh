@@ -23,6 +23,8 @@
 #   R bench_gpu           bench/bench_gpu.sh on the 1B shape: fails below its MFU floor or on a non-finite loss
 #     gemm_probe          bench/gemm_probe.cu: the step's GEMM keys alone, against the roofline and the
 #                         heuristic's other algorithms
+#     membound_probe      bench/membound_probe.cu: the RMSNorm kernels alone at the 1B shape against a device copy
+#                         of the same bytes and against the previous designs
 #     sanitizer_*         compute-sanitizer (found under the CUDA directory) memcheck, racecheck, synccheck
 #                         on kernels_device, with the time that is left
 # Verdicts: PASS; FAIL (it ran and failed, or hit its OWN time limit: a hang); NOT RUN (out of time: the
@@ -123,12 +125,13 @@ else
 fi
 part bench_gpu 180 1 bench/bench_gpu.sh --bin "$bin/meshpoint" --out "$out/bench_gpu"
 part gemm_probe 60 0 "$bin/gemm_probe"   # optional: the step's GEMM keys alone, against the step's profile
+part membound_probe 30 0 "$bin/membound_probe"   # optional: the RMSNorm kernels alone, against a copy of their bytes
 # the summary line and the whole per-kernel table (part shows only the log's tail)
 for b in bench_gpu; do
   grep '^bench_gpu: ' "$out/$b.log" 2>/dev/null | sed "s/^bench_gpu:/$b:/" || true
   sed -n '/^per-op device time/,$p' "$out/$b.log" 2>/dev/null || true
 done
-cat "$out/gemm_probe.log" 2>/dev/null || true
+cat "$out/gemm_probe.log" "$out/membound_probe.log" 2>/dev/null || true
 if [ -n "${MP_GPU_SANITIZER:-}" ]; then
   echo "compute-sanitizer: $MP_GPU_SANITIZER"
   for tool in memcheck racecheck synccheck; do

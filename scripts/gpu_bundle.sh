@@ -5,7 +5,7 @@
 #
 # What the bundle holds (BUILD_DIR defaults to build-gpu-bundle; the bundle is BUILD_DIR/meshpoint-gpu,
 #            packed for travel as BUILD_DIR/meshpoint-gpu.tar.gz):
-#   bin/       meshpoint, cuda_check_host, cuda_check_device, cuda_mma_probe, test_device_parity, gemm_probe (linked with an RPATH of
+#   bin/       meshpoint, cuda_check_host, cuda_check_device, cuda_mma_probe, test_device_parity, gemm_probe, membound_probe (linked with an RPATH of
 #              $ORIGIN/../lib, DT_RPATH so it also covers the libraries' own dependencies), the CUDA module
 #              libmeshpoint-cuda.so beside them (the same RPATH; meshpoint and test_device_parity dlopen it
 #              from their own folder for --device cuda, core/cuda_module.h; the cuda_check_* programs link
@@ -48,7 +48,7 @@ cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DMP_CUDA=ON -DMP_WERROR=ON -DC
   "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath,\\\$ORIGIN/../lib" \
   "-DCMAKE_MODULE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath,\\\$ORIGIN/../lib" > "$bdir/gpu_bundle.configure.log" 2>&1 ||
   { tail -20 "$bdir/gpu_bundle.configure.log"; echo "gpu_bundle.sh: configuring failed (log $bdir/gpu_bundle.configure.log)" >&2; exit 1; }
-progs="meshpoint cuda_check_host cuda_check_device cuda_mma_probe test_device_parity gemm_probe"
+progs="meshpoint cuda_check_host cuda_check_device cuda_mma_probe test_device_parity gemm_probe membound_probe"
 module=libmeshpoint-cuda.so
 # shellcheck disable=SC2086
 cmake --build "$bdir" -j"$(nproc)" --target $progs meshpoint-cuda > "$bdir/gpu_bundle.build.log" 2>&1 ||

@@ -32,6 +32,18 @@ if(MP_HAVE_CUDA)
   set_tests_properties(cuda_kernels_host_sass PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
 
+# bench/membound_probe.cu: the RMSNorm kernels alone at the 1B shape against a copy of the same bytes (not a test;
+# it #includes the kernel file, so it links only the CUDA runtime; without a GPU it exits 77 naming "no GPU")
+if(MP_HAVE_CUDA)
+  add_executable(membound_probe bench/membound_probe.cu)
+  set_target_properties(membound_probe PROPERTIES CUDA_ARCHITECTURES "${MP_CUDA_ARCHS}" CUDA_STANDARD 17)
+  target_include_directories(membound_probe PRIVATE ${CMAKE_SOURCE_DIR})
+  target_compile_options(membound_probe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)
+  if(MP_WERROR)
+    target_compile_options(membound_probe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Werror>)
+  endif()
+endif()
+
 # bench/gemm_probe.cu: every GEMM key of the 1B step alone on the GPU through the backend's cuBLASLt wrapper
 # (not a test: the GPU check runs it as an optional part; without a GPU it exits 77 naming "no GPU")
 if(MP_HAVE_CUDA)

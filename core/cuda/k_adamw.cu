@@ -2,9 +2,12 @@
  * core/cuda/k_adamw.cu — AdamW on fp32 master weights and fp32 moments, writing the bf16 copy of the
  * updated weights (what the forward's gathers read) in the same pass.
  *
- * Design: one grid-stride loop over the n elements of a (local FSDP shard of a) tensor; each thread
- * reads p, g, m, v once and writes p, m, v and optionally the bf16 p once: 20 bytes read, 14 written
- * per element, memory-bound. The arithmetic is adamw_elem, the same expression, in the same order, as
+ * Design: one grid-stride loop over the n elements of a (local FSDP shard of a) tensor; each element's
+ * p, g, m, v are read once and p, m, v and optionally the bf16 p written once: 16 bytes read, 14
+ * written per element, memory-bound. When every pointer is 16-byte aligned (issue 22) a thread takes
+ * chunks of 8 elements with 16-byte accesses and the n % 8 tail goes one element per thread
+ * (k_common.cuh's mp_vec_launch / mp_vec_run), else every access is one element; the same expression
+ * per element either way, so both paths agree bit for bit (check_kernels_host replays both). The arithmetic is adamw_elem, the same expression, in the same order, as
  * core/backend_cpu.c's adamw_range (PyTorch AdamW; bias corrections bc1 = 1/(1 - beta1^step),
  * bc2 = 1/(1 - beta2^step) computed on the host in double and passed as floats, as on the CPU). nvcc
  * may contract a*b+c into FMAs, so results can differ from the CPU's in the last bit; within a GPU run
@@ -12,7 +15,7 @@
  *
  * The gradient scale is grad_scale (a host value, what the backend table passes) times, when
  * grad_scale_dev is not NULL, a factor read from DEVICE memory (mp_cuda_clip_scale writes it), once per
- * thread, so a device-computed clip factor needs no host round-trip. Weight decay: wd = 0 for tensors without decay
+ * chunk, so a device-computed clip factor needs no host round-trip. Weight decay: wd = 0 for tensors without decay
  * (core/optim.c passes it per slot).
  */
 #include "core/cuda/k_common.cuh"
@@ -29,20 +32,30 @@ __host__ __device__ static inline float adamw_elem(float p, float g, float *m, f
     return p - lr * ((mi * bc1) / (sqrtf(vi * bc2) + eps) + wd * p);
 }
 
-static __global__ void adamw_kernel(float *__restrict__ p, mp_bf16 *__restrict__ p_bf16, const float *__restrict__ g,
-                                    float *__restrict__ m, float *__restrict__ v, int64_t n, float lr, float beta1,
-                                    float beta2, float eps, float wd, float bc1, float bc2, float grad_scale,
-                                    const float *__restrict__ grad_scale_dev) {
-    const float gs = grad_scale_dev ? grad_scale * *grad_scale_dev : grad_scale;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float mi = m[i], vi = v[i];
-        const float pi = adamw_elem(p[i], g[i], &mi, &vi, lr, beta1, beta2, eps, wd, bc1, bc2, gs);
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi;
-        if (p_bf16) p_bf16[i] = mp_f2bf(pi);
+/* Elements i .. i+VEC-1 (VEC 8: two 16-byte accesses per fp32 tensor, one for the bf16 copy; the
+ * launch's functor, k_common.cuh's mp_vec_run: chunks of 8, then the n % 8 tail one per thread). */
+struct adamw_op {
+    float *p;
+    mp_bf16 *p_bf16;
+    const float *g;
+    float *m, *v;
+    float lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale;
+    const float *grad_scale_dev;
+    template <int VEC>
+    __host__ __device__ void at(int64_t i) const {
+        const float gs = grad_scale_dev ? grad_scale * *grad_scale_dev : grad_scale;
+        float pv[VEC], gv[VEC], mv[VEC], vv[VEC];
+        mp_ld_vec<VEC>(pv, p + i);
+        mp_ld_vec<VEC>(gv, g + i);
+        mp_ld_vec<VEC>(mv, m + i);
+        mp_ld_vec<VEC>(vv, v + i);
+        for (int k = 0; k < VEC; k++) pv[k] = adamw_elem(pv[k], gv[k], &mv[k], &vv[k], lr, beta1, beta2, eps, wd, bc1, bc2, gs);
+        mp_st_vec<VEC>(m + i, mv);
+        mp_st_vec<VEC>(v + i, vv);
+        mp_st_vec<VEC>(p + i, pv);
+        if (p_bf16) mp_st_vec<VEC>(p_bf16 + i, pv);
     }
-}
+};
 
 extern "C" void mp_cuda_adamw(float *p, mp_bf16 *p_bf16, const float *g, float *m, float *v, int64_t n, float lr,
                               float beta1, float beta2, float eps, float wd, int step, float grad_scale,
@@ -52,6 +65,6 @@ extern "C" void mp_cuda_adamw(float *p, mp_bf16 *p_bf16, const float *g, float *
     assert(p && g && m && v);
     const float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
     const float bc2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
-    adamw_kernel<<<mp_grid_for(n, 256), 256, 0, s>>>(p, p_bf16, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2,
-                                                      grad_scale, grad_scale_dev);
+    const adamw_op op = {p, p_bf16, g, m, v, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale, grad_scale_dev};
+    mp_vec_launch<8>(n, mp_aligned16(p, p_bf16, g, m, v), op, s);
 }

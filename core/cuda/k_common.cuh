@@ -23,6 +23,14 @@
  * blocks to fill any current GPU several times over). */
 #define MP_MAX_GRID_X 65535
 
+/* Before a loop whose trip count is known only at run time: on the device, unroll it 4 times (so one
+ * thread keeps several iterations' loads in flight); nothing on the host (the host replays). */
+#ifdef __CUDA_ARCH__
+#define MP_DEVICE_UNROLL4 _Pragma("unroll 4")
+#else
+#define MP_DEVICE_UNROLL4
+#endif
+
 /* Blocks for a grid-stride loop over n items with `threads` per block: at least 1, at most MP_MAX_GRID_X. */
 static inline unsigned mp_grid_for(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

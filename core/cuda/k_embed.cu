@@ -14,10 +14,11 @@
  *   1. key kernel: key[n] = row << 32 | n with row = tok[n] - v_start, or row = v_local (a sentinel
  *      past every real row) for tokens not in this slice; keys N..P-1 (P = N rounded up to a power of
  *      two) are UINT64_MAX. Keys are unique (n is), so their ascending order is unique.
- *   2. bitonic sort of the P keys: log2(P)(log2(P)+1)/2 launches of one compare-exchange step each
- *      (bitonic_step: the standard network; a pure function of the keys, so the result is THE sorted
- *      order whatever the scheduling). A few hundred microseconds at P = 64K; the embedding backward runs
- *      once per micro-batch.
+ *   2. bitonic sort of the P keys (bitonic_step: the standard network; a pure function of the keys, so
+ *      the result is THE sorted order whatever the scheduling). The steps (k, j) with j < 2048 pair keys
+ *      within one aligned tile of 2048, so runs of them go as one launch per tile set, in shared memory
+ *      (bitonic_tile_kernel), the others as one launch per step (bitonic_kernel): bitonic_schedule, 10
+ *      launches at P = 16K instead of 105 (issue 22: the 1B step's embed_bwd was launch-bound).
  *   3. segment kernel: grid (sorted position i, column block). The thread at the first position of a
  *      row's run (row valid, and i == 0 or the previous key has another row) sums that run's dout rows in
  *      increasing n, in fp32, and adds the total into dwte[row, d] once. Every dwte element is written
@@ -29,6 +30,8 @@
 
 #define EMB_THREADS 256
 #define SORT_THREADS 256
+#define SORT_TILE 2048         /* keys per shared-memory tile of the fused sort steps (16 KB) */
+#define SORT_TILE_THREADS 1024
 #define ROW_SENTINEL_SHIFT 32
 
 /* The next power of two >= n (n >= 1, n <= 2^30). */
@@ -47,16 +50,48 @@ __host__ __device__ static inline uint64_t embed_key(int32_t tok, int n, int v_s
 __host__ __device__ static inline uint64_t key_row(uint64_t key) { return key >> ROW_SENTINEL_SHIFT; }
 __host__ __device__ static inline int key_pos(uint64_t key) { return (int)(key & 0xffffffffu); }
 
-/* One compare-exchange of the bitonic network at stage (k, j) for element i of keys[0, P). */
-__host__ __device__ static inline void bitonic_step(uint64_t *keys, int64_t i, int64_t j, int64_t k) {
+/* One compare-exchange of the bitonic network at stage (k, j) for element i (a global index) of a
+ * key array whose element base is at t[0] (t = keys, base = 0 for the whole array; a shared tile of
+ * keys [base, base + tile) holding both i and i ^ j otherwise). */
+__host__ __device__ static inline void bitonic_step_at(uint64_t *t, int64_t base, int64_t i, int64_t j, int64_t k) {
     const int64_t l = i ^ j;
     if (l <= i) return;   /* the pair is handled by its lower index */
-    const uint64_t a = keys[i], b = keys[l];
+    const uint64_t a = t[i - base], b = t[l - base];
     const bool ascending = (i & k) == 0;
     if ((a > b) == ascending) {
-        keys[i] = b;
-        keys[l] = a;
+        t[i - base] = b;
+        t[l - base] = a;
     }
+}
+__host__ __device__ static inline void bitonic_step(uint64_t *keys, int64_t i, int64_t j, int64_t k) {
+    bitonic_step_at(keys, 0, i, j, k);
+}
+
+/* The launch schedule of the bitonic network over P keys (a power of two): the network's steps (k, j)
+ * in their order, those with j < tile = min(P, SORT_TILE) fused per tile (pairs i, i ^ j then lie in one
+ * aligned tile): tile(k_first, k_last) runs, for each stage k of k_first, 2 k_first, ..., k_last, the
+ * steps j = min(k, tile) / 2, ..., 1 in one shared-memory pass; global(j, k) one step over all keys.
+ * 1 + 2 + ... + (log2(P / tile) + 1) launches instead of log2(P)(log2(P) + 1) / 2: 10 instead of 105 at
+ * P = 16K. The launcher and the host check run the same schedule. */
+template <typename G, typename T>
+__host__ static inline void bitonic_schedule(int64_t P, const G &global, const T &tile) {
+    const int64_t n = P < SORT_TILE ? P : SORT_TILE;
+    if (P < 2) return;
+    tile((int64_t)2, n);
+    for (int64_t k = 2 * n; k <= P; k <<= 1) {
+        for (int64_t j = k >> 1; j >= n; j >>= 1) global(j, k);
+        tile(k, k);
+    }
+}
+
+/* The first step j of stage k inside a tile of n keys (the steps j >= n went before, one launch each). */
+__host__ __device__ static inline int64_t bitonic_tile_j0(int64_t k, int64_t n) { return (k < n ? k : n) >> 1; }
+
+/* Thread tid of nthreads does its elements of one fused step (k, j) on the tile t of keys
+ * [base, base + n). */
+__host__ __device__ static inline void bitonic_tile_step(uint64_t *t, int64_t base, int64_t n, int64_t j, int64_t k,
+                                                         int tid, int nthreads) {
+    for (int64_t i = tid; i < n; i += nthreads) bitonic_step_at(t, base, base + i, j, k);
 }
 
 /* Is sorted position i the first of a valid row's run? */
@@ -90,6 +125,22 @@ static __global__ void embed_key_kernel(uint64_t *__restrict__ keys, const int32
 static __global__ void bitonic_kernel(uint64_t *keys, int64_t P, int64_t j, int64_t k) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < P) bitonic_step(keys, i, j, k);
+}
+
+/* The fused steps of bitonic_schedule's tile(k_first, k_last) on tile blockIdx.x of n = min(P, SORT_TILE)
+ * keys: loaded once into shared memory, a barrier after every step, stored once. */
+static __global__ void __launch_bounds__(SORT_TILE_THREADS)
+    bitonic_tile_kernel(uint64_t *keys, int64_t P, int64_t k_first, int64_t k_last) {
+    __shared__ uint64_t t[SORT_TILE];
+    const int64_t n = P < SORT_TILE ? P : SORT_TILE, base = (int64_t)blockIdx.x * n;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) t[i] = keys[base + i];
+    __syncthreads();
+    for (int64_t k = k_first; k <= k_last; k <<= 1)   /* block-uniform loops: the barriers are safe */
+        for (int64_t j = bitonic_tile_j0(k, n); j > 0; j >>= 1) {
+            bitonic_tile_step(t, base, n, j, k, threadIdx.x, blockDim.x);
+            __syncthreads();
+        }
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) keys[base + i] = t[i];
 }
 
 static __global__ void __launch_bounds__(EMB_THREADS)
@@ -139,8 +190,12 @@ extern "C" void mp_cuda_embed_bwd(float *dwte, const mp_bf16 *dout, const int32_
     const int64_t P = next_pow2(N);
     const unsigned sort_blocks = (unsigned)((P + SORT_THREADS - 1) / SORT_THREADS);   /* <= 2^22 */
     embed_key_kernel<<<sort_blocks, SORT_THREADS, 0, s>>>(keys, tok, N, P, v_start, v_local);
-    for (int64_t k = 2; k <= P; k <<= 1)
-        for (int64_t j = k >> 1; j > 0; j >>= 1) bitonic_kernel<<<sort_blocks, SORT_THREADS, 0, s>>>(keys, P, j, k);
+    const unsigned tiles = (unsigned)(P < SORT_TILE ? 1 : P / SORT_TILE);
+    bitonic_schedule(
+        P, [&](int64_t j, int64_t k) { bitonic_kernel<<<sort_blocks, SORT_THREADS, 0, s>>>(keys, P, j, k); },
+        [&](int64_t k_first, int64_t k_last) {
+            bitonic_tile_kernel<<<tiles, SORT_TILE_THREADS, 0, s>>>(keys, P, k_first, k_last);
+        });
     const dim3 grid((unsigned)N, (unsigned)((D + EMB_THREADS - 1) / EMB_THREADS));
     embed_segment_kernel<<<grid, EMB_THREADS, 0, s>>>(dwte, dout, keys, N, D, v_local);
 }

@@ -6,21 +6,26 @@
  * Design (two kernels, no atomics):
  *   1. partial_kernel: the plan is a function of n alone (reduce_plan): nb = clamp(ceil(n / 8192), 1,
  *      MP_CUDA_REDUCE_MAX_BLOCKS) blocks, block b owning the contiguous chunk [b*chunk, min(n, (b+1)*chunk))
- *      with chunk = ceil(n / nb). Thread t of a block sums elements start+t, start+t+256, ... in double
- *      (each product x*x formed in double, as the CPU backend does), then the block adds its 256 thread
- *      sums in a fixed tree (k_common.cuh) and writes partials[b].
+ *      with chunk = ceil(n / nb) rounded up to a multiple of 8. The chunk is cut into groups of
+ *      G = 16 / sizeof(element) consecutive elements (4 fp32, 8 bf16); thread t sums groups t, t + 256,
+ *      ..., each group's elements in order, in double (each product x*x formed in double, as the CPU
+ *      backend does) (reduce_thread). A group is one 16-byte load when x is 16-byte aligned (then every
+ *      group is: chunks start at multiples of 8) and the group is whole, else one load per element: the
+ *      same values in the same order, so alignment never changes a bit. The block then adds its 256
+ *      thread sums in a fixed tree (k_common.cuh) and writes partials[b].
  *   2. final_kernel: one block of 1024 threads; thread t holds partials[t] (0 beyond nb), a fixed tree
  *      adds them, and thread 0 does the single read-modify-write *acc += total.
  * Every addition's operands and order are fixed by n, so the result is bitwise repeatable run to run
  * (it is NOT bitwise equal to the CPU backend's, whose blocking differs; both are double sums, so they
  * agree to ~1e-15 relative). The two kernels are ordered by the stream, so partials is reused safely by
- * later calls on the same stream.
+ * later calls on the same stream. check_kernels_host replays both kernels thread by thread.
  */
 #include "core/cuda/k_common.cuh"
 
 #define RED_THREADS 256
 #define RED_MIN_PER_BLOCK 8192
 #define FINAL_THREADS 1024
+#define RED_ALIGN 8   /* chunk lengths are multiples of this (whole groups of 4 fp32 / 8 bf16) */
 
 /* The blocks and chunk length of a reduction over n > 0 elements (host and device: hostcheck tests it). */
 __host__ __device__ static inline void reduce_plan(int64_t n, int *nblocks, int64_t *chunk) {
@@ -28,21 +33,38 @@ __host__ __device__ static inline void reduce_plan(int64_t n, int *nblocks, int6
     if (nb < 1) nb = 1;
     if (nb > MP_CUDA_REDUCE_MAX_BLOCKS) nb = MP_CUDA_REDUCE_MAX_BLOCKS;
     *nblocks = (int)nb;
-    *chunk = (n + nb - 1) / nb;
+    *chunk = ((n + nb - 1) / nb + RED_ALIGN - 1) / RED_ALIGN * RED_ALIGN;
 }
 
-template <bool SQUARE, typename T>
+/* Thread t's double sum (of squares when SQUARE) over its groups of [start, end): groups of G elements
+ * starting at start + G t, start + G (t + RED_THREADS), ..., elements in order; V16: whole groups as one
+ * 16-byte load (x 16-byte aligned, start a multiple of G). Host and device: hostcheck replays it. */
+template <bool SQUARE, bool V16, typename T>
+__host__ __device__ static inline double reduce_thread(const T *x, int64_t start, int64_t end, int t) {
+    constexpr int G = 16 / sizeof(T);
+    double acc = 0.0;
+    MP_DEVICE_UNROLL4
+    for (int64_t i = start + (int64_t)G * t; i < end; i += (int64_t)G * RED_THREADS) {
+        float f[G];
+        const int m = end - i < G ? (int)(end - i) : G;
+        if (V16 && m == G) mp_ld_vec<G>(f, x + i);
+        else
+            for (int k = 0; k < m; k++) mp_ld_vec<1>(f + k, x + i + k);
+        for (int k = 0; k < m; k++) {
+            const double xi = (double)f[k];
+            acc += SQUARE ? xi * xi : xi;
+        }
+    }
+    return acc;
+}
+
+template <bool SQUARE, bool V16, typename T>
 static __global__ void __launch_bounds__(RED_THREADS)
     partial_kernel(double *__restrict__ partials, const T *__restrict__ x, int64_t n, int64_t chunk) {
     __shared__ double buf[MP_WARP];
     const int64_t start = (int64_t)blockIdx.x * chunk;
     const int64_t end = start + chunk < n ? start + chunk : n;
-    double acc = 0.0;
-    for (int64_t i = start + threadIdx.x; i < end; i += RED_THREADS) {
-        const double xi = (double)mp_ld(x + i);
-        acc += SQUARE ? xi * xi : xi;
-    }
-    acc = mp_block_sum_d(acc, buf);
+    const double acc = mp_block_sum_d(reduce_thread<SQUARE, V16>(x, start, end, threadIdx.x), buf);
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
@@ -64,7 +86,10 @@ static void reduce_acc(double *acc, double *partials, const T *x, int64_t n, cud
     int64_t chunk;
     reduce_plan(n, &nb, &chunk);
     assert(nb >= 1 && nb <= FINAL_THREADS && (int64_t)nb * chunk >= n);
-    partial_kernel<SQUARE, T><<<nb, RED_THREADS, 0, s>>>(partials, x, n, chunk);
+    if (mp_aligned16(x))
+        partial_kernel<SQUARE, true, T><<<nb, RED_THREADS, 0, s>>>(partials, x, n, chunk);
+    else
+        partial_kernel<SQUARE, false, T><<<nb, RED_THREADS, 0, s>>>(partials, x, n, chunk);
     final_kernel<<<1, FINAL_THREADS, 0, s>>>(acc, partials, nb);
 }
 

@@ -9,12 +9,17 @@
  * With tp = 1 the all-reduces are no-ops. Columns j >= v_valid are vocab padding: never read as
  * logits, and written as 0 by the backward.
  *
- * Design: the row kernels (rowmax, sumexp, bwd) run one 256-thread block per row; thread t visits
- * columns t, t+256, ... (coalesced), keeps an fp32 running max/sum, and the block combines its threads
- * in the fixed tree of k_common.cuh, so each row's statistic is a fixed-order sum: bitwise repeatable.
+ * Design: the row kernels (rowmax, sumexp, bwd) run one 256-thread block per row; thread t visits the
+ * groups of G columns starting at G t, G (t + 256), ... (G = 16 bytes of logits when v_local is a
+ * multiple of that, else 1; one 16-byte access per group when the logits are aligned too, issue 22),
+ * keeps an fp32 running max/sum, and the block combines its threads in the fixed tree of k_common.cuh,
+ * so each row's statistic is a fixed-order sum, a function of v_local and v_valid (never of the
+ * alignment, which picks only the access width): bitwise repeatable.
  * exp is expf (full precision). The logits are bf16 (the lm_head GEMM's output; the backward writes the
  * bf16 dlogits over them, which the dX/dW GEMMs read) or fp32 (templates; both exported). The per-row
- * scalars (rowmax, sumexp, tlogit, losses) are fp32. target and loss are one thread per row.
+ * scalars (rowmax, sumexp, tlogit, losses) are fp32. target and loss are one thread per row. The
+ * backward (elementwise in a row: nothing summed) moves 16 bytes per access when the rows allow it
+ * (issue 22); the same expression per column, so both widths agree bit for bit.
  */
 #include "core/cuda/k_common.cuh"
 
@@ -25,18 +30,35 @@ __host__ __device__ static inline float xent_loss_row(float rowmax, float sumexp
     return (float)(log((double)sumexp) + (double)rowmax - (double)tlogit);
 }
 
-template <typename T>
+/* Thread t's share of one row l for rowmax (MAX: fmaxf from -inf) or sumexp (exp(l_j - mx) summed from
+ * 0): the groups of G consecutive columns starting at G t, G (t + 256), ..., columns j < v_valid in
+ * order. V16: each group one 16-byte load (l 16-byte aligned; the group lies in the row, v_local being a
+ * multiple of G); else one load per column. The values and their order do not depend on V16. */
+template <bool MAX, int G, bool V16, typename T>
+__host__ __device__ static inline float xent_row_thread(const T *l, int v_valid, float mx, int t) {
+    float acc = MAX ? -INFINITY : 0.0f;
+    MP_DEVICE_UNROLL4
+    for (int j0 = G * t; j0 < v_valid; j0 += G * XENT_THREADS) {
+        float f[G];
+        const int m = v_valid - j0 < G ? v_valid - j0 : G;
+        if (V16) mp_ld_vec<G>(f, l + j0);
+        else
+            for (int k = 0; k < m; k++) mp_ld_vec<1>(f + k, l + j0 + k);
+        for (int k = 0; k < m; k++) acc = MAX ? fmaxf(acc, f[k]) : acc + expf(f[k] - mx);
+    }
+    return acc;
+}
+
+template <int G, bool V16, typename T>
 static __global__ void __launch_bounds__(XENT_THREADS)
     rowmax_kernel(float *__restrict__ rowmax, const T *__restrict__ logits, int v_local, int v_valid) {
     __shared__ float buf[MP_WARP];
     const T *l = logits + (int64_t)blockIdx.x * v_local;
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < v_valid; j += XENT_THREADS) mx = fmaxf(mx, mp_ld(l + j));
-    mx = mp_block_max(mx, buf);
+    const float mx = mp_block_max(xent_row_thread<true, G, V16>(l, v_valid, 0.0f, threadIdx.x), buf);
     if (threadIdx.x == 0) rowmax[blockIdx.x] = mx;
 }
 
-template <typename T>
+template <int G, bool V16, typename T>
 static __global__ void __launch_bounds__(XENT_THREADS)
     sumexp_kernel(float *__restrict__ sumexp, const T *__restrict__ logits, const float *__restrict__ rowmax,
                   int v_local, int v_valid) {
@@ -47,9 +69,7 @@ static __global__ void __launch_bounds__(XENT_THREADS)
         if (threadIdx.x == 0) sumexp[blockIdx.x] = 0.0f;
         return;
     }
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < v_valid; j += XENT_THREADS) s += expf(mp_ld(l + j) - mx);
-    s = mp_block_sum(s, buf);
+    const float s = mp_block_sum(xent_row_thread<false, G, V16>(l, v_valid, mx, threadIdx.x), buf);
     if (threadIdx.x == 0) sumexp[blockIdx.x] = s;
 }
 
@@ -68,8 +88,30 @@ static __global__ void loss_kernel(float *__restrict__ losses, const float *__re
     if (n < N) losses[n] = xent_loss_row(rowmax[n], sumexp[n], tlogit[n]);
 }
 
-/* Each column is read and written by one thread, the target's -dloss folded into that same write. */
-template <typename T>
+/* Columns j0 .. j0+VEC-1 of one row l of the backward, in place: read all, then write all (VEC > 1: one
+ * 16-byte access each way). Every column's expression is the same whatever VEC (host and device:
+ * hostcheck replays the launches). f = dloss / sumexp, or 0 when the row has no finite logit. */
+template <int VEC, typename T>
+__host__ __device__ static inline void xent_bwd_at(T *l, int j0, float mx, float f, int64_t c, float dloss,
+                                                   int v_valid) {
+    float g[VEC];
+    mp_ld_vec<VEC>(g, l + j0);
+    for (int k = 0; k < VEC; k++) {
+        const int j = j0 + k;
+        float gk = 0.0f;
+        if (j < v_valid) {
+            gk = f == 0.0f ? 0.0f : f * expf(g[k] - mx);   /* f == 0: also no exp(-inf - -inf) = NaN */
+            if (j == c) gk -= dloss;
+        }
+        g[k] = gk;
+    }
+    mp_st_vec<VEC>(l + j0, g);
+}
+
+/* Each column is read and written by one thread, the target's -dloss folded into that same write. VEC
+ * columns per access (VEC = 16 bytes of T when v_local is a multiple of it and logits is 16-byte aligned:
+ * then every row is; else 1); thread t takes the groups starting at VEC t, VEC (t + 256), ... */
+template <int VEC, typename T>
 static __global__ void __launch_bounds__(XENT_THREADS)
     xent_bwd_kernel(T *__restrict__ logits, const float *__restrict__ rowmax, const float *__restrict__ sumexp,
                     const int32_t *__restrict__ tgt, float dloss, int v_local, int v_valid, int v_start) {
@@ -77,14 +119,8 @@ static __global__ void __launch_bounds__(XENT_THREADS)
     const float mx = rowmax[blockIdx.x];
     const float f = mx == -INFINITY ? 0.0f : dloss / sumexp[blockIdx.x];   /* no finite logit: no gradient */
     const int64_t c = (int64_t)tgt[blockIdx.x] - v_start;                   /* local target column, maybe none */
-    for (int j = threadIdx.x; j < v_local; j += XENT_THREADS) {
-        float g = 0.0f;
-        if (j < v_valid) {
-            g = f == 0.0f ? 0.0f : f * expf(mp_ld(l + j) - mx);   /* f == 0: also no exp(-inf - -inf) = NaN */
-            if (j == c) g -= dloss;
-        }
-        mp_st(l + j, g);
-    }
+    MP_DEVICE_UNROLL4
+    for (int j0 = VEC * threadIdx.x; j0 < v_local; j0 += VEC * XENT_THREADS) xent_bwd_at<VEC>(l, j0, mx, f, c, dloss, v_valid);
 }
 
 static void check_rows(int N, int v_local, int v_valid) {
@@ -97,7 +133,13 @@ static void rowmax_t(float *rowmax, const T *logits, int N, int v_local, int v_v
     check_rows(N, v_local, v_valid);
     if (N == 0) return;
     assert(rowmax && logits);
-    rowmax_kernel<T><<<N, XENT_THREADS, 0, s>>>(rowmax, logits, v_local, v_valid);
+    constexpr int G = 16 / sizeof(T);   /* the same groups aligned or not: alignment picks the access width */
+    if (v_local % G)
+        rowmax_kernel<1, false, T><<<N, XENT_THREADS, 0, s>>>(rowmax, logits, v_local, v_valid);
+    else if (mp_aligned16(logits))
+        rowmax_kernel<G, true, T><<<N, XENT_THREADS, 0, s>>>(rowmax, logits, v_local, v_valid);
+    else
+        rowmax_kernel<G, false, T><<<N, XENT_THREADS, 0, s>>>(rowmax, logits, v_local, v_valid);
 }
 
 template <typename T>
@@ -106,7 +148,13 @@ static void sumexp_t(float *sumexp, const T *logits, const float *rowmax, int N,
     check_rows(N, v_local, v_valid);
     if (N == 0) return;
     assert(sumexp && logits && rowmax);
-    sumexp_kernel<T><<<N, XENT_THREADS, 0, s>>>(sumexp, logits, rowmax, v_local, v_valid);
+    constexpr int G = 16 / sizeof(T);
+    if (v_local % G)
+        sumexp_kernel<1, false, T><<<N, XENT_THREADS, 0, s>>>(sumexp, logits, rowmax, v_local, v_valid);
+    else if (mp_aligned16(logits))
+        sumexp_kernel<G, true, T><<<N, XENT_THREADS, 0, s>>>(sumexp, logits, rowmax, v_local, v_valid);
+    else
+        sumexp_kernel<G, false, T><<<N, XENT_THREADS, 0, s>>>(sumexp, logits, rowmax, v_local, v_valid);
 }
 
 template <typename T>
@@ -124,7 +172,11 @@ static void bwd_t(T *logits, const float *rowmax, const float *sumexp, const int
     check_rows(N, v_local, v_valid);
     if (N == 0 || v_local == 0) return;
     assert(logits && rowmax && sumexp && tgt);
-    xent_bwd_kernel<T><<<N, XENT_THREADS, 0, s>>>(logits, rowmax, sumexp, tgt, dloss, v_local, v_valid, v_start);
+    constexpr int V = 16 / sizeof(T);
+    if (v_local % V == 0 && mp_aligned16(logits))
+        xent_bwd_kernel<V, T><<<N, XENT_THREADS, 0, s>>>(logits, rowmax, sumexp, tgt, dloss, v_local, v_valid, v_start);
+    else
+        xent_bwd_kernel<1, T><<<N, XENT_THREADS, 0, s>>>(logits, rowmax, sumexp, tgt, dloss, v_local, v_valid, v_start);
 }
 
 extern "C" void mp_cuda_xent_rowmax_bf16(float *rowmax, const mp_bf16 *logits, int N, int v_local, int v_valid,

@@ -95,8 +95,9 @@ void mp_cuda_embed_bwd(float *dwte, const mp_bf16 *dout, const int32_t *tok, voi
 void mp_cuda_rmsnorm_fwd(mp_bf16 *y, float *rstd, const mp_bf16 *x, const mp_bf16 *w, int N, int D, float eps,
                          cudaStream_t s);
 /* dx ACCUMULATES (+=, the residual stream's gradient), dw (fp32) accumulates. dw is reduced
- * deterministically: row chunk c (MP_CUDA_RMSNORM_CHUNKS(N) chunks of consecutive rows) sums its rows
- * in order into partial[c, :], then a second kernel adds the partials in chunk order into dw.
+ * deterministically, in an order fixed by N and D (never by alignment or timing): row chunk c (<= 512
+ * chunks of consecutive rows) sums its rows into partial[c, :] — W warps (a function of D) each over
+ * its rows in order, then the warps in order —, then a second kernel adds the partials in chunk order.
  * partial: device scratch of mp_cuda_rmsnorm_bwd_scratch_floats(N, D) floats. dx must not alias dy/x. */
 size_t mp_cuda_rmsnorm_bwd_scratch_floats(int N, int D);
 void mp_cuda_rmsnorm_bwd(mp_bf16 *dx, float *dw, float *partial, const mp_bf16 *dy, const mp_bf16 *x,

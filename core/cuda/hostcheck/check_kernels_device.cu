@@ -93,11 +93,34 @@ static void dev_reduce(void) {
     mp_cuda_clip_scale(scale, acc, 1.0, g_s);
     SYNC();
     CHECK(down(scale, 1)[0] == clip_factor(b[0], 1.0), "clip scale on the device");
+    /* the same data one element off 16-byte alignment (one load per element): the same bits, fp32 and
+     * bf16; the bf16 result equals the host replay of its order to double rounding */
+    std::vector<float> x1(n + 1, 0.0f);
+    std::copy(x.begin(), x.end(), x1.begin() + 1);
+    std::vector<mp_bf16> xb(n), xb1(n + 1, __float2bfloat16_rn(0.0f));
+    for (int64_t i = 0; i < n; i++) xb[i] = xb1[i + 1] = __float2bfloat16_rn(x[i]);
+    float *du = up(x1);
+    mp_bf16 *db = up(xb), *db1 = up(xb1);
+    double *acc2 = dev<double>(4);
+    mp_cuda_sumsq_acc_f32(acc2, part, du + 1, n, g_s);
+    mp_cuda_sum_acc_f32(acc2 + 1, part, du + 1, n, g_s);
+    mp_cuda_sumsq_acc_bf16(acc2 + 2, part, db, n, g_s);
+    mp_cuda_sumsq_acc_bf16(acc2 + 3, part, db1 + 1, n, g_s);
+    SYNC();
+    std::vector<double> c = down(acc2, 4);
+    CHECK(c[0] == a[0] && c[1] == a[1], "sumsq/sum f32 unaligned %.17g/%.17g differ from aligned %.17g/%.17g", c[0], c[1],
+          a[0], a[1]);
+    const double rb = reduce_replay<true, true>(xb.data(), n, 0.0);
+    CHECK(c[2] == c[3] && fabs(c[2] - rb) <= 1e-13 * rb, "sumsq bf16 aligned %.17g unaligned %.17g host replay %.17g",
+          c[2], c[3], rb);
+    cudaFree(du), cudaFree(db), cudaFree(db1), cudaFree(acc2);
     cudaFree(dx), cudaFree(acc), cudaFree(part), cudaFree(scale);
 }
 
-static void dev_embed(void) {
-    const int N = 777, D = 67, v_start = 10, v_local = 40;
+/* The embedding forward and backward (N 777: the sort in one shared-memory tile; N 5000: P 8192, four
+ * tiles and global steps between them), the backward bitwise the CPU's in-order scatter. */
+static void dev_embed(int N, int D) {
+    const int v_start = 10, v_local = 40;
     std::vector<int32_t> tok(N);
     for (auto &t : tok) t = (int32_t)(rnd_u64() % 60);
     std::vector<float> wte = rnd_vec((size_t)v_local * D, 1.0f), dout = rnd_vec((size_t)N * D, 1.0f);
@@ -131,19 +154,31 @@ static void dev_embed(void) {
     cudaFree(dtok), cudaFree(dw), cudaFree(dg), cudaFree(dout_d), cudaFree(out), cudaFree(keys);
 }
 
-static void dev_rmsnorm(void) {
-    const int N = 300, D = 200;
+/* RMSNorm forward and backward on one shape against float64; off: the element offset of every tensor
+ * (off 1: no pointer 16-byte aligned, 2-byte accesses even when D % 8 == 0). dx accumulates into a
+ * random start; dw into 0.25. Backward run twice from the same start: dx and dw bitwise repeatable.
+ * Returns y, rstd, dx, dw (the caller compares offsets: alignment must not change a bit). */
+static std::vector<std::vector<float>> dev_rmsnorm(int N, int D, int off) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d D=%d off=%d", N, D, off);
     const float eps = 1e-5f;
-    std::vector<float> x = rnd_vec((size_t)N * D, 2.0f), w = rnd_vec(D, 1.0f), dy = rnd_vec((size_t)N * D, 1.0f);
-    mp_bf16 *xd = up_bf16(x), *wd = up_bf16(w), *dyd = up_bf16(dy), *y = dev<mp_bf16>((size_t)N * D),
-            *dx = dev<mp_bf16>((size_t)N * D);
-    float *rstd = dev<float>(N), *dw = dev<float>(D), *part = dev<float>(mp_cuda_rmsnorm_bwd_scratch_floats(N, D));
+    const size_t nd = (size_t)N * D;
+    std::vector<float> x = rnd_vec(nd, 2.0f), w = rnd_vec(D, 1.0f), dy = rnd_vec(nd, 1.0f), dx0 = rnd_vec(nd, 1.0f);
+    auto pad = [off](const std::vector<float> &v) {
+        std::vector<float> p(v.size() + off, 0.0f);
+        std::copy(v.begin(), v.end(), p.begin() + off);
+        return p;
+    };
+    mp_bf16 *xb = up_bf16(pad(x)), *wb = up_bf16(pad(w)), *dyb = up_bf16(pad(dy)), *dxb = up_bf16(pad(dx0)),
+            *yb = dev<mp_bf16>(nd + off);
+    mp_bf16 *xd = xb + off, *wd = wb + off, *dyd = dyb + off, *dx = dxb + off, *y = yb + off;
+    float *rstd = dev<float>(N), *dw = up(std::vector<float>(D, 0.25f)),
+          *part = dev<float>(mp_cuda_rmsnorm_bwd_scratch_floats(N, D));
     mp_cuda_rmsnorm_fwd(y, rstd, xd, wd, N, D, eps, g_s);
     mp_cuda_rmsnorm_bwd(dx, dw, part, dyd, xd, wd, rstd, N, D, g_s);
     SYNC();
-    std::vector<float> yh = down_bf16(y, (size_t)N * D), rh = down(rstd, N), dxh = down_bf16(dx, (size_t)N * D),
-                       dwh = down(dw, D);
-    std::vector<double> ry((size_t)N * D), rdx((size_t)N * D), rdw(D, 0.0), rr(N);
+    std::vector<float> yh = down_bf16(y, nd), rh = down(rstd, N), dxh = down_bf16(dx, nd), dwh = down(dw, D);
+    std::vector<double> ry(nd), rdx(nd), rdw(D, 0.0), rr(N);
     for (int n = 0; n < N; n++) {
         double ss = 0, dot = 0;
         for (int i = 0; i < D; i++) ss += (double)x[n * D + i] * x[n * D + i];
@@ -151,19 +186,25 @@ static void dev_rmsnorm(void) {
         rr[n] = r;
         for (int i = 0; i < D; i++) ry[n * D + i] = x[n * D + i] * r * w[i], dot += (double)w[i] * dy[n * D + i] * x[n * D + i];
         for (int i = 0; i < D; i++) {
-            rdx[n * D + i] = r * (w[i] * dy[n * D + i] - x[n * D + i] * r * r * dot / D);
+            rdx[n * D + i] = dx0[n * D + i] + r * (w[i] * dy[n * D + i] - x[n * D + i] * r * r * dot / D);
             rdw[i] += dy[n * D + i] * x[n * D + i] * r;
         }
     }
-    close("rmsnorm y", yh, ry, 1e-2, 1e-4, "");
-    close("rmsnorm rstd", rh, rr, 1e-5, 1e-6, "");
-    close("rmsnorm dx", dxh, rdx, 1e-2, 1e-4, "");
-    close("rmsnorm dw", dwh, rdw, 1e-4, 1e-4, "");
-    CK(cudaMemset(dw, 0, D * sizeof(float)));
+    for (auto &e : rdw) e += 0.25;
+    close("rmsnorm y", yh, ry, 1e-2, 1e-4, shape);
+    close("rmsnorm rstd", rh, rr, 1e-5, 1e-6, shape);
+    close("rmsnorm dx", dxh, rdx, 1e-2, 1e-4, shape);
+    close("rmsnorm dw", dwh, rdw, 1e-4, 1e-4, shape);
+    const std::vector<float> dw0(D, 0.25f);
+    std::vector<mp_bf16> dx0b(nd);
+    for (size_t k = 0; k < nd; k++) dx0b[k] = __float2bfloat16_rn(dx0[k]);
+    CK(cudaMemcpy(dx, dx0b.data(), nd * sizeof(mp_bf16), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, dw0.data(), D * sizeof(float), cudaMemcpyHostToDevice));
     mp_cuda_rmsnorm_bwd(dx, dw, part, dyd, xd, wd, rstd, N, D, g_s);
     SYNC();
-    CHECK(same_bits(down(dw, D), dwh), "rmsnorm dw not repeatable");
-    cudaFree(xd), cudaFree(wd), cudaFree(dyd), cudaFree(y), cudaFree(dx), cudaFree(rstd), cudaFree(dw), cudaFree(part);
+    CHECK(same_bits(down(dw, D), dwh) && same_bits(down_bf16(dx, nd), dxh), "rmsnorm bwd not repeatable (%s)", shape);
+    cudaFree(xb), cudaFree(wb), cudaFree(dyb), cudaFree(yb), cudaFree(dxb), cudaFree(rstd), cudaFree(dw), cudaFree(part);
+    return {yh, rh, dxh, dwh};
 }
 
 static void dev_rope_swiglu(void) {
@@ -295,13 +336,17 @@ static void dev_attention_kv(int B, int T, int H, int KV, int hd) {
     cudaFree(k), cudaFree(v);
 }
 
-static void dev_xent(void) {
-    const int N = 37, v_local = 1003, v_valid = 990, v_start = 2000;
+/* bf16 cross-entropy on N = 37 rows against float64; off: the logits' element offset (off 1 with
+ * v_local % 8 == 0: 2-byte accesses where off 0 takes 16-byte ones). Returns the dlogits, then the losses. */
+static std::vector<float> dev_xent(int v_local, int v_valid, int off) {
+    const int N = 37, v_start = 2000;
     const float dloss = 0.125f;
     std::vector<float> lg = rnd_vec((size_t)N * v_local, 8.0f);
     std::vector<int32_t> tgt(N);
     for (int n = 0; n < N; n++) tgt[n] = v_start - 5 + (int32_t)(rnd_u64() % (v_valid + 10));
-    mp_bf16 *ld = up_bf16(lg);
+    std::vector<float> lgo(lg.size() + off, 0.0f);
+    std::copy(lg.begin(), lg.end(), lgo.begin() + off);
+    mp_bf16 *lbase = up_bf16(lgo), *ld = lbase + off;
     int32_t *td = up(tgt);
     float *mx = dev<float>(N), *se = dev<float>(N), *tl = dev<float>(N), *loss = dev<float>(N);
     mp_cuda_xent_rowmax_bf16(mx, ld, N, v_local, v_valid, g_s);
@@ -321,9 +366,13 @@ static void dev_xent(void) {
         rl[n] = log(s) + m - t;
         for (int j = 0; j < v_valid; j++) rg[(size_t)n * v_local + j] = dloss * (exp(lg[(size_t)n * v_local + j] - m) / s - (j == c));
     }
-    close("xent loss", lh, rl, 1e-5, 1e-4, "");
-    close("xent dlogits", gh, rg, 1e-2, 1e-6, "");
-    cudaFree(ld), cudaFree(td), cudaFree(mx), cudaFree(se), cudaFree(tl), cudaFree(loss);
+    char shape[64];
+    snprintf(shape, sizeof shape, "v_local %d v_valid %d off %d", v_local, v_valid, off);
+    close("xent loss", lh, rl, 1e-5, 1e-4, shape);
+    close("xent dlogits", gh, rg, 1e-2, 1e-6, shape);
+    cudaFree(lbase), cudaFree(td), cudaFree(mx), cudaFree(se), cudaFree(tl), cudaFree(loss);
+    gh.insert(gh.end(), lh.begin(), lh.end());   /* the losses too: rowmax and sumexp must not depend on alignment */
+    return gh;
 }
 
 static void dev_adamw(void) {
@@ -344,6 +393,19 @@ static void dev_adamw(void) {
     }
     close("adamw p", ph, rp, 1e-6, 1e-7, "");
     CHECK(same_bits(pbh, rpb), "adamw bf16 copy is not the rounded fp32 weight");
+    /* the same update one element into fresh buffers (no pointer 16-byte aligned: one element per access)
+     * must give the same bits as the 16-byte path above */
+    std::vector<float> p1(n + 1, 0.0f), g1(n + 1, 0.0f), m1(n + 1, 0.0f), v1(n + 1, 0.0f);
+    std::copy(p.begin(), p.end(), p1.begin() + 1), std::copy(g.begin(), g.end(), g1.begin() + 1);
+    std::copy(m.begin(), m.end(), m1.begin() + 1), std::copy(v.begin(), v.end(), v1.begin() + 1);
+    float *pu = up(p1), *gu = up(g1), *mu = up(m1), *vu = up(v1);
+    mp_bf16 *pbu = dev<mp_bf16>(n + 1);
+    mp_cuda_adamw(pu + 1, pbu + 1, gu + 1, mu + 1, vu + 1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 2.0f, sc, g_s);
+    SYNC();
+    CHECK(same_bits(down(pu + 1, n), ph) && same_bits(down(mu + 1, n), down(md, n)) && same_bits(down(vu + 1, n), down(vd, n)) &&
+              same_bits(down_bf16(pbu + 1, n), pbh),
+          "adamw: unaligned (one element per access) differs from the 16-byte path");
+    cudaFree(pu), cudaFree(gu), cudaFree(mu), cudaFree(vu), cudaFree(pbu);
     cudaFree(pd), cudaFree(gd), cudaFree(md), cudaFree(vd), cudaFree(sc), cudaFree(pb);
 }
 
@@ -464,7 +526,8 @@ int main(void) {
     check_reduce_plan();
     check_rmsnorm_plan();
     check_embed_bwd(1000, 5, 100, 37, 200);
-    check_rmsnorm_bwd(33, 5);
+    check_rmsnorm(33, 5);
+    check_rmsnorm(7, 200);
     check_elementwise();
     check_attention(2, 70, 4, 2, 40);
     check_mma_table();
@@ -487,8 +550,20 @@ int main(void) {
     }
     dev_reduce();
     dev_misc();
-    dev_embed();
-    dev_rmsnorm();
+    dev_embed(777, 67);
+    dev_embed(5000, 19);
+    /* RMSNorm: the 16-byte path (D % 8 == 0, aligned), the 2-byte path (unaligned; D % 8 != 0), N below one
+     * chunk, many chunks, one warp per block (D 12288) and the wide kernel (D 12296, 12301) */
+    const int rms[][2] = {{300, 200}, {5, 203}, {2, 8}, {1, 3}, {20011, 64}, {600, 2048}, {40, 4000}, {33, 12288},
+                          {33, 12296}, {9, 12301}};
+    for (auto &r : rms) {   /* each shape aligned and at an offset of one element, from the same inputs */
+        const uint64_t seed = g_rng;
+        const auto a = dev_rmsnorm(r[0], r[1], 0);
+        g_rng = seed;
+        const auto u = dev_rmsnorm(r[0], r[1], 1);
+        for (int k = 0; k < 4; k++)
+            CHECK(same_bits(a[k], u[k]), "rmsnorm N=%d D=%d: output %d differs between aligned and unaligned", r[0], r[1], k);
+    }
     dev_rope_swiglu();
     const int shapes[][5] = {{1, 1, 1, 1, 8}, {2, 7, 4, 2, 40}, {1, 33, 4, 1, 64}, {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 300, 8, 2, 128}};
@@ -497,7 +572,12 @@ int main(void) {
         for (int T : {1, 15, 64, 112, 200}) dev_attention(1, T, 2, 2, hd), dev_attention(2, T, 4, 1, hd);
     dev_attention_kv(2, 70, 4, 2, 40);
     dev_attention_kv(1, 150, 9, 3, 64);
-    dev_xent();
+    for (int vl : {1003, 1024}) {   /* 1024: 16-byte accesses aligned, 2-byte ones at offset 1: the same bits */
+        const uint64_t seed = g_rng;
+        const std::vector<float> a = dev_xent(vl, vl - 13, 0);
+        g_rng = seed;
+        CHECK(same_bits(a, dev_xent(vl, vl - 13, 1)), "xent bwd v_local %d: aligned and unaligned differ", vl);
+    }
     dev_adamw();
     dev_gemm(bl);
     dev_gemm(bl);   /* again: every call now finds its cached cuBLASLt plan (gemm_cuda.cu) */

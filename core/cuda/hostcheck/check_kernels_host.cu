@@ -4,8 +4,11 @@
  *
  * What it checks:
  *   1. the __host__ __device__ helpers the kernels themselves call (it #includes the kernel files):
- *      reduction and RMSNorm-backward plans (every element covered once, limits held), the RMSNorm dw
- *      chunk/column passes against a double reference, the embedding
+ *      reduction and RMSNorm-backward plans (every element covered once, limits held); the launches of
+ *      RMSNorm (forward, backward: lane by lane, the warp butterfly emulated), the sum-of-squares
+ *      reductions (thread by thread, the block trees emulated), the cross-entropy backward and AdamW
+ *      replayed on the host, 16-byte and 2-byte paths bitwise equal, against float64 (RMSNorm's dw also
+ *      bitwise against its contract's summation order written out independently); the embedding
  *      backward's key packing, bitonic network and run detection (run as the launcher runs them, stage
  *      by stage, against core/backend_cpu.c's in-order scatter), the AdamW, SwiGLU, RoPE, loss and clip
  *      element math against double-precision references;
@@ -89,6 +92,31 @@ static uint64_t rnd_u64(void) {   /* splitmix64 */
 static float rnd_unit(void) { return (float)((rnd_u64() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
 static float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+/* mp_warp_sum's (MAX: mp_warp_max's) xor butterfly on the host: lane l takes op(v[l], v[l ^ o]) for
+ * o = 16, 8, 4, 2, 1 (the device's operand order); every lane ends with the same bits, lane 0's are
+ * returned. */
+template <typename T, bool MAX = false>
+static T warp_sum_host(const T *lanes) {
+    T v[MP_WARP], old[MP_WARP];
+    memcpy(v, lanes, sizeof v);
+    for (int o = MP_WARP / 2; o > 0; o /= 2) {
+        memcpy(old, v, sizeof v);
+        for (int l = 0; l < MP_WARP; l++) v[l] = MAX ? fmaxf(old[l], old[l ^ o]) : old[l] + old[l ^ o];
+    }
+    return v[0];
+}
+
+/* mp_block_sum(_d) (MAX: mp_block_max) on the host for a block of v.size() threads (a multiple of 32):
+ * each warp's butterfly, then the warp results (the identity past the last warp) through one more. */
+template <typename T, bool MAX = false>
+static T block_sum_host(const std::vector<T> &v) {
+    const int nwarps = (int)v.size() / MP_WARP;
+    T buf[MP_WARP];
+    for (int l = 0; l < MP_WARP; l++)
+        buf[l] = l < nwarps ? warp_sum_host<T, MAX>(v.data() + l * MP_WARP) : (MAX ? (T)-INFINITY : (T)0);
+    return warp_sum_host<T, MAX>(buf);
+}
+
 /* ---- 1. plans ---- */
 
 static void check_reduce_plan(void) {
@@ -100,24 +128,45 @@ static void check_reduce_plan(void) {
         reduce_plan(n, &nb, &chunk);
         CHECK(nb >= 1 && nb <= MP_CUDA_REDUCE_MAX_BLOCKS, "reduce_plan(%lld): %d blocks", (long long)n, nb);
         CHECK((int64_t)nb * chunk >= n && (int64_t)(nb - 1) * chunk < n, "reduce_plan(%lld) coverage", (long long)n);
+        CHECK(chunk % 8 == 0, "reduce_plan(%lld): chunk %lld not whole 16-byte groups of bf16", (long long)n, (long long)chunk);
     }
-    /* the two-stage order emulated on the host equals the plain sum to double rounding */
-    std::vector<float> x(300001);
-    for (auto &e : x) e = rnd_unit();
+}
+
+/* partial_kernel<SQUARE, V16> (every thread of every block through reduce_thread, then the block tree)
+ * and final_kernel (the 1024-thread tree over the partials, zeros past nb) replayed; returns acc + total. */
+template <bool SQUARE, bool V16, typename T>
+static double reduce_replay(const T *x, int64_t n, double acc) {
     int nb;
     int64_t chunk;
-    reduce_plan((int64_t)x.size(), &nb, &chunk);
-    double total = 0.0, plain = 0.0;
+    reduce_plan(n, &nb, &chunk);
+    std::vector<double> partials(FINAL_THREADS, 0.0), sums(RED_THREADS);
     for (int b = 0; b < nb; b++) {
-        double part[RED_THREADS] = {0};
-        for (int64_t i = b * chunk; i < std::min<int64_t>((int64_t)x.size(), (b + 1) * chunk); i++)
-            part[(i - b * chunk) % RED_THREADS] += (double)x[i] * x[i];
-        double s = 0.0;
-        for (double p : part) s += p;
-        total += s;
+        const int64_t start = (int64_t)b * chunk, end = std::min(start + chunk, n);
+        for (int t = 0; t < RED_THREADS; t++) sums[t] = reduce_thread<SQUARE, V16>(x, start, end, t);
+        partials[b] = block_sum_host(sums);
     }
-    for (float e : x) plain += (double)e * e;
-    CHECK(fabs(total - plain) <= 1e-12 * plain, "reduce emulation %.17g vs %.17g", total, plain);
+    return acc + block_sum_host(partials);
+}
+
+/* The reductions (k_reduce.cu) replayed on fp32 and bf16 data: the 16-byte and one-element paths bitwise
+ * equal, and within 1e-13 relative of the exact sum (of squares; long double). */
+[[maybe_unused]] static void check_reduce(int64_t n) {
+    std::vector<float> x(n);
+    std::vector<__nv_bfloat16> xb(n);
+    long double lsq = 0, lsm = 0, lsa = 0, lsqb = 0;   /* references in long double: a plain double sum of 2M terms errs more than the tree */
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = 3.0f * rnd_unit(), xb[i] = __float2bfloat16_rn(x[i]);
+        lsq += (long double)x[i] * x[i], lsm += x[i], lsa += fabsl(x[i]);
+        lsqb += (long double)__bfloat162float(xb[i]) * __bfloat162float(xb[i]);
+    }
+    const double sq = (double)lsq, sm = (double)lsm, sa = (double)lsa, sqb = (double)lsqb;
+    const double a = reduce_replay<true, true>(x.data(), n, 0.5), b = reduce_replay<true, false>(x.data(), n, 0.5);
+    const double c = reduce_replay<false, true>(x.data(), n, 0.5), d = reduce_replay<false, false>(x.data(), n, 0.5);
+    const double e = reduce_replay<true, true>(xb.data(), n, 0.5), f = reduce_replay<true, false>(xb.data(), n, 0.5);
+    CHECK(!memcmp(&a, &b, 8) && !memcmp(&c, &d, 8) && !memcmp(&e, &f, 8), "reduce n=%lld: 16-byte path differs from one-element", (long long)n);
+    CHECK(fabs(a - 0.5 - sq) <= 1e-13 * sq && fabs(c - 0.5 - sm) <= 1e-13 * sa && fabs(e - 0.5 - sqb) <= 1e-13 * sqb,
+          "reduce n=%lld: sumsq %.17g/%.17g sum %.17g/%.17g bf16 sumsq %.17g/%.17g", (long long)n, a - 0.5, sq, c - 0.5, sm,
+          e - 0.5, sqb);
 }
 
 static void check_rmsnorm_plan(void) {
@@ -127,6 +176,21 @@ static void check_rmsnorm_plan(void) {
         CHECK(rows >= BWD_MIN_ROWS && nc >= 1 && nc <= BWD_MAX_CHUNKS, "rmsnorm_plan(%d): %d x %d", N, nc, rows);
         CHECK((int64_t)nc * rows >= N && (int64_t)(nc - 1) * rows < N, "rmsnorm_plan(%d) coverage", N);
         CHECK(mp_cuda_rmsnorm_bwd_scratch_floats(N, 7) == (size_t)nc * 7, "scratch size");
+    }
+    /* the backward's warps per block: its accumulators fit 48 KB, 1..8 warps, 0 (the wide kernel) past that;
+     * the transposed accumulator slots are a permutation of 0..D-1 that the fold's store inverts */
+    for (int D = 1; D <= 20000; D += (D < 300 ? 1 : 97)) {
+        const int W = rms_bwd_warps(D);
+        CHECK(D > BWD_SMEM_FLOATS ? W == 0 : (W >= 1 && W <= BWD_MAX_WARPS && (int64_t)W * D <= BWD_SMEM_FLOATS &&
+                                               (W == BWD_MAX_WARPS || (int64_t)(W + 1) * D > BWD_SMEM_FLOATS)),
+              "rms_bwd_warps(%d) = %d", D, W);
+        if (D % 8 || D > 4096) continue;
+        std::vector<int> seen(D, 0);
+        std::vector<float> acc(D), part(D, NAN);
+        for (int i = 0; i < D; i++) seen[rms_acc_slot<8>(i, D)]++, acc[rms_acc_slot<8>(i, D)] = (float)i;
+        for (int tid = 0; tid < 64; tid++) rms_bwd_fold<8>(part.data(), acc.data(), 1, D, tid, 64);
+        for (int i = 0; i < D; i++)
+            CHECK(seen[i] == 1 && part[i] == (float)i, "rms_acc_slot<8>/rms_bwd_fold D=%d column %d", D, i);
     }
 }
 
@@ -149,10 +213,34 @@ static void check_embed_bwd(int N, int D, int v_start, int v_local, int vocab) {
     CHECK(mp_cuda_embed_bwd_scratch_bytes(N) == (size_t)P * 8, "scratch bytes");
     std::vector<uint64_t> keys(P);
     for (int64_t i = 0; i < P; i++) keys[i] = i < N ? embed_key(tok[i], (int)i, v_start, v_local) : ~(uint64_t)0;
+    std::vector<uint64_t> net = keys;   /* the plain network, step by step */
     for (int64_t k = 2; k <= P; k <<= 1)
         for (int64_t j = k >> 1; j > 0; j >>= 1)
-            for (int64_t i = P - 1; i >= 0; i--) bitonic_step(keys.data(), i, j, k);   /* any order within a stage */
-    CHECK(std::is_sorted(keys.begin(), keys.end()), "bitonic sort (N=%d)", N);
+            for (int64_t i = P - 1; i >= 0; i--) bitonic_step(net.data(), i, j, k);   /* any order within a stage */
+    CHECK(std::is_sorted(net.begin(), net.end()), "bitonic sort (N=%d)", N);
+    /* the launcher's schedule: global steps, and tile kernels replayed block by block, thread by thread
+     * (in reverse thread order: any order within a step) on a copy of the tile, as in shared memory */
+    int launches = 0;
+    bitonic_schedule(
+        P,
+        [&](int64_t j, int64_t k) {
+            launches++;
+            for (int64_t i = P - 1; i >= 0; i--) bitonic_step(keys.data(), i, j, k);
+        },
+        [&](int64_t k_first, int64_t k_last) {
+            launches++;
+            const int64_t n = std::min<int64_t>(P, SORT_TILE);
+            for (int64_t base = 0; base < P; base += n) {
+                std::vector<uint64_t> t(keys.begin() + base, keys.begin() + base + n);
+                for (int64_t k = k_first; k <= k_last; k <<= 1)
+                    for (int64_t j = bitonic_tile_j0(k, n); j > 0; j >>= 1)
+                        for (int tid = SORT_TILE_THREADS - 1; tid >= 0; tid--) bitonic_tile_step(t.data(), base, n, j, k, tid, SORT_TILE_THREADS);
+                std::copy(t.begin(), t.end(), keys.begin() + base);
+            }
+        });
+    const int lp = (int)log2((double)P), lt = (int)log2((double)std::min<int64_t>(P, SORT_TILE));
+    CHECK(keys == net && launches == (P < 2 ? 0 : (lp - lt + 1) * (lp - lt + 2) / 2),
+          "bitonic schedule (N=%d): %s, %d launches", N, keys == net ? "same keys" : "keys differ from the network", launches);
     for (int i = 0; i < N; i++)
         for (int d = 0; d < D; d++) {
             if (!run_start(keys.data(), i, v_local)) continue;
@@ -165,38 +253,167 @@ static void check_embed_bwd(int N, int D, int v_start, int v_local, int vocab) {
     CHECK(memcmp(ref.data(), got.data(), ref.size() * sizeof(float)) == 0, "embed bwd N=%d differs from CPU", N);
 }
 
-/* ---- 1. RMSNorm backward: the chunk and column passes against core/backend_cpu.c's formula ---- */
+/* ---- 1. RMSNorm: the launches replayed lane by lane (k_rmsnorm.cu) ---- */
 
-static void check_rmsnorm_bwd(int N, int D) {
-    std::vector<float> x((size_t)N * D), dy((size_t)N * D), w(D), rstd(N);
-    for (auto &e : x) e = bf16_round(rnd_unit());
-    for (auto &e : dy) e = bf16_round(rnd_unit());
-    for (auto &e : w) e = bf16_round(1.0f + 0.5f * rnd_unit());
-    for (int n = 0; n < N; n++) rstd[n] = 0.5f + 0.25f * (n % 5);
-    std::vector<double> ref_dw(D, 0.0);
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < D; i++) ref_dw[i] += (double)dy[(size_t)n * D + i] * x[(size_t)n * D + i] * rstd[n];
-    /* rmsnorm_bwd_chunk_kernel's partial (each (chunk, column) owned by one thread), then the column pass */
+/* rmsnorm_fwd_kernel<VEC, V16>: every warp of every block, lane by lane. */
+template <int VEC, bool V16>
+static void rms_fwd_replay(std::vector<mp_bf16> &y, std::vector<float> &rstd, const std::vector<mp_bf16> &x,
+                           const std::vector<mp_bf16> &w, int N, int D, float eps) {
+    const int blocks = (N + FWD_ROWS_PER_BLOCK - 1) / FWD_ROWS_PER_BLOCK;
+    for (int b = 0; b < blocks; b++)
+        for (int warp = 0; warp < FWD_ROWS_PER_BLOCK; warp++) {
+            const int64_t n = (int64_t)b * FWD_ROWS_PER_BLOCK + warp;
+            if (n >= N) continue;
+            float ss[MP_WARP];
+            for (int lane = 0; lane < MP_WARP; lane++) ss[lane] = rms_fwd_lane_ss<VEC, V16>(x.data() + n * D, D, lane);
+            const float r = 1.0f / sqrtf(warp_sum_host(ss) / (float)D + eps);
+            rstd[n] = r;
+            for (int lane = 0; lane < MP_WARP; lane++)
+                rms_fwd_lane_store<VEC, V16>(y.data() + n * D, x.data() + n * D, w.data(), r, D, lane);
+        }
+}
+
+/* rmsnorm_bwd_chunk_kernel<VEC, V16> (W = rms_bwd_warps(D) > 0), or the wide kernel's order (W = 0: the
+ * rows of a chunk in order, each column's partial its own), then the column kernel. Warps of a block
+ * touch disjoint rows of dx and disjoint accumulators, lanes disjoint columns: replaying them one after
+ * another is the launch. */
+template <int VEC, bool V16>
+static void rms_bwd_replay(std::vector<mp_bf16> &dx, std::vector<float> &dw, const std::vector<mp_bf16> &dy,
+                           const std::vector<mp_bf16> &x, const std::vector<mp_bf16> &w, const std::vector<float> &rstd,
+                           int N, int D) {
     int rows, nc;
     rmsnorm_plan(N, &rows, &nc);
-    std::vector<float> partial(mp_cuda_rmsnorm_bwd_scratch_floats(N, D), NAN), dw(D, 0.25f);
+    const int W = rms_bwd_warps(D);
+    std::vector<float> partial(mp_cuda_rmsnorm_bwd_scratch_floats(N, D), NAN), acc((size_t)std::max(W, 1) * D);
     for (int c = 0; c < nc; c++) {
         const int64_t n0 = (int64_t)c * rows, n1 = std::min<int64_t>(n0 + rows, N);
-        for (int64_t n = n0; n < n1; n++)
-            for (int i = 0; i < D; i++) {
-                const float dwi = dy[n * D + i] * x[n * D + i] * rstd[n];
-                float &p = partial[(size_t)c * D + i];
-                p = n == n0 ? dwi : p + dwi;
+        if (W == 0) {   /* rmsnorm_bwd_wide_kernel: a block reduction per row (order immaterial to dw) */
+            for (int64_t n = n0; n < n1; n++) {
+                const float r = rstd[n];
+                double dot = 0;
+                for (int i = 0; i < D; i++)
+                    dot += (double)__bfloat162float(w[i]) * __bfloat162float(dy[n * D + i]) * __bfloat162float(x[n * D + i]);
+                const float cc = (float)dot / (float)D * r * r;
+                for (int i = 0; i < D; i++) {
+                    const float xi = __bfloat162float(x[n * D + i]), gi = __bfloat162float(dy[n * D + i]);
+                    dx[n * D + i] = __float2bfloat16_rn(__bfloat162float(dx[n * D + i]) +
+                                                        r * (__bfloat162float(w[i]) * gi - xi * cc));
+                    float &p = partial[(size_t)c * D + i];
+                    p = n == n0 ? gi * xi * r : p + gi * xi * r;
+                }
             }
+            continue;
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int warp = 0; warp < W; warp++)
+            for (int64_t n = n0 + warp; n < n1; n += W) {
+                const mp_bf16 *xr = x.data() + n * D, *g = dy.data() + n * D;
+                const float r = rstd[n];
+                float dots[MP_WARP];
+                for (int lane = 0; lane < MP_WARP; lane++) dots[lane] = rms_bwd_lane_dot<VEC, V16>(g, xr, w.data(), D, lane);
+                const float cc = warp_sum_host(dots) / (float)D * r * r;
+                for (int lane = 0; lane < MP_WARP; lane++)
+                    rms_bwd_lane_update<VEC, V16>(dx.data() + n * D, acc.data() + (size_t)warp * D, g, xr, w.data(), r, cc, D, lane);
+            }
+        for (int tid = 0; tid < W * MP_WARP; tid++) rms_bwd_fold<VEC>(partial.data() + (size_t)c * D, acc.data(), W, D, tid, W * MP_WARP);
     }
-    for (int i = 0; i < D; i++) {
+    for (int i = 0; i < D; i++) {   /* rmsnorm_bwd_column_kernel */
         float s = 0.0f;
         for (int c = 0; c < nc; c++) s += partial[(size_t)c * D + i];
         dw[i] += s;
     }
-    for (int i = 0; i < D; i++)
-        CHECK(fabs(dw[i] - 0.25 - ref_dw[i]) < 1e-4 * (1 + fabs(ref_dw[i])), "rmsnorm dw N=%d i=%d: %g vs %g", N, i,
-              dw[i] - 0.25, ref_dw[i]);
+}
+
+/* Forward and backward replays against float64 (each launch D allows: D % 8 == 0 with 16-byte and with
+ * 2-byte accesses, which must agree bit for bit; else groups of 1); dw bitwise against the contract's
+ * order written out independently (a chunk's warps each sum their rows n0 + w, n0 + w + W, ... in order
+ * from 0, the warps are added in order, the chunks in order). NaN-filled outputs catch an element never written; dx accumulates, so an
+ * element written twice is off by its update. */
+static void check_rmsnorm(int N, int D) {
+    const float eps = 1e-5f;
+    std::vector<mp_bf16> x((size_t)N * D), dy(x.size()), dx0(x.size()), w(D);
+    for (auto &e : x) e = __float2bfloat16_rn(2.0f * rnd_unit());
+    for (auto &e : dy) e = __float2bfloat16_rn(rnd_unit());
+    for (auto &e : dx0) e = __float2bfloat16_rn(rnd_unit());
+    for (auto &e : w) e = __float2bfloat16_rn(1.0f + 0.5f * rnd_unit());
+    auto f = [](mp_bf16 v) { return (double)__bfloat162float(v); };
+    std::vector<float> rstd(N);
+    std::vector<double> ref_y(x.size()), ref_r(N), ref_dx(x.size()), ref_dw(D, 0.0);
+    for (int n = 0; n < N; n++) {
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += f(x[(size_t)n * D + i]) * f(x[(size_t)n * D + i]);
+        ref_r[n] = 1.0 / sqrt(ss / D + eps);
+        for (int i = 0; i < D; i++) ref_y[(size_t)n * D + i] = f(x[(size_t)n * D + i]) * ref_r[n] * f(w[i]);
+    }
+    /* the launches D allows: D % 8 == 0: groups of 8 with 16-byte (path 0) and 2-byte (path 1) accesses,
+     * which must agree bit for bit; else groups of 1 (path 2) */
+    const std::vector<int> paths = D % 8 ? std::vector<int>{2} : std::vector<int>{0, 1};
+    std::vector<mp_bf16> y0;
+    for (int path : paths) {   /* forward */
+        std::vector<mp_bf16> y(x.size(), __float2bfloat16_rn(NAN));
+        std::vector<float> r(N, NAN);
+        if (path == 0) rms_fwd_replay<8, true>(y, r, x, w, N, D, eps);
+        else if (path == 1) rms_fwd_replay<8, false>(y, r, x, w, N, D, eps);
+        else rms_fwd_replay<1, false>(y, r, x, w, N, D, eps);
+        int bad = 0;
+        for (size_t k = 0; k < y.size(); k++) bad += !(fabs(__bfloat162float(y[k]) - ref_y[k]) <= fabs(ref_y[k]) / 256 + 1e-6);
+        for (int n = 0; n < N; n++) bad += !(fabs(r[n] - ref_r[n]) <= 1e-5 * ref_r[n]);
+        CHECK(bad == 0, "rmsnorm fwd path %d N=%d D=%d: %d elements not written or off float64", path, N, D, bad);
+        if (path == paths[0]) rstd = r, y0 = y;
+        else CHECK(!memcmp(y.data(), y0.data(), y.size() * 2) && !memcmp(r.data(), rstd.data(), N * sizeof(float)),
+                   "rmsnorm fwd N=%d D=%d: 2-byte accesses differ from 16-byte", N, D);
+    }
+    for (int n = 0; n < N; n++) {   /* backward references, from the fp32 rstd the forward saved */
+        const double r = rstd[n];
+        double dot = 0;
+        for (int i = 0; i < D; i++) dot += f(w[i]) * f(dy[(size_t)n * D + i]) * f(x[(size_t)n * D + i]);
+        for (int i = 0; i < D; i++) {
+            const size_t k = (size_t)n * D + i;
+            ref_dx[k] = f(dx0[k]) + r * (f(w[i]) * f(dy[k]) - f(x[k]) * r * r * dot / D);
+            ref_dw[i] += f(dy[k]) * f(x[k]) * r;
+        }
+    }
+    int rows, nc;
+    rmsnorm_plan(N, &rows, &nc);
+    const int W = rms_bwd_warps(D);
+    std::vector<float> order_dw(D, 0.25f);
+    for (int i = 0; i < D; i++) {
+        float total = 0.0f;
+        for (int c = 0; c < nc; c++) {
+            const int64_t n0 = (int64_t)c * rows, n1 = std::min<int64_t>(n0 + rows, N);
+            float part = 0.0f;
+            for (int wi = 0; wi < std::max(W, 1); wi++) {
+                float a = 0.0f;
+                for (int64_t n = n0 + wi; n < n1; n += std::max(W, 1)) {
+                    const float t = __bfloat162float(dy[n * D + i]) * __bfloat162float(x[n * D + i]) * rstd[n];
+                    a = (W == 0 && n == n0) ? t : a + t;   /* the wide kernel's first row is stored, not added */
+                }
+                part = wi == 0 ? a : part + a;
+            }
+            total += part;
+        }
+        order_dw[i] += total;
+    }
+    std::vector<float> dw1;
+    std::vector<mp_bf16> dx1;
+    for (int path : paths) {
+        std::vector<mp_bf16> dx = dx0;
+        std::vector<float> dw(D, 0.25f);
+        if (path == 0) rms_bwd_replay<8, true>(dx, dw, dy, x, w, rstd, N, D);
+        else if (path == 1) rms_bwd_replay<8, false>(dx, dw, dy, x, w, rstd, N, D);
+        else rms_bwd_replay<1, false>(dx, dw, dy, x, w, rstd, N, D);
+        int bad = 0;
+        for (size_t k = 0; k < dx.size(); k++) bad += !(fabs(__bfloat162float(dx[k]) - ref_dx[k]) <= fabs(ref_dx[k]) / 256 + 1e-5);
+        CHECK(bad == 0, "rmsnorm bwd path %d N=%d D=%d (W %d): %d dx elements off float64", path, N, D, W, bad);
+        bad = 0;
+        for (int i = 0; i < D; i++) bad += !(fabs(dw[i] - 0.25 - ref_dw[i]) <= 1e-4 * (1 + fabs(ref_dw[i])));
+        CHECK(bad == 0, "rmsnorm bwd path %d N=%d D=%d: %d dw elements off float64", path, N, D, bad);
+        CHECK(memcmp(dw.data(), order_dw.data(), D * sizeof(float)) == 0,
+              "rmsnorm bwd path %d N=%d D=%d: dw is not the contract's fixed-order sum bit for bit", path, N, D);
+        if (path == paths[0]) dw1 = dw, dx1 = dx;
+        else CHECK(!memcmp(dw.data(), dw1.data(), D * sizeof(float)) && !memcmp(dx.data(), dx1.data(), dx.size() * 2),
+                   "rmsnorm bwd N=%d D=%d: 2-byte accesses differ from 16-byte", N, D);
+    }
 }
 
 /* ---- 1. element math ---- */
@@ -398,6 +615,127 @@ static void vec_replay(int64_t n, const F &f) {
                   __bfloat162float(r1[i]) == 2.0f * __bfloat162float(ab[i]),
               "bf16 ops vs float64 [%lld]", (long long)i);
     }
+}
+
+/* AdamW's 16-byte path (k_adamw.cu): its launch replayed (vec_replay: chunks of 8, then the n % 8 tail one
+ * per thread), p, m, v and the bf16 copy bitwise against the one-element path and against adamw_elem
+ * element by element, p against float64 PyTorch AdamW; the device scale factor read through the pointer. */
+[[maybe_unused]] static void check_adamw_vec(int64_t n) {
+    std::vector<float> p0(n), g(n), m0(n), v0(n);
+    for (int64_t i = 0; i < n; i++)
+        p0[i] = rnd_unit(), g[i] = rnd_unit(), m0[i] = 0.1f * rnd_unit(), v0[i] = 0.01f * (rnd_unit() + 1.0f);
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 2.0f, gsd = 0.25f;
+    const int step = 3;
+    const float bc1 = (float)(1.0 / (1.0 - pow((double)b1, step))), bc2 = (float)(1.0 / (1.0 - pow((double)b2, step)));
+    std::vector<float> p8 = p0, m8 = m0, v8 = v0, p1 = p0, m1 = m0, v1 = v0;
+    std::vector<__nv_bfloat16> b8(n, __float2bfloat16_rn(NAN)), b1v(n, __float2bfloat16_rn(NAN));
+    vec_replay<8>(n, adamw_op{p8.data(), b8.data(), g.data(), m8.data(), v8.data(), lr, b1, b2, eps, wd, bc1, bc2, gs, &gsd});
+    vec_replay<1>(n, adamw_op{p1.data(), b1v.data(), g.data(), m1.data(), v1.data(), lr, b1, b2, eps, wd, bc1, bc2, gs, &gsd});
+    CHECK(!memcmp(p8.data(), p1.data(), n * 4) && !memcmp(m8.data(), m1.data(), n * 4) && !memcmp(v8.data(), v1.data(), n * 4) &&
+              !memcmp(b8.data(), b1v.data(), n * 2),
+          "adamw: 16-byte path differs from the one-element path (n=%lld)", (long long)n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float mi = m0[i], vi = v0[i];
+        const float pi = adamw_elem(p0[i], g[i], &mi, &vi, lr, b1, b2, eps, wd, bc1, bc2, gs * gsd);
+        bad += pi != p1[i] || mi != m1[i] || vi != v1[i] || __bfloat162float(b1v[i]) != bf16_round(pi);
+        const double gd = (double)g[i] * gs * gsd, md = b1 * (double)m0[i] + (1 - (double)b1) * gd,
+                     vd = b2 * (double)v0[i] + (1 - (double)b2) * gd * gd;
+        const double pd = p0[i] - lr * ((md * bc1) / (sqrt(vd * bc2) + eps) + wd * (double)p0[i]);
+        bad += !(fabs(p1[i] - pd) <= 1e-6 * (1 + fabs(pd)));
+    }
+    CHECK(bad == 0, "adamw (n=%lld): %d elements not written once or off adamw_elem / float64", (long long)n, bad);
+}
+
+/* rowmax_kernel and sumexp_kernel<G, V16, T> (k_xent.cu) replayed: every thread of every row's block
+ * through xent_row_thread, then the block trees. */
+template <int G, bool V16, typename T>
+static void xent_rows_replay(std::vector<float> &mx, std::vector<float> &se, const std::vector<T> &lg, int N, int v_local,
+                             int v_valid) {
+    std::vector<float> th(XENT_THREADS);
+    for (int n = 0; n < N; n++) {
+        const T *l = lg.data() + (size_t)n * v_local;
+        for (int t = 0; t < XENT_THREADS; t++) th[t] = xent_row_thread<true, G, V16>(l, v_valid, 0.0f, t);
+        mx[n] = block_sum_host<float, true>(th);
+        if (mx[n] == -INFINITY) {
+            se[n] = 0.0f;
+            continue;
+        }
+        for (int t = 0; t < XENT_THREADS; t++) th[t] = xent_row_thread<false, G, V16>(l, v_valid, mx[n], t);
+        se[n] = block_sum_host(th);
+    }
+}
+
+/* xent_bwd_kernel<VEC, T> (k_xent.cu) replayed: every thread of every row's block through xent_bwd_at. */
+template <int VEC, typename T>
+static void xent_bwd_replay(std::vector<T> &lg, const std::vector<float> &mx, const std::vector<float> &se,
+                            const std::vector<int32_t> &tgt, float dloss, int N, int v_local, int v_valid, int v_start) {
+    for (int n = 0; n < N; n++) {
+        const float f = mx[n] == -INFINITY ? 0.0f : dloss / se[n];
+        const int64_t c = (int64_t)tgt[n] - v_start;
+        for (int t = 0; t < XENT_THREADS; t++)
+            for (int j0 = VEC * t; j0 < v_local; j0 += VEC * XENT_THREADS)
+                xent_bwd_at<VEC>(lg.data() + (size_t)n * v_local, j0, mx[n], f, c, dloss, v_valid);
+    }
+}
+
+/* The cross-entropy's row statistics and backward, bf16 and fp32 logits: rowmax and sumexp replayed with
+ * 16-byte and one-element loads (v_local a multiple of 16 bytes: the same groups, bitwise equal), rowmax
+ * the exact max, sumexp within 1e-5 of float64; the backward's 16-byte path bitwise against the
+ * one-element path and within one rounding of float64 dloss (softmax - onehot); padding columns 0; a
+ * row of -inf logits gets -dloss at its target only; targets outside the slice get no -dloss. */
+template <typename T>
+static void check_xent_bwd_vec(int N, int v_local, int v_valid, int v_start) {
+    constexpr int V = 16 / sizeof(T);
+    std::vector<T> lg((size_t)N * v_local);
+    std::vector<float> lf(lg.size()), mx(N), se(N);
+    std::vector<int32_t> tgt(N);
+    for (size_t i = 0; i < lg.size(); i++) mp_from_f32(&lg[i], 6.0f * rnd_unit()), lf[i] = mp_to_f32(lg[i]);
+    for (int j = 0; j < v_local; j++) mp_from_f32(&lg[j], -INFINITY), lf[j] = -INFINITY;   /* row 0: no finite logit */
+    for (int n = 0; n < N; n++)   /* vocab padding: large, to show if it were ever read as a logit */
+        for (int j = v_valid; j < v_local; j++) mp_from_f32(&lg[(size_t)n * v_local + j], 100.0f), lf[(size_t)n * v_local + j] = 100.0f;
+    for (int n = 0; n < N; n++) tgt[n] = v_start - 3 + (int32_t)(rnd_u64() % (uint64_t)(v_valid + 6));
+    if (v_local % V == 0) {
+        std::vector<float> mx1(N), se1(N);
+        xent_rows_replay<V, true>(mx, se, lg, N, v_local, v_valid);
+        xent_rows_replay<V, false>(mx1, se1, lg, N, v_local, v_valid);
+        CHECK(mx == mx1 && !memcmp(se.data(), se1.data(), N * sizeof(float)),
+              "xent rowmax/sumexp (%zu-byte logits, v_local %d): 16-byte loads differ from one-element", sizeof(T), v_local);
+    } else {
+        xent_rows_replay<1, false>(mx, se, lg, N, v_local, v_valid);
+    }
+    int bad_stats = 0;
+    for (int n = 0; n < N; n++) {
+        double m = -INFINITY, sd = 0.0;
+        for (int j = 0; j < v_valid; j++) m = std::max(m, (double)lf[(size_t)n * v_local + j]);
+        if (m != -INFINITY)
+            for (int j = 0; j < v_valid; j++) sd += exp((double)lf[(size_t)n * v_local + j] - m);
+        bad_stats += !((double)mx[n] == m && fabs(se[n] - sd) <= 1e-5 * sd);
+    }
+    CHECK(bad_stats == 0, "xent rowmax/sumexp (%zu-byte logits, N %d v_local %d v_valid %d): %d rows off float64",
+          sizeof(T), N, v_local, v_valid, bad_stats);
+    const float dloss = 0.125f;
+    std::vector<T> gv = lg, g1 = lg;
+    if (v_local % V == 0) xent_bwd_replay<V>(gv, mx, se, tgt, dloss, N, v_local, v_valid, v_start);
+    xent_bwd_replay<1>(g1, mx, se, tgt, dloss, N, v_local, v_valid, v_start);
+    if (v_local % V == 0)
+        CHECK(!memcmp(gv.data(), g1.data(), g1.size() * sizeof(T)), "xent bwd (%zu-byte logits, v_local %d): 16-byte path differs",
+              sizeof(T), v_local);
+    int bad = 0;
+    for (int n = 0; n < N; n++) {
+        const int64_t c = (int64_t)tgt[n] - v_start;
+        for (int j = 0; j < v_local; j++) {
+            double r = 0.0;
+            if (j < v_valid) {
+                r = n == 0 ? 0.0 : dloss * exp((double)lf[(size_t)n * v_local + j] - mx[n]) / se[n];
+                if (j == c) r -= dloss;
+            }
+            const double got = mp_to_f32(g1[(size_t)n * v_local + j]), tol = sizeof(T) == 2 ? 1.0 / 256 : 1e-5;
+            bad += !(fabs(got - r) <= tol * fabs(r) + 1e-9);
+        }
+    }
+    CHECK(bad == 0, "xent bwd (%zu-byte logits, N %d v_local %d v_valid %d): %d columns off float64", sizeof(T), N, v_local,
+          v_valid, bad);
 }
 
 /* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls in the order layers/ issues them
@@ -1024,22 +1362,28 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd) {
 #ifndef MP_HOSTCHECK_NO_MAIN   /* check_kernels_device.cu reuses this file's references */
 int main(void) {
     check_reduce_plan();
+    for (int64_t n : {1, 3, 4, 5, 7, 8, 9, 4097, 8192, 8193, 300001, 2000003}) check_reduce(n);
     check_rmsnorm_plan();
-    const int Ns[] = {1, 2, 3, 7, 64, 100, 1000, 4099};
+    const int Ns[] = {1, 2, 3, 7, 64, 100, 1000, 2048, 2049, 4099, 16384};
     for (int N : Ns) {
         check_embed_bwd(N, 5, 0, 50, 50);      /* tp = 1 */
         check_embed_bwd(N, 3, 100, 37, 200);   /* a middle vocab slice: most tokens out of range */
     }
     check_elementwise();
-    check_rmsnorm_bwd(1, 3);
-    check_rmsnorm_bwd(33, 5);
-    check_rmsnorm_bwd(9000, 4);   /* several chunks of > 32 rows */
+    /* RMSNorm: D % 8 != 0 (2-byte path only), N below one chunk and below one row per warp, several
+     * chunks, > 512 chunks' worth of rows (chunks of > 32 rows), 1 warp per block, the wide kernel */
+    const int rms[][2] = {{1, 3}, {5, 13}, {33, 5}, {7, 200}, {100, 64}, {300, 2048}, {40, 4000}, {9000, 24},
+                          {20011, 16}, {3, 12288}, {3, 12296}, {2, 12301}};
+    for (auto &r : rms) check_rmsnorm(r[0], r[1]);
     const int ropes[][5] = {{1, 1, 1, 2, 0}, {2, 5, 3, 64, 7}, {1, 9, 4, 16, 0}, {2, 3, 2, 128, 100}, {1, 4, 3, 40, 2},
                             {1, 2, 1, 6, 0}, {1, 3, 2, 1024, 5}};
     for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4]);
     check_gemm_plans();
     for (int64_t n : {1, 7, 8, 9, 64, 1003}) check_swiglu_vec(n);
     for (int64_t n : {1, 3, 4, 5, 8, 9, 1003, 70001}) check_vec_elementwise(n);
+    for (int64_t n : {1, 7, 8, 9, 1003, 70001}) check_adamw_vec(n);
+    const int xents[][4] = {{3, 8, 8, 0}, {5, 4096, 3999, 100}, {4, 1003, 990, 2000}, {3, 32000, 32000, 0}, {2, 20, 17, 5}};
+    for (auto &x : xents) check_xent_bwd_vec<__nv_bfloat16>(x[0], x[1], x[2], x[3]), check_xent_bwd_vec<float>(x[0], x[1], x[2], x[3]);
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
