@@ -23,6 +23,12 @@
 #define CK_SLABS_MAX 4096                    /* at most this many slab checksums per box */
 #define CK_BATCH_BYTES ((size_t)64 << 20)    /* read scratch bound */
 
+/* A growing byte buffer (the save's box lists, the collective load's requests and shares, a v1/v2
+ * layout's path pool); {0} is empty, p is freed with free(). ck_buf_put appends n bytes of v (checked
+ * allocation, counted as MP_MEM_OTHER; ckpt/util.c). */
+typedef struct { char *p; size_t n, cap; } ck_buf;
+void ck_buf_put(ck_buf *b, const void *v, size_t n);
+
 /* --------------------------------------------------------------------------------------- layout */
 
 typedef struct ck_tensor {
@@ -33,19 +39,25 @@ typedef struct ck_tensor {
     int64_t box_first, nboxes;
 } ck_tensor;
 
+/* A box of the layout. Its dataset paths are not stored in it (issue 23: two 289-byte strings per box
+ * were most of a 70B / 4,096-rank layout's memory): when the layout has no path pool (L->paths NULL:
+ * v3, and every layout the writer builds) they are derived from its tensor's name and k
+ * (/<name>/box_<k>, /<name>/tiles_<k>); a v1/v2 layout read from an index keeps the stored paths in
+ * its pool (ck_box_path gives either). */
 typedef struct ck_box {
     int tensor, file;                 /* indices into the layout's tensors / files */
-    char dataset[CK_DSET_MAX];
+    int64_t k;                        /* no pool: its datasets are /<name>/box_<k> and /<name>/tiles_<k> */
+    int64_t path;                     /* with a pool: L->paths + path is its dataset path, followed after
+                                         its NUL by its tiles dataset path ("" in v1) */
     int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
     uint64_t checksum;
     /* v1 only: slab checksums in the index (slabs[slab_first .. +nslabs)), slab_rows rows each */
     int64_t slab_rows, slab_first, nslabs;
-    /* v2: checksum tiles (ckpt_tile_geometry); their checksums live in the rank file at tiles_dataset,
+    /* v2: checksum tiles (ckpt_tile_geometry); their checksums live in the rank file at its tiles path,
      * and tiles_checksum is XXH3-64 of that uint64 array. For a v1 box the reader sets
      * tile_rows = slab_rows, tile_cols = the box's dim 1 (1 for 1-D), ntiles = nslabs. */
     int64_t tile_rows, tile_cols, ntiles;
     uint64_t tiles_checksum;
-    char tiles_dataset[CK_DSET_MAX];
 } ck_box;
 
 typedef struct ck_file {
@@ -70,6 +82,9 @@ typedef struct ck_layout {
     ck_file *f;                       /* sorted by rank */
     uint64_t *slabs;                  /* [nslabs] */
     char **keys, **vals;              /* [nmeta], sorted by key */
+    char *paths;                      /* v1/v2 read: the boxes' stored dataset paths (ck_box.path); NULL:
+                                         derived from k */
+    size_t paths_bytes;
     int64_t *pmax_end;                /* [nboxes] per-tensor running max of off[0]+shp[0] (index) */
     char created_utc[32];             /* read from index.h5; the writer uses it when set, else the time now */
 } ck_layout;
@@ -77,6 +92,9 @@ typedef struct ck_layout {
 void ck_layout_free(ck_layout *L);
 /* Builds pmax_end (the interval index) of L; boxes must be grouped and sorted as documented. */
 void ck_layout_index(ck_layout *L);
+/* The dataset path of box B of L (tiles 0) or of its tile checksums (tiles 1): the stored one of a v1/v2
+ * box (a pointer into L->paths), else derived into buf (CK_DSET_MAX bytes) and buf returned. */
+const char *ck_box_path(const ck_layout *L, const ck_box *B, int tiles, char *buf);
 /* XXH3-64 over the canonical content of L (docs/FORMAT.md, "Index checksum"). */
 uint64_t ck_layout_hash(const ck_layout *L);
 /* Exact-cover check of tensor t: every box inside the shape, no two boxes overlapping, and (if
@@ -112,11 +130,11 @@ typedef struct ck_run {
 void ck_runs_build(const ck_layout *L, ck_run **runs, int64_t *n);
 /* Expands the runs[n] of a v3 index into L->b (L's tensors and files read, nboxes 0): every box inside
  * its tensor and in a listed file, boxes sorted per tensor by offset (all dims), box_first/nboxes of
- * the tensors set, dataset paths derived (/<name>/box_<k>, k counting the file's boxes of the tensor in
- * that order), files' box counts checked. MP_ECHECK naming path and the run on anything wrong. */
+ * the tensors set, their k numbered for the derived paths (/<name>/box_<k>, k counting the file's
+ * boxes of the tensor in that order), files' box counts checked. MP_ECHECK naming path and the run on anything wrong. */
 mp_code ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n, const char *path, mp_err *e);
-/* Sets box dataset / tiles_dataset paths of L (v3 rule: k counts the boxes of the tensor in the file,
- * in layout order). */
+/* Numbers the boxes of L for their derived paths (v3 rule: k counts the boxes of the tensor in the
+ * file, in layout order); L has no path pool. */
 void ck_layout_derive_paths(ck_layout *L);
 
 /* A row of a v3 rank file's /boxes table (packed: its bytes are the table's, little-endian). */
@@ -164,6 +182,11 @@ void ck_box_str(char *buf, size_t cap, int nd, const int64_t *off, const int64_t
 /* Candidates of the interval index: saved boxes [*lo, *hi) of tensor t in L whose dim-0 extent may
  * meet [q0, q1): binary searches over the running max end and the sorted starts. */
 void ck_index_range(const ck_layout *L, int t, int64_t q0, int64_t q1, int64_t *lo, int64_t *hi);
+/* The index of tensor name in L (tensors sorted by name), -1 if absent: ckpt_tensor_find's body. */
+int ck_layout_find(const ck_layout *L, const char *name);
+/* The saved boxes of tensor t of L (indexed) that meet the box (offset, shape): their number, the first
+ * cap of them in out (ascending): ckpt_query's body. */
+int ck_layout_query(const ck_layout *L, int t, const int64_t *offset, const int64_t *shape, int *out, int cap);
 /* Finds a region of the box (qo, qs) not covered by the n boxes (bo[i], bs[i]) (subtraction);
  * returns 1 and the region in (mo, ms) if one exists, 0 if the boxes cover it. */
 int ck_find_gap(int nd, const int64_t *qo, const int64_t *qs, int n, const int64_t (*bo)[CKPT_MAX_DIMS],
@@ -248,10 +271,7 @@ herr_t ck_attr_read_u64(hid_t obj, const char *name, uint64_t *v, int n);
 double ck_now(void);
 /* asprintf into a new string (aborts on OOM). */
 char *ck_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* A growing byte buffer (the save's box lists, the collective load's requests and shares); {0} is empty,
- * p is freed with free(). ck_buf_put appends n bytes of v (checked allocation, counted as MP_MEM_OTHER). */
-typedef struct { char *p; size_t n, cap; } ck_buf;
-void ck_buf_put(ck_buf *b, const void *v, size_t n);
+
 /* MP_OK if dir is a directory, else MP_EINPUT "checkpoint directory DIR does not exist" (ckpt_open, and
  * every rank of ckpt_open_planned: node-local storage may hold it on rank 0's host only). */
 mp_code ck_dir_exists(const char *dir, mp_err *e);

@@ -6,8 +6,9 @@
  * few (issue 23, docs/BENCH_SCALE.md). Here instead:
  *   1. every rank packs the regions it will read (tensor name, offset, shape) and gatherv sends them
  *      to rank 0 (a gather of the sizes first);
- *   2. rank 0 opens the checkpoint with the real reader (ckpt_open: format, index checksum, every
- *      table validated), and for each rank finds the saved boxes its regions meet (ckpt_query: the
+ *   2. rank 0 reads the index with the real index reader (ck_index_read, as ckpt_open: format, index
+ *      checksum, every table validated; no reader's per-box records), and for each rank finds the
+ *      saved boxes its regions meet (ck_layout_query, ckpt_query's body: the
  *      interval index, O(log boxes) per region), and cuts the layout down to them: those boxes, their
  *      tensors' rows (plus every requested tensor, found or not as in the index), the files they live
  *      in, their v1 slab checksums, and all metadata (small: config, run state);
@@ -19,9 +20,10 @@
  *      (the boxes are not in the rank's layout), never silently.
  * The parts travel as the in-memory structs (ck_tensor, ck_box, ck_file) copied byte for byte: every
  * rank runs the same binary. Packing zeroes them first, so no uninitialised padding travels. A format-v3
- * part carries its boxes as plan_box3 (tensor, file, k, offset, shape: 80 bytes, not a ck_box's ~1 KiB
- * of dataset paths): the receiver derives the paths from k, and its reader takes the checksums from the
- * rank files' /boxes tables, checked against the files' boxes_checksum the part carries.
+ * part carries its boxes as plan_box3 (tensor, file, k, offset, shape: 80 bytes, not a whole ck_box's
+ * 152): the receiver derives the paths from k, and its reader takes the checksums from the
+ * rank files' /boxes tables, checked against the files' boxes_checksum the part carries. A v1/v2 part
+ * carries its boxes' stored paths as a pool after the slabs (ck_box.path renumbered into it).
  *
  * Costs: rank 0 reads the index once and plans in O(total boxes x log); every other rank reads no
  * index table and receives O(own boxes + metadata) bytes.
@@ -33,7 +35,7 @@
 #include <string.h>
 
 /* A box of a version-3 part: what the runs say of it (its checksums come from its rank file's /boxes
- * table, its dataset path from k), 80 bytes instead of a ck_box's ~1 KiB of paths. */
+ * table, its dataset path from k), 80 bytes instead of a whole ck_box's 152. */
 typedef struct {
     int32_t tensor, file, k, pad;
     int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
@@ -41,7 +43,7 @@ typedef struct {
 
 typedef struct {
     int32_t version, world, zstd_level, ntensors, nboxes, nfiles, nmeta, pad;
-    int64_t step, nslabs, meta_bytes;
+    int64_t step, nslabs, meta_bytes, paths_bytes;
     char created_utc[32];
 } plan_head;
 
@@ -76,7 +78,7 @@ char *ckpt_region_list(const ckpt_region *want, int n, size_t *bytes) {
 
 /* Adds to ids (growing) the saved boxes of full that the regions packed in p[0, n) meet, and marks
  * their tensors (and every requested tensor present) in want_t. MP_EINTERNAL if the bytes do not parse. */
-static mp_code plan_regions(const ckpt_reader *full, const char *p, int64_t n, char *want_t, int **ids, int *nids,
+static mp_code plan_regions(const ck_layout *full, const char *p, int64_t n, char *want_t, int **ids, int *nids,
                             int *cap, mp_err *e) {
     int64_t at = 0;
     char name[CKPT_NAME_MAX + 1];
@@ -93,15 +95,15 @@ static mp_code plan_regions(const ckpt_reader *full, const char *p, int64_t n, c
         memcpy(off, p + at + l, sizeof off);
         memcpy(shp, p + at + l + sizeof off, sizeof shp);
         at += (int64_t)(l + sizeof off + sizeof shp);
-        int t = ckpt_tensor_find(full, name);
+        int t = ck_layout_find(full, name);
         if (t < 0) continue;   /* absent: the loader's own lookup reports it */
         want_t[t] = 1;
-        int k = ckpt_query(full, t, off, shp, NULL, 0);
+        int k = ck_layout_query(full, t, off, shp, NULL, 0);
         if (*nids + k > *cap) {
             *cap = (*nids + k) * 2 + 16;
             *ids = mp_realloc(*ids, 0, sizeof(int) * (size_t)*cap, MP_MEM_OTHER);
         }
-        *nids += ckpt_query(full, t, off, shp, *ids + *nids, k);
+        *nids += ck_layout_query(full, t, off, shp, *ids + *nids, k);
     }
     return MP_OK;
 }
@@ -113,8 +115,16 @@ static int cmp_int(const void *a, const void *b) {
 
 /* ---------------------------------------------------------------------------------- the parts */
 
+/* The bytes of box B's two stored paths in L's pool (both NUL-terminated). */
+static size_t path_bytes(const ck_layout *L, const ck_box *B) {
+    const char *p = L->paths + B->path;
+    size_t l = strlen(p) + 1;
+    return l + strlen(p + l) + 1;
+}
+
 /* Packs the part of layout L of the boxes ids[n] (sorted, unique) and the tensors marked in want_t
- * into b: head, tensors, boxes, files, slabs, metadata. Indices are renumbered to the part's. */
+ * into b: head, tensors, boxes, files, slabs, the boxes' stored paths (a v1/v2 layout's pool), metadata.
+ * Indices and path offsets are renumbered to the part's. */
 static void pack_part(const ck_layout *L, const int *ids, int n, const char *want_t, ck_buf *b) {
     int *tmap = mp_xmalloc(sizeof(int) * (size_t)(L->ntensors + 1)), *fmap = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     plan_head h;
@@ -124,6 +134,7 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
     for (int k = 0; k < n; k++) {
         fmap[L->b[ids[k]].file] = 0;
         h.nslabs += L->b[ids[k]].nslabs;
+        if (L->paths) h.paths_bytes += (int64_t)path_bytes(L, &L->b[ids[k]]);
     }
     for (int i = 0; i < L->nfiles; i++)
         if (fmap[i] == 0) fmap[i] = h.nfiles++;
@@ -146,19 +157,23 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
         ck_buf_put(b, &t, sizeof t);
     }
     assert(k0 == n);
-    int64_t slab_at = 0;
+    int64_t slab_at = 0, path_at = 0;
     for (int k = 0; k < n; k++) {
         ck_box x = L->b[ids[k]];
         x.tensor = tmap[x.tensor];
         x.file = fmap[x.file];
         x.slab_first = slab_at;
         slab_at += x.nslabs;
+        if (L->paths) {
+            x.path = path_at;
+            path_at += (int64_t)path_bytes(L, &L->b[ids[k]]);
+        }
         if (L->version >= 3) {
             plan_box3 c;
             memset(&c, 0, sizeof c);
             c.tensor = x.tensor;
             c.file = x.file;
-            c.k = atoi(strrchr(x.dataset, '_') + 1);   /* "/<name>/box_<k>" (derived by the index reader) */
+            c.k = (int32_t)x.k;   /* its paths: /<name>/box_<k>, /<name>/tiles_<k> */
             memcpy(c.off, x.off, sizeof c.off);
             memcpy(c.shp, x.shp, sizeof c.shp);
             ck_buf_put(b, &c, sizeof c);
@@ -171,6 +186,8 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
     for (int k = 0; k < n; k++)
         if (L->b[ids[k]].nslabs > 0)
             ck_buf_put(b, L->slabs + L->b[ids[k]].slab_first, sizeof(uint64_t) * (size_t)L->b[ids[k]].nslabs);
+    for (int k = 0; k < n && L->paths; k++)
+        ck_buf_put(b, L->paths + L->b[ids[k]].path, path_bytes(L, &L->b[ids[k]]));
     for (int i = 0; i < L->nmeta; i++) {
         ck_buf_put(b, L->keys[i], strlen(L->keys[i]) + 1);
         ck_buf_put(b, L->vals[i], strlen(L->vals[i]) + 1);
@@ -196,8 +213,10 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     int ok = take(p, n, &at, &h, sizeof h);
     size_t brec = h.version >= 3 ? sizeof(plan_box3) : sizeof(ck_box);
     ok = ok && h.ntensors >= 0 && h.nboxes >= 0 && h.nfiles >= 0 && h.nmeta >= 0 && h.nslabs >= 0 && h.meta_bytes >= 0 &&
-             n - at == (int64_t)(sizeof(ck_tensor) * (size_t)h.ntensors + brec * (size_t)h.nboxes +
-                                 sizeof(ck_file) * (size_t)h.nfiles + sizeof(uint64_t) * (size_t)h.nslabs) + h.meta_bytes;
+         h.paths_bytes >= 0 && (h.version < 3 || h.paths_bytes == 0) &&
+         n - at == (int64_t)(sizeof(ck_tensor) * (size_t)h.ntensors + brec * (size_t)h.nboxes +
+                             sizeof(ck_file) * (size_t)h.nfiles + sizeof(uint64_t) * (size_t)h.nslabs) +
+                       h.paths_bytes + h.meta_bytes;
     if (!ok) return mp_err_set(e, MP_EINTERNAL, "planned open: the plan received has %lld bytes that do not parse", (long long)n);
     L->version = h.version; L->world = h.world; L->zstd_level = h.zstd_level; L->step = h.step;
     L->ntensors = h.ntensors; L->nboxes = h.nboxes; L->nfiles = h.nfiles; L->nmeta = h.nmeta; L->nslabs = h.nslabs;
@@ -220,16 +239,26 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
             B->file = c.file;
             memcpy(B->off, c.off, sizeof B->off);
             memcpy(B->shp, c.shp, sizeof B->shp);
-            ok = ok && c.tensor >= 0 && c.tensor < h.ntensors && c.file >= 0 && c.file < h.nfiles;
-            const char *tn = ok ? L->t[c.tensor].name : "?";
-            snprintf(B->dataset, sizeof B->dataset, "/%s/box_%d", tn, (int)c.k);
-            snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%d", tn, (int)c.k);
+            B->k = c.k;   /* no path pool: its paths are derived from k */
+            ok = ok && c.tensor >= 0 && c.tensor < h.ntensors && c.file >= 0 && c.file < h.nfiles && c.k >= 0;
         }
     } else {
         take(p, n, &at, L->b, sizeof(ck_box) * (size_t)h.nboxes);
     }
     take(p, n, &at, L->f, sizeof(ck_file) * (size_t)h.nfiles);
     take(p, n, &at, L->slabs, sizeof(uint64_t) * (size_t)h.nslabs);
+    if (h.version < 3 && h.nboxes > 0) {   /* the stored paths: every box's two inside the pool */
+        L->paths = mp_xmalloc((size_t)h.paths_bytes + 1);
+        L->paths_bytes = (size_t)h.paths_bytes;
+        take(p, n, &at, L->paths, (size_t)h.paths_bytes);
+        L->paths[h.paths_bytes] = 0;
+        for (int j = 0; j < h.nboxes && ok; j++) {
+            int64_t q = L->b[j].path;
+            ok = q >= 0 && q < h.paths_bytes;
+            if (ok) q += (int64_t)strlen(L->paths + q) + 1;
+            ok = ok && q < h.paths_bytes;
+        }
+    }
     for (int i = 0; i < h.nmeta && ok; i++) {
         const char *k = p + at, *v = memchr(k, 0, (size_t)(n - at));
         const char *end = v ? memchr(v + 1, 0, (size_t)(n - (v + 1 - p))) : NULL;
@@ -246,21 +275,23 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     return MP_OK;
 }
 
-/* Rank 0's part of the open: reads the checkpoint (ckpt_open) and packs every rank's part of it from
+/* Rank 0's part of the open: reads and validates the index (ck_index_read, as ckpt_open) and packs every rank's part of it from
  * the regions gathered in req (rank q's at the sum of rcount[< q]) into parts, pcount[size]. */
 static mp_code plan_all(const char *dir, int size, const char *req, const int64_t *rcount, ck_buf *parts,
                         int64_t *pcount, mp_err *e) {
-    ckpt_reader *full = NULL;
-    MP_TRY(ckpt_open(&full, dir, e));
-    const ck_layout *L = ck_reader_layout(full);
+    ck_layout full;   /* read and validated as ckpt_open does, without a reader's per-box records */
+    char *ip = ck_fmt("%s/index.h5", dir);
+    mp_code rc = ck_index_read(ip, &full, e);
+    free(ip);
+    if (rc) return rc;
+    const ck_layout *L = &full;
     char *want_t = mp_xmalloc((size_t)L->ntensors + 1);
     int *ids = NULL, nids = 0, cap = 0;
-    mp_code rc = MP_OK;
     int64_t at = 0;
     for (int q = 0; q < size && !rc; q++) {
         memset(want_t, 0, (size_t)L->ntensors + 1);
         nids = 0;
-        rc = plan_regions(full, req + at, rcount[q], want_t, &ids, &nids, &cap, e);
+        rc = plan_regions(L, req + at, rcount[q], want_t, &ids, &nids, &cap, e);
         at += rcount[q];
         if (rc) break;
         if (nids > 1) qsort(ids, (size_t)nids, sizeof *ids, cmp_int);
@@ -273,7 +304,7 @@ static mp_code plan_all(const char *dir, int size, const char *req, const int64_
     }
     free(ids);
     free(want_t);
-    ckpt_close(full);
+    ck_layout_free(&full);
     return rc;
 }
 

@@ -16,13 +16,14 @@
  * Expanding (the reader): every run is checked in O(1) (tensor, count, the first and last box inside
  * the tensor — offsets are linear in i, so all between are too —, the first and last file rank in the
  * world) and expanded; each box's rank must name a row of /layout/files. The boxes are then sorted per
- * tensor by offset, their dataset paths derived (/<name>/box_<k>, k counting the file's boxes of the
- * tensor in that order: the writer numbers them so), and the files' box counts and bytes checked
- * against /layout/files. The no-overlap rule is the index reader's (ck_layout_check_tensor).
+ * tensor by offset, numbered for their derived dataset paths (/<name>/box_<k>, k counting the file's
+ * boxes of the tensor in that order: the writer numbers them so; ck_box_path derives the path), and
+ * the files' box counts and bytes checked against /layout/files. The no-overlap rule is the index reader's (ck_layout_check_tensor).
  */
 #define _GNU_SOURCE
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,18 +154,26 @@ static mp_code expand_run(ck_layout *L, const ck_run *R, int64_t i, const char *
 }
 
 void ck_layout_derive_paths(ck_layout *L) {
+    assert(!L->paths);
     int64_t *cnt = mp_xcalloc(sizeof(int64_t) * (size_t)(L->nfiles + 1));
     int *stamp = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     for (int i = 0; i < L->nfiles; i++) stamp[i] = -1;
     for (int j = 0; j < L->nboxes; j++) {
         ck_box *B = &L->b[j];
         if (stamp[B->file] != B->tensor) { stamp[B->file] = B->tensor; cnt[B->file] = 0; }
-        int64_t k = cnt[B->file]++;
-        snprintf(B->dataset, sizeof B->dataset, "/%s/box_%lld", L->t[B->tensor].name, (long long)k);
-        snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%lld", L->t[B->tensor].name, (long long)k);
+        B->k = cnt[B->file]++;
     }
     free(cnt);
     free(stamp);
+}
+
+const char *ck_box_path(const ck_layout *L, const ck_box *B, int tiles, char *buf) {
+    if (L->paths) {
+        const char *p = L->paths + B->path;
+        return tiles ? p + strlen(p) + 1 : p;
+    }
+    snprintf(buf, CK_DSET_MAX, "/%s/%s_%lld", L->t[B->tensor].name, tiles ? "tiles" : "box", (long long)B->k);
+    return buf;
 }
 
 /* Sorts each tensor's boxes by offset (runs may list them in another order) and sets box_first and

@@ -1260,8 +1260,7 @@ static mp_code layout_boxes(const wbox *all, int nall, const int *file_of, ck_la
         B->tensor = L->ntensors - 1;
         B->file = file_of[W->rank];
         assert(B->file >= 0);
-        wbox_path(W, 0, B->dataset);
-        wbox_path(W, 1, B->tiles_dataset);
+        B->k = W->k;   /* the layout has no path pool: its paths are wbox_path's, derived from k */
         memcpy(B->off, W->off, sizeof B->off);
         memcpy(B->shp, W->shp, sizeof B->shp);
         B->checksum = W->checksum;
