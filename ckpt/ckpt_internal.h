@@ -109,6 +109,12 @@ mp_code ck_view_write(const ck_layout *L, const char *path, mp_err *e);
 mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e);
 /* Reads and validates index.h5 at path into *L. MP_ECHECK for a missing/corrupt/foreign index. */
 mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e);
+/* ck_index_read, except that a v3 index's runs are validated (ck_runs_check) but not expanded: they are
+ * returned in *runs (malloc'd, *nruns, grouped by tensor in tensor order) and L has no boxes (L->b
+ * NULL, nboxes 0; the tensors' box_first/nboxes as stored, checked against the runs). A v1/v2 index is
+ * read as by ck_index_read (*runs NULL). The collective open's rank 0 plans on the runs (ck_runs_query). */
+typedef struct ck_run ck_run;
+mp_code ck_index_read_runs(const char *path, ck_layout *L, ck_run **runs, int64_t *nruns, mp_err *e);
 /* ck_index_read of the index.h5 bytes image[0, bytes) (HDF5's core driver: no file, no disk I/O);
  * name only names it in messages. check_sum 0 (tests only: tests/fuzz/fuzz_index.c) computes the index
  * checksum but does not compare it, so that crafted tables reach the structural validation. */
@@ -119,20 +125,34 @@ mp_code ck_index_read_image(const void *image, size_t bytes, const char *name, i
 
 /* A run (ckpt/runs.c): count equal-shaped boxes of tensor `tensor`, box i at offset off + i * step in
  * the rank file of rank rank0 + i * stride. /layout/runs holds one row per run. */
-typedef struct ck_run {
+struct ck_run {
     int32_t tensor, rank0, stride, pad;
     int64_t count;
     int64_t off[CKPT_MAX_DIMS], step[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
-} ck_run;
+};
 /* The runs of L's boxes (grouped by tensor, each group sorted by offset): per tensor the greedy merge
  * of its boxes into maximal runs, in whichever of two orders (dim 0 first, or dim 0 last) gives fewer
  * runs. *runs is malloc'd (*n of them). */
 void ck_runs_build(const ck_layout *L, ck_run **runs, int64_t *n);
-/* Expands the runs[n] of a v3 index into L->b (L's tensors and files read, nboxes 0): every box inside
- * its tensor and in a listed file, boxes sorted per tensor by offset (all dims), box_first/nboxes of
- * the tensors set, their k numbered for the derived paths (/<name>/box_<k>, k counting the file's
- * boxes of the tensor in that order), files' box counts checked. MP_ECHECK naming path and the run on anything wrong. */
-mp_code ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n, const char *path, mp_err *e);
+/* Checks the runs[n] of a v3 index against L (its tensors and files read and checked) without
+ * expanding them all: every run in O(1) (inside its tensor, file ranks inside the world), the runs
+ * grouped by tensor in tensor order, then tensor by tensor its boxes expanded into one scratch buffer
+ * (the largest tensor's boxes): each box's rank file listed in /layout/files, the tensor table's box
+ * range, no two boxes overlapping (ck_layout_check_tensor); and the files' box counts and bytes.
+ * O(all boxes) time, O(largest tensor's boxes + files) memory. MP_ECHECK naming path and the run or
+ * tensor on anything wrong. */
+mp_code ck_runs_check(const ck_layout *L, const ck_run *runs, int64_t n, const char *path, mp_err *e);
+/* Expands the runs[n] (ck_runs_check passed) into L->b: boxes sorted per tensor by offset (all dims),
+ * box_first/nboxes of the tensors set, their k numbered for the derived paths (/<name>/box_<k>, k
+ * counting the file's boxes of the tensor in that order). */
+void ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n);
+/* Appends to *out (growing: *n used of *cap, mp_realloc) the boxes of tensor t's runs[a, b) (all of
+ * them; ck_runs_check passed) that meet the region (off, shp), without expanding the runs: per run the
+ * range of its members that meet the region (arithmetic: O(1) per run), per box found its file and
+ * k (O(log) per run of t). The boxes carry tensor, file, k, offset and shape (checksum and tile fields
+ * 0, no path pool: paths derived from k), in run order, not sorted. The collective open's rank 0. */
+void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, const int64_t *off,
+                   const int64_t *shp, ck_box **out, int *n, int *cap);
 /* Numbers the boxes of L for their derived paths (v3 rule: k counts the boxes of the tensor in the
  * file, in layout order); L has no path pool. */
 void ck_layout_derive_paths(ck_layout *L);
@@ -161,6 +181,18 @@ mp_code ck_boxtab_read(hid_t f, const char *path, ck_boxrow **rows, int64_t *n, 
  * MP_ECHECK naming path (the rank file) otherwise. */
 mp_code ck_boxtab_apply(ck_layout *L, int fi, const int *ids, int nids, const ck_boxrow *rows, int64_t n,
                         const char *path, mp_err *e);
+
+/* Rank 0's side of the collective open (ckpt/plan.c), apart from its collectives so that a test can
+ * run it: the index of the checkpoint in dir read and validated (expand 0: a v3 index's runs kept
+ * unexpanded and planned on arithmetically, as the open does; 1: every box expanded and planned on
+ * with the interval index, as ckpt_open's layout: tests compare the two), then the parts of nq ranks
+ * packed from their region lists (ckpt_region_list's bytes, rank q's rcount[q] of them, one after
+ * another in req) appended to parts, their sizes in pcount[nq]. */
+typedef struct ck_plan_src ck_plan_src;
+mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err *e);
+mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
+                     int64_t *pcount, mp_err *e);
+void ck_plan_src_free(ck_plan_src *S);
 
 /* A reader of the checkpoint in dir over the layout *from (validated, indexed: ck_layout_index done),
  * which it takes over (*from is zeroed). ckpt_open and the planned open (ckpt/plan.c) make readers so. */

@@ -998,9 +998,11 @@ static mp_code read_meta(hid_t f, const char *path, ck_layout *L, mp_err *e) {
 }
 
 /* Version 3 after the root attributes: reads the tables and metadata, checks the index checksum (over
- * the runs as stored; not compared when check_sum is 0), then the tensors and files, expands the runs
- * into boxes (ckpt/runs.c) and checks the tensors' box ranges against them, then validates the whole. */
-static mp_code read_index3(hid_t f, const char *path, int check_sum, uint64_t want_hash, ck_layout *L, mp_err *e) {
+ * the runs as stored; not compared when check_sum is 0), then the tensors and files, then the runs
+ * against them tensor by tensor (ck_runs_check: every rule of the boxes), and expands the runs into
+ * boxes (ckpt/runs.c), or, runs_out not NULL, gives them to the caller unexpanded (L->b NULL). */
+static mp_code read_index3(hid_t f, const char *path, int check_sum, uint64_t want_hash, ck_layout *L, ck_run **runs_out,
+                           int64_t *nruns_out, mp_err *e) {
     ck_run *runs = NULL;
     int64_t nruns = 0;
     mp_code rc = read_layout3(f, path, L, &runs, &nruns, e);
@@ -1013,28 +1015,26 @@ static mp_code read_index3(hid_t f, const char *path, int check_sum, uint64_t wa
                             path, (unsigned long long)want_hash, (unsigned long long)got);
     }
     if (rc == MP_OK) rc = validate_head(L, path, e);
-    int64_t *stored = NULL;
-    if (rc == MP_OK) {
-        stored = mp_xmalloc(sizeof(int64_t) * 2 * (size_t)(L->ntensors + 1));
-        for (int i = 0; i < L->ntensors; i++) { stored[2 * i] = L->t[i].box_first; stored[2 * i + 1] = L->t[i].nboxes; }
-        rc = ck_runs_expand(L, runs, nruns, path, e);
+    if (rc == MP_OK) rc = ck_runs_check(L, runs, nruns, path, e);   /* every rule, tensor by tensor */
+    if (rc == MP_OK && !runs_out) {
+        ck_runs_expand(L, runs, nruns);
+        ck_layout_index(L);
     }
-    for (int i = 0; rc == MP_OK && i < L->ntensors; i++)
-        if (stored[2 * i] != L->t[i].box_first || stored[2 * i + 1] != L->t[i].nboxes)
-            rc = mp_err_set(e, MP_ECHECK, "%s: tensor %s: boxes [%lld, +%lld) in the table, [%lld, +%lld) in the runs",
-                            path, L->t[i].name, (long long)stored[2 * i], (long long)stored[2 * i + 1],
-                            (long long)L->t[i].box_first, (long long)L->t[i].nboxes);
-    if (rc == MP_OK) rc = validate(L, path, e);
-    free(stored);
-    free(runs);
+    if (rc == MP_OK && runs_out) {
+        *runs_out = runs;
+        *nruns_out = nruns;
+    } else {
+        free(runs);
+    }
     return rc;
 }
 
 /* Reads and validates index.h5 of format version 1, 2 or 3 (docs/FORMAT.md); refuses other versions.
- * The body of ck_index_read (image NULL: the file at path) and ck_index_read_image (image[0,
- * image_bytes), path only names it); check_sum 0 computes the index checksum without comparing it. */
+ * The body of ck_index_read (image NULL: the file at path), ck_index_read_image (image[0, image_bytes),
+ * path only names it) and ck_index_read_runs (runs_out not NULL: a v3 index's runs are returned, not
+ * expanded); check_sum 0 computes the index checksum without comparing it. */
 static mp_code index_read(const char *path, const void *image, size_t image_bytes, int check_sum, ck_layout *L,
-                          mp_err *e) {
+                          ck_run **runs_out, int64_t *nruns_out, mp_err *e) {
     ck_h5_init();
     ck_h5_clear();
     memset(L, 0, sizeof *L);
@@ -1051,7 +1051,7 @@ static mp_code index_read(const char *path, const void *image, size_t image_byte
     uint64_t want_hash = 0;
     mp_code rc = read_root(f, path, L, &want_hash, e);
     if (rc == MP_OK && L->version == 3) {
-        rc = read_index3(f, path, check_sum, want_hash, L, e);
+        rc = read_index3(f, path, check_sum, want_hash, L, runs_out, nruns_out, e);
     } else {
         if (rc == MP_OK) rc = read_layout(f, path, L, e);
         if (rc == MP_OK) rc = read_meta(f, path, L, e);
@@ -1073,12 +1073,18 @@ static mp_code index_read(const char *path, const void *image, size_t image_byte
 
 static int64_t g_index_reads, g_index_bytes;   /* ckpt_index_reads: every thread's, atomically */
 
-mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
+mp_code ck_index_read_runs(const char *path, ck_layout *L, ck_run **runs, int64_t *nruns, mp_err *e) {
     __atomic_add_fetch(&g_index_reads, 1, __ATOMIC_RELAXED);
     struct stat sb;
     if (stat(path, &sb) == 0) __atomic_add_fetch(&g_index_bytes, (int64_t)sb.st_size, __ATOMIC_RELAXED);
-    return index_read(path, NULL, 0, 1, L, e);
+    if (runs) {
+        *runs = NULL;
+        *nruns = 0;
+    }
+    return index_read(path, NULL, 0, 1, L, runs, nruns, e);
 }
+
+mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) { return ck_index_read_runs(path, L, NULL, NULL, e); }
 
 void ckpt_index_reads(int64_t *reads, int64_t *bytes) {
     if (reads) *reads = __atomic_load_n(&g_index_reads, __ATOMIC_RELAXED);
@@ -1087,5 +1093,5 @@ void ckpt_index_reads(int64_t *reads, int64_t *bytes) {
 
 mp_code ck_index_read_image(const void *image, size_t bytes, const char *name, int check_sum, ck_layout *L,
                             mp_err *e) {
-    return index_read(name, image, bytes, check_sum, L, e);
+    return index_read(name, image, bytes, check_sum, L, NULL, NULL, e);
 }

@@ -6,10 +6,12 @@
  * few (issue 23, docs/BENCH_SCALE.md). Here instead:
  *   1. every rank packs the regions it will read (tensor name, offset, shape) and gatherv sends them
  *      to rank 0 (a gather of the sizes first);
- *   2. rank 0 reads the index with the real index reader (ck_index_read, as ckpt_open: format, index
- *      checksum, every table validated; no reader's per-box records), and for each rank finds the
- *      saved boxes its regions meet (ck_layout_query, ckpt_query's body: the
- *      interval index, O(log boxes) per region), and cuts the layout down to them: those boxes, their
+ *   2. rank 0 reads the index with the real index reader (ck_index_read_runs: format, index checksum,
+ *      every rule checked as ckpt_open does; a v3 index's runs are checked tensor by tensor and kept
+ *      unexpanded), and for each rank finds the saved boxes its regions meet — on a v3 index's runs
+ *      arithmetically (ck_runs_query: O(runs of the tensor) per region plus O(runs x log) per box
+ *      found), on a v1/v2 layout's boxes by the interval index (ck_layout_query) — and cuts the layout
+ *      down to them, in layout order (tensor, offset): those boxes, their
  *      tensors' rows (plus every requested tensor, found or not as in the index), the files they live
  *      in, their v1 slab checksums, and all metadata (small: config, run state);
  *   3. the result of rank 0 (and of every rank's packing) is agreed over the world (mp_comm_agree), so
@@ -25,8 +27,11 @@
  * rank files' /boxes tables, checked against the files' boxes_checksum the part carries. A v1/v2 part
  * carries its boxes' stored paths as a pool after the slabs (ck_box.path renumbered into it).
  *
- * Costs: rank 0 reads the index once and plans in O(total boxes x log); every other rank reads no
- * index table and receives O(own boxes + metadata) bytes.
+ * Costs: rank 0 reads the index once, checks it in O(total boxes x log) time but holds only the runs
+ * (v3; a v1/v2 layout is expanded), and plans each rank in O(its regions x runs + its boxes x runs x
+ * log); every other rank reads no index table and receives O(own boxes + metadata) bytes. Rank 0 and
+ * a test (ckpt/test/test_ckpt_plan.c: the runs planner against the expanded one) share
+ * ck_plan_src_open / ck_plan_pack.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
@@ -76,9 +81,65 @@ char *ckpt_region_list(const ckpt_region *want, int n, size_t *bytes) {
     return b.p ? b.p : mp_xmalloc(1);
 }
 
-/* Adds to ids (growing) the saved boxes of full that the regions packed in p[0, n) meet, and marks
- * their tensors (and every requested tensor present) in want_t. MP_EINTERNAL if the bytes do not parse. */
-static mp_code plan_regions(const ck_layout *full, const char *p, int64_t n, char *want_t, int **ids, int *nids,
+/* What rank 0 plans on: the index's layout and, for a v3 index, its runs unexpanded. */
+struct ck_plan_src {
+    ck_layout L;          /* v3: tensors, files, metadata, no boxes; v1/v2: the whole layout */
+    ck_run *runs;         /* v3: [nruns], grouped by tensor; NULL: L.b holds the boxes */
+    int64_t nruns;
+    int64_t *rfirst;      /* v3: tensor t's runs are runs[rfirst[t], rfirst[t + 1]) */
+};
+
+mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err *e) {
+    ck_plan_src *S = mp_xcalloc(sizeof *S);
+    char *ip = ck_fmt("%s/index.h5", dir);
+    mp_code rc = expand ? ck_index_read(ip, &S->L, e) : ck_index_read_runs(ip, &S->L, &S->runs, &S->nruns, e);
+    free(ip);
+    if (rc) {
+        free(S);
+        return rc;
+    }
+    if (S->runs) {
+        S->rfirst = mp_xcalloc(sizeof(int64_t) * (size_t)(S->L.ntensors + 1));
+        int64_t r = 0;
+        for (int t = 0; t <= S->L.ntensors; t++) {
+            S->rfirst[t] = r;
+            while (t < S->L.ntensors && r < S->nruns && S->runs[r].tensor == t) r++;
+        }
+    }
+    *out = S;
+    return MP_OK;
+}
+
+void ck_plan_src_free(ck_plan_src *S) {
+    if (!S) return;
+    ck_layout_free(&S->L);
+    free(S->runs);
+    free(S->rfirst);
+    free(S);
+}
+
+/* Appends to bx (growing) the saved boxes of tensor t of S that the region (off, shp) meets: found on
+ * the runs (v3) or, for a layout with its boxes, by the interval index (copies of them). */
+static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int64_t *shp, ck_box **bx, int *nb,
+                      int *cap) {
+    if (S->runs) {
+        ck_runs_query(&S->L, S->runs, S->rfirst[t], S->rfirst[t + 1], t, off, shp, bx, nb, cap);
+        return;
+    }
+    int k = ck_layout_query(&S->L, t, off, shp, NULL, 0);
+    int *ids = mp_xmalloc(sizeof(int) * (size_t)(k + 1));
+    ck_layout_query(&S->L, t, off, shp, ids, k);
+    if (*nb + k > *cap) {
+        *cap = (*nb + k) * 2 + 16;
+        *bx = mp_realloc(*bx, 0, sizeof(ck_box) * (size_t)*cap, MP_MEM_OTHER);
+    }
+    for (int i = 0; i < k; i++) (*bx)[(*nb)++] = S->L.b[ids[i]];
+    free(ids);
+}
+
+/* Adds to bx (growing) the saved boxes of S that the regions packed in p[0, n) meet, and marks their
+ * tensors (and every requested tensor present) in want_t. MP_EINTERNAL if the bytes do not parse. */
+static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char *want_t, ck_box **bx, int *nb,
                             int *cap, mp_err *e) {
     int64_t at = 0;
     char name[CKPT_NAME_MAX + 1];
@@ -95,22 +156,19 @@ static mp_code plan_regions(const ck_layout *full, const char *p, int64_t n, cha
         memcpy(off, p + at + l, sizeof off);
         memcpy(shp, p + at + l + sizeof off, sizeof shp);
         at += (int64_t)(l + sizeof off + sizeof shp);
-        int t = ck_layout_find(full, name);
+        int t = ck_layout_find(&S->L, name);
         if (t < 0) continue;   /* absent: the loader's own lookup reports it */
         want_t[t] = 1;
-        int k = ck_layout_query(full, t, off, shp, NULL, 0);
-        if (*nids + k > *cap) {
-            *cap = (*nids + k) * 2 + 16;
-            *ids = mp_realloc(*ids, 0, sizeof(int) * (size_t)*cap, MP_MEM_OTHER);
-        }
-        *nids += ck_layout_query(full, t, off, shp, *ids + *nids, k);
+        plan_find(S, t, off, shp, bx, nb, cap);
     }
     return MP_OK;
 }
 
-static int cmp_int(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
+/* The layout order of boxes: tensor, then offset (ck_off_cmp). */
+static int cmp_box(const void *a, const void *b) {
+    const ck_box *x = a, *y = b;
+    if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
+    return ck_off_cmp(x->off, y->off);
 }
 
 /* ---------------------------------------------------------------------------------- the parts */
@@ -122,19 +180,19 @@ static size_t path_bytes(const ck_layout *L, const ck_box *B) {
     return l + strlen(p + l) + 1;
 }
 
-/* Packs the part of layout L of the boxes ids[n] (sorted, unique) and the tensors marked in want_t
+/* Packs the part of layout L of the boxes bx[n] (L's, in layout order, unique) and the tensors marked in want_t
  * into b: head, tensors, boxes, files, slabs, the boxes' stored paths (a v1/v2 layout's pool), metadata.
  * Indices and path offsets are renumbered to the part's. */
-static void pack_part(const ck_layout *L, const int *ids, int n, const char *want_t, ck_buf *b) {
+static void pack_part(const ck_layout *L, const ck_box *bx, int n, const char *want_t, ck_buf *b) {
     int *tmap = mp_xmalloc(sizeof(int) * (size_t)(L->ntensors + 1)), *fmap = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     plan_head h;
     memset(&h, 0, sizeof h);
     for (int i = 0; i < L->ntensors; i++) tmap[i] = want_t[i] ? h.ntensors++ : -1;
     for (int i = 0; i < L->nfiles; i++) fmap[i] = -1;
     for (int k = 0; k < n; k++) {
-        fmap[L->b[ids[k]].file] = 0;
-        h.nslabs += L->b[ids[k]].nslabs;
-        if (L->paths) h.paths_bytes += (int64_t)path_bytes(L, &L->b[ids[k]]);
+        fmap[bx[k].file] = 0;
+        h.nslabs += bx[k].nslabs;
+        if (L->paths) h.paths_bytes += (int64_t)path_bytes(L, &bx[k]);
     }
     for (int i = 0; i < L->nfiles; i++)
         if (fmap[i] == 0) fmap[i] = h.nfiles++;
@@ -152,21 +210,21 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
         t.dtype = L->t[i].dtype; t.ndim = L->t[i].ndim;
         memcpy(t.shape, L->t[i].shape, sizeof t.shape);
         t.box_first = k0;
-        while (k0 < n && L->b[ids[k0]].tensor == i) k0++;
+        while (k0 < n && bx[k0].tensor == i) k0++;
         t.nboxes = k0 - t.box_first;
         ck_buf_put(b, &t, sizeof t);
     }
     assert(k0 == n);
     int64_t slab_at = 0, path_at = 0;
     for (int k = 0; k < n; k++) {
-        ck_box x = L->b[ids[k]];
+        ck_box x = bx[k];
         x.tensor = tmap[x.tensor];
         x.file = fmap[x.file];
         x.slab_first = slab_at;
         slab_at += x.nslabs;
         if (L->paths) {
             x.path = path_at;
-            path_at += (int64_t)path_bytes(L, &L->b[ids[k]]);
+            path_at += (int64_t)path_bytes(L, &bx[k]);
         }
         if (L->version >= 3) {
             plan_box3 c;
@@ -184,10 +242,10 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
     for (int i = 0; i < L->nfiles; i++)
         if (fmap[i] >= 0) ck_buf_put(b, &L->f[i], sizeof L->f[i]);
     for (int k = 0; k < n; k++)
-        if (L->b[ids[k]].nslabs > 0)
-            ck_buf_put(b, L->slabs + L->b[ids[k]].slab_first, sizeof(uint64_t) * (size_t)L->b[ids[k]].nslabs);
+        if (bx[k].nslabs > 0)
+            ck_buf_put(b, L->slabs + bx[k].slab_first, sizeof(uint64_t) * (size_t)bx[k].nslabs);
     for (int k = 0; k < n && L->paths; k++)
-        ck_buf_put(b, L->paths + L->b[ids[k]].path, path_bytes(L, &L->b[ids[k]]));
+        ck_buf_put(b, L->paths + bx[k].path, path_bytes(L, &bx[k]));
     for (int i = 0; i < L->nmeta; i++) {
         ck_buf_put(b, L->keys[i], strlen(L->keys[i]) + 1);
         ck_buf_put(b, L->vals[i], strlen(L->vals[i]) + 1);
@@ -275,36 +333,42 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     return MP_OK;
 }
 
-/* Rank 0's part of the open: reads and validates the index (ck_index_read, as ckpt_open) and packs every rank's part of it from
- * the regions gathered in req (rank q's at the sum of rcount[< q]) into parts, pcount[size]. */
-static mp_code plan_all(const char *dir, int size, const char *req, const int64_t *rcount, ck_buf *parts,
-                        int64_t *pcount, mp_err *e) {
-    ck_layout full;   /* read and validated as ckpt_open does, without a reader's per-box records */
-    char *ip = ck_fmt("%s/index.h5", dir);
-    mp_code rc = ck_index_read(ip, &full, e);
-    free(ip);
-    if (rc) return rc;
-    const ck_layout *L = &full;
+mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
+                     int64_t *pcount, mp_err *e) {
+    const ck_layout *L = &S->L;
     char *want_t = mp_xmalloc((size_t)L->ntensors + 1);
-    int *ids = NULL, nids = 0, cap = 0;
+    ck_box *bx = NULL;
+    int nb = 0, cap = 0;
+    mp_code rc = MP_OK;
     int64_t at = 0;
-    for (int q = 0; q < size && !rc; q++) {
+    for (int q = 0; q < nq && !rc; q++) {
         memset(want_t, 0, (size_t)L->ntensors + 1);
-        nids = 0;
-        rc = plan_regions(L, req + at, rcount[q], want_t, &ids, &nids, &cap, e);
+        nb = 0;
+        rc = plan_regions(S, req + at, rcount[q], want_t, &bx, &nb, &cap, e);
         at += rcount[q];
         if (rc) break;
-        if (nids > 1) qsort(ids, (size_t)nids, sizeof *ids, cmp_int);
+        if (nb > 1) qsort(bx, (size_t)nb, sizeof *bx, cmp_box);
         int u = 0;   /* unique: regions of one rank may meet the same saved box */
-        for (int k = 0; k < nids; k++)
-            if (!u || ids[u - 1] != ids[k]) ids[u++] = ids[k];
+        for (int k = 0; k < nb; k++)
+            if (!u || cmp_box(&bx[u - 1], &bx[k])) bx[u++] = bx[k];
         size_t before = parts->n;
-        pack_part(L, ids, u, want_t, parts);
+        pack_part(L, bx, u, want_t, parts);
         pcount[q] = (int64_t)(parts->n - before);
     }
-    free(ids);
+    free(bx);
     free(want_t);
-    ck_layout_free(&full);
+    return rc;
+}
+
+/* Rank 0's part of the open: reads and validates the index (ck_plan_src_open: the runs of a v3 index
+ * are checked, not expanded) and packs every rank's part of it from the regions gathered in req (rank
+ * q's at the sum of rcount[< q]) into parts, pcount[size]. */
+static mp_code plan_all(const char *dir, int size, const char *req, const int64_t *rcount, ck_buf *parts,
+                        int64_t *pcount, mp_err *e) {
+    ck_plan_src *S = NULL;
+    MP_TRY(ck_plan_src_open(dir, 0, &S, e));
+    mp_code rc = ck_plan_pack(S, size, req, rcount, parts, pcount, e);
+    ck_plan_src_free(S);
     return rc;
 }
 
