@@ -307,6 +307,22 @@ char *ck_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* MP_OK if dir is a directory, else MP_EINPUT "checkpoint directory DIR does not exist" (ckpt_open, and
  * every rank of ckpt_open_planned: node-local storage may hold it on rank 0's host only). */
 mp_code ck_dir_exists(const char *dir, mp_err *e);
+/* Rank 0's gathers and scatters of per-rank bytes go in rounds of consecutive ranks [r0, r1), so that
+ * rank 0 holds one round's bytes at a time however large the world: the save's box lists in rounds of
+ * CK_GATHER_RANKS (70B at tp 8: ~150 MiB of lists), the collective open's region lists and parts in
+ * rounds of CK_OPEN_RANKS (70B at tp 8: ~0.2 MiB of regions and ~0.7 MiB of part per rank). Every rank
+ * calls each round. ck_round_ranks(n) is n, or MP_CKPT_GATHER_RANKS when set > 0 (tests: several
+ * rounds with a few processes; every rank must see the same value, as under one mpiexec). */
+#define CK_GATHER_RANKS 256
+#define CK_OPEN_RANKS 32
+int ck_round_ranks(int ranks);
+/* The n bytes of mine of every rank of [r0, r1) (len[r] of them, len[size] known on rank 0) to rank 0,
+ * one gatherv; the others send nothing. Returns on rank 0 the round's bytes back to back (malloc'd),
+ * NULL elsewhere. */
+char *ck_gather_round(mp_comm *w, const void *mine, int64_t n, const int64_t *len, int r0, int r1);
+/* Rank 0 sends each rank r of [r0, r1) its len[r] bytes (back to back in in, rank order; len[size] on
+ * rank 0) into out (n = len[r] there), one scatterv; the other ranks get nothing. */
+void ck_scatter_round(mp_comm *w, void *out, int64_t n, const void *in, const int64_t *len, int r0, int r1);
 /* raise(SIGKILL) if MP_CKPT_CRASH_AT == point (and MP_CKPT_CRASH_RANK unset or == rank). */
 void ck_crash_point(const char *point, int rank);
 

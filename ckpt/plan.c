@@ -4,21 +4,24 @@
  *
  * ckpt_open makes every rank read all of index.h5: O(all boxes of all ranks) per rank to plan its own
  * few (issue 23, docs/BENCH_SCALE.md). Here instead:
- *   1. every rank packs the regions it will read (tensor name, offset, shape) and gatherv sends them
- *      to rank 0 (a gather of the sizes first);
+ *   1. every rank packs the regions it will read (tensor name, offset, shape) and gathers their size
+ *      to rank 0;
  *   2. rank 0 reads the index with the real index reader (ck_index_read_runs: format, index checksum,
  *      every rule checked as ckpt_open does; a v3 index's runs are checked tensor by tensor and kept
  *      unexpanded), and for each rank finds the saved boxes its regions meet — on a v3 index's runs
  *      arithmetically (ck_runs_query: O(runs of the tensor) per region plus O(runs x log) per box
  *      found), on a v1/v2 layout's boxes by the interval index (ck_layout_query) — and cuts the layout
- *      down to them, in layout order (tensor, offset): those boxes, their
- *      tensors' rows (plus every requested tensor, found or not as in the index), the files they live
- *      in, their v1 slab checksums, and all metadata (small: config, run state);
- *   3. the result of rank 0 (and of every rank's packing) is agreed over the world (mp_comm_agree), so
- *      a damaged index fails every rank with rank 0's message;
- *   4. scatterv sends each rank its part (sizes first); each rank rebuilds a ck_layout from it, indexes
- *      it and makes an ordinary reader over it (ck_reader_new): ckpt_read, its checksums and its
- *      coverage checks are unchanged. A read outside the planned regions fails the coverage check
+ *      down to them, in layout order (tensor, offset): those boxes, their tensors' rows (plus every
+ *      requested tensor, found or not as in the index), the files they live in, their v1 slab
+ *      checksums, and all metadata (small: config, run state);
+ *   3. the result of rank 0's read (and of every rank's packing) is agreed over the world
+ *      (mp_comm_agree), so a damaged index fails every rank with rank 0's message;
+ *   4. in rounds of CK_OPEN_RANKS consecutive ranks (the save's mechanism: ck_gather_round,
+ *      ck_scatter_round), the round's region lists go to rank 0, which plans and packs their parts
+ *      (step 2) and scatters them (sizes first): rank 0 holds one round's lists and parts, however
+ *      large the world. Each rank rebuilds a ck_layout from its part, indexes it and makes an
+ *      ordinary reader over it (ck_reader_new): ckpt_read, its checksums and its coverage checks are
+ *      unchanged. A read outside the planned regions fails the coverage check
  *      (the boxes are not in the rank's layout), never silently.
  * The parts travel as the in-memory structs (ck_tensor, ck_box, ck_file) copied byte for byte: every
  * rank runs the same binary. Packing zeroes them first, so no uninitialised padding travels. A format-v3
@@ -360,18 +363,6 @@ mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_
     return rc;
 }
 
-/* Rank 0's part of the open: reads and validates the index (ck_plan_src_open: the runs of a v3 index
- * are checked, not expanded) and packs every rank's part of it from the regions gathered in req (rank
- * q's at the sum of rcount[< q]) into parts, pcount[size]. */
-static mp_code plan_all(const char *dir, int size, const char *req, const int64_t *rcount, ck_buf *parts,
-                        int64_t *pcount, mp_err *e) {
-    ck_plan_src *S = NULL;
-    MP_TRY(ck_plan_src_open(dir, 0, &S, e));
-    mp_code rc = ck_plan_pack(S, size, req, rcount, parts, pcount, e);
-    ck_plan_src_free(S);
-    return rc;
-}
-
 /* mp_comm_agree, with a failing rank keeping its own message unprefixed (the others get it as
  * "[rank N] ..."), so that a caller's own agreement over the same world (the CLI's) prefixes it once. */
 static mp_code agree(mp_comm *world, mp_code local, mp_err *e) {
@@ -383,45 +374,68 @@ static mp_code agree(mp_comm *world, mp_code local, mp_err *e) {
     return rc;
 }
 
+/* The rounds of the open: per CK_OPEN_RANKS consecutive ranks (ck_round_ranks), their region lists
+ * (req, rlen[size] on rank 0) to rank 0 (ck_gather_round), their parts planned on S (rank 0) and sent
+ * back (a scatter of the sizes, then of the parts: ck_scatter_round). *part (malloc'd) gets this rank's part, *mine
+ * its bytes. A failed planning on rank 0 (the lists come from the same binary: a bug) sends the
+ * remaining ranks empty parts and returns the error (the caller's agreement fails every rank with it). */
+static mp_code rounds(mp_comm *w, const ck_plan_src *S, const ck_buf *req, const int64_t *rlen, char **part,
+                      int64_t *mine, mp_err *e) {
+    const int me = w->rank, size = w->size, per = ck_round_ranks(CK_OPEN_RANKS);
+    int64_t *plen = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
+    int64_t *eight = me == 0 ? mp_xmalloc(sizeof(int64_t) * (size_t)size) : NULL;
+    for (int q = 0; me == 0 && q < size; q++) eight[q] = (int64_t)sizeof(int64_t);
+    mp_code rc = MP_OK;
+    *part = NULL;
+    *mine = 0;
+    for (int r0 = 0; r0 < size; r0 += per) {
+        int r1 = size - r0 < per ? size : r0 + per, in = me >= r0 && me < r1;
+        char *lists = ck_gather_round(w, req->p, (int64_t)req->n, rlen, r0, r1);
+        ck_buf parts = {0};
+        if (me == 0 && !rc) rc = ck_plan_pack(S, r1 - r0, lists, rlen + r0, &parts, plen + r0, e);
+        if (me == 0 && rc) {
+            parts.n = 0;
+            for (int q = r0; q < r1; q++) plen[q] = 0;
+        }
+        free(lists);
+        ck_scatter_round(w, mine, (int64_t)sizeof *mine, plen ? plen + r0 : NULL, eight, r0, r1);
+        if (in) *part = mp_xmalloc((size_t)*mine + 1);
+        ck_scatter_round(w, in ? *part : NULL, *mine, parts.p, plen, r0, r1);
+        free(parts.p);
+    }
+    free(plen);
+    free(eight);
+    return rc;
+}
+
 mp_code ckpt_open_planned(ckpt_reader **out, mp_comm *world, const char *dir, const ckpt_region *want, int nwant,
                           mp_err *e) {
     assert(out && world && dir && (want || nwant == 0));
     *out = NULL;
     ck_h5_init();
-    const int me = world->rank, size = world->size;
-    ck_buf req = {0}, parts = {0};
+    const int me = world->rank;
+    ck_buf req = {0};
     mp_code local = pack_regions(want, nwant, &req, e);
     /* every rank must see the directory it will read rank files from (node-local storage: only rank
      * 0's host may have it); the same error as ckpt_open's, agreed below */
     if (!local) local = ck_dir_exists(dir, e);
-    int64_t n = (int64_t)req.n, tot = 0;
-    int64_t *rcount = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
-    int64_t *pcount = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
-    int64_t *eight = me == 0 ? mp_xmalloc(sizeof(int64_t) * (size_t)size) : NULL;
-    world->gather(world, rcount, &n, sizeof n, 0);
-    for (int q = 0; me == 0 && q < size; q++) { tot += rcount[q]; eight[q] = (int64_t)sizeof(int64_t); }
-    char *all = me == 0 ? mp_xmalloc((size_t)tot + 1) : NULL;
-    world->gatherv(world, all, req.p, n, rcount, 0);
-    if (me == 0 && !local) local = plan_all(dir, size, all, rcount, &parts, pcount, e);
-    free(all);
-    free(req.p);
-    free(rcount);
+    int64_t n = (int64_t)req.n;
+    int64_t *rlen = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)world->size) : NULL;
+    world->gather(world, rlen, &n, sizeof n, 0);
+    ck_plan_src *S = NULL;
+    if (me == 0 && !local) local = ck_plan_src_open(dir, 0, &S, e);
     mp_code rc = agree(world, local, e);   /* rank 0's bad index: the same error everywhere */
     int64_t mine = 0;
     char *part = NULL;
-    if (!rc) {
-        world->scatterv(world, &mine, (int64_t)sizeof mine, pcount, eight, 0);
-        part = mp_xmalloc((size_t)mine + 1);
-        world->scatterv(world, part, mine, parts.p, pcount, 0);
-    }
-    free(pcount);
-    free(eight);
-    free(parts.p);
+    if (!rc) local = rounds(world, S, &req, rlen, &part, &mine, e);
+    ck_plan_src_free(S);
+    free(rlen);
+    free(req.p);
     if (rc) return rc;
     ck_layout L;
-    local = unpack_part(part, mine, &L, e);
+    if (!local) local = unpack_part(part, mine, &L, e);
     free(part);
-    rc = agree(world, local, e);
+    rc = agree(world, local, e);   /* a failed round on rank 0: its message (the lowest failing rank's) */
     if (rc) {
         if (!local) ck_layout_free(&L);
         return rc;

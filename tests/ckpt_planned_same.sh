@@ -1,9 +1,10 @@
 #!/bin/sh
 # tests/ckpt_planned_same.sh TOOL MPIEXEC BIN CONFIG WORK — the collective load open (ckpt_open_planned)
 # plans and reads exactly as ckpt_open (the whole index, every box expanded: the oracle) on 1, 2, 3, 5
-# and 8 ranks (tool_ckpt_mpi planned-same: per rank, regions that cut every tensor by rows and by
-# columns, and a tensor the checkpoint lacks; the same saved boxes in the same order — rank file,
-# dataset path, place, checksums — and the same bytes), for checkpoints of every format version:
+# and 8 ranks, and on 5 and 8 with rank 0 planning in rounds of 2 and 3 ranks (MP_CKPT_GATHER_RANKS)
+# (tool_ckpt_mpi planned-same: per rank, regions that cut every tensor by rows and by columns, and a
+# tensor the checkpoint lacks; the same saved boxes in the same order — rank file, dataset path,
+# place, checksums — and the same bytes), for checkpoints of every format version:
 #   v3_tool   tool_ckpt_mpi save on 4 ranks (dim-0 / dim-1 / reversed / 2-D grid / replicated boxes)
 #   v3_zstd   the same on 3 ranks, zstd level 3
 #   v3_init   meshpoint init, tp 2 x dp 3 (an odd mesh: uneven FSDP groups, runs of a training layout)
@@ -24,9 +25,12 @@ cp -r "$src/tests/data/ckpt_v2/init_tp2dp1" "$work/v2"
 cp -r "$src/tests/data/ckpt_v1" "$work/v1"
 for dir in "$work/tool/step_00000005" "$work/zstd/step_00000006" "$work/init" "$work/v2" \
            "$work/v1/step_00000001" "$work/v1/step_00000002"; do
-    for np in 1 2 3 5 8; do
+    for run in 1 2 3 5 8 "5 2" "8 3"; do   # "NP R": rank 0 plans in rounds of R ranks
+        set -- $run
+        np=$1; rounds=${2:-}
         fail_log="$work/same.log"
-        $mpi -np $np "$tool" planned-same "$dir" > "$fail_log" 2>&1 || fail "planned-same $dir on $np ranks"
+        env ${rounds:+MP_CKPT_GATHER_RANKS=$rounds} $mpi -np $np "$tool" planned-same "$dir" > "$fail_log" 2>&1 ||
+            fail "planned-same $dir on $np ranks${rounds:+ (rounds of $rounds)}"
         [ "$(grep -c 'saved boxes the same as ckpt_open' "$fail_log")" -eq $np ] || fail "not every rank compared ($dir, $np ranks)"
         ! grep -q ' 0 saved boxes' "$fail_log" || fail "a rank compared no box ($dir, $np ranks)"
     done
