@@ -99,6 +99,31 @@ void ck_index_range(const ck_layout *L, int t, int64_t q0, int64_t q1, int64_t *
     *hi = l;
 }
 
+int ck_layout_find(const ck_layout *L, const char *name) {
+    int lo = 0, hi = L->ntensors;
+    while (lo < hi) {
+        int m = lo + (hi - lo) / 2;
+        int c = strcmp(L->t[m].name, name);
+        if (c == 0) return m;
+        if (c < 0) lo = m + 1; else hi = m;
+    }
+    return -1;
+}
+
+int ck_layout_query(const ck_layout *L, int t, const int64_t *offset, const int64_t *shape, int *out, int cap) {
+    assert(t >= 0 && t < L->ntensors);
+    const ck_tensor *T = &L->t[t];
+    int64_t lo, hi;
+    ck_index_range(L, t, offset[0], add_sat(offset[0], shape[0]), &lo, &hi);
+    int n = 0;
+    for (int64_t j = lo; j < hi; j++)
+        if (ck_intersect(T->ndim, offset, shape, L->b[j].off, L->b[j].shp, NULL, NULL)) {
+            if (n < cap && out) out[n] = (int)j;
+            n++;
+        }
+    return n;
+}
+
 void ck_layout_index(ck_layout *L) {
     free(L->pmax_end);
     L->pmax_end = mp_xmalloc((size_t)(L->nboxes ? L->nboxes : 1) * sizeof(int64_t));
@@ -253,10 +278,10 @@ int64_t ck_slab_rows(int64_t rows, int64_t row_bytes) {
 static void box_desc(const ck_layout *L, int64_t i, char *buf, size_t cap) {
     /* truncation is fine: a message */
     const ck_box *B = &L->b[i];
-    char r[256];
+    char r[256], pb[CK_DSET_MAX];
     ck_box_str(r, sizeof r, L->t[B->tensor].ndim, B->off, B->shp);
     snprintf(buf, cap, "box %s (%s %s)", r, B->file >= 0 && B->file < L->nfiles ? L->f[B->file].name : "?",
-             B->dataset);
+             ck_box_path(L, B, 0, pb));
 }
 
 mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err *e) {

@@ -119,10 +119,10 @@ static mp_code take_row(ck_layout *L, ck_box *B, const ck_boxrow *R, const char 
     memcpy(&tr, &R->tile_rows, sizeof tr);
     memcpy(&tc, &R->tile_cols, sizeof tc);
     memcpy(&nt, &R->ntiles, sizeof nt);
-    char want[CK_DSET_MAX];
-    snprintf(want, sizeof want, "/%s/box_%d", T->name, (int)R->k);
+    int32_t k;
+    memcpy(&k, &R->k, sizeof k);
     int64_t rows = B->shp[0], cols = T->ndim >= 2 ? B->shp[1] : 1;
-    int ok = !memcmp(shp, B->shp, sizeof shp) && !strcmp(want, B->dataset) && tr >= 1 && tr <= rows && tc >= 1 &&
+    int ok = !L->paths && !memcmp(shp, B->shp, sizeof shp) && k == B->k && tr >= 1 && tr <= rows && tc >= 1 &&
              tc <= cols && nt == ck_tile_count(T->ndim, B->shp, tr, tc);
     if (!ok) {
         char bs[256];

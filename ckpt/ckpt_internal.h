@@ -23,6 +23,12 @@
 #define CK_SLABS_MAX 4096                    /* at most this many slab checksums per box */
 #define CK_BATCH_BYTES ((size_t)64 << 20)    /* read scratch bound */
 
+/* A growing byte buffer (the save's box lists, the collective load's requests and shares, a v1/v2
+ * layout's path pool); {0} is empty, p is freed with free(). ck_buf_put appends n bytes of v (checked
+ * allocation, counted as MP_MEM_OTHER; ckpt/util.c). */
+typedef struct { char *p; size_t n, cap; } ck_buf;
+void ck_buf_put(ck_buf *b, const void *v, size_t n);
+
 /* --------------------------------------------------------------------------------------- layout */
 
 typedef struct ck_tensor {
@@ -33,19 +39,25 @@ typedef struct ck_tensor {
     int64_t box_first, nboxes;
 } ck_tensor;
 
+/* A box of the layout. Its dataset paths are not stored in it (issue 23: two 289-byte strings per box
+ * were most of a 70B / 4,096-rank layout's memory): when the layout has no path pool (L->paths NULL:
+ * v3, and every layout the writer builds) they are derived from its tensor's name and k
+ * (/<name>/box_<k>, /<name>/tiles_<k>); a v1/v2 layout read from an index keeps the stored paths in
+ * its pool (ck_box_path gives either). */
 typedef struct ck_box {
     int tensor, file;                 /* indices into the layout's tensors / files */
-    char dataset[CK_DSET_MAX];
+    int64_t k;                        /* no pool: its datasets are /<name>/box_<k> and /<name>/tiles_<k> */
+    int64_t path;                     /* with a pool: L->paths + path is its dataset path, followed after
+                                         its NUL by its tiles dataset path ("" in v1) */
     int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
     uint64_t checksum;
     /* v1 only: slab checksums in the index (slabs[slab_first .. +nslabs)), slab_rows rows each */
     int64_t slab_rows, slab_first, nslabs;
-    /* v2: checksum tiles (ckpt_tile_geometry); their checksums live in the rank file at tiles_dataset,
+    /* v2: checksum tiles (ckpt_tile_geometry); their checksums live in the rank file at its tiles path,
      * and tiles_checksum is XXH3-64 of that uint64 array. For a v1 box the reader sets
      * tile_rows = slab_rows, tile_cols = the box's dim 1 (1 for 1-D), ntiles = nslabs. */
     int64_t tile_rows, tile_cols, ntiles;
     uint64_t tiles_checksum;
-    char tiles_dataset[CK_DSET_MAX];
 } ck_box;
 
 typedef struct ck_file {
@@ -70,6 +82,9 @@ typedef struct ck_layout {
     ck_file *f;                       /* sorted by rank */
     uint64_t *slabs;                  /* [nslabs] */
     char **keys, **vals;              /* [nmeta], sorted by key */
+    char *paths;                      /* v1/v2 read: the boxes' stored dataset paths (ck_box.path); NULL:
+                                         derived from k */
+    size_t paths_bytes;
     int64_t *pmax_end;                /* [nboxes] per-tensor running max of off[0]+shp[0] (index) */
     char created_utc[32];             /* read from index.h5; the writer uses it when set, else the time now */
 } ck_layout;
@@ -77,6 +92,9 @@ typedef struct ck_layout {
 void ck_layout_free(ck_layout *L);
 /* Builds pmax_end (the interval index) of L; boxes must be grouped and sorted as documented. */
 void ck_layout_index(ck_layout *L);
+/* The dataset path of box B of L (tiles 0) or of its tile checksums (tiles 1): the stored one of a v1/v2
+ * box (a pointer into L->paths), else derived into buf (CK_DSET_MAX bytes) and buf returned. */
+const char *ck_box_path(const ck_layout *L, const ck_box *B, int tiles, char *buf);
 /* XXH3-64 over the canonical content of L (docs/FORMAT.md, "Index checksum"). */
 uint64_t ck_layout_hash(const ck_layout *L);
 /* Exact-cover check of tensor t: every box inside the shape, no two boxes overlapping, and (if
@@ -91,6 +109,12 @@ mp_code ck_view_write(const ck_layout *L, const char *path, mp_err *e);
 mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e);
 /* Reads and validates index.h5 at path into *L. MP_ECHECK for a missing/corrupt/foreign index. */
 mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e);
+/* ck_index_read, except that a v3 index's runs are validated (ck_runs_check) but not expanded: they are
+ * returned in *runs (malloc'd, *nruns, grouped by tensor in tensor order) and L has no boxes (L->b
+ * NULL, nboxes 0; the tensors' box_first/nboxes as stored, checked against the runs). A v1/v2 index is
+ * read as by ck_index_read (*runs NULL). The collective open's rank 0 plans on the runs (ck_runs_query). */
+typedef struct ck_run ck_run;
+mp_code ck_index_read_runs(const char *path, ck_layout *L, ck_run **runs, int64_t *nruns, mp_err *e);
 /* ck_index_read of the index.h5 bytes image[0, bytes) (HDF5's core driver: no file, no disk I/O);
  * name only names it in messages. check_sum 0 (tests only: tests/fuzz/fuzz_index.c) computes the index
  * checksum but does not compare it, so that crafted tables reach the structural validation. */
@@ -101,22 +125,36 @@ mp_code ck_index_read_image(const void *image, size_t bytes, const char *name, i
 
 /* A run (ckpt/runs.c): count equal-shaped boxes of tensor `tensor`, box i at offset off + i * step in
  * the rank file of rank rank0 + i * stride. /layout/runs holds one row per run. */
-typedef struct ck_run {
+struct ck_run {
     int32_t tensor, rank0, stride, pad;
     int64_t count;
     int64_t off[CKPT_MAX_DIMS], step[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
-} ck_run;
+};
 /* The runs of L's boxes (grouped by tensor, each group sorted by offset): per tensor the greedy merge
  * of its boxes into maximal runs, in whichever of two orders (dim 0 first, or dim 0 last) gives fewer
  * runs. *runs is malloc'd (*n of them). */
 void ck_runs_build(const ck_layout *L, ck_run **runs, int64_t *n);
-/* Expands the runs[n] of a v3 index into L->b (L's tensors and files read, nboxes 0): every box inside
- * its tensor and in a listed file, boxes sorted per tensor by offset (all dims), box_first/nboxes of
- * the tensors set, dataset paths derived (/<name>/box_<k>, k counting the file's boxes of the tensor in
- * that order), files' box counts checked. MP_ECHECK naming path and the run on anything wrong. */
-mp_code ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n, const char *path, mp_err *e);
-/* Sets box dataset / tiles_dataset paths of L (v3 rule: k counts the boxes of the tensor in the file,
- * in layout order). */
+/* Checks the runs[n] of a v3 index against L (its tensors and files read and checked) without
+ * expanding them all: every run in O(1) (inside its tensor, file ranks inside the world), the runs
+ * grouped by tensor in tensor order, then tensor by tensor its boxes expanded into one scratch buffer
+ * (the largest tensor's boxes): each box's rank file listed in /layout/files, the tensor table's box
+ * range, no two boxes overlapping (ck_layout_check_tensor); and the files' box counts and bytes.
+ * O(all boxes) time, O(largest tensor's boxes + files) memory. MP_ECHECK naming path and the run or
+ * tensor on anything wrong. */
+mp_code ck_runs_check(const ck_layout *L, const ck_run *runs, int64_t n, const char *path, mp_err *e);
+/* Expands the runs[n] (ck_runs_check passed) into L->b: boxes sorted per tensor by offset (all dims),
+ * box_first/nboxes of the tensors set, their k numbered for the derived paths (/<name>/box_<k>, k
+ * counting the file's boxes of the tensor in that order). */
+void ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n);
+/* Appends to *out (growing: *n used of *cap, mp_realloc) the boxes of tensor t's runs[a, b) (all of
+ * them; ck_runs_check passed) that meet the region (off, shp), without expanding the runs: per run the
+ * range of its members that meet the region (arithmetic: O(1) per run), per box found its file and
+ * k (O(log) per run of t). The boxes carry tensor, file, k, offset and shape (checksum and tile fields
+ * 0, no path pool: paths derived from k), in run order, not sorted. The collective open's rank 0. */
+void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, const int64_t *off,
+                   const int64_t *shp, ck_box **out, int *n, int *cap);
+/* Numbers the boxes of L for their derived paths (v3 rule: k counts the boxes of the tensor in the
+ * file, in layout order); L has no path pool. */
 void ck_layout_derive_paths(ck_layout *L);
 
 /* A row of a v3 rank file's /boxes table (packed: its bytes are the table's, little-endian). */
@@ -144,6 +182,18 @@ mp_code ck_boxtab_read(hid_t f, const char *path, ck_boxrow **rows, int64_t *n, 
 mp_code ck_boxtab_apply(ck_layout *L, int fi, const int *ids, int nids, const ck_boxrow *rows, int64_t n,
                         const char *path, mp_err *e);
 
+/* Rank 0's side of the collective open (ckpt/plan.c), apart from its collectives so that a test can
+ * run it: the index of the checkpoint in dir read and validated (expand 0: a v3 index's runs kept
+ * unexpanded and planned on arithmetically, as the open does; 1: every box expanded and planned on
+ * with the interval index, as ckpt_open's layout: tests compare the two), then the parts of nq ranks
+ * packed from their region lists (ckpt_region_list's bytes, rank q's rcount[q] of them, one after
+ * another in req) appended to parts, their sizes in pcount[nq]. */
+typedef struct ck_plan_src ck_plan_src;
+mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err *e);
+mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
+                     int64_t *pcount, mp_err *e);
+void ck_plan_src_free(ck_plan_src *S);
+
 /* A reader of the checkpoint in dir over the layout *from (validated, indexed: ck_layout_index done),
  * which it takes over (*from is zeroed). ckpt_open and the planned open (ckpt/plan.c) make readers so. */
 ckpt_reader *ck_reader_new(const char *dir, ck_layout *from);
@@ -164,6 +214,11 @@ void ck_box_str(char *buf, size_t cap, int nd, const int64_t *off, const int64_t
 /* Candidates of the interval index: saved boxes [*lo, *hi) of tensor t in L whose dim-0 extent may
  * meet [q0, q1): binary searches over the running max end and the sorted starts. */
 void ck_index_range(const ck_layout *L, int t, int64_t q0, int64_t q1, int64_t *lo, int64_t *hi);
+/* The index of tensor name in L (tensors sorted by name), -1 if absent: ckpt_tensor_find's body. */
+int ck_layout_find(const ck_layout *L, const char *name);
+/* The saved boxes of tensor t of L (indexed) that meet the box (offset, shape): their number, the first
+ * cap of them in out (ascending): ckpt_query's body. */
+int ck_layout_query(const ck_layout *L, int t, const int64_t *offset, const int64_t *shape, int *out, int cap);
 /* Finds a region of the box (qo, qs) not covered by the n boxes (bo[i], bs[i]) (subtraction);
  * returns 1 and the region in (mo, ms) if one exists, 0 if the boxes cover it. */
 int ck_find_gap(int nd, const int64_t *qo, const int64_t *qs, int n, const int64_t (*bo)[CKPT_MAX_DIMS],
@@ -248,13 +303,26 @@ herr_t ck_attr_read_u64(hid_t obj, const char *name, uint64_t *v, int n);
 double ck_now(void);
 /* asprintf into a new string (aborts on OOM). */
 char *ck_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* A growing byte buffer (the save's box lists, the collective load's requests and shares); {0} is empty,
- * p is freed with free(). ck_buf_put appends n bytes of v (checked allocation, counted as MP_MEM_OTHER). */
-typedef struct { char *p; size_t n, cap; } ck_buf;
-void ck_buf_put(ck_buf *b, const void *v, size_t n);
+
 /* MP_OK if dir is a directory, else MP_EINPUT "checkpoint directory DIR does not exist" (ckpt_open, and
  * every rank of ckpt_open_planned: node-local storage may hold it on rank 0's host only). */
 mp_code ck_dir_exists(const char *dir, mp_err *e);
+/* Rank 0's gathers and scatters of per-rank bytes go in rounds of consecutive ranks [r0, r1), so that
+ * rank 0 holds one round's bytes at a time however large the world: the save's box lists in rounds of
+ * CK_GATHER_RANKS (70B at tp 8: ~150 MiB of lists), the collective open's region lists and parts in
+ * rounds of CK_OPEN_RANKS (70B at tp 8: ~0.2 MiB of regions and ~0.7 MiB of part per rank). Every rank
+ * calls each round. ck_round_ranks(n) is n, or MP_CKPT_GATHER_RANKS when set > 0 (tests: several
+ * rounds with a few processes; every rank must see the same value, as under one mpiexec). */
+#define CK_GATHER_RANKS 256
+#define CK_OPEN_RANKS 32
+int ck_round_ranks(int ranks);
+/* The n bytes of mine of every rank of [r0, r1) (len[r] of them, len[size] known on rank 0) to rank 0,
+ * one gatherv; the others send nothing. Returns on rank 0 the round's bytes back to back (malloc'd),
+ * NULL elsewhere. */
+char *ck_gather_round(mp_comm *w, const void *mine, int64_t n, const int64_t *len, int r0, int r1);
+/* Rank 0 sends each rank r of [r0, r1) its len[r] bytes (back to back in in, rank order; len[size] on
+ * rank 0) into out (n = len[r] there), one scatterv; the other ranks get nothing. */
+void ck_scatter_round(mp_comm *w, void *out, int64_t n, const void *in, const int64_t *len, int r0, int r1);
 /* raise(SIGKILL) if MP_CKPT_CRASH_AT == point (and MP_CKPT_CRASH_RANK unset or == rank). */
 void ck_crash_point(const char *point, int rank);
 

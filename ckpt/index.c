@@ -96,6 +96,7 @@ void ck_layout_free(ck_layout *L) {
     free(L->keys);
     free(L->vals);
     free(L->pmax_end);
+    free(L->paths);
     memset(L, 0, sizeof *L);
 }
 
@@ -153,11 +154,12 @@ static uint64_t hash_v12(const ck_layout *L) {
     h_i64(s, L->nslabs);
     h_i64(s, L->nmeta);
     hash_tensors(s, L);
+    char buf[CK_DSET_MAX];
     for (int i = 0; i < L->nboxes; i++) {
         const ck_box *B = &L->b[i];
         h_i64(s, B->tensor);
         h_i64(s, B->file);
-        h_str(s, B->dataset);
+        h_str(s, ck_box_path(L, B, 0, buf));
         for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, B->off[d]);
         for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, B->shp[d]);
         h_i64(s, (int64_t)B->checksum);
@@ -170,7 +172,7 @@ static uint64_t hash_v12(const ck_layout *L) {
             h_i64(s, B->tile_cols);
             h_i64(s, B->ntiles);
             h_i64(s, (int64_t)B->tiles_checksum);
-            h_str(s, B->tiles_dataset);
+            h_str(s, ck_box_path(L, B, 1, buf));
         }
     }
     for (int i = 0; i < L->nfiles; i++) {
@@ -399,7 +401,8 @@ static mp_code write_views(const ck_layout *L, hid_t f, const char *path, mp_err
             for (int d = 0; d < T->ndim; d++) { st[d] = (hsize_t)B->off[d]; cnt[d] = (hsize_t)B->shp[d]; }
             hid_t src = H5Screate_simple(T->ndim, cnt, NULL);
             hr = src < 0 ? -1 : H5Sselect_hyperslab(vs, H5S_SELECT_SET, st, NULL, cnt, NULL);
-            if (hr >= 0) hr = H5Pset_virtual(dcpl, vs, L->f[B->file].name, B->dataset, src);
+            char buf[CK_DSET_MAX];
+            if (hr >= 0) hr = H5Pset_virtual(dcpl, vs, L->f[B->file].name, ck_box_path(L, B, 0, buf), src);
             if (src >= 0) H5Sclose(src);
         }
         if (hr >= 0) {
@@ -506,6 +509,7 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
     rec_tensor *rt = tensor_rows(L);
     rec_box2 *rb = mp_xcalloc(sizeof *rb * (size_t)(L->nboxes + 1));
     rec_file *rf = mp_xcalloc(sizeof *rf * (size_t)(L->nfiles + 1));
+    char buf[CK_DSET_MAX];
     for (int i = 0; i < L->nboxes; i++) {
         const ck_box *B = &L->b[i];
         snprintf(rb[i].tensor, sizeof rb[i].tensor, "%s", L->t[B->tensor].name);
@@ -513,7 +517,7 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
         rb[i].rank = L->f[B->file].rank;
         rb[i].file_index = B->file;
         snprintf(rb[i].file, sizeof rb[i].file, "%s", L->f[B->file].name);
-        snprintf(rb[i].dataset, sizeof rb[i].dataset, "%s", B->dataset);
+        snprintf(rb[i].dataset, sizeof rb[i].dataset, "%s", ck_box_path(L, B, 0, buf));
         memcpy(rb[i].offset, B->off, sizeof rb[i].offset);
         memcpy(rb[i].shape, B->shp, sizeof rb[i].shape);
         rb[i].checksum = B->checksum;
@@ -521,7 +525,7 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
         rb[i].tile_cols = B->tile_cols;
         rb[i].ntiles = B->ntiles;
         rb[i].tiles_checksum = B->tiles_checksum;
-        snprintf(rb[i].tiles_dataset, sizeof rb[i].tiles_dataset, "%s", B->tiles_dataset);
+        snprintf(rb[i].tiles_dataset, sizeof rb[i].tiles_dataset, "%s", ck_box_path(L, B, 1, buf));
     }
     for (int i = 0; i < L->nfiles; i++) {
         rf[i].rank = L->f[i].rank;
@@ -670,7 +674,8 @@ static mp_code validate_box(ck_layout *L, int t, int64_t j, const char *path, mp
     }
     if (j > T->box_first && B->off[0] < L->b[j - 1].off[0])
         return mp_err_set(e, MP_ECHECK, "%s: boxes of tensor %s not sorted by offset[0]", path, T->name);
-    if (B->dataset[0] != '/' || !memchr(B->dataset, 0, sizeof B->dataset))
+    char buf[CK_DSET_MAX];
+    if (ck_box_path(L, B, 0, buf)[0] != '/')
         return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): bad dataset path", path, (long long)j, T->name);
     int64_t rows = B->shp[0], cols = T->ndim >= 2 ? B->shp[1] : 1;
     if (L->version == 1) {
@@ -682,7 +687,6 @@ static mp_code validate_box(ck_layout *L, int t, int64_t j, const char *path, mp
         B->tile_cols = cols;
         B->ntiles = B->nslabs;
         B->tiles_checksum = 0;
-        B->tiles_dataset[0] = '\0';
         return MP_OK;
     }
     if (L->version >= 3) return MP_OK;   /* tile fields: checked when the rank file's /boxes table is read */
@@ -693,7 +697,7 @@ static mp_code validate_box(ck_layout *L, int t, int64_t j, const char *path, mp
                           "ntiles %lld)",
                           path, (long long)j, T->name, (long long)B->tile_rows, (long long)B->tile_cols,
                           (long long)B->ntiles);
-    if (B->tiles_dataset[0] != '/' || !memchr(B->tiles_dataset, 0, sizeof B->tiles_dataset))
+    if (ck_box_path(L, B, 1, buf)[0] != '/')
         return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld] (tensor %s): bad tiles dataset path", path, (long long)j,
                           T->name);
     return MP_OK;
@@ -767,7 +771,6 @@ static mp_code validate(ck_layout *L, const char *path, mp_err *e) {
     do {                                                        \
         (B)->tensor = (R)->tensor_index;                        \
         (B)->file = (R)->file_index;                            \
-        memcpy((B)->dataset, (R)->dataset, sizeof (B)->dataset); \
         memcpy((B)->off, (R)->offset, sizeof (B)->off);         \
         memcpy((B)->shp, (R)->shape, sizeof (B)->shp);          \
         (B)->checksum = (R)->checksum;                          \
@@ -828,10 +831,12 @@ static mp_code read_root(hid_t f, const char *path, ck_layout *L, uint64_t *want
     return MP_OK;
 }
 
-/* Copies box row i of the boxes table (rec_box rows for version 1, rec_box2 after) into L->b[i] and
- * checks it against the tensor and file tables. */
-static mp_code copy_box_row(ck_layout *L, const void *rbv, int64_t i, const char *path, mp_err *e) {
+/* Copies box row i of the boxes table (rec_box rows for version 1, rec_box2 after) into L->b[i], its
+ * dataset paths (NUL-terminated: checked) into the pool (*pool, B->path), and checks it against the
+ * tensor and file tables. */
+static mp_code copy_box_row(ck_layout *L, const void *rbv, int64_t i, ck_buf *pool, const char *path, mp_err *e) {
     ck_box *B = &L->b[i];
+    const char *ds, *ts = "";
     int ok;
     if (L->version == 1) {
         const rec_box *R = (const rec_box *)rbv + i;
@@ -839,6 +844,7 @@ static mp_code copy_box_row(ck_layout *L, const void *rbv, int64_t i, const char
         B->slab_rows = R->slab_rows;
         B->slab_first = R->slab_first;
         B->nslabs = R->nslabs;
+        ds = memchr(R->dataset, 0, sizeof R->dataset) ? R->dataset : NULL;
         ok = box_row_ok(L, B, R->tensor, sizeof R->tensor, R->file, R->rank);
     } else {
         const rec_box2 *R = (const rec_box2 *)rbv + i;
@@ -847,12 +853,15 @@ static mp_code copy_box_row(ck_layout *L, const void *rbv, int64_t i, const char
         B->tile_cols = R->tile_cols;
         B->ntiles = R->ntiles;
         B->tiles_checksum = R->tiles_checksum;
-        memcpy(B->tiles_dataset, R->tiles_dataset, sizeof B->tiles_dataset);
+        ds = memchr(R->dataset, 0, sizeof R->dataset) ? R->dataset : NULL;
+        ts = memchr(R->tiles_dataset, 0, sizeof R->tiles_dataset) ? R->tiles_dataset : NULL;
         ok = box_row_ok(L, B, R->tensor, sizeof R->tensor, R->file, R->rank);
     }
     if (!ok) return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: tensor/file columns disagree", path, (long long)i);
-    if (!memchr(B->dataset, 0, sizeof B->dataset) || !memchr(B->tiles_dataset, 0, sizeof B->tiles_dataset))
-        return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: dataset path not NUL-terminated", path, (long long)i);
+    if (!ds || !ts) return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: dataset path not NUL-terminated", path, (long long)i);
+    B->path = (int64_t)pool->n;
+    ck_buf_put(pool, ds, strlen(ds) + 1);
+    ck_buf_put(pool, ts, strlen(ts) + 1);
     return MP_OK;
 }
 
@@ -869,7 +878,10 @@ static mp_code copy_rows(ck_layout *L, const rec_tensor *rt, const void *rbv, co
         L->f[i].nboxes = rf[i].nboxes;
         L->f[i].bytes = rf[i].bytes;
     }
-    for (int64_t i = 0; i < L->nboxes && rc == MP_OK; i++) rc = copy_box_row(L, rbv, i, path, e);
+    ck_buf pool = {0};
+    for (int64_t i = 0; i < L->nboxes && rc == MP_OK; i++) rc = copy_box_row(L, rbv, i, &pool, path, e);
+    L->paths = pool.p;
+    L->paths_bytes = pool.n;
     return rc;
 }
 
@@ -986,9 +998,11 @@ static mp_code read_meta(hid_t f, const char *path, ck_layout *L, mp_err *e) {
 }
 
 /* Version 3 after the root attributes: reads the tables and metadata, checks the index checksum (over
- * the runs as stored; not compared when check_sum is 0), then the tensors and files, expands the runs
- * into boxes (ckpt/runs.c) and checks the tensors' box ranges against them, then validates the whole. */
-static mp_code read_index3(hid_t f, const char *path, int check_sum, uint64_t want_hash, ck_layout *L, mp_err *e) {
+ * the runs as stored; not compared when check_sum is 0), then the tensors and files, then the runs
+ * against them tensor by tensor (ck_runs_check: every rule of the boxes), and expands the runs into
+ * boxes (ckpt/runs.c), or, runs_out not NULL, gives them to the caller unexpanded (L->b NULL). */
+static mp_code read_index3(hid_t f, const char *path, int check_sum, uint64_t want_hash, ck_layout *L, ck_run **runs_out,
+                           int64_t *nruns_out, mp_err *e) {
     ck_run *runs = NULL;
     int64_t nruns = 0;
     mp_code rc = read_layout3(f, path, L, &runs, &nruns, e);
@@ -1001,28 +1015,26 @@ static mp_code read_index3(hid_t f, const char *path, int check_sum, uint64_t wa
                             path, (unsigned long long)want_hash, (unsigned long long)got);
     }
     if (rc == MP_OK) rc = validate_head(L, path, e);
-    int64_t *stored = NULL;
-    if (rc == MP_OK) {
-        stored = mp_xmalloc(sizeof(int64_t) * 2 * (size_t)(L->ntensors + 1));
-        for (int i = 0; i < L->ntensors; i++) { stored[2 * i] = L->t[i].box_first; stored[2 * i + 1] = L->t[i].nboxes; }
-        rc = ck_runs_expand(L, runs, nruns, path, e);
+    if (rc == MP_OK) rc = ck_runs_check(L, runs, nruns, path, e);   /* every rule, tensor by tensor */
+    if (rc == MP_OK && !runs_out) {
+        ck_runs_expand(L, runs, nruns);
+        ck_layout_index(L);
     }
-    for (int i = 0; rc == MP_OK && i < L->ntensors; i++)
-        if (stored[2 * i] != L->t[i].box_first || stored[2 * i + 1] != L->t[i].nboxes)
-            rc = mp_err_set(e, MP_ECHECK, "%s: tensor %s: boxes [%lld, +%lld) in the table, [%lld, +%lld) in the runs",
-                            path, L->t[i].name, (long long)stored[2 * i], (long long)stored[2 * i + 1],
-                            (long long)L->t[i].box_first, (long long)L->t[i].nboxes);
-    if (rc == MP_OK) rc = validate(L, path, e);
-    free(stored);
-    free(runs);
+    if (rc == MP_OK && runs_out) {
+        *runs_out = runs;
+        *nruns_out = nruns;
+    } else {
+        free(runs);
+    }
     return rc;
 }
 
 /* Reads and validates index.h5 of format version 1, 2 or 3 (docs/FORMAT.md); refuses other versions.
- * The body of ck_index_read (image NULL: the file at path) and ck_index_read_image (image[0,
- * image_bytes), path only names it); check_sum 0 computes the index checksum without comparing it. */
+ * The body of ck_index_read (image NULL: the file at path), ck_index_read_image (image[0, image_bytes),
+ * path only names it) and ck_index_read_runs (runs_out not NULL: a v3 index's runs are returned, not
+ * expanded); check_sum 0 computes the index checksum without comparing it. */
 static mp_code index_read(const char *path, const void *image, size_t image_bytes, int check_sum, ck_layout *L,
-                          mp_err *e) {
+                          ck_run **runs_out, int64_t *nruns_out, mp_err *e) {
     ck_h5_init();
     ck_h5_clear();
     memset(L, 0, sizeof *L);
@@ -1039,7 +1051,7 @@ static mp_code index_read(const char *path, const void *image, size_t image_byte
     uint64_t want_hash = 0;
     mp_code rc = read_root(f, path, L, &want_hash, e);
     if (rc == MP_OK && L->version == 3) {
-        rc = read_index3(f, path, check_sum, want_hash, L, e);
+        rc = read_index3(f, path, check_sum, want_hash, L, runs_out, nruns_out, e);
     } else {
         if (rc == MP_OK) rc = read_layout(f, path, L, e);
         if (rc == MP_OK) rc = read_meta(f, path, L, e);
@@ -1061,12 +1073,18 @@ static mp_code index_read(const char *path, const void *image, size_t image_byte
 
 static int64_t g_index_reads, g_index_bytes;   /* ckpt_index_reads: every thread's, atomically */
 
-mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) {
+mp_code ck_index_read_runs(const char *path, ck_layout *L, ck_run **runs, int64_t *nruns, mp_err *e) {
     __atomic_add_fetch(&g_index_reads, 1, __ATOMIC_RELAXED);
     struct stat sb;
     if (stat(path, &sb) == 0) __atomic_add_fetch(&g_index_bytes, (int64_t)sb.st_size, __ATOMIC_RELAXED);
-    return index_read(path, NULL, 0, 1, L, e);
+    if (runs) {
+        *runs = NULL;
+        *nruns = 0;
+    }
+    return index_read(path, NULL, 0, 1, L, runs, nruns, e);
 }
+
+mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e) { return ck_index_read_runs(path, L, NULL, NULL, e); }
 
 void ckpt_index_reads(int64_t *reads, int64_t *bytes) {
     if (reads) *reads = __atomic_load_n(&g_index_reads, __ATOMIC_RELAXED);
@@ -1075,5 +1093,5 @@ void ckpt_index_reads(int64_t *reads, int64_t *bytes) {
 
 mp_code ck_index_read_image(const void *image, size_t bytes, const char *name, int check_sum, ck_layout *L,
                             mp_err *e) {
-    return index_read(name, image, bytes, check_sum, L, e);
+    return index_read(name, image, bytes, check_sum, L, NULL, NULL, e);
 }

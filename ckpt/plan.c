@@ -4,27 +4,37 @@
  *
  * ckpt_open makes every rank read all of index.h5: O(all boxes of all ranks) per rank to plan its own
  * few (issue 23, docs/BENCH_SCALE.md). Here instead:
- *   1. every rank packs the regions it will read (tensor name, offset, shape) and gatherv sends them
- *      to rank 0 (a gather of the sizes first);
- *   2. rank 0 opens the checkpoint with the real reader (ckpt_open: format, index checksum, every
- *      table validated), and for each rank finds the saved boxes its regions meet (ckpt_query: the
- *      interval index, O(log boxes) per region), and cuts the layout down to them: those boxes, their
- *      tensors' rows (plus every requested tensor, found or not as in the index), the files they live
- *      in, their v1 slab checksums, and all metadata (small: config, run state);
- *   3. the result of rank 0 (and of every rank's packing) is agreed over the world (mp_comm_agree), so
- *      a damaged index fails every rank with rank 0's message;
- *   4. scatterv sends each rank its part (sizes first); each rank rebuilds a ck_layout from it, indexes
- *      it and makes an ordinary reader over it (ck_reader_new): ckpt_read, its checksums and its
- *      coverage checks are unchanged. A read outside the planned regions fails the coverage check
+ *   1. every rank packs the regions it will read (tensor name, offset, shape) and gathers their size
+ *      to rank 0;
+ *   2. rank 0 reads the index with the real index reader (ck_index_read_runs: format, index checksum,
+ *      every rule checked as ckpt_open does; a v3 index's runs are checked tensor by tensor and kept
+ *      unexpanded), and for each rank finds the saved boxes its regions meet — on a v3 index's runs
+ *      arithmetically (ck_runs_query: O(runs of the tensor) per region plus O(runs x log) per box
+ *      found), on a v1/v2 layout's boxes by the interval index (ck_layout_query) — and cuts the layout
+ *      down to them, in layout order (tensor, offset): those boxes, their tensors' rows (plus every
+ *      requested tensor, found or not as in the index), the files they live in, their v1 slab
+ *      checksums, and all metadata (small: config, run state);
+ *   3. the result of rank 0's read (and of every rank's packing) is agreed over the world
+ *      (mp_comm_agree), so a damaged index fails every rank with rank 0's message;
+ *   4. in rounds of CK_OPEN_RANKS consecutive ranks (the save's mechanism: ck_gather_round,
+ *      ck_scatter_round), the round's region lists go to rank 0, which plans and packs their parts
+ *      (step 2) and scatters them (sizes first): rank 0 holds one round's lists and parts, however
+ *      large the world. Each rank rebuilds a ck_layout from its part, indexes it and makes an
+ *      ordinary reader over it (ck_reader_new): ckpt_read, its checksums and its coverage checks are
+ *      unchanged. A read outside the planned regions fails the coverage check
  *      (the boxes are not in the rank's layout), never silently.
  * The parts travel as the in-memory structs (ck_tensor, ck_box, ck_file) copied byte for byte: every
  * rank runs the same binary. Packing zeroes them first, so no uninitialised padding travels. A format-v3
- * part carries its boxes as plan_box3 (tensor, file, k, offset, shape: 80 bytes, not a ck_box's ~1 KiB
- * of dataset paths): the receiver derives the paths from k, and its reader takes the checksums from the
- * rank files' /boxes tables, checked against the files' boxes_checksum the part carries.
+ * part carries its boxes as plan_box3 (tensor, file, k, offset, shape: 80 bytes, not a whole ck_box's
+ * 152): the receiver derives the paths from k, and its reader takes the checksums from the
+ * rank files' /boxes tables, checked against the files' boxes_checksum the part carries. A v1/v2 part
+ * carries its boxes' stored paths as a pool after the slabs (ck_box.path renumbered into it).
  *
- * Costs: rank 0 reads the index once and plans in O(total boxes x log); every other rank reads no
- * index table and receives O(own boxes + metadata) bytes.
+ * Costs: rank 0 reads the index once, checks it in O(total boxes x log) time but holds only the runs
+ * (v3; a v1/v2 layout is expanded), and plans each rank in O(its regions x runs + its boxes x runs x
+ * log); every other rank reads no index table and receives O(own boxes + metadata) bytes. Rank 0 and
+ * a test (ckpt/test/test_ckpt_plan.c: the runs planner against the expanded one) share
+ * ck_plan_src_open / ck_plan_pack.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
@@ -33,7 +43,7 @@
 #include <string.h>
 
 /* A box of a version-3 part: what the runs say of it (its checksums come from its rank file's /boxes
- * table, its dataset path from k), 80 bytes instead of a ck_box's ~1 KiB of paths. */
+ * table, its dataset path from k), 80 bytes instead of a whole ck_box's 152. */
 typedef struct {
     int32_t tensor, file, k, pad;
     int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
@@ -41,7 +51,7 @@ typedef struct {
 
 typedef struct {
     int32_t version, world, zstd_level, ntensors, nboxes, nfiles, nmeta, pad;
-    int64_t step, nslabs, meta_bytes;
+    int64_t step, nslabs, meta_bytes, paths_bytes;
     char created_utc[32];
 } plan_head;
 
@@ -74,9 +84,65 @@ char *ckpt_region_list(const ckpt_region *want, int n, size_t *bytes) {
     return b.p ? b.p : mp_xmalloc(1);
 }
 
-/* Adds to ids (growing) the saved boxes of full that the regions packed in p[0, n) meet, and marks
- * their tensors (and every requested tensor present) in want_t. MP_EINTERNAL if the bytes do not parse. */
-static mp_code plan_regions(const ckpt_reader *full, const char *p, int64_t n, char *want_t, int **ids, int *nids,
+/* What rank 0 plans on: the index's layout and, for a v3 index, its runs unexpanded. */
+struct ck_plan_src {
+    ck_layout L;          /* v3: tensors, files, metadata, no boxes; v1/v2: the whole layout */
+    ck_run *runs;         /* v3: [nruns], grouped by tensor; NULL: L.b holds the boxes */
+    int64_t nruns;
+    int64_t *rfirst;      /* v3: tensor t's runs are runs[rfirst[t], rfirst[t + 1]) */
+};
+
+mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err *e) {
+    ck_plan_src *S = mp_xcalloc(sizeof *S);
+    char *ip = ck_fmt("%s/index.h5", dir);
+    mp_code rc = expand ? ck_index_read(ip, &S->L, e) : ck_index_read_runs(ip, &S->L, &S->runs, &S->nruns, e);
+    free(ip);
+    if (rc) {
+        free(S);
+        return rc;
+    }
+    if (S->runs) {
+        S->rfirst = mp_xcalloc(sizeof(int64_t) * (size_t)(S->L.ntensors + 1));
+        int64_t r = 0;
+        for (int t = 0; t <= S->L.ntensors; t++) {
+            S->rfirst[t] = r;
+            while (t < S->L.ntensors && r < S->nruns && S->runs[r].tensor == t) r++;
+        }
+    }
+    *out = S;
+    return MP_OK;
+}
+
+void ck_plan_src_free(ck_plan_src *S) {
+    if (!S) return;
+    ck_layout_free(&S->L);
+    free(S->runs);
+    free(S->rfirst);
+    free(S);
+}
+
+/* Appends to bx (growing) the saved boxes of tensor t of S that the region (off, shp) meets: found on
+ * the runs (v3) or, for a layout with its boxes, by the interval index (copies of them). */
+static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int64_t *shp, ck_box **bx, int *nb,
+                      int *cap) {
+    if (S->runs) {
+        ck_runs_query(&S->L, S->runs, S->rfirst[t], S->rfirst[t + 1], t, off, shp, bx, nb, cap);
+        return;
+    }
+    int k = ck_layout_query(&S->L, t, off, shp, NULL, 0);
+    int *ids = mp_xmalloc(sizeof(int) * (size_t)(k + 1));
+    ck_layout_query(&S->L, t, off, shp, ids, k);
+    if (*nb + k > *cap) {
+        *cap = (*nb + k) * 2 + 16;
+        *bx = mp_realloc(*bx, 0, sizeof(ck_box) * (size_t)*cap, MP_MEM_OTHER);
+    }
+    for (int i = 0; i < k; i++) (*bx)[(*nb)++] = S->L.b[ids[i]];
+    free(ids);
+}
+
+/* Adds to bx (growing) the saved boxes of S that the regions packed in p[0, n) meet, and marks their
+ * tensors (and every requested tensor present) in want_t. MP_EINTERNAL if the bytes do not parse. */
+static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char *want_t, ck_box **bx, int *nb,
                             int *cap, mp_err *e) {
     int64_t at = 0;
     char name[CKPT_NAME_MAX + 1];
@@ -93,37 +159,43 @@ static mp_code plan_regions(const ckpt_reader *full, const char *p, int64_t n, c
         memcpy(off, p + at + l, sizeof off);
         memcpy(shp, p + at + l + sizeof off, sizeof shp);
         at += (int64_t)(l + sizeof off + sizeof shp);
-        int t = ckpt_tensor_find(full, name);
+        int t = ck_layout_find(&S->L, name);
         if (t < 0) continue;   /* absent: the loader's own lookup reports it */
         want_t[t] = 1;
-        int k = ckpt_query(full, t, off, shp, NULL, 0);
-        if (*nids + k > *cap) {
-            *cap = (*nids + k) * 2 + 16;
-            *ids = mp_realloc(*ids, 0, sizeof(int) * (size_t)*cap, MP_MEM_OTHER);
-        }
-        *nids += ckpt_query(full, t, off, shp, *ids + *nids, k);
+        plan_find(S, t, off, shp, bx, nb, cap);
     }
     return MP_OK;
 }
 
-static int cmp_int(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
+/* The layout order of boxes: tensor, then offset (ck_off_cmp). */
+static int cmp_box(const void *a, const void *b) {
+    const ck_box *x = a, *y = b;
+    if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
+    return ck_off_cmp(x->off, y->off);
 }
 
 /* ---------------------------------------------------------------------------------- the parts */
 
-/* Packs the part of layout L of the boxes ids[n] (sorted, unique) and the tensors marked in want_t
- * into b: head, tensors, boxes, files, slabs, metadata. Indices are renumbered to the part's. */
-static void pack_part(const ck_layout *L, const int *ids, int n, const char *want_t, ck_buf *b) {
+/* The bytes of box B's two stored paths in L's pool (both NUL-terminated). */
+static size_t path_bytes(const ck_layout *L, const ck_box *B) {
+    const char *p = L->paths + B->path;
+    size_t l = strlen(p) + 1;
+    return l + strlen(p + l) + 1;
+}
+
+/* Packs the part of layout L of the boxes bx[n] (L's, in layout order, unique) and the tensors marked in want_t
+ * into b: head, tensors, boxes, files, slabs, the boxes' stored paths (a v1/v2 layout's pool), metadata.
+ * Indices and path offsets are renumbered to the part's. */
+static void pack_part(const ck_layout *L, const ck_box *bx, int n, const char *want_t, ck_buf *b) {
     int *tmap = mp_xmalloc(sizeof(int) * (size_t)(L->ntensors + 1)), *fmap = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     plan_head h;
     memset(&h, 0, sizeof h);
     for (int i = 0; i < L->ntensors; i++) tmap[i] = want_t[i] ? h.ntensors++ : -1;
     for (int i = 0; i < L->nfiles; i++) fmap[i] = -1;
     for (int k = 0; k < n; k++) {
-        fmap[L->b[ids[k]].file] = 0;
-        h.nslabs += L->b[ids[k]].nslabs;
+        fmap[bx[k].file] = 0;
+        h.nslabs += bx[k].nslabs;
+        if (L->paths) h.paths_bytes += (int64_t)path_bytes(L, &bx[k]);
     }
     for (int i = 0; i < L->nfiles; i++)
         if (fmap[i] == 0) fmap[i] = h.nfiles++;
@@ -141,24 +213,28 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
         t.dtype = L->t[i].dtype; t.ndim = L->t[i].ndim;
         memcpy(t.shape, L->t[i].shape, sizeof t.shape);
         t.box_first = k0;
-        while (k0 < n && L->b[ids[k0]].tensor == i) k0++;
+        while (k0 < n && bx[k0].tensor == i) k0++;
         t.nboxes = k0 - t.box_first;
         ck_buf_put(b, &t, sizeof t);
     }
     assert(k0 == n);
-    int64_t slab_at = 0;
+    int64_t slab_at = 0, path_at = 0;
     for (int k = 0; k < n; k++) {
-        ck_box x = L->b[ids[k]];
+        ck_box x = bx[k];
         x.tensor = tmap[x.tensor];
         x.file = fmap[x.file];
         x.slab_first = slab_at;
         slab_at += x.nslabs;
+        if (L->paths) {
+            x.path = path_at;
+            path_at += (int64_t)path_bytes(L, &bx[k]);
+        }
         if (L->version >= 3) {
             plan_box3 c;
             memset(&c, 0, sizeof c);
             c.tensor = x.tensor;
             c.file = x.file;
-            c.k = atoi(strrchr(x.dataset, '_') + 1);   /* "/<name>/box_<k>" (derived by the index reader) */
+            c.k = (int32_t)x.k;   /* its paths: /<name>/box_<k>, /<name>/tiles_<k> */
             memcpy(c.off, x.off, sizeof c.off);
             memcpy(c.shp, x.shp, sizeof c.shp);
             ck_buf_put(b, &c, sizeof c);
@@ -169,8 +245,10 @@ static void pack_part(const ck_layout *L, const int *ids, int n, const char *wan
     for (int i = 0; i < L->nfiles; i++)
         if (fmap[i] >= 0) ck_buf_put(b, &L->f[i], sizeof L->f[i]);
     for (int k = 0; k < n; k++)
-        if (L->b[ids[k]].nslabs > 0)
-            ck_buf_put(b, L->slabs + L->b[ids[k]].slab_first, sizeof(uint64_t) * (size_t)L->b[ids[k]].nslabs);
+        if (bx[k].nslabs > 0)
+            ck_buf_put(b, L->slabs + bx[k].slab_first, sizeof(uint64_t) * (size_t)bx[k].nslabs);
+    for (int k = 0; k < n && L->paths; k++)
+        ck_buf_put(b, L->paths + bx[k].path, path_bytes(L, &bx[k]));
     for (int i = 0; i < L->nmeta; i++) {
         ck_buf_put(b, L->keys[i], strlen(L->keys[i]) + 1);
         ck_buf_put(b, L->vals[i], strlen(L->vals[i]) + 1);
@@ -196,8 +274,10 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     int ok = take(p, n, &at, &h, sizeof h);
     size_t brec = h.version >= 3 ? sizeof(plan_box3) : sizeof(ck_box);
     ok = ok && h.ntensors >= 0 && h.nboxes >= 0 && h.nfiles >= 0 && h.nmeta >= 0 && h.nslabs >= 0 && h.meta_bytes >= 0 &&
-             n - at == (int64_t)(sizeof(ck_tensor) * (size_t)h.ntensors + brec * (size_t)h.nboxes +
-                                 sizeof(ck_file) * (size_t)h.nfiles + sizeof(uint64_t) * (size_t)h.nslabs) + h.meta_bytes;
+         h.paths_bytes >= 0 && (h.version < 3 || h.paths_bytes == 0) &&
+         n - at == (int64_t)(sizeof(ck_tensor) * (size_t)h.ntensors + brec * (size_t)h.nboxes +
+                             sizeof(ck_file) * (size_t)h.nfiles + sizeof(uint64_t) * (size_t)h.nslabs) +
+                       h.paths_bytes + h.meta_bytes;
     if (!ok) return mp_err_set(e, MP_EINTERNAL, "planned open: the plan received has %lld bytes that do not parse", (long long)n);
     L->version = h.version; L->world = h.world; L->zstd_level = h.zstd_level; L->step = h.step;
     L->ntensors = h.ntensors; L->nboxes = h.nboxes; L->nfiles = h.nfiles; L->nmeta = h.nmeta; L->nslabs = h.nslabs;
@@ -220,16 +300,26 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
             B->file = c.file;
             memcpy(B->off, c.off, sizeof B->off);
             memcpy(B->shp, c.shp, sizeof B->shp);
-            ok = ok && c.tensor >= 0 && c.tensor < h.ntensors && c.file >= 0 && c.file < h.nfiles;
-            const char *tn = ok ? L->t[c.tensor].name : "?";
-            snprintf(B->dataset, sizeof B->dataset, "/%s/box_%d", tn, (int)c.k);
-            snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%d", tn, (int)c.k);
+            B->k = c.k;   /* no path pool: its paths are derived from k */
+            ok = ok && c.tensor >= 0 && c.tensor < h.ntensors && c.file >= 0 && c.file < h.nfiles && c.k >= 0;
         }
     } else {
         take(p, n, &at, L->b, sizeof(ck_box) * (size_t)h.nboxes);
     }
     take(p, n, &at, L->f, sizeof(ck_file) * (size_t)h.nfiles);
     take(p, n, &at, L->slabs, sizeof(uint64_t) * (size_t)h.nslabs);
+    if (h.version < 3 && h.nboxes > 0) {   /* the stored paths: every box's two inside the pool */
+        L->paths = mp_xmalloc((size_t)h.paths_bytes + 1);
+        L->paths_bytes = (size_t)h.paths_bytes;
+        take(p, n, &at, L->paths, (size_t)h.paths_bytes);
+        L->paths[h.paths_bytes] = 0;
+        for (int j = 0; j < h.nboxes && ok; j++) {
+            int64_t q = L->b[j].path;
+            ok = q >= 0 && q < h.paths_bytes;
+            if (ok) q += (int64_t)strlen(L->paths + q) + 1;
+            ok = ok && q < h.paths_bytes;
+        }
+    }
     for (int i = 0; i < h.nmeta && ok; i++) {
         const char *k = p + at, *v = memchr(k, 0, (size_t)(n - at));
         const char *end = v ? memchr(v + 1, 0, (size_t)(n - (v + 1 - p))) : NULL;
@@ -246,34 +336,30 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     return MP_OK;
 }
 
-/* Rank 0's part of the open: reads the checkpoint (ckpt_open) and packs every rank's part of it from
- * the regions gathered in req (rank q's at the sum of rcount[< q]) into parts, pcount[size]. */
-static mp_code plan_all(const char *dir, int size, const char *req, const int64_t *rcount, ck_buf *parts,
-                        int64_t *pcount, mp_err *e) {
-    ckpt_reader *full = NULL;
-    MP_TRY(ckpt_open(&full, dir, e));
-    const ck_layout *L = ck_reader_layout(full);
+mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
+                     int64_t *pcount, mp_err *e) {
+    const ck_layout *L = &S->L;
     char *want_t = mp_xmalloc((size_t)L->ntensors + 1);
-    int *ids = NULL, nids = 0, cap = 0;
+    ck_box *bx = NULL;
+    int nb = 0, cap = 0;
     mp_code rc = MP_OK;
     int64_t at = 0;
-    for (int q = 0; q < size && !rc; q++) {
+    for (int q = 0; q < nq && !rc; q++) {
         memset(want_t, 0, (size_t)L->ntensors + 1);
-        nids = 0;
-        rc = plan_regions(full, req + at, rcount[q], want_t, &ids, &nids, &cap, e);
+        nb = 0;
+        rc = plan_regions(S, req + at, rcount[q], want_t, &bx, &nb, &cap, e);
         at += rcount[q];
         if (rc) break;
-        if (nids > 1) qsort(ids, (size_t)nids, sizeof *ids, cmp_int);
+        if (nb > 1) qsort(bx, (size_t)nb, sizeof *bx, cmp_box);
         int u = 0;   /* unique: regions of one rank may meet the same saved box */
-        for (int k = 0; k < nids; k++)
-            if (!u || ids[u - 1] != ids[k]) ids[u++] = ids[k];
+        for (int k = 0; k < nb; k++)
+            if (!u || cmp_box(&bx[u - 1], &bx[k])) bx[u++] = bx[k];
         size_t before = parts->n;
-        pack_part(L, ids, u, want_t, parts);
+        pack_part(L, bx, u, want_t, parts);
         pcount[q] = (int64_t)(parts->n - before);
     }
-    free(ids);
+    free(bx);
     free(want_t);
-    ckpt_close(full);
     return rc;
 }
 
@@ -288,45 +374,68 @@ static mp_code agree(mp_comm *world, mp_code local, mp_err *e) {
     return rc;
 }
 
+/* The rounds of the open: per CK_OPEN_RANKS consecutive ranks (ck_round_ranks), their region lists
+ * (req, rlen[size] on rank 0) to rank 0 (ck_gather_round), their parts planned on S (rank 0) and sent
+ * back (a scatter of the sizes, then of the parts: ck_scatter_round). *part (malloc'd) gets this rank's part, *mine
+ * its bytes. A failed planning on rank 0 (the lists come from the same binary: a bug) sends the
+ * remaining ranks empty parts and returns the error (the caller's agreement fails every rank with it). */
+static mp_code rounds(mp_comm *w, const ck_plan_src *S, const ck_buf *req, const int64_t *rlen, char **part,
+                      int64_t *mine, mp_err *e) {
+    const int me = w->rank, size = w->size, per = ck_round_ranks(CK_OPEN_RANKS);
+    int64_t *plen = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
+    int64_t *eight = me == 0 ? mp_xmalloc(sizeof(int64_t) * (size_t)size) : NULL;
+    for (int q = 0; me == 0 && q < size; q++) eight[q] = (int64_t)sizeof(int64_t);
+    mp_code rc = MP_OK;
+    *part = NULL;
+    *mine = 0;
+    for (int r0 = 0; r0 < size; r0 += per) {
+        int r1 = size - r0 < per ? size : r0 + per, in = me >= r0 && me < r1;
+        char *lists = ck_gather_round(w, req->p, (int64_t)req->n, rlen, r0, r1);
+        ck_buf parts = {0};
+        if (me == 0 && !rc) rc = ck_plan_pack(S, r1 - r0, lists, rlen + r0, &parts, plen + r0, e);
+        if (me == 0 && rc) {
+            parts.n = 0;
+            for (int q = r0; q < r1; q++) plen[q] = 0;
+        }
+        free(lists);
+        ck_scatter_round(w, mine, (int64_t)sizeof *mine, plen ? plen + r0 : NULL, eight, r0, r1);
+        if (in) *part = mp_xmalloc((size_t)*mine + 1);
+        ck_scatter_round(w, in ? *part : NULL, *mine, parts.p, plen, r0, r1);
+        free(parts.p);
+    }
+    free(plen);
+    free(eight);
+    return rc;
+}
+
 mp_code ckpt_open_planned(ckpt_reader **out, mp_comm *world, const char *dir, const ckpt_region *want, int nwant,
                           mp_err *e) {
     assert(out && world && dir && (want || nwant == 0));
     *out = NULL;
     ck_h5_init();
-    const int me = world->rank, size = world->size;
-    ck_buf req = {0}, parts = {0};
+    const int me = world->rank;
+    ck_buf req = {0};
     mp_code local = pack_regions(want, nwant, &req, e);
     /* every rank must see the directory it will read rank files from (node-local storage: only rank
      * 0's host may have it); the same error as ckpt_open's, agreed below */
     if (!local) local = ck_dir_exists(dir, e);
-    int64_t n = (int64_t)req.n, tot = 0;
-    int64_t *rcount = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
-    int64_t *pcount = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
-    int64_t *eight = me == 0 ? mp_xmalloc(sizeof(int64_t) * (size_t)size) : NULL;
-    world->gather(world, rcount, &n, sizeof n, 0);
-    for (int q = 0; me == 0 && q < size; q++) { tot += rcount[q]; eight[q] = (int64_t)sizeof(int64_t); }
-    char *all = me == 0 ? mp_xmalloc((size_t)tot + 1) : NULL;
-    world->gatherv(world, all, req.p, n, rcount, 0);
-    if (me == 0 && !local) local = plan_all(dir, size, all, rcount, &parts, pcount, e);
-    free(all);
-    free(req.p);
-    free(rcount);
+    int64_t n = (int64_t)req.n;
+    int64_t *rlen = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)world->size) : NULL;
+    world->gather(world, rlen, &n, sizeof n, 0);
+    ck_plan_src *S = NULL;
+    if (me == 0 && !local) local = ck_plan_src_open(dir, 0, &S, e);
     mp_code rc = agree(world, local, e);   /* rank 0's bad index: the same error everywhere */
     int64_t mine = 0;
     char *part = NULL;
-    if (!rc) {
-        world->scatterv(world, &mine, (int64_t)sizeof mine, pcount, eight, 0);
-        part = mp_xmalloc((size_t)mine + 1);
-        world->scatterv(world, part, mine, parts.p, pcount, 0);
-    }
-    free(pcount);
-    free(eight);
-    free(parts.p);
+    if (!rc) local = rounds(world, S, &req, rlen, &part, &mine, e);
+    ck_plan_src_free(S);
+    free(rlen);
+    free(req.p);
     if (rc) return rc;
     ck_layout L;
-    local = unpack_part(part, mine, &L, e);
+    if (!local) local = unpack_part(part, mine, &L, e);
     free(part);
-    rc = agree(world, local, e);
+    rc = agree(world, local, e);   /* a failed round on rank 0: its message (the lowest failing rank's) */
     if (rc) {
         if (!local) ck_layout_free(&L);
         return rc;

@@ -81,6 +81,7 @@ struct ckpt_reader {
     ckpt_box_info *bi;
     hid_t *files;         /* [nfiles], -1 until opened */
     int *fds;             /* [nfiles], the sec2 descriptor of files[i] (-1 unknown) */
+    char *dsets;          /* the derived dataset paths of bi[] (a layout without a path pool) */
     uint64_t **tiles;     /* [nboxes], cached tile checksums of v2 boxes (NULL: not loaded) */
     unsigned char *ftab;  /* [nfiles], v3: 1 once the file's /boxes table is read and applied */
     int *fbox_first, *fbox;   /* v3: the boxes of each file in layout order (CSR; built on first need) */
@@ -109,6 +110,7 @@ mp_code ckpt_open(ckpt_reader **out, const char *dir, mp_err *e) {
 }
 
 static void fill_info(ckpt_reader *r, int j);
+static void name_boxes(ckpt_reader *r);
 
 ckpt_reader *ck_reader_new(const char *dir, ck_layout *from) {
     ck_h5_init();
@@ -134,8 +136,30 @@ ckpt_reader *ck_reader_new(const char *dir, ck_layout *from) {
         T->box_first = (int)L->t[i].box_first;
         T->nboxes = (int)L->t[i].nboxes;
     }
+    name_boxes(r);
     for (int j = 0; j < L->nboxes; j++) fill_info(r, j);
     return r;
+}
+
+/* Points every bi[j].dataset at box j's dataset path: the layout's stored one, or one derived into
+ * r->dsets (one allocation of the paths' bytes: ~50 per box, not a CK_DSET_MAX buffer each). */
+static void name_boxes(ckpt_reader *r) {
+    const ck_layout *L = &r->L;
+    char buf[CK_DSET_MAX];
+    if (L->paths) {
+        for (int j = 0; j < L->nboxes; j++) r->bi[j].dataset = ck_box_path(L, &L->b[j], 0, buf);
+        return;
+    }
+    size_t n = 0;
+    for (int j = 0; j < L->nboxes; j++) n += strlen(ck_box_path(L, &L->b[j], 0, buf)) + 1;
+    r->dsets = mp_xmalloc(n + 1);
+    size_t at = 0;
+    for (int j = 0; j < L->nboxes; j++) {
+        size_t l = strlen(ck_box_path(L, &L->b[j], 0, buf)) + 1;
+        memcpy(r->dsets + at, buf, l);
+        r->bi[j].dataset = r->dsets + at;
+        at += l;
+    }
 }
 
 /* The public box info bi[j] from the layout's box j. */
@@ -145,7 +169,6 @@ static void fill_info(ckpt_reader *r, int j) {
     B->tensor = S->tensor;
     B->rank = r->L.f[S->file].rank;
     B->file = r->L.f[S->file].name;
-    B->dataset = S->dataset;
     memcpy(B->offset, S->off, sizeof B->offset);
     memcpy(B->shape, S->shp, sizeof B->shape);
     B->checksum = S->checksum;
@@ -189,6 +212,7 @@ void ckpt_close(ckpt_reader *r) {
     free(r->fds);
     free(r->ti);
     free(r->bi);
+    free(r->dsets);
     ck_layout_free(&r->L);
     free(r->dir);
     free(r);
@@ -247,29 +271,10 @@ static size_t tile_cache_max(const ckpt_reader *r) {
     return m < ((size_t)1 << 20) ? (size_t)1 << 20 : m > ((size_t)32 << 20) ? (size_t)32 << 20 : m;
 }
 
-int ckpt_tensor_find(const ckpt_reader *r, const char *name) {
-    int lo = 0, hi = r->L.ntensors;
-    while (lo < hi) {
-        int m = lo + (hi - lo) / 2;
-        int c = strcmp(r->L.t[m].name, name);
-        if (c == 0) return m;
-        if (c < 0) lo = m + 1; else hi = m;
-    }
-    return -1;
-}
+int ckpt_tensor_find(const ckpt_reader *r, const char *name) { return ck_layout_find(&r->L, name); }
 
 int ckpt_query(const ckpt_reader *r, int t, const int64_t *offset, const int64_t *shape, int *out, int cap) {
-    assert(t >= 0 && t < r->L.ntensors);
-    const ck_tensor *T = &r->L.t[t];
-    int64_t lo, hi;
-    ck_index_range(&r->L, t, offset[0], offset[0] + shape[0], &lo, &hi);
-    int n = 0;
-    for (int64_t j = lo; j < hi; j++)
-        if (ck_intersect(T->ndim, offset, shape, r->L.b[j].off, r->L.b[j].shp, NULL, NULL)) {
-            if (n < cap && out) out[n] = (int)j;
-            n++;
-        }
-    return n;
+    return ck_layout_query(&r->L, t, offset, shape, out, cap);
 }
 
 /* ------------------------------------------------------------------------------------- data */
@@ -389,8 +394,8 @@ static mp_code open_box(ckpt_reader *r, int64_t j, src_t *s, mp_err *e) {
     s->d = s->ft = -1;
     MP_TRY(rank_file(r, B->file, &f, &fd, e));
     MP_TRY(file_table(r, B->file, e));
-    hid_t d = H5Dopen2(f, B->dataset, H5P_DEFAULT);
-    if (d < 0) return ck_h5_err(e, MP_ECHECK, "%s/%s: dataset %s of tensor %s is missing", r->dir, fname, B->dataset, T->name);
+    hid_t d = H5Dopen2(f, r->bi[j].dataset, H5P_DEFAULT);
+    if (d < 0) return ck_h5_err(e, MP_ECHECK, "%s/%s: dataset %s of tensor %s is missing", r->dir, fname, r->bi[j].dataset, T->name);
     hid_t want = ck_h5_type(T->dtype);
     hid_t ft = H5Dget_type(d), sp = H5Dget_space(d);
     int ok = want >= 0 && ft >= 0 && sp >= 0 && H5Tequal(ft, want) > 0 && H5Sget_simple_extent_ndims(sp) == T->ndim;
@@ -406,7 +411,7 @@ static mp_code open_box(ckpt_reader *r, int64_t j, src_t *s, mp_err *e) {
         H5Dclose(d);
         ck_h5_clear();
         return mp_err_set(e, MP_ECHECK, "%s/%s: dataset %s (tensor %s) has a type or shape other than the index says",
-                          r->dir, fname, B->dataset, T->name);
+                          r->dir, fname, r->bi[j].dataset, T->name);
     }
     s->d = d;
     s->ft = ft;
@@ -460,9 +465,9 @@ static mp_code fetch(ckpt_reader *r, int64_t j, const src_t *s, int64_t a, int64
     assert(0 <= a && a < b && b <= g.rows && 0 <= ca && ca < cb && cb <= g.cols);
     size_t seg = (size_t)((cb - ca) * g.unit);
     if (s->fd >= 0) {
-        if (ca == 0 && cb == g.cols) return pread_all(r, j, B->dataset, s->fd, dst, (size_t)(b - a) * seg, s->base + a * g.row, e);
+        if (ca == 0 && cb == g.cols) return pread_all(r, j, r->bi[j].dataset, s->fd, dst, (size_t)(b - a) * seg, s->base + a * g.row, e);
         for (int64_t i = a; i < b; i++)
-            MP_TRY(pread_all(r, j, B->dataset, s->fd, (char *)dst + (size_t)(i - a) * seg, seg,
+            MP_TRY(pread_all(r, j, r->bi[j].dataset, s->fd, (char *)dst + (size_t)(i - a) * seg, seg,
                              s->base + i * g.row + ca * g.unit, e));
         return MP_OK;
     }
@@ -483,7 +488,7 @@ static mp_code fetch(ckpt_reader *r, int64_t j, const src_t *s, int64_t a, int64
     if (hr < 0)
         return ck_h5_err(e, MP_ECHECK, "%s/%s: reading rows %lld:%lld, columns %lld:%lld of dataset %s (tensor %s)",
                          r->dir, r->L.f[B->file].name, (long long)a, (long long)b, (long long)ca, (long long)cb,
-                         B->dataset, T->name);
+                         r->bi[j].dataset, T->name);
     /* HDF5 decompresses whole chunks: count the rows of every chunk the hyperslab meets (the chunk
      * columns are the tile columns) */
     int64_t ra = a, rb = b;
@@ -515,7 +520,7 @@ static mp_code checksum_error(ckpt_reader *r, int64_t j, int64_t a, int64_t b, i
     return mp_err_set(e, MP_ECHECK,
                       "%s/%s: checksum mismatch in dataset %s (tensor %s, region %s): stored %016llx, data %016llx: "
                       "the rank file is corrupt",
-                      r->dir, r->L.f[B->file].name, B->dataset, T->name, reg, (unsigned long long)want,
+                      r->dir, r->L.f[B->file].name, r->bi[j].dataset, T->name, reg, (unsigned long long)want,
                       (unsigned long long)got);
 }
 
@@ -526,13 +531,15 @@ static mp_code load_tiles(ckpt_reader *r, int64_t j, uint64_t *buf, mp_err *e) {
     const ck_tensor *T = &r->L.t[B->tensor];
     const char *fname = r->L.f[B->file].name;
     assert(r->L.version >= 2 && B->ntiles > 0);
+    char tb[CK_DSET_MAX];
+    const char *tds = ck_box_path(&r->L, B, 1, tb);
     hid_t f = -1;
     int fd = -1;
     MP_TRY(rank_file(r, B->file, &f, &fd, e));
-    src_t s = {.d = H5Dopen2(f, B->tiles_dataset, H5P_DEFAULT), .ft = -1};
+    src_t s = {.d = H5Dopen2(f, tds, H5P_DEFAULT), .ft = -1};
     if (s.d < 0)
         return ck_h5_err(e, MP_ECHECK, "%s/%s: tile checksums dataset %s of dataset %s (tensor %s) is missing", r->dir,
-                         fname, B->tiles_dataset, B->dataset, T->name);
+                         fname, tds, r->bi[j].dataset, T->name);
     s.ft = H5Dget_type(s.d);
     hid_t sp = H5Dget_space(s.d);
     hsize_t n = 0;
@@ -546,14 +553,14 @@ static mp_code load_tiles(ckpt_reader *r, int64_t j, uint64_t *buf, mp_err *e) {
         ck_h5_clear();
         rc = mp_err_set(e, MP_ECHECK,
                         "%s/%s: tile checksums dataset %s of dataset %s (tensor %s) is not a uint64[%lld] array", r->dir,
-                        fname, B->tiles_dataset, B->dataset, T->name, (long long)B->ntiles);
+                        fname, tds, r->bi[j].dataset, T->name, (long long)B->ntiles);
     } else {
         src_locate(&s, fd);
         if (s.fd >= 0) {
-            rc = pread_all(r, j, B->tiles_dataset, s.fd, buf, bytes, s.base, e);
+            rc = pread_all(r, j, tds, s.fd, buf, bytes, s.base, e);
         } else if (H5Dread(s.d, H5T_STD_U64LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
             rc = ck_h5_err(e, MP_ECHECK, "%s/%s: reading tile checksums dataset %s (tensor %s)", r->dir, fname,
-                           B->tiles_dataset, T->name);
+                           tds, T->name);
         } else {
             r->bytes_read += (int64_t)bytes;
         }
@@ -565,7 +572,7 @@ static mp_code load_tiles(ckpt_reader *r, int64_t j, uint64_t *buf, mp_err *e) {
         return mp_err_set(e, MP_ECHECK,
                           "%s/%s: tile checksums dataset %s of dataset %s (tensor %s) is corrupt: XXH3 %016llx, the "
                           "index says %016llx",
-                          r->dir, fname, B->tiles_dataset, B->dataset, T->name, (unsigned long long)h,
+                          r->dir, fname, tds, r->bi[j].dataset, T->name, (unsigned long long)h,
                           (unsigned long long)B->tiles_checksum);
     for (int64_t k = 0; k < B->ntiles; k++) buf[k] = le64toh(buf[k]);
     return MP_OK;
@@ -1041,7 +1048,7 @@ static mp_code check_attrs(ckpt_reader *r, int64_t j, const src_t *s, mp_err *e)
     if (ok) return MP_OK;
     ck_h5_clear();
     return mp_err_set(e, MP_ECHECK, "%s/%s: attributes of dataset %s disagree with the index (tensor %s)", r->dir,
-                      r->L.f[B->file].name, B->dataset, T->name);
+                      r->L.f[B->file].name, r->bi[j].dataset, T->name);
 }
 
 mp_code ckpt_verify(ckpt_reader *r, int64_t *bytes_read, mp_err *e) {

@@ -16,13 +16,24 @@
  * Expanding (the reader): every run is checked in O(1) (tensor, count, the first and last box inside
  * the tensor — offsets are linear in i, so all between are too —, the first and last file rank in the
  * world) and expanded; each box's rank must name a row of /layout/files. The boxes are then sorted per
- * tensor by offset, their dataset paths derived (/<name>/box_<k>, k counting the file's boxes of the
- * tensor in that order: the writer numbers them so), and the files' box counts and bytes checked
- * against /layout/files. The no-overlap rule is the index reader's (ck_layout_check_tensor).
+ * tensor by offset, numbered for their derived dataset paths (/<name>/box_<k>, k counting the file's
+ * boxes of the tensor in that order: the writer numbers them so; ck_box_path derives the path).
+ *
+ * Checking (ck_runs_check, the index reader's every rule of a v3 layout's boxes) needs no expansion of
+ * the whole: tensor by tensor, its runs are expanded into one scratch buffer, sorted, and checked for
+ * files listed and no overlap (ck_layout_check_tensor); the files' box counts and bytes are summed
+ * on the way. O(all boxes) time, O(largest tensor + files) memory.
+ *
+ * Querying (ck_runs_query, the collective open's rank 0): the members of a run that meet a region are
+ * an interval of i (per dim an inequality linear in i), and a box's k is the number of the tensor's
+ * boxes in its file at smaller offsets, counted run by run (a run of stride 0 keeps its boxes in one
+ * file at offsets monotone in i: a binary search). Nothing is expanded: rank 0 holds the runs, not
+ * the world's boxes.
  */
 #define _GNU_SOURCE
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,16 +143,17 @@ static mp_code check_run(const ck_layout *L, const ck_run *R, int64_t i, const c
     return MP_OK;
 }
 
-/* Adds the boxes of run R (checked) to L->b from L->nboxes on; MP_ECHECK when a rank has no file row. */
-static mp_code expand_run(ck_layout *L, const ck_run *R, int64_t i, const char *path, mp_err *e) {
+/* Adds the boxes of run R (checked; its tensor's boxes go in as tensor `as`) to L->b from L->nboxes on;
+ * MP_ECHECK when a rank has no file row (row i of path names it). */
+static mp_code expand_run(ck_layout *L, const ck_run *R, int as, int64_t i, const char *path, mp_err *e) {
     for (int64_t c = 0; c < R->count; c++) {
         ck_box *B = &L->b[L->nboxes];
         memset(B, 0, sizeof *B);
-        B->tensor = R->tensor;
+        B->tensor = as;
         B->file = file_of_rank(L, (int64_t)R->rank0 + c * (int64_t)R->stride);
         if (B->file < 0)
             return mp_err_set(e, MP_ECHECK, "%s: runs[%lld] (tensor %s): box %lld is in rank file %lld, which "
-                              "/layout/files does not list", path, (long long)i, L->t[R->tensor].name, (long long)c,
+                              "/layout/files does not list", path, (long long)i, L->t[as].name, (long long)c,
                               (long long)((int64_t)R->rank0 + c * (int64_t)R->stride));
         for (int d = 0; d < CKPT_MAX_DIMS; d++) {
             B->off[d] = R->off[d] + c * R->step[d];
@@ -153,57 +165,34 @@ static mp_code expand_run(ck_layout *L, const ck_run *R, int64_t i, const char *
 }
 
 void ck_layout_derive_paths(ck_layout *L) {
+    assert(!L->paths);
     int64_t *cnt = mp_xcalloc(sizeof(int64_t) * (size_t)(L->nfiles + 1));
     int *stamp = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     for (int i = 0; i < L->nfiles; i++) stamp[i] = -1;
     for (int j = 0; j < L->nboxes; j++) {
         ck_box *B = &L->b[j];
         if (stamp[B->file] != B->tensor) { stamp[B->file] = B->tensor; cnt[B->file] = 0; }
-        int64_t k = cnt[B->file]++;
-        snprintf(B->dataset, sizeof B->dataset, "/%s/box_%lld", L->t[B->tensor].name, (long long)k);
-        snprintf(B->tiles_dataset, sizeof B->tiles_dataset, "/%s/tiles_%lld", L->t[B->tensor].name, (long long)k);
+        B->k = cnt[B->file]++;
     }
     free(cnt);
     free(stamp);
 }
 
-/* Sorts each tensor's boxes by offset (runs may list them in another order) and sets box_first and
- * nboxes of the tensors; the runs are grouped by tensor in tensor order (checked). */
-static mp_code group_boxes(ck_layout *L, const char *path, mp_err *e) {
-    int64_t j = 0;
-    for (int t = 0; t < L->ntensors; t++) {
-        ck_tensor *T = &L->t[t];
-        T->box_first = j;
-        while (j < L->nboxes && L->b[j].tensor == t) j++;
-        T->nboxes = j - T->box_first;
-        qsort(L->b + T->box_first, (size_t)T->nboxes, sizeof(ck_box), cmp_box_off);
+const char *ck_box_path(const ck_layout *L, const ck_box *B, int tiles, char *buf) {
+    if (L->paths) {
+        const char *p = L->paths + B->path;
+        return tiles ? p + strlen(p) + 1 : p;
     }
-    if (j != L->nboxes) return mp_err_set(e, MP_ECHECK, "%s: /layout/runs is not grouped by tensor in tensor order", path);
-    return MP_OK;
+    snprintf(buf, CK_DSET_MAX, "/%s/%s_%lld", L->t[B->tensor].name, tiles ? "tiles" : "box", (long long)B->k);
+    return buf;
 }
 
-/* The files' box counts and bytes against /layout/files. */
-static mp_code check_files(const ck_layout *L, const char *path, mp_err *e) {
-    int64_t *nb = mp_xcalloc(sizeof(int64_t) * (size_t)(L->nfiles + 1));
-    int64_t *by = mp_xcalloc(sizeof(int64_t) * (size_t)(L->nfiles + 1));
-    for (int j = 0; j < L->nboxes; j++) {
-        const ck_box *B = &L->b[j];
-        nb[B->file]++;
-        by[B->file] += ck_volume(L->t[B->tensor].ndim, B->shp) * (int64_t)mp_dtype_size(L->t[B->tensor].dtype);
-    }
-    mp_code rc = MP_OK;
-    for (int i = 0; i < L->nfiles && rc == MP_OK; i++)
-        if (nb[i] != L->f[i].nboxes || by[i] != L->f[i].bytes)
-            rc = mp_err_set(e, MP_ECHECK, "%s: /layout/files lists %lld boxes (%lld bytes) in %s, the runs %lld (%lld "
-                            "bytes)", path, (long long)L->f[i].nboxes, (long long)L->f[i].bytes, L->f[i].name,
-                            (long long)nb[i], (long long)by[i]);
-    free(nb);
-    free(by);
-    return rc;
-}
-
-mp_code ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n, const char *path, mp_err *e) {
-    int64_t total = 0;
+/* Every run checked in O(1) (check_run), the runs grouped by tensor in tensor order, and as many boxes
+ * in them (at most INT32_MAX) as /layout/files lists: before anything is allocated for the boxes (a
+ * crafted count is refused here unless the file rows tell the same lie; then the memory is what the
+ * index claims, and running out of it is a message, not a crash). */
+static mp_code check_runs(const ck_layout *L, const ck_run *runs, int64_t n, const char *path, mp_err *e) {
+    int64_t total = 0, listed = 0;
     for (int64_t i = 0; i < n; i++) {
         MP_TRY(check_run(L, &runs[i], i, path, e));
         if (i > 0 && runs[i].tensor < runs[i - 1].tensor)
@@ -212,21 +201,192 @@ mp_code ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n, const char *
         if (total > INT32_MAX)
             return mp_err_set(e, MP_ECHECK, "%s: /layout/runs holds more than %d boxes", path, INT32_MAX);
     }
-    /* before allocating: the runs must claim as many boxes as the file table lists (a crafted count is
-     * refused here unless the file rows tell the same lie; then the expansion's memory is what the index
-     * claims, and running out of it is a message, not a crash) */
-    int64_t listed = 0;
     for (int i = 0; i < L->nfiles; i++)
         if (L->f[i].nboxes < 0 || __builtin_add_overflow(listed, L->f[i].nboxes, &listed))
             return mp_err_set(e, MP_ECHECK, "%s: /layout/files: bad box count in %s", path, L->f[i].name);
     if (listed != total)
         return mp_err_set(e, MP_ECHECK, "%s: /layout/runs holds %lld boxes, /layout/files lists %lld", path,
                           (long long)total, (long long)listed);
+    return MP_OK;
+}
+
+/* Expands runs[a, b) (all of tensor t's, checked) into S (S->t: the one tensor t of L, S->f: L's files;
+ * S->b holds at least their count), its boxes sorted by offset and numbered (k), S->ntensors 1. */
+static mp_code expand_tensor(const ck_layout *L, int t, const ck_run *runs, int64_t a, int64_t b, ck_layout *S,
+                             const char *path, mp_err *e) {
+    S->t[0] = L->t[t];
+    S->t[0].box_first = 0;
+    S->nboxes = 0;
+    for (int64_t i = a; i < b; i++) MP_TRY(expand_run(S, &runs[i], 0, i, path, e));
+    S->t[0].nboxes = S->nboxes;
+    qsort(S->b, (size_t)S->nboxes, sizeof(ck_box), cmp_box_off);
+    ck_layout_derive_paths(S);
+    return MP_OK;
+}
+
+/* The files' box counts and bytes (nb, by: summed over all tensors) against /layout/files. */
+static mp_code check_files(const ck_layout *L, const int64_t *nb, const int64_t *by, const char *path, mp_err *e) {
+    for (int i = 0; i < L->nfiles; i++)
+        if (nb[i] != L->f[i].nboxes || by[i] != L->f[i].bytes)
+            return mp_err_set(e, MP_ECHECK, "%s: /layout/files lists %lld boxes (%lld bytes) in %s, the runs %lld (%lld "
+                              "bytes)", path, (long long)L->f[i].nboxes, (long long)L->f[i].bytes, L->f[i].name,
+                              (long long)nb[i], (long long)by[i]);
+    return MP_OK;
+}
+
+/* Checks tensor t, expanded in S, against the box range the tensor table stores for it (first, from the
+ * boxes of the tensors before it) and the no-overlap rule; adds its boxes to the files' counts. */
+static mp_code check_tensor(const ck_layout *L, int t, ck_layout *S, int64_t first, int64_t *nb, int64_t *by,
+                            const char *path, mp_err *e) {
+    const ck_tensor *T = &L->t[t];
+    if (T->box_first != first || T->nboxes != S->nboxes)
+        return mp_err_set(e, MP_ECHECK, "%s: tensor %s: boxes [%lld, +%lld) in the table, [%lld, +%lld) in the runs",
+                          path, T->name, (long long)T->box_first, (long long)T->nboxes, (long long)first,
+                          (long long)S->nboxes);
+    int64_t esize = (int64_t)mp_dtype_size(T->dtype);
+    for (int j = 0; j < S->nboxes; j++) {
+        nb[S->b[j].file]++;
+        by[S->b[j].file] += ck_volume(T->ndim, S->b[j].shp) * esize;
+    }
+    ck_layout_index(S);
+    if (ck_layout_check_tensor(S, 0, 0, e) != MP_OK) return mp_err_wrap(e, "%s", path);
+    return MP_OK;
+}
+
+mp_code ck_runs_check(const ck_layout *L, const ck_run *runs, int64_t n, const char *path, mp_err *e) {
+    MP_TRY(check_runs(L, runs, n, path, e));
+    int64_t most = 0;   /* the largest tensor's boxes: the scratch */
+    for (int64_t a = 0, b = 0; a < n; a = b) {
+        int64_t c = 0;
+        for (b = a; b < n && runs[b].tensor == runs[a].tensor; b++) c += runs[b].count;
+        if (c > most) most = c;
+    }
+    ck_tensor one;
+    ck_layout S = {.version = L->version, .world = L->world, .ntensors = 1, .t = &one, .f = L->f, .nfiles = L->nfiles};
+    S.b = mp_xmalloc(sizeof(ck_box) * (size_t)(most + 1));
+    int64_t *nb = mp_xcalloc(sizeof(int64_t) * (size_t)(L->nfiles + 1));
+    int64_t *by = mp_xcalloc(sizeof(int64_t) * (size_t)(L->nfiles + 1));
+    mp_code rc = MP_OK;
+    int64_t a = 0, first = 0;
+    for (int t = 0; t < L->ntensors && rc == MP_OK; t++) {
+        int64_t b = a;
+        while (b < n && runs[b].tensor == t) b++;
+        rc = expand_tensor(L, t, runs, a, b, &S, path, e);
+        if (rc == MP_OK) rc = check_tensor(L, t, &S, first, nb, by, path, e);
+        first += S.nboxes;
+        a = b;
+    }
+    if (rc == MP_OK) rc = check_files(L, nb, by, path, e);
+    free(S.b);
+    free(S.pmax_end);
+    free(nb);
+    free(by);
+    return rc;
+}
+
+void ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n) {
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; i++) total += runs[i].count;
     free(L->b);
     L->b = mp_xcalloc(sizeof *L->b * (size_t)(total + 1));
     L->nboxes = 0;
-    for (int64_t i = 0; i < n; i++) MP_TRY(expand_run(L, &runs[i], i, path, e));
-    MP_TRY(group_boxes(L, path, e));
+    mp_err e;
+    for (int64_t i = 0; i < n; i++) {
+        mp_code rc = expand_run(L, &runs[i], runs[i].tensor, i, "", &e);
+        assert(rc == MP_OK);   /* checked by ck_runs_check */
+        (void)rc;
+    }
+    for (int t = 0, j = 0; t < L->ntensors; t++) {   /* grouped by tensor (checked): sort each group */
+        ck_tensor *T = &L->t[t];
+        T->box_first = j;
+        while (j < L->nboxes && L->b[j].tensor == t) j++;
+        T->nboxes = j - T->box_first;
+        qsort(L->b + T->box_first, (size_t)T->nboxes, sizeof(ck_box), cmp_box_off);
+    }
     ck_layout_derive_paths(L);
-    return check_files(L, path, e);
+}
+
+/* ------------------------------------------------------------------------------------- querying */
+
+/* floor(a / b) for b > 0. */
+static __int128 floor_div(__int128 a, __int128 b) {
+    __int128 q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+/* The members [*lo, *hi) of run R (checked) that meet the region (q, qs) of nd dims. Per dim box i is
+ * [o + i s, o + i s + w) (w > 0), which meets [q, q + qs) iff qs > 0, i s < q + qs - o and
+ * i s > q - o - w: an interval of i, intersected over the dims (128-bit: a caller's region may hold
+ * any values). */
+static void run_range(int nd, const ck_run *R, const int64_t *q, const int64_t *qs, int64_t *lo, int64_t *hi) {
+    __int128 a = 0, b = R->count;
+    for (int d = 0; d < nd && a < b; d++) {
+        __int128 s = R->step[d], x = (__int128)q[d] + qs[d] - R->off[d], y = (__int128)q[d] - R->off[d] - R->shp[d];
+        if (qs[d] <= 0 || (s == 0 && !(0 < x && 0 > y))) { b = a; break; }
+        if (s == 0) continue;
+        if (s < 0) {   /* i s < x, i s > y  <=>  i |s| < -y, i |s| > -x */
+            __int128 t = x;
+            s = -s;
+            x = -y;
+            y = -t;
+        }
+        __int128 l = floor_div(y, s) + 1, h = -floor_div(-x, s);   /* i > y / s, i < x / s */
+        if (l > a) a = l;
+        if (h < b) b = h;
+    }
+    *lo = (int64_t)a;
+    *hi = (int64_t)(b > a ? b : a);
+}
+
+/* The offset of member i of run R into o. */
+static void run_member(const ck_run *R, int64_t i, int64_t *o) {
+    for (int d = 0; d < CKPT_MAX_DIMS; d++) o[d] = R->off[d] + i * R->step[d];
+}
+
+/* How many boxes of run R lie in rank file `rank` at offsets sorting before off (ck_off_cmp). A run
+ * with stride 0 keeps all its boxes in one file, at offsets that are strictly monotone in the order
+ * (the first dim with a nonzero step decides): a binary search; else at most one member is in it. */
+static int64_t run_before(const ck_run *R, int64_t rank, const int64_t *off) {
+    int64_t o[CKPT_MAX_DIMS];
+    if (R->stride != 0) {
+        int64_t diff = rank - R->rank0, i = diff / R->stride;
+        if (diff % R->stride != 0 || i < 0 || i >= R->count) return 0;
+        run_member(R, i, o);
+        return ck_off_cmp(o, off) < 0;
+    }
+    if (R->rank0 != rank) return 0;
+    int dir = 0;
+    for (int d = 0; d < CKPT_MAX_DIMS && !dir; d++) dir = R->step[d] > 0 ? 1 : R->step[d] < 0 ? -1 : 0;
+    int64_t l = 0, h = R->count;   /* the first i whose member is on the far side of off */
+    while (l < h) {
+        int64_t m = l + (h - l) / 2;
+        run_member(R, m, o);
+        int c = ck_off_cmp(o, off);
+        if (dir >= 0 ? c >= 0 : c < 0) h = m; else l = m + 1;
+    }
+    return dir >= 0 ? l : R->count - l;
+}
+
+void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, const int64_t *off,
+                   const int64_t *shp, ck_box **out, int *n, int *cap) {
+    const ck_tensor *T = &L->t[t];
+    for (int64_t r = a; r < b; r++) {
+        const ck_run *R = &runs[r];
+        int64_t lo, hi;
+        run_range(T->ndim, R, off, shp, &lo, &hi);
+        if (*n + (hi - lo) > *cap) {
+            *cap = (int)(*n + (hi - lo)) * 2 + 16;
+            *out = mp_realloc(*out, 0, sizeof(ck_box) * (size_t)*cap, MP_MEM_OTHER);
+        }
+        for (int64_t i = lo; i < hi; i++) {
+            ck_box *B = &(*out)[(*n)++];
+            memset(B, 0, sizeof *B);
+            int64_t rank = (int64_t)R->rank0 + i * (int64_t)R->stride;
+            B->tensor = t;
+            B->file = file_of_rank(L, rank);
+            run_member(R, i, B->off);
+            memcpy(B->shp, R->shp, sizeof B->shp);
+            for (int64_t r2 = a; r2 < b; r2++) B->k += run_before(&runs[r2], rank, B->off);
+        }
+    }
 }

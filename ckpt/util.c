@@ -1,7 +1,8 @@
 /*
  * ckpt/util.c — small pieces every file of ckpt/ shares: the clock, formatted strings, a growing byte
- * buffer, the checkpoint-directory check of every open, and the crash points of MP_CKPT_CRASH_AT that the
- * kill tests use. The file-system steps of the commit protocol (fsync, durable rename, directory swap, mkdir -p, removal) are core/fsutil.h's, shared with every layer.
+ * buffer, the checkpoint-directory check of every open, the rounds in which rank 0 gathers and scatters
+ * per-rank bytes (the save's box lists, the collective open's region lists and parts), and the crash
+ * points of MP_CKPT_CRASH_AT that the kill tests use. The file-system steps of the commit protocol (fsync, durable rename, directory swap, mkdir -p, removal) are core/fsutil.h's, shared with every layer.
  */
 #define _GNU_SOURCE
 #include "core/alloc.h"
@@ -39,6 +40,36 @@ void ck_buf_put(ck_buf *b, const void *v, size_t n) {
 mp_code ck_dir_exists(const char *dir, mp_err *e) {
     if (dir && mp_fs_is_dir(dir)) return MP_OK;
     return mp_err_set(e, MP_EINPUT, "checkpoint directory %s does not exist", dir ? dir : "(null)");
+}
+
+int ck_round_ranks(int ranks) {
+    const char *v = getenv("MP_CKPT_GATHER_RANKS");
+    int k = v ? atoi(v) : 0;
+    return k > 0 ? k : ranks;
+}
+
+/* counts[size] on rank 0 (NULL elsewhere): len[r] for the ranks r of [r0, r1), 0 for the others. */
+static int64_t *round_counts(const mp_comm *w, const int64_t *len, int r0, int r1) {
+    if (w->rank != 0) return NULL;
+    int64_t *c = mp_xcalloc(sizeof(int64_t) * (size_t)w->size);
+    for (int r = r0; r < r1; r++) c[r] = len[r];
+    return c;
+}
+
+char *ck_gather_round(mp_comm *w, const void *mine, int64_t n, const int64_t *len, int r0, int r1) {
+    int64_t *counts = round_counts(w, len, r0, r1);
+    size_t total = 0;
+    for (int r = r0; counts && r < r1; r++) total += (size_t)len[r];
+    char *out = counts ? mp_xmalloc(total ? total : 1) : NULL;
+    w->gatherv(w, out, mine, w->rank >= r0 && w->rank < r1 ? n : 0, counts, 0);
+    free(counts);
+    return out;
+}
+
+void ck_scatter_round(mp_comm *w, void *out, int64_t n, const void *in, const int64_t *len, int r0, int r1) {
+    int64_t *counts = round_counts(w, len, r0, r1);
+    w->scatterv(w, out, w->rank >= r0 && w->rank < r1 ? n : 0, in, counts, 0);
+    free(counts);
 }
 
 void ck_crash_point(const char *point, int rank) {

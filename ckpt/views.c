@@ -99,9 +99,11 @@ static void check_mapping(view_out *o, const ck_layout *L, const ck_tensor *T, c
         vproblem(o, "view of %s: mapping %zu (box %s) has no readable source name", T->name, i, bs);
         return;
     }
-    if (strcmp(file, L->f[B->file].name) || strcmp(dset, B->dataset))
+    char pb[CK_DSET_MAX];
+    const char *bd = ck_box_path(L, B, 0, pb);
+    if (strcmp(file, L->f[B->file].name) || strcmp(dset, bd))
         vproblem(o, "view of %s: mapping %zu maps %s:%s, the table's box %s is %s:%s", T->name, i, file, dset, bs,
-                 L->f[B->file].name, B->dataset);
+                 L->f[B->file].name, bd);
     hid_t vs = H5Pget_virtual_vspace(dcpl, i), ss = H5Pget_virtual_srcspace(dcpl, i);
     hsize_t start[CKPT_MAX_DIMS], end[CKPT_MAX_DIMS];
     H5S_sel_type sel = vs >= 0 ? H5Sget_select_type(vs) : H5S_SEL_ERROR;   /* a whole-tensor box reads as "all" */
@@ -128,6 +130,8 @@ static void check_read_through(view_out *o, const ck_layout *L, const char *dir,
     hid_t mem = H5Screate_simple(T->ndim, one, NULL), vsp = H5Dget_space(d);
     for (int64_t j = T->box_first; j < T->box_first + T->nboxes && mem >= 0 && vsp >= 0; j++) {
         const ck_box *B = &L->b[j];
+        char pb[CK_DSET_MAX];
+        const char *bd = ck_box_path(L, B, 0, pb);
         for (int d2 = 0; d2 < T->ndim; d2++) at[d2] = (hsize_t)B->off[d2];
         unsigned char via[8] = {0}, direct[8] = {0};
         herr_t hr = H5Sselect_hyperslab(vsp, H5S_SELECT_SET, at, NULL, one, NULL);
@@ -135,7 +139,7 @@ static void check_read_through(view_out *o, const ck_layout *L, const char *dir,
         char *rf = ck_fmt("%s/%s", dir, L->f[B->file].name);
         hid_t fapl = ck_h5_fapl(0);
         hid_t src = fapl < 0 ? -1 : H5Fopen(rf, H5F_ACC_RDONLY, fapl);
-        hid_t sd = src < 0 ? -1 : H5Dopen2(src, B->dataset, H5P_DEFAULT);
+        hid_t sd = src < 0 ? -1 : H5Dopen2(src, bd, H5P_DEFAULT);
         hid_t ssp = sd < 0 ? -1 : H5Dget_space(sd);
         herr_t sr = ssp < 0 ? -1 : H5Sselect_hyperslab(ssp, H5S_SELECT_SET, zero, NULL, one, NULL);
         if (sr >= 0) sr = H5Dread(sd, ft, mem, ssp, H5P_DEFAULT, direct);
@@ -145,10 +149,10 @@ static void check_read_through(view_out *o, const ck_layout *L, const char *dir,
         if (fapl >= 0) H5Pclose(fapl);
         free(rf);
         ck_h5_clear();
-        if (hr < 0) vproblem(o, "view of %s: reading box %s:%s through the view fails", T->name, L->f[B->file].name, B->dataset);
+        if (hr < 0) vproblem(o, "view of %s: reading box %s:%s through the view fails", T->name, L->f[B->file].name, bd);
         else if (sr >= 0 && memcmp(via, direct, sizeof via))
             vproblem(o, "view of %s: the view does not read box %s:%s's data (a fill value instead?)", T->name,
-                     L->f[B->file].name, B->dataset);
+                     L->f[B->file].name, bd);
     }
     if (mem >= 0) H5Sclose(mem);
     if (vsp >= 0) H5Sclose(vsp);

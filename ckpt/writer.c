@@ -1116,18 +1116,6 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
     return !r.bad && r.at == r.n;
 }
 
-/* Ranks whose lists rank 0 receives per gatherv of the exchange: bounds rank 0's receive buffer to this
- * many lists (70B at tp 8: ~150 MiB) however large the world (docs/BENCH_SCALE.md). */
-#define CK_GATHER_RANKS 256
-
-/* CK_GATHER_RANKS, or MP_CKPT_GATHER_RANKS when set > 0 (tests only: several rounds with a few processes;
- * every rank must see the same value, as under one mpiexec). */
-static int gather_ranks(void) {
-    const char *v = getenv("MP_CKPT_GATHER_RANKS");
-    int k = v ? atoi(v) : 0;
-    return k > 0 ? k : CK_GATHER_RANKS;
-}
-
 /* Every process's box list to rank 0, and to no other rank: the lengths by one gather of an int64 per
  * process, then the lists by one gatherv per CK_GATHER_RANKS consecutive ranks (core/comm.h; a rank
  * sends nothing in the rounds of other ranks), deserialized round by round. So a rank other than 0
@@ -1141,20 +1129,15 @@ static void exchange(ckpt_save *s, wbox **all, int *nall, uint64_t *fsum, int *b
     int root = w->rank == 0;
     int64_t n = (int64_t)mine.n;
     int64_t *len = root ? mp_xmalloc(sizeof(int64_t) * (size_t)w->size) : NULL;
-    int64_t *counts = root ? mp_xcalloc(sizeof(int64_t) * (size_t)w->size) : NULL;
     w->gather(w, len, &n, sizeof n, 0);
     int cap = 0;
     *nall = 0;
     *all = NULL;
     *bad_rank = *bad_world = -1;
-    const int per = gather_ranks();
+    const int per = ck_round_ranks(CK_GATHER_RANKS);   /* rank 0 holds one round's lists (70B at tp 8: ~150 MiB) */
     for (int r0 = 0; r0 < w->size; r0 += per) {
         int r1 = w->size - r0 < per ? w->size : r0 + per;
-        int mine_now = w->rank >= r0 && w->rank < r1;
-        size_t total = 0;
-        for (int r = r0; root && r < r1; r++) total += (size_t)(counts[r] = len[r]);
-        char *lists = root ? mp_xmalloc(total ? total : 1) : NULL;
-        w->gatherv(w, lists, mine.p, mine_now ? n : 0, counts, 0);
+        char *lists = ck_gather_round(w, mine.p, n, len, r0, r1);
         size_t at = 0;
         for (int r = r0; root && r < r1; r++) {
             int64_t ws = 0;
@@ -1164,11 +1147,9 @@ static void exchange(ckpt_save *s, wbox **all, int *nall, uint64_t *fsum, int *b
                 *bad_world = r;
             }
             at += (size_t)len[r];
-            counts[r] = 0;
         }
         free(lists);
     }
-    free(counts);
     free(len);
     free(mine.p);
 }
@@ -1260,8 +1241,7 @@ static mp_code layout_boxes(const wbox *all, int nall, const int *file_of, ck_la
         B->tensor = L->ntensors - 1;
         B->file = file_of[W->rank];
         assert(B->file >= 0);
-        wbox_path(W, 0, B->dataset);
-        wbox_path(W, 1, B->tiles_dataset);
+        B->k = W->k;   /* the layout has no path pool: its paths are wbox_path's, derived from k */
         memcpy(B->off, W->off, sizeof B->off);
         memcpy(B->shp, W->shp, sizeof B->shp);
         B->checksum = W->checksum;

@@ -20,6 +20,9 @@
  *   tool_ckpt_mpi planned-damaged ROOT STEP
  *                                         the collective open of a damaged index fails on every rank with
  *                                         rank 0's message (one line per rank on stdout)
+ *   tool_ckpt_mpi planned-same DIR        the collective open of the checkpoint in DIR (any format
+ *                                         version) plans and reads as ckpt_open of it: the same saved
+ *                                         boxes per region, in order, and the same bytes
  * Values depend only on (tensor, global element index), so any world size can check any checkpoint.
  * Exit status: 0 all ranks passed, 1 a check failed, 2 bad usage.
  */
@@ -253,6 +256,95 @@ static void cmd_planned_damaged(const char *root, int64_t step) {
     printf("planned open: code %d: %s\n", (int)rc, msg);
 }
 
+/* The regions rank q of a world of p asks for in planned-same, for tensor T: rows part q of p (all of
+ * the other dims), and for 2-D+ tensors rows part (q + 1) % p x dim-1 columns part q % 3 of 3 (cuts
+ * that fall inside saved boxes). Returns their number (0..2) in w[]. */
+static int same_regions(const ckpt_tensor_info *T, int q, int p, ckpt_region *w) {
+    int n = 0;
+    for (int k = 0; k < 2; k++) {
+        ckpt_region *x = &w[n];
+        x->name = T->name;
+        for (int d = 0; d < CKPT_MAX_DIMS; d++) { x->offset[d] = 0; x->shape[d] = d < T->ndim ? T->shape[d] : 1; }
+        if (k == 1 && T->ndim < 2) break;
+        part(T->shape[0], p, (q + k) % p, &x->offset[0], &x->shape[0]);
+        if (k == 1) part(T->shape[1], 3, q % 3, &x->offset[1], &x->shape[1]);
+        int ok = 1;
+        for (int d = 0; d < T->ndim; d++) ok = ok && x->shape[d] > 0;
+        n += ok;
+    }
+    return n;
+}
+
+/* 1 if box a of reader ra and box b of rb are the same saved box: rank file, dataset, place, checksums. */
+static int same_box(const ckpt_box_info *a, const ckpt_box_info *b) {
+    return a->rank == b->rank && !strcmp(a->file, b->file) && !strcmp(a->dataset, b->dataset) &&
+           !memcmp(a->offset, b->offset, sizeof a->offset) && !memcmp(a->shape, b->shape, sizeof a->shape) &&
+           a->checksum == b->checksum && a->tile_rows == b->tile_rows && a->tile_cols == b->tile_cols &&
+           a->ntiles == b->ntiles;
+}
+
+/* Compares, for region w, the planned reader rp with the full reader rf (ckpt_open: the oracle): the
+ * same saved boxes in the same order (ckpt_query), and the same bytes read. Returns the boxes compared. */
+static int same_region(ckpt_reader *rp, ckpt_reader *rf, const ckpt_region *w) {
+    int tf = ckpt_tensor_find(rf, w->name), tp = ckpt_tensor_find(rp, w->name);
+    CHECK((tf < 0) == (tp < 0), "tensor %s: in the plan %d, in the checkpoint %d", w->name, tp >= 0, tf >= 0);
+    if (tf < 0 || tp < 0) return 0;
+    int nf = ckpt_query(rf, tf, w->offset, w->shape, NULL, 0), np_ = ckpt_query(rp, tp, w->offset, w->shape, NULL, 0);
+    CHECK(nf == np_ && nf > 0, "tensor %s: %d saved boxes met in the plan, %d in the checkpoint", w->name, np_, nf);
+    if (nf != np_ || nf == 0) return 0;
+    int *jf = malloc(sizeof(int) * (size_t)nf), *jp = malloc(sizeof(int) * (size_t)nf);
+    ckpt_query(rf, tf, w->offset, w->shape, jf, nf);
+    ckpt_query(rp, tp, w->offset, w->shape, jp, nf);
+    for (int i = 0; i < nf; i++)
+        CHECK(same_box(ckpt_box_at(rp, jp[i]), ckpt_box_at(rf, jf[i])), "tensor %s: box %d of the region differs "
+              "(%s %s in the plan, %s %s in the checkpoint)", w->name, i, ckpt_box_at(rp, jp[i])->file,
+              ckpt_box_at(rp, jp[i])->dataset, ckpt_box_at(rf, jf[i])->file, ckpt_box_at(rf, jf[i])->dataset);
+    free(jf);
+    free(jp);
+    const ckpt_tensor_info *T = ckpt_tensor_at(rf, tf);
+    size_t n = (size_t)tu_numel(T->ndim, w->shape) * mp_dtype_size(T->dtype);
+    char *a = malloc(n + 1), *b = malloc(n + 1);
+    memset(a, 0x11, n);
+    memset(b, 0x22, n);
+    mp_err e1, e2;
+    mp_code c1 = ckpt_read(rp, w->name, w->offset, w->shape, a, &e1), c2 = ckpt_read(rf, w->name, w->offset, w->shape, b, &e2);
+    CHECK(c1 == MP_OK && c2 == MP_OK, "tensor %s: read %d (%s) / %d (%s)", w->name, c1, c1 ? e1.msg : "",
+          c2, c2 ? e2.msg : "");
+    CHECK(c1 != MP_OK || c2 != MP_OK || !memcmp(a, b, n), "tensor %s: the planned reader reads other bytes", w->name);
+    free(a);
+    free(b);
+    return nf;
+}
+
+/* planned-same DIR: the collective open of the checkpoint in DIR (any format version) against
+ * ckpt_open of it on every rank: for every tensor, the regions of same_regions (and a tensor the
+ * checkpoint lacks) give the same saved boxes in the same order and the same bytes, the metadata is
+ * the same. */
+static void cmd_planned_same(const char *dir) {
+    ckpt_reader *rf = NULL, *rp = NULL;
+    mp_err e;
+    mp_code rc = ckpt_open(&rf, dir, &e);
+    CHECK(rc == MP_OK, "open %s: %s", dir, e.msg);
+    if (rc != MP_OK) return;
+    int nt = ckpt_num_tensors(rf), n = 0;
+    ckpt_region *w = calloc((size_t)(2 * nt + 1), sizeof *w);
+    for (int t = 0; t < nt; t++) n += same_regions(ckpt_tensor_at(rf, t), g_rank, g_size, w + n);
+    w[n].name = "no/such/tensor";
+    for (int d = 0; d < CKPT_MAX_DIMS; d++) w[n].shape[d] = 1;
+    rc = ckpt_open_planned(&rp, g_w, dir, w, n + 1, &e);
+    CHECK(rc == MP_OK, "planned open of %s: %s", dir, e.msg);
+    int boxes = 0;
+    for (int i = 0; rc == MP_OK && i <= n; i++) boxes += same_region(rp, rf, &w[i]);
+    CHECK(rc != MP_OK || ckpt_num_meta(rp) == ckpt_num_meta(rf), "metadata entries differ");
+    for (int i = 0; rc == MP_OK && i < ckpt_num_meta(rf) && i < ckpt_num_meta(rp); i++)
+        CHECK(!strcmp(ckpt_meta_key(rp, i), ckpt_meta_key(rf, i)) && !strcmp(ckpt_meta_value(rp, i), ckpt_meta_value(rf, i)),
+              "metadata %s differs", ckpt_meta_key(rf, i));
+    printf("rank %d: %d regions, %d saved boxes the same as ckpt_open's\n", g_rank, n, boxes);
+    if (rp) ckpt_close(rp);
+    ckpt_close(rf);
+    free(w);
+}
+
 static void cmd_roundtrip(const char *root) {
     mp_err e;
     if (g_rank == 0) {
@@ -352,6 +444,8 @@ int main(int argc, char **argv) {
         cmd_check(argv[2], atoll(argv[3]));
     } else if (argc >= 4 && !strcmp(argv[1], "planned")) {
         cmd_planned(argv[2], atoll(argv[3]));
+    } else if (argc >= 3 && !strcmp(argv[1], "planned-same")) {
+        cmd_planned_same(argv[2]);
     } else if (argc >= 4 && !strcmp(argv[1], "planned-damaged")) {
         cmd_planned_damaged(argv[2], atoll(argv[3]));
     } else {
@@ -360,7 +454,7 @@ int main(int argc, char **argv) {
     int fails = g_fails;
     MPI_Allreduce(MPI_IN_PLACE, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (usage && g_rank == 0)
-        fprintf(stderr, "usage: tool_ckpt_mpi roundtrip ROOT | save ROOT STEP [--zstd L] [--async] | check ROOT STEP | planned ROOT STEP | planned-damaged ROOT STEP\n");
+        fprintf(stderr, "usage: tool_ckpt_mpi roundtrip ROOT | save ROOT STEP [--zstd L] [--async] | check ROOT STEP | planned ROOT STEP | planned-damaged ROOT STEP | planned-same DIR\n");
     if (!usage && g_rank == 0) fprintf(stderr, "tool_ckpt_mpi %s: %s (%d failures)\n", argv[1], fails ? "FAILED" : "ok", fails);
     g_w->destroy(g_w);
     MPI_Finalize();

@@ -38,7 +38,10 @@ static void check_layout(const ck_layout *L) {
             /* v3: the tile fields come with the rank file's /boxes table (ckpt/boxtab.c), not the index */
             if (L->version < 3 && (B->tile_rows < 1 || B->tile_cols < 1 || B->ntiles < 1)) abort();
             if (L->version < 3 && ck_tile_count(T->ndim, B->shp, B->tile_rows, B->tile_cols) != B->ntiles) abort();
-            if (L->version >= 3 && (B->dataset[0] != '/' || !memchr(B->dataset, 0, sizeof B->dataset))) abort();
+            char pb[CK_DSET_MAX], tb[CK_DSET_MAX];
+            if (L->version >= 3 && (L->paths || B->k < 0)) abort();   /* v3: paths derived from k */
+            const char *dp = ck_box_path(L, B, 0, pb), *tp = ck_box_path(L, B, 1, tb);
+            if (dp[0] != '/' || (L->version == 2 && tp[0] != '/')) abort();
             char s[256];
             ck_box_str(s, sizeof s, T->ndim, B->off, B->shp);
             (void)ck_volume(T->ndim, B->shp);

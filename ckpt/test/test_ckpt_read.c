@@ -419,7 +419,8 @@ static mp_code reread_edited(const char *dir, void (*edit)(ck_layout *), mp_err 
         bc[i].tile_rows = L.b[i].tile_rows;
         bc[i].tile_cols = L.b[i].tile_cols;
         bc[i].ntiles = L.b[i].ntiles;
-        memcpy(bc[i].tiles_dataset, L.b[i].tiles_dataset, CK_DSET_MAX);
+        char pb[CK_DSET_MAX];
+        snprintf(bc[i].tiles_dataset, CK_DSET_MAX, "%s", ck_box_path(&L, &L.b[i], 1, pb));
     }
     for (int i = 0; i < L.ntensors; i++) memcpy(ts[i], L.t[i].shape, sizeof ts[i]);
     hid_t d = H5Dopen2(f, "layout/boxes", H5P_DEFAULT);
@@ -449,7 +450,12 @@ static void ed_tile_rows0(ck_layout *L) { L->b[0].tile_rows = 0; }
 static void ed_tile_rows_big(ck_layout *L) { L->b[0].tile_rows = L->b[0].shp[0] + 1; }
 static void ed_tile_cols_big(ck_layout *L) { L->b[0].tile_cols = L->b[0].shp[1] + 1; }
 static void ed_ntiles(ck_layout *L) { L->b[0].ntiles += 1; }
-static void ed_tiles_path(ck_layout *L) { L->b[0].tiles_dataset[0] = 'x'; }
+/* the v2 fixture's layout keeps its stored paths in its pool: box 0's tiles path follows its dataset path */
+static void ed_tiles_path(ck_layout *L) {
+    cr_assert(L->paths);
+    char *p = L->paths + L->b[0].path;
+    p[strlen(p) + 1] = 'x';
+}
 static void ed_offset_overflow(ck_layout *L) { L->b[0].off[1] = INT64_MAX - 1; }
 static void ed_offset_min(ck_layout *L) { L->b[0].off[0] = INT64_MIN; }
 static void ed_ntiles_max(ck_layout *L) { L->b[0].ntiles = INT64_MAX; }
