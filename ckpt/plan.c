@@ -90,7 +90,29 @@ struct ck_plan_src {
     ck_run *runs;         /* v3: [nruns], grouped by tensor; NULL: L.b holds the boxes */
     int64_t nruns;
     int64_t *rfirst;      /* v3: tensor t's runs are runs[rfirst[t], rfirst[t + 1]) */
+    char *one;            /* v3: one[t] when no rank file holds two boxes of tensor t (their k are 0) */
 };
+
+/* S->one from the runs: per tensor, each member's file rank stamped; a rank met twice clears it.
+ * O(all boxes), no box expanded. */
+static void plan_one_per_file(ck_plan_src *S) {
+    int *stamp = mp_xmalloc(sizeof(int) * (size_t)(S->L.world + 1));
+    for (int r = 0; r <= S->L.world; r++) stamp[r] = -1;
+    S->one = mp_xmalloc((size_t)S->L.ntensors + 1);
+    for (int t = 0; t < S->L.ntensors; t++) {
+        char one = 1;
+        for (int64_t i = S->rfirst[t]; i < S->rfirst[t + 1] && one; i++) {
+            const ck_run *R = &S->runs[i];
+            for (int64_t c = 0; c < R->count && one; c++) {
+                int64_t rank = (int64_t)R->rank0 + c * (int64_t)R->stride;   /* in [0, world): checked */
+                one = stamp[rank] != t;
+                stamp[rank] = t;
+            }
+        }
+        S->one[t] = one;
+    }
+    free(stamp);
+}
 
 mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err *e) {
     ck_plan_src *S = mp_xcalloc(sizeof *S);
@@ -108,6 +130,7 @@ mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err 
             S->rfirst[t] = r;
             while (t < S->L.ntensors && r < S->nruns && S->runs[r].tensor == t) r++;
         }
+        plan_one_per_file(S);
     }
     *out = S;
     return MP_OK;
@@ -118,6 +141,7 @@ void ck_plan_src_free(ck_plan_src *S) {
     ck_layout_free(&S->L);
     free(S->runs);
     free(S->rfirst);
+    free(S->one);
     free(S);
 }
 
@@ -126,7 +150,7 @@ void ck_plan_src_free(ck_plan_src *S) {
 static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int64_t *shp, ck_box **bx, int *nb,
                       int *cap) {
     if (S->runs) {
-        ck_runs_query(&S->L, S->runs, S->rfirst[t], S->rfirst[t + 1], t, off, shp, bx, nb, cap);
+        ck_runs_query(&S->L, S->runs, S->rfirst[t], S->rfirst[t + 1], t, S->one[t], off, shp, bx, nb, cap);
         return;
     }
     int k = ck_layout_query(&S->L, t, off, shp, NULL, 0);
@@ -140,11 +164,20 @@ static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int
     free(ids);
 }
 
+/* The tensor of S named `name`, or -1. *hint: the tensor found for the same region of the rank before
+ * (every rank asks for its tensors in the same order): tried first, one strcmp instead of a search. */
+static int plan_tensor(const ck_plan_src *S, const char *name, int *hint) {
+    if (*hint >= 0 && *hint < S->L.ntensors && !strcmp(S->L.t[*hint].name, name)) return *hint;
+    return *hint = ck_layout_find(&S->L, name);
+}
+
 /* Adds to bx (growing) the saved boxes of S that the regions packed in p[0, n) meet, and marks their
- * tensors (and every requested tensor present) in want_t. MP_EINTERNAL if the bytes do not parse. */
+ * tensors (and every requested tensor present) in want_t. hints (growing, *nh of them): plan_tensor's,
+ * per region of the list. MP_EINTERNAL if the bytes do not parse. */
 static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char *want_t, ck_box **bx, int *nb,
-                            int *cap, mp_err *e) {
+                            int *cap, int **hints, int *nh, mp_err *e) {
     int64_t at = 0;
+    int j = 0;
     char name[CKPT_NAME_MAX + 1];
     while (at < n) {
         uint32_t l;
@@ -159,7 +192,12 @@ static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char
         memcpy(off, p + at + l, sizeof off);
         memcpy(shp, p + at + l + sizeof off, sizeof shp);
         at += (int64_t)(l + sizeof off + sizeof shp);
-        int t = ck_layout_find(&S->L, name);
+        if (j == *nh) {
+            *hints = mp_realloc(*hints, sizeof(int) * (size_t)*nh, sizeof(int) * (size_t)(*nh * 2 + 64), MP_MEM_OTHER);
+            for (int k = *nh; k < *nh * 2 + 64; k++) (*hints)[k] = -1;
+            *nh = *nh * 2 + 64;
+        }
+        int t = plan_tensor(S, name, &(*hints)[j++]);
         if (t < 0) continue;   /* absent: the loader's own lookup reports it */
         want_t[t] = 1;
         plan_find(S, t, off, shp, bx, nb, cap);
@@ -341,16 +379,18 @@ mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_
     const ck_layout *L = &S->L;
     char *want_t = mp_xmalloc((size_t)L->ntensors + 1);
     ck_box *bx = NULL;
-    int nb = 0, cap = 0;
+    int nb = 0, cap = 0, *hints = NULL, nh = 0;
     mp_code rc = MP_OK;
     int64_t at = 0;
     for (int q = 0; q < nq && !rc; q++) {
         memset(want_t, 0, (size_t)L->ntensors + 1);
         nb = 0;
-        rc = plan_regions(S, req + at, rcount[q], want_t, &bx, &nb, &cap, e);
+        rc = plan_regions(S, req + at, rcount[q], want_t, &bx, &nb, &cap, &hints, &nh, e);
         at += rcount[q];
         if (rc) break;
-        if (nb > 1) qsort(bx, (size_t)nb, sizeof *bx, cmp_box);
+        int sorted = 1;   /* regions asked in layout order find their boxes in it: no sort needed */
+        for (int k = 1; k < nb && sorted; k++) sorted = cmp_box(&bx[k - 1], &bx[k]) <= 0;
+        if (!sorted) qsort(bx, (size_t)nb, sizeof *bx, cmp_box);
         int u = 0;   /* unique: regions of one rank may meet the same saved box */
         for (int k = 0; k < nb; k++)
             if (!u || cmp_box(&bx[u - 1], &bx[k])) bx[u++] = bx[k];
@@ -359,6 +399,7 @@ mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_
         pcount[q] = (int64_t)(parts->n - before);
     }
     free(bx);
+    free(hints);
     free(want_t);
     return rc;
 }
@@ -388,10 +429,11 @@ static mp_code rounds(mp_comm *w, const ck_plan_src *S, const ck_buf *req, const
     mp_code rc = MP_OK;
     *part = NULL;
     *mine = 0;
+    ck_buf parts = {0};   /* one buffer for every round's parts: grown once, not faulted in again */
     for (int r0 = 0; r0 < size; r0 += per) {
         int r1 = size - r0 < per ? size : r0 + per, in = me >= r0 && me < r1;
         char *lists = ck_gather_round(w, req->p, (int64_t)req->n, rlen, r0, r1);
-        ck_buf parts = {0};
+        parts.n = 0;
         if (me == 0 && !rc) rc = ck_plan_pack(S, r1 - r0, lists, rlen + r0, &parts, plen + r0, e);
         if (me == 0 && rc) {
             parts.n = 0;
@@ -401,8 +443,8 @@ static mp_code rounds(mp_comm *w, const ck_plan_src *S, const ck_buf *req, const
         ck_scatter_round(w, mine, (int64_t)sizeof *mine, plen ? plen + r0 : NULL, eight, r0, r1);
         if (in) *part = mp_xmalloc((size_t)*mine + 1);
         ck_scatter_round(w, in ? *part : NULL, *mine, parts.p, plen, r0, r1);
-        free(parts.p);
     }
+    free(parts.p);
     free(plen);
     free(eight);
     return rc;
