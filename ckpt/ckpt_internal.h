@@ -99,7 +99,7 @@ const char *ck_box_path(const ck_layout *L, const ck_box *B, int tiles, char *bu
 uint64_t ck_layout_hash(const ck_layout *L);
 /* Exact-cover check of tensor t: every box inside the shape, no two boxes overlapping, and (if
  * need_full) the volumes summing to the tensor's. MP_ECHECK naming the tensor, the boxes (rank file and
- * dataset) and the region. Needs ck_layout_index(L). */
+ * dataset) and the region. Needs the tensor's boxes sorted by offset[0] (as ck_layout_index asserts). */
 mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err *e);
 #define CK_VIEW_FILE "view.h5"   /* v3: the views, beside index.h5 (which links /view to it) */
 /* Writes the view file of L (v3: view.h5; a new file with the /view group of virtual datasets, relative

@@ -212,6 +212,37 @@ static int cmp_box(const void *a, const void *b) {
     return ck_off_cmp(x->off, y->off);
 }
 
+/* Sorts the boxes (*bx)[n] into layout order (cmp_box): bucketed by tensor (a stable counting sort into
+ * *tmp, which then trades places with *bx, capacities *cap / *tcap with them; *count: the buckets;
+ * all kept by the caller for the next rank), then each tensor's boxes sorted by offset unless they
+ * already are (one region's boxes usually are). O(n + ntensors) in the usual case, where a comparison
+ * sort of a rank's ~1,400 boxes of 152 bytes was most of the packing. */
+static void plan_order(int ntensors, ck_box **bx, int *cap, int n, ck_box **tmp, int *tcap, int **count) {
+    if (n < 2) return;
+    if (!*count) *count = mp_xmalloc(sizeof(int) * (size_t)(ntensors + 1));
+    if (*tcap < n) {
+        *tcap = *cap;
+        *tmp = mp_realloc(*tmp, 0, sizeof(ck_box) * (size_t)*tcap, MP_MEM_OTHER);
+    }
+    int *c = *count;
+    memset(c, 0, sizeof(int) * (size_t)(ntensors + 1));
+    for (int k = 0; k < n; k++) c[(*bx)[k].tensor + 1]++;
+    for (int t = 0; t < ntensors; t++) c[t + 1] += c[t];   /* c[t]: where tensor t's boxes start */
+    for (int k = 0; k < n; k++) (*tmp)[c[(*bx)[k].tensor]++] = (*bx)[k];
+    ck_box *sw = *bx;
+    *bx = *tmp;
+    *tmp = sw;
+    int ic = *cap;
+    *cap = *tcap;
+    *tcap = ic;
+    ck_box *B = *bx;
+    for (int a = 0, b; a < n; a = b) {
+        int sorted = 1;
+        for (b = a + 1; b < n && B[b].tensor == B[a].tensor; b++) sorted = sorted && cmp_box(&B[b - 1], &B[b]) <= 0;
+        if (!sorted) qsort(B + a, (size_t)(b - a), sizeof *B, cmp_box);
+    }
+}
+
 /* ---------------------------------------------------------------------------------- the parts */
 
 /* The bytes of box B's two stored paths in L's pool (both NUL-terminated). */
@@ -378,8 +409,8 @@ mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_
                      int64_t *pcount, mp_err *e) {
     const ck_layout *L = &S->L;
     char *want_t = mp_xmalloc((size_t)L->ntensors + 1);
-    ck_box *bx = NULL;
-    int nb = 0, cap = 0, *hints = NULL, nh = 0;
+    ck_box *bx = NULL, *tmp = NULL;
+    int nb = 0, cap = 0, tcap = 0, *hints = NULL, nh = 0, *tcount = NULL;
     mp_code rc = MP_OK;
     int64_t at = 0;
     for (int q = 0; q < nq && !rc; q++) {
@@ -388,9 +419,7 @@ mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_
         rc = plan_regions(S, req + at, rcount[q], want_t, &bx, &nb, &cap, &hints, &nh, e);
         at += rcount[q];
         if (rc) break;
-        int sorted = 1;   /* regions asked in layout order find their boxes in it: no sort needed */
-        for (int k = 1; k < nb && sorted; k++) sorted = cmp_box(&bx[k - 1], &bx[k]) <= 0;
-        if (!sorted) qsort(bx, (size_t)nb, sizeof *bx, cmp_box);
+        plan_order(L->ntensors, &bx, &cap, nb, &tmp, &tcap, &tcount);
         int u = 0;   /* unique: regions of one rank may meet the same saved box */
         for (int k = 0; k < nb; k++)
             if (!u || cmp_box(&bx[u - 1], &bx[k])) bx[u++] = bx[k];
@@ -399,6 +428,8 @@ mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_
         pcount[q] = (int64_t)(parts->n - before);
     }
     free(bx);
+    free(tmp);
+    free(tcount);
     free(hints);
     free(want_t);
     return rc;

@@ -251,7 +251,6 @@ static mp_code check_tensor(const ck_layout *L, int t, ck_layout *S, int64_t fir
         nb[S->b[j].file]++;
         by[S->b[j].file] += ck_volume(T->ndim, S->b[j].shp) * esize;
     }
-    ck_layout_index(S);
     if (ck_layout_check_tensor(S, 0, 0, e) != MP_OK) return mp_err_wrap(e, "%s", path);
     return MP_OK;
 }
@@ -281,7 +280,6 @@ mp_code ck_runs_check(const ck_layout *L, const ck_run *runs, int64_t n, const c
     }
     if (rc == MP_OK) rc = check_files(L, nb, by, path, e);
     free(S.b);
-    free(S.pmax_end);
     free(nb);
     free(by);
     return rc;
@@ -333,6 +331,8 @@ static void run_range(const ck_tensor *T, const ck_run *R, const int64_t *q, con
         int64_t s = R->count > 1 ? R->step[d] : 0, x = q1 - R->off[d], y = q0 - R->off[d] - R->shp[d];
         if (q0 >= q1 || (s == 0 && !(0 < x && 0 > y))) { b = a; break; }
         if (s == 0) continue;
+        int64_t span = (R->count - 1) * s;   /* the members' extent: most runs miss a region, no division */
+        if (x <= (span < 0 ? span : 0) || y >= (span > 0 ? span : 0)) { b = a; break; }
         if (s < 0) {   /* i s < x, i s > y  <=>  i |s| < -y, i |s| > -x */
             int64_t t = x;
             s = -s;
