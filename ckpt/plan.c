@@ -23,8 +23,10 @@
  *      ordinary reader over it (ck_reader_new): ckpt_read, its checksums and its coverage checks are
  *      unchanged. A read outside the planned regions fails the coverage check
  *      (the boxes are not in the rank's layout), never silently.
- * The parts travel as the in-memory structs (ck_tensor, ck_box, ck_file) copied byte for byte: every
- * rank runs the same binary. Packing zeroes them first, so no uninitialised padding travels. A format-v3
+ * The parts travel as the in-memory structs (ck_box, ck_file) copied byte for byte: every rank runs the
+ * same binary. Packing zeroes them first, so no uninitialised padding travels. The tensor rows travel
+ * as plan_trow plus the name's bytes (a whole ck_tensor is 312 bytes, mostly an empty name buffer,
+ * and every rank gets every tensor it asks for: they were most of a part). A format-v3
  * part carries its boxes as plan_box3 (tensor, file, k, offset, shape: 80 bytes, not a whole ck_box's
  * 152): the receiver derives the paths from k, and its reader takes the checksums from the
  * rank files' /boxes tables, checked against the files' boxes_checksum the part carries. A v1/v2 part
@@ -49,9 +51,18 @@ typedef struct {
     int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
 } plan_box3;
 
+/* A tensor row of a part, followed by its name's len bytes (no NUL): ~100 bytes for a 70B tensor, not
+ * a whole ck_tensor's 312 (every rank gets every tensor's row: most of a part). box_first is not sent:
+ * the part's boxes are grouped by tensor in tensor order, so it is the sum of the rows before. */
+typedef struct {
+    uint32_t len;
+    int32_t dtype, ndim, pad;
+    int64_t shape[CKPT_MAX_DIMS], nboxes;
+} plan_trow;
+
 typedef struct {
     int32_t version, world, zstd_level, ntensors, nboxes, nfiles, nmeta, pad;
-    int64_t step, nslabs, meta_bytes, paths_bytes;
+    int64_t step, nslabs, meta_bytes, paths_bytes, tensors_bytes;
     char created_utc[32];
 } plan_head;
 
@@ -272,21 +283,27 @@ static void pack_part(const ck_layout *L, const ck_box *bx, int n, const char *w
     h.version = L->version; h.world = L->world; h.zstd_level = L->zstd_level;
     h.nboxes = n; h.nmeta = L->nmeta; h.step = L->step;
     memcpy(h.created_utc, L->created_utc, sizeof h.created_utc);
-    ck_buf_put(b, &h, sizeof h);
+    size_t head_at = b->n, rows_at;
+    ck_buf_put(b, &h, sizeof h);   /* tensors_bytes patched in below */
+    rows_at = b->n;
     int k0 = 0;   /* the boxes are grouped by tensor in tensor order: each tensor's run starts at k0 */
     for (int i = 0; i < L->ntensors; i++) {
         if (tmap[i] < 0) continue;
-        ck_tensor t;
-        memset(&t, 0, sizeof t);
-        memcpy(t.name, L->t[i].name, sizeof t.name);
-        t.dtype = L->t[i].dtype; t.ndim = L->t[i].ndim;
-        memcpy(t.shape, L->t[i].shape, sizeof t.shape);
-        t.box_first = k0;
+        plan_trow r;
+        memset(&r, 0, sizeof r);
+        r.len = (uint32_t)strlen(L->t[i].name);
+        r.dtype = (int32_t)L->t[i].dtype;
+        r.ndim = L->t[i].ndim;
+        memcpy(r.shape, L->t[i].shape, sizeof r.shape);
+        int first = k0;
         while (k0 < n && bx[k0].tensor == i) k0++;
-        t.nboxes = k0 - t.box_first;
-        ck_buf_put(b, &t, sizeof t);
+        r.nboxes = k0 - first;
+        ck_buf_put(b, &r, sizeof r);
+        ck_buf_put(b, L->t[i].name, r.len);
     }
     assert(k0 == n);
+    h.tensors_bytes = (int64_t)(b->n - rows_at);
+    memcpy(b->p + head_at, &h, sizeof h);
     int64_t slab_at = 0, path_at = 0;
     for (int k = 0; k < n; k++) {
         ck_box x = bx[k];
@@ -334,6 +351,27 @@ static int take(const char *p, int64_t n, int64_t *at, void *dst, size_t len) {
     return 1;
 }
 
+/* Reads the L->ntensors rows of a part (plan_trow + name) from p[*at, end) into L->t, box_first
+ * summed; 0 unless they parse, end exactly there and count L->nboxes boxes. */
+static int unpack_tensors(const char *p, int64_t end, int64_t *at, ck_layout *L) {
+    int64_t first = 0;
+    for (int i = 0; i < L->ntensors; i++) {
+        plan_trow r;
+        ck_tensor *T = &L->t[i];
+        memset(T, 0, sizeof *T);
+        if (!take(p, end, at, &r, sizeof r) || r.len > CKPT_NAME_MAX || !take(p, end, at, T->name, r.len) ||
+            r.nboxes < 0 || r.nboxes > L->nboxes - first)
+            return 0;
+        T->dtype = (mp_dtype)r.dtype;
+        T->ndim = r.ndim;
+        memcpy(T->shape, r.shape, sizeof T->shape);
+        T->box_first = first;
+        T->nboxes = r.nboxes;
+        first += r.nboxes;
+    }
+    return *at == end && first == L->nboxes;
+}
+
 /* Rebuilds a layout from a part packed by pack_part (p[0, n)) and indexes it. MP_EINTERNAL if the
  * bytes do not parse (they come from rank 0 of the same binary: a bug, not a user's file). */
 static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
@@ -343,10 +381,10 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     int ok = take(p, n, &at, &h, sizeof h);
     size_t brec = h.version >= 3 ? sizeof(plan_box3) : sizeof(ck_box);
     ok = ok && h.ntensors >= 0 && h.nboxes >= 0 && h.nfiles >= 0 && h.nmeta >= 0 && h.nslabs >= 0 && h.meta_bytes >= 0 &&
-         h.paths_bytes >= 0 && (h.version < 3 || h.paths_bytes == 0) &&
-         n - at == (int64_t)(sizeof(ck_tensor) * (size_t)h.ntensors + brec * (size_t)h.nboxes +
-                             sizeof(ck_file) * (size_t)h.nfiles + sizeof(uint64_t) * (size_t)h.nslabs) +
-                       h.paths_bytes + h.meta_bytes;
+         h.paths_bytes >= 0 && (h.version < 3 || h.paths_bytes == 0) && h.tensors_bytes >= 0 &&
+         n - at == (int64_t)(brec * (size_t)h.nboxes + sizeof(ck_file) * (size_t)h.nfiles +
+                             sizeof(uint64_t) * (size_t)h.nslabs) +
+                       h.tensors_bytes + h.paths_bytes + h.meta_bytes;
     if (!ok) return mp_err_set(e, MP_EINTERNAL, "planned open: the plan received has %lld bytes that do not parse", (long long)n);
     L->version = h.version; L->world = h.world; L->zstd_level = h.zstd_level; L->step = h.step;
     L->ntensors = h.ntensors; L->nboxes = h.nboxes; L->nfiles = h.nfiles; L->nmeta = h.nmeta; L->nslabs = h.nslabs;
@@ -357,7 +395,7 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     L->slabs = h.nslabs ? mp_xmalloc(sizeof(uint64_t) * (size_t)h.nslabs) : NULL;
     L->keys = mp_xcalloc(sizeof(char *) * (size_t)(h.nmeta + 1));
     L->vals = mp_xcalloc(sizeof(char *) * (size_t)(h.nmeta + 1));
-    take(p, n, &at, L->t, sizeof(ck_tensor) * (size_t)h.ntensors);
+    ok = unpack_tensors(p, at + h.tensors_bytes, &at, L);
     if (h.version >= 3) {
         for (int j = 0; j < h.nboxes; j++) {
             plan_box3 c;
