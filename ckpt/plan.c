@@ -95,23 +95,48 @@ char *ckpt_region_list(const ckpt_region *want, int n, size_t *bytes) {
     return b.p ? b.p : mp_xmalloc(1);
 }
 
+/* A tensor as rank 0's planning reads it for every rank: its row of the layout (312 bytes, mostly an
+ * empty name buffer) compacted, so that the rows of all tensors stay in cache across the ranks. */
+typedef struct {
+    int32_t ndim, dtype, one, pad;   /* one: (v3) no rank file holds two boxes of it: their k are 0 */
+    uint32_t len;                    /* its name: len bytes at names + at */
+    int64_t at, shape[CKPT_MAX_DIMS];
+} plan_tinfo;
+
 /* What rank 0 plans on: the index's layout and, for a v3 index, its runs unexpanded. */
 struct ck_plan_src {
     ck_layout L;          /* v3: tensors, files, metadata, no boxes; v1/v2: the whole layout */
     ck_run *runs;         /* v3: [nruns], grouped by tensor; NULL: L.b holds the boxes */
     int64_t nruns;
     int64_t *rfirst;      /* v3: tensor t's runs are runs[rfirst[t], rfirst[t + 1]) */
-    char *one;            /* v3: one[t] when no rank file holds two boxes of tensor t (their k are 0) */
+    plan_tinfo *ti;       /* [ntensors]: what planning and packing read of a tensor, compactly */
+    char *names;          /* the tensors' names, each ti[t].len bytes at ti[t].at */
 };
 
-/* S->one from the runs: per tensor, each member's file rank stamped; a rank met twice clears it.
- * O(all boxes), no box expanded. */
-static void plan_one_per_file(ck_plan_src *S) {
+/* S->ti and S->names from S->L; for a v3 index (S->runs) each tensor's `one` from the runs: each
+ * member's file rank stamped, a rank met twice clears it. O(all boxes), no box expanded. */
+static void plan_tinfo_build(ck_plan_src *S) {
+    const ck_layout *L = &S->L;
+    S->ti = mp_xcalloc(sizeof(plan_tinfo) * (size_t)(L->ntensors + 1));
+    size_t pool = 1;
+    for (int t = 0; t < L->ntensors; t++) pool += strlen(L->t[t].name);
+    S->names = mp_xmalloc(pool);
+    int64_t at = 0;
+    for (int t = 0; t < L->ntensors; t++) {
+        plan_tinfo *I = &S->ti[t];
+        I->ndim = L->t[t].ndim;
+        I->dtype = (int32_t)L->t[t].dtype;
+        I->len = (uint32_t)strlen(L->t[t].name);
+        I->at = at;
+        memcpy(S->names + at, L->t[t].name, I->len);
+        at += I->len;
+        memcpy(I->shape, L->t[t].shape, sizeof I->shape);
+    }
+    if (!S->runs) return;
     int *stamp = mp_xmalloc(sizeof(int) * (size_t)(S->L.world + 1));
     for (int r = 0; r <= S->L.world; r++) stamp[r] = -1;
-    S->one = mp_xmalloc((size_t)S->L.ntensors + 1);
     for (int t = 0; t < S->L.ntensors; t++) {
-        char one = 1;
+        int one = 1;
         for (int64_t i = S->rfirst[t]; i < S->rfirst[t + 1] && one; i++) {
             const ck_run *R = &S->runs[i];
             for (int64_t c = 0; c < R->count && one; c++) {
@@ -120,7 +145,7 @@ static void plan_one_per_file(ck_plan_src *S) {
                 stamp[rank] = t;
             }
         }
-        S->one[t] = one;
+        S->ti[t].one = one;
     }
     free(stamp);
 }
@@ -141,8 +166,8 @@ mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err 
             S->rfirst[t] = r;
             while (t < S->L.ntensors && r < S->nruns && S->runs[r].tensor == t) r++;
         }
-        plan_one_per_file(S);
     }
+    plan_tinfo_build(S);
     *out = S;
     return MP_OK;
 }
@@ -152,7 +177,8 @@ void ck_plan_src_free(ck_plan_src *S) {
     ck_layout_free(&S->L);
     free(S->runs);
     free(S->rfirst);
-    free(S->one);
+    free(S->ti);
+    free(S->names);
     free(S);
 }
 
@@ -161,7 +187,8 @@ void ck_plan_src_free(ck_plan_src *S) {
 static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int64_t *shp, ck_box **bx, int *nb,
                       int *cap) {
     if (S->runs) {
-        ck_runs_query(&S->L, S->runs, S->rfirst[t], S->rfirst[t + 1], t, S->one[t], off, shp, bx, nb, cap);
+        const plan_tinfo *I = &S->ti[t];
+        ck_runs_query(&S->L, S->runs, S->rfirst[t], S->rfirst[t + 1], t, I->ndim, I->shape, I->one, off, shp, bx, nb, cap);
         return;
     }
     int k = ck_layout_query(&S->L, t, off, shp, NULL, 0);
@@ -175,10 +202,12 @@ static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int
     free(ids);
 }
 
-/* The tensor of S named `name`, or -1. *hint: the tensor found for the same region of the rank before
- * (every rank asks for its tensors in the same order): tried first, one strcmp instead of a search. */
-static int plan_tensor(const ck_plan_src *S, const char *name, int *hint) {
-    if (*hint >= 0 && *hint < S->L.ntensors && !strcmp(S->L.t[*hint].name, name)) return *hint;
+/* The tensor of S named `name` (l bytes), or -1. *hint: the tensor found for the same region of the
+ * rank before (every rank asks for its tensors in the same order): tried first, one comparison
+ * instead of a search. */
+static int plan_tensor(const ck_plan_src *S, const char *name, uint32_t l, int *hint) {
+    const plan_tinfo *I = *hint >= 0 && *hint < S->L.ntensors ? &S->ti[*hint] : NULL;
+    if (I && I->len == l && !memcmp(S->names + I->at, name, l)) return *hint;
     return *hint = ck_layout_find(&S->L, name);
 }
 
@@ -208,7 +237,7 @@ static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char
             for (int k = *nh; k < *nh * 2 + 64; k++) (*hints)[k] = -1;
             *nh = *nh * 2 + 64;
         }
-        int t = plan_tensor(S, name, &(*hints)[j++]);
+        int t = plan_tensor(S, name, l, &(*hints)[j++]);
         if (t < 0) continue;   /* absent: the loader's own lookup reports it */
         want_t[t] = 1;
         plan_find(S, t, off, shp, bx, nb, cap);
@@ -266,7 +295,8 @@ static size_t path_bytes(const ck_layout *L, const ck_box *B) {
 /* Packs the part of layout L of the boxes bx[n] (L's, in layout order, unique) and the tensors marked in want_t
  * into b: head, tensors, boxes, files, slabs, the boxes' stored paths (a v1/v2 layout's pool), metadata.
  * Indices and path offsets are renumbered to the part's. */
-static void pack_part(const ck_layout *L, const ck_box *bx, int n, const char *want_t, ck_buf *b) {
+static void pack_part(const ck_plan_src *S, const ck_box *bx, int n, const char *want_t, ck_buf *b) {
+    const ck_layout *L = &S->L;
     int *tmap = mp_xmalloc(sizeof(int) * (size_t)(L->ntensors + 1)), *fmap = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     plan_head h;
     memset(&h, 0, sizeof h);
@@ -291,15 +321,16 @@ static void pack_part(const ck_layout *L, const ck_box *bx, int n, const char *w
         if (tmap[i] < 0) continue;
         plan_trow r;
         memset(&r, 0, sizeof r);
-        r.len = (uint32_t)strlen(L->t[i].name);
-        r.dtype = (int32_t)L->t[i].dtype;
-        r.ndim = L->t[i].ndim;
-        memcpy(r.shape, L->t[i].shape, sizeof r.shape);
+        const plan_tinfo *I = &S->ti[i];
+        r.len = I->len;
+        r.dtype = I->dtype;
+        r.ndim = I->ndim;
+        memcpy(r.shape, I->shape, sizeof r.shape);
         int first = k0;
         while (k0 < n && bx[k0].tensor == i) k0++;
         r.nboxes = k0 - first;
         ck_buf_put(b, &r, sizeof r);
-        ck_buf_put(b, L->t[i].name, r.len);
+        ck_buf_put(b, S->names + I->at, r.len);
     }
     assert(k0 == n);
     h.tensors_bytes = (int64_t)(b->n - rows_at);
@@ -462,7 +493,7 @@ mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_
         for (int k = 0; k < nb; k++)
             if (!u || cmp_box(&bx[u - 1], &bx[k])) bx[u++] = bx[k];
         size_t before = parts->n;
-        pack_part(L, bx, u, want_t, parts);
+        pack_part(S, bx, u, want_t, parts);
         pcount[q] = (int64_t)(parts->n - before);
     }
     free(bx);

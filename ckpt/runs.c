@@ -315,17 +315,18 @@ static int64_t floor_div(int64_t a, int64_t b) {
     return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
-/* The members [*lo, *hi) of run R (checked against tensor T) that meet the region (q, qs) of T's dims.
+/* The members [*lo, *hi) of run R (checked against its tensor, of nd dims and the shape given) that meet
+ * the region (q, qs).
  * The region is first clipped to the tensor (the boxes lie inside it, so they meet the same members;
  * a caller's region may hold any values). Per dim box i is [o + i s, o + i s + w) (w > 0), which
  * meets [q, e) iff q < e, i s < e - o and i s > q - o - w: an interval of i, intersected over the dims.
  * After the clip 0 <= q <= e <= shape and 0 <= o, o + w <= shape, and |s| <= shape (a run of one box:
  * its step is ignored), so every term fits in int64. */
-static void run_range(const ck_tensor *T, const ck_run *R, const int64_t *q, const int64_t *qs, int64_t *lo,
-                      int64_t *hi) {
+static void run_range(int nd, const int64_t *shape, const ck_run *R, const int64_t *q, const int64_t *qs,
+                      int64_t *lo, int64_t *hi) {
     int64_t a = 0, b = R->count;
-    for (int d = 0; d < T->ndim && a < b; d++) {
-        int64_t qe, lim = T->shape[d];
+    for (int d = 0; d < nd && a < b; d++) {
+        int64_t qe, lim = shape[d];
         if (qs[d] <= 0 || __builtin_add_overflow(q[d], qs[d], &qe)) qe = qs[d] <= 0 ? q[d] : INT64_MAX;
         int64_t q0 = q[d] < 0 ? 0 : q[d] > lim ? lim : q[d], q1 = qe < 0 ? 0 : qe > lim ? lim : qe;
         int64_t s = R->count > 1 ? R->step[d] : 0, x = q1 - R->off[d], y = q0 - R->off[d] - R->shp[d];
@@ -376,13 +377,12 @@ static int64_t run_before(const ck_run *R, int64_t rank, const int64_t *off) {
     return dir >= 0 ? l : R->count - l;
 }
 
-void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, int one_per_file,
-                   const int64_t *off, const int64_t *shp, ck_box **out, int *n, int *cap) {
-    const ck_tensor *T = &L->t[t];
+void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, int nd, const int64_t *shape,
+                   int one_per_file, const int64_t *off, const int64_t *shp, ck_box **out, int *n, int *cap) {
     for (int64_t r = a; r < b; r++) {
         const ck_run *R = &runs[r];
         int64_t lo, hi;
-        run_range(T, R, off, shp, &lo, &hi);
+        run_range(nd, shape, R, off, shp, &lo, &hi);
         if (*n + (hi - lo) > *cap) {
             *cap = (int)(*n + (hi - lo)) * 2 + 16;
             *out = mp_realloc(*out, 0, sizeof(ck_box) * (size_t)*cap, MP_MEM_OTHER);

@@ -243,7 +243,7 @@ Test(ckpt_plan, runs_query_against_brute_force) {
                 }
             ck_box *got = NULL, *want = calloc((size_t)total + 1, sizeof *want);
             int ng = 0, cap = 0, nw = 0;
-            ck_runs_query(&L, runs, 0, nr, 0, 0, qo, qs, &got, &ng, &cap);
+            ck_runs_query(&L, runs, 0, nr, 0, T.ndim, T.shape, 0, qo, qs, &got, &ng, &cap);
             for (int j = 0; j < na; j++) {
                 if (!ck_intersect(T.ndim, qo, qs, all[j].off, all[j].shp, NULL, NULL)) continue;
                 want[nw] = all[j];
