@@ -287,6 +287,7 @@ static void box_desc(const ck_layout *L, int64_t i, char *buf, size_t cap) {
 mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err *e) {
     const ck_tensor *T = &L->t[t];
     int nd = T->ndim;
+    assert(nd >= 1 && nd <= CKPT_MAX_DIMS);
     int64_t zero[CKPT_MAX_DIMS] = {0};
     int64_t total = 0;
     char d1[1024], d2[1024], reg[256];
@@ -299,10 +300,11 @@ mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err 
                 return mp_err_set(e, MP_ECHECK, "tensor %s: %s lies outside the tensor %s", T->name, d1, reg);
             }
         total = add_sat(total, ck_volume(nd, B->shp));
-        int64_t lo, hi;
-        ck_index_range(L, t, B->off[0], B->off[0] + B->shp[0], &lo, &hi);
-        for (int64_t j = lo; j < hi; j++) {
-            if (j == i) continue;
+        /* Only the boxes after i that start in its dim-0 span: the first box with an overlap has every
+         * partner after it (an earlier partner would have failed first), so the first pair found, and
+         * its message, are those of a search over all candidates; O(boxes x boxes per dim-0 band). */
+        int64_t end0 = B->off[0] + B->shp[0], last = T->box_first + T->nboxes;   /* nd >= 1, inside: no overflow */
+        for (int64_t j = i + 1; j < last && L->b[j].off[0] < end0; j++) {
             int64_t io[CKPT_MAX_DIMS], is[CKPT_MAX_DIMS];
             if (ck_intersect(nd, B->off, B->shp, L->b[j].off, L->b[j].shp, io, is)) {
                 box_desc(L, i, d1, sizeof d1);

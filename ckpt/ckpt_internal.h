@@ -99,7 +99,7 @@ const char *ck_box_path(const ck_layout *L, const ck_box *B, int tiles, char *bu
 uint64_t ck_layout_hash(const ck_layout *L);
 /* Exact-cover check of tensor t: every box inside the shape, no two boxes overlapping, and (if
  * need_full) the volumes summing to the tensor's. MP_ECHECK naming the tensor, the boxes (rank file and
- * dataset) and the region. Needs ck_layout_index(L). */
+ * dataset) and the region. Needs the tensor's boxes sorted by offset[0] (as ck_layout_index asserts). */
 mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err *e);
 #define CK_VIEW_FILE "view.h5"   /* v3: the views, beside index.h5 (which links /view to it) */
 /* Writes the view file of L (v3: view.h5; a new file with the /view group of virtual datasets, relative
@@ -147,12 +147,14 @@ mp_code ck_runs_check(const ck_layout *L, const ck_run *runs, int64_t n, const c
  * counting the file's boxes of the tensor in that order). */
 void ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n);
 /* Appends to *out (growing: *n used of *cap, mp_realloc) the boxes of tensor t's runs[a, b) (all of
- * them; ck_runs_check passed) that meet the region (off, shp), without expanding the runs: per run the
+ * them; ck_runs_check passed; nd and shape: t's, given by the caller from where it keeps them) that
+ * meet the region (off, shp), without expanding the runs: per run the
  * range of its members that meet the region (arithmetic: O(1) per run), per box found its file and
- * k (O(log) per run of t). The boxes carry tensor, file, k, offset and shape (checksum and tile fields
+ * k (O(log) per run of t; 0 without counting where one_per_file: the caller knows that no rank file
+ * holds two boxes of t). The boxes carry tensor, file, k, offset and shape (checksum and tile fields
  * 0, no path pool: paths derived from k), in run order, not sorted. The collective open's rank 0. */
-void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, const int64_t *off,
-                   const int64_t *shp, ck_box **out, int *n, int *cap);
+void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, int nd, const int64_t *shape,
+                   int one_per_file, const int64_t *off, const int64_t *shp, ck_box **out, int *n, int *cap);
 /* Numbers the boxes of L for their derived paths (v3 rule: k counts the boxes of the tensor in the
  * file, in layout order); L has no path pool. */
 void ck_layout_derive_paths(ck_layout *L);

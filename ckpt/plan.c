@@ -23,8 +23,10 @@
  *      ordinary reader over it (ck_reader_new): ckpt_read, its checksums and its coverage checks are
  *      unchanged. A read outside the planned regions fails the coverage check
  *      (the boxes are not in the rank's layout), never silently.
- * The parts travel as the in-memory structs (ck_tensor, ck_box, ck_file) copied byte for byte: every
- * rank runs the same binary. Packing zeroes them first, so no uninitialised padding travels. A format-v3
+ * The parts travel as the in-memory structs (ck_box, ck_file) copied byte for byte: every rank runs the
+ * same binary. Packing zeroes them first, so no uninitialised padding travels. The tensor rows travel
+ * as plan_trow plus the name's bytes (a whole ck_tensor is 312 bytes, mostly an empty name buffer,
+ * and every rank gets every tensor it asks for: they were most of a part). A format-v3
  * part carries its boxes as plan_box3 (tensor, file, k, offset, shape: 80 bytes, not a whole ck_box's
  * 152): the receiver derives the paths from k, and its reader takes the checksums from the
  * rank files' /boxes tables, checked against the files' boxes_checksum the part carries. A v1/v2 part
@@ -32,7 +34,7 @@
  *
  * Costs: rank 0 reads the index once, checks it in O(total boxes x log) time but holds only the runs
  * (v3; a v1/v2 layout is expanded), and plans each rank in O(its regions x runs + its boxes x runs x
- * log); every other rank reads no index table and receives O(own boxes + metadata) bytes. Rank 0 and
+ * log; its boxes x 1 for tensors no rank file holds two boxes of, as in every tp x dp save); every other rank reads no index table and receives O(own boxes + metadata) bytes. Rank 0 and
  * a test (ckpt/test/test_ckpt_plan.c: the runs planner against the expanded one) share
  * ck_plan_src_open / ck_plan_pack.
  */
@@ -49,9 +51,18 @@ typedef struct {
     int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
 } plan_box3;
 
+/* A tensor row of a part, followed by its name's len bytes (no NUL): ~100 bytes for a 70B tensor, not
+ * a whole ck_tensor's 312 (every rank gets every tensor's row: most of a part). box_first is not sent:
+ * the part's boxes are grouped by tensor in tensor order, so it is the sum of the rows before. */
+typedef struct {
+    uint32_t len;
+    int32_t dtype, ndim, pad;
+    int64_t shape[CKPT_MAX_DIMS], nboxes;
+} plan_trow;
+
 typedef struct {
     int32_t version, world, zstd_level, ntensors, nboxes, nfiles, nmeta, pad;
-    int64_t step, nslabs, meta_bytes, paths_bytes;
+    int64_t step, nslabs, meta_bytes, paths_bytes, tensors_bytes;
     char created_utc[32];
 } plan_head;
 
@@ -84,13 +95,60 @@ char *ckpt_region_list(const ckpt_region *want, int n, size_t *bytes) {
     return b.p ? b.p : mp_xmalloc(1);
 }
 
+/* A tensor as rank 0's planning reads it for every rank: its row of the layout (312 bytes, mostly an
+ * empty name buffer) compacted, so that the rows of all tensors stay in cache across the ranks. */
+typedef struct {
+    int32_t ndim, dtype, one, pad;   /* one: (v3) no rank file holds two boxes of it: their k are 0 */
+    uint32_t len;                    /* its name: len bytes at names + at */
+    int64_t at, shape[CKPT_MAX_DIMS];
+} plan_tinfo;
+
 /* What rank 0 plans on: the index's layout and, for a v3 index, its runs unexpanded. */
 struct ck_plan_src {
     ck_layout L;          /* v3: tensors, files, metadata, no boxes; v1/v2: the whole layout */
     ck_run *runs;         /* v3: [nruns], grouped by tensor; NULL: L.b holds the boxes */
     int64_t nruns;
     int64_t *rfirst;      /* v3: tensor t's runs are runs[rfirst[t], rfirst[t + 1]) */
+    plan_tinfo *ti;       /* [ntensors]: what planning and packing read of a tensor, compactly */
+    char *names;          /* the tensors' names, each ti[t].len bytes at ti[t].at */
 };
+
+/* S->ti and S->names from S->L; for a v3 index (S->runs) each tensor's `one` from the runs: each
+ * member's file rank stamped, a rank met twice clears it. O(all boxes), no box expanded. */
+static void plan_tinfo_build(ck_plan_src *S) {
+    const ck_layout *L = &S->L;
+    S->ti = mp_xcalloc(sizeof(plan_tinfo) * (size_t)(L->ntensors + 1));
+    size_t pool = 1;
+    for (int t = 0; t < L->ntensors; t++) pool += strlen(L->t[t].name);
+    S->names = mp_xmalloc(pool);
+    int64_t at = 0;
+    for (int t = 0; t < L->ntensors; t++) {
+        plan_tinfo *I = &S->ti[t];
+        I->ndim = L->t[t].ndim;
+        I->dtype = (int32_t)L->t[t].dtype;
+        I->len = (uint32_t)strlen(L->t[t].name);
+        I->at = at;
+        memcpy(S->names + at, L->t[t].name, I->len);
+        at += I->len;
+        memcpy(I->shape, L->t[t].shape, sizeof I->shape);
+    }
+    if (!S->runs) return;
+    int *stamp = mp_xmalloc(sizeof(int) * (size_t)(S->L.world + 1));
+    for (int r = 0; r <= S->L.world; r++) stamp[r] = -1;
+    for (int t = 0; t < S->L.ntensors; t++) {
+        int one = 1;
+        for (int64_t i = S->rfirst[t]; i < S->rfirst[t + 1] && one; i++) {
+            const ck_run *R = &S->runs[i];
+            for (int64_t c = 0; c < R->count && one; c++) {
+                int64_t rank = (int64_t)R->rank0 + c * (int64_t)R->stride;   /* in [0, world): checked */
+                one = stamp[rank] != t;
+                stamp[rank] = t;
+            }
+        }
+        S->ti[t].one = one;
+    }
+    free(stamp);
+}
 
 mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err *e) {
     ck_plan_src *S = mp_xcalloc(sizeof *S);
@@ -109,6 +167,7 @@ mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err 
             while (t < S->L.ntensors && r < S->nruns && S->runs[r].tensor == t) r++;
         }
     }
+    plan_tinfo_build(S);
     *out = S;
     return MP_OK;
 }
@@ -118,6 +177,8 @@ void ck_plan_src_free(ck_plan_src *S) {
     ck_layout_free(&S->L);
     free(S->runs);
     free(S->rfirst);
+    free(S->ti);
+    free(S->names);
     free(S);
 }
 
@@ -126,7 +187,8 @@ void ck_plan_src_free(ck_plan_src *S) {
 static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int64_t *shp, ck_box **bx, int *nb,
                       int *cap) {
     if (S->runs) {
-        ck_runs_query(&S->L, S->runs, S->rfirst[t], S->rfirst[t + 1], t, off, shp, bx, nb, cap);
+        const plan_tinfo *I = &S->ti[t];
+        ck_runs_query(&S->L, S->runs, S->rfirst[t], S->rfirst[t + 1], t, I->ndim, I->shape, I->one, off, shp, bx, nb, cap);
         return;
     }
     int k = ck_layout_query(&S->L, t, off, shp, NULL, 0);
@@ -140,11 +202,22 @@ static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int
     free(ids);
 }
 
+/* The tensor of S named `name` (l bytes), or -1. *hint: the tensor found for the same region of the
+ * rank before (every rank asks for its tensors in the same order): tried first, one comparison
+ * instead of a search. */
+static int plan_tensor(const ck_plan_src *S, const char *name, uint32_t l, int *hint) {
+    const plan_tinfo *I = *hint >= 0 && *hint < S->L.ntensors ? &S->ti[*hint] : NULL;
+    if (I && I->len == l && !memcmp(S->names + I->at, name, l)) return *hint;
+    return *hint = ck_layout_find(&S->L, name);
+}
+
 /* Adds to bx (growing) the saved boxes of S that the regions packed in p[0, n) meet, and marks their
- * tensors (and every requested tensor present) in want_t. MP_EINTERNAL if the bytes do not parse. */
+ * tensors (and every requested tensor present) in want_t. hints (growing, *nh of them): plan_tensor's,
+ * per region of the list. MP_EINTERNAL if the bytes do not parse. */
 static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char *want_t, ck_box **bx, int *nb,
-                            int *cap, mp_err *e) {
+                            int *cap, int **hints, int *nh, mp_err *e) {
     int64_t at = 0;
+    int j = 0;
     char name[CKPT_NAME_MAX + 1];
     while (at < n) {
         uint32_t l;
@@ -159,7 +232,12 @@ static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char
         memcpy(off, p + at + l, sizeof off);
         memcpy(shp, p + at + l + sizeof off, sizeof shp);
         at += (int64_t)(l + sizeof off + sizeof shp);
-        int t = ck_layout_find(&S->L, name);
+        if (j == *nh) {
+            *hints = mp_realloc(*hints, sizeof(int) * (size_t)*nh, sizeof(int) * (size_t)(*nh * 2 + 64), MP_MEM_OTHER);
+            for (int k = *nh; k < *nh * 2 + 64; k++) (*hints)[k] = -1;
+            *nh = *nh * 2 + 64;
+        }
+        int t = plan_tensor(S, name, l, &(*hints)[j++]);
         if (t < 0) continue;   /* absent: the loader's own lookup reports it */
         want_t[t] = 1;
         plan_find(S, t, off, shp, bx, nb, cap);
@@ -174,6 +252,37 @@ static int cmp_box(const void *a, const void *b) {
     return ck_off_cmp(x->off, y->off);
 }
 
+/* Sorts the boxes (*bx)[n] into layout order (cmp_box): bucketed by tensor (a stable counting sort into
+ * *tmp, which then trades places with *bx, capacities *cap / *tcap with them; *count: the buckets;
+ * all kept by the caller for the next rank), then each tensor's boxes sorted by offset unless they
+ * already are (one region's boxes usually are). O(n + ntensors) in the usual case, where a comparison
+ * sort of a rank's ~1,400 boxes of 152 bytes was most of the packing. */
+static void plan_order(int ntensors, ck_box **bx, int *cap, int n, ck_box **tmp, int *tcap, int **count) {
+    if (n < 2) return;
+    if (!*count) *count = mp_xmalloc(sizeof(int) * (size_t)(ntensors + 1));
+    if (*tcap < n) {
+        *tcap = *cap;
+        *tmp = mp_realloc(*tmp, 0, sizeof(ck_box) * (size_t)*tcap, MP_MEM_OTHER);
+    }
+    int *c = *count;
+    memset(c, 0, sizeof(int) * (size_t)(ntensors + 1));
+    for (int k = 0; k < n; k++) c[(*bx)[k].tensor + 1]++;
+    for (int t = 0; t < ntensors; t++) c[t + 1] += c[t];   /* c[t]: where tensor t's boxes start */
+    for (int k = 0; k < n; k++) (*tmp)[c[(*bx)[k].tensor]++] = (*bx)[k];
+    ck_box *sw = *bx;
+    *bx = *tmp;
+    *tmp = sw;
+    int ic = *cap;
+    *cap = *tcap;
+    *tcap = ic;
+    ck_box *B = *bx;
+    for (int a = 0, b; a < n; a = b) {
+        int sorted = 1;
+        for (b = a + 1; b < n && B[b].tensor == B[a].tensor; b++) sorted = sorted && cmp_box(&B[b - 1], &B[b]) <= 0;
+        if (!sorted) qsort(B + a, (size_t)(b - a), sizeof *B, cmp_box);
+    }
+}
+
 /* ---------------------------------------------------------------------------------- the parts */
 
 /* The bytes of box B's two stored paths in L's pool (both NUL-terminated). */
@@ -186,7 +295,8 @@ static size_t path_bytes(const ck_layout *L, const ck_box *B) {
 /* Packs the part of layout L of the boxes bx[n] (L's, in layout order, unique) and the tensors marked in want_t
  * into b: head, tensors, boxes, files, slabs, the boxes' stored paths (a v1/v2 layout's pool), metadata.
  * Indices and path offsets are renumbered to the part's. */
-static void pack_part(const ck_layout *L, const ck_box *bx, int n, const char *want_t, ck_buf *b) {
+static void pack_part(const ck_plan_src *S, const ck_box *bx, int n, const char *want_t, ck_buf *b) {
+    const ck_layout *L = &S->L;
     int *tmap = mp_xmalloc(sizeof(int) * (size_t)(L->ntensors + 1)), *fmap = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     plan_head h;
     memset(&h, 0, sizeof h);
@@ -203,21 +313,28 @@ static void pack_part(const ck_layout *L, const ck_box *bx, int n, const char *w
     h.version = L->version; h.world = L->world; h.zstd_level = L->zstd_level;
     h.nboxes = n; h.nmeta = L->nmeta; h.step = L->step;
     memcpy(h.created_utc, L->created_utc, sizeof h.created_utc);
-    ck_buf_put(b, &h, sizeof h);
+    size_t head_at = b->n, rows_at;
+    ck_buf_put(b, &h, sizeof h);   /* tensors_bytes patched in below */
+    rows_at = b->n;
     int k0 = 0;   /* the boxes are grouped by tensor in tensor order: each tensor's run starts at k0 */
     for (int i = 0; i < L->ntensors; i++) {
         if (tmap[i] < 0) continue;
-        ck_tensor t;
-        memset(&t, 0, sizeof t);
-        memcpy(t.name, L->t[i].name, sizeof t.name);
-        t.dtype = L->t[i].dtype; t.ndim = L->t[i].ndim;
-        memcpy(t.shape, L->t[i].shape, sizeof t.shape);
-        t.box_first = k0;
+        plan_trow r;
+        memset(&r, 0, sizeof r);
+        const plan_tinfo *I = &S->ti[i];
+        r.len = I->len;
+        r.dtype = I->dtype;
+        r.ndim = I->ndim;
+        memcpy(r.shape, I->shape, sizeof r.shape);
+        int first = k0;
         while (k0 < n && bx[k0].tensor == i) k0++;
-        t.nboxes = k0 - t.box_first;
-        ck_buf_put(b, &t, sizeof t);
+        r.nboxes = k0 - first;
+        ck_buf_put(b, &r, sizeof r);
+        ck_buf_put(b, S->names + I->at, r.len);
     }
     assert(k0 == n);
+    h.tensors_bytes = (int64_t)(b->n - rows_at);
+    memcpy(b->p + head_at, &h, sizeof h);
     int64_t slab_at = 0, path_at = 0;
     for (int k = 0; k < n; k++) {
         ck_box x = bx[k];
@@ -265,6 +382,27 @@ static int take(const char *p, int64_t n, int64_t *at, void *dst, size_t len) {
     return 1;
 }
 
+/* Reads the L->ntensors rows of a part (plan_trow + name) from p[*at, end) into L->t, box_first
+ * summed; 0 unless they parse, end exactly there and count L->nboxes boxes. */
+static int unpack_tensors(const char *p, int64_t end, int64_t *at, ck_layout *L) {
+    int64_t first = 0;
+    for (int i = 0; i < L->ntensors; i++) {
+        plan_trow r;
+        ck_tensor *T = &L->t[i];
+        memset(T, 0, sizeof *T);
+        if (!take(p, end, at, &r, sizeof r) || r.len > CKPT_NAME_MAX || !take(p, end, at, T->name, r.len) ||
+            r.nboxes < 0 || r.nboxes > L->nboxes - first)
+            return 0;
+        T->dtype = (mp_dtype)r.dtype;
+        T->ndim = r.ndim;
+        memcpy(T->shape, r.shape, sizeof T->shape);
+        T->box_first = first;
+        T->nboxes = r.nboxes;
+        first += r.nboxes;
+    }
+    return *at == end && first == L->nboxes;
+}
+
 /* Rebuilds a layout from a part packed by pack_part (p[0, n)) and indexes it. MP_EINTERNAL if the
  * bytes do not parse (they come from rank 0 of the same binary: a bug, not a user's file). */
 static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
@@ -274,10 +412,10 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     int ok = take(p, n, &at, &h, sizeof h);
     size_t brec = h.version >= 3 ? sizeof(plan_box3) : sizeof(ck_box);
     ok = ok && h.ntensors >= 0 && h.nboxes >= 0 && h.nfiles >= 0 && h.nmeta >= 0 && h.nslabs >= 0 && h.meta_bytes >= 0 &&
-         h.paths_bytes >= 0 && (h.version < 3 || h.paths_bytes == 0) &&
-         n - at == (int64_t)(sizeof(ck_tensor) * (size_t)h.ntensors + brec * (size_t)h.nboxes +
-                             sizeof(ck_file) * (size_t)h.nfiles + sizeof(uint64_t) * (size_t)h.nslabs) +
-                       h.paths_bytes + h.meta_bytes;
+         h.paths_bytes >= 0 && (h.version < 3 || h.paths_bytes == 0) && h.tensors_bytes >= 0 &&
+         n - at == (int64_t)(brec * (size_t)h.nboxes + sizeof(ck_file) * (size_t)h.nfiles +
+                             sizeof(uint64_t) * (size_t)h.nslabs) +
+                       h.tensors_bytes + h.paths_bytes + h.meta_bytes;
     if (!ok) return mp_err_set(e, MP_EINTERNAL, "planned open: the plan received has %lld bytes that do not parse", (long long)n);
     L->version = h.version; L->world = h.world; L->zstd_level = h.zstd_level; L->step = h.step;
     L->ntensors = h.ntensors; L->nboxes = h.nboxes; L->nfiles = h.nfiles; L->nmeta = h.nmeta; L->nslabs = h.nslabs;
@@ -288,7 +426,7 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     L->slabs = h.nslabs ? mp_xmalloc(sizeof(uint64_t) * (size_t)h.nslabs) : NULL;
     L->keys = mp_xcalloc(sizeof(char *) * (size_t)(h.nmeta + 1));
     L->vals = mp_xcalloc(sizeof(char *) * (size_t)(h.nmeta + 1));
-    take(p, n, &at, L->t, sizeof(ck_tensor) * (size_t)h.ntensors);
+    ok = unpack_tensors(p, at + h.tensors_bytes, &at, L);
     if (h.version >= 3) {
         for (int j = 0; j < h.nboxes; j++) {
             plan_box3 c;
@@ -340,25 +478,28 @@ mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_
                      int64_t *pcount, mp_err *e) {
     const ck_layout *L = &S->L;
     char *want_t = mp_xmalloc((size_t)L->ntensors + 1);
-    ck_box *bx = NULL;
-    int nb = 0, cap = 0;
+    ck_box *bx = NULL, *tmp = NULL;
+    int nb = 0, cap = 0, tcap = 0, *hints = NULL, nh = 0, *tcount = NULL;
     mp_code rc = MP_OK;
     int64_t at = 0;
     for (int q = 0; q < nq && !rc; q++) {
         memset(want_t, 0, (size_t)L->ntensors + 1);
         nb = 0;
-        rc = plan_regions(S, req + at, rcount[q], want_t, &bx, &nb, &cap, e);
+        rc = plan_regions(S, req + at, rcount[q], want_t, &bx, &nb, &cap, &hints, &nh, e);
         at += rcount[q];
         if (rc) break;
-        if (nb > 1) qsort(bx, (size_t)nb, sizeof *bx, cmp_box);
+        plan_order(L->ntensors, &bx, &cap, nb, &tmp, &tcap, &tcount);
         int u = 0;   /* unique: regions of one rank may meet the same saved box */
         for (int k = 0; k < nb; k++)
             if (!u || cmp_box(&bx[u - 1], &bx[k])) bx[u++] = bx[k];
         size_t before = parts->n;
-        pack_part(L, bx, u, want_t, parts);
+        pack_part(S, bx, u, want_t, parts);
         pcount[q] = (int64_t)(parts->n - before);
     }
     free(bx);
+    free(tmp);
+    free(tcount);
+    free(hints);
     free(want_t);
     return rc;
 }
@@ -388,10 +529,11 @@ static mp_code rounds(mp_comm *w, const ck_plan_src *S, const ck_buf *req, const
     mp_code rc = MP_OK;
     *part = NULL;
     *mine = 0;
+    ck_buf parts = {0};   /* one buffer for every round's parts: grown once, not faulted in again */
     for (int r0 = 0; r0 < size; r0 += per) {
         int r1 = size - r0 < per ? size : r0 + per, in = me >= r0 && me < r1;
         char *lists = ck_gather_round(w, req->p, (int64_t)req->n, rlen, r0, r1);
-        ck_buf parts = {0};
+        parts.n = 0;
         if (me == 0 && !rc) rc = ck_plan_pack(S, r1 - r0, lists, rlen + r0, &parts, plen + r0, e);
         if (me == 0 && rc) {
             parts.n = 0;
@@ -401,8 +543,8 @@ static mp_code rounds(mp_comm *w, const ck_plan_src *S, const ck_buf *req, const
         ck_scatter_round(w, mine, (int64_t)sizeof *mine, plen ? plen + r0 : NULL, eight, r0, r1);
         if (in) *part = mp_xmalloc((size_t)*mine + 1);
         ck_scatter_round(w, in ? *part : NULL, *mine, parts.p, plen, r0, r1);
-        free(parts.p);
     }
+    free(parts.p);
     free(plen);
     free(eight);
     return rc;

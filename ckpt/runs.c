@@ -110,6 +110,7 @@ static int cmp_box_off(const void *a, const void *b) {
 
 /* The row of L->f with rank `rank` (files sorted by rank), or -1. */
 static int file_of_rank(const ck_layout *L, int64_t rank) {
+    if (rank >= 0 && rank < L->nfiles && L->f[rank].rank == rank) return (int)rank;   /* every rank has a file */
     int lo = 0, hi = L->nfiles;
     while (lo < hi) {
         int m = lo + (hi - lo) / 2;
@@ -219,7 +220,9 @@ static mp_code expand_tensor(const ck_layout *L, int t, const ck_run *runs, int6
     S->nboxes = 0;
     for (int64_t i = a; i < b; i++) MP_TRY(expand_run(S, &runs[i], 0, i, path, e));
     S->t[0].nboxes = S->nboxes;
-    qsort(S->b, (size_t)S->nboxes, sizeof(ck_box), cmp_box_off);
+    int sorted = 1;   /* runs merged in offset order expand sorted: no sort needed */
+    for (int j = 1; j < S->nboxes && sorted; j++) sorted = ck_off_cmp(S->b[j - 1].off, S->b[j].off) <= 0;
+    if (!sorted) qsort(S->b, (size_t)S->nboxes, sizeof(ck_box), cmp_box_off);
     ck_layout_derive_paths(S);
     return MP_OK;
 }
@@ -248,7 +251,6 @@ static mp_code check_tensor(const ck_layout *L, int t, ck_layout *S, int64_t fir
         nb[S->b[j].file]++;
         by[S->b[j].file] += ck_volume(T->ndim, S->b[j].shp) * esize;
     }
-    ck_layout_index(S);
     if (ck_layout_check_tensor(S, 0, 0, e) != MP_OK) return mp_err_wrap(e, "%s", path);
     return MP_OK;
 }
@@ -278,7 +280,6 @@ mp_code ck_runs_check(const ck_layout *L, const ck_run *runs, int64_t n, const c
     }
     if (rc == MP_OK) rc = check_files(L, nb, by, path, e);
     free(S.b);
-    free(S.pmax_end);
     free(nb);
     free(by);
     return rc;
@@ -309,33 +310,42 @@ void ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n) {
 /* ------------------------------------------------------------------------------------- querying */
 
 /* floor(a / b) for b > 0. */
-static __int128 floor_div(__int128 a, __int128 b) {
-    __int128 q = a / b;
+static int64_t floor_div(int64_t a, int64_t b) {
+    int64_t q = a / b;
     return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
-/* The members [*lo, *hi) of run R (checked) that meet the region (q, qs) of nd dims. Per dim box i is
- * [o + i s, o + i s + w) (w > 0), which meets [q, q + qs) iff qs > 0, i s < q + qs - o and
- * i s > q - o - w: an interval of i, intersected over the dims (128-bit: a caller's region may hold
- * any values). */
-static void run_range(int nd, const ck_run *R, const int64_t *q, const int64_t *qs, int64_t *lo, int64_t *hi) {
-    __int128 a = 0, b = R->count;
+/* The members [*lo, *hi) of run R (checked against its tensor, of nd dims and the shape given) that meet
+ * the region (q, qs).
+ * The region is first clipped to the tensor (the boxes lie inside it, so they meet the same members;
+ * a caller's region may hold any values). Per dim box i is [o + i s, o + i s + w) (w > 0), which
+ * meets [q, e) iff q < e, i s < e - o and i s > q - o - w: an interval of i, intersected over the dims.
+ * After the clip 0 <= q <= e <= shape and 0 <= o, o + w <= shape, and |s| <= shape (a run of one box:
+ * its step is ignored), so every term fits in int64. */
+static void run_range(int nd, const int64_t *shape, const ck_run *R, const int64_t *q, const int64_t *qs,
+                      int64_t *lo, int64_t *hi) {
+    int64_t a = 0, b = R->count;
     for (int d = 0; d < nd && a < b; d++) {
-        __int128 s = R->step[d], x = (__int128)q[d] + qs[d] - R->off[d], y = (__int128)q[d] - R->off[d] - R->shp[d];
-        if (qs[d] <= 0 || (s == 0 && !(0 < x && 0 > y))) { b = a; break; }
+        int64_t qe, lim = shape[d];
+        if (qs[d] <= 0 || __builtin_add_overflow(q[d], qs[d], &qe)) qe = qs[d] <= 0 ? q[d] : INT64_MAX;
+        int64_t q0 = q[d] < 0 ? 0 : q[d] > lim ? lim : q[d], q1 = qe < 0 ? 0 : qe > lim ? lim : qe;
+        int64_t s = R->count > 1 ? R->step[d] : 0, x = q1 - R->off[d], y = q0 - R->off[d] - R->shp[d];
+        if (q0 >= q1 || (s == 0 && !(0 < x && 0 > y))) { b = a; break; }
         if (s == 0) continue;
+        int64_t span = (R->count - 1) * s;   /* the members' extent: most runs miss a region, no division */
+        if (x <= (span < 0 ? span : 0) || y >= (span > 0 ? span : 0)) { b = a; break; }
         if (s < 0) {   /* i s < x, i s > y  <=>  i |s| < -y, i |s| > -x */
-            __int128 t = x;
+            int64_t t = x;
             s = -s;
             x = -y;
             y = -t;
         }
-        __int128 l = floor_div(y, s) + 1, h = -floor_div(-x, s);   /* i > y / s, i < x / s */
+        int64_t l = floor_div(y, s) + 1, h = -floor_div(-x, s);   /* i > y / s, i < x / s */
         if (l > a) a = l;
         if (h < b) b = h;
     }
-    *lo = (int64_t)a;
-    *hi = (int64_t)(b > a ? b : a);
+    *lo = a;
+    *hi = b > a ? b : a;
 }
 
 /* The offset of member i of run R into o. */
@@ -367,13 +377,12 @@ static int64_t run_before(const ck_run *R, int64_t rank, const int64_t *off) {
     return dir >= 0 ? l : R->count - l;
 }
 
-void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, const int64_t *off,
-                   const int64_t *shp, ck_box **out, int *n, int *cap) {
-    const ck_tensor *T = &L->t[t];
+void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, int nd, const int64_t *shape,
+                   int one_per_file, const int64_t *off, const int64_t *shp, ck_box **out, int *n, int *cap) {
     for (int64_t r = a; r < b; r++) {
         const ck_run *R = &runs[r];
         int64_t lo, hi;
-        run_range(T->ndim, R, off, shp, &lo, &hi);
+        run_range(nd, shape, R, off, shp, &lo, &hi);
         if (*n + (hi - lo) > *cap) {
             *cap = (int)(*n + (hi - lo)) * 2 + 16;
             *out = mp_realloc(*out, 0, sizeof(ck_box) * (size_t)*cap, MP_MEM_OTHER);
@@ -386,7 +395,7 @@ void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b,
             B->file = file_of_rank(L, rank);
             run_member(R, i, B->off);
             memcpy(B->shp, R->shp, sizeof B->shp);
-            for (int64_t r2 = a; r2 < b; r2++) B->k += run_before(&runs[r2], rank, B->off);
+            for (int64_t r2 = a; r2 < b && !one_per_file; r2++) B->k += run_before(&runs[r2], rank, B->off);
         }
     }
 }
