@@ -20,16 +20,20 @@
  */
 #include "core/cuda/k_common.cuh"
 
-/* One element's update; returns the new p and updates *m, *v (host and device: hostcheck tests it). */
+/* One element's update; returns the new p and updates *m, *v (host and device: hostcheck tests it). Every
+ * rounding is spelled out (fmaf, mp_mul_rn, mp_add_rn): with plain operators nvcc contracted the 16-byte
+ * and the one-element paths differently, and their bits differed on the H200 (2026-12-04). The same
+ * expression as the CPU's up to those contractions (the CPU may differ in the last bit, as before). */
 __host__ __device__ static inline float adamw_elem(float p, float g, float *m, float *v, float lr, float beta1,
                                                    float beta2, float eps, float wd, float bc1, float bc2,
                                                    float grad_scale) {
-    const float gi = g * grad_scale;
-    const float mi = beta1 * *m + (1.0f - beta1) * gi;
-    const float vi = beta2 * *v + (1.0f - beta2) * gi * gi;
+    const float gi = mp_mul_rn(g, grad_scale);
+    const float mi = fmaf(beta1, *m, mp_mul_rn(1.0f - beta1, gi));
+    const float vi = fmaf(beta2, *v, mp_mul_rn(mp_mul_rn(1.0f - beta2, gi), gi));
     *m = mi;
     *v = vi;
-    return p - lr * ((mi * bc1) / (sqrtf(vi * bc2) + eps) + wd * p);
+    const float upd = mp_mul_rn(mi, bc1) / mp_add_rn(sqrtf(mp_mul_rn(vi, bc2)), eps);
+    return fmaf(-lr, fmaf(wd, p, upd), p);
 }
 
 /* Elements i .. i+VEC-1 (VEC 8: two 16-byte accesses per fp32 tensor, one for the bf16 copy; the
@@ -43,7 +47,7 @@ struct adamw_op {
     const float *grad_scale_dev;
     template <int VEC>
     __host__ __device__ void at(int64_t i) const {
-        const float gs = grad_scale_dev ? grad_scale * *grad_scale_dev : grad_scale;
+        const float gs = grad_scale_dev ? mp_mul_rn(grad_scale, *grad_scale_dev) : grad_scale;
         float pv[VEC], gv[VEC], mv[VEC], vv[VEC];
         mp_ld_vec<VEC>(pv, p + i);
         mp_ld_vec<VEC>(gv, g + i);

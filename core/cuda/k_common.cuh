@@ -31,6 +31,26 @@
 #define MP_DEVICE_UNROLL4
 #endif
 
+/* A product and a sum rounded on their own: never contracted into an FMA with a neighbour (on the device,
+ * __fmul_rn / __fadd_rn; the host replay's compiler targets x86-64 without FMA). An expression evaluated
+ * in two instantiations (e.g. a 16-byte and a one-element path) is contracted by nvcc as each context
+ * allows, so the two can differ in the last bit: the H200 showed it for AdamW. Where the bits must not
+ * depend on the path, spell the rounding out with these and fmaf. */
+__host__ __device__ static inline float mp_mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+__host__ __device__ static inline float mp_add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
 /* Blocks for a grid-stride loop over n items with `threads` per block: at least 1, at most MP_MAX_GRID_X. */
 static inline unsigned mp_grid_for(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
