@@ -28,10 +28,11 @@
 # --min-mfu percent (default 35; the goal is 45). A dry run (MP_BENCH_GPU_DEVICE=cpu*) has no floor unless
 # --min-mfu is given (tests/bench_gpu_floor.sh checks the floor that way).
 # Per-kernel times: then two short runs with MP_CUDA_PROFILE (core/cuda/prof_cuda.h: cudaEvent pairs around
-# every op of the backend) and CUDA_MODULE_LOADING=EAGER, of 1 and of 1 + --profile-steps steps (0: none);
-# their difference is the steady steps' per-op device time (the first step's one-time costs, cuBLASLt's
-# heuristics and first-touch allocations, cancel out: in one profiled run they inflated the first GEMMs
-# that paid for them 12x), which bench/gpu_roofline.py prints beside the roofline model's (docs/CUDA.md):
+# every op of the backend) and CUDA_MODULE_LOADING=EAGER: one of 1 step, whose op count N is the sum of its
+# calls column, then one of 1 + --profile-steps steps (0: none) with MP_CUDA_PROFILE_SKIP=N, so it profiles
+# the steady steps alone (the first step's cuBLASLt heuristics and first-touch allocations inflated the
+# first GEMMs that paid for them 12x, and vary from run to run: subtracting the 1-step run's times instead
+# gave negative ones on the H200), whose per-op times bench/gpu_roofline.py prints beside the roofline's (docs/CUDA.md):
 # the table of FLOPs, bytes, roofline ms, measured ms per step and their ratio, and the projected MFU.
 # CPU threads: a --device cuda run is one process, so OPENBLAS_NUM_THREADS (which caps meshpoint's CPU
 # threads, and which scripts/gpu-check.sh sets for its multi-rank parts) is dropped for it: the random
@@ -183,18 +184,19 @@ if 100 * mfu < float(floor):
 EOF
 # per-kernel times beside the roofline (a CUDA run only: the profiler is the CUDA backend's)
 if [ "$device" = cuda ] && [ "$prof_steps" -gt 0 ]; then
-  # profile_run NAME STEPS: a profiled run of STEPS steps, its per-op file $out/NAME.tsv
+  # profile_run NAME STEPS SKIP: a profiled run of STEPS steps, its first SKIP ops not profiled; per-op file $out/NAME.tsv
   profile_run() {
     rm -rf "$run.$1"
-    MP_CUDA_PROFILE="$out/$1.tsv" CUDA_MODULE_LOADING=EAGER "$bin" train --config "$config" --device cuda \
+    MP_CUDA_PROFILE="$out/$1.tsv" MP_CUDA_PROFILE_SKIP="$3" CUDA_MODULE_LOADING=EAGER "$bin" train --config "$config" --device cuda \
       --steps "$2" --batch "$batch" --grad-accum 1 --seq-len "$seq" --lr 3e-4 --warmup 0 --seed 1337 \
       --log-every 1 --train-data "$data" --data-format "$fmt" --run-dir "$run.$1" > "$out/$1.log" 2>&1 &&
       [ -s "$out/$1.tsv" ] || { tail -5 "$out/$1.log" >&2; false; }
   }
-  if profile_run profile_first 1 && profile_run profile $((1 + prof_steps)); then
-    echo "per-op device time per step ($prof_steps profiled steps after the first, cudaEvent pairs) against the roofline:"
+  if profile_run profile_first 1 0 && first_ops=$(awk -F'\t' 'NR > 1 { n += $2 } END { print n + 0 }' "$out/profile_first.tsv") &&
+     profile_run profile $((1 + prof_steps)) "$first_ops"; then
+    echo "per-op device time per step ($prof_steps profiled steps after the first, whose $first_ops ops are skipped; cudaEvent pairs) against the roofline:"
     "$PY" "$here/gpu_roofline.py" "$config" --batch "$batch" --seq-len "$seq" --peak "$peak" \
-      --profile "$out/profile.tsv" --baseline "$out/profile_first.tsv" --profile-steps "$prof_steps" || verdict=1
+      --profile "$out/profile.tsv" --profile-steps "$prof_steps" || verdict=1
   else
     echo "bench_gpu.sh: FAIL: a profiled run failed or wrote no per-op file (logs $out/profile*.log)" >&2
     verdict=1

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/gpu_roofline.py — the roofline of one training step of `meshpoint train --device cuda` (docs/CUDA.md).
 
-    gpu_roofline.py CONFIG.json [--batch B] [--seq-len T] [--profile FILE --profile-steps S [--baseline FILE0]]
+    gpu_roofline.py CONFIG.json [--batch B] [--seq-len T] [--profile FILE --profile-steps S]
                     [--peak 989e12] [--mm 790e12] [--bw 4.3e12] [--markdown]
 
 For every op of the CUDA backend's table that a step issues (1x1 mesh, grad_accum 1, bf16 compute, fp32
@@ -14,8 +14,7 @@ per token, bench/bench_gpu.sh's count) over the summed roofline time, against --
 
 With --profile (MP_CUDA_PROFILE's file of core/cuda/prof_cuda.h, from a run of S steps) each row also gets
 the measured ms per step and measured / roofline; ops the model does not cover (copies, memsets, residual
-adds, conversions) are listed as measured only. With --baseline (the profile of a run of the first steps
-alone) the baseline is subtracted and FILE's run is taken to be S steps longer: the steady steps' times. Standard library only (the GPU machine's python3 is a venv).
+adds, conversions) are listed as measured only. Standard library only (the GPU machine's python3 is a venv).
 """
 import argparse
 import json
@@ -82,7 +81,7 @@ def model_rows(c, B, T):
     return rows, model_flops
 
 
-def read_profile(path, steps, sign=1):
+def read_profile(path, steps):
     """{key: [calls, ms]} per step from a prof_cuda.h file; GEMM keys lose their ' +=' (beta 1) suffix."""
     out = {}
     with open(path) as f:
@@ -91,23 +90,9 @@ def read_profile(path, steps, sign=1):
             key, calls, ms = line.rstrip("\n").split("\t")
             key = key.replace(" +=", "")
             r = out.setdefault(key, [0.0, 0.0])
-            r[0] += sign * int(calls) / steps
-            r[1] += sign * float(ms) / steps
+            r[0] += int(calls) / steps
+            r[1] += float(ms) / steps
     return out
-
-
-def steady_profile(path, steps, baseline):
-    """The per-step profile of the steps after a warm-up: the run of --profile-steps more steps than the
-    baseline's run, minus the baseline (the same start-up and first step: cuBLASLt's heuristics, first-touch
-    allocations and module loads then cancel out instead of inflating the first ops that pay for them)."""
-    prof = read_profile(path, steps)
-    if baseline:
-        for key, (calls, ms) in read_profile(baseline, steps, -1).items():
-            r = prof.setdefault(key, [0.0, 0.0])
-            r[0] += calls
-            r[1] += ms
-        prof = {k: v for k, v in prof.items() if v[0] > 1e-9}
-    return prof
 
 
 def main():
@@ -117,7 +102,6 @@ def main():
     ap.add_argument("--seq-len", type=int)
     ap.add_argument("--profile")
     ap.add_argument("--profile-steps", type=int, default=1)
-    ap.add_argument("--baseline", help="a profile of the same run's first steps alone, subtracted from --profile")
     ap.add_argument("--peak", type=float, default=989e12)
     ap.add_argument("--mm", type=float, default=790e12)
     ap.add_argument("--bw", type=float, default=4.3e12)
@@ -128,7 +112,7 @@ def main():
     B = a.batch or tr.get("batch_size", 8)
     T = a.seq_len or tr.get("seq_len", 2048)
     rows, model_flops = model_rows(c, B, T)
-    prof = steady_profile(a.profile, a.profile_steps, a.baseline) if a.profile else {}
+    prof = read_profile(a.profile, a.profile_steps) if a.profile else {}
     sep = " | " if a.markdown else "  "
     hdr = ["op (per step)", "calls", "GFLOP", "MB", "roofline ms", "bound"] + (["measured ms", "meas/roof"] if prof else [])
     lines = [hdr]

@@ -22,6 +22,7 @@ struct mp_cuda_prof {
     int queued, open;                   /* pairs queued; a start recorded without its stop */
     prof_row rows[MP_CUDA_PROF_KEYS];
     int nrows, dropped;                 /* keys beyond MP_CUDA_PROF_KEYS are counted, not kept */
+    long long skip;                     /* ops still to leave unprofiled (MP_CUDA_PROFILE_SKIP) */
 };
 
 static mp_cuda_prof *g_open;   /* the one open profiler, for the exit handler */
@@ -33,6 +34,9 @@ mp_cuda_prof *mp_cuda_prof_open(cudaStream_t s) {
     mp_cuda_prof *p = mp_xcalloc(sizeof *p);
     snprintf(p->path, sizeof p->path, "%s", path);
     p->stream = s;
+    const char *skip = getenv("MP_CUDA_PROFILE_SKIP");
+    p->skip = skip ? atoll(skip) : 0;
+    if (p->skip < 0) p->skip = 0;
     for (int i = 0; i < MP_CUDA_PROF_PENDING; i++) {
         MP_CUDA_CHECK(cudaEventCreate(&p->start[i]));
         MP_CUDA_CHECK(cudaEventCreate(&p->stop[i]));
@@ -66,6 +70,10 @@ static void collect(mp_cuda_prof *p, cudaStream_t s) {
 
 void mp_cuda_prof_begin(mp_cuda_prof *p, cudaStream_t s) {
     if (!p) return;
+    if (p->skip > 0) {   /* one of the first MP_CUDA_PROFILE_SKIP ops: its end is a no-op (open stays 0) */
+        p->skip--;
+        return;
+    }
     if (p->queued == MP_CUDA_PROF_PENDING) collect(p, s);
     MP_CUDA_CHECK(cudaEventRecord(p->start[p->queued], s));
     p->open = 1;

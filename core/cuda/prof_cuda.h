@@ -11,6 +11,10 @@
  * FILE: a header line, then one line per key, tab-separated:
  *   key  calls  total_ms
  * Times include the launch gaps between the two events (a lone tiny kernel reads as ~2-5 us).
+ * MP_CUDA_PROFILE_SKIP=N leaves the first N ops unprofiled (no events, no key): bench/bench_gpu.sh counts
+ * the ops of a 1-step run and skips them in a longer one, so the table holds the steady steps alone
+ * (the first step's cuBLASLt heuristics and first-touch allocations vary from run to run: subtracting
+ * a 1-step run's profile gave negative times on the H200).
  */
 #ifndef MP_CUDA_PROF_H
 #define MP_CUDA_PROF_H
