@@ -29,7 +29,7 @@
 # --min-mfu is given (tests/bench_gpu_floor.sh checks the floor that way).
 # Per-kernel times: then two short runs with MP_CUDA_PROFILE (core/cuda/prof_cuda.h: cudaEvent pairs around
 # every op of the backend) and CUDA_MODULE_LOADING=EAGER: one of 1 step, whose op count N is the sum of its
-# calls column, then one of 1 + --profile-steps steps (0: none) with MP_CUDA_PROFILE_SKIP=N, so it profiles
+# calls column (gpu_roofline.py --count-ops), then one of 1 + --profile-steps steps (0: none) with MP_CUDA_PROFILE_SKIP=N, so it profiles
 # the steady steps alone (the first step's cuBLASLt heuristics and first-touch allocations inflated the
 # first GEMMs that paid for them 12x, and vary from run to run: subtracting the 1-step run's times instead
 # gave negative ones on the H200), whose per-op times bench/gpu_roofline.py prints beside the roofline's (docs/CUDA.md):
@@ -192,7 +192,7 @@ if [ "$device" = cuda ] && [ "$prof_steps" -gt 0 ]; then
       --log-every 1 --train-data "$data" --data-format "$fmt" --run-dir "$run.$1" > "$out/$1.log" 2>&1 &&
       [ -s "$out/$1.tsv" ] || { tail -5 "$out/$1.log" >&2; false; }
   }
-  if profile_run profile_first 1 0 && first_ops=$(awk -F'\t' 'NR > 1 { n += $2 } END { print n + 0 }' "$out/profile_first.tsv") &&
+  if profile_run profile_first 1 0 && first_ops=$("$PY" "$here/gpu_roofline.py" --count-ops "$out/profile_first.tsv") &&
      profile_run profile $((1 + prof_steps)) "$first_ops"; then
     echo "per-op device time per step ($prof_steps profiled steps after the first, whose $first_ops ops are skipped; cudaEvent pairs) against the roofline:"
     "$PY" "$here/gpu_roofline.py" "$config" --batch "$batch" --seq-len "$seq" --peak "$peak" \

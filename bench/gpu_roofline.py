@@ -2,6 +2,8 @@
 """bench/gpu_roofline.py — the roofline of one training step of `meshpoint train --device cuda` (docs/CUDA.md).
 
     gpu_roofline.py CONFIG.json [--batch B] [--seq-len T] [--profile FILE --profile-steps S]
+    gpu_roofline.py --count-ops FILE     the number of ops a profile holds (its calls summed: what
+                                         bench_gpu.sh passes as MP_CUDA_PROFILE_SKIP)
                     [--peak 989e12] [--mm 790e12] [--bw 4.3e12] [--markdown]
 
 For every op of the CUDA backend's table that a step issues (1x1 mesh, grad_accum 1, bf16 compute, fp32
@@ -97,7 +99,8 @@ def read_profile(path, steps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("config")
+    ap.add_argument("config", nargs="?")
+    ap.add_argument("--count-ops", metavar="FILE")
     ap.add_argument("--batch", type=int)
     ap.add_argument("--seq-len", type=int)
     ap.add_argument("--profile")
@@ -107,6 +110,11 @@ def main():
     ap.add_argument("--bw", type=float, default=4.3e12)
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
+    if a.count_ops:
+        print(round(sum(calls for calls, _ in read_profile(a.count_ops, 1).values())))
+        return
+    if not a.config:
+        ap.error("CONFIG.json is required (unless --count-ops)")
     c = json.load(open(a.config))
     tr = c.get("train", {})
     B = a.batch or tr.get("batch_size", 8)

@@ -127,10 +127,8 @@ part bench_gpu 180 1 bench/bench_gpu.sh --bin "$bin/meshpoint" --out "$out/bench
 part gemm_probe 60 0 "$bin/gemm_probe"   # optional: the step's GEMM keys alone, against the step's profile
 part membound_probe 30 0 "$bin/membound_probe"   # optional: the RMSNorm kernels alone, against a copy of their bytes
 # the summary line and the whole per-kernel table (part shows only the log's tail)
-for b in bench_gpu; do
-  grep '^bench_gpu: ' "$out/$b.log" 2>/dev/null | sed "s/^bench_gpu:/$b:/" || true
-  sed -n '/^per-op device time/,$p' "$out/$b.log" 2>/dev/null || true
-done
+grep '^bench_gpu: ' "$out/bench_gpu.log" 2>/dev/null || true
+sed -n '/^per-op device time/,$p' "$out/bench_gpu.log" 2>/dev/null || true
 cat "$out/gemm_probe.log" "$out/membound_probe.log" 2>/dev/null || true
 if [ -n "${MP_GPU_SANITIZER:-}" ]; then
   echo "compute-sanitizer: $MP_GPU_SANITIZER"
