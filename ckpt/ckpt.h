@@ -55,6 +55,7 @@
 #define CKPT_MAX_DIMS 4
 #define CKPT_NAME_MAX 255      /* longest tensor name, bytes */
 #define CKPT_KEY_MAX 64        /* longest metadata key, bytes */
+#define CKPT_FILES_NODE (-1)   /* ckpt_save_opts.ranks_per_file: one file per node */
 
 /* ---------------------------------------------------------------------------------------- writing */
 
@@ -77,11 +78,24 @@ typedef struct ckpt_save_opts {
                                 one tile row), through two buffers of that size (band k is hashed on
                                 a helper thread while band k+1 is produced; MP_CKPT_SERIAL_FILL=1: one
                                 buffer, no overlap, the same bytes). 0: 16 MiB. */
+    int ranks_per_file;      /* which ranks share a rank file (the same on every rank; ckpt/group.c):
+                                0 or 1: each rank writes its own (rank_%05d.h5 of its rank);
+                                CKPT_FILES_NODE: one file per node, written by the node's lowest rank;
+                                G > 1: groups of G consecutive ranks of a node (by world rank), each
+                                written by its lowest rank. A member sends its boxes to its leader,
+                                band by band (opts.fill_bytes), which writes them into its own file
+                                (docs/FORMAT.md "Files of several ranks"). Synchronous saves only
+                                (ckpt_save_commit; ckpt_save_start refuses it in a world of > 1 rank);
+                                ckpt_save_add boxes only. Needs a world with point-to-point ops (MPI). */
     ckpt_progress_fn progress;  /* optional: called after each box this process writes, with the tensor
                                    bytes written so far and the total of its boxes (on the writer's
                                    thread: the background thread of an async save) */
     void *progress_ctx;         /* passed to progress */
 } ckpt_save_opts;
+
+/* Parses a --ckpt-files value into *ranks_per_file: "rank" (1), "node" (CKPT_FILES_NODE) or a group size
+ * N in 1..65536 (1 = "rank"). MP_EINPUT naming the value otherwise. */
+mp_code ckpt_files_parse(const char *s, int *ranks_per_file, mp_err *e);
 
 typedef struct ckpt_stats {
     double stall_s;      /* time the caller's thread spent inside the library for this save */
