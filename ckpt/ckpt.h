@@ -8,7 +8,8 @@
  *
  *   ROOT/step_%08d/index.h5        layout tables (runs of boxes), metadata, a link to the views; last, rank 0
  *   ROOT/step_%08d/view.h5         the virtual views (derived data, for other tools), just before index.h5
- *   ROOT/step_%08d/rank_%05d.h5    one per rank that wrote boxes: one dataset per box
+ *   ROOT/step_%08d/rank_%05d.h5    one per rank that wrote boxes: one dataset per box (or one per
+ *                                  node / group of ranks, written by its leader: opts.ranks_per_file)
  *   ROOT/latest                    text: the newest step directory name, replaced by rename
  *
  * Writing (collective over a world communicator whose ops take HOST buffers: mp_comm_self or the
@@ -39,7 +40,10 @@
  * at that point of a save (optionally only on rank MP_CKPT_CRASH_RANK): begin, during_rank_files
  * (after the first box is written), after_rank_files (every file written and fsynced, before the
  * collective commit), before_index, after_index (index fsynced, before the rename), after_rename
- * (before `latest` is replaced), after_latest (before retention).
+ * (before `latest` is replaced), after_latest (before retention). With files of several ranks
+ * (opts.ranks_per_file) a member's during_rank_files is after its first box is sent to its leader, and
+ * MP_CKPT_FAIL_AT=group_send (a member fails mid-transfer) or group_write (the leader fails writing a
+ * member's band), optionally only on rank MP_CKPT_FAIL_RANK, makes that rank fail with an error (no kill).
  */
 #ifndef CKPT_CKPT_H
 #define CKPT_CKPT_H
