@@ -42,8 +42,8 @@
  * collective commit), before_index, after_index (index fsynced, before the rename), after_rename
  * (before `latest` is replaced), after_latest (before retention). With files of several ranks
  * (opts.ranks_per_file) a member's during_rank_files is after its first box is sent to its leader, and
- * MP_CKPT_FAIL_AT=group_send (a member fails mid-transfer) or group_write (the leader fails writing a
- * member's band), optionally only on rank MP_CKPT_FAIL_RANK, makes that rank fail with an error (no kill).
+ * MP_CKPT_FAIL_AT=group_list (a member fails before sending), group_send (a member fails mid-transfer)
+ * or group_write (the leader fails writing a member's band), optionally only on rank MP_CKPT_FAIL_RANK, makes that rank fail with an error (no kill).
  */
 #ifndef CKPT_CKPT_H
 #define CKPT_CKPT_H

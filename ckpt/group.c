@@ -22,7 +22,8 @@
  *      take), its message;
  *   2. the leader adds each member's boxes as fill boxes of its own file (ckpt_save_add_fill, members
  *      in rank order after its own boxes) and sends every member {go, fill_bytes}: go = 0 when the
- *      leader or any member has failed (then no data moves and the commit's agreement fails the save);
+ *      leader or any member has failed (then no data moves and the commit's agreement fails the save
+ *      with the failing rank's own message);
  *   3. with go, each member sends, box by box in its order, every band the leader's writer will ask for
  *      (ck_fill_band_rows under the leader's fill_bytes): a band header {code, box, first row, rows,
  *      message}, then the band's bytes. A member that fails mid-way sends a header with its error and
@@ -216,6 +217,10 @@ static mp_code member_run(ckpt_save *s, int leader, mp_err *e) {
     mp_err_clear(&le);
     mp_code rc = ck_save_failed(s) ? MP_EINPUT : member_list(s, &b, &le);   /* a remembered error: the commit has it */
     if (ck_save_failed(s)) snprintf(le.msg, sizeof le.msg, "it failed before the save's files were written");
+    else if (rc == MP_OK && ck_fail_point("group_list", w->rank))
+        rc = mp_err_set(&le, MP_EIO, "MP_CKPT_FAIL_AT=group_list: rank %d fails before sending its boxes", w->rank);
+    /* the leader then stops the group (no go) but reports nothing itself: the commit's agreement names
+     * this rank with its own message */
     list_hdr lh = {rc, rc == MP_OK ? (int64_t)b.n : (int64_t)strlen(le.msg)};
     w->send(w, &lh, sizeof lh, leader, TAG_LIST);
     w->send(w, rc == MP_OK ? b.p : le.msg, (size_t)lh.bytes, leader, TAG_LIST);
@@ -326,6 +331,7 @@ static mp_code add_member(ckpt_save *s, gmember *m, const char *p, size_t n, mp_
 
 /* The leader's side of steps 1 and 2: members' lists in, go out. Returns whether data will move. */
 static int leader_collect(ckpt_save *s, group *g) {
+    int member_failed = 0;
     for (int i = 0; i < ck_save_nboxes(s) && !ck_save_failed(s); i++) {
         ck_save_box B;
         ck_save_box_at(s, i, &B);
@@ -345,14 +351,14 @@ static int leader_collect(ckpt_save *s, group *g) {
         p[lh.bytes] = '\0';
         mp_err e;
         if (lh.code != MP_OK) {
-            mp_err_set(&e, (mp_code)lh.code, "rank %d, whose boxes go to rank_%05d.h5: %s", m->rank, g->w->rank, p);
-            ckpt_save_fail(s, e.code, &e);
-        } else if (!ck_save_failed(s) && add_member(s, m, p, (size_t)lh.bytes, &e) != MP_OK) {
+            member_failed = 1;   /* its own error reaches the commit's agreement from it, with its rank */
+            mp_info("ckpt: rank %d, whose boxes go to rank_%05d.h5, failed before sending: %s", m->rank, g->w->rank, p);
+        } else if (!ck_save_failed(s) && !member_failed && add_member(s, m, p, (size_t)lh.bytes, &e) != MP_OK) {
             ckpt_save_fail(s, e.code, &e);
         }
         free(p);
     }
-    go_msg go = {!ck_save_failed(s), (int64_t)ck_save_opts_of(s)->fill_bytes};
+    go_msg go = {!ck_save_failed(s) && !member_failed, (int64_t)ck_save_opts_of(s)->fill_bytes};
     for (int k = 0; k < g->nm; k++) g->w->send(g->w, &go, sizeof go, g->m[k].rank, TAG_GO);
     return (int)go.go;
 }

@@ -10,7 +10,7 @@
 #     in several bands): h5py reads every tensor through view.h5 bitwise equal to the per-rank save's,
 #     and so does `meshpoint ckpt diff` (our reader, checksums checked);
 #   - failures after a good save of step 7: a member failing mid-transfer (MP_CKPT_FAIL_AT=group_send on
-#     rank 1), the leader failing while writing a member's boxes (group_write on rank 0), a member killed
+#     rank 1) or before sending (group_list: the save fails with rank 1's own message), the leader failing while writing a member's boxes (group_write on rank 0), a member killed
 #     mid-transfer (MP_CKPT_CRASH_AT=during_rank_files on rank 1): exit non-zero (the first two with a
 #     message naming the rank), no step 8, step 7 still the newest and intact;
 #   - an asynchronous save with --files 2 is refused with a message.
@@ -110,6 +110,9 @@ set +e   # expect checks the exit status itself
 expect 1 "save failed: .*rank 1.*MP_CKPT_FAIL_AT=group_send: rank 1 fails sending" "$work/fail_send.log" \
     $mpi -np $np -x MP_CKPT_FAIL_AT=group_send -x MP_CKPT_FAIL_RANK=1 "$tool" save "$work/fail" 8 --files $g --big --fill 65536
 intact member_send
+expect 1 "save failed: .*\[rank 1\] MP_CKPT_FAIL_AT=group_list: rank 1 fails before sending" "$work/fail_list.log" \
+    $mpi -np $np -x MP_CKPT_FAIL_AT=group_list -x MP_CKPT_FAIL_RANK=1 "$tool" save "$work/fail" 8 --files $g --big --fill 65536
+intact member_list
 expect 1 "save failed: .*\[rank 0\] .*MP_CKPT_FAIL_AT=group_write: rank 0 fails writing the boxes of rank 1" "$work/fail_write.log" \
     $mpi -np $np -x MP_CKPT_FAIL_AT=group_write -x MP_CKPT_FAIL_RANK=0 "$tool" save "$work/fail" 8 --files $g --big --fill 65536
 intact leader_write
@@ -122,5 +125,5 @@ intact member_killed
 expect 1 "save failed: .*asynchronous save.*ranks_per_file 2.*ckpt_save_commit" "$work/async.log" \
     $mpi -np $np "$tool" save "$work/async" 8 --files 2 --async
 set -e
-echo "failures (member mid-transfer, leader writing, member killed): step 7 kept; async refused"
+echo "failures (member before and mid-transfer, leader writing, member killed): step 7 kept; async refused"
 echo "ok: files of several ranks on $np processes"
