@@ -8,7 +8,8 @@
  *
  *   ROOT/step_%08d/index.h5        layout tables (runs of boxes), metadata, a link to the views; last, rank 0
  *   ROOT/step_%08d/view.h5         the virtual views (derived data, for other tools), just before index.h5
- *   ROOT/step_%08d/rank_%05d.h5    one per rank that wrote boxes: one dataset per box
+ *   ROOT/step_%08d/rank_%05d.h5    one per rank that wrote boxes: one dataset per box (or one per
+ *                                  node / group of ranks, written by its leader: opts.ranks_per_file)
  *   ROOT/latest                    text: the newest step directory name, replaced by rename
  *
  * Writing (collective over a world communicator whose ops take HOST buffers: mp_comm_self or the
@@ -39,7 +40,10 @@
  * at that point of a save (optionally only on rank MP_CKPT_CRASH_RANK): begin, during_rank_files
  * (after the first box is written), after_rank_files (every file written and fsynced, before the
  * collective commit), before_index, after_index (index fsynced, before the rename), after_rename
- * (before `latest` is replaced), after_latest (before retention).
+ * (before `latest` is replaced), after_latest (before retention). With files of several ranks
+ * (opts.ranks_per_file) a member's during_rank_files is after its first box is sent to its leader, and
+ * MP_CKPT_FAIL_AT=group_list (a member fails before sending), group_send (a member fails mid-transfer)
+ * or group_write (the leader fails writing a member's band), optionally only on rank MP_CKPT_FAIL_RANK, makes that rank fail with an error (no kill).
  */
 #ifndef CKPT_CKPT_H
 #define CKPT_CKPT_H
@@ -55,6 +59,7 @@
 #define CKPT_MAX_DIMS 4
 #define CKPT_NAME_MAX 255      /* longest tensor name, bytes */
 #define CKPT_KEY_MAX 64        /* longest metadata key, bytes */
+#define CKPT_FILES_NODE (-1)   /* ckpt_save_opts.ranks_per_file: one file per node */
 
 /* ---------------------------------------------------------------------------------------- writing */
 
@@ -77,11 +82,24 @@ typedef struct ckpt_save_opts {
                                 one tile row), through two buffers of that size (band k is hashed on
                                 a helper thread while band k+1 is produced; MP_CKPT_SERIAL_FILL=1: one
                                 buffer, no overlap, the same bytes). 0: 16 MiB. */
+    int ranks_per_file;      /* which ranks share a rank file (the same on every rank; ckpt/group.c):
+                                0 or 1: each rank writes its own (rank_%05d.h5 of its rank);
+                                CKPT_FILES_NODE: one file per node, written by the node's lowest rank;
+                                G > 1: groups of G consecutive ranks of a node (by world rank), each
+                                written by its lowest rank. A member sends its boxes to its leader,
+                                band by band (opts.fill_bytes), which writes them into its own file
+                                (docs/FORMAT.md "Files of several ranks"). Synchronous saves only
+                                (ckpt_save_commit; ckpt_save_start refuses it in a world of > 1 rank);
+                                ckpt_save_add boxes only. Needs a world with point-to-point ops (MPI). */
     ckpt_progress_fn progress;  /* optional: called after each box this process writes, with the tensor
                                    bytes written so far and the total of its boxes (on the writer's
                                    thread: the background thread of an async save) */
     void *progress_ctx;         /* passed to progress */
 } ckpt_save_opts;
+
+/* Parses a --ckpt-files value into *ranks_per_file: "rank" (1), "node" (CKPT_FILES_NODE) or a group size
+ * N in 1..65536 (1 = "rank"). MP_EINPUT naming the value otherwise. */
+mp_code ckpt_files_parse(const char *s, int *ranks_per_file, mp_err *e);
 
 typedef struct ckpt_stats {
     double stall_s;      /* time the caller's thread spent inside the library for this save */

@@ -334,4 +334,33 @@ int ck_save_rank(const ckpt_save *s);
 const char *ck_save_partial(const ckpt_save *s);
 const char *ck_save_meta_get(const ckpt_save *s, const char *key);
 
+/* What ckpt/group.c needs of a save (ckpt/writer.c): its world, options, whether a local error is
+ * remembered, its boxes (read-only views, in the order added), dropping them all (a group member whose
+ * boxes went to its leader's file), and the rows per band the writer uses for a fill box. */
+typedef struct ck_save_box {
+    const char *name;
+    mp_dtype dt;
+    int ndim, file_rank;
+    int64_t gshape[CKPT_MAX_DIMS], off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];   /* unused dims 1 / 0 / 1 */
+    const void *data;   /* NULL for a fill box */
+} ck_save_box;
+mp_comm *ck_save_world(const ckpt_save *s);
+const ckpt_save_opts *ck_save_opts_of(const ckpt_save *s);
+int ck_save_failed(const ckpt_save *s);
+int ck_save_nboxes(const ckpt_save *s);
+void ck_save_box_at(const ckpt_save *s, int i, ck_save_box *out);
+void ck_save_drop_boxes(ckpt_save *s);
+int64_t ck_fill_band_rows(mp_dtype dt, int ndim, const int64_t *shp, size_t fill_bytes);
+
+/* ckpt/group.c: files of several ranks (ckpt_save_opts.ranks_per_file). ck_group_wanted: the save asks
+ * for groups and the world has more than one rank (the same answer on every rank). ck_group_write:
+ * collective over the world, in place of the writer's own rank files: forms the groups, moves every
+ * member's boxes to its leader, which writes them with its own through write_files (the writer's
+ * write_rank_files); returns this rank's local result (never hangs on another rank's failure). */
+int ck_group_wanted(const ckpt_save *s);
+mp_code ck_group_write(ckpt_save *s, mp_code (*write_files)(ckpt_save *s, mp_err *e), mp_err *e);
+/* Test hook: 1 if MP_CKPT_FAIL_AT == point (and MP_CKPT_FAIL_RANK unset or == rank): the caller then
+ * fails with an error (no kill) at that point (ckpt/util.c). */
+int ck_fail_point(const char *point, int rank);
+
 #endif

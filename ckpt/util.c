@@ -81,3 +81,10 @@ void ck_crash_point(const char *point, int rank) {
     fflush(NULL);
     raise(SIGKILL);
 }
+
+int ck_fail_point(const char *point, int rank) {
+    const char *at = getenv("MP_CKPT_FAIL_AT");
+    if (!at || strcmp(at, point) != 0) return 0;
+    const char *r = getenv("MP_CKPT_FAIL_RANK");
+    return !(r && *r && atoi(r) != rank);
+}

@@ -144,6 +144,8 @@ static ckpt_save *get_inflight(void) {
     return s;
 }
 
+static void free_boxes(wbox *b, int n);
+
 /* Remembers the first local error. */
 static mp_code remember(ckpt_save *s, mp_code rc, const mp_err *e) {
     if (rc != MP_OK && s->lrc == MP_OK) {
@@ -283,6 +285,9 @@ static mp_code begin(ckpt_save **out, mp_comm *world, const char *root, const ch
         lrc = mp_err_set(&le, MP_EINPUT, "checkpoint step %lld is negative", (long long)step);
     } else if (s->o.zstd_level < 0 || s->o.zstd_level > 22) {
         lrc = mp_err_set(&le, MP_EINPUT, "zstd level %d out of range 0..22", s->o.zstd_level);
+    } else if (s->o.ranks_per_file < CKPT_FILES_NODE) {
+        lrc = mp_err_set(&le, MP_EINPUT, "ranks per file %d: expected 0 or 1 (a file per rank), a group size > 1 or "
+                         "CKPT_FILES_NODE", s->o.ranks_per_file);
     } else if (s->o.world_size < 0) {
         lrc = mp_err_set(&le, MP_EINPUT, "world size %d is negative", s->o.world_size);
     }
@@ -529,6 +534,32 @@ const char *ck_save_meta_get(const ckpt_save *s, const char *key) {
     return NULL;
 }
 
+mp_comm *ck_save_world(const ckpt_save *s) { return s->world; }
+const ckpt_save_opts *ck_save_opts_of(const ckpt_save *s) { return &s->o; }
+int ck_save_failed(const ckpt_save *s) { return s->lrc != MP_OK; }
+int ck_save_nboxes(const ckpt_save *s) { return s->nb; }
+
+void ck_save_box_at(const ckpt_save *s, int i, ck_save_box *out) {
+    assert(i >= 0 && i < s->nb);
+    const wbox *B = &s->b[i];
+    out->name = B->name;
+    out->dt = B->dt;
+    out->ndim = B->ndim;
+    out->file_rank = B->rank;
+    memcpy(out->gshape, B->gshape, sizeof out->gshape);
+    memcpy(out->off, B->off, sizeof out->off);
+    memcpy(out->shp, B->shp, sizeof out->shp);
+    out->data = B->data;
+}
+
+void ck_save_drop_boxes(ckpt_save *s) {
+    free_boxes(s->b, s->nb);
+    map_free(s);
+    s->b = NULL;
+    s->nb = s->capb = s->capm = 0;
+    s->by_name = s->by_file = s->in_file = NULL;
+}
+
 /* ------------------------------------------------------------------------------- hashing */
 
 /* Streaming hasher of one box: fed consecutive rows of dim 0 (in any grouping), it computes the
@@ -639,6 +670,16 @@ static int64_t band_rows(const wbox *B, size_t fill_bytes) {
     if (r < B->tile_rows) r = B->tile_rows;
     if (r > B->shp[0]) r = B->shp[0];
     return r;
+}
+
+int64_t ck_fill_band_rows(mp_dtype dt, int ndim, const int64_t *shp, size_t fill_bytes) {
+    wbox B;
+    memset(&B, 0, sizeof B);
+    B.dt = dt;
+    B.ndim = ndim;
+    memcpy(B.shp, shp, sizeof B.shp);
+    ckpt_tile_geometry(mp_dtype_size(dt), ndim, B.shp, &B.tile_rows, &B.tile_cols);
+    return band_rows(&B, fill_bytes ? fill_bytes : FILL_BYTES_DEFAULT);
 }
 
 /* Creates the dataset of box B in file f (contiguous; with zstd chunked: one column block of tiles and
@@ -1446,7 +1487,10 @@ mp_code ckpt_save_commit(ckpt_save *s, ckpt_stats *st, mp_err *e) {
     if (s->state != ST_OPEN) return ckpt_save_wait(s, st, e);
     double t0 = ck_now();
     mp_err we;
-    if (s->lrc == MP_OK) {
+    if (ck_group_wanted(s)) {   /* files of several ranks: the group transfer (ckpt/group.c), collective */
+        mp_code rc = ck_group_write(s, write_rank_files, &we);
+        remember(s, rc, &we);
+    } else if (s->lrc == MP_OK) {
         mp_code rc = write_rank_files(s, &we);
         remember(s, rc, &we);
     }
@@ -1479,6 +1523,11 @@ mp_code ckpt_save_start(ckpt_save *s, mp_err *e) {
                              "tensor %s: an asynchronous save (ckpt_save_start) takes only ckpt_save_add boxes of the "
                              "process's own rank, not fill boxes or boxes for rank_%05d.h5: use ckpt_save_commit",
                              s->b[i].name, s->b[i].rank);
+    if (rrc == MP_OK && ck_group_wanted(s))
+        rrc = mp_err_set(&re, MP_EINPUT,
+                         "an asynchronous save (ckpt_save_start) writes one file per rank: files of several ranks "
+                         "(ranks_per_file %d) move data between ranks on the caller's thread, use ckpt_save_commit",
+                         s->o.ranks_per_file);
     if (rrc != MP_OK) remember(s, rrc, &re);
     s->state = ST_STARTED;
     if (s->lrc != MP_OK) {

@@ -64,7 +64,7 @@ static mp_code parse_compress(const char *s, int *level, mp_err *err) {
  * *help and prints the help on rank 0. Fails alike on every rank (`fail`): a bad flag, a positional
  * argument. */
 mp_code mp_train_parse_flags(train_run *r, int argc, char **argv, int *help) {
-    train_flags f = {.run_dir = "run", .device = "cpu", .data_format = "llmc", .compress = "none",
+    train_flags f = {.run_dir = "run", .device = "cpu", .data_format = "llmc", .compress = "none", .ckpt_files = "rank",
                      .on_save_error = "stop", .on_nonfinite = "stop"};
     mp_train_config_default(&f.tc);   /* sp -1: auto (--help shows the defaults actually used) */
     const mp_field *fs = mp_train_config_fields();
@@ -95,6 +95,9 @@ mp_code mp_train_parse_flags(train_run *r, int argc, char **argv, int *help) {
         {"compress", MP_ARG_STRING, &f.compress, "C", "checkpoint compression: none, zstd or zstd:LEVEL"},
         {"stop-at", MP_ARG_I64, &f.stop_at, "STEP", "stop after this step with a checkpoint, as on SIGTERM (0: off)"},
         {"async-save", MP_ARG_SWITCH, &f.async_save, NULL, "write checkpoints on a background thread"},
+        {"ckpt-files", MP_ARG_STRING, &f.ckpt_files, "F",
+         "rank files of a save: rank (one per rank), node (one per node, written by its lowest rank: fewer "
+         "files for a parallel file system) or N (one per N ranks of a node); not with --async-save"},
         {"on-save-error", MP_ARG_STRING, &f.on_save_error, "WHAT", "when a save fails: stop (exit 1) or continue", on_err},
         {"on-nonfinite", MP_ARG_STRING, &f.on_nonfinite, "WHAT",
          "when the gradient norm is NaN/inf: stop (exit 1, no update) or skip the update", on_nf},
@@ -148,6 +151,10 @@ mp_code mp_train_load_config(train_run *r) {
     if (f->max_memory && (rc = mp_args_parse_size(f->max_memory, "--max-memory", 1, &r->max_bytes, err))) return rc;
     r->sopts = (ckpt_save_opts){.keep = f->keep};
     if ((rc = parse_compress(f->compress, &r->sopts.zstd_level, err))) return rc;
+    if ((rc = ckpt_files_parse(f->ckpt_files, &r->sopts.ranks_per_file, err))) { mp_err_wrap(err, "--ckpt-files"); return rc; }
+    if (f->async_save && r->sopts.ranks_per_file != 1)
+        return mp_err_set(err, MP_EINPUT, "--ckpt-files %s moves each rank's data to the file's writer during the save: "
+                          "it needs synchronous saves, drop --async-save (or use --ckpt-files rank)", f->ckpt_files);
     mp_train_config cli = *c;
     llama_config_default(&r->mc);
     mp_train_config_default(c);

@@ -35,6 +35,7 @@ typedef struct train_flags {
     /* checkpoints */
     const char *ckpt_dir, *resume_from, *compress, *on_save_error, *on_nonfinite, *max_memory;
     const char *init_from;     /* --init-from: a new run from this checkpoint's weights */
+    const char *ckpt_files;    /* --ckpt-files: rank, node or N (ckpt_files_parse) */
     int64_t ckpt_every, stop_at;
     int keep, resume, async_save, overwrite;
 } train_flags;

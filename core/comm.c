@@ -109,6 +109,12 @@ void mp_comm_count_gather(mp_comm *c, int64_t n, const int64_t *counts, int root
     c->calls[MP_COMM_GATHER]++;
 }
 
+void mp_comm_count_p2p(mp_comm *c, int64_t n) {
+    assert(c && n >= 0);
+    c->bytes_sent[MP_COMM_P2P] += n;
+    c->calls[MP_COMM_P2P]++;
+}
+
 void mp_comm_count_scatter(mp_comm *c, int64_t n, const int64_t *counts, int root) {
     assert(c && n >= 0 && root >= 0 && root < c->size);
     if (c->rank == root) {

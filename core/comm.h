@@ -9,6 +9,7 @@
  *   broadcast(n bytes)       n on the root, 0 elsewhere
  *   gather/gatherv(n bytes)  n on every rank but the root, 0 on the root (its own block does not move)
  *   scatterv(counts)         on the root the sum of counts[r] over r != root, 0 elsewhere
+ *   send / recv(n bytes)     n on the sender, 0 on the receiver (MP_COMM_P2P)
  * A group of size 1 moves nothing and counts nothing (neither bytes nor calls).
  *
  * Exact per-rank formulas (integers, deterministic, also for uneven sizes). p = group size, r = this
@@ -41,7 +42,7 @@
 #include "core/tensor.h"
 
 typedef enum { MP_COMM_ALLREDUCE = 0, MP_COMM_ALLGATHER, MP_COMM_REDUCE_SCATTER, MP_COMM_BCAST,
-               MP_COMM_GATHER, MP_COMM_SCATTER, MP_COMM_NOPS } mp_comm_op;
+               MP_COMM_GATHER, MP_COMM_SCATTER, MP_COMM_P2P, MP_COMM_NOPS } mp_comm_op;
 
 typedef struct mp_comm mp_comm;
 
@@ -70,6 +71,13 @@ struct mp_comm {
      * (NULL elsewhere is fine). The loaders' per-rank plans (ckpt_open_planned). */
     void (*scatterv)(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root);
     void (*barrier)(mp_comm *c);
+    /* Point-to-point raw host bytes: send blocks until buf may be reused, recv until its `bytes` have
+     * arrived from src (the message must be exactly that long). Messages of one (peer, tag) pair arrive
+     * in order. Host communicators only (MPI): NULL on device ones (NCCL) and on a group of one (no
+     * peer). Counted as MP_COMM_P2P: send counts its bytes and a call, recv a call. The checkpoint's
+     * file groups (ckpt/group.c) use them on the world communicator. */
+    void (*send)(mp_comm *c, const void *buf, size_t bytes, int dst, int tag);
+    void (*recv)(mp_comm *c, void *buf, size_t bytes, int src, int tag);
     void (*destroy)(mp_comm *c);
 
     int64_t bytes_sent[MP_COMM_NOPS];   /* counted per op kind, see the formulas above */
@@ -102,6 +110,8 @@ void mp_comm_count_broadcast(mp_comm *c, size_t bytes, int root);
 void mp_comm_count_gather(mp_comm *c, int64_t n, const int64_t *counts, int root);
 /* scatterv of counts[size] (checked and summed on root, may be NULL elsewhere) from root; n this rank's. */
 void mp_comm_count_scatter(mp_comm *c, int64_t n, const int64_t *counts, int root);
+/* send (n > 0: this rank sends n bytes) or recv (n == 0) of one point-to-point message: counts n and a call. */
+void mp_comm_count_p2p(mp_comm *c, int64_t n);
 /* Sum of bytes_sent (and of seconds) over all op kinds; reset of all counters. */
 double mp_comm_total_seconds(const mp_comm *c);
 int64_t mp_comm_total_bytes(const mp_comm *c);

@@ -11,6 +11,7 @@
 #include <assert.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -282,6 +283,39 @@ static void mpi_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const
     root_pieces(c, (char *)(uintptr_t)in, counts, root, 1, TAG);   /* only sent from: MPI_Isend takes const */
 }
 
+/* Point-to-point bytes to dst with tag, in pieces of at most g_max_count (one pair's messages never
+ * overtake, so the receiver's pieces match). */
+static void mpi_send(mp_comm *c, const void *buf, size_t bytes, int dst, int tag) {
+    assert(c->size > 1 && dst >= 0 && dst < c->size && dst != c->rank && tag >= 0 && (buf || bytes == 0));
+    mp_comm_count_p2p(c, (int64_t)bytes);
+    int64_t n = (int64_t)bytes;
+    int64_t off = 0;
+    do {   /* a zero-byte message is still one message: the receiver expects it */
+        TIMED(c, MP_COMM_P2P, MPI_Send((const char *)buf + off, piece(n, off), MPI_BYTE, dst, tag, impl_of(c)->comm));
+        off += g_max_count;
+    } while (off < n);
+}
+
+/* The mirror of mpi_send: exactly bytes from src with tag. */
+static void mpi_recv(mp_comm *c, void *buf, size_t bytes, int src, int tag) {
+    assert(c->size > 1 && src >= 0 && src < c->size && src != c->rank && tag >= 0 && (buf || bytes == 0));
+    mp_comm_count_p2p(c, 0);
+    int64_t n = (int64_t)bytes;
+    int64_t off = 0;
+    do {
+        MPI_Status st;
+        int got = -1;
+        TIMED(c, MP_COMM_P2P, MPI_Recv((char *)buf + off, piece(n, off), MPI_BYTE, src, tag, impl_of(c)->comm, &st));
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        if (got != piece(n, off)) {   /* a longer one is MPI's truncation error (fatal); a shorter one a protocol bug */
+            fprintf(stderr, "comm: rank %d expected %d bytes from rank %d (tag %d), got %d\n", c->rank, piece(n, off),
+                    src, tag, got);
+            MPI_Abort(impl_of(c)->comm, 1);
+        }
+        off += g_max_count;
+    } while (off < n);
+}
+
 static void mpi_barrier(mp_comm *c) {
     assert(c->size > 1);
     MPI_Barrier(impl_of(c)->comm);
@@ -326,6 +360,8 @@ mp_comm *mp_comm_mpi_create(MPI_Comm comm) {
     c->gatherv = mpi_gatherv;
     c->scatterv = mpi_scatterv;
     c->barrier = mpi_barrier;
+    c->send = mpi_send;
+    c->recv = mpi_recv;
     c->destroy = mpi_destroy;
     c->impl = im;
     if (c->size == 1) mp_comm_use_self_ops(c);   /* a group of one: the self path, nothing counted */

@@ -74,6 +74,8 @@ void mp_comm_use_self_ops(mp_comm *c) {
     c->gatherv = self_gatherv;
     c->scatterv = self_scatterv;
     c->barrier = self_barrier;
+    c->send = NULL;   /* a group of one has no peer (core/comm.h) */
+    c->recv = NULL;
 }
 
 /* A new communicator of one rank; aborts on OOM (as every mp_alloc). */

@@ -308,6 +308,45 @@ static void test_gather(mp_comm *c) {
     mp_comm_mpi_set_max_count(2147483647);
 }
 
+/* send / recv: every rank r > 0 sends rank 0 a message of ucount(r) + 1 bytes (tag 5), then rank 0 sends
+ * each back its bytes reversed (tag 6) and a zero-byte message (tag 7): exact bytes, the byte after the
+ * buffer untouched, and the counters (the sender its bytes, the receiver none; a call each). A group of one
+ * has none (NULL). */
+static void test_p2p(mp_comm *c) {
+    const int p = g_np, me = g_rank;
+    if (p == 1) { check("p2p: NULL on a group of one", !c->send && !c->recv, NULL); return; }
+    mp_comm_reset_counters(c);
+    int64_t sent = 0, calls = 0;
+    int back_ok = 1, got_ok = 1;   /* checked once after the loop: check() is collective */
+    for (int r = 1; r < p; r++) {
+        size_t n = (size_t)ucount(r) + 1;
+        unsigned char *buf = malloc(n + 1);
+        if (me == r) {
+            for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)(r * 7 + i);
+            c->send(c, buf, n, 0, 5);
+            c->recv(c, buf, n, 0, 6);
+            for (size_t i = 0; i < n; i++) back_ok &= buf[i] == (unsigned char)(r * 7 + (n - 1 - i));
+            c->recv(c, NULL, 0, 0, 7);
+            sent += (int64_t)n;
+            calls += 3;
+        } else if (me == 0) {
+            buf[n] = 0xEE;
+            c->recv(c, buf, n, r, 5);
+            got_ok &= buf[n] == 0xEE;
+            for (size_t i = 0; i < n; i++) got_ok &= buf[i] == (unsigned char)(r * 7 + i);
+            for (size_t i = 0; i < n / 2; i++) { unsigned char t = buf[i]; buf[i] = buf[n - 1 - i]; buf[n - 1 - i] = t; }
+            c->send(c, buf, n, r, 6);
+            c->send(c, NULL, 0, r, 7);
+            sent += (int64_t)n;
+            calls += 3;
+        }
+        free(buf);
+    }
+    check("p2p: rank 0 got every rank's bytes, the byte after untouched", got_ok, "on rank %d", me);
+    check("p2p: the reversed bytes came back", back_ok, "on rank %d", me);
+    check_counters("p2p: the sender counts its bytes, a call per message", c, MP_COMM_P2P, sent, calls);
+}
+
 /* An MPI communicator of one rank behaves as the self comm: identity, nothing counted. */
 static void test_size_one(void) {
     MPI_Comm alone;
@@ -557,6 +596,10 @@ int main(int argc, char **argv) {
     test_bf16(c);
     test_broadcast(c);
     test_gather(c);
+    test_p2p(c);
+    mp_comm_mpi_set_max_count(3);   /* pieces of 3 bytes: the path of messages over INT_MAX bytes */
+    test_p2p(c);
+    mp_comm_mpi_set_max_count(2147483647);
     test_split(c);
     test_agree(c);
     c->destroy(c);

@@ -1,15 +1,17 @@
 # tests/resume.cmake — exact resume through the CLI on tp 2 x dp 2 (tests/resume_exact.sh): plain,
-# with --async-save, and with zstd compression.
+# with --async-save, with zstd compression, and with one file per node (--ckpt-files node).
 set(MP_RESUME_DATA ${CMAKE_BINARY_DIR}/resume_data)
 add_test(NAME resume_data_setup COMMAND $<TARGET_FILE:meshpoint> data --out ${MP_RESUME_DATA} --name t
          ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/core/config.c ${CMAKE_SOURCE_DIR}/layers/llama.c)
 set_tests_properties(resume_data_setup PROPERTIES FIXTURES_SETUP resume_data)
-foreach(variant plain async zstd)
+foreach(variant plain async zstd node)
   set(extra "")
   if(variant STREQUAL "async")
     set(extra --async-save)
   elseif(variant STREQUAL "zstd")
     set(extra --compress zstd:3)
+  elseif(variant STREQUAL "node")
+    set(extra --ckpt-files node)
   endif()
   add_test(NAME resume_exact_tp2_dp2_${variant}
            COMMAND ${CMAKE_SOURCE_DIR}/tests/resume_exact.sh $<TARGET_FILE:meshpoint> $<TARGET_FILE:tool_ckpt_equal>

@@ -9,9 +9,12 @@
  *                                         save; then failures that one rank sees (a bad box on the last
  *                                         rank) or only rank 0 sees (an element written twice) must
  *                                         fail the save on every rank with the same message.
- *   tool_ckpt_mpi save ROOT STEP [--zstd L] [--async]
+ *   tool_ckpt_mpi save ROOT STEP [--zstd L] [--async] [--files rank|node|G] [--big] [--fill BYTES]
  *                                         saves the tensor set as STEP (for interop and crash tests;
- *                                         MP_CKPT_CRASH_AT applies)
+ *                                         MP_CKPT_CRASH_AT applies); --files: ranks_per_file (node:
+ *                                         CKPT_FILES_NODE); --big adds a tensor of 1024 rows per rank,
+ *                                         --fill sets fill_bytes (bands of member boxes); on failure
+ *                                         rank 0 prints "save failed: MESSAGE" on stdout
  *   tool_ckpt_mpi check ROOT STEP         ckpt_find_latest must pick STEP; every rank reads every
  *                                         tensor whole and the boxes a world of its size would own, and
  *                                         compares them with the generator; rank 0 runs ckpt_verify.
@@ -144,8 +147,25 @@ static void read_back(ckpt_reader *r, int p) {
 
 static mp_comm *g_w;
 
-static int cmd_save(const char *root, int64_t step, int zstd, int async) {
-    ckpt_save_opts o = {.zstd_level = zstd};
+/* --big: a tensor of 1024 rows per rank x 64 (f32, split on dim 0), so that with a small --fill a box
+ * is written (and, with --files, sent) in several bands. Checked by comparing checkpoints (h5py) and
+ * ckpt_verify, not by check/read_back. */
+static const tu_tdesc g_big = {"model/big.weight", MP_F32, 2, {0, 64}};
+
+static void *add_big(ckpt_save *s) {
+    tu_tdesc t = g_big;
+    t.shape[0] = 1024 * (int64_t)g_size;
+    int64_t off[2] = {1024 * (int64_t)g_rank, 0}, shp[2] = {1024, 64};
+    void *buf = malloc((size_t)tu_numel(2, shp) * sizeof(float));
+    tu_fill_box(TU_VALS_MAIN, NT, &t, off, shp, buf);
+    mp_err e;
+    mp_code rc = ckpt_save_add(s, t.name, t.dt, 2, t.shape, off, shp, buf, &e);
+    CHECK(rc == MP_OK, "add %s: %s", t.name, e.msg);
+    return buf;
+}
+
+static int cmd_save(const char *root, int64_t step, int zstd, int async, int files, int big, size_t fill) {
+    ckpt_save_opts o = {.zstd_level = zstd, .ranks_per_file = files, .fill_bytes = fill};
     ckpt_save *s;
     mp_err e;
     mp_code rc = ckpt_save_begin(&s, g_w, root, step, &o, &e);
@@ -153,6 +173,7 @@ static int cmd_save(const char *root, int64_t step, int zstd, int async) {
     if (rc != MP_OK) return 1;
     owned ow;
     add_owned(s, &ow);
+    void *bigbuf = big ? add_big(s) : NULL;
     add_meta(s);
     ckpt_stats st;
     if (async) {
@@ -167,8 +188,13 @@ static int cmd_save(const char *root, int64_t step, int zstd, int async) {
         rc = ckpt_save_commit(s, &st, &e);
     }
     CHECK(rc == MP_OK, "save step %lld: %s", (long long)step, e.msg);
+    if (rc != MP_OK && g_rank == 0) printf("save failed: %s\n", e.msg);   /* the agreed message, for the tests */
+    if (rc == MP_OK && g_rank == 0)   /* for bench/bench_nodefiles.sh */
+        fprintf(stderr, "tool_ckpt_mpi: rank 0 saved step %lld in %.4f s (write %.4f s, commit %.4f s)\n",
+                (long long)step, st.stall_s, st.write_s, st.commit_s);
     ckpt_save_free(s);
     free_owned(&ow);
+    free(bigbuf);
     return rc == MP_OK ? 0 : 1;
 }
 
@@ -353,7 +379,7 @@ static void cmd_roundtrip(const char *root) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     /* 1. synchronous save, read back */
-    cmd_save(root, 1, 0, 0);
+    cmd_save(root, 1, 0, 0, 0, 0, 0);
     ckpt_reader *r;
     mp_code rc = ckpt_open_latest(&r, root, &e);
     CHECK(rc == MP_OK, "open: %s", e.msg);
@@ -368,7 +394,7 @@ static void cmd_roundtrip(const char *root) {
         ckpt_close(r);
     }
     /* 2. async + zstd */
-    cmd_save(root, 2, 3, 1);
+    cmd_save(root, 2, 3, 1, 0, 0, 0);
     rc = ckpt_open_latest(&r, root, &e);
     CHECK(rc == MP_OK, "open: %s", e.msg);
     if (rc == MP_OK) {
@@ -433,13 +459,19 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "roundtrip")) {
         cmd_roundtrip(argv[2]);
     } else if (argc >= 4 && !strcmp(argv[1], "save")) {
-        int zstd = 0, async = 0;
+        int zstd = 0, async = 0, files = 0, big = 0;
+        size_t fill = 0;
         for (int i = 4; i < argc; i++) {
             if (!strcmp(argv[i], "--zstd") && i + 1 < argc) zstd = atoi(argv[++i]);
             else if (!strcmp(argv[i], "--async")) async = 1;
-            else usage = 1;
+            else if (!strcmp(argv[i], "--big")) big = 1;
+            else if (!strcmp(argv[i], "--fill") && i + 1 < argc) fill = (size_t)atoll(argv[++i]);
+            else if (!strcmp(argv[i], "--files") && i + 1 < argc) {
+                mp_err fe;
+                if (ckpt_files_parse(argv[++i], &files, &fe) != MP_OK) usage = 1;
+            } else usage = 1;
         }
-        if (!usage) cmd_save(argv[2], atoll(argv[3]), zstd, async);
+        if (!usage) cmd_save(argv[2], atoll(argv[3]), zstd, async, files, big, fill);
     } else if (argc >= 4 && !strcmp(argv[1], "check")) {
         cmd_check(argv[2], atoll(argv[3]));
     } else if (argc >= 4 && !strcmp(argv[1], "planned")) {
@@ -454,7 +486,7 @@ int main(int argc, char **argv) {
     int fails = g_fails;
     MPI_Allreduce(MPI_IN_PLACE, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (usage && g_rank == 0)
-        fprintf(stderr, "usage: tool_ckpt_mpi roundtrip ROOT | save ROOT STEP [--zstd L] [--async] | check ROOT STEP | planned ROOT STEP | planned-damaged ROOT STEP | planned-same DIR\n");
+        fprintf(stderr, "usage: tool_ckpt_mpi roundtrip ROOT | save ROOT STEP [--zstd L] [--async] [--files rank|node|G] [--big] [--fill BYTES] | check ROOT STEP | planned ROOT STEP | planned-damaged ROOT STEP | planned-same DIR\n");
     if (!usage && g_rank == 0) fprintf(stderr, "tool_ckpt_mpi %s: %s (%d failures)\n", argv[1], fails ? "FAILED" : "ok", fails);
     g_w->destroy(g_w);
     MPI_Finalize();

@@ -2,7 +2,8 @@
 """tests/python/test_ckpt_h5py.py — checkpoints read by other tools, with no code of ours.
 
 Writes a checkpoint with 3 ranks (tests/tool_ckpt_mpi save), plain and zstd-compressed, then with
-Debian's h5py: opens index.h5, checks the format attributes, reads the layout tables, assembles every
+Debian's h5py (also saved with files of several ranks: --files 2 and node, whose tensors must equal the
+plain save's bitwise): opens index.h5, checks the format attributes, reads the layout tables, assembles every
 tensor from the rank files through the box table (checking each dataset's attributes against the
 table and that every element is written exactly once), reads every tensor whole through its virtual
 view and requires both to be equal. Format v2 checksum tiles are checked from the spec alone
@@ -187,7 +188,12 @@ def main():
             fails.append(msg)
             print("FAIL:", msg, file=sys.stderr)
 
-    for mode, extra in (("plain", []), ("zstd", ["--zstd", "4"])):
+    # files of several ranks (ckpt_save_opts.ranks_per_file): the same reading, the rank files of the
+    # groups' leaders only, and every tensor equal to the plain (one file per rank) save's
+    modes = (("plain", [], range(a.np)), ("zstd", ["--zstd", "4"], range(a.np)),
+             ("files2", ["--files", "2"], range(0, a.np, 2)), ("node", ["--files", "node"], [0]))
+    tensors_of = {}
+    for mode, extra, want_files in modes:
         root = os.path.join(a.workdir, mode)
         r = subprocess.run(mpi + [a.tool, "save", root, "5"] + extra, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
         if r.returncode != 0:
@@ -212,7 +218,9 @@ def main():
         boxes = layout_boxes(h5py, np, check, mode, step_dir, idx)
         files = idx["layout/files"][...]
         check(len(tensors) == 6, f"{mode}: {len(tensors)} tensors")
-        check(sorted(int(x) for x in files["rank"]) == list(range(a.np)), f"{mode}: files {files}")
+        check(sorted(int(x) for x in files["rank"]) == list(want_files), f"{mode}: files {files}")
+        check(sorted(x for x in os.listdir(step_dir) if x.startswith("rank_")) ==
+              ["rank_%05d.h5" % r for r in want_files], f"{mode}: rank files on disk {os.listdir(step_dir)}")
         rank_files = {}
         for ti, t in enumerate(tensors):
             name = t["name"].decode()
@@ -252,6 +260,11 @@ def main():
             got = view.astype("f4")[...]
             check(np.array_equal(got, full), f"{mode}: {name} ({dtype}): view differs from the rank files")
             check(not np.isnan(got).any(), f"{mode}: {name}: view has fill values (missing source?)")
+            tensors_of.setdefault(mode, {})[name] = view[...]
+            if mode in ("files2", "node"):
+                ref = tensors_of["plain"][name]
+                check(got.dtype == ref.dtype and np.array_equal(view[...].view(np.uint8), ref.view(np.uint8)),
+                      f"{mode}: {name}: differs bitwise from the one-file-per-rank save")
         for f in rank_files.values():
             f.close()
         idx.close()
