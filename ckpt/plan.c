@@ -41,6 +41,7 @@
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
 #include <assert.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +95,7 @@ typedef struct {
     int32_t ndim, dtype, one, pad;   /* one: (v3) no rank file holds two boxes of it: their k are 0 */
     uint32_t len;                    /* its name: len bytes at names + at */
     int64_t at, shape[CKPT_MAX_DIMS];
+    int64_t row;                     /* its row of a part (plan_trow, nboxes 0, and name) at rows + row */
 } plan_tinfo;
 
 /* What rank 0 plans on: the index's layout and, for a v3 index, its runs unexpanded. */
@@ -105,6 +107,8 @@ struct ck_plan_src {
     int64_t *bound;       /* v3: [nruns][4], the runs' extents in dims 0 and 1 (ck_runs_bounds) */
     plan_tinfo *ti;       /* [ntensors]: what planning and packing read of a tensor, compactly */
     char *names;          /* the tensors' names, each ti[t].len bytes at ti[t].at */
+    char *rows;           /* every tensor's row of a part, in tensor order (ti[t].row; ti[ntensors].row:
+                             the end): a part's tensor rows are copied from it and their nboxes set */
 };
 
 /* S->ti and S->names from S->L; for a v3 index (S->runs) each tensor's `one` from the runs: each
@@ -126,6 +130,21 @@ static void plan_tinfo_build(ck_plan_src *S) {
         at += I->len;
         memcpy(I->shape, L->t[t].shape, sizeof I->shape);
     }
+    ck_buf rows = {0};
+    for (int t = 0; t < L->ntensors; t++) {
+        plan_trow r;
+        memset(&r, 0, sizeof r);
+        const plan_tinfo *I = &S->ti[t];
+        r.len = I->len;
+        r.dtype = I->dtype;
+        r.ndim = I->ndim;
+        memcpy(r.shape, I->shape, sizeof r.shape);
+        S->ti[t].row = (int64_t)rows.n;
+        ck_buf_put(&rows, &r, sizeof r);
+        ck_buf_put(&rows, S->names + I->at, r.len);
+    }
+    S->ti[L->ntensors].row = (int64_t)rows.n;
+    S->rows = rows.p;
     if (!S->runs) return;
     int *stamp = mp_xmalloc(sizeof(int) * (size_t)(S->L.world + 1));
     for (int r = 0; r <= S->L.world; r++) stamp[r] = -1;
@@ -176,29 +195,38 @@ void ck_plan_src_free(ck_plan_src *S) {
     free(S->bound);
     free(S->ti);
     free(S->names);
+    free(S->rows);
     free(S);
 }
 
-/* Appends to hx (growing) the saved boxes of tensor t of S that the region (off, shp) meets: found on
- * the runs (v3) or, for a layout with its boxes, by the interval index (their hits name them: box). */
-static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int64_t *shp, ck_hit **hx, int *nh,
-                      int *cap) {
+/* What ck_plan_pack keeps from rank to rank (each array growing, mp_realloc): the rank's hits (hx[nh]
+ * of cap) and a scratch for their ordering (tmp of tcap, count: per-tensor buckets), and the tensor
+ * hints (hint[nhint], per region of the list). */
+typedef struct {
+    ck_hit *hx, *tmp;
+    int nh, cap, tcap, *count;
+    int *hint, nhint;
+} plan_ctx;
+
+/* Appends to C->hx the saved boxes of tensor t of S that the region (off, shp) meets: found on the runs
+ * (v3) or, for a layout with its boxes, by the interval index (their hits name them: box). */
+static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int64_t *shp, plan_ctx *C) {
     if (S->runs) {
         const plan_tinfo *I = &S->ti[t];
         ck_runs_query(&S->L, S->runs, S->bound, S->rfirst[t], S->rfirst[t + 1], t, I->ndim, I->shape, I->one, off,
-                      shp, hx, nh, cap);
+                      shp, &C->hx, &C->nh, &C->cap);
         return;
     }
     int k = ck_layout_query(&S->L, t, off, shp, NULL, 0);
     int *ids = mp_xmalloc(sizeof(int) * (size_t)(k + 1));
     ck_layout_query(&S->L, t, off, shp, ids, k);
-    if (*nh + k > *cap) {
-        *cap = (*nh + k) * 2 + 16;
-        *hx = mp_realloc(*hx, 0, sizeof(ck_hit) * (size_t)*cap, MP_MEM_OTHER);
+    if (C->nh + k > C->cap) {
+        C->cap = (C->nh + k) * 2 + 16;
+        C->hx = mp_realloc(C->hx, 0, sizeof(ck_hit) * (size_t)C->cap, MP_MEM_OTHER);
     }
     for (int i = 0; i < k; i++) {
         const ck_box *B = &S->L.b[ids[i]];
-        ck_hit *H = &(*hx)[(*nh)++];
+        ck_hit *H = &C->hx[C->nh++];
         H->tensor = B->tensor;
         H->file = B->file;
         H->k = (int32_t)B->k;
@@ -209,23 +237,26 @@ static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int
     free(ids);
 }
 
-/* The tensor of S named `name` (l bytes), or -1. *hint: the tensor found for the same region of the
- * rank before (every rank asks for its tensors in the same order): tried first, one comparison
- * instead of a search. */
+/* The tensor of S named by the l bytes at name (not NUL-terminated), or -1. *hint: the tensor found
+ * for the same region of the rank before (every rank asks for its tensors in the same order): tried
+ * first, one comparison instead of a search. */
 static int plan_tensor(const ck_plan_src *S, const char *name, uint32_t l, int *hint) {
     const plan_tinfo *I = *hint >= 0 && *hint < S->L.ntensors ? &S->ti[*hint] : NULL;
     if (I && I->len == l && !memcmp(S->names + I->at, name, l)) return *hint;
-    return *hint = ck_layout_find(&S->L, name);
+    char z[CKPT_NAME_MAX + 1];
+    memcpy(z, name, l);
+    z[l] = 0;
+    return *hint = ck_layout_find(&S->L, z);
 }
 
-/* Adds to hx (growing) the saved boxes of S that the regions packed in p[0, n) meet, and marks their
- * tensors (and every requested tensor present) in want_t. hints (growing, *nh of them): plan_tensor's,
- * per region of the list. MP_EINTERNAL if the bytes do not parse. */
-static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char *want_t, ck_hit **hx, int *nb,
-                            int *cap, int **hints, int *nh, mp_err *e) {
+/* Sets C->hx to the saved boxes of S that the regions packed in p[0, n) meet (plan_find per region),
+ * and marks their tensors (and every requested tensor present) in want_t. A region of a tensor S does
+ * not have is left to the loader's own lookup, which reports it. MP_EINTERNAL if the bytes do not
+ * parse. */
+static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char *want_t, plan_ctx *C, mp_err *e) {
     int64_t at = 0;
     int j = 0;
-    char name[CKPT_NAME_MAX + 1];
+    C->nh = 0;
     while (at < n) {
         uint32_t l;
         if (n - at < (int64_t)sizeof l) return mp_err_set(e, MP_EINTERNAL, "planned open: a region list is cut short");
@@ -234,20 +265,18 @@ static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char
         int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
         if (l > CKPT_NAME_MAX || n - at < (int64_t)(l + sizeof off + sizeof shp))
             return mp_err_set(e, MP_EINTERNAL, "planned open: a region list is cut short");
-        memcpy(name, p + at, l);
-        name[l] = 0;
+        if (j == C->nhint) {
+            C->hint = mp_realloc(C->hint, sizeof(int) * (size_t)C->nhint, sizeof(int) * (size_t)(C->nhint * 2 + 64), MP_MEM_OTHER);
+            for (int k = C->nhint; k < C->nhint * 2 + 64; k++) C->hint[k] = -1;
+            C->nhint = C->nhint * 2 + 64;
+        }
+        int t = plan_tensor(S, p + at, l, &C->hint[j++]);
         memcpy(off, p + at + l, sizeof off);
         memcpy(shp, p + at + l + sizeof off, sizeof shp);
         at += (int64_t)(l + sizeof off + sizeof shp);
-        if (j == *nh) {
-            *hints = mp_realloc(*hints, sizeof(int) * (size_t)*nh, sizeof(int) * (size_t)(*nh * 2 + 64), MP_MEM_OTHER);
-            for (int k = *nh; k < *nh * 2 + 64; k++) (*hints)[k] = -1;
-            *nh = *nh * 2 + 64;
-        }
-        int t = plan_tensor(S, name, l, &(*hints)[j++]);
-        if (t < 0) continue;   /* absent: the loader's own lookup reports it */
+        if (t < 0) continue;
         want_t[t] = 1;
-        plan_find(S, t, off, shp, hx, nb, cap);
+        plan_find(S, t, off, shp, C);
     }
     return MP_OK;
 }
@@ -300,20 +329,17 @@ static size_t path_bytes(const ck_layout *L, const ck_box *B) {
 }
 
 /* Appends the boxes hx[n] of a part to b, tensors and files renumbered by tmap / fmap: a v3 part's
- * as ck_hit rows (box 0: its paths derive from k), copied at once and renumbered in place; a v1/v2
- * part's as their whole ck_box (L's box hx[k].box: slab_first and path renumbered to the part's). */
-static void pack_boxes(const ck_layout *L, const ck_hit *hx, int n, const int *tmap, const int *fmap, ck_buf *b) {
+ * as ck_hit rows (box 0: its paths derive from k), renumbered in hx (which is left so) and copied at
+ * once; a v1/v2 part's as their whole ck_box (L's box hx[k].box: slab_first and path renumbered to
+ * the part's). */
+static void pack_boxes(const ck_layout *L, ck_hit *hx, int n, const int *tmap, const int *fmap, ck_buf *b) {
     if (L->version >= 3) {
-        size_t at = b->n;
-        ck_buf_put(b, hx, sizeof(ck_hit) * (size_t)n);
         for (int k = 0; k < n; k++) {
-            ck_hit c;
-            memcpy(&c, b->p + at + sizeof c * (size_t)k, sizeof c);
-            c.tensor = tmap[c.tensor];
-            c.file = fmap[c.file];
-            c.box = 0;
-            memcpy(b->p + at + sizeof c * (size_t)k, &c, sizeof c);
+            hx[k].tensor = tmap[hx[k].tensor];
+            hx[k].file = fmap[hx[k].file];
+            hx[k].box = 0;
         }
+        ck_buf_put(b, hx, sizeof(ck_hit) * (size_t)n);
         return;
     }
     int64_t slab_at = 0, path_at = 0;
@@ -333,8 +359,9 @@ static void pack_boxes(const ck_layout *L, const ck_hit *hx, int n, const int *t
 
 /* Packs the part of S's layout L of the boxes hx[n] (L's, in layout order, unique) and the tensors
  * marked in want_t into b: head, tensors, boxes (pack_boxes), files, slabs, the boxes' stored paths (a
- * v1/v2 layout's pool), metadata. Indices and path offsets are renumbered to the part's. */
-static void pack_part(const ck_plan_src *S, const ck_hit *hx, int n, const char *want_t, ck_buf *b) {
+ * v1/v2 layout's pool), metadata. Indices and path offsets are renumbered to the part's (a v3 part's
+ * in hx itself: its hits are spent). */
+static void pack_part(const ck_plan_src *S, ck_hit *hx, int n, const char *want_t, ck_buf *b) {
     const ck_layout *L = &S->L;
     int *tmap = mp_xmalloc(sizeof(int) * (size_t)(L->ntensors + 1)), *fmap = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     plan_head h;
@@ -356,21 +383,18 @@ static void pack_part(const ck_plan_src *S, const ck_hit *hx, int n, const char 
     size_t head_at = b->n, rows_at;
     ck_buf_put(b, &h, sizeof h);   /* tensors_bytes patched in below */
     rows_at = b->n;
+    for (int i = 0, j; i < L->ntensors; i = j) {   /* the rows of the tensors wanted: runs of S->rows */
+        for (j = i; j < L->ntensors && (tmap[j] >= 0) == (tmap[i] >= 0); j++) {}
+        if (tmap[i] >= 0) ck_buf_put(b, S->rows + S->ti[i].row, (size_t)(S->ti[j].row - S->ti[i].row));
+    }
     int k0 = 0;   /* the boxes are grouped by tensor in tensor order: each tensor's run starts at k0 */
-    for (int i = 0; i < L->ntensors; i++) {
+    for (int i = 0, at = (int)rows_at; i < L->ntensors; i++) {   /* each row's nboxes */
         if (tmap[i] < 0) continue;
-        plan_trow r;
-        memset(&r, 0, sizeof r);
-        const plan_tinfo *I = &S->ti[i];
-        r.len = I->len;
-        r.dtype = I->dtype;
-        r.ndim = I->ndim;
-        memcpy(r.shape, I->shape, sizeof r.shape);
         int first = k0;
         while (k0 < n && hx[k0].tensor == i) k0++;
-        r.nboxes = k0 - first;
-        ck_buf_put(b, &r, sizeof r);
-        ck_buf_put(b, S->names + I->at, r.len);
+        int64_t nb = k0 - first;
+        memcpy(b->p + at + offsetof(plan_trow, nboxes), &nb, sizeof nb);
+        at += (int)(S->ti[i + 1].row - S->ti[i].row);
     }
     assert(k0 == n);
     h.tensors_bytes = (int64_t)(b->n - rows_at);
@@ -496,31 +520,30 @@ mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_
                      int64_t *pcount, mp_err *e) {
     const ck_layout *L = &S->L;
     char *want_t = mp_xmalloc((size_t)L->ntensors + 1);
-    ck_hit *hx = NULL, *tmp = NULL;
-    int nb = 0, cap = 0, tcap = 0, *hints = NULL, nh = 0, *tcount = NULL;
+    plan_ctx C;
+    memset(&C, 0, sizeof C);
     mp_code rc = MP_OK;
     int64_t at = 0;
     for (int q = 0; q < nq && !rc; q++) {
         memset(want_t, 0, (size_t)L->ntensors + 1);
-        nb = 0;
-        rc = plan_regions(S, req + at, rcount[q], want_t, &hx, &nb, &cap, &hints, &nh, e);
+        rc = plan_regions(S, req + at, rcount[q], want_t, &C, e);
         at += rcount[q];
         if (rc) break;
-        plan_order(L->ntensors, &hx, &cap, nb, &tmp, &tcap, &tcount);
+        plan_order(L->ntensors, &C.hx, &C.cap, C.nh, &C.tmp, &C.tcap, &C.count);
         int u = 0;   /* unique: regions of one rank may meet the same saved box */
-        for (int k = 0; k < nb; k++)
-            if (!u || cmp_hit(&hx[u - 1], &hx[k])) {
-                if (u != k) hx[u] = hx[k];
+        for (int k = 0; k < C.nh; k++)
+            if (!u || cmp_hit(&C.hx[u - 1], &C.hx[k])) {
+                if (u != k) C.hx[u] = C.hx[k];
                 u++;
             }
         size_t before = parts->n;
-        pack_part(S, hx, u, want_t, parts);
+        pack_part(S, C.hx, u, want_t, parts);
         pcount[q] = (int64_t)(parts->n - before);
     }
-    free(hx);
-    free(tmp);
-    free(tcount);
-    free(hints);
+    free(C.hx);
+    free(C.tmp);
+    free(C.count);
+    free(C.hint);
     free(want_t);
     return rc;
 }

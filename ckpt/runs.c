@@ -144,12 +144,14 @@ static mp_code check_run(const ck_layout *L, const ck_run *R, int64_t i, const c
     return MP_OK;
 }
 
-/* Adds the boxes of run R (checked; its tensor's boxes go in as tensor `as`) to L->b from L->nboxes on;
- * MP_ECHECK when a rank has no file row (row i of path names it). */
+/* Adds the boxes of run R (checked; its tensor's boxes go in as tensor `as`) to L->b from L->nboxes on:
+ * their tensor, file, offset and shape; the other fields of those L->b entries are left as they are,
+ * which must be 0 (a calloc'd array, or one that only boxes expanded so held: zeroing 152 bytes per
+ * box was most of the index check's expansion). MP_ECHECK when a rank has no file row (row i of path
+ * names it). */
 static mp_code expand_run(ck_layout *L, const ck_run *R, int as, int64_t i, const char *path, mp_err *e) {
     for (int64_t c = 0; c < R->count; c++) {
         ck_box *B = &L->b[L->nboxes];
-        memset(B, 0, sizeof *B);
         B->tensor = as;
         B->file = file_of_rank(L, (int64_t)R->rank0 + c * (int64_t)R->stride);
         if (B->file < 0)
@@ -265,7 +267,7 @@ mp_code ck_runs_check(const ck_layout *L, const ck_run *runs, int64_t n, const c
     }
     ck_tensor one;
     ck_layout S = {.version = L->version, .world = L->world, .ntensors = 1, .t = &one, .f = L->f, .nfiles = L->nfiles};
-    S.b = mp_xmalloc(sizeof(ck_box) * (size_t)(most + 1));
+    S.b = mp_xcalloc(sizeof(ck_box) * (size_t)(most + 1));   /* expand_run writes only what it sets */
     int64_t *nb = mp_xcalloc(sizeof(int64_t) * (size_t)(L->nfiles + 1));
     int64_t *by = mp_xcalloc(sizeof(int64_t) * (size_t)(L->nfiles + 1));
     mp_code rc = MP_OK;
@@ -395,15 +397,18 @@ static int clip_region(int nd, const int64_t *shape, const int64_t *off, const i
     return 1;
 }
 
+/* Whether the bounds bd (ck_runs_bounds) of a run of a tensor of nd dims miss the clipped region [q0, q1). */
+static int run_missed(const int64_t *bd, int nd, const int64_t *q0, const int64_t *q1) {
+    return nd > 0 && (q1[0] <= bd[0] || q0[0] >= bd[1] || (nd > 1 && (q1[1] <= bd[2] || q0[1] >= bd[3])));
+}
+
 void ck_runs_query(const ck_layout *L, const ck_run *runs, const int64_t *bound, int64_t a, int64_t b, int t, int nd,
                    const int64_t *shape, int one_per_file, const int64_t *off, const int64_t *shp, ck_hit **out,
                    int *n, int *cap) {
     int64_t q0[CKPT_MAX_DIMS], q1[CKPT_MAX_DIMS];
     if (!clip_region(nd, shape, off, shp, q0, q1)) return;
     for (int64_t r = a; r < b; r++) {
-        const int64_t *bd = bound ? bound + 4 * r : NULL;   /* the bounds: 32 bytes, not the 120-byte row */
-        if (bd && nd > 0 && (q1[0] <= bd[0] || q0[0] >= bd[1] || (nd > 1 && (q1[1] <= bd[2] || q0[1] >= bd[3]))))
-            continue;
+        if (bound && run_missed(bound + 4 * r, nd, q0, q1)) continue;   /* 32 bytes read, not the 120-byte row */
         const ck_run *R = &runs[r];
         int64_t lo, hi;
         run_range(nd, R, q0, q1, &lo, &hi);
