@@ -202,10 +202,12 @@ mp_code ck_boxtab_apply(ck_layout *L, int fi, const int *ids, int nids, const ck
  * unexpanded and planned on arithmetically, as the open does; 1: every box expanded and planned on
  * with the interval index, as ckpt_open's layout: tests compare the two), then the parts of nq ranks
  * packed from their region lists (ckpt_region_list's bytes, rank q's rcount[q] of them, one after
- * another in req) appended to parts, their sizes in pcount[nq]. */
+ * another in req) appended to parts, their sizes in pcount[nq]. S keeps its scratch and the tensor
+ * found at each place of a list from call to call (the rounds: each round's first rank would look all
+ * its tensors up by name again), so one S packs in one thread at a time. */
 typedef struct ck_plan_src ck_plan_src;
 mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err *e);
-mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
+mp_code ck_plan_pack(ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
                      int64_t *pcount, mp_err *e);
 void ck_plan_src_free(ck_plan_src *S);
 

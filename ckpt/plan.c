@@ -98,6 +98,15 @@ typedef struct {
     int64_t row;                     /* its row of a part (plan_trow, nboxes 0, and name) at rows + row */
 } plan_tinfo;
 
+/* What ck_plan_pack keeps from rank to rank and from call to call (each array growing, mp_realloc): the rank's hits (hx[nh]
+ * of cap) and a scratch for their ordering (tmp of tcap, count: per-tensor buckets), and the tensor
+ * hints (hint[nhint], per region of the list). */
+typedef struct {
+    ck_hit *hx, *tmp;
+    int nh, cap, tcap, *count;
+    int *hint, nhint;
+} plan_ctx;
+
 /* What rank 0 plans on: the index's layout and, for a v3 index, its runs unexpanded. */
 struct ck_plan_src {
     ck_layout L;          /* v3: tensors, files, metadata, no boxes; v1/v2: the whole layout */
@@ -109,6 +118,7 @@ struct ck_plan_src {
     char *names;          /* the tensors' names, each ti[t].len bytes at ti[t].at */
     char *rows;           /* every tensor's row of a part, in tensor order (ti[t].row; ti[ntensors].row:
                              the end): a part's tensor rows are copied from it and their nboxes set */
+    plan_ctx C;           /* ck_plan_pack's scratch and hints, kept across its calls (the rounds) */
 };
 
 /* S->ti and S->names from S->L; for a v3 index (S->runs) each tensor's `one` from the runs: each
@@ -196,17 +206,13 @@ void ck_plan_src_free(ck_plan_src *S) {
     free(S->ti);
     free(S->names);
     free(S->rows);
+    free(S->C.hx);
+    free(S->C.tmp);
+    free(S->C.count);
+    free(S->C.hint);
     free(S);
 }
 
-/* What ck_plan_pack keeps from rank to rank (each array growing, mp_realloc): the rank's hits (hx[nh]
- * of cap) and a scratch for their ordering (tmp of tcap, count: per-tensor buckets), and the tensor
- * hints (hint[nhint], per region of the list). */
-typedef struct {
-    ck_hit *hx, *tmp;
-    int nh, cap, tcap, *count;
-    int *hint, nhint;
-} plan_ctx;
 
 /* Appends to C->hx the saved boxes of tensor t of S that the region (off, shp) meets: found on the runs
  * (v3) or, for a layout with its boxes, by the interval index (their hits name them: box). */
@@ -516,34 +522,29 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     return MP_OK;
 }
 
-mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
+mp_code ck_plan_pack(ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
                      int64_t *pcount, mp_err *e) {
     const ck_layout *L = &S->L;
     char *want_t = mp_xmalloc((size_t)L->ntensors + 1);
-    plan_ctx C;
-    memset(&C, 0, sizeof C);
+    plan_ctx *C = &S->C;
     mp_code rc = MP_OK;
     int64_t at = 0;
     for (int q = 0; q < nq && !rc; q++) {
         memset(want_t, 0, (size_t)L->ntensors + 1);
-        rc = plan_regions(S, req + at, rcount[q], want_t, &C, e);
+        rc = plan_regions(S, req + at, rcount[q], want_t, C, e);
         at += rcount[q];
         if (rc) break;
-        plan_order(L->ntensors, &C.hx, &C.cap, C.nh, &C.tmp, &C.tcap, &C.count);
+        plan_order(L->ntensors, &C->hx, &C->cap, C->nh, &C->tmp, &C->tcap, &C->count);
         int u = 0;   /* unique: regions of one rank may meet the same saved box */
-        for (int k = 0; k < C.nh; k++)
-            if (!u || cmp_hit(&C.hx[u - 1], &C.hx[k])) {
-                if (u != k) C.hx[u] = C.hx[k];
+        for (int k = 0; k < C->nh; k++)
+            if (!u || cmp_hit(&C->hx[u - 1], &C->hx[k])) {
+                if (u != k) C->hx[u] = C->hx[k];
                 u++;
             }
         size_t before = parts->n;
-        pack_part(S, C.hx, u, want_t, parts);
+        pack_part(S, C->hx, u, want_t, parts);
         pcount[q] = (int64_t)(parts->n - before);
     }
-    free(C.hx);
-    free(C.tmp);
-    free(C.count);
-    free(C.hint);
     free(want_t);
     return rc;
 }
@@ -564,7 +565,7 @@ static mp_code agree(mp_comm *world, mp_code local, mp_err *e) {
  * back (a scatter of the sizes, then of the parts: ck_scatter_round). *part (malloc'd) gets this rank's part, *mine
  * its bytes. A failed planning on rank 0 (the lists come from the same binary: a bug) sends the
  * remaining ranks empty parts and returns the error (the caller's agreement fails every rank with it). */
-static mp_code rounds(mp_comm *w, const ck_plan_src *S, const ck_buf *req, const int64_t *rlen, char **part,
+static mp_code rounds(mp_comm *w, ck_plan_src *S, const ck_buf *req, const int64_t *rlen, char **part,
                       int64_t *mine, mp_err *e) {
     const int me = w->rank, size = w->size, per = ck_round_ranks(CK_OPEN_RANKS);
     int64_t *plen = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;
