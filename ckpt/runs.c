@@ -28,7 +28,9 @@
  * an interval of i (per dim an inequality linear in i), and a box's k is the number of the tensor's
  * boxes in its file at smaller offsets, counted run by run (a run of stride 0 keeps its boxes in one
  * file at offsets monotone in i: a binary search). Nothing is expanded: rank 0 holds the runs, not
- * the world's boxes.
+ * the world's boxes. A run whose members' extent in dims 0 and 1 (ck_runs_bounds: 32 bytes a run,
+ * kept by the caller) misses the region is passed over without reading its 120-byte row, and the boxes
+ * found are written as 80-byte ck_hit records (what a part carries), not whole ck_box records.
  */
 #define _GNU_SOURCE
 #include "ckpt/ckpt_internal.h"
