@@ -146,15 +146,28 @@ mp_code ck_runs_check(const ck_layout *L, const ck_run *runs, int64_t n, const c
  * box_first/nboxes of the tensors set, their k numbered for the derived paths (/<name>/box_<k>, k
  * counting the file's boxes of the tensor in that order). */
 void ck_runs_expand(ck_layout *L, const ck_run *runs, int64_t n);
+/* A box found by a query (the collective open's planning): what a part carries of it, 80 bytes where a
+ * ck_box has 152 (rank 0 writes, sorts and packs millions of them at 4,096 ranks). box: its index in
+ * the layout's boxes when it was found there (a v1/v2 layout: its slabs and stored paths), -1 when it
+ * was found on the runs (its paths derive from k). */
+typedef struct ck_hit {
+    int32_t tensor, file, k, box;
+    int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
+} ck_hit;
+/* The bounds of runs[n] for ck_runs_query's filter: per run 4 int64 at bound + 4 i, the extent
+ * [lo, hi) of its members in dim 0 and in dim 1 ([0, 1) for a 1-D tensor). */
+void ck_runs_bounds(const ck_run *runs, int64_t n, int64_t *bound);
 /* Appends to *out (growing: *n used of *cap, mp_realloc) the boxes of tensor t's runs[a, b) (all of
  * them; ck_runs_check passed; nd and shape: t's, given by the caller from where it keeps them) that
  * meet the region (off, shp), without expanding the runs: per run the
- * range of its members that meet the region (arithmetic: O(1) per run), per box found its file and
- * k (O(log) per run of t; 0 without counting where one_per_file: the caller knows that no rank file
- * holds two boxes of t). The boxes carry tensor, file, k, offset and shape (checksum and tile fields
- * 0, no path pool: paths derived from k), in run order, not sorted. The collective open's rank 0. */
-void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, int nd, const int64_t *shape,
-                   int one_per_file, const int64_t *off, const int64_t *shp, ck_box **out, int *n, int *cap);
+ * range of its members that meet the region (arithmetic: O(1) per run; a run whose bounds (bound, from
+ * ck_runs_bounds, or NULL) miss the region is passed over without reading its row), per box found its
+ * file and k (O(log) per run of t; 0 without counting where one_per_file: the caller knows that no
+ * rank file holds two boxes of t). The hits carry tensor, file, k, offset and shape (box -1: paths
+ * derived from k), in run order, not sorted. The collective open's rank 0. */
+void ck_runs_query(const ck_layout *L, const ck_run *runs, const int64_t *bound, int64_t a, int64_t b, int t, int nd,
+                   const int64_t *shape, int one_per_file, const int64_t *off, const int64_t *shp, ck_hit **out,
+                   int *n, int *cap);
 /* Numbers the boxes of L for their derived paths (v3 rule: k counts the boxes of the tensor in the
  * file, in layout order); L has no path pool. */
 void ck_layout_derive_paths(ck_layout *L);
@@ -189,10 +202,12 @@ mp_code ck_boxtab_apply(ck_layout *L, int fi, const int *ids, int nids, const ck
  * unexpanded and planned on arithmetically, as the open does; 1: every box expanded and planned on
  * with the interval index, as ckpt_open's layout: tests compare the two), then the parts of nq ranks
  * packed from their region lists (ckpt_region_list's bytes, rank q's rcount[q] of them, one after
- * another in req) appended to parts, their sizes in pcount[nq]. */
+ * another in req) appended to parts, their sizes in pcount[nq]. S keeps its scratch and the tensor
+ * found at each place of a list from call to call (the rounds: each round's first rank would look all
+ * its tensors up by name again), so one S packs in one thread at a time. */
 typedef struct ck_plan_src ck_plan_src;
 mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err *e);
-mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
+mp_code ck_plan_pack(ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
                      int64_t *pcount, mp_err *e);
 void ck_plan_src_free(ck_plan_src *S);
 

@@ -27,8 +27,8 @@
  * same binary. Packing zeroes them first, so no uninitialised padding travels. The tensor rows travel
  * as plan_trow plus the name's bytes (a whole ck_tensor is 312 bytes, mostly an empty name buffer,
  * and every rank gets every tensor it asks for: they were most of a part). A format-v3
- * part carries its boxes as plan_box3 (tensor, file, k, offset, shape: 80 bytes, not a whole ck_box's
- * 152): the receiver derives the paths from k, and its reader takes the checksums from the
+ * part carries its boxes as the ck_hit rank 0's planning found (tensor, file, k, offset, shape: 80
+ * bytes, not a whole ck_box's 152; box 0): the receiver derives the paths from k, and its reader takes the checksums from the
  * rank files' /boxes tables, checked against the files' boxes_checksum the part carries. A v1/v2 part
  * carries its boxes' stored paths as a pool after the slabs (ck_box.path renumbered into it).
  *
@@ -41,15 +41,9 @@
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
 #include <assert.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A box of a version-3 part: what the runs say of it (its checksums come from its rank file's /boxes
- * table, its dataset path from k), 80 bytes instead of a whole ck_box's 152. */
-typedef struct {
-    int32_t tensor, file, k, pad;
-    int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
-} plan_box3;
 
 /* A tensor row of a part, followed by its name's len bytes (no NUL): ~100 bytes for a 70B tensor, not
  * a whole ck_tensor's 312 (every rank gets every tensor's row: most of a part). box_first is not sent:
@@ -101,7 +95,17 @@ typedef struct {
     int32_t ndim, dtype, one, pad;   /* one: (v3) no rank file holds two boxes of it: their k are 0 */
     uint32_t len;                    /* its name: len bytes at names + at */
     int64_t at, shape[CKPT_MAX_DIMS];
+    int64_t row;                     /* its row of a part (plan_trow, nboxes 0, and name) at rows + row */
 } plan_tinfo;
+
+/* What ck_plan_pack keeps from rank to rank and from call to call (each array growing, mp_realloc): the rank's hits (hx[nh]
+ * of cap) and a scratch for their ordering (tmp of tcap, count: per-tensor buckets), and the tensor
+ * hints (hint[nhint], per region of the list). */
+typedef struct {
+    ck_hit *hx, *tmp;
+    int nh, cap, tcap, *count;
+    int *hint, nhint;
+} plan_ctx;
 
 /* What rank 0 plans on: the index's layout and, for a v3 index, its runs unexpanded. */
 struct ck_plan_src {
@@ -109,8 +113,12 @@ struct ck_plan_src {
     ck_run *runs;         /* v3: [nruns], grouped by tensor; NULL: L.b holds the boxes */
     int64_t nruns;
     int64_t *rfirst;      /* v3: tensor t's runs are runs[rfirst[t], rfirst[t + 1]) */
+    int64_t *bound;       /* v3: [nruns][4], the runs' extents in dims 0 and 1 (ck_runs_bounds) */
     plan_tinfo *ti;       /* [ntensors]: what planning and packing read of a tensor, compactly */
     char *names;          /* the tensors' names, each ti[t].len bytes at ti[t].at */
+    char *rows;           /* every tensor's row of a part, in tensor order (ti[t].row; ti[ntensors].row:
+                             the end): a part's tensor rows are copied from it and their nboxes set */
+    plan_ctx C;           /* ck_plan_pack's scratch and hints, kept across its calls (the rounds) */
 };
 
 /* S->ti and S->names from S->L; for a v3 index (S->runs) each tensor's `one` from the runs: each
@@ -132,6 +140,21 @@ static void plan_tinfo_build(ck_plan_src *S) {
         at += I->len;
         memcpy(I->shape, L->t[t].shape, sizeof I->shape);
     }
+    ck_buf rows = {0};
+    for (int t = 0; t < L->ntensors; t++) {
+        plan_trow r;
+        memset(&r, 0, sizeof r);
+        const plan_tinfo *I = &S->ti[t];
+        r.len = I->len;
+        r.dtype = I->dtype;
+        r.ndim = I->ndim;
+        memcpy(r.shape, I->shape, sizeof r.shape);
+        S->ti[t].row = (int64_t)rows.n;
+        ck_buf_put(&rows, &r, sizeof r);
+        ck_buf_put(&rows, S->names + I->at, r.len);
+    }
+    S->ti[L->ntensors].row = (int64_t)rows.n;
+    S->rows = rows.p;
     if (!S->runs) return;
     int *stamp = mp_xmalloc(sizeof(int) * (size_t)(S->L.world + 1));
     for (int r = 0; r <= S->L.world; r++) stamp[r] = -1;
@@ -166,6 +189,8 @@ mp_code ck_plan_src_open(const char *dir, int expand, ck_plan_src **out, mp_err 
             S->rfirst[t] = r;
             while (t < S->L.ntensors && r < S->nruns && S->runs[r].tensor == t) r++;
         }
+        S->bound = mp_xmalloc(sizeof(int64_t) * 4 * (size_t)(S->nruns + 1));
+        ck_runs_bounds(S->runs, S->nruns, S->bound);
     }
     plan_tinfo_build(S);
     *out = S;
@@ -177,48 +202,67 @@ void ck_plan_src_free(ck_plan_src *S) {
     ck_layout_free(&S->L);
     free(S->runs);
     free(S->rfirst);
+    free(S->bound);
     free(S->ti);
     free(S->names);
+    free(S->rows);
+    free(S->C.hx);
+    free(S->C.tmp);
+    free(S->C.count);
+    free(S->C.hint);
     free(S);
 }
 
-/* Appends to bx (growing) the saved boxes of tensor t of S that the region (off, shp) meets: found on
- * the runs (v3) or, for a layout with its boxes, by the interval index (copies of them). */
-static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int64_t *shp, ck_box **bx, int *nb,
-                      int *cap) {
+
+/* Appends to C->hx the saved boxes of tensor t of S that the region (off, shp) meets: found on the runs
+ * (v3) or, for a layout with its boxes, by the interval index (their hits name them: box). */
+static void plan_find(const ck_plan_src *S, int t, const int64_t *off, const int64_t *shp, plan_ctx *C) {
     if (S->runs) {
         const plan_tinfo *I = &S->ti[t];
-        ck_runs_query(&S->L, S->runs, S->rfirst[t], S->rfirst[t + 1], t, I->ndim, I->shape, I->one, off, shp, bx, nb, cap);
+        ck_runs_query(&S->L, S->runs, S->bound, S->rfirst[t], S->rfirst[t + 1], t, I->ndim, I->shape, I->one, off,
+                      shp, &C->hx, &C->nh, &C->cap);
         return;
     }
     int k = ck_layout_query(&S->L, t, off, shp, NULL, 0);
     int *ids = mp_xmalloc(sizeof(int) * (size_t)(k + 1));
     ck_layout_query(&S->L, t, off, shp, ids, k);
-    if (*nb + k > *cap) {
-        *cap = (*nb + k) * 2 + 16;
-        *bx = mp_realloc(*bx, 0, sizeof(ck_box) * (size_t)*cap, MP_MEM_OTHER);
+    if (C->nh + k > C->cap) {
+        C->cap = (C->nh + k) * 2 + 16;
+        C->hx = mp_realloc(C->hx, 0, sizeof(ck_hit) * (size_t)C->cap, MP_MEM_OTHER);
     }
-    for (int i = 0; i < k; i++) (*bx)[(*nb)++] = S->L.b[ids[i]];
+    for (int i = 0; i < k; i++) {
+        const ck_box *B = &S->L.b[ids[i]];
+        ck_hit *H = &C->hx[C->nh++];
+        H->tensor = B->tensor;
+        H->file = B->file;
+        H->k = (int32_t)B->k;
+        H->box = ids[i];
+        memcpy(H->off, B->off, sizeof H->off);
+        memcpy(H->shp, B->shp, sizeof H->shp);
+    }
     free(ids);
 }
 
-/* The tensor of S named `name` (l bytes), or -1. *hint: the tensor found for the same region of the
- * rank before (every rank asks for its tensors in the same order): tried first, one comparison
- * instead of a search. */
+/* The tensor of S named by the l bytes at name (not NUL-terminated), or -1. *hint: the tensor found
+ * for the same region of the rank before (every rank asks for its tensors in the same order): tried
+ * first, one comparison instead of a search. */
 static int plan_tensor(const ck_plan_src *S, const char *name, uint32_t l, int *hint) {
     const plan_tinfo *I = *hint >= 0 && *hint < S->L.ntensors ? &S->ti[*hint] : NULL;
     if (I && I->len == l && !memcmp(S->names + I->at, name, l)) return *hint;
-    return *hint = ck_layout_find(&S->L, name);
+    char z[CKPT_NAME_MAX + 1];
+    memcpy(z, name, l);
+    z[l] = 0;
+    return *hint = ck_layout_find(&S->L, z);
 }
 
-/* Adds to bx (growing) the saved boxes of S that the regions packed in p[0, n) meet, and marks their
- * tensors (and every requested tensor present) in want_t. hints (growing, *nh of them): plan_tensor's,
- * per region of the list. MP_EINTERNAL if the bytes do not parse. */
-static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char *want_t, ck_box **bx, int *nb,
-                            int *cap, int **hints, int *nh, mp_err *e) {
+/* Sets C->hx to the saved boxes of S that the regions packed in p[0, n) meet (plan_find per region),
+ * and marks their tensors (and every requested tensor present) in want_t. A region of a tensor S does
+ * not have is left to the loader's own lookup, which reports it. MP_EINTERNAL if the bytes do not
+ * parse. */
+static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char *want_t, plan_ctx *C, mp_err *e) {
     int64_t at = 0;
     int j = 0;
-    char name[CKPT_NAME_MAX + 1];
+    C->nh = 0;
     while (at < n) {
         uint32_t l;
         if (n - at < (int64_t)sizeof l) return mp_err_set(e, MP_EINTERNAL, "planned open: a region list is cut short");
@@ -227,59 +271,57 @@ static mp_code plan_regions(const ck_plan_src *S, const char *p, int64_t n, char
         int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
         if (l > CKPT_NAME_MAX || n - at < (int64_t)(l + sizeof off + sizeof shp))
             return mp_err_set(e, MP_EINTERNAL, "planned open: a region list is cut short");
-        memcpy(name, p + at, l);
-        name[l] = 0;
+        if (j == C->nhint) {
+            C->hint = mp_realloc(C->hint, sizeof(int) * (size_t)C->nhint, sizeof(int) * (size_t)(C->nhint * 2 + 64), MP_MEM_OTHER);
+            for (int k = C->nhint; k < C->nhint * 2 + 64; k++) C->hint[k] = -1;
+            C->nhint = C->nhint * 2 + 64;
+        }
+        int t = plan_tensor(S, p + at, l, &C->hint[j++]);
         memcpy(off, p + at + l, sizeof off);
         memcpy(shp, p + at + l + sizeof off, sizeof shp);
         at += (int64_t)(l + sizeof off + sizeof shp);
-        if (j == *nh) {
-            *hints = mp_realloc(*hints, sizeof(int) * (size_t)*nh, sizeof(int) * (size_t)(*nh * 2 + 64), MP_MEM_OTHER);
-            for (int k = *nh; k < *nh * 2 + 64; k++) (*hints)[k] = -1;
-            *nh = *nh * 2 + 64;
-        }
-        int t = plan_tensor(S, name, l, &(*hints)[j++]);
-        if (t < 0) continue;   /* absent: the loader's own lookup reports it */
+        if (t < 0) continue;
         want_t[t] = 1;
-        plan_find(S, t, off, shp, bx, nb, cap);
+        plan_find(S, t, off, shp, C);
     }
     return MP_OK;
 }
 
 /* The layout order of boxes: tensor, then offset (ck_off_cmp). */
-static int cmp_box(const void *a, const void *b) {
-    const ck_box *x = a, *y = b;
+static int cmp_hit(const void *a, const void *b) {
+    const ck_hit *x = a, *y = b;
     if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
     return ck_off_cmp(x->off, y->off);
 }
 
-/* Sorts the boxes (*bx)[n] into layout order (cmp_box): bucketed by tensor (a stable counting sort into
- * *tmp, which then trades places with *bx, capacities *cap / *tcap with them; *count: the buckets;
- * all kept by the caller for the next rank), then each tensor's boxes sorted by offset unless they
+/* Sorts the hits (*hx)[n] into layout order (cmp_hit): bucketed by tensor (a stable counting sort into
+ * *tmp, which then trades places with *hx, capacities *cap / *tcap with them; *count: the buckets;
+ * all kept by the caller for the next rank), then each tensor's hits sorted by offset unless they
  * already are (one region's boxes usually are). O(n + ntensors) in the usual case, where a comparison
- * sort of a rank's ~1,400 boxes of 152 bytes was most of the packing. */
-static void plan_order(int ntensors, ck_box **bx, int *cap, int n, ck_box **tmp, int *tcap, int **count) {
+ * sort of a rank's ~1,400 boxes was most of the packing. */
+static void plan_order(int ntensors, ck_hit **hx, int *cap, int n, ck_hit **tmp, int *tcap, int **count) {
     if (n < 2) return;
     if (!*count) *count = mp_xmalloc(sizeof(int) * (size_t)(ntensors + 1));
     if (*tcap < n) {
         *tcap = *cap;
-        *tmp = mp_realloc(*tmp, 0, sizeof(ck_box) * (size_t)*tcap, MP_MEM_OTHER);
+        *tmp = mp_realloc(*tmp, 0, sizeof(ck_hit) * (size_t)*tcap, MP_MEM_OTHER);
     }
     int *c = *count;
     memset(c, 0, sizeof(int) * (size_t)(ntensors + 1));
-    for (int k = 0; k < n; k++) c[(*bx)[k].tensor + 1]++;
-    for (int t = 0; t < ntensors; t++) c[t + 1] += c[t];   /* c[t]: where tensor t's boxes start */
-    for (int k = 0; k < n; k++) (*tmp)[c[(*bx)[k].tensor]++] = (*bx)[k];
-    ck_box *sw = *bx;
-    *bx = *tmp;
+    for (int k = 0; k < n; k++) c[(*hx)[k].tensor + 1]++;
+    for (int t = 0; t < ntensors; t++) c[t + 1] += c[t];   /* c[t]: where tensor t's hits start */
+    for (int k = 0; k < n; k++) (*tmp)[c[(*hx)[k].tensor]++] = (*hx)[k];
+    ck_hit *sw = *hx;
+    *hx = *tmp;
     *tmp = sw;
     int ic = *cap;
     *cap = *tcap;
     *tcap = ic;
-    ck_box *B = *bx;
+    ck_hit *H = *hx;
     for (int a = 0, b; a < n; a = b) {
         int sorted = 1;
-        for (b = a + 1; b < n && B[b].tensor == B[a].tensor; b++) sorted = sorted && cmp_box(&B[b - 1], &B[b]) <= 0;
-        if (!sorted) qsort(B + a, (size_t)(b - a), sizeof *B, cmp_box);
+        for (b = a + 1; b < n && H[b].tensor == H[a].tensor; b++) sorted = sorted && cmp_hit(&H[b - 1], &H[b]) <= 0;
+        if (!sorted) qsort(H + a, (size_t)(b - a), sizeof *H, cmp_hit);
     }
 }
 
@@ -292,10 +334,40 @@ static size_t path_bytes(const ck_layout *L, const ck_box *B) {
     return l + strlen(p + l) + 1;
 }
 
-/* Packs the part of layout L of the boxes bx[n] (L's, in layout order, unique) and the tensors marked in want_t
- * into b: head, tensors, boxes, files, slabs, the boxes' stored paths (a v1/v2 layout's pool), metadata.
- * Indices and path offsets are renumbered to the part's. */
-static void pack_part(const ck_plan_src *S, const ck_box *bx, int n, const char *want_t, ck_buf *b) {
+/* Appends the boxes hx[n] of a part to b, tensors and files renumbered by tmap / fmap: a v3 part's
+ * as ck_hit rows (box 0: its paths derive from k), renumbered in hx (which is left so) and copied at
+ * once; a v1/v2 part's as their whole ck_box (L's box hx[k].box: slab_first and path renumbered to
+ * the part's). */
+static void pack_boxes(const ck_layout *L, ck_hit *hx, int n, const int *tmap, const int *fmap, ck_buf *b) {
+    if (L->version >= 3) {
+        for (int k = 0; k < n; k++) {
+            hx[k].tensor = tmap[hx[k].tensor];
+            hx[k].file = fmap[hx[k].file];
+            hx[k].box = 0;
+        }
+        ck_buf_put(b, hx, sizeof(ck_hit) * (size_t)n);
+        return;
+    }
+    int64_t slab_at = 0, path_at = 0;
+    for (int k = 0; k < n; k++) {
+        ck_box x = L->b[hx[k].box];
+        x.tensor = tmap[x.tensor];
+        x.file = fmap[x.file];
+        x.slab_first = slab_at;
+        slab_at += x.nslabs;
+        if (L->paths) {
+            x.path = path_at;
+            path_at += (int64_t)path_bytes(L, &L->b[hx[k].box]);
+        }
+        ck_buf_put(b, &x, sizeof x);
+    }
+}
+
+/* Packs the part of S's layout L of the boxes hx[n] (L's, in layout order, unique) and the tensors
+ * marked in want_t into b: head, tensors, boxes (pack_boxes), files, slabs, the boxes' stored paths (a
+ * v1/v2 layout's pool), metadata. Indices and path offsets are renumbered to the part's (a v3 part's
+ * in hx itself: its hits are spent). */
+static void pack_part(const ck_plan_src *S, ck_hit *hx, int n, const char *want_t, ck_buf *b) {
     const ck_layout *L = &S->L;
     int *tmap = mp_xmalloc(sizeof(int) * (size_t)(L->ntensors + 1)), *fmap = mp_xmalloc(sizeof(int) * (size_t)(L->nfiles + 1));
     plan_head h;
@@ -303,9 +375,10 @@ static void pack_part(const ck_plan_src *S, const ck_box *bx, int n, const char 
     for (int i = 0; i < L->ntensors; i++) tmap[i] = want_t[i] ? h.ntensors++ : -1;
     for (int i = 0; i < L->nfiles; i++) fmap[i] = -1;
     for (int k = 0; k < n; k++) {
-        fmap[bx[k].file] = 0;
-        h.nslabs += bx[k].nslabs;
-        if (L->paths) h.paths_bytes += (int64_t)path_bytes(L, &bx[k]);
+        fmap[hx[k].file] = 0;
+        if (hx[k].box < 0) continue;   /* found on the runs: no slabs, no stored paths */
+        h.nslabs += L->b[hx[k].box].nslabs;
+        if (L->paths) h.paths_bytes += (int64_t)path_bytes(L, &L->b[hx[k].box]);
     }
     for (int i = 0; i < L->nfiles; i++)
         if (fmap[i] == 0) fmap[i] = h.nfiles++;
@@ -316,56 +389,31 @@ static void pack_part(const ck_plan_src *S, const ck_box *bx, int n, const char 
     size_t head_at = b->n, rows_at;
     ck_buf_put(b, &h, sizeof h);   /* tensors_bytes patched in below */
     rows_at = b->n;
+    for (int i = 0, j; i < L->ntensors; i = j) {   /* the rows of the tensors wanted: runs of S->rows */
+        for (j = i; j < L->ntensors && (tmap[j] >= 0) == (tmap[i] >= 0); j++) {}
+        if (tmap[i] >= 0) ck_buf_put(b, S->rows + S->ti[i].row, (size_t)(S->ti[j].row - S->ti[i].row));
+    }
     int k0 = 0;   /* the boxes are grouped by tensor in tensor order: each tensor's run starts at k0 */
-    for (int i = 0; i < L->ntensors; i++) {
+    for (int i = 0, at = (int)rows_at; i < L->ntensors; i++) {   /* each row's nboxes */
         if (tmap[i] < 0) continue;
-        plan_trow r;
-        memset(&r, 0, sizeof r);
-        const plan_tinfo *I = &S->ti[i];
-        r.len = I->len;
-        r.dtype = I->dtype;
-        r.ndim = I->ndim;
-        memcpy(r.shape, I->shape, sizeof r.shape);
         int first = k0;
-        while (k0 < n && bx[k0].tensor == i) k0++;
-        r.nboxes = k0 - first;
-        ck_buf_put(b, &r, sizeof r);
-        ck_buf_put(b, S->names + I->at, r.len);
+        while (k0 < n && hx[k0].tensor == i) k0++;
+        int64_t nb = k0 - first;
+        memcpy(b->p + at + offsetof(plan_trow, nboxes), &nb, sizeof nb);
+        at += (int)(S->ti[i + 1].row - S->ti[i].row);
     }
     assert(k0 == n);
     h.tensors_bytes = (int64_t)(b->n - rows_at);
     memcpy(b->p + head_at, &h, sizeof h);
-    int64_t slab_at = 0, path_at = 0;
-    for (int k = 0; k < n; k++) {
-        ck_box x = bx[k];
-        x.tensor = tmap[x.tensor];
-        x.file = fmap[x.file];
-        x.slab_first = slab_at;
-        slab_at += x.nslabs;
-        if (L->paths) {
-            x.path = path_at;
-            path_at += (int64_t)path_bytes(L, &bx[k]);
-        }
-        if (L->version >= 3) {
-            plan_box3 c;
-            memset(&c, 0, sizeof c);
-            c.tensor = x.tensor;
-            c.file = x.file;
-            c.k = (int32_t)x.k;   /* its paths: /<name>/box_<k>, /<name>/tiles_<k> */
-            memcpy(c.off, x.off, sizeof c.off);
-            memcpy(c.shp, x.shp, sizeof c.shp);
-            ck_buf_put(b, &c, sizeof c);
-        } else {
-            ck_buf_put(b, &x, sizeof x);
-        }
-    }
+    pack_boxes(L, hx, n, tmap, fmap, b);
     for (int i = 0; i < L->nfiles; i++)
         if (fmap[i] >= 0) ck_buf_put(b, &L->f[i], sizeof L->f[i]);
-    for (int k = 0; k < n; k++)
-        if (bx[k].nslabs > 0)
-            ck_buf_put(b, L->slabs + bx[k].slab_first, sizeof(uint64_t) * (size_t)bx[k].nslabs);
+    for (int k = 0; k < n && h.nslabs > 0; k++) {
+        const ck_box *B = &L->b[hx[k].box];
+        if (B->nslabs > 0) ck_buf_put(b, L->slabs + B->slab_first, sizeof(uint64_t) * (size_t)B->nslabs);
+    }
     for (int k = 0; k < n && L->paths; k++)
-        ck_buf_put(b, L->paths + bx[k].path, path_bytes(L, &bx[k]));
+        ck_buf_put(b, L->paths + L->b[hx[k].box].path, path_bytes(L, &L->b[hx[k].box]));
     for (int i = 0; i < L->nmeta; i++) {
         ck_buf_put(b, L->keys[i], strlen(L->keys[i]) + 1);
         ck_buf_put(b, L->vals[i], strlen(L->vals[i]) + 1);
@@ -410,7 +458,7 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     plan_head h;
     int64_t at = 0;
     int ok = take(p, n, &at, &h, sizeof h);
-    size_t brec = h.version >= 3 ? sizeof(plan_box3) : sizeof(ck_box);
+    size_t brec = h.version >= 3 ? sizeof(ck_hit) : sizeof(ck_box);
     ok = ok && h.ntensors >= 0 && h.nboxes >= 0 && h.nfiles >= 0 && h.nmeta >= 0 && h.nslabs >= 0 && h.meta_bytes >= 0 &&
          h.paths_bytes >= 0 && (h.version < 3 || h.paths_bytes == 0) && h.tensors_bytes >= 0 &&
          n - at == (int64_t)(brec * (size_t)h.nboxes + sizeof(ck_file) * (size_t)h.nfiles +
@@ -429,7 +477,7 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     ok = unpack_tensors(p, at + h.tensors_bytes, &at, L);
     if (h.version >= 3) {
         for (int j = 0; j < h.nboxes; j++) {
-            plan_box3 c;
+            ck_hit c;
             memset(&c, 0, sizeof c);
             take(p, n, &at, &c, sizeof c);
             ck_box *B = &L->b[j];
@@ -474,32 +522,29 @@ static mp_code unpack_part(const char *p, int64_t n, ck_layout *L, mp_err *e) {
     return MP_OK;
 }
 
-mp_code ck_plan_pack(const ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
+mp_code ck_plan_pack(ck_plan_src *S, int nq, const char *req, const int64_t *rcount, ck_buf *parts,
                      int64_t *pcount, mp_err *e) {
     const ck_layout *L = &S->L;
     char *want_t = mp_xmalloc((size_t)L->ntensors + 1);
-    ck_box *bx = NULL, *tmp = NULL;
-    int nb = 0, cap = 0, tcap = 0, *hints = NULL, nh = 0, *tcount = NULL;
+    plan_ctx *C = &S->C;
     mp_code rc = MP_OK;
     int64_t at = 0;
     for (int q = 0; q < nq && !rc; q++) {
         memset(want_t, 0, (size_t)L->ntensors + 1);
-        nb = 0;
-        rc = plan_regions(S, req + at, rcount[q], want_t, &bx, &nb, &cap, &hints, &nh, e);
+        rc = plan_regions(S, req + at, rcount[q], want_t, C, e);
         at += rcount[q];
         if (rc) break;
-        plan_order(L->ntensors, &bx, &cap, nb, &tmp, &tcap, &tcount);
+        plan_order(L->ntensors, &C->hx, &C->cap, C->nh, &C->tmp, &C->tcap, &C->count);
         int u = 0;   /* unique: regions of one rank may meet the same saved box */
-        for (int k = 0; k < nb; k++)
-            if (!u || cmp_box(&bx[u - 1], &bx[k])) bx[u++] = bx[k];
+        for (int k = 0; k < C->nh; k++)
+            if (!u || cmp_hit(&C->hx[u - 1], &C->hx[k])) {
+                if (u != k) C->hx[u] = C->hx[k];
+                u++;
+            }
         size_t before = parts->n;
-        pack_part(S, bx, u, want_t, parts);
+        pack_part(S, C->hx, u, want_t, parts);
         pcount[q] = (int64_t)(parts->n - before);
     }
-    free(bx);
-    free(tmp);
-    free(tcount);
-    free(hints);
     free(want_t);
     return rc;
 }
@@ -520,7 +565,7 @@ static mp_code agree(mp_comm *world, mp_code local, mp_err *e) {
  * back (a scatter of the sizes, then of the parts: ck_scatter_round). *part (malloc'd) gets this rank's part, *mine
  * its bytes. A failed planning on rank 0 (the lists come from the same binary: a bug) sends the
  * remaining ranks empty parts and returns the error (the caller's agreement fails every rank with it). */
-static mp_code rounds(mp_comm *w, const ck_plan_src *S, const ck_buf *req, const int64_t *rlen, char **part,
+static mp_code rounds(mp_comm *w, ck_plan_src *S, const ck_buf *req, const int64_t *rlen, char **part,
                       int64_t *mine, mp_err *e) {
     const int me = w->rank, size = w->size, per = ck_round_ranks(CK_OPEN_RANKS);
     int64_t *plen = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)size) : NULL;

@@ -28,7 +28,9 @@
  * an interval of i (per dim an inequality linear in i), and a box's k is the number of the tensor's
  * boxes in its file at smaller offsets, counted run by run (a run of stride 0 keeps its boxes in one
  * file at offsets monotone in i: a binary search). Nothing is expanded: rank 0 holds the runs, not
- * the world's boxes.
+ * the world's boxes. A run whose members' extent in dims 0 and 1 (ck_runs_bounds: 32 bytes a run,
+ * kept by the caller) misses the region is passed over without reading its 120-byte row, and the boxes
+ * found are written as 80-byte ck_hit records (what a part carries), not whole ck_box records.
  */
 #define _GNU_SOURCE
 #include "ckpt/ckpt_internal.h"
@@ -144,12 +146,14 @@ static mp_code check_run(const ck_layout *L, const ck_run *R, int64_t i, const c
     return MP_OK;
 }
 
-/* Adds the boxes of run R (checked; its tensor's boxes go in as tensor `as`) to L->b from L->nboxes on;
- * MP_ECHECK when a rank has no file row (row i of path names it). */
+/* Adds the boxes of run R (checked; its tensor's boxes go in as tensor `as`) to L->b from L->nboxes on:
+ * their tensor, file, offset and shape; the other fields of those L->b entries are left as they are,
+ * which must be 0 (a calloc'd array, or one that only boxes expanded so held: zeroing 152 bytes per
+ * box was most of the index check's expansion). MP_ECHECK when a rank has no file row (row i of path
+ * names it). */
 static mp_code expand_run(ck_layout *L, const ck_run *R, int as, int64_t i, const char *path, mp_err *e) {
     for (int64_t c = 0; c < R->count; c++) {
         ck_box *B = &L->b[L->nboxes];
-        memset(B, 0, sizeof *B);
         B->tensor = as;
         B->file = file_of_rank(L, (int64_t)R->rank0 + c * (int64_t)R->stride);
         if (B->file < 0)
@@ -265,7 +269,7 @@ mp_code ck_runs_check(const ck_layout *L, const ck_run *runs, int64_t n, const c
     }
     ck_tensor one;
     ck_layout S = {.version = L->version, .world = L->world, .ntensors = 1, .t = &one, .f = L->f, .nfiles = L->nfiles};
-    S.b = mp_xmalloc(sizeof(ck_box) * (size_t)(most + 1));
+    S.b = mp_xcalloc(sizeof(ck_box) * (size_t)(most + 1));   /* expand_run writes only what it sets */
     int64_t *nb = mp_xcalloc(sizeof(int64_t) * (size_t)(L->nfiles + 1));
     int64_t *by = mp_xcalloc(sizeof(int64_t) * (size_t)(L->nfiles + 1));
     mp_code rc = MP_OK;
@@ -315,22 +319,17 @@ static int64_t floor_div(int64_t a, int64_t b) {
     return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
-/* The members [*lo, *hi) of run R (checked against its tensor, of nd dims and the shape given) that meet
- * the region (q, qs).
- * The region is first clipped to the tensor (the boxes lie inside it, so they meet the same members;
- * a caller's region may hold any values). Per dim box i is [o + i s, o + i s + w) (w > 0), which
- * meets [q, e) iff q < e, i s < e - o and i s > q - o - w: an interval of i, intersected over the dims.
- * After the clip 0 <= q <= e <= shape and 0 <= o, o + w <= shape, and |s| <= shape (a run of one box:
- * its step is ignored), so every term fits in int64. */
-static void run_range(int nd, const int64_t *shape, const ck_run *R, const int64_t *q, const int64_t *qs,
-                      int64_t *lo, int64_t *hi) {
+/* The members [*lo, *hi) of run R (checked against its tensor, of nd dims) that meet the region
+ * [q0, q1) (clipped to the tensor by the caller: the boxes lie inside it, so they meet the same
+ * members; non-empty in every dim). Per dim box i is [o + i s, o + i s + w) (w > 0), which meets
+ * [q0, q1) iff i s < q1 - o and i s > q0 - o - w: an interval of i, intersected over the dims. After
+ * the clip 0 <= q0 < q1 <= shape and 0 <= o, o + w <= shape, and |s| <= shape (a run of one box: its
+ * step is ignored), so every term fits in int64. */
+static void run_range(int nd, const ck_run *R, const int64_t *q0, const int64_t *q1, int64_t *lo, int64_t *hi) {
     int64_t a = 0, b = R->count;
     for (int d = 0; d < nd && a < b; d++) {
-        int64_t qe, lim = shape[d];
-        if (qs[d] <= 0 || __builtin_add_overflow(q[d], qs[d], &qe)) qe = qs[d] <= 0 ? q[d] : INT64_MAX;
-        int64_t q0 = q[d] < 0 ? 0 : q[d] > lim ? lim : q[d], q1 = qe < 0 ? 0 : qe > lim ? lim : qe;
-        int64_t s = R->count > 1 ? R->step[d] : 0, x = q1 - R->off[d], y = q0 - R->off[d] - R->shp[d];
-        if (q0 >= q1 || (s == 0 && !(0 < x && 0 > y))) { b = a; break; }
+        int64_t s = R->count > 1 ? R->step[d] : 0, x = q1[d] - R->off[d], y = q0[d] - R->off[d] - R->shp[d];
+        if (s == 0 && !(0 < x && 0 > y)) { b = a; break; }
         if (s == 0) continue;
         int64_t span = (R->count - 1) * s;   /* the members' extent: most runs miss a region, no division */
         if (x <= (span < 0 ? span : 0) || y >= (span > 0 ? span : 0)) { b = a; break; }
@@ -377,25 +376,58 @@ static int64_t run_before(const ck_run *R, int64_t rank, const int64_t *off) {
     return dir >= 0 ? l : R->count - l;
 }
 
-void ck_runs_query(const ck_layout *L, const ck_run *runs, int64_t a, int64_t b, int t, int nd, const int64_t *shape,
-                   int one_per_file, const int64_t *off, const int64_t *shp, ck_box **out, int *n, int *cap) {
+void ck_runs_bounds(const ck_run *runs, int64_t n, int64_t *bound) {
+    for (int64_t r = 0; r < n; r++)
+        for (int d = 0; d < 2; d++) {
+            const ck_run *R = &runs[r];
+            int64_t span = R->count > 1 ? (R->count - 1) * R->step[d] : 0;   /* inside the tensor: checked */
+            bound[4 * r + 2 * d] = R->off[d] + (span < 0 ? span : 0);
+            bound[4 * r + 2 * d + 1] = R->off[d] + (span > 0 ? span : 0) + R->shp[d];
+        }
+}
+
+/* The region (off, shp) clipped to a tensor of nd dims and the shape given, into [q0, q1); 0 when it
+ * is empty in some dim (any values: no overflow). */
+static int clip_region(int nd, const int64_t *shape, const int64_t *off, const int64_t *shp, int64_t *q0, int64_t *q1) {
+    for (int d = 0; d < nd; d++) {
+        int64_t qe, lim = shape[d];
+        if (shp[d] <= 0 || __builtin_add_overflow(off[d], shp[d], &qe)) qe = shp[d] <= 0 ? off[d] : INT64_MAX;
+        q0[d] = off[d] < 0 ? 0 : off[d] > lim ? lim : off[d];
+        q1[d] = qe < 0 ? 0 : qe > lim ? lim : qe;
+        if (q0[d] >= q1[d]) return 0;
+    }
+    return 1;
+}
+
+/* Whether the bounds bd (ck_runs_bounds) of a run of a tensor of nd dims miss the clipped region [q0, q1). */
+static int run_missed(const int64_t *bd, int nd, const int64_t *q0, const int64_t *q1) {
+    return nd > 0 && (q1[0] <= bd[0] || q0[0] >= bd[1] || (nd > 1 && (q1[1] <= bd[2] || q0[1] >= bd[3])));
+}
+
+void ck_runs_query(const ck_layout *L, const ck_run *runs, const int64_t *bound, int64_t a, int64_t b, int t, int nd,
+                   const int64_t *shape, int one_per_file, const int64_t *off, const int64_t *shp, ck_hit **out,
+                   int *n, int *cap) {
+    int64_t q0[CKPT_MAX_DIMS], q1[CKPT_MAX_DIMS];
+    if (!clip_region(nd, shape, off, shp, q0, q1)) return;
     for (int64_t r = a; r < b; r++) {
+        if (bound && run_missed(bound + 4 * r, nd, q0, q1)) continue;   /* 32 bytes read, not the 120-byte row */
         const ck_run *R = &runs[r];
         int64_t lo, hi;
-        run_range(nd, shape, R, off, shp, &lo, &hi);
+        run_range(nd, R, q0, q1, &lo, &hi);
         if (*n + (hi - lo) > *cap) {
             *cap = (int)(*n + (hi - lo)) * 2 + 16;
-            *out = mp_realloc(*out, 0, sizeof(ck_box) * (size_t)*cap, MP_MEM_OTHER);
+            *out = mp_realloc(*out, 0, sizeof(ck_hit) * (size_t)*cap, MP_MEM_OTHER);
         }
         for (int64_t i = lo; i < hi; i++) {
-            ck_box *B = &(*out)[(*n)++];
-            memset(B, 0, sizeof *B);
-            int64_t rank = (int64_t)R->rank0 + i * (int64_t)R->stride;
-            B->tensor = t;
-            B->file = file_of_rank(L, rank);
-            run_member(R, i, B->off);
-            memcpy(B->shp, R->shp, sizeof B->shp);
-            for (int64_t r2 = a; r2 < b && !one_per_file; r2++) B->k += run_before(&runs[r2], rank, B->off);
+            ck_hit *H = &(*out)[(*n)++];   /* every field written: no padding in a ck_hit */
+            int64_t rank = (int64_t)R->rank0 + i * (int64_t)R->stride, k = 0;
+            H->tensor = t;
+            H->file = file_of_rank(L, rank);
+            H->box = -1;
+            run_member(R, i, H->off);
+            memcpy(H->shp, R->shp, sizeof H->shp);
+            for (int64_t r2 = a; r2 < b && !one_per_file; r2++) k += run_before(&runs[r2], rank, H->off);
+            H->k = (int32_t)k;   /* < INT32_MAX: the runs hold at most that many boxes (checked) */
         }
     }
 }
