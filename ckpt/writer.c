@@ -712,10 +712,10 @@ static void hash_job_run(void *arg) {
 /* Rows of B per H5Dwrite call: the whole band (or box) at once when it is chunked (zstd: a partial
  * chunk would be read back, filtered and rewritten) or on the serial path (MP_CKPT_SERIAL_FILL=1: the
  * writer as it was before issue 21, kept to compare against), else pieces of about WRITE_PIECE_BYTES
- * (at least one row): the same bytes at the same place either way. Measured (docs/BENCH_RESHARD.md, "copy floor"): on this kernel one pwrite of 64 MiB costs
- * 2-4x the system time per byte of the same bytes in 1 MiB pwrites once the page cache is under
- * writeback (the page cache allocates its pages in bigger folios for bigger writes), and the
- * reshard/import writer thread is the critical path. */
+ * (at least one row): the same bytes at the same place either way. Measured (docs/BENCH_RESHARD.md,
+ * issue 21 item 4): once writeback runs, a 64 MiB pwrite often costs 2-4x the system time per byte
+ * of 1 MiB pwrites (suspected: bigger page-cache folios for bigger writes), and the conversions'
+ * writer thread is their critical path. */
 #define WRITE_PIECE_BYTES ((int64_t)1 << 20)
 static int64_t write_piece_rows(const ckpt_save *s, const wbox *B) {
     int64_t rb = row_bytes(B);
