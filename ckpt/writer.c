@@ -15,9 +15,10 @@
  * file, box k of a tensor (k counting that tensor's boxes in that file) is the dataset
  * /<tensor name>/box_<k>, and its checksum tiles the uint64 dataset /<tensor name>/tiles_<k>.
  * Uncompressed boxes are CONTIGUOUS datasets (file type = memory type: no conversion, no fill); a
- * pointer box is written by one H5Dwrite straight from the caller's buffer, a fill box by one
- * hyperslab H5Dwrite per band of dim-0 rows (at most opts.fill_bytes, a multiple of the tile rows,
- * through two band buffers accounted as MP_MEM_CKPT: band k is hashed on the ckpt/read_pipe.c worker
+ * pointer box is written straight from the caller's buffer, a fill box band by band of dim-0 rows,
+ * both by hyperslab H5Dwrites of ~1 MiB of whole rows (write_rows: large pwrites cost more system
+ * time per byte; one H5Dwrite per band or box when chunked); fill bands are at most opts.fill_bytes,
+ * a multiple of the tile rows, through two band buffers accounted as MP_MEM_CKPT: band k is hashed on the ckpt/read_pipe.c worker
  * while band k+1 is produced and written, HDF5 staying on the caller's thread). With zstd they are chunked one tile per chunk
  * (tile_rows x tile_cols x the box's dims 2..), shuffle then zstd 32015.
  *
@@ -749,9 +750,44 @@ static void hash_job_run(void *arg) {
     hasher_feed(j->h, j->p, j->nrows);
 }
 
-/* Produces (fill callback) and writes one band of fill box B, rows [r0, r0 + n), from buf. */
-static mp_code write_one_band(wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0, int64_t n, void *buf, const char *path,
-                              mp_err *e) {
+/* Rows of B per H5Dwrite call: the whole band (or box) at once when it is chunked (zstd: a partial
+ * chunk would be read back, filtered and rewritten) or on the serial path (MP_CKPT_SERIAL_FILL=1: the
+ * writer as it was before issue 21, kept to compare against), else pieces of about WRITE_PIECE_BYTES
+ * (at least one row): the same bytes at the same place either way. Measured (docs/BENCH_RESHARD.md,
+ * issue 21 item 4): once writeback runs, a 64 MiB pwrite often costs 2-4x the system time per byte
+ * of 1 MiB pwrites (suspected: bigger page-cache folios for bigger writes), and the conversions'
+ * writer thread is their critical path. */
+#define WRITE_PIECE_BYTES ((int64_t)1 << 20)
+static int64_t write_piece_rows(const ckpt_save *s, const wbox *B) {
+    int64_t rb = row_bytes(B);
+    if (s->o.zstd_level > 0 || rb <= 0 || ck_worker_serial_forced()) return B->shp[0] > 0 ? B->shp[0] : 1;
+    int64_t r = WRITE_PIECE_BYTES / rb;
+    return r < 1 ? 1 : r;
+}
+
+/* H5Dwrite of rows [r0, r0 + n) of dataset d (file space fsp, file type ft) from buf (n whole rows,
+ * packed), in pieces of at most `piece` rows. Returns the HDF5 status of the first failing call. */
+static herr_t write_rows(const wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0, int64_t n, int64_t piece,
+                         const void *buf) {
+    hsize_t start[CKPT_MAX_DIMS] = {0}, count[CKPT_MAX_DIMS];
+    for (int k = 0; k < B->ndim; k++) count[k] = (hsize_t)B->shp[k];
+    int64_t rb = row_bytes(B);
+    herr_t hr = 0;
+    for (int64_t i = 0; i < n && hr >= 0; i += piece) {
+        count[0] = (hsize_t)(n - i < piece ? n - i : piece);
+        start[0] = (hsize_t)(r0 + i);
+        hid_t msp = H5Screate_simple(B->ndim, count, NULL);
+        hr = msp < 0 ? -1 : H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL);
+        if (hr >= 0) hr = H5Dwrite(d, ft, msp, fsp, H5P_DEFAULT, (const char *)buf + i * rb);
+        if (msp >= 0) H5Sclose(msp);
+    }
+    return hr;
+}
+
+/* Produces (fill callback) and writes one band of fill box B, rows [r0, r0 + n), from buf, in H5Dwrite
+ * pieces of `piece` rows. */
+static mp_code write_one_band(wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0, int64_t n, int64_t piece, void *buf,
+                              const char *path, mp_err *e) {
     int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
     memcpy(goff, B->off, sizeof goff);
     memcpy(gshp, B->shp, sizeof gshp);
@@ -766,14 +802,7 @@ static mp_code write_one_band(wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0,
         return mp_err_set(e, frc, "writing %s: tensor %s: producing rows %s: %s", path, B->name, reg,
                           fe.msg[0] ? fe.msg : mp_code_name(frc));
     }
-    hsize_t start[CKPT_MAX_DIMS] = {0}, count[CKPT_MAX_DIMS];
-    for (int k = 0; k < B->ndim; k++) count[k] = (hsize_t)gshp[k];
-    start[0] = (hsize_t)r0;
-    hid_t msp = H5Screate_simple(B->ndim, count, NULL);
-    herr_t hr = msp < 0 ? -1 : H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL);
-    if (hr >= 0) hr = H5Dwrite(d, ft, msp, fsp, H5P_DEFAULT, buf);
-    if (msp >= 0) H5Sclose(msp);
-    if (hr < 0) {
+    if (write_rows(B, d, fsp, ft, r0, n, piece, buf) < 0) {
         char reg[256];
         ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
         return ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, wbox_path(B, 0, (char[CK_DSET_MAX]){0}),
@@ -794,12 +823,13 @@ static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher
     hid_t fsp = H5Dget_space(d);
     if (fsp < 0) return ck_h5_err(e, MP_EIO, "writing %s: dataset %s: dataspace", path, wbox_path(B, 0, (char[CK_DSET_MAX]){0}));
     mp_code rc = MP_OK;
+    int64_t piece = write_piece_rows(s, B);
     hash_job job;
     int k = 0;
     for (int64_t r0 = 0; r0 < B->shp[0] && rc == MP_OK; r0 += br, k++) {
         int64_t n = B->shp[0] - r0 < br ? B->shp[0] - r0 : br;
         void *buf = fp->buf[fp->w ? k & 1 : 0];   /* the worker may still hash the other one */
-        rc = write_one_band(B, d, fsp, ft, r0, n, buf, path, e);
+        rc = write_one_band(B, d, fsp, ft, r0, n, piece, buf, path, e);
         if (rc != MP_OK) break;
         if (!fp->w) {
             hasher_feed(h, buf, n);
@@ -847,7 +877,10 @@ static mp_code write_box(ckpt_save *s, hid_t f, hid_t lcpl, wbox *B, fill_pipe *
     if (rc != MP_OK) goto done;
     if (B->data) {
         hasher_feed(&h, B->data, B->shp[0]);
-        if (H5Dwrite(d, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, B->data) < 0) {
+        hid_t fsp = H5Dget_space(d);
+        herr_t hr = fsp < 0 ? -1 : write_rows(B, d, fsp, ft, 0, B->shp[0], write_piece_rows(s, B), B->data);
+        if (fsp >= 0) H5Sclose(fsp);
+        if (hr < 0) {
             rc = ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s)", path, wbox_path(B, 0, dp), B->name);
             goto done;
         }

@@ -139,18 +139,25 @@ static mp_code lookup(hf_src *h, const char *name, int ndim, st_file **f, const 
 static mp_code hf_read(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape, float *buf,
                        mp_err *e) {
     hf_src *h = s->impl;
-    st_file *f;
-    const st_tensor *t;
+    st_file *f = NULL;
+    const st_tensor *t = NULL;
     MP_TRY(lookup(h, name, ndim, &f, &t, e));
     h->needed += shape[0] * (ndim == 2 ? shape[1] : 1) * st_dtype_size(t->dtype);
     return st_read_f32(f, t, off, shape, buf, e);
 }
 
+/* rs_source prefetch: the engine names the next band while it writes this one (reshard/engine.c). */
+static void hf_prefetch(rs_source *s, const char *name, const int64_t *off, const int64_t *shape) {
+    hf_src *h = s->impl;
+    const hf_entry *en = strncmp(name, "model/", 6) ? NULL : find_entry(h, name + 6);
+    if (en) st_prefetch(h->f[en->file], &h->f[en->file]->t[en->t], off, shape);
+}
+
 static mp_code hf_plan(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape,
                        void (*cb)(void *, const char *, int64_t), void *ctx, int64_t *bytes, mp_err *e) {
     hf_src *h = s->impl;
-    st_file *f;
-    const st_tensor *t;
+    st_file *f = NULL;
+    const st_tensor *t = NULL;
     *bytes = 0;
     MP_TRY(lookup(h, name, ndim, &f, &t, e));
     *bytes = shape[0] * (ndim == 2 ? shape[1] : 1) * st_dtype_size(t->dtype);
@@ -205,7 +212,7 @@ mp_code rs_source_hf(rs_source **out, const char *dir, mp_err *e) {
     free(ipath);
     if (rc) { hf_free(h); return rc; }
     rs_source *s = mp_xcalloc(sizeof *s);
-    *s = (rs_source){.kind = "hf", .read = hf_read, .plan = hf_plan, .io = hf_io, .close = hf_close, .impl = h};
+    *s = (rs_source){.kind = "hf", .read = hf_read, .plan = hf_plan, .prefetch = hf_prefetch, .io = hf_io, .close = hf_close, .impl = h};
     *out = s;
     return MP_OK;
 }

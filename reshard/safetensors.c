@@ -352,15 +352,36 @@ static mp_code read_run(st_file *f, const st_tensor *t, int64_t first, int64_t c
     return MP_OK;
 }
 
+/* Rows and columns of t as a matrix (a 1-D tensor is one row) and the box (off, shape) in them; 0 if
+ * the box is not inside t. */
+static int box_geom(const st_tensor *t, const int64_t *off, const int64_t *shape, int64_t *cols, int64_t *r0,
+                    int64_t *nr, int64_t *c0, int64_t *nc) {
+    int64_t rows = t->ndim ? t->shape[0] : 1;
+    *cols = st_numel(t) / (rows ? rows : 1);
+    *r0 = off[0], *nr = shape[0], *c0 = t->ndim >= 2 ? off[1] : 0, *nc = t->ndim >= 2 ? shape[1] : *cols;
+    return !(t->ndim > 2 || *r0 < 0 || *nr < 0 || *r0 + *nr > rows || *c0 < 0 || *nc < 0 || *c0 + *nc > *cols);
+}
+
+void st_prefetch(st_file *f, const st_tensor *t, const int64_t *off, const int64_t *shape) {
+    int64_t cols, r0, nr, c0, nc;
+    if (!box_geom(t, off, shape, &cols, &r0, &nr, &c0, &nc) || nr <= 0 || nc <= 0) return;
+    int es = st_dtype_size(t->dtype);
+    int64_t first = r0 * cols + c0, last = (r0 + nr - 1) * cols + c0 + nc;   /* elements [first, last) */
+    posix_fadvise(f->fd, (off_t)(f->data_start + t->begin + first * es), (off_t)((last - first) * es),
+                  POSIX_FADV_WILLNEED);
+}
+
 mp_code st_read_f32(st_file *f, const st_tensor *t, const int64_t *off, const int64_t *shape, float *out, mp_err *e) {
     if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
         return mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" is %s: only F32, BF16 and F16 are read", f->path, t->name,
                           dtype_names[t->dtype]);
-    int64_t rows = t->ndim ? t->shape[0] : 1, cols = st_numel(t) / (rows ? rows : 1);
-    int64_t r0 = off[0], nr = shape[0], c0 = t->ndim >= 2 ? off[1] : 0, nc = t->ndim >= 2 ? shape[1] : cols;
-    if (t->ndim > 2 || r0 < 0 || nr < 0 || r0 + nr > rows || c0 < 0 || nc < 0 || c0 + nc > cols)
+    int64_t cols, r0, nr, c0, nc;
+    if (!box_geom(t, off, shape, &cols, &r0, &nr, &c0, &nc))
         return mp_err_set(e, MP_EINTERNAL, "%s: tensor \"%s\": box outside the tensor", f->path, t->name);
     if (nc == cols) return read_run(f, t, r0 * cols, nr * cols, out, e);   /* whole rows: one range */
+    /* row segments: one pread each, but the disk reads their whole span at once (a column slice of a
+     * wide row is less than a page, so readahead would see random reads, one page per row) */
+    if (nr > 1) st_prefetch(f, t, off, shape);
     for (int64_t r = 0; r < nr; r++) MP_TRY(read_run(f, t, (r0 + r) * cols + c0, nc, out + r * nc, e));
     return MP_OK;
 }

@@ -71,9 +71,15 @@ int st_find(const st_file *f, const char *name);
 /* Elements of a tensor. */
 int64_t st_numel(const st_tensor *t);
 /* Reads the box (off, shape) of tensor t of f (ndim 1 or 2: dims beyond the tensor's are 1) as fp32
- * row-major into out: one pread per row segment, one per band when the box spans whole rows. MP_EINPUT
+ * row-major into out: one pread per row segment (their span read ahead first: st_prefetch), one per
+ * band when the box spans whole rows. MP_EINPUT
  * for a dtype other than F32/BF16/F16, MP_EIO naming the file for a failed or short read. */
 mp_code st_read_f32(st_file *f, const st_tensor *t, const int64_t *off, const int64_t *shape, float *out, mp_err *e);
+/* Asks the kernel to start reading the bytes of box (off, shape) of t (posix_fadvise WILLNEED of the
+ * span from its first element to its last; segments of a column range are read ahead with the gaps
+ * between them: one large disk read instead of one small read per row). A hint: no error, nothing
+ * counted in bytes_read; a box outside t is ignored. */
+void st_prefetch(st_file *f, const st_tensor *t, const int64_t *off, const int64_t *shape);
 
 /* fp32 <-> bf16 / f16 (round to nearest even; NaN stays NaN, f16 overflow gives inf). */
 uint16_t st_f32_to_bf16(float x);

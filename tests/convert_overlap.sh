@@ -4,7 +4,8 @@
 # band k written on the helper while band k+1 is read) against the serial path (MP_CKPT_SERIAL_FILL=1),
 # on a model whose boxes span many bands (--max-memory 4M: 1 MiB bands, 2-4 MiB boxes):
 #   - init, reshard (tp2 -> tp1, tp2 -> tp4) and import: every dataset and attribute of every file
-#     identical (created_utc aside), box checksums included, and the same as with 64 MiB bands;
+#     identical (created_utc aside), box checksums included, and the same as with 64 MiB bands, which
+#     the writer hands to HDF5 in 1 MiB pieces, the serial path in one H5Dwrite per band;
 #   - export fp32 and bf16: the directories byte-identical;
 #   - a read error in the middle of a box (one byte flipped in the source's data, past several bands):
 #     reshard and export exit 1 naming the rank file and the tensor, and leave no output or .partial.
@@ -61,7 +62,9 @@ for t in 1 4; do
     run "$work/rs$t.log" serial "$bin" reshard "$work/src" --tp $t --dp 1 --out "$work/rs$t" $mm
     run "$work/rb$t.log" "$bin" reshard "$work/src" --tp $t --dp 1 --out "$work/rb$t"
     h5same "$work/r$t" "$work/rs$t"
+    run "$work/rbs$t.log" serial "$bin" reshard "$work/src" --tp $t --dp 1 --out "$work/rbs$t"
     h5same "$work/r$t" "$work/rb$t"
+    h5same "$work/rb$t" "$work/rbs$t"
     "$equal" "$work/src" "$work/r$t" >"$work/eq.log" 2>&1 || fail "reshard to tp$t changed tensors: $(cat "$work/eq.log")"
 done
 for dt in fp32 bf16; do
