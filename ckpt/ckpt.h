@@ -8,6 +8,7 @@
  *
  *   ROOT/step_%08d/index.h5        layout tables (runs of boxes), metadata, a link to the views; last, rank 0
  *   ROOT/step_%08d/view.h5         the virtual views (derived data, for other tools), just before index.h5
+ *                                  (opts.view_background: after the commit, on a background thread)
  *   ROOT/step_%08d/rank_%05d.h5    one per rank that wrote boxes: one dataset per box (or one per
  *                                  node / group of ranks, written by its leader: opts.ranks_per_file)
  *   ROOT/latest                    text: the newest step directory name, replaced by rename
@@ -40,7 +41,8 @@
  * at that point of a save (optionally only on rank MP_CKPT_CRASH_RANK): begin, during_rank_files
  * (after the first box is written), after_rank_files (every file written and fsynced, before the
  * collective commit), before_index, after_index (index fsynced, before the rename), after_rename
- * (before `latest` is replaced), after_latest (before retention). With files of several ranks
+ * (before `latest` is replaced), after_latest (before retention), during_view (opts.view_background:
+ * rank 0's background thread, view.h5.repair written, before its rename to view.h5). With files of several ranks
  * (opts.ranks_per_file) a member's during_rank_files is after its first box is sent to its leader, and
  * MP_CKPT_FAIL_AT=group_list (a member fails before sending), group_send (a member fails mid-transfer)
  * or group_write (the leader fails writing a member's band), optionally only on rank MP_CKPT_FAIL_RANK, makes that rank fail with an error (no kill).
@@ -95,6 +97,10 @@ typedef struct ckpt_save_opts {
                                    bytes written so far and the total of its boxes (on the writer's
                                    thread: the background thread of an async save) */
     void *progress_ctx;         /* passed to progress */
+    int view_background;        /* 1: rank 0's commit publishes the checkpoint (index.h5, rename, latest,
+                                   retention) without view.h5, then writes view.h5 on a background thread
+                                   (view.h5.repair, fsync, rename); every later HDF5 use of the process
+                                   waits for it (ckpt_views_wait). 0: view.h5 before index.h5. */
 } ckpt_save_opts;
 
 /* Parses a --ckpt-files value into *ranks_per_file: "rank" (1), "node" (CKPT_FILES_NODE) or a group size
@@ -186,6 +192,12 @@ mp_code ckpt_save_wait(ckpt_save *s, ckpt_stats *st, mp_err *e);
 /* Frees a save. If it was started and not finished, joins the writer thread first (no commit: the
  * .partial directory stays for ckpt_cleanup_partials). Local. NULL is ok. */
 void ckpt_save_free(ckpt_save *s);
+
+/* Waits for this process's background view write (opts.view_background), if one is in flight, and
+ * returns the result of the last one finished since the previous call (MP_OK if none; its failure was
+ * already warned about: the checkpoint is complete, `ckpt repair-views` rewrites view.h5); *write_s
+ * (may be NULL) its seconds. e may be NULL. Call before the process exits or releases the job lock. */
+mp_code ckpt_views_wait(double *write_s, mp_err *e);
 
 /* The directory the save commits to (ROOT/step_%08d). */
 const char *ckpt_save_dir(const ckpt_save *s);

@@ -105,6 +105,18 @@ mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err 
 /* Writes the view file of L (v3: view.h5; a new file with the /view group of virtual datasets, relative
  * source names) at path and fsyncs it. */
 mp_code ck_view_write(const ck_layout *L, const char *path, mp_err *e);
+/* Replaces dir/name atomically by a file write(L, tmp) makes: tmp = dir/name.repair (a leftover removed
+ * first), written and fsynced, then renamed over dir/name and dir fsynced (ckpt/views.c). crash_point
+ * (may be NULL): a MP_CKPT_CRASH_AT point between the write and the rename. On failure tmp is removed. */
+mp_code ck_views_replace(const ck_layout *L, const char *dir, const char *name,
+                         mp_code (*write)(const ck_layout *, const char *, mp_err *), const char *crash_point,
+                         mp_err *e);
+/* ckpt/view_bg.c: writes dir/view.h5 of L (taken: *L is emptied) on a background thread, through
+ * ck_views_replace (crash point during_view); a failure is a warning naming dir and repair-views. */
+void ck_view_bg_start(ck_layout *L, const char *dir);
+/* Blocks until no background view write is in flight (returns at once on the view thread itself).
+ * Called by ck_h5_init, so every HDF5 use of the process waits for it, and by retention. */
+void ck_view_bg_wait(void);
 /* Writes index.h5 for L at path (the .partial directory's), fsyncs it: version L->version (2 or 3). */
 mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e);
 /* Reads and validates index.h5 at path into *L. MP_ECHECK for a missing/corrupt/foreign index. */

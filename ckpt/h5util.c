@@ -93,6 +93,7 @@ static herr_t cause_cb(hid_t estack, void *data) {
 }
 
 void ck_h5_init(void) {
+    ck_view_bg_wait();   /* HDF5 is used by one thread at a time: a background view write first ends */
     if (t_h5_ready) {
         /* someone (a test helper, another library) may have replaced the handler on this thread */
         H5E_auto2_t fn = NULL;

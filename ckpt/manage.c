@@ -253,6 +253,7 @@ static int index_absent(int rootfd, const char *name) {
  * step directory but the one `latest` names is retired, or with leftovers_only only those without an
  * index.h5 (a removal a crash interrupted). */
 static mp_code retain(const char *root, int keep, int leftovers_only, int *removed, mp_err *e) {
+    ck_view_bg_wait();   /* never remove a step whose view.h5 is being written (ckpt/view_bg.c) */
     if (removed) *removed = 0;
     if (keep < 1) return mp_err_set(e, MP_EINPUT, "retention: keep %d must be >= 1", keep);
     int64_t *steps;
@@ -408,6 +409,7 @@ static mp_code repoint_latest(const char *root, mp_err *e) {
 }
 
 mp_code ckpt_set_aside(const char *root, int64_t after, const char *aside, int *moved, mp_err *e) {
+    ck_view_bg_wait();   /* never move a step whose view.h5 is being written (ckpt/view_bg.c) */
     if (moved) *moved = 0;
     int64_t *steps;
     int n, k = 0;

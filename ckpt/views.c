@@ -328,37 +328,39 @@ mp_code ckpt_views_check(const char *dir, int read_through, ckpt_view_report_fn 
 
 /* ------------------------------------------------------------------------------------- repairing */
 
-mp_code ckpt_views_repair(const char *dir, mp_err *e) {
-    ck_h5_init();
-    char *path = ck_fmt("%s/index.h5", dir), *tmp = ck_fmt("%s/index.h5.repair", dir);
-    ck_layout L;
-    mp_code rc = ck_index_read(path, &L, e);
-    if (rc) {
-        mp_err_wrap(e, "repairing the views of %s: the tables themselves are unreadable", dir);
-        goto out_paths;
-    }
-    if (L.version < 2) {
-        rc = mp_err_set(e, MP_EINPUT, "repairing the views of %s: a version %d checkpoint is read-only (reshard it to "
-                        "write version %d)", dir, L.version, CKPT_FORMAT_VERSION);
-        goto out;
-    }
-    if (L.version >= 3) {   /* the views live in view.h5: rebuild that file; index.h5 only links to it */
-        free(path);
-        free(tmp);
-        path = ck_fmt("%s/%s", dir, CK_VIEW_FILE);
-        tmp = ck_fmt("%s/%s.repair", dir, CK_VIEW_FILE);
-    }
-    if (mp_fs_exists(tmp) && unlink(tmp)) {   /* a leftover of an interrupted repair: ours to remove */
+mp_code ck_views_replace(const ck_layout *L, const char *dir, const char *name,
+                         mp_code (*write)(const ck_layout *, const char *, mp_err *), const char *crash_point,
+                         mp_err *e) {
+    char *path = ck_fmt("%s/%s", dir, name), *tmp = ck_fmt("%s/%s.repair", dir, name);
+    mp_code rc = MP_OK;
+    if (mp_fs_exists(tmp) && unlink(tmp))   /* a leftover of an interrupted write: ours to remove */
         rc = mp_err_set(e, MP_EIO, "removing %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    rc = L.version >= 3 ? ck_view_write(&L, tmp, e) : ck_index_write(&L, tmp, e);
+    if (!rc) rc = write(L, tmp, e);
+    if (!rc && crash_point) ck_crash_point(crash_point, 0);
     if (!rc) rc = mp_fs_rename_durable(tmp, path, dir, e);
     if (rc) unlink(tmp);
-out:
-    ck_layout_free(&L);
-out_paths:
     free(path);
     free(tmp);
+    return rc;
+}
+
+mp_code ckpt_views_repair(const char *dir, mp_err *e) {
+    ck_h5_init();
+    char *path = ck_fmt("%s/index.h5", dir);
+    ck_layout L;
+    mp_code rc = ck_index_read(path, &L, e);
+    free(path);
+    if (rc) {
+        mp_err_wrap(e, "repairing the views of %s: the tables themselves are unreadable", dir);
+        return rc;
+    }
+    if (L.version < 2)
+        rc = mp_err_set(e, MP_EINPUT, "repairing the views of %s: a version %d checkpoint is read-only (reshard it to "
+                        "write version %d)", dir, L.version, CKPT_FORMAT_VERSION);
+    else if (L.version >= 3)   /* the views live in view.h5: rebuild that file; index.h5 only links to it */
+        rc = ck_views_replace(&L, dir, CK_VIEW_FILE, ck_view_write, NULL, e);
+    else
+        rc = ck_views_replace(&L, dir, "index.h5", ck_index_write, NULL, e);
+    ck_layout_free(&L);
     return rc;
 }

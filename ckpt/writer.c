@@ -38,7 +38,8 @@
  *   3. rank 0: builds the layout, checks names, file ownership and exact coverage, writes and fsyncs
  *      index.h5 and then the directory holding it, then
  *        step mode (ckpt_save_begin): renames ROOT/step_N.partial -> step_N, fsyncs ROOT, replaces
- *          ROOT/latest durably, applies retention;
+ *          ROOT/latest durably, applies retention (then, with opts.view_background, view.h5 is written
+ *          on a background thread: ckpt/view_bg.c);
  *        dir mode (ckpt_save_begin_dir): renames DIR.partial -> DIR, or, replacing an existing DIR,
  *          swaps the two atomically (mp_fs_swap_dirs), fsyncs the parent and removes the old tree.
  *   4. agree again on rank 0's result.
@@ -1414,24 +1415,26 @@ static mp_code finish_dir(ckpt_save *s, int *renamed, mp_err *e) {
 /* Rank 0's part of the commit after the exchange. Every step is durable before the next one starts
  * (docs/FORMAT.md, "Commit protocol"): the ROOT and step_N.partial entries were fsynced at begin (and
  * ROOT's parent when ROOT was created), the rank files and step_N.partial by their writers; then
- *   1. index.h5 written and fsynced, 2. step_N.partial fsynced (index.h5's directory entry),
+ *   1. view.h5 (unless opts.view_background) and index.h5 written and fsynced, 2. step_N.partial fsynced (index.h5's directory entry),
  *   3. rename to step_N, ROOT fsynced, 4. latest.tmp written and fsynced, 5. rename to latest, ROOT
  *   fsynced, 6. retention (index.h5 of an old checkpoint removed and its directory fsynced first).
- * A crash between any two leaves either the previous checkpoint or the new one as the newest complete. */
+ * A crash between any two leaves either the previous checkpoint or the new one as the newest complete.
+ * With opts.view_background, once the directory is renamed (and after retention) the layout goes to
+ * ck_view_bg_start (ckpt/view_bg.c), which writes view.h5 on a background thread. */
 static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, const uint64_t *fsum, mp_err *e) {
     ck_layout L;
     mp_code rc = build_layout(s, all, nall, fsum, &L, e);
-    int renamed = 0;
+    int renamed = 0, bg = s->o.view_background;
     if (rc == MP_OK) {
         ck_crash_point("before_index", s->rank);
         char *vp = ck_fmt("%s/%s", s->partial, CK_VIEW_FILE), *ip = ck_fmt("%s/index.h5", s->partial);
-        rc = ck_view_write(&L, vp, e);   /* derived data, before the index that links to it */
+        if (!bg) rc = ck_view_write(&L, vp, e);   /* derived data, before the index that links to it */
         if (rc == MP_OK) rc = ck_index_write(&L, ip, e);
         free(vp);
         if (rc == MP_OK) rc = mp_fs_fsync_path(s->partial, 1, e);
         free(ip);
     }
-    ck_layout_free(&L);
+    if (!bg) ck_layout_free(&L);
     if (rc == MP_OK) ck_crash_point("after_index", s->rank);
     if (rc == MP_OK && s->dir_mode) {
         rc = finish_dir(s, &renamed, e);
@@ -1460,6 +1463,8 @@ static mp_code commit_rank0(ckpt_save *s, wbox *all, int nall, const uint64_t *f
         mp_err ce;
         if (mp_fs_remove_tree(s->partial, &ce) != MP_OK) mp_warn("ckpt: %s", ce.msg);
     }
+    if (bg && renamed) ck_view_bg_start(&L, s->final);   /* published: its views, off the critical path */
+    else if (bg) ck_layout_free(&L);
     return rc;
 }
 

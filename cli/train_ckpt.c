@@ -213,6 +213,7 @@ mp_code mp_checkpointer_wait(mp_checkpointer *c, ckpt_stats *stats, mp_err *err)
 void mp_checkpointer_free(mp_checkpointer *c) {
     ckpt_save_free(c->inflight);
     c->inflight = NULL;
+    ckpt_views_wait(NULL, NULL);   /* the last save's view.h5, before the job lock goes (a failure was warned) */
     if (c->host) c->host_be->host_free(c->host_be, c->host, c->host_bytes, MP_MEM_CKPT);
     c->host = NULL;
     mp_tokfiles_free(&c->files);

@@ -23,7 +23,7 @@ endforeach()
 # Faults during a training job's save: SIGKILL at each point of the commit protocol, disk full (stop and
 # continue); resume must pick the newest complete checkpoint and finish exactly (tests/train_faults.sh).
 foreach(case crash:during_rank_files crash:after_rank_files crash:before_index crash:after_index
-             crash:after_rename crash:after_latest diskfull diskfull-continue corrupt)
+             crash:after_rename crash:after_latest crash:during_view diskfull diskfull-continue corrupt)
   string(REPLACE ":" "_" tname ${case})
   add_test(NAME train_fault_${tname}
            COMMAND ${CMAKE_SOURCE_DIR}/tests/train_faults.sh $<TARGET_FILE:meshpoint> $<TARGET_FILE:tool_ckpt_equal>

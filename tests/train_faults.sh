@@ -5,7 +5,10 @@
 # newest COMPLETE checkpoint, finish, and end bitwise equal to the reference (final checkpoint).
 #   crash:POINT  SIGKILL every rank at POINT of the step-4 save (MP_CKPT_CRASH_AT): during_rank_files,
 #                after_rank_files, before_index, after_index -> resume from 2; after_rename, after_latest
-#                -> step 4 is complete, resume from 4.
+#                -> step 4 is complete, resume from 4; during_view (rank 0's background view.h5 write,
+#                issue 23, killed before its rename) -> step 4 is complete without view.h5: `ckpt verify`
+#                reports the missing views (exit 1), the resume loads it from 4, `ckpt repair-views`
+#                writes view.h5 and verify passes.
 #   diskfull     the step-4 save runs past the file-size limit (ulimit -f, SIGXFSZ ignored): the job
 #                exits 1 naming the failure, step 2 stays loadable.
 #   diskfull-continue  the same with --on-save-error continue: the job logs step 4's failure and goes on;
@@ -32,7 +35,13 @@ crash:*)
     rc=$?
     [ $rc -ne 0 ] || fail "the job was to be killed at $point but exited 0"
     grep -q "MP_CKPT_CRASH_AT=$point" "$work/p2.log" || fail "the crash point $point was not reached: $(cat "$work/p2.log")"
-    case "$point" in after_rename|after_latest) expect_from=4 ;; esac
+    case "$point" in after_rename|after_latest|during_view) expect_from=4 ;; esac
+    if [ "$point" = during_view ]; then
+        v=$run/checkpoints/step_00000004
+        [ "$(cat "$run/checkpoints/latest")" = step_00000004 ] || fail "during_view: step 4 is not the latest"
+        [ -e "$v/view.h5" ] && fail "during_view: a view.h5 under its final name before the rename"
+        expect 1 "view of .* is missing" "$work/verify_noview" "$bin" ckpt verify "$v"
+    fi
     ;;
 diskfull|diskfull-continue)
     extra=""
@@ -93,4 +102,9 @@ grep -q "resumed from .*step_0000000$expect_from at step $expect_from" "$work/p3
 grep -o '"step": [0-9]*, "loss": [^,]*' "$work/ref/metrics.jsonl" > "$work/ref.txt"
 grep -o '"step": [0-9]*, "loss": [^,]*' "$run/metrics.jsonl" > "$work/run.txt"
 cmp -s "$work/ref.txt" "$work/run.txt" || { paste "$work/ref.txt" "$work/run.txt"; fail "metrics.jsonl differs from the straight run"; }
+if [ "$case" = crash:during_view ]; then
+    expect 0 "view.h5 rebuilt" "$work/repair" "$bin" ckpt repair-views "$v"
+    expect 0 "^ok:" "$work/verify_repaired" "$bin" ckpt verify "$v"
+    ls "$v" | grep -q repair && fail "during_view: a temporary view file was left: $(ls "$v")"
+fi
 echo "ok ($case): resumed from step $expect_from and finished bitwise equal to the straight run"

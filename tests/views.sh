@@ -11,6 +11,10 @@
 #   dense    an index with dense groups (as written before compact storage) and a flipped byte in /meta's
 #            fractal heap: verify exits 1 reporting it (libhdf5 crashes there: contained in a child)
 #   tables   damaged tables (not views): repair-views refuses (exit 1) and leaves index.h5 as it was
+#   background  training writes view.h5 after the commit, on a background thread (issue 23): a run saving
+#            every step, synchronous and --async-save, with --keep 2 retention, leaves every kept
+#            checkpoint's view.h5 complete at exit (verify passes, h5py reads every view equal to the
+#            rank files' boxes, no view.h5.repair left) and exactly the newest 2 steps
 set -u
 bin=$1; data=$2; config=$3; work=$4; plugins=$5; case=$6
 rm -rf "$work"; mkdir -p "$work"
@@ -126,6 +130,26 @@ PY
     expect 1 "index.h5: index checksum mismatch .*corrupt" "$work/repair" "$bin" ckpt repair-views "$ck"
     [ "$(sha256sum "$ck/index.h5")" = "$sum" ] || fail "repair-views changed an index it could not rebuild"
     echo "ok ($case)"
+    ;;
+background)
+    for mode in sync async; do
+        extra=""
+        [ $mode = async ] && extra=--async-save
+        rd=$work/bg_$mode
+        train --run-dir "$rd" --steps 5 --ckpt-every 1 --keep 2 $extra >"$work/train_$mode" 2>&1 ||
+            fail "training ($mode): $(cat "$work/train_$mode")"
+        kept=$(ls "$rd/checkpoints" | grep '^step_' | tr '\n' ' ')
+        [ "$kept" = "step_00000004 step_00000005 " ] || fail "$mode: --keep 2 left: $kept"
+        for s in 4 5; do
+            d=$rd/checkpoints/step_0000000$s
+            [ -f "$d/view.h5" ] || fail "$mode: $d has no view.h5 at exit"
+            ls "$d" | grep -q repair && fail "$mode: a temporary view file was left: $(ls "$d")"
+            expect 0 "^ok:" "$work/verify_${mode}_$s" "$bin" ckpt verify "$d"
+            views_equal "$d" >"$work/h5py_${mode}_$s" 2>&1 || fail "$mode step $s: $(cat "$work/h5py_${mode}_$s")"
+        done
+        grep -q "repair-views" "$work/train_$mode" && fail "$mode: a warning: $(cat "$work/train_$mode")"
+    done
+    echo "ok ($case): $(cat "$work/h5py_async_5")"
     ;;
 *) fail "unknown case" ;;
 esac
