@@ -21,7 +21,8 @@
  *           (ck_view_write) into view.h5.repair; version 2 rebuilds index.h5 (ck_index_write writes
  *           tables, metadata and views afresh; the creation time is kept) into index.h5.repair; either
  *           is fsynced and renamed over the old file (then the directory fsynced): atomic, and the
- *           damaged views are never opened. The data files are not touched.
+ *           damaged views are never opened. The data files are not touched. The same steps
+ *           (ck_views_replace) write a training save's view.h5 in the background (ckpt/view_bg.c).
  *
  * Version 3 keeps the views in view.h5 beside index.h5, whose /view is an external link to view.h5:/view;
  * the check opens them through index.h5 (as h5py does), so a missing view.h5 or link shows as missing
