@@ -45,7 +45,8 @@
  * rank 0's background thread, view.h5.repair written, before its rename to view.h5). With files of several ranks
  * (opts.ranks_per_file) a member's during_rank_files is after its first box is sent to its leader, and
  * MP_CKPT_FAIL_AT=group_list (a member fails before sending), group_send (a member fails mid-transfer)
- * or group_write (the leader fails writing a member's band), optionally only on rank MP_CKPT_FAIL_RANK, makes that rank fail with an error (no kill).
+ * or group_write (the leader fails writing a member's band), optionally only on rank MP_CKPT_FAIL_RANK, makes that rank fail with an error (no kill);
+ * MP_CKPT_FAIL_AT=view_write makes rank 0's background view write (opts.view_background) fail.
  */
 #ifndef CKPT_CKPT_H
 #define CKPT_CKPT_H

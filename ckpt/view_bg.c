@@ -46,7 +46,9 @@ static void *view_main(void *arg) {
     double t0 = ck_now();
     mp_err e;
     mp_err_clear(&e);
-    mp_code rc = ck_views_replace(&j->L, j->dir, CK_VIEW_FILE, ck_view_write, "during_view", &e);
+    mp_code rc = ck_fail_point("view_write", 0)   /* test hook: MP_CKPT_FAIL_AT=view_write */
+                     ? mp_err_set(&e, MP_EIO, "MP_CKPT_FAIL_AT=view_write: a simulated failure")
+                     : ck_views_replace(&j->L, j->dir, CK_VIEW_FILE, ck_view_write, "during_view", &e);
     if (rc != MP_OK)
         mp_warn("ckpt: checkpoint %s is complete and loadable, but writing its views (%s) failed: %s; run "
                 "meshpoint ckpt repair-views %s", j->dir, CK_VIEW_FILE, e.msg, j->dir);

@@ -14,7 +14,10 @@
 #   background  training writes view.h5 after the commit, on a background thread (issue 23): a run saving
 #            every step, synchronous and --async-save, with --keep 2 retention, leaves every kept
 #            checkpoint's view.h5 complete at exit (verify passes, h5py reads every view equal to the
-#            rank files' boxes, no view.h5.repair left) and exactly the newest 2 steps
+#            rank files' boxes, no view.h5.repair left) and exactly the newest 2 steps; a failed
+#            background write (MP_CKPT_FAIL_AT=view_write) is a warning naming the checkpoint and
+#            `meshpoint ckpt repair-views DIR`, the run exits 0, verify reports the missing views,
+#            repair-views writes them and verify passes
 set -u
 bin=$1; data=$2; config=$3; work=$4; plugins=$5; case=$6
 rm -rf "$work"; mkdir -p "$work"
@@ -149,6 +152,15 @@ background)
         done
         grep -q "repair-views" "$work/train_$mode" && fail "$mode: a warning: $(cat "$work/train_$mode")"
     done
+    rd=$work/bg_fail
+    MP_CKPT_FAIL_AT=view_write expect 0 "checkpoint .*step_00000002 is complete and loadable, but writing its views \(view.h5\) failed: .*simulated failure; run meshpoint ckpt repair-views .*step_00000002" \
+        "$work/train_fail" train --run-dir "$rd" --steps 2 --ckpt-every 2
+    d=$rd/checkpoints/step_00000002
+    [ -e "$d/view.h5" ] && fail "a failed view write left view.h5"
+    expect 1 "view of .* is missing" "$work/verify_fail" "$bin" ckpt verify "$d"
+    expect 0 "view.h5 rebuilt" "$work/repair_fail" "$bin" ckpt repair-views "$d"
+    expect 0 "^ok:" "$work/verify_fail2" "$bin" ckpt verify "$d"
+    views_equal "$d" >/dev/null || fail "h5py after repairing a failed background write"
     echo "ok ($case): $(cat "$work/h5py_async_5")"
     ;;
 *) fail "unknown case" ;;
