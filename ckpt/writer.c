@@ -1415,8 +1415,8 @@ static mp_code finish_dir(ckpt_save *s, int *renamed, mp_err *e) {
 /* Rank 0's part of the commit after the exchange. Every step is durable before the next one starts
  * (docs/FORMAT.md, "Commit protocol"): the ROOT and step_N.partial entries were fsynced at begin (and
  * ROOT's parent when ROOT was created), the rank files and step_N.partial by their writers; then
- *   1. view.h5 (unless opts.view_background) and index.h5 written and fsynced, 2. step_N.partial fsynced (index.h5's directory entry),
- *   3. rename to step_N, ROOT fsynced, 4. latest.tmp written and fsynced, 5. rename to latest, ROOT
+ *   1. view.h5 (unless opts.view_background) and index.h5 written and fsynced, 2. step_N.partial
+ *   fsynced (index.h5's directory entry), 3. rename to step_N, ROOT fsynced, 4. latest.tmp written and fsynced, 5. rename to latest, ROOT
  *   fsynced, 6. retention (index.h5 of an old checkpoint removed and its directory fsynced first).
  * A crash between any two leaves either the previous checkpoint or the new one as the newest complete.
  * With opts.view_background, once the directory is renamed (and after retention) the layout goes to
