@@ -64,11 +64,34 @@ train() {
 verify() { "$bin" ckpt verify "$1" >/dev/null 2>&1; }
 avail() { df -B1 --output=avail "$mnt" | tail -1 | tr -d ' '; }
 
+# views_pending DIR LOG CAUSE WHAT: DIR (published) fails verify only because its background view
+# write failed for CAUSE: no view.h5 (nor a leftover view.h5.repair), the warning in LOG naming CAUSE and
+# repair-views, every verify problem a view's; then repair-views fixes it and verify passes.
+views_pending() {
+    local d=$1 log=$2 cause=$3 what=$4 out
+    [ ! -e "$d/view.h5" ] || fail "$what: $d has a view.h5 and does not verify: $("$bin" ckpt verify "$d" 2>&1 | tail -3)"
+    [ ! -e "$d/view.h5.repair" ] || fail "$what: the failed view write left $d/view.h5.repair"
+    grep -q "writing its views (view.h5) failed: .*$cause.*repair-views" "$log" ||
+        fail "$what: exit 0, $d without views, and no warning naming '$cause' and repair-views: $(cat "$log")"
+    out=$("$bin" ckpt verify "$d" 2>&1)
+    echo "$out" | grep '^problem:' | grep -v -e ' is missing$' -e '/view: its groups cannot be listed' | grep -q . &&
+        fail "$what: $d has problems other than its missing views: $out"
+    "$bin" ckpt repair-views "$d" >/dev/null 2>&1 || fail "$what: repair-views of $d failed"
+    verify "$d" || fail "$what: $d does not verify after repair-views"
+}
+
 # Checks the checkpoint root after a failed or successful step-2 save; $1 = the save's exit status,
 # $2 = its log, $3 = the cause pattern.
 check_trial() {
-    local rc=$1 log=$2 cause=$3 what=$4
+    local rc=$1 log=$2 cause=$3 what=$4 pending=""
     ls "$ck" | grep -q '\.partial$' && fail "$what: a .partial directory was left: $(ls "$ck")"
+    # train writes view.h5 after the commit, on a thread (issue 23): a full disk may fail that write
+    # alone. Then the save succeeded (exit 0, step 2 published) and warned; step 2's only problems are
+    # its missing views; with the space back, repair-views must write them and verify then pass.
+    if [ "$rc" -eq 0 ] && ! verify "$ck/step_00000002"; then
+        views_pending "$ck/step_00000002" "$log" "$cause" "$what"
+        pending=1
+    fi
     for d in "$ck"/step_*; do
         verify "$d" || fail "$what: $d does not verify: $("$bin" ckpt verify "$d" 2>&1 | tail -3)"
     done
@@ -77,7 +100,7 @@ check_trial() {
     verify "$ck/step_00000001" || fail "$what: the earlier checkpoint step 1 no longer verifies"
     if [ "$rc" -eq 0 ]; then
         [ "$latest" = step_00000002 ] || fail "$what: exit 0 but latest is '$latest'"
-        echo ok
+        if [ -n "$pending" ]; then echo views; else echo ok; fi
         return
     fi
     [ "$rc" -eq 1 ] || fail "$what: exit $rc, expected 1: $(cat "$log")"
@@ -116,7 +139,7 @@ sweep_tmpfs() {
     # holds its own, so at exactly T the save fails only at replacing `latest`
     for ((i = tail_pages; i >= -1; i--)); do pts+=($((T - i * 4096))); done
     pts+=($((T + 16 * 4096)))
-    local nfail=0 nok=0 kinds="" k
+    local nfail=0 nok=0 nviews=0 kinds="" k
     for k in "${pts[@]}"; do
         [ "$k" -lt 0 ] && continue
         fallocate -l $((a0 - k)) "$mnt/fill" 2>/dev/null || dd if=/dev/zero of="$mnt/fill" bs=4096 count=$(((a0 - k) / 4096)) status=none
@@ -125,11 +148,13 @@ sweep_tmpfs() {
         local rc=$?
         rm -f "$mnt/fill"
         local kind; kind=$(check_trial $rc "$work/t.log" "No space left on device" "free $k of $T bytes") || { echo "$kind"; exit 1; }
-        if [ "$kind" = ok ]; then nok=$((nok + 1)); else nfail=$((nfail + 1)); kinds="$kinds $kind"; fi
+        case "$kind" in
+        ok) nok=$((nok + 1)) ;; views) nviews=$((nviews + 1)) ;; *) nfail=$((nfail + 1)); kinds="$kinds $kind" ;;
+        esac
         echo "  free $k: exit $rc ${kind}: $(grep -m1 -E '^meshpoint.*error: ' "$work/t.log" | sed "s|$work/||g" | cut -c1-240)"
         rm -rf "$work/r1" "$ck/step_00000002"; echo step_00000001 >"$ck/latest"
     done
-    note "$nfail failed saves, each naming its cause and file; $nok succeeded"
+    note "$nfail failed saves, each naming its cause and file; $nok succeeded; $nviews succeeded but for the views (repaired)"
     [ "$nfail" -ge $((per_points / 2)) ] || fail "only $nfail of ${#pts[@]} trials failed: the sweep missed the save"
     echo "$kinds" | grep -q rank_file || fail "no trial failed in a rank file"
     [ "$np" -gt 1 ] || echo "$kinds" | grep -q index || fail "no trial failed in index.h5"
@@ -152,7 +177,7 @@ sweep_fsize() {
             $extra --resume 2>&1 | cat >"$work/t.log"   # a pipe: the limit would cut the log file too
         local rc=${PIPESTATUS[0]}
         local kind; kind=$(check_trial $rc "$work/t.log" "File too large" "limit $k KiB") || { echo "$kind"; exit 1; }
-        [ "$kind" = ok ] || nfail=$((nfail + 1))
+        [ "$kind" = ok ] || [ "$kind" = views ] || nfail=$((nfail + 1))
         echo "  limit ${k} KiB: exit $rc ${kind}: $(grep -m1 -E '^meshpoint.*error: ' "$work/t.log" | sed "s|$work/||g" | cut -c1-200)"
         rm -rf "$work/r1" "$ck/step_00000002"; echo step_00000001 >"$ck/latest"
     done
