@@ -72,19 +72,20 @@ void ck_scatter_round(mp_comm *w, void *out, int64_t n, const void *in, const in
     free(counts);
 }
 
+/* Whether the test hook named by env var `at_var` is set to point and the rank variable `rank_var` is
+ * unset, empty or rank: the one rule of MP_CKPT_CRASH_AT and MP_CKPT_FAIL_AT. */
+static int hook_at(const char *at_var, const char *rank_var, const char *point, int rank) {
+    const char *at = getenv(at_var);
+    if (!at || strcmp(at, point) != 0) return 0;
+    const char *r = getenv(rank_var);
+    return !(r && *r && atoi(r) != rank);
+}
+
 void ck_crash_point(const char *point, int rank) {
-    const char *at = getenv("MP_CKPT_CRASH_AT");
-    if (!at || strcmp(at, point) != 0) return;
-    const char *r = getenv("MP_CKPT_CRASH_RANK");
-    if (r && *r && atoi(r) != rank) return;
+    if (!hook_at("MP_CKPT_CRASH_AT", "MP_CKPT_CRASH_RANK", point, rank)) return;
     fprintf(stderr, "ckpt: MP_CKPT_CRASH_AT=%s: killing rank %d\n", point, rank);
     fflush(NULL);
     raise(SIGKILL);
 }
 
-int ck_fail_point(const char *point, int rank) {
-    const char *at = getenv("MP_CKPT_FAIL_AT");
-    if (!at || strcmp(at, point) != 0) return 0;
-    const char *r = getenv("MP_CKPT_FAIL_RANK");
-    return !(r && *r && atoi(r) != rank);
-}
+int ck_fail_point(const char *point, int rank) { return hook_at("MP_CKPT_FAIL_AT", "MP_CKPT_FAIL_RANK", point, rank); }
