@@ -378,6 +378,8 @@ int ck_save_nboxes(const ckpt_save *s);
 void ck_save_box_at(const ckpt_save *s, int i, ck_save_box *out);
 void ck_save_drop_boxes(ckpt_save *s);
 int64_t ck_fill_band_rows(mp_dtype dt, int ndim, const int64_t *shp, size_t fill_bytes);
+/* Bytes of one dim-0 row of a box of dtype dt and shape shp[ndim] (the writer's bands are whole rows). */
+int64_t ck_row_bytes(mp_dtype dt, int ndim, const int64_t *shp);
 
 /* ckpt/group.c: files of several ranks (ckpt_save_opts.ranks_per_file). ck_group_wanted: the save asks
  * for groups and the world has more than one rank (the same answer on every rank). ck_group_write:

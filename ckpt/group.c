@@ -104,10 +104,6 @@ int ck_group_wanted(const ckpt_save *s) {
     return g != 0 && g != 1 && ck_save_world(s)->size > 1;
 }
 
-static int64_t box_row_bytes(mp_dtype dt, int ndim, const int64_t *shp) {
-    return (int64_t)mp_dtype_size(dt) * ck_volume(ndim - 1, shp + 1);
-}
-
 /* ------------------------------------------------------------------------------------ groups */
 
 /* This process's node key: MP_CKPT_RANKS_PER_NODE=N (tests: nodes of N consecutive ranks) or an XXH3
@@ -188,7 +184,7 @@ static mp_code member_send(ckpt_save *s, int leader, size_t fill_bytes, mp_err *
     for (int i = 0; i < nb && rc == MP_OK; i++) {
         ck_save_box B;
         ck_save_box_at(s, i, &B);
-        int64_t rb = box_row_bytes(B.dt, B.ndim, B.shp), br = ck_fill_band_rows(B.dt, B.ndim, B.shp, fill_bytes);
+        int64_t rb = ck_row_bytes(B.dt, B.ndim, B.shp), br = ck_fill_band_rows(B.dt, B.ndim, B.shp, fill_bytes);
         for (int64_t r0 = 0; r0 < B.shp[0]; r0 += br) {
             int64_t n = B.shp[0] - r0 < br ? B.shp[0] - r0 : br;
             *h = (band_hdr){.code = MP_OK, .box = i, .r0 = r0, .rows = n};
@@ -258,7 +254,7 @@ static void advance(gmember *m, const band_hdr *h) {
 /* Receives and drops the bytes of band h (valid) of m. */
 static void drop_band(group *g, gmember *m, const band_hdr *h) {
     const gbox *B = &m->b[h->box];
-    size_t n = (size_t)(h->rows * box_row_bytes(B->dt, B->ndim, B->shp));
+    size_t n = (size_t)(h->rows * ck_row_bytes(B->dt, B->ndim, B->shp));
     if (n > g->scap) {
         free(g->scratch);
         g->scratch = mp_xmalloc(n);
@@ -289,7 +285,7 @@ static mp_code member_fill(void *ctx, const int64_t *offset, const int64_t *shap
                         m->rank, (long long)h->box, (long long)h->r0, (long long)h->rows, B->idx, (long long)r0,
                         (long long)rows);
     } else {
-        g->w->recv(g->w, buf, (size_t)(rows * box_row_bytes(B->dt, B->ndim, B->shp)), m->rank, TAG_DATA);
+        g->w->recv(g->w, buf, (size_t)(rows * ck_row_bytes(B->dt, B->ndim, B->shp)), m->rank, TAG_DATA);
         advance(m, h);
         if (ck_fail_point("group_write", g->w->rank))
             rc = mp_err_set(e, MP_EIO, "MP_CKPT_FAIL_AT=group_write: rank %d fails writing the boxes of rank %d",

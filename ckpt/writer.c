@@ -660,9 +660,11 @@ static void hasher_free(hasher *h) {
 /* ------------------------------------------------------------------------------- rank files */
 
 /* Bytes of one dim-0 row of box B. */
-static int64_t row_bytes(const wbox *B) {
-    return (int64_t)mp_dtype_size(B->dt) * ck_volume(B->ndim - 1, B->shp + 1);
+int64_t ck_row_bytes(mp_dtype dt, int ndim, const int64_t *shp) {
+    return (int64_t)mp_dtype_size(dt) * ck_volume(ndim - 1, shp + 1);
 }
+
+static int64_t row_bytes(const wbox *B) { return ck_row_bytes(B->dt, B->ndim, B->shp); }
 
 /* Rows per band of fill box B under the bound fill_bytes: a multiple of tile_rows (at least one tile
  * row), at most the box's rows. */
