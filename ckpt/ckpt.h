@@ -85,6 +85,11 @@ typedef struct ckpt_save_opts {
                                 one tile row), through two buffers of that size (band k is hashed on
                                 a helper thread while band k+1 is produced; MP_CKPT_SERIAL_FILL=1: one
                                 buffer, no overlap, the same bytes). 0: 16 MiB. */
+    int fill_any_thread;     /* 1: the fill callbacks may run on a helper thread, one at a time, while
+                                this thread makes HDF5 calls (they may call HDF5 themselves): band k+1
+                                is then produced on the helper while band k is written. Used only when
+                                the HDF5 library is thread-safe (H5is_library_threadsafe; Debian's is);
+                                else, and with 0, fills run on the caller's thread. */
     int ranks_per_file;      /* which ranks share a rank file (the same on every rank; ckpt/group.c):
                                 0 or 1: each rank writes its own (rank_%05d.h5 of its rank);
                                 CKPT_FILES_NODE: one file per node, written by the node's lowest rank;

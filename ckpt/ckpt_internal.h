@@ -293,6 +293,9 @@ mp_code ck_h5_err(mp_err *e, mp_code code, const char *fmt, ...) __attribute__((
 /* Forgets an HDF5 failure the caller handled itself (the error stack and the recorded cause), so it is
  * not reported as the cause of a later one. Use it instead of H5Eclear2. */
 void ck_h5_clear(void);
+/* 1 if the HDF5 library in use is thread-safe (built with its global lock: calls from two threads
+ * take turns), so that a second thread may call it while this one does. */
+int ck_h5_threadsafe(void);
 /* The operating-system errno behind the recorded HDF5 failure (the sec2 driver's "errno = N", else
  * errno as the failing call returned if it names an I/O cause: ENOSPC, EACCES, EROFS, ...), 0 when
  * the failure is HDF5's own (a corrupt or foreign file). Does not clear anything: call it before

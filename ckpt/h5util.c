@@ -113,6 +113,11 @@ void ck_h5_init(void) {
     t_h5_ready = 1;
 }
 
+int ck_h5_threadsafe(void) {
+    hbool_t ts = 0;
+    return H5is_library_threadsafe(&ts) >= 0 && ts;
+}
+
 void ck_h5_clear(void) {
     H5Eclear2(H5E_DEFAULT);
     memset(&t_cause, 0, sizeof t_cause);

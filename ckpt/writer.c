@@ -18,8 +18,10 @@
  * pointer box is written straight from the caller's buffer, a fill box band by band of dim-0 rows,
  * both by hyperslab H5Dwrites of ~1 MiB of whole rows (write_rows: large pwrites cost more system
  * time per byte; one H5Dwrite per band or box when chunked); fill bands are at most opts.fill_bytes,
- * a multiple of the tile rows, through two band buffers accounted as MP_MEM_CKPT: band k is hashed on the ckpt/read_pipe.c worker
- * while band k+1 is produced and written, HDF5 staying on the caller's thread). With zstd they are chunked one tile per chunk
+ * a multiple of the tile rows, through two band buffers accounted as MP_MEM_CKPT: band k is hashed on
+ * the ckpt/read_pipe.c worker while it is written, and band k+1 produced on the worker too
+ * (opts.fill_any_thread) or after the write on the caller's thread (see fill_pipe). With zstd they
+ * are chunked one tile per chunk
  * (tile_rows x tile_cols x the box's dims 2..), shuffle then zstd 32015.
  *
  * Checksums (format v2, docs/FORMAT.md): each box is cut into tiles by ckpt_tile_geometry (bands of
@@ -82,6 +84,7 @@ typedef struct wbox {
     ckpt_fill_fn fill;              /* fill box: producer and its context */
     void *ctx;
     int k;                          /* its datasets: /<name>/box_<k>, /<name>/tiles_<k> (wbox_path) */
+    int next_fill;                  /* fill box: the fill box written after it in its file, or -1 */
     uint64_t checksum;
     int64_t tile_rows, tile_cols, ntiles;
     uint64_t tiles_checksum;
@@ -732,25 +735,55 @@ done:
 }
 
 /* The band buffers of fill boxes: two, so that the checksum of band k runs on the worker thread
- * (ckpt/read_pipe.c) while the caller's thread produces band k+1 (the fill callback: a source read,
- * HDF5 included) and writes it. One buffer and no worker when MP_CKPT_SERIAL_FILL=1 (the serial path,
- * kept to compare against: the bytes are the same, only the overlap differs). */
+ * (ckpt/read_pipe.c) while the caller's thread writes it and, depending on the save:
+ *  - fills on the caller's thread (the default; group.c's fills receive over MPI): the caller produces
+ *    band k+1 (the fill callback: a source read, HDF5 included) into the other buffer and writes it;
+ *  - fills on any thread (opts.fill_any_thread, the conversions, with a thread-safe HDF5): the worker
+ *    hashes band k, then produces band k+1 (of this box or the next fill box of the file) into the
+ *    other buffer, while the caller writes band k. The caller's thread then only writes: the source's
+ *    read copy and the hashing run on the second core (issue 21 item 4, docs/BENCH_RESHARD.md).
+ * One buffer and no worker when MP_CKPT_SERIAL_FILL=1 (the serial path, kept to compare against: the
+ * bytes are the same, only the overlap differs). */
+typedef struct band_job {
+    hasher *h;          /* hash rows [0, hrows) of hp into h first (h NULL: nothing to hash) */
+    const char *hp;
+    int64_t hrows;
+    wbox *B;            /* then produce rows [r0, r0 + n) of fill box B into buf (B NULL: nothing) */
+    int64_t r0, n;
+    void *buf;
+    mp_code rc;         /* the fill's result and error */
+    mp_err err;
+} band_job;
+
 typedef struct fill_pipe {
     void *buf[2];
     size_t cap;        /* bytes of each buffer */
     ck_worker *w;      /* NULL: serial */
+    int any_thread;    /* fills may run on the worker (see above) */
+    band_job job;      /* the last job posted (any_thread): after its wait, job.B's band is in job.buf */
 } fill_pipe;
 
-/* The job: feed one band to the hasher (memory only, no HDF5). */
-typedef struct hash_job {
-    hasher *h;
-    const char *p;
-    int64_t nrows;
-} hash_job;
+/* The global offset and shape of rows [r0, r0 + n) of box B. */
+static void band_box(const wbox *B, int64_t r0, int64_t n, int64_t *goff, int64_t *gshp) {
+    memcpy(goff, B->off, sizeof B->off);
+    memcpy(gshp, B->shp, sizeof B->shp);
+    goff[0] += r0;
+    gshp[0] = n;
+}
 
-static void hash_job_run(void *arg) {
-    hash_job *j = arg;
-    hasher_feed(j->h, j->p, j->nrows);
+/* Produces rows [r0, r0 + n) of fill box B into buf (its fill callback; fe gets its error). */
+static mp_code produce_band(const wbox *B, int64_t r0, int64_t n, void *buf, mp_err *fe) {
+    int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
+    band_box(B, r0, n, goff, gshp);
+    mp_err_clear(fe);
+    return B->fill(B->ctx, goff, gshp, buf, fe);
+}
+
+/* The job: hash one band (memory only, no HDF5), then, with fills on any thread, produce the next. */
+static void band_job_run(void *arg) {
+    band_job *j = arg;
+    if (j->h) hasher_feed(j->h, j->hp, j->hrows);
+    if (j->B) j->rc = produce_band(j->B, j->r0, j->n, j->buf, &j->err);
 }
 
 /* Rows of B per H5Dwrite call: the whole band (or box) at once when it is chunked (zstd: a partial
@@ -787,37 +820,50 @@ static herr_t write_rows(const wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0
     return hr;
 }
 
-/* Produces (fill callback) and writes one band of fill box B, rows [r0, r0 + n), from buf, in H5Dwrite
- * pieces of `piece` rows. */
-static mp_code write_one_band(wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0, int64_t n, int64_t piece, void *buf,
-                              const char *path, mp_err *e) {
+/* The error of a failed fill of rows [r0, r0 + n) of fill box B (fe: the callback's error). */
+static mp_code fill_error(const wbox *B, int64_t r0, int64_t n, mp_code frc, const mp_err *fe, const char *path,
+                          mp_err *e) {
     int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
-    memcpy(goff, B->off, sizeof goff);
-    memcpy(gshp, B->shp, sizeof gshp);
-    goff[0] += r0;
-    gshp[0] = n;
-    mp_err fe;
-    mp_err_clear(&fe);
-    mp_code frc = B->fill(B->ctx, goff, gshp, buf, &fe);
-    if (frc != MP_OK) {
-        char reg[256];
-        ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
-        return mp_err_set(e, frc, "writing %s: tensor %s: producing rows %s: %s", path, B->name, reg,
-                          fe.msg[0] ? fe.msg : mp_code_name(frc));
-    }
-    if (write_rows(B, d, fsp, ft, r0, n, piece, buf) < 0) {
-        char reg[256];
-        ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
-        return ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, wbox_path(B, 0, (char[CK_DSET_MAX]){0}),
-                         B->name, reg);
-    }
-    return MP_OK;
+    band_box(B, r0, n, goff, gshp);
+    char reg[256];
+    ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
+    return mp_err_set(e, frc, "writing %s: tensor %s: producing rows %s: %s", path, B->name, reg,
+                      fe->msg[0] ? fe->msg : mp_code_name(frc));
 }
 
-/* Writes fill box B into dataset d band by band through the pipe's buffers, feeding h: band k is
- * hashed on the worker while band k+1 is produced and written into the other buffer (the hasher is
- * fed in band order either way, so the checksums do not depend on the path). Returns with no job in
- * flight. */
+/* Writes rows [r0, r0 + n) of fill box B, held in buf, in H5Dwrite pieces of `piece` rows. */
+static mp_code write_band(const wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0, int64_t n, int64_t piece,
+                          const void *buf, const char *path, mp_err *e) {
+    if (write_rows(B, d, fsp, ft, r0, n, piece, buf) >= 0) return MP_OK;
+    int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
+    band_box(B, r0, n, goff, gshp);
+    char reg[256];
+    ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
+    return ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, wbox_path(B, 0, (char[CK_DSET_MAX]){0}),
+                     B->name, reg);
+}
+
+/* Sets each fill box's next_fill: the index of the fill box written after it in its file (the next of
+ * the same file rank in add order), or -1. One pass from the end, the last fill box seen per file rank
+ * in `last` (wsize entries). */
+static void link_fill_boxes(ckpt_save *s) {
+    int *last = mp_xmalloc(sizeof(int) * (size_t)(s->wsize + 1));
+    for (int r = 0; r < s->wsize; r++) last[r] = -1;
+    for (int i = s->nb - 1; i >= 0; i--) {
+        wbox *B = &s->b[i];
+        if (B->data) continue;
+        assert(B->rank >= 0 && B->rank < s->wsize);
+        B->next_fill = last[B->rank];
+        last[B->rank] = i;
+    }
+    free(last);
+}
+
+/* Writes fill box B into dataset d band by band through the pipe's buffers, feeding h in band order
+ * (so the checksums do not depend on the path). Band k is hashed on the worker while the caller
+ * writes it; band k+1 is produced meanwhile, on the worker (fp->any_thread: then the first band of
+ * the next fill box of the file too, left in fp->job for the next call) or after the write on the
+ * caller's thread. Returns with no job in flight. */
 static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher *h, fill_pipe *fp, const char *path,
                                 mp_err *e) {
     int64_t br = band_rows(B, s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT);
@@ -827,22 +873,57 @@ static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher
     if (fsp < 0) return ck_h5_err(e, MP_EIO, "writing %s: dataset %s: dataspace", path, wbox_path(B, 0, (char[CK_DSET_MAX]){0}));
     mp_code rc = MP_OK;
     int64_t piece = write_piece_rows(s, B);
-    hash_job job;
+    band_job *j = &fp->job;
     int k = 0;
     for (int64_t r0 = 0; r0 < B->shp[0] && rc == MP_OK; r0 += br, k++) {
         int64_t n = B->shp[0] - r0 < br ? B->shp[0] - r0 : br;
-        void *buf = fp->buf[fp->w ? k & 1 : 0];   /* the worker may still hash the other one */
-        rc = write_one_band(B, d, fsp, ft, r0, n, piece, buf, path, e);
-        if (rc != MP_OK) break;
-        if (!fp->w) {
-            hasher_feed(h, buf, n);
+        void *buf;
+        mp_err fe;
+        mp_code frc;
+        if (fp->any_thread && j->B == B && j->r0 == r0) {   /* produced on the worker by the last job */
+            assert(j->n == n);
+            buf = j->buf;
+            frc = j->rc;
+            fe = j->err;
+        } else {   /* no job in flight, or (caller fills) one hashing the other buffer */
+            buf = fp->buf[fp->w && !fp->any_thread ? (k & 1) : 0];
+            frc = produce_band(B, r0, n, buf, &fe);
+        }
+        j->B = NULL;
+        if (frc != MP_OK) {
+            rc = fill_error(B, r0, n, frc, &fe, path, e);
+            break;
+        }
+        if (!fp->w) {   /* serial */
+            rc = write_band(B, d, fsp, ft, r0, n, piece, buf, path, e);
+            if (rc == MP_OK) hasher_feed(h, buf, n);
             continue;
         }
-        ck_worker_wait(fp->w);   /* band k-1 hashed: its buffer is free, the hasher ours to hand on */
-        job = (hash_job){h, buf, n};
-        ck_worker_post(fp->w, hash_job_run, &job);
+        if (!fp->any_thread) {
+            rc = write_band(B, d, fsp, ft, r0, n, piece, buf, path, e);
+            ck_worker_wait(fp->w);   /* band k-1 hashed: its buffer is free, the hasher ours to hand on */
+            if (rc != MP_OK) break;
+            *j = (band_job){.h = h, .hp = buf, .hrows = n};
+            ck_worker_post(fp->w, band_job_run, j);
+            continue;
+        }
+        /* fills on the worker: hash band k there, then produce the band after it (of B, or the first
+         * of the file's next fill box) into the other buffer, while this thread writes band k */
+        *j = (band_job){.h = h, .hp = buf, .hrows = n, .buf = fp->buf[buf == fp->buf[0]]};
+        wbox *nb = r0 + n < B->shp[0] ? B : B->next_fill >= 0 ? &s->b[B->next_fill] : NULL;
+        if (nb && nb->shp[0] > 0) {
+            int64_t nr0 = nb == B ? r0 + n : 0;
+            int64_t nbr = band_rows(nb, s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT);
+            j->B = nb;
+            j->r0 = nr0;
+            j->n = nb->shp[0] - nr0 < nbr ? nb->shp[0] - nr0 : nbr;
+        }
+        ck_worker_post(fp->w, band_job_run, j);
+        rc = write_band(B, d, fsp, ft, r0, n, piece, buf, path, e);
+        ck_worker_wait(fp->w);
     }
     if (fp->w) ck_worker_wait(fp->w);
+    if (rc != MP_OK) j->B = NULL;
     H5Sclose(fsp);
     return rc;
 }
@@ -1061,10 +1142,13 @@ static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
     int nfr = 0;
     for (int i = 0; i < s->nb; i++)
         if (i == 0 || frs[i] != frs[i - 1]) frs[nfr++] = frs[i];
-    fill_pipe fp = {{NULL, NULL}, band_cap, NULL};
+    fill_pipe fp = {.cap = band_cap};
     int nbuf = band_cap ? (ck_worker_serial_forced() ? 1 : 2) : 0;
     for (int k = 0; k < nbuf; k++) fp.buf[k] = mp_malloc(band_cap, MP_MEM_CKPT);
     if (nbuf == 2) fp.w = ck_worker_new();
+    link_fill_boxes(s);
+    /* a fill that reads a checkpoint calls HDF5 while this thread writes: only with a thread-safe HDF5 */
+    fp.any_thread = fp.w && s->o.fill_any_thread && ck_h5_threadsafe();
     int64_t bytes = 0, file_bytes = 0;
     mp_code rc = MP_OK;
     for (int k = 0; k < nfr && rc == MP_OK; k++) rc = write_one_file(s, frs[k], &fp, &bytes, &file_bytes, e);

@@ -34,7 +34,9 @@
 typedef struct rs_source rs_source;
 struct rs_source {
     const char *kind;   /* "checkpoint", "init", "hf" */
-    /* Reads the box (off, shape) of global tensor `name` (ndim dims) as fp32 row-major into buf. */
+    /* Reads the box (off, shape) of global tensor `name` (ndim dims) as fp32 row-major into buf.
+     * read and prefetch may be called on the checkpoint sink's helper thread (ckpt_save_opts
+     * .fill_any_thread): one call at a time, never while another thread calls this source. */
     mp_code (*read)(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape, float *buf,
                     mp_err *e);
     /* For --plan: the bytes reading the box would fetch, and the source files it touches (a callback per

@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <hdf5.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,12 @@ typedef struct {
     int64_t box_off[4], box_shp[4];   /* the box being filled (set by the test per box) */
     size_t fill_bytes;                /* the save's bound */
     int calls;
+    int off_main;                     /* calls made on another thread than the test's */
+    int first_off_main;               /* of which for the box's first band */
     int fail_at;                      /* > 0: the fail_at-th call fails */
 } fillctx;
+
+static pthread_t g_main;   /* the test's thread (set by save_fill) */
 
 /* Sets c up for box off/shp of tensor tid (t), bound fill_bytes; fail_at > 0: that call fails. */
 static void fillctx_init(fillctx *c, int tid, const tu_tdesc *t, const int64_t *off, const int64_t *shp,
@@ -51,6 +56,10 @@ static void fillctx_init(fillctx *c, int tid, const tu_tdesc *t, const int64_t *
 static mp_code fill_cb(void *vctx, const int64_t *off, const int64_t *shp, void *buf, mp_err *e) {
     fillctx *c = vctx;
     c->calls++;
+    if (!pthread_equal(pthread_self(), g_main)) {
+        c->off_main++;
+        c->first_off_main += off[0] == c->box_off[0];
+    }
     if (c->fail_at > 0 && c->calls == c->fail_at)
         return mp_err_set(e, MP_EIO, "synthetic source failure at row %lld", (long long)off[0]);
     /* a band of whole rows of the box, inside it */
@@ -274,12 +283,15 @@ static int plan_box(int ti, int p, int64_t *off, int64_t *shp, int *file_rank) {
 }
 
 /* Saves all of g_t as fill boxes from one process (world_size 4) into dir; ctxs receives the fill
- * contexts (32 of them). fail_box/fail_call: make that box's fail_call-th call fail (-1: none). */
-static mp_code save_fill(const char *dir, size_t fill_bytes, int zstd, int fail_box, int fail_call, fillctx *ctxs,
-                         int *nctx, mp_err *e) {
+ * contexts (32 of them). fail_box/fail_call: make that box's fail_call-th call fail (-1: none).
+ * any_thread: opts.fill_any_thread. */
+static mp_code save_fill(const char *dir, size_t fill_bytes, int zstd, int any_thread, int fail_box, int fail_call,
+                         fillctx *ctxs, int *nctx, mp_err *e) {
     mp_comm *w = mp_comm_self();
+    g_main = pthread_self();
     ckpt_save_opts o = {0};
     o.world_size = 4;
+    o.fill_any_thread = any_thread;
     o.fill_bytes = fill_bytes;
     o.zstd_level = zstd;
     ckpt_save *s;
@@ -307,7 +319,7 @@ static mp_code save_fill(const char *dir, size_t fill_bytes, int zstd, int fail_
     return rc;
 }
 
-static void check_fill_save(int zstd) {
+static void check_fill_save(int zstd, int any_thread) {
     char *tmp = tu_mkdtemp("ckw_fill");
     char *dir = tu_path(tmp, "out/ckpt");   /* parents created */
     fillctx ctxs[32];
@@ -315,8 +327,16 @@ static void check_fill_save(int zstd) {
     size_t fill_bytes = 100 << 10;   /* 100 KiB: three 16-row tile rows of model/w (32 KiB each): bands of 48 rows */
     int64_t mem0 = mp_mem_current(MP_MEM_CKPT);
     mp_err e;
-    mp_code rc = save_fill(dir, fill_bytes, zstd, -1, 0, ctxs, &nctx, &e);
+    mp_code rc = save_fill(dir, fill_bytes, zstd, any_thread, -1, 0, ctxs, &nctx, &e);
     cr_assert_eq(rc, MP_OK, "%s", e.msg);
+    /* fills stay on the caller's thread unless the save allows others (group.c's receive over MPI);
+     * allowed, the helper produces the bands after the first of each file: ~100 jobs, each taken by
+     * the caller only when the helper was not scheduled in time (ck_worker_wait), so some run there */
+    int off = 0, first = 0;
+    for (int i = 0; i < nctx; i++) off += ctxs[i].off_main, first += ctxs[i].first_off_main;
+    if (!any_thread || !ck_h5_threadsafe()) cr_assert_eq(off, 0, "%d fills ran off the caller's thread", off);
+    else cr_assert(off > 0 && first > 0, "fill_any_thread: %d fills on the helper, %d of them a box's first band "
+                   "(produced while the file's previous box was written)", off, first);
     cr_assert_eq(mp_mem_current(MP_MEM_CKPT), mem0, "band buffer not given back");
     /* model/w quarters are 150 rows: bands 48 + 48 + 48 + 6 */
     for (int i = 0; i < 4; i++) cr_assert_eq(ctxs[i].calls, 4, "box %d: %d bands", i, ctxs[i].calls);
@@ -350,8 +370,10 @@ static void check_fill_save(int zstd) {
     free(tmp);
 }
 
-Test(ckpt_write, fill_boxes_four_file_ranks_one_process) { check_fill_save(0); }
-Test(ckpt_write, fill_boxes_four_file_ranks_zstd) { check_fill_save(3); }
+Test(ckpt_write, fill_boxes_four_file_ranks_one_process) { check_fill_save(0, 0); }
+Test(ckpt_write, fill_boxes_four_file_ranks_zstd) { check_fill_save(3, 0); }
+Test(ckpt_write, fill_boxes_produced_on_the_helper) { check_fill_save(0, 1); }
+Test(ckpt_write, fill_boxes_produced_on_the_helper_zstd) { check_fill_save(3, 1); }
 
 /* Saves model/w (g_t[0]) into dir, all on rank 0: as pointer boxes, or as fill boxes. */
 static void save_w(const char *dir, int as_fill, int zstd) {
@@ -448,24 +470,41 @@ static void pointer_vs_fill(int zstd) {
 Test(ckpt_write, pointer_and_fill_boxes_write_the_same_datasets) { pointer_vs_fill(0); }
 Test(ckpt_write, pointer_and_fill_boxes_write_the_same_datasets_zstd) { pointer_vs_fill(2); }
 
-Test(ckpt_write, fill_error_fails_the_save_and_leaves_nothing) {
+/* A fill failing at box fail_box's fail_call-th band fails the save with the callback's message,
+ * the tensor and the rank file, and leaves nothing behind. */
+static void fill_error_case(int any_thread, int fail_box, int fail_call, const char *want_row, const char *want_tensor,
+                            const char *want_file) {
     char *tmp = tu_mkdtemp("ckw_ferr");
     char *dir = tu_path(tmp, "ckpt"), *partial = tu_path(tmp, "ckpt.partial");
     fillctx ctxs[32];
     int nctx;
     mp_err e;
     int64_t mem0 = mp_mem_current(MP_MEM_CKPT);
-    mp_code rc = save_fill(dir, 100 << 10, 0, 2, 2, ctxs, &nctx, &e);   /* box 2 (model/w, rank 2), band 2 */
+    mp_code rc = save_fill(dir, 100 << 10, 0, any_thread, fail_box, fail_call, ctxs, &nctx, &e);
     cr_assert_eq(rc, MP_EIO, "rc %d: %s", rc, e.msg);
-    cr_assert(strstr(e.msg, "synthetic source failure at row 198"), "%s", e.msg);
-    cr_assert(strstr(e.msg, "model/w"), "%s", e.msg);
-    cr_assert(strstr(e.msg, "rank_00002.h5"), "%s", e.msg);
+    cr_assert(strstr(e.msg, want_row), "%s", e.msg);
+    cr_assert(strstr(e.msg, want_tensor), "%s", e.msg);
+    cr_assert(strstr(e.msg, want_file), "%s", e.msg);
+    cr_assert(strstr(e.msg, "producing rows"), "%s", e.msg);
     cr_assert(!mp_fs_exists(dir) && !mp_fs_exists(partial), "a failed save left %s or its .partial", dir);
     cr_assert_eq(mp_mem_current(MP_MEM_CKPT), mem0);
     tu_rm_rf(tmp);
     free(dir);
     free(partial);
     free(tmp);
+}
+
+/* box 2 (model/w, rank 2), band 2 */
+Test(ckpt_write, fill_error_fails_the_save_and_leaves_nothing) {
+    fill_error_case(0, 2, 2, "synthetic source failure at row 198", "model/w", "rank_00002.h5");
+}
+Test(ckpt_write, fill_error_on_the_helper) {
+    fill_error_case(1, 2, 2, "synthetic source failure at row 198", "model/w", "rank_00002.h5");
+}
+/* box 4 (model/b rows 0..250, rank 0), its first band: on the helper, produced while box 0's last band
+ * (model/w, the same file) is written */
+Test(ckpt_write, fill_error_across_boxes_on_the_helper) {
+    fill_error_case(1, 4, 1, "synthetic source failure at row 0", "model/b", "rank_00000.h5");
 }
 
 /* The context of model/b (g_t[1]) as one whole box of 1000 rows under the bound fill_bytes. */
