@@ -2,7 +2,7 @@
 # bench/bench_reshard.sh — offline resharding speed and memory of `meshpoint reshard`, against a cold
 # `dd` of the same bytes and a naive h5py/numpy peer (bench/naive_reshard.py), in one run.
 #
-#   bench/bench_reshard.sh [--small] [--layers "2 8"] [--targets "2 1"] [--bin PATH/meshpoint]
+#   bench/bench_reshard.sh [--small] [--layers "2 8"] [--targets "2 1"] [--rounds 3] [--bin PATH/meshpoint]
 #                          [--dir DIR] [--max-memory 256M] [--check] [--verify] [--no-naive]
 #                          [--no-prime] [--keep]
 #
@@ -11,7 +11,8 @@
 # 8 / 8 heads, intermediate 2752, vocab 8000, layers "1 2" (a one-minute run). Per layer count L:
 #   1. writes the config JSON and `meshpoint init --tp 8 --dp 1 --no-verify` a step-0 checkpoint
 #      (parameters + both Adam moments, f32): SRC; timed, with its peak RSS;
-#   2. per target tp T of --targets (default "2 1"), dp 1, each part after `sync; echo 3 >
+#   2. --rounds times (default 3; the summary quotes medians), per target tp T of --targets (default
+#      "2 1"), dp 1, each part after `sync; echo 3 >
 #      /proc/sys/vm/drop_caches` (if refused, every figure is WARM and labelled so):
 #        a. /usr/bin/time -v meshpoint reshard SRC --tp T --dp 1 --out DST --no-verify: wall time,
 #           peak RSS, bytes read / bytes needed (its last stderr line); DST removed (unless --check);
@@ -28,10 +29,11 @@
 # of it costs 1-2.5 s/GiB, which would otherwise land on whichever program fills the page cache first
 # (docs/BENCH_CKPT.md). Free disk is checked (df) before each step: at most SRC + one output (+ the
 # second with --check) exist at a time; a step that does not fit is refused with a message.
-# Printed: a table per (L, target): bytes, reshard s, MB/s, dd s, dd MB/s, reshard / dd, copy s,
-# reshard / copy, reshard peak
-# RSS, read / needed, naive s, naive RSS, speedup over naive; the init times; the goals (reshard peak
-# RSS < 512 MiB, and flat across L). MB/s = SRC bytes / s; MB = 1e6 bytes, MiB = 2^20. Logs and
+# Printed: a table per (L, target), medians over the rounds: bytes, reshard s, MB/s, dd s, dd MB/s,
+# reshard / dd, copy s, reshard / copy (the median of the per-round ratios, each against the floor
+# measured minutes apart in the same round), peak RSS (the largest), read / needed, naive s, naive RSS,
+# speedup over naive; the init times; the goals (reshard <= 1.10x the copy floor, peak RSS < 512 MiB,
+# flat across L). MB/s = SRC bytes / s; MB = 1e6 bytes, MiB = 2^20. Logs and
 # results.tsv stay in the work directory (a fresh DIR/bench_reshard.XXXXXX; DIR defaults to $TMPDIR,
 # else the binary's directory; never a tmpfs), removed at the end unless --keep.
 # Exit status: 0 done (goals met or not: this reports), 1 a step failed or did not fit, 2 bad usage.
@@ -42,6 +44,7 @@ root="$(cd "$here/.." && pwd)"
 PY="${PY:-/usr/bin/python3}"
 layers=""
 targets="2 1"
+rounds=3
 small=0
 bin=""
 base=""
@@ -58,6 +61,7 @@ while [ $# -gt 0 ]; do
     --small) small=1; shift ;;
     --layers) layers="${2:-}"; shift 2 ;;
     --targets) targets="${2:-}"; shift 2 ;;
+    --rounds) rounds="${2:-}"; shift 2 ;;
     --bin) bin="${2:-}"; shift 2 ;;
     --dir) base="${2:-}"; shift 2 ;;
     --max-memory) maxmem="${2:-}"; shift 2 ;;
@@ -78,6 +82,7 @@ else
 fi
 check="${check:-0}"; verify="${verify:-0}"
 for l in $layers; do [[ "$l" =~ ^[1-9][0-9]*$ ]] || { echo "bench_reshard.sh: --layers takes positive integers" >&2; exit 2; }; done
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench_reshard.sh: --rounds takes a positive integer" >&2; exit 2; }
 for t in $targets; do [[ "$t" =~ ^[1-9][0-9]*$ ]] || { echo "bench_reshard.sh: --targets takes positive integers" >&2; exit 2; }; done
 [ "$naive" = 1 ] || check=0
 
@@ -117,12 +122,12 @@ edges=$(( 2 * V * D + D ))
 drop
 echo "bench_reshard.sh: $bin"
 echo "machine: $(nproc) cores, $(awk '/^MemTotal:/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) RAM, $(lscpu 2> /dev/null | sed -n 's/^Model name: *//p' | head -n 1)"
-echo "model: hidden $D, heads $H / kv $KV, intermediate $I, vocab $V; layers: $layers; source tp 8 x dp 1; targets tp: $targets (dp 1)"
+echo "model: hidden $D, heads $H / kv $KV, intermediate $I, vocab $V; layers: $layers; source tp 8 x dp 1; targets tp: $targets (dp 1); rounds: $rounds"
 echo "work: $work ($(df -h "$work" | awk 'NR == 2 { print $4 " free" }'))"
 if [ "$cold" = 1 ]; then echo "page cache: dropped before every timed part (cold)"
 else echo "page cache: CANNOT drop (/proc/sys/vm/drop_caches refused): every figure below is WARM"; fi
 [ "$prime_on" = 1 ] || echo "memory priming: off (--no-prime)"
-printf 'L\ttarget\tsrc_bytes\tout_bytes\treshard_s\treshard_rss_mib\tread_mib\tneeded_mib\tratio\tlargest_mib\tdd_s\tnaive_s\tnaive_rss_mib\tverify_s\tcopy_s\n' > "$res"
+printf 'L\ttarget\tround\tsrc_bytes\tout_bytes\treshard_s\treshard_rss_mib\tread_mib\tneeded_mib\tratio\tlargest_mib\tdd_s\tnaive_s\tnaive_rss_mib\tverify_s\tcopy_s\n' > "$res"
 inits=()
 
 for L in $layers; do
@@ -159,9 +164,11 @@ EOF
   echo "init  tp8: $(gb "$sbytes") GB in $T_S s ($(awk -v b="$sbytes" -v t="$T_S" 'BEGIN { printf "%.0f", b / 1e6 / t }') MB/s), peak RSS $init_rss MiB"
   inits+=("$L $sbytes $T_S $init_rss")
 
+  for R in $(seq 1 "$rounds"); do
+  [ "$rounds" = 1 ] || echo "-- round $R of $rounds (load $(cut -d' ' -f1-3 /proc/loadavg))"
   for T in $targets; do
     dst="$work/dst_L${L}_tp$T"; dst2="$work/naive_L${L}_tp$T"
-    tag="L${L}_tp$T"
+    tag="L${L}_tp${T}_r$R"
     outs=1; [ "$check" = 1 ] && outs=2
     fits $(( outs * (sbytes + sbytes / 50) + (64 << 20) )) "reshard to tp $T (L $L)"
     # a. meshpoint reshard
@@ -216,8 +223,9 @@ EOF
       rm -rf "$dst2"
     fi
     rm -rf "$dst"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$L" "$T" "$sbytes" "$obytes" "$r_s" "$r_rss" \
-      "${rd:-?}" "${nd:-?}" "${ratio:-?}" "${largest:-?}" "$dd_s" "$n_s" "$n_rss" "$v_s" "$cp_s" >> "$res"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$L" "$T" "$R" "$sbytes" "$obytes" "$r_s" \
+      "$r_rss" "${rd:-?}" "${nd:-?}" "${ratio:-?}" "${largest:-?}" "$dd_s" "$n_s" "$n_rss" "$v_s" "$cp_s" >> "$res"
+  done
   done
   [ "$keep" = 1 ] || rm -rf "$src"
 done
@@ -231,27 +239,45 @@ for row in "${inits[@]}"; do
   read -r l b s r <<< "$row"
   printf '  %3s %9s %9s %8.0f %9s\n' "$l" "$(gb "$b")" "$s" "$(awk -v b="$b" -v t="$s" 'BEGIN { print b / 1e6 / t }')" "$r"
 done
-echo "reshard tp8 -> target (dp 1):"
-awk -F'\t' 'NR == 1 { next }
-  { mbs = $3 / 1e6 / $5; ddmbs = $3 / 1e6 / $11
-    nv = ($12 == "-") ? "-" : sprintf("%.2f", $12); nr = ($13 == "-") ? "-" : $13
-    sp = ($12 == "-") ? "-" : sprintf("%.2fx", $12 / $5)
-    rn = ($7 == "?" || $8 == "?" || $8 == 0) ? "?" : sprintf("%.3f", $7 / $8)
-    rows[NR] = sprintf("  %3s %6s %8.2f %9.2f %7.0f %8.2f %7.0f %7.2fx %8.2f %7.2fx %8s %8s %8s %8s %8s", $1, "tp" $2, $3 / 1e9, $5, mbs, $11, ddmbs,
-                       $5 / $11, $15, $5 / $15, $6, rn, nv, nr, sp) }
-  END { printf "  %3s %6s %8s %9s %7s %8s %7s %8s %8s %8s %8s %8s %8s %8s %8s\n", "L", "target", "GB", "reshard_s", "MB/s",
-               "dd_s", "dd_MB/s", "rs/dd", "copy_s", "rs/copy", "RSS_MiB", "read/need", "naive_s", "nRSS_MiB", "speedup"
-        for (i = 2; i <= NR; i++) if (i in rows) print rows[i] }' "$res"
+echo "reshard tp8 -> target (dp 1), medians over $rounds round(s):"
+# columns of results.tsv: 1 L, 2 target, 3 round, 4 src_bytes, 5 out_bytes, 6 reshard_s, 7 rss, 8 read_mib,
+# 9 needed_mib, 10 ratio, 11 largest, 12 dd_s, 13 naive_s, 14 naive_rss, 15 verify_s, 16 copy_s
+awk -F'\t' '
+  function med(a, n,   i, j, t) {   # the median of a[1..n] (sorts a; mawk has no asort)
+    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+  NR == 1 { next }
+  { k = $1 SUBSEP $2; if (!(k in n)) { keys[++nk] = k; L[k] = $1; T[k] = $2; B[k] = $4 }
+    i = ++n[k]; rs[k, i] = $6; dd[k, i] = $12; cp[k, i] = $16; rc[k, i] = $6 / $16
+    if ($7 > rss[k]) rss[k] = $7
+    rn[k] = ($8 == "?" || $9 == "?" || $9 == 0) ? "?" : sprintf("%.3f", $8 / $9)
+    if ($13 != "-") { nn[k]++; nv[k, nn[k]] = $13; if ($14 > nr[k]) nr[k] = $14 } }
+  END {
+    printf "  %3s %6s %8s %9s %7s %8s %7s %8s %8s %8s %8s %9s %8s %8s %8s\n", "L", "target", "GB", "reshard_s", "MB/s",
+           "dd_s", "dd_MB/s", "rs/dd", "copy_s", "rs/copy", "RSS_MiB", "read/need", "naive_s", "nRSS_MiB", "speedup"
+    for (q = 1; q <= nk; q++) {
+      k = keys[q]; m = n[k]
+      for (i = 1; i <= m; i++) { a1[i] = rs[k, i]; a2[i] = dd[k, i]; a3[i] = cp[k, i]; a4[i] = rc[k, i]; a5[i] = rs[k, i] / dd[k, i] }
+      r = med(a1, m); d = med(a2, m); c = med(a3, m); x = med(a4, m); y = med(a5, m)
+      nvs = "-"; sp = "-"; nrs = "-"
+      if (nn[k]) { for (i = 1; i <= nn[k]; i++) a6[i] = nv[k, i]; v = med(a6, nn[k]); nvs = sprintf("%.2f", v); sp = sprintf("%.2fx", v / r); nrs = nr[k] }
+      printf "  %3s %6s %8.2f %9.2f %7.0f %8.2f %7.0f %7.2fx %8.2f %7.2fx %8s %9s %8s %8s %8s\n", L[k], "tp" T[k], B[k] / 1e9, r,
+             B[k] / 1e6 / r, d, B[k] / 1e6 / d, y, c, x, rss[k], rn[k], nvs, nrs, sp
+      line = line sprintf("  reshard tp%s at L %s <= 1.10x the copy floor: %s (median %.2fx; rounds", T[k], L[k], x <= 1.10 ? "MET" : "NOT MET", x)
+      for (i = 1; i <= m; i++) line = line sprintf(" %.2fx", rc[k, i])
+      line = line ")\n" }
+    printf "%s", line > "/dev/stderr" }' "$res" 2> "$work/ratio_goals.txt"
 if [ "$verify" = 1 ]; then
-  awk -F'\t' 'NR > 1 && $14 != "-" { printf "  ckpt verify of the tp%s output, L %s: %s s\n", $2, $1, $14 }' "$res"
+  awk -F'\t' 'NR > 1 && $15 != "-" { printf "  ckpt verify of the tp%s output, L %s, round %s: %s s\n", $2, $1, $3, $15 }' "$res"
 fi
 echo "goals:"
+cat "$work/ratio_goals.txt"
 awk -F'\t' 'NR == 1 { next }
-  { if ($6 > mx) mx = $6; n++
-    if (!($2 in lo) || $6 < lo[$2]) lo[$2] = $6
-    if (!($2 in hi) || $6 > hi[$2]) hi[$2] = $6
-    if (!($2 in l0) || $1 < l0[$2]) { l0[$2] = $1; r0[$2] = $6 }
-    if (!($2 in l1) || $1 > l1[$2]) { l1[$2] = $1; r1[$2] = $6 } }
+  { if ($7 > mx) mx = $7; n++
+    if (!($2 in lo) || $7 < lo[$2]) lo[$2] = $7
+    if (!($2 in hi) || $7 > hi[$2]) hi[$2] = $7
+    if (!($2 in l0) || $1 < l0[$2]) { l0[$2] = $1; r0[$2] = $7 }
+    if (!($2 in l1) || $1 > l1[$2]) { l1[$2] = $1; r1[$2] = $7 } }
   END { if (!n) exit
         printf "  reshard peak RSS < 512 MiB: %s (largest %d MiB)\n", mx < 512 ? "MET" : "NOT MET", mx
         flat = 1
