@@ -889,7 +889,7 @@ static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher
             buf = fp->buf[fp->w && !fp->any_thread ? (k & 1) : 0];
             frc = produce_band(B, r0, n, buf, &fe);
         }
-        j->B = NULL;
+        if (fp->any_thread) j->B = NULL;   /* consumed (with caller fills, a job may be reading *j) */
         if (frc != MP_OK) {
             rc = fill_error(B, r0, n, frc, &fe, path, e);
             break;
