@@ -72,8 +72,7 @@ def model_rows(c, B, T):
     add("swiglu_bwd", L, 0, L * 10.0 * N * I)
     add("embed_fwd", 1, 0, 4.0 * N * D)
     add("embed_bwd", 1, 0, 2.0 * N * D + 8.0 * N * D)
-    add("xent_rowmax", 1, 0, 2.0 * N * V)
-    add("xent_sumexp", 1, 0, 2.0 * N * V)
+    add("xent_fwd", 1, 0, 2.0 * N * V)   # rowmax, sumexp and target in one read of the logits (tp = 1)
     add("xent_bwd", 1, 0, 4.0 * N * V)
     P = L * (D * H * hd + 2 * D * KV * hd + H * hd * D + 3 * D * I + 2 * D) + D + 2 * V * D
     add("adamw", 1, 0, 30.0 * P)

@@ -582,6 +582,17 @@ static void cu_xent_target(mp_backend *be, float *tlogit, const void *logits, co
     PROF_END(be, "%s", "xent_target");
 }
 
+/* rowmax, sumexp and tlogit in one read of the bf16 logits (xent_rowmax + xent_sumexp + xent_target fused;
+ * layers/llama.c calls it only with one vocab shard, tp = 1, where the local values are the global ones).
+ * Targets are bounded by v_local, as in cu_xent_target and core/backend_cpu.c's cpu_xent_fwd. */
+static void cu_xent_fwd(mp_backend *be, float *rowmax, float *sumexp, float *tlogit, const void *logits,
+                        const int32_t *tgt, int N, int v_local, int v_valid, int v_start) {
+    PROF_BEGIN(be);
+    mp_cuda_xent_fwd_bf16(rowmax, sumexp, tlogit, logits, tgt, N, v_local, v_valid, v_start, cs(be));
+    LAUNCHED();
+    PROF_END(be, "%s", "xent_fwd");
+}
+
 /* losses[n] = log(sumexp[n]) + rowmax[n] - tlogit[n], all fp32. */
 static void cu_xent_loss(mp_backend *be, float *losses, const float *rowmax, const float *sumexp,
                          const float *tlogit, int N) {
@@ -657,6 +668,7 @@ static mp_backend g_cuda = {
     .xent_rowmax = cu_xent_rowmax,
     .xent_sumexp = cu_xent_sumexp,
     .xent_target = cu_xent_target,
+    .xent_fwd = cu_xent_fwd,
     .xent_loss = cu_xent_loss,
     .xent_bwd = cu_xent_bwd,
     .adamw = cu_adamw,

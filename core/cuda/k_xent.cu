@@ -6,8 +6,12 @@
  *
  * Pipeline (core/backend.h's five steps; the caller all-reduces over the tp group in between):
  *   rowmax  -> all-reduce MAX -> sumexp -> all-reduce SUM -> (tlogit -> all-reduce SUM) -> loss, bwd.
- * With tp = 1 the all-reduces are no-ops. Columns j >= v_valid are vocab padding: never read as
- * logits, and written as 0 by the backward.
+ * With tp = 1 the all-reduces are no-ops, and the table's optional xent_fwd replaces the first three steps
+ * by one kernel (xent_fwd_kernel: one read of the logits instead of three, issue 22): each thread keeps an
+ * online (max, sum of exps against it) pair over the same column groups, rescaling its sum when its max
+ * rises, and the block combines the pairs in the same fixed tree. Its sumexp rounds differently from
+ * sumexp_kernel's (not bitwise equal to the three-kernel path; within a few ulp), but is as repeatable.
+ * Columns j >= v_valid are vocab padding: never read as logits, and written as 0 by the backward.
  *
  * Design: the row kernels (rowmax, sumexp, bwd) run one 256-thread block per row; thread t visits the
  * groups of G columns starting at G t, G (t + 256), ... (G = 16 bytes of logits when v_local is a
@@ -30,23 +34,69 @@ __host__ __device__ static inline float xent_loss_row(float rowmax, float sumexp
     return (float)(log((double)sumexp) + (double)rowmax - (double)tlogit);
 }
 
+/* The group of G columns of row l starting at j0 into f, as fp32; returns how many of them are valid
+ * (min(G, v_valid - j0)). V16: one 16-byte load (l 16-byte aligned; the group lies in the row, v_local being
+ * a multiple of G); else one load per valid column. The values do not depend on V16. */
+template <int G, bool V16, typename T>
+__host__ __device__ static inline int xent_group_load(float *f, const T *l, int j0, int v_valid) {
+    const int m = v_valid - j0 < G ? v_valid - j0 : G;
+    if (V16) mp_ld_vec<G>(f, l + j0);
+    else
+        for (int k = 0; k < m; k++) mp_ld_vec<1>(f + k, l + j0 + k);
+    return m;
+}
+
 /* Thread t's share of one row l for rowmax (MAX: fmaxf from -inf) or sumexp (exp(l_j - mx) summed from
  * 0): the groups of G consecutive columns starting at G t, G (t + 256), ..., columns j < v_valid in
- * order. V16: each group one 16-byte load (l 16-byte aligned; the group lies in the row, v_local being a
- * multiple of G); else one load per column. The values and their order do not depend on V16. */
+ * order, loaded by xent_group_load. The values and their order do not depend on V16. */
 template <bool MAX, int G, bool V16, typename T>
 __host__ __device__ static inline float xent_row_thread(const T *l, int v_valid, float mx, int t) {
     float acc = MAX ? -INFINITY : 0.0f;
     MP_DEVICE_UNROLL4
     for (int j0 = G * t; j0 < v_valid; j0 += G * XENT_THREADS) {
         float f[G];
-        const int m = v_valid - j0 < G ? v_valid - j0 : G;
-        if (V16) mp_ld_vec<G>(f, l + j0);
-        else
-            for (int k = 0; k < m; k++) mp_ld_vec<1>(f + k, l + j0 + k);
+        const int m = xent_group_load<G, V16>(f, l, j0, v_valid);
         for (int k = 0; k < m; k++) acc = MAX ? fmaxf(acc, f[k]) : acc + expf(f[k] - mx);
     }
     return acc;
+}
+
+/* The one-pass forward's running statistic of a set of columns: their max m and the sum s of exp(l_j - m).
+ * No column, or no finite one: (-inf, 0). */
+struct xent_ms {
+    float m, s;
+};
+
+/* a and b as one set: the larger max, each sum rescaled to it. Symmetric to the bit (the products and the
+ * sum rounded on their own: no FMA makes the operand order matter), so both partners of a butterfly get the
+ * same bits. Two empty sets give the empty set (never exp(-inf - -inf) = NaN). */
+__host__ __device__ static inline xent_ms xent_ms_combine(xent_ms a, xent_ms b) {
+    const float m = fmaxf(a.m, b.m);
+    if (m == -INFINITY) return {m, 0.0f};
+    return {m, mp_add_rn(mp_mul_rn(a.s, expf(a.m - m)), mp_mul_rn(b.s, expf(b.m - m)))};
+}
+
+/* Thread t's (max, sum) over one row l for the one-pass forward: the groups of xent_row_thread in the same
+ * order (so a function of v_valid and G only); per group its max first, the running sum rescaled by
+ * exp(old max - new max) when the max rises (as core/backend_cpu.c's cpu_xent_fwd per chunk), then the
+ * group's exps against the running max. */
+template <int G, bool V16, typename T>
+__host__ __device__ static inline xent_ms xent_fwd_thread(const T *l, int v_valid, int t) {
+    xent_ms a = {-INFINITY, 0.0f};
+    MP_DEVICE_UNROLL4
+    for (int j0 = G * t; j0 < v_valid; j0 += G * XENT_THREADS) {
+        float f[G];
+        const int m = xent_group_load<G, V16>(f, l, j0, v_valid);
+        float gm = -INFINITY;
+        for (int k = 0; k < m; k++) gm = fmaxf(gm, f[k]);
+        if (gm > a.m) {
+            a.s = a.m == -INFINITY ? 0.0f : mp_mul_rn(a.s, expf(a.m - gm));
+            a.m = gm;
+        }
+        if (a.m == -INFINITY) continue;   /* no finite logit yet */
+        for (int k = 0; k < m; k++) a.s += expf(f[k] - a.m);
+    }
+    return a;
 }
 
 template <int G, bool V16, typename T>
@@ -73,13 +123,41 @@ static __global__ void __launch_bounds__(XENT_THREADS)
     if (threadIdx.x == 0) sumexp[blockIdx.x] = s;
 }
 
+/* Column c of row l as fp32 when 0 <= c < bound, else 0: a target logit (target_kernel, xent_fwd_kernel). */
+template <typename T>
+__host__ __device__ static inline float xent_tlogit(const T *l, int64_t c, int bound) {
+    return (c >= 0 && c < bound) ? mp_to_f32(l[c]) : 0.0f;
+}
+
+/* mp_warp_sum for xent_ms pairs: the xor butterfly, every lane ending with the same bits. */
+__device__ __forceinline__ xent_ms xent_warp_combine(xent_ms x) {
+    for (int o = MP_WARP / 2; o > 0; o /= 2)
+        x = xent_ms_combine(x, {__shfl_xor_sync(MP_FULL_MASK, x.m, o), __shfl_xor_sync(MP_FULL_MASK, x.s, o)});
+    return x;
+}
+
+/* The three statistics of one row per block in one read of the logits: each thread's xent_fwd_thread,
+ * combined in mp_block_reduce's fixed tree; the target logit by thread 0 (one element, issued before the
+ * sweep), bounded by v_local like core/backend_cpu.c's cpu_xent_fwd. */
+template <int G, bool V16, typename T>
+static __global__ void __launch_bounds__(XENT_THREADS)
+    xent_fwd_kernel(float *__restrict__ rowmax, float *__restrict__ sumexp, float *__restrict__ tlogit,
+                    const T *__restrict__ logits, const int32_t *__restrict__ tgt, int v_local, int v_valid,
+                    int v_start) {
+    __shared__ xent_ms buf[MP_WARP];
+    const T *l = logits + (int64_t)blockIdx.x * v_local;
+    const float tl = threadIdx.x == 0 ? xent_tlogit(l, (int64_t)tgt[blockIdx.x] - v_start, v_local) : 0.0f;
+    const xent_ms r = mp_block_reduce<xent_ms, xent_warp_combine>(xent_fwd_thread<G, V16>(l, v_valid, threadIdx.x),
+                                                                  buf, xent_ms{-INFINITY, 0.0f});
+    if (threadIdx.x == 0) rowmax[blockIdx.x] = r.m, sumexp[blockIdx.x] = r.s, tlogit[blockIdx.x] = tl;
+}
+
 template <typename T>
 static __global__ void target_kernel(float *__restrict__ tlogit, const T *__restrict__ logits,
                                      const int32_t *__restrict__ tgt, int N, int v_local, int v_valid, int v_start) {
     const int n = blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
-    const int64_t c = (int64_t)tgt[n] - v_start;
-    tlogit[n] = (c >= 0 && c < v_valid) ? mp_ld(logits + (int64_t)n * v_local + c) : 0.0f;
+    tlogit[n] = xent_tlogit(logits + (int64_t)n * v_local, (int64_t)tgt[n] - v_start, v_valid);
 }
 
 static __global__ void loss_kernel(float *__restrict__ losses, const float *__restrict__ rowmax,
@@ -158,6 +236,21 @@ static void sumexp_t(float *sumexp, const T *logits, const float *rowmax, int N,
 }
 
 template <typename T>
+static void fwd_t(float *rowmax, float *sumexp, float *tlogit, const T *logits, const int32_t *tgt, int N, int v_local,
+                  int v_valid, int v_start, cudaStream_t s) {
+    check_rows(N, v_local, v_valid);
+    if (N == 0) return;
+    assert(rowmax && sumexp && tlogit && logits && tgt);
+    constexpr int G = 16 / sizeof(T);   /* the same groups as rowmax_t's: alignment picks the access width */
+    if (v_local % G)
+        xent_fwd_kernel<1, false, T><<<N, XENT_THREADS, 0, s>>>(rowmax, sumexp, tlogit, logits, tgt, v_local, v_valid, v_start);
+    else if (mp_aligned16(logits))
+        xent_fwd_kernel<G, true, T><<<N, XENT_THREADS, 0, s>>>(rowmax, sumexp, tlogit, logits, tgt, v_local, v_valid, v_start);
+    else
+        xent_fwd_kernel<G, false, T><<<N, XENT_THREADS, 0, s>>>(rowmax, sumexp, tlogit, logits, tgt, v_local, v_valid, v_start);
+}
+
+template <typename T>
 static void target_t(float *tlogit, const T *logits, const int32_t *tgt, int N, int v_local, int v_valid, int v_start,
                      cudaStream_t s) {
     check_rows(N, v_local, v_valid);
@@ -202,6 +295,14 @@ extern "C" void mp_cuda_xent_target_bf16(float *tlogit, const mp_bf16 *logits, c
 extern "C" void mp_cuda_xent_target_f32(float *tlogit, const float *logits, const int32_t *tgt, int N, int v_local,
                                         int v_valid, int v_start, cudaStream_t s) {
     target_t(tlogit, logits, tgt, N, v_local, v_valid, v_start, s);
+}
+extern "C" void mp_cuda_xent_fwd_bf16(float *rowmax, float *sumexp, float *tlogit, const mp_bf16 *logits,
+                                      const int32_t *tgt, int N, int v_local, int v_valid, int v_start, cudaStream_t s) {
+    fwd_t(rowmax, sumexp, tlogit, logits, tgt, N, v_local, v_valid, v_start, s);
+}
+extern "C" void mp_cuda_xent_fwd_f32(float *rowmax, float *sumexp, float *tlogit, const float *logits,
+                                     const int32_t *tgt, int N, int v_local, int v_valid, int v_start, cudaStream_t s) {
+    fwd_t(rowmax, sumexp, tlogit, logits, tgt, N, v_local, v_valid, v_start, s);
 }
 extern "C" void mp_cuda_xent_loss(float *losses, const float *rowmax, const float *sumexp, const float *tlogit,
                                   int N, cudaStream_t s) {

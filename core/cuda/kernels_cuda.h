@@ -165,6 +165,16 @@ void mp_cuda_xent_target_bf16(float *tlogit, const mp_bf16 *logits, const int32_
                               int v_valid, int v_start, cudaStream_t s);
 void mp_cuda_xent_target_f32(float *tlogit, const float *logits, const int32_t *tgt, int N, int v_local,
                              int v_valid, int v_start, cudaStream_t s);
+/* rowmax, sumexp and tlogit in one read of the logits (the table's xent_fwd; with one vocab shard, tp = 1,
+ * they are the global values): rowmax[n] the max of the first v_valid columns, sumexp[n] the sum of
+ * exp(logit - rowmax[n]) over them (0 when none is finite), tlogit[n] = logits[n, tgt[n] - v_start] when
+ * that column is in [0, v_local) (core/backend_cpu.c's rule), else 0. rowmax is bitwise the rowmax launcher's;
+ * sumexp is summed in another fixed order (online rescaling), so it agrees with the sumexp launcher's to a
+ * few ulp, not bitwise; repeatable run to run, and independent of the logits' alignment. */
+void mp_cuda_xent_fwd_bf16(float *rowmax, float *sumexp, float *tlogit, const mp_bf16 *logits, const int32_t *tgt,
+                           int N, int v_local, int v_valid, int v_start, cudaStream_t s);
+void mp_cuda_xent_fwd_f32(float *rowmax, float *sumexp, float *tlogit, const float *logits, const int32_t *tgt, int N,
+                          int v_local, int v_valid, int v_start, cudaStream_t s);
 /* losses[n] = log(sumexp[n]) + rowmax[n] - tlogit[n] (all three global). */
 void mp_cuda_xent_loss(float *losses, const float *rowmax, const float *sumexp, const float *tlogit, int N,
                        cudaStream_t s);

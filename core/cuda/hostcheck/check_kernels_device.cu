@@ -66,6 +66,12 @@ static std::vector<float> rnd_vec(size_t n, float amp) {
     for (auto &e : v) e = bf16_round(amp * rnd_unit());
     return v;
 }
+/* v after off zeros: uploaded, its data starts off elements past an aligned allocation (the unaligned paths). */
+static std::vector<float> padded(const std::vector<float> &v, int off) {
+    std::vector<float> p(v.size() + off, 0.0f);
+    std::copy(v.begin(), v.end(), p.begin() + off);
+    return p;
+}
 template <typename T>
 static bool same_bits(const std::vector<T> &a, const std::vector<T> &b) {
     return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
@@ -164,11 +170,7 @@ static std::vector<std::vector<float>> dev_rmsnorm(int N, int D, int off) {
     const float eps = 1e-5f;
     const size_t nd = (size_t)N * D;
     std::vector<float> x = rnd_vec(nd, 2.0f), w = rnd_vec(D, 1.0f), dy = rnd_vec(nd, 1.0f), dx0 = rnd_vec(nd, 1.0f);
-    auto pad = [off](const std::vector<float> &v) {
-        std::vector<float> p(v.size() + off, 0.0f);
-        std::copy(v.begin(), v.end(), p.begin() + off);
-        return p;
-    };
+    auto pad = [off](const std::vector<float> &v) { return padded(v, off); };
     mp_bf16 *xb = up_bf16(pad(x)), *wb = up_bf16(pad(w)), *dyb = up_bf16(pad(dy)), *dxb = up_bf16(pad(dx0)),
             *yb = dev<mp_bf16>(nd + off);
     mp_bf16 *xd = xb + off, *wd = wb + off, *dyd = dyb + off, *dx = dxb + off, *y = yb + off;
@@ -344,9 +346,7 @@ static std::vector<float> dev_xent(int v_local, int v_valid, int off) {
     std::vector<float> lg = rnd_vec((size_t)N * v_local, 8.0f);
     std::vector<int32_t> tgt(N);
     for (int n = 0; n < N; n++) tgt[n] = v_start - 5 + (int32_t)(rnd_u64() % (v_valid + 10));
-    std::vector<float> lgo(lg.size() + off, 0.0f);
-    std::copy(lg.begin(), lg.end(), lgo.begin() + off);
-    mp_bf16 *lbase = up_bf16(lgo), *ld = lbase + off;
+    mp_bf16 *lbase = up_bf16(padded(lg, off)), *ld = lbase + off;
     int32_t *td = up(tgt);
     float *mx = dev<float>(N), *se = dev<float>(N), *tl = dev<float>(N), *loss = dev<float>(N);
     mp_cuda_xent_rowmax_bf16(mx, ld, N, v_local, v_valid, g_s);
@@ -373,6 +373,47 @@ static std::vector<float> dev_xent(int v_local, int v_valid, int off) {
     cudaFree(lbase), cudaFree(td), cudaFree(mx), cudaFree(se), cudaFree(tl), cudaFree(loss);
     gh.insert(gh.end(), lh.begin(), lh.end());   /* the losses too: rowmax and sumexp must not depend on alignment */
     return gh;
+}
+
+/* The one-pass forward (mp_cuda_xent_fwd_bf16) on N = 37 rows (row 0 all -inf, row 1 rising, the rest
+ * random; targets also outside the slice and in the padding), off as in dev_xent: rowmax and tlogit exact
+ * against float64, sumexp within 1e-5; rowmax bitwise and sumexp within 2e-6 of the three-kernel path's;
+ * a second run bitwise equal. Returns rowmax, sumexp, tlogit (for the aligned/unaligned comparison). */
+static std::vector<float> dev_xent_fwd(int v_local, int v_valid, int off) {
+    const int N = 37, v_start = 2000;
+    std::vector<float> lg = rnd_vec((size_t)N * v_local, 8.0f);
+    for (int j = 0; j < v_local; j++) lg[j] = -INFINITY, lg[v_local + j] = bf16_round(-20.0f + 40.0f * j / v_local);
+    std::vector<int32_t> tgt(N);
+    for (int n = 0; n < N; n++) tgt[n] = v_start - 5 + (int32_t)(rnd_u64() % (v_local + 10));
+    mp_bf16 *lbase = up_bf16(padded(lg, off)), *ld = lbase + off;
+    int32_t *td = up(tgt);
+    float *st = dev<float>(5 * N);   /* rowmax, sumexp, tlogit; the three-kernel rowmax, sumexp */
+    mp_cuda_xent_fwd_bf16(st, st + N, st + 2 * N, ld, td, N, v_local, v_valid, v_start, g_s);
+    mp_cuda_xent_rowmax_bf16(st + 3 * N, ld, N, v_local, v_valid, g_s);
+    mp_cuda_xent_sumexp_bf16(st + 4 * N, ld, st + 3 * N, N, v_local, v_valid, g_s);
+    SYNC();
+    std::vector<float> h = down(st, 5 * N);
+    mp_cuda_xent_fwd_bf16(st, st + N, st + 2 * N, ld, td, N, v_local, v_valid, v_start, g_s);
+    SYNC();
+    std::vector<float> h2 = down(st, 3 * N);
+    h.resize(3 * N);
+    CHECK(same_bits(h, h2), "xent fwd v_local %d: two runs differ", v_local);
+    const std::vector<float> h3 = down(st + 3 * N, 2 * N);
+    int bad = 0, bad3 = 0;
+    for (int n = 0; n < N; n++) {
+        double m = -INFINITY, sd = 0;
+        for (int j = 0; j < v_valid; j++) m = std::max(m, (double)lg[(size_t)n * v_local + j]);
+        if (m != -INFINITY)
+            for (int j = 0; j < v_valid; j++) sd += exp(lg[(size_t)n * v_local + j] - m);
+        const int64_t c = (int64_t)tgt[n] - v_start;
+        const double t = (c >= 0 && c < v_local) ? lg[(size_t)n * v_local + c] : 0.0;
+        bad += !((double)h[n] == m && fabs(h[N + n] - sd) <= 1e-5 * sd && (double)h[2 * N + n] == t);
+        bad3 += !(!memcmp(&h[n], &h3[n], sizeof(float)) && fabs((double)h[N + n] - h3[N + n]) <= 2e-6 * h3[N + n]);
+    }
+    CHECK(bad == 0, "xent fwd v_local %d v_valid %d off %d: %d rows off float64", v_local, v_valid, off, bad);
+    CHECK(bad3 == 0, "xent fwd v_local %d v_valid %d off %d: %d rows off the three-kernel path", v_local, v_valid, off, bad3);
+    cudaFree(lbase), cudaFree(td), cudaFree(st);
+    return h;
 }
 
 static void dev_adamw(void) {
@@ -577,6 +618,12 @@ int main(void) {
         const std::vector<float> a = dev_xent(vl, vl - 13, 0);
         g_rng = seed;
         CHECK(same_bits(a, dev_xent(vl, vl - 13, 1)), "xent bwd v_local %d: aligned and unaligned differ", vl);
+    }
+    for (int vl : {1003, 1024, 32000}) {   /* the one-pass forward: aligned and at offset 1, the same bits */
+        const uint64_t seed = g_rng;
+        const std::vector<float> a = dev_xent_fwd(vl, vl - 13, 0);
+        g_rng = seed;
+        CHECK(same_bits(a, dev_xent_fwd(vl, vl - 13, 1)), "xent fwd v_local %d: aligned and unaligned differ", vl);
     }
     dev_adamw();
     dev_gemm(bl);

@@ -6,7 +6,8 @@
  *   1. the __host__ __device__ helpers the kernels themselves call (it #includes the kernel files):
  *      reduction and RMSNorm-backward plans (every element covered once, limits held); the launches of
  *      RMSNorm (forward, backward: lane by lane, the warp butterfly emulated), the sum-of-squares
- *      reductions (thread by thread, the block trees emulated), the cross-entropy backward and AdamW
+ *      reductions (thread by thread, the block trees emulated), the cross-entropy (one-pass forward:
+ *      its pair tree emulated; backward) and AdamW
  *      replayed on the host, 16-byte and 2-byte paths bitwise equal, against float64 (RMSNorm's dw also
  *      bitwise against its contract's summation order written out independently); the embedding
  *      backward's key packing, bitonic network and run detection (run as the launcher runs them, stage
@@ -95,26 +96,34 @@ static float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x
 /* mp_warp_sum's (MAX: mp_warp_max's) xor butterfly on the host: lane l takes op(v[l], v[l ^ o]) for
  * o = 16, 8, 4, 2, 1 (the device's operand order); every lane ends with the same bits, lane 0's are
  * returned. */
-template <typename T, bool MAX = false>
-static T warp_sum_host(const T *lanes) {
+template <typename T, typename OP>
+static T warp_tree_host(const T *lanes, const OP &op) {
     T v[MP_WARP], old[MP_WARP];
     memcpy(v, lanes, sizeof v);
     for (int o = MP_WARP / 2; o > 0; o /= 2) {
         memcpy(old, v, sizeof v);
-        for (int l = 0; l < MP_WARP; l++) v[l] = MAX ? fmaxf(old[l], old[l ^ o]) : old[l] + old[l ^ o];
+        for (int l = 0; l < MP_WARP; l++) v[l] = op(old[l], old[l ^ o]);
     }
     return v[0];
 }
-
-/* mp_block_sum(_d) (MAX: mp_block_max) on the host for a block of v.size() threads (a multiple of 32):
- * each warp's butterfly, then the warp results (the identity past the last warp) through one more. */
 template <typename T, bool MAX = false>
-static T block_sum_host(const std::vector<T> &v) {
+static T warp_sum_host(const T *lanes) {
+    return warp_tree_host(lanes, [](T a, T b) { return MAX ? fmaxf(a, b) : a + b; });
+}
+
+/* mp_block_reduce on the host with op (the warp butterfly's combine) for a block of v.size() threads (a
+ * multiple of 32): each warp's butterfly, then the warp results (identity past the last warp) through one
+ * more. block_sum_host: mp_block_sum(_d) (MAX: mp_block_max). */
+template <typename T, typename OP>
+static T block_tree_host(const std::vector<T> &v, const OP &op, T identity) {
     const int nwarps = (int)v.size() / MP_WARP;
     T buf[MP_WARP];
-    for (int l = 0; l < MP_WARP; l++)
-        buf[l] = l < nwarps ? warp_sum_host<T, MAX>(v.data() + l * MP_WARP) : (MAX ? (T)-INFINITY : (T)0);
-    return warp_sum_host<T, MAX>(buf);
+    for (int l = 0; l < MP_WARP; l++) buf[l] = l < nwarps ? warp_tree_host(v.data() + l * MP_WARP, op) : identity;
+    return warp_tree_host(buf, op);
+}
+template <typename T, bool MAX = false>
+static T block_sum_host(const std::vector<T> &v) {
+    return block_tree_host(v, [](T a, T b) { return MAX ? fmaxf(a, b) : a + b; }, MAX ? (T)-INFINITY : (T)0);
 }
 
 /* ---- 1. plans ---- */
@@ -736,6 +745,86 @@ static void check_xent_bwd_vec(int N, int v_local, int v_valid, int v_start) {
     }
     CHECK(bad == 0, "xent bwd (%zu-byte logits, N %d v_local %d v_valid %d): %d columns off float64", sizeof(T), N, v_local,
           v_valid, bad);
+}
+
+/* xent_fwd_kernel<G, V16, T> (k_xent.cu) replayed: every thread of every row's block through
+ * xent_fwd_thread, the pairs through mp_block_reduce's tree with xent_ms_combine (xent_warp_combine's
+ * operand order: own pair first), the target as thread 0 reads it. */
+template <int G, bool V16, typename T>
+static void xent_fwd_replay(std::vector<float> &mx, std::vector<float> &se, std::vector<float> &tl,
+                            const std::vector<T> &lg, const std::vector<int32_t> &tgt, int N, int v_local, int v_valid,
+                            int v_start) {
+    std::vector<xent_ms> th(XENT_THREADS);
+    for (int n = 0; n < N; n++) {
+        const T *l = lg.data() + (size_t)n * v_local;
+        for (int t = 0; t < XENT_THREADS; t++) th[t] = xent_fwd_thread<G, V16>(l, v_valid, t);
+        const xent_ms r = block_tree_host(th, xent_ms_combine, xent_ms{-INFINITY, 0.0f});
+        mx[n] = r.m, se[n] = r.s;
+        tl[n] = xent_tlogit(l, (int64_t)tgt[n] - v_start, v_local);
+    }
+}
+
+/* The one-pass forward (xent_fwd_kernel), bf16 and fp32 logits, on N >= 6 rows: 0 all -inf; 1 its max in
+ * the last column group; 2 rising (the max moves in every group: the rescale each time); 3 -inf and
+ * +-3e38 mixed in (exp of an overflowed difference); 4 one finite logit; the rest random; padding 100
+ * (it must never count); targets also outside the slice and in the padding (read: the v_local rule).
+ * Against float64: rowmax exact, tlogit exact, sumexp and the loss within 1e-5 relative. Against the
+ * three-kernel replay (xent_rows_replay, another summation order): rowmax bitwise, sumexp within 2e-6.
+ * 16-byte and one-element loads (v_local a multiple of 16 bytes) bitwise equal. */
+template <typename T>
+static void check_xent_fwd(int N, int v_local, int v_valid, int v_start) {
+    constexpr int V = 16 / sizeof(T);
+    assert(N >= 6 && v_valid >= 2);
+    std::vector<T> lg((size_t)N * v_local);
+    std::vector<int32_t> tgt(N);
+    auto at = [&](int n, int j) -> T & { return lg[(size_t)n * v_local + j]; };
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < v_local; j++) {
+            float x = 6.0f * rnd_unit();
+            if (n == 0) x = -INFINITY;
+            if (n == 1) x = j == v_valid - 1 ? 30.0f : x;
+            if (n == 2) x = -20.0f + 40.0f * j / v_valid;
+            if (n == 3 && j % 7 == 3) x = j % 2 ? 3e38f : -3e38f;
+            if (n == 3 && j % 5 == 1) x = -INFINITY;
+            if (n == 4) x = j == v_valid / 2 ? 2.5f : -INFINITY;
+            mp_from_f32(&at(n, j), j < v_valid ? x : 100.0f);
+        }
+    for (int n = 0; n < N; n++) tgt[n] = v_start - 3 + (int32_t)(rnd_u64() % (uint64_t)(v_local + 6));
+    tgt[4] = v_start + v_valid / 2;
+    std::vector<float> mx(N), se(N), tl(N), mx3(N), se3(N);
+    if (v_local % V == 0) {
+        std::vector<float> mx1(N), se1(N), tl1(N);
+        xent_fwd_replay<V, true>(mx, se, tl, lg, tgt, N, v_local, v_valid, v_start);
+        xent_fwd_replay<V, false>(mx1, se1, tl1, lg, tgt, N, v_local, v_valid, v_start);
+        CHECK(!memcmp(mx.data(), mx1.data(), N * sizeof(float)) && !memcmp(se.data(), se1.data(), N * sizeof(float)),
+              "xent fwd (%zu-byte logits, v_local %d): 16-byte loads differ from one-element", sizeof(T), v_local);
+        xent_rows_replay<V, true>(mx3, se3, lg, N, v_local, v_valid);
+    } else {
+        xent_fwd_replay<1, false>(mx, se, tl, lg, tgt, N, v_local, v_valid, v_start);
+        xent_rows_replay<1, false>(mx3, se3, lg, N, v_local, v_valid);
+    }
+    int bad = 0, bad3 = 0;
+    double worst3 = 0.0;
+    for (int n = 0; n < N; n++) {
+        double m = -INFINITY, sd = 0.0;
+        for (int j = 0; j < v_valid; j++) m = std::max(m, (double)mp_to_f32(at(n, j)));
+        if (m != -INFINITY)
+            for (int j = 0; j < v_valid; j++) sd += exp((double)mp_to_f32(at(n, j)) - m);
+        const int64_t c = (int64_t)tgt[n] - v_start;
+        const double t = (c >= 0 && c < v_local) ? (double)mp_to_f32(at(n, (int)c)) : 0.0;
+        const double lr = log(sd) + m - t, lgot = xent_loss_row(mx[n], se[n], tl[n]);
+        const bool loss_ok = std::isnan(lr) ? std::isnan(lgot) : !std::isfinite(lr) ? lgot == lr
+                                                                  : fabs(lgot - lr) <= 1e-5 * fabs(lr) + 1e-6;
+        bad += !((double)mx[n] == m && (double)tl[n] == t && fabs(se[n] - sd) <= 1e-5 * sd && loss_ok);
+        const double d3 = fabs((double)se[n] - se3[n]) / std::max((double)se3[n], 1e-30);
+        worst3 = std::max(worst3, d3);
+        bad3 += !(!memcmp(&mx[n], &mx3[n], sizeof(float)) && d3 <= 2e-6);
+    }
+    CHECK(bad == 0, "xent fwd (%zu-byte logits, N %d v_local %d v_valid %d): %d rows off float64", sizeof(T), N, v_local,
+          v_valid, bad);
+    CHECK(bad3 == 0, "xent fwd (%zu-byte logits, N %d v_local %d v_valid %d): %d rows off the three-kernel path (worst sumexp %.3g)",
+          sizeof(T), N, v_local, v_valid, bad3, worst3);
+    CHECK(se[0] == 0.0f && mx[0] == -INFINITY && se[4] == 1.0f, "xent fwd: an all -inf row, a one-logit row");
 }
 
 /* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls in the order layers/ issues them
@@ -1384,6 +1473,11 @@ int main(void) {
     for (int64_t n : {1, 7, 8, 9, 1003, 70001}) check_adamw_vec(n);
     const int xents[][4] = {{3, 8, 8, 0}, {5, 4096, 3999, 100}, {4, 1003, 990, 2000}, {3, 32000, 32000, 0}, {2, 20, 17, 5}};
     for (auto &x : xents) check_xent_bwd_vec<__nv_bfloat16>(x[0], x[1], x[2], x[3]), check_xent_bwd_vec<float>(x[0], x[1], x[2], x[3]);
+    /* the one-pass forward: one group per thread, padding, scalar path (1003; 4100: bf16 scalar, fp32 16-byte),
+     * a row of 16 groups per thread, a short row */
+    const int xfwd[][4] = {{6, 8, 8, 0}, {7, 4096, 3999, 100}, {6, 1003, 990, 2000}, {6, 4100, 4100, 7}, {8, 32000, 32000, 0},
+                           {6, 20, 17, 5}};
+    for (auto &x : xfwd) check_xent_fwd<__nv_bfloat16>(x[0], x[1], x[2], x[3]), check_xent_fwd<float>(x[0], x[1], x[2], x[3]);
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
