@@ -84,7 +84,8 @@ typedef struct wbox {
     ckpt_fill_fn fill;              /* fill box: producer and its context */
     void *ctx;
     int k;                          /* its datasets: /<name>/box_<k>, /<name>/tiles_<k> (wbox_path) */
-    int next_fill;                  /* fill box: the fill box written after it in its file, or -1 */
+    int next_fill;                  /* fill box: the fill box written after it in its file, or -1 (set by
+                                       link_fill_boxes when fills run on the worker) */
     uint64_t checksum;
     int64_t tile_rows, tile_cols, ntiles;
     uint64_t tiles_checksum;
@@ -689,6 +690,15 @@ int64_t ck_fill_band_rows(mp_dtype dt, int ndim, const int64_t *shp, size_t fill
     return band_rows(&B, fill_bytes ? fill_bytes : FILL_BYTES_DEFAULT);
 }
 
+/* The fill-band bound of save s: opts.fill_bytes, 0 meaning FILL_BYTES_DEFAULT. */
+static size_t save_fill_bytes(const ckpt_save *s) { return s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT; }
+
+/* Rows of fill box B's band that starts at row r0 (band_rows under s's bound; the last band shorter). */
+static int64_t band_len(const ckpt_save *s, const wbox *B, int64_t r0) {
+    int64_t br = band_rows(B, save_fill_bytes(s));
+    return B->shp[0] - r0 < br ? B->shp[0] - r0 : br;
+}
+
 /* Creates the dataset of box B in file f (contiguous; with zstd chunked: one column block of tiles and
  * whole tile rows, about CK_CHUNK_BYTES per chunk, so zstd sees enough bytes and the chunk index stays
  * small while chunks still fall on tile boundaries). */
@@ -771,6 +781,13 @@ static void band_box(const wbox *B, int64_t r0, int64_t n, int64_t *goff, int64_
     gshp[0] = n;
 }
 
+/* The region of rows [r0, r0 + n) of box B, as ck_box_str writes it, into reg (cap bytes). */
+static void band_str(char *reg, size_t cap, const wbox *B, int64_t r0, int64_t n) {
+    int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
+    band_box(B, r0, n, goff, gshp);
+    ck_box_str(reg, cap, B->ndim, goff, gshp);
+}
+
 /* Produces rows [r0, r0 + n) of fill box B into buf (its fill callback; fe gets its error). */
 static mp_code produce_band(const wbox *B, int64_t r0, int64_t n, void *buf, mp_err *fe) {
     int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
@@ -823,10 +840,8 @@ static herr_t write_rows(const wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0
 /* The error of a failed fill of rows [r0, r0 + n) of fill box B (fe: the callback's error). */
 static mp_code fill_error(const wbox *B, int64_t r0, int64_t n, mp_code frc, const mp_err *fe, const char *path,
                           mp_err *e) {
-    int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
-    band_box(B, r0, n, goff, gshp);
     char reg[256];
-    ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
+    band_str(reg, sizeof reg, B, r0, n);
     return mp_err_set(e, frc, "writing %s: tensor %s: producing rows %s: %s", path, B->name, reg,
                       fe->msg[0] ? fe->msg : mp_code_name(frc));
 }
@@ -835,10 +850,8 @@ static mp_code fill_error(const wbox *B, int64_t r0, int64_t n, mp_code frc, con
 static mp_code write_band(const wbox *B, hid_t d, hid_t fsp, hid_t ft, int64_t r0, int64_t n, int64_t piece,
                           const void *buf, const char *path, mp_err *e) {
     if (write_rows(B, d, fsp, ft, r0, n, piece, buf) >= 0) return MP_OK;
-    int64_t goff[CKPT_MAX_DIMS], gshp[CKPT_MAX_DIMS];
-    band_box(B, r0, n, goff, gshp);
     char reg[256];
-    ck_box_str(reg, sizeof reg, B->ndim, goff, gshp);
+    band_str(reg, sizeof reg, B, r0, n);
     return ck_h5_err(e, MP_EIO, "writing %s: dataset %s (tensor %s), rows %s", path, wbox_path(B, 0, (char[CK_DSET_MAX]){0}),
                      B->name, reg);
 }
@@ -866,7 +879,7 @@ static void link_fill_boxes(ckpt_save *s) {
  * caller's thread. Returns with no job in flight. */
 static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher *h, fill_pipe *fp, const char *path,
                                 mp_err *e) {
-    int64_t br = band_rows(B, s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT);
+    int64_t br = band_rows(B, save_fill_bytes(s));
     int64_t rb = row_bytes(B);
     assert(fp->buf[0] && (size_t)(br * rb) <= fp->cap);
     hid_t fsp = H5Dget_space(d);
@@ -876,7 +889,7 @@ static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher
     band_job *j = &fp->job;
     int k = 0;
     for (int64_t r0 = 0; r0 < B->shp[0] && rc == MP_OK; r0 += br, k++) {
-        int64_t n = B->shp[0] - r0 < br ? B->shp[0] - r0 : br;
+        int64_t n = band_len(s, B, r0);
         void *buf;
         mp_err fe;
         mp_code frc;
@@ -912,11 +925,9 @@ static mp_code write_fill_bands(ckpt_save *s, hid_t d, hid_t ft, wbox *B, hasher
         *j = (band_job){.h = h, .hp = buf, .hrows = n, .buf = fp->buf[buf == fp->buf[0]]};
         wbox *nb = r0 + n < B->shp[0] ? B : B->next_fill >= 0 ? &s->b[B->next_fill] : NULL;
         if (nb && nb->shp[0] > 0) {
-            int64_t nr0 = nb == B ? r0 + n : 0;
-            int64_t nbr = band_rows(nb, s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT);
             j->B = nb;
-            j->r0 = nr0;
-            j->n = nb->shp[0] - nr0 < nbr ? nb->shp[0] - nr0 : nbr;
+            j->r0 = nb == B ? r0 + n : 0;
+            j->n = band_len(s, nb, j->r0);
         }
         ck_worker_post(fp->w, band_job_run, j);
         rc = write_band(B, d, fsp, ft, r0, n, piece, buf, path, e);
@@ -1128,7 +1139,7 @@ static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
     /* distinct file ranks, ascending; the band buffer for the largest band of any fill box */
     int *frs = mp_xmalloc(sizeof(int) * (size_t)s->nb);
     size_t band_cap = 0;
-    size_t fill_bytes = s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT;
+    size_t fill_bytes = save_fill_bytes(s);
     s->progress_total = 0;
     for (int i = 0; i < s->nb; i++) {
         frs[i] = s->b[i].rank;
@@ -1146,9 +1157,9 @@ static mp_code write_rank_files(ckpt_save *s, mp_err *e) {
     int nbuf = band_cap ? (ck_worker_serial_forced() ? 1 : 2) : 0;
     for (int k = 0; k < nbuf; k++) fp.buf[k] = mp_malloc(band_cap, MP_MEM_CKPT);
     if (nbuf == 2) fp.w = ck_worker_new();
-    link_fill_boxes(s);
     /* a fill that reads a checkpoint calls HDF5 while this thread writes: only with a thread-safe HDF5 */
     fp.any_thread = fp.w && s->o.fill_any_thread && ck_h5_threadsafe();
+    if (fp.any_thread) link_fill_boxes(s);   /* next_fill: where the worker reads ahead to */
     int64_t bytes = 0, file_bytes = 0;
     mp_code rc = MP_OK;
     for (int k = 0; k < nfr && rc == MP_OK; k++) rc = write_one_file(s, frs[k], &fp, &bytes, &file_bytes, e);
