@@ -25,6 +25,7 @@
  * backward (elementwise in a row: nothing summed) moves 16 bytes per access when the rows allow it
  * (issue 22); the same expression per column, so both widths agree bit for bit.
  */
+#include <type_traits>
 #include "core/cuda/k_common.cuh"
 
 #define XENT_THREADS 256
@@ -206,18 +207,27 @@ static void check_rows(int N, int v_local, int v_valid) {
     (void)N, (void)v_local, (void)v_valid;   /* used only by assert */
 }
 
+/* The row kernels' one width rule, for rowmax_t, sumexp_t and fwd_t: groups of G = 16 / sizeof(T) columns
+ * when v_local is a multiple of G (one 16-byte load each when the logits are aligned too), else single
+ * columns. Calls launch(g, v16) with g and v16 as std::integral_constant, so that launch instantiates the
+ * kernel template <g, v16, T>: the groups, hence the order of every sum, depend on v_local alone. */
+template <typename T, typename Launch>
+static void row_launch(const T *logits, int v_local, Launch launch) {
+    constexpr int G = 16 / sizeof(T);
+    if (v_local % G) launch(std::integral_constant<int, 1>{}, std::false_type{});
+    else if (mp_aligned16(logits)) launch(std::integral_constant<int, G>{}, std::true_type{});
+    else launch(std::integral_constant<int, G>{}, std::false_type{});
+}
+
 template <typename T>
 static void rowmax_t(float *rowmax, const T *logits, int N, int v_local, int v_valid, cudaStream_t s) {
     check_rows(N, v_local, v_valid);
     if (N == 0) return;
     assert(rowmax && logits);
-    constexpr int G = 16 / sizeof(T);   /* the same groups aligned or not: alignment picks the access width */
-    if (v_local % G)
-        rowmax_kernel<1, false, T><<<N, XENT_THREADS, 0, s>>>(rowmax, logits, v_local, v_valid);
-    else if (mp_aligned16(logits))
-        rowmax_kernel<G, true, T><<<N, XENT_THREADS, 0, s>>>(rowmax, logits, v_local, v_valid);
-    else
-        rowmax_kernel<G, false, T><<<N, XENT_THREADS, 0, s>>>(rowmax, logits, v_local, v_valid);
+    row_launch(logits, v_local, [&](auto g, auto v16) {
+        rowmax_kernel<decltype(g)::value, decltype(v16)::value, T>
+            <<<N, XENT_THREADS, 0, s>>>(rowmax, logits, v_local, v_valid);
+    });
 }
 
 template <typename T>
@@ -226,13 +236,10 @@ static void sumexp_t(float *sumexp, const T *logits, const float *rowmax, int N,
     check_rows(N, v_local, v_valid);
     if (N == 0) return;
     assert(sumexp && logits && rowmax);
-    constexpr int G = 16 / sizeof(T);
-    if (v_local % G)
-        sumexp_kernel<1, false, T><<<N, XENT_THREADS, 0, s>>>(sumexp, logits, rowmax, v_local, v_valid);
-    else if (mp_aligned16(logits))
-        sumexp_kernel<G, true, T><<<N, XENT_THREADS, 0, s>>>(sumexp, logits, rowmax, v_local, v_valid);
-    else
-        sumexp_kernel<G, false, T><<<N, XENT_THREADS, 0, s>>>(sumexp, logits, rowmax, v_local, v_valid);
+    row_launch(logits, v_local, [&](auto g, auto v16) {
+        sumexp_kernel<decltype(g)::value, decltype(v16)::value, T>
+            <<<N, XENT_THREADS, 0, s>>>(sumexp, logits, rowmax, v_local, v_valid);
+    });
 }
 
 template <typename T>
@@ -241,13 +248,10 @@ static void fwd_t(float *rowmax, float *sumexp, float *tlogit, const T *logits, 
     check_rows(N, v_local, v_valid);
     if (N == 0) return;
     assert(rowmax && sumexp && tlogit && logits && tgt);
-    constexpr int G = 16 / sizeof(T);   /* the same groups as rowmax_t's: alignment picks the access width */
-    if (v_local % G)
-        xent_fwd_kernel<1, false, T><<<N, XENT_THREADS, 0, s>>>(rowmax, sumexp, tlogit, logits, tgt, v_local, v_valid, v_start);
-    else if (mp_aligned16(logits))
-        xent_fwd_kernel<G, true, T><<<N, XENT_THREADS, 0, s>>>(rowmax, sumexp, tlogit, logits, tgt, v_local, v_valid, v_start);
-    else
-        xent_fwd_kernel<G, false, T><<<N, XENT_THREADS, 0, s>>>(rowmax, sumexp, tlogit, logits, tgt, v_local, v_valid, v_start);
+    row_launch(logits, v_local, [&](auto g, auto v16) {
+        xent_fwd_kernel<decltype(g)::value, decltype(v16)::value, T>
+            <<<N, XENT_THREADS, 0, s>>>(rowmax, sumexp, tlogit, logits, tgt, v_local, v_valid, v_start);
+    });
 }
 
 template <typename T>
