@@ -9,11 +9,13 @@
  *     where the previous ended (0 for the first), and the last must end at the end of the data.
  *   - Data is read by pread into the caller's fp32 buffer: 2-byte dtypes are read into the upper half
  *     of the destination and widened front to back in place (element i's 4 bytes never overtake
- *     element i+1's 2 source bytes), so reading needs no scratch buffer at all.
+ *     element i+1's 2 source bytes), so reading needs no scratch buffer; the one exception is a narrow
+ *     column range, read as whole rows through a 1 MiB buffer (read_row_chunks says why).
  * Little-endian hosts only (the format's byte order is copied as is).
  */
 #define _GNU_SOURCE
 #include "reshard/safetensors.h"
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -334,6 +336,15 @@ int64_t st_numel(const st_tensor *t) {
     return n;
 }
 
+/* Widens n 2-byte values of dtype dt (BF16 or F16) at src to fp32 at out, front to back: src may be
+ * the upper half of out (element i's 4 bytes never overtake element i+1's 2 source bytes). */
+static void widen(st_dtype dt, const uint16_t *src, int64_t n, float *out) {
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = src[i];
+        out[i] = dt == ST_BF16 ? st_bf16_to_f32(h) : st_f16_to_f32(h);
+    }
+}
+
 /* Reads count elements of t starting at element index first into out as fp32 (see the top of file). */
 static mp_code read_run(st_file *f, const st_tensor *t, int64_t first, int64_t count, float *out, mp_err *e) {
     int es = st_dtype_size(t->dtype);
@@ -343,13 +354,42 @@ static mp_code read_run(st_file *f, const st_tensor *t, int64_t first, int64_t c
     } else {
         uint16_t *src = (uint16_t *)(out + count) - count;   /* the upper half of out */
         MP_TRY(pread_full(f->fd, f->path, src, (size_t)count * 2, at, e));
-        for (int64_t i = 0; i < count; i++) {
-            uint16_t h = src[i];
-            out[i] = t->dtype == ST_BF16 ? st_bf16_to_f32(h) : st_f16_to_f32(h);
-        }
+        widen(t->dtype, src, count, out);
     }
     f->bytes_read += count * es;
     return MP_OK;
+}
+
+/* A column range narrower than ST_SEG_MIN bytes per row is read as whole rows, ST_ROWS_CHUNK bytes
+ * of them per pread, and its segments copied out: one pread per 2 KiB segment (o_proj at tp8) cost
+ * more than the copies of the other columns from the page cache, which st_prefetch has asked the disk
+ * for anyway (docs/BENCH_RESHARD.md: import 1.3x -> ~1.0x the copy floor). */
+#define ST_SEG_MIN (64 << 10)
+#define ST_ROWS_CHUNK (1 << 20)
+
+/* Reads rows [r0, r0 + nr) of t (cols elements each, es bytes per element) whole, ST_ROWS_CHUNK
+ * bytes at a time, and copies columns [c0, c0 + nc) of each into out (nr x nc fp32). */
+static mp_code read_row_chunks(st_file *f, const st_tensor *t, int64_t cols, int64_t r0, int64_t nr, int64_t c0,
+                               int64_t nc, float *out, mp_err *e) {
+    int es = st_dtype_size(t->dtype);
+    int64_t per = ST_ROWS_CHUNK / (cols * es);
+    assert(per >= 1);
+    if (per > nr) per = nr;
+    size_t cap = (size_t)(per * cols * es);
+    char *buf = mp_malloc(cap, MP_MEM_OTHER);
+    mp_code rc = MP_OK;
+    for (int64_t r = 0; r < nr && rc == MP_OK; r += per) {
+        int64_t k = nr - r < per ? nr - r : per;
+        rc = pread_full(f->fd, f->path, buf, (size_t)(k * cols * es), f->data_start + t->begin + (r0 + r) * cols * es, e);
+        for (int64_t i = 0; i < k && rc == MP_OK; i++) {
+            const char *seg = buf + (i * cols + c0) * es;
+            if (t->dtype == ST_F32) memcpy(out + (r + i) * nc, seg, (size_t)nc * 4);
+            else widen(t->dtype, (const uint16_t *)seg, nc, out + (r + i) * nc);
+        }
+        if (rc == MP_OK) f->bytes_read += k * cols * es;
+    }
+    mp_free_acct(buf, cap, MP_MEM_OTHER);
+    return rc;
 }
 
 /* Rows and columns of t as a matrix (a 1-D tensor is one row) and the box (off, shape) in them; 0 if
@@ -379,9 +419,13 @@ mp_code st_read_f32(st_file *f, const st_tensor *t, const int64_t *off, const in
     if (!box_geom(t, off, shape, &cols, &r0, &nr, &c0, &nc))
         return mp_err_set(e, MP_EINTERNAL, "%s: tensor \"%s\": box outside the tensor", f->path, t->name);
     if (nc == cols) return read_run(f, t, r0 * cols, nr * cols, out, e);   /* whole rows: one range */
-    /* row segments: one pread each, but the disk reads their whole span at once (a column slice of a
-     * wide row is less than a page, so readahead would see random reads, one page per row) */
+    /* a column range of several rows: the disk reads the whole span at once (a column slice of a wide
+     * row is less than a page, so readahead would see random reads, one page per row); narrow segments
+     * come out of whole rows, wide ones one pread each */
     if (nr > 1) st_prefetch(f, t, off, shape);
+    int es = st_dtype_size(t->dtype);
+    if (nr > 1 && nc * es < ST_SEG_MIN && cols * es <= ST_ROWS_CHUNK)
+        return read_row_chunks(f, t, cols, r0, nr, c0, nc, out, e);
     for (int64_t r = 0; r < nr; r++) MP_TRY(read_run(f, t, (r0 + r) * cols + c0, nc, out + r * nc, e));
     return MP_OK;
 }

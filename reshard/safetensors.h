@@ -71,8 +71,10 @@ int st_find(const st_file *f, const char *name);
 /* Elements of a tensor. */
 int64_t st_numel(const st_tensor *t);
 /* Reads the box (off, shape) of tensor t of f (ndim 1 or 2: dims beyond the tensor's are 1) as fp32
- * row-major into out: one pread per row segment (their span read ahead first: st_prefetch), one per
- * band when the box spans whole rows. MP_EINPUT
+ * row-major into out: one pread per band when the box spans whole rows; a column range of several
+ * rows has its span read ahead first (st_prefetch), then segments under 64 KiB come out of whole rows
+ * read 1 MiB at a time (counted in bytes_read: what was read, not only what was asked for), wider
+ * ones one pread each. One thread at a time per file. MP_EINPUT
  * for a dtype other than F32/BF16/F16, MP_EIO naming the file for a failed or short read. */
 mp_code st_read_f32(st_file *f, const st_tensor *t, const int64_t *off, const int64_t *shape, float *out, mp_err *e);
 /* Asks the kernel to start reading the bytes of box (off, shape) of t (posix_fadvise WILLNEED of the
