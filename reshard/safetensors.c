@@ -424,7 +424,7 @@ mp_code st_read_f32(st_file *f, const st_tensor *t, const int64_t *off, const in
      * come out of whole rows, wide ones one pread each */
     if (nr > 1) st_prefetch(f, t, off, shape);
     int es = st_dtype_size(t->dtype);
-    if (nr > 1 && nc * es < ST_SEG_MIN && cols * es <= ST_ROWS_CHUNK)
+    if (nr > 1 && nc > 0 && nc * es < ST_SEG_MIN && cols * es <= ST_ROWS_CHUNK)
         return read_row_chunks(f, t, cols, r0, nr, c0, nc, out, e);
     for (int64_t r = 0; r < nr; r++) MP_TRY(read_run(f, t, (r0 + r) * cols + c0, nc, out + r * nc, e));
     return MP_OK;
