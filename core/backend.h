@@ -175,6 +175,10 @@ struct mp_backend {
      * with one vocab shard they are the global values. */
     void (*xent_fwd)(mp_backend *be, float *rowmax, float *sumexp, float *tlogit, const void *logits,
                      const int32_t *tgt, int N, int v_local, int v_valid, int v_start);
+    /* Optional, with xent_fwd over several vocab shards (tp > 1): sumexp[n] *= exp(local_max[n] - rowmax[n]),
+     * taking a shard's sum relative to its own max (xent_fwd) to one relative to the global max rowmax
+     * (all-reduced); 0 where local_max is -inf (no valid column in the shard). Then an all-reduce sum. */
+    void (*xent_rescale)(mp_backend *be, float *sumexp, const float *local_max, const float *rowmax, int N);
     /* In place: logits <- dloss * (softmax - onehot(tgt)) with global rowmax/sumexp; padding columns 0. */
     void (*xent_bwd)(mp_backend *be, void *logits, const float *rowmax, const float *sumexp,
                      const int32_t *tgt, float dloss, int N, int v_local, int v_valid, int v_start);

@@ -539,6 +539,11 @@ static void cpu_xent_fwd(mp_backend *be, float *rowmax, float *sumexp, float *tl
     }
 }
 
+static void cpu_xent_rescale(mp_backend *be, float *sumexp, const float *local_max, const float *rowmax, int N) {
+    for (int n = 0; n < N; n++)
+        sumexp[n] = local_max[n] == -INFINITY ? 0.0f : sumexp[n] * mp_expf(local_max[n] - rowmax[n]);
+}
+
 static void cpu_xent_target(mp_backend *be, float *tlogit, const void *logits_v, const int32_t *tgt, int N,
                             int v_local, int v_start) {
     const float *logits = logits_v;
@@ -665,6 +670,7 @@ static mp_backend g_cpu = {
     .xent_sumexp = cpu_xent_sumexp,
     .xent_target = cpu_xent_target,
     .xent_fwd = cpu_xent_fwd,
+    .xent_rescale = cpu_xent_rescale,
     .xent_loss = cpu_xent_loss,
     .xent_bwd = cpu_xent_bwd,
     .adamw = cpu_adamw,

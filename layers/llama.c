@@ -181,7 +181,8 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes, int64_t *k
     ADD_A(m->x_final, nr * D); ADD_A(m->lnf, nr * D); ADD_F(m->rstdf, nr);
     if (m->sp) ADD_A(m->lnf_full, N * D);
     ADD_A(m->logits, (m->kv ? 1 : N) * V);   /* kv: the last position's row only */
-    ADD_F(m->rowmax, N); ADD_F(m->sumexp, 2 * N); ADD_F(m->losses, N);   /* sumexp then tlogit: one all-reduce */
+    /* rowmax then the shard's own max (xent_fwd at tp > 1); sumexp then tlogit: one all-reduce */
+    ADD_F(m->rowmax, 2 * N); ADD_F(m->sumexp, 2 * N); ADD_F(m->losses, N);
     ADD_A(m->tmp_nd, N * D);
     if (train || m->sp) ADD_A(m->dres_b, nr * D);   /* reduce_out's reduce-scatter target under SP */
     if (train) {   /* the backward's buffers */
@@ -226,6 +227,7 @@ static void alloc_acts(llama_model *m) {
     m->sums = (double *)(base + off);
     assert(off + 64 == (int64_t)m->act_bytes);
     m->tlogit = m->sumexp + N;
+    m->local_max = m->rowmax + N;
     for (int l = 1; l < m->L && m->opt.inference; l++) {
         void *k = m->acts[l].k, *v = m->acts[l].v;
         m->acts[l] = m->acts[0];
@@ -469,6 +471,16 @@ static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets
     if (m->tp == 1 && be->xent_fwd) {   /* one vocab shard: one sweep gives the global values */
         be->xent_fwd(be, m->rowmax, m->sumexp, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_valid,
                      m->v_start);
+        be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
+        return 1;
+    }
+    if (be->xent_fwd && be->xent_rescale) {   /* one sweep per shard, its sum taken to the global max */
+        be->xent_fwd(be, m->local_max, m->sumexp, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_valid,
+                     m->v_start);
+        be->copy(be, m->rowmax, m->local_max, (size_t)N * sizeof(float));
+        tpc->all_reduce(tpc, m->rowmax, N, MP_F32, 1);
+        be->xent_rescale(be, m->sumexp, m->local_max, m->rowmax, N);
+        tpc->all_reduce(tpc, m->sumexp, 2 * (int64_t)N, MP_F32, 0);   /* sumexp and tlogit, adjacent */
         be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
         return 1;
     }

@@ -92,6 +92,7 @@ struct llama_model {
     void *x_final, *lnf, *lnf_full, *logits;
     float *rstdf;
     float *rowmax, *sumexp, *tlogit, *losses;
+    float *local_max;   /* this vocab shard's row max (xent_fwd at tp > 1), after rowmax */
     void *dres_a, *dres_b;            /* [n_res, D] residual-stream gradients */
     void *dfull;                      /* [N, D] */
     void *tmp_nd;                     /* [N, D] partial outputs before the tp reduction */

@@ -1096,6 +1096,43 @@ Test(xent, single_sweep_forward_matches_the_three_ops_and_double_on_any_thread_c
     free(l), free(ld);
 }
 
+/* The single sweep over vocab shards (layers/llama.c at tp > 1): xent_fwd per shard against its own max,
+ * the max over shards, xent_rescale taking each shard's sum to it, the sums added: rowmax and tlogit
+ * exactly the three ops' (xent_forward above), sumexp within 1e-6 of theirs and the loss against
+ * double. Then a shard with no valid column (v_valid 0: max -inf, its sum must add 0) and a shard whose
+ * max equals the global one (factor 1: its sum unchanged). */
+Test(xent, single_sweep_per_shard_rescaled_to_the_global_max_matches_the_three_ops) {
+    mp_backend *be = cpu();
+    cr_assert(be->xent_fwd && be->xent_rescale);
+    int32_t tgt[XN] = {0, 5, 6, 10, 3, 8, 10};
+    float *glog = frand(XN * XV, 5.0);
+    glog[1 * XV + 9] = 30.0f;   /* a dominant logit in shard 1 */
+    float shard[2][XN * XL];
+    int v_valid[2];
+    xent_shards(glog, shard, v_valid);
+    float rowmax[XN], sumexp[XN], losses[XN];
+    xent_forward(be, shard, v_valid, tgt, rowmax, sumexp, losses);
+    float lm[2][XN], ls[2][XN], lt[2][XN], gm[XN], gs[XN], gt[XN], gl[XN];
+    for (int s = 0; s < 2; s++) be->xent_fwd(be, lm[s], ls[s], lt[s], shard[s], tgt, XN, XL, v_valid[s], s * XL);
+    for (int n = 0; n < XN; n++) gm[n] = fmaxf(lm[0][n], lm[1][n]);
+    for (int s = 0; s < 2; s++) be->xent_rescale(be, ls[s], lm[s], gm, XN);
+    for (int n = 0; n < XN; n++) gs[n] = ls[0][n] + ls[1][n], gt[n] = lt[0][n] + lt[1][n];
+    be->xent_loss(be, gl, gm, gs, gt, XN);
+    xent_ctx c = {tgt, XN, XV};
+    double *gd = todouble(glog, XN * XV), ref[XN];
+    ref_xent(&c, gd, ref);
+    for (int n = 0; n < XN; n++) {
+        cr_assert(gm[n] == rowmax[n], "row %d: max %g, three ops %g", n, gm[n], rowmax[n]);
+        cr_assert(fabs(gs[n] - sumexp[n]) <= 1e-6 * sumexp[n], "row %d: sum %.9g, three ops %.9g", n, gs[n], sumexp[n]);
+    }
+    cr_assert(rel_err(gl, ref, XN) < FWD_TOL, "loss rel err %g", rel_err(gl, ref, XN));
+    float s0[3] = {2.0f, 3.0f, 4.0f}, m0[3] = {-INFINITY, 1.5f, 0.25f}, g0[3] = {1.0f, 1.5f, 2.25f};
+    be->xent_rescale(be, s0, m0, g0, 3);
+    cr_assert(s0[0] == 0.0f && s0[1] == 3.0f, "no valid column adds 0; the max's own shard keeps its sum");
+    cr_assert(fabsf(s0[2] - 4.0f * expf(-2.0f)) <= 1e-6f, "rescale %.9g", s0[2]);
+    free(glog), free(gd);
+}
+
 /* ---------------------------------------------------------------- threads */
 
 /* The row- and column-split kernels (RMSNorm forward and backward, RoPE, embedding lookup and gradient,

@@ -582,8 +582,9 @@ static void cu_xent_target(mp_backend *be, float *tlogit, const void *logits, co
     PROF_END(be, "%s", "xent_target");
 }
 
-/* rowmax, sumexp and tlogit in one read of the bf16 logits (xent_rowmax + xent_sumexp + xent_target fused;
- * layers/llama.c calls it only with one vocab shard, tp = 1, where the local values are the global ones).
+/* rowmax, sumexp and tlogit in one read of the bf16 logits (xent_rowmax + xent_sumexp + xent_target fused):
+ * the shard's own max and the sum against it (with one vocab shard, tp = 1, the global values; at tp > 1
+ * layers/llama.c all-reduces the max and takes each shard's sum to it with xent_rescale).
  * Targets are bounded by v_local, as in cu_xent_target and core/backend_cpu.c's cpu_xent_fwd. */
 static void cu_xent_fwd(mp_backend *be, float *rowmax, float *sumexp, float *tlogit, const void *logits,
                         const int32_t *tgt, int N, int v_local, int v_valid, int v_start) {
@@ -591,6 +592,15 @@ static void cu_xent_fwd(mp_backend *be, float *rowmax, float *sumexp, float *tlo
     mp_cuda_xent_fwd_bf16(rowmax, sumexp, tlogit, logits, tgt, N, v_local, v_valid, v_start, cs(be));
     LAUNCHED();
     PROF_END(be, "%s", "xent_fwd");
+}
+
+/* sumexp[n] *= exp(local_max[n] - rowmax[n]) (0 where local_max is -inf): a shard's xent_fwd sum taken to
+ * the global max before the all-reduce SUM (tp > 1). */
+static void cu_xent_rescale(mp_backend *be, float *sumexp, const float *local_max, const float *rowmax, int N) {
+    PROF_BEGIN(be);
+    mp_cuda_xent_rescale(sumexp, local_max, rowmax, N, cs(be));
+    LAUNCHED();
+    PROF_END(be, "%s", "xent_rescale");
 }
 
 /* losses[n] = log(sumexp[n]) + rowmax[n] - tlogit[n], all fp32. */
@@ -669,6 +679,7 @@ static mp_backend g_cuda = {
     .xent_sumexp = cu_xent_sumexp,
     .xent_target = cu_xent_target,
     .xent_fwd = cu_xent_fwd,
+    .xent_rescale = cu_xent_rescale,
     .xent_loss = cu_xent_loss,
     .xent_bwd = cu_xent_bwd,
     .adamw = cu_adamw,

@@ -11,6 +11,9 @@
  * online (max, sum of exps against it) pair over the same column groups, rescaling its sum when its max
  * rises, and the block combines the pairs in the same fixed tree. Its sumexp rounds differently from
  * sumexp_kernel's (not bitwise equal to the three-kernel path; within a few ulp), but is as repeatable.
+ * With tp > 1 each rank runs xent_fwd on its shard (its own max), the caller all-reduces the max, and
+ * rescale_kernel takes each shard's sum to the global max (sum * exp(local - global)) before the SUM:
+ * one read of the logits at any tp, the same collectives.
  * Columns j >= v_valid are vocab padding: never read as logits, and written as 0 by the backward.
  *
  * Design: the row kernels (rowmax, sumexp, bwd) run one 256-thread block per row; thread t visits the
@@ -167,6 +170,18 @@ static __global__ void loss_kernel(float *__restrict__ losses, const float *__re
     if (n < N) losses[n] = xent_loss_row(rowmax[n], sumexp[n], tlogit[n]);
 }
 
+/* A shard's sum of exps taken from its own max to the global one (the table's xent_rescale, tp > 1);
+ * 0 when the shard has no valid column. The same expression on host and device (hostcheck). */
+__host__ __device__ static inline float xent_rescale_row(float sumexp, float local_max, float rowmax) {
+    return local_max == -INFINITY ? 0.0f : mp_mul_rn(sumexp, expf(local_max - rowmax));
+}
+
+static __global__ void rescale_kernel(float *__restrict__ sumexp, const float *__restrict__ local_max,
+                                      const float *__restrict__ rowmax, int N) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) sumexp[n] = xent_rescale_row(sumexp[n], local_max[n], rowmax[n]);
+}
+
 /* Columns j0 .. j0+VEC-1 of one row l of the backward, in place: read all, then write all (VEC > 1: one
  * 16-byte access each way). Every column's expression is the same whatever VEC (host and device:
  * hostcheck replays the launches). f = dloss / sumexp, or 0 when the row has no finite logit. */
@@ -314,6 +329,13 @@ extern "C" void mp_cuda_xent_loss(float *losses, const float *rowmax, const floa
     if (N == 0) return;
     assert(losses && rowmax && sumexp && tlogit);
     loss_kernel<<<(N + 255) / 256, 256, 0, s>>>(losses, rowmax, sumexp, tlogit, N);
+}
+extern "C" void mp_cuda_xent_rescale(float *sumexp, const float *local_max, const float *rowmax, int N,
+                                     cudaStream_t s) {
+    assert(N >= 0);
+    if (N == 0) return;
+    assert(sumexp && local_max && rowmax);
+    rescale_kernel<<<(N + 255) / 256, 256, 0, s>>>(sumexp, local_max, rowmax, N);
 }
 extern "C" void mp_cuda_xent_bwd_bf16(mp_bf16 *logits, const float *rowmax, const float *sumexp, const int32_t *tgt,
                                       float dloss, int N, int v_local, int v_valid, int v_start, cudaStream_t s) {

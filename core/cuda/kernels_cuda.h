@@ -175,6 +175,8 @@ void mp_cuda_xent_fwd_bf16(float *rowmax, float *sumexp, float *tlogit, const mp
                            int N, int v_local, int v_valid, int v_start, cudaStream_t s);
 void mp_cuda_xent_fwd_f32(float *rowmax, float *sumexp, float *tlogit, const float *logits, const int32_t *tgt, int N,
                           int v_local, int v_valid, int v_start, cudaStream_t s);
+/* sumexp[n] *= exp(local_max[n] - rowmax[n]), 0 where local_max[n] is -inf (the table's xent_rescale). */
+void mp_cuda_xent_rescale(float *sumexp, const float *local_max, const float *rowmax, int N, cudaStream_t s);
 /* losses[n] = log(sumexp[n]) + rowmax[n] - tlogit[n] (all three global). */
 void mp_cuda_xent_loss(float *losses, const float *rowmax, const float *sumexp, const float *tlogit, int N,
                        cudaStream_t s);

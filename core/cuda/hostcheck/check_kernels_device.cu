@@ -416,6 +416,29 @@ static std::vector<float> dev_xent_fwd(int v_local, int v_valid, int off) {
     return h;
 }
 
+/* mp_cuda_xent_rescale (tp > 1: a shard's sum taken to the global max) on N = 1000 rows, local max at or
+ * below the global one, some -inf (a shard with no valid column: 0), some equal (factor 1: unchanged):
+ * within 1e-6 of float64, exact where it must be. */
+static void dev_xent_rescale(void) {
+    const int N = 1000;
+    std::vector<float> se = rnd_vec(N, 50.0f), lm(N), gm(N);
+    for (int n = 0; n < N; n++) {
+        se[n] = fabsf(se[n]) + 1.0f, gm[n] = 10.0f * rnd_unit();
+        lm[n] = n % 7 == 0 ? -INFINITY : n % 5 == 0 ? gm[n] : gm[n] - 30.0f * fabsf(rnd_unit());
+    }
+    float *sd = up(se), *ld = up(lm), *gd = up(gm);
+    mp_cuda_xent_rescale(sd, ld, gd, N, g_s);
+    SYNC();
+    const std::vector<float> h = down(sd, N);
+    int bad = 0;
+    for (int n = 0; n < N; n++) {
+        const double want = lm[n] == -INFINITY ? 0.0 : se[n] * exp((double)lm[n] - gm[n]);
+        bad += lm[n] == -INFINITY ? h[n] != 0.0f : lm[n] == gm[n] ? h[n] != se[n] : fabs(h[n] - want) > 1e-6 * want;
+    }
+    CHECK(bad == 0, "xent rescale: %d of %d rows off float64", bad, N);
+    cudaFree(sd), cudaFree(ld), cudaFree(gd);
+}
+
 static void dev_adamw(void) {
     const int64_t n = 100003;
     std::vector<float> p = rnd_vec(n, 1.0f), g = rnd_vec(n, 1.0f), m(n, 0.01f), v(n, 0.001f);
@@ -625,6 +648,7 @@ int main(void) {
         g_rng = seed;
         CHECK(same_bits(a, dev_xent_fwd(vl, vl - 13, 1)), "xent fwd v_local %d: aligned and unaligned differ", vl);
     }
+    dev_xent_rescale();
     dev_adamw();
     dev_gemm(bl);
     dev_gemm(bl);   /* again: every call now finds its cached cuBLASLt plan (gemm_cuda.cu) */

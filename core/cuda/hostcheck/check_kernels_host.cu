@@ -827,6 +827,54 @@ static void check_xent_fwd(int N, int v_local, int v_valid, int v_start) {
     CHECK(se[0] == 0.0f && mx[0] == -INFINITY && se[4] == 1.0f, "xent fwd: an all -inf row, a one-logit row");
 }
 
+/* The one-pass forward over tp vocab shards (layers/llama.c at tp > 1): xent_fwd_kernel replayed per shard
+ * (v_local columns each, the last ones padding: shards with few and with no valid column), the MAX over
+ * shards, each shard's sum taken to it by xent_rescale_row (rescale_kernel), the SUM in rank order.
+ * Rows: random; one whose max sits in the last shard with a valid column; all -inf in shard 0 only; all
+ * -inf everywhere. Against float64: rowmax and tlogit exact, sumexp and the loss within 1e-5. */
+template <typename T>
+static void check_xent_fwd_sharded(int N, int V, int tp) {
+    const int v_local = (V + tp - 1) / tp;
+    assert(N >= 4);
+    std::vector<float> g((size_t)N * V);
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++) {
+            float x = 6.0f * rnd_unit();
+            if (n == 1 && j == V - 1) x = 25.0f;
+            if (n == 2 && j < v_local) x = -INFINITY;
+            if (n == 3) x = -INFINITY;
+            T r;
+            mp_from_f32(&r, x);   /* the values the shard's dtype holds */
+            g[(size_t)n * V + j] = mp_to_f32(r);
+        }
+    std::vector<int32_t> tgt(N);
+    for (int n = 0; n < N; n++) tgt[n] = (int32_t)(rnd_u64() % (uint64_t)V);
+    std::vector<float> mx(N, -INFINITY), se(N, 0.0f), tl(N, 0.0f);
+    std::vector<std::vector<float>> lm(tp, std::vector<float>(N)), ls(tp, std::vector<float>(N)), lt(tp, std::vector<float>(N));
+    for (int r = 0; r < tp; r++) {
+        const int v_start = r * v_local, v_valid = std::max(0, std::min(v_local, V - v_start));
+        std::vector<T> lg((size_t)N * v_local);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < v_local; j++) mp_from_f32(&lg[(size_t)n * v_local + j], j < v_valid ? g[(size_t)n * V + v_start + j] : 100.0f);
+        xent_fwd_replay<1, false>(lm[r], ls[r], lt[r], lg, tgt, N, v_local, v_valid, v_start);
+        for (int n = 0; n < N; n++) mx[n] = std::max(mx[n], lm[r][n]);   /* the all-reduce MAX */
+    }
+    for (int r = 0; r < tp; r++)   /* rescale, then the all-reduce SUM in rank order */
+        for (int n = 0; n < N; n++) se[n] += xent_rescale_row(ls[r][n], lm[r][n], mx[n]), tl[n] += lt[r][n];
+    int bad = 0;
+    for (int n = 0; n < N; n++) {
+        double m = -INFINITY, sd = 0.0;
+        for (int j = 0; j < V; j++) m = std::max(m, (double)g[(size_t)n * V + j]);
+        if (m != -INFINITY)
+            for (int j = 0; j < V; j++) sd += exp((double)g[(size_t)n * V + j] - m);
+        const double t = g[(size_t)n * V + tgt[n]], lr = log(sd) + m - t, lgot = xent_loss_row(mx[n], se[n], tl[n]);
+        const bool loss_ok = std::isfinite(lr) ? fabs(lgot - lr) <= 1e-5 * fabs(lr) + 1e-6 : std::isnan(lr) == std::isnan(lgot);
+        bad += !((double)mx[n] == m && (double)tl[n] == t && fabs(se[n] - sd) <= 1e-5 * sd && loss_ok);
+    }
+    CHECK(bad == 0, "xent fwd over %d shards (%zu-byte logits, N %d V %d): %d rows off float64", tp, sizeof(T), N, V, bad);
+    CHECK(se[3] == 0.0f && mx[3] == -INFINITY && se[2] > 0.0f, "xent fwd sharded: an all -inf row, one -inf in shard 0");
+}
+
 /* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls in the order layers/ issues them
  * (per layer q, k, v, o, gate, up, down; forward, dx, dw) find one plan per distinct key, a key differing in
  * any single field (transposes, sizes, strides, C type, any alignment) is another plan, and a key found is
@@ -1478,6 +1526,10 @@ int main(void) {
     const int xfwd[][4] = {{6, 8, 8, 0}, {7, 4096, 3999, 100}, {6, 1003, 990, 2000}, {6, 4100, 4100, 7}, {8, 32000, 32000, 0},
                            {6, 20, 17, 5}};
     for (auto &x : xfwd) check_xent_fwd<__nv_bfloat16>(x[0], x[1], x[2], x[3]), check_xent_fwd<float>(x[0], x[1], x[2], x[3]);
+    /* over tp shards: even, uneven (V 1003 / 4: 251 valid in the last), a shard with no valid column (V 17 / 4:
+     * v_local 5, valid 5, 5, 5, 2; V 13 / 4: 4, 4, 4, 1; V 9 / 4: 3, 3, 3, 0) */
+    for (int tp : {2, 4})
+        for (int V : {1003, 4096, 17, 13, 9}) check_xent_fwd_sharded<__nv_bfloat16>(6, V, tp), check_xent_fwd_sharded<float>(6, V, tp);
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
