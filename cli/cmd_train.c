@@ -115,11 +115,9 @@ static void init_fresh_weights(train_run *r) {
 static void prepare_loop(train_run *r) {
     mp_train_config *c = &r->f.tc;
     const mp_mesh *mesh = r->mesh;
-    /* the batch's host buffers: pinned on a GPU, so each upload runs at full speed */
-    mp_backend *be = r->rt.be;
-    r->tok_bytes = (size_t)r->bs.micro * c->seq_len * sizeof(int32_t);
-    r->in = be->host_alloc(be, r->tok_bytes, MP_MEM_OTHER);
-    r->tgt = be->host_alloc(be, r->tok_bytes, MP_MEM_OTHER);
+    /* the batch's host buffers, two of each: pinned on a GPU, so each upload runs at full speed, and
+     * micro-batch k+1 is filled while k's upload may still be queued (llama_token_bufs) */
+    llama_token_bufs_init(&r->tok, r->rt.be, r->bs.micro, c->seq_len);
     mp_info("model: %lld parameters, %d layers, hidden %d; mesh dp %d x tp %d%s; batch %d x %d tokens "
             "(micro %d x accum %d per rank); CPU kernels %s, OpenBLAS %s",
             (long long)llama_config_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size, mesh->dp, mesh->tp,
@@ -199,7 +197,7 @@ static mp_code run_step(train_run *r, int64_t step, step_out *out) {
     out->lr = mp_lr_at(&r->sched, step);
     llama_step_args sa = {r->hp, out->lr, step + 1, c->grad_clip, r->bs.grad_accum, r->tokens_per_step};
     llama_step_result sr;
-    llama_train_step(r->model, &sa, train_fill, &r->fc, r->in, r->tgt, &sr);
+    llama_train_step(r->model, &sa, train_fill, &r->fc, &r->tok, &sr);
     mp_loader_advance(&r->loader);
     out->step_s = mp_time_s() - t0;
     r->steps_s += out->step_s;
@@ -316,8 +314,7 @@ static void release_run(train_run *r) {
     mp_checkpointer_free(&r->ck);
     ckpt_lock_release(r->lock);
     if (r->metrics) fclose(r->metrics);
-    if (r->in) r->rt.be->host_free(r->rt.be, r->in, r->tok_bytes, MP_MEM_OTHER);
-    if (r->tgt) r->rt.be->host_free(r->rt.be, r->tgt, r->tok_bytes, MP_MEM_OTHER);
+    llama_token_bufs_free(&r->tok);
     llama_destroy(r->model);
     mp_token_file_close(&r->train);
     mp_token_file_close(&r->val);

@@ -73,7 +73,8 @@ mp_code mp_train_log_step(train_run *r, int64_t step, const step_out *s) {
     }
     int last = step + 1 == c->steps;
     if (c->val_data[0] && ((c->eval_every && (step + 1) % c->eval_every == 0) || last)) {
-        double vl = mp_eval_loss(r->model, &r->val, &r->bs, c->seq_len, c->eval_batches, r->in, r->tgt, &r->err);
+        double vl = mp_eval_loss(r->model, &r->val, &r->bs, c->seq_len, c->eval_batches, r->tok.in[0],
+                                 r->tok.tgt[0], &r->err);
         if (isnan(vl)) return r->err.code ? r->err.code : MP_ECHECK;   /* `fail` even with err unset */
         mp_info("step %5lld | val loss %.6f", (long long)step + 1, vl);
         char line[128];

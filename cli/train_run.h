@@ -18,6 +18,7 @@
 #include "cli/train_ckpt.h"
 #include "core/optim.h"
 #include "core/sched.h"
+#include "layers/llama_train.h"
 
 /* The loader feeding llama_train_step: micro-step k of the current batch, this rank's slice. */
 typedef struct train_fill_ctx {
@@ -64,8 +65,8 @@ typedef struct train_run {
     char metrics_path[MP_PATH_MAX + 32];
     mp_code metrics_rc;             /* rank 0: the first failed write of metrics.jsonl (agreed each step) */
     mp_err metrics_err;
-    int32_t *in, *tgt;              /* host token buffers, micro x seq_len (the backend's host_alloc) */
-    size_t tok_bytes;
+    llama_token_bufs tok;           /* the steps' double host token buffers (the backend's host_alloc);
+                                     * evaluation between steps reuses slot 0 */
     /* the step loop */
     mp_lr_schedule sched;
     mp_adamw_hparams hp;

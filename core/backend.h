@@ -61,7 +61,17 @@ struct mp_backend {
     /* Device to host. A training step calls it once (its loss and gradient sums, together); each call
      * may synchronise the device, so no op of this table needs one to do its work. */
     void (*to_host)(mp_backend *be, void *host_dst, const void *dev_src, size_t bytes);
+    /* Host to device, ordered after the ops queued before it; on return host_src may be reused (the
+     * host waits for the copy, so on a GPU it drains the compute stream: start-up and tools only). */
     void (*to_device)(mp_backend *be, void *dev_dst, const void *host_src, size_t bytes);
+    /* Host to device WITHOUT a host wait (a training step's tokens): the copy is enqueued on the compute
+     * stream after what is queued there, and `done` is recorded after it (as event_record on the compute
+     * stream, so recording it again after a later upload makes one wait cover both). The device reads
+     * host_src at some moment before done completes: the host must not write or free host_src until
+     * event_sync(be, done) (or synchronize) has returned. dev_dst is written in stream order, so ops
+     * queued before still read its old contents and ops queued after read the new. host_src should come
+     * from host_alloc (from pageable memory the copy may not be asynchronous). On the CPU a memmove. */
+    void (*to_device_async)(mp_backend *be, void *dev_dst, const void *host_src, size_t bytes, mp_event done);
     /* Host memory the device copies to and from at full speed: page-locked on CUDA (an async save's
      * stall is then one device-to-host copy into it, and token batches go up from it without a bounce),
      * plain host memory on the CPU. Zero-filled; charged to cat; aborts on OOM. */

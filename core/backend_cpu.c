@@ -99,6 +99,12 @@ static void cpu_to_device(mp_backend *be, void *dev_dst, const void *host_src, s
     cpu_copy(be, dev_dst, host_src, bytes);
 }
 
+/* Nothing is ever in flight on the CPU: the copy is done on return, so done (a token) is complete. */
+static void cpu_to_device_async(mp_backend *be, void *dev_dst, const void *host_src, size_t bytes, mp_event done) {
+    assert(done == cpu_event_token());
+    cpu_copy(be, dev_dst, host_src, bytes);
+}
+
 static void cpu_synchronize(mp_backend *be) {}
 
 /* ---- dense linear algebra ---- */
@@ -636,6 +642,7 @@ static mp_backend g_cpu = {
     .memset0 = cpu_memset0,
     .to_host = cpu_to_host,
     .to_device = cpu_to_device,
+    .to_device_async = cpu_to_device_async,
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_host_free,
     .stream_create = cpu_stream_create,

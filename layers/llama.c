@@ -439,16 +439,35 @@ static void block_forward(llama_model *m, int l, void *x_out, int T, int pos0) {
     reduce_out(m, x_out, a->x_mid, m->tmp_nd, nr);
 }
 
-/* The forward of T tokens of each sequence at positions pos0.. (see block_forward); with targets, the
- * per-token losses land in m->losses (device) and 1 is returned. A kv model's head reads only the last
- * row (its logits are [1, v_local]). */
-static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets, int T, int pos0) {
+/* Copies the N input tokens (and the targets, when not NULL) into m->tok_in / m->tok_tgt. uploaded NULL:
+ * to_device (the host waits; evaluation, sampling, tools). Else to_device_async with uploaded recorded
+ * after both (a training step; the caller waits for it before writing the host buffers again). ONE device
+ * buffer of each serves every micro-batch: that is safe because every op runs on the compute stream in
+ * call order (core/backend.h), so the copy of micro-batch k+1 runs after the last op of k that reads
+ * them (the backward's embed_bwd and xent_bwd). An op on another stream reading them would need a second
+ * device buffer or an event. */
+static void upload_tokens(llama_model *m, const int32_t *inputs, const int32_t *targets, int N, mp_event uploaded) {
+    mp_backend *be = m->be;
+    size_t bytes = (size_t)N * sizeof(int32_t);
+    if (!uploaded) {
+        be->to_device(be, m->tok_in, inputs, bytes);
+        if (targets) be->to_device(be, m->tok_tgt, targets, bytes);
+        return;
+    }
+    be->to_device_async(be, m->tok_in, inputs, bytes, uploaded);
+    if (targets) be->to_device_async(be, m->tok_tgt, targets, bytes, uploaded);   /* re-recorded: covers both */
+}
+
+/* The forward of T tokens of each sequence at positions pos0.. (see block_forward), the tokens uploaded
+ * as upload_tokens says; with targets, the per-token losses land in m->losses (device) and 1 is returned.
+ * A kv model's head reads only the last row (its logits are [1, v_local]). */
+static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets, int T, int pos0,
+                   mp_event uploaded) {
     mp_backend *be = m->be;
     mp_comm *tpc = m->mesh->tp_comm;
     int N = m->B * T, nr = m->sp ? N / m->tp : N, D = m->D;
-    be->to_device(be, m->tok_in, inputs, (size_t)N * sizeof(int32_t));
+    upload_tokens(m, inputs, targets, N, uploaded);
     m->have_targets = targets != NULL;
-    if (targets) be->to_device(be, m->tok_tgt, targets, (size_t)N * sizeof(int32_t));
 
     llama_fsdp_gather(m, 0);
     be->embed_fwd(be, m->tmp_nd, m->tok_in, W(m->p_embed), N, D, m->v_start, m->v_local);
@@ -495,12 +514,12 @@ static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets
 
 void llama_forward_kv(llama_model *m, const int32_t *tokens, int n, int pos0) {
     assert(m->kv && n >= 1 && n <= m->T && pos0 >= 0 && pos0 + n <= m->P);
-    forward(m, tokens, NULL, n, pos0);
+    forward(m, tokens, NULL, n, pos0, NULL);
 }
 
 double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets) {
     assert(!m->kv);
-    if (!forward(m, inputs, targets, m->T, 0)) return 0.0;
+    if (!forward(m, inputs, targets, m->T, 0, NULL)) return 0.0;
     mp_backend *be = m->be;
     double *acc = &m->sums[LLAMA_SUM_SCRATCH], sum;
     be->memset0(be, acc, sizeof *acc);
@@ -509,9 +528,9 @@ double llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targe
     return sum;
 }
 
-void llama_forward_accum(llama_model *m, const int32_t *inputs, const int32_t *targets) {
-    assert(targets);
-    forward(m, inputs, targets, m->T, 0);
+void llama_forward_accum(llama_model *m, const int32_t *inputs, const int32_t *targets, mp_event uploaded) {
+    assert(targets && uploaded);
+    forward(m, inputs, targets, m->T, 0, uploaded);
     m->be->sum_acc(m->be, &m->sums[LLAMA_SUM_LOSS], m->losses, m->N);
 }
 

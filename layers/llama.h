@@ -165,8 +165,11 @@ typedef struct llama_step_sums {
 /* Zeroes the model's device scalars (loss sum, gradient sum of squares). */
 void llama_sums_reset(llama_model *m);
 /* llama_forward with targets (required), but the micro-batch's loss sum (in double, in token order)
- * is added to the device loss scalar instead of being copied to the host. */
-void llama_forward_accum(llama_model *m, const int32_t *inputs, const int32_t *targets);
+ * is added to the device loss scalar instead of being copied to the host, and the tokens go up without
+ * a host wait (to_device_async): `uploaded` is recorded after both copies, and the caller must not write
+ * inputs or targets (host_alloc memory) until event_sync(uploaded) has returned (llama_train_step
+ * double-buffers them so that it seldom waits). */
+void llama_forward_accum(llama_model *m, const int32_t *inputs, const int32_t *targets, mp_event uploaded);
 /* Adds this rank's sum of squares of the shard gradients to the device scalar (replicated parameters
  * counted on tp rank 0 only, so the world sum counts each element once), in parameter order. */
 void llama_grad_sumsq_accum(llama_model *m);

@@ -117,9 +117,10 @@ static double rel_l2(const float *a, const float *b, int64_t n) {
     return sqrt(num / den);
 }
 
-/* Runs STEPS steps; losses[s] gets each step's loss. After step 1 (if grads != NULL) the global
+/* Runs STEPS steps with tb (token buffers of m's backend: made outside, so that the steps themselves are
+ * seen to allocate nothing); losses[s] gets each step's loss. After step 1 (if grads != NULL) the global
  * gradients are stored in grads[i]. */
-static void train(llama_model *m, double *losses, float **grads) {
+static void train(llama_model *m, double *losses, float **grads, llama_token_bufs *tb) {
     mp_mesh *mesh = llama_mesh(m);
     int micro = B / mesh->dp;
     int32_t *in = malloc(sizeof(int32_t) * micro * T), *tgt = malloc(sizeof(int32_t) * micro * T);
@@ -137,7 +138,7 @@ static void train(llama_model *m, double *losses, float **grads) {
             for (int i = 0; i < llama_num_params(m); i++) grads[i] = gather_global(m, i, 1);
             (void)l;
         }
-        llama_train_step(m, &a, fill, &fc, in, tgt, &r);
+        llama_train_step(m, &a, fill, &fc, tb, &r);
         losses[s] = r.loss;
     }
     free(in);
@@ -309,16 +310,18 @@ int main(int argc, char **argv) {
     double loss_ref[STEPS], loss_m[STEPS];
     float **gref = calloc((size_t)np, sizeof(float *)), **gm = calloc((size_t)np, sizeof(float *));
     /* reference first step gradients */
-    train(ref, loss_ref, gref);
+    llama_token_bufs tb_ref, tb;
+    llama_token_bufs_init(&tb_ref, llama_backend(ref), B, T);
+    llama_token_bufs_init(&tb, llama_backend(m), B / mesh.dp, T);
+    train(ref, loss_ref, gref, &tb_ref);
     /* the mesh model: count one plain step, then restart and train for real */
     {
         int micro = B / mesh.dp;
-        int32_t *in = malloc(sizeof(int32_t) * micro * T), *tgt = malloc(sizeof(int32_t) * micro * T);
         fill_ctx fc = {0, mesh.dp_rank * micro, micro, cfg.vocab_size};
         llama_step_args a = {{0.9, 0.95, 1e-8, 0.1}, 2e-3, 1, 1.0, 1, (double)B * T};
         llama_step_result r;
         int64_t to_host_before = g_to_host;
-        llama_train_step(m, &a, fill, &fc, in, tgt, &r);
+        llama_train_step(m, &a, fill, &fc, &tb, &r);
         check(g_to_host - to_host_before == 1, "one step copied device to host %lld time(s) (one: loss and grad sums)",
               (long long)(g_to_host - to_host_before));
         int64_t etp, edp;
@@ -326,12 +329,10 @@ int main(int argc, char **argv) {
         int64_t gtp = mp_comm_total_bytes(mesh.tp_comm), gdp = mp_comm_total_bytes(mesh.dp_comm);
         check(gtp == etp, "tp bytes of one step: counted %lld, plan %lld", (long long)gtp, (long long)etp);
         check(gdp == edp, "dp bytes of one step: counted %lld, plan %lld", (long long)gdp, (long long)edp);
-        free(in);
-        free(tgt);
         llama_init_weights(m, SEED);
     }
     int64_t calls_before = mp_mem_alloc_calls();
-    train(m, loss_m, gm);
+    train(m, loss_m, gm, &tb);
     /* (gather_global uses plain calloc, which the allocator does not count) */
     check(mp_mem_alloc_calls() == calls_before, "%d training steps made no allocation (%lld made)", STEPS,
           (long long)(mp_mem_alloc_calls() - calls_before));
@@ -361,7 +362,7 @@ int main(int argc, char **argv) {
     }
     double loss_m2[STEPS];
     llama_init_weights(m, SEED);
-    train(m, loss_m2, NULL);
+    train(m, loss_m2, NULL, &tb);
     int bitwise = !memcmp(loss_m, loss_m2, sizeof loss_m);
     off = 0;
     for (int i = 0; i < np; i++) {
@@ -374,6 +375,8 @@ int main(int argc, char **argv) {
 
     for (int i = 0; i < np; i++) { free(gref[i]); free(gm[i]); }
     free(gref); free(gm); free(shards1);
+    llama_token_bufs_free(&tb);
+    llama_token_bufs_free(&tb_ref);
     llama_destroy(m);
     llama_destroy(ref);
     mp_mesh_destroy(&single);

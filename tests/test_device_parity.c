@@ -192,7 +192,8 @@ static mp_code run_device(const llama_config *cfg, int seq, mp_backend *be, run_
 
     /* AdamW phase (llama_train_step zeroes the gradients itself): NSTEPS steps of grad_accum 2 on the two
      * micro-batches, then their loss after the last update */
-    int32_t *sin_ = mp_xmalloc((size_t)N * sizeof(int32_t)), *stgt = mp_xmalloc((size_t)N * sizeof(int32_t));
+    llama_token_bufs tb;
+    llama_token_bufs_init(&tb, be, BATCH, seq);
     fill_ctx fc = {.in = {in[0], in[1]}, .tgt = {tgt[0], tgt[1]}, .n_tok = N};
     int64_t calls0 = 0;
     for (int s = 1; s <= NSTEPS; s++) {
@@ -200,7 +201,7 @@ static mp_code run_device(const llama_config *cfg, int seq, mp_backend *be, run_
         llama_step_args a = {.hp = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
                              .lr = 3e-3, .step = s, .grad_clip = 1.0, .grad_accum = 2, .tokens_per_step = 2.0 * N};
         llama_step_result res;
-        llama_train_step(m, &a, fill_step, &fc, sin_, stgt, &res);
+        llama_train_step(m, &a, fill_step, &fc, &tb, &res);
         o->step_loss[s - 1] = res.loss;
     }
     o->step_allocs = mp_mem_alloc_calls() - calls0;
@@ -209,8 +210,7 @@ static mp_code run_device(const llama_config *cfg, int seq, mp_backend *be, run_
         free(in[k]);
         free(tgt[k]);
     }
-    free(sin_);
-    free(stgt);
+    llama_token_bufs_free(&tb);
     llama_destroy(m);
     mp_mesh_destroy(&mesh);
     return MP_OK;

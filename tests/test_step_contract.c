@@ -118,7 +118,8 @@ Test(step_contract, a_training_step_copies_to_the_host_once_whatever_the_model_a
     mp_mesh mesh;
     mp_mesh_init_single(&mesh);
     const int layers[] = {1, 4}, accums[] = {1, 3}, steps = 3;
-    int32_t in[SB * ST], tgt[SB * ST];
+    llama_token_bufs tb;
+    llama_token_bufs_init(&tb, &be, SB, ST);
     for (int li = 0; li < 2; li++)
         for (int ai = 0; ai < 2; ai++)
             for (int tied = 0; tied < 2; tied++) {
@@ -129,7 +130,7 @@ Test(step_contract, a_training_step_copies_to_the_host_once_whatever_the_model_a
                                          (double)SB * ST * accums[ai]};
                     llama_step_result r;
                     int64_t before = g_to_host;
-                    llama_train_step(m, &a, fill, &fc, in, tgt, &r);
+                    llama_train_step(m, &a, fill, &fc, &tb, &r);
                     cr_assert_eq(g_to_host - before, 1,
                                  "step %d of %d layers (%d parameters), grad_accum %d, tied %d: %lld to_host calls",
                                  s + 1, layers[li], llama_num_params(m), accums[ai], tied,
@@ -138,6 +139,7 @@ Test(step_contract, a_training_step_copies_to_the_host_once_whatever_the_model_a
                 }
                 llama_destroy(m);
             }
+    llama_token_bufs_free(&tb);
     mp_mesh_destroy(&mesh);
 }
 
@@ -163,7 +165,10 @@ Test(step_contract, device_sums_are_bitwise_the_host_sums) {
     /* the step: the same sums on the device, one copy */
     llama_step_args args = {{0.9, 0.95, 1e-8, 0.1}, 1e-3, 1, 0.0, accum, (double)SB * ST * accum};
     llama_step_result r;
-    llama_train_step(a, &args, fill, &fc, in, tgt, &r);
+    llama_token_bufs tb;
+    llama_token_bufs_init(&tb, &be, SB, ST);
+    llama_train_step(a, &args, fill, &fc, &tb, &r);
+    llama_token_bufs_free(&tb);
     cr_assert_eq(r.loss, loss_host / args.tokens_per_step, "loss %.17g vs host %.17g", r.loss,
                  loss_host / args.tokens_per_step);
     cr_assert_eq(r.grad_norm, norm_host, "norm %.17g vs host %.17g", r.grad_norm, norm_host);

@@ -15,7 +15,8 @@
  *     the caller orders the two with event_record / stream_wait_event. No op of this table runs on, or
  *     waits for, a communication stream by itself.
  *   - The host waits only where it must: to_host (a device-to-host copy the caller reads next),
- *     to_device (see there: the callers reuse their host buffer at once), event_sync, synchronize, and
+ *     to_device (see there: the callers reuse their host buffer at once; a training step's tokens go
+ *     up through to_device_async, which does not wait), event_sync, synchronize, and
  *     the rare allocation paths (alloc zero-fills then waits; free, host_free and scratch growth wait
  *     for the device before releasing memory that queued work may still touch). Ops never wait.
  *   - Errors: a failed CUDA call or launch aborts naming this file's line (MP_CUDA_CHECK,
@@ -211,18 +212,30 @@ static void cu_to_host(mp_backend *be, void *host_dst, const void *dev_src, size
 }
 
 /* Host to device, ordered on the compute stream after the ops queued before it (so a buffer they still
- * read, e.g. the previous micro-batch's tokens, is not overwritten early). The host then waits for the
- * stream: the callers refill or free host_src as soon as this returns (cli/'s page-locked token buffers
- * and checkpoint staging buffer are reused at once), and a page-locked source is read by the DMA engine
- * only when the stream reaches the copy. Cost: the host drains the compute stream once per upload (the
- * tokens, once per micro-batch); an upload that overlaps compute needs an op with an event (not in the
- * table yet). */
+ * read is not overwritten early). The host then waits for the stream: these callers (parameter loads,
+ * RoPE tables, checkpoint staging, evaluation and sampling tokens) refill or free host_src as soon as
+ * this returns, and a page-locked source is read by the DMA engine only when the stream reaches the copy.
+ * Cost: one drain of the compute stream per call, which is why a training step's tokens go up through
+ * to_device_async instead. */
 static void cu_to_device(mp_backend *be, void *dev_dst, const void *host_src, size_t bytes) {
     if (!bytes) return;
     bind_thread(impl_of(be));
     cudaStream_t s = cs(be);
     MP_CUDA_CHECK(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, s));
     MP_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+/* Host to device without a host wait (core/backend.h): the copy is enqueued on the compute stream and
+ * done recorded after it, so the host goes on queueing the micro-batch's kernels while the DMA engine
+ * reads host_src (page-locked: host_alloc) whenever the stream reaches the copy; the caller keeps its
+ * hands off host_src until event_sync(done). dev_dst is written in stream order: kernels queued before
+ * (the previous micro-batch's backward reading its tokens) finish first. */
+static void cu_to_device_async(mp_backend *be, void *dev_dst, const void *host_src, size_t bytes, mp_event done) {
+    assert(done);
+    bind_thread(impl_of(be));
+    cudaStream_t s = cs(be);
+    if (bytes) MP_CUDA_CHECK(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, s));
+    MP_CUDA_CHECK(cudaEventRecord((cudaEvent_t)(void *)done, s));
 }
 
 /* Page-locked host memory (cudaHostAlloc), zero-filled by the host, charged to cat in this backend's
@@ -645,6 +658,7 @@ static mp_backend g_cuda = {
     .memset0 = cu_memset0,
     .to_host = cu_to_host,
     .to_device = cu_to_device,
+    .to_device_async = cu_to_device_async,
     .host_alloc = cu_host_alloc,
     .host_free = cu_host_free,
     .stream_create = cu_stream_create,
