@@ -318,6 +318,13 @@ static void lag_xent_fwd(mp_backend *be, float *rowmax, float *sumexp, float *tl
     c->p[0] = rowmax, c->p[1] = sumexp, c->p[2] = tlogit, c->p[3] = P(logits), c->p[4] = P(tgt);
     c->i[0] = N, c->i[1] = v_local, c->i[2] = v_valid, c->i[3] = v_start;
 }
+static void run_xent_rescale(mp_backend *b, const lag_call *c) {
+    b->xent_rescale(b, c->p[0], c->p[1], c->p[2], (int)c->i[0]);
+}
+static void lag_xent_rescale(mp_backend *be, float *sumexp, const float *local_max, const float *rowmax, int N) {
+    lag_call *c = lag_push(run_xent_rescale);
+    c->p[0] = sumexp, c->p[1] = P(local_max), c->p[2] = P(rowmax), c->i[0] = N;
+}
 static void run_xent_bwd(mp_backend *b, const lag_call *c) {
     b->xent_bwd(b, c->p[0], c->p[1], c->p[2], c->p[3], (float)c->f[0], (int)c->i[0], (int)c->i[1], (int)c->i[2],
                 (int)c->i[3]);
@@ -340,7 +347,8 @@ static void lag_adamw(mp_backend *be, float *p, void *p_act, const float *g, flo
     memcpy(c->f, fv, sizeof fv);
 }
 
-/* The CPU table behind the queue. host_memory is off, so nothing reads a shard directly from the host
+/* The CPU table behind the queue: every op of core/backend.h that touches device memory is replaced here
+ * (a new op left out would run at once, ahead of the queue). host_memory is off, so nothing reads a shard directly from the host
  * (the checkpoint and test code goes through to_host, which catches the queue up). */
 static mp_backend lagging_cpu(void) {
     mp_backend be = *inner();
@@ -360,6 +368,7 @@ static mp_backend lagging_cpu(void) {
     be.attn_bwd = lag_attn_bwd, be.swiglu_fwd = lag_swiglu_fwd, be.swiglu_bwd = lag_swiglu_bwd;
     be.xent_rowmax = lag_xent_rowmax, be.xent_sumexp = lag_xent_sumexp, be.xent_target = lag_xent_target;
     be.xent_loss = lag_xent_loss, be.xent_fwd = inner()->xent_fwd ? lag_xent_fwd : NULL, be.xent_bwd = lag_xent_bwd;
+    be.xent_rescale = inner()->xent_rescale ? lag_xent_rescale : NULL;
     be.adamw = lag_adamw;
     return be;
 }
