@@ -119,7 +119,8 @@ mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_op
     if (!rc) {
         const int64_t *c = plan->model.bytes;
         plan->staging = staging ? c[MP_MEM_PARAMS] + c[MP_MEM_OPTIM] : 0;
-        plan->data = 2 * (int64_t)opt->micro_batch * opt->seq_len * (int64_t)sizeof(int32_t);
+        /* inputs and targets, two slots of each (llama_token_bufs: the train step double-buffers them) */
+        plan->data = 4 * (int64_t)opt->micro_batch * opt->seq_len * (int64_t)sizeof(int32_t);
         plan->total = plan->model.total + plan->staging + plan->data;   /* each term < 2^58: no overflow */
     }
     /* a plan that fails fails alike on every rank (same config): agree before the collectives below */
