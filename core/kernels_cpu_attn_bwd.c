@@ -37,6 +37,20 @@ static void rowdot(float *D, const float *dO, const float *O, int ld, int T, int
     }
 }
 
+/* One row of a block pair, in place: s holds the row's nk scaled scores, dp its dO V^T; the first
+ * nvalid columns (those at or left of the diagonal) become p = exp(s - l) and ds = scale p (dp - Dt),
+ * the rest exact zeros. One fused, vectorised pass (omp simd: mp_expf is branch-free). */
+static void p_ds_row(float *restrict s, float *restrict dp, int nk, int nvalid, float l, float Dt, float scale) {
+    assert(nvalid >= 1 && nvalid <= nk);
+#pragma omp simd
+    for (int j = 0; j < nvalid; j++) {
+        const float p = mp_expf(s[j] - l);
+        s[j] = p;
+        dp[j] = scale * p * (dp[j] - Dt);
+    }
+    for (int j = nvalid; j < nk; j++) s[j] = 0.0f, dp[j] = 0.0f;
+}
+
 /* One query head; dQ is written, dK and dV accumulate (the caller zeroed them for the group). */
 static void attn_bwd_head(float *dQ, float *dK, float *dV, int ldq, int ldkv, const float *D, const float *lse,
                           const float *dO, const float *Q, const float *K, const float *V, int T, int hd,
@@ -49,28 +63,17 @@ static void attn_bwd_head(float *dQ, float *dK, float *dV, int ldq, int ldkv, co
         for (int c0 = 0; c0 < r1; c0 += BK) {   /* c0 <= r0: BK is a multiple of BQ */
             const int c1 = c0 + BK < r1 ? c0 + BK : r1, nk = c1 - c0;   /* no key past the block's rows */
             const float *Kc = K + (size_t)c0 * ldkv, *Vc = V + (size_t)c0 * ldkv;
-            /* P = exp(scale Q_r K_c^T - lse), exact zeros right of the diagonal */
+            /* S = scale Q_r K_c^T into P, dP = dO_r V_c^T into dS; then one pass turns them into P and dS */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, scale, Qr, ldq, Kc, ldkv, 0.0f, P, nk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, 1.0f, dOr, ldq, Vc, ldkv, 0.0f, dS, nk);
             for (int i = 0; i < m; i++) {
-                const int t = r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
-                float *restrict p = P + (size_t)i * nk;
-                const float l = lse[t];
-                for (int j = 0; j < nvalid; j++) p[j] = mp_expf(p[j] - l);
-                for (int j = nvalid; j < nk; j++) p[j] = 0.0f;
+                const int t = r0 + i;
+                p_ds_row(P + (size_t)i * nk, dS + (size_t)i * nk, nk, (c1 < t + 1 ? c1 : t + 1) - c0, lse[t], D[t],
+                         scale);
             }
             /* dV_c += P^T dO_r */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, m, 1.0f, P, nk, dOr, ldq, 1.0f,
                         dV + (size_t)c0 * ldkv, ldkv);
-            /* dP = dO_r V_c^T, then dS = scale P (dP - D) in place */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, 1.0f, dOr, ldq, Vc, ldkv, 0.0f, dS, nk);
-            for (int i = 0; i < m; i++) {
-                const int t = r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
-                const float *restrict p = P + (size_t)i * nk;
-                float *restrict ds = dS + (size_t)i * nk;
-                const float Dt = D[t];
-                for (int j = 0; j < nvalid; j++) ds[j] = scale * p[j] * (ds[j] - Dt);
-                for (int j = nvalid; j < nk; j++) ds[j] = 0.0f;
-            }
             /* dQ_r (+)= dS K_c (the first key block writes);  dK_c += dS^T Q_r */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, nk, 1.0f, dS, nk, Kc, ldkv,
                         c0 > 0 ? 1.0f : 0.0f, dQ + (size_t)r0 * ldq, ldq);
