@@ -81,9 +81,15 @@ static inline int mp_cpu_team(int items) {
 _Static_assert(MP_ATTN_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
 /* Key blocks of the backward: wider, so its five products per block pair are fewer, larger sgemm calls
  * (at 64 the call and packing overheads of 64 x 64 x 64 products made the backward 1.5-1.7x the CPU
- * time of the old T x T one). Its two BQ x BWD_BK scratch blocks are 128 KiB of stack. */
-#define MP_ATTN_BWD_BK 256
+ * time of the old T x T one). 128 since the query heads of a kv group are stacked (next): 256 was ~9%
+ * slower at T 256 and ~5% faster at T 2048 (one core, AVX2). */
+#define MP_ATTN_BWD_BK 128
 _Static_assert(MP_ATTN_BWD_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
+/* Floats of the backward's per-thread scratch arena on the stack, where the query heads of a kv group
+ * are stacked (core/kernels_cpu_attn_bwd.c, bwd_heads): P and dS of BQ x BWD_BK and copies of Q, dO,
+ * dQ of BQ x hd per stacked head; 3 heads at head dim 64 (336 KiB; fewer heads at a time when hd is
+ * larger, one head in place past hd ~ 426). */
+#define MP_ATTN_BWD_ARENA (3 * MP_ATTN_BQ * (2 * MP_ATTN_BWD_BK + 3 * 64))
 
 /* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd. */
 #define mp_cpu_attn_fwd MP_ISA_FN(mp_cpu_attn_fwd)
