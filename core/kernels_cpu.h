@@ -81,9 +81,16 @@ static inline int mp_cpu_team(int items) {
 _Static_assert(MP_ATTN_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
 /* Key blocks of the backward: wider, so its five products per block pair are fewer, larger sgemm calls
  * (at 64 the call and packing overheads of 64 x 64 x 64 products made the backward 1.5-1.7x the CPU
- * time of the old T x T one). Its two BQ x BWD_BK scratch blocks are 128 KiB of stack. */
-#define MP_ATTN_BWD_BK 256
+ * time of the old T x T one). 192 since the query heads of a kv group are stacked (next): 1-3% faster
+ * than 128 or 256 at T 256, 512 and 2048 (one core, AVX2 EPYC, A/B in one process). */
+#define MP_ATTN_BWD_BK 192
 _Static_assert(MP_ATTN_BWD_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
+/* Floats of the backward's per-thread scratch arena on the stack, where the query heads of a kv group
+ * are stacked (core/kernels_cpu_attn_bwd.c, bwd_heads): P and dS of BQ x BWD_BK and copies of Q, dO,
+ * dQ of BQ x hd per stacked head; 3 heads at head dim 64 (432 KiB of stack per thread), 2 up to head
+ * dim 160, one head (read in place, no copies) above. Stacking 2 + 1 of bench_small's 3 heads
+ * was 3-5% slower than all 3. */
+#define MP_ATTN_BWD_ARENA (3 * MP_ATTN_BQ * (2 * MP_ATTN_BWD_BK + 3 * 64))
 
 /* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd. */
 #define mp_cpu_attn_fwd MP_ISA_FN(mp_cpu_attn_fwd)

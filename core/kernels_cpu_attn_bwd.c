@@ -6,14 +6,19 @@
  * Per query head, with S = scale Q K^T, P = exp(S - lse) (causal) and D = rowsum(dO * O) (which equals
  * rowsum(P * dP), as O = P V):
  *   dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK += scale dS^T Q,  dV += P^T dO
- * (dK, dV summed over the H/KV query heads that share a kv head). For every query block [r0, r1) of
- * MP_ATTN_BQ rows and every key block [c0, c1) of MP_ATTN_BWD_BK keys of its causal prefix, each of the
- * five products is one sgemm on a block pair; P and dS live in two MP_ATTN_BQ x MP_ATTN_BWD_BK stack
- * buffers. D is computed per head into the caller's scratch ([B,H,T] floats), once per row.
- * Compared with keeping P from the forward this costs one more product (S) and the exps: with 64-key
- * blocks 1.5-1.7x the CPU time of the old T x T backward; with 256-key blocks (issue 21) 1.10-1.24x at
- * the bench shapes (bench/bench_attn.sh runs the old one beside this one). Its sgemm calls already run
- * at OpenBLAS's rate: what is left over the T x T version is the fifth product (docs/BENCH_TRAIN.md).
+ * (dK, dV summed over the H/KV query heads that share a kv head). The query heads of a kv group are
+ * stacked (bwd_heads): for every query block [r0, r1) of MP_ATTN_BQ rows their Q and dO rows are copied
+ * into one tall matrix each, and for every key block [c0, c1) of MP_ATTN_BWD_BK keys of the causal
+ * prefix each of the five products is one sgemm for all the stacked heads (K_c and V_c packed once, dK_c
+ * and dV_c summed over the heads inside one product). S and dP are summed into zeroed blocks and one
+ * vectorised pass turns them into P and dS (p_ds_row). D is computed per head into the caller's scratch
+ * ([B,H,T] floats), once per row.
+ * Compared with keeping P from the forward this costs one more product (S) and the exps. History, CPU
+ * time against the old T x T backward (bench/bench_attn.sh runs it beside this one): 1.5-1.7x with 64-key
+ * blocks; 1.10-1.24x with 256-key blocks (on an AVX-512 EPYC; 1.40-1.65x on an AVX2 one, where the exps
+ * turned out scalar); 0.92-0.97x after issue 21's second pass: exps vectorised (-fno-trapping-math),
+ * the fused P/dS pass, memset instead of OpenBLAS's beta = 0 pass, the stacked heads
+ * (docs/BENCH_TRAIN.md).
  *
  * Threads: the (b, kv head) loop runs under OpenMP with a static schedule: the query heads of one group
  * add into the same dK/dV, so a group is one work item, its heads and blocks done in a fixed order. Every
@@ -37,46 +42,93 @@ static void rowdot(float *D, const float *dO, const float *O, int ld, int T, int
     }
 }
 
-/* One query head; dQ is written, dK and dV accumulate (the caller zeroed them for the group). */
-static void attn_bwd_head(float *dQ, float *dK, float *dV, int ldq, int ldkv, const float *D, const float *lse,
-                          const float *dO, const float *Q, const float *K, const float *V, int T, int hd,
-                          float scale) {
-    enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BWD_BK };
-    float P[BQ * BK], dS[BQ * BK];   /* one block pair: probabilities, then dP -> dS */
+/* One row of a block pair, in place: s holds the row's nk scaled scores, dp its dO V^T; the first
+ * nvalid columns (those at or left of the diagonal) become p = exp(s - l) and ds = scale p (dp - Dt),
+ * the rest exact zeros. One fused, vectorised pass (omp simd: mp_expf is branch-free). */
+static void p_ds_row(float *restrict s, float *restrict dp, int nk, int nvalid, float l, float Dt, float scale) {
+    assert(nvalid >= 1 && nvalid <= nk);
+#pragma omp simd
+    for (int j = 0; j < nvalid; j++) {
+        const float p = mp_expf(s[j] - l);
+        s[j] = p;
+        dp[j] = scale * p * (dp[j] - Dt);
+    }
+    for (int j = nvalid; j < nk; j++) s[j] = 0.0f, dp[j] = 0.0f;
+}
+
+/* One (batch row, kv head) group: query head j of the group (j < rep) is at dq/dout/q + j*hd and its D
+ * and lse rows at D/lse + j*T; Q, dO, dQ have row stride ldq, K, V, dK, dV ldkv. dQ is written, dK and
+ * dV accumulate (the caller zeroed them). */
+typedef struct {
+    float *dq, *dK, *dV;
+    const float *D, *lse, *dout, *q, *K, *V;
+    int T, ldq, ldkv, hd;
+    float scale;
+} bwd_group;
+
+enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BWD_BK, ARENA = MP_ATTN_BWD_ARENA };
+_Static_assert(ARENA >= 2 * BQ * BK, "the arena holds at least one head's P and dS");
+
+/* How many of a group's rep heads bwd_heads stacks at once: as many as the arena holds (P and dS of
+ * BQ x BK each, the copies of Q, dO, dQ of BQ x hd each, per head), at least 1 (which copies nothing). */
+static int bwd_stack(int rep, int hd) {
+    int ns = rep;
+    while (ns > 1 && (size_t)ns * BQ * (2 * BK + 3 * (size_t)hd) > ARENA) ns--;
+    return ns;
+}
+
+/* Heads [j0, j0 + ns) of group g, stacked: for each query block [r0, r1) their Q and dO rows are
+ * copied into one (ns m) x hd matrix each (head by head), so each of the five products is one call for
+ * the ns heads: K_c and V_c are packed once for all of them, and dK_c, dV_c take the ns heads' sum in one
+ * product of depth ns m (separate calls per head were 8-15% slower in the products, on one core). For
+ * ns = 1 the products read and write the heads' rows in place. arena: ARENA floats. */
+static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
+    const int T = g->T, hd = g->hd, ldq = g->ldq, ldkv = g->ldkv;
+    float *P = arena, *dS = P + (size_t)ns * BQ * BK;   /* one block pair: probabilities, then dP -> dS */
+    float *Qs = ns > 1 ? dS + (size_t)ns * BQ * BK : NULL;   /* ns > 1: stacked copies of Q_r, dO_r, dQ_r */
+    float *dOs = ns > 1 ? Qs + (size_t)ns * BQ * hd : NULL, *dQs = ns > 1 ? dOs + (size_t)ns * BQ * hd : NULL;
     for (int r0 = 0; r0 < T; r0 += BQ) {
-        const int r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0;
-        const float *Qr = Q + (size_t)r0 * ldq, *dOr = dO + (size_t)r0 * ldq;
+        const int r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0, rows = ns * m;
+        const float *Qr = g->q + (size_t)j0 * hd + (size_t)r0 * ldq, *dOr = g->dout + (size_t)j0 * hd + (size_t)r0 * ldq;
+        float *dQr = g->dq + (size_t)j0 * hd + (size_t)r0 * ldq;
+        int ld = ldq;
+        if (ns > 1) {   /* stacked copies: row j*m + i is head j0 + j's row r0 + i */
+            for (int j = 0; j < ns; j++)
+                for (int i = 0; i < m; i++) {
+                    memcpy(Qs + (size_t)(j * m + i) * hd, Qr + (size_t)j * hd + (size_t)i * ldq, (size_t)hd * sizeof(float));
+                    memcpy(dOs + (size_t)(j * m + i) * hd, dOr + (size_t)j * hd + (size_t)i * ldq, (size_t)hd * sizeof(float));
+                }
+            Qr = Qs, dOr = dOs, dQr = dQs, ld = hd;
+        }
+        for (int i = 0; i < rows; i++) memset(dQr + (size_t)i * ld, 0, (size_t)hd * sizeof(float));
         for (int c0 = 0; c0 < r1; c0 += BK) {   /* c0 <= r0: BK is a multiple of BQ */
             const int c1 = c0 + BK < r1 ? c0 + BK : r1, nk = c1 - c0;   /* no key past the block's rows */
-            const float *Kc = K + (size_t)c0 * ldkv, *Vc = V + (size_t)c0 * ldkv;
-            /* P = exp(scale Q_r K_c^T - lse), exact zeros right of the diagonal */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, scale, Qr, ldq, Kc, ldkv, 0.0f, P, nk);
-            for (int i = 0; i < m; i++) {
-                const int t = r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
-                float *restrict p = P + (size_t)i * nk;
-                const float l = lse[t];
-                for (int j = 0; j < nvalid; j++) p[j] = mp_expf(p[j] - l);
-                for (int j = nvalid; j < nk; j++) p[j] = 0.0f;
-            }
-            /* dV_c += P^T dO_r */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, m, 1.0f, P, nk, dOr, ldq, 1.0f,
-                        dV + (size_t)c0 * ldkv, ldkv);
-            /* dP = dO_r V_c^T, then dS = scale P (dP - D) in place */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, 1.0f, dOr, ldq, Vc, ldkv, 0.0f, dS, nk);
-            for (int i = 0; i < m; i++) {
-                const int t = r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
-                const float *restrict p = P + (size_t)i * nk;
-                float *restrict ds = dS + (size_t)i * nk;
-                const float Dt = D[t];
-                for (int j = 0; j < nvalid; j++) ds[j] = scale * p[j] * (ds[j] - Dt);
-                for (int j = nvalid; j < nk; j++) ds[j] = 0.0f;
-            }
-            /* dQ_r (+)= dS K_c (the first key block writes);  dK_c += dS^T Q_r */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, nk, 1.0f, dS, nk, Kc, ldkv,
-                        c0 > 0 ? 1.0f : 0.0f, dQ + (size_t)r0 * ldq, ldq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, m, 1.0f, dS, nk, Qr, ldq, 1.0f,
-                        dK + (size_t)c0 * ldkv, ldkv);
+            const float *Kc = g->K + (size_t)c0 * ldkv, *Vc = g->V + (size_t)c0 * ldkv;
+            /* S = scale Q_r K_c^T into P, dP = dO_r V_c^T into dS; then one pass turns them into P and dS.
+             * Zeroed here and added with beta = 1: OpenBLAS's beta = 0 pass (sgemm_beta) is slower than
+             * memset (these products ran ~15% faster so; the same sums, so the same results). */
+            memset(P, 0, (size_t)rows * nk * sizeof(float));
+            memset(dS, 0, (size_t)rows * nk * sizeof(float));
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, g->scale, Qr, ld, Kc, ldkv, 1.0f, P, nk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, 1.0f, dOr, ld, Vc, ldkv, 1.0f, dS, nk);
+            for (int j = 0; j < ns; j++)
+                for (int i = 0; i < m; i++) {
+                    const int t = r0 + i;
+                    const size_t row = (size_t)(j * m + i) * nk, hr = (size_t)(j0 + j) * T + t;
+                    p_ds_row(P + row, dS + row, nk, (c1 < t + 1 ? c1 : t + 1) - c0, g->lse[hr], g->D[hr], g->scale);
+                }
+            /* dV_c += P^T dO_r,  dK_c += dS^T Q_r (the ns heads' sum),  dQ_r += dS K_c */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, rows, 1.0f, P, nk, dOr, ld, 1.0f,
+                        g->dV + (size_t)c0 * ldkv, ldkv);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, rows, 1.0f, dS, nk, Qr, ld, 1.0f,
+                        g->dK + (size_t)c0 * ldkv, ldkv);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, dS, nk, Kc, ldkv, 1.0f, dQr, ld);
         }
+        if (ns > 1)
+            for (int j = 0; j < ns; j++)
+                for (int i = 0; i < m; i++)
+                    memcpy(g->dq + (size_t)(j0 + j) * hd + (size_t)(r0 + i) * ldq, dQs + (size_t)(j * m + i) * hd,
+                           (size_t)hd * sizeof(float));
     }
 }
 
@@ -87,7 +139,7 @@ void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const floa
     if (B == 0 || T == 0) return;
     const int rep = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
-    const int items = B * KV;
+    const int items = B * KV, ns = bwd_stack(rep, hd);
 #pragma omp parallel for schedule(static) num_threads(mp_cpu_team(items))
     for (int it = 0; it < items; it++) {
         int b = it / KV, g = it % KV;
@@ -100,8 +152,11 @@ void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const floa
         for (int h = g * rep; h < (g + 1) * rep; h++) {
             const size_t qoff = ((size_t)b * T * H + h) * hd, roff = ((size_t)b * H + h) * T;
             rowdot(scratch + roff, dout + qoff, out + qoff, H * hd, T, hd);
-            attn_bwd_head(dq + qoff, dK, dV, H * hd, KV * hd, scratch + roff, lse + roff, dout + qoff, q + qoff,
-                          k + kvoff, v + kvoff, T, hd, scale);
         }
+        const size_t qoff = ((size_t)b * T * H + g * rep) * hd, roff = ((size_t)b * H + g * rep) * T;
+        const bwd_group grp = {dq + qoff, dK, dV, scratch + roff, lse + roff, dout + qoff, q + qoff, k + kvoff,
+                               v + kvoff, T, H * hd, KV * hd, hd, scale};
+        float arena[ARENA];
+        for (int j0 = 0; j0 < rep; j0 += ns) bwd_heads(&grp, j0, rep - j0 < ns ? rep - j0 : ns, arena);
     }
 }

@@ -765,6 +765,9 @@ Test(attention, many_blocks_match_the_double_analytic_backward) {
     check_attention_analytic(2, 300, 4, 2, 32, 1.0);
     check_attention_analytic(1, 200, 4, 1, 64, 4.0);
     check_attention_analytic(1, 129, 2, 2, 8, 1.0);
+    /* 3 query heads per kv head at head dim 128: the backward's arena stacks 2 of them, then 1 alone
+     * (bwd_stack: a stacked pair, then a head read in place) */
+    check_attention_analytic(1, 150, 3, 1, 128, 1.0);
 }
 
 /* Same inputs twice, and with one vs two OpenMP threads: bitwise the same out, lse, dq, dk, dv. */
