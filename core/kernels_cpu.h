@@ -85,9 +85,9 @@ _Static_assert(MP_ATTN_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of 
  * than 128 or 256 at T 256, 512 and 2048 (one core, AVX2 EPYC, A/B in one process). */
 #define MP_ATTN_BWD_BK 192
 _Static_assert(MP_ATTN_BWD_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
-/* Floats of the backward's per-thread scratch arena on the stack, where the query heads of a kv group
+/* Floats of the backward's per-thread scratch arena (heap, one per thread per call), where the query heads of a kv group
  * are stacked (core/kernels_cpu_attn_bwd.c, bwd_heads): P and dS of BQ x BWD_BK and copies of Q, dO,
- * dQ of BQ x hd per stacked head; 3 heads at head dim 64 (432 KiB of stack per thread), 2 up to head
+ * dQ of BQ x hd per stacked head; 3 heads at head dim 64 (432 KiB per thread), 2 up to head
  * dim 160, one head (read in place, no copies) above. Stacking 2 + 1 of bench_small's 3 heads
  * was 3-5% slower than all 3. */
 #define MP_ATTN_BWD_ARENA (3 * MP_ATTN_BQ * (2 * MP_ATTN_BWD_BK + 3 * 64))

@@ -26,9 +26,11 @@
  * reproducible whatever the thread count.
  */
 #include "core/kernels_cpu.h"
+#include "core/alloc.h"
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* D[t] = sum_d dO[t,d] O[t,d] for the T rows of one head (row stride ld). */
@@ -140,7 +142,15 @@ void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const floa
     const int rep = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int items = B * KV, ns = bwd_stack(rep, hd);
-#pragma omp parallel for schedule(static) num_threads(mp_cpu_team(items))
+    /* the arena is on the heap, one per thread of the team for the call: 432 KiB on a thread's stack
+     * would overflow under a small `ulimit -s` or OMP_STACKSIZE. A call's scratch, like a stack frame:
+     * not charged to the allocator's categories (they report what a rank holds), a failure still
+     * reported and ended by mp_oom */
+#pragma omp parallel num_threads(mp_cpu_team(items))
+    {
+    float *arena = malloc(sizeof(float) * ARENA);
+    if (!arena) mp_oom(sizeof(float) * ARENA, MP_MEM_OTHER, "attention backward scratch");
+#pragma omp for schedule(static)
     for (int it = 0; it < items; it++) {
         int b = it / KV, g = it % KV;
         const size_t kvoff = ((size_t)b * T * KV + g) * hd;
@@ -156,7 +166,8 @@ void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const floa
         const size_t qoff = ((size_t)b * T * H + g * rep) * hd, roff = ((size_t)b * H + g * rep) * T;
         const bwd_group grp = {dq + qoff, dK, dV, scratch + roff, lse + roff, dout + qoff, q + qoff, k + kvoff,
                                v + kvoff, T, H * hd, KV * hd, hd, scale};
-        float arena[ARENA];
         for (int j0 = 0; j0 < rep; j0 += ns) bwd_heads(&grp, j0, rep - j0 < ns ? rep - j0 : ns, arena);
+    }
+    free(arena);
     }
 }
