@@ -688,6 +688,21 @@ static void xent_bwd_replay(std::vector<T> &lg, const std::vector<float> &mx, co
     }
 }
 
+/* Float64 reference of one row's statistics over its first n logits, x(j) the j-th as fp32: *m the max,
+ * *sd the sum of exp(x - max) (0 when no logit is finite). */
+template <typename F>
+static void ref_row_stats(F x, int n, double *m, double *sd) {
+    *m = -INFINITY, *sd = 0.0;
+    for (int j = 0; j < n; j++) *m = std::max(*m, (double)x(j));
+    if (*m != -INFINITY)
+        for (int j = 0; j < n; j++) *sd += exp((double)x(j) - *m);
+}
+
+/* A loss got against its float64 reference: within 1e-5 relative when finite, the same inf or NaN when not. */
+static bool loss_close(double got, double ref) {
+    return std::isnan(ref) ? std::isnan(got) : !std::isfinite(ref) ? got == ref : fabs(got - ref) <= 1e-5 * fabs(ref) + 1e-6;
+}
+
 /* The cross-entropy's row statistics and backward, bf16 and fp32 logits: rowmax and sumexp replayed with
  * 16-byte and one-element loads (v_local a multiple of 16 bytes: the same groups, bitwise equal), rowmax
  * the exact max, sumexp within 1e-5 of float64; the backward's 16-byte path bitwise against the
@@ -715,10 +730,8 @@ static void check_xent_bwd_vec(int N, int v_local, int v_valid, int v_start) {
     }
     int bad_stats = 0;
     for (int n = 0; n < N; n++) {
-        double m = -INFINITY, sd = 0.0;
-        for (int j = 0; j < v_valid; j++) m = std::max(m, (double)lf[(size_t)n * v_local + j]);
-        if (m != -INFINITY)
-            for (int j = 0; j < v_valid; j++) sd += exp((double)lf[(size_t)n * v_local + j] - m);
+        double m, sd;
+        ref_row_stats([&](int j) { return lf[(size_t)n * v_local + j]; }, v_valid, &m, &sd);
         bad_stats += !((double)mx[n] == m && fabs(se[n] - sd) <= 1e-5 * sd);
     }
     CHECK(bad_stats == 0, "xent rowmax/sumexp (%zu-byte logits, N %d v_local %d v_valid %d): %d rows off float64",
@@ -806,15 +819,11 @@ static void check_xent_fwd(int N, int v_local, int v_valid, int v_start) {
     int bad = 0, bad3 = 0;
     double worst3 = 0.0;
     for (int n = 0; n < N; n++) {
-        double m = -INFINITY, sd = 0.0;
-        for (int j = 0; j < v_valid; j++) m = std::max(m, (double)mp_to_f32(at(n, j)));
-        if (m != -INFINITY)
-            for (int j = 0; j < v_valid; j++) sd += exp((double)mp_to_f32(at(n, j)) - m);
+        double m, sd;
+        ref_row_stats([&](int j) { return mp_to_f32(at(n, j)); }, v_valid, &m, &sd);
         const int64_t c = (int64_t)tgt[n] - v_start;
         const double t = (c >= 0 && c < v_local) ? (double)mp_to_f32(at(n, (int)c)) : 0.0;
-        const double lr = log(sd) + m - t, lgot = xent_loss_row(mx[n], se[n], tl[n]);
-        const bool loss_ok = std::isnan(lr) ? std::isnan(lgot) : !std::isfinite(lr) ? lgot == lr
-                                                                  : fabs(lgot - lr) <= 1e-5 * fabs(lr) + 1e-6;
+        const bool loss_ok = loss_close(xent_loss_row(mx[n], se[n], tl[n]), log(sd) + m - t);
         bad += !((double)mx[n] == m && (double)tl[n] == t && fabs(se[n] - sd) <= 1e-5 * sd && loss_ok);
         const double d3 = fabs((double)se[n] - se3[n]) / std::max((double)se3[n], 1e-30);
         worst3 = std::max(worst3, d3);
@@ -863,12 +872,10 @@ static void check_xent_fwd_sharded(int N, int V, int tp) {
         for (int n = 0; n < N; n++) se[n] += xent_rescale_row(ls[r][n], lm[r][n], mx[n]), tl[n] += lt[r][n];
     int bad = 0;
     for (int n = 0; n < N; n++) {
-        double m = -INFINITY, sd = 0.0;
-        for (int j = 0; j < V; j++) m = std::max(m, (double)g[(size_t)n * V + j]);
-        if (m != -INFINITY)
-            for (int j = 0; j < V; j++) sd += exp((double)g[(size_t)n * V + j] - m);
-        const double t = g[(size_t)n * V + tgt[n]], lr = log(sd) + m - t, lgot = xent_loss_row(mx[n], se[n], tl[n]);
-        const bool loss_ok = std::isfinite(lr) ? fabs(lgot - lr) <= 1e-5 * fabs(lr) + 1e-6 : std::isnan(lr) == std::isnan(lgot);
+        double m, sd;
+        ref_row_stats([&](int j) { return g[(size_t)n * V + j]; }, V, &m, &sd);
+        const double t = g[(size_t)n * V + tgt[n]];
+        const bool loss_ok = loss_close(xent_loss_row(mx[n], se[n], tl[n]), log(sd) + m - t);
         bad += !((double)mx[n] == m && (double)tl[n] == t && fabs(se[n] - sd) <= 1e-5 * sd && loss_ok);
     }
     CHECK(bad == 0, "xent fwd over %d shards (%zu-byte logits, N %d V %d): %d rows off float64", tp, sizeof(T), N, V, bad);
