@@ -485,28 +485,26 @@ static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets
     linear_fwd(be, m->logits, xin, W(m->p_head), m->kv ? 1 : N, D, m->v_local);
     if (!targets) return 0;
 
-    /* vocab-parallel cross-entropy: global max, global sum of exp, global target logit */
+    /* vocab-parallel cross-entropy: global max, global sum of exp, global target logit. With xent_fwd
+     * (and xent_rescale when tp > 1) one sweep of each shard gives its own max and the sum against it,
+     * and that sum is taken to the all-reduced max; else rowmax, all-reduce, then sumexp against it. */
     assert(!m->kv);
-    if (m->tp == 1 && be->xent_fwd) {   /* one vocab shard: one sweep gives the global values */
-        be->xent_fwd(be, m->rowmax, m->sumexp, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_valid,
+    int sweep = be->xent_fwd && (m->tp == 1 || be->xent_rescale);
+    if (sweep) {
+        float *own_max = m->tp > 1 ? m->local_max : m->rowmax;   /* one shard: the global max already */
+        be->xent_fwd(be, own_max, m->sumexp, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_valid,
                      m->v_start);
-        be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
-        return 1;
+        if (m->tp > 1) be->copy(be, m->rowmax, m->local_max, (size_t)N * sizeof(float));
+    } else {
+        be->xent_rowmax(be, m->rowmax, m->logits, N, m->v_local, m->v_valid);
     }
-    if (be->xent_fwd && be->xent_rescale) {   /* one sweep per shard, its sum taken to the global max */
-        be->xent_fwd(be, m->local_max, m->sumexp, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_valid,
-                     m->v_start);
-        be->copy(be, m->rowmax, m->local_max, (size_t)N * sizeof(float));
-        tpc->all_reduce(tpc, m->rowmax, N, MP_F32, 1);
-        be->xent_rescale(be, m->sumexp, m->local_max, m->rowmax, N);
-        tpc->all_reduce(tpc, m->sumexp, 2 * (int64_t)N, MP_F32, 0);   /* sumexp and tlogit, adjacent */
-        be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
-        return 1;
-    }
-    be->xent_rowmax(be, m->rowmax, m->logits, N, m->v_local, m->v_valid);
     if (m->tp > 1) tpc->all_reduce(tpc, m->rowmax, N, MP_F32, 1);
-    be->xent_sumexp(be, m->sumexp, m->logits, m->rowmax, N, m->v_local, m->v_valid);
-    be->xent_target(be, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_start);
+    if (!sweep) {
+        be->xent_sumexp(be, m->sumexp, m->logits, m->rowmax, N, m->v_local, m->v_valid);
+        be->xent_target(be, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_start);
+    } else if (m->tp > 1) {
+        be->xent_rescale(be, m->sumexp, m->local_max, m->rowmax, N);
+    }
     if (m->tp > 1) tpc->all_reduce(tpc, m->sumexp, 2 * (int64_t)N, MP_F32, 0);   /* sumexp and tlogit, adjacent */
     be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
     return 1;
