@@ -79,6 +79,15 @@ static int bwd_stack(int rep, int hd) {
     return ns;
 }
 
+/* Copies rows i < m of heads j < ns (hd floats each) from src to dst, row (j, i) at base + j*head + i*row
+ * in each: between the heads' place (head hd, row ldq) and their stacked copy (head m*hd, row hd). */
+static void copy_head_rows(float *dst, size_t dhead, size_t drow, const float *src, size_t shead, size_t srow,
+                           int ns, int m, int hd) {
+    for (int j = 0; j < ns; j++)
+        for (int i = 0; i < m; i++)
+            memcpy(dst + j * dhead + i * drow, src + j * shead + i * srow, (size_t)hd * sizeof(float));
+}
+
 /* Heads [j0, j0 + ns) of group g, stacked: for each query block [r0, r1) their Q and dO rows are
  * copied into one (ns m) x hd matrix each (head by head), so each of the five products is one call for
  * the ns heads: K_c and V_c are packed once for all of them, and dK_c, dV_c take the ns heads' sum in one
@@ -95,11 +104,8 @@ static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
         float *dQr = g->dq + (size_t)j0 * hd + (size_t)r0 * ldq;
         int ld = ldq;
         if (ns > 1) {   /* stacked copies: row j*m + i is head j0 + j's row r0 + i */
-            for (int j = 0; j < ns; j++)
-                for (int i = 0; i < m; i++) {
-                    memcpy(Qs + (size_t)(j * m + i) * hd, Qr + (size_t)j * hd + (size_t)i * ldq, (size_t)hd * sizeof(float));
-                    memcpy(dOs + (size_t)(j * m + i) * hd, dOr + (size_t)j * hd + (size_t)i * ldq, (size_t)hd * sizeof(float));
-                }
+            copy_head_rows(Qs, (size_t)m * hd, hd, Qr, hd, ldq, ns, m, hd);
+            copy_head_rows(dOs, (size_t)m * hd, hd, dOr, hd, ldq, ns, m, hd);
             Qr = Qs, dOr = dOs, dQr = dQs, ld = hd;
         }
         for (int i = 0; i < rows; i++) memset(dQr + (size_t)i * ld, 0, (size_t)hd * sizeof(float));
@@ -126,11 +132,7 @@ static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
                         g->dK + (size_t)c0 * ldkv, ldkv);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, dS, nk, Kc, ldkv, 1.0f, dQr, ld);
         }
-        if (ns > 1)
-            for (int j = 0; j < ns; j++)
-                for (int i = 0; i < m; i++)
-                    memcpy(g->dq + (size_t)(j0 + j) * hd + (size_t)(r0 + i) * ldq, dQs + (size_t)(j * m + i) * hd,
-                           (size_t)hd * sizeof(float));
+        if (ns > 1) copy_head_rows(g->dq + (size_t)j0 * hd + (size_t)r0 * ldq, hd, ldq, dQs, (size_t)m * hd, hd, ns, m, hd);
     }
 }
 
