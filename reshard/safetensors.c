@@ -363,7 +363,7 @@ static mp_code read_run(st_file *f, const st_tensor *t, int64_t first, int64_t c
 /* A column range narrower than ST_SEG_MIN bytes per row is read as whole rows, ST_ROWS_CHUNK bytes
  * of them per pread, and its segments copied out: one pread per 2 KiB segment (o_proj at tp8) cost
  * more than the copies of the other columns from the page cache, which st_prefetch has asked the disk
- * for anyway (docs/BENCH_RESHARD.md: import 1.3x -> ~1.0x the copy floor). */
+ * for anyway (docs/BENCH_RESHARD.md: import at tp8 1.36x -> 1.10-1.16x the copy floor). */
 #define ST_SEG_MIN (64 << 10)
 #define ST_ROWS_CHUNK (1 << 20)
 
