@@ -55,6 +55,16 @@ struct mp_comm {
     void (*all_reduce_f64)(mp_comm *c, double *x, int64_t n);
     /* out[sum counts] = concatenation over ranks r of in_r[counts[r]]; counts may differ (uneven). */
     void (*all_gatherv)(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt);
+    /* Split-phase all_gatherv (optional: NULL where not offered; callers then use all_gatherv). start
+     * begins what all_gatherv(c, out, in, counts, dt) does and may return before it is done; wait ends it.
+     * Until wait, out must not be read and in not written. On a host communicator the data are in out
+     * when wait returns; on a device one (NCCL) wait makes the compute stream's later work wait for the
+     * gather, with no host wait, and start orders the gather after the compute queued before it. One
+     * split-phase gather in flight per communicator; other collectives may be called in between (every
+     * rank of the group in the same order, as always). Traffic is counted by start, as all_gatherv's.
+     * FSDP prefetches the next unit's weights with it (layers/llama_fsdp.c). */
+    void (*all_gatherv_start)(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt);
+    void (*all_gatherv_wait)(mp_comm *c);
     /* in[sum counts] summed over the group; rank r receives elements [displ_r, displ_r + counts[r]). */
     void (*reduce_scatterv)(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt);
     /* Broadcast of raw bytes from root. */

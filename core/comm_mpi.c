@@ -19,6 +19,11 @@ typedef struct {
     MPI_Comm comm;
     int *counts;     /* [size] int element counts, scratch for the v-collectives */
     int *displs;     /* [size] */
+    /* the split-phase all_gatherv in flight: MPI reads its count arrays until the request completes, so
+     * they are its own, not the scratch above that the next v-collective refills */
+    int *ag_counts, *ag_displs;
+    MPI_Request ag_req;
+    int ag_pending;
 } mpi_impl;
 
 static size_t g_bcast_chunk = INT_MAX;
@@ -67,11 +72,10 @@ static mpi_impl *impl_of(const mp_comm *c) {
     return (mpi_impl *)c->impl;
 }
 
-/* Checks counts[size] (each >= 0) and returns their total. Fills the int counts/displs of impl and sets
- * *fits when every count, displacement and the total are at most g_max_count (one v-collective call
- * will do); otherwise *fits = 0 and the caller splits the operation. */
-static int64_t fill_counts(mp_comm *c, const int64_t *counts, int *fits) {
-    mpi_impl *im = impl_of(c);
+/* Checks counts[size] (each >= 0) and returns their total. Fills the int arrays icounts/idispls[size]
+ * and sets *fits when every count, displacement and the total are at most g_max_count (one v-collective
+ * call will do); otherwise *fits = 0 and the caller splits the operation. */
+static int64_t fill_counts_into(mp_comm *c, const int64_t *counts, int *icounts, int *idispls, int *fits) {
     assert(counts);
     int64_t total = 0;
     *fits = 1;
@@ -80,13 +84,19 @@ static int64_t fill_counts(mp_comm *c, const int64_t *counts, int *fits) {
         assert(counts[r] <= INT64_MAX - total && "comm: total count overflows");
         if (total > g_max_count || counts[r] > g_max_count) *fits = 0;
         if (*fits) {
-            im->counts[r] = (int)counts[r];
-            im->displs[r] = (int)total;
+            icounts[r] = (int)counts[r];
+            idispls[r] = (int)total;
         }
         total += counts[r];
     }
     if (total > g_max_count) *fits = 0;
     return total;
+}
+
+/* fill_counts_into the impl's scratch arrays (the blocking v-collectives). */
+static int64_t fill_counts(mp_comm *c, const int64_t *counts, int *fits) {
+    mpi_impl *im = impl_of(c);
+    return fill_counts_into(c, counts, im->counts, im->displs, fits);
 }
 
 /* The length of the piece of an n-element operation that starts at off: at most g_max_count. */
@@ -143,6 +153,38 @@ static void mpi_all_gatherv(mp_comm *c, void *out, const void *in, const int64_t
             TIMED(c, MP_COMM_ALLGATHER, MPI_Bcast(part + (size_t)off * e, piece(counts[r], off), t, r, im->comm));
         displ += counts[r];
     }
+}
+
+/* Split-phase all_gatherv (core/comm.h): MPI_Iallgatherv on the gather's own count arrays; wait is
+ * MPI_Wait. Open MPI progresses it inside later MPI calls of this rank (the FSDP gradient reduce-scatters
+ * in backward) and in the wait. A gather too large for one call runs blocking in start (as
+ * mpi_all_gatherv splits it), and wait has nothing left to do. */
+static void mpi_all_gatherv_start(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
+    assert(c->size > 1);
+    mpi_impl *im = impl_of(c);
+    assert(!im->ag_pending && "comm: one split-phase all_gatherv in flight per communicator");
+    int fits, me = c->rank;
+    int64_t total = fill_counts_into(c, counts, im->ag_counts, im->ag_displs, &fits);
+    if (!fits || total == 0) {
+        mpi_all_gatherv(c, out, in, counts, dt);
+        return;
+    }
+    size_t e = mp_dtype_size(dt);
+    assert(out && (in || counts[me] == 0));
+    mp_comm_count_all_gatherv(c, counts, (int64_t)e);
+    const void *send = (in == (char *)out + (size_t)im->ag_displs[me] * e) ? MPI_IN_PLACE : in;
+    MPI_Datatype t = mpi_type(dt);
+    TIMED(c, MP_COMM_ALLGATHER, MPI_Iallgatherv(send, im->ag_counts[me], t, out, im->ag_counts, im->ag_displs, t,
+                                                im->comm, &im->ag_req));
+    im->ag_pending = 1;
+}
+
+static void mpi_all_gatherv_wait(mp_comm *c) {
+    assert(c->size > 1);
+    mpi_impl *im = impl_of(c);
+    if (!im->ag_pending) return;
+    TIMED(c, MP_COMM_ALLGATHER, MPI_Wait(&im->ag_req, MPI_STATUS_IGNORE));
+    im->ag_pending = 0;
 }
 
 /* out[counts[rank]] = sum over the group of in[displ_rank ...]. out must not overlap in. When a count
@@ -327,9 +369,12 @@ static void mpi_destroy(mp_comm *c) {
     mpi_impl *im = impl_of(c);
     int fin = 0;
     MPI_Finalized(&fin);
+    assert(!im->ag_pending && "comm: destroyed with a split-phase all_gatherv in flight");
     if (!fin) MPI_Comm_free(&im->comm);
     mp_free_acct(im->counts, sizeof(int) * (size_t)c->size, MP_MEM_COMM);
     mp_free_acct(im->displs, sizeof(int) * (size_t)c->size, MP_MEM_COMM);
+    mp_free_acct(im->ag_counts, sizeof(int) * (size_t)c->size, MP_MEM_COMM);
+    mp_free_acct(im->ag_displs, sizeof(int) * (size_t)c->size, MP_MEM_COMM);
     mp_free_acct(im, sizeof *im, MP_MEM_COMM);
     mp_free_acct(c, sizeof *c, MP_MEM_COMM);
 }
@@ -350,10 +395,14 @@ mp_comm *mp_comm_mpi_create(MPI_Comm comm) {
     assert(c->size >= 1 && c->rank >= 0 && c->rank < c->size);
     im->counts = mp_calloc(sizeof(int) * (size_t)c->size, MP_MEM_COMM);
     im->displs = mp_calloc(sizeof(int) * (size_t)c->size, MP_MEM_COMM);
+    im->ag_counts = mp_calloc(sizeof(int) * (size_t)c->size, MP_MEM_COMM);
+    im->ag_displs = mp_calloc(sizeof(int) * (size_t)c->size, MP_MEM_COMM);
     c->name = "mpi";
     c->all_reduce = mpi_all_reduce;
     c->all_reduce_f64 = mpi_all_reduce_f64;
     c->all_gatherv = mpi_all_gatherv;
+    c->all_gatherv_start = mpi_all_gatherv_start;
+    c->all_gatherv_wait = mpi_all_gatherv_wait;
     c->reduce_scatterv = mpi_reduce_scatterv;
     c->broadcast = mpi_broadcast;
     c->gather = mpi_gather;

@@ -28,6 +28,9 @@ static void self_all_gatherv(mp_comm *c, void *out, const void *in, const int64_
     if (counts[0] > 0 && out != in) memmove(out, in, (size_t)counts[0] * mp_dtype_size(dt));
 }
 
+/* The split-phase gather's end: start (self_all_gatherv) finished it already. */
+static void self_all_gatherv_wait(mp_comm *c) { assert(c && c->size == 1); }
+
 /* out[counts[0]] = in[counts[0]]: the sum over one rank. */
 static void self_reduce_scatterv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     assert(c && c->size == 1 && counts && counts[0] >= 0);
@@ -68,6 +71,8 @@ void mp_comm_use_self_ops(mp_comm *c) {
     c->all_reduce = self_all_reduce;
     c->all_reduce_f64 = self_all_reduce_f64;
     c->all_gatherv = self_all_gatherv;
+    c->all_gatherv_start = self_all_gatherv;
+    c->all_gatherv_wait = self_all_gatherv_wait;
     c->reduce_scatterv = self_reduce_scatterv;
     c->broadcast = self_broadcast;
     c->gather = self_gather;

@@ -23,7 +23,9 @@
  *     waits for the compute queued before the call, and the compute stream's later work waits for the
  *     collective. So callers keep the contract of the host communicators (a collective is "done" for
  *     every op issued after it, with no host wait), and the collective still runs on its own stream
- *     (later overlap work can move the waits out of the wrapper).
+ *     (later overlap work can move the waits out of the wrapper). The split-phase all_gatherv does
+ *     that: its start makes the collective's stream wait for the compute queued so far but leaves the
+ *     compute stream free, and its wait makes the compute stream wait for it (FSDP prefetch).
  *     The wrapper's counters are the NCCL communicator's (core/comm.h's formulas), added per call;
  *   - for a group of one rank, a communicator of no traffic whose all_gatherv / reduce_scatterv copy
  *     in to out with be->copy when they differ (mp_comm_self's memmove would touch device memory from
@@ -114,6 +116,8 @@ typedef struct {
     mp_comm *inner;        /* the NCCL communicator; NULL for a group of one */
     mp_stream stream;      /* inner's stream */
     mp_event before, after;
+    mp_event gathered;     /* recorded after a split-phase all_gatherv (the compute stream waits in wait) */
+    int gather_pending;
 } dev_comm;
 
 static dev_comm *dev_of(const mp_comm *c) {
@@ -169,15 +173,18 @@ static dev_comm *wrap_enter(mp_comm *c) {
     mp_comm_reset_counters(d->inner);
     return d;
 }
-static void wrap_leave(mp_comm *c, dev_comm *d) {
-    mp_backend *be = d->be;
-    be->event_record(be, d->after, d->stream);
-    be->stream_wait_event(be, NULL, d->after);
+static void wrap_count(mp_comm *c, dev_comm *d) {
     for (int op = 0; op < MP_COMM_NOPS; op++) {
         c->bytes_sent[op] += d->inner->bytes_sent[op];
         c->calls[op] += d->inner->calls[op];
         c->seconds[op] += d->inner->seconds[op];
     }
+}
+static void wrap_leave(mp_comm *c, dev_comm *d) {
+    mp_backend *be = d->be;
+    be->event_record(be, d->after, d->stream);
+    be->stream_wait_event(be, NULL, d->after);
+    wrap_count(c, d);
 }
 static void wrap_all_reduce(mp_comm *c, void *x, int64_t n, mp_dtype dt, int op_max) {
     dev_comm *d = wrap_enter(c);
@@ -194,6 +201,25 @@ static void wrap_all_gatherv(mp_comm *c, void *out, const void *in, const int64_
     d->inner->all_gatherv(d->inner, out, in, counts, dt);
     wrap_leave(c, d);
 }
+/* Split-phase gather (core/comm.h): enqueued on the collective's stream after the compute queued so far,
+ * like every wrapped call, but the compute stream is not made to wait until wait: the compute issued in
+ * between (the current FSDP unit's) overlaps the gather. */
+static void wrap_all_gatherv_start(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
+    dev_comm *d = wrap_enter(c);
+    assert(!d->gather_pending && "comm: one split-phase all_gatherv in flight per communicator");
+    d->inner->all_gatherv(d->inner, out, in, counts, dt);
+    d->be->event_record(d->be, d->gathered, d->stream);
+    d->gather_pending = 1;
+    wrap_count(c, d);
+}
+static void wrap_all_gatherv_wait(mp_comm *c) {
+    dev_comm *d = dev_of(c);
+    if (!d->gather_pending) return;
+    d->be->stream_wait_event(d->be, NULL, d->gathered);
+    d->gather_pending = 0;
+}
+/* Group of one: start copies (on the compute stream, in order), wait has nothing to do. */
+static void dev1_wait(mp_comm *c) { assert(c->size == 1); }
 static void wrap_reduce_scatterv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     dev_comm *d = wrap_enter(c);
     d->inner->reduce_scatterv(d->inner, out, in, counts, dt);
@@ -235,6 +261,7 @@ static void dev_destroy(mp_comm *c) {
     if (d->inner && d->inner->destroy) d->inner->destroy(d->inner);
     if (d->before) be->event_destroy(be, d->before);
     if (d->after) be->event_destroy(be, d->after);
+    if (d->gathered) be->event_destroy(be, d->gathered);
     if (d->stream) be->stream_destroy(be, d->stream);
     mp_free_acct(d, sizeof *d, MP_MEM_COMM);
     mp_free_acct(c, sizeof *c, MP_MEM_COMM);
@@ -255,6 +282,8 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
         c->all_reduce = dev1_all_reduce;
         c->all_reduce_f64 = dev1_all_reduce_f64;
         c->all_gatherv = dev1_copy;
+        c->all_gatherv_start = dev1_copy;
+        c->all_gatherv_wait = dev1_wait;
         c->reduce_scatterv = dev1_copy;
         c->broadcast = dev1_broadcast;
         c->gather = dev1_gather;
@@ -266,6 +295,7 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
         d->stream = be->stream_create(be);
         d->before = be->event_create(be);
         d->after = be->event_create(be);
+        d->gathered = be->event_create(be);
         const mp_cuda_module *mod = NULL;
         if (mp_cuda_module_load(&mod, err) == MP_OK)   /* loaded already: it made be */
             d->inner = mod->comm_create(mp_comm_mpi_handle(host), be, d->stream, err);
@@ -278,6 +308,8 @@ static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
         c->all_reduce = wrap_all_reduce;
         c->all_reduce_f64 = wrap_all_reduce_f64;
         c->all_gatherv = wrap_all_gatherv;
+        c->all_gatherv_start = wrap_all_gatherv_start;
+        c->all_gatherv_wait = wrap_all_gatherv_wait;
         c->reduce_scatterv = wrap_reduce_scatterv;
         c->broadcast = wrap_broadcast;
         c->gather = wrap_gather;
@@ -313,6 +345,15 @@ mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_err *err) {
         }
         *ctl = *dev;   /* the host communicator stays, for host buffers and scalars */
         *dev = c;
+    }
+    /* NCCL does not order the kernels of two communicators the same way on every GPU: a dp gather left
+     * running beside the tp group's collectives can hang ("Using multiple NCCL communicators
+     * concurrently" in NCCL's guide). So with both groups on NCCL the dp communicator offers no split
+     * phase, and FSDP gathers stay blocking (ordered with the compute stream, hence with tp's
+     * collectives); a pure-FSDP mesh (tp = 1) prefetches. */
+    if (m->tp > 1 && m->dp > 1) {
+        m->dp_comm->all_gatherv_start = NULL;
+        m->dp_comm->all_gatherv_wait = NULL;
     }
     return MP_OK;
 }

@@ -469,14 +469,17 @@ static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets
     upload_tokens(m, inputs, targets, N, uploaded);
     m->have_targets = targets != NULL;
 
+    /* FSDP: each unit's gather is started (prefetched) before the previous unit's compute */
+    int head_unit = m->cfg.tie_word_embeddings ? 0 : m->L + 1;
     llama_fsdp_gather(m, 0);
+    llama_fsdp_prefetch(m, m->L > 0 ? 1 : head_unit);
     be->embed_fwd(be, m->tmp_nd, m->tok_in, W(m->p_embed), N, D, m->v_start, m->v_local);
     reduce_out(m, m->acts[0].x_in, NULL, m->tmp_nd, nr);
     for (int l = 0; l < m->L; l++) {
         llama_fsdp_gather(m, 1 + l);
+        llama_fsdp_prefetch(m, l + 1 < m->L ? 2 + l : head_unit);
         block_forward(m, l, l + 1 < m->L ? m->acts[l + 1].x_in : m->x_final, T, pos0);
     }
-    int head_unit = m->cfg.tie_word_embeddings ? 0 : m->L + 1;
     llama_fsdp_gather(m, head_unit);
     const void *xf = m->kv ? mp_act_at(be, m->x_final, (int64_t)(N - 1) * D) : m->x_final;
     int nh = m->kv ? 1 : nr;   /* rows the head computes */
@@ -586,6 +589,7 @@ void llama_backward(llama_model *m, float scale) {
 
     llama_fsdp_grad_begin(m, 0);
     if (head_unit != 0) llama_fsdp_grad_begin(m, head_unit);
+    if (m->L > 0) llama_fsdp_prefetch(m, m->L);   /* the last block's unit, during the head's backward */
     /* head: the head unit's weights are still gathered from the forward */
     be->xent_bwd(be, m->logits, m->rowmax, m->sumexp, m->tok_tgt, scale, N, m->v_local, m->v_valid, m->v_start);
     linear_bwd_x(be, m->tmp_nd, m->logits, W(m->p_head), N, D, m->v_local, 0.0f);
@@ -597,6 +601,7 @@ void llama_backward(llama_model *m, float scale) {
 
     for (int l = m->L - 1; l >= 0; l--) {
         llama_fsdp_gather(m, 1 + l);
+        if (l > 0) llama_fsdp_prefetch(m, l);   /* block l - 1's unit */
         llama_fsdp_grad_begin(m, 1 + l);
         block_backward(m, l);
         llama_fsdp_grad_end(m, 1 + l);

@@ -15,6 +15,18 @@
  * gathered copy from forward to backward (ZeRO-2 memory). Gathered gradients use two buffers: one for
  * unit 0, whose gradient accumulates across the whole backward (the tied embedding is used by the head
  * at the start of backward and by the embedding at its end), and one shared by the other units.
+ *
+ * Prefetch (FSDP2's forward and backward prefetch): the forward and backward start the gather of the
+ * next unit (llama_fsdp_prefetch) right after the current one is in place, before computing with it,
+ * through the communicator's split-phase all_gatherv; llama_fsdp_gather of that unit ends it. On NCCL the
+ * gather runs on the communicator's stream while the compute stream works on the current unit; on MPI
+ * Open MPI progresses it inside the later MPI calls and the wait (little overlap on the CPU, the same
+ * bytes). The gather lands in its own stage (gstage), not in the pool or the unit's buffer, which the
+ * current unit's compute is still reading, and not in the gradients' pack stage, which the current
+ * unit's reduce-scatter fills while the next gather may be in flight. One unit in flight at a time is
+ * enough: the next start is issued after the unpack that read gstage, and a device communicator orders
+ * its start after the compute queued before it. The gathered bytes are the same either way, so results
+ * are bitwise those of the blocking gathers (tests/mpi_llama.c).
  */
 #include <assert.h>
 #include <string.h>
@@ -37,12 +49,14 @@ size_t llama_fsdp_plan_bytes(const llama_model *m) {
     if (m->opt.reshard_after_forward) b += (size_t)m->max_unit_full * m->act_size;   /* one pool, every unit */
     else
         for (int u = 0; u < m->nunits; u++) b += (size_t)m->units[u].full_numel * m->act_size;
+    b += (size_t)m->max_unit_full * m->act_size;   /* the gather stage */
     /* unit 0's gathered grads, the shared grad pool, the pack stage, the reduce-scatter output */
     return b + (size_t)m->units[0].full_numel * sizeof(float) + 2 * fb + (size_t)max_unit_shard(m) * sizeof(float);
 }
 
 void llama_fsdp_alloc(llama_model *m) {
     m->pool_unit = -1;
+    m->gather_unit = -1;
     if (m->dp == 1) return;
     mp_backend *be = m->be;
     for (int u = 0; u < m->nunits; u++) {
@@ -68,6 +82,7 @@ void llama_fsdp_alloc(llama_model *m) {
     m->grad_unit0 = be->alloc(be, (size_t)m->units[0].full_numel * sizeof(float), MP_MEM_GATHER);
     m->grad_pool = be->alloc(be, fb, MP_MEM_GATHER);
     m->stage = be->alloc(be, fb, MP_MEM_GATHER);
+    m->gstage = be->alloc(be, (size_t)m->max_unit_full * m->act_size, MP_MEM_GATHER);
     m->stage2 = be->alloc(be, (size_t)max_shard * sizeof(float), MP_MEM_GATHER);
     m->fsdp_bytes = llama_fsdp_plan_bytes(m);
     m->stage2_numel = max_shard;
@@ -85,10 +100,12 @@ void llama_fsdp_free(llama_model *m) {
     be->free(be, m->grad_unit0, (size_t)m->units[0].full_numel * sizeof(float), MP_MEM_GATHER);
     be->free(be, m->grad_pool, fb, MP_MEM_GATHER);
     be->free(be, m->stage, fb, MP_MEM_GATHER);
+    be->free(be, m->gstage, (size_t)m->max_unit_full * m->act_size, MP_MEM_GATHER);
     be->free(be, m->stage2, (size_t)m->stage2_numel * sizeof(float), MP_MEM_GATHER);
 }
 
 void llama_fsdp_invalidate(llama_model *m) {
+    assert(m->gather_unit == -1 && "fsdp: the shards changed under a gather in flight");
     m->pool_unit = -1;
     for (int u = 0; u < m->nunits; u++) m->units[u].resident = 0;
 }
@@ -111,22 +128,43 @@ void llama_fsdp_invalidate(llama_model *m) {
         }                                                                             \
     } while (0)
 
+/* Whether unit u's gathered weights are in place (the pool holds u, or u's own buffer is filled). */
+static int unit_in_place(const llama_model *m, int u) {
+    return m->opt.reshard_after_forward ? m->pool_unit == u : m->units[u].resident;
+}
+
+/* Starts (or, without a split phase, runs) the all-gather of unit u's compute copies into gstage. The
+ * compute copies travel (bf16 on a GPU: half the bytes of the masters). */
+static void gather_start(llama_model *m, int u) {
+    assert(m->gather_unit == -1);
+    llama_unit *un = &m->units[u];
+    mp_comm *c = m->mesh->dp_comm;
+    const void *in = mp_act_at(m->be, m->shard_act, un->shard_off);
+    if (c->all_gatherv_start) c->all_gatherv_start(c, m->gstage, in, un->dp_counts, m->be->act_dtype);
+    else c->all_gatherv(c, m->gstage, in, un->dp_counts, m->be->act_dtype);
+    m->gather_unit = u;
+}
+
+void llama_fsdp_prefetch(llama_model *m, int u) {
+    if (m->dp == 1 || !m->mesh->dp_comm->all_gatherv_start || unit_in_place(m, u) || m->gather_unit == u) return;
+    gather_start(m, u);
+}
+
 void llama_fsdp_gather(llama_model *m, int u) {
-    if (m->dp == 1) return;
+    if (m->dp == 1 || unit_in_place(m, u)) return;
     llama_unit *un = &m->units[u];
     void *base = m->opt.reshard_after_forward ? m->pool : un->full;
-    if (m->opt.reshard_after_forward ? m->pool_unit == u : un->resident) return;
     mp_backend *be = m->be;
     mp_comm *c = m->mesh->dp_comm;
-    /* the compute copies travel (bf16 on a GPU: half the bytes of the masters); the stage is sized in
-     * floats, so it holds them whatever act_size is */
-    c->all_gatherv(c, m->stage, mp_act_at(be, m->shard_act, un->shard_off), un->dp_counts, be->act_dtype);
+    if (m->gather_unit != u) gather_start(m, u);   /* not prefetched: gather now */
+    if (c->all_gatherv_start) c->all_gatherv_wait(c);
+    m->gather_unit = -1;
     int64_t full_off = 0;
     for (int i = un->first; i < un->first + un->count; i++) {
         m->params[i].full = mp_act_at(be, base, full_off);
         full_off += m->params[i].tp_shape[0] * m->params[i].tp_shape[1];
     }
-    FOR_RANK_MAJOR(m, un, be->copy(be, mp_act_at(be, p->full, row0 * p->tp_shape[1]), mp_act_at(be, m->stage, seg),
+    FOR_RANK_MAJOR(m, un, be->copy(be, mp_act_at(be, p->full, row0 * p->tp_shape[1]), mp_act_at(be, m->gstage, seg),
                                    (size_t)n * m->act_size));
     if (m->opt.reshard_after_forward) m->pool_unit = u;
     else un->resident = 1;

@@ -82,7 +82,9 @@ struct llama_model {
     void *pool;                      /* gathered weights of the unit in use (reshard_after_forward) */
     int pool_unit;                   /* unit whose weights the pool holds, -1 none */
     float *grad_unit0, *grad_pool;   /* gathered grads: unit 0 (lives for the whole backward), others */
-    float *stage;                    /* pack/unpack staging for collectives (fp32 grads or compute weights) */
+    float *stage;                    /* pack staging of the gradients' reduce-scatter (fp32) */
+    void *gstage;                    /* the weights' all-gather lands here, rank-major (act_dtype) */
+    int gather_unit;                 /* unit whose split-phase gather into gstage is in flight, -1 none */
     float *stage2;                   /* reduce-scatter output */
     int64_t stage2_numel;
     size_t fsdp_bytes;
@@ -126,8 +128,14 @@ size_t llama_fsdp_plan_bytes(const llama_model *m);
 void llama_fsdp_free(llama_model *m);
 /* Marks every gathered copy stale (after the shards changed). */
 void llama_fsdp_invalidate(llama_model *m);
-/* Makes the gathered weights of unit u valid (one all-gather over dp, unless already resident). */
+/* Makes the gathered weights of unit u valid (one all-gather over dp, unless already resident): ends
+ * the gather llama_fsdp_prefetch(m, u) started, else gathers now. */
 void llama_fsdp_gather(llama_model *m, int u);
+/* Starts the all-gather of unit u's weights, to be ended by llama_fsdp_gather(m, u), so that it runs
+ * while the caller computes with the unit it gathered last (the dp communicator's split-phase
+ * all_gatherv; nothing when u is resident, when dp = 1 or when the communicator has no split phase).
+ * At most one unit in flight: the next llama_fsdp_gather must be of u. */
+void llama_fsdp_prefetch(llama_model *m, int u);
 /* Points unit u's full_grad at a zeroed gathered-gradient buffer before its backward. */
 void llama_fsdp_grad_begin(llama_model *m, int u);
 /* Reduce-scatters unit u's gathered gradients over dp and adds them to its shard gradients. */

@@ -15,7 +15,11 @@
  *   - that step copied device to host exactly once (its loss and gradient sums, together): the mesh
  *     model runs on the CPU table with a to_host that counts its calls;
  *   - the parameter, gradient and moment bytes the allocator charged are 1/(tp*dp) of the model's, plus
- *     the documented padding and replication, and the gathered buffers hold at most one unit at a time.
+ *     the documented padding and replication, and the gathered buffers hold at most one unit at a time;
+ *   - FSDP prefetch (dp > 1): a run whose dp communicator defers every split-phase gather to its wait
+ *     (start fills the destination with NaN) is bitwise the plain run, and every gather but the step's
+ *     first was started before some compute ran and ended after it; a run with the split phase taken
+ *     away (blocking gathers, no prefetch) is bitwise the same too.
  * Prints one line per check; exits 1 on any failure (on every rank).
  */
 #include <math.h>
@@ -36,6 +40,55 @@ static int64_t g_to_host;   /* to_host calls of the mesh model's backend */
 static void counting_to_host(mp_backend *be, void *host_dst, const void *dev_src, size_t bytes) {
     g_to_host++;
     mp_backend_cpu()->to_host(be, host_dst, dev_src, bytes);
+}
+
+/* Compute calls of the mesh model's backend that may run between a prefetch and its wait (the GEMMs,
+ * and the embedding, the only compute between the first unit's gather and the second's). */
+static int64_t g_compute;
+static void counting_gemm(mp_backend *be, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                          const void *B_, int ldb, float beta, void *C, int ldc, mp_dtype ct) {
+    g_compute++;
+    mp_backend_cpu()->gemm(be, ta, tb, M, N, K, alpha, A, lda, B_, ldb, beta, C, ldc, ct);
+}
+static void counting_embed_fwd(mp_backend *be, void *out, const int32_t *tokens, const void *table, int N, int D,
+                               int v_start, int v_local) {
+    g_compute++;
+    mp_backend_cpu()->embed_fwd(be, out, tokens, table, N, D, v_start, v_local);
+}
+
+/* The deferring dp communicator: a copy of the mesh's, whose split-phase all_gatherv does nothing but
+ * poison the destination (NaN bytes) at start and runs the blocking gather at wait. g_started counts the
+ * gathers, g_overlapped those with compute between start and wait. */
+static mp_comm g_defer;
+static struct { void *out; const void *in; const int64_t *counts; mp_dtype dt; int64_t compute; int pending; } g_pend;
+static int64_t g_started, g_overlapped;
+static void defer_start(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
+    if (g_pend.pending) { fprintf(stderr, "[rank %d] FAIL: a second split-phase gather started\n", g_rank); MPI_Abort(MPI_COMM_WORLD, 1); }
+    int64_t total = 0;
+    for (int r = 0; r < c->size; r++) total += counts[r];
+    memset(out, 0xff, (size_t)total * mp_dtype_size(dt));
+    g_pend = (typeof(g_pend)){out, in, counts, dt, g_compute, 1};
+    g_started++;
+}
+static void defer_wait(mp_comm *c) {
+    if (!g_pend.pending) return;
+    g_overlapped += g_compute != g_pend.compute;
+    g_pend.pending = 0;
+    c->all_gatherv(c, g_pend.out, g_pend.in, g_pend.counts, g_pend.dt);
+}
+
+/* Copies (save) or compares (!save: returns 1 when equal) every parameter shard of m with buf. */
+static int shards_io(llama_model *m, float *buf, int save) {
+    size_t off = 0;
+    int same = 1;
+    for (int i = 0; i < llama_num_params(m); i++) {
+        llama_param *p = llama_param_at(m, i);
+        size_t b = sizeof(float) * (size_t)(p->shard_rows * p->tp_shape[1]);
+        if (save) memcpy((char *)buf + off, p->shard, b);
+        else same &= !memcmp((char *)buf + off, p->shard, b);
+        off += b;
+    }
+    return same;
 }
 
 static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -221,6 +274,8 @@ int main(int argc, char **argv) {
     mp_backend *be = mp_backend_cpu();
     mp_backend counting = *be;   /* the mesh model's table: the CPU's, counting its to_host calls */
     counting.to_host = counting_to_host;
+    counting.gemm = counting_gemm;
+    counting.embed_fwd = counting_embed_fwd;
     mp_err err;
     mp_mesh mesh;
     if (mp_mesh_init_mpi(&mesh, tp, 0, &err)) {
@@ -276,7 +331,7 @@ int main(int argc, char **argv) {
           "gradients (%lld B) = parameters, moments (%lld B) = 2 x parameters", (long long)held[MP_MEM_GRADS],
           (long long)held[MP_MEM_OPTIM]);
     if (mesh.dp > 1 && raf) {
-        /* pool + grad pool + staging (each <= the largest unit) + unit-0 grads + reduce-scatter output */
+        /* pool + grad pool + the two stages (each <= the largest unit) + unit-0 grads + reduce-scatter output */
         int64_t unit_max = held[MP_MEM_GATHER];
         int64_t biggest_unit = 0, unit_sum = 0; int cur = -1;
         for (int i = 0; i < np; i++) {
@@ -285,7 +340,7 @@ int main(int argc, char **argv) {
             unit_sum += p->tp_shape[0] * p->tp_shape[1];
         }
         if (unit_sum > biggest_unit) biggest_unit = unit_sum;
-        check(unit_max <= 4 * 5 * biggest_unit, "FSDP gather buffers %lld B <= 5 x the largest unit (%lld B)",
+        check(unit_max <= 4 * 6 * biggest_unit, "FSDP gather buffers %lld B <= 6 x the largest unit (%lld B)",
               (long long)unit_max, (long long)(4 * biggest_unit));
     } else if (mesh.dp == 1) {
         check(held[MP_MEM_GATHER] == 0, "no gather buffers on dp = 1 (%lld B)", (long long)held[MP_MEM_GATHER]);
@@ -353,25 +408,39 @@ int main(int argc, char **argv) {
     size_t nbytes = 0;
     for (int i = 0; i < np; i++) { llama_param *p = llama_param_at(m, i); nbytes += sizeof(float) * (size_t)(p->shard_rows * p->tp_shape[1]); }
     float *shards1 = malloc(nbytes + 4);
-    size_t off = 0;
-    for (int i = 0; i < np; i++) {
-        llama_param *p = llama_param_at(m, i);
-        size_t b = sizeof(float) * (size_t)(p->shard_rows * p->tp_shape[1]);
-        memcpy((char *)shards1 + off, p->shard, b);
-        off += b;
-    }
+    shards_io(m, shards1, 1);
     double loss_m2[STEPS];
     llama_init_weights(m, SEED);
     train(m, loss_m2, NULL, &tb);
-    int bitwise = !memcmp(loss_m, loss_m2, sizeof loss_m);
-    off = 0;
-    for (int i = 0; i < np; i++) {
-        llama_param *p = llama_param_at(m, i);
-        size_t b = sizeof(float) * (size_t)(p->shard_rows * p->tp_shape[1]);
-        bitwise &= !memcmp((char *)shards1 + off, p->shard, b);
-        off += b;
+    check(!memcmp(loss_m, loss_m2, sizeof loss_m) && shards_io(m, shards1, 0),
+          "a second run on this mesh is bitwise identical (losses and final shards)");
+
+    if (mesh.dp > 1) {
+        /* FSDP prefetch: gathers per step = unit 0, the L blocks, the head (tied: unit 0 again when the
+         * pool dropped it), the L blocks again in backward with reshard_after_forward */
+        int L = cfg.num_hidden_layers, tied = cfg.tie_word_embeddings;
+        int64_t per_step = 1 + L + (tied ? raf : 1) + (raf ? L : 0);
+        mp_comm *dpc = mesh.dp_comm;
+        check(dpc->all_gatherv_start != NULL, "the MPI dp communicator offers a split-phase all_gatherv");
+        g_defer = *dpc;
+        g_defer.all_gatherv_start = defer_start;
+        g_defer.all_gatherv_wait = defer_wait;
+        mesh.dp_comm = &g_defer;
+        llama_init_weights(m, SEED);
+        train(m, loss_m2, NULL, &tb);
+        check(!memcmp(loss_m, loss_m2, sizeof loss_m) && shards_io(m, shards1, 0),
+              "gathers deferred to their waits (NaN until then): bitwise the plain run");
+        check(g_started == STEPS * per_step && g_overlapped == STEPS * (per_step - 1),
+              "prefetch: %lld gathers in %d steps (%lld planned), %lld overlapped compute (all but each step's first)",
+              (long long)g_started, STEPS, (long long)(STEPS * per_step), (long long)g_overlapped);
+        g_defer.all_gatherv_start = NULL;   /* no split phase: blocking gathers, nothing prefetched */
+        g_defer.all_gatherv_wait = NULL;
+        llama_init_weights(m, SEED);
+        train(m, loss_m2, NULL, &tb);
+        check(!memcmp(loss_m, loss_m2, sizeof loss_m) && shards_io(m, shards1, 0),
+              "blocking gathers (no prefetch): bitwise the prefetching run");
+        mesh.dp_comm = dpc;
     }
-    check(bitwise, "a second run on this mesh is bitwise identical (losses and final shards)");
 
     for (int i = 0; i < np; i++) { free(gref[i]); free(gm[i]); }
     free(gref); free(gm); free(shards1);
