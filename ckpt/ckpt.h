@@ -115,7 +115,7 @@ mp_code ckpt_files_parse(const char *s, int *ranks_per_file, mp_err *e);
 
 typedef struct ckpt_stats {
     double stall_s;      /* time the caller's thread spent inside the library for this save */
-    double wait_prev_s;  /* part of stall_s spent waiting for the previous (async) save */
+    double wait_prev_s;  /* part of stall_s spent waiting for the previous save (async writes, view.h5) */
     double write_s;      /* writing + fsyncing this rank's file (on the background thread if async) */
     double commit_s;     /* the collective commit: agreement, layout exchange, index, rename */
     int64_t bytes;       /* tensor bytes this rank wrote (uncompressed) */

@@ -243,14 +243,13 @@ static mp_code begin(ckpt_save **out, mp_comm *world, const char *root, const ch
     assert(out && world);
     *out = NULL;
     double t0 = ck_now();
-    ck_h5_init();
-    double wait_prev = 0;
+    ck_h5_init();   /* ends a background view.h5 write of an earlier save first (ckpt/view_bg.c) */
     ckpt_save *prev = get_inflight();
     if (prev) {
         mp_err pe;
         ckpt_save_wait(prev, NULL, &pe);   /* its result stays with its handle */
-        wait_prev = ck_now() - t0;
     }
+    double wait_prev = ck_now() - t0;   /* both waits: the earlier save's file writes and its view */
     mp_code lrc = MP_OK;
     mp_err le;
     mp_err_clear(&le);
