@@ -134,7 +134,8 @@ void llama_fsdp_gather(llama_model *m, int u);
 /* Starts the all-gather of unit u's weights, to be ended by llama_fsdp_gather(m, u), so that it runs
  * while the caller computes with the unit it gathered last (the dp communicator's split-phase
  * all_gatherv; nothing when u is resident, when dp = 1 or when the communicator has no split phase).
- * At most one unit in flight: the next llama_fsdp_gather must be of u. */
+ * At most one unit in flight: the forward and backward gather u next; a gather or prefetch of another
+ * unit, llama_fsdp_invalidate and llama_fsdp_free end and drop it first. */
 void llama_fsdp_prefetch(llama_model *m, int u);
 /* Points unit u's full_grad at a zeroed gathered-gradient buffer before its backward. */
 void llama_fsdp_grad_begin(llama_model *m, int u);
