@@ -65,7 +65,7 @@ int mp_cmd_reshard(int argc, char **argv) {
     llama_config mc;
     if (mp_convert_open_ckpt(argv[0], o.max_bytes / 4, &src_dir, &src, &mc, &err)) goto fail;
     ckpt_reader *r = rs_source_ckpt_reader(src);
-    if (mp_convert_target_layout(&mc, o.tp, o.dp, o.model_only, &boxes, &n, &err)) goto fail;
+    if (mp_convert_target_layout(&mc, &o, o.model_only, &boxes, &n, &err)) goto fail;
     if (mp_convert_check_tensors(r, boxes, n, &err)) goto fail;
     if (mp_tokfiles_from_ckpt(&files, r, &err)) goto fail;
     mp_convert_meta meta = {.copy_from = r, .files = &files};
@@ -129,7 +129,7 @@ int mp_cmd_init(int argc, char **argv) {
     if (mp_train_config_validate(&tc, &err)) { mp_err_wrap(&err, "%s: train", config); goto fail; }
     if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
     mp_convert_note_sp(&rt, &o);
-    if (mp_convert_target_layout(&mc, o.tp, o.dp, 0, &boxes, &n, &err)) goto fail;
+    if (mp_convert_target_layout(&mc, &o, 0, &boxes, &n, &err)) goto fail;
     if (rs_source_init(&src, &mc, tc.seed, &err)) goto fail;
     mp_convert_meta meta = {.mc = &mc, .tc = &tc};
     status = mp_convert_write_ckpt(&rt, "init", src, NULL, NULL, boxes, n, &meta, &o);

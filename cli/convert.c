@@ -17,6 +17,8 @@ void mp_convert_opts_default(mp_convert_opts *o, const char *out_metavar) {
     o->out_metavar = out_metavar;
     o->max_memory = "256M";
     o->tp = o->dp = 1;
+    o->ckpt_files = "rank";
+    o->ranks_per_file = 1;
 }
 
 int mp_convert_flags(mp_convert_opts *o, unsigned which, const char *out_help, mp_arg *flags) {
@@ -26,6 +28,9 @@ int mp_convert_flags(mp_convert_opts *o, unsigned which, const char *out_help, m
                               .set = &o->set_tp, .dflt = req ? "required" : NULL};
         flags[k++] = (mp_arg){"dp", MP_ARG_INT, &o->dp, "N", req ? "target data-parallel degree" : "data-parallel degree of the target layout",
                               .set = &o->set_dp, .dflt = req ? "required" : NULL};
+        flags[k++] = (mp_arg){"ckpt-files", MP_ARG_STRING, &o->ckpt_files, "F",
+                              "rank files of the target: rank (one per rank) or N (ranks r..r+N-1 in rank r's file, "
+                              "as train --ckpt-files N writes them; fewer files for a parallel file system)"};
     }
     flags[k++] = (mp_arg){"out", MP_ARG_STRING, &o->out, o->out_metavar, out_help};
     flags[k++] = (mp_arg){"max-memory", MP_ARG_STRING, &o->max_memory, "SIZE", "memory bound for data buffers (e.g. 256M, 1G)"};
@@ -48,6 +53,12 @@ mp_code mp_convert_check_flags(mp_convert_opts *o, unsigned which, mp_err *e) {
     if ((which & MP_CONV_MESH_REQUIRED) && (!o->set_tp || !o->set_dp))
         return mp_err_set(e, MP_EINPUT, "--tp N and --dp N (the target mesh) are required");
     if (o->tp < 1 || o->dp < 1) return mp_err_set(e, MP_EINPUT, "--tp and --dp must be >= 1 (got %d, %d)", o->tp, o->dp);
+    if (which & MP_CONV_MESH) {
+        if (o->ckpt_files && !strcmp(o->ckpt_files, "node"))
+            return mp_err_set(e, MP_EINPUT, "--ckpt-files node: an offline conversion knows no nodes; give the ranks "
+                              "per file, N (the target job's ranks per node for its node files)");
+        if (ckpt_files_parse(o->ckpt_files, &o->ranks_per_file, e)) return mp_err_wrap(e, "--ckpt-files");
+    }
     if (!o->plan && (!o->out || !*o->out))
         return mp_err_set(e, MP_EINPUT, "--out %s is required%s", o->out_metavar,
                           which & MP_CONV_PLAN ? " (or --plan for a dry run)" : "");
@@ -79,11 +90,12 @@ mp_code mp_convert_open_ckpt(const char *arg, size_t scratch, char **src_dir, rs
     return llama_config_parse(mtext, where, mc, NULL, err);
 }
 
-mp_code mp_convert_target_layout(const llama_config *mc, int tp, int dp, int model_only, rs_box **boxes, int *n,
-                                 mp_err *err) {
-    mp_code rc = rs_target_layout(mc, tp, dp, model_only, boxes, n, err);
-    if (rc) mp_err_wrap(err, "target mesh --tp %d --dp %d", tp, dp);
-    return rc;
+mp_code mp_convert_target_layout(const llama_config *mc, const mp_convert_opts *o, int model_only, rs_box **boxes,
+                                 int *n, mp_err *err) {
+    mp_code rc = rs_target_layout(mc, o->tp, o->dp, model_only, boxes, n, err);
+    if (rc) return mp_err_wrap(err, "target mesh --tp %d --dp %d", o->tp, o->dp);
+    rs_group_files(*boxes, *n, o->ranks_per_file);
+    return MP_OK;
 }
 
 mp_code mp_convert_check_tensors(ckpt_reader *r, const rs_box *b, int n, mp_err *err) {
@@ -162,7 +174,7 @@ static mp_code write_meta(const mp_convert_meta *meta, rs_sink *sink, int tp, in
 }
 
 /* The summary line: bytes read, needed, written and the largest band, summed (maxed) over the workers. */
-static void print_stats(mp_runtime *rt, const char *cmd, const rs_stats *st, const mp_convert_opts *o) {
+static void print_stats(mp_runtime *rt, const char *cmd, const rs_stats *st, const mp_convert_opts *o, int files) {
     mp_comm *workers = rt->mesh.world_comm;
     float v[4] = {(float)(st->bytes_read / 1048576.0), (float)(st->bytes_needed / 1048576.0),
                   (float)(st->bytes_written / 1048576.0), (float)(st->largest_band / 1048576.0)};
@@ -172,7 +184,7 @@ static void print_stats(mp_runtime *rt, const char *cmd, const rs_stats *st, con
         fprintf(stderr,
                 "meshpoint %s: wrote %s for tp %d x dp %d (%d rank files, %.2f MiB) in %.2f s; read %.2f MiB for "
                 "%.2f MiB needed (ratio %.3f); largest piece in memory %.2f MiB (--max-memory %.0f MiB)\n",
-                cmd, o->out, o->tp, o->dp, o->tp * o->dp, v[2], st->seconds, v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0,
+                cmd, o->out, o->tp, o->dp, files, v[2], st->seconds, v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0,
                 v[3], o->max_bytes / 1048576.0);
 }
 
@@ -189,7 +201,7 @@ int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const
     int world = o->tp * o->dp;
     if (o->plan) {
         int64_t rd = 0, wr = 0;
-        if (rt->rank == 0) rc = rs_plan_print(src, boxes, n, world, band, o->json, stdout, &rd, &wr, &err);
+        if (rt->rank == 0) rc = rs_plan_print(src, boxes, n, world, o->ranks_per_file, band, o->json, stdout, &rd, &wr, &err);
         return mp_exit_status(mp_runtime_agree(rt, rc, &err));
     }
     /* the destination is checked on every rank; agreed, so that a rank that finds it unusable does not
@@ -209,6 +221,6 @@ int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const
     sink->free(sink);
     if (rc == MP_OK) { rc = rrc; err = re; }
     if (rc) return mp_runtime_fail(rt, &err);   /* the commit agreed: every rank has the same error */
-    print_stats(rt, cmd, &st, o);
+    print_stats(rt, cmd, &st, o, rs_num_files(boxes, n));
     return o->no_verify ? 0 : mp_runtime_verify_written(rt, o->out, o->max_bytes / 2);
 }

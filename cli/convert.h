@@ -23,6 +23,8 @@
 typedef struct mp_convert_opts {
     const char *out, *out_metavar, *max_memory;
     int tp, dp, set_tp, set_dp;   /* target mesh (MP_CONV_MESH); default 1 x 1 */
+    const char *ckpt_files;       /* MP_CONV_MESH: --ckpt-files rank|N (default rank) */
+    int ranks_per_file;           /* parsed from it by mp_convert_check_flags: 1, or N */
     int force, no_verify;
     int plan, json;               /* MP_CONV_PLAN */
     int sp, set_sp;               /* MP_CONV_SP: accepted, no effect */
@@ -31,13 +33,13 @@ typedef struct mp_convert_opts {
 } mp_convert_opts;
 
 enum {
-    MP_CONV_MESH = 1,           /* --tp N --dp N (default 1 each) */
+    MP_CONV_MESH = 1,           /* --tp N --dp N (default 1 each), --ckpt-files rank|N */
     MP_CONV_MESH_REQUIRED = 2,  /* with MP_CONV_MESH: both must be given */
     MP_CONV_PLAN = 4,           /* --plan, --json (then --out is optional) */
     MP_CONV_SP = 8,             /* --sp, for symmetry with train */
     MP_CONV_MODEL_ONLY = 16     /* --model-only */
 };
-#define MP_CONVERT_MAX_FLAGS 10   /* the most entries mp_convert_flags appends */
+#define MP_CONVERT_MAX_FLAGS 11   /* the most entries mp_convert_flags appends */
 
 /* Sets o to the defaults (mesh 1 x 1, --max-memory 256M); out_metavar is --out's placeholder ("DIR"). */
 void mp_convert_opts_default(mp_convert_opts *o, const char *out_metavar);
@@ -59,10 +61,11 @@ void mp_convert_note_sp(const mp_runtime *rt, const mp_convert_opts *o);
 mp_code mp_convert_open_ckpt(const char *arg, size_t scratch, char **src_dir, rs_source **src, llama_config *mc,
                              mp_err *err);
 
-/* The target layout of model mc on a tp x dp mesh (model_only: no optimizer moments) into *boxes
- * (malloc'd) and *n; a model that does not fit the mesh is refused naming the mesh flags. */
-mp_code mp_convert_target_layout(const llama_config *mc, int tp, int dp, int model_only, rs_box **boxes, int *n,
-                                 mp_err *err);
+/* The target layout of model mc on o's tp x dp mesh (model_only: no optimizer moments), its rank files
+ * grouped as o->ranks_per_file says, into *boxes (malloc'd) and *n; a model that does not fit the mesh
+ * is refused naming the mesh flags. */
+mp_code mp_convert_target_layout(const llama_config *mc, const mp_convert_opts *o, int model_only, rs_box **boxes,
+                                 int *n, mp_err *err);
 
 /* Refuses (MP_EINPUT) a target box whose tensor the source checkpoint r lacks (naming --model-only when
  * an optimizer moment is missing) or holds with another global shape. */

@@ -52,6 +52,16 @@ mp_code rs_target_layout(const llama_config *cfg, int tp, int dp, int model_only
     return MP_OK;
 }
 
+void rs_group_files(rs_box *boxes, int n, int ranks_per_file) {
+    assert(ranks_per_file >= 1);
+    for (int i = 0; i < n; i++) boxes[i].file_rank = boxes[i].file_rank / ranks_per_file * ranks_per_file;
+}
+
+int rs_num_files(const rs_box *boxes, int n) {
+    int files = 0;
+    for (int i = 0; i < n; i++) files += i == 0 || boxes[i].file_rank != boxes[i - 1].file_rank;
+    return files;
+}
 
 /* ------------------------------------------------------------------------------------- run */
 
@@ -99,9 +109,12 @@ mp_code rs_run(rs_source *src, rs_sink *sink, const rs_box *boxes, int n, int wo
     fill_ctx *ctx = mp_xcalloc(sizeof *ctx * (size_t)(n + 1));
     mp_code rc = MP_OK;
     fill_ctx *prev = NULL;   /* boxes are written file by file in rank order, each file's in add order */
+    int file = -1;           /* ordinal of B's file among the distinct files (grouped file ranks are not
+                              * consecutive: dealing by file_rank % nworkers would leave workers idle) */
     for (int i = 0; i < n; i++) {
         const rs_box *B = &boxes[i];
-        if (B->file_rank % nworkers != worker) continue;
+        file += i == 0 || B->file_rank != boxes[i - 1].file_rank;
+        if (file % nworkers != worker) continue;
         ctx[i] = (fill_ctx){src, B, NULL, st};
         if (prev) prev->next = B;
         prev = &ctx[i];
@@ -157,13 +170,15 @@ static void plan_cb(void *ctx, const char *file, int64_t bytes) {
 
 static double mib(int64_t b) { return (double)b / 1048576.0; }
 
-mp_code rs_plan_print(rs_source *src, const rs_box *boxes, int n, int world, size_t max_band, int json, FILE *out,
-                      int64_t *read_total, int64_t *write_total, mp_err *e) {
+mp_code rs_plan_print(rs_source *src, const rs_box *boxes, int n, int world, int ranks_per_file, size_t max_band,
+                      int json, FILE *out, int64_t *read_total, int64_t *write_total, mp_err *e) {
+    assert(ranks_per_file >= 1);
     int64_t rt = 0, wt = 0, largest = 0;
     cJSON *root = json ? cJSON_CreateObject() : NULL;
     cJSON *ranks = json ? cJSON_AddArrayToObject(root, "ranks") : NULL;
     mp_code rc = MP_OK;
-    for (int r = 0; r < world && rc == MP_OK; r++) {
+    for (int r = 0; r < world && rc == MP_OK; r += ranks_per_file) {
+        int in_file = world - r < ranks_per_file ? world - r : ranks_per_file;
         plan_acc acc = {0};
         int64_t rr = 0, ww = 0;
         int nb = 0;
@@ -183,6 +198,7 @@ mp_code rs_plan_print(rs_source *src, const rs_box *boxes, int n, int world, siz
         if (json) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "rank", r);
+            if (ranks_per_file > 1) cJSON_AddNumberToObject(o, "ranks_in_file", in_file);
             cJSON_AddNumberToObject(o, "boxes", nb);
             cJSON_AddNumberToObject(o, "write_bytes", (double)ww);
             cJSON_AddNumberToObject(o, "read_bytes", (double)rr);
@@ -194,7 +210,9 @@ mp_code rs_plan_print(rs_source *src, const rs_box *boxes, int n, int world, siz
             }
             cJSON_AddItemToArray(ranks, o);
         } else {
-            fprintf(out, "target rank %d: %d boxes, writes %.2f MiB, reads %.2f MiB from", r, nb, mib(ww), mib(rr));
+            if (in_file > 1) fprintf(out, "target ranks %d-%d (rank_%05d.h5):", r, r + in_file - 1, r);
+            else fprintf(out, "target rank %d:", r);
+            fprintf(out, " %d boxes, writes %.2f MiB, reads %.2f MiB from", nb, mib(ww), mib(rr));
             if (!acc.n) fprintf(out, " (generated, no files)");
             for (int k = 0; k < acc.n; k++)
                 fprintf(out, "%s %s (%lld box reads, %.2f MiB)", k ? "," : "", acc.f[k].name, (long long)acc.f[k].boxes,

@@ -113,6 +113,13 @@ static inline int64_t rs_box_bytes(const rs_box *b) { return 4 * b->shape[0] * (
 mp_code rs_target_layout(const llama_config *cfg, int tp, int dp, int model_only, rs_box **boxes, int *n,
                          mp_err *e);
 
+/* Groups the target layout's rank files (the n boxes of rs_target_layout, in rank order): the boxes of
+ * ranks r .. r + ranks_per_file - 1 (r a multiple of ranks_per_file) go into rank r's file, as a training
+ * job saving with --ckpt-files N writes them (docs/FORMAT.md "Files of several ranks"). 1: unchanged. */
+void rs_group_files(rs_box *boxes, int n, int ranks_per_file);
+/* The number of distinct files the n boxes go into (boxes of one file adjacent, as the layout gives them). */
+int rs_num_files(const rs_box *boxes, int n);
+
 /* A sink writing a Hugging Face directory at dir (reshard/hf_sink.c): config.json (keys transformers
  * 4.x and 5.x read), generation_config.json, and model.safetensors, or model-0000i-of-0000N.safetensors
  * + model.safetensors.index.json when the data exceeds max_shard_bytes. Takes whole model/<hf name>
@@ -134,16 +141,18 @@ typedef struct rs_stats {
     double seconds;
 } rs_stats;
 
-/* Moves every box of the target layout whose file this worker writes (file_rank % nworkers == worker)
+/* Moves every box of the target layout whose file this worker writes (the k-th distinct file, counted
+ * in box order, goes to worker k % nworkers)
  * from src to sink, under the band bound given to the sink, and commits the sink (collective over the
  * workers; metadata must be set before). A failed read names the tensor, region and file. */
 mp_code rs_run(rs_source *src, rs_sink *sink, const rs_box *boxes, int n, int worker, int nworkers, rs_stats *st,
                mp_err *e);
 
-/* The plan of a conversion: per target rank, the source files and bytes it reads and the bytes it
- * writes; totals. Printed as text or (json) one JSON object to out. *read_total / *write_total get
+/* The plan of a conversion: per target rank file (of world ranks, ranks_per_file to a file: the file
+ * rank and, in JSON, "ranks_in_file"), the source files and bytes it reads and the bytes it writes;
+ * totals. Printed as text or (json) one JSON object to out. *read_total / *write_total get
  * the totals (may be NULL). */
-mp_code rs_plan_print(rs_source *src, const rs_box *boxes, int n, int world, size_t max_band, int json, FILE *out,
-                      int64_t *read_total, int64_t *write_total, mp_err *e);
+mp_code rs_plan_print(rs_source *src, const rs_box *boxes, int n, int world, int ranks_per_file, size_t max_band,
+                      int json, FILE *out, int64_t *read_total, int64_t *write_total, mp_err *e);
 
 #endif
