@@ -43,7 +43,8 @@ def model_rows(c, B, T):
         r[1] += flops
         r[2] += nbytes
 
-    linears = [(D, H * hd, L), (D, KV * hd, 2 * L), (H * hd, D, L), (D, V, 1)]
+    # q, k and v are one [(H + 2 KV) hd, D] GEMM each way (layers/llama.c's fused qkv rows)
+    linears = [(D, (H + 2 * KV) * hd, L), (H * hd, D, L), (D, V, 1)]
     for din, dout, cnt in linears:
         f = 2.0 * N * din * dout
         add(gemm_key(0, 1, N, dout, din, "bf16"), cnt, cnt * f, cnt * 2.0 * (N * din + din * dout + N * dout))

@@ -211,22 +211,24 @@ static void bf16_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy
 
 /* ---- RoPE (in place; the H*hd columns of rows ld apart, packed into a dense fp32 temporary) ---- */
 
-static void bf16_rope_fwd(mp_backend *be, void *x, const float *cos_t, const float *sin_t, int B, int T, int H,
-                          int hd, int pos0, int ld) {
+/* The fp32 table's rope_fwd (bwd 0) or rope_bwd (bwd 1) on the widened heads, rounded back in place. */
+static void bf16_rope(void *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, int pos0, int ld,
+                      int bwd) {
     const int64_t rows = (int64_t)B * T, w = (int64_t)H * hd;
     arena_begin(fbytes(rows * w));
     float *fx = widen_mat(x, rows, w, ld);
-    f32()->rope_fwd(f32(), fx, cos_t, sin_t, B, T, H, hd, pos0, (int)w);
+    (bwd ? f32()->rope_bwd : f32()->rope_fwd)(f32(), fx, cos_t, sin_t, B, T, H, hd, pos0, (int)w);
     narrow_mat(x, fx, rows, w, ld);
+}
+
+static void bf16_rope_fwd(mp_backend *be, void *x, const float *cos_t, const float *sin_t, int B, int T, int H,
+                          int hd, int pos0, int ld) {
+    bf16_rope(x, cos_t, sin_t, B, T, H, hd, pos0, ld, 0);
 }
 
 static void bf16_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
                           int hd, int pos0, int ld) {
-    const int64_t rows = (int64_t)B * T, w = (int64_t)H * hd;
-    arena_begin(fbytes(rows * w));
-    float *fx = widen_mat(dx, rows, w, ld);
-    f32()->rope_bwd(f32(), fx, cos_t, sin_t, B, T, H, hd, pos0, (int)w);
-    narrow_mat(dx, fx, rows, w, ld);
+    bf16_rope(dx, cos_t, sin_t, B, T, H, hd, pos0, ld, 1);
 }
 
 /* ---- attention: bf16 q, k, v, out, dout, dq, dk, dv; fp32 lse and scratch. The strided q, k, v (and

@@ -893,25 +893,36 @@ static void check_xent_fwd_sharded(int N, int V, int tp) {
     CHECK(se[3] == 0.0f && mx[3] == -INFINITY && se[2] > 0.0f, "xent fwd sharded: an all -inf row, one -inf in shard 0");
 }
 
-/* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls in the order layers/ issues them
- * (per layer q, k, v, o, gate, up, down; forward, dx, dw) find one plan per distinct key, a key differing in
- * any single field (transposes, sizes, strides, C type, any alignment) is another plan, and a key found is
- * the one stored. */
+/* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls as layers/ issues them (per layer
+ * the fused q/k/v, o, the feature-major gate/up and down, then the head; forward, dx, dw) find one plan per
+ * distinct key, a key differing in any single field (transposes, sizes, strides, C type, any alignment) is
+ * another plan, and a key found is the one stored. */
 [[maybe_unused]] static void check_gemm_plans(void) {
     const int N = 16384, D = 2048, I = 8192, KVd = 512, V = 32000;
-    const int lin[][2] = {{D, D}, {D, KVd}, {D, KVd}, {D, D}, {D, I}, {D, I}, {I, D}, {D, V}};
+    const int lin[][2] = {{D, D + 2 * KVd}, {D, D}, {D, V}};   /* token-major linears: qkv, o, head (in, out) */
     std::vector<mp_gemm_plan_key> keys;
-    for (int layer = 0; layer < 3; layer++)
+    auto add = [&](const mp_gemm_plan_key &kk) {
+        if (mp_gemm_plan_find(keys.data(), (int)keys.size(), &kk) < 0) keys.push_back(kk);
+    };
+    for (int layer = 0; layer < 3; layer++) {
         for (auto &l : lin) {
             const int in = l[0], out = l[1];
             mp_gemm_plan_key k[3];
             mp_gemm_plan_key_set(&k[0], 0, 1, N, out, in, in, in, out, 0, 256, 256, 256);
             mp_gemm_plan_key_set(&k[1], 0, 0, N, in, out, out, in, in, 0, 256, 256, 256);
             mp_gemm_plan_key_set(&k[2], 1, 0, out, in, N, out, in, in, 1, 256, 256, 256);
-            for (auto &kk : k)
-                if (mp_gemm_plan_find(keys.data(), (int)keys.size(), &kk) < 0) keys.push_back(kk);
+            for (auto &kk : k) add(kk);
         }
-    CHECK(keys.size() == 15, "the 1B step's GEMMs make %zu plans, expected 15 (5 distinct linears x 3)", keys.size());
+        mp_gemm_plan_key m[6];   /* the MLP (layers/llama.c mlp_forward, mlp_backward) */
+        mp_gemm_plan_key_set(&m[0], 0, 1, 2 * I, N, D, D, D, N, 0, 256, 256, 256);
+        mp_gemm_plan_key_set(&m[1], 1, 1, N, D, I, N, I, D, 0, 256, 256, 256);
+        mp_gemm_plan_key_set(&m[2], 1, 1, I, N, D, I, D, N, 0, 256, 256, 256);
+        mp_gemm_plan_key_set(&m[3], 1, 1, D, I, N, D, N, I, 1, 256, 256, 256);
+        mp_gemm_plan_key_set(&m[4], 1, 0, N, D, 2 * I, N, D, D, 0, 256, 256, 256);
+        mp_gemm_plan_key_set(&m[5], 0, 0, 2 * I, D, N, N, D, D, 1, 256, 256, 256);
+        for (auto &kk : m) add(kk);
+    }
+    CHECK(keys.size() == 15, "the 1B step's GEMMs make %zu plans, expected 15 (3 linears x 3, the MLP's 6)", keys.size());
     mp_gemm_plan_key base;
     mp_gemm_plan_key_set(&base, 0, 1, 37, 53, 29, 40, 61, 61, 0, 256, 256, 256);
     std::vector<mp_gemm_plan_key> one = {base};
