@@ -67,8 +67,8 @@ def model_rows(c, B, T):
     add("rmsnorm_fwd", 2 * L + 1, 0, (2 * L + 1) * (4.0 * N * D + 4.0 * N))
     add("rmsnorm_bwd", 2 * L + 1, 0, (2 * L + 1) * (8.0 * N * D + 4.0 * N))
     rope = 4.0 * N * (H + KV) * hd + 8.0 * T * hd / 2
-    add("rope_fwd", 2 * L, 0, L * rope)
-    add("rope_bwd", 2 * L, 0, L * rope)
+    add("rope_fwd", L, 0, L * rope)   # q and k in one call: adjacent heads of the fused qkv rows
+    add("rope_bwd", L, 0, L * rope)
     add("swiglu_fwd", L, 0, L * 6.0 * N * I)
     add("swiglu_bwd", L, 0, L * 10.0 * N * I)
     add("embed_fwd", 1, 0, 4.0 * N * D)

@@ -22,7 +22,8 @@
  * after k right after q, asserted), so [Wq; Wk; Wv] is one [qd + 2 kd, D] matrix and the forward writes
  * qkv [N, qd + 2 kd] = x [Wq; Wk; Wv]^T. q, k, v are then the column blocks [0, qd), [qd, qd + kd),
  * [qd + kd, qd + 2 kd) of its rows, row stride ld = qd + 2 kd: RoPE and attention take that stride
- * (core/backend.h), attention writes dq, dk, dv into the same fused layout, and the backward is
+ * (core/backend.h; one RoPE call rotates q's and k's heads, adjacent in the rows), attention writes dq,
+ * dk, dv into the same fused layout, and the backward is
  * dx = d_qkv [Wq; Wk; Wv] (K = qd + 2 kd: the three products summed inside the GEMM in fp32, not through
  * three bf16 roundings) and [dWq; dWk; dWv] += d_qkv^T x. The KV-cache forward keeps three GEMMs (k and v
  * go into the cache's rows, q stays dense).
@@ -457,8 +458,8 @@ static int qkv_forward(llama_model *m, const llama_layer_params *p, llama_layer_
     assert(pos0 == 0 && a->k == mp_act_at(be, a->q, qd) && a->v == mp_act_at(be, a->k, kd));
     qkv_assert_adjacent(m, p, 0);
     linear_fwd(be, a->q, xin, W(p->wq), N, D, ld);   /* qkv = xin [Wq; Wk; Wv]^T */
-    be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, T, m->H_local, m->hd, 0, ld);
-    be->rope_fwd(be, a->k, m->cos_t, m->sin_t, m->B, T, m->KV_local, m->hd, 0, ld);
+    /* q's and k's heads are adjacent in the rows: one RoPE call rotates both */
+    be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, T, m->H_local + m->KV_local, m->hd, 0, ld);
     *ldkv = ld;
     return ld;
 }
@@ -614,8 +615,7 @@ static void block_backward(llama_model *m, int l) {
     /* d_qkv [N, qd + 2 kd] (m->dq; dk, dv its column blocks, as q, k, v in a->q) */
     be->attn_bwd(be, m->dq, m->dk, m->dv, m->attn_scratch, m->do_in, a->o_in, a->lse, a->q, a->k, a->v, m->B,
                  m->T, m->H_local, m->KV_local, m->hd, ld, ld);
-    be->rope_bwd(be, m->dq, m->cos_t, m->sin_t, m->B, m->T, m->H_local, m->hd, 0, ld);
-    be->rope_bwd(be, m->dk, m->cos_t, m->sin_t, m->B, m->T, m->KV_local, m->hd, 0, ld);
+    be->rope_bwd(be, m->dq, m->cos_t, m->sin_t, m->B, m->T, m->H_local + m->KV_local, m->hd, 0, ld);   /* dq, dk */
     qkv_assert_adjacent(m, p, 1);
     /* dx = d_qkv [Wq; Wk; Wv] (K = qd + 2 kd: the three products summed in fp32);
      * [dWq; dWk; dWv] += d_qkv^T x */

@@ -232,7 +232,9 @@ template <int HD, int ROWS, bool TR, int K0 = 0, int K1 = fa_stage<HD, ROWS, TR>
 __host__ __device__ static inline void fa_fetch_rows(fa_stage<HD, ROWS, TR> &st, const mp_bf16 *x, int b, int T,
                                                      int ld, int head, int r0, int tid) {
     using S = fa_stage<HD, ROWS, TR>;
-    const mp_bf16 *xt = x + ((int64_t)b * T + r0) * ld + (int64_t)head * HD;
+    /* one int64 sum (head HD < 2^23 is an int): with `+ (int64_t)head * HD` apart, ptxas (13.0, sm_90) spilled
+     * 8 bytes in the hd-64 forward's tile loop, which this form does not */
+    const mp_bf16 *xt = x + (((int64_t)b * T + r0) * ld + head * HD);
     if constexpr (!TR) {
         for (int k = K0; k < K1; k++) {
             const int i = tid + k * FA_THREADS;
