@@ -153,10 +153,10 @@ int main(int argc, char **argv) {
     float *scratch = random_floats(nrow, 10);
     float *D = calloc((size_t)B * H * T * T, sizeof *D);
     if (!D) { fprintf(stderr, "bench_attn: out of memory (D)\n"); return 1; }
-    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
     float *P = probabilities(q, k, lse, B, T, H, KV, hd);
 
-    be->attn_bwd(be, dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd);
+    be->attn_bwd(be, dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
     txt_bwd(dq2, dk2, dv2, D, dout, P, q, k, v, B, T, H, KV, hd);
     double diff = fmax(rel_diff(dq, dq2, nq), fmax(rel_diff(dk, dk2, nkv), rel_diff(dv, dv2, nkv)));
     printf("bench_attn: B=%d T=%d H=%d KV=%d hd=%d, isa %s, %d threads, %d backwards per timing; "
@@ -171,7 +171,8 @@ int main(int argc, char **argv) {
     double ratios[99];
     for (int r = 0; r < rounds && !status; r++) {
         double t0 = cpu_seconds();
-        for (int i = 0; i < reps; i++) be->attn_bwd(be, dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd);
+        for (int i = 0; i < reps; i++)
+            be->attn_bwd(be, dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
         double t1 = cpu_seconds();
         for (int i = 0; i < reps; i++) txt_bwd(dq2, dk2, dv2, D, dout, P, q, k, v, B, T, H, KV, hd);
         double t2 = cpu_seconds();

@@ -139,16 +139,16 @@ static double best_of_list(cublasLtHandle_t lt, void *ws, size_t wsb, const prob
 }
 
 /* The step's GEMM keys for tokens t, hidden h, intermediate i, kv width kv, vocab v (gemm_cuda.h: forward
- * 0,1; dX 0,0; dW 1,0 with f32 C and beta 1; the MLP feature-major as layers/llama.c runs it: gate and up
- * one [2i, h] GEMM each way, down on h^T). */
+ * 0,1; dX 0,0; dW 1,0 with f32 C and beta 1; q, k, v one [h + 2 kv, h] GEMM each way, the q width taken
+ * as h; the MLP feature-major as layers/llama.c runs it: gate and up one [2i, h] GEMM each way, down on h^T). */
 static std::vector<probe_key> step_keys(int t, int h, int i, int kv, int v) {
     return {
-        {"q/o fwd", 0, 1, t, h, h, 0, 0.f},          {"k/v fwd", 0, 1, t, kv, h, 0, 0.f},
+        {"o fwd", 0, 1, t, h, h, 0, 0.f},            {"qkv fwd", 0, 1, t, h + 2 * kv, h, 0, 0.f},
         {"gate+up fwd", 0, 1, 2 * i, t, h, 0, 0.f},  {"down fwd", 1, 1, t, h, i, 0, 0.f},
-        {"lm_head fwd", 0, 1, t, v, h, 0, 0.f},      {"q/o dX", 0, 0, t, h, h, 0, 0.f},
-        {"k/v dX +=", 0, 0, t, h, kv, 0, 1.f},       {"gate+up dX", 1, 0, t, h, 2 * i, 0, 0.f},
+        {"lm_head fwd", 0, 1, t, v, h, 0, 0.f},      {"o dX", 0, 0, t, h, h, 0, 0.f},
+        {"qkv dX", 0, 0, t, h, h + 2 * kv, 0, 0.f},  {"gate+up dX", 1, 0, t, h, 2 * i, 0, 0.f},
         {"down dX", 1, 1, i, t, h, 0, 0.f},          {"lm_head dX", 0, 0, t, h, v, 0, 0.f},
-        {"q/o dW", 1, 0, h, h, t, 1, 1.f},           {"k/v dW", 1, 0, kv, h, t, 1, 1.f},
+        {"o dW", 1, 0, h, h, t, 1, 1.f},             {"qkv dW", 1, 0, h + 2 * kv, h, t, 1, 1.f},
         {"gate+up dW", 0, 0, 2 * i, h, t, 1, 1.f},   {"down dW", 1, 1, h, i, t, 1, 1.f},
         {"lm_head dW", 1, 0, v, h, t, 1, 1.f},
     };

@@ -43,7 +43,8 @@ def model_rows(c, B, T):
         r[1] += flops
         r[2] += nbytes
 
-    linears = [(D, H * hd, L), (D, KV * hd, 2 * L), (H * hd, D, L), (D, V, 1)]
+    # q, k and v are one [(H + 2 KV) hd, D] GEMM each way (layers/llama.c's fused qkv rows)
+    linears = [(D, (H + 2 * KV) * hd, L), (H * hd, D, L), (D, V, 1)]
     for din, dout, cnt in linears:
         f = 2.0 * N * din * dout
         add(gemm_key(0, 1, N, dout, din, "bf16"), cnt, cnt * f, cnt * 2.0 * (N * din + din * dout + N * dout))
@@ -66,8 +67,8 @@ def model_rows(c, B, T):
     add("rmsnorm_fwd", 2 * L + 1, 0, (2 * L + 1) * (4.0 * N * D + 4.0 * N))
     add("rmsnorm_bwd", 2 * L + 1, 0, (2 * L + 1) * (8.0 * N * D + 4.0 * N))
     rope = 4.0 * N * (H + KV) * hd + 8.0 * T * hd / 2
-    add("rope_fwd", 2 * L, 0, L * rope)
-    add("rope_bwd", 2 * L, 0, L * rope)
+    add("rope_fwd", L, 0, L * rope)   # q and k in one call: adjacent heads of the fused qkv rows
+    add("rope_bwd", L, 0, L * rope)
     add("swiglu_fwd", L, 0, L * 6.0 * N * I)
     add("swiglu_bwd", L, 0, L * 10.0 * N * I)
     add("embed_fwd", 1, 0, 4.0 * N * D)

@@ -136,31 +136,38 @@ struct mp_backend {
                         const float *rstd, int N, int D);
 
     /* ---- RoPE (HF rotate_half: pairs i and i + hd/2) ----
-     * x is [B, T, H, hd]; token t has position pos0 + t. cos/sin tables are [max_pos, hd/2] (rope_init).
-     * fwd rotates in place; bwd applies the inverse rotation in place (the gradient of a rotation). */
+     * x is [B, T, H, hd] with row stride ld (elements from one token's heads to the next's, ld >= H*hd:
+     * the heads may be a column block of a wider row, as q and k are of the fused [q | k | v] projection,
+     * layers/llama.c). Token t has position pos0 + t. cos/sin tables are [max_pos, hd/2] (rope_init).
+     * fwd rotates in place; bwd applies the inverse rotation in place (the gradient of a rotation).
+     * Elements outside the H*hd columns of each row are neither read nor written. */
     void (*rope_fwd)(mp_backend *be, void *x, const float *cos_t, const float *sin_t, int B, int T, int H,
-                     int hd, int pos0);
+                     int hd, int pos0, int ld);
     void (*rope_bwd)(mp_backend *be, void *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
-                     int hd, int pos0);
+                     int hd, int pos0, int ld);
 
     /* ---- causal grouped-query attention, flash-style (no T x T matrix anywhere) ----
-     * q [B,T,H,hd], k,v [B,T,KV,hd], query head h uses kv head h / (H/KV). scale = 1/sqrt(hd).
-     * Writes out [B,T,H,hd] and lse [B,H,T], lse[b,h,t] = log sum_{j<=t} exp(scale q_t . k_j) (natural
-     * log, in float): with q, k, v and out, all that the backward needs. */
+     * q [B,T,H,hd] with row stride ldq (elements from token to token, ldq >= H*hd), k,v [B,T,KV,hd] with
+     * row stride ldkv (>= KV*hd): the three may be column blocks of one fused [q | k | v] buffer
+     * (ldq = ldkv = (H + 2 KV) hd). Query head h uses kv head h / (H/KV). scale = 1/sqrt(hd).
+     * Writes out [B,T,H,hd] (dense, row stride H*hd) and lse [B,H,T], lse[b,h,t] = log sum_{j<=t}
+     * exp(scale q_t . k_j) (natural log, in float): with q, k, v and out, all that the backward needs. */
     void (*attn_fwd)(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
-                     int B, int T, int H, int KV, int hd);
+                     int B, int T, int H, int KV, int hd, int ldq, int ldkv);
     /* The same attention for Tq new queries of sequences whose earlier keys are cached (generation with a
-     * KV cache, forward only): q [B,Tq,H,hd] are positions pos0 .. pos0+Tq-1; k, v [B,Tc,KV,hd] (Tc >=
-     * pos0 + Tq, the cache's capacity) hold positions 0 .. pos0+Tq-1 in their first rows (the rest is
-     * never read). Writes out [B,Tq,H,hd] and lse [B,H,Tq]. pos0 = 0, Tq = Tc = T is attn_fwd. */
+     * KV cache, forward only; all dense): q [B,Tq,H,hd] are positions pos0 .. pos0+Tq-1; k, v [B,Tc,KV,hd]
+     * (Tc >= pos0 + Tq, the cache's capacity) hold positions 0 .. pos0+Tq-1 in their first rows (the rest
+     * is never read). Writes out [B,Tq,H,hd] and lse [B,H,Tq]. pos0 = 0, Tq = Tc = T is attn_fwd with
+     * dense strides. */
     void (*attn_fwd_kv)(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                         int B, int Tq, int pos0, int Tc, int H, int KV, int hd);
     /* Gradients of the forward that produced out and lse from q, k, v; the probabilities are recomputed
-     * blockwise as exp(scale q.k - lse). dq, dk, dv are written (=). scratch must hold B*H*T floats (the
+     * blockwise as exp(scale q.k - lse). dq (row stride ldq, as q), dk, dv (row stride ldkv, as k, v) are
+     * written (=), only their head columns; dout and out are dense. scratch must hold B*H*T floats (the
      * backend may keep D = rowsum(dout * out) there) and may alias nothing else. */
     void (*attn_bwd)(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                      const void *out, const float *lse, const void *q, const void *k, const void *v, int B,
-                     int T, int H, int KV, int hd);
+                     int T, int H, int KV, int hd, int ldq, int ldkv);
 
     /* ---- SwiGLU ---- out = silu(gate) * up, elementwise over n. */
     void (*swiglu_fwd)(mp_backend *be, void *out, const void *gate, const void *up, int64_t n);

@@ -356,10 +356,11 @@ static void cpu_rmsnorm_bwd(mp_backend *be, void *dx_v, float *dw, const void *d
 
 /* ---- RoPE ---- */
 
-/* Rotates (x_i, x_{i+h}) by +angle (dir = 1) or -angle (dir = -1) for every token and head. */
+/* Rotates (x_i, x_{i+h}) by +angle (dir = 1) or -angle (dir = -1) for every token and head; token rows
+ * are ld floats apart (the heads may be a column block of a wider row). */
 static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd,
-                       int pos0, float dir) {
-    assert(hd % 2 == 0 && pos0 >= 0);
+                       int pos0, int ld, float dir) {
+    assert(hd % 2 == 0 && pos0 >= 0 && ld >= H * hd);
     const int half = hd / 2;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(mp_cpu_threads()) \
     if ((int64_t)B * T * H * hd >= MP_OMP_MIN)
@@ -368,7 +369,7 @@ static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, 
             const float *restrict c = cos_t + (size_t)(pos0 + t) * half;
             const float *restrict s = sin_t + (size_t)(pos0 + t) * half;
             for (int h = 0; h < H; h++) {
-                float *restrict lo = x + (((size_t)b * T + t) * H + h) * hd;
+                float *restrict lo = x + ((size_t)b * T + t) * (size_t)ld + (size_t)h * hd;
                 float *restrict hi = lo + half;
                 for (int i = 0; i < half; i++) {
                     float a = lo[i], bb = hi[i], si = dir * s[i];
@@ -380,27 +381,27 @@ static void rope_apply(float *x, const float *cos_t, const float *sin_t, int B, 
 }
 
 static void cpu_rope_fwd(mp_backend *be, void *x_v, const float *cos_t, const float *sin_t, int B, int T,
-                         int H, int hd, int pos0) {
+                         int H, int hd, int pos0, int ld) {
     float *x = x_v;
-    rope_apply(x, cos_t, sin_t, B, T, H, hd, pos0, 1.0f);
+    rope_apply(x, cos_t, sin_t, B, T, H, hd, pos0, ld, 1.0f);
 }
 
 /* The gradient of a rotation is the inverse rotation. */
 static void cpu_rope_bwd(mp_backend *be, void *dx_v, const float *cos_t, const float *sin_t, int B, int T,
-                         int H, int hd, int pos0) {
+                         int H, int hd, int pos0, int ld) {
     float *dx = dx_v;
-    rope_apply(dx, cos_t, sin_t, B, T, H, hd, pos0, -1.0f);
+    rope_apply(dx, cos_t, sin_t, B, T, H, hd, pos0, ld, -1.0f);
 }
 
 /* ---- attention (core/kernels_cpu_attn_fwd.c, core/kernels_cpu_attn_bwd.c) ---- */
 
 static void cpu_attn_fwd(mp_backend *be, void *out_v, float *lse, const void *q_v, const void *k_v,
-                         const void *v_v, int B, int T, int H, int KV, int hd) {
+                         const void *v_v, int B, int T, int H, int KV, int hd, int ldq, int ldkv) {
     float *out = out_v;
     const float *q = q_v;
     const float *k = k_v;
     const float *v = v_v;
-    mp_cpu_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd);
+    mp_cpu_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv);
 }
 
 static void cpu_attn_fwd_kv(mp_backend *be, void *out_v, float *lse, const void *q_v, const void *k_v,
@@ -410,7 +411,7 @@ static void cpu_attn_fwd_kv(mp_backend *be, void *out_v, float *lse, const void 
 
 static void cpu_attn_bwd(mp_backend *be, void *dq_v, void *dk_v, void *dv_v, float *scratch, const void *dout_v,
                          const void *out_v, const float *lse, const void *q_v, const void *k_v, const void *v_v,
-                         int B, int T, int H, int KV, int hd) {
+                         int B, int T, int H, int KV, int hd, int ldq, int ldkv) {
     float *dq = dq_v;
     float *dk = dk_v;
     float *dv = dv_v;
@@ -419,7 +420,7 @@ static void cpu_attn_bwd(mp_backend *be, void *dq_v, void *dk_v, void *dv_v, flo
     const float *q = q_v;
     const float *k = k_v;
     const float *v = v_v;
-    mp_cpu_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd);
+    mp_cpu_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv);
 }
 
 /* ---- SwiGLU ---- */

@@ -100,6 +100,13 @@ static float *widen_mat(const void *src, int64_t rows, int64_t cols, int ld) {
     return t;
 }
 
+/* The packed fp32 rows x cols matrix src rounded into the bf16 matrix dst of row stride ld (only its
+ * cols columns of each row are written: the rest may be another tensor's, as in the fused [q | k | v]). */
+static void narrow_mat(void *dst, const float *src, int64_t rows, int64_t cols, int ld) {
+    uint16_t *d = dst;
+    for (int64_t r = 0; r < rows; r++) mp_f32_to_bf16_n(d + r * (int64_t)ld, src + r * cols, cols);
+}
+
 /* The fp32 table whose ops do the arithmetic. */
 static mp_backend *f32(void) { return mp_backend_cpu(); }
 
@@ -127,8 +134,7 @@ static void bf16_gemm(mp_backend *be, int trans_a, int trans_b, int M, int N, in
     float *c = beta != 0.0f ? widen_mat(C, M, N, ldc) : tmp((int64_t)M * N);
     f32()->gemm(f32(), trans_a, trans_b, M, N, K, alpha, a, (int)(ac ? ac : 1), b, (int)(bc ? bc : 1), beta, c, N,
                 MP_F32);
-    uint16_t *cb = C;
-    for (int64_t r = 0; r < M; r++) mp_f32_to_bf16_n(cb + r * (int64_t)ldc, c + r * N, N);
+    narrow_mat(C, c, M, N, ldc);
 }
 
 /* ---- elementwise ---- */
@@ -203,34 +209,39 @@ static void bf16_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy
     mp_f32_to_bf16_n(dx, fdx, nd);
 }
 
-/* ---- RoPE (in place) ---- */
+/* ---- RoPE (in place; the H*hd columns of rows ld apart, packed into a dense fp32 temporary) ---- */
+
+/* The fp32 table's rope_fwd (bwd 0) or rope_bwd (bwd 1) on the widened heads, rounded back in place. */
+static void bf16_rope(void *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, int pos0, int ld,
+                      int bwd) {
+    const int64_t rows = (int64_t)B * T, w = (int64_t)H * hd;
+    arena_begin(fbytes(rows * w));
+    float *fx = widen_mat(x, rows, w, ld);
+    (bwd ? f32()->rope_bwd : f32()->rope_fwd)(f32(), fx, cos_t, sin_t, B, T, H, hd, pos0, (int)w);
+    narrow_mat(x, fx, rows, w, ld);
+}
 
 static void bf16_rope_fwd(mp_backend *be, void *x, const float *cos_t, const float *sin_t, int B, int T, int H,
-                          int hd, int pos0) {
-    const int64_t n = (int64_t)B * T * H * hd;
-    arena_begin(fbytes(n));
-    float *fx = widen(x, n);
-    f32()->rope_fwd(f32(), fx, cos_t, sin_t, B, T, H, hd, pos0);
-    mp_f32_to_bf16_n(x, fx, n);
+                          int hd, int pos0, int ld) {
+    bf16_rope(x, cos_t, sin_t, B, T, H, hd, pos0, ld, 0);
 }
 
 static void bf16_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
-                          int hd, int pos0) {
-    const int64_t n = (int64_t)B * T * H * hd;
-    arena_begin(fbytes(n));
-    float *fx = widen(dx, n);
-    f32()->rope_bwd(f32(), fx, cos_t, sin_t, B, T, H, hd, pos0);
-    mp_f32_to_bf16_n(dx, fx, n);
+                          int hd, int pos0, int ld) {
+    bf16_rope(dx, cos_t, sin_t, B, T, H, hd, pos0, ld, 1);
 }
 
-/* ---- attention: bf16 q, k, v, out, dout, dq, dk, dv; fp32 lse and scratch ---- */
+/* ---- attention: bf16 q, k, v, out, dout, dq, dk, dv; fp32 lse and scratch. The strided q, k, v (and
+ * dq, dk, dv) are packed into dense fp32 temporaries, so the fp32 ops run with dense strides. ---- */
 
 static void bf16_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                          int T, int H, int KV, int hd) {
-    const int64_t nq = (int64_t)B * T * H * hd, nk = (int64_t)B * T * KV * hd;
+                          int T, int H, int KV, int hd, int ldq, int ldkv) {
+    const int64_t rows = (int64_t)B * T, wq = (int64_t)H * hd, wk = (int64_t)KV * hd;
+    const int64_t nq = rows * wq, nk = rows * wk;
     arena_begin(2 * fbytes(nq) + 2 * fbytes(nk));
-    float *fq = widen(q, nq), *fk = widen(k, nk), *fv = widen(v, nk), *fo = tmp(nq);
-    f32()->attn_fwd(f32(), fo, lse, fq, fk, fv, B, T, H, KV, hd);
+    float *fq = widen_mat(q, rows, wq, ldq), *fk = widen_mat(k, rows, wk, ldkv), *fv = widen_mat(v, rows, wk, ldkv);
+    float *fo = tmp(nq);
+    f32()->attn_fwd(f32(), fo, lse, fq, fk, fv, B, T, H, KV, hd, (int)wq, (int)wk);
     mp_f32_to_bf16_n(out, fo, nq);
 }
 
@@ -245,16 +256,17 @@ static void bf16_attn_fwd_kv(mp_backend *be, void *out, float *lse, const void *
 
 static void bf16_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                           const void *out, const float *lse, const void *q, const void *k, const void *v, int B,
-                          int T, int H, int KV, int hd) {
-    const int64_t nq = (int64_t)B * T * H * hd, nk = (int64_t)B * T * KV * hd;
+                          int T, int H, int KV, int hd, int ldq, int ldkv) {
+    const int64_t rows = (int64_t)B * T, wq = (int64_t)H * hd, wk = (int64_t)KV * hd;
+    const int64_t nq = rows * wq, nk = rows * wk;
     arena_begin(4 * fbytes(nq) + 4 * fbytes(nk));
-    float *fdo = widen(dout, nq), *fo = widen(out, nq), *fq = widen(q, nq);
-    float *fk = widen(k, nk), *fv = widen(v, nk);
+    float *fdo = widen(dout, nq), *fo = widen(out, nq), *fq = widen_mat(q, rows, wq, ldq);
+    float *fk = widen_mat(k, rows, wk, ldkv), *fv = widen_mat(v, rows, wk, ldkv);
     float *fdq = tmp(nq), *fdk = tmp(nk), *fdv = tmp(nk);
-    f32()->attn_bwd(f32(), fdq, fdk, fdv, scratch, fdo, fo, lse, fq, fk, fv, B, T, H, KV, hd);
-    mp_f32_to_bf16_n(dq, fdq, nq);
-    mp_f32_to_bf16_n(dk, fdk, nk);
-    mp_f32_to_bf16_n(dv, fdv, nk);
+    f32()->attn_bwd(f32(), fdq, fdk, fdv, scratch, fdo, fo, lse, fq, fk, fv, B, T, H, KV, hd, (int)wq, (int)wk);
+    narrow_mat(dq, fdq, rows, wq, ldq);
+    narrow_mat(dk, fdk, rows, wk, ldkv);
+    narrow_mat(dv, fdv, rows, wk, ldkv);
 }
 
 /* ---- SwiGLU ---- */

@@ -92,17 +92,18 @@ _Static_assert(MP_ATTN_BWD_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples
  * was 3-5% slower than all 3. */
 #define MP_ATTN_BWD_ARENA (3 * MP_ATTN_BQ * (2 * MP_ATTN_BWD_BK + 3 * 64))
 
-/* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd. */
+/* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd (q, dq
+ * with row stride ldq, k, v, dk, dv with ldkv; out, dout dense). */
 #define mp_cpu_attn_fwd MP_ISA_FN(mp_cpu_attn_fwd)
 #define mp_cpu_attn_bwd MP_ISA_FN(mp_cpu_attn_bwd)
 #define mp_cpu_attn_fwd_kv MP_ISA_FN(mp_cpu_attn_fwd_kv)
 void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
-                     int KV, int hd);
+                     int KV, int hd, int ldq, int ldkv);
 /* The KV-cache forward, contract as struct mp_backend's attn_fwd_kv. */
 void mp_cpu_attn_fwd_kv(float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq,
                         int pos0, int Tc, int H, int KV, int hd);
 void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
                      const float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KV,
-                     int hd);
+                     int hd, int ldq, int ldkv);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * core/kernels_cpu_attn_bwd.c — causal grouped-query attention backward on the CPU, flash-style: the
  * probabilities are recomputed block by block from q, k and the forward's log-sum-exp, so no T x T
- * matrix exists (layout as in core/kernels_cpu_attn_fwd.c).
+ * matrix exists (layout as in core/kernels_cpu_attn_fwd.c: q, dq with row stride ldq, k, v, dk, dv with
+ * ldkv, out and dout dense).
  *
  * Per query head, with S = scale Q K^T, P = exp(S - lse) (causal) and D = rowsum(dO * O) (which equals
  * rowsum(P * dP), as O = P V):
@@ -59,12 +60,13 @@ static void p_ds_row(float *restrict s, float *restrict dp, int nk, int nvalid, 
 }
 
 /* One (batch row, kv head) group: query head j of the group (j < rep) is at dq/dout/q + j*hd and its D
- * and lse rows at D/lse + j*T; Q, dO, dQ have row stride ldq, K, V, dK, dV ldkv. dQ is written, dK and
- * dV accumulate (the caller zeroed them). */
+ * and lse rows at D/lse + j*T; Q, dQ have row stride ldq (q may be a column block of the fused
+ * [q | k | v] buffer), dO ldo (dense), K, V, dK, dV ldkv. dQ is written, dK and dV accumulate (the caller
+ * zeroed them). */
 typedef struct {
     float *dq, *dK, *dV;
     const float *D, *lse, *dout, *q, *K, *V;
-    int T, ldq, ldkv, hd;
+    int T, ldq, ldo, ldkv, hd;
     float scale;
 } bwd_group;
 
@@ -94,19 +96,20 @@ static void copy_head_rows(float *dst, size_t dhead, size_t drow, const float *s
  * product of depth ns m (separate calls per head were 8-15% slower in the products, on one core). For
  * ns = 1 the products read and write the heads' rows in place. arena: ARENA floats. */
 static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
-    const int T = g->T, hd = g->hd, ldq = g->ldq, ldkv = g->ldkv;
+    const int T = g->T, hd = g->hd, ldq = g->ldq, ldo = g->ldo, ldkv = g->ldkv;
     float *P = arena, *dS = P + (size_t)ns * BQ * BK;   /* one block pair: probabilities, then dP -> dS */
     float *Qs = ns > 1 ? dS + (size_t)ns * BQ * BK : NULL;   /* ns > 1: stacked copies of Q_r, dO_r, dQ_r */
     float *dOs = ns > 1 ? Qs + (size_t)ns * BQ * hd : NULL, *dQs = ns > 1 ? dOs + (size_t)ns * BQ * hd : NULL;
     for (int r0 = 0; r0 < T; r0 += BQ) {
         const int r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0, rows = ns * m;
-        const float *Qr = g->q + (size_t)j0 * hd + (size_t)r0 * ldq, *dOr = g->dout + (size_t)j0 * hd + (size_t)r0 * ldq;
+        const float *Qr = g->q + (size_t)j0 * hd + (size_t)r0 * ldq;
+        const float *dOr = g->dout + (size_t)j0 * hd + (size_t)r0 * ldo;
         float *dQr = g->dq + (size_t)j0 * hd + (size_t)r0 * ldq;
-        int ld = ldq;
+        int ld = ldq, ldd = ldo;   /* row strides of Q_r and dQ_r, of dO_r */
         if (ns > 1) {   /* stacked copies: row j*m + i is head j0 + j's row r0 + i */
             copy_head_rows(Qs, (size_t)m * hd, hd, Qr, hd, ldq, ns, m, hd);
-            copy_head_rows(dOs, (size_t)m * hd, hd, dOr, hd, ldq, ns, m, hd);
-            Qr = Qs, dOr = dOs, dQr = dQs, ld = hd;
+            copy_head_rows(dOs, (size_t)m * hd, hd, dOr, hd, ldo, ns, m, hd);
+            Qr = Qs, dOr = dOs, dQr = dQs, ld = ldd = hd;
         }
         for (int i = 0; i < rows; i++) memset(dQr + (size_t)i * ld, 0, (size_t)hd * sizeof(float));
         for (int c0 = 0; c0 < r1; c0 += BK) {   /* c0 <= r0: BK is a multiple of BQ */
@@ -118,7 +121,7 @@ static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
             memset(P, 0, (size_t)rows * nk * sizeof(float));
             memset(dS, 0, (size_t)rows * nk * sizeof(float));
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, g->scale, Qr, ld, Kc, ldkv, 1.0f, P, nk);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, 1.0f, dOr, ld, Vc, ldkv, 1.0f, dS, nk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, 1.0f, dOr, ldd, Vc, ldkv, 1.0f, dS, nk);
             for (int j = 0; j < ns; j++)
                 for (int i = 0; i < m; i++) {
                     const int t = r0 + i;
@@ -126,7 +129,7 @@ static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
                     p_ds_row(P + row, dS + row, nk, (c1 < t + 1 ? c1 : t + 1) - c0, g->lse[hr], g->D[hr], g->scale);
                 }
             /* dV_c += P^T dO_r,  dK_c += dS^T Q_r (the ns heads' sum),  dQ_r += dS K_c */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, rows, 1.0f, P, nk, dOr, ld, 1.0f,
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, rows, 1.0f, P, nk, dOr, ldd, 1.0f,
                         g->dV + (size_t)c0 * ldkv, ldkv);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, rows, 1.0f, dS, nk, Qr, ld, 1.0f,
                         g->dK + (size_t)c0 * ldkv, ldkv);
@@ -138,8 +141,9 @@ static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
 
 void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
                      const float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KV,
-                     int hd) {
+                     int hd, int ldq, int ldkv) {
     assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0 && hd > 0);
+    assert(ldq >= H * hd && ldkv >= KV * hd);
     if (B == 0 || T == 0) return;
     const int rep = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -155,19 +159,20 @@ void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const floa
 #pragma omp for schedule(static)
     for (int it = 0; it < items; it++) {
         int b = it / KV, g = it % KV;
-        const size_t kvoff = ((size_t)b * T * KV + g) * hd;
+        const size_t kvoff = (size_t)b * T * ldkv + (size_t)g * hd;
         float *dK = dk + kvoff, *dV = dv + kvoff;
         for (int t = 0; t < T; t++) {
-            memset(dK + (size_t)t * KV * hd, 0, (size_t)hd * sizeof(float));
-            memset(dV + (size_t)t * KV * hd, 0, (size_t)hd * sizeof(float));
+            memset(dK + (size_t)t * ldkv, 0, (size_t)hd * sizeof(float));
+            memset(dV + (size_t)t * ldkv, 0, (size_t)hd * sizeof(float));
         }
         for (int h = g * rep; h < (g + 1) * rep; h++) {
             const size_t qoff = ((size_t)b * T * H + h) * hd, roff = ((size_t)b * H + h) * T;
             rowdot(scratch + roff, dout + qoff, out + qoff, H * hd, T, hd);
         }
-        const size_t qoff = ((size_t)b * T * H + g * rep) * hd, roff = ((size_t)b * H + g * rep) * T;
-        const bwd_group grp = {dq + qoff, dK, dV, scratch + roff, lse + roff, dout + qoff, q + qoff, k + kvoff,
-                               v + kvoff, T, H * hd, KV * hd, hd, scale};
+        const size_t ooff = ((size_t)b * T * H + g * rep) * hd, roff = ((size_t)b * H + g * rep) * T;
+        const size_t qoff = (size_t)b * T * ldq + (size_t)g * rep * hd;
+        const bwd_group grp = {dq + qoff, dK, dV, scratch + roff, lse + roff, dout + ooff, q + qoff, k + kvoff,
+                               v + kvoff, T, ldq, H * hd, ldkv, hd, scale};
         for (int j0 = 0; j0 < rep; j0 += ns) bwd_heads(&grp, j0, rep - j0 < ns ? rep - j0 : ns, arena);
     }
     free(arena);

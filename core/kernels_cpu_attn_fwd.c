@@ -3,9 +3,11 @@
  * output and the per-row log-sum-exp, and never a T x T matrix (the backward, in
  * core/kernels_cpu_attn_bwd.c, recomputes the probabilities from the lse).
  *
- * Layout: q is [B,T,H,hd], so query head h of batch b is a [T, hd] matrix starting at
- * q + (b*T*H + h)*hd with row stride H*hd; k and v likewise with KV heads. Query head h reads kv head
- * h / (H/KV). lse is [B,H,T].
+ * Layout: q is [B,T,H,hd] with row stride ldq (>= H*hd: q may be a column block of the fused [q | k | v]
+ * projection), so query head h of batch b is a [T, hd] matrix starting at q + b*T*ldq + h*hd with row
+ * stride ldq; k and v likewise with KV heads and row stride ldkv. out is dense (row stride H*hd). Query
+ * head h reads kv head h / (H/KV). lse is [B,H,T]. Strides cost nothing here: every product is an
+ * sgemm that takes a leading dimension anyway.
  *
  * Blocks: queries are cut into blocks of MP_ATTN_BQ rows, keys into blocks of MP_ATTN_BK (a multiple
  * of BQ; both 64 by default, core/kernels_cpu.h). Query block [r0, r1) visits the key blocks [c0, c1)
@@ -94,10 +96,12 @@ static void attn_fwd_head(float *O, int ldo, float *lse, const float *Q, int ldq
     }
 }
 
-/* attn_fwd_kv with the caller's p0 (0 and Tc = T: attn_fwd): every (b, h) under OpenMP, static schedule. */
+/* attn_fwd_kv with the caller's p0 and strides (0, Tc = T: attn_fwd): every (b, h) under OpenMP, static
+ * schedule. */
 static void attn_fwd_rows(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
-                          int p0, int Tc, int H, int KV, int hd) {
+                          int p0, int Tc, int H, int KV, int hd, int ldq, int ldkv) {
     assert(B >= 0 && T >= 0 && p0 >= 0 && p0 + T <= Tc && H > 0 && KV > 0 && H % KV == 0 && hd > 0);
+    assert(ldq >= H * hd && ldkv >= KV * hd);
     if (B == 0 || T == 0) return;
     const int rep = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -105,20 +109,20 @@ static void attn_fwd_rows(float *out, float *lse, const float *q, const float *k
 #pragma omp parallel for schedule(static) num_threads(mp_cpu_team(items))
     for (int it = 0; it < items; it++) {
         int b = it / H, h = it % H, g = h / rep;
-        const float *Q = q + ((size_t)b * T * H + h) * hd;
-        const float *K = k + ((size_t)b * Tc * KV + g) * hd;
-        const float *V = v + ((size_t)b * Tc * KV + g) * hd;
+        const float *Q = q + (size_t)b * T * ldq + (size_t)h * hd;
+        const float *K = k + (size_t)b * Tc * ldkv + (size_t)g * hd;
+        const float *V = v + (size_t)b * Tc * ldkv + (size_t)g * hd;
         float *O = out + ((size_t)b * T * H + h) * hd;
-        attn_fwd_head(O, H * hd, lse + (size_t)it * T, Q, H * hd, K, V, KV * hd, T, p0, hd, scale);
+        attn_fwd_head(O, H * hd, lse + (size_t)it * T, Q, ldq, K, V, ldkv, T, p0, hd, scale);
     }
 }
 
 void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
-                     int KV, int hd) {
-    attn_fwd_rows(out, lse, q, k, v, B, T, 0, T, H, KV, hd);
+                     int KV, int hd, int ldq, int ldkv) {
+    attn_fwd_rows(out, lse, q, k, v, B, T, 0, T, H, KV, hd, ldq, ldkv);
 }
 
 void mp_cpu_attn_fwd_kv(float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq,
                         int pos0, int Tc, int H, int KV, int hd) {
-    attn_fwd_rows(out, lse, q, k, v, B, Tq, pos0, Tc, H, KV, hd);
+    attn_fwd_rows(out, lse, q, k, v, B, Tq, pos0, Tc, H, KV, hd, H * hd, KV * hd);
 }

@@ -18,6 +18,16 @@
  * SwiGLU is elementwise, so the transposed layout costs it nothing; the down projection reads h^T with
  * a transposed operand.
  *
+ * q, k and v are one GEMM each way too, token-major: Wq, Wk, Wv are adjacent in every arena (v right
+ * after k right after q, asserted), so [Wq; Wk; Wv] is one [qd + 2 kd, D] matrix and the forward writes
+ * qkv [N, qd + 2 kd] = x [Wq; Wk; Wv]^T. q, k, v are then the column blocks [0, qd), [qd, qd + kd),
+ * [qd + kd, qd + 2 kd) of its rows, row stride ld = qd + 2 kd: RoPE and attention take that stride
+ * (core/backend.h; one RoPE call rotates q's and k's heads, adjacent in the rows), attention writes dq,
+ * dk, dv into the same fused layout, and the backward is
+ * dx = d_qkv [Wq; Wk; Wv] (K = qd + 2 kd: the three products summed inside the GEMM in fp32, not through
+ * three bf16 roundings) and [dWq; dWk; dWv] += d_qkv^T x. The KV-cache forward keeps three GEMMs (k and v
+ * go into the cache's rows, q stays dense).
+ *
  * gather_in / reduce_out are where tensor and sequence parallelism meet: without SP the residual
  * stream is whole on every tp rank (n_res = N), gather_in is the identity and reduce_out an all-reduce;
  * with SP the stream is split along the (flattened) sequence into tp chunks (n_res = N/tp), gather_in is
@@ -171,8 +181,7 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes, int64_t *k
         if (!train && l > 0) continue;   /* forward only: the layers share layer 0's buffers (alloc_acts) */
         ADD_A(a->x_in, nr * D); ADD_A(a->ln1, nr * D); ADD_F(a->rstd1, nr);
         if (m->sp) ADD_A(a->ln1_full, N * D);
-        ADD_A(a->q, N * qd);
-        if (!m->kv) { ADD_A(a->k, N * kd); ADD_A(a->v, N * kd); }
+        ADD_A(a->q, N * (m->kv ? qd : qd + 2 * kd));   /* the fused [q | k | v] (alloc_acts points k, v in) */
         ADD_F(a->lse, bht); ADD_A(a->o_in, N * qd);
         ADD_A(a->x_mid, nr * D); ADD_A(a->ln2, nr * D); ADD_F(a->rstd2, nr);
         if (m->sp) ADD_A(a->ln2_full, N * D);
@@ -187,7 +196,7 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes, int64_t *k
     if (train || m->sp) ADD_A(m->dres_b, nr * D);   /* reduce_out's reduce-scatter target under SP */
     if (train) {   /* the backward's buffers */
         ADD_A(m->dres_a, nr * D); ADD_A(m->dfull, N * D);
-        ADD_A(m->dq, N * qd); ADD_A(m->dk, N * kd); ADD_A(m->dv, N * kd); ADD_A(m->do_in, N * qd);
+        ADD_A(m->dq, N * (qd + 2 * kd)); ADD_A(m->do_in, N * qd);   /* d_qkv, fused as qkv */
         ADD_A(m->dgate, 2 * N * Il); ADD_A(m->dh, N * Il); ADD_F(m->attn_scratch, bht);
         ADD_F(m->sync_buf, rep > 0 ? rep : 1);
     }
@@ -236,6 +245,12 @@ static void alloc_acts(llama_model *m) {
     for (int l = 0; l < m->L; l++) {
         if (!m->sp) { m->acts[l].ln1_full = m->acts[l].ln1; m->acts[l].ln2_full = m->acts[l].ln2; }
     }
+    const int64_t qd = (int64_t)m->H_local * m->hd, kd = (int64_t)m->KV_local * m->hd;
+    for (int l = 0; l < m->L && !m->kv; l++) {   /* k, v: column blocks of the fused qkv rows */
+        m->acts[l].k = mp_act_at(m->be, m->acts[l].q, qd);
+        m->acts[l].v = mp_act_at(m->be, m->acts[l].q, qd + kd);
+    }
+    if (!m->opt.inference) m->dk = mp_act_at(m->be, m->dq, qd), m->dv = mp_act_at(m->be, m->dq, qd + kd);
     if (!m->sp) m->lnf_full = m->lnf;
     /* RoPE tables (with the config's rope_scaling): computed on the host in double, then copied to the device. */
     size_t tb = (size_t)m->P * (size_t)half * sizeof(float);
@@ -365,16 +380,28 @@ void llama_destroy(llama_model *m) {
 
 /* ---- the MLP, feature-major (see the file comment) ---- */
 
-/* Layer p's gate and up slices are one [2 Il, D] matrix in the compute weights and (grads) in the
- * weight gradients: every arena lays out a unit's parameters back to back in parameter order, up right
- * after gate (llama_params_alloc, llama_fsdp_gather / _grad_begin). Asserted, so a layout change cannot
- * silently turn the fused GEMMs into reads of the wrong weights. */
+/* Parameter b starts right after the n elements of parameter a (b = a + 1 in the table) in the compute
+ * weights and (grads) in the weight gradients, so the two are one stacked matrix for a fused GEMM: every
+ * arena lays out a unit's parameters back to back in parameter order (llama_params_alloc,
+ * llama_fsdp_gather / _grad_begin). Asserted, so a layout change cannot silently turn the fused GEMMs
+ * into reads of the wrong weights. */
+static void assert_adjacent(const llama_model *m, int a, int b, int64_t n, int grads) {
+    assert(b == a + 1);
+    assert(mp_act_at(m->be, W(a), n) == W(b));
+    assert(!grads || DW(a) + n == DW(b));
+    (void)m, (void)a, (void)b, (void)n, (void)grads;
+}
+
+/* Layer p's gate and up slices are one [2 Il, D] matrix (up right after gate). */
 static void mlp_assert_adjacent(const llama_model *m, const llama_layer_params *p, int grads) {
-    const int64_t n = (int64_t)m->I_local * m->D;
-    assert(p->wu == p->wg + 1);
-    assert(mp_act_at(m->be, W(p->wg), n) == W(p->wu));
-    assert(!grads || DW(p->wg) + n == DW(p->wu));
-    (void)m, (void)p, (void)n, (void)grads;
+    assert_adjacent(m, p->wg, p->wu, (int64_t)m->I_local * m->D, grads);
+}
+
+/* Layer p's q, k and v slices are one [qd + 2 kd, D] matrix (k right after q, v right after k). */
+static void qkv_assert_adjacent(const llama_model *m, const llama_layer_params *p, int grads) {
+    const int64_t qd = (int64_t)m->H_local * m->hd, kd = (int64_t)m->KV_local * m->hd;
+    assert_adjacent(m, p->wq, p->wk, qd * m->D, grads);
+    assert_adjacent(m, p->wk, p->wv, kd * m->D, grads);
 }
 
 /* m->tmp_nd [N, D] = the MLP's partial output (before the tp reduction) for xin [N, D]; saves
@@ -410,27 +437,48 @@ static void mlp_backward(llama_model *m, const llama_layer_params *p, const llam
     be->gemm(be, 0, 0, 2 * Il, D, N, 1.0f, m->dgate, N, x, D, 1.0f, DW(p->wg), D, MP_F32);
 }
 
+/* The attention input of block l: q, k, v of xin [N, D] (RoPE applied) in a->q, a->k, a->v. Training and
+ * eval: ONE GEMM into the fused qkv [N, qd + 2 kd] (see the file comment), q/k/v its column blocks; a kv
+ * chunk: three, k and v into the cache at row pos0 (dense). Returns the row stride of q and of k, v. */
+static int qkv_forward(llama_model *m, const llama_layer_params *p, llama_layer_acts *a, const void *xin, int T,
+                       int pos0, int *ldkv) {
+    mp_backend *be = m->be;
+    const int N = m->B * T, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd;
+    if (m->kv) {
+        void *k = mp_act_at(be, a->k, (int64_t)pos0 * kd), *v = mp_act_at(be, a->v, (int64_t)pos0 * kd);
+        linear_fwd(be, a->q, xin, W(p->wq), N, D, qd);
+        linear_fwd(be, k, xin, W(p->wk), N, D, kd);
+        linear_fwd(be, v, xin, W(p->wv), N, D, kd);
+        be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, T, m->H_local, m->hd, pos0, qd);
+        be->rope_fwd(be, k, m->cos_t, m->sin_t, m->B, T, m->KV_local, m->hd, pos0, kd);
+        *ldkv = kd;
+        return qd;
+    }
+    const int ld = qd + 2 * kd;
+    assert(pos0 == 0 && a->k == mp_act_at(be, a->q, qd) && a->v == mp_act_at(be, a->k, kd));
+    qkv_assert_adjacent(m, p, 0);
+    linear_fwd(be, a->q, xin, W(p->wq), N, D, ld);   /* qkv = xin [Wq; Wk; Wv]^T */
+    /* q's and k's heads are adjacent in the rows: one RoPE call rotates both */
+    be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, T, m->H_local + m->KV_local, m->hd, 0, ld);
+    *ldkv = ld;
+    return ld;
+}
+
 /* Block l on rows for T tokens of each of the B sequences (B = m->B), at positions pos0 .. pos0+T-1
  * (training and eval: T = m->T, pos0 = 0; a kv chunk: B = 1, and k, v go into the cache at row pos0). */
 static void block_forward(llama_model *m, int l, void *x_out, int T, int pos0) {
     mp_backend *be = m->be;
     llama_layer_acts *a = &m->acts[l];
     const llama_layer_params *p = &m->lp[l];
-    int N = m->B * T, nr = m->sp ? N / m->tp : N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd;
+    int N = m->B * T, nr = m->sp ? N / m->tp : N, D = m->D, qd = m->H_local * m->hd, ldkv;
     float eps = (float)m->cfg.rms_norm_eps;
-    void *k = m->kv ? mp_act_at(be, a->k, (int64_t)pos0 * kd) : a->k;
-    void *v = m->kv ? mp_act_at(be, a->v, (int64_t)pos0 * kd) : a->v;
     be->rmsnorm_fwd(be, a->ln1, a->rstd1, a->x_in, W(p->ln1), nr, D, eps);
     void *xin = gather_in(m, a->ln1_full, a->ln1);
-    linear_fwd(be, a->q, xin, W(p->wq), N, D, qd);
-    linear_fwd(be, k, xin, W(p->wk), N, D, kd);
-    linear_fwd(be, v, xin, W(p->wv), N, D, kd);
-    be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, T, m->H_local, m->hd, pos0);
-    be->rope_fwd(be, k, m->cos_t, m->sin_t, m->B, T, m->KV_local, m->hd, pos0);
+    int ldq = qkv_forward(m, p, a, xin, T, pos0, &ldkv);
     if (m->kv)
         be->attn_fwd_kv(be, a->o_in, a->lse, a->q, a->k, a->v, 1, T, pos0, m->P, m->H_local, m->KV_local, m->hd);
     else
-        be->attn_fwd(be, a->o_in, a->lse, a->q, a->k, a->v, m->B, T, m->H_local, m->KV_local, m->hd);
+        be->attn_fwd(be, a->o_in, a->lse, a->q, a->k, a->v, m->B, T, m->H_local, m->KV_local, m->hd, ldq, ldkv);
     linear_fwd(be, m->tmp_nd, a->o_in, W(p->wo), N, qd, D);
     reduce_out(m, a->x_mid, a->x_in, m->tmp_nd, nr);
     be->rmsnorm_fwd(be, a->ln2, a->rstd2, a->x_mid, W(p->ln2), nr, D, eps);
@@ -554,7 +602,7 @@ static void block_backward(llama_model *m, int l) {
     mp_backend *be = m->be;
     llama_layer_acts *a = &m->acts[l];
     const llama_layer_params *p = &m->lp[l];
-    int N = m->N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd;
+    int N = m->N, D = m->D, qd = m->H_local * m->hd, kd = m->KV_local * m->hd, ld = qd + 2 * kd;
 
     /* MLP: d(down output) = d(block output), gathered under SP */
     void *dy = gather_in(m, m->dfull, m->dres_a);
@@ -567,16 +615,15 @@ static void block_backward(llama_model *m, int l) {
     dy = gather_in(m, m->dfull, m->dres_a);
     linear_bwd_x(be, m->do_in, dy, W(p->wo), N, qd, D, 0.0f);
     linear_bwd_w(be, DW(p->wo), dy, a->o_in, N, qd, D);
+    /* d_qkv [N, qd + 2 kd] (m->dq; dk, dv its column blocks, as q, k, v in a->q) */
     be->attn_bwd(be, m->dq, m->dk, m->dv, m->attn_scratch, m->do_in, a->o_in, a->lse, a->q, a->k, a->v, m->B,
-                 m->T, m->H_local, m->KV_local, m->hd);
-    be->rope_bwd(be, m->dq, m->cos_t, m->sin_t, m->B, m->T, m->H_local, m->hd, 0);
-    be->rope_bwd(be, m->dk, m->cos_t, m->sin_t, m->B, m->T, m->KV_local, m->hd, 0);
-    linear_bwd_x(be, m->tmp_nd, m->dq, W(p->wq), N, D, qd, 0.0f);
-    linear_bwd_x(be, m->tmp_nd, m->dk, W(p->wk), N, D, kd, 1.0f);
-    linear_bwd_x(be, m->tmp_nd, m->dv, W(p->wv), N, D, kd, 1.0f);
-    linear_bwd_w(be, DW(p->wq), m->dq, a->ln1_full, N, D, qd);
-    linear_bwd_w(be, DW(p->wk), m->dk, a->ln1_full, N, D, kd);
-    linear_bwd_w(be, DW(p->wv), m->dv, a->ln1_full, N, D, kd);
+                 m->T, m->H_local, m->KV_local, m->hd, ld, ld);
+    be->rope_bwd(be, m->dq, m->cos_t, m->sin_t, m->B, m->T, m->H_local + m->KV_local, m->hd, 0, ld);   /* dq, dk */
+    qkv_assert_adjacent(m, p, 1);
+    /* dx = d_qkv [Wq; Wk; Wv] (K = qd + 2 kd: the three products summed in fp32);
+     * [dWq; dWk; dWv] += d_qkv^T x */
+    linear_bwd_x(be, m->tmp_nd, m->dq, W(p->wq), N, D, ld, 0.0f);
+    linear_bwd_w(be, DW(p->wq), m->dq, a->ln1_full, N, D, ld);
     dln = reduce_in_grad(m, m->tmp_nd);
     be->rmsnorm_bwd(be, m->dres_a, DW(p->ln1), dln, a->x_in, W(p->ln1), a->rstd1, m->n_res, D);
 }

@@ -38,7 +38,10 @@ typedef struct llama_layer_acts {
     void *ln1;          /* [n_res, D] */
     float *rstd1;       /* [n_res] */
     void *ln1_full;     /* [N, D]: ln1 gathered over tp under SP, else = ln1 */
-    void *q, *k, *v;    /* [N, Hl*hd], [N, KVl*hd] x2, after RoPE */
+    /* after RoPE. Training and eval: q is the fused qkv [N, Hl*hd + 2 KVl*hd] and k, v point at its
+     * column blocks (row stride Hl*hd + 2 KVl*hd, layers/llama.c); kv cache: q [N, Hl*hd] dense, k, v the
+     * layer's cache [P, KVl*hd] */
+    void *q, *k, *v;
     float *lse;         /* [B, Hl, T] attention log-sum-exp (flash-style: no [T, T] matrix is kept) */
     void *o_in;         /* [N, Hl*hd] attention output */
     void *x_mid;        /* [n_res, D] after the attention residual */
@@ -98,7 +101,9 @@ struct llama_model {
     void *dres_a, *dres_b;            /* [n_res, D] residual-stream gradients */
     void *dfull;                      /* [N, D] */
     void *tmp_nd;                     /* [N, D] partial outputs before the tp reduction */
-    void *dq, *dk, *dv, *do_in, *dgate, *dh;   /* dgate: [dgate^T; dup^T] [2 Il, N]; dh: dh^T [Il, N] */
+    /* dq: the fused d_qkv [N, Hl*hd + 2 KVl*hd], dk and dv its column blocks (as acts' q, k, v);
+     * dgate: [dgate^T; dup^T] [2 Il, N]; dh: dh^T [Il, N] */
+    void *dq, *dk, *dv, *do_in, *dgate, *dh;
     float *attn_scratch;              /* [B, Hl, T] attention backward scratch (rowsum(dout * out)) */
     float *cos_t, *sin_t;
     int32_t *tok_in, *tok_tgt;        /* device copies of the micro-batch tokens */

@@ -549,7 +549,7 @@ Test(rope, forward_with_position_offset_matches_double_rotate_half) {
     double *xd = todouble(x, n), *ref = malloc(n * sizeof(double));
     rope_ctx c = {B, T, H, hd, pos0, theta};
     ref_rope(&c, xd, ref);
-    be->rope_fwd(be, x, ct, st, B, T, H, hd, pos0);
+    be->rope_fwd(be, x, ct, st, B, T, H, hd, pos0, H * hd);
     cr_assert(rel_err(x, ref, n) < FWD_TOL, "rel err %g", rel_err(x, ref, n));
     free(ct), free(st), free(x), free(xd), free(ref);
 }
@@ -563,7 +563,7 @@ Test(rope, backward_is_the_inverse_rotation_and_matches_finite_differences) {
     int n = B * T * H * hd;
     float *x = frand(n, 1.0), *r = frand(n, 1.0);
     float *dx = fdup(r, n);
-    be->rope_bwd(be, dx, ct, st, B, T, H, hd, pos0);
+    be->rope_bwd(be, dx, ct, st, B, T, H, hd, pos0, H * hd);
     rope_ctx c = {B, T, H, hd, pos0, theta};
     double *xd = todouble(x, n), *rd = todouble(r, n), *fd = malloc(n * sizeof(double));
     fd_grad(ref_rope, &c, xd, n, rd, n, fd);
@@ -571,8 +571,8 @@ Test(rope, backward_is_the_inverse_rotation_and_matches_finite_differences) {
     cr_assert(e < FD_TOL, "rel err %g", e);
     /* bwd(fwd(x)) == x */
     float *y = fdup(x, n);
-    be->rope_fwd(be, y, ct, st, B, T, H, hd, pos0);
-    be->rope_bwd(be, y, ct, st, B, T, H, hd, pos0);
+    be->rope_fwd(be, y, ct, st, B, T, H, hd, pos0, H * hd);
+    be->rope_bwd(be, y, ct, st, B, T, H, hd, pos0, H * hd);
     double *xd2 = todouble(x, n);
     cr_assert(rel_err(y, xd2, n) < FWD_TOL);
     free(ct), free(st), free(x), free(r), free(dx), free(xd), free(rd), free(fd), free(y), free(xd2);
@@ -691,7 +691,7 @@ static void check_attention(int B, int T, int H, int KV, int hd, double amp) {
     float *in = frand(nin, amp);
     const float *q = in, *k = in + nq, *v = in + nq + nk;
     float *out = ffill(nq, NAN), *lse = ffill(nl, NAN);
-    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
     double *ind = todouble(in, nin), *ref = malloc(nq * sizeof(double)), *refl = malloc(nl * sizeof(double));
     ref_attn(&c, ind, ref);
     ref_attn_lse(&c, ind, refl);
@@ -701,7 +701,7 @@ static void check_attention(int B, int T, int H, int KV, int hd, double amp) {
 
     float *r = frand(nq, 1.0);
     float *dq = ffill(nq, NAN), *dk = ffill(nk, NAN), *dv = ffill(nk, NAN), *scratch = ffill(nl, NAN);
-    be->attn_bwd(be, dq, dk, dv, scratch, r, out, lse, q, k, v, B, T, H, KV, hd);
+    be->attn_bwd(be, dq, dk, dv, scratch, r, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
     double *rd = todouble(r, nq), *fd = malloc(nin * sizeof(double));
     fd_grad(ref_attn, &c, ind, nin, rd, nq, fd);
     double eq = rel_err(dq, fd, nq), ek = rel_err(dk, fd + nq, nk), ev = rel_err(dv, fd + nq + nk, nk);
@@ -723,8 +723,8 @@ static void check_attention_analytic(int B, int T, int H, int KV, int hd, double
     const float *q = in, *k = in + nq, *v = in + nq + nk;
     float *out = ffill(nq, NAN), *lse = ffill(nl, NAN), *scratch = ffill(nl, NAN);
     float *dq = ffill(nq, NAN), *dk = ffill(nk, NAN), *dv = ffill(nk, NAN);
-    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd);
-    be->attn_bwd(be, dq, dk, dv, scratch, r, out, lse, q, k, v, B, T, H, KV, hd);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+    be->attn_bwd(be, dq, dk, dv, scratch, r, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
     double *ind = todouble(in, nin), *rd = todouble(r, nq), *ref = malloc(nq * sizeof(double));
     double *refl = malloc(nl * sizeof(double)), *gq = malloc(nq * sizeof(double));
     double *gk = malloc(nk * sizeof(double)), *gv = malloc(nk * sizeof(double));
@@ -785,9 +785,9 @@ Test(attention, forward_and_backward_are_bitwise_deterministic_across_runs_and_t
         omp_set_num_threads(threads[run]);
         for (int i = 0; i < 5; i++) res[run][i] = ffill(sizes[i], NAN);
         float *scratch = ffill(nl, NAN);
-        be->attn_fwd(be, res[run][0], res[run][1], q, k, v, B, T, H, KV, hd);
+        be->attn_fwd(be, res[run][0], res[run][1], q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
         be->attn_bwd(be, res[run][2], res[run][3], res[run][4], scratch, r, res[run][0], res[run][1], q, k, v, B,
-                     T, H, KV, hd);
+                     T, H, KV, hd, H * hd, KV * hd);
         free(scratch);
     }
     omp_set_num_threads(saved);
@@ -812,7 +812,7 @@ Test(attention, kv_cache_chunks_give_the_whole_sequence_rows) {
     int64_t nq = (int64_t)B * T * H * hd;
     float *q = frand(nq, 1.5), *k = frand((int64_t)B * T * KV * hd, 1.5), *v = frand((int64_t)B * T * KV * hd, 1.0);
     float *out = ffill(nq, NAN), *lse = ffill((int64_t)B * H * T, NAN);
-    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
     /* the cache: [B, Tc, KV, hd], rows past T never read (NaN would poison a read) */
     float *kc = ffill((int64_t)B * Tc * KV * hd, NAN), *vc = ffill((int64_t)B * Tc * KV * hd, NAN);
     for (int b = 0; b < B; b++) {
@@ -849,6 +849,151 @@ Test(attention, kv_cache_chunks_give_the_whole_sequence_rows) {
         free(qc), free(oc), free(lc), free(kk), free(vv);
     }
     free(q), free(k), free(v), free(out), free(lse), free(kc), free(vc);
+}
+
+/* ---------------------------------------------------------------- strided q, k, v (the fused layout) */
+
+/* layers/llama.c keeps q, k, v as the column blocks [0, wq), [wq, wq + wk), [wq + wk, wq + 2 wk) of one
+ * [rows, ld] buffer (ld = wq + 2 wk, here with pad more columns), and attention writes dq, dk, dv into the
+ * same layout. These tests fill the columns a kernel must not read with NaN (a read poisons its result)
+ * and those it must not write with a sentinel (its bits are compared), so a kernel that ignores a stride,
+ * or uses the dense one, fails: the stride is never the block's width. */
+
+/* The fused buffer [q | k | v | pad] of rows x ld, from dense q [rows, wq], k, v [rows, wk] (NULL: NaN);
+ * the pad columns hold fill. */
+static float *fuse_qkv(const float *q, const float *k, const float *v, int64_t rows, int wq, int wk, int ld,
+                       float fill) {
+    float *x = ffill(rows * ld, fill);
+    for (int64_t r = 0; r < rows; r++)
+        for (int i = 0; i < wq + 2 * wk; i++) {
+            const float *src = i < wq ? q : i < wq + wk ? k : v;
+            const int64_t j = i < wq ? r * wq + i : r * wk + (i - wq) % wk;
+            x[r * ld + i] = src ? src[j] : NAN;
+        }
+    return x;
+}
+/* Columns [off, off + w) of the rows of x (row stride ld), packed. */
+static float *cols_of(const float *x, int64_t rows, int ld, int off, int w) {
+    float *y = malloc((size_t)(rows * w) * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) memcpy(y + r * w, x + r * ld + off, (size_t)w * sizeof(float));
+    return y;
+}
+/* 1 when every element of x outside the columns [0, wq + 2 wk) has fill's bits. */
+static int pad_intact(const float *x, int64_t rows, int ld, int wqkv, float fill) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int i = wqkv; i < ld; i++)
+            if (memcmp(&x[r * ld + i], &fill, sizeof fill)) return 0;
+    return 1;
+}
+
+/* attn_fwd / attn_bwd on q, k, v in the fused rows (pad extra columns) against the double forward and
+ * analytic backward of the dense tensors; dq, dk, dv land in their blocks of a fused gradient buffer
+ * (every element written: NaN before) and the pad columns keep their bits. */
+static void check_attention_fused(mp_backend *be, int B, int T, int H, int KV, int hd, int pad) {
+    attn_ctx c = {B, T, H, KV, hd};
+    const int wq = H * hd, wk = KV * hd, ld = wq + 2 * wk + pad;
+    const int64_t rows = (int64_t)B * T, nq = rows * wq, nk = rows * wk, nl = (int64_t)B * H * T;
+    float *in = frand(nq + 2 * nk, 1.0), *r = frand(nq, 1.0);
+    float *x = fuse_qkv(in, in + nq, in + nq + nk, rows, wq, wk, ld, NAN);
+    float *g = fuse_qkv(NULL, NULL, NULL, rows, wq, wk, ld, 7.0f);
+    float *out = ffill(nq, NAN), *lse = ffill(nl, NAN), *scratch = ffill(nl, NAN);
+    be->attn_fwd(be, out, lse, x, x + wq, x + wq + wk, B, T, H, KV, hd, ld, ld);
+    be->attn_bwd(be, g, g + wq, g + wq + wk, scratch, r, out, lse, x, x + wq, x + wq + wk, B, T, H, KV, hd, ld, ld);
+    double *ind = todouble(in, nq + 2 * nk), *rd = todouble(r, nq), *ref = malloc(nq * sizeof(double));
+    double *refl = malloc(nl * sizeof(double)), *gq = malloc(nq * sizeof(double));
+    double *gk = malloc(nk * sizeof(double)), *gv = malloc(nk * sizeof(double));
+    ref_attn(&c, ind, ref);
+    ref_attn_lse(&c, ind, refl);
+    ref_attn_bwd(&c, ind, rd, gq, gk, gv);
+    float *dq = cols_of(g, rows, ld, 0, wq), *dk = cols_of(g, rows, ld, wq, wk);
+    float *dv = cols_of(g, rows, ld, wq + wk, wk);
+    double e[5] = {rel_err(out, ref, nq), rel_err(lse, refl, nl), rel_err(dq, gq, nq), rel_err(dk, gk, nk),
+                   rel_err(dv, gv, nk)};
+    const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++)
+        cr_assert(e[i] < FWD_TOL, "%s: %s rel err %g (B=%d T=%d H=%d KV=%d hd=%d ld=%d)", be->name, names[i], e[i], B,
+                  T, H, KV, hd, ld);
+    cr_assert(pad_intact(g, rows, ld, wq + 2 * wk, 7.0f), "%s: attn_bwd wrote past dq, dk, dv (ld=%d)", be->name, ld);
+    free(in), free(r), free(x), free(g), free(out), free(lse), free(scratch), free(ind), free(rd), free(ref);
+    free(refl), free(gq), free(gk), free(gv), free(dq), free(dk), free(dv);
+}
+
+Test(attention, fused_qkv_rows_with_strides_match_double) {
+    use_two_threads();
+    check_attention_fused(cpu(), 2, 130, 4, 2, 16, 5);    /* several blocks, GQA 2, odd stride */
+    check_attention_fused(cpu(), 1, 150, 3, 1, 128, 0);   /* the layer's rows exactly; bwd stacks 2 + 1 heads */
+    check_attention_fused(cpu(), 1, 70, 2, 2, 8, 8);      /* MHA: one head per group, read in place */
+}
+
+/* RoPE on the k block of the fused rows: the double rotation of the block, and every other column
+ * (q, v, pad) keeps its bits; the backward then undoes it. */
+Test(rope, strided_block_of_fused_rows_rotates_only_its_columns) {
+    mp_backend *be = cpu();
+    const int B = 2, T = 5, H = 4, KV = 2, hd = 8, pos0 = 3, P = 16, wq = H * hd, wk = KV * hd, ld = wq + 2 * wk + 3;
+    const int64_t rows = (int64_t)B * T;
+    const double theta = 10000.0;
+    float *ct = malloc(P * hd / 2 * sizeof(float)), *st = malloc(P * hd / 2 * sizeof(float));
+    mp_rope_tables(ct, st, P, hd, theta, NULL);
+    float *x0 = frand(rows * ld, 1.0), *x = fdup(x0, rows * ld);
+    be->rope_fwd(be, x + wq, ct, st, B, T, KV, hd, pos0, ld);
+    float *blk0 = cols_of(x0, rows, ld, wq, wk), *blk = cols_of(x, rows, ld, wq, wk);
+    double *bd = todouble(blk0, rows * wk), *ref = malloc((size_t)(rows * wk) * sizeof(double));
+    rope_ctx c = {B, T, KV, hd, pos0, theta};
+    ref_rope(&c, bd, ref);
+    cr_assert(rel_err(blk, ref, rows * wk) < FWD_TOL, "rel err %g", rel_err(blk, ref, rows * wk));
+    for (int64_t i = 0; i < rows * ld; i++) {
+        const int col = (int)(i % ld);
+        if (col < wq || col >= wq + wk) cr_assert(memcmp(&x[i], &x0[i], sizeof x[i]) == 0, "column %d written", col);
+    }
+    be->rope_bwd(be, x + wq, ct, st, B, T, KV, hd, pos0, ld);
+    double *xd = todouble(x0, rows * ld);
+    cr_assert(rel_err(x, xd, rows * ld) < FWD_TOL, "bwd(fwd(x)) != x");
+    free(ct), free(st), free(x0), free(x), free(blk0), free(blk), free(bd), free(ref), free(xd);
+}
+
+/* The bf16 emulation (cpu-bf16) packs strided operands into dense fp32 ones (exact) and writes back only
+ * the heads' columns: strided calls give the dense calls' bits, and the other columns keep theirs. */
+Test(attention, cpu_bf16_strided_calls_give_the_dense_bits) {
+    mp_backend *be = mp_backend_cpu_bf16();
+    const int B = 2, T = 70, H = 4, KV = 2, hd = 16, wq = H * hd, wk = KV * hd, ld = wq + 2 * wk + 8;
+    const int64_t rows = (int64_t)B * T, nq = rows * wq, nk = rows * wk, nl = (int64_t)B * H * T;
+    float *in = frand(nq + 2 * nk, 1.0), *rf = frand(nq, 1.0);
+    float *xf = fuse_qkv(in, in + nq, in + nq + nk, rows, wq, wk, ld, 3.0f);
+    uint16_t *x = malloc((size_t)(rows * ld) * 2), *d = malloc((size_t)(nq + 2 * nk) * 2), *r = malloc((size_t)nq * 2);
+    mp_f32_to_bf16_n(x, xf, rows * ld);
+    mp_f32_to_bf16_n(d, in, nq + 2 * nk);
+    mp_f32_to_bf16_n(r, rf, nq);
+    float *ct = malloc((size_t)T * hd / 2 * sizeof(float)), *st = malloc((size_t)T * hd / 2 * sizeof(float));
+    mp_rope_tables(ct, st, T, hd, 10000.0, NULL);
+    be->rope_fwd(be, x, ct, st, B, T, H, hd, 0, ld), be->rope_fwd(be, x + wq, ct, st, B, T, KV, hd, 0, ld);
+    be->rope_fwd(be, d, ct, st, B, T, H, hd, 0, wq), be->rope_fwd(be, d + nq, ct, st, B, T, KV, hd, 0, wk);
+    uint16_t *o[2], *g[2];
+    float *l[2], *scr = ffill(nl, NAN);
+    for (int i = 0; i < 2; i++) {
+        o[i] = malloc((size_t)nq * 2), l[i] = ffill(nl, NAN);
+        g[i] = malloc((size_t)(i ? rows * ld : nq + 2 * nk) * 2);
+    }
+    memcpy(g[1], x, (size_t)(rows * ld) * 2);   /* the pad columns' bits (3.0) must survive */
+    be->attn_fwd(be, o[0], l[0], d, d + nq, d + nq + nk, B, T, H, KV, hd, wq, wk);
+    be->attn_bwd(be, g[0], g[0] + nq, g[0] + nq + nk, scr, r, o[0], l[0], d, d + nq, d + nq + nk, B, T, H, KV, hd, wq,
+                 wk);
+    be->attn_fwd(be, o[1], l[1], x, x + wq, x + wq + wk, B, T, H, KV, hd, ld, ld);
+    be->attn_bwd(be, g[1], g[1] + wq, g[1] + wq + wk, scr, r, o[1], l[1], x, x + wq, x + wq + wk, B, T, H, KV, hd, ld,
+                 ld);
+    cr_assert(memcmp(o[0], o[1], (size_t)nq * 2) == 0 && memcmp(l[0], l[1], (size_t)nl * 4) == 0, "forward differs");
+    for (int64_t rr = 0; rr < rows; rr++) {
+        const uint16_t *gs = g[1] + rr * ld, *xs = x + rr * ld;
+        cr_assert(memcmp(gs, g[0] + rr * wq, (size_t)wq * 2) == 0, "dq row %lld differs", (long long)rr);
+        cr_assert(memcmp(gs + wq, g[0] + nq + rr * wk, (size_t)wk * 2) == 0, "dk row %lld differs", (long long)rr);
+        cr_assert(memcmp(gs + wq + wk, g[0] + nq + nk + rr * wk, (size_t)wk * 2) == 0, "dv row %lld", (long long)rr);
+        cr_assert(memcmp(gs + wq + 2 * wk, xs + wq + 2 * wk, (size_t)(ld - wq - 2 * wk) * 2) == 0, "pad written");
+        cr_assert(memcmp(xs, d + rr * wq, (size_t)wq * 2) == 0, "rope q row %lld differs", (long long)rr);
+        cr_assert(memcmp(xs + wq, d + nq + rr * wk, (size_t)wk * 2) == 0, "rope k row %lld differs", (long long)rr);
+        cr_assert(memcmp(xs + wq + wk, d + nq + nk + rr * wk, (size_t)wk * 2) == 0, "rope wrote v (row %lld)",
+                  (long long)rr);
+    }
+    for (int i = 0; i < 2; i++) free(o[i]), free(l[i]), free(g[i]);
+    free(in), free(rf), free(xf), free(x), free(d), free(r), free(ct), free(st), free(scr);
 }
 
 /* ---------------------------------------------------------------- SwiGLU */
@@ -1159,7 +1304,7 @@ Test(threads, split_kernels_are_bitwise_the_same_on_one_and_two_threads) {
         memcpy(o[2], dy, (size_t)nd * sizeof(float));   /* dx accumulates */
         be->rmsnorm_bwd(be, o[2], o[3], dy, x, w, o[1], N, D);
         memcpy(o[4], x, (size_t)nd * sizeof(float));
-        be->rope_fwd(be, o[4], ct, st, B, T, H, hd, 0);
+        be->rope_fwd(be, o[4], ct, st, B, T, H, hd, 0, H * hd);
         be->embed_fwd(be, o[5], tok, wte, N, D, 0, V);
         be->embed_bwd(be, o[6], dy, tok, N, D, 0, V);
         be->add(be, o[7], x, dy, nd);

@@ -212,31 +212,31 @@ static void lag_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy,
 /* rope_fwd and rope_bwd share their arguments: i[6] says which */
 static void run_rope(mp_backend *b, const lag_call *c) {
     (c->i[6] ? b->rope_bwd : b->rope_fwd)(b, c->p[0], c->p[1], c->p[2], (int)c->i[0], (int)c->i[1], (int)c->i[2],
-                                          (int)c->i[3], (int)c->i[4]);
+                                          (int)c->i[3], (int)c->i[4], (int)c->i[5]);
 }
 static void push_rope(int bwd, void *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd,
-                      int pos0) {
+                      int pos0, int ld) {
     lag_call *c = lag_push(run_rope);
-    int64_t iv[7] = {B, T, H, hd, pos0, 0, bwd};
+    int64_t iv[7] = {B, T, H, hd, pos0, ld, bwd};
     memcpy(c->i, iv, sizeof iv);
     c->p[0] = x, c->p[1] = P(cos_t), c->p[2] = P(sin_t);
 }
 static void lag_rope_fwd(mp_backend *be, void *x, const float *cs, const float *sn, int B, int T, int H, int hd,
-                         int pos0) {
-    push_rope(0, x, cs, sn, B, T, H, hd, pos0);
+                         int pos0, int ld) {
+    push_rope(0, x, cs, sn, B, T, H, hd, pos0, ld);
 }
 static void lag_rope_bwd(mp_backend *be, void *x, const float *cs, const float *sn, int B, int T, int H, int hd,
-                         int pos0) {
-    push_rope(1, x, cs, sn, B, T, H, hd, pos0);
+                         int pos0, int ld) {
+    push_rope(1, x, cs, sn, B, T, H, hd, pos0, ld);
 }
 static void run_attn_fwd(mp_backend *b, const lag_call *c) {
     b->attn_fwd(b, c->p[0], c->p[1], c->p[2], c->p[3], c->p[4], (int)c->i[0], (int)c->i[1], (int)c->i[2],
-                (int)c->i[3], (int)c->i[4]);
+                (int)c->i[3], (int)c->i[4], (int)c->i[5], (int)c->i[6]);
 }
 static void lag_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                         int T, int H, int KV, int hd) {
+                         int T, int H, int KV, int hd, int ldq, int ldkv) {
     lag_call *c = lag_push(run_attn_fwd);
-    int64_t iv[5] = {B, T, H, KV, hd};
+    int64_t iv[7] = {B, T, H, KV, hd, ldq, ldkv};
     memcpy(c->i, iv, sizeof iv);
     c->p[0] = out, c->p[1] = lse, c->p[2] = P(q), c->p[3] = P(k), c->p[4] = P(v);
 }
@@ -253,15 +253,15 @@ static void lag_attn_fwd_kv(mp_backend *be, void *out, float *lse, const void *q
 }
 static void run_attn_bwd(mp_backend *b, const lag_call *c) {
     b->attn_bwd(b, c->p[0], c->p[1], c->p[2], c->p[3], c->p[4], c->p[5], c->p[6], c->p[7], c->p[8], c->p[9],
-                (int)c->i[0], (int)c->i[1], (int)c->i[2], (int)c->i[3], (int)c->i[4]);
+                (int)c->i[0], (int)c->i[1], (int)c->i[2], (int)c->i[3], (int)c->i[4], (int)c->i[5], (int)c->i[6]);
 }
 static void lag_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                          const void *out, const float *lse, const void *q, const void *k, const void *v, int B, int T,
-                         int H, int KV, int hd) {
+                         int H, int KV, int hd, int ldq, int ldkv) {
     lag_call *c = lag_push(run_attn_bwd);
     void *pv[10] = {dq, dk, dv, scratch, P(dout), P(out), P(lse), P(q), P(k), P(v)};
     memcpy(c->p, pv, sizeof pv);
-    int64_t iv[5] = {B, T, H, KV, hd};
+    int64_t iv[7] = {B, T, H, KV, hd, ldq, ldkv};
     memcpy(c->i, iv, sizeof iv);
 }
 static void run_swiglu_fwd(mp_backend *b, const lag_call *c) { b->swiglu_fwd(b, c->p[0], c->p[1], c->p[2], c->i[0]); }

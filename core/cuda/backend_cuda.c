@@ -478,20 +478,20 @@ static void cu_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy, 
  * given exactly pos0 + T. Contract (the same as the CPU backend reads): cos/sin hold at least pos0 + T
  * rows of hd/2. layers/llama.c passes tables of exactly T rows with pos0 = 0. */
 
-/* x (bf16 [B,T,H,hd]) rotated in place by +angle at positions pos0 + t. */
+/* x (bf16 [B,T,H,hd], token rows ld apart) rotated in place by +angle at positions pos0 + t. */
 static void cu_rope_fwd(mp_backend *be, void *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd,
-                        int pos0) {
+                        int pos0, int ld) {
     PROF_BEGIN(be);
-    mp_cuda_rope_fwd(x, cos_t, sin_t, B, T, H, hd, pos0, pos0 + T, cs(be));
+    mp_cuda_rope_fwd(x, cos_t, sin_t, B, T, H, hd, pos0, pos0 + T, ld, cs(be));
     LAUNCHED();
     PROF_END(be, "%s", "rope_fwd");
 }
 
 /* dx rotated in place by -angle (the gradient of the rotation). */
 static void cu_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const float *sin_t, int B, int T, int H,
-                        int hd, int pos0) {
+                        int hd, int pos0, int ld) {
     PROF_BEGIN(be);
-    mp_cuda_rope_bwd(dx, cos_t, sin_t, B, T, H, hd, pos0, pos0 + T, cs(be));
+    mp_cuda_rope_bwd(dx, cos_t, sin_t, B, T, H, hd, pos0, pos0 + T, ld, cs(be));
     LAUNCHED();
     PROF_END(be, "%s", "rope_bwd");
 }
@@ -503,24 +503,26 @@ static void cu_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const floa
  * and nvcc's non-Release configurations define NDEBUG (CMake's RelWithDebInfo default for CUDA), where a
  * larger hd would silently overrun the kernels' arrays. The table's ops return void, so a shape beyond
  * them aborts here, naming the limit, in every build. */
-static void attn_check_limits(const char *op, int B, int T, int H, int KV, int hd) {
+static void attn_check_limits(const char *op, int B, int T, int H, int KV, int hd, int ldq, int ldkv) {
     const char *why = NULL;
     if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0) why = "H and KV must be > 0 with H % KV == 0";
     else if (hd < 1 || hd > MP_CUDA_ATTN_MAX_HD) why = "head_dim must be in [1, 128] (MP_CUDA_ATTN_MAX_HD)";
     else if ((int64_t)B * H > 65535) why = "micro-batch x local heads must be <= 65535 (CUDA grid y)";
+    else if (ldq < H * hd || ldkv < KV * hd) why = "the row strides must cover the heads (ldq >= H*hd, ldkv >= KV*hd)";
     if (!why) return;
-    fprintf(stderr, "%s: error: %s: cuda %s (B %d, T %d, H %d, KV %d, hd %d): %s\n", mp_log_prog(), __FILE__, op, B,
-            T, H, KV, hd, why);
+    fprintf(stderr, "%s: error: %s: cuda %s (B %d, T %d, H %d, KV %d, hd %d, ldq %d, ldkv %d): %s\n", mp_log_prog(),
+            __FILE__, op, B, T, H, KV, hd, ldq, ldkv, why);
     abort();
 }
 
-/* Causal GQA flash attention forward: out (bf16) and lse [B,H,T] (fp32). Limits: hd <= 128, H % KV == 0,
- * B*H <= 65535 (checked here, also asserted by the launcher). */
+/* Causal GQA flash attention forward: out (bf16) and lse [B,H,T] (fp32); q, k, v with row strides ldq,
+ * ldkv (the fused [q | k | v]). Limits: hd <= 128, H % KV == 0, B*H <= 65535 (checked here, also asserted by
+ * the launcher). */
 static void cu_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                        int T, int H, int KV, int hd) {
+                        int T, int H, int KV, int hd, int ldq, int ldkv) {
     PROF_BEGIN(be);
-    attn_check_limits("attn_fwd", B, T, H, KV, hd);
-    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, cs(be));
+    attn_check_limits("attn_fwd", B, T, H, KV, hd, ldq, ldkv);
+    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, cs(be));
     LAUNCHED();
     PROF_END(be, "%s", "attn_fwd");
 }
@@ -529,19 +531,21 @@ static void cu_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, co
  * rows are the whole-sequence layout (one sequence, or Tq = Tc) is attn_fwd, the tiled kernel. */
 static void cu_attn_fwd_kv(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
                            int B, int Tq, int pos0, int Tc, int H, int KV, int hd) {
-    attn_check_limits("attn_fwd_kv", B, Tq, H, KV, hd);
-    if (pos0 == 0 && (B == 1 || Tq == Tc)) mp_cuda_attn_fwd(out, lse, q, k, v, B, Tq, H, KV, hd, cs(be));
+    attn_check_limits("attn_fwd_kv", B, Tq, H, KV, hd, H * hd, KV * hd);
+    if (pos0 == 0 && (B == 1 || Tq == Tc))
+        mp_cuda_attn_fwd(out, lse, q, k, v, B, Tq, H, KV, hd, H * hd, KV * hd, cs(be));   /* dense: the cache */
     else mp_cuda_attn_fwd_kv(out, lse, q, k, v, B, Tq, pos0, Tc, H, KV, hd, cs(be));
     LAUNCHED();
 }
 
-/* Its backward: dq, dk, dv (bf16) written; scratch [B,H,T] floats receives D = rowsum(dout * out). */
+/* Its backward: dq, dk, dv (bf16, strides as q, k, v) written; scratch [B,H,T] floats receives
+ * D = rowsum(dout * out). */
 static void cu_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                         const void *out, const float *lse, const void *q, const void *k, const void *v, int B, int T,
-                        int H, int KV, int hd) {
+                        int H, int KV, int hd, int ldq, int ldkv) {
     PROF_BEGIN(be);
-    attn_check_limits("attn_bwd", B, T, H, KV, hd);
-    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, cs(be));
+    attn_check_limits("attn_bwd", B, T, H, KV, hd, ldq, ldkv);
+    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, cs(be));
     LAUNCHED();
     PROF_END(be, "%s", "attn_bwd");
 }

@@ -1,7 +1,8 @@
 /*
  * core/cuda/k_attn_bwd.cu — causal grouped-query flash attention, backward: dq, dk, dv from q, k, v,
  * out, lse and dout, recomputing the probabilities block by block (contract: core/backend.h attn_bwd;
- * CPU twin: core/kernels_cpu_attn_bwd.c; layouts as in k_attn_fwd.cu).
+ * CPU twin: core/kernels_cpu_attn_bwd.c; layouts as in k_attn_fwd.cu: q, dq with row stride ldq, k, v,
+ * dk, dv with ldkv, out and dout dense).
  *
  * Per query head, S = scale Q K^T, P = exp(S - lse) (causal), D = rowsum(dO * O) (= rowsum(P * dP)):
  *   dP = dO V^T,  dS = scale P (dP - D),  dQ = dS K,  dK = sum_h dS^T Q,  dV = sum_h P^T dO
@@ -63,7 +64,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     attn_bwd_dkdv_kernel(mp_bf16 *__restrict__ dk, mp_bf16 *__restrict__ dv, const float *__restrict__ Dsc,
                          const mp_bf16 *__restrict__ dout, const float *__restrict__ lse,
                          const mp_bf16 *__restrict__ q, const mp_bf16 *__restrict__ k,
-                         const mp_bf16 *__restrict__ v, int T, int H, int KV, int hd, float scale) {
+                         const mp_bf16 *__restrict__ v, int T, int H, int KV, int hd, int ldq, int ldkv,
+                         float scale) {
     __shared__ float Qs[ATT_BT][PAD], dOs[ATT_BT][PAD], Kw[ATT_WARPS][MAX_HD], Vw[ATT_WARPS][MAX_HD];
     __shared__ float lse_s[ATT_BT], D_s[ATT_BT];
     const int lane = threadIdx.x % MP_WARP, w = threadIdx.x / MP_WARP;
@@ -73,7 +75,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     const bool row_ok = j < T;
 
     if (row_ok) {
-        const int64_t off = (((int64_t)b * T + j) * KV + g) * hd;
+        const int64_t off = ((int64_t)b * T + j) * ldkv + (int64_t)g * hd;
         for (int d = lane; d < hd; d += MP_WARP) Kw[w][d] = mp_bf2f(k[off + d]), Vw[w][d] = mp_bf2f(v[off + d]);
     }
     __syncwarp();
@@ -84,7 +86,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     for (int h = g * rep; h < (g + 1) * rep; h++) {
         for (int t0 = j0 / ATT_BT * ATT_BT; t0 < T; t0 += ATT_BT) {
             __syncthreads();   /* the previous tile is no longer read */
-            mp_load_tile_pair<ATT_BT, PAD>(Qs, dOs, q, dout, b, T, H, h, hd, t0);
+            mp_load_tile_pair<ATT_BT, PAD>(Qs, dOs, q, ldq, dout, H * hd, b, T, h, hd, t0);
             if (threadIdx.x < ATT_BT) {
                 const int t = t0 + threadIdx.x;
                 const int64_t ri = ((int64_t)b * H + h) * T + t;
@@ -115,7 +117,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     }
 
     if (row_ok) {
-        const int64_t off = (((int64_t)b * T + j) * KV + g) * hd;
+        const int64_t off = ((int64_t)b * T + j) * ldkv + (int64_t)g * hd;
         for (int i = 0; i < HD_PER_LANE; i++) {
             const int d = lane + i * MP_WARP;
             if (d < hd) dk[off + d] = mp_f2bf(dkacc[i]), dv[off + d] = mp_f2bf(dvacc[i]);
@@ -126,7 +128,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
 static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     attn_bwd_dq_kernel(mp_bf16 *__restrict__ dq, const float *__restrict__ Dsc, const mp_bf16 *__restrict__ dout,
                        const float *__restrict__ lse, const mp_bf16 *__restrict__ q, const mp_bf16 *__restrict__ k,
-                       const mp_bf16 *__restrict__ v, int T, int H, int KV, int hd, float scale) {
+                       const mp_bf16 *__restrict__ v, int T, int H, int KV, int hd, int ldq, int ldkv, float scale) {
     __shared__ float Ks[ATT_BT][PAD], Vs[ATT_BT][PAD], Qw[ATT_WARPS][MAX_HD], dOw[ATT_WARPS][MAX_HD];
     const int lane = threadIdx.x % MP_WARP, w = threadIdx.x / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
@@ -136,8 +138,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
 
     float lse_t = 0.0f, D_t = 0.0f;
     if (row_ok) {
-        const int64_t off = (((int64_t)b * T + t) * H + h) * hd;
-        for (int d = lane; d < hd; d += MP_WARP) Qw[w][d] = mp_bf2f(q[off + d]), dOw[w][d] = mp_bf2f(dout[off + d]);
+        const int64_t off = ((int64_t)b * T + t) * ldq + (int64_t)h * hd, doff = (((int64_t)b * T + t) * H + h) * hd;
+        for (int d = lane; d < hd; d += MP_WARP) Qw[w][d] = mp_bf2f(q[off + d]), dOw[w][d] = mp_bf2f(dout[doff + d]);
         const int64_t ri = ((int64_t)b * H + h) * T + t;
         lse_t = lse[ri];
         D_t = Dsc[ri];
@@ -150,7 +152,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     const int last_key = (q0 + ATT_WARPS < T ? q0 + ATT_WARPS : T) - 1;
     for (int k0 = 0; k0 <= last_key; k0 += ATT_BT) {
         __syncthreads();
-        mp_load_tile_pair<ATT_BT, PAD>(Ks, Vs, k, v, b, T, KV, g, hd, k0);
+        mp_load_tile_pair<ATT_BT, PAD>(Ks, Vs, k, ldkv, v, ldkv, b, T, g, hd, k0);
         __syncthreads();
         if (!row_ok || k0 > t) continue;   /* warp-uniform */
 
@@ -172,7 +174,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     }
 
     if (row_ok) {
-        const int64_t off = (((int64_t)b * T + t) * H + h) * hd;
+        const int64_t off = ((int64_t)b * T + t) * ldq + (int64_t)h * hd;
         for (int i = 0; i < HD_PER_LANE; i++) {
             const int d = lane + i * MP_WARP;
             if (d < hd) dq[off + d] = mp_f2bf(dqacc[i]);
@@ -182,9 +184,10 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
 
 extern "C" void mp_cuda_attn_bwd(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, float *scratch, const mp_bf16 *dout,
                                  const mp_bf16 *out, const float *lse, const mp_bf16 *q, const mp_bf16 *k,
-                                 const mp_bf16 *v, int B, int T, int H, int KV, int hd, cudaStream_t s) {
+                                 const mp_bf16 *v, int B, int T, int H, int KV, int hd, int ldq, int ldkv,
+                                 cudaStream_t s) {
     assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0);
-    assert(hd >= 1 && hd <= MAX_HD);
+    assert(hd >= 1 && hd <= MAX_HD && ldq >= H * hd && ldkv >= KV * hd);
     if (B == 0 || T == 0) return;
     assert(dq && dk && dv && scratch && dout && out && lse && q && k && v);
     assert((int64_t)B * H <= 65535);   /* grid.y (B*KV <= B*H) */
@@ -193,13 +196,14 @@ extern "C" void mp_cuda_attn_bwd(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, float *s
     assert((rows + ATT_WARPS - 1) / ATT_WARPS <= 0x7fffffff);   /* grid.x */
     attn_bwd_d_kernel<<<(unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS), ATT_WARPS * MP_WARP, 0, s>>>(scratch, dout,
                                                                                                    out, T, H, hd, rows);
-    if (mp_cuda_attn_mma_ok(dq, dk, dv, dout, hd) && mp_cuda_attn_mma_ok(out, q, k, v, hd)) {   /* k_attn_mma.cu */
-        mp_cuda_attn_bwd_mma(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, H, KV, hd, s);
+    if (mp_cuda_attn_mma_ok(dq, dk, dv, dout, hd, ldq, ldkv) && mp_cuda_attn_mma_ok(out, q, k, v, hd, ldq, ldkv)) {
+        mp_cuda_attn_bwd_mma(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, s);   /* tensor cores */
         return;
     }
     const unsigned tiles = (unsigned)((T + ATT_WARPS - 1) / ATT_WARPS);
     attn_bwd_dkdv_kernel<<<dim3(tiles, (unsigned)(B * KV)), ATT_WARPS * MP_WARP, 0, s>>>(dk, dv, scratch, dout, lse, q,
-                                                                                         k, v, T, H, KV, hd, scale);
+                                                                                         k, v, T, H, KV, hd, ldq, ldkv,
+                                                                                         scale);
     attn_bwd_dq_kernel<<<dim3(tiles, (unsigned)(B * H)), ATT_WARPS * MP_WARP, 0, s>>>(dq, scratch, dout, lse, q, k, v,
-                                                                                      T, H, KV, hd, scale);
+                                                                                      T, H, KV, hd, ldq, ldkv, scale);
 }

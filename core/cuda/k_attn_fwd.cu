@@ -3,7 +3,8 @@
  * log-sum-exp, never a T x T matrix (contract: core/backend.h attn_fwd; CPU twin:
  * core/kernels_cpu_attn_fwd.c).
  *
- * Layout: q [B,T,H,hd], k, v [B,T,KV,hd] bf16; query head h reads kv head g = h / (H/KV); out
+ * Layout: q [B,T,H,hd] (row stride ldq), k, v [B,T,KV,hd] (row stride ldkv) bf16, column blocks of the
+ * fused [q | k | v] rows in training; query head h reads kv head g = h / (H/KV); out
  * [B,T,H,hd] bf16; lse [B,H,T] fp32, lse[b,h,t] = log sum_{j<=t} exp(scale q_t.k_j), scale = 1/sqrt(hd).
  *
  * The launcher sends head dims 64 and 128 to the tensor-core kernel (k_attn_mma.cu) unless
@@ -38,7 +39,7 @@ static_assert(MAX_HD % MP_WARP == 0, "a lane owns MAX_HD / 32 output dims");
 static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     attn_fwd_kernel(mp_bf16 *__restrict__ out, float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                     const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV, int hd,
-                    float scale) {
+                    int ldq, int ldkv, float scale) {
     __shared__ float Ks[ATT_BK][PAD], Vs[ATT_BK][PAD], Qs[ATT_WARPS][MAX_HD];
     const int lane = threadIdx.x % MP_WARP, w = threadIdx.x / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
@@ -47,7 +48,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     const bool row_ok = t < T;
 
     if (row_ok) {
-        const mp_bf16 *qr = q + (((int64_t)b * T + t) * H + h) * hd;
+        const mp_bf16 *qr = q + ((int64_t)b * T + t) * ldq + (int64_t)h * hd;
         for (int d = lane; d < hd; d += MP_WARP) Qs[w][d] = mp_bf2f(qr[d]);
     }
     __syncwarp();
@@ -59,7 +60,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     const int last_key = (q0 + ATT_WARPS < T ? q0 + ATT_WARPS : T) - 1;   /* the block's causal horizon */
     for (int k0 = 0; k0 <= last_key; k0 += ATT_BK) {
         __syncthreads();   /* the previous tile is no longer read */
-        mp_load_tile_pair<ATT_BK, PAD>(Ks, Vs, k, v, b, T, KV, g, hd, k0);
+        mp_load_tile_pair<ATT_BK, PAD>(Ks, Vs, k, ldkv, v, ldkv, b, T, g, hd, k0);
         __syncthreads();
         if (!row_ok || k0 > t) continue;   /* warp-uniform */
 
@@ -98,16 +99,17 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
 }
 
 extern "C" void mp_cuda_attn_fwd(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
-                                 int B, int T, int H, int KV, int hd, cudaStream_t s) {
+                                 int B, int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s) {
     assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0);
-    assert(hd >= 1 && hd <= MAX_HD);
+    assert(hd >= 1 && hd <= MAX_HD && ldq >= H * hd && ldkv >= KV * hd);
     if (B == 0 || T == 0) return;
     assert(out && lse && q && k && v);
     assert((int64_t)B * H <= 65535);   /* grid.y */
-    if (mp_cuda_attn_mma_ok(out, q, k, v, hd)) {   /* tensor cores (k_attn_mma.cu) */
-        mp_cuda_attn_fwd_mma(out, lse, q, k, v, B, T, H, KV, hd, s);
+    if (mp_cuda_attn_mma_ok(out, q, k, v, hd, ldq, ldkv)) {   /* tensor cores (k_attn_mma.cu) */
+        mp_cuda_attn_fwd_mma(out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, s);
         return;
     }
     const dim3 grid((unsigned)((T + ATT_WARPS - 1) / ATT_WARPS), (unsigned)(B * H));
-    attn_fwd_kernel<<<grid, ATT_WARPS * MP_WARP, 0, s>>>(out, lse, q, k, v, T, H, KV, hd, 1.0f / sqrtf((float)hd));
+    attn_fwd_kernel<<<grid, ATT_WARPS * MP_WARP, 0, s>>>(out, lse, q, k, v, T, H, KV, hd, ldq, ldkv,
+                                                         1.0f / sqrtf((float)hd));
 }

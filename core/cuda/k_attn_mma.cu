@@ -28,29 +28,29 @@ template <int HD>
 static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 2)
     attn_fwd_mma_kernel(mp_bf16 *__restrict__ out, float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                         const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV,
-                        float scale) {
+                        int ldq, int ldkv, float scale) {
     __shared__ fa_smem<HD> s;
     const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
     const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
     const int q0 = tile * FA_BQ, r0 = q0 + 16 * w;
     fa_fwd_state<HD, 1> st;
-    fa_fwd_init<HD, 1>(st, q, b, T, H, h, r0, lane);
+    fa_fwd_init<HD, 1>(st, q, b, T, ldq, h, r0, lane);
     /* key tiles aligned with query tiles: the last is the diagonal */
     if constexpr (HD == 64) {
         fa_kv_stage<HD> ld;   /* the next tile, in flight */
-        fa_fetch_kv(ld, k, v, b, T, KV, g, 0, tid);
+        fa_fetch_kv(ld, k, v, b, T, ldkv, g, 0, tid);
         for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
             __syncthreads();   /* the previous tile is no longer read */
             fa_put_kv(s, ld, tid);
             __syncthreads();
-            if (k0 + FA_BK <= q0) fa_fetch_kv(ld, k, v, b, T, KV, g, k0 + FA_BK, tid);
+            if (k0 + FA_BK <= q0) fa_fetch_kv(ld, k, v, b, T, ldkv, g, k0 + FA_BK, tid);
             fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
         }
     } else {
         for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
             __syncthreads();
-            fa_load_kv<HD>(s, k, v, b, T, KV, g, k0, tid);
+            fa_load_kv<HD>(s, k, v, b, T, ldkv, g, k0, tid);
             __syncthreads();
             fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
         }
@@ -65,22 +65,22 @@ static __global__ void __launch_bounds__(FA_THREADS)
     attn_bwd_dkdv_mma_kernel(mp_bf16 *__restrict__ dk, mp_bf16 *__restrict__ dv, const float *__restrict__ D,
                              const mp_bf16 *__restrict__ dout, const float *__restrict__ lse,
                              const mp_bf16 *__restrict__ q, const mp_bf16 *__restrict__ k,
-                             const mp_bf16 *__restrict__ v, int T, int H, int KV, float scale) {
+                             const mp_bf16 *__restrict__ v, int T, int H, int KV, int ldq, int ldkv, float scale) {
     __shared__ fb_kv_smem<HD> s;
     const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
     const int bg = blockIdx.y, b = bg / KV, g = bg % KV, rep = H / KV;
     const int j0 = blockIdx.x * FA_BQ, r0 = j0 + 16 * w;
     fb_kv_state<HD, 1> st;
-    fb_kv_init<HD, 1>(st, k, v, b, T, KV, g, r0, lane);
+    fb_kv_init<HD, 1>(st, k, v, b, T, ldkv, g, r0, lane);
     for (int h = g * rep; h < (g + 1) * rep; h++)
         for (int t0 = j0; t0 < T; t0 += FB_BQ) {
             __syncthreads();
-            fb_load_qtile<HD>(s, q, dout, lse, D, b, T, H, h, t0, tid);
+            fb_load_qtile<HD>(s, q, dout, lse, D, b, T, H, ldq, h, t0, tid);
             __syncthreads();
             fb_dkdv_step<HD, 1>(st, s, t0, r0, T, scale, lane);
         }
-    fb_store<HD, 1>(dk, st.dk, b, T, KV, g, r0, lane);
-    fb_store<HD, 1>(dv, st.dv, b, T, KV, g, r0, lane);
+    fb_store<HD, 1>(dk, st.dk, b, T, ldkv, g, r0, lane);
+    fb_store<HD, 1>(dv, st.dv, b, T, ldkv, g, r0, lane);
 }
 
 /* dQ: grid (query tile of FA_BQ = 64, b*H + h), last tiles first; each warp 16 query rows; the key tiles
@@ -92,75 +92,84 @@ static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 1)
     attn_bwd_dq_mma_kernel(mp_bf16 *__restrict__ dq, const float *__restrict__ D, const mp_bf16 *__restrict__ dout,
                            const float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                            const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV,
-                           float scale) {
+                           int ldq, int ldkv, float scale) {
     __shared__ fb_q_smem<HD> s;
     const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
     const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
     const int q0 = tile * FA_BQ, r0 = q0 + 16 * w, end = q0 + FA_BQ < T ? q0 + FA_BQ : T;
     fb_q_state<HD, 1> st;
-    fb_q_init<HD, 1>(st, q, dout, lse, D, b, T, H, h, r0, lane);
+    fb_q_init<HD, 1>(st, q, dout, lse, D, b, T, H, ldq, h, r0, lane);
     if constexpr (HD == 64) {
         fb_k_stage<HD> ld;   /* the next tile, in flight */
-        fa_fetch_kv(ld, k, v, b, T, KV, g, 0, tid);
+        fa_fetch_kv(ld, k, v, b, T, ldkv, g, 0, tid);
         for (int k0 = 0; k0 < end; k0 += FB_BK) {
             __syncthreads();
             fb_put_ktile(s, ld, tid);
             __syncthreads();
-            if (k0 + FB_BK < end) fa_fetch_kv(ld, k, v, b, T, KV, g, k0 + FB_BK, tid);
+            if (k0 + FB_BK < end) fa_fetch_kv(ld, k, v, b, T, ldkv, g, k0 + FB_BK, tid);
             fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
         }
     } else {
         for (int k0 = 0; k0 < end; k0 += FB_BK) {
             __syncthreads();
-            fb_load_ktile<HD>(s, k, v, b, T, KV, g, k0, tid);
+            fb_load_ktile<HD>(s, k, v, b, T, ldkv, g, k0, tid);
             __syncthreads();
             fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
         }
     }
-    fb_store<HD, 1>(dq, st.dq, b, T, H, h, r0, lane);
+    fb_store<HD, 1>(dq, st.dq, b, T, ldq, h, r0, lane);
 }
 
-/* 1 when the tensor-core kernels take this call: hd 64 or 128, every pointer 16-byte aligned (the tile
- * loaders' 16-byte accesses, fa_load_rows; rows are hd * 2 = 128 or 256 bytes, so every row is then
- * aligned; cudaMalloc gives 256), unless the environment says MP_CUDA_ATTN=simt (the CUDA-core kernels,
+/* 1 when the tensor-core kernels take this call: hd 64 or 128, every pointer 16-byte aligned and the row
+ * strides ldq, ldkv multiples of 8 elements (the tile loaders' 16-byte accesses, fa_load_rows; heads are
+ * hd * 2 = 128 or 256 bytes, so every head of every row is then aligned; cudaMalloc gives 256; the fused
+ * [q | k | v] rows of layers/llama.c are (H + 2 KV) hd wide, k and v hd-multiples in), and ld < 2^23
+ * (fa_ld_chunk's 32-bit offsets), unless the environment says MP_CUDA_ATTN=simt (the CUDA-core kernels,
  * k_attn_fwd.cu / k_attn_bwd.cu, kept as the fallback for other head dims and as the comparison point).
  * The default since their second H200 run (2026-12-04, docs/BENCH_GPU.md): mma_probe, check_kernels_device and the hd-64
  * parity passed on the device after the fix of the pair store (fa_st32), and the 1B step ran 5.2x faster
  * than on the CUDA-core kernels (MFU 33.4% against 6.4%). */
-extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd) {
+extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd, int ldq,
+                                   int ldkv) {
     static int mma = -1;
     if (mma < 0) {
         const char *e = getenv("MP_CUDA_ATTN");
         mma = !(e && strcmp(e, "simt") == 0);
     }
-    return mma && (hd == 64 || hd == 128) && mp_aligned16(a, b, c, d);
+    return mma && (hd == 64 || hd == 128) && mp_aligned16(a, b, c, d) && fa_strides_ok(ldq, ldkv);
 }
 
 extern "C" void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
-                                     int B, int T, int H, int KV, int hd, cudaStream_t s) {
+                                     int B, int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s) {
     assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128));
-    assert((int64_t)B * H <= 65535);   /* grid.y; also keeps fa_ld_chunk's 32-bit offsets in range */
-    assert(mp_aligned16(q, k, v));     /* the tile loaders' 16-byte loads (mp_cuda_attn_mma_ok) */
+    assert((int64_t)B * H <= 65535);   /* grid.y */
+    assert(mp_aligned16(q, k, v) && fa_strides_ok(ldq, ldkv));   /* the tile loaders' 16-byte loads (_ok) */
+    assert(ldq >= H * hd && ldkv >= KV * hd);
     const dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)(B * H));
     const float scale = 1.0f / sqrtf((float)hd);
-    if (hd == 64) attn_fwd_mma_kernel<64><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, scale);
-    else attn_fwd_mma_kernel<128><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, scale);
+    if (hd == 64) attn_fwd_mma_kernel<64><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, ldq, ldkv, scale);
+    else attn_fwd_mma_kernel<128><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, ldq, ldkv, scale);
 }
 
 extern "C" void mp_cuda_attn_bwd_mma(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, const float *D, const mp_bf16 *dout,
                                      const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
-                                     int T, int H, int KV, int hd, cudaStream_t s) {
+                                     int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s) {
     assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128));
-    assert((int64_t)B * H <= 65535);   /* grid.y; also keeps fa_ld_chunk's 32-bit offsets in range */
-    assert(mp_aligned16(q, k, v, dout));   /* the tile loaders' 16-byte loads (mp_cuda_attn_mma_ok) */
+    assert((int64_t)B * H <= 65535);   /* grid.y */
+    assert(mp_aligned16(q, k, v, dout) && fa_strides_ok(ldq, ldkv));   /* 16-byte tile loads (_ok) */
+    assert(ldq >= H * hd && ldkv >= KV * hd);
     const unsigned tiles = (unsigned)((T + FA_BQ - 1) / FA_BQ);
     const float scale = 1.0f / sqrtf((float)hd);
     if (hd == 64) {
-        attn_bwd_dkdv_mma_kernel<64><<<dim3(tiles, B * KV), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H, KV, scale);
-        attn_bwd_dq_mma_kernel<64><<<dim3(tiles, B * H), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, scale);
+        attn_bwd_dkdv_mma_kernel<64><<<dim3(tiles, B * KV), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H, KV,
+                                                                                ldq, ldkv, scale);
+        attn_bwd_dq_mma_kernel<64><<<dim3(tiles, B * H), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, ldq,
+                                                                             ldkv, scale);
     } else {
-        attn_bwd_dkdv_mma_kernel<128><<<dim3(tiles, B * KV), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H, KV, scale);
-        attn_bwd_dq_mma_kernel<128><<<dim3(tiles, B * H), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, scale);
+        attn_bwd_dkdv_mma_kernel<128><<<dim3(tiles, B * KV), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H,
+                                                                                 KV, ldq, ldkv, scale);
+        attn_bwd_dq_mma_kernel<128><<<dim3(tiles, B * H), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, ldq,
+                                                                              ldkv, scale);
     }
 }

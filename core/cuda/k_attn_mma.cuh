@@ -192,22 +192,29 @@ __host__ __device__ static inline void fa_st16(mp_bf16 *p, uint4 u) {
     mp_copy16(p, &u);
 }
 
-/* Row r0 + rr of the tile xt (row r0 of the head: xt = x + ((b T + r0) heads + head) HD), columns 8c ..
- * 8c+7, as a uint4; zeros past T. The offset within the tile is a 32-bit int: rr < 64, heads <= 65535
- * (the launchers assert B * H <= 65535) and HD <= 128 keep it below 2^29. What the compiler hoists out of
- * a tile loop is then one register a chunk, not two (it kept the prefetching kernels from spilling). */
-template <int HD>
-__host__ __device__ static inline uint4 fa_ld_chunk(const mp_bf16 *xt, int heads, int T, int r0, int rr, int c) {
-    return r0 + rr < T ? fa_ld16(xt + (rr * heads * HD + 8 * c)) : make_uint4(0u, 0u, 0u, 0u);
+/* The row strides (elements) the tile loaders take: multiples of 8 (16-byte chunks stay aligned, as every
+ * head starts a multiple of HD in), below 2^23 (fa_ld_chunk's 32-bit offsets: 64 rows of them). */
+__host__ __device__ static inline bool fa_strides_ok(int ldq, int ldkv) {
+    return ldq % 8 == 0 && ldkv % 8 == 0 && ldq > 0 && ldkv > 0 && ldq < (1 << 23) && ldkv < (1 << 23);
 }
 
-/* Thread tid's (of FA_THREADS) share of a tile of rows r0 .. r0+ROWS-1 of head `head` of x [B,T,heads,HD],
- * in registers: fa_fetch_rows reads it from global memory, fa_put_rows writes it to shared memory. Split
+/* Row r0 + rr of the tile xt (row r0 of the head: xt = x + (b T + r0) ld + head HD, token rows ld elements
+ * apart), columns 8c .. 8c+7, as a uint4; zeros past T. The offset within the tile is a 32-bit int: rr < 64
+ * and ld < 2^23 (the launchers assert it) keep it below 2^29. What the compiler hoists out of a tile loop
+ * is then one register a chunk, not two (it kept the prefetching kernels from spilling). */
+template <int HD>
+__host__ __device__ static inline uint4 fa_ld_chunk(const mp_bf16 *xt, int ld, int T, int r0, int rr, int c) {
+    return r0 + rr < T ? fa_ld16(xt + (rr * ld + 8 * c)) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+/* Thread tid's (of FA_THREADS) share of a tile of rows r0 .. r0+ROWS-1 of head `head` of x [B,T,heads,HD]
+ * (token rows ld elements apart: ld = heads HD dense, or the fused [q | k | v] row), in registers:
+ * fa_fetch_rows reads it from global memory, fa_put_rows writes it to shared memory. Split
  * so that all of a block's global loads for a tile are issued before the first store waits on one (one
  * memory latency per tile, not one per loop trip), and so that a driver may fetch the next tile before it
  * computes on the current one. TR: the tile goes (also) transposed, as row pairs (see fa_put_rows). Every
- * global access is 16 bytes (a chunk: 8 columns 8c .. 8c+7 of a row; x 16-byte aligned, see
- * mp_cuda_attn_mma_ok), zeros past T; trip counts are compile-time, indices divide by powers of two. */
+ * global access is 16 bytes (a chunk: 8 columns 8c .. 8c+7 of a row; x 16-byte aligned and ld % 8 == 0,
+ * see mp_cuda_attn_mma_ok), zeros past T; trip counts are compile-time, indices divide by powers of two. */
 template <int HD, int ROWS, bool TR>
 struct fa_stage {
     static constexpr int CH = HD / 8, NP = ROWS / 2;
@@ -223,19 +230,21 @@ struct fa_stage {
  * part of the tile, for kernels without the registers for all of it; fa_put_rows takes the same part). */
 template <int HD, int ROWS, bool TR, int K0 = 0, int K1 = fa_stage<HD, ROWS, TR>::N / (TR ? 2 : 1)>
 __host__ __device__ static inline void fa_fetch_rows(fa_stage<HD, ROWS, TR> &st, const mp_bf16 *x, int b, int T,
-                                                     int heads, int head, int r0, int tid) {
+                                                     int ld, int head, int r0, int tid) {
     using S = fa_stage<HD, ROWS, TR>;
-    const mp_bf16 *xt = x + (((int64_t)b * T + r0) * heads + head) * HD;
+    /* one int64 sum (head HD < 2^23 is an int): with `+ (int64_t)head * HD` apart, ptxas (13.0, sm_90) spilled
+     * 8 bytes in the hd-64 forward's tile loop, which this form does not */
+    const mp_bf16 *xt = x + (((int64_t)b * T + r0) * ld + head * HD);
     if constexpr (!TR) {
         for (int k = K0; k < K1; k++) {
             const int i = tid + k * FA_THREADS;
-            st.u[k] = fa_ld_chunk<HD>(xt, heads, T, r0, i / S::CH, i % S::CH);
+            st.u[k] = fa_ld_chunk<HD>(xt, ld, T, r0, i / S::CH, i % S::CH);
         }
     } else {
         for (int k = K0; k < K1; k++) {
             const int i = tid + k * FA_THREADS, j = i % S::NP, c = i / S::NP;
-            st.u[2 * k] = fa_ld_chunk<HD>(xt, heads, T, r0, 2 * j, c);
-            st.u[2 * k + 1] = fa_ld_chunk<HD>(xt, heads, T, r0, 2 * j + 1, c);
+            st.u[2 * k] = fa_ld_chunk<HD>(xt, ld, T, r0, 2 * j, c);
+            st.u[2 * k + 1] = fa_ld_chunk<HD>(xt, ld, T, r0, 2 * j + 1, c);
         }
     }
 }
@@ -284,18 +293,19 @@ __host__ __device__ static inline void fa_put_rows(const fa_stage<HD, ROWS, TR> 
     }
 }
 
-/* Thread tid's share of rows r0 .. r0+ROWS-1 of head `head` of x into rm and/or tr (whichever is not
- * NULL; tr NULL: row-major only), fetched and put at once (the probe's and check_kernels_host's loads). */
+/* Thread tid's share of rows r0 .. r0+ROWS-1 of head `head` of x (token rows ld apart) into rm and/or tr
+ * (whichever is not NULL; tr NULL: row-major only), fetched and put at once (the probe's and
+ * check_kernels_host's loads). */
 template <int HD, int ROWS>
 __host__ __device__ static inline void fa_load_rows(mp_bf16 *rm, int lr, mp_bf16 *tr, int lt, const mp_bf16 *x, int b,
-                                                    int T, int heads, int head, int r0, int tid) {
+                                                    int T, int ld, int head, int r0, int tid) {
     if (tr) {
         fa_stage<HD, ROWS, true> st;
-        fa_fetch_rows(st, x, b, T, heads, head, r0, tid);
+        fa_fetch_rows(st, x, b, T, ld, head, r0, tid);
         fa_put_rows(st, rm, lr, tr, lt, tid);
     } else {
         fa_stage<HD, ROWS, false> st;
-        fa_fetch_rows(st, x, b, T, heads, head, r0, tid);
+        fa_fetch_rows(st, x, b, T, ld, head, r0, tid);
         fa_put_rows(st, rm, lr, tr, lt, tid);
     }
 }
@@ -310,12 +320,13 @@ struct fa_kv_pair {
 template <int HD>
 using fa_kv_stage = fa_kv_pair<fa_stage<HD, FA_BK, false>, fa_stage<HD, FA_BK, true>>;
 
-/* Thread tid's share of key tile k0 of kv head g into registers (zeros past T), for either pass. */
+/* Thread tid's share of key tile k0 of kv head g (k, v token rows ldkv apart) into registers (zeros past
+ * T), for either pass. */
 template <class KS, class VS>
 __host__ __device__ static inline void fa_fetch_kv(fa_kv_pair<KS, VS> &st, const mp_bf16 *k, const mp_bf16 *v, int b,
-                                                   int T, int KV, int g, int k0, int tid) {
-    fa_fetch_rows(st.k, k, b, T, KV, g, k0, tid);
-    fa_fetch_rows(st.v, v, b, T, KV, g, k0, tid);
+                                                   int T, int ldkv, int g, int k0, int tid) {
+    fa_fetch_rows(st.k, k, b, T, ldkv, g, k0, tid);
+    fa_fetch_rows(st.v, v, b, T, ldkv, g, k0, tid);
 }
 
 /* ... and from there into s: K row-major, V transposed. */
@@ -331,35 +342,35 @@ __host__ __device__ static inline void fa_put_kv(fa_smem<HD> &s, const fa_kv_sta
  * that, more than its kernel has spare (ptxas spills), so there the tile goes in four parts of 16. */
 template <int HD>
 __host__ __device__ static inline void fa_load_kv(fa_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b, int T,
-                                                  int KV, int g, int k0, int tid) {
+                                                  int ldkv, int g, int k0, int tid) {
     fa_kv_stage<HD> st;
     if constexpr (HD <= 64) {
-        fa_fetch_kv(st, k, v, b, T, KV, g, k0, tid);
+        fa_fetch_kv(st, k, v, b, T, ldkv, g, k0, tid);
         fa_put_kv(s, st, tid);
     } else {
         constexpr int NK = fa_stage<HD, FA_BK, false>::N, NV = fa_stage<HD, FA_BK, true>::N / 2;
-        fa_fetch_rows<HD, FA_BK, false, 0, NK / 2>(st.k, k, b, T, KV, g, k0, tid);
+        fa_fetch_rows<HD, FA_BK, false, 0, NK / 2>(st.k, k, b, T, ldkv, g, k0, tid);
         fa_put_rows<HD, FA_BK, false, 0, NK / 2>(st.k, (mp_bf16 *)&s.K, HD + 8, NULL, 0, tid);
-        fa_fetch_rows<HD, FA_BK, false, NK / 2, NK>(st.k, k, b, T, KV, g, k0, tid);
+        fa_fetch_rows<HD, FA_BK, false, NK / 2, NK>(st.k, k, b, T, ldkv, g, k0, tid);
         fa_put_rows<HD, FA_BK, false, NK / 2, NK>(st.k, (mp_bf16 *)&s.K, HD + 8, NULL, 0, tid);
-        fa_fetch_rows<HD, FA_BK, true, 0, NV / 2>(st.v, v, b, T, KV, g, k0, tid);
+        fa_fetch_rows<HD, FA_BK, true, 0, NV / 2>(st.v, v, b, T, ldkv, g, k0, tid);
         fa_put_rows<HD, FA_BK, true, 0, NV / 2>(st.v, NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, tid);
-        fa_fetch_rows<HD, FA_BK, true, NV / 2, NV>(st.v, v, b, T, KV, g, k0, tid);
+        fa_fetch_rows<HD, FA_BK, true, NV / 2, NV>(st.v, v, b, T, ldkv, g, k0, tid);
         fa_put_rows<HD, FA_BK, true, NV / 2, NV>(st.v, NULL, 0, (mp_bf16 *)&s.Vt, FA_VPAD, tid);
     }
 }
 
-/* The A fragments (16 rows x HD, PTX layout) of rows r0 .. r0+15 of head `head` of x [B,T,heads,HD],
- * zeros past T, into f[li][k-step][reg]. */
+/* The A fragments (16 rows x HD, PTX layout) of rows r0 .. r0+15 of head `head` of x [B,T,heads,HD] with
+ * token rows ld elements apart (ld even: 4-byte pair loads), zeros past T, into f[li][k-step][reg]. */
 template <int HD, int NL>
 __host__ __device__ static inline void fa_load_afrag(uint32_t (*f)[HD / 16][4], const mp_bf16 *x, int b, int T,
-                                                     int heads, int head, int r0, int lane0) {
+                                                     int ld, int head, int r0, int lane0) {
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
         for (int ks = 0; ks < HD / 16; ks++)
             for (int r = 0; r < 4; r++) {
                 const int row = r0 + g + 8 * (r & 1), col = 16 * ks + 2 * c + 8 * (r >> 1);
-                f[li][ks][r] = row < T ? fa_ld32(x + (((int64_t)b * T + row) * heads + head) * HD + col) : 0u;
+                f[li][ks][r] = row < T ? fa_ld32(x + ((int64_t)b * T + row) * ld + (int64_t)head * HD + col) : 0u;
             }
     }
 }
@@ -394,11 +405,12 @@ __host__ __device__ static inline void fa_c_to_a(uint32_t (*a)[4], const float (
     }
 }
 
-/* Loads the Q fragments of rows r0 .. r0+15 of head h (zeros past T) and resets the running state. */
+/* Loads the Q fragments of rows r0 .. r0+15 of head h (q's token rows ldq apart; zeros past T) and resets
+ * the running state. */
 template <int HD, int NL>
-__host__ __device__ static inline void fa_fwd_init(fa_fwd_state<HD, NL> &st, const mp_bf16 *q, int b, int T, int H,
+__host__ __device__ static inline void fa_fwd_init(fa_fwd_state<HD, NL> &st, const mp_bf16 *q, int b, int T, int ldq,
                                                    int h, int r0, int lane0) {
-    fa_load_afrag<HD, NL>(st.qf, q, b, T, H, h, r0, lane0);
+    fa_load_afrag<HD, NL>(st.qf, q, b, T, ldq, h, r0, lane0);
     for (int li = 0; li < NL; li++) {
         for (int nt = 0; nt < HD / 8; nt++)
             for (int e = 0; e < 4; e++) st.o[li][nt][e] = 0.0f;
@@ -523,24 +535,24 @@ struct fb_q_stage {
     float lse, D;
 };
 
-/* The part of fb_fetch_qtile after Q: dO, lse, D. */
+/* The part of fb_fetch_qtile after Q: dO (dense), lse, D. */
 template <int HD>
 __host__ __device__ static inline void fb_fetch_qtile_tail(fb_q_stage<HD> &st, const mp_bf16 *dout, const float *lse,
                                                            const float *D, int b, int T, int H, int h, int t0,
                                                            int tid) {
-    fa_fetch_rows(st.d, dout, b, T, H, h, t0, tid);
+    fa_fetch_rows(st.d, dout, b, T, H * HD, h, t0, tid);
     const int64_t r = ((int64_t)b * H + h) * T + t0 + tid;
     const bool in = tid < FB_BQ && t0 + tid < T;
     st.lse = in ? lse[r] * FA_LOG2E : 0.0f;
     st.D = in ? D[r] : 0.0f;
 }
 
-/* Thread tid's share of query tile t0 of head h into registers (zeros past T). */
+/* Thread tid's share of query tile t0 of head h into registers (zeros past T; q's rows ldq apart). */
 template <int HD>
 __host__ __device__ static inline void fb_fetch_qtile(fb_q_stage<HD> &st, const mp_bf16 *q, const mp_bf16 *dout,
-                                                      const float *lse, const float *D, int b, int T, int H, int h,
-                                                      int t0, int tid) {
-    fa_fetch_rows(st.q, q, b, T, H, h, t0, tid);
+                                                      const float *lse, const float *D, int b, int T, int H, int ldq,
+                                                      int h, int t0, int tid) {
+    fa_fetch_rows(st.q, q, b, T, ldq, h, t0, tid);
     fb_fetch_qtile_tail(st, dout, lse, D, b, T, H, h, t0, tid);
 }
 
@@ -556,14 +568,14 @@ __host__ __device__ static inline void fb_put_qtile(fb_kv_smem<HD> &s, const fb_
  * put before dO is fetched (the dK/dV kernel has no 32 registers spare there; see fa_load_kv). */
 template <int HD>
 __host__ __device__ static inline void fb_load_qtile(fb_kv_smem<HD> &s, const mp_bf16 *q, const mp_bf16 *dout,
-                                                     const float *lse, const float *D, int b, int T, int H, int h,
-                                                     int t0, int tid) {
+                                                     const float *lse, const float *D, int b, int T, int H, int ldq,
+                                                     int h, int t0, int tid) {
     fb_q_stage<HD> st;
     if constexpr (HD <= 64) {
-        fb_fetch_qtile(st, q, dout, lse, D, b, T, H, h, t0, tid);
+        fb_fetch_qtile(st, q, dout, lse, D, b, T, H, ldq, h, t0, tid);
         fb_put_qtile(s, st, tid);
     } else {
-        fa_fetch_rows(st.q, q, b, T, H, h, t0, tid);
+        fa_fetch_rows(st.q, q, b, T, ldq, h, t0, tid);
         fa_put_rows(st.q, (mp_bf16 *)&s.Q, HD + 8, (mp_bf16 *)&s.Qt, FB_PAD, tid);
         fb_fetch_qtile_tail(st, dout, lse, D, b, T, H, h, t0, tid);
         fa_put_rows(st.d, (mp_bf16 *)&s.dO, HD + 8, (mp_bf16 *)&s.dOt, FB_PAD, tid);
@@ -585,9 +597,9 @@ __host__ __device__ static inline void fb_put_ktile(fb_q_smem<HD> &s, const fb_k
 /* Thread tid's share of key tile k0 of kv head g for the dQ pass: K both ways, V row-major. */
 template <int HD>
 __host__ __device__ static inline void fb_load_ktile(fb_q_smem<HD> &s, const mp_bf16 *k, const mp_bf16 *v, int b,
-                                                     int T, int KV, int g, int k0, int tid) {
+                                                     int T, int ldkv, int g, int k0, int tid) {
     fb_k_stage<HD> st;
-    fa_fetch_kv(st, k, v, b, T, KV, g, k0, tid);
+    fa_fetch_kv(st, k, v, b, T, ldkv, g, k0, tid);
     fb_put_ktile(s, st, tid);
 }
 
@@ -670,39 +682,41 @@ __host__ __device__ static inline void fb_dq_step(fb_q_state<HD, NL> &st, const 
     fa_mma_smem<NL, 2, HD / 8>(&st.dq[0][0][0], HD / 8 * 4, &da[0][0][0], 8, &s.Kt[0][0], FB_PAD, lane0);
 }
 
-/* Stores a warp's 16 x HD fp32 accumulator (C fragments) as bf16 rows r0 .. (below T) of head `head`. */
+/* Stores a warp's 16 x HD fp32 accumulator (C fragments) as bf16 rows r0 .. (below T) of head `head` of x
+ * (token rows ld elements apart, ld even: only the head's columns are written). */
 template <int HD, int NL>
-__host__ __device__ static inline void fb_store(mp_bf16 *x, const float (*acc)[HD / 8][4], int b, int T, int heads,
+__host__ __device__ static inline void fb_store(mp_bf16 *x, const float (*acc)[HD / 8][4], int b, int T, int ld,
                                                 int head, int r0, int lane0) {
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
         for (int rr = 0; rr < 2; rr++) {
             const int row = r0 + g + 8 * rr;
             if (row >= T) continue;
-            mp_bf16 *xr = x + (((int64_t)b * T + row) * heads + head) * HD;
+            mp_bf16 *xr = x + ((int64_t)b * T + row) * ld + (int64_t)head * HD;
             for (int nt = 0; nt < HD / 8; nt++) fa_st_pair(xr + 8 * nt + 2 * c, acc[li][nt][2 * rr], acc[li][nt][2 * rr + 1]);
         }
     }
 }
 
-/* Resets the dK/dV state and loads the K, V fragments of keys r0 .. r0+15 of kv head g. */
+/* Resets the dK/dV state and loads the K, V fragments of keys r0 .. r0+15 of kv head g (rows ldkv apart). */
 template <int HD, int NL>
 __host__ __device__ static inline void fb_kv_init(fb_kv_state<HD, NL> &st, const mp_bf16 *k, const mp_bf16 *v, int b,
-                                                  int T, int KV, int g, int r0, int lane0) {
-    fa_load_afrag<HD, NL>(st.kf, k, b, T, KV, g, r0, lane0);
-    fa_load_afrag<HD, NL>(st.vf, v, b, T, KV, g, r0, lane0);
+                                                  int T, int ldkv, int g, int r0, int lane0) {
+    fa_load_afrag<HD, NL>(st.kf, k, b, T, ldkv, g, r0, lane0);
+    fa_load_afrag<HD, NL>(st.vf, v, b, T, ldkv, g, r0, lane0);
     for (int li = 0; li < NL; li++)
         for (int nt = 0; nt < HD / 8; nt++)
             for (int e = 0; e < 4; e++) st.dk[li][nt][e] = st.dv[li][nt][e] = 0.0f;
 }
 
-/* Resets the dQ state and loads Q, dO fragments and lse, D of query rows r0 .. r0+15 of head h. */
+/* Resets the dQ state and loads Q (rows ldq apart), dO (dense) fragments and lse, D of query rows r0 ..
+ * r0+15 of head h. */
 template <int HD, int NL>
 __host__ __device__ static inline void fb_q_init(fb_q_state<HD, NL> &st, const mp_bf16 *q, const mp_bf16 *dout,
-                                                 const float *lse, const float *D, int b, int T, int H, int h, int r0,
-                                                 int lane0) {
-    fa_load_afrag<HD, NL>(st.qf, q, b, T, H, h, r0, lane0);
-    fa_load_afrag<HD, NL>(st.df, dout, b, T, H, h, r0, lane0);
+                                                 const float *lse, const float *D, int b, int T, int H, int ldq, int h,
+                                                 int r0, int lane0) {
+    fa_load_afrag<HD, NL>(st.qf, q, b, T, ldq, h, r0, lane0);
+    fa_load_afrag<HD, NL>(st.df, dout, b, T, H * HD, h, r0, lane0);
     for (int li = 0; li < NL; li++) {
         const int g = (lane0 + li) >> 2;
         for (int rr = 0; rr < 2; rr++) {

@@ -180,18 +180,19 @@ __device__ __forceinline__ float mp_block_max(float x, float *buf) {
 }
 
 /* Flash attention's streamed tiles (k_attn_fwd.cu, k_attn_bwd.cu): rows t0 .. t0 + ROWS - 1 of head
- * `head` of two [B, T, heads, hd] bf16 tensors x and y (batch b), widened into the fp32 shared tiles xs
- * and ys (row stride LD); rows at or past T are zeros (a tile past the sequence's end is masked later).
- * Called by the whole block, between the __syncthreads that guard the tiles. */
+ * `head` of two [B, T, heads, hd] bf16 tensors x and y (batch b) whose token rows are ldx and ldy elements
+ * apart (a head's columns may be a block of wider rows: the fused [q | k | v]), widened into the fp32
+ * shared tiles xs and ys (row stride LD); rows at or past T are zeros (a tile past the sequence's end is
+ * masked later). Called by the whole block, between the __syncthreads that guard the tiles. */
 template <int ROWS, int LD>
 __device__ __forceinline__ void mp_load_tile_pair(float (*xs)[LD], float (*ys)[LD], const mp_bf16 *__restrict__ x,
-                                                  const mp_bf16 *__restrict__ y, int b, int T, int heads, int head,
-                                                  int hd, int t0) {
+                                                  int ldx, const mp_bf16 *__restrict__ y, int ldy, int b, int T,
+                                                  int head, int hd, int t0) {
     for (int idx = threadIdx.x; idx < ROWS * hd; idx += blockDim.x) {
         const int r = idx / hd, d = idx % hd, t = t0 + r;
-        const int64_t off = (((int64_t)b * T + t) * heads + head) * hd + d;
-        xs[r][d] = t < T ? mp_bf2f(x[off]) : 0.0f;
-        ys[r][d] = t < T ? mp_bf2f(y[off]) : 0.0f;
+        const int64_t row = (int64_t)b * T + t, col = (int64_t)head * hd + d;
+        xs[r][d] = t < T ? mp_bf2f(x[row * ldx + col]) : 0.0f;
+        ys[r][d] = t < T ? mp_bf2f(y[row * ldy + col]) : 0.0f;
     }
 }
 

@@ -1,7 +1,9 @@
 /*
  * core/cuda/k_rope.cu — rotary position embedding, HF rotate_half layout, forward and backward, in place.
  *
- * Layout (as core/backend_cpu.c's rope_apply): x is [B, T, H, hd]; within a head, element i and element
+ * Layout (as core/backend_cpu.c's rope_apply): x is [B, T, H, hd] with row stride ld (elements from one
+ * token's heads to the next's, ld >= H*hd: q and k are column blocks of the fused [q | k | v] rows,
+ * layers/llama.c; the other columns are never touched); within a head, element i and element
  * i + hd/2 form a pair (HF rotate_half), rotated by angle pos * inv_freq[i] with pos = pos0 + t:
  *   lo' = lo cos - hi sin,   hi' = hi cos + lo sin        (forward, +angle)
  * The backward applies the inverse rotation (sin negated): the gradient of an orthogonal map is its
@@ -11,8 +13,9 @@
  * Design (issue 22): a (token, head) x pair grid. A row is one (token, head) of x (R = B*T*H rows, R <
  * 2^31); a block holds rope_geom's by rows of bx threads; a thread rotates chunks of VEC consecutive pairs
  * of its row (chunk c, c + bx, ...). The only divisions are two 32-bit ones per thread for the token of its
- * row (the old grid-stride loop did four 64-bit ones per pair). VEC = 8 when hd/2 is a multiple of 8 and x
- * and the tables are 16-byte aligned: a chunk is one 16-byte load and store of lo, one of hi, and two
+ * row (the old grid-stride loop did four 64-bit ones per pair). VEC = 8 when hd/2 and ld are multiples of 8
+ * and x and the tables are 16-byte aligned (so every row, and every head in it, is): a chunk is one 16-byte
+ * load and store of lo, one of hi, and two
  * 16-byte loads each of cos and sin; else VEC = 1 (2-byte accesses). Pairs are disjoint, so the in-place
  * update has no races; no reductions. Every pair is rotated by the same fp32 expression in both paths
  * (rope_rotate), so VEC 8 and VEC 1 agree bit for bit; check_kernels_host replays the launch geometry and
@@ -37,13 +40,14 @@ __host__ __device__ static inline void rope_geom(int half, int vec, int *nchunks
     *by = 256 / x;
 }
 
-/* Rotates chunk c (pairs c*VEC .. c*VEC+VEC-1, those < half) of row `row` of x in place. */
+/* Rotates chunk c (pairs c*VEC .. c*VEC+VEC-1, those < half) of row `row` = (token, head) of x (token
+ * rows ld elements apart) in place. */
 template <int VEC>
 __host__ __device__ static inline void rope_chunk(mp_bf16 *x, const float *cos_t, const float *sin_t, unsigned row,
-                                                  int c, int T, int H, int half, int pos0, float dir) {
-    const unsigned t = (row / (unsigned)H) % (unsigned)T;
+                                                  int c, int T, int H, int half, int pos0, int ld, float dir) {
+    const unsigned tok = row / (unsigned)H, head = row - tok * (unsigned)H, t = tok % (unsigned)T;
     const int64_t tab = (int64_t)(pos0 + (int)t) * half + (int64_t)c * VEC;
-    mp_bf16 *lo = x + (int64_t)row * (2 * (int64_t)half) + (int64_t)c * VEC, *hi = lo + half;
+    mp_bf16 *lo = x + (int64_t)tok * ld + (int64_t)head * (2 * half) + (int64_t)c * VEC, *hi = lo + half;
     if constexpr (VEC == 1) {
         float a = __bfloat162float(*lo), b = __bfloat162float(*hi);
         rope_rotate(&a, &b, cos_t[tab], sin_t[tab], dir);
@@ -68,41 +72,43 @@ __host__ __device__ static inline void rope_chunk(mp_bf16 *x, const float *cos_t
 
 template <int VEC>
 static __global__ void rope_kernel(mp_bf16 *__restrict__ x, const float *__restrict__ cos_t,
-                                   const float *__restrict__ sin_t, int T, int H, int half, int pos0, unsigned rows,
-                                   int nchunks, float dir) {
+                                   const float *__restrict__ sin_t, int T, int H, int half, int pos0, int ld,
+                                   unsigned rows, int nchunks, float dir) {
     const unsigned row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) return;
-    for (int c = threadIdx.x; c < nchunks; c += blockDim.x) rope_chunk<VEC>(x, cos_t, sin_t, row, c, T, H, half, pos0, dir);
+    for (int c = threadIdx.x; c < nchunks; c += blockDim.x)
+        rope_chunk<VEC>(x, cos_t, sin_t, row, c, T, H, half, pos0, ld, dir);
 }
 
-/* 8 when the 16-byte path applies to these pointers and this half, else 1. */
-static inline int rope_vec(const void *x, const float *cos_t, const float *sin_t, int half) {
-    return half % 8 == 0 && mp_aligned16(x, cos_t, sin_t) ? 8 : 1;
+/* 8 when the 16-byte path applies to these pointers, this half and this row stride (every head of every
+ * row then starts 16-byte aligned), else 1. */
+static inline int rope_vec(const void *x, const float *cos_t, const float *sin_t, int half, int ld) {
+    return half % 8 == 0 && ld % 8 == 0 && mp_aligned16(x, cos_t, sin_t) ? 8 : 1;
 }
 
 static void rope_launch(mp_bf16 *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, int pos0,
-                        int max_pos, float dir, cudaStream_t s) {
-    assert(B >= 0 && T >= 0 && H >= 0 && hd > 0 && hd % 2 == 0);
+                        int max_pos, int ld, float dir, cudaStream_t s) {
+    assert(B >= 0 && T >= 0 && H >= 0 && hd > 0 && hd % 2 == 0 && ld >= H * hd);
     assert(pos0 >= 0 && (int64_t)pos0 + T <= max_pos);
     const int64_t rows = (int64_t)B * T * H;
     if (rows == 0) return;
     assert(rows < ((int64_t)1 << 31) && x && cos_t && sin_t);
-    const int half = hd / 2, vec = rope_vec(x, cos_t, sin_t, half);
+    const int half = hd / 2, vec = rope_vec(x, cos_t, sin_t, half, ld);
     int nchunks, bx, by;
     rope_geom(half, vec, &nchunks, &bx, &by);
     const dim3 block(bx, by), grid((unsigned)((rows + by - 1) / by));
     if (vec == 8)
-        rope_kernel<8><<<grid, block, 0, s>>>(x, cos_t, sin_t, T, H, half, pos0, (unsigned)rows, nchunks, dir);
+        rope_kernel<8><<<grid, block, 0, s>>>(x, cos_t, sin_t, T, H, half, pos0, ld, (unsigned)rows, nchunks, dir);
     else
-        rope_kernel<1><<<grid, block, 0, s>>>(x, cos_t, sin_t, T, H, half, pos0, (unsigned)rows, nchunks, dir);
+        rope_kernel<1><<<grid, block, 0, s>>>(x, cos_t, sin_t, T, H, half, pos0, ld, (unsigned)rows, nchunks, dir);
 }
 
 extern "C" void mp_cuda_rope_fwd(mp_bf16 *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd,
-                                 int pos0, int max_pos, cudaStream_t s) {
-    rope_launch(x, cos_t, sin_t, B, T, H, hd, pos0, max_pos, 1.0f, s);
+                                 int pos0, int max_pos, int ld, cudaStream_t s) {
+    rope_launch(x, cos_t, sin_t, B, T, H, hd, pos0, max_pos, ld, 1.0f, s);
 }
 
 extern "C" void mp_cuda_rope_bwd(mp_bf16 *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int hd,
-                                 int pos0, int max_pos, cudaStream_t s) {
-    rope_launch(dx, cos_t, sin_t, B, T, H, hd, pos0, max_pos, -1.0f, s);
+                                 int pos0, int max_pos, int ld, cudaStream_t s) {
+    rope_launch(dx, cos_t, sin_t, B, T, H, hd, pos0, max_pos, ld, -1.0f, s);
 }

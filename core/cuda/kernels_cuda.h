@@ -104,13 +104,13 @@ void mp_cuda_rmsnorm_bwd(mp_bf16 *dx, float *dw, float *partial, const mp_bf16 *
                          const mp_bf16 *w, const float *rstd, int N, int D, cudaStream_t s);
 
 /* ---- RoPE, HF rotate_half (k_rope.cu) ----
- * x [B,T,H,hd] in place; token t has position pos0 + t; cos/sin [max_pos, hd/2] fp32 (mp_rope_tables);
- * pair (i, i + hd/2) rotated by +angle (fwd) or -angle (bwd: the gradient of a rotation). hd even,
- * pos0 >= 0, pos0 + T <= max_pos. */
+ * x [B,T,H,hd] with row stride ld (>= H*hd) in place; token t has position pos0 + t; cos/sin [max_pos, hd/2]
+ * fp32 (mp_rope_tables); pair (i, i + hd/2) rotated by +angle (fwd) or -angle (bwd: the gradient of a
+ * rotation). hd even, pos0 >= 0, pos0 + T <= max_pos. 16-byte accesses only when ld % 8 == 0 (else 2-byte). */
 void mp_cuda_rope_fwd(mp_bf16 *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, int pos0,
-                      int max_pos, cudaStream_t s);
+                      int max_pos, int ld, cudaStream_t s);
 void mp_cuda_rope_bwd(mp_bf16 *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, int pos0,
-                      int max_pos, cudaStream_t s);
+                      int max_pos, int ld, cudaStream_t s);
 
 /* ---- SwiGLU (k_swiglu.cu) ----
  * out = silu(gate) * up; bwd writes dgate, dup (=); math in fp32. out/dgate/dup may alias their own
@@ -120,22 +120,24 @@ void mp_cuda_swiglu_bwd(mp_bf16 *dgate, mp_bf16 *dup, const mp_bf16 *dout, const
                         const mp_bf16 *up, int64_t n, cudaStream_t s);
 
 /* ---- causal GQA flash attention (k_attn_fwd.cu, k_attn_bwd.cu) ----
- * q [B,T,H,hd], k, v [B,T,KV,hd] bf16; query head h reads kv head h / (H/KV); scale = 1/sqrt(hd).
+ * q [B,T,H,hd] (row stride ldq >= H*hd), k, v [B,T,KV,hd] (row stride ldkv >= KV*hd) bf16: column blocks
+ * of the fused [q | k | v] rows in training; query head h reads kv head h / (H/KV); scale = 1/sqrt(hd).
  * out [B,T,H,hd] bf16; lse [B,H,T] fp32, lse = log sum_{j<=t} exp(scale q_t.k_j) (natural log).
  * Scores, softmax and the output accumulator are fp32. Limits: 1 <= hd <= MP_CUDA_ATTN_MAX_HD,
  * H % KV == 0, B*H <= 65535 (grid y). */
 #define MP_CUDA_ATTN_MAX_HD 128
 void mp_cuda_attn_fwd(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
-                      int T, int H, int KV, int hd, cudaStream_t s);
+                      int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s);
 /* The tensor-core kernels (k_attn_mma.cu; mp_cuda_attn_fwd / _bwd dispatch to them): hd 64 or 128, pointers
- * 4-byte aligned. _ok says whether they take a call (off with the environment MP_CUDA_ATTN=simt). The
- * backward takes D = rowsum(dout * out) [B,H,T], computed by mp_cuda_attn_bwd's first pass. */
-int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd);
+ * 16-byte aligned, row strides multiples of 8 (the 16-byte tile loads). _ok says whether they take a call
+ * (off with the environment MP_CUDA_ATTN=simt). The backward takes D = rowsum(dout * out) [B,H,T],
+ * computed by mp_cuda_attn_bwd's first pass. */
+int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd, int ldq, int ldkv);
 void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
-                          int T, int H, int KV, int hd, cudaStream_t s);
+                          int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s);
 void mp_cuda_attn_bwd_mma(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, const float *D, const mp_bf16 *dout,
                           const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B, int T, int H,
-                          int KV, int hd, cudaStream_t s);
+                          int KV, int hd, int ldq, int ldkv, cudaStream_t s);
 /* The KV-cache forward (k_attn_kv.cu): Tq queries at positions pos0 .. pos0+Tq-1 against k, v [B,Tc,KV,hd]
  * holding positions 0 .. pos0+Tq-1; out [B,Tq,H,hd], lse [B,H,Tq]. Limits as above, and Tq <= 65535. */
 void mp_cuda_attn_fwd_kv(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
@@ -145,7 +147,7 @@ void mp_cuda_attn_fwd_kv(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf
  * element in a fixed order; dq is computed by a separate pass over key tiles (no atomics). */
 void mp_cuda_attn_bwd(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, float *scratch, const mp_bf16 *dout,
                       const mp_bf16 *out, const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
-                      int B, int T, int H, int KV, int hd, cudaStream_t s);
+                      int B, int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s);
 
 /* ---- vocab-parallel cross-entropy (k_xent.cu) ----
  * logits [N, v_local] (row stride v_local), bf16 (_bf16) or fp32 (_f32); columns >= v_valid are vocab

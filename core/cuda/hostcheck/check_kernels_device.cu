@@ -210,31 +210,43 @@ static std::vector<std::vector<float>> dev_rmsnorm(int N, int D, int off) {
 }
 
 static void dev_rope_swiglu(void) {
-  /* hd 12: the 2-byte path; hd 64: the 16-byte path (k_rope.cu's VEC 8) */
-  for (int hd : {12, 64}) {
-    const int B = 2, T = 5, H = 3, half = hd / 2, max_pos = 16, pos0 = 4;
+  /* hd 12: the 2-byte path; hd 64: the 16-byte path (k_rope.cu's VEC 8); then the heads as a column block
+   * [off, off + H hd) of wider rows (ld), as layers/llama.c's fused [q | k | v]: 16-byte (ld % 8 == 0) and
+   * 2-byte; the other columns must keep their bits */
+  const int cases[][3] = {{12, 0, 0}, {64, 0, 0}, {64, 64, 64}, {12, 6, 3}};
+  for (auto &cs : cases) {
+    const int hd = cs[0], off = cs[1], B = 2, T = 5, H = 3, half = hd / 2, max_pos = 16, pos0 = 4;
+    const int ld = off + H * hd + cs[2];
+    char what[64];
+    snprintf(what, sizeof what, "hd %d off %d ld %d", hd, off, ld);
     std::vector<float> ct((size_t)max_pos * half), st((size_t)max_pos * half);
     for (int p = 0; p < max_pos; p++)
         for (int i = 0; i < half; i++) ct[p * half + i] = (float)cos(p * pow(1e4, -2.0 * i / hd)), st[p * half + i] = (float)sin(p * pow(1e4, -2.0 * i / hd));
-    std::vector<float> x = rnd_vec((size_t)B * T * H * hd, 1.0f);
+    std::vector<float> x = rnd_vec((size_t)B * T * ld, 1.0f);
+    for (auto &e : x) e = __bfloat162float(__float2bfloat16_rn(e));   /* as stored: the untouched columns compare exactly */
     mp_bf16 *xd = up_bf16(x);
     float *cd = up(ct), *sd = up(st);
-    mp_cuda_rope_fwd(xd, cd, sd, B, T, H, hd, pos0, max_pos, g_s);
+    mp_cuda_rope_fwd(xd + off, cd, sd, B, T, H, hd, pos0, max_pos, ld, g_s);
     SYNC();
     std::vector<float> y = down_bf16(xd, x.size());
-    std::vector<double> ry(x.size());
+    std::vector<double> ry(x.begin(), x.end());
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < H; h++)
                 for (int i = 0; i < half; i++) {
-                    const size_t lo = (((size_t)b * T + t) * H + h) * hd + i, hi = lo + half, tab = (size_t)(pos0 + t) * half + i;
+                    const size_t lo = ((size_t)b * T + t) * ld + off + (size_t)h * hd + i, hi = lo + half;
+                    const size_t tab = (size_t)(pos0 + t) * half + i;
                     ry[lo] = x[lo] * ct[tab] - x[hi] * st[tab];
                     ry[hi] = x[hi] * ct[tab] + x[lo] * st[tab];
                 }
-    close("rope fwd", y, ry, 1e-2, 1e-4, hd == 12 ? "hd 12" : "hd 64");
-    mp_cuda_rope_bwd(xd, cd, sd, B, T, H, hd, pos0, max_pos, g_s);
+    close("rope fwd", y, ry, 1e-2, 1e-4, what);
+    for (size_t i = 0; i < x.size(); i++) {
+        const int col = (int)(i % (size_t)ld);
+        if (col < off || col >= off + H * hd) CHECK(y[i] == x[i], "rope (%s) wrote column %d", what, col);
+    }
+    mp_cuda_rope_bwd(xd + off, cd, sd, B, T, H, hd, pos0, max_pos, ld, g_s);
     SYNC();
-    close("rope bwd(fwd(x))", down_bf16(xd, x.size()), x, 2e-2, 1e-3, "");
+    close("rope bwd(fwd(x))", down_bf16(xd, x.size()), x, 2e-2, 1e-3, what);
     cudaFree(xd), cudaFree(cd), cudaFree(sd);
   }
 
@@ -258,36 +270,41 @@ static void dev_rope_swiglu(void) {
         cudaFree(du);
 }
 
-static void dev_attention(int B, int T, int H, int KV, int hd) {
-    char shape[96];
-    snprintf(shape, sizeof shape, "device B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+/* pad < 0: q, k, v (and dq, dk, dv) dense; else the fused rows of layers/llama.c plus pad columns
+ * (qkv_layout, check_kernels_host.cu): NaN in the input's pad columns (a read of them poisons), and the
+ * gradient buffer's pad columns must keep their bits. hd 64/128 with pad % 8 == 0 takes the tensor-core
+ * kernels, other pads and head dims the CUDA-core ones (mp_cuda_attn_mma_ok). */
+static void dev_attention(int B, int T, int H, int KV, int hd, int pad = -1) {
+    char shape[112];
+    snprintf(shape, sizeof shape, "device B=%d T=%d H=%d KV=%d hd=%d pad=%d", B, T, H, KV, hd, pad);
     Attn A;
     A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd;
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
     A.q = rnd_vec(nq, 2.0f), A.k = rnd_vec(nk, 2.0f), A.v = rnd_vec(nk, 1.0f), A.dout = rnd_vec(nq, 1.0f);
     std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
     naive(A, rout, rlse, rdq, rdk, rdv);
-    mp_bf16 *q = up_bf16(A.q), *k = up_bf16(A.k), *v = up_bf16(A.v), *dout = up_bf16(A.dout), *out = dev<mp_bf16>(nq),
-            *dq = dev<mp_bf16>(nq), *dk = dev<mp_bf16>(nk), *dv = dev<mp_bf16>(nk);
+    const QKVLayout L = qkv_layout(A, pad);
+    const std::vector<float> nanq(nq, NAN), nank(nk, NAN);
+    mp_bf16 *x = up_bf16(qkv_pack(A, L, A.q, A.k, A.v, NAN)), *gx = up_bf16(qkv_pack(A, L, nanq, nank, nank, 7.0f));
+    mp_bf16 *q = x + L.q, *k = x + L.k, *v = x + L.v, *dq = gx + L.q, *dk = gx + L.k, *dv = gx + L.v;
+    mp_bf16 *dout = up_bf16(A.dout), *out = dev<mp_bf16>(nq);
     float *lse = dev<float>(nr), *scratch = dev<float>(nr);
-    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, g_s);
-    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, g_s);
+    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, g_s);
+    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, g_s);
     SYNC();
-    std::vector<float> o = down_bf16(out, nq), l = down(lse, nr), gq = down_bf16(dq, nq), gk = down_bf16(dk, nk),
-                       gv = down_bf16(dv, nk);
+    std::vector<float> o = down_bf16(out, nq), l = down(lse, nr), g = down_bf16(gx, L.n), gq(nq), gk(nk), gv(nk);
+    CHECK(qkv_unpack(A, L, g, gq, gk, gv, 7.0f) == 0, "attention wrote outside dq, dk, dv (%s)", shape);
     close("attn out", o, rout, 1e-2, 1e-4, shape);
     close("attn lse", l, rlse, 1e-5, 1e-5, shape);
     close("attn dq", gq, rdq, 2e-2, 1e-4, shape);
     close("attn dk", gk, rdk, 2e-2, 1e-4, shape);
     close("attn dv", gv, rdv, 2e-2, 1e-4, shape);
-    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, g_s);
-    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, g_s);
+    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, g_s);
+    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, g_s);
     SYNC();
-    CHECK(same_bits(down_bf16(out, nq), o) && same_bits(down(lse, nr), l) && same_bits(down_bf16(dq, nq), gq) &&
-              same_bits(down_bf16(dk, nk), gk) && same_bits(down_bf16(dv, nk), gv),
+    CHECK(same_bits(down_bf16(out, nq), o) && same_bits(down(lse, nr), l) && same_bits(down_bf16(gx, L.n), g),
           "attention not repeatable (%s)", shape);
-    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(dout), cudaFree(out), cudaFree(dq), cudaFree(dk), cudaFree(dv),
-        cudaFree(lse), cudaFree(scratch);
+    cudaFree(x), cudaFree(gx), cudaFree(dout), cudaFree(out), cudaFree(lse), cudaFree(scratch);
 }
 
 /* attn_fwd_kv (k_attn_kv.cu): query chunks at positions p0 .. p0+n-1 against a cache of capacity Tc > T
@@ -634,6 +651,9 @@ int main(void) {
     for (auto &s : shapes) dev_attention(s[0], s[1], s[2], s[3], s[4]);
     for (int hd : {64, 128})   /* the tensor-core kernels (k_attn_mma.cu; MP_CUDA_ATTN=simt: the CUDA-core ones) */
         for (int T : {1, 15, 64, 112, 200}) dev_attention(1, T, 2, 2, hd), dev_attention(2, T, 4, 1, hd);
+    /* the fused [q | k | v] rows (layers/llama.c), + 8 columns (tensor cores at hd 64/128), + 3 (CUDA cores) */
+    for (int hd : {64, 128}) dev_attention(2, 112, 4, 2, hd, 8), dev_attention(1, 70, 2, 1, hd, 0);
+    dev_attention(2, 40, 4, 2, 64, 3), dev_attention(1, 33, 6, 3, 40, 8);
     dev_attention_kv(2, 70, 4, 2, 40);
     dev_attention_kv(1, 150, 9, 3, 64);
     for (int vl : {1003, 1024}) {   /* 1024: 16-byte accesses aligned, 2-byte ones at offset 1: the same bits */

@@ -483,8 +483,9 @@ static void check_elementwise(void) {
  * result must be the float64 rotation of the bf16 inputs rounded once to bf16 (within one bf16 ulp of the
  * fp32 roundings: rel 2^-8 + a tiny absolute term), and the two paths must agree bit for bit. */
 template <int VEC>
-[[maybe_unused]] static void rope_replay(std::vector<__nv_bfloat16> &x, const std::vector<float> &cs, const std::vector<float> &sn,
-                        int B, int T, int H, int hd, int pos0, float dir, std::vector<int> &touched) {
+[[maybe_unused]] static void rope_replay(std::vector<__nv_bfloat16> &x, int off, int ld, const std::vector<float> &cs,
+                                         const std::vector<float> &sn, int B, int T, int H, int hd, int pos0, float dir,
+                                         std::vector<int> &touched) {
     const int half = hd / 2;
     int nchunks, bx, by;
     rope_geom(half, VEC, &nchunks, &bx, &by);
@@ -495,38 +496,48 @@ template <int VEC>
                 const unsigned row = bk * by + ty;
                 if (row >= rows) continue;
                 for (int c = tx; c < nchunks; c += bx) {
-                    rope_chunk<VEC>(x.data(), cs.data(), sn.data(), row, c, T, H, half, pos0, dir);
+                    rope_chunk<VEC>(x.data() + off, cs.data(), sn.data(), row, c, T, H, half, pos0, ld, dir);
                     for (int k = 0; k < VEC && c * VEC + k < half; k++) touched[(size_t)row * half + c * VEC + k]++;
                 }
             }
 }
 
-[[maybe_unused]] static void check_rope_grid(int B, int T, int H, int hd, int pos0) {
-    const int half = hd / 2, max_pos = pos0 + T + 3;
+/* The heads are the columns [off, off + H hd) of rows ld elements apart (ld = H hd, off = 0: dense; else a
+ * block of the fused [q | k | v] rows, layers/llama.c): the other columns must keep their bits. VEC 8 runs
+ * where the launcher would take it (rope_vec: hd/2, ld and the start a multiple of 8 elements). */
+[[maybe_unused]] static void check_rope_grid(int B, int T, int H, int hd, int pos0, int off, int ld) {
+    const int half = hd / 2, max_pos = pos0 + T + 3, v8 = half % 8 == 0 && ld % 8 == 0 && off % 8 == 0;
+    assert(off + H * hd <= ld);
     std::vector<float> cs((size_t)max_pos * half), sn(cs.size());
     for (int p = 0; p < max_pos; p++)
         for (int i = 0; i < half; i++) {
             const double ang = p * pow(10000.0, -2.0 * i / hd);
             cs[(size_t)p * half + i] = (float)cos(ang), sn[(size_t)p * half + i] = (float)sin(ang);
         }
-    std::vector<__nv_bfloat16> x0((size_t)B * T * H * hd);
+    std::vector<__nv_bfloat16> x0((size_t)B * T * ld);
     for (auto &e : x0) e = __float2bfloat16_rn(rnd_unit());
     for (float dir : {1.0f, -1.0f}) {
         std::vector<__nv_bfloat16> x8 = x0, x1 = x0;
         std::vector<int> t8((size_t)B * T * H * half), t1(t8.size());
-        if (half % 8 == 0) rope_replay<8>(x8, cs, sn, B, T, H, hd, pos0, dir, t8);
-        rope_replay<1>(x1, cs, sn, B, T, H, hd, pos0, dir, t1);
+        if (v8) rope_replay<8>(x8, off, ld, cs, sn, B, T, H, hd, pos0, dir, t8);
+        rope_replay<1>(x1, off, ld, cs, sn, B, T, H, hd, pos0, dir, t1);
         for (size_t i = 0; i < t1.size(); i++) {
-            CHECK(t1[i] == 1 && (half % 8 || t8[i] == 1), "rope grid hd=%d: pair %zu rotated %d/%d times", hd, i, t1[i], t8[i]);
+            CHECK(t1[i] == 1 && (!v8 || t8[i] == 1), "rope grid hd=%d: pair %zu rotated %d/%d times", hd, i, t1[i], t8[i]);
             if (t1[i] != 1) return;
         }
-        if (half % 8 == 0)
+        if (v8)
             CHECK(memcmp(x8.data(), x1.data(), x1.size() * sizeof x1[0]) == 0, "rope VEC 8 differs from VEC 1 (hd=%d)", hd);
+        for (size_t i = 0; i < x0.size(); i++) {   /* the columns outside the heads: untouched */
+            const int col = (int)(i % (size_t)ld);
+            if (col >= off && col < off + H * hd) continue;
+            CHECK(memcmp(&x1[i], &x0[i], sizeof x0[i]) == 0, "rope hd=%d ld=%d off=%d wrote column %d", hd, ld, off, col);
+            if (memcmp(&x1[i], &x0[i], sizeof x0[i])) return;
+        }
         double worst = 0;
         for (int r = 0; r < B * T * H; r++) {
             const int t = (r / H) % T;
             for (int i = 0; i < half; i++) {
-                const size_t lo = (size_t)r * hd + i, hi = lo + half;
+                const size_t lo = (size_t)(r / H) * ld + off + (size_t)(r % H) * hd + i, hi = lo + half;
                 const double a = __bfloat162float(x0[lo]), b = __bfloat162float(x0[hi]);
                 const double ang = (pos0 + t) * pow(10000.0, -2.0 * i / hd) * dir;
                 const double rl = a * cos(ang) - b * sin(ang), rh = b * cos(ang) + a * sin(ang);
@@ -882,25 +893,36 @@ static void check_xent_fwd_sharded(int N, int V, int tp) {
     CHECK(se[3] == 0.0f && mx[3] == -INFINITY && se[2] > 0.0f, "xent fwd sharded: an all -inf row, one -inf in shard 0");
 }
 
-/* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls in the order layers/ issues them
- * (per layer q, k, v, o, gate, up, down; forward, dx, dw) find one plan per distinct key, a key differing in
- * any single field (transposes, sizes, strides, C type, any alignment) is another plan, and a key found is
- * the one stored. */
+/* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls as layers/ issues them (per layer
+ * the fused q/k/v, o, the feature-major gate/up and down, then the head; forward, dx, dw) find one plan per
+ * distinct key, a key differing in any single field (transposes, sizes, strides, C type, any alignment) is
+ * another plan, and a key found is the one stored. */
 [[maybe_unused]] static void check_gemm_plans(void) {
     const int N = 16384, D = 2048, I = 8192, KVd = 512, V = 32000;
-    const int lin[][2] = {{D, D}, {D, KVd}, {D, KVd}, {D, D}, {D, I}, {D, I}, {I, D}, {D, V}};
+    const int lin[][2] = {{D, D + 2 * KVd}, {D, D}, {D, V}};   /* token-major linears: qkv, o, head (in, out) */
     std::vector<mp_gemm_plan_key> keys;
-    for (int layer = 0; layer < 3; layer++)
+    auto add = [&](const mp_gemm_plan_key &kk) {
+        if (mp_gemm_plan_find(keys.data(), (int)keys.size(), &kk) < 0) keys.push_back(kk);
+    };
+    for (int layer = 0; layer < 3; layer++) {
         for (auto &l : lin) {
             const int in = l[0], out = l[1];
             mp_gemm_plan_key k[3];
             mp_gemm_plan_key_set(&k[0], 0, 1, N, out, in, in, in, out, 0, 256, 256, 256);
             mp_gemm_plan_key_set(&k[1], 0, 0, N, in, out, out, in, in, 0, 256, 256, 256);
             mp_gemm_plan_key_set(&k[2], 1, 0, out, in, N, out, in, in, 1, 256, 256, 256);
-            for (auto &kk : k)
-                if (mp_gemm_plan_find(keys.data(), (int)keys.size(), &kk) < 0) keys.push_back(kk);
+            for (auto &kk : k) add(kk);
         }
-    CHECK(keys.size() == 15, "the 1B step's GEMMs make %zu plans, expected 15 (5 distinct linears x 3)", keys.size());
+        mp_gemm_plan_key m[6];   /* the MLP (layers/llama.c mlp_forward, mlp_backward) */
+        mp_gemm_plan_key_set(&m[0], 0, 1, 2 * I, N, D, D, D, N, 0, 256, 256, 256);
+        mp_gemm_plan_key_set(&m[1], 1, 1, N, D, I, N, I, D, 0, 256, 256, 256);
+        mp_gemm_plan_key_set(&m[2], 1, 1, I, N, D, I, D, N, 0, 256, 256, 256);
+        mp_gemm_plan_key_set(&m[3], 1, 1, D, I, N, D, N, I, 1, 256, 256, 256);
+        mp_gemm_plan_key_set(&m[4], 1, 0, N, D, 2 * I, N, D, D, 0, 256, 256, 256);
+        mp_gemm_plan_key_set(&m[5], 0, 0, 2 * I, D, N, N, D, D, 1, 256, 256, 256);
+        for (auto &kk : m) add(kk);
+    }
+    CHECK(keys.size() == 15, "the 1B step's GEMMs make %zu plans, expected 15 (3 linears x 3, the MLP's 6)", keys.size());
     mp_gemm_plan_key base;
     mp_gemm_plan_key_set(&base, 0, 1, 37, 53, 29, 40, 61, 61, 0, 256, 256, 256);
     std::vector<mp_gemm_plan_key> one = {base};
@@ -928,6 +950,49 @@ struct Attn {
     size_t ki(int b, int t, int g, int d) const { return (((size_t)b * T + t) * KV + g) * hd + d; }
     size_t ri(int b, int h, int t) const { return ((size_t)b * H + h) * T + t; }
 };
+
+/* Where q, k, v (or dq, dk, dv) live in one buffer: dense and apart (pad < 0: q [B T, H hd] then k, v
+ * [B T, KV hd]) or as layers/llama.c's fused rows (pad >= 0: the column blocks [0, H hd), [H hd, (H+KV) hd),
+ * [(H+KV) hd, (H+2KV) hd) of rows ld = (H + 2 KV) hd + pad apart, pad columns after v). Offsets and
+ * strides in elements. */
+struct QKVLayout {
+    int ldq, ldkv, pad;
+    size_t q, k, v, n;
+};
+static QKVLayout qkv_layout(const Attn &A, int pad) {
+    const size_t rows = (size_t)A.B * A.T, wq = (size_t)A.H * A.hd, wk = (size_t)A.KV * A.hd;
+    if (pad < 0) return {(int)wq, (int)wk, pad, 0, rows * wq, rows * (wq + wk), rows * (wq + 2 * wk)};
+    const int ld = (int)(wq + 2 * wk) + pad;
+    return {ld, ld, pad, 0, wq, wq + wk, rows * ld};
+}
+/* q, k, v ([B T, H hd], [B T, KV hd] x2) into one buffer of layout L, everything else `fill`. */
+static std::vector<float> qkv_pack(const Attn &A, const QKVLayout &L, const std::vector<float> &q,
+                                   const std::vector<float> &k, const std::vector<float> &v, float fill) {
+    std::vector<float> x(L.n, fill);
+    const size_t rows = (size_t)A.B * A.T, wq = (size_t)A.H * A.hd, wk = (size_t)A.KV * A.hd;
+    for (size_t r = 0; r < rows; r++) {
+        std::copy(q.begin() + r * wq, q.begin() + (r + 1) * wq, x.begin() + L.q + r * L.ldq);
+        std::copy(k.begin() + r * wk, k.begin() + (r + 1) * wk, x.begin() + L.k + r * L.ldkv);
+        std::copy(v.begin() + r * wk, v.begin() + (r + 1) * wk, x.begin() + L.v + r * L.ldkv);
+    }
+    return x;
+}
+/* The inverse: q, k, v out of x; returns how many elements outside them no longer equal `fill` (bits). */
+static size_t qkv_unpack(const Attn &A, const QKVLayout &L, const std::vector<float> &x, std::vector<float> &q,
+                         std::vector<float> &k, std::vector<float> &v, float fill) {
+    const size_t rows = (size_t)A.B * A.T, wq = (size_t)A.H * A.hd, wk = (size_t)A.KV * A.hd;
+    std::vector<char> mine(L.n, 0);
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t i = 0; i < wq; i++) q[r * wq + i] = x[L.q + r * L.ldq + i], mine[L.q + r * L.ldq + i] = 1;
+        for (size_t i = 0; i < wk; i++) {
+            k[r * wk + i] = x[L.k + r * L.ldkv + i], mine[L.k + r * L.ldkv + i] = 1;
+            v[r * wk + i] = x[L.v + r * L.ldkv + i], mine[L.v + r * L.ldkv + i] = 1;
+        }
+    }
+    size_t changed = 0;
+    for (size_t i = 0; i < L.n; i++) changed += !mine[i] && memcmp(&x[i], &fill, sizeof fill) != 0;
+    return changed;
+}
 
 /* attn_fwd_kernel, block by block, warp by warp, lane by lane. out is bf16-rounded, as stored. */
 static void mirror_fwd(Attn &A) {
@@ -1142,11 +1207,11 @@ static void check_attention(int B, int T, int H, int KV, int hd) {
     /* the project's CPU kernels on the same (bf16-valued) inputs, the backward fed the mirror's bf16 out */
     std::vector<float> cout_(nq), clse(nr), cdq(nq), cdk(nk), cdv(nk), scratch(nr);
     mp_backend *cpu = mp_backend_cpu();
-    cpu->attn_fwd(cpu, cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    cpu->attn_fwd(cpu, cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd, H * hd, KV * hd);
     close("out vs CPU kernel", A.out, cout_, 1e-2, 1e-4, shape);
     close("lse vs CPU kernel", A.lse, clse, 1e-5, 1e-5, shape);
     cpu->attn_bwd(cpu, cdq.data(), cdk.data(), cdv.data(), scratch.data(), A.dout.data(), A.out.data(), A.lse.data(),
-                  A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+                  A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd, H * hd, KV * hd);
     close("dq vs CPU kernel", dq, cdq, 1e-2, 1e-4, shape);
     close("dk vs CPU kernel", dk, cdk, 1e-2, 1e-4, shape);
     close("dv vs CPU kernel", dv, cdv, 1e-2, 1e-4, shape);
@@ -1162,11 +1227,14 @@ static std::vector<mp_bf16> to_bf16(const std::vector<float> &x) {
 /* attn_fwd_mma_kernel (k_attn_mma.cu) replayed block by block through the same k_attn_mma.cuh functions,
  * a whole warp per call (NL = 32: the mma fragments and quad shuffles emulated by the PTX layouts); the
  * tile loads in the kernel's order: hd 64 fetches the next tile (each thread's registers: ld[tid]) before
- * the warps compute on the current one and puts it after, hd 128 loads each tile before its compute. */
+ * the warps compute on the current one and puts it after, hd 128 loads each tile before its compute.
+ * q, k, v in layout L (dense, or the fused rows with NaN in the pad columns: a read of them poisons). */
 template <int HD>
-static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<float> &lse) {
-    const std::vector<mp_bf16> q = to_bf16(A.q), k = to_bf16(A.k), v = to_bf16(A.v);
-    std::vector<mp_bf16> o(q.size(), __float2bfloat16_rn(NAN));
+static void mirror_fwd_mma(const Attn &A, const QKVLayout &L, std::vector<float> &out, std::vector<float> &lse) {
+    const std::vector<mp_bf16> x = to_bf16(qkv_pack(A, L, A.q, A.k, A.v, NAN));
+    const mp_bf16 *q = x.data() + L.q, *k = x.data() + L.k, *v = x.data() + L.v;
+    CHECK(fa_strides_ok(L.ldq, L.ldkv), "mma replay: strides %d, %d the launcher would refuse", L.ldq, L.ldkv);
+    std::vector<mp_bf16> o(A.q.size(), __float2bfloat16_rn(NAN));
     std::vector<fa_smem<HD>> s(1);
     std::vector<fa_fwd_state<HD, MP_WARP>> st(FA_WARPS);
     std::vector<fa_kv_stage<HD>> ld(FA_THREADS);
@@ -1176,17 +1244,17 @@ static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<f
         for (int h = 0; h < A.H; h++)
             for (int tile = tiles - 1; tile >= 0; tile--) {
                 const int q0 = tile * FA_BQ;
-                for (int w = 0; w < FA_WARPS; w++) fa_fwd_init<HD, MP_WARP>(st[w], q.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+                for (int w = 0; w < FA_WARPS; w++) fa_fwd_init<HD, MP_WARP>(st[w], q, b, A.T, L.ldq, h, q0 + 16 * w, 0);
                 const int g = h / rep;
                 if (HD == 64)
-                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(ld[tid], k.data(), v.data(), b, A.T, A.KV, g, 0, tid);
+                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(ld[tid], k, v, b, A.T, L.ldkv, g, 0, tid);
                 for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
                     for (int tid = 0; tid < FA_THREADS; tid++) {
                         if (HD == 64) {
                             fa_put_kv(s[0], ld[tid], tid);
-                            if (k0 + FA_BK <= q0) fa_fetch_kv(ld[tid], k.data(), v.data(), b, A.T, A.KV, g, k0 + FA_BK, tid);
+                            if (k0 + FA_BK <= q0) fa_fetch_kv(ld[tid], k, v, b, A.T, L.ldkv, g, k0 + FA_BK, tid);
                         } else {
-                            fa_load_kv<HD>(s[0], k.data(), v.data(), b, A.T, A.KV, g, k0, tid);
+                            fa_load_kv<HD>(s[0], k, v, b, A.T, L.ldkv, g, k0, tid);
                         }
                     }
                     for (int w = 0; w < FA_WARPS; w++) fa_fwd_step<HD, MP_WARP>(st[w], s[0], k0, q0 + 16 * w, scale, 0);
@@ -1198,11 +1266,17 @@ static void mirror_fwd_mma(const Attn &A, std::vector<float> &out, std::vector<f
 }
 
 /* attn_bwd_dkdv_mma_kernel and attn_bwd_dq_mma_kernel (k_attn_mma.cu) replayed the same way, from the
- * forward's bf16 out and lse (A.out, A.lse); D as the D pass computes it (fp32, from bf16 dout and out). */
+ * forward's bf16 out and lse (A.out, A.lse); D as the D pass computes it (fp32, from bf16 dout and out).
+ * q, k, v and dq, dk, dv in layout L; the gradient buffer starts NaN in the head columns (every element
+ * must be written) and 7 in the others, which must keep their bits (a CHECK). */
 template <int HD>
-static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<float> &dk, std::vector<float> &dv) {
-    const std::vector<mp_bf16> q = to_bf16(A.q), k = to_bf16(A.k), v = to_bf16(A.v), dout = to_bf16(A.dout);
-    std::vector<mp_bf16> gq(q.size(), __float2bfloat16_rn(NAN)), gk(k.size(), gq[0]), gv(k.size(), gq[0]);
+static void mirror_bwd_mma(const Attn &A, const QKVLayout &L, std::vector<float> &dq, std::vector<float> &dk,
+                           std::vector<float> &dv) {
+    const std::vector<mp_bf16> x = to_bf16(qkv_pack(A, L, A.q, A.k, A.v, NAN)), dout = to_bf16(A.dout);
+    const mp_bf16 *q = x.data() + L.q, *k = x.data() + L.k, *v = x.data() + L.v;
+    const std::vector<float> nq(A.q.size(), NAN), nk(A.k.size(), NAN);
+    std::vector<mp_bf16> gx = to_bf16(qkv_pack(A, L, nq, nk, nk, 7.0f));
+    mp_bf16 *gq = gx.data() + L.q, *gk = gx.data() + L.k, *gv = gx.data() + L.v;
     std::vector<float> D((size_t)A.B * A.H * A.T);
     for (int b = 0; b < A.B; b++)
         for (int t = 0; t < A.T; t++)
@@ -1222,16 +1296,16 @@ static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<fl
         for (int g = 0; g < A.KV; g++)
             for (int tile = 0; tile < tiles; tile++) {
                 const int j0 = tile * FA_BQ;
-                for (int w = 0; w < FA_WARPS; w++) fb_kv_init<HD, MP_WARP>(kst[w], k.data(), v.data(), b, A.T, A.KV, g, j0 + 16 * w, 0);
+                for (int w = 0; w < FA_WARPS; w++) fb_kv_init<HD, MP_WARP>(kst[w], k, v, b, A.T, L.ldkv, g, j0 + 16 * w, 0);
                 for (int h = g * rep; h < (g + 1) * rep; h++)
                     for (int t0 = j0; t0 < A.T; t0 += FB_BQ) {
                         for (int tid = 0; tid < FA_THREADS; tid++)
-                            fb_load_qtile<HD>(skv[0], q.data(), dout.data(), A.lse.data(), D.data(), b, A.T, A.H, h, t0, tid);
+                            fb_load_qtile<HD>(skv[0], q, dout.data(), A.lse.data(), D.data(), b, A.T, A.H, L.ldq, h, t0, tid);
                         for (int w = 0; w < FA_WARPS; w++) fb_dkdv_step<HD, MP_WARP>(kst[w], skv[0], t0, j0 + 16 * w, A.T, scale, 0);
                     }
                 for (int w = 0; w < FA_WARPS; w++) {
-                    fb_store<HD, MP_WARP>(gk.data(), kst[w].dk, b, A.T, A.KV, g, j0 + 16 * w, 0);
-                    fb_store<HD, MP_WARP>(gv.data(), kst[w].dv, b, A.T, A.KV, g, j0 + 16 * w, 0);
+                    fb_store<HD, MP_WARP>(gk, kst[w].dk, b, A.T, L.ldkv, g, j0 + 16 * w, 0);
+                    fb_store<HD, MP_WARP>(gv, kst[w].dv, b, A.T, L.ldkv, g, j0 + 16 * w, 0);
                 }
             }
     for (int b = 0; b < A.B; b++)
@@ -1239,25 +1313,27 @@ static void mirror_bwd_mma(const Attn &A, std::vector<float> &dq, std::vector<fl
             for (int tile = tiles - 1; tile >= 0; tile--) {
                 const int q0 = tile * FA_BQ, end = std::min(q0 + FA_BQ, A.T);
                 for (int w = 0; w < FA_WARPS; w++)
-                    fb_q_init<HD, MP_WARP>(qst[w], q.data(), dout.data(), A.lse.data(), D.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
+                    fb_q_init<HD, MP_WARP>(qst[w], q, dout.data(), A.lse.data(), D.data(), b, A.T, A.H, L.ldq, h, q0 + 16 * w, 0);
                 const int g = h / rep;   /* hd 64: the next key tile fetched before the current one's compute */
                 if (HD == 64)
-                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(kld[tid], k.data(), v.data(), b, A.T, A.KV, g, 0, tid);
+                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(kld[tid], k, v, b, A.T, L.ldkv, g, 0, tid);
                 for (int k0 = 0; k0 < end; k0 += FB_BK) {
                     for (int tid = 0; tid < FA_THREADS; tid++) {
                         if (HD == 64) {
                             fb_put_ktile(sq[0], kld[tid], tid);
-                            if (k0 + FB_BK < end) fa_fetch_kv(kld[tid], k.data(), v.data(), b, A.T, A.KV, g, k0 + FB_BK, tid);
+                            if (k0 + FB_BK < end) fa_fetch_kv(kld[tid], k, v, b, A.T, L.ldkv, g, k0 + FB_BK, tid);
                         } else {
-                            fb_load_ktile<HD>(sq[0], k.data(), v.data(), b, A.T, A.KV, g, k0, tid);
+                            fb_load_ktile<HD>(sq[0], k, v, b, A.T, L.ldkv, g, k0, tid);
                         }
                     }
                     for (int w = 0; w < FA_WARPS; w++) fb_dq_step<HD, MP_WARP>(qst[w], sq[0], k0, q0 + 16 * w, A.T, scale, 0);
                 }
-                for (int w = 0; w < FA_WARPS; w++) fb_store<HD, MP_WARP>(gq.data(), qst[w].dq, b, A.T, A.H, h, q0 + 16 * w, 0);
+                for (int w = 0; w < FA_WARPS; w++) fb_store<HD, MP_WARP>(gq, qst[w].dq, b, A.T, L.ldq, h, q0 + 16 * w, 0);
             }
-    for (size_t i = 0; i < gq.size(); i++) dq[i] = __bfloat162float(gq[i]);
-    for (size_t i = 0; i < gk.size(); i++) dk[i] = __bfloat162float(gk[i]), dv[i] = __bfloat162float(gv[i]);
+    std::vector<float> g(gx.size());
+    for (size_t i = 0; i < gx.size(); i++) g[i] = __bfloat162float(gx[i]);
+    const size_t changed = qkv_unpack(A, L, g, dq, dk, dv, 7.0f);
+    CHECK(changed == 0, "mma backward (pad %d): %zu elements outside dq, dk, dv written", L.pad, changed);
 }
 
 /* The mma.sync fragment table (mma_frag.cuh, transcribed from CuTe) against the PTX ISA's own formulas,
@@ -1304,7 +1380,7 @@ static void check_mma_table(void) {
     std::vector<mp_bf16> X(256), Bs(16 * 16);
     for (int i = 0; i < 256; i++) X[i] = __float2bfloat16_rn((float)i);
     uint32_t af[MP_WARP][1][4];
-    fa_load_afrag<16, MP_WARP>(af, X.data(), 0, 16, 1, 0, 0, 0);
+    fa_load_afrag<16, MP_WARP>(af, X.data(), 0, 16, 16, 0, 0, 0);
     float C[MP_WARP][2][4];
     for (int lane = 0; lane < MP_WARP; lane++)
         for (int r = 0; r < 4; r++)
@@ -1376,11 +1452,12 @@ static void ld_log(const void *p, int bytes) { g_ld_log.push_back({(const char *
  * warp-wide instruction) touches each of the 32 banks at most once per word it needs, per quarter warp for
  * the 16-byte stores: conflict-free, as the loader's comment argues. */
 template <int HD, int ROWS>
-static void check_loader(int T, int r0, bool want_rm, bool want_tr) {
-    const int lr = HD + 8, lt = ROWS + 8, heads = 2, head = 1;
-    char what[96];
-    snprintf(what, sizeof what, "fa_load_rows<%d, %d> T=%d r0=%d rm=%d tr=%d", HD, ROWS, T, r0, want_rm, want_tr);
-    std::vector<uint16_t> x((size_t)T * heads * HD);
+static void check_loader(int T, int r0, bool want_rm, bool want_tr, int extra = 0) {
+    const int lr = HD + 8, lt = ROWS + 8, heads = 2, head = 1, ld = heads * HD + extra;   /* extra: wider rows */
+    char what[112];
+    snprintf(what, sizeof what, "fa_load_rows<%d, %d> T=%d r0=%d rm=%d tr=%d ld=%d", HD, ROWS, T, r0, want_rm, want_tr,
+             ld);
+    std::vector<uint16_t> x((size_t)T * ld);
     for (size_t i = 0; i < x.size(); i++) x[i] = (uint16_t)(0x3c00 + (i * 7919) % 40000);   /* distinct, non-zero */
     struct alignas(16) Tiles {
         mp_bf16 rm[ROWS][HD + 8], tr[HD][ROWS + 8];
@@ -1391,7 +1468,7 @@ static void check_loader(int T, int r0, bool want_rm, bool want_tr) {
     g_ld_log.clear();
     fa_host_store_log = ld_log;
     for (g_ld_tid = 0; g_ld_tid < FA_THREADS; g_ld_tid++)
-        fa_load_rows<HD, ROWS>(rm, lr, tr, lt, (const mp_bf16 *)x.data(), 0, T, heads, head, r0, g_ld_tid);
+        fa_load_rows<HD, ROWS>(rm, lr, tr, lt, (const mp_bf16 *)x.data(), 0, T, ld, head, r0, g_ld_tid);
     fa_host_store_log = NULL;
     const char *base = (const char *)&s[0];
     std::vector<int> writes(sizeof(Tiles) / 2, 0);
@@ -1405,7 +1482,7 @@ static void check_loader(int T, int r0, bool want_rm, bool want_tr) {
     }
     for (int r = 0; r < ROWS; r++)
         for (int d = 0; d < HD; d++) {
-            const uint16_t want = r0 + r < T ? x[((size_t)(r0 + r) * heads + head) * HD + d] : 0;
+            const uint16_t want = r0 + r < T ? x[(size_t)(r0 + r) * ld + (size_t)head * HD + d] : 0;
             uint16_t got;
             const size_t erm = (size_t)r * lr + d, etr = offsetof(Tiles, tr) / 2 + (size_t)d * lt + r;
             memcpy(&got, (const uint16_t *)base + erm, 2);
@@ -1455,19 +1532,25 @@ static void check_loader(int T, int r0, bool want_rm, bool want_tr) {
             check_loader<64, 32>(T, r0, true, true), check_loader<64, 32>(T, r0, true, false);
             check_loader<128, 32>(T, r0, true, true), check_loader<128, 32>(T, r0, true, false);
             check_loader<64, 32>(T, r0, false, true);   /* mma_probe's dO^T */
+            /* rows wider than the heads (the fused [q | k | v] of layers/llama.c) */
+            check_loader<64, 64>(T, r0, true, false, 64 * 4 + 8), check_loader<128, 64>(T, r0, false, true, 128 * 2);
+            check_loader<64, 32>(T, r0, true, true, 24), check_loader<128, 32>(T, r0, true, false, 8);
         }
 }
 
 /* The tensor-core kernels' replay against float64 (out, lse, dq, dk, dv) and the CPU kernels, on T
- * crossing the 16-row warp tiles and the 32/64-row tiles, every element written (NaN-filled beforehand). */
-static void check_attention_mma(int B, int T, int H, int KV, int hd) {
-    char shape[96];
-    snprintf(shape, sizeof shape, "mma B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+ * crossing the 16-row warp tiles and the 32/64-row tiles, every element written (NaN-filled beforehand).
+ * pad < 0: q, k, v dense; else in the fused rows of layers/llama.c with pad extra columns (qkv_layout),
+ * the CPU kernels then called with the same strides. */
+static void check_attention_mma(int B, int T, int H, int KV, int hd, int pad = -1) {
+    char shape[112];
+    snprintf(shape, sizeof shape, "mma B=%d T=%d H=%d KV=%d hd=%d pad=%d", B, T, H, KV, hd, pad);
     Attn A = attn_random(B, T, H, KV, hd);
+    const QKVLayout L = qkv_layout(A, pad);
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
     std::vector<float> out(nq, NAN), lse(nr, NAN);
-    if (hd == 64) mirror_fwd_mma<64>(A, out, lse);
-    else mirror_fwd_mma<128>(A, out, lse);
+    if (hd == 64) mirror_fwd_mma<64>(A, L, out, lse);
+    else mirror_fwd_mma<128>(A, L, out, lse);
     std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
     naive(A, rout, rlse, rdq, rdk, rdv);
     int nan = 0;
@@ -1476,17 +1559,18 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd) {
     CHECK(nan == 0, "%s: %d outputs not written or NaN", shape, nan);
     close("out", out, rout, 1e-2, 1e-4, shape);
     close("lse", lse, rlse, 1e-5, 1e-5, shape);
-    std::vector<float> cout_(nq), clse(nr);
+    std::vector<float> cout_(nq), clse(nr), x = qkv_pack(A, L, A.q, A.k, A.v, NAN);
     mp_backend *cpu = mp_backend_cpu();
-    cpu->attn_fwd(cpu, cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    cpu->attn_fwd(cpu, cout_.data(), clse.data(), x.data() + L.q, x.data() + L.k, x.data() + L.v, B, T, H, KV, hd,
+                  L.ldq, L.ldkv);
     close("out vs CPU kernel", out, cout_, 1e-2, 1e-4, shape);
     close("lse vs CPU kernel", lse, clse, 1e-5, 1e-5, shape);
 
     /* the backward from the replayed forward's out and lse */
     A.out = out, A.lse = lse;
     std::vector<float> dq(nq, NAN), dk(nk, NAN), dv(nk, NAN);
-    if (hd == 64) mirror_bwd_mma<64>(A, dq, dk, dv);
-    else mirror_bwd_mma<128>(A, dq, dk, dv);
+    if (hd == 64) mirror_bwd_mma<64>(A, L, dq, dk, dv);
+    else mirror_bwd_mma<128>(A, L, dq, dk, dv);
     nan = 0;
     for (float x : dq) nan += x != x;
     for (float x : dk) nan += x != x;
@@ -1495,9 +1579,11 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd) {
     close("dq", dq, rdq, 2e-2, 1e-4, shape);
     close("dk", dk, rdk, 2e-2, 1e-4, shape);
     close("dv", dv, rdv, 2e-2, 1e-4, shape);
-    std::vector<float> cdq(nq), cdk(nk), cdv(nk), scratch(nr);
-    cpu->attn_bwd(cpu, cdq.data(), cdk.data(), cdv.data(), scratch.data(), A.dout.data(), A.out.data(), A.lse.data(),
-                  A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd);
+    std::vector<float> cdq(nq), cdk(nk), cdv(nk), scratch(nr), nanq(nq, NAN), nank(nk, NAN);
+    std::vector<float> g = qkv_pack(A, L, nanq, nank, nank, 7.0f);
+    cpu->attn_bwd(cpu, g.data() + L.q, g.data() + L.k, g.data() + L.v, scratch.data(), A.dout.data(), A.out.data(),
+                  A.lse.data(), x.data() + L.q, x.data() + L.k, x.data() + L.v, B, T, H, KV, hd, L.ldq, L.ldkv);
+    CHECK(qkv_unpack(A, L, g, cdq, cdk, cdv, 7.0f) == 0, "%s: the CPU backward wrote outside dq, dk, dv", shape);
     close("dq vs CPU kernel", dq, cdq, 1e-2, 1e-4, shape);
     close("dk vs CPU kernel", dk, cdk, 1e-2, 1e-4, shape);
     close("dv vs CPU kernel", dv, cdv, 1e-2, 1e-4, shape);
@@ -1521,7 +1607,12 @@ int main(void) {
     for (auto &r : rms) check_rmsnorm(r[0], r[1]);
     const int ropes[][5] = {{1, 1, 1, 2, 0}, {2, 5, 3, 64, 7}, {1, 9, 4, 16, 0}, {2, 3, 2, 128, 100}, {1, 4, 3, 40, 2},
                             {1, 2, 1, 6, 0}, {1, 3, 2, 1024, 5}};
-    for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4]);
+    for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4], 0, r[2] * r[3]);
+    /* strided, as layers/llama.c's fused [q | k | v] rows: the k block (off = H hd) of rows (H + 2 KV) hd
+     * wide, the q block of rows with extra columns, and strides that rule out the 16-byte path (ld % 8) */
+    const int ropes_ld[][7] = {{2, 5, 2, 64, 7, 256, 512}, {1, 9, 4, 16, 0, 0, 104}, {2, 3, 1, 128, 100, 256, 512},
+                               {1, 4, 3, 40, 2, 6, 130}, {2, 3, 2, 16, 1, 8, 44}, {1, 3, 2, 64, 0, 64, 196}};
+    for (auto &r : ropes_ld) check_rope_grid(r[0], r[1], r[2], r[3], r[4], r[5], r[6]);
     check_gemm_plans();
     for (int64_t n : {1, 7, 8, 9, 64, 1003}) check_swiglu_vec(n);
     for (int64_t n : {1, 3, 4, 5, 8, 9, 1003, 70001}) check_vec_elementwise(n);
@@ -1547,6 +1638,14 @@ int main(void) {
             check_attention_mma(1, T, 2, 2, hd);   /* GQA ratio 1 */
             check_attention_mma(2, T, 4, 1, hd);   /* GQA ratio 4 */
         }
+    /* q, k, v and their gradients as column blocks of the fused rows (layers/llama.c), plus 8 or 24 more
+     * columns: the strided tile loads, A-fragment loads and stores */
+    for (int hd : {64, 128})
+        for (int T : {15, 112}) {
+            check_attention_mma(1, T, 2, 2, hd, 8);
+            check_attention_mma(2, T, 4, 1, hd, 24);
+        }
+    check_attention_mma(1, 70, 2, 1, 64, 0);   /* the fused rows alone: ld = (H + 2 KV) hd */
     if (g_fail) {
         fprintf(stderr, "%d check(s) FAILED\n", g_fail);
         return 1;

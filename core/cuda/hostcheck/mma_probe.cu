@@ -298,9 +298,9 @@ struct probe_tiles_smem {
  * dK/dV pass loads it: its row-major copy comes from the row-pair path), dO^T. */
 __host__ __device__ static void probe_tiles_load(probe_tiles_smem &s, const mp_bf16 *q, const mp_bf16 *k,
                                                  const mp_bf16 *v, const mp_bf16 *dout, int tid) {
-    fa_load_kv<PT_HD>(s.f, k, v, 0, PT_T, 1, 0, 0, tid);
-    fa_load_rows<PT_HD, FB_BQ>((mp_bf16 *)&s.Q, PT_HD + 8, (mp_bf16 *)&s.Qt, FB_PAD, q, 0, PT_T, 1, 0, 0, tid);
-    fa_load_rows<PT_HD, FB_BQ>(NULL, 0, (mp_bf16 *)&s.dOt, FB_PAD, dout, 0, PT_T, 1, 0, 0, tid);
+    fa_load_kv<PT_HD>(s.f, k, v, 0, PT_T, PT_HD, 0, 0, tid);
+    fa_load_rows<PT_HD, FB_BQ>((mp_bf16 *)&s.Q, PT_HD + 8, (mp_bf16 *)&s.Qt, FB_PAD, q, 0, PT_T, PT_HD, 0, 0, tid);
+    fa_load_rows<PT_HD, FB_BQ>(NULL, 0, (mp_bf16 *)&s.dOt, FB_PAD, dout, 0, PT_T, PT_HD, 0, 0, tid);
 }
 
 /* Warp w's helpers, its lanes lane0 .. lane0+NL-1, into d. */
@@ -309,13 +309,13 @@ __host__ __device__ static void probe_tiles_warp(probe_tiles_dump *d, const prob
                                                  const mp_bf16 *k, int w, int lane0) {
     uint32_t af[NL][PT_HD / 16][4], pa[NL][FA_BK / 16][4], pt[NL][2][4];
     float S[NL][FA_BK / 8][4] = {}, O[NL][PT_HD / 8][4] = {}, St[NL][4][4] = {}, dV[NL][PT_HD / 8][4] = {};
-    fa_load_afrag<PT_HD, NL>(af, q, 0, PT_T, 1, 0, 16 * w, lane0);
+    fa_load_afrag<PT_HD, NL>(af, q, 0, PT_T, PT_HD, 0, 16 * w, lane0);
     fa_mma_smem<NL, PT_HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &af[0][0][0], PT_HD / 16 * 4, &s.f.K[0][0],
                                            PT_HD + 8, lane0);
     for (int li = 0; li < NL; li++) fa_c_to_a<FA_BK / 8>(pa[li], S[li]);
     fa_mma_smem<NL, FA_BK / 16, PT_HD / 8>(&O[0][0][0], PT_HD / 8 * 4, &pa[0][0][0], FA_BK / 16 * 4, &s.f.Vt[0][0],
                                            FA_VPAD, lane0);
-    fa_load_afrag<PT_HD, NL>(af, k, 0, PT_T, 1, 0, 16 * w, lane0);   /* the backward: keys as the A operand */
+    fa_load_afrag<PT_HD, NL>(af, k, 0, PT_T, PT_HD, 0, 16 * w, lane0);   /* the backward: keys as the A operand */
     fa_mma_smem<NL, PT_HD / 16, 4>(&St[0][0][0], 16, &af[0][0][0], PT_HD / 16 * 4, &s.Q[0][0], PT_HD + 8, lane0);
     for (int li = 0; li < NL; li++) fa_c_to_a<4>(pt[li], St[li]);
     fa_mma_smem<NL, 2, PT_HD / 8>(&dV[0][0][0], PT_HD / 8 * 4, &pt[0][0][0], 8, &s.dOt[0][0], FB_PAD, lane0);
@@ -447,11 +447,11 @@ static void probe_kernels(int T, int hd) {
     Attn A = attn_random(1, T, 1, 1, hd);
     const size_t n = (size_t)T * hd;
     std::vector<float> out(n), lse(T), dq(n), dk(n), dv(n);
-    if (hd == 64) mirror_fwd_mma<64>(A, out, lse);
-    else mirror_fwd_mma<128>(A, out, lse);
+    if (hd == 64) mirror_fwd_mma<64>(A, qkv_layout(A, -1), out, lse);
+    else mirror_fwd_mma<128>(A, qkv_layout(A, -1), out, lse);
     A.out = out, A.lse = lse;
-    if (hd == 64) mirror_bwd_mma<64>(A, dq, dk, dv);
-    else mirror_bwd_mma<128>(A, dq, dk, dv);
+    if (hd == 64) mirror_bwd_mma<64>(A, qkv_layout(A, -1), dq, dk, dv);
+    else mirror_bwd_mma<128>(A, qkv_layout(A, -1), dq, dk, dv);
     std::vector<float> D(T);
     for (int t = 0; t < T; t++) {   /* as mirror_bwd_mma's D */
         float acc = 0.0f;
@@ -463,9 +463,9 @@ static void probe_kernels(int T, int hd) {
     float *l, *dD = dup(D), *dl = dup(lse);
     for (mp_bf16 **p : {&o, &gq, &gk, &gv}) CK(cudaMalloc(p, n * sizeof(mp_bf16)));
     CK(cudaMalloc(&l, T * sizeof(float)));
-    mp_cuda_attn_fwd_mma(o, l, q, k, v, 1, T, 1, 1, hd, 0);
+    mp_cuda_attn_fwd_mma(o, l, q, k, v, 1, T, 1, 1, hd, hd, hd, 0);
     CK(cudaGetLastError());
-    mp_cuda_attn_bwd_mma(gq, gk, gv, dD, dout, dl, q, k, v, 1, T, 1, 1, hd, 0);   /* from the replay's lse, D */
+    mp_cuda_attn_bwd_mma(gq, gk, gv, dD, dout, dl, q, k, v, 1, T, 1, 1, hd, hd, hd, 0);   /* from the replay's lse, D */
     CK(cudaGetLastError());
     auto f32 = [&](const mp_bf16 *p) {
         std::vector<mp_bf16> b = back(p, n);
@@ -531,10 +531,10 @@ static int selftest_h200_run1(void) {
     std::vector<float> out(nq), lse(nr), dq(nq), dk(nk), dv(nk);
     std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
     naive(A, rout, rlse, rdq, rdk, rdv);
-    mirror_fwd_mma<64>(A, out, lse);
+    mirror_fwd_mma<64>(A, qkv_layout(A, -1), out, lse);
     for (auto &e : out) e = ptxas13_stored(e);
     A.out = out, A.lse = lse;   /* the D pass reads the damaged out, as on the device */
-    mirror_bwd_mma<64>(A, dq, dk, dv);
+    mirror_bwd_mma<64>(A, qkv_layout(A, -1), dq, dk, dv);
     for (auto *x : {&dq, &dk, &dv})
         for (auto &e : *x) e = ptxas13_stored(e);
     const int fail0 = g_fail;
