@@ -88,9 +88,10 @@ void llama_fsdp_alloc(llama_model *m) {
     m->stage2_numel = max_shard;
 }
 
-/* Ends and forgets a gather in flight that no llama_fsdp_gather took (the forward and backward take every
- * one they start; this keeps a stray one from being unpacked later as if it were current). */
-static void drop_inflight(llama_model *m) {
+/* Ends the gather in flight, if any, and forgets which unit it was: llama_fsdp_gather before unpacking
+ * it, and everywhere else a stray one (that no llama_fsdp_gather took) would be unpacked later as if it
+ * were current or land in freed memory. */
+static void gather_end(llama_model *m) {
     if (m->gather_unit < 0) return;
     mp_comm *c = m->mesh->dp_comm;
     if (c->all_gatherv_wait) c->all_gatherv_wait(c);
@@ -99,7 +100,7 @@ static void drop_inflight(llama_model *m) {
 
 void llama_fsdp_free(llama_model *m) {
     if (m->dp == 1) return;
-    drop_inflight(m);   /* its destination is freed below */
+    gather_end(m);   /* its destination is freed below */
     mp_backend *be = m->be;
     size_t fb = (size_t)m->max_unit_full * sizeof(float);
     if (m->pool) be->free(be, m->pool, (size_t)m->max_unit_full * m->act_size, MP_MEM_GATHER);
@@ -115,7 +116,7 @@ void llama_fsdp_free(llama_model *m) {
 }
 
 void llama_fsdp_invalidate(llama_model *m) {
-    drop_inflight(m);   /* gathered from the shards before they changed */
+    gather_end(m);   /* gathered from the shards before they changed */
     m->pool_unit = -1;
     for (int u = 0; u < m->nunits; u++) m->units[u].resident = 0;
 }
@@ -157,7 +158,7 @@ static void gather_start(llama_model *m, int u) {
 
 void llama_fsdp_prefetch(llama_model *m, int u) {
     if (m->dp == 1 || !m->mesh->dp_comm->all_gatherv_start || unit_in_place(m, u) || m->gather_unit == u) return;
-    drop_inflight(m);
+    gather_end(m);
     gather_start(m, u);
 }
 
@@ -166,13 +167,11 @@ void llama_fsdp_gather(llama_model *m, int u) {
     llama_unit *un = &m->units[u];
     void *base = m->opt.reshard_after_forward ? m->pool : un->full;
     mp_backend *be = m->be;
-    mp_comm *c = m->mesh->dp_comm;
     if (m->gather_unit != u) {   /* not prefetched: gather now */
-        drop_inflight(m);
+        gather_end(m);
         gather_start(m, u);
     }
-    if (c->all_gatherv_start) c->all_gatherv_wait(c);
-    m->gather_unit = -1;
+    gather_end(m);
     int64_t full_off = 0;
     for (int i = un->first; i < un->first + un->count; i++) {
         m->params[i].full = mp_act_at(be, base, full_off);

@@ -57,9 +57,12 @@ void rs_group_files(rs_box *boxes, int n, int ranks_per_file) {
     for (int i = 0; i < n; i++) boxes[i].file_rank = boxes[i].file_rank / ranks_per_file * ranks_per_file;
 }
 
+/* Whether box i starts a file (boxes of one file are adjacent). */
+static int starts_file(const rs_box *boxes, int i) { return i == 0 || boxes[i].file_rank != boxes[i - 1].file_rank; }
+
 int rs_num_files(const rs_box *boxes, int n) {
     int files = 0;
-    for (int i = 0; i < n; i++) files += i == 0 || boxes[i].file_rank != boxes[i - 1].file_rank;
+    for (int i = 0; i < n; i++) files += starts_file(boxes, i);
     return files;
 }
 
@@ -113,7 +116,7 @@ mp_code rs_run(rs_source *src, rs_sink *sink, const rs_box *boxes, int n, int wo
                               * consecutive: dealing by file_rank % nworkers would leave workers idle) */
     for (int i = 0; i < n; i++) {
         const rs_box *B = &boxes[i];
-        file += i == 0 || B->file_rank != boxes[i - 1].file_rank;
+        file += starts_file(boxes, i);
         if (file % nworkers != worker) continue;
         ctx[i] = (fill_ctx){src, B, NULL, st};
         if (prev) prev->next = B;
