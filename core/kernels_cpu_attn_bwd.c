@@ -19,7 +19,9 @@
  * blocks; 1.10-1.24x with 256-key blocks (on an AVX-512 EPYC; 1.40-1.65x on an AVX2 one, where the exps
  * turned out scalar); 0.92-0.97x after issue 21's second pass: exps vectorised (-fno-trapping-math),
  * the fused P/dS pass, memset instead of OpenBLAS's beta = 0 pass, the stacked heads
- * (docs/BENCH_TRAIN.md).
+ * (docs/BENCH_TRAIN.md); 0.96-1.05x a day later on the same machine with a faster sgemm: the five
+ * products are 1.25x the T x T version's FLOPs, so the ratio follows the GEMM speed. Beating it clearly
+ * needs a packing-free fused kernel (OpenBLAS packing is 13% of this one's time).
  *
  * Threads: the (b, kv head) loop runs under OpenMP with a static schedule: the query heads of one group
  * add into the same dK/dV, so a group is one work item, its heads and blocks done in a fixed order. Every
