@@ -126,6 +126,12 @@ static void mpi_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
                                                   impl_of(c)->comm));
 }
 
+/* What this rank sends in an all_gatherv into out at element displacement displ (e bytes each):
+ * MPI_IN_PLACE when in is already its part of out, else in. */
+static const void *gather_send(const void *out, const void *in, int displ, size_t e) {
+    return in == (const char *)out + (size_t)displ * e ? MPI_IN_PLACE : in;
+}
+
 /* out = concat_r in_r[counts[r]]. in may be out + displ[rank] (in place); otherwise the two must not
  * overlap. When a count or displacement exceeds g_max_count: each rank's part is broadcast from it in
  * pieces (same result, more calls). */
@@ -141,8 +147,8 @@ static void mpi_all_gatherv(mp_comm *c, void *out, const void *in, const int64_t
     mp_comm_count_all_gatherv(c, counts, (int64_t)e);
     if (total == 0) return;
     if (fits) {
-        const void *send = (in == (char *)out + (size_t)im->displs[me] * e) ? MPI_IN_PLACE : in;
-        TIMED(c, MP_COMM_ALLGATHER, MPI_Allgatherv(send, im->counts[me], t, out, im->counts, im->displs, t, im->comm));
+        TIMED(c, MP_COMM_ALLGATHER, MPI_Allgatherv(gather_send(out, in, im->displs[me], e), im->counts[me], t, out,
+                                                   im->counts, im->displs, t, im->comm));
         return;
     }
     int64_t displ = 0;
@@ -172,10 +178,9 @@ static void mpi_all_gatherv_start(mp_comm *c, void *out, const void *in, const i
     size_t e = mp_dtype_size(dt);
     assert(out && (in || counts[me] == 0));
     mp_comm_count_all_gatherv(c, counts, (int64_t)e);
-    const void *send = (in == (char *)out + (size_t)im->ag_displs[me] * e) ? MPI_IN_PLACE : in;
     MPI_Datatype t = mpi_type(dt);
-    TIMED(c, MP_COMM_ALLGATHER, MPI_Iallgatherv(send, im->ag_counts[me], t, out, im->ag_counts, im->ag_displs, t,
-                                                im->comm, &im->ag_req));
+    TIMED(c, MP_COMM_ALLGATHER, MPI_Iallgatherv(gather_send(out, in, im->ag_displs[me], e), im->ag_counts[me], t, out,
+                                                im->ag_counts, im->ag_displs, t, im->comm, &im->ag_req));
     im->ag_pending = 1;
 }
 
