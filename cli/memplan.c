@@ -73,7 +73,7 @@ static void print_plan(const mp_memplan *p, size_t max_bytes) {
             mp_ckpt_human(b[0], 32, c[MP_MEM_PARAMS]), mp_ckpt_human(b[1], 32, c[MP_MEM_GRADS]),
             mp_ckpt_human(b[2], 32, c[MP_MEM_OPTIM]), mp_ckpt_human(b[3], 32, c[MP_MEM_GATHER]),
             mp_ckpt_human(b[4], 32, c[MP_MEM_ACTS]), kv, mp_ckpt_human(b[5], 32, p->staging),
-            mp_ckpt_human(b[6], 32, c[MP_MEM_OTHER] + p->data), mp_ckpt_human(b[7], 32, p->total));
+            mp_ckpt_human(b[6], 32, c[MP_MEM_OTHER] + p->data + p->init), mp_ckpt_human(b[7], 32, p->total));
     if (max_bytes)
         mp_info("memory plan: largest rank %s, bound %s per rank (--max-memory)", mp_ckpt_human(b[0], 32, p->largest),
                 mp_ckpt_human(b[1], 32, (int64_t)max_bytes));
@@ -121,7 +121,8 @@ mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_op
         plan->staging = staging ? c[MP_MEM_PARAMS] + c[MP_MEM_OPTIM] : 0;
         /* inputs and targets, two slots of each (llama_token_bufs: the train step double-buffers them) */
         plan->data = 4 * (int64_t)opt->micro_batch * opt->seq_len * (int64_t)sizeof(int32_t);
-        plan->total = plan->model.total + plan->staging + plan->data;   /* each term < 2^58: no overflow */
+        plan->init = rt->be->host_memory ? 0 : LLAMA_INIT_STAGING_BYTES;
+        plan->total = plan->model.total + plan->staging + plan->data + plan->init;   /* each < 2^58: no overflow */
     }
     /* a plan that fails fails alike on every rank (same config): agree before the collectives below */
     if ((rc = mp_runtime_agree(rt, rc, err))) return rc;

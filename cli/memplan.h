@@ -15,6 +15,7 @@ typedef struct mp_memplan {
     llama_memory_plan model;
     int64_t staging;        /* checkpoint staging copy (shards of parameters and both moments) */
     int64_t data;           /* host token buffers */
+    int64_t init;           /* host staging of a fresh start's weights on a device (LLAMA_INIT_STAGING_BYTES) */
     int64_t total;          /* this rank */
     int64_t largest;        /* the largest rank's total over the mesh */
     int64_t host_total;     /* the ranks on this host together */

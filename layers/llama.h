@@ -140,6 +140,10 @@ mp_code llama_create(llama_model **out, const llama_config *cfg, const llama_opt
                      mp_backend *be, mp_err *err);
 void llama_destroy(llama_model *m);
 
+/* Host bytes llama_init_weights stages a device's shards through (bands of whole rows; at least one
+ * row): none on a backend whose buffers are host memory. The memory plan counts it (cli/memplan.c). */
+#define LLAMA_INIT_STAGING_BYTES ((int64_t)4 << 20)
+
 /* Initialises every shard from the counter-based RNG keyed by (seed, name, global element index):
  * normal(0, initializer_range) for matrices, 1 for norm weights. Bitwise identical on every mesh.
  * Zeroes gradients and moments. */

@@ -281,6 +281,31 @@ void llama_params_refresh_act(llama_model *m) {
     m->be->to_act(m->be, m->shard_act, m->shard_params, m->shard_total);
 }
 
+/* Generates rows [0, rows) of parameter p's disk box (off, shape: cols = shape[1]) into its shard. A
+ * backend whose buffers are host memory gets them in place; a device gets them through a host staging
+ * buffer of at most LLAMA_INIT_STAGING_BYTES, band by band (every element is a pure function of its
+ * global index, so the bands give the bits one box would), so start-up needs no host copy of the
+ * largest shard (the embedding's: 32.8 MB at vocab 32000 x hidden 256) beyond the memory plan. */
+static void init_param(llama_model *m, const llama_tensor_spec *spec, llama_param *p, uint64_t seed,
+                       const int64_t off[2], const int64_t shape[2]) {
+    mp_backend *be = m->be;
+    const int64_t cols = shape[1];
+    if (be->host_memory) {
+        llama_init_box(&m->cfg, spec, seed, off, shape, p->shard);
+        return;
+    }
+    int64_t band = LLAMA_INIT_STAGING_BYTES / ((int64_t)sizeof(float) * cols);
+    if (band < 1) band = 1;
+    if (band > shape[0]) band = shape[0];
+    float *host = mp_aligned((size_t)(band * cols) * sizeof(float), MP_MEM_OTHER);
+    for (int64_t r0 = 0; r0 < shape[0]; r0 += band) {
+        int64_t o[2] = {off[0] + r0, off[1]}, s[2] = {shape[0] - r0 < band ? shape[0] - r0 : band, cols};
+        llama_init_box(&m->cfg, spec, seed, o, s, host);
+        be->to_device(be, p->shard + r0 * cols, host, (size_t)(s[0] * cols) * sizeof(float));
+    }
+    mp_free_acct(host, (size_t)(band * cols) * sizeof(float), MP_MEM_OTHER);
+}
+
 void llama_init_weights(llama_model *m, uint64_t seed) {
     mp_backend *be = m->be;
     int nspecs = llama_tensor_specs(&m->cfg, NULL, 0);
@@ -289,15 +314,14 @@ void llama_init_weights(llama_model *m, uint64_t seed) {
     assert(nspecs == m->nparams);
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];
-        int64_t cols = p->tp_shape[1], n = llama_shard_numel(p);
-        float *host = mp_aligned((size_t)(n ? n : 1) * sizeof(float), MP_MEM_OTHER);
-        memset(host, 0, (size_t)(n ? n : 1) * sizeof(float));   /* vocab padding never holds a value */
+        int64_t n = llama_shard_numel(p);
+        if (n) be->memset0(be, p->shard, (size_t)n * sizeof(float));   /* vocab padding never holds a value */
         /* the shard's rows inside the real tensor, generated as one box of the global tensor */
         int64_t off[2], shape[2];
-        if (llama_param_disk_box(m, p, off, shape) > 0) llama_init_box(&m->cfg, &specs[i], seed, off, shape, host);
-        assert(shape[1] == cols);
-        be->to_device(be, p->shard, host, (size_t)n * sizeof(float));
-        mp_free_acct(host, (size_t)(n ? n : 1) * sizeof(float), MP_MEM_OTHER);
+        if (llama_param_disk_box(m, p, off, shape) > 0) {
+            assert(shape[1] == p->tp_shape[1] && shape[0] * shape[1] <= n);
+            init_param(m, &specs[i], p, seed, off, shape);
+        }
     }
     free(specs);
     size_t bytes = (size_t)m->shard_total * sizeof(float);
