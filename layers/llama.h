@@ -148,6 +148,9 @@ void llama_destroy(llama_model *m);
  * normal(0, initializer_range) for matrices, 1 for norm weights. Bitwise identical on every mesh.
  * Zeroes gradients and moments. */
 void llama_init_weights(llama_model *m, uint64_t seed);
+/* llama_init_weights with a device's staging bound of `staging` bytes instead of LLAMA_INIT_STAGING_BYTES
+ * (tests: bands much smaller than a shard give the same bits). */
+void llama_init_weights_staged(llama_model *m, uint64_t seed, int64_t staging);
 
 /* Forward on inputs/targets (host, [micro_batch, seq_len] each; targets may be NULL: no loss).
  * Returns the sum of per-token losses over the local micro-batch (0 without targets), summed in double

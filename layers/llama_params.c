@@ -283,18 +283,18 @@ void llama_params_refresh_act(llama_model *m) {
 
 /* Generates rows [0, rows) of parameter p's disk box (off, shape: cols = shape[1]) into its shard. A
  * backend whose buffers are host memory gets them in place; a device gets them through a host staging
- * buffer of at most LLAMA_INIT_STAGING_BYTES, band by band (every element is a pure function of its
+ * buffer of at most `staging` bytes (at least one row), band by band (every element is a pure function of its
  * global index, so the bands give the bits one box would), so start-up needs no host copy of the
  * largest shard (the embedding's: 32.8 MB at vocab 32000 x hidden 256) beyond the memory plan. */
 static void init_param(llama_model *m, const llama_tensor_spec *spec, llama_param *p, uint64_t seed,
-                       const int64_t off[2], const int64_t shape[2]) {
+                       const int64_t off[2], const int64_t shape[2], int64_t staging) {
     mp_backend *be = m->be;
     const int64_t cols = shape[1];
     if (be->host_memory) {
         llama_init_box(&m->cfg, spec, seed, off, shape, p->shard);
         return;
     }
-    int64_t band = LLAMA_INIT_STAGING_BYTES / ((int64_t)sizeof(float) * cols);
+    int64_t band = staging / ((int64_t)sizeof(float) * cols);
     if (band < 1) band = 1;
     if (band > shape[0]) band = shape[0];
     float *host = mp_aligned((size_t)(band * cols) * sizeof(float), MP_MEM_OTHER);
@@ -306,7 +306,7 @@ static void init_param(llama_model *m, const llama_tensor_spec *spec, llama_para
     mp_free_acct(host, (size_t)(band * cols) * sizeof(float), MP_MEM_OTHER);
 }
 
-void llama_init_weights(llama_model *m, uint64_t seed) {
+void llama_init_weights_staged(llama_model *m, uint64_t seed, int64_t staging) {
     mp_backend *be = m->be;
     int nspecs = llama_tensor_specs(&m->cfg, NULL, 0);
     llama_tensor_spec *specs = mp_xmalloc(sizeof *specs * (size_t)nspecs);
@@ -320,7 +320,7 @@ void llama_init_weights(llama_model *m, uint64_t seed) {
         int64_t off[2], shape[2];
         if (llama_param_disk_box(m, p, off, shape) > 0) {
             assert(shape[1] == p->tp_shape[1] && shape[0] * shape[1] <= n);
-            init_param(m, &specs[i], p, seed, off, shape);
+            init_param(m, &specs[i], p, seed, off, shape, staging);
         }
     }
     free(specs);
@@ -329,6 +329,8 @@ void llama_init_weights(llama_model *m, uint64_t seed) {
     if (m->shard_moments) be->memset0(be, m->shard_moments, 2 * bytes);
     llama_shards_changed(m);
 }
+
+void llama_init_weights(llama_model *m, uint64_t seed) { llama_init_weights_staged(m, seed, LLAMA_INIT_STAGING_BYTES); }
 
 int llama_num_params(const llama_model *m) { return m->nparams; }
 

@@ -453,6 +453,52 @@ static void train_on(mp_backend *be, train_out *o) {
     mp_mesh_destroy(&mesh);
 }
 
+/* Every shard of a fresh model on backend be, initialised with llama_init_weights_staged(staging), back to
+ * back (n floats). */
+static float *init_shards(mp_backend *be, int64_t staging, int64_t *n) {
+    llama_config c;
+    llama_config_default(&c);
+    c.hidden_size = 32, c.intermediate_size = 64, c.num_hidden_layers = 2, c.num_attention_heads = 4;
+    c.num_key_value_heads = 2, c.vocab_size = 97, c.max_position_embeddings = 64;
+    llama_options opt = {SB, ST, 0, 1};
+    mp_mesh mesh;
+    mp_mesh_init_single(&mesh);
+    mp_err err;
+    llama_model *m = NULL;
+    cr_assert_eq(llama_create(&m, &c, &opt, &mesh, be, &err), MP_OK, "%s", err.msg);
+    llama_init_weights_staged(m, 5, staging);
+    *n = 0;
+    for (int i = 0; i < llama_num_params(m); i++) *n += llama_shard_numel(llama_param_at(m, i));
+    float *w = malloc((size_t)*n * sizeof(float));
+    int64_t off = 0;
+    for (int i = 0; i < llama_num_params(m); i++) {
+        llama_param *p = llama_param_at(m, i);
+        be->to_host(be, w + off, p->shard, (size_t)llama_shard_numel(p) * sizeof(float));
+        off += llama_shard_numel(p);
+    }
+    llama_destroy(m);
+    mp_mesh_destroy(&mesh);
+    return w;
+}
+
+/* A device's fresh weights go up through a bounded host buffer, band by band (a shard of 97 x 32 floats in
+ * bands of 3 rows, or of one row when the bound is under a row): the bits the CPU backend makes in place. */
+Test(upload, weights_initialised_through_small_staging_bands_are_the_cpu_ones) {
+    int64_t n_cpu, n_dev;
+    float *cpu = init_shards(mp_backend_cpu(), LLAMA_INIT_STAGING_BYTES, &n_cpu);
+    mp_backend lag = lagging_cpu();
+    cr_assert(!lag.host_memory);
+    const int64_t bounds[] = {3 * 32 * sizeof(float), 1, LLAMA_INIT_STAGING_BYTES};
+    for (int k = 0; k < 3; k++) {
+        float *dev = init_shards(&lag, bounds[k], &n_dev);
+        cr_assert_eq(n_dev, n_cpu);
+        cr_assert(!memcmp(dev, cpu, (size_t)n_cpu * sizeof(float)), "staging bound %lld: the weights differ",
+                  (long long)bounds[k]);
+        free(dev);
+    }
+    free(cpu);
+}
+
 Test(upload, training_through_a_lagging_device_is_bitwise_the_cpu_backend) {
     train_out plain, lagged;
     train_on(mp_backend_cpu(), &plain);
