@@ -293,8 +293,9 @@ static mp_code finish_run(train_run *r) {
     double elapsed = mp_time_s() - r->t_start;
     mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, r->last_loss, elapsed);
     char peak[32], planned[32];   /* the plan against what the allocator saw (checkpoint I/O buffers add a little) */
-    mp_info("memory: peak %s (%lld bytes) allocated on rank 0, plan %s", mp_ckpt_human(peak, sizeof peak,
-            mp_mem_peak_total()), (long long)mp_mem_peak_total(), mp_ckpt_human(planned, sizeof planned, r->plan.total));
+    mp_info("memory: peak %s (%lld bytes) allocated on rank 0, plan %s (%lld bytes)",
+            mp_ckpt_human(peak, sizeof peak, mp_mem_peak_total()), (long long)mp_mem_peak_total(),
+            mp_ckpt_human(planned, sizeof planned, r->plan.total), (long long)r->plan.total);
     if (r->skipped)
         mp_warn("%lld update(s) skipped for a non-finite gradient norm (--on-nonfinite skip)", (long long)r->skipped);
     if (mesh->world > 1) {
