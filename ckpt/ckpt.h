@@ -63,6 +63,9 @@
 #define CKPT_NAME_MAX 255      /* longest tensor name, bytes */
 #define CKPT_KEY_MAX 64        /* longest metadata key, bytes */
 #define CKPT_FILES_NODE (-1)   /* ckpt_save_opts.ranks_per_file: one file per node */
+/* ckpt_save_opts.fill_bytes when 0: the bound of each of the writer's two fill band buffers (a band is
+ * at least one tile row: more only for rows of over 16 MiB). */
+#define CKPT_FILL_BYTES_DEFAULT ((size_t)16 << 20)
 
 /* ---------------------------------------------------------------------------------------- writing */
 

@@ -71,7 +71,6 @@
 #error "ckpt/writer.c assumes a little-endian host (checksums are of little-endian bytes)"
 #endif
 
-#define FILL_BYTES_DEFAULT ((size_t)16 << 20)
 
 typedef struct wbox {
     char *name;
@@ -686,11 +685,11 @@ int64_t ck_fill_band_rows(mp_dtype dt, int ndim, const int64_t *shp, size_t fill
     B.ndim = ndim;
     memcpy(B.shp, shp, sizeof B.shp);
     ckpt_tile_geometry(mp_dtype_size(dt), ndim, B.shp, &B.tile_rows, &B.tile_cols);
-    return band_rows(&B, fill_bytes ? fill_bytes : FILL_BYTES_DEFAULT);
+    return band_rows(&B, fill_bytes ? fill_bytes : CKPT_FILL_BYTES_DEFAULT);
 }
 
-/* The fill-band bound of save s: opts.fill_bytes, 0 meaning FILL_BYTES_DEFAULT. */
-static size_t save_fill_bytes(const ckpt_save *s) { return s->o.fill_bytes ? s->o.fill_bytes : FILL_BYTES_DEFAULT; }
+/* The fill-band bound of save s: opts.fill_bytes, 0 meaning CKPT_FILL_BYTES_DEFAULT. */
+static size_t save_fill_bytes(const ckpt_save *s) { return s->o.fill_bytes ? s->o.fill_bytes : CKPT_FILL_BYTES_DEFAULT; }
 
 /* Rows of fill box B's band that starts at row r0 (band_rows under s's bound; the last band shorter). */
 static int64_t band_len(const ckpt_save *s, const wbox *B, int64_t r0) {

@@ -175,7 +175,7 @@ static mp_code plan_and_open(eval_run *r) {
     int tp = r->rt.mesh.tp;
     if (r->tc.sp < 0) r->tc.sp = tp > 1 && r->tc.seq_len % tp == 0;
     llama_options o = eval_options(r);
-    MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, 0, r->max_bytes, &plan, &r->err));
+    MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, 0, 0, r->max_bytes, &plan, &r->err));
     mp_code local = mp_token_file_open(&r->file, r->f.data, (mp_data_format)mp_data_format_parse(r->f.fmt_name),
                                        r->mc.vocab_size, &r->err);
     return mp_runtime_agree(&r->rt, local, &r->err);

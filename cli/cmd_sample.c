@@ -289,7 +289,7 @@ static mp_code build_model(sample_run *r) {
                        .kv_cache = !r->f.no_kv_cache, .kv_chunk = r->f.no_kv_cache ? 0 : r->n_prompt,
                        .act_dtype = r->rt.be->act_dtype};
     mp_memplan plan;
-    MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, 0, r->max_bytes, &plan, &r->err));
+    MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, 0, 0, r->max_bytes, &plan, &r->err));
     MP_TRY(mp_runtime_agree(&r->rt, llama_create(&r->model, &r->mc, &o, &r->rt.mesh, r->rt.be, &r->err), &r->err));
     mp_run_state st;
     MP_TRY(mp_runtime_agree(&r->rt, mp_checkpoint_load(r->model, r->ckpt_dir, &r->mc, 1, &st, &r->err), &r->err));

@@ -72,7 +72,8 @@ static mp_code plan_memory(train_run *r) {
     mp_memplan *plan = &r->plan;
     llama_options o = mp_runtime_model_options(&r->rt, &r->f.tc, r->bs.micro);
     int staging = r->f.async_save || !r->rt.be->host_memory;   /* see mp_checkpointer_save */
-    return mp_memplan_check(&r->rt, &r->mc, &o, staging, r->max_bytes, plan, &r->err);
+    int64_t bands = mp_memplan_ckpt_bands(r->sopts.ranks_per_file, r->mesh->world);
+    return mp_memplan_check(&r->rt, &r->mc, &o, staging, bands, r->max_bytes, plan, &r->err);
 }
 
 /* Opens the token files and the training loader, and checks that the validation file holds a batch.

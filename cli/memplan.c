@@ -64,15 +64,17 @@ static void combine_ranks(const mp_runtime *rt, mp_memplan *p) {
 
 /* The plan's line in the log (rank 0 prints its own rank's categories and the mesh's figures). */
 static void print_plan(const mp_memplan *p, size_t max_bytes) {
-    char b[9][32], kv[64] = "";
+    char b[10][32], kv[64] = "", bands[64] = "";
     const int64_t *c = p->model.bytes;
     if (p->model.kv_cache)
         snprintf(kv, sizeof kv, " (KV cache %s of them)", mp_ckpt_human(b[8], 32, p->model.kv_cache));
+    if (p->ckpt_bands)
+        snprintf(bands, sizeof bands, ", checkpoint band buffers %s", mp_ckpt_human(b[9], 32, p->ckpt_bands));
     mp_info("memory plan, rank 0: parameters %s, gradients %s, optimizer %s, FSDP buffers %s, activations %s%s, "
-            "checkpoint staging %s, other %s; total %s",
+            "checkpoint staging %s%s, other %s; total %s",
             mp_ckpt_human(b[0], 32, c[MP_MEM_PARAMS]), mp_ckpt_human(b[1], 32, c[MP_MEM_GRADS]),
             mp_ckpt_human(b[2], 32, c[MP_MEM_OPTIM]), mp_ckpt_human(b[3], 32, c[MP_MEM_GATHER]),
-            mp_ckpt_human(b[4], 32, c[MP_MEM_ACTS]), kv, mp_ckpt_human(b[5], 32, p->staging),
+            mp_ckpt_human(b[4], 32, c[MP_MEM_ACTS]), kv, mp_ckpt_human(b[5], 32, p->staging), bands,
             mp_ckpt_human(b[6], 32, c[MP_MEM_OTHER] + p->data + p->init), mp_ckpt_human(b[7], 32, p->total));
     if (max_bytes)
         mp_info("memory plan: largest rank %s, bound %s per rank (--max-memory)", mp_ckpt_human(b[0], 32, p->largest),
@@ -110,8 +112,12 @@ static mp_code check_fits(const mp_memplan *p, size_t max_bytes, mp_err *err) {
                       mp_ckpt_human((char[32]){0}, 32, p->total), mp_ckpt_human(have, sizeof have, p->available), ways);
 }
 
+int64_t mp_memplan_ckpt_bands(int ranks_per_file, int world) {
+    return ranks_per_file != 1 && ranks_per_file != 0 && world > 1 ? 2 * (int64_t)CKPT_FILL_BYTES_DEFAULT : 0;
+}
+
 mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt, int staging,
-                         size_t max_bytes, mp_memplan *plan, mp_err *err) {
+                         int64_t ckpt_bands, size_t max_bytes, mp_memplan *plan, mp_err *err) {
     assert(rt->have_mesh && plan);
     memset(plan, 0, sizeof *plan);
     const mp_mesh *mesh = &rt->mesh;
@@ -122,7 +128,9 @@ mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_op
         /* inputs and targets, two slots of each (llama_token_bufs: the train step double-buffers them) */
         plan->data = 4 * (int64_t)opt->micro_batch * opt->seq_len * (int64_t)sizeof(int32_t);
         plan->init = rt->be->host_memory ? 0 : LLAMA_INIT_STAGING_BYTES;
-        plan->total = plan->model.total + plan->staging + plan->data + plan->init;   /* each < 2^58: no overflow */
+        plan->ckpt_bands = ckpt_bands;
+        /* each term < 2^58: no overflow */
+        plan->total = plan->model.total + plan->staging + plan->data + plan->init + plan->ckpt_bands;
     }
     /* a plan that fails fails alike on every rank (same config): agree before the collectives below */
     if ((rc = mp_runtime_agree(rt, rc, err))) return rc;

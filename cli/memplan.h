@@ -16,6 +16,7 @@ typedef struct mp_memplan {
     int64_t staging;        /* checkpoint staging copy (shards of parameters and both moments) */
     int64_t data;           /* host token buffers */
     int64_t init;           /* host staging of a fresh start's weights on a device (LLAMA_INIT_STAGING_BYTES) */
+    int64_t ckpt_bands;     /* the checkpoint writer's band buffers where the command's saves need them */
     int64_t total;          /* this rank */
     int64_t largest;        /* the largest rank's total over the mesh */
     int64_t host_total;     /* the ranks on this host together */
@@ -25,7 +26,8 @@ typedef struct mp_memplan {
     char rlimit_name[160];  /* which limit binds, for the messages */
 } mp_memplan;
 
-/* Plans this rank's memory for a model with options opt on rt's mesh (staging: the command keeps a
+/* Plans this rank's memory for a model with options opt on rt's mesh (ckpt_bands: bytes of checkpoint
+ * band buffers its saves use, see mp_memplan_ckpt_bands; staging: the command keeps a
  * checkpoint staging copy of the shards and moments — async saves, or a device whose memory the host
  * cannot read; a sync save on the CPU writes straight from the shards), prints the plan (rank 0) and checks it: against max_bytes per
  * rank when nonzero (--max-memory: the user's bound replaces every measurement), else each rank against
@@ -34,11 +36,17 @@ typedef struct mp_memplan {
  * Collective over the mesh; returns the agreed code (MP_EINPUT: the plan does not fit or the model is
  * beyond planning, naming the figures; the failing rank printed the message). */
 mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt, int staging,
-                         size_t max_bytes, mp_memplan *plan, mp_err *err);
+                         int64_t ckpt_bands, size_t max_bytes, mp_memplan *plan, mp_err *err);
 
 /* Bytes the host can give this job now: MemAvailable of /proc/meminfo, lowered to the cgroup's
  * memory.max - memory.current when that is set; -1 when neither can be read. MP_TEST_MEM_AVAILABLE
  * (bytes) replaces the measurement, for tests. */
 int64_t mp_memplan_available(void);
+
+/* The checkpoint band buffers of a save with files of several ranks (ranks_per_file, ckpt_save_opts):
+ * a group leader writes its members' boxes through the writer's two fill band buffers. Every rank
+ * counts them (which rank leads is known only at the save): 2 x CKPT_FILL_BYTES_DEFAULT when a world of
+ * more than one rank groups files, else 0 (a rank's own boxes are written from the shards). */
+int64_t mp_memplan_ckpt_bands(int ranks_per_file, int world);
 
 #endif

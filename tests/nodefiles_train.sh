@@ -28,6 +28,13 @@ for f in rank 2 node; do
         fail "train --ckpt-files $f"
 done
 ck() { echo "$work/$1/checkpoints/step_00000003"; }
+# the memory plan counts a group leader's two checkpoint band buffers where files group ranks (every rank:
+# which one leads is known at the save), and only there
+grep -q 'checkpoint band buffers' "$work/rank.log" && fail "rank: the plan counts band buffers: $(grep 'memory plan, rank 0' "$work/rank.log")"
+for f in 2 node; do
+    grep -q 'checkpoint staging 0 B, checkpoint band buffers 32.0 MiB' "$work/$f.log" ||
+        fail "$f: the plan does not count the leader's band buffers: $(grep 'memory plan, rank 0' "$work/$f.log")"
+done
 [ "$(files "$(ck rank)")" = "rank_00000.h5 rank_00001.h5 rank_00002.h5 rank_00003.h5" ] || fail "rank: files $(files "$(ck rank)")"
 [ "$(files "$(ck 2)")" = "rank_00000.h5 rank_00002.h5" ] || fail "2: files $(files "$(ck 2)")"
 [ "$(files "$(ck node)")" = "rank_00000.h5" ] || fail "node: files $(files "$(ck node)")"
