@@ -418,17 +418,38 @@ typedef struct train_out {
     int64_t nweights;
 } train_out;
 
-static void train_on(mp_backend *be, train_out *o) {
+/* The test model (hidden 32, 2 layers, 4 / 2 heads, vocab 97) on backend be, on a one-rank mesh *mesh
+ * (destroy both after). */
+static llama_model *tiny_model(mp_backend *be, mp_mesh *mesh) {
     llama_config c;
     llama_config_default(&c);
     c.hidden_size = 32, c.intermediate_size = 64, c.num_hidden_layers = 2, c.num_attention_heads = 4;
     c.num_key_value_heads = 2, c.vocab_size = 97, c.max_position_embeddings = 64;
     llama_options opt = {SB, ST, 0, 1};
-    mp_mesh mesh;
-    mp_mesh_init_single(&mesh);
+    mp_mesh_init_single(mesh);
     mp_err err;
     llama_model *m = NULL;
-    cr_assert_eq(llama_create(&m, &c, &opt, &mesh, be, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(llama_create(&m, &c, &opt, mesh, be, &err), MP_OK, "%s", err.msg);
+    return m;
+}
+
+/* Every shard of m, back to back, copied to a new host array of *n floats. */
+static float *shards_to_host(mp_backend *be, llama_model *m, int64_t *n) {
+    *n = 0;
+    for (int i = 0; i < llama_num_params(m); i++) *n += llama_shard_numel(llama_param_at(m, i));
+    float *w = malloc((size_t)*n * sizeof(float));
+    int64_t off = 0;
+    for (int i = 0; i < llama_num_params(m); i++) {
+        llama_param *p = llama_param_at(m, i);
+        be->to_host(be, w + off, p->shard, (size_t)llama_shard_numel(p) * sizeof(float));
+        off += llama_shard_numel(p);
+    }
+    return w;
+}
+
+static void train_on(mp_backend *be, train_out *o) {
+    mp_mesh mesh;
+    llama_model *m = tiny_model(be, &mesh);
     llama_init_weights(m, 5);
     llama_token_bufs tb;
     llama_token_bufs_init(&tb, be, SB, ST);
@@ -440,15 +461,7 @@ static void train_on(mp_backend *be, train_out *o) {
         o->loss[s] = r.loss, o->norm[s] = r.grad_norm;
     }
     llama_token_bufs_free(&tb);
-    o->nweights = 0;
-    for (int i = 0; i < llama_num_params(m); i++) o->nweights += llama_shard_numel(llama_param_at(m, i));
-    o->weights = malloc((size_t)o->nweights * sizeof(float));
-    int64_t off = 0;
-    for (int i = 0; i < llama_num_params(m); i++) {
-        llama_param *p = llama_param_at(m, i);
-        be->to_host(be, o->weights + off, p->shard, (size_t)llama_shard_numel(p) * sizeof(float));
-        off += llama_shard_numel(p);
-    }
+    o->weights = shards_to_host(be, m, &o->nweights);
     llama_destroy(m);
     mp_mesh_destroy(&mesh);
 }
@@ -456,26 +469,10 @@ static void train_on(mp_backend *be, train_out *o) {
 /* Every shard of a fresh model on backend be, initialised with llama_init_weights_staged(staging), back to
  * back (n floats). */
 static float *init_shards(mp_backend *be, int64_t staging, int64_t *n) {
-    llama_config c;
-    llama_config_default(&c);
-    c.hidden_size = 32, c.intermediate_size = 64, c.num_hidden_layers = 2, c.num_attention_heads = 4;
-    c.num_key_value_heads = 2, c.vocab_size = 97, c.max_position_embeddings = 64;
-    llama_options opt = {SB, ST, 0, 1};
     mp_mesh mesh;
-    mp_mesh_init_single(&mesh);
-    mp_err err;
-    llama_model *m = NULL;
-    cr_assert_eq(llama_create(&m, &c, &opt, &mesh, be, &err), MP_OK, "%s", err.msg);
+    llama_model *m = tiny_model(be, &mesh);
     llama_init_weights_staged(m, 5, staging);
-    *n = 0;
-    for (int i = 0; i < llama_num_params(m); i++) *n += llama_shard_numel(llama_param_at(m, i));
-    float *w = malloc((size_t)*n * sizeof(float));
-    int64_t off = 0;
-    for (int i = 0; i < llama_num_params(m); i++) {
-        llama_param *p = llama_param_at(m, i);
-        be->to_host(be, w + off, p->shard, (size_t)llama_shard_numel(p) * sizeof(float));
-        off += llama_shard_numel(p);
-    }
+    float *w = shards_to_host(be, m, n);
     llama_destroy(m);
     mp_mesh_destroy(&mesh);
     return w;
