@@ -116,6 +116,10 @@ typedef struct ckpt_save_opts {
  * N in 1..65536 (1 = "rank"). MP_EINPUT naming the value otherwise. */
 mp_code ckpt_files_parse(const char *s, int *ranks_per_file, mp_err *e);
 
+/* Whether saves with ranks_per_file in a world of world_size ranks write files of several ranks (a
+ * leader then writes its members' boxes through the two fill band buffers, opts.fill_bytes each). */
+int ckpt_files_grouped(int ranks_per_file, int world_size);
+
 typedef struct ckpt_stats {
     double stall_s;      /* time the caller's thread spent inside the library for this save */
     double wait_prev_s;  /* part of stall_s spent waiting for the previous save (async writes, view.h5) */

@@ -99,9 +99,12 @@ mp_code ckpt_files_parse(const char *s, int *ranks_per_file, mp_err *e) {
     return MP_OK;
 }
 
+int ckpt_files_grouped(int ranks_per_file, int world_size) {
+    return ranks_per_file != 0 && ranks_per_file != 1 && world_size > 1;
+}
+
 int ck_group_wanted(const ckpt_save *s) {
-    int g = ck_save_opts_of(s)->ranks_per_file;
-    return g != 0 && g != 1 && ck_save_world(s)->size > 1;
+    return ckpt_files_grouped(ck_save_opts_of(s)->ranks_per_file, ck_save_world(s)->size);
 }
 
 /* ------------------------------------------------------------------------------------ groups */

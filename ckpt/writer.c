@@ -71,7 +71,6 @@
 #error "ckpt/writer.c assumes a little-endian host (checksums are of little-endian bytes)"
 #endif
 
-
 typedef struct wbox {
     char *name;
     mp_dtype dt;

@@ -113,7 +113,7 @@ static mp_code check_fits(const mp_memplan *p, size_t max_bytes, mp_err *err) {
 }
 
 int64_t mp_memplan_ckpt_bands(int ranks_per_file, int world) {
-    return ranks_per_file != 1 && ranks_per_file != 0 && world > 1 ? 2 * (int64_t)CKPT_FILL_BYTES_DEFAULT : 0;
+    return ckpt_files_grouped(ranks_per_file, world) ? 2 * (int64_t)CKPT_FILL_BYTES_DEFAULT : 0;
 }
 
 mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt, int staging,
