@@ -281,11 +281,12 @@ void llama_params_refresh_act(llama_model *m) {
     m->be->to_act(m->be, m->shard_act, m->shard_params, m->shard_total);
 }
 
-/* Generates rows [0, rows) of parameter p's disk box (off, shape: cols = shape[1]) into its shard. A
- * backend whose buffers are host memory gets them in place; a device gets them through a host staging
- * buffer of at most `staging` bytes (at least one row), band by band (every element is a pure function of its
- * global index, so the bands give the bits one box would), so start-up needs no host copy of the
- * largest shard (the embedding's: 32.8 MB at vocab 32000 x hidden 256) beyond the memory plan. */
+/* Generates parameter p's disk box (off, shape: shape[0] rows of shape[1] columns) into the first rows of
+ * its shard. A backend whose buffers are host memory gets them in place; a device gets them through a
+ * host staging buffer of at most `staging` bytes (at least one row), band by band (every element is a
+ * pure function of its global index, so the bands give the bits one box would), so start-up needs no
+ * host copy of the largest shard (the embedding's: 32.8 MB at vocab 32000 x hidden 256) beyond the
+ * memory plan. */
 static void init_param(llama_model *m, const llama_tensor_spec *spec, llama_param *p, uint64_t seed,
                        const int64_t off[2], const int64_t shape[2], int64_t staging) {
     mp_backend *be = m->be;
@@ -314,14 +315,16 @@ void llama_init_weights_staged(llama_model *m, uint64_t seed, int64_t staging) {
     assert(nspecs == m->nparams);
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];
-        int64_t n = llama_shard_numel(p);
-        if (n) be->memset0(be, p->shard, (size_t)n * sizeof(float));   /* vocab padding never holds a value */
+        int64_t n = llama_shard_numel(p), done = 0;
         /* the shard's rows inside the real tensor, generated as one box of the global tensor */
         int64_t off[2], shape[2];
         if (llama_param_disk_box(m, p, off, shape) > 0) {
             assert(shape[1] == p->tp_shape[1] && shape[0] * shape[1] <= n);
             init_param(m, &specs[i], p, seed, off, shape, staging);
+            done = shape[0] * shape[1];
         }
+        /* the rows past it (vocab padding) never hold a value */
+        if (n > done) be->memset0(be, p->shard + done, (size_t)(n - done) * sizeof(float));
     }
     free(specs);
     size_t bytes = (size_t)m->shard_total * sizeof(float);
