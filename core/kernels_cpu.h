@@ -85,6 +85,11 @@ _Static_assert(MP_ATTN_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of 
  * than 128 or 256 at T 256, 512 and 2048 (one core, AVX2 EPYC, A/B in one process). */
 #define MP_ATTN_BWD_BK 192
 _Static_assert(MP_ATTN_BWD_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
+/* Rows of the bands the backward cuts the diagonal's key block into (each band as wide as its last row's
+ * causal prefix, so the products skip most of the zeros above the diagonal): 32 ran 3-4% faster than
+ * uncut blocks at T 256 and 512 (one core, AVX2 EPYC, A/B against the old binary in alternation); 16
+ * was slower at T 256 (the smaller calls cost what the FLOPs saved). */
+#define MP_ATTN_BWD_SUB 32
 /* Floats of the backward's per-thread scratch arena (heap, one per thread per call), where the query heads of a kv group
  * are stacked (core/kernels_cpu_attn_bwd.c, bwd_heads): P and dS of BQ x BWD_BK and copies of Q, dO,
  * dQ of BQ x hd per stacked head; 3 heads at head dim 64 (432 KiB per thread), 2 up to head

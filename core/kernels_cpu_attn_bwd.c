@@ -9,19 +9,22 @@
  *   dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK += scale dS^T Q,  dV += P^T dO
  * (dK, dV summed over the H/KV query heads that share a kv head). The query heads of a kv group are
  * stacked (bwd_heads): for every query block [r0, r1) of MP_ATTN_BQ rows their Q and dO rows are copied
- * into one tall matrix each, and for every key block [c0, c1) of MP_ATTN_BWD_BK keys of the causal
- * prefix each of the five products is one sgemm for all the stacked heads (K_c and V_c packed once, dK_c
- * and dV_c summed over the heads inside one product). S and dP are summed into zeroed blocks and one
- * vectorised pass turns them into P and dS (p_ds_row). D is computed per head into the caller's scratch
- * ([B,H,T] floats), once per row.
+ * into one tall matrix each, time-major, and for every key block [c0, c1) of MP_ATTN_BWD_BK keys of the
+ * causal prefix each of the five products is one sgemm for all the stacked heads (bwd_pair: K_c and V_c
+ * packed once, dK_c and dV_c summed over the heads inside one product); the key block that holds the
+ * diagonal is cut into bands of MP_ATTN_BWD_SUB rows, each only as wide as its last row's prefix. S and
+ * dP are summed into zeroed blocks and one vectorised pass turns them into P and dS (p_ds_row). D is
+ * computed per head into the caller's scratch ([B,H,T] floats), once per row.
  * Compared with keeping P from the forward this costs one more product (S) and the exps. History, CPU
  * time against the old T x T backward (bench/bench_attn.sh runs it beside this one): 1.5-1.7x with 64-key
  * blocks; 1.10-1.24x with 256-key blocks (on an AVX-512 EPYC; 1.40-1.65x on an AVX2 one, where the exps
  * turned out scalar); 0.92-0.97x after issue 21's second pass: exps vectorised (-fno-trapping-math),
  * the fused P/dS pass, memset instead of OpenBLAS's beta = 0 pass, the stacked heads
  * (docs/BENCH_TRAIN.md); 0.96-1.05x a day later on the same machine with a faster sgemm: the five
- * products are 1.25x the T x T version's FLOPs, so the ratio follows the GEMM speed. Beating it clearly
- * needs a packing-free fused kernel (OpenBLAS packing is 13% of this one's time).
+ * products are 1.25x the T x T version's FLOPs, so the ratio follows the GEMM speed; ~3.5% less at T 256
+ * and 512 with the diagonal bands (time-major stacking keeps a band one row range for all heads, so its
+ * products stay as tall as ns SUB rows; per-head strips, tried before the stacking, gained nothing).
+ * Beating it by more needs a packing-free fused kernel (OpenBLAS packing is 13% of this one's time).
  *
  * Threads: the (b, kv head) loop runs under OpenMP with a static schedule: the query heads of one group
  * add into the same dK/dV, so a group is one work item, its heads and blocks done in a fixed order. Every
@@ -72,7 +75,7 @@ typedef struct {
     float scale;
 } bwd_group;
 
-enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BWD_BK, ARENA = MP_ATTN_BWD_ARENA };
+enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BWD_BK, SUB = MP_ATTN_BWD_SUB, ARENA = MP_ATTN_BWD_ARENA };
 _Static_assert(ARENA >= 2 * BQ * BK, "the arena holds at least one head's P and dS");
 
 /* How many of a group's rep heads bwd_heads stacks at once: as many as the arena holds (P and dS of
@@ -83,61 +86,86 @@ static int bwd_stack(int rep, int hd) {
     return ns;
 }
 
-/* Copies rows i < m of heads j < ns (hd floats each) from src to dst, row (j, i) at base + j*head + i*row
- * in each: between the heads' place (head hd, row ldq) and their stacked copy (head m*hd, row hd). */
-static void copy_head_rows(float *dst, size_t dhead, size_t drow, const float *src, size_t shead, size_t srow,
-                           int ns, int m, int hd) {
-    for (int j = 0; j < ns; j++)
-        for (int i = 0; i < m; i++)
-            memcpy(dst + j * dhead + i * drow, src + j * shead + i * srow, (size_t)hd * sizeof(float));
+/* The stacked rows of a query block: row R = i ns + j is head j0 + j's query row r0 + i (time-major, so
+ * the rows of a range of times are one contiguous range of rows, whichever heads are stacked). Q, dO, dQ
+ * point at stacked row 0 with row strides ld (Q, dQ) and ldd (dO). */
+typedef struct {
+    const float *Q, *dO;
+    float *dQ;
+    int ld, ldd, ns, j0, r0;
+} bwd_rows;
+
+/* One block pair: the stacked rows of times [r0 + a, r0 + b) against keys [c0, c1), where c1 <= r0 + b
+ * (no key past the last row): S = scale Q K^T into P and dP = dO V^T into dS, one pass turning them
+ * into P and dS (columns right of a row's diagonal exact zeros), then dV_c += P^T dO, dK_c += dS^T Q
+ * (summed over the rows, so over the stacked heads too) and dQ += dS K_c. P, dS: room for rows x nk. */
+static void bwd_pair(const bwd_group *g, const bwd_rows *s, int a, int b, int c0, int c1, float *P, float *dS) {
+    const int ns = s->ns, rows = (b - a) * ns, nk = c1 - c0, hd = g->hd, ldkv = g->ldkv;
+    const float *Q = s->Q + (size_t)a * ns * s->ld, *dO = s->dO + (size_t)a * ns * s->ldd;
+    const float *Kc = g->K + (size_t)c0 * ldkv, *Vc = g->V + (size_t)c0 * ldkv;
+    assert(0 <= a && a < b && 0 <= c0 && c0 < c1 && c1 <= s->r0 + b);
+    assert((size_t)rows * nk <= (size_t)ns * BQ * BK);   /* the arena's P and dS blocks */
+    /* Zeroed here and added with beta = 1: OpenBLAS's beta = 0 pass (sgemm_beta) is slower than memset
+     * (these products ran ~15% faster so; the same sums, so the same results). */
+    memset(P, 0, (size_t)rows * nk * sizeof(float));
+    memset(dS, 0, (size_t)rows * nk * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, g->scale, Q, s->ld, Kc, ldkv, 1.0f, P, nk);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, 1.0f, dO, s->ldd, Vc, ldkv, 1.0f, dS, nk);
+    for (int i = a; i < b; i++) {
+        const int t = s->r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
+        for (int j = 0; j < ns; j++) {
+            const size_t row = (size_t)((i - a) * ns + j) * nk, hr = (size_t)(s->j0 + j) * g->T + t;
+            p_ds_row(P + row, dS + row, nk, nvalid, g->lse[hr], g->D[hr], g->scale);
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, rows, 1.0f, P, nk, dO, s->ldd, 1.0f,
+                g->dV + (size_t)c0 * ldkv, ldkv);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, rows, 1.0f, dS, nk, Q, s->ld, 1.0f,
+                g->dK + (size_t)c0 * ldkv, ldkv);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, dS, nk, Kc, ldkv, 1.0f,
+                s->dQ + (size_t)a * ns * s->ld, s->ld);
+}
+
+/* Copies m rows of n floats from src (row stride ss) to dst (row stride ds). */
+static void copy_rows(float *dst, size_t ds, const float *src, size_t ss, int m, int n) {
+    for (int i = 0; i < m; i++) memcpy(dst + i * ds, src + i * ss, (size_t)n * sizeof(float));
 }
 
 /* Heads [j0, j0 + ns) of group g, stacked: for each query block [r0, r1) their Q and dO rows are
- * copied into one (ns m) x hd matrix each (head by head), so each of the five products is one call for
- * the ns heads: K_c and V_c are packed once for all of them, and dK_c, dV_c take the ns heads' sum in one
- * product of depth ns m (separate calls per head were 8-15% slower in the products, on one core). For
- * ns = 1 the products read and write the heads' rows in place. arena: ARENA floats. */
+ * copied into one (ns m) x hd matrix each, time-major (bwd_rows; one memcpy of ns hd floats per time, as
+ * the heads of a time are adjacent in q and dout), so each of the five products is one call for the ns
+ * heads: K_c and V_c are packed once for all of them, and dK_c, dV_c take the heads' sum in one product
+ * of depth ns m (separate calls per head were 8-15% slower in the products, on one core). For ns = 1
+ * the products read and write the head's rows in place. The key blocks left of the block's first row
+ * are whole rectangles; the block that holds the diagonal is cut into bands of MP_ATTN_BWD_SUB rows,
+ * each only as wide as its last row needs: the square above the diagonal, which every row of the block
+ * would otherwise compute and discard, shrinks from BQ^2/2 to BQ SUB/2 entries (bench_tiny's products
+ * 10% fewer FLOPs, bench_small's 6%). arena: ARENA floats. */
 static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
-    const int T = g->T, hd = g->hd, ldq = g->ldq, ldo = g->ldo, ldkv = g->ldkv;
+    const int T = g->T, hd = g->hd;
     float *P = arena, *dS = P + (size_t)ns * BQ * BK;   /* one block pair: probabilities, then dP -> dS */
     float *Qs = ns > 1 ? dS + (size_t)ns * BQ * BK : NULL;   /* ns > 1: stacked copies of Q_r, dO_r, dQ_r */
     float *dOs = ns > 1 ? Qs + (size_t)ns * BQ * hd : NULL, *dQs = ns > 1 ? dOs + (size_t)ns * BQ * hd : NULL;
+    const size_t nf = (size_t)ns * hd;   /* floats of one time's stacked row group */
     for (int r0 = 0; r0 < T; r0 += BQ) {
-        const int r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0, rows = ns * m;
-        const float *Qr = g->q + (size_t)j0 * hd + (size_t)r0 * ldq;
-        const float *dOr = g->dout + (size_t)j0 * hd + (size_t)r0 * ldo;
-        float *dQr = g->dq + (size_t)j0 * hd + (size_t)r0 * ldq;
-        int ld = ldq, ldd = ldo;   /* row strides of Q_r and dQ_r, of dO_r */
-        if (ns > 1) {   /* stacked copies: row j*m + i is head j0 + j's row r0 + i */
-            copy_head_rows(Qs, (size_t)m * hd, hd, Qr, hd, ldq, ns, m, hd);
-            copy_head_rows(dOs, (size_t)m * hd, hd, dOr, hd, ldo, ns, m, hd);
-            Qr = Qs, dOr = dOs, dQr = dQs, ld = ldd = hd;
+        const int r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0;
+        const float *Qr = g->q + (size_t)j0 * hd + (size_t)r0 * g->ldq;
+        const float *dOr = g->dout + (size_t)j0 * hd + (size_t)r0 * g->ldo;
+        float *dQr = g->dq + (size_t)j0 * hd + (size_t)r0 * g->ldq;
+        bwd_rows s = {Qr, dOr, dQr, g->ldq, g->ldo, ns, j0, r0};
+        if (ns > 1) {   /* stacked copies: row i ns + j is head j0 + j's row r0 + i */
+            copy_rows(Qs, nf, Qr, g->ldq, m, (int)nf);
+            copy_rows(dOs, nf, dOr, g->ldo, m, (int)nf);
+            s = (bwd_rows){Qs, dOs, dQs, hd, hd, ns, j0, r0};
         }
-        for (int i = 0; i < rows; i++) memset(dQr + (size_t)i * ld, 0, (size_t)hd * sizeof(float));
-        for (int c0 = 0; c0 < r1; c0 += BK) {   /* c0 <= r0: BK is a multiple of BQ */
-            const int c1 = c0 + BK < r1 ? c0 + BK : r1, nk = c1 - c0;   /* no key past the block's rows */
-            const float *Kc = g->K + (size_t)c0 * ldkv, *Vc = g->V + (size_t)c0 * ldkv;
-            /* S = scale Q_r K_c^T into P, dP = dO_r V_c^T into dS; then one pass turns them into P and dS.
-             * Zeroed here and added with beta = 1: OpenBLAS's beta = 0 pass (sgemm_beta) is slower than
-             * memset (these products ran ~15% faster so; the same sums, so the same results). */
-            memset(P, 0, (size_t)rows * nk * sizeof(float));
-            memset(dS, 0, (size_t)rows * nk * sizeof(float));
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, g->scale, Qr, ld, Kc, ldkv, 1.0f, P, nk);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, 1.0f, dOr, ldd, Vc, ldkv, 1.0f, dS, nk);
-            for (int j = 0; j < ns; j++)
-                for (int i = 0; i < m; i++) {
-                    const int t = r0 + i;
-                    const size_t row = (size_t)(j * m + i) * nk, hr = (size_t)(j0 + j) * T + t;
-                    p_ds_row(P + row, dS + row, nk, (c1 < t + 1 ? c1 : t + 1) - c0, g->lse[hr], g->D[hr], g->scale);
-                }
-            /* dV_c += P^T dO_r,  dK_c += dS^T Q_r (the ns heads' sum),  dQ_r += dS K_c */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, rows, 1.0f, P, nk, dOr, ldd, 1.0f,
-                        g->dV + (size_t)c0 * ldkv, ldkv);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, rows, 1.0f, dS, nk, Qr, ld, 1.0f,
-                        g->dK + (size_t)c0 * ldkv, ldkv);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, dS, nk, Kc, ldkv, 1.0f, dQr, ld);
+        for (int i = 0; i < m * ns; i++) memset(s.dQ + (size_t)i * s.ld, 0, (size_t)hd * sizeof(float));
+        int c0 = 0;
+        for (; c0 + BK <= r0; c0 += BK) bwd_pair(g, &s, 0, m, c0, c0 + BK, P, dS);   /* whole rectangles */
+        for (int a = 0; a < m; a += SUB) {   /* the diagonal's block, in bands of SUB rows */
+            const int b = a + SUB < m ? a + SUB : m;
+            bwd_pair(g, &s, a, b, c0, r0 + b, P, dS);
         }
-        if (ns > 1) copy_head_rows(g->dq + (size_t)j0 * hd + (size_t)r0 * ldq, hd, ldq, dQs, (size_t)m * hd, hd, ns, m, hd);
+        if (ns > 1) copy_rows(g->dq + (size_t)j0 * hd + (size_t)r0 * g->ldq, g->ldq, dQs, nf, m, (int)nf);
     }
 }
 
