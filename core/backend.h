@@ -47,6 +47,43 @@ typedef struct mp_backend mp_backend;
 typedef struct mp_stream_s *mp_stream;
 typedef struct mp_event_s *mp_event;
 
+/* One run of an adamw call's elements: n consecutive ones, with weight decay (decay 1) or without (0). */
+typedef struct mp_adamw_seg {
+    int64_t n;
+    int decay;
+} mp_adamw_seg;
+
+/* Walks the pieces of elements [c0, c1) that lie in one segment each of an adamw call's segs: how a
+ * backend applies the weight-decay mask to one chunk of its work. Use:
+ *   mp_adamw_pieces it = mp_adamw_pieces_of(segs, nsegs, c0, c1);
+ *   while (mp_adamw_piece(&it, &i0, &i1, &decay)) ... elements [i0, i1), decayed or not ...
+ * segs NULL: the one piece [c0, c1), decayed. */
+typedef struct mp_adamw_pieces {
+    const mp_adamw_seg *segs;
+    int nsegs, k;        /* the next segment to look at */
+    int64_t s0, c0, c1;  /* segment k's first element; the range */
+} mp_adamw_pieces;
+
+static inline mp_adamw_pieces mp_adamw_pieces_of(const mp_adamw_seg *segs, int nsegs, int64_t c0, int64_t c1) {
+    return (mp_adamw_pieces){segs, segs ? nsegs : 1, 0, 0, c0, c1};
+}
+
+/* The next nonempty piece: 1 and [*i0, *i1), *decay; 0 when none is left. */
+static inline int mp_adamw_piece(mp_adamw_pieces *it, int64_t *i0, int64_t *i1, int *decay) {
+    for (; it->k < it->nsegs && it->s0 < it->c1; it->k++) {
+        const int64_t n = it->segs ? it->segs[it->k].n : it->c1 - it->s0, e = it->s0 + n;
+        const int64_t a = it->s0 > it->c0 ? it->s0 : it->c0, b = e < it->c1 ? e : it->c1;
+        *decay = it->segs ? it->segs[it->k].decay : 1;
+        it->s0 = e;
+        if (a < b) {
+            it->k++;
+            *i0 = a, *i1 = b;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 struct mp_backend {
     const char *name;      /* "cpu", "cuda" */
     mp_device device;
@@ -202,10 +239,14 @@ struct mp_backend {
 
     /* ---- optimizer ----
      * AdamW on n fp32 elements; step >= 1 (bias correction uses it); decoupled weight decay wd*lr*p.
-     * p_act, when not NULL, is the compute copy of p (act_dtype): it receives the updated weights in the
-     * same pass (NULL when the compute copy is p itself). */
-    void (*adamw)(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float wd, int step, float grad_scale);
+     * The weight-decay mask: segs (nsegs >= 1 of them, their n summing to n) cut the n elements into
+     * consecutive runs with decay (wd) and without (0), so one pass covers a whole contiguous shard of
+     * matrices and norm weights; segs NULL (nsegs 0): every element decays by wd. p_act, when not NULL,
+     * is the compute copy of p (act_dtype): it receives the updated weights in the same pass (NULL when
+     * the compute copy is p itself). */
+    void (*adamw)(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n,
+                  const mp_adamw_seg *segs, int nsegs, float lr, float beta1, float beta2, float eps, float wd,
+                  int step, float grad_scale);
 
     void *impl;            /* backend private state */
 };

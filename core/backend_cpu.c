@@ -603,20 +603,25 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
 }
 
 /* PyTorch AdamW: g *= grad_scale; m, v updated; p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p), with
- * mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step) (the corrections computed in double).
- * Chunks of 16384 elements are the work items; each element's arithmetic is the same on any thread. */
+ * mhat = m / (1 - beta1^step), vhat = v / (1 - beta2^step) (the corrections computed in double), wd or 0
+ * by the segments' mask. Chunks of 16384 elements of the whole range are the work items, cut where a
+ * segment ends; each element's arithmetic is the same on any thread and in any piece. */
 static void cpu_adamw(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n,
-                      float lr, float beta1, float beta2, float eps, float wd, int step, float grad_scale) {
+                      const mp_adamw_seg *segs, int nsegs, float lr, float beta1, float beta2, float eps, float wd,
+                      int step, float grad_scale) {
     assert(!p_act || p_act == p);   /* fp32 compute: the compute copy is the master itself */
     (void)p_act;
-    assert(step >= 1);
+    assert(step >= 1 && (!segs || nsegs >= 1));
     const float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
     const float bc2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
     const int64_t chunk = 16384, nchunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if (nchunks > 1)
     for (int64_t c = 0; c < nchunks; c++) {
-        int64_t i0 = c * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
-        adamw_range(p, g, m, v, i0, i1, lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale);
+        mp_adamw_pieces it = mp_adamw_pieces_of(segs, nsegs, c * chunk, c * chunk + chunk < n ? c * chunk + chunk : n);
+        int64_t i0, i1;
+        int decay;
+        while (mp_adamw_piece(&it, &i0, &i1, &decay))
+            adamw_range(p, g, m, v, i0, i1, lr, beta1, beta2, eps, decay ? wd : 0.0f, bc1, bc2, grad_scale);
     }
 }
 

@@ -323,9 +323,10 @@ static void bf16_xent_bwd(mp_backend *be, void *logits, const float *rowmax, con
 /* ---- optimizer: fp32 p, m, v by the CPU op; the bf16 compute copy rounded from the updated p ---- */
 
 static void bf16_adamw(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n,
-                       float lr, float beta1, float beta2, float eps, float wd, int step, float grad_scale) {
+                       const mp_adamw_seg *segs, int nsegs, float lr, float beta1, float beta2, float eps, float wd,
+                       int step, float grad_scale) {
     assert(!p_act || p_act != (void *)p);   /* a bf16 copy cannot be the fp32 master itself */
-    f32()->adamw(f32(), p, NULL, g, m, v, n, lr, beta1, beta2, eps, wd, step, grad_scale);
+    f32()->adamw(f32(), p, NULL, g, m, v, n, segs, nsegs, lr, beta1, beta2, eps, wd, step, grad_scale);
     if (p_act) mp_f32_to_bf16_n(p_act, p, n);
 }
 

@@ -23,6 +23,7 @@
 #include "core/backend.h"
 #include "core/cuda_module.h"
 #include "core/kernels_cpu.h"
+#include "core/optim.h"
 #include "tests/testutil.h"
 
 #define FWD_TOL 1e-5
@@ -1332,7 +1333,8 @@ Test(adamw, several_steps_match_double_with_bias_correction_weight_decay_and_gra
     double *pd = todouble(p, n), *md = calloc(n, sizeof(double)), *vd = calloc(n, sizeof(double));
     for (int step = 1; step <= 4; step++) {
         float *g = frand(n, step == 2 ? 1e-3 : 1.0);
-        be->adamw(be, p, NULL, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, step, (float)gs);
+        be->adamw(be, p, NULL, g, m, v, n, NULL, 0, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, step,
+                  (float)gs);
         for (int64_t i = 0; i < n; i++) {
             double gi = (double)g[i] * gs;
             md[i] = (double)(float)b1 * md[i] + (1 - (double)(float)b1) * gi;
@@ -1351,7 +1353,103 @@ Test(adamw, several_steps_match_double_with_bias_correction_weight_decay_and_gra
 Test(adamw, first_step_moves_each_weight_by_lr_against_its_gradient_sign) {
     mp_backend *be = cpu();
     float p[4] = {1.0f, 1.0f, -2.0f, 0.0f}, g[4] = {3.0f, -1e-3f, 5.0f, -7.0f}, m[4] = {0}, v[4] = {0};
-    be->adamw(be, p, NULL, g, m, v, 4, 0.1f, 0.9f, 0.999f, 1e-12f, 0.0f, 1, 1.0f);
+    be->adamw(be, p, NULL, g, m, v, 4, NULL, 0, 0.1f, 0.9f, 0.999f, 1e-12f, 0.0f, 1, 1.0f);
     float want[4] = {0.9f, 1.1f, -2.1f, 0.1f};
     for (int i = 0; i < 4; i++) cr_assert(fabsf(p[i] - want[i]) < 1e-6f, "p[%d] = %g", i, p[i]);
+}
+
+/* The weight-decay mask: one adamw call over segments with and without decay (boundaries inside the
+ * threading chunks, an empty segment) gives bitwise what one call per segment with wd or 0 gives, for
+ * p, m, v and, on the bf16 backend, the compute copy. */
+Test(adamw, decay_mask_segments_in_one_call_equal_one_call_per_segment) {
+    use_two_threads();
+    const mp_adamw_seg segs[] = {{20000, 1}, {5, 0}, {0, 1}, {30000, 0}, {16379, 1}};
+    const int nsegs = 5;
+    const int64_t n = 66384;
+    mp_backend *bes[2] = {cpu(), mp_backend_cpu_bf16()};
+    for (int b = 0; b < 2; b++) {
+        mp_backend *be = bes[b];
+        float *p[2], *m[2], *v[2];
+        uint16_t *act[2] = {NULL, NULL};
+        p[0] = frand(n, 1.0), p[1] = fdup(p[0], n);
+        for (int k = 0; k < 2; k++) {
+            m[k] = ffill(n, 0.0f), v[k] = ffill(n, 0.0f);
+            if (be->act_dtype == MP_BF16) act[k] = calloc((size_t)n, sizeof(uint16_t));
+        }
+        for (int step = 1; step <= 3; step++) {
+            float *g = frand(n, 1.0);
+            be->adamw(be, p[0], act[0], g, m[0], v[0], n, segs, nsegs, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.5f, step, 0.75f);
+            int64_t off = 0;
+            for (int k = 0; k < nsegs; off += segs[k++].n) {
+                if (segs[k].n == 0) continue;
+                be->adamw(be, p[1] + off, act[1] ? act[1] + off : NULL, g + off, m[1] + off, v[1] + off, segs[k].n,
+                          NULL, 0, 1e-2f, 0.9f, 0.95f, 1e-8f, segs[k].decay ? 0.5f : 0.0f, step, 0.75f);
+            }
+            free(g);
+        }
+        cr_assert_eq(memcmp(p[0], p[1], (size_t)n * sizeof(float)), 0, "backend %d: p differs", b);
+        cr_assert_eq(memcmp(m[0], m[1], (size_t)n * sizeof(float)), 0, "backend %d: m differs", b);
+        cr_assert_eq(memcmp(v[0], v[1], (size_t)n * sizeof(float)), 0, "backend %d: v differs", b);
+        if (act[0]) cr_assert_eq(memcmp(act[0], act[1], (size_t)n * 2), 0, "bf16 compute copy differs");
+        for (int k = 0; k < 2; k++) free(p[k]), free(m[k]), free(v[k]), free(act[k]);
+    }
+}
+
+/* mp_adamw_step's merging, seen through a backend that counts its adamw calls. */
+static int g_adamw_calls, g_adamw_segs;
+static void counting_adamw(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n,
+                           const mp_adamw_seg *segs, int nsegs, float lr, float beta1, float beta2, float eps,
+                           float wd, int step, float grad_scale) {
+    (void)be;
+    g_adamw_calls++, g_adamw_segs += nsegs;
+    cpu()->adamw(cpu(), p, p_act, g, m, v, n, segs, nsegs, lr, beta1, beta2, eps, wd, step, grad_scale);
+}
+
+/* nslots slots of sizes 1 + 37 (i mod 5) with decay i mod 3 != 0 in one arena each for p, g, m, v, slot
+ * gap_at (if >= 0) moved one element on (so it does not continue its predecessor); one optimizer step
+ * through the counting backend, then the same update one adamw call per slot on copies: every bit equal.
+ * Returns the calls mp_adamw_step made. */
+static int optim_step_calls(int nslots, int gap_at) {
+    mp_backend counting = *cpu();
+    counting.adamw = counting_adamw;
+    mp_optim_slot *slots = calloc((size_t)nslots, sizeof *slots);
+    int64_t total = 1;
+    for (int i = 0; i < nslots; i++) total += 1 + 37 * (i % 5);
+    float *arena[2][4];
+    for (int k = 0; k < 2; k++)
+        for (int a = 0; a < 4; a++) arena[k][a] = k ? fdup(arena[0][a], total) : frand(total, 1.0);
+    for (int64_t e = 0; e < total; e++) arena[0][3][e] = arena[1][3][e] = (float)(e % 7) * 1e-3f;   /* v >= 0 */
+    const mp_adamw_hparams hp = {0.9, 0.95, 1e-8, 0.1};
+    for (int k = 0; k < 2; k++) {
+        int64_t off = 0;
+        for (int i = 0; i < nslots; i++) {
+            const int64_t n = 1 + 37 * (i % 5);
+            if (i == gap_at) off++;
+            float **A = arena[k];
+            slots[i] = (mp_optim_slot){A[0] + off, A[1] + off, A[2] + off, A[3] + off, NULL, i == 2 ? 0 : n, i % 3 != 0};
+            off += i == 2 ? 0 : n;   /* slot 2 is empty (a rank past a tensor's rows) */
+        }
+        if (k == 0) {
+            g_adamw_calls = g_adamw_segs = 0;
+            mp_adamw_step(&counting, &hp, slots, nslots, 1e-2, 3, 0.5f);
+        } else {
+            for (int i = 0; i < nslots; i++)
+                if (slots[i].n) cpu()->adamw(cpu(), slots[i].p, NULL, slots[i].g, slots[i].m, slots[i].v, slots[i].n,
+                                             NULL, 0, 1e-2f, 0.9f, 0.95f, 1e-8f, slots[i].decay ? 0.1f : 0.0f, 3, 0.5f);
+        }
+    }
+    for (int a = 0; a < 4; a++)
+        cr_assert_eq(memcmp(arena[0][a], arena[1][a], (size_t)total * sizeof(float)), 0, "%d slots: array %d differs", nslots, a);
+    for (int k = 0; k < 2; k++)
+        for (int a = 0; a < 4; a++) free(arena[k][a]);
+    free(slots);
+    return g_adamw_calls;
+}
+
+Test(adamw, optimizer_step_is_one_call_per_contiguous_run_with_the_decay_mask) {
+    cr_assert_eq(optim_step_calls(12, -1), 1, "12 contiguous slots: one call");
+    /* decay 0,1,1,0,1,1,...: runs of equal flags merge, slot 2 (empty) skipped: 0 | 1 | 0 | 1 ... */
+    cr_assert_eq(g_adamw_segs, 8, "segments of one call: %d", g_adamw_segs);
+    cr_assert_eq(optim_step_calls(12, 7), 2, "a gap before slot 7: two calls");
+    cr_assert_eq(optim_step_calls(600, -1), 2, "more segments than one call takes: two calls");
 }

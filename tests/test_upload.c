@@ -336,15 +336,24 @@ static void lag_xent_bwd(mp_backend *be, void *logits, const float *rowmax, cons
     c->i[0] = N, c->i[1] = v_local, c->i[2] = v_valid, c->i[3] = v_start;
 }
 static void run_adamw(mp_backend *b, const lag_call *c) {
-    b->adamw(b, c->p[0], c->p[1], c->p[2], c->p[3], c->p[4], c->i[0], (float)c->f[0], (float)c->f[1],
+    b->adamw(b, c->p[0], c->p[1], c->p[2], c->p[3], c->p[4], c->i[0], NULL, 0, (float)c->f[0], (float)c->f[1],
              (float)c->f[2], (float)c->f[3], (float)c->f[4], (int)c->i[1], (float)c->f[5]);
 }
-static void lag_adamw(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n, float lr,
-                      float beta1, float beta2, float eps, float wd, int step, float grad_scale) {
-    lag_call *c = lag_push(run_adamw);
-    c->p[0] = p, c->p[1] = p_act, c->p[2] = P(g), c->p[3] = m, c->p[4] = v, c->i[0] = n, c->i[1] = step;
-    double fv[6] = {lr, beta1, beta2, eps, wd, grad_scale};
-    memcpy(c->f, fv, sizeof fv);
+/* The mask's pieces queue as one call each (the segments live on the caller's stack, gone by the time the
+ * queue runs): the same elementwise update. */
+static void lag_adamw(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n,
+                      const mp_adamw_seg *segs, int nsegs, float lr, float beta1, float beta2, float eps, float wd,
+                      int step, float grad_scale) {
+    mp_adamw_pieces it = mp_adamw_pieces_of(segs, nsegs, 0, n);
+    int64_t i0, i1;
+    int decay;
+    while (mp_adamw_piece(&it, &i0, &i1, &decay)) {
+        lag_call *c = lag_push(run_adamw);
+        c->p[0] = p + i0, c->p[1] = p_act ? mp_act_at(be, p_act, i0) : NULL, c->p[2] = P(g + i0), c->p[3] = m + i0;
+        c->p[4] = v + i0, c->i[0] = i1 - i0, c->i[1] = step;
+        double fv[6] = {lr, beta1, beta2, eps, decay ? wd : 0.0f, grad_scale};
+        memcpy(c->f, fv, sizeof fv);
+    }
 }
 
 /* The CPU table behind the queue: every op of core/backend.h that touches device memory is replaced here

@@ -641,12 +641,22 @@ static void cu_xent_bwd(mp_backend *be, void *logits, const float *rowmax, const
 /* ---- optimizer ---- */
 
 /* AdamW on fp32 p, g, m, v (n elements); the gradient is scaled by the host value grad_scale (no device
- * factor from the table); p_act (bf16, may be NULL) receives the updated weights in the same pass. */
-static void cu_adamw(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n, float lr,
-                     float beta1, float beta2, float eps, float wd, int step, float grad_scale) {
+ * factor from the table); p_act (bf16, may be NULL) receives the updated weights in the same pass. The
+ * weight-decay mask's pieces are one launch each, queued back to back on the stream (the kernel takes one
+ * wd; on the CPU the pieces share one pass, here launches are asynchronous and cost no host wait). */
+static void cu_adamw(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n,
+                     const mp_adamw_seg *segs, int nsegs, float lr, float beta1, float beta2, float eps, float wd,
+                     int step, float grad_scale) {
     PROF_BEGIN(be);
-    mp_cuda_adamw(p, p_act, g, m, v, n, lr, beta1, beta2, eps, wd, step, grad_scale, NULL, cs(be));
-    LAUNCHED();
+    mp_adamw_pieces it = mp_adamw_pieces_of(segs, nsegs, 0, n);
+    int64_t i0, i1;
+    int decay;
+    while (mp_adamw_piece(&it, &i0, &i1, &decay)) {
+        mp_bf16 *act = p_act ? (mp_bf16 *)p_act + i0 : NULL;
+        mp_cuda_adamw(p + i0, act, g + i0, m + i0, v + i0, i1 - i0, lr, beta1, beta2, eps, decay ? wd : 0.0f, step,
+                      grad_scale, NULL, cs(be));
+        LAUNCHED();
+    }
     PROF_END(be, "%s", "adamw");
 }
 
