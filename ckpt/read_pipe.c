@@ -116,12 +116,16 @@ void ck_worker_post(ck_worker *w, void (*fn)(void *), void *arg) {
     pthread_mutex_unlock(&w->mu);
 }
 
+static int g_stealing = 1;   /* ck_worker_set_stealing */
+
+void ck_worker_set_stealing(int on) { g_stealing = on; }
+
 void ck_worker_wait(ck_worker *w) {
     assert(w && ck_worker_usable(w));
     if (!w->busy) return;
     if (w->threaded) {
         pthread_mutex_lock(&w->mu);
-        if (!w->taken) {   /* not started: run it here rather than wait for the worker to be scheduled */
+        if (!w->taken && g_stealing) {   /* not started: run it here rather than wait for the worker to be scheduled */
             w->taken = 1;
             pthread_mutex_unlock(&w->mu);
             w->fn(w->arg);

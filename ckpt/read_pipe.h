@@ -26,6 +26,11 @@ void ck_worker_wait(ck_worker *w);
 
 /* 1 if a job is posted and not yet waited for. */
 int ck_worker_busy(const ck_worker *w);
+/* Tests only: with on = 0, ck_worker_wait always waits for the worker's thread instead of running a
+ * job nobody has started itself, so where jobs run no longer depends on how the threads were scheduled
+ * (a test that checks the helper did some work would otherwise fail on a machine too busy to run it).
+ * Process-wide; the default (1) is what every command runs. */
+void ck_worker_set_stealing(int on);
 
 /* 1 when MP_CKPT_SERIAL_FILL is set (non-empty, not "0"): the band writers (ckpt/writer.c fill boxes,
  * reshard/hf_sink.c) then run without a worker, serially: the path their overlapped output is
