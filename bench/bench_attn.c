@@ -12,6 +12,7 @@
  * faster but wrong kernel cannot pass for a fast one.
  *
  *   bench_attn B T H KV HD [ROUNDS] [REPS]     e.g. bench_attn 4 256 4 2 64 (bench_tiny's shape)
+ *   bench_attn --fwd B T H KV HD [ROUNDS] [REPS]   the forward alone (time_forward), for A/B of builds
  *
  * Output: one line per round ("round i: flash X ms  TxT Y ms  ratio R"), then the median ratio.
  * Exit status: 0 done, 1 the kernels disagree, 2 bad usage. Threads: whatever OMP_NUM_THREADS says
@@ -133,9 +134,34 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* --fwd: the forward alone, CPU ms per call and useful causal GFLOP/s (the two products over the
+ * T (T + 1) / 2 query-key pairs of each head), the median of the rounds: for A/B runs of two builds
+ * (the forward has no old peer kept in this file). */
+static int time_forward(mp_backend *be, int B, int T, int H, int KV, int hd, int rounds, int reps) {
+    const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd;
+    float *q = random_floats(nq, 1), *k = random_floats(nkv, 2), *v = random_floats(nkv, 3);
+    float *out = random_floats(nq, 5), *lse = random_floats((size_t)B * H * T, 6);
+    double ms[99];
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);   /* warm */
+    for (int r = 0; r < rounds; r++) {
+        double t0 = cpu_seconds();
+        for (int i = 0; i < reps; i++) be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+        ms[r] = 1e3 * (cpu_seconds() - t0) / reps;
+    }
+    qsort(ms, (size_t)rounds, sizeof ms[0], cmp_double);
+    const double flops = 4.0 * B * H * ((double)T * (T + 1) / 2) * hd;
+    printf("bench_attn --fwd: B=%d T=%d H=%d KV=%d hd=%d, isa %s, %d threads: median %.3f ms per forward, "
+           "%.1f useful GFLOP/s per CPU-s (%d rounds of %d)\n", B, T, H, KV, hd, mp_cpu_isa(), mp_cpu_threads(),
+           ms[rounds / 2], flops / ms[rounds / 2] * 1e-6, rounds, reps);
+    free(q), free(k), free(v), free(out), free(lse);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    const int fwd = argc > 1 && !strcmp(argv[1], "--fwd");
+    argv += fwd, argc -= fwd;
     if (argc < 6) {
-        fprintf(stderr, "usage: bench_attn B T H KV HD [ROUNDS] [REPS]\n");
+        fprintf(stderr, "usage: bench_attn [--fwd] B T H KV HD [ROUNDS] [REPS]\n");
         return 2;
     }
     const int B = atoi(argv[1]), T = atoi(argv[2]), H = atoi(argv[3]), KV = atoi(argv[4]), hd = atoi(argv[5]);
@@ -145,6 +171,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     mp_backend *be = mp_backend_cpu();
+    if (fwd) return time_forward(be, B, T, H, KV, hd, rounds, reps);
     const size_t nq = (size_t)B * T * H * hd, nkv = (size_t)B * T * KV * hd, nrow = (size_t)B * H * T;
     float *q = random_floats(nq, 1), *k = random_floats(nkv, 2), *v = random_floats(nkv, 3);
     float *dout = random_floats(nq, 4), *out = random_floats(nq, 5), *lse = random_floats(nrow, 6);

@@ -73,29 +73,32 @@ static inline int mp_cpu_team(int items) {
     return items < n ? (items > 0 ? items : 1) : n;
 }
 
-/* Rows of the query blocks (BQ) and key blocks (BK) of the flash-style attention kernels; BK is a
- * multiple of BQ, so every key block a query block visits starts at or before its first row. Their
- * per-thread scratch is one or two BQ x BK float blocks on the stack. */
+/* The blocks of the flash-style attention kernels (core/kernels_cpu_attn_fwd.c, _bwd.c), both of which
+ * stack the query heads of a kv group time-major (row i ns + j: head j's time i) so that each product is
+ * one sgemm for all of them. Query blocks of BQ rows; key blocks of BK keys at multiples of BK, BK a
+ * multiple of BQ so every key block a query block visits starts at or before its first row. 192: with
+ * the heads stacked, the backward ran 1-3% faster than with 128 or 256 at T 256, 512 and 2048, the
+ * forward about as fast as with 256 and 5-10% faster than with 128 (one core, AVX2 EPYC, A/B); at 64
+ * (the first version) the call and packing overheads of 64 x 64 x 64 products made the backward 1.5-1.7x
+ * the CPU time of the old T x T one. */
 #define MP_ATTN_BQ 64
-#define MP_ATTN_BK 64
+#define MP_ATTN_BK 192
 _Static_assert(MP_ATTN_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
-/* Key blocks of the backward: wider, so its five products per block pair are fewer, larger sgemm calls
- * (at 64 the call and packing overheads of 64 x 64 x 64 products made the backward 1.5-1.7x the CPU
- * time of the old T x T one). 192 since the query heads of a kv group are stacked (next): 1-3% faster
- * than 128 or 256 at T 256, 512 and 2048 (one core, AVX2 EPYC, A/B in one process). */
-#define MP_ATTN_BWD_BK 192
-_Static_assert(MP_ATTN_BWD_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of query blocks");
-/* Rows of the bands the backward cuts the diagonal's key block into (each band as wide as its last row's
- * causal prefix, so the products skip most of the zeros above the diagonal): 32 ran 3-4% faster than
- * uncut blocks at T 256 and 512 (one core, AVX2 EPYC, A/B against the old binary in alternation); 16
- * was slower at T 256 (the smaller calls cost what the FLOPs saved). */
-#define MP_ATTN_BWD_SUB 32
-/* Floats of the backward's per-thread scratch arena (heap, one per thread per call), where the query heads of a kv group
- * are stacked (core/kernels_cpu_attn_bwd.c, bwd_heads): P and dS of BQ x BWD_BK and copies of Q, dO,
- * dQ of BQ x hd per stacked head; 3 heads at head dim 64 (432 KiB per thread), 2 up to head
- * dim 160, one head (read in place, no copies) above. Stacking 2 + 1 of bench_small's 3 heads
- * was 3-5% slower than all 3. */
-#define MP_ATTN_BWD_ARENA (3 * MP_ATTN_BQ * (2 * MP_ATTN_BWD_BK + 3 * 64))
+/* Rows of the bands the key block holding the diagonal is cut into, each band only as wide as its last
+ * row's causal prefix, so the products skip most of the zeros above the diagonal: in the backward 32
+ * ran 3-6% faster than uncut blocks at T 256 and 512 (one core, AVX2 EPYC, A/B against the old binary in
+ * alternation); 16 was slower at T 256 (the smaller calls cost what the FLOPs saved). */
+#define MP_ATTN_SUB 32
+/* Floats of the forward's per-thread arena at most (heap, one per thread per call, sized for the call's
+ * query blocks: a decode row needs a few KiB): copies of Q and the output accumulator (BQ x hd per
+ * stacked head), the scores (BQ x BK) and the running max and sum per stacked head: 3 heads at head
+ * dim 64 (242 KiB per thread), 2 up to head dim 160, one above. */
+#define MP_ATTN_FWD_ARENA (3 * MP_ATTN_BQ * (2 * 64 + MP_ATTN_BK + 2))
+/* Floats of the backward's per-thread scratch arena (heap, one per thread per call): P and dS of BQ x
+ * BK and copies of Q, dO, dQ of BQ x hd per stacked head; 3 heads at head dim 64 (432 KiB per thread),
+ * 2 up to head dim 160, one head (read in place, no copies) above. Stacking 2 + 1 of bench_small's 3
+ * heads was 3-5% slower than all 3. */
+#define MP_ATTN_BWD_ARENA (3 * MP_ATTN_BQ * (2 * MP_ATTN_BK + 3 * 64))
 
 /* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd (q, dq
  * with row stride ldq, k, v, dk, dv with ldkv; out, dout dense). */

@@ -9,10 +9,10 @@
  *   dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK += scale dS^T Q,  dV += P^T dO
  * (dK, dV summed over the H/KV query heads that share a kv head). The query heads of a kv group are
  * stacked (bwd_heads): for every query block [r0, r1) of MP_ATTN_BQ rows their Q and dO rows are copied
- * into one tall matrix each, time-major, and for every key block [c0, c1) of MP_ATTN_BWD_BK keys of the
+ * into one tall matrix each, time-major, and for every key block [c0, c1) of MP_ATTN_BK keys of the
  * causal prefix each of the five products is one sgemm for all the stacked heads (bwd_pair: K_c and V_c
  * packed once, dK_c and dV_c summed over the heads inside one product); the key block that holds the
- * diagonal is cut into bands of MP_ATTN_BWD_SUB rows, each only as wide as its last row's prefix. S and
+ * diagonal is cut into bands of MP_ATTN_SUB rows, each only as wide as its last row's prefix. S and
  * dP are summed into zeroed blocks and one vectorised pass turns them into P and dS (p_ds_row). D is
  * computed per head into the caller's scratch ([B,H,T] floats), once per row.
  * Compared with keeping P from the forward this costs one more product (S) and the exps. History, CPU
@@ -75,7 +75,7 @@ typedef struct {
     float scale;
 } bwd_group;
 
-enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BWD_BK, SUB = MP_ATTN_BWD_SUB, ARENA = MP_ATTN_BWD_ARENA };
+enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BK, SUB = MP_ATTN_SUB, ARENA = MP_ATTN_BWD_ARENA };
 _Static_assert(ARENA >= 2 * BQ * BK, "the arena holds at least one head's P and dS");
 
 /* How many of a group's rep heads bwd_heads stacks at once: as many as the arena holds (P and dS of
@@ -137,7 +137,7 @@ static void copy_rows(float *dst, size_t ds, const float *src, size_t ss, int m,
  * heads: K_c and V_c are packed once for all of them, and dK_c, dV_c take the heads' sum in one product
  * of depth ns m (separate calls per head were 8-15% slower in the products, on one core). For ns = 1
  * the products read and write the head's rows in place. The key blocks left of the block's first row
- * are whole rectangles; the block that holds the diagonal is cut into bands of MP_ATTN_BWD_SUB rows,
+ * are whole rectangles; the block that holds the diagonal is cut into bands of MP_ATTN_SUB rows,
  * each only as wide as its last row needs: the square above the diagonal, which every row of the block
  * would otherwise compute and discard, shrinks from BQ^2/2 to BQ SUB/2 entries (bench_tiny's products
  * 10% fewer FLOPs, bench_small's 6%). arena: ARENA floats. */

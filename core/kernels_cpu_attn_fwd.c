@@ -9,24 +9,33 @@
  * head h reads kv head h / (H/KV). lse is [B,H,T]. Strides cost nothing here: every product is an
  * sgemm that takes a leading dimension anyway.
  *
- * Blocks: queries are cut into blocks of MP_ATTN_BQ rows, keys into blocks of MP_ATTN_BK (a multiple
- * of BQ; both 64 by default, core/kernels_cpu.h). Query block [r0, r1) visits the key blocks [c0, c1)
- * of its causal prefix (c0 < r1, c1 clipped at r1; about half the flops of the full square at
- * T >> block): S = scale Q_r K_c^T by one sgemm into a BQ x BK scratch on the stack, then the online
- * softmax, row by row, in float:
+ * Blocks (core/kernels_cpu.h): the query heads of a kv group are stacked time-major (fwd_rows: row
+ * i ns + j is head j's time i, copied from q with one memcpy per time, as q keeps a time's heads
+ * adjacent), so every product is one sgemm for all of them and K_c, V_c are packed once. A work item is
+ * one query block [r0, r1) of MP_ATTN_BQ times of the stacked heads; it visits the key blocks [c0, c1)
+ * of MP_ATTN_BK keys of its causal prefix: S = scale Q_r K_c^T (one sgemm), then the online softmax,
+ * row by row, in float:
  *   m' = max(m, max_j S_j),  alpha = exp(m - m'),  P_j = exp(S_j - m'),  l' = alpha l + sum_j P_j,
- *   O_r <- alpha O_r + P V_c   (the rescale in a loop, the product one more sgemm, into out itself)
- * and at the end O_r /= l, lse = m + log l. Columns right of the diagonal inside the diagonal block
- * are written as exact zeros, so they add nothing. Scratch is one block of scores per thread.
+ *   O_r <- alpha O_r + P V_c   (the rescale in a loop, the product one more sgemm, into a stacked copy)
+ * and at the end O_r /= l, lse = m + log l, O_r copied into out. A key block every row sees whole is
+ * one product of all the rows; the block holding the diagonal goes in bands of MP_ATTN_SUB times, each
+ * only as wide as its last row's prefix, and columns right of a row's diagonal are exact zeros.
+ * History (bench_attn-style A/B, one core, AVX2 EPYC): per (b, head) with 64 x 64 blocks this forward
+ * ran at 34-42 GFLOP/s (useful causal FLOPs) at bench_tiny's, bench_small's and a T 2048 shape; the
+ * stacked heads, 192-key blocks and bands run it at 45-58, 0.72-0.75x the CPU time.
  *
- * Threads: the (b, h) loop runs under OpenMP with a static schedule; OpenBLAS is single-threaded (see
- * mp_cpu_threads), so each sgemm runs on its caller. Every work item writes disjoint outputs in a fixed
- * order, so results are bitwise reproducible whatever the thread count.
+ * Threads: the work items (b, kv group, stack of heads, query block) go round-robin to the OpenMP team;
+ * OpenBLAS is single-threaded (see mp_cpu_threads), so each sgemm runs on its caller. Every item writes
+ * disjoint outputs in a fixed order and the stacking depends on the shape only, so results are bitwise
+ * reproducible whatever the thread count.
  */
 #include "core/kernels_cpu.h"
+#include "core/alloc.h"
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* The online-softmax update of one query row t against key block [c0, c1): s holds the row's nk
  * scores (already scaled); valid columns are c0..min(c1, t+1)-1 (at least one, as c0 <= t). On return
@@ -52,68 +61,135 @@ static float online_softmax_row(float *restrict s, int nk, int nvalid, float *mr
     return alpha;
 }
 
-/* One (b, h): O = softmax(scale Q K^T, causal) V and lse[r] = log sum_j exp(scale q_r.k_j), query row r
- * at position p0 + r seeing keys 0 .. p0 + r (K and V hold at least p0 + T rows). With p0 = 0 this is the
- * training forward; with p0 > 0 the queries are new positions of a sequence whose earlier keys are
- * cached (attn_fwd_kv). Key blocks start at multiples of BK whatever p0 is, so a row visits the same
- * blocks, with the same valid columns, as it does in the whole-sequence forward. */
-static void attn_fwd_head(float *O, int ldo, float *lse, const float *Q, int ldq, const float *K, const float *V,
-                          int ldkv, int T, int p0, int hd, float scale) {
-    enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BK };
-    float S[BQ * BK];             /* scores, then unnormalised probabilities, of one block pair */
-    float mrow[BQ], lrow[BQ];     /* running max and sum of each query row of the block */
-    for (int r0 = 0; r0 < T; r0 += BQ) {
-        const int r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0, end = p0 + r1;   /* keys [0, end) */
-        float *Ob = O + (size_t)r0 * ldo;
-        for (int i = 0; i < m; i++) mrow[i] = -INFINITY, lrow[i] = 0.0f;
-        for (int c0 = 0; c0 < end; c0 += BK) {   /* with p0 = 0, c0 <= r0: BK is a multiple of BQ */
-            const int c1 = c0 + BK < end ? c0 + BK : end, nk = c1 - c0;   /* no key past the block's rows */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, scale, Q + (size_t)r0 * ldq, ldq,
-                        K + (size_t)c0 * ldkv, ldkv, 0.0f, S, nk);
-            for (int i = 0; i < m; i++) {
-                const int t = p0 + r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
-                float *srow = S + (size_t)i * nk;
-                if (nvalid < 1) {   /* only with p0 % BQ != 0: a block wholly past this row adds nothing */
-                    for (int j = 0; j < nk; j++) srow[j] = 0.0f;
-                    continue;
-                }
-                float alpha = online_softmax_row(srow, nk, nvalid, &mrow[i], &lrow[i]);
-                if (c0 > 0 && alpha != 1.0f) {
-                    float *restrict o = Ob + (size_t)i * ldo;
-                    for (int d = 0; d < hd; d++) o[d] *= alpha;
-                }
+/* One work item: query heads [j0, j0 + ns) of kv group g of batch row b (their Q rows at q, a column
+ * block, row stride ldq; O rows at out, row stride ldo; lse rows at lse + j*T), the query block [r0, r1)
+ * of the T rows, which sit at positions p0 + r (keys and values of the cache: K, V, row stride ldkv,
+ * at least p0 + T rows). */
+typedef struct {
+    float *out, *lse;
+    const float *q, *K, *V;
+    int T, p0, ldq, ldo, ldkv, hd;
+    float scale;
+} fwd_item;
+
+/* The item's stacked rows in its arena: row R = i ns + j is head j0 + j's query row r0 + i (time-major:
+ * a range of times is one row range of every stacked head, as in the backward). Qs and Os (the output
+ * accumulator) are rows x hd, S rows x BK scores, m and l each row's running max and sum. */
+typedef struct {
+    float *Qs, *Os, *S, *m, *l;
+    int ns, r0;
+} fwd_rows;
+
+enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BK, SUB = MP_ATTN_SUB };
+
+/* Rows [a, b) of the block (times r0 + a ..) against keys [c0, c1): S = scale Q K^T, the online softmax of
+ * every row over its valid columns (keys <= its position; a row with none, possible only when p0 is not
+ * a multiple of BQ, keeps its state and adds zeros), then O += P V_c. */
+static void fwd_pair(const fwd_item *it, const fwd_rows *s, int a, int b, int c0, int c1) {
+    const int ns = s->ns, rows = (b - a) * ns, nk = c1 - c0, hd = it->hd;
+    float *Q = s->Qs + (size_t)a * ns * hd, *O = s->Os + (size_t)a * ns * hd;
+    assert(0 <= a && a < b && 0 <= c0 && c0 < c1 && nk <= BK);
+    memset(s->S, 0, (size_t)rows * nk * sizeof(float));   /* beta = 1 on zeros: memset beats sgemm_beta */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, it->scale, Q, hd, it->K + (size_t)c0 * it->ldkv,
+                it->ldkv, 1.0f, s->S, nk);
+    for (int i = a; i < b; i++) {
+        const int t = it->p0 + s->r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
+        for (int j = 0; j < ns; j++) {
+            const int R = i * ns + j;
+            float *srow = s->S + (size_t)(R - a * ns) * nk;
+            if (nvalid < 1) {
+                memset(srow, 0, (size_t)nk * sizeof(float));
+                continue;
             }
-            /* O_r (+)= P V_c; the first key block writes (out may hold anything before) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, nk, 1.0f, S, nk, V + (size_t)c0 * ldkv,
-                        ldkv, c0 > 0 ? 1.0f : 0.0f, Ob, ldo);
+            const float alpha = online_softmax_row(srow, nk, nvalid, &s->m[R], &s->l[R]);
+            if (alpha != 1.0f) {
+                float *restrict o = s->Os + (size_t)R * hd;
+                for (int d = 0; d < hd; d++) o[d] *= alpha;
+            }
         }
-        for (int i = 0; i < m; i++) {
-            float *restrict o = Ob + (size_t)i * ldo;
-            const float inv = 1.0f / lrow[i];
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, s->S, nk, it->V + (size_t)c0 * it->ldkv,
+                it->ldkv, 1.0f, O, hd);
+}
+
+/* One item: O = softmax(scale Q K^T, causal) V and lse = log sum_j exp(scale q.k_j) for the stacked rows,
+ * query row r at position p0 + r seeing keys 0 .. p0 + r. Keys go in blocks of BK starting at multiples
+ * of BK whatever p0 is, so a row visits the same blocks, with the same valid columns, in a KV-cache call
+ * (p0 > 0) as in the whole-sequence forward. A block every row of the query block sees whole is one
+ * product of all rows; the block(s) holding the diagonal go in bands of SUB rows, each only as wide as
+ * its last row's prefix (the square above the diagonal is not computed). arena: fwd_arena floats. */
+static void fwd_block(const fwd_item *it, int ns, int r0, float *arena) {
+    const int hd = it->hd, r1 = r0 + BQ < it->T ? r0 + BQ : it->T, m = r1 - r0, rows = ns * m;
+    const int first = it->p0 + r0, end = it->p0 + r1;   /* the block's first position; keys [0, end) */
+    const size_t nf = (size_t)ns * hd;   /* one time's stacked row group */
+    fwd_rows s = {arena, arena + (size_t)rows * hd, arena + (size_t)2 * rows * hd, NULL, NULL, ns, r0};
+    s.m = s.S + (size_t)rows * BK, s.l = s.m + rows;
+    for (int i = 0; i < m; i++) memcpy(s.Qs + i * nf, it->q + (size_t)(r0 + i) * it->ldq, nf * sizeof(float));
+    memset(s.Os, 0, (size_t)rows * hd * sizeof(float));
+    for (int R = 0; R < rows; R++) s.m[R] = -INFINITY, s.l[R] = 0.0f;
+    for (int c0 = 0; c0 < end; c0 += BK) {
+        const int c1 = c0 + BK < end ? c0 + BK : end;
+        if (c1 <= first + 1) {   /* every row sees the whole block */
+            fwd_pair(it, &s, 0, m, c0, c1);
+            continue;
+        }
+        for (int a = 0; a < m; a += SUB) {
+            const int b = a + SUB < m ? a + SUB : m, ce = c1 < first + b ? c1 : first + b;
+            if (ce > c0) fwd_pair(it, &s, a, b, c0, ce);   /* else no row of the band reaches the block */
+        }
+    }
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < ns; j++) {
+            const int R = i * ns + j;
+            float *restrict o = s.Os + (size_t)R * hd;
+            const float inv = 1.0f / s.l[R];
             for (int d = 0; d < hd; d++) o[d] *= inv;
-            lse[r0 + i] = mrow[i] + logf(lrow[i]);
+            it->lse[(size_t)j * it->T + r0 + i] = s.m[R] + logf(s.l[R]);
         }
+        memcpy(it->out + (size_t)(r0 + i) * it->ldo, s.Os + i * nf, nf * sizeof(float));
     }
 }
 
-/* attn_fwd_kv with the caller's p0 and strides (0, Tc = T: attn_fwd): every (b, h) under OpenMP, static
- * schedule. */
+/* How many of a group's rep query heads one item stacks: all of them while their arena (below) stays
+ * within MP_ATTN_FWD_ARENA floats for a full query block, at least 1. A function of rep and hd only, so
+ * the products (and their rounding) do not depend on the thread count or the call's T. */
+static int fwd_stack(int rep, int hd) {
+    int ns = rep;
+    while (ns > 1 && (size_t)ns * BQ * (2 * (size_t)hd + BK + 2) > MP_ATTN_FWD_ARENA) ns--;
+    return ns;
+}
+
+/* Floats of an item's arena for ns stacked heads and query blocks of at most mq rows: Qs, Os, S, m, l. */
+static size_t fwd_arena(int ns, int mq, int hd) { return (size_t)ns * mq * (2 * (size_t)hd + BK + 2); }
+
+/* attn_fwd_kv with the caller's p0 and strides (0, Tc = T: attn_fwd). The work items are (b, kv group,
+ * stack of heads, query block): every item writes its own rows of out and lse, so results are bitwise the
+ * same whatever the thread count; round-robin (static, 1), as later query blocks cost more. Each thread
+ * has one arena on the heap for the call, sized for the call's query blocks (a decode row: a few KiB). */
 static void attn_fwd_rows(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
                           int p0, int Tc, int H, int KV, int hd, int ldq, int ldkv) {
     assert(B >= 0 && T >= 0 && p0 >= 0 && p0 + T <= Tc && H > 0 && KV > 0 && H % KV == 0 && hd > 0);
     assert(ldq >= H * hd && ldkv >= KV * hd);
     if (B == 0 || T == 0) return;
-    const int rep = H / KV;
+    const int rep = H / KV, ns = fwd_stack(rep, hd), nstacks = (rep + ns - 1) / ns, nblocks = (T + BQ - 1) / BQ;
     const float scale = 1.0f / sqrtf((float)hd);
-    const int items = B * H;
-#pragma omp parallel for schedule(static) num_threads(mp_cpu_team(items))
+    const int items = B * KV * nstacks * nblocks;
+    const size_t arena_floats = fwd_arena(ns, T < BQ ? T : BQ, hd);
+#pragma omp parallel num_threads(mp_cpu_team(items))
+    {
+    float *arena = malloc(sizeof(float) * arena_floats);
+    if (!arena) mp_oom(sizeof(float) * arena_floats, MP_MEM_OTHER, "attention forward scratch");
+#pragma omp for schedule(static, 1)
     for (int it = 0; it < items; it++) {
-        int b = it / H, h = it % H, g = h / rep;
-        const float *Q = q + (size_t)b * T * ldq + (size_t)h * hd;
-        const float *K = k + (size_t)b * Tc * ldkv + (size_t)g * hd;
-        const float *V = v + (size_t)b * Tc * ldkv + (size_t)g * hd;
-        float *O = out + ((size_t)b * T * H + h) * hd;
-        attn_fwd_head(O, H * hd, lse + (size_t)it * T, Q, ldq, K, V, ldkv, T, p0, hd, scale);
+        const int rb = it % nblocks, st = it / nblocks % nstacks, g = it / nblocks / nstacks % KV;
+        const int b = it / nblocks / nstacks / KV, j0 = st * ns, h0 = g * rep + j0;
+        const int n = rep - j0 < ns ? rep - j0 : ns;
+        const fwd_item item = {out + ((size_t)b * T * H + h0) * hd, lse + ((size_t)b * H + h0) * T,
+                               q + (size_t)b * T * ldq + (size_t)h0 * hd, k + (size_t)b * Tc * ldkv + (size_t)g * hd,
+                               v + (size_t)b * Tc * ldkv + (size_t)g * hd, T, p0, ldq, H * hd, ldkv, hd, scale};
+        fwd_block(&item, n, rb * BQ, arena);
+    }
+    free(arena);
     }
 }
 

@@ -806,10 +806,9 @@ Test(attention, forward_and_backward_are_bitwise_deterministic_across_runs_and_t
  * B = 2 sequences whose cache capacity Tc exceeds what they hold. The CPU kernel visits the same key blocks
  * with the same valid columns as attn_fwd; its scores come from an sgemm of fewer rows, which may round
  * differently, hence a tolerance (the tokens a sampler draws are compared in tests/sample.sh). */
-Test(attention, kv_cache_chunks_give_the_whole_sequence_rows) {
-    use_two_threads();
+static void check_kv_chunks(int T, int Tc, const unsigned (*chunks)[2], size_t nchunks) {
     mp_backend *be = cpu();
-    const int B = 2, T = 150, Tc = 160, H = 4, KV = 2, hd = 16;
+    const int B = 2, H = 4, KV = 2, hd = 16;
     int64_t nq = (int64_t)B * T * H * hd;
     float *q = frand(nq, 1.5), *k = frand((int64_t)B * T * KV * hd, 1.5), *v = frand((int64_t)B * T * KV * hd, 1.0);
     float *out = ffill(nq, NAN), *lse = ffill((int64_t)B * H * T, NAN);
@@ -820,9 +819,9 @@ Test(attention, kv_cache_chunks_give_the_whole_sequence_rows) {
         memcpy(kc + (size_t)b * Tc * KV * hd, k + (size_t)b * T * KV * hd, sizeof(float) * T * KV * hd);
         memcpy(vc + (size_t)b * Tc * KV * hd, v + (size_t)b * T * KV * hd, sizeof(float) * T * KV * hd);
     }
-    static const unsigned chunks[][2] = {{0, 37}, {37, 50}, {87, 1}, {88, 40}, {128, 1}, {129, 20}, {149, 1}, {0, 150}};
-    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
-        const int p0 = (int)chunks[c][0], n = (int)(chunks[c][1] & 0xffu);
+    for (size_t c = 0; c < nchunks; c++) {
+        const int p0 = (int)chunks[c][0], n = (int)chunks[c][1];
+        if (n < 1 || n > T - p0) cr_assert_fail("chunk (%d, %d) is not inside the %d rows", p0, n, T);
         int64_t row = (int64_t)H * hd;
         float *qc = ffill((int64_t)B * n * row, NAN), *oc = ffill((int64_t)B * n * row, NAN);
         float *lc = ffill((int64_t)B * H * n, NAN);
@@ -850,6 +849,16 @@ Test(attention, kv_cache_chunks_give_the_whole_sequence_rows) {
         free(qc), free(oc), free(lc), free(kk), free(vv);
     }
     free(q), free(k), free(v), free(out), free(lse), free(kc), free(vc);
+}
+
+Test(attention, kv_cache_chunks_give_the_whole_sequence_rows) {
+    use_two_threads();
+    static const unsigned chunks[][2] = {{0, 37}, {37, 50}, {87, 1}, {88, 40}, {128, 1}, {129, 20}, {149, 1}, {0, 150}};
+    check_kv_chunks(150, 160, chunks, sizeof chunks / sizeof chunks[0]);
+    /* across the first 192-key block's end: (180, 30)'s rows 180..191 reach no key of the block at 192 in
+     * their band (the forward's no-valid-column path), (191, 1) and (192, 1) sit on either side of it */
+    static const unsigned across[][2] = {{0, 100}, {100, 80}, {180, 30}, {191, 1}, {192, 1}, {193, 37}, {0, 230}};
+    check_kv_chunks(230, 240, across, sizeof across / sizeof across[0]);
 }
 
 /* ---------------------------------------------------------------- strided q, k, v (the fused layout) */
