@@ -83,8 +83,9 @@ typedef struct {
 enum { BQ = MP_ATTN_BQ, BK = MP_ATTN_BK, SUB = MP_ATTN_SUB };
 
 /* Rows [a, b) of the block (times r0 + a ..) against keys [c0, c1): S = scale Q K^T, the online softmax of
- * every row over its valid columns (keys <= its position; a row with none, possible only when p0 is not
- * a multiple of BQ, keeps its state and adds zeros), then O += P V_c. */
+ * every row over its valid columns (keys <= its position; a row with none, possible only in a KV-cache
+ * call, where a key block can start past a query block's first positions, keeps its state and adds
+ * zeros), then O += P V_c. */
 static void fwd_pair(const fwd_item *it, const fwd_rows *s, int a, int b, int c0, int c1) {
     const int ns = s->ns, rows = (b - a) * ns, nk = c1 - c0, hd = it->hd;
     float *Q = s->Qs + (size_t)a * ns * hd, *O = s->Os + (size_t)a * ns * hd;
