@@ -100,6 +100,21 @@ _Static_assert(MP_ATTN_BK % MP_ATTN_BQ == 0, "key blocks are whole multiples of 
  * heads was 3-5% slower than all 3. */
 #define MP_ATTN_BWD_ARENA (3 * MP_ATTN_BQ * (2 * MP_ATTN_BK + 3 * 64))
 
+/* How many of a kv group's rep query heads an attention kernel stacks: as many as fit an arena of
+ * `arena` floats at per_head floats each, at least 1. A function of the shape only (never of the thread
+ * count or T), so the products, and their rounding, are the same in every run. */
+static inline int mp_attn_stack(int rep, size_t per_head, size_t arena) {
+    int ns = rep;
+    while (ns > 1 && (size_t)ns * per_head > arena) ns--;
+    return ns;
+}
+
+/* Copies m rows of n floats from src (row stride ss) to dst (row stride ds): the attention kernels'
+ * stacking of a query block's rows and its way back. */
+static inline void mp_cpu_copy_rows(float *dst, size_t ds, const float *src, size_t ss, int m, int n) {
+    for (int i = 0; i < m; i++) memcpy(dst + i * ds, src + i * ss, (size_t)n * sizeof(float));
+}
+
 /* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd (q, dq
  * with row stride ldq, k, v, dk, dv with ldkv; out, dout dense). */
 #define mp_cpu_attn_fwd MP_ISA_FN(mp_cpu_attn_fwd)

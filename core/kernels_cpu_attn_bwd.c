@@ -80,11 +80,7 @@ _Static_assert(ARENA >= 2 * BQ * BK, "the arena holds at least one head's P and 
 
 /* How many of a group's rep heads bwd_heads stacks at once: as many as the arena holds (P and dS of
  * BQ x BK each, the copies of Q, dO, dQ of BQ x hd each, per head), at least 1 (which copies nothing). */
-static int bwd_stack(int rep, int hd) {
-    int ns = rep;
-    while (ns > 1 && (size_t)ns * BQ * (2 * BK + 3 * (size_t)hd) > ARENA) ns--;
-    return ns;
-}
+static int bwd_stack(int rep, int hd) { return mp_attn_stack(rep, (size_t)BQ * (2 * BK + 3 * (size_t)hd), ARENA); }
 
 /* The stacked rows of a query block: row R = i ns + j is head j0 + j's query row r0 + i (time-major, so
  * the rows of a range of times are one contiguous range of rows, whichever heads are stacked). Q, dO, dQ
@@ -126,11 +122,6 @@ static void bwd_pair(const bwd_group *g, const bwd_rows *s, int a, int b, int c0
                 s->dQ + (size_t)a * ns * s->ld, s->ld);
 }
 
-/* Copies m rows of n floats from src (row stride ss) to dst (row stride ds). */
-static void copy_rows(float *dst, size_t ds, const float *src, size_t ss, int m, int n) {
-    for (int i = 0; i < m; i++) memcpy(dst + i * ds, src + i * ss, (size_t)n * sizeof(float));
-}
-
 /* Heads [j0, j0 + ns) of group g, stacked: for each query block [r0, r1) their Q and dO rows are
  * copied into one (ns m) x hd matrix each, time-major (bwd_rows; one memcpy of ns hd floats per time, as
  * the heads of a time are adjacent in q and dout), so each of the five products is one call for the ns
@@ -154,8 +145,8 @@ static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
         float *dQr = g->dq + (size_t)j0 * hd + (size_t)r0 * g->ldq;
         bwd_rows s = {Qr, dOr, dQr, g->ldq, g->ldo, ns, j0, r0};
         if (ns > 1) {   /* stacked copies: row i ns + j is head j0 + j's row r0 + i */
-            copy_rows(Qs, nf, Qr, g->ldq, m, (int)nf);
-            copy_rows(dOs, nf, dOr, g->ldo, m, (int)nf);
+            mp_cpu_copy_rows(Qs, nf, Qr, g->ldq, m, (int)nf);
+            mp_cpu_copy_rows(dOs, nf, dOr, g->ldo, m, (int)nf);
             s = (bwd_rows){Qs, dOs, dQs, hd, hd, ns, j0, r0};
         }
         for (int i = 0; i < m * ns; i++) memset(s.dQ + (size_t)i * s.ld, 0, (size_t)hd * sizeof(float));
@@ -165,7 +156,7 @@ static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
             const int b = a + SUB < m ? a + SUB : m;
             bwd_pair(g, &s, a, b, c0, r0 + b, P, dS);
         }
-        if (ns > 1) copy_rows(g->dq + (size_t)j0 * hd + (size_t)r0 * g->ldq, g->ldq, dQs, nf, m, (int)nf);
+        if (ns > 1) mp_cpu_copy_rows(g->dq + (size_t)j0 * hd + (size_t)r0 * g->ldq, g->ldq, dQs, nf, m, (int)nf);
     }
 }
 

@@ -125,7 +125,7 @@ static void fwd_block(const fwd_item *it, int ns, int r0, float *arena) {
     const size_t nf = (size_t)ns * hd;   /* one time's stacked row group */
     fwd_rows s = {arena, arena + (size_t)rows * hd, arena + (size_t)2 * rows * hd, NULL, NULL, ns, r0};
     s.m = s.S + (size_t)rows * BK, s.l = s.m + rows;
-    for (int i = 0; i < m; i++) memcpy(s.Qs + i * nf, it->q + (size_t)(r0 + i) * it->ldq, nf * sizeof(float));
+    mp_cpu_copy_rows(s.Qs, nf, it->q + (size_t)r0 * it->ldq, (size_t)it->ldq, m, (int)nf);
     memset(s.Os, 0, (size_t)rows * hd * sizeof(float));
     for (int R = 0; R < rows; R++) s.m[R] = -INFINITY, s.l[R] = 0.0f;
     for (int c0 = 0; c0 < end; c0 += BK) {
@@ -151,17 +151,12 @@ static void fwd_block(const fwd_item *it, int ns, int r0, float *arena) {
     }
 }
 
-/* How many of a group's rep query heads one item stacks: all of them while their arena (below) stays
- * within MP_ATTN_FWD_ARENA floats for a full query block, at least 1. A function of rep and hd only, so
- * the products (and their rounding) do not depend on the thread count or the call's T. */
-static int fwd_stack(int rep, int hd) {
-    int ns = rep;
-    while (ns > 1 && (size_t)ns * BQ * (2 * (size_t)hd + BK + 2) > MP_ATTN_FWD_ARENA) ns--;
-    return ns;
-}
-
 /* Floats of an item's arena for ns stacked heads and query blocks of at most mq rows: Qs, Os, S, m, l. */
 static size_t fwd_arena(int ns, int mq, int hd) { return (size_t)ns * mq * (2 * (size_t)hd + BK + 2); }
+
+/* How many of a group's rep query heads one item stacks: all of them while their arena stays within
+ * MP_ATTN_FWD_ARENA floats for a full query block, at least 1 (mp_attn_stack). */
+static int fwd_stack(int rep, int hd) { return mp_attn_stack(rep, fwd_arena(1, BQ, hd), MP_ATTN_FWD_ARENA); }
 
 /* attn_fwd_kv with the caller's p0 and strides (0, Tc = T: attn_fwd). The work items are (b, kv group,
  * stack of heads, query block): every item writes its own rows of out and lse, so results are bitwise the
