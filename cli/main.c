@@ -25,8 +25,8 @@
 static const mp_subcommand commands[] = {
     {"train", mp_cmd_train, NULL, "train a Llama model (run under mpirun for a dp x tp mesh)"},
     {"eval", mp_cmd_eval, NULL, "mean loss of a model over a token file"},
-    {"data", mp_cmd_data, NULL, "turn UTF-8 text files into byte-level token files (vocab 256)"},
-    {"ckpt", mp_cmd_ckpt, NULL, "inspect checkpoints: ls, show, verify, diff (across meshes)"},
+    {"data", mp_cmd_data, NULL, "turn UTF-8 text files into token files (byte-level, or the model's own tokenizer)"},
+    {"ckpt", mp_cmd_ckpt, NULL, "inspect checkpoints: ls, show, verify, diff (across meshes), repair-views"},
     {"reshard", mp_cmd_reshard, NULL, "convert a checkpoint offline to another tp x dp mesh (or consolidate it)"},
     {"init", mp_cmd_init, NULL, "write a step-0 checkpoint of the seeded initialisation for any mesh"},
     {"sample", mp_cmd_sample, NULL, "generate text (or token ids) from a checkpoint's model, on any mesh"},
@@ -44,7 +44,8 @@ static void print_usage(FILE *out) {
           "commands:\n", out);
     mp_subcommand_list(out, commands, 9);
     fputs("\n"
-          "`meshpoint <command> --help` describes each command's options; `meshpoint --version` the version.\n", out);
+          "`meshpoint <command> --help` describes each command's options; `meshpoint --version` the version.\n"
+          "Reference: docs/CLI.md (every command and flag); start with README.md.\n", out);
 }
 
 /* The devices this binary can train on here: the CPU always; CUDA when built in, with the GPUs CUDA

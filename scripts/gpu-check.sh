@@ -62,12 +62,12 @@ echo "== gpu-check$([ $selftest = 1 ] && echo ' --selftest') $(date -u +%Y-%m-%d
 missing=()
 for c in timeout awk sed grep python3; do command -v "$c" > /dev/null 2>&1 || missing+=("the command $c"); done
 if [ -f "$root/BUNDLE" ]; then
-  mode=bundle bin="$root/bin" corpus=("$root/data/README.md" "$root/data/config.c" "$root/data/llama.c")
+  mode=bundle bin="$root/bin" corpus=("$root/data/CLI.md" "$root/data/config.c" "$root/data/llama.c")
   sed -n '1,5p' "$root/MANIFEST" 2>/dev/null
 else
   mode=build build=${1:-build-gpu}
   case "$build" in /*) ;; *) build="$root/$build" ;; esac
-  bin=$build corpus=("$root/README.md" "$root/core/config.c" "$root/layers/llama.c")
+  bin=$build corpus=("$root/docs/CLI.md" "$root/core/config.c" "$root/layers/llama.c")
   command -v cmake > /dev/null 2>&1 || missing+=("cmake (or run the bundle: scripts/gpu_bundle.sh)")
   command -v nvcc > /dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || missing+=("nvcc")
 fi

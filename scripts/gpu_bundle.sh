@@ -121,7 +121,7 @@ cp bench/bench_gpu.sh bench/gpu_roofline.py "$out/bench/"
 cp tests/gpu_e2e.sh tests/lib.sh "$out/tests/"
 cp tests/configs/*.json "$out/tests/configs/"
 cp configs/*.json "$out/configs/"
-cp README.md core/config.c layers/llama.c "$out/data/"
+cp docs/CLI.md core/config.c layers/llama.c "$out/data/"
 
 # the oldest C library that every ELF file here accepts: the highest GLIBC_x.y version it asks for
 glibc=$(find "$out/bin" "$out/lib" -type f -exec objdump -T {} + 2>/dev/null |

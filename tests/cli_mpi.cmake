@@ -6,7 +6,7 @@ set(MP_TINY ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json)
 set(MP_CLI_DATA ${CMAKE_BINARY_DIR}/cli_mpi_data)
 set(MP_MPIRUN ${MPIEXEC_EXECUTABLE} ${MPIEXEC_ARGS})
 add_test(NAME cli_mpi_data_setup COMMAND $<TARGET_FILE:meshpoint> data --out ${MP_CLI_DATA} --name t
-         ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/core/config.c ${CMAKE_SOURCE_DIR}/layers/llama.c)
+         ${CMAKE_SOURCE_DIR}/docs/CLI.md ${CMAKE_SOURCE_DIR}/core/config.c ${CMAKE_SOURCE_DIR}/layers/llama.c)
 set_tests_properties(cli_mpi_data_setup PROPERTIES FIXTURES_SETUP cli_mpi_data)
 set(MP_TRAIN $<TARGET_FILE:meshpoint> train --config ${MP_TINY} --train-data ${MP_CLI_DATA}/t_train.bin --steps 3)
 function(mp_cli_mpi name code pattern np)

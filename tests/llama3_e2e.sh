@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/llama3_e2e.sh MPIEXEC... -- MESHPOINT WORKDIR — a Llama 3.2 config.json (tests/configs/hf_llama3_2_1b.json:
 # llama3 rope_scaling, tied embeddings, the 128256-token vocabulary) shrunk to a small width and depth, trained
-# on an llm.c Llama 3 token file (uint32 ids up to 128255, written as the README's Python writer does) on one
+# on an llm.c Llama 3 token file (uint32 ids up to 128255, written as docs/TOKENIZER.md's Python writer does) on one
 # process and on tp 2 x dp 2: it trains, the first loss is near ln(128256), and every step agrees within 1e-5.
 set -u
 launcher=""

@@ -2,7 +2,7 @@
 # with --async-save, with zstd compression, and with one file per node (--ckpt-files node).
 set(MP_RESUME_DATA ${CMAKE_BINARY_DIR}/resume_data)
 add_test(NAME resume_data_setup COMMAND $<TARGET_FILE:meshpoint> data --out ${MP_RESUME_DATA} --name t
-         ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/core/config.c ${CMAKE_SOURCE_DIR}/layers/llama.c)
+         ${CMAKE_SOURCE_DIR}/docs/CLI.md ${CMAKE_SOURCE_DIR}/core/config.c ${CMAKE_SOURCE_DIR}/layers/llama.c)
 set_tests_properties(resume_data_setup PROPERTIES FIXTURES_SETUP resume_data)
 foreach(variant plain async zstd node)
   set(extra "")

@@ -12,7 +12,7 @@ rm -rf "$work"; mkdir -p "$work"
 mpi="mpiexec --allow-run-as-root --oversubscribe -np 2"
 train --run-dir "$work/run" --steps 20 --ckpt-every 20 >/dev/null 2>&1 || fail "training the model"
 # s CMD...: CMD's stdout, NUL bytes shown as \001: the model is byte-level, so a sample may hold a 0 byte,
-# which bash drops from $(...) (the text then looked short: the corpus is the README, so any edit of it
+# which bash drops from $(...) (the text then looked short: the corpus is docs/CLI.md, so any edit of it
 # could make this test fail).
 s() { "$@" 2>"$work/err" >"$work/out" || fail "exit $? from $*: $(cat "$work/err")"; tr '\000' '\001' <"$work/out"; }
 a=$(s "$bin" sample --checkpoint "$work/run" --prompt "the " --tokens 24 --seed 7)

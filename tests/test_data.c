@@ -697,12 +697,12 @@ Test(data_llmc3, writer_layout_and_round_trip) {
     mp_token_file_close(&tf);
 }
 
-/* The README's Python writer (the block after "<!-- llmc3-writer -->"), run with a stand-in tokenizer:
+/* docs/TOKENIZER.md's Python writer (the block after "<!-- llmc3-writer -->"), run with a stand-in tokenizer:
  * what it writes opens as an llm.c Llama 3 file holding the ids it was given. */
 Test(data_llmc3, readme_python_writer, .timeout = 60) {
     char *d = tu_mkdtemp("data");
     char *readme = NULL, *script = path_in(d, "w.py"), *out = path_in(d, "t.bin"), *cmd = NULL, *log = NULL;
-    cr_assert(asprintf(&readme, "%s/README.md", tu_src()) > 0);
+    cr_assert(asprintf(&readme, "%s/docs/TOKENIZER.md", tu_src()) > 0);
     FILE *in = fopen(readme, "r"), *py = fopen(script, "w");
     cr_assert(in && py);
     char line[1024];
@@ -714,7 +714,7 @@ Test(data_llmc3, readme_python_writer, .timeout = 60) {
         else if (state == 2) fputs(line, py);
     }
     fclose(in);
-    cr_assert_eq(state, 3, "README.md lacks the llmc3-writer block");
+    cr_assert_eq(state, 3, "docs/TOKENIZER.md lacks the llmc3-writer block");
     /* a stand-in for a pretrained tokenizer: ids past 65535, as Llama 3's */
     fprintf(py, "class FakeTokenizer:\n"
                 "    eos_token_id = 128001\n"

@@ -11,7 +11,7 @@
 #             carry their tokenizer — import, ckpt show/verify, sample --prompt in text (= transformers' greedy
 #             text), data --tokenizer, train --init-from and --resume, reshard, export (AutoTokenizer gives
 #             the same ids), a flipped carried byte (verify exit 1 naming the file), an old checkpoint,
-#             the README text workflow block, a sentencepiece-style tokenizer (sample = transformers)
+#             docs/CLI.md's text workflow block, a sentencepiece-style tokenizer (sample = transformers)
 set -euo pipefail
 build=$1 src=$2 case=$3
 source "$src/tests/lib.sh"

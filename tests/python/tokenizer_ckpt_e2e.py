@@ -15,7 +15,7 @@ item 4), end to end against transformers itself (scripts/bench_venv.sh's venv):
      edge-case corpus; its generation_config.json is the original; the model loads in transformers;
   6. a flipped byte in a carried file: `ckpt verify` exits 1 naming the file, `sample` refuses;
   7. a checkpoint without carried files (tests/data/ckpt_v1) still shows, verifies and says "none";
-  8. the README's text workflow block (<!-- text-workflow -->) runs as written, MODEL_DIR being the directory
+  8. docs/CLI.md's text workflow block (<!-- text-workflow -->) runs as written, MODEL_DIR being the directory
      of step 1, and its outputs are right: text out of `sample`, the files in every checkpoint, and the
      exported tokenizer = the original;
   9. the same import and `sample` with a sentencepiece-style tokenizer (Llama 2 layout, byte fallback): the text
@@ -177,9 +177,9 @@ def same_files(a, b, names):
 
 
 def readme_workflow(bin_, src, work, hf, carried, texts):
-    """Step 8: the README block, command by command, in WORK/readme."""
+    """Step 8: docs/CLI.md's text workflow block, command by command, in WORK/readme."""
     lines, on, inb = [], False, False
-    for l in open(os.path.join(src, "README.md"), encoding="utf-8"):
+    for l in open(os.path.join(src, "docs", "CLI.md"), encoding="utf-8"):
         if "<!-- text-workflow" in l:
             on = True
         elif on and l.startswith("```"):
@@ -190,7 +190,7 @@ def readme_workflow(bin_, src, work, hf, carried, texts):
             cmd = l.split(" #")[0].strip()
             if cmd:
                 lines.append(cmd)
-    check(len(lines) == 7 and all(c.startswith("meshpoint ") for c in lines), "README's text workflow: %d commands" % len(lines))
+    check(len(lines) == 7 and all(c.startswith("meshpoint ") for c in lines), "docs/CLI.md's text workflow: %d commands" % len(lines))
     d = os.path.join(work, "readme")
     os.makedirs(d)
     with open(os.path.join(d, "corpus.txt"), "w", encoding="utf-8") as f:
@@ -200,16 +200,16 @@ def readme_workflow(bin_, src, work, hf, carried, texts):
         argv = [a.replace("MODEL_DIR", hf) for a in shlex.split(c)]
         r = subprocess.run([bin_] + argv[1:], cwd=d, capture_output=True, text=True, check=False,
                            env=dict(os.environ, OMP_NUM_THREADS="1"))
-        check(r.returncode == 0, "README: %s: exit %d%s" % (c, r.returncode, " " + r.stderr[-500:] if r.returncode else ""))
+        check(r.returncode == 0, "text workflow: %s: exit %d%s" % (c, r.returncode, " " + r.stderr[-500:] if r.returncode else ""))
         outs.append(r.stdout)
-    check("byte-level BPE" in outs[1], "README: ckpt show names the tokenizer")
+    check("byte-level BPE" in outs[1], "text workflow: ckpt show names the tokenizer")
     check(outs[2].startswith("The quick brown fox") and outs[5].startswith("The quick brown fox"),
-          "README: sample prints text: %r, %r" % (outs[2], outs[5]))
+          "text workflow: sample prints text: %r, %r" % (outs[2], outs[5]))
     for s in ("model_ckpt", "ft/checkpoints/step_00000002", "ft/checkpoints/step_00000004", "ft_hf"):
         p = os.path.join(d, s, "" if s == "ft_hf" else "files")
-        check(same_files(hf, p, carried), "README: %s has the tokenizer files" % s)
+        check(same_files(hf, p, carried), "text workflow: %s has the tokenizer files" % s)
     a, b = AutoTokenizer.from_pretrained(hf), AutoTokenizer.from_pretrained(os.path.join(d, "ft_hf"))
-    check(all(a(t).input_ids == b(t).input_ids for t in texts), "README: ft_hf's tokenizer gives the original ids")
+    check(all(a(t).input_ids == b(t).input_ids for t in texts), "text workflow: ft_hf's tokenizer gives the original ids")
 
 
 def main():
