@@ -20,6 +20,20 @@
  * The thread lives as long as its reader (created on the first read that hands a piece over, joined
  * in ckpt_close); a reader used after fork() in the child gets a new one (ck_worker_usable). If
  * pthread_create fails, jobs run inline: slower, never wrong.
+ *
+ * Fork safety (issue 35). fork() copies only the calling thread; a lock another thread held at that
+ * instant stays held forever in the child. Our worker thread holds locks the child needs while it
+ * starts (the C library's and a sanitizer runtime's thread bookkeeping: ASan's thread registry, which
+ * the child's next pthread_create takes), while it exits, and its own mutex around each hand-off; a
+ * job may allocate. A forked child that then made its own worker hung once under ASan (a 900 s CI
+ * timeout). So no fork happens while a worker of this process can hold a lock: a pthread_atfork
+ * handler (fork_prepare) parks every live worker first. It takes g_fork_mu, which ck_worker_new holds
+ * from pthread_create until the worker is in g_live and ck_worker_free from the quit until the join
+ * returns (so no thread is starting or ending), then, per worker, its mutex while the worker is parked
+ * (blocked in its wait for a post, having released the mutex, holding nothing; a job posted or running
+ * is let finish first), and keeps them all through the fork. The parent and child handlers release them; the
+ * child also forgets the parent's workers (they have no thread there). Do not fork from inside a job:
+ * the prepare handler would wait for the job's own worker to park.
  */
 #define _GNU_SOURCE
 #include "ckpt/read_pipe.h"
@@ -41,16 +55,55 @@ struct ck_worker {
     int ran;                 /* the posted job has run */
     int quit;
     int threaded;            /* 0: pthread_create failed, jobs run inline */
+    int parked;              /* the thread waits for a post, mu released (fork_prepare waits for it) */
+    pthread_cond_t parked_cv;   /* fork_prepare waits: the thread has parked */
     pid_t pid;               /* the process the thread runs in */
     pthread_t th;
+    struct ck_worker *next;  /* in g_live */
 };
+
+/* Fork safety (top comment): the threaded workers of this process, and the lock that keeps a fork out
+ * of every thread's start and end. */
+static pthread_mutex_t g_fork_mu = PTHREAD_MUTEX_INITIALIZER;
+static ck_worker *g_live;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+/* Before fork: holds g_fork_mu and every live worker's mutex with the worker parked and no job waiting
+ * for it (one posted but not started would otherwise be run by nobody in the child's copy). */
+static void fork_prepare(void) {
+    pthread_mutex_lock(&g_fork_mu);
+    for (ck_worker *w = g_live; w; w = w->next) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->parked || (w->busy && !w->taken)) pthread_cond_wait(&w->parked_cv, &w->mu);
+    }
+}
+
+/* After fork, in the parent: releases what fork_prepare took. */
+static void fork_parent(void) {
+    for (ck_worker *w = g_live; w; w = w->next) pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&g_fork_mu);
+}
+
+/* After fork, in the child: the same, and the parent's workers are forgotten (no thread here). */
+static void fork_child(void) {
+    for (ck_worker *w = g_live; w; w = w->next) pthread_mutex_unlock(&w->mu);
+    g_live = NULL;
+    pthread_mutex_unlock(&g_fork_mu);
+}
+
+static void register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
 /* The thread: runs each posted job nobody has started, then signals done; exits on quit once idle. */
 static void *worker_main(void *arg) {
     ck_worker *w = arg;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->quit && !(w->busy && !w->taken)) pthread_cond_wait(&w->posted, &w->mu);
+        while (!w->quit && !(w->busy && !w->taken)) {
+            w->parked = 1;
+            pthread_cond_broadcast(&w->parked_cv);
+            pthread_cond_wait(&w->posted, &w->mu);
+            w->parked = 0;
+        }
         if (w->busy && !w->taken) {
             void (*fn)(void *) = w->fn;
             void *a = w->arg;
@@ -73,8 +126,16 @@ ck_worker *ck_worker_new(void) {
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->posted, NULL);
     pthread_cond_init(&w->done, NULL);
+    pthread_cond_init(&w->parked_cv, NULL);
     w->pid = getpid();
+    pthread_once(&g_atfork_once, register_atfork);
+    pthread_mutex_lock(&g_fork_mu);   /* no fork while the thread starts: fork_prepare waits for it to park */
     w->threaded = pthread_create(&w->th, NULL, worker_main, w) == 0;
+    if (w->threaded) {
+        w->next = g_live;
+        g_live = w;
+    }
+    pthread_mutex_unlock(&g_fork_mu);
     return w;
 }
 
@@ -82,15 +143,23 @@ void ck_worker_free(ck_worker *w) {
     if (!w) return;
     if (w->threaded && ck_worker_usable(w)) {
         ck_worker_wait(w);
+        pthread_mutex_lock(&g_fork_mu);   /* no fork while the thread ends */
         pthread_mutex_lock(&w->mu);
         w->quit = 1;
         pthread_cond_signal(&w->posted);
         pthread_mutex_unlock(&w->mu);
         pthread_join(w->th, NULL);
+        for (ck_worker **p = &g_live; *p; p = &(*p)->next)
+            if (*p == w) {
+                *p = w->next;
+                break;
+            }
+        pthread_mutex_unlock(&g_fork_mu);
     }
     /* in a forked child the thread does not exist: nothing to join, and the mutex may have been
      * copied locked, so it is not destroyed either */
     if (ck_worker_usable(w)) {
+        pthread_cond_destroy(&w->parked_cv);
         pthread_cond_destroy(&w->done);
         pthread_cond_destroy(&w->posted);
         pthread_mutex_destroy(&w->mu);

@@ -7,7 +7,10 @@
  * is moved to just after the newline nearest the nominal split point if one lies within SPLIT_WINDOW
  * bytes (ties go to the earlier one), so neither split starts mid-line. Both splits are non-empty.
  * Outputs: DIR/NAME_train.bin and DIR/NAME_val.bin (DIR created if missing), written atomically by
- * mp_token_file_write_llmc. Invalid UTF-8 is only warned about: byte-level tokens do not need it.
+ * mp_token_file_write_llmc. --val-fraction 0 (a separate validation corpus) writes the train file alone:
+ * no validation file rather than an empty one, since `train --val-data` and `eval` refuse a file that
+ * holds no batch, and an absent file cannot be mistaken for a split of this corpus; a NAME_val.bin left
+ * by an earlier run is warned about, not deleted. Invalid UTF-8 is only warned about: byte-level tokens do not need it.
  * With --tokenizer the model's own tokenizer encodes each document instead: cli/data_tok.c.
  */
 #include <errno.h>
@@ -29,7 +32,8 @@
 static const char *data_about =
     "Reads UTF-8 text files (concatenated in the order given), tokenises them byte-level (vocab 256,\n"
     "token = byte value) and writes DIR/NAME_train.bin and DIR/NAME_val.bin in llm.c token format.\n"
-    "The validation split is the last F of the tokens, cut after a newline near the split point.\n"
+    "The validation split is the last F of the tokens, cut after a newline near the split point;\n"
+    "with --val-fraction 0 only the training file is written (train without --val-data).\n"
     "With --tokenizer, each file (or each JSONL record, --jsonl-field) is a document, encoded by the model's\n"
     "own tokenizer with its BOS before and EOS after; uint16 tokens if the vocabulary fits, else uint32\n"
     "(llm.c's Llama 3 format); the validation split is the last F of the tokens (docs/TOKENIZER.md).";
@@ -115,12 +119,22 @@ static mp_code write_split(const char *path, const unsigned char *s, int64_t n, 
     return rc;
 }
 
+void mp_data_val_summary(char *buf, size_t cap, double frac, const char *val_path, int64_t nval) {
+    if (frac > 0) {
+        snprintf(buf, cap, "%s (%lld val tokens)", val_path, (long long)nval);
+        return;
+    }
+    if (mp_fs_exists(val_path))
+        mp_warn("%s is from an earlier run and was left as it is: it is no split of these inputs", val_path);
+    snprintf(buf, cap, "no validation file (--val-fraction 0)");
+}
+
 int mp_cmd_data(int argc, char **argv) {
     const char *out = ".", *name = "data", *tokenizer = NULL, *jsonl_field = NULL, *eos = NULL;
     double frac = 0.1;
     const mp_arg flags[] = {
         {"out", MP_ARG_STRING, &out, "DIR", "output directory (created if missing)", NULL, NULL},
-        {"val-fraction", MP_ARG_DOUBLE, &frac, "F", "fraction of the tokens, at the end, for validation; in (0,1)", NULL, NULL},
+        {"val-fraction", MP_ARG_DOUBLE, &frac, "F", "fraction of the tokens, at the end, for validation; in [0,1) (0: no validation file)", NULL, NULL},
         {"name", MP_ARG_STRING, &name, "NAME", "output file prefix: NAME_train.bin, NAME_val.bin", NULL, NULL},
         {"tokenizer", MP_ARG_STRING, &tokenizer, "DIR|FILE", "the model's tokenizer: an HF model directory or a "
          "tokenizer.json (default: byte-level, vocab 256)", NULL, NULL},
@@ -139,8 +153,8 @@ int mp_cmd_data(int argc, char **argv) {
         mp_args_help(stdout, "meshpoint data [options] FILE...", data_about, flags);
         return mp_exit_status(MP_OK);
     }
-    if (!(frac > 0.0 && frac < 1.0)) {
-        mp_log_fail("--val-fraction: %g is not in (0,1)", frac);
+    if (!(frac >= 0.0 && frac < 1.0)) {
+        mp_log_fail("--val-fraction: %g is not in [0,1) (0: no validation file)", frac);
         return mp_exit_status(MP_EINPUT);
     }
     if (strchr(name, '/')) {   /* (empty values are refused by the parser) */
@@ -170,13 +184,13 @@ int mp_cmd_data(int argc, char **argv) {
             return mp_exit_status(err.code);
         }
     }
-    if (n < 2) {
-        mp_log_fail("the input files hold %lld bytes; need at least 2 (one per split)",
-                (long long)n);
+    if (n < (frac > 0 ? 2 : 1)) {
+        mp_log_fail("the input files hold %lld bytes; need at least %s", (long long)n,
+                    frac > 0 ? "2 (one per split)" : "1");
         free(buf);
         return mp_exit_status(MP_EINPUT);
     }
-    int64_t cut = split_point(buf, n, frac);
+    int64_t cut = frac > 0 ? split_point(buf, n, frac) : n;
 
     char train_path[2048], val_path[2048];
     snprintf(train_path, sizeof train_path, "%s/%s_train.bin", out, name);
@@ -186,12 +200,14 @@ int mp_cmd_data(int argc, char **argv) {
         mp_log_fail("cannot create output directory %s: %s", out, err.msg);
         rc = mp_exit_status(MP_EIO);
     } else if (write_split(train_path, buf, cut, &err) != MP_OK ||
-               write_split(val_path, buf + cut, n - cut, &err) != MP_OK) {
+               (cut < n && write_split(val_path, buf + cut, n - cut, &err) != MP_OK)) {
         mp_log_fail("%s", err.msg);
         rc = mp_exit_status(MP_EIO);
     } else {
-        printf("meshpoint data: %d file%s, %lld tokens -> %s (%lld train tokens), %s (%lld val tokens)\n", npos,
-               npos == 1 ? "" : "s", (long long)n, train_path, (long long)cut, val_path, (long long)(n - cut));
+        char val[2200];
+        mp_data_val_summary(val, sizeof val, frac, val_path, n - cut);
+        printf("meshpoint data: %d file%s, %lld tokens -> %s (%lld train tokens), %s\n", npos, npos == 1 ? "" : "s",
+               (long long)n, train_path, (long long)cut, val);
     }
     free(buf);
     return rc;

@@ -8,7 +8,8 @@
  * split anyway; the next piece is encoded as a continuation: no start-of-text "▁"). Pieces gather into a
  * batch of at most BATCH_BYTES / BATCH_PIECES, the batch is encoded in parallel (OpenMP, one
  * mp_tok_state per thread), then written in order to the train file (cli/token_stream.c). At the end the
- * last --val-fraction of the tokens moves to the validation file. Progress: input bytes.
+ * last --val-fraction of the tokens moves to the validation file (with 0 there is none: cli/cmd_data.c's
+ * top comment says why not an empty one). Progress: input bytes.
  */
 #include "cli/data_tok.h"
 #include <errno.h>
@@ -259,16 +260,20 @@ int mp_data_tokenize(const mp_data_tok_opts *o, char **files, int nfiles) {
     int opened = rc == MP_OK;
     if (rc == MP_OK) rc = run_all(t, &r, &k, input_bytes(files, nfiles), &err);
     int64_t n = k.out.n, nval = (int64_t)llround(o->val_fraction * (double)n);
-    if (nval < 1) nval = 1;
+    int split = o->val_fraction > 0;   /* else --val-fraction 0: no validation file */
+    if (nval < split) nval = split;
     if (nval > n - 1) nval = n - 1;
-    if (rc == MP_OK && n < 2) rc = mp_err_set(&err, MP_EINPUT, "the inputs make %lld tokens; need at least 2 (one per split)",
-                                              (long long)n);
+    if (rc == MP_OK && n < 1 + split)
+        rc = mp_err_set(&err, MP_EINPUT, "the inputs make %lld tokens; need at least %s", (long long)n,
+                        split ? "2 (one per split)" : "1");
     if (rc == MP_OK) rc = mp_token_stream_split_commit(&k.out, val_path, nval, &err);
     else if (opened) mp_token_stream_abort(&k.out);
+    char val[2200];
+    if (rc == MP_OK) mp_data_val_summary(val, sizeof val, o->val_fraction, val_path, nval);
     if (rc == MP_OK)
-        printf("meshpoint data: %lld document%s, %lld tokens (vocab %lld, %s) -> %s (%lld train tokens), %s (%lld val "
-               "tokens)\n", (long long)r.ndocs, r.ndocs == 1 ? "" : "s", (long long)n, (long long)mp_tok_vocab_size(t),
-               width == 2 ? "uint16" : "uint32", train_path, (long long)(n - nval), val_path, (long long)nval);
+        printf("meshpoint data: %lld document%s, %lld tokens (vocab %lld, %s) -> %s (%lld train tokens), %s\n",
+               (long long)r.ndocs, r.ndocs == 1 ? "" : "s", (long long)n, (long long)mp_tok_vocab_size(t),
+               width == 2 ? "uint16" : "uint32", train_path, (long long)(n - nval), val);
     else mp_log_fail("%s", err.msg);
     if (r.f) fclose(r.f);
     free(r.carry);

@@ -89,11 +89,16 @@ static mp_code finish(mp_token_stream *s, mp_err *err) {
 }
 
 mp_code mp_token_stream_split_commit(mp_token_stream *s, const char *val_path, int64_t nval, mp_err *err) {
-    assert(nval > 0 && nval < s->n);
+    assert(nval >= 0 && nval < s->n);
     if (s->n - nval > INT32_MAX || nval > INT32_MAX) {
         mp_token_stream_abort(s);
         return mp_err_set(err, MP_EINPUT, "writing %s: %lld tokens do not fit the llm.c header's int32 count",
                           s->path, (long long)s->n);
+    }
+    if (nval == 0) {   /* --val-fraction 0: the train file alone */
+        mp_code rc = finish(s, err);
+        if (rc) mp_token_stream_abort(s);
+        return rc;
     }
     mp_token_stream v;
     MP_TRY(open_tmp(&v, val_path, s->width, err));

@@ -22,7 +22,8 @@ mp_code mp_token_stream_open(mp_token_stream *s, const char *path, int width, mp
 /* Appends ids[0..n) (each must fit the width). MP_EIO naming the file. */
 mp_code mp_token_stream_put(mp_token_stream *s, const int32_t *ids, int64_t n, mp_err *err);
 /* Moves the last nval tokens of s into a new file val_path (same width), then writes both headers,
- * fsyncs and renames both into place. 0 < nval < s->n. MP_EIO / MP_EINPUT (more than INT32_MAX tokens). */
+ * fsyncs and renames both into place. 0 <= nval < s->n; nval 0 commits s alone and val_path is not
+ * touched (--val-fraction 0). MP_EIO / MP_EINPUT (more than INT32_MAX tokens). */
 mp_code mp_token_stream_split_commit(mp_token_stream *s, const char *val_path, int64_t nval, mp_err *err);
 /* Closes and removes what an uncommitted s wrote. */
 void mp_token_stream_abort(mp_token_stream *s);

@@ -7,6 +7,15 @@
  * too (LLAMA_CONFIG_MAX_LAYERS, LLAMA_CONFIG_MAX_PARAMS), so the sizes derived from it (tensor counts, element counts,
  * the parameter count) are computed without overflow; a checkpoint's stored model_config is parsed by
  * the same code, so a crafted one meets the same checks.
+ *
+ * Misspelt keys (issue 35): an unknown top-level key is ignored with a warning, as transformers does,
+ * unless it looks like a typo of a key with an effect (a model field, "train", a key check_hf_constraint
+ * reads) that the file does not give: `"rope_thetta": 500000` without rope_theta would otherwise train
+ * with the default theta, another model. That is an error, "did you mean rope_theta?". "Looks like":
+ * case aside, Damerau-Levenshtein distance <= 1 (<= 2 for keys of 10 characters or more), or the same
+ * '_'-separated words with some shortened to a prefix of at least 3 letters (rms_norm_epsilon for
+ * rms_norm_eps, hidden_activation for hidden_act). Real keys of other families that the rule would
+ * take for typos (hf_other_families) only warn; so does a near key whose twin is in the file.
  */
 #include "layers/llama_config.h"
 #include "core/log.h"
@@ -17,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "core/fsutil.h"
 
 #define MF(k, kind) MP_FIELD(llama_config, k, MP_FIELD_##kind)
@@ -52,6 +62,16 @@ static const char *hf_ignored[] = {
     "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
     "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
     "begin_suppress_tokens"};
+
+/* The keys check_hf_constraint reads (each changes the model, or is checked to hold what meshpoint
+ * computes), and meshpoint's own "train" object: with model_fields, the keys a typo must not hide. */
+static const char *hf_checked[] = {"model_type", "architectures", "hidden_act", "attention_bias", "mlp_bias",
+                                   "rope_scaling", "rope_parameters", "pretraining_tp", "attention_dropout",
+                                   "eos_token_id", "head_dim", "train"};
+
+/* Real keys of other model families (BERT-likes, Gemma) within the typo rule's reach of a
+ * key above: warned about as unknown, never taken for a typo. */
+static const char *hf_other_families[] = {"cls_token_id", "hidden_activation"};
 
 /* The meaning of a missing model key (transformers' LlamaConfig), by model_fields index; REQUIRED: no
  * default (LlamaConfig's is a 7B shape, never what a config that forgot the key meant). */
@@ -268,6 +288,92 @@ static void read_eos(const cJSON *item, const char *name, hf_extra *x) {
     }
 }
 
+/* The Damerau-Levenshtein (optimal string alignment) distance between a, lowercased, and b; 99 when
+ * either is longer than 63 bytes or the lengths differ by more than 2 (never near). */
+static int key_distance(const char *a, const char *b) {
+    int n = (int)strlen(a), m = (int)strlen(b);
+    if (n > 63 || m > 63 || abs(n - m) > 2) return 99;
+    int d[64][64];
+    for (int i = 0; i <= n; i++) d[i][0] = i;
+    for (int j = 0; j <= m; j++) d[0][j] = j;
+    for (int i = 1; i <= n; i++)
+        for (int j = 1; j <= m; j++) {
+            char ai = (char)(a[i - 1] >= 'A' && a[i - 1] <= 'Z' ? a[i - 1] - 'A' + 'a' : a[i - 1]);
+            char ap = (char)(i > 1 && a[i - 2] >= 'A' && a[i - 2] <= 'Z' ? a[i - 2] - 'A' + 'a' : i > 1 ? a[i - 2] : 0);
+            int v = d[i - 1][j - 1] + (ai != b[j - 1]);
+            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && ai == b[j - 2] && ap == b[j - 1] && d[i - 2][j - 2] + 1 < v) v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[n][m];
+}
+
+/* 1 if u and k have the same '_'-separated words (case aside) but for some that one shortens to a prefix
+ * of at least 3 letters of the other (eps / epsilon): an abbreviated or spelt-out key. */
+static int key_abbreviates(const char *u, const char *k) {
+    if (!strcmp(u, k)) return 0;
+    while (*u && *k) {
+        size_t a = strcspn(u, "_"), b = strcspn(k, "_"), s = a < b ? a : b;
+        if (a != b && (s < 3 || strncasecmp(u, k, s))) return 0;
+        if (a == b && strncasecmp(u, k, a)) return 0;
+        u += a;
+        k += b;
+        if (*u != *k) return 0;   /* one has more words */
+        if (*u) u++, k++;
+    }
+    return !*u && !*k;
+}
+
+/* The typo rule of the top comment: how near unknown key u is to known key k; -1 if not near, else the
+ * distance (an abbreviation counts as 3: a letter typo is the likelier meaning). */
+static int key_nearness(const char *u, const char *k) {
+    size_t len = strlen(k);
+    int d = key_distance(u, k);
+    if (d <= (len >= 10 ? 2 : len >= 4 ? 1 : 0)) return d;   /* (0: u differs from k in case only) */
+    return key_abbreviates(u, k) ? 3 : -1;
+}
+
+/* The known key nearest to u (NULL if none is near) and whether it is one a typo must not hide (a model
+ * field or hf_checked, not a bookkeeping key) and absent from root. Ties go to an absent key with an
+ * effect, so "did you mean" names what the typo would hide. */
+static const char *nearest_known_key(const cJSON *root, const char *u, int *hides) {
+    const char *best = NULL;
+    int best_d = 99;
+    *hides = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        size_t n = pass == 0 ? K_NMODEL : pass == 1 ? NFIELDS(hf_checked) : NFIELDS(hf_ignored);
+        for (size_t i = 0; i < n; i++) {
+            const char *k = pass == 0 ? model_fields[i].key : pass == 1 ? hf_checked[i] : hf_ignored[i];
+            int d = key_nearness(u, k);
+            int h = pass < 2 && !cJSON_GetObjectItemCaseSensitive(root, k);
+            if (d < 0 || d > best_d || (d == best_d && (*hides || !h))) continue;
+            best = k;
+            best_d = d;
+            *hides = h;
+        }
+    }
+    for (size_t i = 0; i < NFIELDS(hf_other_families); i++)
+        if (!strcmp(u, hf_other_families[i])) *hides = 0;
+    return best;
+}
+
+/* A top-level key none of the lists knows: an error if it looks like a typo of a key with an effect that
+ * root lacks (the default would silently replace the value given), else one warning, with the near key
+ * as a hint when there is one. */
+static mp_code unknown_key(const cJSON *root, const char *key, const char *name, mp_err *err) {
+    int hides;
+    const char *near = nearest_known_key(root, key, &hides);
+    if (hides)
+        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": not a key of transformers' LlamaConfig; did you mean %s? "
+                          "(the file gives no %s: this value would be ignored)", name, key, near, near);
+    char why[256];
+    snprintf(why, sizeof why, "not a key of transformers' LlamaConfig; ignored, as transformers does%s%s%s",
+             near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
+    warn_once(name, key, why);
+    return MP_OK;
+}
+
 /* HF keys that must hold a value meshpoint implements. */
 static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra *x, int *handled, mp_err *err) {
     const char *k = item->string;
@@ -473,7 +579,7 @@ mp_code llama_config_parse(const char *text, const char *name, llama_config *m_o
         if (handled) continue;
         int ignored = 0;
         for (size_t i = 0; i < NFIELDS(hf_ignored); i++) ignored |= !strcmp(hf_ignored[i], it->string);
-        if (!ignored) warn_once(name, it->string, "not a key of transformers' LlamaConfig; ignored, as transformers does");
+        if (!ignored && (rc = unknown_key(root, it->string, name, err))) goto out;
     }
     if ((rc = finish_model(&m, given, &x, name, err))) goto out;
     if ((rc = mp_train_config_check_fields(&t, err))) { mp_err_wrap(err, "%s: train", name); goto out; }

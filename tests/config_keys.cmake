@@ -1,5 +1,6 @@
 # tests/config_keys.cmake — HF config.json files as published (tests/config_keys.sh): unknown top-level keys
-# warned about once, bookkeeping keys silent, the "train" object strict, unrepresentable keys refused; a
+# warned about once (a near typo of a key the file lacks refused, "did you mean"), bookkeeping keys silent,
+# the "train" object strict, unrepresentable keys refused; a
 # published config read and planned. The published files themselves: test_core's config tests.
 add_test(NAME config_keys COMMAND ${CMAKE_SOURCE_DIR}/tests/config_keys.sh $<TARGET_FILE:meshpoint>
          ${CMAKE_BINARY_DIR}/resume_data/t_train.bin ${CMAKE_BINARY_DIR}/config_keys)

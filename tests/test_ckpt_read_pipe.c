@@ -8,8 +8,12 @@
  * and partial, plain and zstd, under small and default scratch bounds, give bitwise the saved values;
  * a short read in the middle of a pipelined read surfaces as before and leaves the reader usable
  * (no check left in flight: an assert in ckpt/read_pipe.c would fire); a reader keeps working in a
- * forked child (its worker thread does not survive fork and is made anew). Run under the ASan build
- * too: a worker not joined or a piece used after its read returned shows there.
+ * forked child (its worker thread does not survive fork and is made anew). Fork safety (issue 35,
+ * ckpt/read_pipe.c's top comment): a fork waits until every worker is parked (a running job has
+ * finished), and forks racing workers that start and end on another thread leave children that can make
+ * workers of their own (the hang was a child blocked in pthread_create on a lock a starting worker held
+ * at the fork). Run under the ASan build too: a worker not joined or a piece used after its read
+ * returned shows there, and so would the hang.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -19,7 +23,10 @@
 #include <sys/wait.h>
 #include <signal.h>
 #include <unistd.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include "ckpt/ckpt.h"
+#include "ckpt/read_pipe.h"
 #include "core/comm.h"
 #include "tests/testutil.h"
 
@@ -254,8 +261,9 @@ Test(ckpt_read_pipe, reader_works_in_a_forked_child) {
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
-        /* a hung child (a fork that caught another thread inside a lock, e.g. ASan's allocator: one 900 s
-         * CI timeout on 2026-12-04, not reproduced) fails in two minutes with SIGALRM, not at ctest's timeout */
+        /* a guard only: a fork that caught the worker inside a lock hung here once under ASan (a 900 s CI
+         * timeout on 2026-12-04); ckpt/read_pipe.c's fork handlers now park the worker first (issue 35).
+         * Should it happen again, the child fails in two minutes with SIGALRM, not at ctest's timeout. */
         alarm(120);
         float *out = malloc((size_t)(2048 * P_ROW));
         float *want = tu_expected_box(TU_VALS_V1FIX, 0, &g_p, z, g_p.shape, NULL);
@@ -273,4 +281,76 @@ Test(ckpt_read_pipe, reader_works_in_a_forked_child) {
     free(rf);
     tu_rm_rf(root);
     free(root);
+}
+
+/* A job that takes a while, then says it has run. */
+static void slow_job(void *arg) {
+    usleep(30 * 1000);
+    atomic_store((atomic_int *)arg, 1);
+}
+
+/* fork_prepare parks the worker first: a job running at the fork has finished in the child's copy of
+ * memory (without the handler the child sees it unfinished, and a lock the job held would stay held). */
+Test(ckpt_read_pipe, fork_waits_for_the_running_job) {
+    for (int i = 0; i < 10; i++) {
+        atomic_int done = 0;
+        ck_worker *w = ck_worker_new();
+        ck_worker_post(w, slow_job, &done);
+        fflush(NULL);
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) _exit(atomic_load(&done) == 1 ? 0 : 1);
+        int st = 0;
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "round %d: the child saw the job unfinished (status %d)", i,
+                  st);
+        ck_worker_wait(w);
+        ck_worker_free(w);
+    }
+}
+
+static void tiny_job(void *arg) { ++*(int *)arg; }
+
+/* Another thread: workers made, used and freed until *stop. */
+static void *churn(void *arg) {
+    atomic_int *stop = arg;
+    while (!atomic_load(stop)) {
+        int n = 0;
+        ck_worker *w = ck_worker_new();
+        ck_worker_post(w, tiny_job, &n);
+        ck_worker_wait(w);
+        ck_worker_free(w);
+    }
+    return NULL;
+}
+
+/* Forks while workers start and end on another thread and one made just before the fork is starting:
+ * each child makes, uses and frees a worker of its own (the child that hung under ASan blocked there). */
+Test(ckpt_read_pipe, forks_racing_workers_leave_usable_children, .timeout = 600) {
+    atomic_int stop = 0;
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, churn, &stop), 0);
+    for (int i = 0; i < 200; i++) {
+        ck_worker *w = ck_worker_new();   /* its thread is starting now */
+        fflush(NULL);
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) {
+            alarm(60);   /* a guard: a hung child fails the test in a minute, not at ctest's timeout */
+            int n = 0;
+            ck_worker *c = ck_worker_new();
+            ck_worker_post(c, tiny_job, &n);
+            ck_worker_wait(c);
+            ck_worker_free(c);
+            ck_worker_free(w);   /* the parent's: no thread here, freed without a join */
+            _exit(n == 1 ? 0 : 1);
+        }
+        ck_worker_free(w);
+        int st = 0;
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "round %d: child status %d%s", i, st,
+                  WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? " (SIGALRM: the forked child hung for 60 s)" : "");
+    }
+    atomic_store(&stop, 1);
+    pthread_join(th, NULL);
 }

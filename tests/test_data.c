@@ -502,6 +502,91 @@ Test(cli_data, no_newline_nearby_cuts_at_fraction) {
     cr_assert_eq(nva, 300);
 }
 
+/* The whole content of path (caller frees); *n its length. */
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot open %s", path);
+    char *buf = malloc(1 << 20);
+    *n = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    return buf;
+}
+
+Test(cli_data, val_fraction_0_writes_the_train_file_alone, .timeout = 120) {
+    char *d = tu_mkdtemp("datacli");
+    char *a = path_in(d, "a.txt"), *b = path_in(d, "b.txt");
+    char *text = malloc(4001);
+    for (int i = 0; i < 200; i++) snprintf(text + 20 * i, 21, "line %03d: abcdefghi\n", i);
+    tu_write_file(a, text);
+    tu_write_file(b, "tail without newline");
+    int64_t n = 4000 + (int64_t)strlen("tail without newline");
+    char *out = NULL;
+    cr_assert_eq(run_data(&out, "--out '%s/z' --name t --val-fraction 0 '%s' '%s'", d, a, b), 0, "%s", out);
+    char want[512];
+    snprintf(want, sizeof want, "2 files, %lld tokens -> %s/z/t_train.bin (%lld train tokens), no validation file "
+             "(--val-fraction 0)", (long long)n, d, (long long)n);
+    cr_assert(strstr(out, want), "summary line: want \"%s\" in %s", want, out);
+    cr_assert(!strstr(out, "warning"), "%s", out);
+    char *tp = path_in(d, "z/t_train.bin"), *vp = path_in(d, "z/t_val.bin");
+    cr_assert(access(vp, F_OK) != 0, "--val-fraction 0 wrote %s", vp);
+    /* every token, in order: the train and val files of a nonzero fraction, end to end */
+    cr_assert_eq(run_data(&out, "--out '%s/h' --name t --val-fraction 0.25 '%s' '%s'", d, a, b), 0, "%s", out);
+    int64_t nz, ntr, nva;
+    char *z = read_tokens_as_text(tp, &nz), *tr = read_tokens_as_text(path_in(d, "h/t_train.bin"), &ntr),
+         *va = read_tokens_as_text(path_in(d, "h/t_val.bin"), &nva);
+    cr_assert_eq(nz, n);
+    cr_assert(ntr + nva == n && !memcmp(z, tr, (size_t)ntr) && !memcmp(z + ntr, va, (size_t)nva));
+    /* a validation file an earlier run left is warned about and left byte for byte */
+    cr_assert_eq(run_data(&out, "--out '%s/h' --name t --val-fraction 0 '%s' '%s'", d, a, b), 0, "%s", out);
+    cr_assert(strstr(out, "t_val.bin is from an earlier run and was left as it is"), "%s", out);
+    int64_t nva2;
+    char *va2 = read_tokens_as_text(path_in(d, "h/t_val.bin"), &nva2);
+    cr_assert(nva2 == nva && !memcmp(va, va2, (size_t)nva));
+    /* train reads it without --val-data */
+    char *cmd = NULL;
+    cr_assert(asprintf(&cmd, "'%s' train --config '%s/tests/configs/cli_tiny.json' --train-data '%s' --steps 2 "
+                       "--run-dir '%s/run' --log-every 0", tu_bin(), tu_src(), tp, d) > 0);
+    cr_assert_eq(tu_run(cmd, &out), 0, "%s", out);
+    /* too little input: one token is enough without a split, none is not */
+    char *e = path_in(d, "empty.txt"), *one = path_in(d, "one.txt");
+    tu_write_file(e, "");
+    tu_write_file(one, "x");
+    cr_assert_eq(run_data(&out, "--out '%s/o1' --val-fraction 0 '%s'", d, one), 0, "%s", out);
+    cr_assert_eq(run_data(&out, "--out '%s/o0' --val-fraction 0 '%s'", d, e), 2, "%s", out);
+    cr_assert(strstr(out, "hold 0 bytes; need at least 1"), "%s", out);
+}
+
+Test(cli_data, val_fraction_0_with_a_tokenizer) {
+    char *d = tu_mkdtemp("datacli");
+    char *tok = path_in(d, "tokenizer.json"), *a = path_in(d, "a.txt"), *b = path_in(d, "b.txt");
+    tu_write_file(tok, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"<unk>\": 0, \"a\": 1, \"b\": 2, \"\\n\": 3, "
+                       "\"</s>\": 4}, \"merges\": [], \"unk_token\": \"<unk>\"}, \"added_tokens\": [{\"id\": 4, "
+                       "\"content\": \"</s>\", \"special\": true}]}");
+    tu_write_file(a, "ab\nba\n");
+    tu_write_file(b, "bb");
+    char *out = NULL;
+    cr_assert_eq(run_data(&out, "--tokenizer '%s' --eos '</s>' --out '%s/z' --val-fraction 0 '%s' '%s'", tok, d, a, b),
+                 0, "%s", out);
+    char want[512];
+    snprintf(want, sizeof want, "2 documents, 10 tokens (vocab 5, uint16) -> %s/z/data_train.bin (10 train tokens), "
+             "no validation file (--val-fraction 0)", d);
+    cr_assert(strstr(out, want), "summary line: want \"%s\" in %s", want, out);
+    char *vp = path_in(d, "z/data_val.bin");
+    cr_assert(access(vp, F_OK) != 0, "--val-fraction 0 wrote %s", vp);
+    size_t nz, ns;
+    char *z = slurp(path_in(d, "z/data_train.bin"), &nz);
+    static const uint16_t ids[10] = {1, 2, 3, 2, 1, 3, 4, 2, 2, 4};   /* each document, then </s> */
+    cr_assert(nz == 1024 + sizeof ids && !memcmp(z + 1024, ids, sizeof ids), "%zu bytes", nz);
+    /* the same tokens as the train and val files of a nonzero fraction, end to end */
+    cr_assert_eq(run_data(&out, "--tokenizer '%s' --eos '</s>' --out '%s/h' --val-fraction 0.3 '%s' '%s'", tok, d, a, b),
+                 0, "%s", out);
+    char *tr = slurp(path_in(d, "h/data_train.bin"), &ns);
+    size_t nv;
+    char *va = slurp(path_in(d, "h/data_val.bin"), &nv);
+    cr_assert(ns == 1024 + 7 * 2 && nv == 1024 + 3 * 2, "%zu %zu", ns, nv);
+    cr_assert(!memcmp(tr + 1024, ids, 14) && !memcmp(va + 1024, ids + 7, 6));
+}
+
 Test(cli_data, help_to_stdout) {
     char *out = NULL;
     char *cmd = NULL;
@@ -518,9 +603,9 @@ Test(cli_data, usage_errors_exit_2) {
     struct { const char *args, *word; } cases[] = {
         {"--bogus 1 '%s'", "--bogus"},
         {"'%s' --out", "--out"},
-        {"--val-fraction 0 '%s'", "--val-fraction"},
-        {"--val-fraction 1 '%s'", "--val-fraction"},
-        {"--val-fraction=-0.5 '%s'", "--val-fraction"},
+        {"--val-fraction 1 '%s'", "--val-fraction: 1 is not in [0,1)"},
+        {"--val-fraction 1.5 '%s'", "--val-fraction: 1.5 is not in [0,1)"},
+        {"--val-fraction=-0.5 '%s'", "--val-fraction: -0.5 is not in [0,1)"},
         {"--val-fraction abc '%s'", "--val-fraction"},
         {"--name '' '%s'", "--name"},
         {"--out '%s.d'", "no input files"},

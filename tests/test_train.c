@@ -156,8 +156,9 @@ static void run_bad(const bad_case *bc) {
 Test(train_errors, malformed_json) {
     run_bad(&(bad_case){"malformed JSON", "{\"hidden_size\": 64,, }", "good", NULL, "malformed JSON"});
 }
-/* A misspelt top-level key is not an error by itself (transformers keeps unknown keys; tests/config_keys.sh):
- * the warning names it, and the key it was meant to be is then missing, which is. */
+/* A top-level key far from every known key is not an error by itself (transformers keeps unknown keys;
+ * tests/config_keys.sh): the warning names it, and the key it was meant to be is then missing, which is.
+ * (A near typo of an absent key, rope_thetta, is an error of its own: test_core's config tests.) */
 Test(train_errors, unknown_config_key) {
     run_bad(&(bad_case){"unknown key", "{\"hidden_size\": 64, \"hiden_layers\": 3}", "good", NULL,
                         "key \"hiden_layers\": not a key of transformers' LlamaConfig"});

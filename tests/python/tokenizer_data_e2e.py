@@ -4,7 +4,8 @@ template BOS + encode(doc, add_special_tokens=False) + EOS as the library comput
 file being the last round(F * n) tokens; headers are llm.c's (uint16, magic 20240520, when the vocabulary
 fits; else uint32, magic 20240801 version 7). Cases: text files (an empty one, one of several MiB that is
 cut into pieces and encoded on 2 threads) for GPT-2, Llama 3 and Llama 2 layouts,
-JSONL records (--jsonl-field), a vocabulary over 65536 (uint32), and bad JSONL (exit 2 naming file:line).
+JSONL records (--jsonl-field), a vocabulary over 65536 (uint32), --val-fraction 0 (the train file alone),
+and bad JSONL (exit 2 naming file:line).
 """
 import json
 import os
@@ -48,9 +49,14 @@ def check(name, meshpoint, tokdir, tok, docs, files, work, extra, eos_name, want
         failures.append("%s: exit %d: %s" % (name, r.returncode, r.stderr))
         return
     w1, train = read_tokens(os.path.join(out, name + "_train.bin"))
-    w2, val = read_tokens(os.path.join(out, name + "_val.bin"))
     want = expected(tok, docs, eos_name)
-    nval = max(1, min(len(want) - 1, round(frac * len(want))))
+    if frac == 0:   # --val-fraction 0: the train file alone, every token, and the summary line says so
+        if os.path.exists(os.path.join(out, name + "_val.bin")) or "no validation file (--val-fraction 0)" not in r.stdout:
+            failures.append("%s: --val-fraction 0 wrote a validation file or did not say so: %r" % (name, r.stdout))
+        w2, val = w1, []
+    else:
+        w2, val = read_tokens(os.path.join(out, name + "_val.bin"))
+    nval = max(1, min(len(want) - 1, round(frac * len(want)))) if frac else 0
     if w1 != want_width or w2 != want_width:
         failures.append("%s: token width %d/%d, want %d" % (name, w1, w2, want_width))
     if train + val != want:
@@ -104,6 +110,9 @@ def main():
     d3, tok3 = toks["llama3"]
     check("jsonl", meshpoint, os.path.join(d3, "tokenizer.json"), tok3, small + small, [jl, jl], work,
           ["--jsonl-field", "text", "--eos", "<|reserved_special_token_7|>"], "<|reserved_special_token_7|>", 2, failures)
+    # --val-fraction 0 (a separate validation corpus): the training file alone
+    check("noval", meshpoint, d3, tok3, small, write_docs(work, "noval", small), work, [], tb.SPECIALS["llama3"][1], 2,
+          failures, frac=0)
     # a vocabulary past 65536: uint32 tokens, ids above 65535 in the text
     big = tb.BUILDERS["llama3"]()
     big.add_special_tokens(["<|extra_%d|>" % i for i in range(65000)])
