@@ -330,13 +330,29 @@ typedef void (*ckpt_view_report_fn)(void *ctx, const char *problem);
  * tensor's view exists with its type and shape, maps every box of the table (rank file, dataset, region)
  * and nothing else; with read_through, the first element of every box read through the view equals the
  * source's. Runs in a child process, so a libhdf5 crash on a damaged view is reported as a problem.
- * report gets each problem, *nproblems their count. MP_OK when the check ran (with or without
- * problems); MP_ECHECK when the index itself does not read (tables, checksum) — with *nproblems > 0 when
+ * report gets each problem, *nproblems their count. A version 3 checkpoint without view.h5 has its views
+ * *pending* (ckpt_views_pending): *pending = 1, nothing is checked or reported (0 otherwise). MP_OK when
+ * the check ran (with or without problems); MP_ECHECK when the index itself does not read (tables, checksum) — with *nproblems > 0 when
  * libhdf5 crashed reading it (reported as a problem: do not open it in this process) —, MP_EIO/MP_EINTERNAL when
  * the check could not run (MP_EINTERNAL also when the calling process has an HDF5 file open: the child
  * would share it). Local. */
 mp_code ckpt_views_check(const char *dir, int read_through, ckpt_view_report_fn report, void *ctx, int *nproblems,
-                         mp_err *e);
+                         int *pending, mp_err *e);
+
+/* Are the views of the checkpoint r opened still to be written: a version 3 checkpoint whose view.h5 is
+ * absent (no directory entry of that name)? So between a training save's commit and its background view
+ * write, and after a kill or a full disk there. The checkpoint itself is complete and loads as ever;
+ * other HDF5 tools lack its /view until training's next start in its root (ckpt_views_heal_start) or
+ * `ckpt repair-views` writes view.h5. A view.h5 that exists is never "pending", whatever its state. */
+int ckpt_views_pending(const ckpt_reader *r);
+
+/* Rank 0 of a training job that holds root's job lock: writes, on the background view thread
+ * (ckpt/view_bg.c), the missing view.h5 of every complete checkpoint under root whose views are pending
+ * (never a .partial, a step directory that is a link, or an existing view.h5), logging each; returns at
+ * once. As for a save's view write, every later HDF5 use, retention and set-aside of the process wait
+ * for it, a failure is a warning naming the checkpoint and repair-views, and ckpt_views_wait collects
+ * the result (call it before releasing the lock). */
+void ckpt_views_heal_start(const char *root);
 
 /* Rebuilds the views from the checkpoint's own validated tables, atomically, never opening the damaged
  * views: format v3 writes dir/view.h5 afresh (view.h5.repair, fsync, rename, fsync of dir), v2

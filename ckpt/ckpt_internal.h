@@ -111,6 +111,8 @@ mp_code ck_view_write(const ck_layout *L, const char *path, mp_err *e);
 mp_code ck_views_replace(const ck_layout *L, const char *dir, const char *name,
                          mp_code (*write)(const ck_layout *, const char *, mp_err *), const char *crash_point,
                          mp_err *e);
+/* Are dir's views pending: version >= 3 and no dir/view.h5 entry (ckpt_views_pending; ckpt/views.c)? */
+int ck_views_pending(const char *dir, int version);
 /* ckpt/view_bg.c: writes dir/view.h5 of L (taken: *L is emptied) on a background thread, through
  * ck_views_replace (crash point during_view); a failure is a warning naming dir and repair-views. */
 void ck_view_bg_start(ck_layout *L, const char *dir);

@@ -17,18 +17,29 @@
  * ckpt_set_aside wait too, so no step directory is removed or moved while its view is being written.
  * One view write at most is in flight per process (the next begins only after a later commit, which
  * waited). Training calls ckpt_views_wait before it releases the job lock and exits.
+ *
+ * Healing (issue 35): a kill or a full disk during that write leaves a published checkpoint whose views
+ * are pending (no view.h5; ck_views_pending). ckpt_views_heal_start, called by training once it holds
+ * the root's job lock and has resumed, runs the same thread over the root instead of one layout: every
+ * complete step directory of the root (ckpt_list: a valid index, its rank files present; never a
+ * .partial, never a step directory that is a symbolic link, whose target may not be ours) whose view.h5
+ * is absent gets one, by the same steps; a view.h5 that exists is never rewritten (under its final name
+ * it is complete; a damaged one is verify's and repair-views' business). The waits above apply alike.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct view_job {
     ck_layout L;     /* owned: freed by the thread */
     char *dir;       /* the published checkpoint directory */
+    char *root;      /* set instead of L and dir: heal the checkpoints of this root */
 } view_job;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -39,21 +50,60 @@ static mp_err g_err;
 static double g_secs;
 static _Thread_local int t_view_thread;
 
-/* Writes the job's view.h5, records the result, wakes the waiters. Frees the job. */
+/* Writes dir/view.h5 of L (ck_views_replace; test hook MP_CKPT_FAIL_AT=view_write); a failure is a
+ * warning naming dir and repair-views. On the view thread. */
+static mp_code write_view(const ck_layout *L, const char *dir, mp_err *e) {
+    mp_code rc = ck_fail_point("view_write", 0)
+                     ? mp_err_set(e, MP_EIO, "MP_CKPT_FAIL_AT=view_write: a simulated failure")
+                     : ck_views_replace(L, dir, CK_VIEW_FILE, ck_view_write, "during_view", e);
+    if (rc != MP_OK)
+        mp_warn("ckpt: checkpoint %s is complete and loadable, but writing its views (%s) failed: %s; run "
+                "meshpoint ckpt repair-views %s", dir, CK_VIEW_FILE, e->msg, dir);
+    return rc;
+}
+
+/* Heals root: writes the missing view.h5 of each of its complete checkpoints whose views are pending,
+ * logging each; a failure is warned (write_view) and the others still run. Returns the first failure.
+ * On the view thread. */
+static mp_code heal_root(const char *root, mp_err *e) {
+    int64_t *steps = NULL;
+    int n = 0;
+    mp_code first = ckpt_list(root, &steps, &n, e);
+    for (int i = 0; i < n; i++) {
+        char *dir = ck_fmt("%s/step_%08lld", root, (long long)steps[i]), *ip = ck_fmt("%s/index.h5", dir);
+        struct stat st;
+        ck_layout L;
+        mp_err ie;
+        mp_err *pe = first ? &ie : e;   /* the first failure's message is the one returned */
+        if (lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && ck_index_read(ip, &L, &ie) == MP_OK) {
+            if (ck_views_pending(dir, L.version)) {
+                double t0 = ck_now();
+                mp_code rc = write_view(&L, dir, pe);
+                if (!rc) mp_info("views: wrote the missing %s of %s (its views were pending), %.2f s", CK_VIEW_FILE,
+                                 dir, ck_now() - t0);
+                if (!first) first = rc;
+            }
+            ck_layout_free(&L);
+        }
+        free(ip);
+        free(dir);
+    }
+    free(steps);
+    return first;
+}
+
+/* The thread: writes the job's view.h5 (or heals its root), records the result, wakes the waiters.
+ * Frees the job. */
 static void *view_main(void *arg) {
     view_job *j = arg;
     t_view_thread = 1;
     double t0 = ck_now();
     mp_err e;
     mp_err_clear(&e);
-    mp_code rc = ck_fail_point("view_write", 0)   /* test hook: MP_CKPT_FAIL_AT=view_write */
-                     ? mp_err_set(&e, MP_EIO, "MP_CKPT_FAIL_AT=view_write: a simulated failure")
-                     : ck_views_replace(&j->L, j->dir, CK_VIEW_FILE, ck_view_write, "during_view", &e);
-    if (rc != MP_OK)
-        mp_warn("ckpt: checkpoint %s is complete and loadable, but writing its views (%s) failed: %s; run "
-                "meshpoint ckpt repair-views %s", j->dir, CK_VIEW_FILE, e.msg, j->dir);
+    mp_code rc = j->root ? heal_root(j->root, &e) : write_view(&j->L, j->dir, &e);
     ck_layout_free(&j->L);
     free(j->dir);
+    free(j->root);
     free(j);
     pthread_mutex_lock(&g_mu);
     g_rc = rc;
@@ -72,12 +122,9 @@ void ck_view_bg_wait(void) {
     pthread_mutex_unlock(&g_mu);
 }
 
-void ck_view_bg_start(ck_layout *L, const char *dir) {
+/* Starts job j on a detached thread (after any write in flight); without a thread, runs it here. */
+static void start_job(view_job *j) {
     ck_view_bg_wait();
-    view_job *j = mp_xcalloc(sizeof *j);
-    j->L = *L;
-    memset(L, 0, sizeof *L);
-    j->dir = mp_strdup(dir);
     atomic_store(&g_running, 1);
     pthread_attr_t at;
     pthread_t th;
@@ -91,6 +138,20 @@ void ck_view_bg_start(ck_layout *L, const char *dir) {
     t_view_thread = 1;
     view_main(j);
     t_view_thread = 0;
+}
+
+void ck_view_bg_start(ck_layout *L, const char *dir) {
+    view_job *j = mp_xcalloc(sizeof *j);
+    j->L = *L;
+    memset(L, 0, sizeof *L);
+    j->dir = mp_strdup(dir);
+    start_job(j);
+}
+
+void ckpt_views_heal_start(const char *root) {
+    view_job *j = mp_xcalloc(sizeof *j);
+    j->root = mp_strdup(root);
+    start_job(j);
 }
 
 mp_code ckpt_views_wait(double *write_s, mp_err *e) {

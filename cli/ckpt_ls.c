@@ -8,6 +8,10 @@
  * flagged ("name says step 3"; in --json "name_step" and "step_mismatch": true), as is metadata "step"
  * disagreeing with the index. Such a checkpoint is listed, not refused: the flag is information, the exit
  * status does not change (`ckpt verify` is the check).
+ * A complete checkpoint whose view.h5 is not written yet (ckpt_views_pending: a training save publishes
+ * the checkpoint first and writes its views afterwards, so a kill or a full disk can leave it so) is
+ * marked "views pending" (in --json "views_pending": true), with the way to write them: the run's next
+ * `meshpoint train` start does it, `meshpoint ckpt repair-views DIR` at once. It loads as ever.
  * Exit status: 0 ok, 1 a complete checkpoint could not be opened, 2 bad usage or no such directory.
  */
 #include "core/alloc.h"
@@ -52,6 +56,7 @@ typedef struct ls_entry {
     char mesh[128];
     int64_t tp, dp;            /* -1: unknown */
     int world, ntensors;
+    int views_pending;         /* readable, format v3, no view.h5 yet */
     int64_t bytes;
     char reason[MP_ERR_MSG_MAX];   /* incomplete: why; complete but unreadable: the open error */
 } ls_entry;
@@ -93,6 +98,7 @@ static void describe_complete(const char *p, ls_entry *x) {
     cJSON_Delete(s);
     x->world = ckpt_reader_world(r);
     x->ntensors = ckpt_num_tensors(r);
+    x->views_pending = ckpt_views_pending(r);
     ckpt_close(r);
 }
 
@@ -152,6 +158,7 @@ static cJSON *complete_json(const ls_entry *x, int is_latest) {
     if (x->readable) {
         cJSON_AddNumberToObject(c, "world", x->world);
         cJSON_AddNumberToObject(c, "tensors", x->ntensors);
+        cJSON_AddBoolToObject(c, "views_pending", x->views_pending);
     }
     cJSON_AddNumberToObject(c, "bytes", (double)x->bytes);
     cJSON_AddBoolToObject(c, "latest", is_latest);
@@ -159,13 +166,17 @@ static cJSON *complete_json(const ls_entry *x, int is_latest) {
     return c;
 }
 
-/* Prints complete checkpoint x as a table row (and its flags below it). */
-static void complete_text(const ls_entry *x, int is_latest) {
+/* Prints complete checkpoint x (directory x->name of root) as a table row (and its flags below it). */
+static void complete_text(const char *root, const ls_entry *x, int is_latest) {
     char hb[32], sz[64];
     snprintf(sz, sizeof sz, "%s (%lld bytes)", mp_ckpt_human(hb, sizeof hb, x->bytes), (long long)x->bytes);
-    printf("  %-12lld %-16s %-14s %-24s%s%s\n", (long long)x->step, x->name, x->mesh, sz,
-           is_latest ? "  <- latest" : "", step_mismatch(x) ? "  !! step mismatch" : "");
+    printf("  %-12lld %-16s %-14s %-24s%s%s%s\n", (long long)x->step, x->name, x->mesh, sz,
+           is_latest ? "  <- latest" : "", x->views_pending ? "  views pending" : "",
+           step_mismatch(x) ? "  !! step mismatch" : "");
     if (!x->readable) printf("    unreadable: %s\n", x->reason);
+    if (x->views_pending)
+        printf("    views pending: no view.h5 yet (loads as ever; the run's next `meshpoint train` start writes it, "
+               "or meshpoint ckpt repair-views %s/%s)\n", root, x->name);
     if (x->readable && x->step != x->name_step)
         printf("    step mismatch: the directory name says step %lld, the index says step %lld (renamed or copied "
                "by hand?)\n", (long long)x->name_step, (long long)x->step);
@@ -221,7 +232,7 @@ static int print_listing(const char *root, const ls_entry *e, int n, const char 
         if (!e[i].readable) status = mp_exit_status(MP_ECHECK);
         int is_latest = !strcmp(e[i].name, latest);
         if (json) cJSON_AddItemToArray(jl, complete_json(&e[i], is_latest));
-        else complete_text(&e[i], is_latest);
+        else complete_text(root, &e[i], is_latest);
     }
     if (!json && !ncomplete) printf("  (no complete checkpoints)\n");
     for (int i = 0; i < n; i++)
@@ -248,8 +259,10 @@ static int parse_ls_args(int argc, char **argv, int *json, char **root) {
     int st = mp_ckpt_cli_start(flags, argc, argv, 1, "one ROOT directory", "meshpoint ckpt ls ROOT [--json]",
                                "Lists the complete checkpoints under ROOT (a run's checkpoints/ directory, or the run "
                                "directory) with step (the index's; a directory name that says another is flagged), "
-                               "mesh and size, marks the one `latest` names, and lists incomplete directories "
-                               "(leftover *.partial of interrupted saves, step directories without a valid index).");
+                               "mesh and size, marks the one `latest` names and those whose views are pending (no "
+                               "view.h5 yet: `ckpt repair-views` or the run's next `train` start writes it), and lists "
+                               "incomplete directories (leftover *.partial of interrupted saves, step directories "
+                               "without a valid index).");
     if (st >= 0) return st;
     if (!mp_fs_is_dir(argv[0])) {
         mp_log_fail("%s: %s", argv[0], mp_fs_exists(argv[0]) ? "not a directory" : "no such directory");

@@ -5,7 +5,7 @@
  * checkpoint loadable by meshpoint but unreadable, or crashing, elsewhere; `ckpt verify` reports them.
  *
  * The views are checked first (ckpt_views_check, in a child process): intact views leave index.h5 as it
- * is unless --force. Otherwise the index is rebuilt atomically (a new file renamed over the old one) and
+ * is unless --force; views pending (a v3 checkpoint without view.h5) are written. Otherwise the index is rebuilt atomically (a new file renamed over the old one) and
  * checked again. The rank files are never touched. Exit status: 0 repaired or nothing to repair, 1 the
  * tables themselves are damaged (nothing to rebuild from) or the repaired views still fail, 2 bad usage.
  */
@@ -45,12 +45,13 @@ int mp_ckpt_repair_views(int argc, char **argv) {
         mp_log_fail("%s", err.msg);
         return mp_exit_status(MP_EINPUT);
     }
-    int status = mp_exit_status(MP_ECHECK), found = 0, left = 0;
-    if (ckpt_views_check(dir, 1, print_problem, NULL, &found, &err)) {
+    int status = mp_exit_status(MP_ECHECK), found = 0, left = 0, pending = 0, still_pending = 0;
+    if (ckpt_views_check(dir, 1, print_problem, NULL, &found, &pending, &err)) {
         mp_log_fail("%s", err.msg);
         goto out;
     }
-    if (!found && !force) {
+    if (pending) printf("views pending: %s has no view.h5\n", dir);
+    if (!found && !pending && !force) {
         printf("the views of %s are intact: index.h5 left as it is (--force rebuilds it anyway)\n", dir);
         status = mp_exit_status(MP_OK);
         goto out;
@@ -60,14 +61,18 @@ int mp_ckpt_repair_views(int argc, char **argv) {
         status = mp_exit_status(err.code);
         goto out;
     }
-    if (ckpt_views_check(dir, 1, count_only, NULL, &left, &err) || left) {
-        mp_log_fail("the rebuilt views of %s still fail (%d problem(s)%s%s)", dir, left, err.msg[0] ? ": " : "",
-                    err.msg);
+    if (ckpt_views_check(dir, 1, count_only, NULL, &left, &still_pending, &err) || left || still_pending) {
+        mp_log_fail("the rebuilt views of %s still fail (%d problem(s)%s%s%s)", dir, left,
+                    still_pending ? ", view.h5 still missing" : "", err.msg[0] ? ": " : "", err.msg);
         goto out;
     }
     char *vf = mp_fs_join(dir, "view.h5");   /* format v3 keeps the views there (docs/FORMAT.md) */
-    printf("repaired %s: %s rebuilt from its tables (%d view problem(s) before, none now; rank files "
-           "untouched)\n", dir, mp_fs_exists(vf) ? "view.h5" : "index.h5", found);
+    if (pending)
+        printf("repaired %s: view.h5 rebuilt from its tables (it was missing: views pending; rank files untouched)\n",
+               dir);
+    else
+        printf("repaired %s: %s rebuilt from its tables (%d view problem(s) before, none now; rank files "
+               "untouched)\n", dir, mp_fs_exists(vf) ? "view.h5" : "index.h5", found);
     free(vf);
     status = mp_exit_status(MP_OK);
 out:

@@ -16,6 +16,9 @@
  * is the last good one); --on-nonfinite skip skips the update, logs it and counts it in the metrics.
  * time_s in the metrics is the run's wall time, continued across resumes (saved as "elapsed_s").
  *
+ * Rank 0 also writes, in the background, the view.h5 that earlier saves of the root left pending (a kill or
+ * a full disk after a checkpoint's commit: ckpt_views_heal_start), once it holds the job lock and resumed.
+ *
  * --init-from CKPT is a fresh run whose initial weights are loaded (resharded) from a checkpoint instead
  * of drawn from the seed (mp_train_init_from); everything else is as for a fresh run.
  */
@@ -347,6 +350,9 @@ int mp_cmd_train(int argc, char **argv) {
     init_fresh_weights(r);
     mp_train_note_resume(r);
     if ((agreed = mp_train_open_metrics(r))) goto fail_agreed;
+    /* views a kill or a full disk left pending in the root (issue 35): rank 0, under the job lock, after the
+     * load and the set-aside, writes them in the background; the run's first save waits for it, the exit too */
+    if (r->rt.rank == 0) ckpt_views_heal_start(r->ckpt_root);
     prepare_loop(r);
     if (save_initial_state(r)) goto fail;
     /* the steps */
