@@ -39,6 +39,10 @@ case "$ver" in
 *"Open MPI"*" 4."* | *"OpenRTE"*" 4."*) ;;
 *) echo "skipped ($case): two hosts on one machine need Open MPI 4.x's rsh launcher; ${mpiexec[0]} is: $ver"; exit 77 ;;
 esac
+# Each host's TMPDIR must choose its session directory: an orte_tmpdir_base in the environment (as
+# tests/tmpdirs.cmake sets for every entry) travels to the daemons as an MCA parameter and would give both
+# hosts one directory. mpirun's own stays the entry's, through TMPDIR.
+unset OMPI_MCA_orte_tmpdir_base PRTE_MCA_prte_tmpdir_base
 rm -rf "$work"; mkdir -p "$work/nodes"
 work=$(cd "$work" && pwd)
 
