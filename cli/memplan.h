@@ -32,6 +32,8 @@ typedef struct mp_memplan {
                              * load's read scratch (ckpt_reader_scratch_bytes) and, on a device, its host
                              * buffer of the largest shard */
     int64_t own;            /* the command's own buffers (mp_memplan_use.own) */
+    int64_t comm;           /* the ring collectives' scratch of each MPI group whose sums exceed a piece
+                             * (MP_COMM_MPI_SCRATCH_BYTES each, core/comm_mpi.h) */
     int64_t total;          /* this rank */
     int64_t largest;        /* the largest rank's total over the mesh */
     int64_t host_total;     /* the ranks on this host together */
@@ -61,9 +63,10 @@ int64_t mp_memplan_available(void);
  * more than one rank groups files, else 0 (a rank's own boxes are written from the shards). */
 int64_t mp_memplan_ckpt_bands(int ranks_per_file, int world);
 
-/* The "memory: peak" line, at the end of a command (rank 0 prints its own figures): this process's
- * high-water mark of resident memory (VmHWM) above what it held once its runtime was up
- * (rt->rss_start), beside the plan's planned bytes and the allocator's own peak (mp_mem_peak_total).
+/* The "memory: peak" line, at the end of a command: each rank's high-water mark of resident memory
+ * (VmHWM) above what it held once its runtime was up (rt->rss_start), beside its own plan (planned
+ * bytes) and its allocator's peak (mp_mem_peak_total); rank 0 prints the figures of the rank least
+ * below its plan, naming it when there are several. Collective over the world (every rank calls it).
  * See docs/DESIGN_NOTES.md, "The memory plan is an upper bound". */
 void mp_memplan_report(const mp_runtime *rt, int64_t planned);
 

@@ -347,6 +347,10 @@ mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, int
         int64_t b = llama_shard_numel(&m->params[i]) * (int64_t)sizeof(float);
         if (b > plan->largest_shard) plan->largest_shard = b;
     }
+    /* the largest sums over the dp group (a unit's gradient reduce-scatter) and the tp group (the N x D
+     * activations: the all-reduce, or SP's reduce-scatter) */
+    plan->dp_sum_bytes = dp > 1 && !opt->inference ? m->max_unit_full * (int64_t)sizeof(float) : 0;
+    plan->tp_sum_bytes = tp > 1 ? (int64_t)m->N * m->D * (int64_t)m->act_size : 0;
     free(m);
     return MP_OK;
 }
