@@ -66,6 +66,9 @@
 /* ckpt_save_opts.fill_bytes when 0: the bound of each of the writer's two fill band buffers (a band is
  * at least one tile row: more only for rows of over 16 MiB). */
 #define CKPT_FILL_BYTES_DEFAULT ((size_t)16 << 20)
+/* The bytes a save holds while hashing boxes of at most box_bytes each (their tile checksum arrays,
+ * about 8 bytes per CK_TILE_BYTES, two boxes at once at most), for memory plans (cli/memplan.c). */
+int64_t ckpt_save_hash_bytes(int64_t box_bytes);
 
 /* ---------------------------------------------------------------------------------------- writing */
 
@@ -323,6 +326,10 @@ void ckpt_reader_io_reset(ckpt_reader *r);
 /* Bounds the reader's scratch buffer (partial reads go through it) to about `bytes` (default 64 MiB;
  * at least one tile row of the box being read is always allowed). */
 void ckpt_reader_set_scratch(ckpt_reader *r, size_t bytes);
+/* The bytes a reader holds while reading, besides its tables, under the default scratch bound: the
+ * read pipeline's two pieces (CK_PIECE_BYTES each) and the tile checksum cache (an eighth of the
+ * scratch, in [1, 32] MiB). For memory plans (cli/memplan.c). */
+size_t ckpt_reader_scratch_bytes(void);
 /* Receives one problem found in index.h5's views (a line of text naming the tensor and what differs). */
 typedef void (*ckpt_view_report_fn)(void *ctx, const char *problem);
 

@@ -74,6 +74,8 @@
  * (~0.2% of its bytes) would fill it: memory stays flat however many tensors are read. */
 static size_t tile_cache_max(const ckpt_reader *r);
 
+#define CK_PIECE_BYTES ((size_t)1 << 20)   /* a read pipeline piece (see Overlap above) */
+
 struct ckpt_reader {
     char *dir;
     ck_layout L;
@@ -266,9 +268,17 @@ void ckpt_reader_set_progress(ckpt_reader *r, ckpt_progress_fn fn, void *ctx) {
     r->progress_read = 0;
 }
 
-static size_t tile_cache_max(const ckpt_reader *r) {
-    size_t m = r->scratch / 8;
+/* The tile cache's bound for a scratch bound of scratch bytes (see tile_cache_max). */
+static size_t tile_cache_bound(size_t scratch) {
+    size_t m = scratch / 8;
     return m < ((size_t)1 << 20) ? (size_t)1 << 20 : m > ((size_t)32 << 20) ? (size_t)32 << 20 : m;
+}
+
+static size_t tile_cache_max(const ckpt_reader *r) { return tile_cache_bound(r->scratch); }
+
+size_t ckpt_reader_scratch_bytes(void) {
+    size_t piece = CK_BATCH_BYTES / 2 < CK_PIECE_BYTES ? CK_BATCH_BYTES / 2 : CK_PIECE_BYTES;
+    return 2 * piece + tile_cache_bound(CK_BATCH_BYTES);
 }
 
 int ckpt_tensor_find(const ckpt_reader *r, const char *name) { return ck_layout_find(&r->L, name); }
@@ -673,7 +683,6 @@ static int64_t batch_tile_rows(const ckpt_reader *r, const ck_box *B, int64_t w)
  * read), each fetched by the caller's thread and checked on the worker (ckpt/read_pipe.c) while the
  * caller's thread fetches the next. Pieces below CK_PIPE_MIN_BYTES, and the last piece of a read, are
  * checked inline (handing them over would cost more than it hides). */
-#define CK_PIECE_BYTES ((size_t)1 << 20)
 #define CK_PIPE_MIN_BYTES ((size_t)64 << 10)
 
 /* One piece: rows [a, b) x dim-1 entries [ca, cb) of saved box j, fetched into p. Everything the

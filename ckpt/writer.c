@@ -583,6 +583,14 @@ static XXH3_state_t *new_state(void) {
     return st;
 }
 
+int64_t ckpt_save_hash_bytes(int64_t box_bytes) {
+    /* ckpt_tile_geometry: every tile of a 2-D box but those of its last tile row (at most 8 column
+     * blocks) holds at least CK_TILE_BYTES; 1-D boxes (norm weights, up to 1 MiB here) have tiles of
+     * CK_TILE_MIN_SEG bytes */
+    int64_t tiles = box_bytes / CK_TILE_BYTES + 8 + ((int64_t)1 << 20) / CK_TILE_MIN_SEG;
+    return 2 * tiles * (int64_t)sizeof(uint64_t);
+}
+
 /* Prepares h for box B (its tile geometry set). */
 static void hasher_init(hasher *h, const wbox *B) {
     memset(h, 0, sizeof *h);

@@ -89,6 +89,7 @@ typedef struct eval_run {
     llama_model *model;
     mp_run_state st;                /* of the loaded checkpoint (step -1 without one) */
     int32_t *in, *tgt;
+    mp_memplan plan;                /* printed at the start, compared with the peak at the end */
 } eval_run;
 
 /* Parses the command line into r->f (with --help prints the help on rank 0 and sets *help). Fails alike
@@ -169,13 +170,13 @@ static llama_options eval_options(const eval_run *r) {
 /* The memory plan (printed; refused when it does not fit), then the token file, which may fail to open
  * on some ranks only. Collective: the agreed code. */
 static mp_code plan_and_open(eval_run *r) {
-    mp_memplan plan;
     /* SP left to us: on where it can be (tp divides the sequence), off elsewhere (eval --tp 3 at T = 128
      * runs instead of being refused; the loss does not depend on it) */
     int tp = r->rt.mesh.tp;
     if (r->tc.sp < 0) r->tc.sp = tp > 1 && r->tc.seq_len % tp == 0;
     llama_options o = eval_options(r);
-    MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, 0, 0, r->max_bytes, &plan, &r->err));
+    mp_memplan_use use = {.loads = r->f.checkpoint != NULL};
+    MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, &use, r->max_bytes, &r->plan, &r->err));
     mp_code local = mp_token_file_open(&r->file, r->f.data, (mp_data_format)mp_data_format_parse(r->f.fmt_name),
                                        r->mc.vocab_size, &r->err);
     return mp_runtime_agree(&r->rt, local, &r->err);
@@ -246,6 +247,7 @@ int mp_cmd_eval(int argc, char **argv) {
     if (mp_batch_split_init(&r->bs, r->tc.batch_size, 1, r->rt.mesh.dp, &r->err)) goto fail;
     if ((agreed = plan_and_open(r)) || (agreed = build_and_load(r))) goto fail_agreed;
     if (evaluate(r)) goto fail;
+    mp_memplan_report(&r->rt, r->plan.total);
     goto done;
 fail_agreed:
     status = mp_exit_status(agreed);   /* the failing rank printed the message */

@@ -24,6 +24,7 @@
 #include "cli/ckpt_common.h"
 #include "cli/cli.h"
 #include "cli/convert.h"
+#include "cli/memplan.h"
 #include "cli/runtime.h"
 #include "cli/tokfiles.h"
 #include "core/alloc.h"
@@ -75,7 +76,7 @@ typedef struct export_opts {
 } export_opts;
 
 /* The conversion once flags are checked: source, layout, sink, run, read back. */
-static mp_code run_export(const char *arg, export_opts *o, mp_err *err) {
+static mp_code run_export(const mp_runtime *rt, const char *arg, export_opts *o, mp_err *err) {
     char *src_dir = NULL;
     rs_source *src = NULL;
     rs_sink *sink = NULL;
@@ -105,6 +106,7 @@ static mp_code run_export(const char *arg, export_opts *o, mp_err *err) {
         else fprintf(stderr, "meshpoint export: verified %s: every header, tensor and shape, config.json and %d carried "
                              "file%s\n", o->c.out, files.n, files.n == 1 ? "" : "s");
     }
+    if (!rc) mp_memplan_report(rt, (int64_t)o->c.max_bytes);
     mp_tokfiles_free(&files);
     if (sink) sink->free(sink);
     if (src) src->close(src);
@@ -149,7 +151,7 @@ int mp_cmd_export(int argc, char **argv) {
     if (parse_shard_size(o.max_shard, &o.shard_bytes, &err)) goto fail;
     if (rt.world > 1) { mp_err_set(&err, MP_EINPUT, "export runs in one process (not under mpirun -np %d)", rt.world); goto fail; }
     if (mp_runtime_mesh(&rt, 1, 1, "cpu", &err)) goto fail;
-    if (run_export(argv[0], &o, &err)) goto fail;
+    if (run_export(&rt, argv[0], &o, &err)) goto fail;
     goto done;
 fail:
     status = mp_runtime_fail(&rt, &err);

@@ -87,6 +87,7 @@ typedef struct sample_run {
     int32_t carried_eos[LLAMA_MAX_EOS];   /* the carried files' EOS ids (eos_ids), n_carried_eos of them */
     int n_carried_eos;
     int out_from, out_to;  /* print_token's window: text of seq[out_from..out_to) printed, out_from its context */
+    mp_memplan plan;       /* printed at the start, compared with the peak at the end */
 } sample_run;
 
 static const char *sample_about =
@@ -288,12 +289,13 @@ static mp_code build_model(sample_run *r) {
     llama_options o = {.micro_batch = 1, .seq_len = r->T, .sp = 0, .reshard_after_forward = 1, .inference = 1,
                        .kv_cache = !r->f.no_kv_cache, .kv_chunk = r->f.no_kv_cache ? 0 : r->n_prompt,
                        .act_dtype = r->rt.be->act_dtype};
-    mp_memplan plan;
-    MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, 0, 0, r->max_bytes, &plan, &r->err));
+    int V = r->mc.vocab_size, vl = (V + r->rt.mesh.tp - 1) / r->rt.mesh.tp;
+    /* the logits row, this rank's part of it and the sampler's */
+    mp_memplan_use use = {.loads = 1, .own = (int64_t)sizeof(float) * vl * (r->rt.mesh.tp + 1) + mp_sampler_bytes(V)};
+    MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, &use, r->max_bytes, &r->plan, &r->err));
     MP_TRY(mp_runtime_agree(&r->rt, llama_create(&r->model, &r->mc, &o, &r->rt.mesh, r->rt.be, &r->err), &r->err));
     mp_run_state st;
     MP_TRY(mp_runtime_agree(&r->rt, mp_checkpoint_load(r->model, r->ckpt_dir, &r->mc, 1, &st, &r->err), &r->err));
-    int V = r->mc.vocab_size, vl = (V + r->rt.mesh.tp - 1) / r->rt.mesh.tp;
     r->row = mp_xmalloc(sizeof(float) * (size_t)vl * (size_t)r->rt.mesh.tp);
     r->part = mp_xmalloc(sizeof(float) * (size_t)vl);
     mp_sampler_init(&r->sampler, V, r->f.temperature, r->f.top_k, r->f.top_p, (uint64_t)r->f.seed);
@@ -410,6 +412,7 @@ int mp_cmd_sample(int argc, char **argv) {
     if (encode_prompt(r)) goto fail;
     if ((agreed = build_model(r))) goto fail_agreed;
     generate(r);
+    mp_memplan_report(&r->rt, r->plan.total);
     goto done;
 fail_agreed:
     status = mp_exit_status(agreed);

@@ -74,9 +74,11 @@ static mp_code setup_mesh(train_run *r) {
 static mp_code plan_memory(train_run *r) {
     mp_memplan *plan = &r->plan;
     llama_options o = mp_runtime_model_options(&r->rt, &r->f.tc, r->bs.micro);
-    int staging = r->f.async_save || !r->rt.be->host_memory;   /* see mp_checkpointer_save */
-    int64_t bands = mp_memplan_ckpt_bands(r->sopts.ranks_per_file, r->mesh->world);
-    return mp_memplan_check(&r->rt, &r->mc, &o, staging, bands, r->max_bytes, plan, &r->err);
+    mp_memplan_use use = {.staging = r->f.async_save || !r->rt.be->host_memory,   /* see mp_checkpointer_save */
+                          .saves = 1,   /* a stop signal saves even without --ckpt-every */
+                          .loads = r->f.resume || r->f.resume_from || r->f.init_from,
+                          .ckpt_bands = mp_memplan_ckpt_bands(r->sopts.ranks_per_file, r->mesh->world)};
+    return mp_memplan_check(&r->rt, &r->mc, &o, &use, r->max_bytes, plan, &r->err);
 }
 
 /* Opens the token files and the training loader, and checks that the validation file holds a batch.
@@ -296,10 +298,7 @@ static mp_code finish_run(train_run *r) {
     if (c->steps <= r->first_step) return MP_OK;
     double elapsed = mp_time_s() - r->t_start;
     mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, r->last_loss, elapsed);
-    char peak[32], planned[32];   /* the plan against what the allocator saw (checkpoint I/O buffers add a little) */
-    mp_info("memory: peak %s (%lld bytes) allocated on rank 0, plan %s (%lld bytes)",
-            mp_ckpt_human(peak, sizeof peak, mp_mem_peak_total()), (long long)mp_mem_peak_total(),
-            mp_ckpt_human(planned, sizeof planned, r->plan.total), (long long)r->plan.total);
+    mp_memplan_report(&r->rt, r->plan.total);
     if (r->skipped)
         mp_warn("%lld update(s) skipped for a non-finite gradient norm (--on-nonfinite skip)", (long long)r->skipped);
     if (mesh->world > 1) {

@@ -4,6 +4,7 @@
  * commands have always printed.
  */
 #include "cli/convert.h"
+#include "cli/memplan.h"
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdio.h>
@@ -222,5 +223,7 @@ int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const
     if (rc == MP_OK) { rc = rrc; err = re; }
     if (rc) return mp_runtime_fail(rt, &err);   /* the commit agreed: every rank has the same error */
     print_stats(rt, cmd, &st, o, rs_num_files(boxes, n));
-    return o->no_verify ? 0 : mp_runtime_verify_written(rt, o->out, o->max_bytes / 2);
+    int status = o->no_verify ? 0 : mp_runtime_verify_written(rt, o->out, o->max_bytes / 2);
+    if (status == 0) mp_memplan_report(rt, (int64_t)o->max_bytes);
+    return status;
 }

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli/ckpt_common.h"
+#include "core/comm_mpi.h"
 #include "core/alloc.h"
 #include "core/log.h"
 
@@ -64,17 +65,20 @@ static void combine_ranks(const mp_runtime *rt, mp_memplan *p) {
 
 /* The plan's line in the log (rank 0 prints its own rank's categories and the mesh's figures). */
 static void print_plan(const mp_memplan *p, size_t max_bytes) {
-    char b[10][32], kv[64] = "", bands[64] = "";
+    char b[13][32], kv[64] = "", bands[64] = "", io[64] = "", own[64] = "", comm[64] = "";
     const int64_t *c = p->model.bytes;
     if (p->model.kv_cache)
         snprintf(kv, sizeof kv, " (KV cache %s of them)", mp_ckpt_human(b[8], 32, p->model.kv_cache));
     if (p->ckpt_bands)
         snprintf(bands, sizeof bands, ", checkpoint band buffers %s", mp_ckpt_human(b[9], 32, p->ckpt_bands));
+    if (p->ckpt_io) snprintf(io, sizeof io, ", checkpoint I/O %s", mp_ckpt_human(b[10], 32, p->ckpt_io));
+    if (p->own) snprintf(own, sizeof own, ", command buffers %s", mp_ckpt_human(b[11], 32, p->own));
+    if (p->comm) snprintf(comm, sizeof comm, ", collective buffers %s", mp_ckpt_human(b[12], 32, p->comm));
     mp_info("memory plan, rank 0: parameters %s, gradients %s, optimizer %s, FSDP buffers %s, activations %s%s, "
-            "checkpoint staging %s%s, other %s; total %s",
+            "checkpoint staging %s%s%s%s%s, other %s; total %s",
             mp_ckpt_human(b[0], 32, c[MP_MEM_PARAMS]), mp_ckpt_human(b[1], 32, c[MP_MEM_GRADS]),
             mp_ckpt_human(b[2], 32, c[MP_MEM_OPTIM]), mp_ckpt_human(b[3], 32, c[MP_MEM_GATHER]),
-            mp_ckpt_human(b[4], 32, c[MP_MEM_ACTS]), kv, mp_ckpt_human(b[5], 32, p->staging), bands,
+            mp_ckpt_human(b[4], 32, c[MP_MEM_ACTS]), kv, mp_ckpt_human(b[5], 32, p->staging), bands, io, own, comm,
             mp_ckpt_human(b[6], 32, c[MP_MEM_OTHER] + p->data + p->init), mp_ckpt_human(b[7], 32, p->total));
     if (max_bytes)
         mp_info("memory plan: largest rank %s, bound %s per rank (--max-memory)", mp_ckpt_human(b[0], 32, p->largest),
@@ -116,22 +120,37 @@ int64_t mp_memplan_ckpt_bands(int ranks_per_file, int world) {
     return ckpt_files_grouped(ranks_per_file, world) ? 2 * (int64_t)CKPT_FILL_BYTES_DEFAULT : 0;
 }
 
-mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt, int staging,
-                         int64_t ckpt_bands, size_t max_bytes, mp_memplan *plan, mp_err *err) {
-    assert(rt->have_mesh && plan);
+/* The plan's terms beyond the model's own (see mp_memplan). */
+static void command_terms(const mp_runtime *rt, const llama_options *opt, const mp_memplan_use *use, mp_memplan *p) {
+    const int64_t *c = p->model.bytes;
+    p->staging = use->staging ? c[MP_MEM_PARAMS] + c[MP_MEM_OPTIM] : 0;
+    /* inputs and targets, two slots of each (llama_token_bufs: the train step double-buffers them) */
+    p->data = 4 * (int64_t)opt->micro_batch * opt->seq_len * (int64_t)sizeof(int32_t);
+    p->init = rt->be->host_memory ? 0 : LLAMA_INIT_STAGING_BYTES;
+    p->ckpt_bands = use->ckpt_bands;
+    p->ckpt_io = use->saves ? ckpt_save_hash_bytes(p->model.largest_shard) : 0;
+    if (use->loads) {   /* a load after a save's end: the larger, not both */
+        int64_t load = (int64_t)ckpt_reader_scratch_bytes() + (rt->be->host_memory ? 0 : p->model.largest_shard);
+        if (load > p->ckpt_io) p->ckpt_io = load;
+    }
+    p->own = use->own;
+    /* the ring collectives' scratch of a tp or dp group whose sums exceed a piece (core/comm_mpi.h,
+     * "Memory"); a device's groups are NCCL's, on device buffers */
+    int64_t piece = (int64_t)MP_COMM_MPI_PIECE_BYTES;
+    if (rt->be->host_memory)
+        p->comm = (int64_t)MP_COMM_MPI_SCRATCH_BYTES *
+                  ((p->model.dp_sum_bytes > piece) + (p->model.tp_sum_bytes > piece));
+    /* each term < 2^58: no overflow */
+    p->total = p->model.total + p->staging + p->data + p->init + p->ckpt_bands + p->ckpt_io + p->own + p->comm;
+}
+
+mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt,
+                         const mp_memplan_use *use, size_t max_bytes, mp_memplan *plan, mp_err *err) {
+    assert(rt->have_mesh && plan && use);
     memset(plan, 0, sizeof *plan);
     const mp_mesh *mesh = &rt->mesh;
     mp_code rc = llama_plan_memory(cfg, opt, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan->model, err);
-    if (!rc) {
-        const int64_t *c = plan->model.bytes;
-        plan->staging = staging ? c[MP_MEM_PARAMS] + c[MP_MEM_OPTIM] : 0;
-        /* inputs and targets, two slots of each (llama_token_bufs: the train step double-buffers them) */
-        plan->data = 4 * (int64_t)opt->micro_batch * opt->seq_len * (int64_t)sizeof(int32_t);
-        plan->init = rt->be->host_memory ? 0 : LLAMA_INIT_STAGING_BYTES;
-        plan->ckpt_bands = ckpt_bands;
-        /* each term < 2^58: no overflow */
-        plan->total = plan->model.total + plan->staging + plan->data + plan->init + plan->ckpt_bands;
-    }
+    if (!rc) command_terms(rt, opt, use, plan);
     /* a plan that fails fails alike on every rank (same config): agree before the collectives below */
     if ((rc = mp_runtime_agree(rt, rc, err))) return rc;
     combine_ranks(rt, plan);
@@ -139,4 +158,36 @@ mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_op
     plan->rlimit_room = max_bytes ? -1 : mp_mem_rlimit_room(plan->rlimit_name, sizeof plan->rlimit_name);
     if (rt->rank == 0) print_plan(plan, max_bytes);
     return mp_runtime_agree(rt, check_fits(plan, max_bytes, err), err);
+}
+
+/* The figures of one rank's "memory: peak" line. */
+enum { PEAK_ABOVE, PEAK_PLAN, PEAK_START, PEAK_HWM, PEAK_ALLOC, PEAK_N };
+
+void mp_memplan_report(const mp_runtime *rt, int64_t planned) {
+    int64_t hwm = mp_proc_kb_bytes("/proc/self/status", "VmHWM");
+    int64_t mine[PEAK_N] = {[PEAK_ABOVE] = hwm >= 0 && rt->rss_start >= 0 ? hwm - rt->rss_start : -1,
+                            [PEAK_PLAN] = planned, [PEAK_START] = rt->rss_start, [PEAK_HWM] = hwm,
+                            [PEAK_ALLOC] = mp_mem_peak_total()};
+    int world = rt->mpi ? rt->world : 1, worst = 0;
+    int64_t *all = rt->rank == 0 ? mp_xmalloc(sizeof mine * (size_t)world) : NULL;
+    if (world > 1) MPI_Gather(mine, PEAK_N, MPI_INT64_T, all, PEAK_N, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    else if (all) memcpy(all, mine, sizeof mine);
+    if (rt->rank != 0) return;
+    /* the rank whose peak is highest above (or least below) its own plan: FSDP shards are uneven, so
+     * each rank's plan differs, and an unknown peak (-1) is the worst */
+    for (int r = 1; r < world; r++) {
+        const int64_t *a = all + r * PEAK_N, *w = all + worst * PEAK_N;
+        int64_t margin = a[PEAK_ABOVE] - a[PEAK_PLAN], worst_margin = w[PEAK_ABOVE] - w[PEAK_PLAN];
+        if (a[PEAK_ABOVE] < 0 ? w[PEAK_ABOVE] >= 0 : w[PEAK_ABOVE] >= 0 && margin > worst_margin) worst = r;
+    }
+    const int64_t *f = all + worst * PEAK_N;
+    char b[4][32], on[64] = "";
+    if (world > 1) snprintf(on, sizeof on, " on rank %d of %d (the least below its plan)", worst, world);
+    mp_info("memory: peak %s (%lld bytes)%s resident above the %s at start-up (VmHWM %s), plan %s (%lld bytes); "
+            "allocator peak %s",
+            mp_ckpt_human(b[0], 32, f[PEAK_ABOVE]), (long long)f[PEAK_ABOVE], on,
+            mp_ckpt_human(b[1], 32, f[PEAK_START]),
+            mp_ckpt_human(b[2], 32, f[PEAK_HWM]), mp_ckpt_human(b[3], 32, f[PEAK_PLAN]), (long long)f[PEAK_PLAN],
+            mp_ckpt_human((char[32]){0}, 32, f[PEAK_ALLOC]));
+    free(all);
 }

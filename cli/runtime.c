@@ -109,7 +109,9 @@ mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_e
     rt->have_mesh = 1;   /* before the attach: a failed one leaves a mesh that mp_runtime_end destroys */
     /* device communicators for the backend (NCCL for the tp / dp groups of a GPU run; nothing on the CPU).
      * Collective; a failure is agreed inside, every rank returns it with the failing rank's message. */
-    return mp_mesh_attach_device(&rt->mesh, rt->be, err);
+    MP_TRY(mp_mesh_attach_device(&rt->mesh, rt->be, err));
+    rt->rss_start = mp_proc_kb_bytes("/proc/self/status", "VmRSS");   /* the program, MPI, the backend */
+    return MP_OK;
 }
 
 int mp_runtime_fail(const mp_runtime *rt, const mp_err *err) {

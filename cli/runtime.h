@@ -25,6 +25,8 @@ typedef struct mp_runtime {
     mp_backend *be;
     double t_start;   /* when the process started, on mp_time_s()'s clock (startup time is counted from it) */
     int reported;     /* the failure being returned was already printed by the rank that met it */
+    int64_t rss_start;   /* resident bytes (VmRSS) once the mesh and backend are up, -1 unknown: the start
+                          * the "memory: peak" line measures from (mp_memplan_report) */
 } mp_runtime;
 
 /* Initialises MPI if the process was started by an MPI launcher (else world = 1). */

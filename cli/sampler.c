@@ -17,6 +17,8 @@ void mp_sampler_init(mp_sampler *s, int V, double temperature, int top_k, double
     s->p = mp_xmalloc(sizeof(double) * (size_t)V);
 }
 
+int64_t mp_sampler_bytes(int V) { return (int64_t)(sizeof(int) + sizeof(double)) * V; }
+
 void mp_sampler_free(mp_sampler *s) {
     free(s->order);
     free(s->p);

@@ -31,6 +31,8 @@ typedef struct mp_sampler {
 
 /* A sampler over V ids (scratch allocated here, checked). temperature >= 0, top_k >= 0, 0 < top_p <= 1. */
 void mp_sampler_init(mp_sampler *s, int V, double temperature, int top_k, double top_p, uint64_t seed);
+/* The bytes mp_sampler_init allocates for a vocabulary of V (for the memory plan). */
+int64_t mp_sampler_bytes(int V);
 void mp_sampler_free(mp_sampler *s);
 /* The distribution the next token is drawn from, for logits[V]: returns n >= 1 and leaves the candidates
  * in s->order[0..n) with their probabilities (summing to 1) in s->p[0..n). Greedy: n = 1, p = 1. */

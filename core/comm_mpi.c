@@ -24,6 +24,9 @@ typedef struct {
     int *ag_counts, *ag_displs;
     MPI_Request ag_req;
     int ag_pending;
+    /* the ring collectives' piece buffers (MP_COMM_MPI_SCRATCH_BYTES, made at the first large collective,
+     * kept until destroy) */
+    char *scratch;
 } mpi_impl;
 
 static size_t g_bcast_chunk = INT_MAX;
@@ -105,13 +108,121 @@ static int piece(int64_t n, int64_t off) {
     return (int)len;
 }
 
-/* In place sum/max over the group: MPI_Allreduce with MPI_IN_PLACE, in pieces of at most g_max_count
- * elements (each element is reduced by exactly one call, so the split does not change the result). */
+/* ---- the ring collectives on our own buffers (see core/comm_mpi.h, "Memory") ---- */
+
+/* Elements per piece of a ring step: MP_COMM_MPI_PIECE_BYTES of them, at most g_max_count (one MPI call). */
+static int64_t piece_elems(size_t e) {
+    int64_t n = (int64_t)(MP_COMM_MPI_PIECE_BYTES / e);
+    return n < g_max_count ? n : g_max_count;
+}
+
+/* Elements of piece [off, off + len) that a block of count elements has: 0 past its end. */
+static int piece_len(int64_t count, int64_t off, int64_t len) {
+    return count <= off ? 0 : (int)(count - off < len ? count - off : len);
+}
+
+/* y[0..n) = x + y element-wise in dt (the bf16 sum rounds once, as the MPI op does). IEEE addition
+ * commutes, so this is the value Open MPI's ring computes from the same two operands. */
+static void reduce_into(void *y, const void *x, int n, mp_dtype dt) {
+    if (dt == MP_BF16) {
+        bf16_sum((void *)(uintptr_t)x, y, &n, NULL);
+        return;
+    }
+    float *b = y;
+    const float *a = x;
+    for (int i = 0; i < n; i++) b[i] = a[i] + b[i];
+}
+
+/* The communicator's two piece buffers, made on first use. */
+static char *ring_scratch(mp_comm *c) {
+    mpi_impl *im = impl_of(c);
+    if (!im->scratch) im->scratch = mp_malloc(MP_COMM_MPI_SCRATCH_BYTES, MP_MEM_COMM);
+    return im->scratch;
+}
+
+/* One ring exchange: ns elements at send to rank + 1, nr from rank - 1 into recv (a zero count still
+ * pairs the calls). Tagged with the collective's tag: one pair's messages never overtake. */
+static void ring_exchange(mp_comm *c, const void *send, int ns, void *recv, int nr, MPI_Datatype t, int tag) {
+    int p = c->size, r = c->rank;
+    MPI_Sendrecv(send, ns, t, (r + 1) % p, tag, recv, nr, t, (r + p - 1) % p, tag, impl_of(c)->comm,
+                 MPI_STATUS_IGNORE);
+}
+
+/* out[counts[rank]] = the sum over the group of every rank's block `rank` of in (blocks at displs): Open
+ * MPI's ring reduce-scatter (ompi_coll_base_reduce_scatter_intra_ring: at step k rank r sends block r-k
+ * and receives block r-k-1, adding its own block to it; block b is summed from rank b+1 round to rank
+ * b, the same additions in the same order), run piece by piece so that what is in flight is one piece
+ * of each block: the pieces go through the scratch's two buffers (ranks between the first and the last
+ * of a block's ring), the last step receives into out. Two ranks need no buffer at all. */
+static void ring_reduce_scatter(mp_comm *c, void *out, const void *in, const int64_t *counts, const int64_t *displs,
+                                mp_dtype dt) {
+    enum { TAG = 0x6d72 };
+    int p = c->size, r = c->rank;
+    size_t e = mp_dtype_size(dt);
+    int64_t len = piece_elems(e), most = 0;
+    for (int b = 0; b < p; b++) most = counts[b] > most ? counts[b] : most;
+    char *buf = p > 2 ? ring_scratch(c) : NULL, dummy[8];
+    const char *x = in;
+    for (int64_t off = 0; off < most; off += len) {
+        const void *send = NULL;
+        for (int k = 1; k < p; k++) {
+            int sb = (r + p - k) % p, rb = (r + 2 * p - k - 1) % p;   /* the block sent, the block received */
+            int ns = piece_len(counts[sb], off, len), nr = piece_len(counts[rb], off, len);
+            if (k == 1) send = ns ? x + (size_t)(displs[sb] + off) * e : dummy;
+            void *recv = k == p - 1 ? (nr ? (char *)out + (size_t)off * e : dummy)
+                                    : buf + (size_t)(k & 1) * MP_COMM_MPI_PIECE_BYTES;
+            ring_exchange(c, send, ns, recv, nr, mpi_type(dt), TAG);
+            if (nr) reduce_into(recv, x + (size_t)(displs[rb] + off) * e, nr, dt);
+            send = recv;
+        }
+    }
+}
+
+/* In place sum over the group of x[n], for x of more than a piece: the ring reduce-scatter above over n
+ * split in balanced blocks (mp_split), in place (each partial sum is added into x's block and sent on
+ * from there; one piece buffer receives), then a ring all-gather of the blocks straight into x. Every
+ * element is summed once, on the rank that owns its block, and copied to the others: bitwise the same
+ * result on every rank. */
+static void ring_all_reduce(mp_comm *c, void *x, int64_t n, mp_dtype dt) {
+    enum { TAG = 0x6d73 };
+    int p = c->size, r = c->rank;
+    size_t e = mp_dtype_size(dt);
+    MPI_Datatype t = mpi_type(dt);
+    int64_t len = piece_elems(e), most = 0, *start = mp_xmalloc(2 * sizeof(int64_t) * (size_t)p), *cnt = start + p;
+    for (int b = 0; b < p; b++) {
+        mp_split(n, p, b, &start[b], &cnt[b]);
+        most = cnt[b] > most ? cnt[b] : most;
+    }
+    char *buf = ring_scratch(c), *xs = x;
+    for (int64_t off = 0; off < most; off += len)
+        for (int k = 1; k < p; k++) {   /* reduce-scatter: block r-k goes on, block r-k-1 comes in */
+            int sb = (r + p - k) % p, rb = (r + 2 * p - k - 1) % p;
+            int ns = piece_len(cnt[sb], off, len), nr = piece_len(cnt[rb], off, len);
+            ring_exchange(c, ns ? xs + (size_t)(start[sb] + off) * e : buf, ns, buf, nr, t, TAG);
+            if (nr) reduce_into(xs + (size_t)(start[rb] + off) * e, buf, nr, dt);
+        }
+    for (int64_t off = 0; off < most; off += len)
+        for (int k = 0; k < p - 1; k++) {   /* all-gather: the summed block r-k goes on, r-k-1 comes in */
+            int sb = (r + p - k) % p, rb = (r + 2 * p - k - 1) % p;
+            int ns = piece_len(cnt[sb], off, len), nr = piece_len(cnt[rb], off, len);
+            char *send = ns ? xs + (size_t)(start[sb] + off) * e : buf;
+            char *recv = nr ? xs + (size_t)(start[rb] + off) * e : buf;
+            ring_exchange(c, send, ns, recv, nr, t, TAG);
+        }
+    free(start);
+}
+
+/* In place sum/max over the group. Up to a piece (MP_COMM_MPI_PIECE_BYTES), and every max: MPI_Allreduce
+ * with MPI_IN_PLACE (its temporaries are at most the message); a larger sum: ring_all_reduce. */
 static void mpi_all_reduce(mp_comm *c, void *x, int64_t n, mp_dtype dt, int op_max) {
     assert(n >= 0 && (x || n == 0));
     assert(c->size > 1);
     size_t e = mp_dtype_size(dt);
     mp_comm_count_all_reduce(c, n, (int64_t)e);
+    if (!op_max && n > piece_elems(e)) {
+        TIMED(c, MP_COMM_ALLREDUCE, ring_all_reduce(c, x, n, dt));
+        return;
+    }
     for (int64_t off = 0; off < n; off += g_max_count)
         TIMED(c, MP_COMM_ALLREDUCE, MPI_Allreduce(MPI_IN_PLACE, (char *)x + off * e, piece(n, off), mpi_type(dt),
                                                   mpi_op(dt, op_max), impl_of(c)->comm));
@@ -192,8 +303,9 @@ static void mpi_all_gatherv_wait(mp_comm *c) {
     im->ag_pending = 0;
 }
 
-/* out[counts[rank]] = sum over the group of in[displ_rank ...]. out must not overlap in. When a count
- * or displacement exceeds g_max_count: one MPI_Reduce to each rank per piece of its part. */
+/* out[counts[rank]] = sum over the group of in[displ_rank ...]. out must not overlap in. Up to a piece
+ * in all (MP_COMM_MPI_PIECE_BYTES): MPI_Reduce_scatter; larger: ring_reduce_scatter on our buffers
+ * (Open MPI's algorithms allocate the whole message and more inside the call). */
 static void mpi_reduce_scatterv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     assert(c->size > 1);
     mpi_impl *im = impl_of(c);
@@ -201,8 +313,6 @@ static void mpi_reduce_scatterv(mp_comm *c, void *out, const void *in, const int
     int64_t total = fill_counts(c, counts, &fits);
     int me = c->rank;
     size_t e = mp_dtype_size(dt);
-    MPI_Datatype t = mpi_type(dt);
-    MPI_Op op = mpi_op(dt, 0);
     assert((in || total == 0) && (out || counts[me] == 0));
     assert((total == 0 || counts[me] == 0 ||
             (uintptr_t)out + (size_t)counts[me] * e <= (uintptr_t)in ||
@@ -210,20 +320,21 @@ static void mpi_reduce_scatterv(mp_comm *c, void *out, const void *in, const int
            "comm: reduce_scatterv out overlaps in");
     mp_comm_count_reduce_scatterv(c, counts, (int64_t)e);
     if (total == 0) return;
-    if (fits) {
+    if (total <= piece_elems(e)) {
         /* MPI_Reduce_scatter needs a valid recvbuf even for a zero count on some paths. */
         float dummy;
-        TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce_scatter(in, counts[me] ? out : (void *)&dummy, im->counts, t, op, im->comm));
+        TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce_scatter(in, counts[me] ? out : (void *)&dummy, im->counts,
+                                                            mpi_type(dt), mpi_op(dt, 0), im->comm));
         return;
     }
-    int64_t displ = 0;
+    int64_t *displs = mp_xmalloc(sizeof(int64_t) * (size_t)c->size);
+    int64_t d = 0;
     for (int r = 0; r < c->size; r++) {
-        for (int64_t off = 0; off < counts[r]; off += g_max_count)
-            TIMED(c, MP_COMM_REDUCE_SCATTER, MPI_Reduce((const char *)in + (size_t)(displ + off) * e,
-                                                        r == me ? (char *)out + (size_t)off * e : NULL,
-                                                        piece(counts[r], off), t, op, r, im->comm));
-        displ += counts[r];
+        displs[r] = d;
+        d += counts[r];
     }
+    TIMED(c, MP_COMM_REDUCE_SCATTER, ring_reduce_scatter(c, out, in, counts, displs, dt));
+    free(displs);
 }
 
 /* bytes from root to every rank, in chunks of at most g_bcast_chunk (and g_max_count) bytes. */
@@ -380,6 +491,7 @@ static void mpi_destroy(mp_comm *c) {
     mp_free_acct(im->displs, sizeof(int) * (size_t)c->size, MP_MEM_COMM);
     mp_free_acct(im->ag_counts, sizeof(int) * (size_t)c->size, MP_MEM_COMM);
     mp_free_acct(im->ag_displs, sizeof(int) * (size_t)c->size, MP_MEM_COMM);
+    if (im->scratch) mp_free_acct(im->scratch, MP_COMM_MPI_SCRATCH_BYTES, MP_MEM_COMM);
     mp_free_acct(im, sizeof *im, MP_MEM_COMM);
     mp_free_acct(c, sizeof *c, MP_MEM_COMM);
 }

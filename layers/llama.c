@@ -343,6 +343,14 @@ mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, int
     plan->bytes[MP_MEM_ACTS] = (int64_t)acts;
     plan->bytes[MP_MEM_OTHER] = (int64_t)sizeof(llama_model) + (dp > 1 ? (int64_t)(m->nunits * dp * 8) : 0);
     for (int k = 0; k < MP_MEM_NCAT; k++) plan->total += plan->bytes[k];
+    for (int i = 0; i < m->nparams; i++) {
+        int64_t b = llama_shard_numel(&m->params[i]) * (int64_t)sizeof(float);
+        if (b > plan->largest_shard) plan->largest_shard = b;
+    }
+    /* the largest sums over the dp group (a unit's gradient reduce-scatter) and the tp group (the N x D
+     * activations: the all-reduce, or SP's reduce-scatter) */
+    plan->dp_sum_bytes = dp > 1 && !opt->inference ? m->max_unit_full * (int64_t)sizeof(float) : 0;
+    plan->tp_sum_bytes = tp > 1 ? (int64_t)m->N * m->D * (int64_t)m->act_size : 0;
     free(m);
     return MP_OK;
 }

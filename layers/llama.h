@@ -126,6 +126,11 @@ typedef struct llama_memory_plan {
     int64_t bytes[MP_MEM_NCAT];
     int64_t total;
     int64_t kv_cache;          /* bytes of the KV cache (opt.kv_cache), counted in bytes[MP_MEM_ACTS] */
+    int64_t largest_shard;     /* bytes of the largest parameter's fp32 shard (not counted in total: the
+                                * size of the commands' per-tensor host buffers, cli/memplan.c) */
+    int64_t dp_sum_bytes;      /* bytes of the largest sum over the dp group (a unit's gradients) and */
+    int64_t tp_sum_bytes;      /* over the tp group (N x D activations); 0 for a group of one. Not in
+                                * total: they size the collectives' scratch (cli/memplan.c) */
 } llama_memory_plan;
 
 /* The bytes llama_create would allocate on rank (tp_rank, dp_rank) of a tp x dp mesh, computed from the

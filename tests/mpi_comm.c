@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/alloc.h"
 #include "core/comm.h"
 #include "core/comm_mpi.h"
 #include "core/mesh.h"
@@ -447,9 +448,74 @@ static void test_mesh_bad(int tp, int dp, const char *want) {
 
 /* Internal test hook of core/comm_mpi.c: the largest element count one MPI call is given. */
 
+/* Rank r's input element i of the ring cases: a float that needs rounding, so the summation order shows. */
+static float ring_value(int r, int64_t i) { return (float)(sin((double)(i * 7 + r * 131 + 1)) * (1.0 + r * 0.37)); }
+
+/* The sum of element i over the ranks in the ring's order (core/comm_mpi.h): block b's elements start at
+ * rank b+1 and end at rank b, each step adding the next rank's value to the running fp32 sum. */
+static float ring_sum(int p, int b, int64_t i) {
+    float s = ring_value((b + 1) % p, i);
+    for (int k = 2; k <= p; k++) s = ring_value((b + k) % p, i) + s;
+    return s;
+}
+
+/* The sums of more than a piece run on the communicator's own ring (no Open MPI temporaries of the
+ * message's size): a reduce_scatterv of uneven blocks of ~1.5 pieces each, and an all_reduce of 2.5
+ * pieces, give every element the ring-order sum bitwise (so Open MPI's ring order is kept), the same
+ * on every rank; and the communicator's scratch is the two pieces it plans (none for a 2-rank
+ * reduce_scatterv), freed at destroy. */
+static void test_ring(void) {
+    const int p = g_np, me = g_rank;
+    mp_comm *c = mp_comm_mpi_create(MPI_COMM_WORLD);   /* a fresh one: no scratch yet */
+    int64_t comm0 = mp_mem_current(MP_MEM_COMM);
+    const int64_t piece = (int64_t)(MP_COMM_MPI_PIECE_BYTES / sizeof(float));
+    int64_t *counts = calloc((size_t)p, sizeof *counts), total = 0, mydispl = 0;
+    for (int r = 0; r < p; r++) {
+        counts[r] = piece + piece / 2 + 13 * r;
+        if (r < me) mydispl += counts[r];
+        total += counts[r];
+    }
+    float *in = malloc(total * sizeof *in), *out = malloc(counts[me] * sizeof *out);
+    for (int64_t i = 0; i < total; i++) in[i] = ring_value(me, i);
+    c->reduce_scatterv(c, out, in, counts, MP_F32);
+    int ok = 1;
+    int64_t bad = -1;
+    for (int64_t j = 0; j < counts[me] && p > 1; j++)
+        if (out[j] != ring_sum(p, me, mydispl + j)) { ok = 0; bad = j; }
+    check("ring reduce_scatterv: ring-order sums, bitwise", ok, "out[%lld] = %.9g", (long long)bad,
+          bad >= 0 ? out[bad] : 0.0);
+    int64_t grown = mp_mem_current(MP_MEM_COMM) - comm0;
+    check("ring reduce_scatterv scratch: none on 2 ranks, else two pieces",
+          grown == (p > 2 ? (int64_t)MP_COMM_MPI_SCRATCH_BYTES : 0), "%lld bytes", (long long)grown);
+    const int64_t n = 2 * piece + piece / 2 + 5;
+    float *x = malloc(n * sizeof *x), *x0 = malloc(n * sizeof *x0);
+    for (int64_t i = 0; i < n; i++) x[i] = ring_value(me, i);
+    c->all_reduce(c, x, n, MP_F32, 0);
+    memcpy(x0, x, n * sizeof *x);
+    MPI_Bcast(x0, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    ok = memcmp(x, x0, n * sizeof *x) == 0;
+    for (int64_t i = 0; i < n && ok && p > 1; i++) {
+        int64_t start, cnt;
+        int b = 0;
+        for (; b < p; b++) {   /* the block of element i: its owner sums it in ring order */
+            mp_split(n, p, b, &start, &cnt);
+            if (i < start + cnt) break;
+        }
+        if (x[i] != ring_sum(p, b, i)) { ok = 0; bad = i; }
+    }
+    check("ring all_reduce: ring-order sums, bitwise the same on every rank", ok, "x[%lld]", (long long)bad);
+    grown = mp_mem_current(MP_MEM_COMM) - comm0;
+    check("ring all_reduce scratch: two pieces", grown == (p > 1 ? (int64_t)MP_COMM_MPI_SCRATCH_BYTES : 0),
+          "%lld bytes", (long long)grown);
+    c->destroy(c);
+    free(counts); free(in); free(out); free(x); free(x0);
+}
+
+static void test_bf16(mp_comm *c);
+
 /* Counts above the MPI call limit are split into several calls (the path real counts above INT_MAX
  * take): with the limit lowered to 7, every collective on vectors longer than that gives the same
- * result as one call. */
+ * result as one call (the sums of more than a piece take the ring of core/comm_mpi.c, in pieces of 7). */
 static void test_split(mp_comm *c) {
     const int p = g_np, me = g_rank;
     mp_comm_mpi_set_max_count(7);
@@ -484,7 +550,8 @@ static void test_split(mp_comm *c) {
           (long long)c->calls[MP_COMM_ALLREDUCE]);
     bcast_case(c, "split broadcast (pieces of 7 bytes)", 1001, p - 1);
     test_all_gatherv(c);       /* counts up to 2p+1 and totals above 7: one broadcast per rank and piece */
-    test_reduce_scatterv(c);   /* one MPI_Reduce per rank and piece */
+    test_reduce_scatterv(c);   /* the ring of core/comm_mpi.c, in pieces of 7 */
+    test_bf16(c);              /* its bf16 sums too */
     mp_comm_mpi_set_max_count(2147483647);
     free(x); free(y); free(d);
 }
@@ -601,6 +668,7 @@ int main(int argc, char **argv) {
     test_p2p(c);
     mp_comm_mpi_set_max_count(2147483647);
     test_split(c);
+    test_ring();
     test_agree(c);
     c->destroy(c);
     test_size_one();

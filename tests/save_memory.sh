@@ -3,7 +3,8 @@
 # shards (issue 11 item 1): the memory plan shows no checkpoint staging copy, and the allocator's peak of
 # a run saving every step is below the same run with --async-save (which keeps the staging copy) by at
 # least that copy (parameters + both moments); the checkpoints of both are bitwise equal. And a fresh start
-# of bench_tiny that saves peaks within 8 MiB of its memory plan (start-up makes no host copy of a shard).
+# of bench_tiny that saves peaks within the plan's 16 MiB library allowance (docs/DESIGN_NOTES.md "The memory
+# plan is an upper bound"; start-up makes no host copy of a shard).
 set -u
 bin=$1; data=$2; config=$3; work=$4; case=save_memory
 rm -rf "$work"; mkdir -p "$work"
@@ -20,14 +21,14 @@ ps=$(peak "$work/sync.log"); pa=$(peak "$work/async.log")
 [ $((pa - ps)) -ge 419712 ] || fail "sync peak $ps is not below the async peak $pa by the staging copy (419712 bytes)"
 "$(dirname "$bin")/tool_ckpt_equal" "$work/sync/checkpoints/step_00000004" "$work/async/checkpoints/step_00000004" \
     >"$work/eq.log" 2>&1 || fail "sync and async checkpoints differ: $(cat "$work/eq.log")"
-# The plan is the peak within what checkpoint I/O adds (tile checksums, index tables: ~3 MiB; docs/DESIGN_NOTES.md
-# "Fresh weights without a host copy of each shard"): a fresh start of bench_tiny (embedding shard 32.8 MB)
-# that saves must stay within 8 MiB of its plan, which a host copy of a whole shard at start-up breaks.
+# The peak (VmHWM above start-up) is within the plan plus the libraries' allowance (16 MiB): a fresh start of
+# bench_tiny (embedding shard 32.8 MB) that saves must stay within it, which a host copy of a whole shard at
+# start-up breaks (docs/DESIGN_NOTES.md "Fresh weights without a host copy of each shard").
 planned() { grep -o 'memory: peak .*, plan [^(]*(\([0-9]*\) bytes' "$1" | grep -o '([0-9]*' | tail -1 | tr -d '('; }
 train_cfg=$(dirname "$0")/../configs/bench_tiny.json
 "$bin" train --config "$train_cfg" --train-data "$data" --run-dir "$work/fresh" --steps 1 --ckpt-every 1 --log-every 0 \
     >"$work/fresh.log" 2>&1 || fail "bench_tiny run: $(cat "$work/fresh.log")"
 pf=$(peak "$work/fresh.log"); pp=$(planned "$work/fresh.log")
 [ -n "$pf" ] && [ -n "$pp" ] || fail "no peak/plan figures: $(grep memory "$work/fresh.log")"
-[ "$pf" -le $((pp + 8 * 1048576)) ] || fail "bench_tiny: peak $pf bytes is $(((pf - pp) / 1048576)) MiB above the plan ($pp bytes)"
+[ "$pf" -le $((pp + 16 * 1048576)) ] || fail "bench_tiny: peak $pf bytes is $(((pf - pp) / 1048576)) MiB above the plan ($pp bytes)"
 echo "ok ($case): peak $ps bytes sync, $pa bytes async; bench_tiny peak $pf, plan $pp bytes"
