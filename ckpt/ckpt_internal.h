@@ -106,11 +106,18 @@ mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err 
  * source names) at path and fsyncs it. */
 mp_code ck_view_write(const ck_layout *L, const char *path, mp_err *e);
 /* Replaces dir/name atomically by a file write(L, tmp) makes: tmp = dir/name.repair (a leftover removed
- * first), written and fsynced, then renamed over dir/name and dir fsynced (ckpt/views.c). crash_point
- * (may be NULL): a MP_CKPT_CRASH_AT point between the write and the rename. On failure tmp is removed. */
+ * first), written and fsynced, then renamed over dir/name and dir fsynced (ckpt/views.c). The writers of
+ * one directory's views (the save's background write, the heal, repair-views in another process) are
+ * serialised by a flock on dir, so none removes or renames another's tmp. if_absent: write only when
+ * dir/name does not exist once the lock is held (the heal: never replace a file another writer
+ * published). *wrote (may be NULL): 1 when the file was written. crash_point (may be NULL): a
+ * MP_CKPT_CRASH_AT point between the write and the rename. On failure tmp is removed. */
 mp_code ck_views_replace(const ck_layout *L, const char *dir, const char *name,
                          mp_code (*write)(const ck_layout *, const char *, mp_err *), const char *crash_point,
-                         mp_err *e);
+                         int if_absent, int *wrote, mp_err *e);
+/* The steps of root's step_<digits> directories, newest first, unvalidated (ckpt_list checks each;
+ * ckpt/manage.c). */
+mp_code ck_scan_step_dirs(const char *root, int64_t **steps, int *n, mp_err *e);
 /* Are dir's views pending: version >= 3 and no dir/view.h5 entry (ckpt_views_pending; ckpt/views.c)? */
 int ck_views_pending(const char *dir, int version);
 /* ckpt/view_bg.c: writes dir/view.h5 of L (taken: *L is emptied) on a background thread, through

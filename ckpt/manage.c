@@ -149,6 +149,10 @@ mp_code ckpt_find_latest(const char *root, char *dir_out, size_t cap, int64_t *s
     return rc;
 }
 
+mp_code ck_scan_step_dirs(const char *root, int64_t **steps, int *n, mp_err *e) {
+    return scan_steps(root, "", steps, n, e);
+}
+
 mp_code ckpt_list(const char *root, int64_t **steps_out, int *n_out, mp_err *e) {
     int64_t *steps;
     int n;

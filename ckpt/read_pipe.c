@@ -30,8 +30,11 @@
  * handler (fork_prepare) parks every live worker first. It takes g_fork_mu, which ck_worker_new holds
  * from pthread_create until the worker is in g_live and ck_worker_free from the quit until the join
  * returns (so no thread is starting or ending), then, per worker, its mutex while the worker is parked
- * (blocked in its wait for a post, having released the mutex, holding nothing; a job posted or running
- * is let finish first), and keeps them all through the fork. The parent and child handlers release them; the
+ * (blocked in its wait for a post, having released the mutex, holding nothing; a job posted to it or
+ * running on it is let finish first: a job a waiting caller took over runs on the caller's own thread
+ * and is that thread's business, like any other code of the process), and keeps them all through the
+ * fork. g_fork_mu also covers a worker's allocation and its free, so no fork lands inside the allocator
+ * from here (GCC 12's ASan allocator has no fork handlers of its own). The parent and child handlers release them; the
  * child also forgets the parent's workers (they have no thread there). Do not fork from inside a job:
  * the prepare handler would wait for the job's own worker to park.
  */
@@ -122,14 +125,16 @@ static void *worker_main(void *arg) {
 }
 
 ck_worker *ck_worker_new(void) {
+    pthread_once(&g_atfork_once, register_atfork);
+    /* no fork while the worker is allocated or its thread starts (fork_prepare waits for it to park): a
+     * sanitizer's allocator without fork handlers (GCC 12's ASan) would leave the child its lock held */
+    pthread_mutex_lock(&g_fork_mu);
     ck_worker *w = mp_xcalloc(sizeof *w);
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->posted, NULL);
     pthread_cond_init(&w->done, NULL);
     pthread_cond_init(&w->parked_cv, NULL);
     w->pid = getpid();
-    pthread_once(&g_atfork_once, register_atfork);
-    pthread_mutex_lock(&g_fork_mu);   /* no fork while the thread starts: fork_prepare waits for it to park */
     w->threaded = pthread_create(&w->th, NULL, worker_main, w) == 0;
     if (w->threaded) {
         w->next = g_live;
@@ -158,6 +163,7 @@ void ck_worker_free(ck_worker *w) {
     }
     /* in a forked child the thread does not exist: nothing to join, and the mutex may have been
      * copied locked, so it is not destroyed either */
+    pthread_mutex_lock(&g_fork_mu);   /* no fork inside the allocator either (ck_worker_new) */
     if (ck_worker_usable(w)) {
         pthread_cond_destroy(&w->parked_cv);
         pthread_cond_destroy(&w->done);
@@ -165,6 +171,7 @@ void ck_worker_free(ck_worker *w) {
         pthread_mutex_destroy(&w->mu);
     }
     free(w);
+    pthread_mutex_unlock(&g_fork_mu);
 }
 
 void ck_worker_post(ck_worker *w, void (*fn)(void *), void *arg) {

@@ -21,10 +21,13 @@
  * Healing (issue 35): a kill or a full disk during that write leaves a published checkpoint whose views
  * are pending (no view.h5; ck_views_pending). ckpt_views_heal_start, called by training once it holds
  * the root's job lock and has resumed, runs the same thread over the root instead of one layout: every
- * complete step directory of the root (ckpt_list: a valid index, its rank files present; never a
- * .partial, never a step directory that is a symbolic link, whose target may not be ours) whose view.h5
- * is absent gets one, by the same steps; a view.h5 that exists is never rewritten (under its final name
- * it is complete; a damaged one is verify's and repair-views' business). The waits above apply alike.
+ * complete step directory of the root (ckpt_check_complete: a valid index, its rank files present; never
+ * a .partial, never a step directory that is a symbolic link, whose target may not be ours) whose view.h5
+ * is absent gets one, by the same steps; only those lacking view.h5 are read at all, so a root of many
+ * checkpoints costs a stat each. A view.h5 that exists is never rewritten (under its final name it is
+ * complete; a damaged one is verify's and repair-views' business), not even one another process's
+ * repair-views published while the heal waited: ck_views_replace serialises a directory's view writers
+ * with a flock and the heal writes only if view.h5 is still absent under it. The waits above apply alike.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/alloc.h"
@@ -50,42 +53,57 @@ static mp_err g_err;
 static double g_secs;
 static _Thread_local int t_view_thread;
 
-/* Writes dir/view.h5 of L (ck_views_replace; test hook MP_CKPT_FAIL_AT=view_write); a failure is a
+/* Writes dir/view.h5 of L (ck_views_replace; test hook MP_CKPT_FAIL_AT=view_write); if_absent: only
+ * when no other writer published one meanwhile (*wrote says whether this one did). A failure is a
  * warning naming dir and repair-views. On the view thread. */
-static mp_code write_view(const ck_layout *L, const char *dir, mp_err *e) {
+static mp_code write_view(const ck_layout *L, const char *dir, int if_absent, int *wrote, mp_err *e) {
+    *wrote = 0;
     mp_code rc = ck_fail_point("view_write", 0)
                      ? mp_err_set(e, MP_EIO, "MP_CKPT_FAIL_AT=view_write: a simulated failure")
-                     : ck_views_replace(L, dir, CK_VIEW_FILE, ck_view_write, "during_view", e);
+                     : ck_views_replace(L, dir, CK_VIEW_FILE, ck_view_write, "during_view", if_absent, wrote, e);
     if (rc != MP_OK)
         mp_warn("ckpt: checkpoint %s is complete and loadable, but writing its views (%s) failed: %s; run "
                 "meshpoint ckpt repair-views %s", dir, CK_VIEW_FILE, e->msg, dir);
     return rc;
 }
 
-/* Heals root: writes the missing view.h5 of each of its complete checkpoints whose views are pending,
- * logging each; a failure is warned (write_view) and the others still run. Returns the first failure.
+/* Heals step directory dir if its views are pending: a directory (never a link), view.h5 absent (checked
+ * first: the common case reads nothing), complete (ckpt_check_complete) and of format v3. Logs a write.
  * On the view thread. */
+static mp_code heal_step(const char *dir, mp_err *e) {
+    struct stat st;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || !ck_views_pending(dir, 3)) return MP_OK;
+    char *ip = ck_fmt("%s/index.h5", dir);
+    ck_layout L;
+    mp_err ie;
+    mp_code rc = MP_OK;
+    if (ckpt_check_complete(dir, NULL) == MP_OK && ck_index_read(ip, &L, &ie) == MP_OK) {
+        if (ck_views_pending(dir, L.version)) {
+            double t0 = ck_now();
+            int wrote;
+            rc = write_view(&L, dir, 1, &wrote, e);
+            if (!rc && wrote)
+                mp_info("views: wrote the missing %s of %s (its views were pending), %.2f s", CK_VIEW_FILE, dir,
+                        ck_now() - t0);
+        }
+        ck_layout_free(&L);
+    }
+    free(ip);
+    return rc;
+}
+
+/* Heals root: every step directory whose views are pending (heal_step) gets view.h5; a failure is warned
+ * and the others still run. Returns the first failure. On the view thread. */
 static mp_code heal_root(const char *root, mp_err *e) {
     int64_t *steps = NULL;
     int n = 0;
-    mp_code first = ckpt_list(root, &steps, &n, e);
+    mp_code first = ck_scan_step_dirs(root, &steps, &n, e);
+    if (first) mp_warn("ckpt: writing the pending views of %s: %s", root, e->msg);
     for (int i = 0; i < n; i++) {
-        char *dir = ck_fmt("%s/step_%08lld", root, (long long)steps[i]), *ip = ck_fmt("%s/index.h5", dir);
-        struct stat st;
-        ck_layout L;
-        mp_err ie;
-        mp_err *pe = first ? &ie : e;   /* the first failure's message is the one returned */
-        if (lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && ck_index_read(ip, &L, &ie) == MP_OK) {
-            if (ck_views_pending(dir, L.version)) {
-                double t0 = ck_now();
-                mp_code rc = write_view(&L, dir, pe);
-                if (!rc) mp_info("views: wrote the missing %s of %s (its views were pending), %.2f s", CK_VIEW_FILE,
-                                 dir, ck_now() - t0);
-                if (!first) first = rc;
-            }
-            ck_layout_free(&L);
-        }
-        free(ip);
+        char *dir = ck_fmt("%s/step_%08lld", root, (long long)steps[i]);
+        mp_err se;
+        mp_code rc = heal_step(dir, first ? &se : e);   /* the first failure's message is the one returned */
+        if (!first) first = rc;
         free(dir);
     }
     free(steps);
@@ -100,7 +118,8 @@ static void *view_main(void *arg) {
     double t0 = ck_now();
     mp_err e;
     mp_err_clear(&e);
-    mp_code rc = j->root ? heal_root(j->root, &e) : write_view(&j->L, j->dir, &e);
+    int wrote;
+    mp_code rc = j->root ? heal_root(j->root, &e) : write_view(&j->L, j->dir, 0, &wrote, &e);
     ck_layout_free(&j->L);
     free(j->dir);
     free(j->root);

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -351,17 +352,42 @@ mp_code ckpt_views_check(const char *dir, int read_through, ckpt_view_report_fn 
 
 /* ------------------------------------------------------------------------------------- repairing */
 
+/* Locks checkpoint directory dir against the other writers of its views (flock on the directory: the
+ * save's background write, the heal, `ckpt repair-views` from another process), waiting for one in
+ * progress. Returns the descriptor to pass to unlock_dir, or -1 where the file system has no flock (then
+ * the writers are not serialised, as before; every published file is still complete). */
+static int lock_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno == EINTR) continue;
+        close(fd);   /* ENOLCK, EOPNOTSUPP: no locks here */
+        return -1;
+    }
+    return fd;
+}
+
+static void unlock_dir(int fd) {
+    if (fd >= 0) close(fd);   /* closing the last descriptor releases the flock */
+}
+
 mp_code ck_views_replace(const ck_layout *L, const char *dir, const char *name,
                          mp_code (*write)(const ck_layout *, const char *, mp_err *), const char *crash_point,
-                         mp_err *e) {
+                         int if_absent, int *wrote, mp_err *e) {
     char *path = ck_fmt("%s/%s", dir, name), *tmp = ck_fmt("%s/%s.repair", dir, name);
     mp_code rc = MP_OK;
-    if (mp_fs_exists(tmp) && unlink(tmp))   /* a leftover of an interrupted write: ours to remove */
+    int lk = lock_dir(dir);
+    if (wrote) *wrote = 0;
+    if (if_absent && mp_fs_exists(path)) goto done;   /* another writer published it while we waited */
+    if (mp_fs_exists(tmp) && unlink(tmp))   /* a leftover of an interrupted write (the lock is ours) */
         rc = mp_err_set(e, MP_EIO, "removing %s: %s", tmp, strerror(errno));
     if (!rc) rc = write(L, tmp, e);
     if (!rc && crash_point) ck_crash_point(crash_point, 0);
     if (!rc) rc = mp_fs_rename_durable(tmp, path, dir, e);
     if (rc) unlink(tmp);
+    else if (wrote) *wrote = 1;
+done:
+    unlock_dir(lk);
     free(path);
     free(tmp);
     return rc;
@@ -381,9 +407,9 @@ mp_code ckpt_views_repair(const char *dir, mp_err *e) {
         rc = mp_err_set(e, MP_EINPUT, "repairing the views of %s: a version %d checkpoint is read-only (reshard it to "
                         "write version %d)", dir, L.version, CKPT_FORMAT_VERSION);
     else if (L.version >= 3)   /* the views live in view.h5: rebuild that file; index.h5 only links to it */
-        rc = ck_views_replace(&L, dir, CK_VIEW_FILE, ck_view_write, NULL, e);
+        rc = ck_views_replace(&L, dir, CK_VIEW_FILE, ck_view_write, NULL, 0, NULL, e);
     else
-        rc = ck_views_replace(&L, dir, "index.h5", ck_index_write, NULL, e);
+        rc = ck_views_replace(&L, dir, "index.h5", ck_index_write, NULL, 0, NULL, e);
     ck_layout_free(&L);
     return rc;
 }

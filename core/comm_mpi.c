@@ -161,19 +161,19 @@ static void ring_reduce_scatter(mp_comm *c, void *out, const void *in, const int
     size_t e = mp_dtype_size(dt);
     int64_t len = piece_elems(e), most = 0;
     for (int b = 0; b < p; b++) most = counts[b] > most ? counts[b] : most;
-    char *buf = p > 2 ? ring_scratch(c) : NULL, dummy[8];
+    char *buf = p > 2 ? ring_scratch(c) : NULL, none_out[8], none_in[8];   /* zero-count ends: never aliased */
     const char *x = in;
     for (int64_t off = 0; off < most; off += len) {
         const void *send = NULL;
         for (int k = 1; k < p; k++) {
             int sb = (r + p - k) % p, rb = (r + 2 * p - k - 1) % p;   /* the block sent, the block received */
             int ns = piece_len(counts[sb], off, len), nr = piece_len(counts[rb], off, len);
-            if (k == 1) send = ns ? x + (size_t)(displs[sb] + off) * e : dummy;
-            void *recv = k == p - 1 ? (nr ? (char *)out + (size_t)off * e : dummy)
+            if (k == 1) send = ns ? x + (size_t)(displs[sb] + off) * e : none_out;
+            void *recv = !nr ? none_in : k == p - 1 ? (char *)out + (size_t)off * e
                                     : buf + (size_t)(k & 1) * MP_COMM_MPI_PIECE_BYTES;
             ring_exchange(c, send, ns, recv, nr, mpi_type(dt), TAG);
             if (nr) reduce_into(recv, x + (size_t)(displs[rb] + off) * e, nr, dt);
-            send = recv;
+            send = nr ? recv : none_out;
         }
     }
 }
@@ -193,20 +193,20 @@ static void ring_all_reduce(mp_comm *c, void *x, int64_t n, mp_dtype dt) {
         mp_split(n, p, b, &start[b], &cnt[b]);
         most = cnt[b] > most ? cnt[b] : most;
     }
-    char *buf = ring_scratch(c), *xs = x;
+    char *buf = ring_scratch(c), *xs = x, none_out[8], none_in[8];   /* zero-count ends: never aliased */
     for (int64_t off = 0; off < most; off += len)
         for (int k = 1; k < p; k++) {   /* reduce-scatter: block r-k goes on, block r-k-1 comes in */
             int sb = (r + p - k) % p, rb = (r + 2 * p - k - 1) % p;
             int ns = piece_len(cnt[sb], off, len), nr = piece_len(cnt[rb], off, len);
-            ring_exchange(c, ns ? xs + (size_t)(start[sb] + off) * e : buf, ns, buf, nr, t, TAG);
+            ring_exchange(c, ns ? xs + (size_t)(start[sb] + off) * e : none_out, ns, nr ? buf : none_in, nr, t, TAG);
             if (nr) reduce_into(xs + (size_t)(start[rb] + off) * e, buf, nr, dt);
         }
     for (int64_t off = 0; off < most; off += len)
         for (int k = 0; k < p - 1; k++) {   /* all-gather: the summed block r-k goes on, r-k-1 comes in */
             int sb = (r + p - k) % p, rb = (r + 2 * p - k - 1) % p;
             int ns = piece_len(cnt[sb], off, len), nr = piece_len(cnt[rb], off, len);
-            char *send = ns ? xs + (size_t)(start[sb] + off) * e : buf;
-            char *recv = nr ? xs + (size_t)(start[rb] + off) * e : buf;
+            char *send = ns ? xs + (size_t)(start[sb] + off) * e : none_out;
+            char *recv = nr ? xs + (size_t)(start[rb] + off) * e : none_in;
             ring_exchange(c, send, ns, recv, nr, t, TAG);
         }
     free(start);

@@ -12,10 +12,12 @@
  * unless it looks like a typo of a key with an effect (a model field, "train", a key check_hf_constraint
  * reads) that the file does not give: `"rope_thetta": 500000` without rope_theta would otherwise train
  * with the default theta, another model. That is an error, "did you mean rope_theta?". "Looks like":
- * case aside, Damerau-Levenshtein distance <= 1 (<= 2 for keys of 10 characters or more), or the same
- * '_'-separated words with some shortened to a prefix of at least 3 letters (rms_norm_epsilon for
- * rms_norm_eps, hidden_activation for hidden_act). Real keys of other families that the rule would
- * take for typos (hf_other_families) only warn; so does a near key whose twin is in the file.
+ * case aside, Damerau-Levenshtein distance <= 1 (<= 2 for keys of 10 characters or more), or, for a key
+ * of several words, the same '_'-separated words with some shortened to a prefix of at least 3 letters
+ * (rms_norm_epsilon for rms_norm_eps; never "training" for train or "arch" for architectures). Real keys
+ * of other families that the rule would take for typos (hf_other_families) only warn, so does any
+ * *_token_id key (tokenizers define many: eot_, eom_, eod_, sep_token_id...), and so does a near key
+ * whose twin is in the file.
  */
 #include "layers/llama_config.h"
 #include "core/log.h"
@@ -331,7 +333,7 @@ static int key_nearness(const char *u, const char *k) {
     size_t len = strlen(k);
     int d = key_distance(u, k);
     if (d <= (len >= 10 ? 2 : len >= 4 ? 1 : 0)) return d;   /* (0: u differs from k in case only) */
-    return key_abbreviates(u, k) ? 3 : -1;
+    return strchr(k, '_') && key_abbreviates(u, k) ? 3 : -1;   /* of keys of several words only */
 }
 
 /* The known key nearest to u (NULL if none is near) and whether it is one a typo must not hide (a model
@@ -355,6 +357,8 @@ static const char *nearest_known_key(const cJSON *root, const char *u, int *hide
     }
     for (size_t i = 0; i < NFIELDS(hf_other_families); i++)
         if (!strcmp(u, hf_other_families[i])) *hides = 0;
+    size_t lu = strlen(u), lt = strlen("_token_id");
+    if (lu > lt && !strcmp(u + lu - lt, "_token_id")) *hides = 0;   /* eot_, eom_, eod_, sep_...: tokenizers' own */
     return best;
 }
 

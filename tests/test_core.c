@@ -525,7 +525,10 @@ Test(config, other_unknown_keys_are_ignored) {
         "\"num_experts_per_tok\": 2", "\"num_local_experts\": 8", "\"router_aux_loss_coef\": 0.01",
         "\"qkv_bias\": true", "\"n_head\": 4", "\"n_layer\": 2", "\"num_layers\": 2", "\"type_vocab_size\": 2",
         "\"final_logit_softcapping\": 30", "\"query_pre_attn_scalar\": 256", "\"original_max_position_embeddings\": 1",
-        "\"layer_types\": []", "\"rope_scaling_type\": 1", "\"norm_topk_prob\": true", "\"use_qk_norm\": true"};
+        "\"layer_types\": []", "\"rope_scaling_type\": 1", "\"norm_topk_prob\": true", "\"use_qk_norm\": true",
+        /* tokenizers' own token ids near eos_token_id, and single words near train / architectures */
+        "\"eot_token_id\": 1", "\"eom_token_id\": 1", "\"eod_token_id\": 1", "\"sos_token_id\": 1",
+        "\"bot_token_id\": 1", "\"training\": {}", "\"trainer\": 1", "\"trainable\": true", "\"arch\": 1"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         char text[512];
         snprintf(text, sizeof text, "{" SHAPE ", %s, \"rope_theta\": 1000}", ok[i]);

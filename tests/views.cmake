@@ -3,7 +3,7 @@
 # 2-rank checkpoint classified as detected / benign / missed / crash for a bounded time (issue 9 items 2
 # and 7). Uses the resume_data fixture of tests/resume.cmake.
 set(MP_VIEWS_ENV "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
-foreach(case intact wrong crash dense tables background pending pending_start)
+foreach(case intact wrong crash dense tables background pending pending_start pending_race)
   add_test(NAME views_${case}
            COMMAND ${CMAKE_SOURCE_DIR}/tests/views.sh $<TARGET_FILE:meshpoint> ${CMAKE_BINARY_DIR}/resume_data/t_train.bin
                    ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json ${CMAKE_BINARY_DIR}/views_${case}

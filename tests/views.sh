@@ -30,6 +30,9 @@
 #   pending_start  the same healing at a start that is not --resume: `train --resume-from` an older step
 #            (a rewind, under the job lock like every start) writes that step's missing view.h5; a fresh
 #            run (no --resume*) in a used run directory is refused before anything is written
+#   pending_race  a stand-in for another writer of step 2's views (holding the directory's flock, as
+#            ck_views_replace does) publishes view.h5 while train --resume heals: the heal waits, then
+#            keeps that file (no rewrite, no temporary left), and verify is clean
 set -u
 bin=$1; data=$2; config=$3; work=$4; plugins=$5; case=$6
 rm -rf "$work"; mkdir -p "$work"
@@ -254,6 +257,29 @@ pending_start)
         train --run-dir "$rd" --steps 2 --ckpt-every 1 --resume-from "$d"
     check_healed "$d" "$work/after"
     echo "ok ($case): $(grep -m1 "views: wrote" "$work/rewind")"
+    ;;
+pending_race)
+    # another writer of the same checkpoint's views (here a stand-in holding the directory's flock, as
+    # ck_views_replace does, that publishes a view.h5 before it lets go) while train --resume heals: the
+    # heal waits for the lock, then finds view.h5 there and leaves it (the same file, not rewritten)
+    rd=$work/r
+    ckr=$rd/checkpoints
+    train --run-dir "$rd" --steps 2 --ckpt-every 1 >"$work/train" 2>&1 || fail "training: $(cat "$work/train")"
+    d=$ckr/step_00000002
+    cp "$d/view.h5" "$work/theirs.h5"; rm "$d/view.h5"
+    flock "$d" sh -c 'touch "$1.held"; sleep 3; cp "$2" "$1/view.h5.theirs" && mv "$1/view.h5.theirs" "$1/view.h5"' \
+        sh "$d" "$work/theirs.h5" & holder=$!
+    for _ in $(seq 100); do [ -e "$d.held" ] && break; sleep 0.05; done
+    [ -e "$d.held" ] || fail "the stand-in writer did not take the lock"
+    rm "$d.held"
+    train --run-dir "$rd" --steps 3 --ckpt-every 1 --resume >"$work/resume" 2>&1 || fail "resume: $(cat "$work/resume")"
+    wait $holder || fail "the stand-in writer failed"
+    grep -q "views: wrote the missing" "$work/resume" && fail "the heal wrote a view another writer had published: $(cat "$work/resume")"
+    cmp -s "$d/view.h5" "$work/theirs.h5" || fail "step 2's view.h5 is not the one the other writer published"
+    ls "$d" | grep -q 'repair' && fail "a temporary file is left: $(ls "$d")"
+    expect 0 "ok" "$work/verify" "$bin" ckpt verify "$d"
+    grep -q "views pending" "$work/verify" && fail "verify still notes views pending: $(cat "$work/verify")"
+    echo "ok ($case): the heal waited for the other writer and kept its view.h5"
     ;;
 *) fail "unknown case" ;;
 esac
