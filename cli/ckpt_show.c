@@ -228,6 +228,7 @@ static void show_json(const ckpt_reader *r, const show_opts *o, const show_facts
     cJSON_AddNumberToObject(j, "num_tensors", f->nt);
     cJSON_AddNumberToObject(j, "num_boxes", ckpt_num_boxes(r));
     cJSON_AddNumberToObject(j, "tensor_bytes", (double)f->total);
+    cJSON_AddBoolToObject(j, "views_pending", ckpt_views_pending(r));
     if (o->tensors || o->boxes || o->stats) {
         cJSON *arr = cJSON_AddArrayToObject(j, "tensors");
         for (int i = 0; i < f->nt; i++) cJSON_AddItemToArray(arr, json_tensor(r, i, o, f->st ? &f->st[i] : NULL));
@@ -252,6 +253,9 @@ static void show_text_header(const ckpt_reader *r, const show_facts *f) {
     printf("%-15s%d rank file%s, %d box%s\n", "saved as", f->nfiles, f->nfiles == 1 ? "" : "s", ckpt_num_boxes(r),
            ckpt_num_boxes(r) == 1 ? "" : "es");
     printf("%-15s%d (%lld elements, %s)\n", "tensors", f->nt, (long long)f->elems, mp_ckpt_human(hb, sizeof hb, f->total));
+    if (ckpt_views_pending(r))   /* the checkpoint is complete; only h5py's /view datasets wait for view.h5 */
+        printf("%-15spending: no view.h5 yet (the next train --resume writes it, or meshpoint ckpt repair-views %s)\n",
+               "views", f->dir);
 }
 
 /* Text: the model config block. */

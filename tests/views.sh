@@ -20,7 +20,8 @@
 #            repair-views writes them and verify passes without the note
 #   pending  views pending (issue 35): a run's step 2 without view.h5 (a leftover view.h5.repair beside it)
 #            and step 1 without view.h5: `ckpt verify` exits 0 with ONE line about it, naming `meshpoint
-#            ckpt repair-views DIR` (no per-tensor line, no problem; "views_pending": true in --json);
+#            ckpt repair-views DIR` (no per-tensor line, no problem; "views_pending": true in --json; ckpt
+#            show says it too);
 #            `ckpt ls` marks both "views pending" (--json too). `train --resume` writes both view.h5 in the
 #            background (logged), removes the leftover, and afterwards verify passes without the note, ls
 #            marks nothing and h5py reads every view equal to the rank files' boxes. What is not the run's
@@ -222,6 +223,10 @@ import json, sys
 j = json.load(sys.stdin)
 p = {c["dir"]: c["views_pending"] for c in j["checkpoints"]}
 assert p["step_00000001"] and p["step_00000002"], p' || fail "ls --json does not mark the pending views"
+    expect 0 "^views +pending: no view.h5 yet .*repair-views $d" "$work/show" "$bin" ckpt show "$d"
+    "$bin" ckpt show --json "$d" | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["views_pending"] is True' || fail "show --json does not say views_pending"
     # a view.h5 that exists is never rewritten, even a wrong one: step 1 gets one whose view of a tensor is
     # deleted; it is then not pending, and verify fails on it
     "$bin" ckpt repair-views "$ckr/step_00000001" >/dev/null 2>&1 || fail "repair-views of step 1"
@@ -240,6 +245,7 @@ with h5py.File(sys.argv[1], "r+") as f: del f["view/model/model.norm.weight"]' "
     rm "$ckr/step_00000000"   # the link (its target's views stay pending): not part of what ls checks next
     expect 0 "step_00000003 .*<- latest" "$work/ls2" "$bin" ckpt ls "$rd"
     grep -q "views pending" "$work/ls2" && fail "ls still marks views pending: $(cat "$work/ls2")"
+    "$bin" ckpt show "$d" | grep -q "^views" && fail "show still says the views are pending"
     echo "ok ($case): $(grep -m1 "views: wrote" "$work/resume")"
     ;;
 pending_start)
