@@ -184,10 +184,10 @@ void mp_memplan_report(const mp_runtime *rt, int64_t planned) {
     char b[4][32], on[64] = "";
     if (world > 1) snprintf(on, sizeof on, " on rank %d of %d (the least below its plan)", worst, world);
     mp_info("memory: peak %s (%lld bytes)%s resident above the %s at start-up (VmHWM %s), plan %s (%lld bytes); "
-            "allocator peak %s",
+            "allocator peak %s (%lld bytes)",
             mp_ckpt_human(b[0], 32, f[PEAK_ABOVE]), (long long)f[PEAK_ABOVE], on,
             mp_ckpt_human(b[1], 32, f[PEAK_START]),
             mp_ckpt_human(b[2], 32, f[PEAK_HWM]), mp_ckpt_human(b[3], 32, f[PEAK_PLAN]), (long long)f[PEAK_PLAN],
-            mp_ckpt_human((char[32]){0}, 32, f[PEAK_ALLOC]));
+            mp_ckpt_human((char[32]){0}, 32, f[PEAK_ALLOC]), (long long)f[PEAK_ALLOC]);
     free(all);
 }
