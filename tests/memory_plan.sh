@@ -14,36 +14,19 @@
 set -u
 bin=$1; data=$2; val=$3; config=$4; work=$5; mpiexec=${6:-mpiexec}; case=memory_plan
 rm -rf "$work"; mkdir -p "$work"
-. "$(dirname "$0")/lib.sh"   # fail
-allowance=$((16 * 1048576))
-# check NAME LOG: LOG holds a peak line whose peak is within the plan plus the allowance
-check() {
-    local line peak plan
-    line=$(grep 'memory: peak' "$2") || fail "$1: no 'memory: peak' line: $(cat "$2")"
-    peak=$(echo "$line" | sed -n 's/.*memory: peak [^(]*(\([0-9]*\) bytes).*/\1/p')
-    plan=$(echo "$line" | sed -n 's/.*, plan [^(]*(\([0-9]*\) bytes).*/\1/p')
-    [ -n "$peak" ] && [ -n "$plan" ] || fail "$1: cannot read the figures of: $line"
-    [ -z "${3:-}" ] || echo "$line" | grep -q " on rank [0-9]* of $3 " || fail "$1: not the line of $3 ranks: $line"
-    if [ -n "${MP_SANITIZED:-}" ]; then   # tests/sanitize.cmake: the bound is the Release build's
-        echo "$1: peak $peak, plan $plan bytes (bound not asserted in the sanitizer build)"
-        return
-    fi
-    [ "$peak" -le $((plan + allowance)) ] ||
-        fail "$1: peak $peak bytes is $(((peak - plan) / 1048576)) MiB above the plan ($plan bytes): $line"
-    echo "$1: peak $((peak / 1048576)) MiB, plan $((plan / 1048576)) MiB"
-}
-# run NAME CMD...: CMD must exit 0 and pass check
+. "$(dirname "$0")/lib.sh"   # fail, peak_within_plan
+# run NAME CMD...: CMD must exit 0 and pass peak_within_plan
 run() {
     local name=$1; shift
     "$@" >"$work/$name.log" 2>&1 || fail "$name: exit $?: $(cat "$work/$name.log")"
-    check "$name" "$work/$name.log"
+    peak_within_plan "$name" "$work/$name.log"
 }
-# run_np NAME NP ARGS...: meshpoint ARGS on NP ranks must exit 0 and pass check for all NP of them
+# run_np NAME NP ARGS...: meshpoint ARGS on NP ranks must exit 0 and pass peak_within_plan for all NP of them
 run_np() {
     local name=$1 np=$2; shift 2
     $mpiexec --allow-run-as-root --oversubscribe -np "$np" "$bin" "$@" >"$work/$name.log" 2>&1 ||
         fail "$name: exit $?: $(cat "$work/$name.log")"
-    check "$name" "$work/$name.log" "$np"
+    peak_within_plan "$name" "$work/$name.log" "$np"
 }
 T=(--config "$config" --train-data "$data" --log-every 0 --batch 2 --seq-len 16 --ckpt-every 2 --run-dir "$work/run")
 run train "$bin" train "${T[@]}" --steps 2
