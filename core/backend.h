@@ -172,6 +172,26 @@ struct mp_backend {
     void (*rmsnorm_bwd)(mp_backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w,
                         const float *rstd, int N, int D);
 
+    /* ---- biases and per-head RMSNorm (Qwen2's q/k/v biases, Qwen3's q_norm and k_norm) ----
+     * Both act on a column block of a wider row (the q | k | v columns of the fused projection): row
+     * stride ldx, columns outside the block neither read nor written. */
+    /* x[n, j] += b[j] for n < N, j < cols; b is a compute tensor; the sum is formed in fp32 and rounded
+     * once to act_dtype. */
+    void (*bias_add)(mp_backend *be, void *x, int ldx, const void *b, int N, int cols);
+    /* db[j] += sum_n dx[n, j] (fp32, accumulates; the sum in an order fixed by N alone). */
+    void (*bias_bwd)(mp_backend *be, float *db, const void *dx, int ldx, int N, int cols);
+    /* In place over the H heads of hd columns at the start of each of N rows of x: per (row, head)
+     * y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) over the head's hd values, w [hd] a compute tensor.
+     * rstd [N*H] (index n*H + h) is written; x_save, when not NULL, receives the input dense [N, H*hd]
+     * (what the backward needs; NULL for inference). */
+    void (*head_rmsnorm_fwd)(mp_backend *be, void *x, int ldx, void *x_save, float *rstd, const void *w, int N,
+                             int H, int hd, float eps);
+    /* In place: dx (H heads of hd columns per row, row stride ldx) holds the gradient of the normed
+     * output and receives the gradient of the input (=); x_save and rstd as the forward wrote them; dw [hd]
+     * accumulates (fp32). */
+    void (*head_rmsnorm_bwd)(mp_backend *be, void *dx, int ldx, float *dw, const void *x_save, const float *rstd,
+                             const void *w, int N, int H, int hd);
+
     /* ---- RoPE (HF rotate_half: pairs i and i + hd/2) ----
      * x is [B, T, H, hd] with row stride ld (elements from one token's heads to the next's, ld >= H*hd:
      * the heads may be a column block of a wider row, as q and k are of the fused [q | k | v] projection,

@@ -32,6 +32,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/rope.h"
+#include "layers/family.h"
 
 #define LLAMA_MAX_EOS 16   /* end-of-sequence ids kept from a config (Llama 3.x lists 3) */
 
@@ -48,6 +49,16 @@ typedef struct llama_config {
     int tie_word_embeddings;
     double initializer_range;
     mp_rope_scaling rope_scaling;           /* rope_scaling / rope_parameters (default: none) */
+    /* The family (layers/family.h) and what it adds. llama_config_default and every config of format
+     * <= 3 are LLAMA_FAMILY_LLAMA with none of these. */
+    llama_family family;
+    int head_dim;            /* 0: hidden_size / num_attention_heads; else explicit (Qwen3); llama_head_dim */
+    int qkv_bias;            /* q_proj, k_proj, v_proj have biases (Qwen2) */
+    int qk_norm;             /* q_norm, k_norm before RoPE (Qwen3) */
+    /* Sliding-window attention (Mistral, Phi-3, Qwen2 use_sliding_window): query t sees keys
+     * t - sliding_window + 1 .. t (transformers' rule) in layers l >= first_sliding_layer; 0: none. */
+    int sliding_window;
+    int first_sliding_layer;
     /* eos_token_id (an int, a list, or null/absent: n_eos 0): not the model's math, kept so that
      * generation can stop and export writes it back; ids outside [0, vocab_size) are dropped with a
      * warning. Not compared by llama_config_diff. */
@@ -119,8 +130,14 @@ int llama_rope_scaling_equal(const mp_rope_scaling *a, const mp_rope_scaling *b)
  * "llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192)". */
 void llama_rope_scaling_describe(const mp_rope_scaling *s, char *buf, size_t cap);
 
-/* hidden_size / num_attention_heads. */
-static inline int llama_head_dim(const llama_config *m) { return m->hidden_size / m->num_attention_heads; }
+/* The head dimension: head_dim when given, else hidden_size / num_attention_heads. */
+static inline int llama_head_dim(const llama_config *m) {
+    return m->head_dim ? m->head_dim : m->hidden_size / m->num_attention_heads;
+}
+/* The attention window of layer l: sliding_window, or 0 (the whole causal prefix). */
+static inline int llama_layer_window(const llama_config *m, int l) {
+    return m->sliding_window && l >= m->first_sliding_layer ? m->sliding_window : 0;
+}
 /* Number of parameters of the (unpadded) model; never overflows: saturates at INT64_MAX, and is -1 when
  * a dimension is not positive. At most LLAMA_CONFIG_MAX_PARAMS for a validated config. */
 int64_t llama_config_num_params(const llama_config *m);
