@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/bench_train.sh — training throughput of `meshpoint train` (CPU, one process, 1x1 mesh) against
-# current PyTorch on the same machine in the same run, for configs/bench_tiny.json and bench_small.json.
+# current PyTorch on the same machine in the same run, for configs/bench_tiny.json, bench_tiny_qwen3.json (the
+# tiny shape as Qwen3: head_dim 128 > hidden/heads, q/k norms) and bench_small.json.
 #
-#   bench/bench_train.sh [--bin build/meshpoint] [--threads N] [--only tiny|small] [--out DIR]
+#   bench/bench_train.sh [--bin build/meshpoint] [--threads N] [--only tiny|qwen3|small] [--out DIR]
 #                        [--tiny-steps 10] [--small-steps 2] [--peers eager,compile[,debian]]
 #                        [--modes 1,N] [--repeat R] [--python PY] [--sgemm-bin PATH]
 #                        [--data FILE --data-format u16|u32|llmc]
@@ -69,7 +70,7 @@ if [ -z "$bin" ]; then
   done
 fi
 [ -n "$bin" ] && [ -x "$bin" ] || bad "no meshpoint binary (build it, or pass --bin)"
-case "$only" in ""|tiny|small) ;; *) bad "--only tiny|small" ;; esac
+case "$only" in ""|tiny|small|qwen3) ;; *) bad "--only tiny|small|qwen3" ;; esac
 [[ "$tiny_steps" =~ ^[0-9]+$ && "$tiny_steps" -gt 2 ]] || bad "--tiny-steps must exceed the 2 warm-up steps"
 [[ "$small_steps" =~ ^[0-9]+$ && "$small_steps" -gt 1 ]] || bad "--small-steps must exceed the 1 warm-up step"
 [[ "$threads" =~ ^[0-9]+$ && "$threads" -ge 1 ]] || bad "--threads N"
@@ -126,7 +127,7 @@ model_shapes() {
 import json, sys
 c = json.load(open(sys.argv[1])); B, T = int(sys.argv[2]), int(sys.argv[3])
 D, I, L, H, V = (c[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"))
-KV = c.get("num_key_value_heads", H); hd = D // H; qd, kd, N = H * hd, KV * hd, B * T
+KV = c.get("num_key_value_heads", H); hd = c.get("head_dim") or D // H; qd, kd, N = H * hd, KV * hd, B * T
 lin = [(D, qd, L), (D, kd, 2 * L), (qd, D, L), (D, I, 2 * L), (I, D, L), (D, V, 1)]   # (in, out, count)
 nmm = sum(i * o * k for i, o, k in lin)
 specs = {}
@@ -263,8 +264,9 @@ bench_config() {   # NAME CONFIG STEPS WARMUP B T
   sgemm_span[$name]="$before -> $after"
 }
 
-[ "$only" = "small" ] || bench_config tiny "$root/configs/bench_tiny.json" "$tiny_steps" 2 4 256
-[ "$only" = "tiny" ] || bench_config small "$root/configs/bench_small.json" "$small_steps" 1 4 512
+[ -n "$only" ] && [ "$only" != tiny ] || bench_config tiny "$root/configs/bench_tiny.json" "$tiny_steps" 2 4 256
+[ -n "$only" ] && [ "$only" != qwen3 ] || bench_config qwen3 "$root/configs/bench_tiny_qwen3.json" "$tiny_steps" 2 4 256
+[ -n "$only" ] && [ "$only" != small ] || bench_config small "$root/configs/bench_small.json" "$small_steps" 1 4 512
 
 # The table. Ratio columns: meshpoint / that side (blank on meshpoint's own row).
 has1=0; hasN=0

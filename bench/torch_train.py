@@ -59,16 +59,16 @@ def cpu_time():
 def build_model(args):
     """(model, vocab size, loss_fn(x, y) -> mean CE, description)."""
     if args.model == "hf":
-        from transformers import LlamaConfig as HFConfig, LlamaForCausalLM as HFLlama
+        from transformers import AutoConfig, AutoModelForCausalLM
         import transformers
-        cfg = HFConfig.from_json_file(args.config)
-        model = HFLlama._from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+        cfg = AutoConfig.from_pretrained(args.config)   # the config.json's model_type picks the class
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
         V = cfg.vocab_size
 
         def loss_fn(x, y):
             logits = model(input_ids=x, use_cache=False).logits
             return F.cross_entropy(logits.reshape(-1, V).float(), y.reshape(-1))
-        desc = f"transformers {transformers.__version__} LlamaForCausalLM attn={model.config._attn_implementation}"
+        desc = f"transformers {transformers.__version__} {type(model).__name__} attn={model.config._attn_implementation}"
     else:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
         from llama_torch import LlamaConfig, LlamaForCausalLM
