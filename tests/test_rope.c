@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/backend.h"
 #include "layers/llama_config.h"
+#include "layers/rope.h"
 
 #define SHAPE "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, " \
               "\"vocab_size\": 256"
