@@ -129,7 +129,9 @@ static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp
     if (!cJSON_IsObject(item))
         return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected an object or null, got %s", name, k,
                           mp_json_type(item));
-    const cJSON *type = NULL, *param[NROPE_KEYS] = {0};
+    /* an unknown key is refused after the type: an unsupported type's own keys (Phi-3's longrope puts
+     * long_factor before "type") must not hide its name */
+    const cJSON *type = NULL, *param[NROPE_KEYS] = {0}, *unknown = NULL;
     for (const cJSON *c = item->child; c; c = c->next) {
         size_t j = 0;
         while (j < NROPE_KEYS && strcmp(c->string, rope_keys[j].key)) j++;
@@ -155,8 +157,8 @@ static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp
             if (!cJSON_IsNumber(c) || c->valuedouble != 1.0)
                 return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": only partial_rotary_factor 1 is supported",
                                   name, k);
-        } else {
-            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": unsupported key \"%s\"", name, k, c->string);
+        } else if (!unknown) {
+            unknown = c;
         }
     }
     if (!type)
@@ -171,6 +173,7 @@ static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp
         return mp_err_set(err, MP_EINPUT,
                           "%s: key \"%s\": %s \"%s\" is not supported (supported: \"default\", \"linear\", \"llama3\")",
                           name, k, type->string, tn);
+    if (unknown) return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": unsupported key \"%s\"", name, k, unknown->string);
     for (size_t j = 0; j < NROPE_KEYS; j++) {
         int used = (rope_keys[j].types >> out->type) & 1u;
         if (param[j] && !used)

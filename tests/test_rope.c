@@ -1,7 +1,8 @@
 /*
  * tests/test_rope.c — RoPE scaling in the config parser and the tables (issue 10, item 3):
  * rope_scaling / rope_parameters of types "linear" and "llama3" parse into llama_config.rope_scaling,
- * every bad field is refused with a message naming it (unknown types naming the type), the scaling
+ * every bad field is refused with a message naming it (unknown types naming the type, also when the
+ * type's own keys come first, as in Phi-3's 128k "longrope" / "su" configs), the scaling
  * survives llama_config_to_json (what a checkpoint stores), and the default tables are bit for bit
  * what they were before scaling existed. The float64 comparison with transformers' formulas is
  * tests/python/rope_reference.py (ctest rope_reference).
@@ -73,7 +74,16 @@ Test(rope_config, bad_scaling_is_refused_naming_the_field) {
     const char *bad[][2] = {
         {"\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 2.0}", "\"yarn\" is not supported"},
         {"\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}", "\"dynamic\""},
-        {"\"rope_scaling\": {\"rope_type\": \"longrope\"}", "\"longrope\""},
+        {"\"rope_scaling\": {\"rope_type\": \"longrope\"}", "\"longrope\" is not supported"},
+        /* Phi-3's 128k configs as published: the type after its own keys, which must not hide it */
+        {"\"rope_scaling\": {\"long_factor\": [1.08, 1.1], \"short_factor\": [1.0, 1.0], \"type\": \"longrope\"}",
+         "type \"longrope\" is not supported"},
+        {"\"rope_scaling\": {\"long_factor\": [1.08, 1.1], \"short_factor\": [1.0, 1.0], \"type\": \"su\"}",
+         "type \"su\" is not supported"},
+        {"\"rope_parameters\": {\"rope_type\": \"longrope\", \"long_factor\": [1.0], \"short_factor\": [1.0], "
+         "\"long_mscale\": 1.2, \"rope_theta\": 10000.0}", "rope_type \"longrope\" is not supported"},
+        {"\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}",
+         "\"yarn\" is not supported"},
         {"\"rope_parameters\": {\"rope_type\": \"ntk\", \"factor\": 2.0}", "\"ntk\""},
         {"\"rope_scaling\": {\"rope_type\": 3}", "rope_type: expected a string"},
         {"\"rope_scaling\": {\"factor\": 2.0}", "needs \"rope_type\""},
