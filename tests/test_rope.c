@@ -3,9 +3,9 @@
  * rope_scaling / rope_parameters of types "linear" and "llama3" parse into llama_config.rope_scaling,
  * every bad field is refused with a message naming it (unknown types naming the type, also when the
  * type's own keys come first, as in Phi-3's 128k "longrope" / "su" configs), the scaling
- * survives llama_config_to_json (what a checkpoint stores), and the default tables are bit for bit
- * what they were before scaling existed. The float64 comparison with transformers' formulas is
- * tests/python/rope_reference.py (ctest rope_reference).
+ * survives llama_config_to_json (what a checkpoint stores), and the tables (layers/rope.c) are bit for
+ * bit what they were: the default as before scaling existed, the scaled ones rounded as it is. The
+ * float64 comparison with transformers' formulas is tests/python/rope_reference.py (ctest rope_reference).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -184,6 +184,28 @@ Test(rope_tables, default_is_unchanged_bit_for_bit) {
             cr_assert_eq(s[p * HD / 2 + i], (float)sin(a));
         }
     cr_assert(!memcmp(c, c2, sizeof c) && !memcmp(s, s2, sizeof s));
+}
+
+/* Scaled tables are made as the default ones are: the angle p * inv_freq in double, its cos and sin each
+ * rounded to fp32 once, bit for bit (Llama 3.1's llama3 numbers and a linear scaling, at hd 128). With
+ * default_is_unchanged_bit_for_bit and llama3_bands this pins the tables the model has always had. */
+Test(rope_tables, scaled_tables_round_the_double_angle_once) {
+    enum { P = 2048, HD = 128 };
+    static float c[P * HD / 2], s[P * HD / 2];
+    const mp_rope_scaling sc[] = {{MP_ROPE_LLAMA3, 8, 1, 4, 8192}, {MP_ROPE_LINEAR, 2.5, 0, 0, 0}};
+    for (size_t k = 0; k < sizeof sc / sizeof sc[0]; k++) {
+        mp_rope_tables(c, s, P, HD, 500000.0, &sc[k]);
+        int scaled = 0;
+        for (int i = 0; i < HD / 2; i++) {
+            double f = mp_rope_inv_freq(i, HD, 500000.0, &sc[k]);
+            scaled += f != pow(500000.0, -2.0 * i / HD);
+            for (int p = 0; p < P; p++) {
+                cr_assert_eq(c[p * HD / 2 + i], (float)cos((double)p * f), "%zu: p %d i %d", k, p, i);
+                cr_assert_eq(s[p * HD / 2 + i], (float)sin((double)p * f), "%zu: p %d i %d", k, p, i);
+            }
+        }
+        cr_assert(scaled > 0, "scaling %zu changed no frequency", k);
+    }
 }
 
 /* The bands of llama3 by hand: high frequencies unchanged, low ones / factor, the medium one smoothed
