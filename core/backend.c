@@ -1,9 +1,5 @@
 /*
- * core/backend.c — choosing a backend by name, and the RoPE tables every backend shares.
- *
- * RoPE tables (mp_rope_tables) follow transformers' inverse frequencies: default theta^(-2i/hd), "linear"
- * divides them by factor, "llama3" leaves high frequencies, divides low ones by factor and interpolates
- * smoothly between (modeling_rope_utils._compute_llama3_parameters), all in double, rounded to fp32 once.
+ * core/backend.c — choosing a backend by name.
  *
  * "cuda" is a known name in every build. It is reached through the CUDA module (core/cuda_module.h),
  * loaded on this first request: a build without the CUDA toolkit refuses it saying so, a module that
@@ -14,7 +10,6 @@
  */
 #include "core/backend.h"
 #include <assert.h>
-#include <math.h>
 #include <string.h>
 #include "core/cuda_module.h"
 
@@ -39,35 +34,4 @@ mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err) {
         return m->backend(out, err);
     }
     return mp_err_set(err, MP_EINPUT, "device: unknown device '%s' (expected cpu, cpu-bf16 or cuda)", name);
-}
-
-double mp_rope_inv_freq(int i, int hd, double theta, const mp_rope_scaling *sc) {
-    assert(hd > 0 && hd % 2 == 0 && i >= 0 && i < hd / 2 && theta > 0);
-    double inv_freq = pow(theta, -2.0 * i / hd);   /* the default, unchanged bit for bit */
-    if (!sc || sc->type == MP_ROPE_DEFAULT) return inv_freq;
-    if (sc->type == MP_ROPE_LINEAR) return inv_freq / sc->factor;
-    assert(sc->type == MP_ROPE_LLAMA3 && sc->high_freq_factor > sc->low_freq_factor);
-    /* transformers' _compute_llama3_parameters, element by element, in double */
-    double old_len = sc->original_max_position_embeddings;
-    double low_freq_wavelen = old_len / sc->low_freq_factor;
-    double high_freq_wavelen = old_len / sc->high_freq_factor;
-    double wavelen = 2 * M_PI / inv_freq;
-    double llama = wavelen > low_freq_wavelen ? inv_freq / sc->factor : inv_freq;
-    int medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
-    if (!medium) return llama;
-    double smooth = (old_len / wavelen - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
-    return (1 - smooth) * llama / sc->factor + smooth * llama;
-}
-
-void mp_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, double theta, const mp_rope_scaling *sc) {
-    assert(hd > 0 && hd % 2 == 0 && max_pos >= 0 && theta > 0);
-    const int half = hd / 2;
-    for (int i = 0; i < half; i++) {
-        double inv_freq = mp_rope_inv_freq(i, hd, theta, sc);
-        for (int p = 0; p < max_pos; p++) {
-            double a = (double)p * inv_freq;
-            cos_t[(size_t)p * half + i] = (float)cos(a);
-            sin_t[(size_t)p * half + i] = (float)sin(a);
-        }
-    }
 }

@@ -38,7 +38,6 @@
 #include <stdint.h>
 #include "core/alloc.h"
 #include "core/error.h"
-#include "core/rope.h"
 #include "core/tensor.h"
 
 typedef struct mp_backend mp_backend;
@@ -195,7 +194,8 @@ struct mp_backend {
     /* ---- RoPE (HF rotate_half: pairs i and i + hd/2) ----
      * x is [B, T, H, hd] with row stride ld (elements from one token's heads to the next's, ld >= H*hd:
      * the heads may be a column block of a wider row, as q and k are of the fused [q | k | v] projection,
-     * layers/llama.c). Token t has position pos0 + t. cos/sin tables are [max_pos, hd/2] (rope_init).
+     * layers/llama.c). Token t has position pos0 + t. cos/sin tables are [max_pos, hd/2] fp32, row p the
+     * angles of position p: the model computes them (layers/rope.h); the ops only rotate by them.
      * fwd rotates in place; bwd applies the inverse rotation in place (the gradient of a rotation).
      * Elements outside the H*hd columns of each row are neither read nor written. */
     void (*rope_fwd)(mp_backend *be, void *x, const float *cos_t, const float *sin_t, int B, int T, int H,
@@ -296,16 +296,5 @@ static inline void *mp_act_at(const mp_backend *be, const void *p, int64_t i) {
 }
 /* The backend for "cpu", "cpu-bf16" or "cuda"; MP_EDEVICE with a clear message if unavailable (e.g. no GPU). */
 mp_code mp_backend_get(const char *name, mp_backend **out, mp_err *err);
-
-/* The RoPE inverse frequency of pair i (0 <= i < hd/2), in double, as transformers computes it
- * (modeling_rope_utils): default theta^(-2i/hd); sc->type linear: that / factor; llama3: with
- * wavelen = 2 pi / inv_freq, unchanged below original_max_position_embeddings / high_freq_factor, / factor
- * above original_max_position_embeddings / low_freq_factor, and in between (bounds included)
- * (1 - s) * inv_freq / factor + s * inv_freq with s = (original / wavelen - low) / (high - low).
- * sc NULL or MP_ROPE_DEFAULT: no scaling. sc must be valid (the model config's checks, core/rope.h). */
-double mp_rope_inv_freq(int i, int hd, double theta, const mp_rope_scaling *sc);
-/* Precomputes RoPE tables cos/sin [max_pos, hd/2] on the host, in double then rounded:
- * angle = pos * mp_rope_inv_freq(i, hd, theta, sc) (transformers' rotary embedding; sc NULL: no scaling). */
-void mp_rope_tables(float *cos_t, float *sin_t, int max_pos, int hd, double theta, const mp_rope_scaling *sc);
 
 #endif

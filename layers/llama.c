@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "layers/llama_impl.h"
+#include "layers/rope.h"
 
 /* ---- linear layers: W is [out, in] row-major (HF/PyTorch layout) ---- */
 

@@ -106,59 +106,6 @@ void llama_config_default(llama_config *m) {
     m->initializer_range = 0.02;
 }
 
-const char *llama_rope_type_name(mp_rope_type t) {
-    switch (t) {
-    case MP_ROPE_DEFAULT: return "default";
-    case MP_ROPE_LINEAR: return "linear";
-    case MP_ROPE_LLAMA3: return "llama3";
-    }
-    return "unknown";
-}
-
-int llama_rope_scaling_equal(const mp_rope_scaling *a, const mp_rope_scaling *b) {
-    if (a->type != b->type) return 0;
-    if (a->type == MP_ROPE_DEFAULT) return 1;
-    if (a->factor != b->factor) return 0;
-    if (a->type == MP_ROPE_LINEAR) return 1;
-    return a->low_freq_factor == b->low_freq_factor && a->high_freq_factor == b->high_freq_factor &&
-           a->original_max_position_embeddings == b->original_max_position_embeddings;
-}
-
-void llama_rope_scaling_describe(const mp_rope_scaling *s, char *buf, size_t cap) {
-    if (s->type == MP_ROPE_LINEAR)
-        snprintf(buf, cap, "linear (factor %.17g)", s->factor);
-    else if (s->type == MP_ROPE_LLAMA3)
-        snprintf(buf, cap, "llama3 (factor %.17g, low_freq_factor %.17g, high_freq_factor %.17g, "
-                 "original_max_position_embeddings %d)", s->factor, s->low_freq_factor, s->high_freq_factor,
-                 s->original_max_position_embeddings);
-    else
-        snprintf(buf, cap, "%s", llama_rope_type_name(s->type));
-}
-
-/* The ranges of a scaling's numbers (those its type uses); the message names the field:
- * factor >= 1 (transformers: "factor field must be a float >= 1"), low_freq_factor > 0,
- * high_freq_factor > low_freq_factor (equal factors divide by zero in the smooth band),
- * original_max_position_embeddings > 0. */
-static mp_code check_scaling_values(const mp_rope_scaling *s, mp_err *err) {
-    if (s->type == MP_ROPE_DEFAULT) return MP_OK;
-    if (s->type != MP_ROPE_LINEAR && s->type != MP_ROPE_LLAMA3)
-        return mp_err_set(err, MP_EINPUT, "unknown rope_type %d", (int)s->type);
-    if (!isfinite(s->factor) || !(s->factor >= 1.0))
-        return mp_err_set(err, MP_EINPUT, "\"factor\": must be a finite number >= 1, got %g", s->factor);
-    if (s->type == MP_ROPE_LINEAR) return MP_OK;
-    if (!isfinite(s->low_freq_factor) || !(s->low_freq_factor > 0))
-        return mp_err_set(err, MP_EINPUT, "\"low_freq_factor\": must be a finite number > 0, got %g",
-                          s->low_freq_factor);
-    if (!isfinite(s->high_freq_factor) || !(s->high_freq_factor > s->low_freq_factor))
-        return mp_err_set(err, MP_EINPUT,
-                          "\"high_freq_factor\": must be a finite number > low_freq_factor (%g), got %g",
-                          s->low_freq_factor, s->high_freq_factor);
-    if (s->original_max_position_embeddings <= 0)
-        return mp_err_set(err, MP_EINPUT, "\"original_max_position_embeddings\": must be > 0, got %d",
-                          s->original_max_position_embeddings);
-    return MP_OK;
-}
-
 /* The parameter keys of a rope_scaling object, and which types use them. */
 static const struct { const char *key; unsigned types; } rope_keys[] = {
     {"factor", (1u << MP_ROPE_LINEAR) | (1u << MP_ROPE_LLAMA3)},
@@ -170,7 +117,7 @@ static const struct { const char *key; unsigned types; } rope_keys[] = {
 
 /* rope_scaling / rope_parameters (transformers 5): null (*have = 0), or an object (*have = 1) whose
  * rope_type (or the older "type"; both given must agree) is "default", "linear" or "llama3", with exactly
- * the parameters that type uses (each a number, range-checked: check_scaling_values), stored in *out; in
+ * the parameters that type uses (each a number, range-checked: llama_rope_scaling_check), stored in *out; in
  * rope_parameters also rope_theta (stored in *theta, *have_theta = 1). partial_rotary_factor may be 1.
  * Any other type or key changes the math or is unknown: refused naming it. */
 static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp_rope_scaling *out, int *have,
@@ -182,7 +129,9 @@ static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp
     if (!cJSON_IsObject(item))
         return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected an object or null, got %s", name, k,
                           mp_json_type(item));
-    const cJSON *type = NULL, *param[NROPE_KEYS] = {0};
+    /* an unknown key is refused after the type: an unsupported type's own keys (Phi-3's longrope puts
+     * long_factor before "type") must not hide its name */
+    const cJSON *type = NULL, *param[NROPE_KEYS] = {0}, *unknown = NULL;
     for (const cJSON *c = item->child; c; c = c->next) {
         size_t j = 0;
         while (j < NROPE_KEYS && strcmp(c->string, rope_keys[j].key)) j++;
@@ -208,8 +157,8 @@ static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp
             if (!cJSON_IsNumber(c) || c->valuedouble != 1.0)
                 return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": only partial_rotary_factor 1 is supported",
                                   name, k);
-        } else {
-            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": unsupported key \"%s\"", name, k, c->string);
+        } else if (!unknown) {
+            unknown = c;
         }
     }
     if (!type)
@@ -224,6 +173,7 @@ static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp
         return mp_err_set(err, MP_EINPUT,
                           "%s: key \"%s\": %s \"%s\" is not supported (supported: \"default\", \"linear\", \"llama3\")",
                           name, k, type->string, tn);
+    if (unknown) return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": unsupported key \"%s\"", name, k, unknown->string);
     for (size_t j = 0; j < NROPE_KEYS; j++) {
         int used = (rope_keys[j].types >> out->type) & 1u;
         if (param[j] && !used)
@@ -244,7 +194,7 @@ static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp
                               "integer, got %g", name, k, param[3]->valuedouble);
         out->original_max_position_embeddings = (int)v;
     }
-    mp_code rc = check_scaling_values(out, err);
+    mp_code rc = llama_rope_scaling_check(out, err);
     if (rc) return mp_err_wrap(err, "%s: key \"%s\"", name, k), rc;
     *have = 1;
     return MP_OK;
@@ -480,7 +430,7 @@ static mp_code validate_model(const llama_config *m, unsigned known, mp_err *err
     if (!(m->initializer_range >= 0) || !isfinite(m->initializer_range))
         return mp_err_set(err, MP_EINPUT, "key \"initializer_range\": must be a finite number >= 0, got %g",
                           m->initializer_range);
-    mp_code rc = check_scaling_values(&m->rope_scaling, err);
+    mp_code rc = llama_rope_scaling_check(&m->rope_scaling, err);
     if (rc) return mp_err_wrap(err, "key \"rope_scaling\""), rc;
     return MP_OK;
 }

@@ -31,8 +31,8 @@
 #include <stdint.h>
 #include "core/config.h"
 #include "core/error.h"
-#include "core/rope.h"
 #include "layers/family.h"
+#include "layers/rope.h"
 
 #define LLAMA_MAX_EOS 16   /* end-of-sequence ids kept from a config (Llama 3.x lists 3) */
 
@@ -121,14 +121,6 @@ const char *llama_config_field_name(llama_config_field f);
 /* Field f of c as messages print it, into buf (cap bytes): integers and booleans as decimal, reals with
  * %g, rope_scaling as llama_rope_scaling_describe says it. */
 void llama_config_field_format(const llama_config *c, llama_config_field f, char *buf, size_t cap);
-
-/* "default" | "linear" | "llama3" (the HF rope_type). */
-const char *llama_rope_type_name(mp_rope_type t);
-/* 1 if a and b scale RoPE the same way (the numbers a type does not use are ignored). */
-int llama_rope_scaling_equal(const mp_rope_scaling *a, const mp_rope_scaling *b);
-/* Describes s into buf (cap bytes) for messages and listings: "default", "linear (factor 2)",
- * "llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192)". */
-void llama_rope_scaling_describe(const mp_rope_scaling *s, char *buf, size_t cap);
 
 /* The head dimension: head_dim when given, else hidden_size / num_attention_heads. */
 static inline int llama_head_dim(const llama_config *m) {

@@ -24,6 +24,7 @@
 #include "core/cuda_module.h"
 #include "core/kernels_cpu.h"
 #include "core/optim.h"
+#include "layers/rope.h"
 #include "tests/testutil.h"
 
 #define FWD_TOL 1e-5

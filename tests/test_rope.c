@@ -1,18 +1,19 @@
 /*
  * tests/test_rope.c — RoPE scaling in the config parser and the tables (issue 10, item 3):
  * rope_scaling / rope_parameters of types "linear" and "llama3" parse into llama_config.rope_scaling,
- * every bad field is refused with a message naming it (unknown types naming the type), the scaling
- * survives llama_config_to_json (what a checkpoint stores), and the default tables are bit for bit
- * what they were before scaling existed. The float64 comparison with transformers' formulas is
- * tests/python/rope_reference.py (ctest rope_reference).
+ * every bad field is refused with a message naming it (unknown types naming the type, also when the
+ * type's own keys come first, as in Phi-3's 128k "longrope" / "su" configs), the scaling
+ * survives llama_config_to_json (what a checkpoint stores), and the tables (layers/rope.c) are bit for
+ * bit what they were: the default as before scaling existed, the scaled ones rounded as it is. The
+ * float64 comparison with transformers' formulas is tests/python/rope_reference.py (ctest rope_reference).
  */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/backend.h"
 #include "layers/llama_config.h"
+#include "layers/rope.h"
 
 #define SHAPE "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, " \
               "\"vocab_size\": 256"
@@ -73,7 +74,16 @@ Test(rope_config, bad_scaling_is_refused_naming_the_field) {
     const char *bad[][2] = {
         {"\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 2.0}", "\"yarn\" is not supported"},
         {"\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}", "\"dynamic\""},
-        {"\"rope_scaling\": {\"rope_type\": \"longrope\"}", "\"longrope\""},
+        {"\"rope_scaling\": {\"rope_type\": \"longrope\"}", "\"longrope\" is not supported"},
+        /* Phi-3's 128k configs as published: the type after its own keys, which must not hide it */
+        {"\"rope_scaling\": {\"long_factor\": [1.08, 1.1], \"short_factor\": [1.0, 1.0], \"type\": \"longrope\"}",
+         "type \"longrope\" is not supported"},
+        {"\"rope_scaling\": {\"long_factor\": [1.08, 1.1], \"short_factor\": [1.0, 1.0], \"type\": \"su\"}",
+         "type \"su\" is not supported"},
+        {"\"rope_parameters\": {\"rope_type\": \"longrope\", \"long_factor\": [1.0], \"short_factor\": [1.0], "
+         "\"long_mscale\": 1.2, \"rope_theta\": 10000.0}", "rope_type \"longrope\" is not supported"},
+        {"\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}",
+         "\"yarn\" is not supported"},
         {"\"rope_parameters\": {\"rope_type\": \"ntk\", \"factor\": 2.0}", "\"ntk\""},
         {"\"rope_scaling\": {\"rope_type\": 3}", "rope_type: expected a string"},
         {"\"rope_scaling\": {\"factor\": 2.0}", "needs \"rope_type\""},
@@ -174,6 +184,28 @@ Test(rope_tables, default_is_unchanged_bit_for_bit) {
             cr_assert_eq(s[p * HD / 2 + i], (float)sin(a));
         }
     cr_assert(!memcmp(c, c2, sizeof c) && !memcmp(s, s2, sizeof s));
+}
+
+/* Scaled tables are made as the default ones are: the angle p * inv_freq in double, its cos and sin each
+ * rounded to fp32 once, bit for bit (Llama 3.1's llama3 numbers and a linear scaling, at hd 128). With
+ * default_is_unchanged_bit_for_bit and llama3_bands this pins the tables the model has always had. */
+Test(rope_tables, scaled_tables_round_the_double_angle_once) {
+    enum { P = 2048, HD = 128 };
+    static float c[P * HD / 2], s[P * HD / 2];
+    const mp_rope_scaling sc[] = {{MP_ROPE_LLAMA3, 8, 1, 4, 8192}, {MP_ROPE_LINEAR, 2.5, 0, 0, 0}};
+    for (size_t k = 0; k < sizeof sc / sizeof sc[0]; k++) {
+        mp_rope_tables(c, s, P, HD, 500000.0, &sc[k]);
+        int scaled = 0;
+        for (int i = 0; i < HD / 2; i++) {
+            double f = mp_rope_inv_freq(i, HD, 500000.0, &sc[k]);
+            scaled += f != pow(500000.0, -2.0 * i / HD);
+            for (int p = 0; p < P; p++) {
+                cr_assert_eq(c[p * HD / 2 + i], (float)cos((double)p * f), "%zu: p %d i %d", k, p, i);
+                cr_assert_eq(s[p * HD / 2 + i], (float)sin((double)p * f), "%zu: p %d i %d", k, p, i);
+            }
+        }
+        cr_assert(scaled > 0, "scaling %zu changed no frequency", k);
+    }
 }
 
 /* The bands of llama3 by hand: high frequencies unchanged, low ones / factor, the medium one smoothed

@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "core/alloc.h"
-#include "core/backend.h"
 #include "layers/llama_config.h"
+#include "layers/rope.h"
 
 /* Parses the config, prints the frequencies and writes the tables (see the top of the file). */
 int main(int argc, char **argv) {
