@@ -794,14 +794,30 @@ mp_code llama_config_validate_pair(const llama_config *m, const mp_train_config 
     return MP_OK;
 }
 
+/* The keys of m's family beyond Llama's that say its window (Mistral and Phi-3: sliding_window for every
+ * layer, null for none; Qwen: use_sliding_window, sliding_window and max_window_layers, which
+ * Qwen2Config turns back into the same layer_types). Llama has none (its text stays as it was). */
+static void family_keys_to_json(cJSON *o, const llama_config *m) {
+    const llama_family_info *f = llama_family_get(m->family);
+    if (f->window == LLAMA_WINDOW_QWEN) cJSON_AddBoolToObject(o, "use_sliding_window", m->sliding_window > 0);
+    if (f->window != LLAMA_WINDOW_NONE) {
+        if (m->sliding_window) mp_json_add_exact_int(o, "sliding_window", m->sliding_window);
+        else cJSON_AddNullToObject(o, "sliding_window");
+    }
+    if (f->window == LLAMA_WINDOW_QWEN && m->sliding_window)
+        mp_json_add_exact_int(o, "max_window_layers", m->first_sliding_layer);
+}
+
 char *llama_config_to_json(const llama_config *m) {
+    const llama_family_info *f = llama_family_get(m->family);
     cJSON *o = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(o, "model_type", "llama");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(f->architecture));
+    cJSON_AddStringToObject(o, "model_type", f->model_type);
     cJSON_AddStringToObject(o, "hidden_act", "silu");
-    cJSON_AddBoolToObject(o, "attention_bias", 0);
-    cJSON_AddBoolToObject(o, "mlp_bias", 0);
+    /* the bias keys of the classes that read them (Llama's text as before the families) */
+    if (m->family == LLAMA_FAMILY_LLAMA || m->family == LLAMA_FAMILY_QWEN3) cJSON_AddBoolToObject(o, "attention_bias", 0);
+    if (m->family == LLAMA_FAMILY_LLAMA) cJSON_AddBoolToObject(o, "mlp_bias", 0);
     if (m->rope_scaling.type == MP_ROPE_DEFAULT) {
         cJSON_AddNullToObject(o, "rope_scaling");
     } else {   /* the key order of the Llama 3.x config.json files */
@@ -817,6 +833,7 @@ char *llama_config_to_json(const llama_config *m) {
     }
     cJSON_AddNumberToObject(o, "head_dim", llama_head_dim(m));
     for (size_t i = 0; i < NFIELDS(model_fields); i++) mp_field_to_json(o, &model_fields[i], m);
+    family_keys_to_json(o, m);
     if (m->n_eos == 1 && !m->eos_is_list) {
         mp_json_add_exact_int(o, "eos_token_id", m->eos_token_id[0]);
     } else if (m->n_eos) {
@@ -855,21 +872,48 @@ int64_t llama_config_num_params(const llama_config *m) {
     return n;
 }
 
+/* The effective head dim, 0 for a config without heads (a hand-built one: llama_config_diff never divides by 0). */
+static int head_dim_of(const llama_config *c) { return c->num_attention_heads > 0 ? llama_head_dim(c) : c->head_dim; }
+
+/* The integer family fields by llama_config_field (LLAMA_CF_HEAD_DIM .. LLAMA_CF_FIRST_SLIDING_LAYER). */
+static int family_field(const llama_config *c, llama_config_field f) {
+    switch (f) {
+    case LLAMA_CF_HEAD_DIM: return head_dim_of(c);
+    case LLAMA_CF_QKV_BIAS: return c->qkv_bias;
+    case LLAMA_CF_QK_NORM: return c->qk_norm;
+    case LLAMA_CF_SLIDING_WINDOW: return c->sliding_window;
+    case LLAMA_CF_FIRST_SLIDING_LAYER: return c->first_sliding_layer;
+    default: assert(0); return 0;
+    }
+}
+
 unsigned llama_config_diff(const llama_config *a, const llama_config *b, unsigned may_differ) {
     unsigned d = 0;
     for (size_t i = 0; i < K_NMODEL; i++)
         if (!mp_field_equal(&model_fields[i], a, b)) d |= LLAMA_CF_BIT(i);
     if (!llama_rope_scaling_equal(&a->rope_scaling, &b->rope_scaling)) d |= LLAMA_CF_BIT(LLAMA_CF_ROPE_SCALING);
+    if (a->family != b->family) d |= LLAMA_CF_BIT(LLAMA_CF_FAMILY);
+    for (llama_config_field f = LLAMA_CF_HEAD_DIM; f < LLAMA_CF_COUNT; f++)
+        if (family_field(a, f) != family_field(b, f)) d |= LLAMA_CF_BIT(f);
     return d & ~may_differ;
 }
 
 const char *llama_config_field_name(llama_config_field f) {
+    static const char *const family_names[] = {"model_type", "head_dim", "qkv_bias", "qk_norm", "sliding_window",
+                                               "first_sliding_layer"};
+    _Static_assert(sizeof family_names / sizeof *family_names == LLAMA_CF_COUNT - LLAMA_CF_FAMILY, "one per field");
     assert(f >= 0 && f < LLAMA_CF_COUNT);
+    if (f >= LLAMA_CF_FAMILY) return family_names[f - LLAMA_CF_FAMILY];
     return f == LLAMA_CF_ROPE_SCALING ? "rope_scaling" : model_fields[f].key;
 }
 
 void llama_config_field_format(const llama_config *c, llama_config_field f, char *buf, size_t cap) {
     assert(f >= 0 && f < LLAMA_CF_COUNT);
     if (f == LLAMA_CF_ROPE_SCALING) llama_rope_scaling_describe(&c->rope_scaling, buf, cap);
+    else if (f == LLAMA_CF_FAMILY)
+        snprintf(buf, cap, "%s", (int)c->family >= 0 && c->family < LLAMA_FAMILY_COUNT ?
+                 llama_family_get(c->family)->model_type : "?");
+    else if (f == LLAMA_CF_SLIDING_WINDOW && !c->sliding_window) snprintf(buf, cap, "none");
+    else if (f > LLAMA_CF_FAMILY) snprintf(buf, cap, "%d", family_field(c, f));
     else mp_field_format(&model_fields[f], c, buf, cap);
 }

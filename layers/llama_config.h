@@ -116,12 +116,16 @@ mp_code llama_config_validate_pair(const llama_config *m, const mp_train_config 
  * byte-identical). Caller frees. */
 char *llama_config_to_json(const llama_config *m);
 
-/* The fields of llama_config, in config.json's (and llama_config_to_json's) order, as bits of a mask:
- * LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS). */
+/* The fields of llama_config, in config.json's (and llama_config_to_json's) order, then the family's, as
+ * bits of a mask: LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS). */
 typedef enum {
     LLAMA_CF_HIDDEN_SIZE, LLAMA_CF_INTERMEDIATE_SIZE, LLAMA_CF_NUM_HIDDEN_LAYERS, LLAMA_CF_NUM_ATTENTION_HEADS,
     LLAMA_CF_NUM_KEY_VALUE_HEADS, LLAMA_CF_VOCAB_SIZE, LLAMA_CF_MAX_POSITION_EMBEDDINGS, LLAMA_CF_RMS_NORM_EPS,
     LLAMA_CF_ROPE_THETA, LLAMA_CF_TIE_WORD_EMBEDDINGS, LLAMA_CF_INITIALIZER_RANGE, LLAMA_CF_ROPE_SCALING,
+    /* the family and what it adds: named "model_type", "head_dim" (the effective one), "qkv_bias",
+     * "qk_norm", "sliding_window" (0: none), "first_sliding_layer" */
+    LLAMA_CF_FAMILY, LLAMA_CF_HEAD_DIM, LLAMA_CF_QKV_BIAS, LLAMA_CF_QK_NORM, LLAMA_CF_SLIDING_WINDOW,
+    LLAMA_CF_FIRST_SLIDING_LAYER,
     LLAMA_CF_COUNT
 } llama_config_field;
 #define LLAMA_CF_BIT(f) (1u << (f))
@@ -131,10 +135,11 @@ typedef enum {
  * compared exactly, rope_scaling with llama_rope_scaling_equal), less those in may_differ, which the
  * caller states it tolerates (resume: LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS) | ...). 0: the same. */
 unsigned llama_config_diff(const llama_config *a, const llama_config *b, unsigned may_differ);
-/* The field's config.json key: "hidden_size", ..., "rope_scaling". */
+/* The field's config.json key: "hidden_size", ..., "rope_scaling", "model_type", ...: see llama_config_field. */
 const char *llama_config_field_name(llama_config_field f);
 /* Field f of c as messages print it, into buf (cap bytes): integers and booleans as decimal, reals with
- * %g, rope_scaling as llama_rope_scaling_describe says it. */
+ * %g, rope_scaling as llama_rope_scaling_describe says it, the family as its model_type, a sliding_window
+ * of 0 as "none". */
 void llama_config_field_format(const llama_config *c, llama_config_field f, char *buf, size_t cap);
 
 /* "default" | "linear" | "llama3" (the HF rope_type). */
