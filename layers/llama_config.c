@@ -806,6 +806,9 @@ static void family_keys_to_json(cJSON *o, const llama_config *m) {
     }
     if (f->window == LLAMA_WINDOW_QWEN && m->sliding_window)
         mp_json_add_exact_int(o, "max_window_layers", m->first_sliding_layer);
+    /* Phi3Config's pad_token_id defaults to 32000, the embedding's padding_idx, which transformers refuses
+     * outside the vocabulary: say "none" for a vocabulary that small (pad ids are not kept) */
+    if (m->family == LLAMA_FAMILY_PHI3 && m->vocab_size <= 32000) cJSON_AddNullToObject(o, "pad_token_id");
 }
 
 char *llama_config_to_json(const llama_config *m) {
