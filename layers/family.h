@@ -23,6 +23,15 @@ typedef enum {
     LLAMA_FAMILY_COUNT
 } llama_family;
 
+/* How a family's config says which layers attend through a sliding window (llama_config.sliding_window,
+ * first_sliding_layer), as its transformers classes read it. */
+typedef enum {
+    LLAMA_WINDOW_NONE = 0,   /* no window keys: LlamaConfig ignores sliding_window (warned about as unknown) */
+    LLAMA_WINDOW_ALL,        /* sliding_window (null: none) applies to every layer: Mistral, Phi-3 */
+    LLAMA_WINDOW_QWEN,       /* use_sliding_window gates sliding_window; layers >= max_window_layers slide,
+                                or as layer_types lists them (full..., then sliding...): Qwen2, Qwen3 */
+} llama_window_rule;
+
 /* One family's row. */
 typedef struct llama_family_info {
     llama_family family;
@@ -32,12 +41,29 @@ typedef struct llama_family_info {
     int qk_norm;                  /* q_norm, k_norm: RMSNorm over each head of q and of k, before RoPE */
     int fused_qkv;                /* the HF checkpoint stores self_attn.qkv_proj = [q; k; v] rows */
     int fused_gate_up;            /* the HF checkpoint stores mlp.gate_up_proj = [gate; up] rows */
+    /* config.json, as the family's transformers config class (config_class) reads it */
+    const char *config_class;     /* "LlamaConfig", ...: named in messages about keys */
+    int default_kv_heads;         /* num_key_value_heads when the key is missing; 0: num_attention_heads
+                                     (null always means num_attention_heads) */
+    int default_max_pos;          /* max_position_embeddings when missing */
+    double default_rms_norm_eps;  /* rms_norm_eps when missing */
+    int default_head_dim;         /* head_dim when missing; 0: hidden_size / num_attention_heads */
+    llama_window_rule window;     /* which keys say the sliding window */
+    int default_window;           /* sliding_window when missing (0: none) */
+    int default_max_window_layers;   /* LLAMA_WINDOW_QWEN: max_window_layers when missing */
+    /* attention_bias true: NULL when the key has no effect in this family (Qwen2's q/k/v biases are
+     * always there), else why it is refused */
+    const char *attention_bias_refusal;
+    const char *const *keys;      /* the family's own config keys beyond Llama's (NULL-terminated): each is
+                                     read and checked; in another family's config they are unknown keys */
 } llama_family_info;
 
 /* The row of family f (a valid llama_family). */
 const llama_family_info *llama_family_get(llama_family f);
 /* The row whose model_type is s; NULL when none is. */
 const llama_family_info *llama_family_by_model_type(const char *s);
+/* 1 if key is one of f's own config keys (f->keys). */
+int llama_family_has_key(const llama_family_info *f, const char *key);
 /* The supported model_types as a message lists them: "\"llama\", \"mistral\", ..." (static storage). */
 const char *llama_family_list(void);
 

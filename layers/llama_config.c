@@ -202,13 +202,20 @@ static mp_code check_rope(const cJSON *item, const char *name, int is_params, mp
 
 /* What the parser learnt besides the model fields. */
 typedef struct {
-    int head_dim;              /* -1: not given */
+    const llama_family_info *fam;   /* from model_type (read_family), before the other keys */
+    int head_dim;              /* -1: not given; 0: null (hidden_size / num_attention_heads) */
+    int kv_null;               /* num_key_value_heads: null (= num_attention_heads whatever the family) */
     double rope_theta;         /* from rope_parameters */
     int have_rope_theta;
     mp_rope_scaling scaling[2];   /* [0] rope_scaling, [1] rope_parameters */
     int have_scaling[2];          /* given and not null */
     int32_t eos[LLAMA_MAX_EOS];   /* eos_token_id */
     int n_eos, eos_is_list;
+    /* the window keys of the family (llama_family_info.window) */
+    int have_window, window;   /* sliding_window given; its value (0: null) */
+    int use_sliding_window;    /* LLAMA_WINDOW_QWEN */
+    int max_window_layers;     /* -1: not given */
+    const cJSON *layer_types;  /* NULL: not given or null */
 } hf_extra;
 
 /* One warning per key and process, from the rank that prints info lines (every rank parses the config):
@@ -289,16 +296,19 @@ static int key_nearness(const char *u, const char *k) {
 /* The known key nearest to u (NULL if none is near) and whether it is one a typo must not hide (a model
  * field or hf_checked, not a bookkeeping key) and absent from root. Ties go to an absent key with an
  * effect, so "did you mean" names what the typo would hide. */
-static const char *nearest_known_key(const cJSON *root, const char *u, int *hides) {
+static const char *nearest_known_key(const cJSON *root, const llama_family_info *fam, const char *u, int *hides) {
     const char *best = NULL;
     int best_d = 99;
     *hides = 0;
-    for (int pass = 0; pass < 3; pass++) {
-        size_t n = pass == 0 ? K_NMODEL : pass == 1 ? NFIELDS(hf_checked) : NFIELDS(hf_ignored);
+    size_t nfam = 0;
+    while (fam->keys && fam->keys[nfam]) nfam++;
+    for (int pass = 0; pass < 4; pass++) {   /* the family's own keys (pass 3) have an effect too */
+        size_t n = pass == 0 ? K_NMODEL : pass == 1 ? NFIELDS(hf_checked) : pass == 2 ? NFIELDS(hf_ignored) : nfam;
         for (size_t i = 0; i < n; i++) {
-            const char *k = pass == 0 ? model_fields[i].key : pass == 1 ? hf_checked[i] : hf_ignored[i];
+            const char *k = pass == 0 ? model_fields[i].key : pass == 1 ? hf_checked[i] : pass == 2 ? hf_ignored[i]
+                                                                                                    : fam->keys[i];
             int d = key_nearness(u, k);
-            int h = pass < 2 && !cJSON_GetObjectItemCaseSensitive(root, k);
+            int h = pass != 2 && !cJSON_GetObjectItemCaseSensitive(root, k);
             if (d < 0 || d > best_d || (d == best_d && (*hides || !h))) continue;
             best = k;
             best_d = d;
@@ -315,17 +325,85 @@ static const char *nearest_known_key(const cJSON *root, const char *u, int *hide
 /* A top-level key none of the lists knows: an error if it looks like a typo of a key with an effect that
  * root lacks (the default would silently replace the value given), else one warning, with the near key
  * as a hint when there is one. */
-static mp_code unknown_key(const cJSON *root, const char *key, const char *name, mp_err *err) {
+static mp_code unknown_key(const cJSON *root, const llama_family_info *fam, const char *key, const char *name,
+                           mp_err *err) {
     int hides;
-    const char *near = nearest_known_key(root, key, &hides);
+    const char *near = nearest_known_key(root, fam, key, &hides);
     if (hides)
-        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": not a key of transformers' LlamaConfig; did you mean %s? "
-                          "(the file gives no %s: this value would be ignored)", name, key, near, near);
+        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": not a key of transformers' %s; did you mean %s? "
+                          "(the file gives no %s: this value would be ignored)", name, key, fam->config_class, near, near);
     char why[256];
-    snprintf(why, sizeof why, "not a key of transformers' LlamaConfig; ignored, as transformers does%s%s%s",
+    snprintf(why, sizeof why, "not a key of transformers' %s; ignored, as transformers does%s%s%s", fam->config_class,
              near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
     warn_once(name, key, why);
     return MP_OK;
+}
+
+/* A number key that must be an integer in [lo, INT32_MAX], into *out; else MP_EINPUT naming it. */
+static mp_code key_int(const cJSON *item, const char *name, int64_t lo, int *out, mp_err *err) {
+    int64_t v;
+    if (!cJSON_IsNumber(item) || !mp_double_to_i64(item->valuedouble, lo, INT32_MAX, &v))
+        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected an integer >= %lld, got %s", name, item->string,
+                          (long long)lo, cJSON_IsNumber(item) ? "another number" : mp_json_type(item));
+    *out = (int)v;
+    return MP_OK;
+}
+
+/* A number key whose only supported value is `only` (a dropout, a partial rotary factor). */
+static mp_code key_only(const cJSON *item, const char *name, double only, const char *why, mp_err *err) {
+    if (!cJSON_IsNumber(item) || item->valuedouble != only)
+        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": only %g is supported (%s)", name, item->string, only, why);
+    return MP_OK;
+}
+
+/* The keys of x->fam's row beyond Llama's (llama_family_info.keys): the window keys are kept in x (the
+ * family's rule resolves them in apply_family, when the layer count is known); the rest must hold what
+ * meshpoint computes. */
+static mp_code check_family_key(const cJSON *item, const char *name, hf_extra *x, mp_err *err) {
+    const char *k = item->string;
+    if (!strcmp(k, "sliding_window")) {
+        x->have_window = 1;
+        x->window = 0;
+        return cJSON_IsNull(item) ? MP_OK : key_int(item, name, 1, &x->window, err);
+    }
+    if (!strcmp(k, "use_sliding_window") || !strcmp(k, "use_mrope")) {
+        if (!cJSON_IsBool(item))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected true or false, got %s", name, k,
+                              mp_json_type(item));
+        if (!strcmp(k, "use_mrope") && cJSON_IsTrue(item))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"use_mrope\": true (multimodal RoPE, Qwen2-VL's) is not "
+                              "supported", name);
+        if (!strcmp(k, "use_sliding_window")) x->use_sliding_window = cJSON_IsTrue(item);
+        return MP_OK;
+    }
+    if (!strcmp(k, "max_window_layers")) return key_int(item, name, 0, &x->max_window_layers, err);
+    if (!strcmp(k, "layer_types")) {
+        if (!cJSON_IsNull(item) && !cJSON_IsArray(item))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"layer_types\": expected a list or null, got %s", name,
+                              mp_json_type(item));
+        x->layer_types = cJSON_IsArray(item) ? item : NULL;
+        return MP_OK;
+    }
+    if (!strcmp(k, "original_max_position_embeddings")) {   /* read by longrope only, which is refused */
+        int unused;
+        return key_int(item, name, 1, &unused, err);
+    }
+    if (!strcmp(k, "partial_rotary_factor")) return key_only(item, name, 1.0, "RoPE over part of each head is not", err);
+    if (!strcmp(k, "resid_pdrop") || !strcmp(k, "embd_pdrop")) return key_only(item, name, 0.0, "no dropout", err);
+    return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": not read (family table and parser disagree)", name, k);
+}
+
+/* The family of the config in root, from its model_type (none: llama, as meshpoint's own configs omit
+ * it), before any other key is read: the family decides what the others mean. An unknown model_type is
+ * refused naming it and the supported ones. */
+static mp_code read_family(const cJSON *root, const char *name, const llama_family_info **out, mp_err *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    *out = llama_family_get(LLAMA_FAMILY_LLAMA);
+    if (!it) return MP_OK;
+    if (cJSON_IsString(it) && (*out = llama_family_by_model_type(it->valuestring))) return MP_OK;
+    return mp_err_set(err, MP_EINPUT, "%s: key \"model_type\": %s%s%s is not supported (supported: %s)", name,
+                      cJSON_IsString(it) ? "\"" : "", cJSON_IsString(it) ? it->valuestring : mp_json_type(it),
+                      cJSON_IsString(it) ? "\"" : "", llama_family_list());
 }
 
 /* HF keys that must hold a value meshpoint implements. */
@@ -333,21 +411,20 @@ static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra
     const char *k = item->string;
     *handled = 1;
     if (!strcmp(k, "model_type")) {
-        if (!cJSON_IsString(item) || strcmp(item->valuestring, "llama"))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"model_type\": %s%s%s is not supported (only \"llama\")",
-                              name, cJSON_IsString(item) ? "\"" : "",
-                              cJSON_IsString(item) ? item->valuestring : mp_json_type(item), cJSON_IsString(item) ? "\"" : "");
+        return MP_OK;   /* read first, by read_family */
     } else if (!strcmp(k, "architectures")) {
         if (cJSON_IsNull(item)) return MP_OK;
         if (!cJSON_IsArray(item))
             return mp_err_set(err, MP_EINPUT, "%s: key \"architectures\": expected an array, got %s", name,
                               mp_json_type(item));
+        const char *want = x->fam->architecture;
         for (const cJSON *a = item->child; a; a = a->next)
-            if (!cJSON_IsString(a) || strcmp(a->valuestring, "LlamaForCausalLM"))
+            if (!cJSON_IsString(a) || strcmp(a->valuestring, want))
                 return mp_err_set(err, MP_EINPUT,
-                                  "%s: key \"architectures\": %s%s%s is not supported (only \"LlamaForCausalLM\")", name,
-                                  cJSON_IsString(a) ? "\"" : "", cJSON_IsString(a) ? a->valuestring : mp_json_type(a),
-                                  cJSON_IsString(a) ? "\"" : "");
+                                  "%s: key \"architectures\": %s%s%s is not supported (model_type \"%s\" is only "
+                                  "\"%s\")", name, cJSON_IsString(a) ? "\"" : "",
+                                  cJSON_IsString(a) ? a->valuestring : mp_json_type(a), cJSON_IsString(a) ? "\"" : "",
+                                  x->fam->model_type, want);
     } else if (!strcmp(k, "hidden_act")) {
         if (!cJSON_IsString(item) || strcmp(item->valuestring, "silu"))
             return mp_err_set(err, MP_EINPUT, "%s: key \"hidden_act\": only \"silu\" is supported", name);
@@ -356,8 +433,8 @@ static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra
         if (!cJSON_IsBool(item) && !cJSON_IsNull(item))
             return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected true, false or null, got %s", name, k,
                               mp_json_type(item));
-        if (cJSON_IsTrue(item))
-            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": biases are not supported", name, k);
+        const char *why = !strcmp(k, "mlp_bias") ? "biases are not supported" : x->fam->attention_bias_refusal;
+        if (cJSON_IsTrue(item) && why) return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": %s", name, k, why);
     } else if (!strcmp(k, "rope_scaling")) {
         double unused;
         int unused_have;
@@ -377,15 +454,42 @@ static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra
     } else if (!strcmp(k, "eos_token_id")) {
         read_eos(item, name, x);
     } else if (!strcmp(k, "head_dim")) {
-        if (cJSON_IsNull(item)) return MP_OK;   /* None: hidden_size / num_attention_heads */
+        if (cJSON_IsNull(item)) { x->head_dim = 0; return MP_OK; }   /* None: hidden / heads, in every family */
         int64_t hd;
         if (!cJSON_IsNumber(item) || !mp_double_to_i64(item->valuedouble, 1, INT32_MAX, &hd))
             return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": expected a positive 32-bit integer, got %s", name,
                               cJSON_IsNumber(item) ? "another number" : mp_json_type(item));
         x->head_dim = (int)hd;
+    } else if (llama_family_has_key(x->fam, k)) {
+        return check_family_key(item, name, x, err);
     } else {
         *handled = 0;
     }
+    return MP_OK;
+}
+
+/* The family fields' ranges: a family of the table, a window >= 0 whose first sliding layer is a layer
+ * (0 when there is no window), and a window the family's keys can say (none in Llama, every layer in
+ * Mistral and Phi-3). qkv_bias and qk_norm are not tied to the family here: the parser sets them from
+ * it, and a hand-built mix that config.json cannot say is caught where a config is written and read
+ * back (export, resume: llama_config_diff). */
+static mp_code validate_family(const llama_config *m, unsigned known, mp_err *err) {
+    if ((int)m->family < 0 || m->family >= LLAMA_FAMILY_COUNT)
+        return mp_err_set(err, MP_EINPUT, "family %d is not one of the table's", (int)m->family);
+    const llama_family_info *f = llama_family_get(m->family);
+    if (m->sliding_window < 0 || m->first_sliding_layer < 0 || (!m->sliding_window && m->first_sliding_layer))
+        return mp_err_set(err, MP_EINPUT, "sliding_window %d from layer %d: not a window", m->sliding_window,
+                          m->first_sliding_layer);
+    if (m->sliding_window && f->window == LLAMA_WINDOW_NONE)
+        return mp_err_set(err, MP_EINPUT, "sliding_window %d: model_type \"%s\" has no sliding window",
+                          m->sliding_window, f->model_type);
+    if (m->first_sliding_layer && f->window == LLAMA_WINDOW_ALL)
+        return mp_err_set(err, MP_EINPUT, "model_type \"%s\" slides every layer or none (first_sliding_layer %d)",
+                          f->model_type, m->first_sliding_layer);
+    if (((known >> LLAMA_CF_NUM_HIDDEN_LAYERS) & 1u) && m->sliding_window &&
+        m->first_sliding_layer >= m->num_hidden_layers)
+        return mp_err_set(err, MP_EINPUT, "first_sliding_layer %d is not below num_hidden_layers (%d)",
+                          m->first_sliding_layer, m->num_hidden_layers);
     return MP_OK;
 }
 
@@ -398,7 +502,10 @@ static mp_code validate_model(const llama_config *m, unsigned known, mp_err *err
     POS(NUM_ATTENTION_HEADS, num_attention_heads); POS(NUM_KEY_VALUE_HEADS, num_key_value_heads);
     POS(VOCAB_SIZE, vocab_size); POS(MAX_POSITION_EMBEDDINGS, max_position_embeddings);
 #undef POS
-    if (KNOWN(HIDDEN_SIZE) && KNOWN(NUM_ATTENTION_HEADS)) {
+    if (m->head_dim < 0) return mp_err_set(err, MP_EINPUT, "key \"head_dim\": must be > 0, got %d", m->head_dim);
+    if (m->head_dim % 2)
+        return mp_err_set(err, MP_EINPUT, "key \"head_dim\": %d must be even (RoPE)", m->head_dim);
+    if (KNOWN(HIDDEN_SIZE) && KNOWN(NUM_ATTENTION_HEADS) && !m->head_dim) {   /* head_dim = hidden / heads */
         if (m->hidden_size % m->num_attention_heads)
             return mp_err_set(err, MP_EINPUT, "hidden_size (%d) is not divisible by num_attention_heads (%d)",
                               m->hidden_size, m->num_attention_heads);
@@ -406,6 +513,7 @@ static mp_code validate_model(const llama_config *m, unsigned known, mp_err *err
             return mp_err_set(err, MP_EINPUT, "head dim hidden_size/num_attention_heads = %d must be even (RoPE)",
                               llama_head_dim(m));
     }
+    MP_TRY(validate_family(m, known, err));
     if (KNOWN(NUM_ATTENTION_HEADS) && KNOWN(NUM_KEY_VALUE_HEADS) && m->num_attention_heads % m->num_key_value_heads)
         return mp_err_set(err, MP_EINPUT,
                           "num_attention_heads (%d) is not divisible by num_key_value_heads (%d)",
@@ -435,17 +543,94 @@ static mp_code validate_model(const llama_config *m, unsigned known, mp_err *err
     return MP_OK;
 }
 
-/* Fields of the model config: given, defaulted as LlamaConfig does, or missing (required). */
+/* The default of model field i when the key is missing, as the family's config class has it; NAN:
+ * required. num_key_value_heads is apply_family's. */
+static double hf_default_of(const llama_family_info *fam, size_t i) {
+    if (i == LLAMA_CF_MAX_POSITION_EMBEDDINGS) return fam->default_max_pos;
+    if (i == LLAMA_CF_RMS_NORM_EPS) return fam->default_rms_norm_eps;
+    return hf_default[i];
+}
+
+/* layer_types (Qwen): "full_attention" (or the older "attention") layers, then "sliding_attention" ones,
+ * one per layer (L, < 0: unknown yet); *first = the first sliding layer (L: none). Another order or
+ * type is refused naming it: meshpoint's window starts at one layer and covers the rest. */
+static mp_code read_layer_types(const cJSON *lt, int L, const char *name, int *first, mp_err *err) {
+    int n = cJSON_GetArraySize(lt), i = 0;
+    if (L >= 0 && n != L)
+        return mp_err_set(err, MP_EINPUT, "%s: key \"layer_types\": %d entries for %d layers", name, n, L);
+    *first = n;
+    for (const cJSON *t = lt->child; t; t = t->next, i++) {
+        const char *v = cJSON_IsString(t) ? t->valuestring : "";
+        int sliding = !strcmp(v, "sliding_attention");
+        if (!sliding && strcmp(v, "full_attention") && strcmp(v, "attention"))
+            return mp_err_set(err, MP_EINPUT, "%s: key \"layer_types\": layer %d: %s%s%s is not supported (only "
+                              "\"full_attention\" and \"sliding_attention\")", name, i, cJSON_IsString(t) ? "\"" : "",
+                              cJSON_IsString(t) ? v : mp_json_type(t), cJSON_IsString(t) ? "\"" : "");
+        if (sliding && *first == n) *first = i;
+        if (!sliding && *first < n)
+            return mp_err_set(err, MP_EINPUT, "%s: key \"layer_types\": layer %d is \"%s\" after sliding layer %d: "
+                              "only full layers, then sliding layers, are supported", name, i, v, *first);
+    }
+    return MP_OK;
+}
+
+/* The family's window rule (llama_family_info.window) over the keys x kept: m->sliding_window and
+ * m->first_sliding_layer, 0 and 0 when no layer slides. Qwen: transformers' Qwen2Config.__post_init__
+ * (no window unless use_sliding_window; layers i >= max_window_layers slide, or those layer_types says). */
+static mp_code resolve_window(llama_config *m, int L, const hf_extra *x, const char *name, mp_err *err) {
+    const llama_family_info *f = x->fam;
+    int w = x->have_window ? x->window : f->default_window;
+    m->sliding_window = m->first_sliding_layer = 0;
+    if (f->window == LLAMA_WINDOW_ALL) m->sliding_window = w;
+    if (f->window != LLAMA_WINDOW_QWEN) return MP_OK;
+    int first = x->max_window_layers >= 0 ? x->max_window_layers : f->default_max_window_layers;
+    if (x->layer_types) MP_TRY(read_layer_types(x->layer_types, L, name, &first, err));
+    int on = x->use_sliding_window && w;
+    if (!on && x->layer_types && first < cJSON_GetArraySize(x->layer_types))
+        return mp_err_set(err, MP_EINPUT, "%s: key \"layer_types\": layer %d is \"sliding_attention\" but %s", name,
+                          first, x->use_sliding_window ? "sliding_window is null" : "use_sliding_window is false");
+    if (on && (L < 0 || first < L)) {
+        m->sliding_window = w;
+        m->first_sliding_layer = first;
+    }
+    return MP_OK;
+}
+
+/* What the family sets: its flags, num_key_value_heads when missing (*known gains it), head_dim (0 when
+ * it is hidden_size / num_attention_heads), the window. */
+static mp_code apply_family(llama_config *m, unsigned *known, const hf_extra *x, const char *name, mp_err *err) {
+    const llama_family_info *f = x->fam;
+    m->family = f->family;
+    m->qkv_bias = f->qkv_bias;
+    m->qk_norm = f->qk_norm;
+    const unsigned kv = LLAMA_CF_BIT(LLAMA_CF_NUM_KEY_VALUE_HEADS), heads = LLAMA_CF_BIT(LLAMA_CF_NUM_ATTENTION_HEADS);
+    const unsigned hidden = LLAMA_CF_BIT(LLAMA_CF_HIDDEN_SIZE), layers = LLAMA_CF_BIT(LLAMA_CF_NUM_HIDDEN_LAYERS);
+    if (!(*known & kv) && f->default_kv_heads && !x->kv_null) {   /* a missing key: the class default */
+        m->num_key_value_heads = f->default_kv_heads;
+        *known |= kv;
+    } else if (!(*known & kv) && (*known & heads)) {   /* None: multi-head attention */
+        m->num_key_value_heads = m->num_attention_heads;
+        *known |= kv;
+    }
+    m->head_dim = x->head_dim >= 0 ? x->head_dim : f->default_head_dim;
+    if ((*known & hidden) && (*known & heads) && m->hidden_size % m->num_attention_heads == 0 &&
+        m->head_dim == m->hidden_size / m->num_attention_heads)
+        m->head_dim = 0;   /* one spelling per model: llama_config_diff compares it */
+    return resolve_window(m, (*known & layers) ? m->num_hidden_layers : -1, x, name, err);
+}
+
+/* Fields of the model config: given, defaulted as the family's config class does, or missing (required). */
 static mp_code finish_model(llama_config *m, const unsigned given, const hf_extra *x, const char *name,
                             mp_err *err) {
     unsigned known = given;
     for (size_t i = 0; i < K_NMODEL; i++) {
         if ((given >> i) & 1u) continue;
-        if (i == LLAMA_CF_NUM_KEY_VALUE_HEADS || isnan(hf_default[i])) continue;
+        double d = hf_default_of(x->fam, i);
+        if (i == LLAMA_CF_NUM_KEY_VALUE_HEADS || isnan(d)) continue;
         const mp_field *f = &model_fields[i];
         char *p = (char *)m + f->off;
-        if (f->kind == MP_FIELD_DBL) *(double *)p = hf_default[i];
-        else *(int *)p = (int)hf_default[i];
+        if (f->kind == MP_FIELD_DBL) *(double *)p = d;
+        else *(int *)p = (int)d;
         known |= 1u << i;
     }
     if (x->have_rope_theta) {
@@ -464,17 +649,9 @@ static mp_code finish_model(llama_config *m, const unsigned given, const hf_extr
     memset(&m->rope_scaling, 0, sizeof m->rope_scaling);
     if (x->have_scaling[1]) m->rope_scaling = x->scaling[1];
     else if (x->have_scaling[0]) m->rope_scaling = x->scaling[0];
-    const unsigned kv = LLAMA_CF_BIT(LLAMA_CF_NUM_KEY_VALUE_HEADS), heads = LLAMA_CF_BIT(LLAMA_CF_NUM_ATTENTION_HEADS);
-    if (!(given & kv) && (given & heads)) {   /* None: multi-head attention */
-        m->num_key_value_heads = m->num_attention_heads;
-        known |= kv;
-    }
+    MP_TRY(apply_family(m, &known, x, name, err));
     mp_code rc = validate_model(m, known, err);
     if (rc) return mp_err_wrap(err, "%s", name), rc;
-    if ((known & LLAMA_CF_BIT(LLAMA_CF_HIDDEN_SIZE)) && (known & heads) && x->head_dim >= 0 &&
-        x->head_dim != llama_head_dim(m))
-        return mp_err_set(err, MP_EINPUT, "%s: key \"head_dim\": %d != hidden_size / num_attention_heads = %d",
-                          name, x->head_dim, llama_head_dim(m));
     char missing[512] = "";
     size_t at = 0;
     int nmiss = 0;
@@ -511,13 +688,15 @@ mp_code llama_config_parse(const char *text, const char *name, llama_config *m_o
         goto out;
     }
     unsigned given = 0;
-    hf_extra x = {.head_dim = -1};
+    hf_extra x = {.head_dim = -1, .max_window_layers = -1};
+    if ((rc = read_family(root, name, &x.fam, err))) goto out;
     for (cJSON *it = root->child; it; it = it->next) {
         const mp_field *f = mp_field_find(model_fields, NFIELDS(model_fields), it->string);
         if (f) {
             /* num_key_value_heads: null is LlamaConfig's None (= num_attention_heads) */
             if (f == &model_fields[LLAMA_CF_NUM_KEY_VALUE_HEADS] && cJSON_IsNull(it)) {
                 given &= ~LLAMA_CF_BIT(LLAMA_CF_NUM_KEY_VALUE_HEADS);
+                x.kv_null = 1;
                 continue;
             }
             if ((rc = mp_field_set(&m, f, it, name, err))) goto out;
@@ -533,7 +712,7 @@ mp_code llama_config_parse(const char *text, const char *name, llama_config *m_o
         if (handled) continue;
         int ignored = 0;
         for (size_t i = 0; i < NFIELDS(hf_ignored); i++) ignored |= !strcmp(hf_ignored[i], it->string);
-        if (!ignored && (rc = unknown_key(root, it->string, name, err))) goto out;
+        if (!ignored && (rc = unknown_key(root, x.fam, it->string, name, err))) goto out;
     }
     if ((rc = finish_model(&m, given, &x, name, err))) goto out;
     if ((rc = mp_train_config_check_fields(&t, err))) { mp_err_wrap(err, "%s: train", name); goto out; }
@@ -565,14 +744,33 @@ mp_code llama_config_validate_pair(const llama_config *m, const mp_train_config 
     return MP_OK;
 }
 
+/* The keys of m's family beyond Llama's that say its window (Mistral and Phi-3: sliding_window for every
+ * layer, null for none; Qwen: use_sliding_window, sliding_window and max_window_layers, which
+ * Qwen2Config turns back into the same layer_types). Llama has none (its text stays as it was). */
+static void family_keys_to_json(cJSON *o, const llama_config *m) {
+    const llama_family_info *f = llama_family_get(m->family);
+    if (f->window == LLAMA_WINDOW_QWEN) cJSON_AddBoolToObject(o, "use_sliding_window", m->sliding_window > 0);
+    if (f->window != LLAMA_WINDOW_NONE) {
+        if (m->sliding_window) mp_json_add_exact_int(o, "sliding_window", m->sliding_window);
+        else cJSON_AddNullToObject(o, "sliding_window");
+    }
+    if (f->window == LLAMA_WINDOW_QWEN && m->sliding_window)
+        mp_json_add_exact_int(o, "max_window_layers", m->first_sliding_layer);
+    /* Phi3Config's pad_token_id defaults to 32000, the embedding's padding_idx, which transformers refuses
+     * outside the vocabulary: say "none" for a vocabulary that small (pad ids are not kept) */
+    if (m->family == LLAMA_FAMILY_PHI3 && m->vocab_size <= 32000) cJSON_AddNullToObject(o, "pad_token_id");
+}
+
 char *llama_config_to_json(const llama_config *m) {
+    const llama_family_info *f = llama_family_get(m->family);
     cJSON *o = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(o, "model_type", "llama");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(f->architecture));
+    cJSON_AddStringToObject(o, "model_type", f->model_type);
     cJSON_AddStringToObject(o, "hidden_act", "silu");
-    cJSON_AddBoolToObject(o, "attention_bias", 0);
-    cJSON_AddBoolToObject(o, "mlp_bias", 0);
+    /* the bias keys of the classes that read them (Llama's text as before the families) */
+    if (m->family == LLAMA_FAMILY_LLAMA || m->family == LLAMA_FAMILY_QWEN3) cJSON_AddBoolToObject(o, "attention_bias", 0);
+    if (m->family == LLAMA_FAMILY_LLAMA) cJSON_AddBoolToObject(o, "mlp_bias", 0);
     if (m->rope_scaling.type == MP_ROPE_DEFAULT) {
         cJSON_AddNullToObject(o, "rope_scaling");
     } else {   /* the key order of the Llama 3.x config.json files */
@@ -588,6 +786,7 @@ char *llama_config_to_json(const llama_config *m) {
     }
     cJSON_AddNumberToObject(o, "head_dim", llama_head_dim(m));
     for (size_t i = 0; i < NFIELDS(model_fields); i++) mp_field_to_json(o, &model_fields[i], m);
+    family_keys_to_json(o, m);
     if (m->n_eos == 1 && !m->eos_is_list) {
         mp_json_add_exact_int(o, "eos_token_id", m->eos_token_id[0]);
     } else if (m->n_eos) {
@@ -626,21 +825,48 @@ int64_t llama_config_num_params(const llama_config *m) {
     return n;
 }
 
+/* The effective head dim, 0 for a config without heads (a hand-built one: llama_config_diff never divides by 0). */
+static int head_dim_of(const llama_config *c) { return c->num_attention_heads > 0 ? llama_head_dim(c) : c->head_dim; }
+
+/* The integer family fields by llama_config_field (LLAMA_CF_HEAD_DIM .. LLAMA_CF_FIRST_SLIDING_LAYER). */
+static int family_field(const llama_config *c, llama_config_field f) {
+    switch (f) {
+    case LLAMA_CF_HEAD_DIM: return head_dim_of(c);
+    case LLAMA_CF_QKV_BIAS: return c->qkv_bias;
+    case LLAMA_CF_QK_NORM: return c->qk_norm;
+    case LLAMA_CF_SLIDING_WINDOW: return c->sliding_window;
+    case LLAMA_CF_FIRST_SLIDING_LAYER: return c->first_sliding_layer;
+    default: assert(0); return 0;
+    }
+}
+
 unsigned llama_config_diff(const llama_config *a, const llama_config *b, unsigned may_differ) {
     unsigned d = 0;
     for (size_t i = 0; i < K_NMODEL; i++)
         if (!mp_field_equal(&model_fields[i], a, b)) d |= LLAMA_CF_BIT(i);
     if (!llama_rope_scaling_equal(&a->rope_scaling, &b->rope_scaling)) d |= LLAMA_CF_BIT(LLAMA_CF_ROPE_SCALING);
+    if (a->family != b->family) d |= LLAMA_CF_BIT(LLAMA_CF_FAMILY);
+    for (llama_config_field f = LLAMA_CF_HEAD_DIM; f < LLAMA_CF_COUNT; f++)
+        if (family_field(a, f) != family_field(b, f)) d |= LLAMA_CF_BIT(f);
     return d & ~may_differ;
 }
 
 const char *llama_config_field_name(llama_config_field f) {
+    static const char *const family_names[] = {"model_type", "head_dim", "qkv_bias", "qk_norm", "sliding_window",
+                                               "first_sliding_layer"};
+    _Static_assert(sizeof family_names / sizeof *family_names == LLAMA_CF_COUNT - LLAMA_CF_FAMILY, "one per field");
     assert(f >= 0 && f < LLAMA_CF_COUNT);
+    if (f >= LLAMA_CF_FAMILY) return family_names[f - LLAMA_CF_FAMILY];
     return f == LLAMA_CF_ROPE_SCALING ? "rope_scaling" : model_fields[f].key;
 }
 
 void llama_config_field_format(const llama_config *c, llama_config_field f, char *buf, size_t cap) {
     assert(f >= 0 && f < LLAMA_CF_COUNT);
     if (f == LLAMA_CF_ROPE_SCALING) llama_rope_scaling_describe(&c->rope_scaling, buf, cap);
+    else if (f == LLAMA_CF_FAMILY)
+        snprintf(buf, cap, "%s", (int)c->family >= 0 && c->family < LLAMA_FAMILY_COUNT ?
+                 llama_family_get(c->family)->model_type : "?");
+    else if (f == LLAMA_CF_SLIDING_WINDOW && !c->sliding_window) snprintf(buf, cap, "none");
+    else if (f > LLAMA_CF_FAMILY) snprintf(buf, cap, "%d", family_field(c, f));
     else mp_field_format(&model_fields[f], c, buf, cap);
 }

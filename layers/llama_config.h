@@ -1,19 +1,29 @@
 /*
- * layers/llama_config.h — the Llama model's config: Hugging Face LlamaConfig's fields and rules, RoPE
- * scaling, the parameter count, and the one comparison of two configs (llama_config_diff).
+ * layers/llama_config.h — the model's config: Hugging Face config.json's fields and rules for every family
+ * of the table (layers/family.h), RoPE scaling, the parameter count, and the one comparison of two
+ * configs (llama_config_diff).
  *
  * A config file is an HF config.json (the model's fields at the top level) with an optional "train"
- * object (the training config, core/config.h), and a key means what it means in transformers' LlamaConfig:
- *   - required (no default: LlamaConfig's is a 7B shape, never what a config that omits it meant):
+ * object (the training config, core/config.h). Its model_type (missing: "llama") picks the family, whose
+ * transformers config class (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Phi3Config) says what
+ * each key means; another model_type is refused naming it and the supported ones, and architectures (if
+ * given) may only list the family's *ForCausalLM. docs/FAMILIES.md has the table:
+ *   - required (no default: the classes' are a 7B shape, never what a config that omits it meant):
  *     hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, vocab_size;
- *   - defaulted as LlamaConfig does when missing: num_key_value_heads (missing or null: =
- *     num_attention_heads), max_position_embeddings 2048, rms_norm_eps 1e-6, rope_theta 10000,
- *     tie_word_embeddings false, initializer_range 0.02, head_dim (= hidden_size / num_attention_heads;
- *     another value is refused), hidden_act "silu", attention_bias / mlp_bias false (null: false),
- *     attention_dropout 0, rope_scaling null.
- * model_type must be "llama" and architectures (if given) only "LlamaForCausalLM". RoPE: rope_scaling and
- * transformers 5's rope_parameters may be null or an object whose rope_type (or the older "type") is
- * "default", "linear" (with "factor") or "llama3" (with "factor", "low_freq_factor", "high_freq_factor",
+ *   - defaulted as the family's class does when missing: num_key_value_heads (null: =
+ *     num_attention_heads; missing: the same, but 8 in Mistral and 32 in Qwen2/Qwen3),
+ *     max_position_embeddings (2048; Mistral 131072, Qwen 32768, Phi-3 4096), rms_norm_eps (1e-6;
+ *     Phi-3 1e-5), rope_theta 10000, tie_word_embeddings false, initializer_range 0.02, head_dim
+ *     (hidden_size / num_attention_heads; Qwen3 128; any even value may be given), hidden_act "silu",
+ *     attention_bias / mlp_bias false (null: false), attention_dropout 0, rope_scaling null;
+ *   - the family's own keys: Mistral and Phi-3 sliding_window (Mistral 4096 when missing, null: none)
+ *     for every layer; Qwen use_sliding_window (false), sliding_window (4096), max_window_layers (28)
+ *     and layer_types (full layers, then sliding ones; another order is refused); Qwen2.5's use_mrope
+ *     (true refused); Phi-3's original_max_position_embeddings (accepted), partial_rotary_factor (only
+ *     1), resid_pdrop and embd_pdrop (only 0). Qwen2 always has q/k/v biases (its attention_bias key has
+ *     no effect); attention_bias true is refused elsewhere (Qwen3's adds an o_proj bias).
+ * RoPE: rope_scaling and transformers 5's rope_parameters may be null or an object whose rope_type (or
+ * the older "type") is "default", "linear" (with "factor") or "llama3" (with "factor", "low_freq_factor", "high_freq_factor",
  * "original_max_position_embeddings"); other types (yarn, dynamic, longrope, ...) are refused naming the
  * type, each parameter is checked naming it, and when both keys are given they must agree.
  * rope_parameters may also carry rope_theta, which is then the model's (a different top-level rope_theta
@@ -21,8 +31,10 @@
  * ignores when it builds the model (torch_dtype/dtype, token ids, use_cache, pretraining_tp,
  * is_llama_config, rope_interleaved, the generation keys max_length/temperature/top_p/..., ...) are
  * accepted; keys that would change the math are checked (hidden_act must be "silu", biases false,
- * attention_dropout 0, ...). Any other key is an error naming it, so a typo never silently falls back to
- * a default. The fields are read by core's field-table reader (core/config.h).
+ * attention_dropout 0, ...). Any other key is warned about and ignored, as transformers does, unless it
+ * looks like a typo of a key with an effect that the file lacks: then it is an error naming it, so a
+ * typo never silently falls back to a default. The fields are read by core's field-table reader
+ * (core/config.h).
  */
 #ifndef MP_LLAMA_CONFIG_H
 #define MP_LLAMA_CONFIG_H
@@ -98,15 +110,22 @@ mp_code llama_config_validate(const llama_config *m, mp_err *err);
  * mp_train_config_validate) wherever both are known and final: train, eval. */
 mp_code llama_config_validate_pair(const llama_config *m, const mp_train_config *t, mp_err *err);
 
-/* HF config.json text for the model ("architectures": ["LlamaForCausalLM"], ...). Caller frees. */
+/* HF config.json text for the model: its family's model_type, architectures and keys, so that transformers
+ * builds the same *ForCausalLM with the same attributes from it, and llama_config_parse reads the same
+ * config back. A Llama config's text is what it was before the families (checkpoints stay
+ * byte-identical). Caller frees. */
 char *llama_config_to_json(const llama_config *m);
 
-/* The fields of llama_config, in config.json's (and llama_config_to_json's) order, as bits of a mask:
- * LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS). */
+/* The fields of llama_config, in config.json's (and llama_config_to_json's) order, then the family's, as
+ * bits of a mask: LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS). */
 typedef enum {
     LLAMA_CF_HIDDEN_SIZE, LLAMA_CF_INTERMEDIATE_SIZE, LLAMA_CF_NUM_HIDDEN_LAYERS, LLAMA_CF_NUM_ATTENTION_HEADS,
     LLAMA_CF_NUM_KEY_VALUE_HEADS, LLAMA_CF_VOCAB_SIZE, LLAMA_CF_MAX_POSITION_EMBEDDINGS, LLAMA_CF_RMS_NORM_EPS,
     LLAMA_CF_ROPE_THETA, LLAMA_CF_TIE_WORD_EMBEDDINGS, LLAMA_CF_INITIALIZER_RANGE, LLAMA_CF_ROPE_SCALING,
+    /* the family and what it adds: named "model_type", "head_dim" (the effective one), "qkv_bias",
+     * "qk_norm", "sliding_window" (0: none), "first_sliding_layer" */
+    LLAMA_CF_FAMILY, LLAMA_CF_HEAD_DIM, LLAMA_CF_QKV_BIAS, LLAMA_CF_QK_NORM, LLAMA_CF_SLIDING_WINDOW,
+    LLAMA_CF_FIRST_SLIDING_LAYER,
     LLAMA_CF_COUNT
 } llama_config_field;
 #define LLAMA_CF_BIT(f) (1u << (f))
@@ -116,10 +135,11 @@ typedef enum {
  * compared exactly, rope_scaling with llama_rope_scaling_equal), less those in may_differ, which the
  * caller states it tolerates (resume: LLAMA_CF_BIT(LLAMA_CF_MAX_POSITION_EMBEDDINGS) | ...). 0: the same. */
 unsigned llama_config_diff(const llama_config *a, const llama_config *b, unsigned may_differ);
-/* The field's config.json key: "hidden_size", ..., "rope_scaling". */
+/* The field's config.json key: "hidden_size", ..., "rope_scaling", "model_type", ...: see llama_config_field. */
 const char *llama_config_field_name(llama_config_field f);
 /* Field f of c as messages print it, into buf (cap bytes): integers and booleans as decimal, reals with
- * %g, rope_scaling as llama_rope_scaling_describe says it. */
+ * %g, rope_scaling as llama_rope_scaling_describe says it, the family as its model_type, a sliding_window
+ * of 0 as "none". */
 void llama_config_field_format(const llama_config *c, llama_config_field f, char *buf, size_t cap);
 
 /* The head dimension: head_dim when given, else hidden_size / num_attention_heads. */

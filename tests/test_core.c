@@ -238,7 +238,7 @@ Test(config, values_that_change_the_math_are_refused) {
     const char *bad[][2] = {{"{\"hidden_act\": \"gelu\"}", "hidden_act"},
                             {"{\"attention_bias\": true}", "attention_bias"},
                             {"{\"rope_scaling\": {\"type\": \"linear\"}}", "rope_scaling"},
-                            {"{\"hidden_size\": 64, \"num_attention_heads\": 4, \"head_dim\": 32}", "head_dim"},
+                            {"{\"hidden_size\": 64, \"num_attention_heads\": 4, \"head_dim\": 15}", "head_dim"},
                             {"{\"hidden_size\": -3}", "hidden_size"},
                             {"{\"hidden_size\": 64.5}", "integer"},
                             {"{\"train\": {\"lr\": \"fast\"}}", "lr"},
@@ -334,11 +334,15 @@ Test(config, the_shape_keys_are_required) {
     cr_assert(strstr(e.msg, "not divisible by num_attention_heads"), "%s", e.msg);
 }
 
-Test(config, only_llama_is_accepted) {
+Test(config, only_the_families_of_the_table_are_accepted) {
     const char *bad[][2] = {
-        {"{" SHAPE ", \"model_type\": \"mistral\"}", "model_type"},
+        {"{" SHAPE ", \"model_type\": \"gemma\"}", "\"gemma\" is not supported (supported: \"llama\", \"mistral\", "
+                                                   "\"qwen2\", \"qwen3\", \"phi3\")"},
         {"{" SHAPE ", \"model_type\": 3}", "model_type"},
+        {"{" SHAPE ", \"model_type\": null}", "model_type"},
         {"{" SHAPE ", \"architectures\": [\"MistralForCausalLM\"]}", "MistralForCausalLM"},
+        {"{" SHAPE ", \"model_type\": \"qwen2\", \"architectures\": [\"LlamaForCausalLM\"]}",
+         "model_type \"qwen2\" is only \"Qwen2ForCausalLM\""},
         {"{" SHAPE ", \"architectures\": [\"LlamaForCausalLM\", \"LlamaModel\"]}", "LlamaModel"},
         {"{" SHAPE ", \"architectures\": \"LlamaForCausalLM\"}", "architectures"},
     };
@@ -602,7 +606,8 @@ Test(config, other_rope_types_are_refused) {
         {"\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": -1}", "rope_theta"},
         {"\"rope_parameters\": {\"rope_type\": \"default\", \"partial_rotary_factor\": 0.5}", "partial_rotary_factor"},
         {"\"mlp_bias\": true", "mlp_bias"},
-        {"\"head_dim\": 32", "head_dim"},
+        {"\"head_dim\": 33", "head_dim"},
+        {"\"head_dim\": 0", "head_dim"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char text[512];
