@@ -98,7 +98,7 @@ static hf_item *find_item(hf_sink *h, const char *name) {
     return NULL;
 }
 
-/* A new item for HF tensor pl->name of ndim dims, cols columns (1 for a vector). */
+/* A new item for HF tensor pl->name of ndim dims: its rows are the fused rows, or gshape[0]. */
 static hf_item *new_item(hf_sink *h, const llama_hf_place *pl, int ndim, const int64_t *gshape) {
     if (h->n == h->cap) {
         int cap = h->cap * 2 + 16;
