@@ -8,6 +8,12 @@
  * most band_bytes of fp32, converted and written before the next band. Memory: one band and the
  * writer's small conversion buffer, whatever the model size.
  *
+ * A family that fuses projections in its HF checkpoints (Phi-3: q/k/v in self_attn.qkv_proj, gate/up
+ * in mlp.gate_up_proj; layers/family_hf.h) gets them merged here: the adds that map to one HF name
+ * become one item of up to three parts, each the row range of its meshpoint tensor, and a band of the
+ * fused tensor is filled part by part (a band that straddles two parts pulls each piece from its own
+ * tensor). Still one band of memory; the commit refuses a fused tensor whose parts do not tile it.
+ *
  * The directory is built as DIR.partial (every file fsynced, then the directory) and renamed to DIR;
  * with replace, an existing DIR is swapped out by that rename (ckpt/'s mp_fs_swap_dirs) and removed after,
  * so a failure at any point leaves the old DIR as it was and no half-written DIR.
@@ -16,7 +22,8 @@
  * model_type, every field, head_dim, biases false, rope_scaling), plus what transformers 5 writes
  * (dtype, rope_parameters with rope_theta) next to what 4.x reads (torch_dtype, rope_theta), and
  * LlamaConfig's remaining defaults (attention_dropout, pretraining_tp, use_cache). Numbers are printed
- * exactly (the shortest text that reads back to the same double). Files the checkpoint carries (its
+ * exactly (the shortest text that reads back to the same double). pretraining_tp is LlamaConfig's alone
+ * (written for the llama family only). Files the checkpoint carries (its
  * tokenizer's: file()) are written beside it as they were imported; a carried generation_config.json
  * replaces the default one. Only names a checkpoint may carry are taken (ckpt_file_name_check), and never
  * a name the sink writes itself, so a carried file cannot replace the exported config or weights.
@@ -28,17 +35,26 @@
 #include "core/alloc.h"
 #include "core/fsutil.h"
 #include "core/log.h"
-#include "layers/llama.h"
 #include "ckpt/read_pipe.h"
+#include "layers/family_hf.h"
+#include "layers/llama.h"
 #include "reshard/reshard.h"
 #include "reshard/safetensors.h"
+
+/* One meshpoint tensor in an HF tensor: rows [row0, row0 + rows) of it, pulled through fill(ctx). */
+typedef struct hf_part {
+    ckpt_fill_fn fill;
+    void *ctx;
+    int64_t row0, rows;
+} hf_part;
 
 typedef struct hf_item {
     char name[128];       /* HF name */
     int ndim;
     int64_t shape[2];
-    ckpt_fill_fn fill;
-    void *ctx;
+    int nparts;           /* 1, or the parts of a fused tensor added so far (in add order) */
+    hf_part part[3];
+    const char *fused;    /* NULL, or what a fused tensor holds (for messages) */
 } hf_item;
 
 typedef struct hf_sink {
@@ -74,30 +90,88 @@ mp_code rs_hf_layout(const llama_config *cfg, rs_box **boxes, int *n, mp_err *e)
     return MP_OK;
 }
 
-static mp_code hs_add(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
-                      const int64_t *shape, ckpt_fill_fn fill, void *ctx, mp_err *e) {
-    hf_sink *h = s->impl;
-    mp_code rc = MP_OK;
-    if (strncmp(name, "model/", 6) || strlen(name + 6) >= sizeof h->it->name)
-        rc = mp_err_set(e, MP_EINTERNAL, "HF export: tensor %s is not a model/ tensor", name);
-    else if (file_rank != 0 || off[0] || (ndim == 2 && off[1]) || shape[0] != gshape[0] || (ndim == 2 && shape[1] != gshape[1]))
-        rc = mp_err_set(e, MP_EINTERNAL, "HF export: %s: the sink takes whole tensors only", name);
-    if (rc) {
-        if (!h->failed) { h->failed = rc; h->err = *e; }
-        return rc;
-    }
+/* The item that holds HF tensor name, or NULL (searched from the end: a fused tensor's parts are
+ * added one after the other). */
+static hf_item *find_item(hf_sink *h, const char *name) {
+    for (int i = h->n - 1; i >= 0; i--)
+        if (!strcmp(h->it[i].name, name)) return &h->it[i];
+    return NULL;
+}
+
+/* A new item for HF tensor pl->name of ndim dims: its rows are the fused rows, or gshape[0]. */
+static hf_item *new_item(hf_sink *h, const llama_hf_place *pl, int ndim, const int64_t *gshape) {
     if (h->n == h->cap) {
         int cap = h->cap * 2 + 16;
         h->it = mp_realloc(h->it, sizeof *h->it * (size_t)h->cap, sizeof *h->it * (size_t)cap, MP_MEM_OTHER);
         h->cap = cap;
     }
     hf_item *t = &h->it[h->n++];
-    snprintf(t->name, sizeof t->name, "%s", name + 6);
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", pl->name);
     t->ndim = ndim;
-    t->shape[0] = gshape[0];
+    t->shape[0] = pl->hf_rows ? pl->hf_rows : gshape[0];
     t->shape[1] = ndim == 2 ? gshape[1] : 1;
-    t->fill = fill;
-    t->ctx = ctx;
+    t->fused = pl->fused;
+    return t;
+}
+
+/* rs_sink add: records whole tensor name as (a part of) the HF tensor the family map names. */
+static mp_code hs_add(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
+                      const int64_t *shape, ckpt_fill_fn fill, void *ctx, mp_err *e) {
+    hf_sink *h = s->impl;
+    mp_code rc = MP_OK;
+    llama_hf_place pl;
+    hf_item *t = NULL;
+    if (strncmp(name, "model/", 6) || llama_hf_place_of(&h->cfg, name + 6, &pl))
+        rc = mp_err_set(e, MP_EINTERNAL, "HF export: tensor %s is not a model/ tensor", name);
+    else if (file_rank != 0 || off[0] || (ndim == 2 && off[1]) || shape[0] != gshape[0] || (ndim == 2 && shape[1] != gshape[1]))
+        rc = mp_err_set(e, MP_EINTERNAL, "HF export: %s: the sink takes whole tensors only", name);
+    else if (pl.hf_rows && pl.rows != gshape[0])
+        rc = mp_err_set(e, MP_EINTERNAL, "HF export: %s has %lld rows, its part of %s %lld", name, (long long)gshape[0],
+                        pl.name, (long long)pl.rows);
+    else if (pl.hf_rows && (t = find_item(h, pl.name)) &&
+             (t->nparts == 3 || t->ndim != ndim || t->shape[1] != (ndim == 2 ? gshape[1] : 1)))
+        rc = mp_err_set(e, MP_EINTERNAL, "HF export: %s does not fit the fused tensor %s", name, pl.name);
+    if (rc) {
+        if (!h->failed) { h->failed = rc; h->err = *e; }
+        return rc;
+    }
+    if (!t) t = new_item(h, &pl, ndim, gshape);
+    t->part[t->nparts++] = (hf_part){fill, ctx, pl.row0, gshape[0]};
+    return MP_OK;
+}
+
+/* Checks that every item's parts tile its rows exactly (a fused tensor got all of its parts), and
+ * orders them by row. */
+static mp_code check_parts(hf_sink *h, mp_err *e) {
+    for (int i = 0; i < h->n; i++) {
+        hf_item *t = &h->it[i];
+        for (int a = 1; a < t->nparts; a++)   /* insertion sort of at most 3 */
+            for (int b = a; b > 0 && t->part[b].row0 < t->part[b - 1].row0; b--) {
+                hf_part x = t->part[b];
+                t->part[b] = t->part[b - 1];
+                t->part[b - 1] = x;
+            }
+        int64_t at = 0;
+        for (int k = 0; k < t->nparts && at >= 0; k++) at = t->part[k].row0 == at ? at + t->part[k].rows : -1;
+        if (at != t->shape[0])
+            return mp_err_set(e, MP_EINTERNAL, "HF export: tensor %s (%s) did not get all of its %lld rows from %d part%s",
+                              t->name, t->fused ? t->fused : "not fused", (long long)t->shape[0], t->nparts,
+                              t->nparts == 1 ? "" : "s");
+    }
+    return MP_OK;
+}
+
+/* Fills the band (off, shape) of item t into x part by part: each piece from its own tensor. */
+static mp_code item_fill(const hf_item *t, const int64_t *off, const int64_t *shape, float *x, mp_err *e) {
+    int64_t end = off[0] + shape[0];
+    for (int k = 0; k < t->nparts; k++) {
+        const hf_part *p = &t->part[k];
+        int64_t a = off[0] > p->row0 ? off[0] : p->row0, b = end < p->row0 + p->rows ? end : p->row0 + p->rows;
+        if (a >= b) continue;
+        int64_t po[2] = {a - p->row0, 0}, ps[2] = {b - a, shape[1]};
+        MP_TRY(p->fill(p->ctx, po, ps, x + (a - off[0]) * shape[1], e));
+    }
     return MP_OK;
 }
 
@@ -192,7 +266,7 @@ static mp_code write_shard(hf_sink *h, const char *file, int a, int b, mp_err *e
         for (int64_t r = 0; r < t->shape[0] && !rc; r += step, band++) {
             int64_t off[2] = {r, 0}, shp[2] = {t->shape[0] - r < step ? t->shape[0] - r : step, t->shape[1]};
             float *x = buf[wk ? band & 1 : 0];   /* the worker may still write the other one */
-            rc = t->fill(t->ctx, off, shp, x, e);
+            rc = item_fill(t, off, shp, x, e);
             if (!rc) rc = put_wait(wk, &job, e);
             if (rc) break;
             if (!wk) {
@@ -344,6 +418,7 @@ static mp_code hs_commit(rs_sink *s, mp_err *e) {
     }
     mp_code rc = MP_OK;
     if (mp_fs_exists(h->partial)) rc = mp_fs_remove_tree(h->partial, e);   /* stale, from an interrupted export */
+    if (!rc) rc = check_parts(h, e);
     if (!rc) rc = mp_fs_mkdirs(h->partial, e);
     if (!rc) rc = write_data(h, e);
     char *cfg = rc ? NULL : config_json(&h->cfg, h->dtype);

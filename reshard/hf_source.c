@@ -15,8 +15,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "core/alloc.h"
-#include "layers/llama.h"
 #include "core/fsutil.h"
+#include "layers/family_hf.h"
+#include "layers/llama.h"
 #include "reshard/reshard.h"
 #include "reshard/safetensors.h"
 
@@ -36,6 +37,8 @@ typedef struct hf_src {
     int n;
     hf_entry *ent;      /* sorted by name */
     int64_t needed;     /* bytes asked for (in the files' dtypes) */
+    int mapped;         /* names go through the family's HF map of cfg (rs_source_hf given a config) */
+    llama_config cfg;
 } hf_src;
 
 static int cmp_entry(const void *a, const void *b) {
@@ -124,16 +127,46 @@ static mp_code check_weight_map(hf_src *h, const cJSON *wm, mp_err *e) {
 
 /* ------------------------------------------------------------------------------ the table */
 
-/* The HF tensor behind engine name, or an error naming it. */
-static mp_code lookup(hf_src *h, const char *name, int ndim, st_file **f, const st_tensor **t, mp_err *e) {
-    const hf_entry *en = strncmp(name, "model/", 6) ? NULL : find_entry(h, name + 6);
-    if (!en) return mp_err_set(e, MP_EINPUT, "HF directory %s has no tensor %s", h->dir, name);
+/* The HF tensor behind engine name "model/<name>" and the first row of name in it (0 unless the family
+ * fuses it: family_hf.h); NULL *t when there is none. */
+static void place(hf_src *h, const char *name, st_file **f, const st_tensor **t, llama_hf_place *pl) {
+    *f = NULL;
+    *t = NULL;
+    if (strncmp(name, "model/", 6)) return;
+    if (!h->mapped) {
+        memset(pl, 0, sizeof *pl);
+        if ((size_t)snprintf(pl->name, sizeof pl->name, "%s", name + 6) >= sizeof pl->name) return;
+    } else if (llama_hf_place_of(&h->cfg, name + 6, pl)) {
+        return;
+    }
+    const hf_entry *en = find_entry(h, pl->name);
+    if (!en) return;
     *f = h->f[en->file];
     *t = &(*f)->t[en->t];
+}
+
+/* The HF tensor and first row behind the box (off, shape) of engine name, or an error naming it: a
+ * missing tensor, another rank, a box beyond the part of a fused tensor. */
+static mp_code lookup(hf_src *h, const char *name, int ndim, const int64_t *off, const int64_t *shape, st_file **f,
+                      const st_tensor **t, int64_t *row0, mp_err *e) {
+    llama_hf_place pl;
+    place(h, name, f, t, &pl);
+    if (!*t) return mp_err_set(e, MP_EINPUT, "HF directory %s has no tensor %s", h->dir, name);
     if ((*t)->ndim != ndim)
-        return mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" has %d dimensions, the model's has %d", (*f)->path, name + 6,
+        return mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" has %d dimensions, the model's has %d", (*f)->path, pl.name,
                           (*t)->ndim, ndim);
+    if (pl.rows && (off[0] < 0 || off[0] + shape[0] > pl.rows))
+        return mp_err_set(e, MP_EINTERNAL, "%s: rows %lld..%lld of %s are outside its %lld rows of \"%s\"", (*f)->path,
+                          (long long)off[0], (long long)(off[0] + shape[0]), name + 6, (long long)pl.rows, pl.name);
+    *row0 = pl.row0;
     return MP_OK;
+}
+
+/* (off, shape) shifted down by row0 rows into o. */
+static const int64_t *shifted(const int64_t *off, int ndim, int64_t row0, int64_t o[2]) {
+    o[0] = off[0] + row0;
+    o[1] = ndim == 2 ? off[1] : 0;
+    return o;
 }
 
 static mp_code hf_read(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape, float *buf,
@@ -141,16 +174,21 @@ static mp_code hf_read(rs_source *s, const char *name, int ndim, const int64_t *
     hf_src *h = s->impl;
     st_file *f = NULL;
     const st_tensor *t = NULL;
-    MP_TRY(lookup(h, name, ndim, &f, &t, e));
+    int64_t row0 = 0, o[2];
+    MP_TRY(lookup(h, name, ndim, off, shape, &f, &t, &row0, e));
     h->needed += shape[0] * (ndim == 2 ? shape[1] : 1) * st_dtype_size(t->dtype);
-    return st_read_f32(f, t, off, shape, buf, e);
+    return st_read_f32(f, t, shifted(off, ndim, row0, o), shape, buf, e);
 }
 
 /* rs_source prefetch: the engine names the next band while it writes this one (reshard/engine.c). */
 static void hf_prefetch(rs_source *s, const char *name, const int64_t *off, const int64_t *shape) {
     hf_src *h = s->impl;
-    const hf_entry *en = strncmp(name, "model/", 6) ? NULL : find_entry(h, name + 6);
-    if (en) st_prefetch(h->f[en->file], &h->f[en->file]->t[en->t], off, shape);
+    st_file *f = NULL;
+    const st_tensor *t = NULL;
+    llama_hf_place pl;
+    int64_t o[2];
+    place(h, name, &f, &t, &pl);
+    if (t) st_prefetch(f, t, shifted(off, t->ndim, pl.row0, o), shape);
 }
 
 static mp_code hf_plan(rs_source *s, const char *name, int ndim, const int64_t *off, const int64_t *shape,
@@ -158,8 +196,9 @@ static mp_code hf_plan(rs_source *s, const char *name, int ndim, const int64_t *
     hf_src *h = s->impl;
     st_file *f = NULL;
     const st_tensor *t = NULL;
+    int64_t row0 = 0;
     *bytes = 0;
-    MP_TRY(lookup(h, name, ndim, &f, &t, e));
+    MP_TRY(lookup(h, name, ndim, off, shape, &f, &t, &row0, e));
     *bytes = shape[0] * (ndim == 2 ? shape[1] : 1) * st_dtype_size(t->dtype);
     if (cb) cb(ctx, strrchr(f->path, '/') + 1, *bytes);
     return MP_OK;
@@ -187,10 +226,14 @@ static void hf_close(rs_source *s) {
     free(s);
 }
 
-mp_code rs_source_hf(rs_source **out, const char *dir, mp_err *e) {
+mp_code rs_source_hf(rs_source **out, const char *dir, const llama_config *cfg, mp_err *e) {
     *out = NULL;
     hf_src *h = mp_xcalloc(sizeof *h);
     h->dir = mp_strdup(dir);
+    if (cfg) {
+        h->mapped = 1;
+        h->cfg = *cfg;
+    }
     size_t len = strlen(dir) + sizeof HF_INDEX + 2;
     char *ipath = mp_xmalloc(len);
     snprintf(ipath, len, "%s/%s", dir, HF_INDEX);
@@ -217,7 +260,7 @@ mp_code rs_source_hf(rs_source **out, const char *dir, mp_err *e) {
     return MP_OK;
 }
 
-/* Tensors an HF Llama directory may hold that the model does not use (transformers ignores them too). */
+/* Tensors an HF directory may hold that the model does not use (transformers ignores them too). */
 static int ignorable(const char *name, const llama_config *cfg) {
     const char *suffix = ".rotary_emb.inv_freq";
     size_t n = strlen(name), k = strlen(suffix);
@@ -225,33 +268,53 @@ static int ignorable(const char *name, const llama_config *cfg) {
     return cfg->tie_word_embeddings && !strcmp(name, "lm_head.weight");
 }
 
+/* Checks HF tensor t (of file f) as the place pl of the model's tensor sp: the shape config.json implies
+ * (a fused tensor: all of its parts' rows), and a dtype import reads. The messages name the family and
+ * what a fused tensor holds. */
+static mp_code check_tensor(const st_file *f, const st_tensor *t, const llama_tensor_spec *sp, const llama_hf_place *pl,
+                            const llama_config *cfg, mp_err *e) {
+    int64_t rows = pl->hf_rows ? pl->hf_rows : sp->shape[0];
+    int same = t->ndim == sp->ndim && t->shape[0] == rows && (t->ndim == 1 || t->shape[1] == sp->shape[1]);
+    if (!same) {
+        char why[256] = "";
+        if (pl->fused)
+            snprintf(why, sizeof why, " (model_type \"%s\" stores %s as one tensor; %s is its rows %lld..%lld)",
+                     llama_family_get(cfg->family)->model_type, pl->fused, sp->name, (long long)pl->row0,
+                     (long long)(pl->row0 + pl->rows));
+        return mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" has shape [%lld%s%lld], config.json implies [%lld%s%lld]%s",
+                          f->path, t->name, (long long)(t->ndim ? t->shape[0] : 0), t->ndim > 1 ? ", " : "",
+                          (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)rows, sp->ndim > 1 ? ", " : "",
+                          (long long)(sp->ndim > 1 ? sp->shape[1] : 0), why);
+    }
+    if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+        return mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" is %s: import reads F32, BF16 and F16", f->path, t->name,
+                          st_dtype_name(t->dtype));
+    return MP_OK;
+}
+
 mp_code rs_source_hf_check(rs_source *s, const llama_config *cfg, mp_err *e) {
     hf_src *h = s->impl;
     int ns = llama_tensor_specs(cfg, NULL, 0);
     llama_tensor_spec *sp = mp_xmalloc(sizeof *sp * (size_t)ns);
     llama_tensor_specs(cfg, sp, ns);
+    const char *family = llama_family_get(cfg->family)->model_type;
     mp_code rc = MP_OK;
     char *used = mp_xcalloc((size_t)h->n + 1);
     for (int i = 0; i < ns && !rc; i++) {
-        const hf_entry *en = find_entry(h, sp[i].name);
-        if (!en) { rc = mp_err_set(e, MP_EINPUT, "%s: the model's tensor \"%s\" is missing", h->dir, sp[i].name); break; }
+        llama_hf_place pl;
+        const hf_entry *en = llama_hf_place_of(cfg, sp[i].name, &pl) ? NULL : find_entry(h, pl.name);
+        if (!en) {
+            rc = mp_err_set(e, MP_EINPUT, "%s: the %s model's tensor \"%s\" is missing", h->dir, family, pl.name);
+            break;
+        }
         used[en - h->ent] = 1;
         const st_file *f = h->f[en->file];
-        const st_tensor *t = &f->t[en->t];
-        int same = t->ndim == sp[i].ndim && t->shape[0] == sp[i].shape[0] && (t->ndim == 1 || t->shape[1] == sp[i].shape[1]);
-        if (!same)
-            rc = mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" has shape [%lld%s%lld], config.json implies [%lld%s%lld]", f->path,
-                            t->name, (long long)(t->ndim ? t->shape[0] : 0), t->ndim > 1 ? ", " : "",
-                            (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)sp[i].shape[0], sp[i].ndim > 1 ? ", " : "",
-                            (long long)(sp[i].ndim > 1 ? sp[i].shape[1] : 0));
-        else if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
-            rc = mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" is %s: import reads F32, BF16 and F16", f->path, t->name,
-                            st_dtype_name(t->dtype));
+        rc = check_tensor(f, &f->t[en->t], &sp[i], &pl, cfg, e);
     }
     for (int i = 0; i < h->n && !rc; i++)
         if (!used[i] && !ignorable(h->ent[i].name, cfg))
-            rc = mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" is not part of the Llama model config.json describes",
-                            h->f[h->ent[i].file]->path, h->ent[i].name);
+            rc = mp_err_set(e, MP_EINPUT, "%s: tensor \"%s\" is not part of the %s model config.json describes",
+                            h->f[h->ent[i].file]->path, h->ent[i].name, family);
     free(used);
     free(sp);
     return rc;

@@ -25,3 +25,12 @@ foreach(cfg cli_tiny reshard_mqa_tied torch_gqa_tied torch_mqa_wide)
   set_tests_properties(hf_logits_${cfg} PROPERTIES FIXTURES_REQUIRED resume_data TIMEOUT 300
                        ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
 endforeach()
+# hf_fused_phi3: tests/hf_fused.sh — Phi-3's fused qkv_proj / gate_up_proj: a random Phi3ForCausalLM saved
+# by transformers -> import (tp 2, 1x1; meshpoint's logits = transformers' float64) -> export (whole,
+# sharded) -> Phi3ForCausalLM.from_pretrained: no missing/unexpected keys, every tensor and the logits
+# bitwise (scripts/bench_venv.sh's venv).
+add_test(NAME hf_fused_phi3
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/hf_fused.sh $<TARGET_FILE:meshpoint> $<TARGET_FILE:tool_hf_logits>
+                 ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/hf_fused_phi3)
+set_tests_properties(hf_fused_phi3 PROPERTIES TIMEOUT 900 RESOURCE_LOCK bench_venv
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")

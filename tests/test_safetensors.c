@@ -3,14 +3,16 @@
  * must refuse (one test each, the message checked for the file, the tensor and the reason), the
  * writer's exact format (length prefix, space padding to 8, __metadata__, contiguous offsets), round
  * trips of F32, BF16 and F16 through writer and reader with partial boxes (row bands, column ranges),
- * the conversions (round to nearest even, subnormals, NaN/inf), and a sharded directory whose index
- * or shards disagree.
+ * the conversions (round to nearest even, subnormals, NaN/inf), a sharded directory whose index
+ * or shards disagree, the HF sink's bands, and a family's fused tensors (Phi-3's qkv_proj and
+ * gate_up_proj) written by the sink and read back by the source.
  */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "layers/llama.h"
 #include "reshard/reshard.h"
 #include "reshard/safetensors.h"
 #include "tests/testutil.h"
@@ -314,7 +316,7 @@ Test(safetensors, refuses_a_tensor_in_two_files_of_an_index) {
     char *dir = sharded("st_twice", "{" T1 "}", "{\"metadata\":{},\"weight_map\":{\"a\":\"s1.safetensors\",\"x\":\"s2.safetensors\"}}");
     rs_source *s = NULL;
     mp_err e;
-    cr_assert_eq(rs_source_hf(&s, dir, &e), MP_EINPUT);
+    cr_assert_eq(rs_source_hf(&s, dir, NULL, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "\"a\"") && strstr(e.msg, "two files") && strstr(e.msg, "s1.safetensors") &&
               strstr(e.msg, "s2.safetensors"), "%s", e.msg);
     free(dir);
@@ -325,7 +327,7 @@ Test(safetensors, refuses_an_index_naming_the_wrong_file) {
                         "{\"weight_map\":{\"a\":\"s2.safetensors\",\"b\":\"s1.safetensors\"}}");
     rs_source *s = NULL;
     mp_err e;
-    cr_assert_eq(rs_source_hf(&s, dir, &e), MP_EINPUT);
+    cr_assert_eq(rs_source_hf(&s, dir, NULL, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "weight_map puts tensor \"a\" in s2.safetensors"), "%s", e.msg);
     free(dir);
 }
@@ -335,7 +337,7 @@ Test(safetensors, refuses_an_index_with_a_path) {
                         "{\"weight_map\":{\"a\":\"../s1.safetensors\"}}");
     rs_source *s = NULL;
     mp_err e;
-    cr_assert_eq(rs_source_hf(&s, dir, &e), MP_EINPUT);
+    cr_assert_eq(rs_source_hf(&s, dir, NULL, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "not a file name"), "%s", e.msg);
     free(dir);
 }
@@ -345,7 +347,7 @@ Test(safetensors, reads_a_sharded_directory) {
                         "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}");
     rs_source *s = NULL;
     mp_err e;
-    cr_assert_eq(rs_source_hf(&s, dir, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(rs_source_hf(&s, dir, NULL, &e), MP_OK, "%s", e.msg);
     float v[2];
     int64_t off[1] = {0}, shp[1] = {2};
     cr_assert_eq(s->read(s, "model/b", 1, off, shp, v, &e), MP_OK, "%s", e.msg);
@@ -359,16 +361,23 @@ Test(safetensors, reads_a_sharded_directory) {
 
 /* ------------------------------------------------------------------------------ the HF sink */
 
-/* Exports the seeded init of a small model through the engine with band bytes, to dir/name. */
-static void export_init(const char *dir, const char *name, size_t band, int64_t shard, rs_stats *st) {
+/* The small model of the sink tests, of family f (GQA: 4 heads of 16, 2 kv heads). */
+static void small_model(llama_config *c, llama_family f) {
+    llama_config_default(c);
+    c->hidden_size = 64;
+    c->intermediate_size = 96;
+    c->num_hidden_layers = 2;
+    c->num_attention_heads = 4;
+    c->num_key_value_heads = 2;
+    c->vocab_size = 300;
+    c->family = f;
+}
+
+/* Exports the seeded init of the small model of family f through the engine with band bytes, to dir/name. */
+static void export_init_family(const char *dir, const char *name, llama_family f, size_t band, int64_t shard,
+                               rs_stats *st) {
     llama_config c;
-    llama_config_default(&c);
-    c.hidden_size = 64;
-    c.intermediate_size = 96;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.vocab_size = 300;
+    small_model(&c, f);
     rs_source *src = NULL;
     rs_sink *sink = NULL;
     rs_box *b = NULL;
@@ -383,6 +392,10 @@ static void export_init(const char *dir, const char *name, size_t band, int64_t 
     sink->free(sink);
     src->close(src);
     free(b);
+}
+
+static void export_init(const char *dir, const char *name, size_t band, int64_t shard, rs_stats *st) {
+    export_init_family(dir, name, LLAMA_FAMILY_LLAMA, band, shard, st);
 }
 
 Test(safetensors, sink_streams_in_bands_and_output_does_not_depend_on_them) {
@@ -405,5 +418,156 @@ Test(safetensors, sink_streams_in_bands_and_output_does_not_depend_on_them) {
     snprintf(cmd, sizeof cmd, "%s/small", dir);
     cr_assert_eq(rs_sink_hf(&s, cmd, &c, "F32", 0, 4096, 0, &e), MP_EINPUT);
     cr_assert(strstr(e.msg, "already exists"), "%s", e.msg);
+    free(dir);
+}
+
+/* ------------------------------------------------------------------ fused HF tensors (Phi-3) */
+
+/* Whole tensor name of HF file dir/sub/model.safetensors as fp32 (malloc'd); *n gets its elements. */
+static float *st_whole(const char *dir, const char *sub, const char *name, int64_t *n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s/model.safetensors", dir, sub);
+    st_file *f = NULL;
+    mp_err e;
+    cr_assert_eq(st_open(&f, path, &e), MP_OK, "%s", e.msg);
+    int k = st_find(f, name);
+    cr_assert(k >= 0, "%s has no %s", path, name);
+    const st_tensor *t = &f->t[k];
+    int64_t off[2] = {0, 0}, shp[2] = {t->shape[0], t->ndim == 2 ? t->shape[1] : 1};
+    *n = shp[0] * shp[1];
+    float *x = malloc(sizeof *x * (size_t)*n);
+    cr_assert_eq(st_read_f32(f, t, off, shp, x, &e), MP_OK, "%s", e.msg);
+    st_close(f);
+    return x;
+}
+
+/* The number of tensors in dir/sub/model.safetensors. */
+static int st_count(const char *dir, const char *sub) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s/model.safetensors", dir, sub);
+    st_file *f = NULL;
+    mp_err e;
+    cr_assert_eq(st_open(&f, path, &e), MP_OK, "%s", e.msg);
+    int n = f->n;
+    st_close(f);
+    return n;
+}
+
+/* 1 if HF tensor fused of dir/a is the rows of the parts (tensors of dir/b) stacked in order. */
+static int stacked(const char *dir, const char *a, const char *fused, const char *b, const char *const *parts, int np) {
+    int64_t n = 0, at = 0, k;
+    float *x = st_whole(dir, a, fused, &n);
+    int ok = 1;
+    for (int i = 0; i < np && ok; i++) {
+        float *y = st_whole(dir, b, parts[i], &k);
+        ok = at + k <= n && !memcmp(x + at, y, sizeof *y * (size_t)k);
+        at += k;
+        free(y);
+    }
+    free(x);
+    return ok && at == n;
+}
+
+/* Phi-3 export writes qkv_proj = [q; k; v] and gate_up_proj = [gate; up] rows: the same bytes as the
+ * Llama export's separate tensors of the same weights, every other tensor the same, in bands that
+ * straddle the parts (80 rows of 64 columns: 64 | 96 in qkv, 96 in gate_up) or whole, alike. */
+Test(safetensors, phi3_export_fuses_qkv_and_gate_up_in_bands) {
+    char *dir = tu_mkdtemp("st_phi3");
+    rs_stats st, whole, lst;
+    export_init_family(dir, "llama", LLAMA_FAMILY_LLAMA, 1 << 24, 0, &lst);
+    export_init_family(dir, "phi3", LLAMA_FAMILY_PHI3, 5 * 4096, 0, &st);
+    export_init_family(dir, "phi3_whole", LLAMA_FAMILY_PHI3, 1 << 24, 0, &whole);
+    cr_assert_leq(st.largest_band, 5 * 4096, "largest band %lld", (long long)st.largest_band);
+    char cmd[8192], *out = NULL;
+    snprintf(cmd, sizeof cmd, "cmp %s/phi3/model.safetensors %s/phi3_whole/model.safetensors", dir, dir);
+    cr_assert_eq(tu_run(cmd, &out), 0, "%s", out);
+    free(out);
+    cr_assert_eq(st_count(dir, "phi3"), st_count(dir, "llama") - 3 * 2, "2 layers x (3 + 2 tensors into 2)");
+    for (int l = 0; l < 2; l++) {
+        char q[96], k[96], v[96], g[96], u[96], qkv[96], gu[96];
+        snprintf(q, sizeof q, "model.layers.%d.self_attn.q_proj.weight", l);
+        snprintf(k, sizeof k, "model.layers.%d.self_attn.k_proj.weight", l);
+        snprintf(v, sizeof v, "model.layers.%d.self_attn.v_proj.weight", l);
+        snprintf(g, sizeof g, "model.layers.%d.mlp.gate_proj.weight", l);
+        snprintf(u, sizeof u, "model.layers.%d.mlp.up_proj.weight", l);
+        snprintf(qkv, sizeof qkv, "model.layers.%d.self_attn.qkv_proj.weight", l);
+        snprintf(gu, sizeof gu, "model.layers.%d.mlp.gate_up_proj.weight", l);
+        const char *const p3[] = {q, k, v}, *const p2[] = {g, u};
+        cr_assert(stacked(dir, "phi3", qkv, "llama", p3, 3), "layer %d: qkv_proj is not [q; k; v]", l);
+        cr_assert(stacked(dir, "phi3", gu, "llama", p2, 2), "layer %d: gate_up_proj is not [gate; up]", l);
+        const char *const od[] = {"self_attn.o_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight",
+                                  "post_attention_layernorm.weight"};
+        for (int i = 0; i < 4; i++) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "model.layers.%d.%s", l, od[i]);
+            const char *const one[] = {nm};
+            cr_assert(stacked(dir, "phi3", nm, "llama", one, 1), "%s differs", nm);
+        }
+    }
+    free(dir);
+}
+
+/* Reads every model tensor of cfg from src whole and from the seeded init; 1 if all are bitwise equal. */
+static int same_as_init(rs_source *src, const llama_config *c) {
+    rs_source *init = NULL;
+    mp_err e;
+    cr_assert_eq(rs_source_init(&init, c, 7, &e), MP_OK, "%s", e.msg);
+    int ns = llama_tensor_specs(c, NULL, 0), ok = 1;
+    llama_tensor_spec *sp = malloc(sizeof *sp * (size_t)ns);
+    llama_tensor_specs(c, sp, ns);
+    for (int i = 0; i < ns && ok; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "model/%s", sp[i].name);
+        int64_t off[2] = {0, 0}, n = sp[i].shape[0] * sp[i].shape[1];
+        float *x = malloc(sizeof *x * (size_t)n), *y = malloc(sizeof *y * (size_t)n);
+        cr_assert_eq(src->read(src, name, sp[i].ndim, off, sp[i].shape, x, &e), MP_OK, "%s", e.msg);
+        cr_assert_eq(init->read(init, name, sp[i].ndim, off, sp[i].shape, y, &e), MP_OK, "%s", e.msg);
+        ok = !memcmp(x, y, sizeof *x * (size_t)n);
+        if (!ok) cr_log_error("%s differs", sp[i].name);
+        free(x);
+        free(y);
+    }
+    free(sp);
+    init->close(init);
+    return ok;
+}
+
+/* Import of the fused export: the check passes, every tensor reads back bitwise as the weights that
+ * were exported, a box inside k_proj (rows and columns) is that box of qkv_proj shifted by q's rows;
+ * a Llama config, or a Phi-3 one whose shape disagrees, is refused naming the family and the parts. */
+Test(safetensors, phi3_import_splits_the_fused_tensors) {
+    char *dir = tu_mkdtemp("st_phi3in");
+    rs_stats st;
+    export_init_family(dir, "phi3", LLAMA_FAMILY_PHI3, 5 * 4096, 0, &st);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/phi3", dir);
+    llama_config c;
+    small_model(&c, LLAMA_FAMILY_PHI3);
+    rs_source *s = NULL;
+    mp_err e;
+    cr_assert_eq(rs_source_hf(&s, path, &c, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(rs_source_hf_check(s, &c, &e), MP_OK, "%s", e.msg);
+    cr_assert(same_as_init(s, &c));
+    float box[5 * 7], ref[5 * 7];
+    int64_t off[2] = {3, 10}, shp[2] = {5, 7}, foff[2] = {64 + 3, 10};
+    cr_assert_eq(s->read(s, "model/model.layers.1.self_attn.k_proj.weight", 2, off, shp, box, &e), MP_OK, "%s", e.msg);
+    s->close(s);
+    cr_assert_eq(rs_source_hf(&s, path, NULL, &e), MP_OK, "%s", e.msg);   /* names as they are */
+    cr_assert_eq(s->read(s, "model/model.layers.1.self_attn.qkv_proj.weight", 2, foff, shp, ref, &e), MP_OK, "%s", e.msg);
+    cr_assert(!memcmp(box, ref, sizeof box), "k_proj's box is not qkv_proj's shifted by 64 rows");
+    s->close(s);
+    llama_config bad;
+    small_model(&bad, LLAMA_FAMILY_LLAMA);
+    cr_assert_eq(rs_source_hf(&s, path, &bad, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(rs_source_hf_check(s, &bad, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "llama model's tensor \"model.layers.0.self_attn.q_proj.weight\" is missing"), "%s", e.msg);
+    s->close(s);
+    small_model(&bad, LLAMA_FAMILY_PHI3);
+    bad.num_key_value_heads = 4;   /* qkv_proj would have 4 x 16 x 3 rows */
+    cr_assert_eq(rs_source_hf(&s, path, &bad, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(rs_source_hf_check(s, &bad, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "\"model.layers.0.self_attn.qkv_proj.weight\" has shape [128, 64], config.json implies [192, 64]") &&
+              strstr(e.msg, "\"phi3\" stores q_proj, k_proj and v_proj as one tensor"), "%s", e.msg);
+    s->close(s);
     free(dir);
 }
