@@ -5,7 +5,8 @@
  * group of one), with dp = 1 the FSDP calls are no-ops. Per block (local sizes: Hl = H/tp heads,
  * KVl = KV/tp kv heads, Il = this rank's intermediate columns):
  *
- *   x [n_res,D] -> RMSNorm -> gather_in -> q,k,v (column-parallel) -> RoPE -> causal GQA attention
+ *   x [n_res,D] -> RMSNorm -> gather_in -> q,k,v (column-parallel) [+ bias] [-> per-head RMSNorm of q and
+ *     k] -> RoPE -> causal GQA attention
  *     -> o (row-parallel, partial sums) -> reduce_out (+ residual) -> RMSNorm -> gather_in
  *     -> gate, up (column-parallel) -> SwiGLU -> down (row-parallel) -> reduce_out (+ residual)
  *
@@ -26,7 +27,10 @@
  * dk, dv into the same fused layout, and the backward is
  * dx = d_qkv [Wq; Wk; Wv] (K = qd + 2 kd: the three products summed inside the GEMM in fp32, not through
  * three bf16 roundings) and [dWq; dWk; dWv] += d_qkv^T x. The KV-cache forward keeps three GEMMs (k and v
- * go into the cache's rows, q stays dense).
+ * go into the cache's rows, q stays dense). What the families add sits between the GEMM and RoPE (the
+ * q/k/v biases, one [qd + 2 kd] vector like the weights; Qwen3's q/k norms, whose input is saved for the
+ * backward), and only when the parameter table has them (docs/DESIGN_NOTES.md, "q/k/v biases"). q is
+ * H*hd wide, which need not be D (an explicit head_dim).
  *
  * gather_in / reduce_out are where tensor and sequence parallelism meet: without SP the residual
  * stream is whole on every tp rank (n_res = N), gather_in is the identity and reduce_out an all-reduce;
