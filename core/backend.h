@@ -175,19 +175,25 @@ struct mp_backend {
      * Both act on a column block of a wider row (the q | k | v columns of the fused projection): row
      * stride ldx, columns outside the block neither read nor written. */
     /* x[n, j] += b[j] for n < N, j < cols; b is a compute tensor; the sum is formed in fp32 and rounded
-     * once to act_dtype. */
+     * once to act_dtype. Under bf16 x is the GEMM's stored (already rounded) output, so q/k/v round twice
+     * (GEMM, then bias): cpu-bf16 stores exactly that; a kernel fusing the bias into the GEMM epilogue
+     * would round once and differ from it by up to one bf16 ulp. */
     void (*bias_add)(mp_backend *be, void *x, int ldx, const void *b, int N, int cols);
     /* db[j] += sum_n dx[n, j] (fp32, accumulates; the sum in an order fixed by N alone). */
     void (*bias_bwd)(mp_backend *be, float *db, const void *dx, int ldx, int N, int cols);
     /* In place over the H heads of hd columns at the start of each of N rows of x: per (row, head)
      * y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) over the head's hd values, w [hd] a compute tensor.
      * rstd [N*H] (index n*H + h) is written; x_save, when not NULL, receives the input dense [N, H*hd]
-     * (what the backward needs; NULL for inference). */
+     * (what the backward needs; NULL for inference). Arithmetic as rmsnorm_fwd's: rstd from the fp32
+     * (widened) inputs, stored fp32; y = (x * rstd) * w formed in fp32, rounded once. */
     void (*head_rmsnorm_fwd)(mp_backend *be, void *x, int ldx, void *x_save, float *rstd, const void *w, int N,
                              int H, int hd, float eps);
     /* In place: dx (H heads of hd columns per row, row stride ldx) holds the gradient of the normed
      * output and receives the gradient of the input (=); x_save and rstd as the forward wrote them; dw [hd]
-     * accumulates (fp32). */
+     * accumulates (fp32) sum over (n, h) of dy * x * rstd, read from dy BEFORE dx overwrites it; dx =
+     * rstd * (w dy - x c), c = rstd^2 mean(w dy x) (rmsnorm_bwd's expression, written, not accumulated).
+     * dw's sum in an order fixed by N and H alone. Each tp rank sees only its own heads: the caller sums
+     * dw over tp (llama_sync_grads). */
     void (*head_rmsnorm_bwd)(mp_backend *be, void *dx, int ldx, float *dw, const void *x_save, const float *rstd,
                              const void *w, int N, int H, int hd);
 

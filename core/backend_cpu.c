@@ -354,6 +354,92 @@ static void cpu_rmsnorm_bwd(mp_backend *be, void *dx_v, float *dw, const void *d
     }
 }
 
+/* ---- biases and per-head RMSNorm (a column block of rows ldx apart) ---- */
+
+static void cpu_bias_add(mp_backend *be, void *x_v, int ldx, const void *b_v, int N, int cols) {
+    float *x = x_v;
+    const float *b = b_v;
+    assert(ldx >= cols);
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if ((int64_t)N * cols >= MP_OMP_MIN)
+    for (int n = 0; n < N; n++) {
+        float *restrict xr = x + (size_t)n * ldx;
+        for (int j = 0; j < cols; j++) xr[j] += b[j];
+    }
+}
+
+/* Column blocks are the work items; within one, rows in order: each db[j] adds its rows in the order n
+ * = 0 .. N-1 whatever the thread count. */
+static void cpu_bias_bwd(mp_backend *be, float *db, const void *dx_v, int ldx, int N, int cols) {
+    const float *dx = dx_v;
+    const int nblk = (cols + MP_COLS_BLK - 1) / MP_COLS_BLK;
+    assert(ldx >= cols);
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_team(nblk)) if ((int64_t)N * cols >= MP_OMP_MIN)
+    for (int cb = 0; cb < nblk; cb++) {
+        const int j0 = cb * MP_COLS_BLK, j1 = j0 + MP_COLS_BLK < cols ? j0 + MP_COLS_BLK : cols;
+        float *restrict d = db;
+        for (int n = 0; n < N; n++) {
+            const float *restrict g = dx + (size_t)n * ldx;
+            for (int j = j0; j < j1; j++) d[j] += g[j];
+        }
+    }
+}
+
+/* rmsnorm_fwd's arithmetic on each head: the sum of squares in double, rstd rounded to fp32, then
+ * y = (x * rstd) * w in fp32. */
+static void cpu_head_rmsnorm_fwd(mp_backend *be, void *x_v, int ldx, void *x_save_v, float *rstd, const void *w_v,
+                                 int N, int H, int hd, float eps) {
+    float *x = x_v, *x_save = x_save_v;
+    const float *w = w_v;
+    assert(ldx >= H * hd);
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if ((int64_t)N * H * hd >= MP_OMP_MIN)
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++) {
+            float *restrict xr = x + (size_t)n * ldx + (size_t)h * hd;
+            if (x_save) memcpy(x_save + ((size_t)n * H + h) * hd, xr, (size_t)hd * sizeof(float));
+            double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
+            for (int i = 0; i < hd; i++) ss += (double)xr[i] * xr[i];
+            float r = (float)(1.0 / sqrt(ss / hd + (double)eps));
+            rstd[(size_t)n * H + h] = r;
+            for (int i = 0; i < hd; i++) xr[i] = xr[i] * r * w[i];
+        }
+}
+
+/* Two sweeps, since dx overwrites dy: dw first (by column blocks, each adding the (row, head) pairs in
+ * the order n-major, h-minor: fixed by N and H alone), then dx by rows with rmsnorm_bwd_row's
+ * expression, written instead of accumulated. */
+static void cpu_head_rmsnorm_bwd(mp_backend *be, void *dx_v, int ldx, float *dw, const void *x_save_v,
+                                 const float *rstd, const void *w_v, int N, int H, int hd) {
+    float *dx = dx_v;
+    const float *xs = x_save_v, *w = w_v;
+    const int nblk = (hd + MP_COLS_BLK - 1) / MP_COLS_BLK, big = (int64_t)N * H * hd >= MP_OMP_MIN;
+    assert(ldx >= H * hd);
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_team(nblk)) if (big)
+    for (int cb = 0; cb < nblk; cb++) {
+        const int i0 = cb * MP_COLS_BLK, i1 = i0 + MP_COLS_BLK < hd ? i0 + MP_COLS_BLK : hd;
+        float *restrict dwp = dw;
+        for (int n = 0; n < N; n++)
+            for (int h = 0; h < H; h++) {
+                const float *restrict g = dx + (size_t)n * ldx + (size_t)h * hd;
+                const float *restrict xr = xs + ((size_t)n * H + h) * hd;
+                const float r = rstd[(size_t)n * H + h];
+                for (int i = i0; i < i1; i++) dwp[i] += g[i] * xr[i] * r;
+            }
+    }
+#pragma omp parallel for schedule(static) num_threads(mp_cpu_threads()) if (big)
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++) {
+            float *restrict g = dx + (size_t)n * ldx + (size_t)h * hd;   /* dy in, dx out, element by element */
+            const float *restrict xr = xs + ((size_t)n * H + h) * hd;
+            const float r = rstd[(size_t)n * H + h];
+            double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+            for (int i = 0; i < hd; i++) dot += (double)(w[i] * g[i]) * xr[i];
+            const float c = (float)(dot / hd) * r * r;
+            for (int i = 0; i < hd; i++) g[i] = r * (w[i] * g[i] - xr[i] * c);
+        }
+}
+
 /* ---- RoPE ---- */
 
 /* Rotates (x_i, x_{i+h}) by +angle (dir = 1) or -angle (dir = -1) for every token and head; token rows
@@ -672,6 +758,10 @@ static mp_backend g_cpu = {
     .embed_bwd = cpu_embed_bwd,
     .rmsnorm_fwd = cpu_rmsnorm_fwd,
     .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .bias_add = cpu_bias_add,
+    .bias_bwd = cpu_bias_bwd,
+    .head_rmsnorm_fwd = cpu_head_rmsnorm_fwd,
+    .head_rmsnorm_bwd = cpu_head_rmsnorm_bwd,
     .rope_fwd = cpu_rope_fwd,
     .rope_bwd = cpu_rope_bwd,
     .attn_fwd = cpu_attn_fwd,

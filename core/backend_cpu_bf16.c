@@ -17,6 +17,10 @@
  *     (weight gradients), the fp32 C itself, written or accumulated by the fp32 GEMM (beta as given);
  *   - rmsnorm_bwd: dx is a bf16 buffer that ACCUMULATES (widened, accumulated in fp32, rounded back);
  *     dw (fp32) and rstd (fp32) are the caller's buffers, used directly;
+ *   - bias_add: the stored bf16 x (already rounded by its GEMM) plus the bf16 bias, formed in fp32 and
+ *     rounded once; bias_bwd: db fp32, accumulated;
+ *   - head_rmsnorm_fwd/_bwd: in place on the bf16 heads (rounded once), x_save a bf16 copy of the input,
+ *     rstd and dw fp32;
  *   - attention: out bf16, lse and the backward's scratch fp32; dq, dk, dv bf16;
  *   - cross-entropy: bf16 logits read by rowmax / sumexp / target, rewritten in place (bf16) by xent_bwd;
  *     rowmax, sumexp, tlogit, losses fp32;
@@ -209,6 +213,45 @@ static void bf16_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy
     mp_f32_to_bf16_n(dx, fdx, nd);
 }
 
+/* ---- biases and per-head RMSNorm: the column block widened, the fp32 op, rounded back once ---- */
+
+/* x + b formed in fp32 from the stored bf16 x (a GEMM's rounded output) and the bf16 b, rounded once. */
+static void bf16_bias_add(mp_backend *be, void *x, int ldx, const void *b, int N, int cols) {
+    const int64_t n = (int64_t)N * cols;
+    arena_begin(fbytes(n) + fbytes(cols));
+    float *fx = widen_mat(x, N, cols, ldx), *fb = widen(b, cols);
+    f32()->bias_add(f32(), fx, cols, fb, N, cols);
+    narrow_mat(x, fx, N, cols, ldx);
+}
+
+static void bf16_bias_bwd(mp_backend *be, float *db, const void *dx, int ldx, int N, int cols) {
+    arena_begin(fbytes((int64_t)N * cols));
+    f32()->bias_bwd(f32(), db, widen_mat(dx, N, cols, ldx), cols, N, cols);
+}
+
+/* x_save is the bf16 input itself (copied before the normed values overwrite it); rstd fp32. */
+static void bf16_head_rmsnorm_fwd(mp_backend *be, void *x, int ldx, void *x_save, float *rstd, const void *w, int N,
+                                  int H, int hd, float eps) {
+    const int64_t w_ = (int64_t)H * hd;
+    if (x_save)
+        for (int64_t r = 0; r < N; r++)
+            memcpy((uint16_t *)x_save + r * w_, (const uint16_t *)x + r * ldx, (size_t)w_ * sizeof(uint16_t));
+    arena_begin(fbytes(N * w_) + fbytes(hd));
+    float *fx = widen_mat(x, N, w_, ldx), *fw = widen(w, hd);
+    f32()->head_rmsnorm_fwd(f32(), fx, (int)w_, NULL, rstd, fw, N, H, hd, eps);
+    narrow_mat(x, fx, N, w_, ldx);
+}
+
+/* dx (= dy on entry) rounded once from the fp32 result; dw fp32, accumulated in place. */
+static void bf16_head_rmsnorm_bwd(mp_backend *be, void *dx, int ldx, float *dw, const void *x_save, const float *rstd,
+                                  const void *w, int N, int H, int hd) {
+    const int64_t w_ = (int64_t)H * hd;
+    arena_begin(2 * fbytes(N * w_) + fbytes(hd));
+    float *fdx = widen_mat(dx, N, w_, ldx), *fx = widen(x_save, N * w_), *fw = widen(w, hd);
+    f32()->head_rmsnorm_bwd(f32(), fdx, (int)w_, dw, fx, rstd, fw, N, H, hd);
+    narrow_mat(dx, fdx, N, w_, ldx);
+}
+
 /* ---- RoPE (in place; the H*hd columns of rows ld apart, packed into a dense fp32 temporary) ---- */
 
 /* The fp32 table's rope_fwd (bwd 0) or rope_bwd (bwd 1) on the widened heads, rounded back in place. */
@@ -350,6 +393,10 @@ static void bf16_init(void) {
     g_bf16.embed_bwd = bf16_embed_bwd;
     g_bf16.rmsnorm_fwd = bf16_rmsnorm_fwd;
     g_bf16.rmsnorm_bwd = bf16_rmsnorm_bwd;
+    g_bf16.bias_add = bf16_bias_add;
+    g_bf16.bias_bwd = bf16_bias_bwd;
+    g_bf16.head_rmsnorm_fwd = bf16_head_rmsnorm_fwd;
+    g_bf16.head_rmsnorm_bwd = bf16_head_rmsnorm_bwd;
     g_bf16.rope_fwd = bf16_rope_fwd;
     g_bf16.rope_bwd = bf16_rope_bwd;
     g_bf16.attn_fwd = bf16_attn_fwd;

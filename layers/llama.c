@@ -5,7 +5,8 @@
  * group of one), with dp = 1 the FSDP calls are no-ops. Per block (local sizes: Hl = H/tp heads,
  * KVl = KV/tp kv heads, Il = this rank's intermediate columns):
  *
- *   x [n_res,D] -> RMSNorm -> gather_in -> q,k,v (column-parallel) -> RoPE -> causal GQA attention
+ *   x [n_res,D] -> RMSNorm -> gather_in -> q,k,v (column-parallel) [+ bias] [-> per-head RMSNorm of q and
+ *     k] -> RoPE -> causal GQA attention
  *     -> o (row-parallel, partial sums) -> reduce_out (+ residual) -> RMSNorm -> gather_in
  *     -> gate, up (column-parallel) -> SwiGLU -> down (row-parallel) -> reduce_out (+ residual)
  *
@@ -26,7 +27,10 @@
  * dk, dv into the same fused layout, and the backward is
  * dx = d_qkv [Wq; Wk; Wv] (K = qd + 2 kd: the three products summed inside the GEMM in fp32, not through
  * three bf16 roundings) and [dWq; dWk; dWv] += d_qkv^T x. The KV-cache forward keeps three GEMMs (k and v
- * go into the cache's rows, q stays dense).
+ * go into the cache's rows, q stays dense). What the families add sits between the GEMM and RoPE (the
+ * q/k/v biases, one [qd + 2 kd] vector like the weights; Qwen3's q/k norms, whose input is saved for the
+ * backward), and only when the parameter table has them (docs/DESIGN_NOTES.md, "q/k/v biases"). q is
+ * H*hd wide, which need not be D (an explicit head_dim).
  *
  * gather_in / reduce_out are where tensor and sequence parallelism meet: without SP the residual
  * stream is whole on every tp rank (n_res = N), gather_in is the identity and reduce_out an all-reduce;
@@ -151,7 +155,7 @@ typedef struct act_piece {
     int64_t n;
 } act_piece;
 
-#define ACT_MAX_PIECES (32 + 16 * LLAMA_MAX_LAYERS)
+#define ACT_MAX_PIECES (32 + 18 * LLAMA_MAX_LAYERS)
 
 /* Bytes of a piece, rounded up to 64 so every piece starts 64-byte aligned. */
 static int64_t piece_bytes(const llama_model *m, const act_piece *pc) {
@@ -183,6 +187,10 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes, int64_t *k
         ADD_A(a->x_in, nr * D); ADD_A(a->ln1, nr * D); ADD_F(a->rstd1, nr);
         if (m->sp) ADD_A(a->ln1_full, N * D);
         ADD_A(a->q, N * (m->kv ? qd : qd + 2 * kd));   /* the fused [q | k | v] (alloc_acts points k, v in) */
+        if (m->cfg.qk_norm) {   /* q/k heads before their norm (the backward's input), and the norms' rstd */
+            if (train) ADD_A(a->qk_pre, N * (qd + kd));
+            ADD_F(a->qk_rstd, N * (int64_t)(m->H_local + m->KV_local));
+        }
         ADD_F(a->lse, bht); ADD_A(a->o_in, N * qd);
         ADD_A(a->x_mid, nr * D); ADD_A(a->ln2, nr * D); ADD_F(a->rstd2, nr);
         if (m->sp) ADD_A(a->ln2_full, N * D);
@@ -304,7 +312,7 @@ static mp_code check_plan_range(const llama_config *c, const llama_options *o, m
     double D = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
     double hd = llama_head_dim(c), H = c->num_attention_heads, KV = c->num_key_value_heads;
     double B = o->micro_batch, T = o->seq_len, N = B * T;
-    double params = 2 * V * D + L * (2 * D + (H + 2 * KV) * hd * D + D * H * hd + 3 * I * D) + D;
+    double params = 2 * V * D + L * (2 * D + (H + 2 * KV) * hd * (D + 1) + D * H * hd + 2 * hd + 3 * I * D) + D;
     double widest = V > I ? V : I;
     widest = widest > D ? widest : D;
     widest = widest > H * hd ? widest : H * hd;
@@ -413,6 +421,13 @@ static void qkv_assert_adjacent(const llama_model *m, const llama_layer_params *
     assert_adjacent(m, p->wk, p->wv, kd * m->D, grads);
 }
 
+/* Layer p's q, k and v bias slices are one [qd + 2 kd] vector (k's right after q's, v's after k's). */
+static void bias_assert_adjacent(const llama_model *m, const llama_layer_params *p, int grads) {
+    const int64_t qd = (int64_t)m->H_local * m->hd, kd = (int64_t)m->KV_local * m->hd;
+    assert_adjacent(m, p->bq, p->bk, qd, grads);
+    assert_adjacent(m, p->bk, p->bv, kd, grads);
+}
+
 /* m->tmp_nd [N, D] = the MLP's partial output (before the tp reduction) for xin [N, D]; saves
  * [gate^T; up^T] and h^T in a. */
 static void mlp_forward(llama_model *m, const llama_layer_params *p, llama_layer_acts *a, const void *xin, int N) {
@@ -446,9 +461,24 @@ static void mlp_backward(llama_model *m, const llama_layer_params *p, const llam
     be->gemm(be, 0, 0, 2 * Il, D, N, 1.0f, m->dgate, N, x, D, 1.0f, DW(p->wg), D, MP_F32);
 }
 
-/* The attention input of block l: q, k, v of xin [N, D] (RoPE applied) in a->q, a->k, a->v. Training and
- * eval: ONE GEMM into the fused qkv [N, qd + 2 kd] (see the file comment), q/k/v its column blocks; a kv
- * chunk: three, k and v into the cache at row pos0 (dense). Returns the row stride of q and of k, v. */
+/* Qwen3's q_norm and k_norm on the N rows of q (row stride ldq) and k (ldk), in place, before RoPE; a
+ * training model saves their input (a->qk_pre) for the backward. Nothing without them. */
+static void qk_norm_forward(llama_model *m, const llama_layer_params *p, llama_layer_acts *a, void *q, int ldq,
+                            void *k, int ldk, int N) {
+    if (p->qn < 0) return;
+    mp_backend *be = m->be;
+    const int Hl = m->H_local, KVl = m->KV_local, hd = m->hd;
+    const float eps = (float)m->cfg.rms_norm_eps;
+    void *save_q = m->opt.inference ? NULL : a->qk_pre;
+    void *save_k = save_q ? mp_act_at(be, save_q, (int64_t)N * Hl * hd) : NULL;
+    be->head_rmsnorm_fwd(be, q, ldq, save_q, a->qk_rstd, W(p->qn), N, Hl, hd, eps);
+    be->head_rmsnorm_fwd(be, k, ldk, save_k, a->qk_rstd + (int64_t)N * Hl, W(p->kn), N, KVl, hd, eps);
+}
+
+/* The attention input of block l: q, k, v of xin [N, D] (biases added, q/k normed, RoPE applied: HF's
+ * order) in a->q, a->k, a->v. Training and eval: ONE GEMM into the fused qkv [N, qd + 2 kd] (see the file
+ * comment), q/k/v its column blocks, and one bias add over all three; a kv chunk: three, k and v into the
+ * cache at row pos0 (dense). Returns the row stride of q and of k, v. */
 static int qkv_forward(llama_model *m, const llama_layer_params *p, llama_layer_acts *a, const void *xin, int T,
                        int pos0, int *ldkv) {
     mp_backend *be = m->be;
@@ -458,6 +488,12 @@ static int qkv_forward(llama_model *m, const llama_layer_params *p, llama_layer_
         linear_fwd(be, a->q, xin, W(p->wq), N, D, qd);
         linear_fwd(be, k, xin, W(p->wk), N, D, kd);
         linear_fwd(be, v, xin, W(p->wv), N, D, kd);
+        if (p->bq >= 0) {
+            be->bias_add(be, a->q, qd, W(p->bq), N, qd);
+            be->bias_add(be, k, kd, W(p->bk), N, kd);
+            be->bias_add(be, v, kd, W(p->bv), N, kd);
+        }
+        qk_norm_forward(m, p, a, a->q, qd, k, kd, N);
         be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, T, m->H_local, m->hd, pos0, qd);
         be->rope_fwd(be, k, m->cos_t, m->sin_t, m->B, T, m->KV_local, m->hd, pos0, kd);
         *ldkv = kd;
@@ -467,6 +503,11 @@ static int qkv_forward(llama_model *m, const llama_layer_params *p, llama_layer_
     assert(pos0 == 0 && a->k == mp_act_at(be, a->q, qd) && a->v == mp_act_at(be, a->k, kd));
     qkv_assert_adjacent(m, p, 0);
     linear_fwd(be, a->q, xin, W(p->wq), N, D, ld);   /* qkv = xin [Wq; Wk; Wv]^T */
+    if (p->bq >= 0) {   /* + [bq | bk | bv] */
+        bias_assert_adjacent(m, p, 0);
+        be->bias_add(be, a->q, ld, W(p->bq), N, ld);
+    }
+    qk_norm_forward(m, p, a, a->q, ld, a->k, ld, N);
     /* q's and k's heads are adjacent in the rows: one RoPE call rotates both */
     be->rope_fwd(be, a->q, m->cos_t, m->sin_t, m->B, T, m->H_local + m->KV_local, m->hd, 0, ld);
     *ldkv = ld;
@@ -606,6 +647,23 @@ void llama_sums_read(llama_model *m, llama_step_sums *out) {
 
 /* ---- backward ---- */
 
+/* The backward of what qkv_forward does between the GEMM and RoPE, on d_qkv (m->dq) after rope_bwd: the
+ * q/k norms (dq, dk in place; dWqn, dWkn accumulate this rank's heads' part, summed over tp by
+ * llama_sync_grads), then [dbq | dbk | dbv] += the column sums of d_qkv. */
+static void qkv_post_backward(llama_model *m, const llama_layer_params *p, const llama_layer_acts *a) {
+    mp_backend *be = m->be;
+    const int N = m->N, Hl = m->H_local, KVl = m->KV_local, hd = m->hd, ld = (Hl + 2 * KVl) * hd;
+    if (p->qn >= 0) {
+        const void *pre_k = mp_act_at(be, a->qk_pre, (int64_t)N * Hl * hd);
+        be->head_rmsnorm_bwd(be, m->dq, ld, DW(p->qn), a->qk_pre, a->qk_rstd, W(p->qn), N, Hl, hd);
+        be->head_rmsnorm_bwd(be, m->dk, ld, DW(p->kn), pre_k, a->qk_rstd + (int64_t)N * Hl, W(p->kn), N, KVl, hd);
+    }
+    if (p->bq >= 0) {
+        bias_assert_adjacent(m, p, 1);
+        be->bias_bwd(be, DW(p->bq), m->dq, ld, N, ld);
+    }
+}
+
 /* dres_a holds d(block output) on entry and d(block input) on return. */
 static void block_backward(llama_model *m, int l) {
     mp_backend *be = m->be;
@@ -628,6 +686,7 @@ static void block_backward(llama_model *m, int l) {
     be->attn_bwd(be, m->dq, m->dk, m->dv, m->attn_scratch, m->do_in, a->o_in, a->lse, a->q, a->k, a->v, m->B,
                  m->T, m->H_local, m->KV_local, m->hd, ld, ld);
     be->rope_bwd(be, m->dq, m->cos_t, m->sin_t, m->B, m->T, m->H_local + m->KV_local, m->hd, 0, ld);   /* dq, dk */
+    qkv_post_backward(m, p, a);
     qkv_assert_adjacent(m, p, 1);
     /* dx = d_qkv [Wq; Wk; Wv] (K = qd + 2 kd: the three products summed in fp32);
      * [dWq; dWk; dWv] += d_qkv^T x */

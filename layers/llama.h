@@ -31,8 +31,14 @@ typedef enum {
     LLAMA_SPLIT_COLS       /* dim 1 split over tp: o/down (row-parallel) */
 } llama_tp_split;
 
+/* How llama_init_box fills a tensor: normal(0, initializer_range) (matrices), ones (norm weights), zeros
+ * (biases), as transformers' _init_weights does. */
+typedef enum { LLAMA_INIT_NORMAL = 0, LLAMA_INIT_ONES, LLAMA_INIT_ZEROS } llama_init_kind;
+
 /* A tensor of the model as a config defines it, before any mesh: HF name, logical shape, how tensor
- * parallelism splits it, and its FSDP unit. */
+ * parallelism splits it, its FSDP unit, its initial values, and whether its gradient is partial on each
+ * tp rank (tp_grad_sum: q_norm / k_norm, replicated but applied to each rank's own heads only, so the
+ * rank's gradient covers its heads and llama_sync_grads sums it over tp on every mesh). */
 typedef struct llama_tensor_spec {
     char name[96];
     int ndim;                  /* 1 or 2 */
@@ -42,12 +48,17 @@ typedef struct llama_tensor_spec {
                                   of ceil(V / tp), padding rows in memory only. Decided by role, never
                                   by size (intermediate_size may equal vocab_size). */
     int unit;
+    llama_init_kind init;
+    int tp_grad_sum;
 } llama_tensor_spec;
 
-/* The model's tensors for config c, in table order (embedding; per layer input_layernorm, q, k, v, o,
- * post_attention_layernorm, gate, up, down; final norm; lm_head unless tied — tied: the final norm comes
- * right after the embedding, in its unit). Writes at most cap specs to out (may be NULL) and returns
- * the count, which is 9 * layers + 2 (+1 untied). The one list both the model and checkpoint tools use. */
+/* The model's tensors for config c, in table order (embedding; per layer input_layernorm, q, k, v,
+ * [q, k, v biases when qkv_bias], [q_norm, k_norm when qk_norm], o, post_attention_layernorm, gate, up,
+ * down; final norm; lm_head unless tied — tied: the final norm comes right after the embedding, in its
+ * unit). The biases follow v_proj so that each rank's [bq | bk | bv] slices are one vector, as its [Wq;
+ * Wk; Wv] slices are one matrix (layers/llama.c). Writes at most cap specs to out (may be NULL) and
+ * returns the count, which is (9 + 3 qkv_bias + 2 qk_norm) * layers + 2 (+1 untied). The one list both
+ * the model and checkpoint tools use; a Llama config's list is exactly what it always was. */
 int llama_tensor_specs(const llama_config *c, llama_tensor_spec *out, int cap);
 
 /* Where a tensor lives on one rank of a tp x dp mesh: its TP slice and, of that slice, its FSDP
@@ -75,7 +86,7 @@ static inline int llama_disk_writer(llama_tp_split split, int tp_rank) {
 }
 /* The seeded initial values of the box (off, shape) of spec's global tensor, row-major into out:
  * normal(0, initializer_range) from the counter-based RNG keyed by (seed, name, global element index)
- * for matrices, 1 for norm weights. Any box of any tensor can be generated on its own, and the
+ * for matrices, 1 for norm weights, 0 for biases (spec->init). Any box of any tensor can be generated on its own, and the
  * values do not depend on the mesh. */
 void llama_init_box(const llama_config *c, const llama_tensor_spec *spec, uint64_t seed, const int64_t off[2],
                     const int64_t shape[2], float *out);
@@ -94,7 +105,8 @@ typedef struct llama_param {
     int64_t valid_rows;        /* rows of the TP slice inside the global tensor (< tp_shape[0] if padded) */
     int64_t shard_row0, shard_rows;   /* this rank's FSDP shard: rows of the TP slice */
     int unit;                  /* FSDP unit it belongs to */
-    int decay;                 /* weight decay applies */
+    int decay;                 /* weight decay applies: matrices only (not norm weights, not biases) */
+    int tp_grad_sum;           /* the gradient is summed over tp by llama_sync_grads (spec's tp_grad_sum) */
     void *full;                /* the gathered TP slice as the ops read it (act_dtype; valid while the unit is live) */
     float *full_grad;          /* its gradient, fp32 */
     float *shard, *shard_grad; /* the local shard: fp32 master weights and their gradient (persistent) */
@@ -150,7 +162,7 @@ void llama_destroy(llama_model *m);
 #define LLAMA_INIT_STAGING_BYTES ((int64_t)4 << 20)
 
 /* Initialises every shard from the counter-based RNG keyed by (seed, name, global element index):
- * normal(0, initializer_range) for matrices, 1 for norm weights. Bitwise identical on every mesh.
+ * normal(0, initializer_range) for matrices, 1 for norm weights, 0 for biases. Bitwise identical on every mesh.
  * Zeroes gradients and moments. */
 void llama_init_weights(llama_model *m, uint64_t seed);
 /* llama_init_weights with a device's staging bound of `staging` bytes instead of LLAMA_INIT_STAGING_BYTES
@@ -190,7 +202,8 @@ void llama_sums_read(llama_model *m, llama_step_sums *out);
 /* Backward of the last forward (which must have had targets); see the loss convention above. */
 void llama_backward(llama_model *m, float scale);
 /* Finishes the gradients of a step after its last micro-batch: all-reduces over tp the gradients of
- * replicated parameters when sequence parallelism made them partial. No-op on tp = 1 or without SP. */
+ * replicated parameters when sequence parallelism made them partial, and of the tp_grad_sum ones (q_norm,
+ * k_norm: partial over heads) always. One all-reduce; a no-op on tp = 1, or without SP and q/k norms. */
 void llama_sync_grads(llama_model *m);
 /* Zeroes the shard gradients. */
 void llama_zero_grad(llama_model *m);

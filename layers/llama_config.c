@@ -807,17 +807,21 @@ static int64_t mul_add_sat(int64_t a, int64_t b, int64_t c) {
 }
 
 /* The count of (unpadded) parameters: embedding, per layer two norms, q/k/v/o and the three MLP
- * matrices, the final norm and lm_head unless tied. Saturates at INT64_MAX (so a shape whose count
- * overflows compares as too large instead of wrapping negative); -1 for a shape that is not positive. */
+ * matrices (with head_dim, which may differ from hidden/heads), the q/k/v biases and the q/k norms when
+ * the config has them, the final norm and lm_head unless tied: the sum over llama_tensor_specs. Saturates
+ * at INT64_MAX (so a shape whose count overflows compares as too large instead of wrapping negative); -1
+ * for a shape that is not positive. */
 int64_t llama_config_num_params(const llama_config *m) {
     int64_t D = m->hidden_size, I = m->intermediate_size, V = m->vocab_size;
     int64_t H = m->num_attention_heads, KV = m->num_key_value_heads, L = m->num_hidden_layers;
-    if (D <= 0 || I <= 0 || V <= 0 || H <= 0 || KV <= 0 || L < 0) return -1;
-    int64_t hd = D / H;
+    if (D <= 0 || I <= 0 || V <= 0 || H <= 0 || KV <= 0 || L < 0 || m->head_dim < 0) return -1;
+    int64_t hd = llama_head_dim(m);
     int64_t qo = mul_add_sat(2 * H, hd, 0);                  /* q and o: H*hd rows (cols) each */
     int64_t kv = mul_add_sat(2 * KV, hd, 0);                 /* k and v */
     int64_t per_layer = mul_add_sat(D, qo, 0);
     per_layer = mul_add_sat(D, kv, per_layer);
+    if (m->qkv_bias) per_layer = mul_add_sat(H + 2 * KV, hd, per_layer);   /* q, k, v biases */
+    if (m->qk_norm) per_layer = mul_add_sat(2, hd, per_layer);            /* q_norm, k_norm */
     per_layer = mul_add_sat(3 * D, I, per_layer);
     per_layer = mul_add_sat(2, D, per_layer);                /* the two norms */
     int64_t n = mul_add_sat(L, per_layer, D);                /* layers and the final norm */

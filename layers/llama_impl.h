@@ -12,12 +12,14 @@
 #include "layers/llama.h"
 
 #define LLAMA_MAX_LAYERS 256
-#define LLAMA_MAX_PARAMS (3 + 9 * LLAMA_MAX_LAYERS)
+#define LLAMA_MAX_PARAMS (3 + 14 * LLAMA_MAX_LAYERS)   /* 9 per layer, + 3 biases + 2 q/k norms */
 #define LLAMA_MAX_TP 64
 
-/* Indices into the parameter table for one block. */
+/* Indices into the parameter table for one block; bq, bk, bv (q/k/v biases) and qn, kn (q_norm, k_norm)
+ * are -1 when the config has none. */
 typedef struct llama_layer_params {
     int ln1, wq, wk, wv, wo, ln2, wg, wu, wd;
+    int bq, bk, bv, qn, kn;
 } llama_layer_params;
 
 /* One FSDP unit: parameters [first, first + count) of the table, gathered and reduce-scattered together. */
@@ -42,6 +44,10 @@ typedef struct llama_layer_acts {
      * column blocks (row stride Hl*hd + 2 KVl*hd, layers/llama.c); kv cache: q [N, Hl*hd] dense, k, v the
      * layer's cache [P, KVl*hd] */
     void *q, *k, *v;
+    /* qk_norm: q's then k's heads as they were before q_norm / k_norm, [N, Hl*hd] then [N, KVl*hd] dense
+     * (training only), and their rstd, [N, Hl] then [N, KVl] */
+    void *qk_pre;
+    float *qk_rstd;
     float *lse;         /* [B, Hl, T] attention log-sum-exp (flash-style: no [T, T] matrix is kept) */
     void *o_in;         /* [N, Hl*hd] attention output */
     void *x_mid;        /* [n_res, D] after the attention residual */

@@ -70,8 +70,9 @@ void llama_init_box(const llama_config *c, const llama_tensor_spec *spec, uint64
     float std = (float)c->initializer_range;
     mp_philox_key key = mp_rng_key(seed, spec->name);
     const int64_t rows = shape[0], cols = shape[1];
-    if (spec->ndim == 1) {
-        for (int64_t i = 0; i < rows * cols; i++) out[i] = 1.0f;
+    if (spec->init != LLAMA_INIT_NORMAL) {
+        float v = spec->init == LLAMA_INIT_ONES ? 1.0f : 0.0f;
+        for (int64_t i = 0; i < rows * cols; i++) out[i] = v;
         return;
     }
     /* Every element is a pure function of (seed, name, global index), so rows split over threads give
@@ -106,7 +107,8 @@ static int add_param(llama_model *m, const llama_tensor_spec *spec) {
     p->gshape[1] = spec->shape[1];
     p->split = spec->split;
     p->unit = spec->unit;
-    p->decay = spec->ndim == 2;
+    p->decay = spec->ndim == 2;   /* no decay for norm weights and biases (torchtitan's and HF's rule) */
+    p->tp_grad_sum = spec->tp_grad_sum;
     llama_placement pl;
     llama_place(&m->cfg, spec, m->tp, m->tp_rank, m->dp, m->dp_rank, &pl);
     memcpy(p->tp_off, pl.tp_off, sizeof p->tp_off);
@@ -133,10 +135,14 @@ int llama_tensor_specs(const llama_config *c, llama_tensor_spec *out, int cap) {
             t_->split = (sp);                                                             \
             t_->vocab = (voc);                                                            \
             t_->unit = (u);                                                               \
+            t_->init = (nd) == 2 ? LLAMA_INIT_NORMAL : LLAMA_INIT_ONES;                   \
         }                                                                                 \
         n++;                                                                              \
     } while (0)
 #define SPEC(nd, rows, cols, sp, u, ...) SPECV(nd, rows, cols, sp, 0, u, __VA_ARGS__)
+/* the spec just added (when it was written) gets init kind k / the tp_grad_sum flag */
+#define LAST_INIT(k) do { if (out && n <= cap) out[n - 1].init = (k); } while (0)
+#define LAST_TP_SUM() do { if (out && n <= cap) out[n - 1].tp_grad_sum = 1; } while (0)
     /* Units: untied: U0 = {embed}, U1..UL = blocks, U(L+1) = {norm, lm_head}; tied: U0 = {embed, norm},
      * U1..UL = blocks (the head reuses U0's embedding). */
     SPECV(2, V, D, LLAMA_SPLIT_ROWS, 1, 0, "model.embed_tokens.weight");
@@ -147,6 +153,20 @@ int llama_tensor_specs(const llama_config *c, llama_tensor_spec *out, int cap) {
         SPEC(2, H * hd, D, LLAMA_SPLIT_ROWS, u, "model.layers.%d.self_attn.q_proj.weight", l);
         SPEC(2, KV * hd, D, LLAMA_SPLIT_ROWS, u, "model.layers.%d.self_attn.k_proj.weight", l);
         SPEC(2, KV * hd, D, LLAMA_SPLIT_ROWS, u, "model.layers.%d.self_attn.v_proj.weight", l);
+        if (c->qkv_bias) {   /* split by heads as the weights' rows; adjacent, as they are */
+            SPEC(1, H * hd, 1, LLAMA_SPLIT_ROWS, u, "model.layers.%d.self_attn.q_proj.bias", l);
+            LAST_INIT(LLAMA_INIT_ZEROS);
+            SPEC(1, KV * hd, 1, LLAMA_SPLIT_ROWS, u, "model.layers.%d.self_attn.k_proj.bias", l);
+            LAST_INIT(LLAMA_INIT_ZEROS);
+            SPEC(1, KV * hd, 1, LLAMA_SPLIT_ROWS, u, "model.layers.%d.self_attn.v_proj.bias", l);
+            LAST_INIT(LLAMA_INIT_ZEROS);
+        }
+        if (c->qk_norm) {    /* one weight for every head: replicated, its gradient summed over tp */
+            SPEC(1, hd, 1, LLAMA_REPLICATED, u, "model.layers.%d.self_attn.q_norm.weight", l);
+            LAST_TP_SUM();
+            SPEC(1, hd, 1, LLAMA_REPLICATED, u, "model.layers.%d.self_attn.k_norm.weight", l);
+            LAST_TP_SUM();
+        }
         SPEC(2, D, H * hd, LLAMA_SPLIT_COLS, u, "model.layers.%d.self_attn.o_proj.weight", l);
         SPEC(1, D, 1, LLAMA_REPLICATED, u, "model.layers.%d.post_attention_layernorm.weight", l);
         SPEC(2, I, D, LLAMA_SPLIT_ROWS, u, "model.layers.%d.mlp.gate_proj.weight", l);
@@ -159,6 +179,8 @@ int llama_tensor_specs(const llama_config *c, llama_tensor_spec *out, int cap) {
     }
 #undef SPEC
 #undef SPECV
+#undef LAST_INIT
+#undef LAST_TP_SUM
     return n;
 }
 
@@ -169,6 +191,7 @@ void llama_params_build(llama_model *m) {
     llama_tensor_spec *specs = mp_xmalloc(sizeof *specs * (size_t)n);
     llama_tensor_specs(&m->cfg, specs, n);
     m->nparams = 0;
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) m->lp[l].bq = m->lp[l].bk = m->lp[l].bv = m->lp[l].qn = m->lp[l].kn = -1;
     for (int i = 0; i < n; i++) {
         const llama_tensor_spec *t = &specs[i];
         int idx = add_param(m, t);
@@ -181,6 +204,11 @@ void llama_params_build(llama_model *m) {
             else if (!strcmp(field, "self_attn.q_proj.weight")) lp->wq = idx;
             else if (!strcmp(field, "self_attn.k_proj.weight")) lp->wk = idx;
             else if (!strcmp(field, "self_attn.v_proj.weight")) lp->wv = idx;
+            else if (!strcmp(field, "self_attn.q_proj.bias")) lp->bq = idx;
+            else if (!strcmp(field, "self_attn.k_proj.bias")) lp->bk = idx;
+            else if (!strcmp(field, "self_attn.v_proj.bias")) lp->bv = idx;
+            else if (!strcmp(field, "self_attn.q_norm.weight")) lp->qn = idx;
+            else if (!strcmp(field, "self_attn.k_norm.weight")) lp->kn = idx;
             else if (!strcmp(field, "self_attn.o_proj.weight")) lp->wo = idx;
             else if (!strcmp(field, "post_attention_layernorm.weight")) lp->ln2 = idx;
             else if (!strcmp(field, "mlp.gate_proj.weight")) lp->wg = idx;
@@ -375,19 +403,25 @@ double llama_grad_norm(llama_model *m) {
     return sqrt(ss);
 }
 
+/* Whether llama_sync_grads sums parameter p's gradient over tp: under SP every replicated one (each rank
+ * saw only its sequence chunk), and always the tp_grad_sum ones (each rank saw only its heads). */
+static int tp_summed(const llama_model *m, const llama_param *p) {
+    return p->tp_grad_sum || (m->sp && p->split == LLAMA_REPLICATED);
+}
+
 void llama_sync_grads(llama_model *m) {
-    if (m->tp == 1 || !m->sp) return;
-    /* Under SP each tp rank saw only its sequence chunk in the norms: sum the partial norm-weight grads.
-     * They are packed into one buffer so the step does one all-reduce, not one per norm. */
+    if (m->tp == 1) return;
+    /* The partial gradients are packed into one buffer (sync_buf: room for every replicated parameter,
+     * a superset) so the step does one all-reduce, not one per tensor. */
     int64_t n = 0;
     for (int i = 0; i < m->nparams; i++)
-        if (m->params[i].split == LLAMA_REPLICATED) n += llama_shard_numel(&m->params[i]);
+        if (tp_summed(m, &m->params[i])) n += llama_shard_numel(&m->params[i]);
     if (n == 0) return;
     float *buf = m->sync_buf;
     int64_t off = 0;
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];
-        if (p->split != LLAMA_REPLICATED) continue;
+        if (!tp_summed(m, p)) continue;
         m->be->copy(m->be, buf + off, p->shard_grad, (size_t)llama_shard_numel(p) * sizeof(float));
         off += llama_shard_numel(p);
     }
@@ -395,7 +429,7 @@ void llama_sync_grads(llama_model *m) {
     off = 0;
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];
-        if (p->split != LLAMA_REPLICATED) continue;
+        if (!tp_summed(m, p)) continue;
         m->be->copy(m->be, p->shard_grad, buf + off, (size_t)llama_shard_numel(p) * sizeof(float));
         off += llama_shard_numel(p);
     }

@@ -1,7 +1,12 @@
 /*
  * tests/mpi_llama.c — mesh invariance of the Llama model, run under mpiexec (one ctest entry per mesh).
  *
- *   mpi_llama --tp T --config odd|gqa_tied [--sp 0|1] [--raf 0|1]     (world = tp x dp)
+ *   mpi_llama --tp T --config odd|gqa_tied|family [--sp 0|1] [--raf 0|1]     (world = tp x dp)
+ *
+ * "family" has what the Qwen families add: q/k/v biases, q/k norms (replicated, their gradients summed
+ * over tp on every mesh) and head_dim 12 != hidden/heads 8 (q wider than hidden); its biases and norm
+ * weights are set away from 0 and 1 after every initialisation (init_model), by global index, so that
+ * they matter and stay mesh-independent.
  *
  * Every rank also builds the same model on a private 1x1 mesh (the reference) and checks:
  *   - every parameter, gathered from the shards of all ranks to its global form, is bitwise equal to
@@ -112,6 +117,10 @@ static llama_config make_config(const char *name) {
     if (!strcmp(name, "odd")) {          /* vocab not divisible by 4, dim-0 sizes not divisible by dp */
         c.hidden_size = 48; c.intermediate_size = 100; c.num_hidden_layers = 2;
         c.num_attention_heads = 4; c.num_key_value_heads = 4; c.vocab_size = 250; c.tie_word_embeddings = 0;
+    } else if (!strcmp(name, "family")) {   /* biases, q/k norms, head_dim 12 (q: 96 wide, hidden 64) */
+        c.hidden_size = 64; c.intermediate_size = 136; c.num_hidden_layers = 2;
+        c.num_attention_heads = 8; c.num_key_value_heads = 4; c.vocab_size = 131; c.tie_word_embeddings = 0;
+        c.head_dim = 12; c.qkv_bias = 1; c.qk_norm = 1;
     } else {                             /* grouped-query attention, tied embeddings */
         c.hidden_size = 64; c.intermediate_size = 136; c.num_hidden_layers = 2;
         c.num_attention_heads = 8; c.num_key_value_heads = 4; c.vocab_size = 131; c.tie_word_embeddings = 1;
@@ -122,6 +131,27 @@ static llama_config make_config(const char *name) {
 
 enum { B = 4, T = 16, STEPS = 20 };
 static const uint64_t SEED = 4242;
+
+/* llama_init_weights(SEED), then (a config with biases or q/k norms) the q/k/v biases and q/k norm weights
+ * set to their init value (0 or 1) + 0.3 sin(...) of the global row and the name: the same values on
+ * every mesh. */
+static void init_model(llama_model *m) {
+    llama_init_weights(m, SEED);
+    const llama_config *c = llama_model_config(m);
+    if (!c->qkv_bias && !c->qk_norm) return;
+    for (int i = 0; i < llama_num_params(m); i++) {
+        llama_param *p = llama_param_at(m, i);
+        int bias = strstr(p->name, "_proj.bias") != NULL, qk = strstr(p->name, "_norm.weight") && strstr(p->name, "self_attn");
+        if (!bias && !qk) continue;
+        unsigned h = 0;
+        for (const char *q = p->name; *q; q++) h = h * 31u + (unsigned char)*q;
+        for (int64_t r = 0; r < p->shard_rows && p->shard_row0 + r < p->valid_rows; r++) {
+            int64_t grow = p->tp_off[0] + p->shard_row0 + r;
+            p->shard[r] = (bias ? 0.0f : 1.0f) + 0.3f * (float)sin(0.77 * (double)grow + (double)(h % 1000));
+        }
+    }
+    llama_shards_changed(m);
+}
 
 /* Deterministic token stream: batch s, sequence k, position t. */
 /* Deterministic, learnable token stream (each sequence counts upwards from a hashed start), so that
@@ -203,7 +233,7 @@ static void train(llama_model *m, double *losses, float **grads, llama_token_buf
 static void expected_bytes(const llama_config *c, const mp_mesh *mesh, int sp, int raf, int64_t *tp_bytes,
                            int64_t *dp_bytes) {
     int p = mesh->tp, q = mesh->dp, L = c->num_hidden_layers;
-    int64_t D = c->hidden_size, hd = D / c->num_attention_heads, N = (int64_t)(B / q) * T;
+    int64_t D = c->hidden_size, hd = llama_head_dim(c), N = (int64_t)(B / q) * T;
     int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, I = c->intermediate_size;
     /* tp group: an all-reduce of n floats costs 4*((n - b) + (p-1)*b), b = this rank's mp_split part */
 #define AR(n, parts, r) ({ int64_t s_, b_; mp_split((n), (parts), (r), &s_, &b_); 4 * (((n) - b_) + ((int64_t)(parts) - 1) * b_); })
@@ -213,12 +243,13 @@ static void expected_bytes(const llama_config *c, const mp_mesh *mesh, int sp, i
         if (sp) *tp_bytes = (int64_t)(4 + 8 * L) * 4 * (p - 1) * (nd / p);     /* AG and RS of [N, D] */
         else *tp_bytes = (int64_t)(2 + 4 * L) * AR(nd, p, mesh->tp_rank);      /* AR of [N, D] */
         *tp_bytes += AR(N, p, mesh->tp_rank) + AR(2 * N, p, mesh->tp_rank);   /* cross-entropy: max; sums */
-        if (sp) {                                                              /* norm-weight grads */
-            int64_t rep = 0, s0, cnt;
-            mp_split(D, q, mesh->dp_rank, &s0, &cnt);
-            rep = (2 * L + 1) * cnt;
-            *tp_bytes += AR(rep, p, mesh->tp_rank);
-        }
+        /* norm-weight grads: under SP every norm's, and the q/k norms' always (one all-reduce) */
+        int64_t rep = 0, s0, cnt, hcnt;
+        mp_split(D, q, mesh->dp_rank, &s0, &cnt);
+        mp_split(hd, q, mesh->dp_rank, &s0, &hcnt);
+        if (sp) rep = (2 * L + 1) * cnt;
+        if (c->qk_norm) rep += 2 * L * hcnt;
+        if (rep) *tp_bytes += AR(rep, p, mesh->tp_rank);
     }
     /* dp group: per unit, all-gather 4*(q-1)*shard and reduce-scatter 4*(full - shard); the loss
      * all-reduce of one double. */
@@ -229,7 +260,11 @@ static void expected_bytes(const llama_config *c, const mp_mesh *mesh, int sp, i
         int64_t qd = H / p * hd, kd = KV / p * hd;
         /* rows x cols of every TP slice, per unit */
         int64_t emb[2][2] = {{vl, D}, {D, 1}};
-        int64_t blk[9][2] = {{D, 1}, {qd, D}, {kd, D}, {kd, D}, {D, qd}, {D, 1}, {il, D}, {il, D}, {D, il}};
+        int64_t blk[14][2] = {{D, 1}, {qd, D}, {kd, D}, {kd, D}, {D, qd}, {D, 1}, {il, D}, {il, D}, {D, il}};
+        int nblk = 9;
+        if (c->qkv_bias) { blk[nblk][0] = qd; blk[nblk + 1][0] = kd; blk[nblk + 2][0] = kd; nblk += 3; }
+        if (c->qk_norm) { blk[nblk][0] = hd; blk[nblk + 1][0] = hd; nblk += 2; }
+        for (int i = 9; i < nblk; i++) blk[i][1] = 1;
         int64_t head[2][2] = {{D, 1}, {vl, D}};
         int nemb = c->tie_word_embeddings ? 2 : 1;
         int64_t shard_emb = 0, full_emb = 0, shard_blk = 0, full_blk = 0, shard_head = 0, full_head = 0;
@@ -237,7 +272,7 @@ static void expected_bytes(const llama_config *c, const mp_mesh *mesh, int sp, i
             int64_t s0, cnt; mp_split(emb[i][0], q, mesh->dp_rank, &s0, &cnt);
             shard_emb += cnt * emb[i][1]; full_emb += emb[i][0] * emb[i][1];
         }
-        for (int i = 0; i < 9; i++) {
+        for (int i = 0; i < nblk; i++) {
             int64_t s0, cnt; mp_split(blk[i][0], q, mesh->dp_rank, &s0, &cnt);
             shard_blk += cnt * blk[i][1]; full_blk += blk[i][0] * blk[i][1];
         }
@@ -311,8 +346,8 @@ int main(int argc, char **argv) {
     llama_options o1 = {B, T, 0, 1};
     llama_model *ref = NULL;
     if (llama_create(&ref, &cfg, &o1, &single, be, &err)) { fprintf(stderr, "%s\n", err.msg); MPI_Abort(MPI_COMM_WORLD, 2); }
-    llama_init_weights(ref, SEED);
-    llama_init_weights(m, SEED);
+    init_model(ref);
+    init_model(m);
     int np = llama_num_params(m);
 
     /* memory: parameters, gradients, moments are 1/(tp*dp) of the model plus padding and replication */
@@ -385,7 +420,7 @@ int main(int argc, char **argv) {
         int64_t gtp = mp_comm_total_bytes(mesh.tp_comm), gdp = mp_comm_total_bytes(mesh.dp_comm);
         check(gtp == etp, "tp bytes of one step: counted %lld, plan %lld", (long long)gtp, (long long)etp);
         check(gdp == edp, "dp bytes of one step: counted %lld, plan %lld", (long long)gdp, (long long)edp);
-        llama_init_weights(m, SEED);
+        init_model(m);
     }
     int64_t calls_before = mp_mem_alloc_calls();
     train(m, loss_m, gm, &tb);
@@ -411,7 +446,7 @@ int main(int argc, char **argv) {
     float *shards1 = malloc(nbytes + 4);
     shards_io(m, shards1, 1);
     double loss_m2[STEPS];
-    llama_init_weights(m, SEED);
+    init_model(m);
     train(m, loss_m2, NULL, &tb);
     check(!memcmp(loss_m, loss_m2, sizeof loss_m) && shards_io(m, shards1, 0),
           "a second run on this mesh is bitwise identical (losses and final shards)");
@@ -427,7 +462,7 @@ int main(int argc, char **argv) {
         g_defer.all_gatherv_start = defer_start;
         g_defer.all_gatherv_wait = defer_wait;
         mesh.dp_comm = &g_defer;
-        llama_init_weights(m, SEED);
+        init_model(m);
         train(m, loss_m2, NULL, &tb);
         check(!memcmp(loss_m, loss_m2, sizeof loss_m) && shards_io(m, shards1, 0),
               "gathers deferred to their waits (NaN until then): bitwise the plain run");
@@ -437,13 +472,13 @@ int main(int argc, char **argv) {
         /* a stray prefetch (no gather takes it) is ended and dropped when the shards change, not unpacked
          * later as current weights (and no second gather starts while it is in flight: defer_start) */
         llama_fsdp_prefetch(m, 1);
-        llama_init_weights(m, SEED);
+        init_model(m);
         train(m, loss_m2, NULL, &tb);
         check(!memcmp(loss_m, loss_m2, sizeof loss_m) && shards_io(m, shards1, 0),
               "a stray prefetch before re-initialisation: dropped, bitwise the plain run");
         g_defer.all_gatherv_start = NULL;   /* no split phase: blocking gathers, nothing prefetched */
         g_defer.all_gatherv_wait = NULL;
-        llama_init_weights(m, SEED);
+        init_model(m);
         train(m, loss_m2, NULL, &tb);
         check(!memcmp(loss_m, loss_m2, sizeof loss_m) && shards_io(m, shards1, 0),
               "blocking gathers (no prefetch): bitwise the prefetching run");

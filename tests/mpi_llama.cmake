@@ -1,10 +1,16 @@
 # tests/mpi_llama.cmake — mesh invariance of the model (tests/mpi_llama.c) on every mesh of the issue:
 # 1x1, tp2, tp4, dp2, dp4, tp2xdp2, SP on and off where tp > 1, for a config whose vocab (250) is not
 # divisible by 4 and whose dim-0 sizes are not divisible by dp ("odd"), and a GQA config with tied
-# embeddings ("gqa_tied"); plus tp2xdp2 with reshard_after_forward off (ZeRO-2).
+# embeddings ("gqa_tied"); plus tp2xdp2 with reshard_after_forward off (ZeRO-2); and "family" (q/k/v
+# biases, q/k norms, head_dim 12 != 64/8) on tp2, dp2 and tp2xdp2, SP on and off.
 set(MP_MPI_ENV "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
-foreach(cfg odd gqa_tied)
-  foreach(mesh "1;1" "2;2" "2;1" "4;4" "4;1" "4;2")
+# meshes as np:tp
+set(meshes_odd 1:1 2:2 2:1 4:4 4:1 4:2)
+set(meshes_gqa_tied ${meshes_odd})
+set(meshes_family 2:2 2:1 4:2)
+foreach(cfg odd gqa_tied family)
+  foreach(npt ${meshes_${cfg}})
+    string(REPLACE ":" ";" mesh ${npt})
     list(GET mesh 0 np)
     list(GET mesh 1 tp)
     set(sps 1)

@@ -1332,6 +1332,48 @@ Test(threads, split_kernels_are_bitwise_the_same_on_one_and_two_threads) {
     free(x), free(dy), free(w), free(wte), free(ct), free(st);
 }
 
+/* bias_add / bias_bwd and head_rmsnorm_fwd / _bwd on a column block of wider rows (as the fused q | k | v
+ * is), above the threading threshold: bitwise the same on one and two threads, and the columns outside
+ * the block untouched. */
+Test(threads, bias_and_head_rmsnorm_are_bitwise_the_same_on_one_and_two_threads) {
+    use_two_threads();
+    mp_backend *be = cpu();
+    const int N = 200, H = 4, hd = 64, cols = H * hd, ld = cols + 40;
+    const int64_t nl = (int64_t)N * ld;
+    float *x = frand(nl, 1.0), *b = frand(cols, 1.0), *w = frand(hd, 1.0);
+    float *out[2][6];   /* biased x, db, normed x, x_save, rstd, dx; then dw below */
+    float *dw[2];
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        float **o = out[t];
+        for (int i = 0; i < 6; i++) o[i] = calloc((size_t)nl, sizeof(float));
+        dw[t] = calloc((size_t)hd, sizeof(float));
+        memcpy(o[0], x, (size_t)nl * sizeof(float));
+        be->bias_add(be, o[0], ld, b, N, cols);
+        be->bias_bwd(be, o[1], x, ld, N, cols);
+        memcpy(o[2], x, (size_t)nl * sizeof(float));
+        be->head_rmsnorm_fwd(be, o[2], ld, o[3], o[4], w, N, H, hd, 1e-6f);
+        memcpy(o[5], x, (size_t)nl * sizeof(float));   /* dy = x */
+        be->head_rmsnorm_bwd(be, o[5], ld, dw[t], o[3], o[4], w, N, H, hd);
+    }
+    const char *names[6] = {"bias_add", "bias_bwd db", "head_rmsnorm y", "x_save", "rstd", "head_rmsnorm dx"};
+    for (int i = 0; i < 6; i++)
+        cr_assert(!memcmp(out[0][i], out[1][i], (size_t)nl * sizeof(float)), "%s differs", names[i]);
+    cr_assert(!memcmp(dw[0], dw[1], (size_t)hd * sizeof(float)), "head_rmsnorm dw differs");
+    for (int n = 0; n < N; n++)
+        for (int j = cols; j < ld; j++) {
+            const int64_t k = (int64_t)n * ld + j;
+            cr_assert(out[0][0][k] == x[k] && out[0][2][k] == x[k] && out[0][5][k] == x[k], "column %d touched", j);
+        }
+    cr_assert(out[0][0][0] == x[0] + b[0] && !memcmp(out[0][3], x, (size_t)cols * sizeof(float)), "bias / x_save");
+    cr_assert(out[0][5][0] != x[0] && dw[0][0] != 0.0f && out[0][4][N * H - 1] > 0.0f, "not written");
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < 6; i++) free(out[t][i]);
+        free(dw[t]);
+    }
+    free(x), free(b), free(w);
+}
+
 /* ---------------------------------------------------------------- AdamW */
 
 Test(adamw, several_steps_match_double_with_bias_correction_weight_decay_and_grad_scale) {

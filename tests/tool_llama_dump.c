@@ -2,7 +2,7 @@
  * tests/tool_llama_dump.c — dumps one forward + backward of the Llama model for an outside reference
  * (tests/python/compare_torch.py checks it against a float64 PyTorch model).
  *
- *   tool_llama_dump CONFIG.json OUTDIR SEED B T [--perturb-norms]
+ *   tool_llama_dump CONFIG.json OUTDIR SEED B T [--perturb-norms] [--qkv-bias] [--qk-norm] [--head-dim N]
  *
  * Builds the model on a 1x1 mesh with the CPU backend, initialises the weights from SEED
  * (llama_init_weights), makes deterministic tokens (inputs and targets, each [B, T] in [0, vocab),
@@ -17,8 +17,12 @@
  *   manifest.json            {"config", "seed", "batch", "seq_len", "loss_sum", "loss_mean",
  *                             "tensors": [{"name", "kind": param|grad|logits|inputs|targets,
  *                                          "dtype": f32|i32, "shape", "file"}]}
- * --perturb-norms sets every norm weight (the 1-D parameters, all 1 after init) to 1 + 0.25*u with u
- * uniform in [-1, 1) from the seed, so that a kernel that drops or misuses the weight is caught too.
+ * --perturb-norms sets every norm weight (1 after init) to 1 + 0.25*u and every bias (0 after init) to
+ * 0.5*u, u uniform in [-1, 1) from the seed, so that a kernel that drops or misuses them is caught too.
+ * --qkv-bias, --qk-norm and --head-dim N set those fields of the loaded config (llama_config: q/k/v biases,
+ * Qwen3's q/k norms, an explicit head dimension), so the families' math is checked whatever the config
+ * file can say; the manifest records the values the model was built with ("head_dim", "qkv_bias",
+ * "qk_norm").
  * Exit status: 0 ok, 1 a write failed, 2 bad usage or a bad config.
  */
 #include <assert.h>
@@ -35,7 +39,13 @@
 #include "layers/llama.h"
 #include "layers/llama_config.h"
 
-static const char *usage = "usage: tool_llama_dump CONFIG.json OUTDIR SEED B T [--perturb-norms]\n";
+static const char *usage =
+    "usage: tool_llama_dump CONFIG.json OUTDIR SEED B T [--perturb-norms] [--qkv-bias] [--qk-norm] [--head-dim N]\n";
+
+/* What the options after T change. */
+typedef struct dump_opts {
+    int perturb, qkv_bias, qk_norm, head_dim;
+} dump_opts;
 
 /* splitmix64: the token stream depends only on the seed. */
 static uint64_t splitmix64(uint64_t *s) {
@@ -97,10 +107,14 @@ static mp_code dump_rows(mp_backend *be, const float *dev, int64_t rows, int64_t
 }
 
 /* The whole run; the caller maps the code to an exit status. */
-static mp_code run(const char *cfg_path, const char *outdir, uint64_t seed, int B, int T, int perturb,
+static mp_code run(const char *cfg_path, const char *outdir, uint64_t seed, int B, int T, const dump_opts *o,
                    mp_err *err) {
     llama_config cfg;
     MP_TRY(llama_config_load(cfg_path, &cfg, NULL, err));
+    cfg.qkv_bias |= o->qkv_bias;
+    cfg.qk_norm |= o->qk_norm;
+    if (o->head_dim) cfg.head_dim = o->head_dim;
+    int perturb = o->perturb;
 
     mp_mesh mesh;
     mp_mesh_init_single(&mesh);
@@ -120,8 +134,11 @@ static mp_code run(const char *cfg_path, const char *outdir, uint64_t seed, int 
             if (p->ndim != 1) continue;
             int64_t n = p->shard_rows;
             float *h = mp_xmalloc((size_t)n * sizeof(float));
-            for (int64_t j = 0; j < n; j++)
-                h[j] = 1.0f + 0.25f * (float)((double)(splitmix64(&ps) >> 11) * 0x1.0p-52 - 1.0);
+            int bias = strstr(p->name, ".bias") != NULL;
+            for (int64_t j = 0; j < n; j++) {
+                float u = (float)((double)(splitmix64(&ps) >> 11) * 0x1.0p-52 - 1.0);
+                h[j] = bias ? 0.5f * u : 1.0f + 0.25f * u;
+            }
             be->to_device(be, p->shard, h, (size_t)n * sizeof(float));
             free(h);
         }
@@ -141,6 +158,9 @@ static mp_code run(const char *cfg_path, const char *outdir, uint64_t seed, int 
     cJSON_AddNumberToObject(man, "batch", B);
     cJSON_AddNumberToObject(man, "seq_len", T);
     cJSON_AddBoolToObject(man, "perturb_norms", perturb);
+    cJSON_AddNumberToObject(man, "head_dim", llama_head_dim(&cfg));
+    cJSON_AddBoolToObject(man, "qkv_bias", cfg.qkv_bias);
+    cJSON_AddBoolToObject(man, "qk_norm", cfg.qk_norm);
     cJSON *tensors = cJSON_AddArrayToObject(man, "tensors");
     char sub[2 * MP_PATH_MAX], file[256];
 
@@ -216,8 +236,16 @@ done:
 }
 
 int main(int argc, char **argv) {
-    int perturb = argc == 7 && !strcmp(argv[6], "--perturb-norms");
-    if (argc != 6 && !perturb) {
+    dump_opts o = {0};
+    int bad = argc < 6;
+    for (int i = 6; i < argc && !bad; i++) {
+        if (!strcmp(argv[i], "--perturb-norms")) o.perturb = 1;
+        else if (!strcmp(argv[i], "--qkv-bias")) o.qkv_bias = 1;
+        else if (!strcmp(argv[i], "--qk-norm")) o.qk_norm = 1;
+        else if (!strcmp(argv[i], "--head-dim") && i + 1 < argc && (o.head_dim = (int)parse_pos(argv[i + 1]))) i++;
+        else bad = 1;
+    }
+    if (bad) {
         fputs(usage, stderr);
         return 2;
     }
@@ -232,7 +260,7 @@ int main(int argc, char **argv) {
     }
     mp_err err;
     mp_err_clear(&err);
-    mp_code rc = run(argv[1], argv[2], (uint64_t)seed, (int)B, (int)T, perturb, &err);
+    mp_code rc = run(argv[1], argv[2], (uint64_t)seed, (int)B, (int)T, &o, &err);
     if (rc != MP_OK) fprintf(stderr, "tool_llama_dump: %s\n", err.msg);
     return mp_exit_status(rc);
 }

@@ -4,7 +4,7 @@ PyTorch reference with Hugging Face semantics (tests/python/llama_torch.py).
 
   /usr/bin/python3 compare_torch.py --tool build/tool_llama_dump --config tests/configs/X.json
                                     [--seed S] [--batch B] [--seq-len T] [--tol 1e-4] [--keep DIR]
-                                    [--perturb-norms]
+                                    [--perturb-norms] [--qkv-bias] [--qk-norm] [--head-dim N]
 
 Runs the dump tool (tests/tool_llama_dump.c: one forward + backward on a 1x1 mesh, CPU backend), loads
 its parameters by HF name into the torch model in float64, runs the same tokens, and compares logits,
@@ -18,8 +18,10 @@ relative L2 error ||a - b|| / ||b|| is printed alongside. A tensor fails when th
 --tol (default 1e-4); the loss fails when |a - b| / |b| does. The set of parameter names must match the
 reference model's exactly (no missing, no extra tensors).
 
---perturb-norms asks the tool to set the norm weights (all 1 after init) to 1 + 0.25*u, u uniform in
-[-1, 1), so a kernel that ignores or misapplies the weight cannot pass.
+--perturb-norms asks the tool to set the norm weights (all 1 after init) to 1 + 0.25*u and the biases
+(all 0) to 0.5*u, u uniform in [-1, 1), so a kernel that ignores or misapplies them cannot pass.
+--qkv-bias, --qk-norm and --head-dim N go to the tool (the families' q/k/v biases, Qwen3's q/k norms, an
+explicit head dimension); the reference is built with what the tool's manifest says the model had.
 Batch and sequence length default to the config's "train" object (batch_size, seq_len), else 2 x 16.
 Exit status: 0 all agree (one summary line), 1 a mismatch (each failing tensor named with its error),
 2 bad usage or the tool failed to run.
@@ -71,6 +73,9 @@ def main():
     ap.add_argument("--seq-len", type=int, default=None)
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--perturb-norms", action="store_true", help="norm weights != 1 (see above)")
+    ap.add_argument("--qkv-bias", action="store_true", help="q/k/v biases (Qwen2)")
+    ap.add_argument("--qk-norm", action="store_true", help="q_norm / k_norm (Qwen3)")
+    ap.add_argument("--head-dim", type=int, default=None, help="explicit head_dim")
     ap.add_argument("--keep", default=None, help="dump into this directory and keep it")
     args = ap.parse_args()
 
@@ -79,12 +84,13 @@ def main():
     train = cfg_json.get("train", {}) or {}
     B = args.batch or int(train.get("batch_size", 2))
     T = args.seq_len or int(train.get("seq_len", 16))
-    cfg = LlamaConfig(cfg_json)
     name = os.path.basename(args.config)
 
     out = args.keep or tempfile.mkdtemp(prefix="mp_torch_cmp_")
     try:
         cmd = [args.tool, args.config, out, str(args.seed), str(B), str(T)] + (["--perturb-norms"] if args.perturb_norms else [])
+        cmd += (["--qkv-bias"] if args.qkv_bias else []) + (["--qk-norm"] if args.qk_norm else [])
+        cmd += ["--head-dim", str(args.head_dim)] if args.head_dim else []
         try:
             r = subprocess.run(cmd, capture_output=True, text=True)
         except OSError as e:
@@ -95,6 +101,7 @@ def main():
             return 2
         with open(os.path.join(out, "manifest.json")) as f:
             man = json.load(f)
+        cfg = LlamaConfig(dict(cfg_json, head_dim=man["head_dim"], qkv_bias=man["qkv_bias"], qk_norm=man["qk_norm"]))
         by_kind = {}
         for e in man["tensors"]:
             by_kind.setdefault(e["kind"], {})[e["name"]] = e
@@ -149,7 +156,8 @@ def main():
 
     width = max(len(r[0]) for r in rows)
     print(f"compare_torch {name}: B={B} T={T} seed={args.seed} tied={cfg.tie_word_embeddings} "
-          f"H={cfg.num_attention_heads} KV={cfg.num_key_value_heads} perturb_norms={args.perturb_norms}; loss meshpoint {loss_mp:.9g}, "
+          f"H={cfg.num_attention_heads} KV={cfg.num_key_value_heads} head_dim={cfg.head_dim} qkv_bias={cfg.qkv_bias} "
+          f"qk_norm={cfg.qk_norm} perturb_norms={args.perturb_norms}; loss meshpoint {loss_mp:.9g}, "
           f"torch fp64 {loss_ref:.9g}")
     print(f"  {'tensor':<{width}}  max|a-b|/max|b|  ||a-b||/||b||")
     for tname, em, el in rows:

@@ -13,7 +13,10 @@ It follows transformers' modeling_llama.py line by line, without depending on tr
   - grouped-query attention: k/v of num_key_value_heads heads, repeat_kv (repeat_interleave on the
     head axis: query head h uses kv head h // (H/KV)), causal softmax of q k^T / sqrt(hd) (in fp32 at
     least, as HF does), times v, o_proj;
-  - SwiGLU MLP: down(silu(gate(x)) * up(x)); no biases anywhere;
+  - SwiGLU MLP: down(silu(gate(x)) * up(x)); no biases except, with qkv_bias (Qwen2), on q/k/v_proj;
+  - qk_norm (Qwen3Attention): q_norm / k_norm, RMSNorm(head_dim) over each head of q_proj(x) / k_proj(x)
+    (after the bias), before RoPE;
+  - head_dim: the config's "head_dim" when given (Qwen3: not hidden/heads; o_proj is [D, H*head_dim]);
   - tie_word_embeddings: lm_head.weight IS model.embed_tokens.weight (one parameter, so its gradient
     sums both uses; named_parameters() lists it once, as model.embed_tokens.weight).
 Parameter names are the HF ones (model.layers.3.self_attn.q_proj.weight, ...), so a state dict moves
@@ -49,9 +52,17 @@ class LlamaConfig:
         self.rope_theta = float(d.get("rope_theta", 10000.0))
         self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
         self.initializer_range = float(d.get("initializer_range", 0.02))
-        assert self.hidden_size % self.num_attention_heads == 0
         assert self.num_attention_heads % self.num_key_value_heads == 0
-        self.head_dim = self.hidden_size // self.num_attention_heads
+        hd = d.get("head_dim")
+        if hd is None:
+            assert self.hidden_size % self.num_attention_heads == 0
+            hd = self.hidden_size // self.num_attention_heads
+        self.head_dim = int(hd)
+        # what the family adds (transformers: Qwen2 always has q/k/v biases, Qwen3 always q/k norms);
+        # "qkv_bias" / "qk_norm" keys override (the C side's llama_config fields of those names)
+        mt = d.get("model_type", "llama")
+        self.qkv_bias = bool(d.get("qkv_bias", mt == "qwen2"))
+        self.qk_norm = bool(d.get("qk_norm", mt == "qwen3"))
 
     @staticmethod
     def load(path):
@@ -112,15 +123,24 @@ class Attention(nn.Module):
         super().__init__()
         D, H, KV, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.H, self.KV, self.hd = H, KV, hd
-        self.q_proj = nn.Linear(D, H * hd, bias=False)
-        self.k_proj = nn.Linear(D, KV * hd, bias=False)
-        self.v_proj = nn.Linear(D, KV * hd, bias=False)
+        self.q_proj = nn.Linear(D, H * hd, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(D, KV * hd, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(D, KV * hd, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(H * hd, D, bias=False)
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
     def forward(self, x, cos, sin, mask):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.H, self.hd).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.KV, self.hd).transpose(1, 2)
+        q = self.q_proj(x).view(B, T, self.H, self.hd)
+        k = self.k_proj(x).view(B, T, self.KV, self.hd)
+        if self.qk_norm:   # Qwen3Attention: q_norm(q_proj(x).view(..., hd)) before the transpose and RoPE
+            q = self.q_norm(q)
+            k = self.k_norm(k)
+        q = q.transpose(1, 2)
+        k = k.transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.KV, self.hd).transpose(1, 2)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
@@ -182,14 +202,15 @@ class LlamaForCausalLM(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self, generator=None):
-        """HF _init_weights: normal(0, initializer_range) for linears and the embedding, ones for norms."""
+        """HF _init_weights: normal(0, initializer_range) for linears and the embedding, zeros for biases,
+        ones for norms."""
         std = self.cfg.initializer_range
         with torch.no_grad():
             for name, p in self.named_parameters():
                 if p.ndim == 2:
                     p.normal_(0.0, std, generator=generator)
                 else:
-                    p.fill_(1.0)
+                    p.fill_(0.0 if name.endswith(".bias") else 1.0)
 
     def _rope_tables(self, T, dtype, device):
         key = (T, dtype, str(device))
@@ -348,13 +369,54 @@ def self_check():
     check("tied grad = embed grad + head grad",
           _rel(g_tied, mu.model.embed_tokens.weight.grad + mu.lm_head.weight.grad), 1e-12)
 
-    # Autograd against finite differences on a very small model.
+    # Qwen3's attention: q_norm/k_norm applied per head, against a transcription of Qwen3Attention
+    # (per-head RMSNorm written out by hand, after the bias, before RoPE); head_dim 12 != 32/4.
+    cq = LlamaConfig(dict(vars(cfg), head_dim=12, qkv_bias=True, qk_norm=True))
+    mq = LlamaForCausalLM(cq).double()
+    with torch.no_grad():
+        for name, p in mq.named_parameters():
+            if p.ndim == 1:
+                p.copy_((0.0 if name.endswith(".bias") else 1.0) + 0.3 * torch.randn_like(p))
+    aq = mq.model.layers[0].self_attn
+    if tuple(aq.o_proj.weight.shape) != (32, 48) or aq.q_proj.bias is None:
+        fails.append("head_dim / bias shapes")
+    cos12, sin12, mask12 = mq._rope_tables(7, torch.float64, xa.device)
+
+    def hand_norm(t, w):
+        return t / torch.sqrt((t * t).mean(-1, keepdim=True) + cq.rms_norm_eps) * w
+
+    q = hand_norm((xa @ aq.q_proj.weight.T + aq.q_proj.bias).view(2, 7, 4, 12), aq.q_norm.weight).transpose(1, 2)
+    k = hand_norm((xa @ aq.k_proj.weight.T + aq.k_proj.bias).view(2, 7, 2, 12), aq.k_norm.weight).transpose(1, 2)
+    v = (xa @ aq.v_proj.weight.T + aq.v_proj.bias).view(2, 7, 2, 12).transpose(1, 2)
+    q, k = apply_rope(q, cos12, sin12), apply_rope(k, cos12, sin12)
+    k, v = torch.repeat_interleave(k, 2, dim=1), torch.repeat_interleave(v, 2, dim=1)
+    w_ = torch.softmax((q @ k.transpose(2, 3) / math.sqrt(12)).masked_fill(mask12, float("-inf")), -1)
+    ref_o = (w_ @ v).transpose(1, 2).reshape(2, 7, 48) @ aq.o_proj.weight.T
+    check("qwen3 attention (bias, q/k norm, head_dim 12) vs transcript", _rel(aq(xa, cos12, sin12, mask12), ref_o),
+          1e-12)
+
+    # Autograd against finite differences on very small models: Llama, and with biases, q/k norms and
+    # head_dim 6 != 8/2.
     tiny = LlamaConfig(dict(hidden_size=8, intermediate_size=12, num_hidden_layers=1, num_attention_heads=2,
                             num_key_value_heads=1, vocab_size=10, rms_norm_eps=1e-5, tie_word_embeddings=True))
+    for tcfg in (tiny, LlamaConfig(dict(vars(tiny), head_dim=6, qkv_bias=True, qk_norm=True))):
+        _gradcheck(tcfg, fails)
+
+    if fails:
+        print(f"llama_torch self-check: {len(fails)} FAILED: {', '.join(fails)}")
+        return 1
+    print("llama_torch self-check: all passed")
+    return 0
+
+
+def _gradcheck(tiny, fails):
+    """torch.autograd.gradcheck of the mean loss of a tiny model with weights ~0.2."""
     mt = LlamaForCausalLM(tiny).double()
     with torch.no_grad():
-        for p in mt.parameters():
+        for name, p in mt.named_parameters():
             p.mul_(10.0)   # weights ~0.2 so the function is far from linear
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.2)   # biases away from their initial 0
     params = list(mt.parameters())
     ti = torch.randint(0, 10, (2, 4))
     tt = torch.randint(0, 10, (2, 4))
@@ -368,17 +430,12 @@ def self_check():
 
         ok = torch.autograd.gradcheck(g, tuple(p.detach().clone().requires_grad_(True) for p in params),
                                       eps=1e-6, atol=1e-7, rtol=1e-5)
-        print(f"  {'ok ' if ok else 'FAIL'} autograd vs finite differences")
+        what = f"head_dim {tiny.head_dim} qkv_bias {tiny.qkv_bias} qk_norm {tiny.qk_norm}"
+        print(f"  {'ok ' if ok else 'FAIL'} autograd vs finite differences ({what})")
         if not ok:
-            fails.append("gradcheck")
+            fails.append("gradcheck " + what)
     except ImportError:
         print("  skip autograd vs finite differences (no torch.nn.utils.stateless)")
-
-    if fails:
-        print(f"llama_torch self-check: {len(fails)} FAILED: {', '.join(fails)}")
-        return 1
-    print("llama_torch self-check: all passed")
-    return 0
 
 
 if __name__ == "__main__":
