@@ -5,8 +5,9 @@ tokenizer/unorm.c (NFD, NFC, NFKD, NFKC as Hugging Face's `tokenizers` applies t
 Which Unicode version: `tokenizers` normalizes with the Rust crate unicode-normalization-alignments 0.1.12
 (the version tokenizers 0.23.3's binary is built with), whose tables are Unicode 9.0.0's. Newer data gives
 other results on code points assigned since 9.0 (U+11938 gained a decomposition in 13.0; 98 combining marks
-of 10.0-14.0 have a nonzero combining class that 9.0 does not know, so they are not reordered), so neither
-ICU (72: Unicode 15.0) nor Python's unicodedata (3.11: 14.0) can be used as they are. This script reads a
+of 10.0-14.0 have a nonzero combining class that 9.0 does not know, so they are not reordered: Python
+3.11's unicodedata, 14.0, differs from the library on those 99 code points), so neither ICU (72: Unicode
+15.0) nor Python's unicodedata can be used as they are. This script reads a
 newer Unicode Character Database (Debian's unicode-data package: /usr/share/unicode, 15.0) and keeps only
 the code points DerivedAge.txt says were assigned by 9.0; Unicode's normalization stability policy
 (decompositions, combining classes and composition exclusions of assigned characters never change) makes
