@@ -2,7 +2,8 @@
  * tests/test_tokenizer.c — tokenizer/ units that need no Python: the U+FFFD replacement of invalid
  * UTF-8 (expected strings are Python's bytes.decode("utf-8", "replace")), BPE merge order on tiny
  * hand-written tokenizer.json files (leftmost among equal ranks, both merge spellings, byte fallback,
- * fused unk, ignore_merges), the decoder chain, and load errors that name the file and the cause.
+ * fused unk, ignore_merges), the Unicode normalizers on hand-picked cases (expected strings from tokenizers)
+ * and NFC inside a Sequence, the decoder chain, and load errors that name the file and the cause.
  * The comparison with Hugging Face's tokenizers itself is tests/python/tokenizer_compare.py.
  */
 #include <criterion/criterion.h>
@@ -35,6 +36,30 @@ Test(utf8, replacement_as_python) {
         char *got = sanitize(c[i].in, strlen(c[i].in));
         cr_assert_str_eq(got, c[i].want, "case %zu", i);
         free(got);
+    }
+}
+
+Test(unorm, forms_as_tokenizers) {   /* expected strings: tokenizers 0.23.3's normalizers' normalize_str */
+    struct { mp_unorm_form form; const char *in, *want; } c[] = {
+        {MP_UNORM_NFC, "e\xcc\x81", "\xc3\xa9"},                                    /* e + U+0301 -> é */
+        {MP_UNORM_NFC, "\xe2\x84\xab", "\xc3\x85"},                                /* U+212B ANGSTROM SIGN -> Å */
+        {MP_UNORM_NFC, "\xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab", "\xed\x95\x9c"},       /* jamo L V T -> 한 */
+        {MP_UNORM_NFC, "\xea\xb0\x80\xe1\x86\xa8", "\xea\xb0\x81"},                    /* LV + T -> LVT */
+        {MP_UNORM_NFC, "\xe0\xa5\x98", "\xe0\xa4\x95\xe0\xa4\xbc"},                    /* U+0958: an exclusion */
+        {MP_UNORM_NFC, "a\xcd\x86\xcc\x81", "a\xcd\x86\xcc\x81"},                      /* blocked by a class-230 mark */
+        {MP_UNORM_NFC, "o\xcc\x82\xcc\xa3", "\xe1\xbb\x99"},                          /* reordered, then composed */
+        {MP_UNORM_NFC, "\xf0\x91\xa4\xb5\xf0\x91\xa4\xb0", "\xf0\x91\xa4\xb5\xf0\x91\xa4\xb0"}, /* 13.0's U+11938 */
+        {MP_UNORM_NFC, "hello", "hello"},
+        {MP_UNORM_NFD, "\xc3\xa9\xed\x95\x9c", "e\xcc\x81\xe1\x84\x92\xe1\x85\xa1\xe1\x86\xab"},
+        {MP_UNORM_NFKC, "\xef\xac\x81\xc2\xb2", "fi2"},
+        {MP_UNORM_NFKD, "\xe2\x91\xa0\xe1\xba\x9b\xcc\xa3", "1s\xcc\xa3\xcc\x87"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        mp_tok_buf b = {0};
+        mp_tok_unorm(c[i].form, c[i].in, strlen(c[i].in), &b);
+        mp_tok_buf_put(&b, "", 0);
+        cr_assert_str_eq(b.p, c[i].want, "case %zu", i);
+        mp_tok_buf_free(&b);
     }
 }
 
@@ -94,6 +119,18 @@ Test(bpe, byte_fallback_unk_fuse_ignore_merges) {
     mp_tok_free(t);
 }
 
+Test(bpe, nfc_normalizer_in_a_sequence) {
+    char ids[256];
+    mp_tok *t;
+    mp_err err;
+    cr_assert_eq(load_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\xc3\xa9\": 0, \"e\": 1, \"\xcc\x81\": 2}, "
+                           "\"merges\": []}, \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}]}}",
+                           &t, &err), MP_OK, "%s", err.msg);
+    ids_of(t, "e\xcc\x81" "e", ids, sizeof ids);
+    cr_assert_str_eq(ids, "0 1", "e + U+0301 is é after NFC");
+    mp_tok_free(t);
+}
+
 Test(decode, sentencepiece_chain) {
     mp_tok *t;
     mp_err err;
@@ -115,8 +152,8 @@ Test(load, errors_name_file_and_cause) {
         {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "model WordPiece is not supported"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}}", "merges[0]"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a\"]}}", "merges[0]"},
-        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"normalizer\": {\"type\": \"NFC\"}}",
-         "normalizer NFC is not supported"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"normalizer\": {\"type\": \"Sequence\", "
+         "\"normalizers\": [{\"type\": \"NFC\"}, {\"type\": \"Lowercase\"}]}}", "normalizer Lowercase is not supported"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Split\", "
          "\"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}}", "pre-tokenizer pattern"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}", "not valid JSON"},

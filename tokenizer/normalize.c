@@ -1,9 +1,9 @@
 /*
- * tokenizer/normalize.c — the normalizers Llama-family tokenizer.json files use: Prepend (Llama 2's
- * "▁" in front of a non-empty segment), Replace with a literal String pattern (Llama 2's " " -> "▁"),
- * and Sequence of those. None of the supported families uses Unicode normalization (NFC, NFKC, ...),
- * Lowercase, Strip or a Regex Replace pattern: those are refused by name at load time rather than
- * silently skipped, since skipping one changes the ids.
+ * tokenizer/normalize.c — the normalizers of tokenizer.json files: Prepend (Llama 2's "▁" in front of a
+ * non-empty segment), Replace with a literal String pattern (Llama 2's " " -> "▁"), the Unicode forms NFC
+ * (Qwen2/2.5 and Qwen3), NFD, NFKC and NFKD (unorm.c, Unicode 9.0 as `tokenizers` has it), and Sequence of
+ * those. Lowercase, Strip, BertNormalizer, Precompiled and a Regex Replace pattern are refused by name at
+ * load time rather than silently skipped, since skipping one changes the ids.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -11,7 +11,6 @@
 #include "core/alloc.h"
 #include "tokenizer/tok_internal.h"
 
-/* A string member of j or NULL. */
 /* Fills *nm from one (non-Sequence) normalizer j of the given type. */
 static mp_code norm_one(const cJSON *j, const char *type, void *elem, mp_err *err) {
     mp_norm *nm = elem;
@@ -29,9 +28,13 @@ static mp_code norm_one(const cJSON *j, const char *type, void *elem, mp_err *er
         nm->kind = MP_NORM_REPLACE;
         nm->a = mp_strdup(lit);
         nm->b = mp_strdup(content);
+    } else if (!strcmp(type, "NFC") || !strcmp(type, "NFD") || !strcmp(type, "NFKC") || !strcmp(type, "NFKD")) {
+        nm->kind = MP_NORM_UNICODE;
+        nm->form = type[2] == 'K' ? (type[3] == 'C' ? MP_UNORM_NFKC : MP_UNORM_NFKD)
+                                  : (type[2] == 'C' ? MP_UNORM_NFC : MP_UNORM_NFD);
     } else {
-        return mp_err_set(err, MP_EINPUT, "normalizer %s is not supported (supported: Prepend, Replace, Sequence)",
-                          type);
+        return mp_err_set(err, MP_EINPUT, "normalizer %s is not supported (supported: Prepend, Replace, NFC, NFD, "
+                          "NFKC, NFKD, Sequence)", type);
     }
     return MP_OK;
 }
@@ -50,9 +53,12 @@ void mp_tok_norm_apply(const mp_norm *nv, int n, const char *seg, size_t len, in
             tmp.n = 0;
             mp_tok_buf_put(&tmp, nv[i].a, strlen(nv[i].a));
             mp_tok_buf_put(&tmp, out->p, out->n);
-        } else {
+        } else if (nv[i].kind == MP_NORM_REPLACE) {
             tmp.n = 0;
             mp_tok_replace(out->p, out->n, nv[i].a, nv[i].b, &tmp);
+        } else {
+            tmp.n = 0;
+            mp_tok_unorm(nv[i].form, out->p, out->n, &tmp);
         }
         mp_tok_buf t = *out;
         *out = tmp;

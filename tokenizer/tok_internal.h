@@ -64,11 +64,17 @@ void mp_tok_utf8_sanitize(const char *s, size_t n, mp_tok_buf *out);
 /* Appends code point c as UTF-8. */
 void mp_tok_utf8_put(mp_tok_buf *out, uint32_t c);
 
+/* ---- Unicode normalization (unorm.c; tables generated in unorm_data.c) ---- */
+typedef enum { MP_UNORM_NFD, MP_UNORM_NFC, MP_UNORM_NFKD, MP_UNORM_NFKC } mp_unorm_form;
+/* Appends the normalization form of valid UTF-8 s[0..n) to out, as `tokenizers` computes it (Unicode 9.0). */
+void mp_tok_unorm(mp_unorm_form form, const char *s, size_t n, mp_tok_buf *out);
+
 /* ---- normalizers (normalize.c) ---- */
-typedef enum { MP_NORM_PREPEND, MP_NORM_REPLACE } mp_norm_kind;
+typedef enum { MP_NORM_PREPEND, MP_NORM_REPLACE, MP_NORM_UNICODE } mp_norm_kind;
 typedef struct mp_norm {
     mp_norm_kind kind;
     char *a, *b;          /* PREPEND: a = text; REPLACE: a = pattern (literal), b = content */
+    mp_unorm_form form;   /* UNICODE: NFC, NFD, NFKC or NFKD */
 } mp_norm;
 /* Parses a "normalizer" value (NULL / JSON null: none) into *out, *n; MP_EINPUT naming an unsupported type. */
 mp_code mp_tok_norm_parse(const cJSON *j, mp_norm **out, int *n, mp_err *err);

@@ -4,7 +4,7 @@
  *
  * Supported (docs/TOKENIZER.md is the authority): model BPE (byte-level with a regex pre-tokenizer, GPT-2
  * and Llama 3; sentencepiece-style with "▁" and byte_fallback, Llama 2 / TinyLlama / Code Llama),
- * normalizers Prepend, Replace, Sequence; pre-tokenizers ByteLevel, Split, Metaspace,
+ * normalizers Prepend, Replace, NFC/NFD/NFKC/NFKD, Sequence; pre-tokenizers ByteLevel, Split, Metaspace,
  * Sequence; decoders ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence; post-processors
  * TemplateProcessing, ByteLevel, Sequence; added tokens (special or not, normalized or not).
  * Anything else is refused at load time with MP_EINPUT naming the type and the file.

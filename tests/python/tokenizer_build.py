@@ -13,6 +13,11 @@ tokenizers are trained here on TRAIN_TEXT, then configured like the published to
             transformers writes non-legacy Llama files), no byte fallback: unknown characters are <unk>, fused
   gpt2_prefix, metaspace_split   the same with ByteLevel add_prefix_space, and Metaspace "always" + split
   openllama llama2 with <unk> and <s> normalized=true, as OpenLLaMA's published file has them
+  qwen2     Qwen2/2.5 and Qwen3's layout: normalizer NFC, Split(Qwen's pattern: single digits, Isolated) +
+            ByteLevel(use_regex=false), merges saved "a b", continuing_subword_prefix/end_of_word_suffix ""
+            as the published file has them, no BOS template, <|endoftext|> <|im_start|> <|im_end|> after the
+            vocabulary; trained on NFC text, so composed forms have merges that decomposed input only reaches
+            through NFC
 Each directory also gets the tokenizer_config.json that names the EOS token, as an HF model directory has.
 """
 import json
@@ -22,6 +27,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 SP = "\u2581"
 
 TRAIN_TEXT = [
@@ -33,6 +40,8 @@ TRAIN_TEXT = [
     "Training language models: tokenization, merges, vocabulary, byte pairs, and the decoders that undo them.",
     "Lines\nwith\n\nblank lines\r\nand CRLF\r\n   indented\n\t\ttabbed\n",
 ] * 4
+# more composed text for qwen2's training (NFC makes decomposed input reach these merges)
+NFC_TRAIN_TEXT = ["Ångström Å 한국어 텍스트 한글 가각 résumé café élève ộ ñ ü 日本語 中文 😀 Ωmega"] * 4
 
 # The edge cases every tokenizer encodes; "{BOS}"/"{EOS}"/"{X}" are replaced by each tokenizer's special tokens.
 CASES = [
@@ -62,6 +71,15 @@ CASES = [
     "other spaces: a\u0085b \u0085 x a\u001cb \u001c\u001d x zero\u200bwidth ideo\u3000graphic \u3000\u3000 x",
     "separators: line\u2028sep \u2029 x vt\x0bff\x0c x ogham\u1680 \u2007fig\u202f\u205f x \ufeffbom x",
     "long word: pneumonoultramicroscopicsilicovolcanoconiosis supercalifragilisticexpialidocious",
+    # NFC (qwen2): decomposed accents compose; marks are reordered by class first; Hangul jamo compose by
+    # arithmetic (L V, L V T, LV T); singletons (U+212B ANGSTROM, U+2126 OHM, U+00C5 stays) map to their
+    # canonical form; composition exclusions (U+0958 DEVANAGARI QA, U+FB1D) stay decomposed; a mark after a
+    # blocking mark of the same class does not compose; compatibility forms (ﬁ, ², ｈ) are left alone
+    "NFC: cafe\u0301 re\u0301sume\u0301 e\u0301le\u0300ve A\u030angstro\u0308m n\u0303 u\u0308ber o\u0323\u0302 o\u0302\u0323",
+    "Hangul: \u1112\u1161\u11ab\u1100\u1173\u11af \u1100\u1161 \uac00\u11a8 \u1100\u1161\u11a8x \u1100 \u1161 \u11a8",
+    "singletons: \u212b \u2126 \u212a \u00c5 \u2000 \u0374 \u037e ; exclusions: \u0958 \u0915\u093c \ufb1d \u05d9\u05b4 \u2adc",
+    "blocking: a\u0346\u0301 a\u0301\u0301 a\u0323\u0301 a\u0301\u0323 e\u0327\u0306 \u0301lead \u0f71\u0f72 \u0f73 \u1e9b\u0323",
+    "mixed NFC: 日本語e\u0301 😀\u0301 x\U00011935\U00011930 \u1df6a\u0301 compat ﬁ ² ｈ ① ㌀ Ⅻ",
 ]
 
 # Bytes that are not valid UTF-8: meshpoint reads them as bytes.decode("utf-8", "replace") does.
@@ -81,6 +99,7 @@ SPECIALS = {
     "gpt2_prefix": ("<|endoftext|>", "<|endoftext|>", "<|endoftext|>"),
     "metaspace_split": ("<s>", "</s>", "<unk>"),
     "openllama": ("<s>", "</s>", "<unk>"),
+    "qwen2": ("<|im_start|>", "<|im_end|>", "<|endoftext|>"),   # (Qwen has no BOS: "{BOS}" is <|im_start|>)
 }
 
 
@@ -199,8 +218,24 @@ def build_metaspace_split():
     return tok
 
 
+def build_qwen2():
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+                                   pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre
+    trainer = trainers.BpeTrainer(vocab_size=1000, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TRAIN_TEXT + NFC_TRAIN_TEXT, trainer)
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])   # ids after the vocabulary, as Qwen's
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
 BUILDERS = {"gpt2": build_gpt2, "llama3": build_llama3, "llama2": build_llama2, "metaspace": build_metaspace,
-            "gpt2_prefix": build_gpt2_prefix, "metaspace_split": build_metaspace_split, "openllama": build_openllama}
+            "gpt2_prefix": build_gpt2_prefix, "metaspace_split": build_metaspace_split, "openllama": build_openllama,
+            "qwen2": build_qwen2}
 
 
 def save(kind, tok, root):
@@ -208,10 +243,12 @@ def save(kind, tok, root):
     d = os.path.join(root, kind)
     os.makedirs(d, exist_ok=True)
     data = json.loads(tok.to_str())
-    if kind == "gpt2":
+    if kind in ("gpt2", "qwen2"):
         data["model"]["merges"] = [" ".join(m) for m in data["model"]["merges"]]
+    if kind == "qwen2":   # as Qwen2.5's published tokenizer.json spells "none"
+        data["model"].update(continuing_subword_prefix="", end_of_word_suffix="")
     with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(data, f, ensure_ascii=False)
     with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump({"eos_token": SPECIALS[kind][1], "bos_token": SPECIALS[kind][0]}, f)
+        json.dump({"eos_token": SPECIALS[kind][1], "bos_token": None if kind == "qwen2" else SPECIALS[kind][0]}, f)
     return d, Tokenizer.from_file(os.path.join(d, "tokenizer.json"))

@@ -27,7 +27,9 @@ CASES = {   # name -> (tokenizer, what the message must name)
     "wordpiece": (lambda: Tokenizer(models.WordPiece(vocab={"[UNK]": 0, "a": 1}, unk_token="[UNK]")), "WordPiece"),
     "unigram": (lambda: Tokenizer(models.Unigram([("<unk>", 0.0), ("a", -1.0)], unk_id=0)), "Unigram"),
     "wordlevel": (lambda: Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "a": 1}, unk_token="[UNK]")), "WordLevel"),
-    "nfkc": (lambda: with_attr("normalizer", normalizers.NFKC()), "NFKC"),
+    "strip": (lambda: with_attr("normalizer", normalizers.Strip()), "Strip"),
+    "nfc_bert": (lambda: with_attr("normalizer", normalizers.Sequence([normalizers.NFC(), normalizers.BertNormalizer()])),
+                 "BertNormalizer"),   # NFC is supported; what follows it in a Sequence is still named
     "lowercase": (lambda: with_attr("normalizer", normalizers.Sequence([normalizers.Prepend("x"), normalizers.Lowercase()])),
                   "Lowercase"),
     "whitespace": (lambda: with_attr("pre_tokenizer", pre_tokenizers.Whitespace()), "Whitespace"),
