@@ -78,6 +78,8 @@ def tiny_config(src, family):
     if cfg.get("sliding_window") is not None and family == "phi3":
         cfg["sliding_window"] = 8   # Phi-3 mini's 2047 against 4096 positions: here 8 against 16
     cfg["bos_token_id"], cfg["eos_token_id"] = 1, 2
+    if cfg.get("pad_token_id") is not None:   # Phi-3 mini's 32000 lies outside the tiny vocabulary
+        cfg["pad_token_id"] = 0
     return cfg
 
 
@@ -307,7 +309,7 @@ def main():
     check(abs(got - want) <= 1e-5 * abs(want),
           "%s: the fine-tuned export's transformers float64 loss %.8f = meshpoint eval %.8f" % (fam, want, got))
     if failures:
-        print("%d FAILED: %s" % (len(failures), "; ".join(failures)))
+        print("%d FAILED (the FAIL lines above)" % len(failures))
         return 1
     print("family %s end to end: ok" % fam)
     return 0
