@@ -3,7 +3,7 @@
 # current PyTorch on the same machine in the same run, for configs/bench_tiny.json, bench_tiny_qwen3.json (the
 # tiny shape as Qwen3: head_dim 128 > hidden/heads, q/k norms) and bench_small.json.
 #
-#   bench/bench_train.sh [--bin build/meshpoint] [--threads N] [--only tiny|qwen3|small] [--out DIR]
+#   bench/bench_train.sh [--bin build/meshpoint] [--threads N] [--only tiny,qwen3,small] [--out DIR]
 #                        [--tiny-steps 10] [--small-steps 2] [--peers eager,compile[,debian]]
 #                        [--modes 1,N] [--repeat R] [--python PY] [--sgemm-bin PATH]
 #                        [--data FILE --data-format u16|u32|llmc]
@@ -70,7 +70,9 @@ if [ -z "$bin" ]; then
   done
 fi
 [ -n "$bin" ] && [ -x "$bin" ] || bad "no meshpoint binary (build it, or pass --bin)"
-case "$only" in ""|tiny|small|qwen3) ;; *) bad "--only tiny|small|qwen3" ;; esac
+for o in ${only//,/ }; do case "$o" in tiny|small|qwen3) ;; *) bad "--only tiny|qwen3|small (or a comma list)" ;; esac; done
+# wants NAME: whether --only asks for config NAME (no --only: every config)
+wants() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 [[ "$tiny_steps" =~ ^[0-9]+$ && "$tiny_steps" -gt 2 ]] || bad "--tiny-steps must exceed the 2 warm-up steps"
 [[ "$small_steps" =~ ^[0-9]+$ && "$small_steps" -gt 1 ]] || bad "--small-steps must exceed the 1 warm-up step"
 [[ "$threads" =~ ^[0-9]+$ && "$threads" -ge 1 ]] || bad "--threads N"
@@ -264,9 +266,9 @@ bench_config() {   # NAME CONFIG STEPS WARMUP B T
   sgemm_span[$name]="$before -> $after"
 }
 
-[ -n "$only" ] && [ "$only" != tiny ] || bench_config tiny "$root/configs/bench_tiny.json" "$tiny_steps" 2 4 256
-[ -n "$only" ] && [ "$only" != qwen3 ] || bench_config qwen3 "$root/configs/bench_tiny_qwen3.json" "$tiny_steps" 2 4 256
-[ -n "$only" ] && [ "$only" != small ] || bench_config small "$root/configs/bench_small.json" "$small_steps" 1 4 512
+! wants tiny || bench_config tiny "$root/configs/bench_tiny.json" "$tiny_steps" 2 4 256
+! wants qwen3 || bench_config qwen3 "$root/configs/bench_tiny_qwen3.json" "$tiny_steps" 2 4 256
+! wants small || bench_config small "$root/configs/bench_small.json" "$small_steps" 1 4 512
 
 # The table. Ratio columns: meshpoint / that side (blank on meshpoint's own row).
 has1=0; hasN=0
