@@ -615,7 +615,8 @@ int main(void) {
     check_attention(2, 70, 4, 2, 40);
     check_mma_table();
     check_attention_mma(2, 112, 4, 1, 64);
-    check_attention(1, 70, 4, 2, 40, 9);           /* a sliding window, CUDA-core replay */
+    check_window_rule();
+    check_attention(1, 70, 4, 2, 40, 9);             /* a sliding window, CUDA-core replay */
     check_attention_mma(1, 150, 4, 2, 64, -1, 70);   /* and tensor-core */
     if (g_fail) {
         fprintf(stderr, "check_kernels_device: %d host check(s) FAILED\n", g_fail);
@@ -662,7 +663,7 @@ int main(void) {
     dev_attention_kv(1, 150, 9, 3, 64);
     /* sliding windows smaller than T: tensor-core (hd 64/128, dense and fused rows) and CUDA-core (hd 40)
      * kernels, and the KV cache; W 1, inside a tile, across tiles */
-    for (int W : {1, 9, 70, 150})
+    for (int W : {1, 9, 34, 70, 150})
         for (int hd : {64, 128}) dev_attention(2, 200, 4, 2, hd, -1, W), dev_attention(1, 200, 4, 1, hd, 8, W);
     dev_attention(2, 130, 4, 2, 40, -1, 37), dev_attention(1, 100, 6, 3, 40, 8, 1);
     dev_attention_kv(2, 150, 4, 2, 40, 33), dev_attention_kv(1, 200, 9, 3, 64, 70), dev_attention_kv(1, 90, 2, 1, 64, 1);

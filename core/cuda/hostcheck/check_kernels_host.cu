@@ -1677,9 +1677,10 @@ int main(void) {
             check_attention_mma(2, T, 4, 1, hd, 24);
         }
     check_attention_mma(1, 70, 2, 1, 64, 0);   /* the fused rows alone: ld = (H + 2 KV) hd */
-    /* sliding windows: 1 key, within a 16-row warp tile, one 64-key tile, across tiles; W >= T */
+    /* sliding windows: 1 key, within a 16-row warp tile, one 64-key tile, across tiles (34: the dK/dV
+     * pass's last query tile starts at its reach), W >= T */
     for (int hd : {64, 128})
-        for (int W : {1, 9, 64, 90, 200}) {
+        for (int W : {1, 9, 34, 64, 90, 200}) {
             check_attention_mma(1, 200, 2, 2, hd, -1, W);
             check_attention_mma(2, 200, 4, 1, hd, 8, W);
         }
