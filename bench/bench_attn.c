@@ -142,10 +142,10 @@ static int time_forward(mp_backend *be, int B, int T, int H, int KV, int hd, int
     float *q = random_floats(nq, 1), *k = random_floats(nkv, 2), *v = random_floats(nkv, 3);
     float *out = random_floats(nq, 5), *lse = random_floats((size_t)B * H * T, 6);
     double ms[99];
-    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);   /* warm */
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);   /* warm */
     for (int r = 0; r < rounds; r++) {
         double t0 = cpu_seconds();
-        for (int i = 0; i < reps; i++) be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+        for (int i = 0; i < reps; i++) be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);
         ms[r] = 1e3 * (cpu_seconds() - t0) / reps;
     }
     qsort(ms, (size_t)rounds, sizeof ms[0], cmp_double);
@@ -180,10 +180,10 @@ int main(int argc, char **argv) {
     float *scratch = random_floats(nrow, 10);
     float *D = calloc((size_t)B * H * T * T, sizeof *D);
     if (!D) { fprintf(stderr, "bench_attn: out of memory (D)\n"); return 1; }
-    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);
     float *P = probabilities(q, k, lse, B, T, H, KV, hd);
 
-    be->attn_bwd(be, dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+    be->attn_bwd(be, dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);
     txt_bwd(dq2, dk2, dv2, D, dout, P, q, k, v, B, T, H, KV, hd);
     double diff = fmax(rel_diff(dq, dq2, nq), fmax(rel_diff(dk, dk2, nkv), rel_diff(dv, dv2, nkv)));
     printf("bench_attn: B=%d T=%d H=%d KV=%d hd=%d, isa %s, %d threads, %d backwards per timing; "
@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds && !status; r++) {
         double t0 = cpu_seconds();
         for (int i = 0; i < reps; i++)
-            be->attn_bwd(be, dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+            be->attn_bwd(be, dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);
         double t1 = cpu_seconds();
         for (int i = 0; i < reps; i++) txt_bwd(dq2, dk2, dv2, D, dout, P, q, k, v, B, T, H, KV, hd);
         double t2 = cpu_seconds();

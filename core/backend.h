@@ -214,23 +214,29 @@ struct mp_backend {
      * row stride ldkv (>= KV*hd): the three may be column blocks of one fused [q | k | v] buffer
      * (ldq = ldkv = (H + 2 KV) hd). Query head h uses kv head h / (H/KV). scale = 1/sqrt(hd).
      * Writes out [B,T,H,hd] (dense, row stride H*hd) and lse [B,H,T], lse[b,h,t] = log sum_{j<=t}
-     * exp(scale q_t . k_j) (natural log, in float): with q, k, v and out, all that the backward needs. */
+     * exp(scale q_t . k_j) (natural log, in float): with q, k, v and out, all that the backward needs.
+     * window: sliding-window attention as transformers computes it (Mistral, Qwen2's sliding layers,
+     * Phi-3): query t sees keys j with t - window < j <= t (window keys, itself included), so the sums
+     * above run over max(0, t - window + 1) <= j <= t; window = 0 is full causal (exactly the path without
+     * a window: bitwise the same results), and a window >= T is full causal too. Backends skip key blocks
+     * wholly outside every row's window (the speed of a window). The same rule in attn_fwd_kv (by
+     * position) and attn_bwd (which must get the forward's window). */
     void (*attn_fwd)(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
-                     int B, int T, int H, int KV, int hd, int ldq, int ldkv);
+                     int B, int T, int H, int KV, int hd, int ldq, int ldkv, int window);
     /* The same attention for Tq new queries of sequences whose earlier keys are cached (generation with a
      * KV cache, forward only; all dense): q [B,Tq,H,hd] are positions pos0 .. pos0+Tq-1; k, v [B,Tc,KV,hd]
      * (Tc >= pos0 + Tq, the cache's capacity) hold positions 0 .. pos0+Tq-1 in their first rows (the rest
      * is never read). Writes out [B,Tq,H,hd] and lse [B,H,Tq]. pos0 = 0, Tq = Tc = T is attn_fwd with
-     * dense strides. */
+     * dense strides. window as attn_fwd's: query position t sees cache rows t - window < j <= t. */
     void (*attn_fwd_kv)(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
-                        int B, int Tq, int pos0, int Tc, int H, int KV, int hd);
+                        int B, int Tq, int pos0, int Tc, int H, int KV, int hd, int window);
     /* Gradients of the forward that produced out and lse from q, k, v; the probabilities are recomputed
      * blockwise as exp(scale q.k - lse). dq (row stride ldq, as q), dk, dv (row stride ldkv, as k, v) are
      * written (=), only their head columns; dout and out are dense. scratch must hold B*H*T floats (the
      * backend may keep D = rowsum(dout * out) there) and may alias nothing else. */
     void (*attn_bwd)(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                      const void *out, const float *lse, const void *q, const void *k, const void *v, int B,
-                     int T, int H, int KV, int hd, int ldq, int ldkv);
+                     int T, int H, int KV, int hd, int ldq, int ldkv, int window);
 
     /* ---- SwiGLU ---- out = silu(gate) * up, elementwise over n. */
     void (*swiglu_fwd)(mp_backend *be, void *out, const void *gate, const void *up, int64_t n);

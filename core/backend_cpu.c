@@ -482,22 +482,22 @@ static void cpu_rope_bwd(mp_backend *be, void *dx_v, const float *cos_t, const f
 /* ---- attention (core/kernels_cpu_attn_fwd.c, core/kernels_cpu_attn_bwd.c) ---- */
 
 static void cpu_attn_fwd(mp_backend *be, void *out_v, float *lse, const void *q_v, const void *k_v,
-                         const void *v_v, int B, int T, int H, int KV, int hd, int ldq, int ldkv) {
+                         const void *v_v, int B, int T, int H, int KV, int hd, int ldq, int ldkv, int window) {
     float *out = out_v;
     const float *q = q_v;
     const float *k = k_v;
     const float *v = v_v;
-    mp_cpu_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv);
+    mp_cpu_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, window);
 }
 
 static void cpu_attn_fwd_kv(mp_backend *be, void *out_v, float *lse, const void *q_v, const void *k_v,
-                            const void *v_v, int B, int Tq, int pos0, int Tc, int H, int KV, int hd) {
-    mp_cpu_attn_fwd_kv(out_v, lse, q_v, k_v, v_v, B, Tq, pos0, Tc, H, KV, hd);
+                            const void *v_v, int B, int Tq, int pos0, int Tc, int H, int KV, int hd, int window) {
+    mp_cpu_attn_fwd_kv(out_v, lse, q_v, k_v, v_v, B, Tq, pos0, Tc, H, KV, hd, window);
 }
 
 static void cpu_attn_bwd(mp_backend *be, void *dq_v, void *dk_v, void *dv_v, float *scratch, const void *dout_v,
                          const void *out_v, const float *lse, const void *q_v, const void *k_v, const void *v_v,
-                         int B, int T, int H, int KV, int hd, int ldq, int ldkv) {
+                         int B, int T, int H, int KV, int hd, int ldq, int ldkv, int window) {
     float *dq = dq_v;
     float *dk = dk_v;
     float *dv = dv_v;
@@ -506,7 +506,7 @@ static void cpu_attn_bwd(mp_backend *be, void *dq_v, void *dk_v, void *dv_v, flo
     const float *q = q_v;
     const float *k = k_v;
     const float *v = v_v;
-    mp_cpu_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv);
+    mp_cpu_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, window);
 }
 
 /* ---- SwiGLU ---- */

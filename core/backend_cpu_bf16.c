@@ -275,38 +275,39 @@ static void bf16_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const fl
 }
 
 /* ---- attention: bf16 q, k, v, out, dout, dq, dk, dv; fp32 lse and scratch. The strided q, k, v (and
- * dq, dk, dv) are packed into dense fp32 temporaries, so the fp32 ops run with dense strides. ---- */
+ * dq, dk, dv) are packed into dense fp32 temporaries, so the fp32 ops run with dense strides. The sliding
+ * window passes through to them unchanged. ---- */
 
 static void bf16_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                          int T, int H, int KV, int hd, int ldq, int ldkv) {
+                          int T, int H, int KV, int hd, int ldq, int ldkv, int window) {
     const int64_t rows = (int64_t)B * T, wq = (int64_t)H * hd, wk = (int64_t)KV * hd;
     const int64_t nq = rows * wq, nk = rows * wk;
     arena_begin(2 * fbytes(nq) + 2 * fbytes(nk));
     float *fq = widen_mat(q, rows, wq, ldq), *fk = widen_mat(k, rows, wk, ldkv), *fv = widen_mat(v, rows, wk, ldkv);
     float *fo = tmp(nq);
-    f32()->attn_fwd(f32(), fo, lse, fq, fk, fv, B, T, H, KV, hd, (int)wq, (int)wk);
+    f32()->attn_fwd(f32(), fo, lse, fq, fk, fv, B, T, H, KV, hd, (int)wq, (int)wk, window);
     mp_f32_to_bf16_n(out, fo, nq);
 }
 
 static void bf16_attn_fwd_kv(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
-                             int B, int Tq, int pos0, int Tc, int H, int KV, int hd) {
+                             int B, int Tq, int pos0, int Tc, int H, int KV, int hd, int window) {
     const int64_t nq = (int64_t)B * Tq * H * hd, nk = (int64_t)B * Tc * KV * hd;
     arena_begin(2 * fbytes(nq) + 2 * fbytes(nk));
     float *fq = widen(q, nq), *fk = widen(k, nk), *fv = widen(v, nk), *fo = tmp(nq);
-    f32()->attn_fwd_kv(f32(), fo, lse, fq, fk, fv, B, Tq, pos0, Tc, H, KV, hd);
+    f32()->attn_fwd_kv(f32(), fo, lse, fq, fk, fv, B, Tq, pos0, Tc, H, KV, hd, window);
     mp_f32_to_bf16_n(out, fo, nq);
 }
 
 static void bf16_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                           const void *out, const float *lse, const void *q, const void *k, const void *v, int B,
-                          int T, int H, int KV, int hd, int ldq, int ldkv) {
+                          int T, int H, int KV, int hd, int ldq, int ldkv, int window) {
     const int64_t rows = (int64_t)B * T, wq = (int64_t)H * hd, wk = (int64_t)KV * hd;
     const int64_t nq = rows * wq, nk = rows * wk;
     arena_begin(4 * fbytes(nq) + 4 * fbytes(nk));
     float *fdo = widen(dout, nq), *fo = widen(out, nq), *fq = widen_mat(q, rows, wq, ldq);
     float *fk = widen_mat(k, rows, wk, ldkv), *fv = widen_mat(v, rows, wk, ldkv);
     float *fdq = tmp(nq), *fdk = tmp(nk), *fdv = tmp(nk);
-    f32()->attn_bwd(f32(), fdq, fdk, fdv, scratch, fdo, fo, lse, fq, fk, fv, B, T, H, KV, hd, (int)wq, (int)wk);
+    f32()->attn_bwd(f32(), fdq, fdk, fdv, scratch, fdo, fo, lse, fq, fk, fv, B, T, H, KV, hd, (int)wq, (int)wk, window);
     narrow_mat(dq, fdq, rows, wq, ldq);
     narrow_mat(dk, fdk, rows, wk, ldkv);
     narrow_mat(dv, fdv, rows, wk, ldkv);

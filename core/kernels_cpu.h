@@ -115,18 +115,24 @@ static inline void mp_cpu_copy_rows(float *dst, size_t ds, const float *src, siz
     for (int i = 0; i < m; i++) memcpy(dst + i * ds, src + i * ss, (size_t)n * sizeof(float));
 }
 
+/* The first key position query position t sees under a sliding window of `window` keys (t - window < j
+ * <= t; core/backend.h attn_fwd): 0 when window is 0 (full causal) or reaches back past position 0. */
+static inline int mp_attn_first_key(int t, int window) {
+    return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;
+}
+
 /* Causal GQA attention forward and backward, contracts as struct mp_backend's attn_fwd/attn_bwd (q, dq
- * with row stride ldq, k, v, dk, dv with ldkv; out, dout dense). */
+ * with row stride ldq, k, v, dk, dv with ldkv; out, dout dense; window as there, 0 = full causal). */
 #define mp_cpu_attn_fwd MP_ISA_FN(mp_cpu_attn_fwd)
 #define mp_cpu_attn_bwd MP_ISA_FN(mp_cpu_attn_bwd)
 #define mp_cpu_attn_fwd_kv MP_ISA_FN(mp_cpu_attn_fwd_kv)
 void mp_cpu_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int H,
-                     int KV, int hd, int ldq, int ldkv);
+                     int KV, int hd, int ldq, int ldkv, int window);
 /* The KV-cache forward, contract as struct mp_backend's attn_fwd_kv. */
 void mp_cpu_attn_fwd_kv(float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq,
-                        int pos0, int Tc, int H, int KV, int hd);
+                        int pos0, int Tc, int H, int KV, int hd, int window);
 void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
                      const float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KV,
-                     int hd, int ldq, int ldkv);
+                     int hd, int ldq, int ldkv, int window);
 
 #endif

@@ -26,6 +26,10 @@
  * products stay as tall as ns SUB rows; per-head strips, tried before the stacking, gained nothing).
  * Beating it by more needs a packing-free fused kernel (OpenBLAS packing is 13% of this one's time).
  *
+ * Sliding window (attn_bwd's window > 0, the forward's): row t's probabilities are those of keys
+ * mp_attn_first_key(t, W) .. t, the rest exact zeros; key blocks no row of a query block sees are
+ * skipped. Window 0 takes exactly the causal path.
+ *
  * Threads: the (b, kv head) loop runs under OpenMP with a static schedule: the query heads of one group
  * add into the same dK/dV, so a group is one work item, its heads and blocks done in a fixed order. Every
  * work item writes disjoint outputs (its dK, dV and its heads' dQ, D), so results are bitwise
@@ -36,6 +40,7 @@
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,9 +55,10 @@ static void rowdot(float *D, const float *dO, const float *O, int ld, int T, int
     }
 }
 
-/* One row of a block pair, in place: s holds the row's nk scaled scores, dp its dO V^T; the first
- * nvalid columns (those at or left of the diagonal) become p = exp(s - l) and ds = scale p (dp - Dt),
- * the rest exact zeros. One fused, vectorised pass (omp simd: mp_expf is branch-free). */
+/* One row of a block pair, in place: s holds the row's nk scaled scores, dp its dO V^T, from the row's
+ * first valid column on (the caller zeroes the columns left of its window and passes s, dp past them);
+ * the first nvalid columns (those at or left of the diagonal) become p = exp(s - l) and ds = scale p
+ * (dp - Dt), the rest exact zeros. One fused, vectorised pass (omp simd: mp_expf is branch-free). */
 static void p_ds_row(float *restrict s, float *restrict dp, int nk, int nvalid, float l, float Dt, float scale) {
     assert(nvalid >= 1 && nvalid <= nk);
 #pragma omp simd
@@ -71,7 +77,7 @@ static void p_ds_row(float *restrict s, float *restrict dp, int nk, int nvalid, 
 typedef struct {
     float *dq, *dK, *dV;
     const float *D, *lse, *dout, *q, *K, *V;
-    int T, ldq, ldo, ldkv, hd;
+    int T, ldq, ldo, ldkv, hd, window;
     float scale;
 } bwd_group;
 
@@ -93,7 +99,7 @@ typedef struct {
 
 /* One block pair: the stacked rows of times [r0 + a, r0 + b) against keys [c0, c1), where c1 <= r0 + b
  * (no key past the last row): S = scale Q K^T into P and dP = dO V^T into dS, one pass turning them
- * into P and dS (columns right of a row's diagonal exact zeros), then dV_c += P^T dO, dK_c += dS^T Q
+ * into P and dS (columns right of a row's diagonal, or left of its window, exact zeros), then dV_c += P^T dO, dK_c += dS^T Q
  * (summed over the rows, so over the stacked heads too) and dQ += dS K_c. P, dS: room for rows x nk. */
 static void bwd_pair(const bwd_group *g, const bwd_rows *s, int a, int b, int c0, int c1, float *P, float *dS) {
     const int ns = s->ns, rows = (b - a) * ns, nk = c1 - c0, hd = g->hd, ldkv = g->ldkv;
@@ -108,10 +114,20 @@ static void bwd_pair(const bwd_group *g, const bwd_rows *s, int a, int b, int c0
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, g->scale, Q, s->ld, Kc, ldkv, 1.0f, P, nk);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, 1.0f, dO, s->ldd, Vc, ldkv, 1.0f, dS, nk);
     for (int i = a; i < b; i++) {
-        const int t = s->r0 + i, nvalid = (c1 < t + 1 ? c1 : t + 1) - c0;
+        const int t = s->r0 + i, lo = mp_attn_first_key(t, g->window), jlo = lo > c0 ? lo - c0 : 0;
+        const int nvalid = (c1 < t + 1 ? c1 : t + 1) - c0 - jlo;
         for (int j = 0; j < ns; j++) {
             const size_t row = (size_t)((i - a) * ns + j) * nk, hr = (size_t)(s->j0 + j) * g->T + t;
-            p_ds_row(P + row, dS + row, nk, nvalid, g->lse[hr], g->D[hr], g->scale);
+            if (nvalid < 1) {   /* the whole block left of the row's window */
+                memset(P + row, 0, (size_t)nk * sizeof(float));
+                memset(dS + row, 0, (size_t)nk * sizeof(float));
+                continue;
+            }
+            if (jlo > 0) {   /* left of the row's window */
+                memset(P + row, 0, (size_t)jlo * sizeof(float));
+                memset(dS + row, 0, (size_t)jlo * sizeof(float));
+            }
+            p_ds_row(P + row + jlo, dS + row + jlo, nk - jlo, nvalid, g->lse[hr], g->D[hr], g->scale);
         }
     }
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, rows, 1.0f, P, nk, dO, s->ldd, 1.0f,
@@ -131,7 +147,9 @@ static void bwd_pair(const bwd_group *g, const bwd_rows *s, int a, int b, int c0
  * are whole rectangles; the block that holds the diagonal is cut into bands of MP_ATTN_SUB rows,
  * each only as wide as its last row needs: the square above the diagonal, which every row of the block
  * would otherwise compute and discard, shrinks from BQ^2/2 to BQ SUB/2 entries (bench_tiny's products
- * 10% fewer FLOPs, bench_small's 6%). arena: ARENA floats. */
+ * 10% fewer FLOPs, bench_small's 6%). With a window the walk starts at the key block holding the query
+ * block's first key (no row sees the blocks left of it), and a rectangle takes only the rows that reach
+ * into it (its first rows: later ones start their windows further right). arena: ARENA floats. */
 static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
     const int T = g->T, hd = g->hd;
     float *P = arena, *dS = P + (size_t)ns * BQ * BK;   /* one block pair: probabilities, then dP -> dS */
@@ -150,8 +168,11 @@ static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
             s = (bwd_rows){Qs, dOs, dQs, hd, hd, ns, j0, r0};
         }
         for (int i = 0; i < m * ns; i++) memset(s.dQ + (size_t)i * s.ld, 0, (size_t)hd * sizeof(float));
-        int c0 = 0;
-        for (; c0 + BK <= r0; c0 += BK) bwd_pair(g, &s, 0, m, c0, c0 + BK, P, dS);   /* whole rectangles */
+        int c0 = mp_attn_first_key(r0, g->window) / BK * BK;
+        for (; c0 + BK <= r0; c0 += BK) {   /* whole rectangles: rows r0 + i with first key < c0 + BK */
+            const int64_t reach = g->window > 0 ? (int64_t)c0 + BK + g->window - 1 - r0 : m;
+            bwd_pair(g, &s, 0, reach < m ? (int)reach : m, c0, c0 + BK, P, dS);
+        }
         for (int a = 0; a < m; a += SUB) {   /* the diagonal's block, in bands of SUB rows */
             const int b = a + SUB < m ? a + SUB : m;
             bwd_pair(g, &s, a, b, c0, r0 + b, P, dS);
@@ -162,8 +183,8 @@ static void bwd_heads(const bwd_group *g, int j0, int ns, float *arena) {
 
 void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *out,
                      const float *lse, const float *q, const float *k, const float *v, int B, int T, int H, int KV,
-                     int hd, int ldq, int ldkv) {
-    assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0 && hd > 0);
+                     int hd, int ldq, int ldkv, int window) {
+    assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0 && hd > 0 && window >= 0);
     assert(ldq >= H * hd && ldkv >= KV * hd);
     if (B == 0 || T == 0) return;
     const int rep = H / KV;
@@ -193,7 +214,7 @@ void mp_cpu_attn_bwd(float *dq, float *dk, float *dv, float *scratch, const floa
         const size_t ooff = ((size_t)b * T * H + g * rep) * hd, roff = ((size_t)b * H + g * rep) * T;
         const size_t qoff = (size_t)b * T * ldq + (size_t)g * rep * hd;
         const bwd_group grp = {dq + qoff, dK, dV, scratch + roff, lse + roff, dout + ooff, q + qoff, k + kvoff,
-                               v + kvoff, T, ldq, H * hd, ldkv, hd, scale};
+                               v + kvoff, T, ldq, H * hd, ldkv, hd, window, scale};
         for (int j0 = 0; j0 < rep; j0 += ns) bwd_heads(&grp, j0, rep - j0 < ns ? rep - j0 : ns, arena);
     }
     free(arena);

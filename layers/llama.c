@@ -525,10 +525,13 @@ static void block_forward(llama_model *m, int l, void *x_out, int T, int pos0) {
     be->rmsnorm_fwd(be, a->ln1, a->rstd1, a->x_in, W(p->ln1), nr, D, eps);
     void *xin = gather_in(m, a->ln1_full, a->ln1);
     int ldq = qkv_forward(m, p, a, xin, T, pos0, &ldkv);
+    const int window = llama_layer_window(&m->cfg, l);   /* 0: full causal */
     if (m->kv)
-        be->attn_fwd_kv(be, a->o_in, a->lse, a->q, a->k, a->v, 1, T, pos0, m->P, m->H_local, m->KV_local, m->hd);
+        be->attn_fwd_kv(be, a->o_in, a->lse, a->q, a->k, a->v, 1, T, pos0, m->P, m->H_local, m->KV_local, m->hd,
+                        window);
     else
-        be->attn_fwd(be, a->o_in, a->lse, a->q, a->k, a->v, m->B, T, m->H_local, m->KV_local, m->hd, ldq, ldkv);
+        be->attn_fwd(be, a->o_in, a->lse, a->q, a->k, a->v, m->B, T, m->H_local, m->KV_local, m->hd, ldq, ldkv,
+                     window);
     linear_fwd(be, m->tmp_nd, a->o_in, W(p->wo), N, qd, D);
     reduce_out(m, a->x_mid, a->x_in, m->tmp_nd, nr);
     be->rmsnorm_fwd(be, a->ln2, a->rstd2, a->x_mid, W(p->ln2), nr, D, eps);
@@ -684,7 +687,7 @@ static void block_backward(llama_model *m, int l) {
     linear_bwd_w(be, DW(p->wo), dy, a->o_in, N, qd, D);
     /* d_qkv [N, qd + 2 kd] (m->dq; dk, dv its column blocks, as q, k, v in a->q) */
     be->attn_bwd(be, m->dq, m->dk, m->dv, m->attn_scratch, m->do_in, a->o_in, a->lse, a->q, a->k, a->v, m->B,
-                 m->T, m->H_local, m->KV_local, m->hd, ld, ld);
+                 m->T, m->H_local, m->KV_local, m->hd, ld, ld, llama_layer_window(&m->cfg, l));
     be->rope_bwd(be, m->dq, m->cos_t, m->sin_t, m->B, m->T, m->H_local + m->KV_local, m->hd, 0, ld);   /* dq, dk */
     qkv_post_backward(m, p, a);
     qkv_assert_adjacent(m, p, 1);

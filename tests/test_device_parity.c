@@ -1,7 +1,7 @@
 /*
  * tests/test_device_parity.c — a device against the fp32 CPU backend, on the same tiny Llama.
  *
- *   test_device_parity [--seq-len T] [--family HD] [DEVICE [CONFIG.json...]]
+ *   test_device_parity [--seq-len T] [--family HD] [--window W] [DEVICE [CONFIG.json...]]
  *
  * DEVICE is cpu-bf16, cuda, or cpu (the default: the reference against itself, which must agree bit for
  * bit: the comparison machinery and the reference's run-to-run determinism). CONFIG defaults to
@@ -16,7 +16,10 @@
  * both devices): the new ops (bias_add, bias_bwd, head_rmsnorm_fwd/_bwd) under the device's precision.
  * T (tokens per sequence) is 16 unless --seq-len: scripts/gpu-check.sh and device_parity_*_hd64 run
  * tests/configs/parity_hd64.json (head dim 64) at T = 112, several 32-key tiles of the attention kernels
- * and a partial last one.
+ * and a partial last one. --window W gives every layer a sliding attention window of W keys (the config's
+ * sliding_window, from layer 0; core/backend.h attn_fwd), set here after the config is read:
+ * device_parity_*_window and gpu-check.sh's device_parity_window run parity_hd64.json at T = 112 with
+ * W = 40, a window smaller than T that starts inside the attention kernels' key tiles.
  * For each config, on a 1x1 mesh (mp_mesh_init_single), the model is built on "cpu" and on DEVICE from
  * the same seed and fed the same two micro-batches of tokens (splitmix64 streams). Compared, in order:
  *   1. the logits of llama_forward with targets on micro-batch 1 (llama_logits: fp32 on the host);
@@ -343,7 +346,7 @@ static int parity(const char *cfg_path, const llama_config *cfg, int seq, mp_bac
 int main(int argc, char **argv) {
     /* ctest's Criterion entry passes Criterion flags (--jobs 2): skipped, with their values */
     const char *args[16];
-    int na = 0, seq = SEQ, family_hd = 0;
+    int na = 0, seq = SEQ, family_hd = 0, window = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--jobs") || !strcmp(argv[i], "-j")) { i++; continue; }
         if (!strcmp(argv[i], "--seq-len")) {
@@ -362,12 +365,21 @@ int main(int argc, char **argv) {
             }
             continue;
         }
+        if (!strcmp(argv[i], "--window")) {
+            char *end = NULL;
+            window = i + 1 < argc ? (int)strtol(argv[++i], &end, 10) : -1;
+            if (window < 1 || !end || *end) {
+                fprintf(stderr, "test_device_parity: --window needs a whole number >= 1 (keys)\n");
+                return 2;
+            }
+            continue;
+        }
         if (argv[i][0] == '-' && argv[i][1] == '-') continue;
         if (na < 16) args[na++] = argv[i];
     }
     const char *device = na > 0 ? args[0] : "cpu";
     if (strcmp(device, "cpu") && strcmp(device, "cpu-bf16") && strcmp(device, "cuda")) {
-        fprintf(stderr, "usage: test_device_parity [--seq-len T] [--family HD] [cpu|cpu-bf16|cuda [CONFIG.json...]]\n");
+        fprintf(stderr, "usage: test_device_parity [--seq-len T] [--family HD] [--window W] [cpu|cpu-bf16|cuda [CONFIG.json...]]\n");
         return 2;
     }
     const char *src = getenv("MP_SRC") ? getenv("MP_SRC") : MP_SRC_DIR;
@@ -402,6 +414,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (family_hd) cfg.qkv_bias = cfg.qk_norm = 1, cfg.head_dim = family_hd;
+        if (window) cfg.sliding_window = window, cfg.first_sliding_layer = 0;   /* every layer slides */
         char first[256] = "";
         mp_code rc = MP_OK;
         int bad = parity(cfgs[c], &cfg, seq, be, t, first, sizeof first, &err, &rc);

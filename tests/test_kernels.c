@@ -693,7 +693,7 @@ static void check_attention(int B, int T, int H, int KV, int hd, double amp) {
     float *in = frand(nin, amp);
     const float *q = in, *k = in + nq, *v = in + nq + nk;
     float *out = ffill(nq, NAN), *lse = ffill(nl, NAN);
-    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);
     double *ind = todouble(in, nin), *ref = malloc(nq * sizeof(double)), *refl = malloc(nl * sizeof(double));
     ref_attn(&c, ind, ref);
     ref_attn_lse(&c, ind, refl);
@@ -703,7 +703,7 @@ static void check_attention(int B, int T, int H, int KV, int hd, double amp) {
 
     float *r = frand(nq, 1.0);
     float *dq = ffill(nq, NAN), *dk = ffill(nk, NAN), *dv = ffill(nk, NAN), *scratch = ffill(nl, NAN);
-    be->attn_bwd(be, dq, dk, dv, scratch, r, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+    be->attn_bwd(be, dq, dk, dv, scratch, r, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);
     double *rd = todouble(r, nq), *fd = malloc(nin * sizeof(double));
     fd_grad(ref_attn, &c, ind, nin, rd, nq, fd);
     double eq = rel_err(dq, fd, nq), ek = rel_err(dk, fd + nq, nk), ev = rel_err(dv, fd + nq + nk, nk);
@@ -725,8 +725,8 @@ static void check_attention_analytic(int B, int T, int H, int KV, int hd, double
     const float *q = in, *k = in + nq, *v = in + nq + nk;
     float *out = ffill(nq, NAN), *lse = ffill(nl, NAN), *scratch = ffill(nl, NAN);
     float *dq = ffill(nq, NAN), *dk = ffill(nk, NAN), *dv = ffill(nk, NAN);
-    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
-    be->attn_bwd(be, dq, dk, dv, scratch, r, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);
+    be->attn_bwd(be, dq, dk, dv, scratch, r, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);
     double *ind = todouble(in, nin), *rd = todouble(r, nq), *ref = malloc(nq * sizeof(double));
     double *refl = malloc(nl * sizeof(double)), *gq = malloc(nq * sizeof(double));
     double *gk = malloc(nk * sizeof(double)), *gv = malloc(nk * sizeof(double));
@@ -787,9 +787,9 @@ Test(attention, forward_and_backward_are_bitwise_deterministic_across_runs_and_t
         omp_set_num_threads(threads[run]);
         for (int i = 0; i < 5; i++) res[run][i] = ffill(sizes[i], NAN);
         float *scratch = ffill(nl, NAN);
-        be->attn_fwd(be, res[run][0], res[run][1], q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+        be->attn_fwd(be, res[run][0], res[run][1], q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);
         be->attn_bwd(be, res[run][2], res[run][3], res[run][4], scratch, r, res[run][0], res[run][1], q, k, v, B,
-                     T, H, KV, hd, H * hd, KV * hd);
+                     T, H, KV, hd, H * hd, KV * hd, 0);
         free(scratch);
     }
     omp_set_num_threads(saved);
@@ -813,7 +813,7 @@ static void check_kv_chunks(int T, int Tc, const unsigned (*chunks)[2], size_t n
     int64_t nq = (int64_t)B * T * H * hd;
     float *q = frand(nq, 1.5), *k = frand((int64_t)B * T * KV * hd, 1.5), *v = frand((int64_t)B * T * KV * hd, 1.0);
     float *out = ffill(nq, NAN), *lse = ffill((int64_t)B * H * T, NAN);
-    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd);
+    be->attn_fwd(be, out, lse, q, k, v, B, T, H, KV, hd, H * hd, KV * hd, 0);
     /* the cache: [B, Tc, KV, hd], rows past T never read (NaN would poison a read) */
     float *kc = ffill((int64_t)B * Tc * KV * hd, NAN), *vc = ffill((int64_t)B * Tc * KV * hd, NAN);
     for (int b = 0; b < B; b++) {
@@ -833,7 +833,7 @@ static void check_kv_chunks(int T, int Tc, const unsigned (*chunks)[2], size_t n
         for (int b = 0; b < B; b++)
             for (int64_t i = (int64_t)(p0 + n) * KV * hd; i < (int64_t)Tc * KV * hd; i++)
                 kk[(size_t)b * Tc * KV * hd + i] = vv[(size_t)b * Tc * KV * hd + i] = NAN;
-        be->attn_fwd_kv(be, oc, lc, qc, kk, vv, B, n, p0, Tc, H, KV, hd);
+        be->attn_fwd_kv(be, oc, lc, qc, kk, vv, B, n, p0, Tc, H, KV, hd, 0);
         for (int b = 0; b < B; b++) {
             for (int64_t i = 0; i < n * row; i++) {
                 float want = out[((size_t)b * T + p0) * row + i], got = oc[(size_t)b * n * row + i];
@@ -908,8 +908,8 @@ static void check_attention_fused(mp_backend *be, int B, int T, int H, int KV, i
     float *x = fuse_qkv(in, in + nq, in + nq + nk, rows, wq, wk, ld, NAN);
     float *g = fuse_qkv(NULL, NULL, NULL, rows, wq, wk, ld, 7.0f);
     float *out = ffill(nq, NAN), *lse = ffill(nl, NAN), *scratch = ffill(nl, NAN);
-    be->attn_fwd(be, out, lse, x, x + wq, x + wq + wk, B, T, H, KV, hd, ld, ld);
-    be->attn_bwd(be, g, g + wq, g + wq + wk, scratch, r, out, lse, x, x + wq, x + wq + wk, B, T, H, KV, hd, ld, ld);
+    be->attn_fwd(be, out, lse, x, x + wq, x + wq + wk, B, T, H, KV, hd, ld, ld, 0);
+    be->attn_bwd(be, g, g + wq, g + wq + wk, scratch, r, out, lse, x, x + wq, x + wq + wk, B, T, H, KV, hd, ld, ld, 0);
     double *ind = todouble(in, nq + 2 * nk), *rd = todouble(r, nq), *ref = malloc(nq * sizeof(double));
     double *refl = malloc(nl * sizeof(double)), *gq = malloc(nq * sizeof(double));
     double *gk = malloc(nk * sizeof(double)), *gv = malloc(nk * sizeof(double));
@@ -985,12 +985,12 @@ Test(attention, cpu_bf16_strided_calls_give_the_dense_bits) {
         g[i] = malloc((size_t)(i ? rows * ld : nq + 2 * nk) * 2);
     }
     memcpy(g[1], x, (size_t)(rows * ld) * 2);   /* the pad columns' bits (3.0) must survive */
-    be->attn_fwd(be, o[0], l[0], d, d + nq, d + nq + nk, B, T, H, KV, hd, wq, wk);
+    be->attn_fwd(be, o[0], l[0], d, d + nq, d + nq + nk, B, T, H, KV, hd, wq, wk, 0);
     be->attn_bwd(be, g[0], g[0] + nq, g[0] + nq + nk, scr, r, o[0], l[0], d, d + nq, d + nq + nk, B, T, H, KV, hd, wq,
-                 wk);
-    be->attn_fwd(be, o[1], l[1], x, x + wq, x + wq + wk, B, T, H, KV, hd, ld, ld);
+                 wk, 0);
+    be->attn_fwd(be, o[1], l[1], x, x + wq, x + wq + wk, B, T, H, KV, hd, ld, ld, 0);
     be->attn_bwd(be, g[1], g[1] + wq, g[1] + wq + wk, scr, r, o[1], l[1], x, x + wq, x + wq + wk, B, T, H, KV, hd, ld,
-                 ld);
+                 ld, 0);
     cr_assert(memcmp(o[0], o[1], (size_t)nq * 2) == 0 && memcmp(l[0], l[1], (size_t)nl * 4) == 0, "forward differs");
     for (int64_t rr = 0; rr < rows; rr++) {
         const uint16_t *gs = g[1] + rr * ld, *xs = x + rr * ld;

@@ -231,37 +231,38 @@ static void lag_rope_bwd(mp_backend *be, void *x, const float *cs, const float *
 }
 static void run_attn_fwd(mp_backend *b, const lag_call *c) {
     b->attn_fwd(b, c->p[0], c->p[1], c->p[2], c->p[3], c->p[4], (int)c->i[0], (int)c->i[1], (int)c->i[2],
-                (int)c->i[3], (int)c->i[4], (int)c->i[5], (int)c->i[6]);
+                (int)c->i[3], (int)c->i[4], (int)c->i[5], (int)c->i[6], (int)c->i[7]);
 }
 static void lag_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                         int T, int H, int KV, int hd, int ldq, int ldkv) {
+                         int T, int H, int KV, int hd, int ldq, int ldkv, int window) {
     lag_call *c = lag_push(run_attn_fwd);
-    int64_t iv[7] = {B, T, H, KV, hd, ldq, ldkv};
+    int64_t iv[8] = {B, T, H, KV, hd, ldq, ldkv, window};
     memcpy(c->i, iv, sizeof iv);
     c->p[0] = out, c->p[1] = lse, c->p[2] = P(q), c->p[3] = P(k), c->p[4] = P(v);
 }
 static void run_attn_fwd_kv(mp_backend *b, const lag_call *c) {
     b->attn_fwd_kv(b, c->p[0], c->p[1], c->p[2], c->p[3], c->p[4], (int)c->i[0], (int)c->i[1], (int)c->i[2],
-                   (int)c->i[3], (int)c->i[4], (int)c->i[5], (int)c->i[6]);
+                   (int)c->i[3], (int)c->i[4], (int)c->i[5], (int)c->i[6], (int)c->i[7]);
 }
 static void lag_attn_fwd_kv(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
-                            int B, int Tq, int pos0, int Tc, int H, int KV, int hd) {
+                            int B, int Tq, int pos0, int Tc, int H, int KV, int hd, int window) {
     lag_call *c = lag_push(run_attn_fwd_kv);
-    int64_t iv[7] = {B, Tq, pos0, Tc, H, KV, hd};
+    int64_t iv[8] = {B, Tq, pos0, Tc, H, KV, hd, window};
     memcpy(c->i, iv, sizeof iv);
     c->p[0] = out, c->p[1] = lse, c->p[2] = P(q), c->p[3] = P(k), c->p[4] = P(v);
 }
 static void run_attn_bwd(mp_backend *b, const lag_call *c) {
     b->attn_bwd(b, c->p[0], c->p[1], c->p[2], c->p[3], c->p[4], c->p[5], c->p[6], c->p[7], c->p[8], c->p[9],
-                (int)c->i[0], (int)c->i[1], (int)c->i[2], (int)c->i[3], (int)c->i[4], (int)c->i[5], (int)c->i[6]);
+                (int)c->i[0], (int)c->i[1], (int)c->i[2], (int)c->i[3], (int)c->i[4], (int)c->i[5], (int)c->i[6],
+                (int)c->i[7]);
 }
 static void lag_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                          const void *out, const float *lse, const void *q, const void *k, const void *v, int B, int T,
-                         int H, int KV, int hd, int ldq, int ldkv) {
+                         int H, int KV, int hd, int ldq, int ldkv, int window) {
     lag_call *c = lag_push(run_attn_bwd);
     void *pv[10] = {dq, dk, dv, scratch, P(dout), P(out), P(lse), P(q), P(k), P(v)};
     memcpy(c->p, pv, sizeof pv);
-    int64_t iv[7] = {B, T, H, KV, hd, ldq, ldkv};
+    int64_t iv[8] = {B, T, H, KV, hd, ldq, ldkv, window};
     memcpy(c->i, iv, sizeof iv);
 }
 static void run_swiglu_fwd(mp_backend *b, const lag_call *c) { b->swiglu_fwd(b, c->p[0], c->p[1], c->p[2], c->i[0]); }

@@ -499,19 +499,20 @@ static void cu_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const floa
 /* ---- attention ---- */
 
 /* The flash kernels' limits (kernels_cuda.h): 1 <= hd <= MP_CUDA_ATTN_MAX_HD (a lane's register tile and
- * the static shared-memory rows), H % KV == 0, B*H <= 65535 (grid y). The launchers only assert() them,
+ * the static shared-memory rows), H % KV == 0, B*H <= 65535 (grid y), a sliding window >= 0. The launchers only assert() them,
  * and nvcc's non-Release configurations define NDEBUG (CMake's RelWithDebInfo default for CUDA), where a
  * larger hd would silently overrun the kernels' arrays. The table's ops return void, so a shape beyond
  * them aborts here, naming the limit, in every build. */
-static void attn_check_limits(const char *op, int B, int T, int H, int KV, int hd, int ldq, int ldkv) {
+static void attn_check_limits(const char *op, int B, int T, int H, int KV, int hd, int ldq, int ldkv, int window) {
     const char *why = NULL;
     if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0) why = "H and KV must be > 0 with H % KV == 0";
     else if (hd < 1 || hd > MP_CUDA_ATTN_MAX_HD) why = "head_dim must be in [1, 128] (MP_CUDA_ATTN_MAX_HD)";
     else if ((int64_t)B * H > 65535) why = "micro-batch x local heads must be <= 65535 (CUDA grid y)";
     else if (ldq < H * hd || ldkv < KV * hd) why = "the row strides must cover the heads (ldq >= H*hd, ldkv >= KV*hd)";
+    else if (window < 0) why = "the sliding window must be >= 0 (0: full causal)";
     if (!why) return;
-    fprintf(stderr, "%s: error: %s: cuda %s (B %d, T %d, H %d, KV %d, hd %d, ldq %d, ldkv %d): %s\n", mp_log_prog(),
-            __FILE__, op, B, T, H, KV, hd, ldq, ldkv, why);
+    fprintf(stderr, "%s: error: %s: cuda %s (B %d, T %d, H %d, KV %d, hd %d, ldq %d, ldkv %d, window %d): %s\n",
+            mp_log_prog(), __FILE__, op, B, T, H, KV, hd, ldq, ldkv, window, why);
     abort();
 }
 
@@ -519,10 +520,10 @@ static void attn_check_limits(const char *op, int B, int T, int H, int KV, int h
  * ldkv (the fused [q | k | v]). Limits: hd <= 128, H % KV == 0, B*H <= 65535 (checked here, also asserted by
  * the launcher). */
 static void cu_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                        int T, int H, int KV, int hd, int ldq, int ldkv) {
+                        int T, int H, int KV, int hd, int ldq, int ldkv, int window) {
     PROF_BEGIN(be);
-    attn_check_limits("attn_fwd", B, T, H, KV, hd, ldq, ldkv);
-    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, cs(be));
+    attn_check_limits("attn_fwd", B, T, H, KV, hd, ldq, ldkv, window);
+    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, window, cs(be));
     LAUNCHED();
     PROF_END(be, "%s", "attn_fwd");
 }
@@ -530,11 +531,11 @@ static void cu_attn_fwd(mp_backend *be, void *out, float *lse, const void *q, co
 /* Attention of Tq new queries against a KV cache (k_attn_kv.cu). A prefill from position 0 whose cache
  * rows are the whole-sequence layout (one sequence, or Tq = Tc) is attn_fwd, the tiled kernel. */
 static void cu_attn_fwd_kv(mp_backend *be, void *out, float *lse, const void *q, const void *k, const void *v,
-                           int B, int Tq, int pos0, int Tc, int H, int KV, int hd) {
-    attn_check_limits("attn_fwd_kv", B, Tq, H, KV, hd, H * hd, KV * hd);
-    if (pos0 == 0 && (B == 1 || Tq == Tc))
-        mp_cuda_attn_fwd(out, lse, q, k, v, B, Tq, H, KV, hd, H * hd, KV * hd, cs(be));   /* dense: the cache */
-    else mp_cuda_attn_fwd_kv(out, lse, q, k, v, B, Tq, pos0, Tc, H, KV, hd, cs(be));
+                           int B, int Tq, int pos0, int Tc, int H, int KV, int hd, int window) {
+    attn_check_limits("attn_fwd_kv", B, Tq, H, KV, hd, H * hd, KV * hd, window);
+    if (pos0 == 0 && (B == 1 || Tq == Tc))   /* dense: the cache */
+        mp_cuda_attn_fwd(out, lse, q, k, v, B, Tq, H, KV, hd, H * hd, KV * hd, window, cs(be));
+    else mp_cuda_attn_fwd_kv(out, lse, q, k, v, B, Tq, pos0, Tc, H, KV, hd, window, cs(be));
     LAUNCHED();
 }
 
@@ -542,10 +543,10 @@ static void cu_attn_fwd_kv(mp_backend *be, void *out, float *lse, const void *q,
  * D = rowsum(dout * out). */
 static void cu_attn_bwd(mp_backend *be, void *dq, void *dk, void *dv, float *scratch, const void *dout,
                         const void *out, const float *lse, const void *q, const void *k, const void *v, int B, int T,
-                        int H, int KV, int hd, int ldq, int ldkv) {
+                        int H, int KV, int hd, int ldq, int ldkv, int window) {
     PROF_BEGIN(be);
-    attn_check_limits("attn_bwd", B, T, H, KV, hd, ldq, ldkv);
-    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, cs(be));
+    attn_check_limits("attn_bwd", B, T, H, KV, hd, ldq, ldkv, window);
+    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, window, cs(be));
     LAUNCHED();
     PROF_END(be, "%s", "attn_bwd");
 }

@@ -23,6 +23,10 @@
  *   3. dQ kernel: grid (query tile, b*H + h); 8 warps, one per query row t, over the key tiles of the
  *      causal prefix (K, V tiles in shared memory, as the forward): lane l recomputes p, dp, ds for key
  *      k0 + l and the warp adds sum_l ds_l k_l into dq. Again one warp per output row.
+ * Sliding window (window > 0, the forward's): key j is seen by queries j .. j + window - 1; the dK/dV
+ * pass stops at the last query that sees its block's keys and skips tiles wholly past them, the dQ pass
+ * starts at the key tile holding its block's first row's first key (mp_cu_attn_first_key); masked pairs
+ * are exact zeros. Window 0 is the causal kernels, operation for operation.
  * The price is recomputing S and dP twice (once per pass): ~1.4x the FLOPs of the atomic version.
  * Scalar fp32 FMA (docs/CUDA.md); the launcher sends hd 64 / 128 to the tensor-core dK/dV and dQ passes
  * (k_attn_mma.cu) after the D pass unless MP_CUDA_ATTN=simt. Shared memory ~41 KB static per kernel.
@@ -65,7 +69,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
                          const mp_bf16 *__restrict__ dout, const float *__restrict__ lse,
                          const mp_bf16 *__restrict__ q, const mp_bf16 *__restrict__ k,
                          const mp_bf16 *__restrict__ v, int T, int H, int KV, int hd, int ldq, int ldkv,
-                         float scale) {
+                         int window, float scale) {
     __shared__ float Qs[ATT_BT][PAD], dOs[ATT_BT][PAD], Kw[ATT_WARPS][MAX_HD], Vw[ATT_WARPS][MAX_HD];
     __shared__ float lse_s[ATT_BT], D_s[ATT_BT];
     const int lane = threadIdx.x % MP_WARP, w = threadIdx.x / MP_WARP;
@@ -83,8 +87,11 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     float dkacc[HD_PER_LANE], dvacc[HD_PER_LANE];
     for (int i = 0; i < HD_PER_LANE; i++) dkacc[i] = 0.0f, dvacc[i] = 0.0f;
 
+    /* the last query that sees the block's last key: the window's reach, or T - 1 */
+    const int64_t reach = window > 0 ? (int64_t)j0 + ATT_WARPS - 1 + window : T;
+    const int tend = reach < T ? (int)reach : T;
     for (int h = g * rep; h < (g + 1) * rep; h++) {
-        for (int t0 = j0 / ATT_BT * ATT_BT; t0 < T; t0 += ATT_BT) {
+        for (int t0 = j0 / ATT_BT * ATT_BT; t0 < tend; t0 += ATT_BT) {
             __syncthreads();   /* the previous tile is no longer read */
             mp_load_tile_pair<ATT_BT, PAD>(Qs, dOs, q, ldq, dout, H * hd, b, T, h, hd, t0);
             if (threadIdx.x < ATT_BT) {
@@ -94,11 +101,12 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
                 D_s[threadIdx.x] = t < T ? Dsc[ri] : 0.0f;
             }
             __syncthreads();
-            if (!row_ok || t0 + ATT_BT - 1 < j) continue;   /* warp-uniform: no row of the tile sees key j */
+            /* warp-uniform: no row of the tile sees key j (all before it, or all past its window) */
+            if (!row_ok || t0 + ATT_BT - 1 < j || mp_cu_attn_first_key(t0, window) > j) continue;
 
             const int t = t0 + lane;
             float p = 0.0f, ds = 0.0f;
-            if (t >= j && t < T) {
+            if (t >= j && t < T && mp_cu_attn_first_key(t, window) <= j) {
                 p = expf(scale * row_dot(Qs[lane], Kw[w], hd) - lse_s[lane]);
                 const float dp = row_dot(dOs[lane], Vw[w], hd);
                 ds = scale * p * (dp - D_s[lane]);
@@ -128,7 +136,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
 static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     attn_bwd_dq_kernel(mp_bf16 *__restrict__ dq, const float *__restrict__ Dsc, const mp_bf16 *__restrict__ dout,
                        const float *__restrict__ lse, const mp_bf16 *__restrict__ q, const mp_bf16 *__restrict__ k,
-                       const mp_bf16 *__restrict__ v, int T, int H, int KV, int hd, int ldq, int ldkv, float scale) {
+                       const mp_bf16 *__restrict__ v, int T, int H, int KV, int hd, int ldq, int ldkv, int window,
+                       float scale) {
     __shared__ float Ks[ATT_BT][PAD], Vs[ATT_BT][PAD], Qw[ATT_WARPS][MAX_HD], dOw[ATT_WARPS][MAX_HD];
     const int lane = threadIdx.x % MP_WARP, w = threadIdx.x / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
@@ -149,16 +158,16 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     float dqacc[HD_PER_LANE];
     for (int i = 0; i < HD_PER_LANE; i++) dqacc[i] = 0.0f;
 
-    const int last_key = (q0 + ATT_WARPS < T ? q0 + ATT_WARPS : T) - 1;
-    for (int k0 = 0; k0 <= last_key; k0 += ATT_BT) {
+    const int last_key = (q0 + ATT_WARPS < T ? q0 + ATT_WARPS : T) - 1, lo = mp_cu_attn_first_key(t, window);
+    for (int k0 = mp_cu_attn_first_key(q0, window) / ATT_BT * ATT_BT; k0 <= last_key; k0 += ATT_BT) {
         __syncthreads();
         mp_load_tile_pair<ATT_BT, PAD>(Ks, Vs, k, ldkv, v, ldkv, b, T, g, hd, k0);
         __syncthreads();
-        if (!row_ok || k0 > t) continue;   /* warp-uniform */
+        if (!row_ok || k0 > t || k0 + ATT_BT <= lo) continue;   /* warp-uniform */
 
         const int key = k0 + lane;
         float ds = 0.0f;
-        if (key <= t) {
+        if (key <= t && key >= lo) {
             const float p = expf(scale * row_dot(Qw[w], Ks[lane], hd) - lse_t);
             const float dp = row_dot(dOw[w], Vs[lane], hd);
             ds = scale * p * (dp - D_t);
@@ -185,8 +194,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
 extern "C" void mp_cuda_attn_bwd(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, float *scratch, const mp_bf16 *dout,
                                  const mp_bf16 *out, const float *lse, const mp_bf16 *q, const mp_bf16 *k,
                                  const mp_bf16 *v, int B, int T, int H, int KV, int hd, int ldq, int ldkv,
-                                 cudaStream_t s) {
-    assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0);
+                                 int window, cudaStream_t s) {
+    assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0 && window >= 0);
     assert(hd >= 1 && hd <= MAX_HD && ldq >= H * hd && ldkv >= KV * hd);
     if (B == 0 || T == 0) return;
     assert(dq && dk && dv && scratch && dout && out && lse && q && k && v);
@@ -197,13 +206,15 @@ extern "C" void mp_cuda_attn_bwd(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, float *s
     attn_bwd_d_kernel<<<(unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS), ATT_WARPS * MP_WARP, 0, s>>>(scratch, dout,
                                                                                                    out, T, H, hd, rows);
     if (mp_cuda_attn_mma_ok(dq, dk, dv, dout, hd, ldq, ldkv) && mp_cuda_attn_mma_ok(out, q, k, v, hd, ldq, ldkv)) {
-        mp_cuda_attn_bwd_mma(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, s);   /* tensor cores */
+        mp_cuda_attn_bwd_mma(dq, dk, dv, scratch, dout, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, window,
+                             s);   /* tensor cores */
         return;
     }
     const unsigned tiles = (unsigned)((T + ATT_WARPS - 1) / ATT_WARPS);
     attn_bwd_dkdv_kernel<<<dim3(tiles, (unsigned)(B * KV)), ATT_WARPS * MP_WARP, 0, s>>>(dk, dv, scratch, dout, lse, q,
                                                                                          k, v, T, H, KV, hd, ldq, ldkv,
-                                                                                         scale);
+                                                                                         window, scale);
     attn_bwd_dq_kernel<<<dim3(tiles, (unsigned)(B * H)), ATT_WARPS * MP_WARP, 0, s>>>(dq, scratch, dout, lse, q, k, v,
-                                                                                      T, H, KV, hd, ldq, ldkv, scale);
+                                                                                      T, H, KV, hd, ldq, ldkv, window,
+                                                                                      scale);
 }

@@ -20,7 +20,10 @@
  *       m' = max(m, warp max s),  alpha = exp(m - m'),  p_l = exp(s_l - m'),  l' = alpha l + warp sum p
  *       o_d <- alpha o_d + sum_j p_j v_j[d]   (lane owns d = lane, lane+32, ...; p_j by shuffle)
  *     the online softmax of the CPU kernel, one key tile at a time. A warp skips tiles that start past
- *     its row (warp-uniform), but still meets the block's barriers.
+ *     its row or end before its window (warp-uniform), but still meets the block's barriers.
+ *   - sliding window (window > 0): keys of row t are mp_cu_attn_first_key(t, window) .. t; the block's
+ *     walk starts at the tile holding its first row's first key; lanes left of the window score -inf
+ *     like those past the diagonal. Window 0 is the causal kernel, operation for operation.
  *   - at the end o /= l, lse = m + log l. Every tile a warp processes holds key k0 <= t, so m is finite
  *     after the first tile and exp(m - m') never sees inf - inf.
  * Shared memory: 2 * 32 * 129 * 4 (K, V) + 8 * 128 * 4 (q rows) = 37 KB, static.
@@ -39,7 +42,7 @@ static_assert(MAX_HD % MP_WARP == 0, "a lane owns MAX_HD / 32 output dims");
 static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     attn_fwd_kernel(mp_bf16 *__restrict__ out, float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                     const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV, int hd,
-                    int ldq, int ldkv, float scale) {
+                    int ldq, int ldkv, int window, float scale) {
     __shared__ float Ks[ATT_BK][PAD], Vs[ATT_BK][PAD], Qs[ATT_WARPS][MAX_HD];
     const int lane = threadIdx.x % MP_WARP, w = threadIdx.x / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
@@ -58,22 +61,23 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     float m = -INFINITY, l = 0.0f;
 
     const int last_key = (q0 + ATT_WARPS < T ? q0 + ATT_WARPS : T) - 1;   /* the block's causal horizon */
-    for (int k0 = 0; k0 <= last_key; k0 += ATT_BK) {
+    const int lo = mp_cu_attn_first_key(t, window);                       /* the row's first key */
+    for (int k0 = mp_cu_attn_first_key(q0, window) / ATT_BK * ATT_BK; k0 <= last_key; k0 += ATT_BK) {
         __syncthreads();   /* the previous tile is no longer read */
         mp_load_tile_pair<ATT_BK, PAD>(Ks, Vs, k, ldkv, v, ldkv, b, T, g, hd, k0);
         __syncthreads();
-        if (!row_ok || k0 > t) continue;   /* warp-uniform */
+        if (!row_ok || k0 > t || k0 + ATT_BK <= lo) continue;   /* warp-uniform: no key of the row's */
 
         const int key = k0 + lane;
         float s = -INFINITY;
-        if (key <= t) {
+        if (key <= t && key >= lo) {
             float dot = 0.0f;
             for (int d = 0; d < hd; d++) dot += Qs[w][d] * Ks[lane][d];
             s = scale * dot;
         }
-        const float m_new = fmaxf(m, mp_warp_max(s));   /* finite: lane 0's key k0 <= t */
+        const float m_new = fmaxf(m, mp_warp_max(s));   /* finite: the tile holds a key of [lo, t] */
         const float alpha = expf(m - m_new);            /* first tile: exp(-inf) = 0 */
-        const float p = key <= t ? expf(s - m_new) : 0.0f;
+        const float p = key <= t && key >= lo ? expf(s - m_new) : 0.0f;
         l = l * alpha + mp_warp_sum(p);
         m = m_new;
         const int nj = t - k0 + 1 < ATT_BK ? t - k0 + 1 : ATT_BK;   /* valid keys of this tile (warp-uniform) */
@@ -99,17 +103,17 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
 }
 
 extern "C" void mp_cuda_attn_fwd(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
-                                 int B, int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s) {
-    assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0);
+                                 int B, int T, int H, int KV, int hd, int ldq, int ldkv, int window, cudaStream_t s) {
+    assert(B >= 0 && T >= 0 && H > 0 && KV > 0 && H % KV == 0 && window >= 0);
     assert(hd >= 1 && hd <= MAX_HD && ldq >= H * hd && ldkv >= KV * hd);
     if (B == 0 || T == 0) return;
     assert(out && lse && q && k && v);
     assert((int64_t)B * H <= 65535);   /* grid.y */
     if (mp_cuda_attn_mma_ok(out, q, k, v, hd, ldq, ldkv)) {   /* tensor cores (k_attn_mma.cu) */
-        mp_cuda_attn_fwd_mma(out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, s);
+        mp_cuda_attn_fwd_mma(out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, window, s);
         return;
     }
     const dim3 grid((unsigned)((T + ATT_WARPS - 1) / ATT_WARPS), (unsigned)(B * H));
-    attn_fwd_kernel<<<grid, ATT_WARPS * MP_WARP, 0, s>>>(out, lse, q, k, v, T, H, KV, hd, ldq, ldkv,
+    attn_fwd_kernel<<<grid, ATT_WARPS * MP_WARP, 0, s>>>(out, lse, q, k, v, T, H, KV, hd, ldq, ldkv, window,
                                                          1.0f / sqrtf((float)hd));
 }

@@ -14,6 +14,8 @@
  *       o_d <- alpha o_d + sum_j p_j v_j[d]   (lane owns d = lane, lane + 32, ...; p_j by shuffle)
  *   - at the end o /= l, lse = m + log l. Keys are read from global memory (the cache rows of one kv
  *     head are reused by its H/KV query heads through L2); no shared tiles, no barriers across warps.
+ * Sliding window (window > 0): row t's keys are mp_cu_attn_first_key(t, window) .. t, the walk starting
+ * at the 32-key chunk that holds the first (cache rows before it are never read).
  * A prefill from position 0 of one sequence is the whole-sequence forward (backend_cuda.c calls
  * attn_fwd for it). Every output element is one warp's fixed sequence: deterministic.
  */
@@ -25,10 +27,10 @@
 static __global__ void __launch_bounds__(MP_WARP)
     attn_kv_kernel(mp_bf16 *__restrict__ out, float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                    const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int Tq, int pos0, int Tc, int H,
-                   int KV, int hd, float scale) {
+                   int KV, int hd, int window, float scale) {
     __shared__ float Qs[KV_MAX_HD];
     const int lane = threadIdx.x, r = blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
-    const int t = pos0 + r;   /* this row's position: keys 0 .. t */
+    const int t = pos0 + r, lo = mp_cu_attn_first_key(t, window);   /* this row's position: keys lo .. t */
     const mp_bf16 *qr = q + (((int64_t)b * Tq + r) * H + h) * hd;
     for (int d = lane; d < hd; d += MP_WARP) Qs[d] = mp_bf2f(qr[d]);
     __syncwarp();
@@ -37,18 +39,18 @@ static __global__ void __launch_bounds__(MP_WARP)
     float m = -INFINITY, l = 0.0f;
     const int64_t kstride = (int64_t)KV * hd;
     const mp_bf16 *kb = k + ((int64_t)b * Tc * KV + g) * hd, *vb = v + ((int64_t)b * Tc * KV + g) * hd;
-    for (int k0 = 0; k0 <= t; k0 += MP_WARP) {
+    for (int k0 = lo / MP_WARP * MP_WARP; k0 <= t; k0 += MP_WARP) {
         const int key = k0 + lane;
         float s = -INFINITY;
-        if (key <= t) {
+        if (key <= t && key >= lo) {
             const mp_bf16 *kr = kb + key * kstride;
             float dot = 0.0f;
             for (int d = 0; d < hd; d++) dot += Qs[d] * mp_bf2f(kr[d]);
             s = scale * dot;
         }
-        const float m_new = fmaxf(m, mp_warp_max(s));   /* finite: lane 0's key k0 <= t */
+        const float m_new = fmaxf(m, mp_warp_max(s));   /* finite: the chunk holds a key of [lo, t] */
         const float alpha = expf(m - m_new);            /* first chunk: exp(-inf) = 0 */
-        const float p = key <= t ? expf(s - m_new) : 0.0f;
+        const float p = key <= t && key >= lo ? expf(s - m_new) : 0.0f;
         l = l * alpha + mp_warp_sum(p);
         m = m_new;
         const int nj = t - k0 + 1 < MP_WARP ? t - k0 + 1 : MP_WARP;
@@ -72,12 +74,14 @@ static __global__ void __launch_bounds__(MP_WARP)
 }
 
 extern "C" void mp_cuda_attn_fwd_kv(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
-                                    int B, int Tq, int pos0, int Tc, int H, int KV, int hd, cudaStream_t s) {
-    assert(B >= 0 && Tq >= 0 && pos0 >= 0 && pos0 + Tq <= Tc && H > 0 && KV > 0 && H % KV == 0);
+                                    int B, int Tq, int pos0, int Tc, int H, int KV, int hd, int window,
+                                    cudaStream_t s) {
+    assert(B >= 0 && Tq >= 0 && pos0 >= 0 && pos0 + Tq <= Tc && H > 0 && KV > 0 && H % KV == 0 && window >= 0);
     assert(hd >= 1 && hd <= KV_MAX_HD);
     if (B == 0 || Tq == 0) return;
     assert(out && lse && q && k && v);
     assert((int64_t)B * H <= 65535 && Tq <= MP_MAX_GRID_X);
     const dim3 grid((unsigned)Tq, (unsigned)(B * H));
-    attn_kv_kernel<<<grid, MP_WARP, 0, s>>>(out, lse, q, k, v, Tq, pos0, Tc, H, KV, hd, 1.0f / sqrtf((float)hd));
+    attn_kv_kernel<<<grid, MP_WARP, 0, s>>>(out, lse, q, k, v, Tq, pos0, Tc, H, KV, hd, window,
+                                            1.0f / sqrtf((float)hd));
 }

@@ -28,7 +28,7 @@ template <int HD>
 static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 2)
     attn_fwd_mma_kernel(mp_bf16 *__restrict__ out, float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                         const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV,
-                        int ldq, int ldkv, float scale) {
+                        int ldq, int ldkv, int window, float scale) {
     __shared__ fa_smem<HD> s;
     const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
@@ -36,23 +36,26 @@ static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 2)
     const int q0 = tile * FA_BQ, r0 = q0 + 16 * w;
     fa_fwd_state<HD, 1> st;
     fa_fwd_init<HD, 1>(st, q, b, T, ldq, h, r0, lane);
-    /* key tiles aligned with query tiles: the last is the diagonal */
+    /* key tiles aligned with query tiles: the last is the diagonal; the first holds the block's first
+     * row's first key (0 without a window); a warp whose rows all start their windows past a tile skips
+     * its step (warp-uniform, no barrier inside) */
+    const int kstart = mp_cu_attn_first_key(q0, window) / FA_BK * FA_BK, wlo = mp_cu_attn_first_key(r0, window);
     if constexpr (HD == 64) {
         fa_kv_stage<HD> ld;   /* the next tile, in flight */
-        fa_fetch_kv(ld, k, v, b, T, ldkv, g, 0, tid);
-        for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
+        fa_fetch_kv(ld, k, v, b, T, ldkv, g, kstart, tid);
+        for (int k0 = kstart; k0 <= q0; k0 += FA_BK) {
             __syncthreads();   /* the previous tile is no longer read */
             fa_put_kv(s, ld, tid);
             __syncthreads();
             if (k0 + FA_BK <= q0) fa_fetch_kv(ld, k, v, b, T, ldkv, g, k0 + FA_BK, tid);
-            fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
+            if (k0 + FA_BK > wlo) fa_fwd_step<HD, 1>(st, s, k0, r0, scale, window, lane);
         }
     } else {
-        for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
+        for (int k0 = kstart; k0 <= q0; k0 += FA_BK) {
             __syncthreads();
             fa_load_kv<HD>(s, k, v, b, T, ldkv, g, k0, tid);
             __syncthreads();
-            fa_fwd_step<HD, 1>(st, s, k0, r0, scale, lane);
+            if (k0 + FA_BK > wlo) fa_fwd_step<HD, 1>(st, s, k0, r0, scale, window, lane);
         }
     }
     fa_fwd_finish<HD, 1>(st, out, lse, b, T, H, h, r0, lane);
@@ -65,19 +68,24 @@ static __global__ void __launch_bounds__(FA_THREADS)
     attn_bwd_dkdv_mma_kernel(mp_bf16 *__restrict__ dk, mp_bf16 *__restrict__ dv, const float *__restrict__ D,
                              const mp_bf16 *__restrict__ dout, const float *__restrict__ lse,
                              const mp_bf16 *__restrict__ q, const mp_bf16 *__restrict__ k,
-                             const mp_bf16 *__restrict__ v, int T, int H, int KV, int ldq, int ldkv, float scale) {
+                             const mp_bf16 *__restrict__ v, int T, int H, int KV, int ldq, int ldkv, int window,
+                             float scale) {
     __shared__ fb_kv_smem<HD> s;
     const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
     const int bg = blockIdx.y, b = bg / KV, g = bg % KV, rep = H / KV;
     const int j0 = blockIdx.x * FA_BQ, r0 = j0 + 16 * w;
     fb_kv_state<HD, 1> st;
     fb_kv_init<HD, 1>(st, k, v, b, T, ldkv, g, r0, lane);
+    /* with a window the queries that see the block's keys end at its last key + window - 1 */
+    const int64_t reach = window > 0 ? (int64_t)j0 + FA_BQ - 1 + window : T;
+    const int tend = reach < T ? (int)reach : T;
     for (int h = g * rep; h < (g + 1) * rep; h++)
-        for (int t0 = j0; t0 < T; t0 += FB_BQ) {
+        for (int t0 = j0; t0 < tend; t0 += FB_BQ) {
             __syncthreads();
             fb_load_qtile<HD>(s, q, dout, lse, D, b, T, H, ldq, h, t0, tid);
             __syncthreads();
-            fb_dkdv_step<HD, 1>(st, s, t0, r0, T, scale, lane);
+            /* warp-uniform: skip a tile whose first query's window starts past the warp's last key */
+            if (mp_cu_attn_first_key(t0, window) <= r0 + 15) fb_dkdv_step<HD, 1>(st, s, t0, r0, T, scale, window, lane);
         }
     fb_store<HD, 1>(dk, st.dk, b, T, ldkv, g, r0, lane);
     fb_store<HD, 1>(dv, st.dv, b, T, ldkv, g, r0, lane);
@@ -92,7 +100,7 @@ static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 1)
     attn_bwd_dq_mma_kernel(mp_bf16 *__restrict__ dq, const float *__restrict__ D, const mp_bf16 *__restrict__ dout,
                            const float *__restrict__ lse, const mp_bf16 *__restrict__ q,
                            const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int T, int H, int KV,
-                           int ldq, int ldkv, float scale) {
+                           int ldq, int ldkv, int window, float scale) {
     __shared__ fb_q_smem<HD> s;
     const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
@@ -100,22 +108,25 @@ static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 1)
     const int q0 = tile * FA_BQ, r0 = q0 + 16 * w, end = q0 + FA_BQ < T ? q0 + FA_BQ : T;
     fb_q_state<HD, 1> st;
     fb_q_init<HD, 1>(st, q, dout, lse, D, b, T, H, ldq, h, r0, lane);
+    /* from the key tile holding the block's first row's first key (0 without a window); a warp skips a
+     * tile left of all its rows' windows (warp-uniform) */
+    const int kstart = mp_cu_attn_first_key(q0, window) / FB_BK * FB_BK, wlo = mp_cu_attn_first_key(r0, window);
     if constexpr (HD == 64) {
         fb_k_stage<HD> ld;   /* the next tile, in flight */
-        fa_fetch_kv(ld, k, v, b, T, ldkv, g, 0, tid);
-        for (int k0 = 0; k0 < end; k0 += FB_BK) {
+        fa_fetch_kv(ld, k, v, b, T, ldkv, g, kstart, tid);
+        for (int k0 = kstart; k0 < end; k0 += FB_BK) {
             __syncthreads();
             fb_put_ktile(s, ld, tid);
             __syncthreads();
             if (k0 + FB_BK < end) fa_fetch_kv(ld, k, v, b, T, ldkv, g, k0 + FB_BK, tid);
-            fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
+            if (k0 + FB_BK > wlo) fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, window, lane);
         }
     } else {
-        for (int k0 = 0; k0 < end; k0 += FB_BK) {
+        for (int k0 = kstart; k0 < end; k0 += FB_BK) {
             __syncthreads();
             fb_load_ktile<HD>(s, k, v, b, T, ldkv, g, k0, tid);
             __syncthreads();
-            fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, lane);
+            if (k0 + FB_BK > wlo) fb_dq_step<HD, 1>(st, s, k0, r0, T, scale, window, lane);
         }
     }
     fb_store<HD, 1>(dq, st.dq, b, T, ldq, h, r0, lane);
@@ -141,21 +152,22 @@ extern "C" int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, 
 }
 
 extern "C" void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
-                                     int B, int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s) {
-    assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128));
+                                     int B, int T, int H, int KV, int hd, int ldq, int ldkv, int window,
+                                     cudaStream_t s) {
+    assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128) && window >= 0);
     assert((int64_t)B * H <= 65535);   /* grid.y */
     assert(mp_aligned16(q, k, v) && fa_strides_ok(ldq, ldkv));   /* the tile loaders' 16-byte loads (_ok) */
     assert(ldq >= H * hd && ldkv >= KV * hd);
     const dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)(B * H));
     const float scale = 1.0f / sqrtf((float)hd);
-    if (hd == 64) attn_fwd_mma_kernel<64><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, ldq, ldkv, scale);
-    else attn_fwd_mma_kernel<128><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, ldq, ldkv, scale);
+    if (hd == 64) attn_fwd_mma_kernel<64><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, ldq, ldkv, window, scale);
+    else attn_fwd_mma_kernel<128><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, ldq, ldkv, window, scale);
 }
 
 extern "C" void mp_cuda_attn_bwd_mma(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, const float *D, const mp_bf16 *dout,
                                      const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
-                                     int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s) {
-    assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128));
+                                     int T, int H, int KV, int hd, int ldq, int ldkv, int window, cudaStream_t s) {
+    assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128) && window >= 0);
     assert((int64_t)B * H <= 65535);   /* grid.y */
     assert(mp_aligned16(q, k, v, dout) && fa_strides_ok(ldq, ldkv));   /* 16-byte tile loads (_ok) */
     assert(ldq >= H * hd && ldkv >= KV * hd);
@@ -163,13 +175,13 @@ extern "C" void mp_cuda_attn_bwd_mma(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, cons
     const float scale = 1.0f / sqrtf((float)hd);
     if (hd == 64) {
         attn_bwd_dkdv_mma_kernel<64><<<dim3(tiles, B * KV), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H, KV,
-                                                                                ldq, ldkv, scale);
+                                                                                ldq, ldkv, window, scale);
         attn_bwd_dq_mma_kernel<64><<<dim3(tiles, B * H), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, ldq,
-                                                                             ldkv, scale);
+                                                                             ldkv, window, scale);
     } else {
         attn_bwd_dkdv_mma_kernel<128><<<dim3(tiles, B * KV), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H,
-                                                                                 KV, ldq, ldkv, scale);
+                                                                                 KV, ldq, ldkv, window, scale);
         attn_bwd_dq_mma_kernel<128><<<dim3(tiles, B * H), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, ldq,
-                                                                              ldkv, scale);
+                                                                              ldkv, window, scale);
     }
 }

@@ -36,6 +36,10 @@
  *   (key > row: -inf; only on the diagonal tile);
  *   m' = max(m, quad max of the row), alpha = exp2(m - m'), p = exp2(s - m'), l = alpha l + lane's p sum;
  *   O = alpha O + P V (P: the bf16 A fragments above; V fragments from Vt).
+ * Sliding window (window > 0): keys left of a row's window are masked like those past the diagonal
+ * (mp_cu_attn_first_key), and a row with no key in a tile keeps m = -inf, l = 0, O = 0 through it (the
+ * exponent's reference is then 0, not -inf: no NaN); the driver starts at the tile holding the block's
+ * first row's first key. Window 0 is the causal computation, operation for operation.
  * At the end l is quad-summed, out = O / l (bf16), lse = m ln 2 + log l (natural log, the contract). All
  * in fp32 except the mma inputs (bf16, as the activations are stored). Every sum has one fixed order:
  * deterministic.
@@ -418,21 +422,22 @@ __host__ __device__ static inline void fa_fwd_init(fa_fwd_state<HD, NL> &st, con
     }
 }
 
-/* S scaled by sl2 (base-2 units) in place, keys past the row (key > row) set to -inf when MASK, and each
- * lane's row maxima into mx. MASK = false only for a tile wholly below the diagonal (no key masked): the
- * compare and select per score are then left out. */
+/* S scaled by sl2 (base-2 units) in place, keys past the row (key > row) or left of its window (key <
+ * mp_cu_attn_first_key(row, window)) set to -inf when MASK, and each lane's row maxima into mx (-inf for
+ * a row with no key of the tile). MASK = false only for a tile wholly below the diagonal and inside every
+ * row's window (no key masked): the compare and select per score are then left out. */
 template <int NL, bool MASK>
 __host__ __device__ static inline void fa_scale_max(float (*S)[FA_BK / 8][4], float (*mx)[2], float sl2, int k0, int r0,
-                                                    int lane0) {
+                                                    int window, int lane0) {
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
         for (int rr = 0; rr < 2; rr++) {
-            const int row = r0 + g + 8 * rr;
+            const int row = r0 + g + 8 * rr, lo = mp_cu_attn_first_key(row, window);
             mx[li][rr] = -INFINITY;
             for (int nt = 0; nt < FA_BK / 8; nt++)
                 for (int e = 0; e < 2; e++) {
                     const int key = k0 + 8 * nt + 2 * c + e;
-                    const float x = !MASK || key <= row ? sl2 * S[li][nt][2 * rr + e] : -INFINITY;
+                    const float x = !MASK || (key <= row && key >= lo) ? sl2 * S[li][nt][2 * rr + e] : -INFINITY;
                     S[li][nt][2 * rr + e] = x;
                     mx[li][rr] = fmaxf(mx[li][rr], x);
                 }
@@ -440,10 +445,11 @@ __host__ __device__ static inline void fa_scale_max(float (*S)[FA_BK / 8][4], fl
     }
 }
 
-/* One key tile (keys k0 .. k0+63, already in s) of the online softmax for the warp's rows r0 .. r0+15. */
+/* One key tile (keys k0 .. k0+63, already in s) of the online softmax for the warp's rows r0 .. r0+15,
+ * each row seeing the keys of its window (window 0: full causal). */
 template <int HD, int NL>
 __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, const fa_smem<HD> &s, int k0, int r0,
-                                                   float scale, int lane0) {
+                                                   float scale, int window, int lane0) {
     float S[NL][FA_BK / 8][4], mx[NL][2];
     const float sl2 = scale * FA_LOG2E;   /* scores in base 2: m, and the exponents, are log2 units */
     for (int li = 0; li < NL; li++)
@@ -451,19 +457,24 @@ __host__ __device__ static inline void fa_fwd_step(fa_fwd_state<HD, NL> &st, con
             for (int e = 0; e < 4; e++) S[li][nt][e] = 0.0f;
     fa_mma_smem<NL, HD / 16, FA_BK / 8>(&S[0][0][0], FA_BK / 8 * 4, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8,
                                         lane0);
-    if (k0 + FA_BK - 1 <= r0) fa_scale_max<NL, false>(S, mx, sl2, k0, r0, lane0);   /* below the diagonal */
-    else fa_scale_max<NL, true>(S, mx, sl2, k0, r0, lane0);
-    fa_quad_reduce<NL>(&mx[0][0], 2, 2, true);   /* finite: key k0 <= every row of the warp */
+    /* below the diagonal, and every key inside the last row's window */
+    if (k0 + FA_BK - 1 <= r0 && k0 >= mp_cu_attn_first_key(r0 + 15, window))
+        fa_scale_max<NL, false>(S, mx, sl2, k0, r0, window, lane0);
+    else fa_scale_max<NL, true>(S, mx, sl2, k0, r0, window, lane0);
+    /* finite without a window (key k0 <= every row of the warp); with one, a row may have no key of the
+     * tile (left of its window): -inf, and it must not become exp2(-inf - -inf) = NaN below */
+    fa_quad_reduce<NL>(&mx[0][0], 2, 2, true);
     uint32_t pa[NL][FA_BK / 16][4];
     for (int li = 0; li < NL; li++) {
         for (int rr = 0; rr < 2; rr++) {
             const float m_new = fmaxf(st.m[li][rr], mx[li][rr]);
-            const float alpha = exp2f(st.m[li][rr] - m_new);   /* first tile: exp2(-inf) = 0 */
+            const float m_sub = m_new == -INFINITY ? 0.0f : m_new;   /* no key yet: everything below is 0 */
+            const float alpha = exp2f(st.m[li][rr] - m_sub);   /* first tile: exp2(-inf) = 0 */
             float sum = 0.0f;
             for (int nt = 0; nt < FA_BK / 8; nt++)
                 for (int e = 0; e < 2; e++) {
                     float &x = S[li][nt][2 * rr + e];
-                    x = exp2f(x - m_new);   /* masked: exp2(-inf) = 0 */
+                    x = exp2f(x - m_sub);   /* masked: exp2(-inf) = 0 */
                     sum += x;
                 }
             for (int nt = 0; nt < HD / 8; nt++) st.o[li][nt][2 * rr] *= alpha, st.o[li][nt][2 * rr + 1] *= alpha;
@@ -606,10 +617,11 @@ __host__ __device__ static inline void fb_load_ktile(fb_q_smem<HD> &s, const mp_
 /* P of one 16 x 32 C tile of scores, in place: rows `row0 + g (+8)`, cols `col0 + 2c (+1) + 8 nt`. kv = 1:
  * rows are keys, cols queries (the dK/dV pass, lse per column from slse); kv = 0: rows are queries, cols
  * keys (the dQ pass, lse per row slot from rlse), both lse in log2 units. P = exp(scale s - lse) =
- * exp2(scale log2(e) s - lse log2(e)), 0 where query < key or past T. */
+ * exp2(scale log2(e) s - lse log2(e)), 0 where query < key, past T or (window > 0) key left of the
+ * query's window. */
 template <int NL, bool MASK>
 __host__ __device__ static inline void fb_p_tile(float (*P)[4][4], int row0, int col0, int T, float sl2, bool kv,
-                                                 const float *slse, const float (*rlse)[2], int lane0) {
+                                                 const float *slse, const float (*rlse)[2], int window, int lane0) {
     for (int li = 0; li < NL; li++) {
         const int lane = lane0 + li, g = lane >> 2, c = lane & 3;
         for (int nt = 0; nt < 4; nt++)
@@ -617,19 +629,21 @@ __host__ __device__ static inline void fb_p_tile(float (*P)[4][4], int row0, int
                 const int row = row0 + g + 8 * (e >> 1), ci = 8 * nt + 2 * c + (e & 1), col = col0 + ci;
                 const int key = kv ? row : col, qry = kv ? col : row;
                 const float l = kv ? slse[ci] : rlse[li][e >> 1];
-                P[li][nt][e] = !MASK || (qry >= key && qry < T) ? exp2f(sl2 * P[li][nt][e] - l) : 0.0f;
+                const bool in = qry >= key && qry < T && mp_cu_attn_first_key(qry, window) <= key;
+                P[li][nt][e] = !MASK || in ? exp2f(sl2 * P[li][nt][e] - l) : 0.0f;
             }
     }
 }
-/* The tile is unmasked (every query >= every key, and below T) or not: the mask's compares and selects
- * are left out of the (usual) unmasked tiles. */
+/* The tile is unmasked (every query >= every key, below T, and every key inside every query's window) or
+ * not: the mask's compares and selects are left out of the (usual) unmasked tiles. */
 template <int NL>
 __host__ __device__ static inline void fb_p(float (*P)[4][4], int row0, int col0, int T, float scale, bool kv,
-                                            const float *slse, const float (*rlse)[2], int lane0) {
+                                            const float *slse, const float (*rlse)[2], int window, int lane0) {
     const float sl2 = scale * FA_LOG2E;
-    const bool full = kv ? col0 >= row0 + 15 && col0 + 31 < T : row0 >= col0 + 31 && row0 + 15 < T;
-    if (full) fb_p_tile<NL, false>(P, row0, col0, T, sl2, kv, slse, rlse, lane0);
-    else fb_p_tile<NL, true>(P, row0, col0, T, sl2, kv, slse, rlse, lane0);
+    const bool full = kv ? col0 >= row0 + 15 && col0 + 31 < T && mp_cu_attn_first_key(col0 + 31, window) <= row0
+                         : row0 >= col0 + 31 && row0 + 15 < T && mp_cu_attn_first_key(row0 + 15, window) <= col0;
+    if (full) fb_p_tile<NL, false>(P, row0, col0, T, sl2, kv, slse, rlse, window, lane0);
+    else fb_p_tile<NL, true>(P, row0, col0, T, sl2, kv, slse, rlse, window, lane0);
 }
 
 /* dS = scale P (dP - D) of the same tile, in place in dP (D per column from sD, or per row slot from rD). */
@@ -649,13 +663,13 @@ __host__ __device__ static inline void fb_ds(float (*dP)[4][4], const float (*P)
 /* dK/dV pass: the warp's keys r0 .. r0+15 against the query tile t0 in s. */
 template <int HD, int NL>
 __host__ __device__ static inline void fb_dkdv_step(fb_kv_state<HD, NL> &st, const fb_kv_smem<HD> &s, int t0, int r0,
-                                                    int T, float scale, int lane0) {
+                                                    int T, float scale, int window, int lane0) {
     float S[NL][4][4], dP[NL][4][4];
     for (int li = 0; li < NL; li++)
         for (int nt = 0; nt < 4; nt++)
             for (int e = 0; e < 4; e++) S[li][nt][e] = dP[li][nt][e] = 0.0f;
     fa_mma_smem<NL, HD / 16, 4>(&S[0][0][0], 16, &st.kf[0][0][0], HD / 16 * 4, &s.Q[0][0], HD + 8, lane0);
-    fb_p<NL>(S, r0, t0, T, scale, true, s.lse, NULL, lane0);
+    fb_p<NL>(S, r0, t0, T, scale, true, s.lse, NULL, window, lane0);
     uint32_t a[NL][2][4];   /* P^T, then dS^T, as A fragments (dV's product first: fewer live registers) */
     for (int li = 0; li < NL; li++) fa_c_to_a<4>(a[li], S[li]);
     fa_mma_smem<NL, 2, HD / 8>(&st.dv[0][0][0], HD / 8 * 4, &a[0][0][0], 8, &s.dOt[0][0], FB_PAD, lane0);
@@ -668,14 +682,14 @@ __host__ __device__ static inline void fb_dkdv_step(fb_kv_state<HD, NL> &st, con
 /* dQ pass: the warp's query rows r0 .. r0+15 against the key tile k0 in s. */
 template <int HD, int NL>
 __host__ __device__ static inline void fb_dq_step(fb_q_state<HD, NL> &st, const fb_q_smem<HD> &s, int k0, int r0,
-                                                  int T, float scale, int lane0) {
+                                                  int T, float scale, int window, int lane0) {
     float S[NL][4][4], dP[NL][4][4];
     for (int li = 0; li < NL; li++)
         for (int nt = 0; nt < 4; nt++)
             for (int e = 0; e < 4; e++) S[li][nt][e] = dP[li][nt][e] = 0.0f;
     fa_mma_smem<NL, HD / 16, 4>(&S[0][0][0], 16, &st.qf[0][0][0], HD / 16 * 4, &s.K[0][0], HD + 8, lane0);
     fa_mma_smem<NL, HD / 16, 4>(&dP[0][0][0], 16, &st.df[0][0][0], HD / 16 * 4, &s.V[0][0], HD + 8, lane0);
-    fb_p<NL>(S, r0, k0, T, scale, false, NULL, st.lse, lane0);
+    fb_p<NL>(S, r0, k0, T, scale, false, NULL, st.lse, window, lane0);
     fb_ds<NL>(dP, S, scale, false, NULL, st.D, lane0);
     uint32_t da[NL][2][4];
     for (int li = 0; li < NL; li++) fa_c_to_a<4>(da[li], dP[li]);

@@ -196,4 +196,12 @@ __device__ __forceinline__ void mp_load_tile_pair(float (*xs)[LD], float (*ys)[L
     }
 }
 
+/* The sliding-window rule of core/backend.h attn_fwd (the CPU kernels' mp_attn_first_key,
+ * core/kernels_cpu.h, the same expression): the first key position query position t sees under a window of
+ * `window` keys (t - window < j <= t); 0 when window is 0 (full causal) or reaches back past position 0.
+ * Every attention kernel and its host replay masks and skips by it. */
+__host__ __device__ static inline int mp_cu_attn_first_key(int t, int window) {
+    return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;
+}
+
 #endif

@@ -123,31 +123,32 @@ void mp_cuda_swiglu_bwd(mp_bf16 *dgate, mp_bf16 *dup, const mp_bf16 *dout, const
  * q [B,T,H,hd] (row stride ldq >= H*hd), k, v [B,T,KV,hd] (row stride ldkv >= KV*hd) bf16: column blocks
  * of the fused [q | k | v] rows in training; query head h reads kv head h / (H/KV); scale = 1/sqrt(hd).
  * out [B,T,H,hd] bf16; lse [B,H,T] fp32, lse = log sum_{j<=t} exp(scale q_t.k_j) (natural log).
- * Scores, softmax and the output accumulator are fp32. Limits: 1 <= hd <= MP_CUDA_ATTN_MAX_HD,
- * H % KV == 0, B*H <= 65535 (grid y). */
+ * Scores, softmax and the output accumulator are fp32. window: core/backend.h attn_fwd's sliding window
+ * (query t sees keys t - window < j <= t; 0 = full causal), in every attention entry point below.
+ * Limits: 1 <= hd <= MP_CUDA_ATTN_MAX_HD, H % KV == 0, B*H <= 65535 (grid y), window >= 0. */
 #define MP_CUDA_ATTN_MAX_HD 128
 void mp_cuda_attn_fwd(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
-                      int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s);
+                      int T, int H, int KV, int hd, int ldq, int ldkv, int window, cudaStream_t s);
 /* The tensor-core kernels (k_attn_mma.cu; mp_cuda_attn_fwd / _bwd dispatch to them): hd 64 or 128, pointers
  * 16-byte aligned, row strides multiples of 8 (the 16-byte tile loads). _ok says whether they take a call
  * (off with the environment MP_CUDA_ATTN=simt). The backward takes D = rowsum(dout * out) [B,H,T],
  * computed by mp_cuda_attn_bwd's first pass. */
 int mp_cuda_attn_mma_ok(const void *a, const void *b, const void *c, const void *d, int hd, int ldq, int ldkv);
 void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
-                          int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s);
+                          int T, int H, int KV, int hd, int ldq, int ldkv, int window, cudaStream_t s);
 void mp_cuda_attn_bwd_mma(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, const float *D, const mp_bf16 *dout,
                           const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B, int T, int H,
-                          int KV, int hd, int ldq, int ldkv, cudaStream_t s);
+                          int KV, int hd, int ldq, int ldkv, int window, cudaStream_t s);
 /* The KV-cache forward (k_attn_kv.cu): Tq queries at positions pos0 .. pos0+Tq-1 against k, v [B,Tc,KV,hd]
  * holding positions 0 .. pos0+Tq-1; out [B,Tq,H,hd], lse [B,H,Tq]. Limits as above, and Tq <= 65535. */
 void mp_cuda_attn_fwd_kv(mp_bf16 *out, float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
-                         int Tq, int pos0, int Tc, int H, int KV, int hd, cudaStream_t s);
+                         int Tq, int pos0, int Tc, int H, int KV, int hd, int window, cudaStream_t s);
 /* Gradients (=) of the forward that produced out and lse. scratch: [B,H,T] floats, receives
  * D = rowsum(dout * out). dk, dv of a kv head are summed over its H/KV query heads by one thread per
  * element in a fixed order; dq is computed by a separate pass over key tiles (no atomics). */
 void mp_cuda_attn_bwd(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, float *scratch, const mp_bf16 *dout,
                       const mp_bf16 *out, const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v,
-                      int B, int T, int H, int KV, int hd, int ldq, int ldkv, cudaStream_t s);
+                      int B, int T, int H, int KV, int hd, int ldq, int ldkv, int window, cudaStream_t s);
 
 /* ---- vocab-parallel cross-entropy (k_xent.cu) ----
  * logits [N, v_local] (row stride v_local), bf16 (_bf16) or fp32 (_f32); columns >= v_valid are vocab

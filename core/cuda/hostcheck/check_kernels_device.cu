@@ -273,12 +273,13 @@ static void dev_rope_swiglu(void) {
 /* pad < 0: q, k, v (and dq, dk, dv) dense; else the fused rows of layers/llama.c plus pad columns
  * (qkv_layout, check_kernels_host.cu): NaN in the input's pad columns (a read of them poisons), and the
  * gradient buffer's pad columns must keep their bits. hd 64/128 with pad % 8 == 0 takes the tensor-core
- * kernels, other pads and head dims the CUDA-core ones (mp_cuda_attn_mma_ok). */
-static void dev_attention(int B, int T, int H, int KV, int hd, int pad = -1) {
+ * kernels, other pads and head dims the CUDA-core ones (mp_cuda_attn_mma_ok). W: the sliding window (the
+ * naive reference masks by it too; 0 = full causal). */
+static void dev_attention(int B, int T, int H, int KV, int hd, int pad = -1, int W = 0) {
     char shape[112];
-    snprintf(shape, sizeof shape, "device B=%d T=%d H=%d KV=%d hd=%d pad=%d", B, T, H, KV, hd, pad);
+    snprintf(shape, sizeof shape, "device B=%d T=%d H=%d KV=%d hd=%d pad=%d W=%d", B, T, H, KV, hd, pad, W);
     Attn A;
-    A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd;
+    A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd, A.W = W;
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
     A.q = rnd_vec(nq, 2.0f), A.k = rnd_vec(nk, 2.0f), A.v = rnd_vec(nk, 1.0f), A.dout = rnd_vec(nq, 1.0f);
     std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
@@ -289,8 +290,8 @@ static void dev_attention(int B, int T, int H, int KV, int hd, int pad = -1) {
     mp_bf16 *q = x + L.q, *k = x + L.k, *v = x + L.v, *dq = gx + L.q, *dk = gx + L.k, *dv = gx + L.v;
     mp_bf16 *dout = up_bf16(A.dout), *out = dev<mp_bf16>(nq);
     float *lse = dev<float>(nr), *scratch = dev<float>(nr);
-    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, g_s);
-    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, g_s);
+    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, W, g_s);
+    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, W, g_s);
     SYNC();
     std::vector<float> o = down_bf16(out, nq), l = down(lse, nr), g = down_bf16(gx, L.n), gq(nq), gk(nk), gv(nk);
     CHECK(qkv_unpack(A, L, g, gq, gk, gv, 7.0f) == 0, "attention wrote outside dq, dk, dv (%s)", shape);
@@ -299,8 +300,8 @@ static void dev_attention(int B, int T, int H, int KV, int hd, int pad = -1) {
     close("attn dq", gq, rdq, 2e-2, 1e-4, shape);
     close("attn dk", gk, rdk, 2e-2, 1e-4, shape);
     close("attn dv", gv, rdv, 2e-2, 1e-4, shape);
-    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, g_s);
-    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, g_s);
+    mp_cuda_attn_fwd(out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, W, g_s);
+    mp_cuda_attn_bwd(dq, dk, dv, scratch, dout, out, lse, q, k, v, B, T, H, KV, hd, L.ldq, L.ldkv, W, g_s);
     SYNC();
     CHECK(same_bits(down_bf16(out, nq), o) && same_bits(down(lse, nr), l) && same_bits(down_bf16(gx, L.n), g),
           "attention not repeatable (%s)", shape);
@@ -308,12 +309,13 @@ static void dev_attention(int B, int T, int H, int KV, int hd, int pad = -1) {
 }
 
 /* attn_fwd_kv (k_attn_kv.cu): query chunks at positions p0 .. p0+n-1 against a cache of capacity Tc > T
- * give the naive attention's rows (single decode rows, unaligned chunks), and run twice bit for bit. */
-static void dev_attention_kv(int B, int T, int H, int KV, int hd) {
+ * give the naive attention's rows (single decode rows, unaligned chunks), and run twice bit for bit; W:
+ * the sliding window (0 = full causal). */
+static void dev_attention_kv(int B, int T, int H, int KV, int hd, int W = 0) {
     char shape[96];
-    snprintf(shape, sizeof shape, "device kv B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    snprintf(shape, sizeof shape, "device kv B=%d T=%d H=%d KV=%d hd=%d W=%d", B, T, H, KV, hd, W);
     Attn A;
-    A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd;
+    A.B = B, A.T = T, A.H = H, A.KV = KV, A.hd = hd, A.W = W;
     const int Tc = T + 5;
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
     A.q = rnd_vec(nq, 2.0f), A.k = rnd_vec(nk, 2.0f), A.v = rnd_vec(nk, 1.0f), A.dout = rnd_vec(nq, 1.0f);
@@ -341,12 +343,12 @@ static void dev_attention_kv(int B, int T, int H, int KV, int hd) {
                 for (int t = 0; t < n; t++) rl[((size_t)b * H + h) * n + t] = rlse[A.ri(b, h, p0 + t)];
         mp_bf16 *q = up_bf16(qc), *out = dev<mp_bf16>(qc.size());
         float *lse = dev<float>(rl.size());
-        mp_cuda_attn_fwd_kv(out, lse, q, k, v, B, n, p0, Tc, H, KV, hd, g_s);
+        mp_cuda_attn_fwd_kv(out, lse, q, k, v, B, n, p0, Tc, H, KV, hd, W, g_s);
         SYNC();
         std::vector<float> o = down_bf16(out, qc.size()), l = down(lse, rl.size());
         close("attn_kv out", o, ro, 1e-2, 1e-4, shape);
         close("attn_kv lse", l, rl, 1e-5, 1e-5, shape);
-        mp_cuda_attn_fwd_kv(out, lse, q, k, v, B, n, p0, Tc, H, KV, hd, g_s);
+        mp_cuda_attn_fwd_kv(out, lse, q, k, v, B, n, p0, Tc, H, KV, hd, W, g_s);
         SYNC();
         CHECK(same_bits(down_bf16(out, qc.size()), o) && same_bits(down(lse, rl.size()), l),
               "attn_kv not repeatable (%s)", shape);
@@ -613,6 +615,9 @@ int main(void) {
     check_attention(2, 70, 4, 2, 40);
     check_mma_table();
     check_attention_mma(2, 112, 4, 1, 64);
+    check_window_rule();
+    check_attention(1, 70, 4, 2, 40, 9);             /* a sliding window, CUDA-core replay */
+    check_attention_mma(1, 150, 4, 2, 64, -1, 70);   /* and tensor-core */
     if (g_fail) {
         fprintf(stderr, "check_kernels_device: %d host check(s) FAILED\n", g_fail);
         return 1;
@@ -656,6 +661,12 @@ int main(void) {
     dev_attention(2, 40, 4, 2, 64, 3), dev_attention(1, 33, 6, 3, 40, 8);
     dev_attention_kv(2, 70, 4, 2, 40);
     dev_attention_kv(1, 150, 9, 3, 64);
+    /* sliding windows smaller than T: tensor-core (hd 64/128, dense and fused rows) and CUDA-core (hd 40)
+     * kernels, and the KV cache; W 1, inside a tile, across tiles */
+    for (int W : {1, 9, 34, 70, 150})
+        for (int hd : {64, 128}) dev_attention(2, 200, 4, 2, hd, -1, W), dev_attention(1, 200, 4, 1, hd, 8, W);
+    dev_attention(2, 130, 4, 2, 40, -1, 37), dev_attention(1, 100, 6, 3, 40, 8, 1);
+    dev_attention_kv(2, 150, 4, 2, 40, 33), dev_attention_kv(1, 200, 9, 3, 64, 70), dev_attention_kv(1, 90, 2, 1, 64, 1);
     for (int vl : {1003, 1024}) {   /* 1024: 16-byte accesses aligned, 2-byte ones at offset 1: the same bits */
         const uint64_t seed = g_rng;
         const std::vector<float> a = dev_xent(vl, vl - 13, 0);

@@ -944,7 +944,7 @@ static void check_xent_fwd_sharded(int N, int V, int tp) {
 static_assert(ATT_BK == AL && ATT_BT == AL, "the kernels' tiles are one row per lane");
 
 struct Attn {
-    int B, T, H, KV, hd;
+    int B, T, H, KV, hd, W = 0;   /* W: the sliding window (core/backend.h attn_fwd; 0 = full causal) */
     std::vector<float> q, k, v, out, lse, dout;   /* q, k, v, dout already bf16-rounded */
     size_t qi(int b, int t, int h, int d) const { return (((size_t)b * T + t) * H + h) * hd + d; }
     size_t ki(int b, int t, int g, int d) const { return (((size_t)b * T + t) * KV + g) * hd + d; }
@@ -1003,17 +1003,17 @@ static void mirror_fwd(Attn &A) {
             for (int tile = 0; tile < tiles; tile++) {
                 const int g = h / rep, q0 = tile * AW, last_key = std::min(q0 + AW, A.T) - 1;
                 for (int w = 0; w < AW; w++) {
-                    const int t = q0 + w;
+                    const int t = q0 + w, lo = mp_cu_attn_first_key(t, A.W);
                     if (t >= A.T) continue;
                     std::vector<float> o(A.hd, 0.0f);
                     float m = -INFINITY, l = 0.0f;
-                    for (int k0 = 0; k0 <= last_key; k0 += AL) {
-                        if (k0 > t) continue;
+                    for (int k0 = mp_cu_attn_first_key(q0, A.W) / AL * AL; k0 <= last_key; k0 += AL) {
+                        if (k0 > t || k0 + AL <= lo) continue;
                         float s[AL], p[AL], mx = -INFINITY, sum = 0.0f;
                         for (int lane = 0; lane < AL; lane++) {
                             const int key = k0 + lane;
                             s[lane] = -INFINITY;
-                            if (key <= t) {
+                            if (key <= t && key >= lo) {
                                 float dot = 0.0f;
                                 for (int d = 0; d < A.hd; d++) dot += A.q[A.qi(b, t, h, d)] * A.k[A.ki(b, key, g, d)];
                                 s[lane] = scale * dot;
@@ -1022,7 +1022,7 @@ static void mirror_fwd(Attn &A) {
                         }
                         const float m_new = fmaxf(m, mx), alpha = expf(m - m_new);
                         for (int lane = 0; lane < AL; lane++) {
-                            p[lane] = k0 + lane <= t ? expf(s[lane] - m_new) : 0.0f;
+                            p[lane] = k0 + lane <= t && k0 + lane >= lo ? expf(s[lane] - m_new) : 0.0f;
                             sum += p[lane];
                         }
                         l = l * alpha + sum;
@@ -1065,14 +1065,15 @@ static void mirror_bwd(const Attn &A, std::vector<float> &dq, std::vector<float>
                     if (j >= A.T) continue;
                     std::vector<float> kj(A.hd), vj(A.hd), dka(A.hd, 0.0f), dva(A.hd, 0.0f);
                     for (int d = 0; d < A.hd; d++) kj[d] = A.k[A.ki(b, j, g, d)], vj[d] = A.v[A.ki(b, j, g, d)];
+                    const int tend = A.W > 0 ? std::min(A.T, j0 + AW - 1 + A.W) : A.T;
                     for (int h = g * rep; h < (g + 1) * rep; h++)
-                        for (int t0 = j0 / AL * AL; t0 < A.T; t0 += AL) {
-                            if (t0 + AL - 1 < j) continue;
+                        for (int t0 = j0 / AL * AL; t0 < tend; t0 += AL) {
+                            if (t0 + AL - 1 < j || mp_cu_attn_first_key(t0, A.W) > j) continue;
                             float p[AL], ds[AL];
                             for (int lane = 0; lane < AL; lane++) {
                                 const int t = t0 + lane;
                                 p[lane] = ds[lane] = 0.0f;
-                                if (t >= j && t < A.T) {
+                                if (t >= j && t < A.T && mp_cu_attn_first_key(t, A.W) <= j) {
                                     p[lane] = expf(scale * qdot(b, t, h, kj.data(), A.q) - A.lse[A.ri(b, h, t)]);
                                     const float dp = qdot(b, t, h, vj.data(), A.dout);
                                     ds[lane] = scale * p[lane] * (dp - D[A.ri(b, h, t)]);
@@ -1097,13 +1098,14 @@ static void mirror_bwd(const Attn &A, std::vector<float> &dq, std::vector<float>
                     if (t >= A.T) continue;
                     std::vector<float> dqa(A.hd, 0.0f), qt(A.hd), dot_(A.hd);
                     for (int d = 0; d < A.hd; d++) qt[d] = A.q[A.qi(b, t, h, d)], dot_[d] = A.dout[A.qi(b, t, h, d)];
-                    for (int k0 = 0; k0 <= last_key; k0 += AL) {
-                        if (k0 > t) continue;
+                    const int lo = mp_cu_attn_first_key(t, A.W);
+                    for (int k0 = mp_cu_attn_first_key(q0, A.W) / AL * AL; k0 <= last_key; k0 += AL) {
+                        if (k0 > t || k0 + AL <= lo) continue;
                         float ds[AL];
                         for (int lane = 0; lane < AL; lane++) {
                             const int key = k0 + lane;
                             ds[lane] = 0.0f;
-                            if (key <= t) {
+                            if (key <= t && key >= lo) {
                                 float s = 0.0f, dp = 0.0f;
                                 for (int d = 0; d < A.hd; d++) s += qt[d] * A.k[A.ki(b, key, g, d)];
                                 for (int d = 0; d < A.hd; d++) dp += dot_[d] * A.v[A.ki(b, key, g, d)];
@@ -1119,7 +1121,8 @@ static void mirror_bwd(const Attn &A, std::vector<float> &dq, std::vector<float>
                 }
 }
 
-/* Naive causal GQA attention and its gradients in double (from the same bf16-rounded inputs). */
+/* Naive causal GQA attention and its gradients in double (from the same bf16-rounded inputs); with a
+ * window A.W > 0 row t sums over keys t - W < j <= t only (written out here, not the kernels' helper). */
 static void naive(const Attn &A, std::vector<double> &out, std::vector<double> &lse, std::vector<double> &dq,
                   std::vector<double> &dk, std::vector<double> &dv) {
     const double scale = 1.0 / sqrt((double)A.hd);
@@ -1130,23 +1133,24 @@ static void naive(const Attn &A, std::vector<double> &out, std::vector<double> &
             for (int t = 0; t < T; t++) {
                 std::vector<double> s(t + 1), P(t + 1), dP(t + 1);
                 double mx = -INFINITY, sum = 0.0;
-                for (int j = 0; j <= t; j++) {
+                const int j0 = A.W > 0 ? std::max(0, t - A.W + 1) : 0;
+                for (int j = j0; j <= t; j++) {
                     double dot = 0;
                     for (int d = 0; d < A.hd; d++) dot += (double)A.q[A.qi(b, t, h, d)] * A.k[A.ki(b, j, g, d)];
                     s[j] = scale * dot;
                     mx = std::max(mx, s[j]);
                 }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
+                for (int j = j0; j <= t; j++) sum += exp(s[j] - mx);
                 lse[A.ri(b, h, t)] = mx + log(sum);
-                for (int j = 0; j <= t; j++) P[j] = exp(s[j] - mx) / sum;
+                for (int j = j0; j <= t; j++) P[j] = exp(s[j] - mx) / sum;
                 double Dt = 0.0;
                 for (int d = 0; d < A.hd; d++) {
                     double o = 0;
-                    for (int j = 0; j <= t; j++) o += P[j] * A.v[A.ki(b, j, g, d)];
+                    for (int j = j0; j <= t; j++) o += P[j] * A.v[A.ki(b, j, g, d)];
                     out[A.qi(b, t, h, d)] = o;
                     Dt += o * A.dout[A.qi(b, t, h, d)];
                 }
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= t; j++) {
                     double dp = 0;
                     for (int d = 0; d < A.hd; d++) dp += (double)A.dout[A.qi(b, t, h, d)] * A.v[A.ki(b, j, g, d)];
                     const double ds = P[j] * (dp - Dt) * scale;
@@ -1187,10 +1191,24 @@ static Attn attn_random(int B, int T, int H, int KV, int hd) {
     return A;
 }
 
-static void check_attention(int B, int T, int H, int KV, int hd) {
+/* The kernels' window rule (mp_cu_attn_first_key, k_common.cuh) against transformers' mask written out:
+ * key j is visible to query t iff t - W < j <= t (W = 0: j <= t), for every t, j below 300 and windows
+ * around the tiles' sizes; the CPU kernels' rule (mp_attn_first_key) is the same expression, and every
+ * windowed case below also compares the replays with the CPU kernels. */
+static void check_window_rule(void) {
+    for (int W : {0, 1, 2, 7, 8, 31, 32, 33, 63, 64, 65, 192, 299, 300, 100000})
+        for (int t = 0; t < 300; t++)
+            for (int j = 0; j <= t; j++) {
+                const bool hf = W == 0 || t - W < j;
+                CHECK(hf == (j >= mp_cu_attn_first_key(t, W)), "window rule: W %d t %d j %d", W, t, j);
+            }
+}
+
+static void check_attention(int B, int T, int H, int KV, int hd, int W = 0) {
     char shape[96];
-    snprintf(shape, sizeof shape, "B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    snprintf(shape, sizeof shape, "B=%d T=%d H=%d KV=%d hd=%d W=%d", B, T, H, KV, hd, W);
     Attn A = attn_random(B, T, H, KV, hd);
+    A.W = W;
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
     mirror_fwd(A);
     std::vector<float> dq(nq, NAN), dk(nk, NAN), dv(nk, NAN);
@@ -1207,11 +1225,11 @@ static void check_attention(int B, int T, int H, int KV, int hd) {
     /* the project's CPU kernels on the same (bf16-valued) inputs, the backward fed the mirror's bf16 out */
     std::vector<float> cout_(nq), clse(nr), cdq(nq), cdk(nk), cdv(nk), scratch(nr);
     mp_backend *cpu = mp_backend_cpu();
-    cpu->attn_fwd(cpu, cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd, H * hd, KV * hd);
+    cpu->attn_fwd(cpu, cout_.data(), clse.data(), A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd, H * hd, KV * hd, W);
     close("out vs CPU kernel", A.out, cout_, 1e-2, 1e-4, shape);
     close("lse vs CPU kernel", A.lse, clse, 1e-5, 1e-5, shape);
     cpu->attn_bwd(cpu, cdq.data(), cdk.data(), cdv.data(), scratch.data(), A.dout.data(), A.out.data(), A.lse.data(),
-                  A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd, H * hd, KV * hd);
+                  A.q.data(), A.k.data(), A.v.data(), B, T, H, KV, hd, H * hd, KV * hd, W);
     close("dq vs CPU kernel", dq, cdq, 1e-2, 1e-4, shape);
     close("dk vs CPU kernel", dk, cdk, 1e-2, 1e-4, shape);
     close("dv vs CPU kernel", dv, cdv, 1e-2, 1e-4, shape);
@@ -1245,10 +1263,10 @@ static void mirror_fwd_mma(const Attn &A, const QKVLayout &L, std::vector<float>
             for (int tile = tiles - 1; tile >= 0; tile--) {
                 const int q0 = tile * FA_BQ;
                 for (int w = 0; w < FA_WARPS; w++) fa_fwd_init<HD, MP_WARP>(st[w], q, b, A.T, L.ldq, h, q0 + 16 * w, 0);
-                const int g = h / rep;
+                const int g = h / rep, kstart = mp_cu_attn_first_key(q0, A.W) / FA_BK * FA_BK;
                 if (HD == 64)
-                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(ld[tid], k, v, b, A.T, L.ldkv, g, 0, tid);
-                for (int k0 = 0; k0 <= q0; k0 += FA_BK) {
+                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(ld[tid], k, v, b, A.T, L.ldkv, g, kstart, tid);
+                for (int k0 = kstart; k0 <= q0; k0 += FA_BK) {
                     for (int tid = 0; tid < FA_THREADS; tid++) {
                         if (HD == 64) {
                             fa_put_kv(s[0], ld[tid], tid);
@@ -1257,7 +1275,9 @@ static void mirror_fwd_mma(const Attn &A, const QKVLayout &L, std::vector<float>
                             fa_load_kv<HD>(s[0], k, v, b, A.T, L.ldkv, g, k0, tid);
                         }
                     }
-                    for (int w = 0; w < FA_WARPS; w++) fa_fwd_step<HD, MP_WARP>(st[w], s[0], k0, q0 + 16 * w, scale, 0);
+                    for (int w = 0; w < FA_WARPS; w++)   /* the kernel's warp skip: left of all its rows' windows */
+                        if (k0 + FA_BK > mp_cu_attn_first_key(q0 + 16 * w, A.W))
+                            fa_fwd_step<HD, MP_WARP>(st[w], s[0], k0, q0 + 16 * w, scale, A.W, 0);
                 }
                 for (int w = 0; w < FA_WARPS; w++)
                     fa_fwd_finish<HD, MP_WARP>(st[w], o.data(), lse.data(), b, A.T, A.H, h, q0 + 16 * w, 0);
@@ -1297,11 +1317,14 @@ static void mirror_bwd_mma(const Attn &A, const QKVLayout &L, std::vector<float>
             for (int tile = 0; tile < tiles; tile++) {
                 const int j0 = tile * FA_BQ;
                 for (int w = 0; w < FA_WARPS; w++) fb_kv_init<HD, MP_WARP>(kst[w], k, v, b, A.T, L.ldkv, g, j0 + 16 * w, 0);
+                const int tend = A.W > 0 ? std::min(A.T, j0 + FA_BQ - 1 + A.W) : A.T;
                 for (int h = g * rep; h < (g + 1) * rep; h++)
-                    for (int t0 = j0; t0 < A.T; t0 += FB_BQ) {
+                    for (int t0 = j0; t0 < tend; t0 += FB_BQ) {
                         for (int tid = 0; tid < FA_THREADS; tid++)
                             fb_load_qtile<HD>(skv[0], q, dout.data(), A.lse.data(), D.data(), b, A.T, A.H, L.ldq, h, t0, tid);
-                        for (int w = 0; w < FA_WARPS; w++) fb_dkdv_step<HD, MP_WARP>(kst[w], skv[0], t0, j0 + 16 * w, A.T, scale, 0);
+                        for (int w = 0; w < FA_WARPS; w++)
+                            if (mp_cu_attn_first_key(t0, A.W) <= j0 + 16 * w + 15)
+                                fb_dkdv_step<HD, MP_WARP>(kst[w], skv[0], t0, j0 + 16 * w, A.T, scale, A.W, 0);
                     }
                 for (int w = 0; w < FA_WARPS; w++) {
                     fb_store<HD, MP_WARP>(gk, kst[w].dk, b, A.T, L.ldkv, g, j0 + 16 * w, 0);
@@ -1314,10 +1337,11 @@ static void mirror_bwd_mma(const Attn &A, const QKVLayout &L, std::vector<float>
                 const int q0 = tile * FA_BQ, end = std::min(q0 + FA_BQ, A.T);
                 for (int w = 0; w < FA_WARPS; w++)
                     fb_q_init<HD, MP_WARP>(qst[w], q, dout.data(), A.lse.data(), D.data(), b, A.T, A.H, L.ldq, h, q0 + 16 * w, 0);
-                const int g = h / rep;   /* hd 64: the next key tile fetched before the current one's compute */
+                /* hd 64: the next key tile fetched before the current one's compute */
+                const int g = h / rep, kstart = mp_cu_attn_first_key(q0, A.W) / FB_BK * FB_BK;
                 if (HD == 64)
-                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(kld[tid], k, v, b, A.T, L.ldkv, g, 0, tid);
-                for (int k0 = 0; k0 < end; k0 += FB_BK) {
+                    for (int tid = 0; tid < FA_THREADS; tid++) fa_fetch_kv(kld[tid], k, v, b, A.T, L.ldkv, g, kstart, tid);
+                for (int k0 = kstart; k0 < end; k0 += FB_BK) {
                     for (int tid = 0; tid < FA_THREADS; tid++) {
                         if (HD == 64) {
                             fb_put_ktile(sq[0], kld[tid], tid);
@@ -1326,7 +1350,9 @@ static void mirror_bwd_mma(const Attn &A, const QKVLayout &L, std::vector<float>
                             fb_load_ktile<HD>(sq[0], k, v, b, A.T, L.ldkv, g, k0, tid);
                         }
                     }
-                    for (int w = 0; w < FA_WARPS; w++) fb_dq_step<HD, MP_WARP>(qst[w], sq[0], k0, q0 + 16 * w, A.T, scale, 0);
+                    for (int w = 0; w < FA_WARPS; w++)
+                        if (k0 + FB_BK > mp_cu_attn_first_key(q0 + 16 * w, A.W))
+                            fb_dq_step<HD, MP_WARP>(qst[w], sq[0], k0, q0 + 16 * w, A.T, scale, A.W, 0);
                 }
                 for (int w = 0; w < FA_WARPS; w++) fb_store<HD, MP_WARP>(gq, qst[w].dq, b, A.T, L.ldq, h, q0 + 16 * w, 0);
             }
@@ -1542,10 +1568,11 @@ static void check_loader(int T, int r0, bool want_rm, bool want_tr, int extra = 
  * crossing the 16-row warp tiles and the 32/64-row tiles, every element written (NaN-filled beforehand).
  * pad < 0: q, k, v dense; else in the fused rows of layers/llama.c with pad extra columns (qkv_layout),
  * the CPU kernels then called with the same strides. */
-static void check_attention_mma(int B, int T, int H, int KV, int hd, int pad = -1) {
+static void check_attention_mma(int B, int T, int H, int KV, int hd, int pad = -1, int W = 0) {
     char shape[112];
-    snprintf(shape, sizeof shape, "mma B=%d T=%d H=%d KV=%d hd=%d pad=%d", B, T, H, KV, hd, pad);
+    snprintf(shape, sizeof shape, "mma B=%d T=%d H=%d KV=%d hd=%d pad=%d W=%d", B, T, H, KV, hd, pad, W);
     Attn A = attn_random(B, T, H, KV, hd);
+    A.W = W;
     const QKVLayout L = qkv_layout(A, pad);
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nr = (size_t)B * H * T;
     std::vector<float> out(nq, NAN), lse(nr, NAN);
@@ -1562,7 +1589,7 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd, int pad = -
     std::vector<float> cout_(nq), clse(nr), x = qkv_pack(A, L, A.q, A.k, A.v, NAN);
     mp_backend *cpu = mp_backend_cpu();
     cpu->attn_fwd(cpu, cout_.data(), clse.data(), x.data() + L.q, x.data() + L.k, x.data() + L.v, B, T, H, KV, hd,
-                  L.ldq, L.ldkv);
+                  L.ldq, L.ldkv, W);
     close("out vs CPU kernel", out, cout_, 1e-2, 1e-4, shape);
     close("lse vs CPU kernel", lse, clse, 1e-5, 1e-5, shape);
 
@@ -1582,7 +1609,7 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd, int pad = -
     std::vector<float> cdq(nq), cdk(nk), cdv(nk), scratch(nr), nanq(nq, NAN), nank(nk, NAN);
     std::vector<float> g = qkv_pack(A, L, nanq, nank, nank, 7.0f);
     cpu->attn_bwd(cpu, g.data() + L.q, g.data() + L.k, g.data() + L.v, scratch.data(), A.dout.data(), A.out.data(),
-                  A.lse.data(), x.data() + L.q, x.data() + L.k, x.data() + L.v, B, T, H, KV, hd, L.ldq, L.ldkv);
+                  A.lse.data(), x.data() + L.q, x.data() + L.k, x.data() + L.v, B, T, H, KV, hd, L.ldq, L.ldkv, W);
     CHECK(qkv_unpack(A, L, g, cdq, cdk, cdv, 7.0f) == 0, "%s: the CPU backward wrote outside dq, dk, dv", shape);
     close("dq vs CPU kernel", dq, cdq, 1e-2, 1e-4, shape);
     close("dk vs CPU kernel", dk, cdk, 1e-2, 1e-4, shape);
@@ -1631,6 +1658,10 @@ int main(void) {
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
+    check_window_rule();
+    /* sliding windows (smaller than T): one key, inside a 32-key tile, across tiles and warps' rows */
+    const int wshapes[][6] = {{1, 70, 4, 2, 40, 1}, {2, 129, 2, 2, 96, 5}, {1, 100, 4, 1, 64, 33}, {1, 130, 2, 1, 17, 64}};
+    for (auto &s : wshapes) check_attention(s[0], s[1], s[2], s[3], s[4], s[5]);
     check_mma_table();
     check_loaders();
     for (int hd : {64, 128})
@@ -1646,6 +1677,13 @@ int main(void) {
             check_attention_mma(2, T, 4, 1, hd, 24);
         }
     check_attention_mma(1, 70, 2, 1, 64, 0);   /* the fused rows alone: ld = (H + 2 KV) hd */
+    /* sliding windows: 1 key, within a 16-row warp tile, one 64-key tile, across tiles (34: the dK/dV
+     * pass's last query tile starts at its reach), W >= T */
+    for (int hd : {64, 128})
+        for (int W : {1, 9, 34, 64, 90, 200}) {
+            check_attention_mma(1, 200, 2, 2, hd, -1, W);
+            check_attention_mma(2, 200, 4, 1, hd, 8, W);
+        }
     if (g_fail) {
         fprintf(stderr, "%d check(s) FAILED\n", g_fail);
         return 1;

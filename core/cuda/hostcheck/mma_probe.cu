@@ -463,9 +463,9 @@ static void probe_kernels(int T, int hd) {
     float *l, *dD = dup(D), *dl = dup(lse);
     for (mp_bf16 **p : {&o, &gq, &gk, &gv}) CK(cudaMalloc(p, n * sizeof(mp_bf16)));
     CK(cudaMalloc(&l, T * sizeof(float)));
-    mp_cuda_attn_fwd_mma(o, l, q, k, v, 1, T, 1, 1, hd, hd, hd, 0);
+    mp_cuda_attn_fwd_mma(o, l, q, k, v, 1, T, 1, 1, hd, hd, hd, 0, 0);
     CK(cudaGetLastError());
-    mp_cuda_attn_bwd_mma(gq, gk, gv, dD, dout, dl, q, k, v, 1, T, 1, 1, hd, hd, hd, 0);   /* from the replay's lse, D */
+    mp_cuda_attn_bwd_mma(gq, gk, gv, dD, dout, dl, q, k, v, 1, T, 1, 1, hd, hd, hd, 0, 0);   /* from the replay's lse, D */
     CK(cudaGetLastError());
     auto f32 = [&](const mp_bf16 *p) {
         std::vector<mp_bf16> b = back(p, n);
