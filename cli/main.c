@@ -68,7 +68,8 @@ static void print_devices(void) {
 static void print_version(void) {
     printf("meshpoint %s%s%s%s\n", MP_VERSION, *MP_GIT_DESCRIBE ? " (git " : "", MP_GIT_DESCRIBE,
            *MP_GIT_DESCRIBE ? ")" : "");
-    printf("checkpoint format: %s v%d (reads v1..v%d)\n", CKPT_FORMAT_NAME, CKPT_FORMAT_VERSION, CKPT_FORMAT_VERSION);
+    printf("checkpoint format: %s v%d (v%d for model families other than Llama; reads v1..v%d)\n", CKPT_FORMAT_NAME,
+           CKPT_FORMAT_VERSION, CKPT_FORMAT_VERSION_MAX, CKPT_FORMAT_VERSION_MAX);
     print_devices();
     mp_err e;
     if (mp_cpu_isa_check(&e)) printf("cpu kernels: %s (%s)\n", mp_cpu_isa(), e.msg);
