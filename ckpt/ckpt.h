@@ -1,6 +1,6 @@
 /*
- * ckpt/ckpt.h — sharded checkpoints of named global tensors in HDF5 (format v3, docs/FORMAT.md;
- * version 1 and 2 checkpoints stay readable).
+ * ckpt/ckpt.h — sharded checkpoints of named global tensors in HDF5 (format v3, or v4 on the caller's
+ * request, docs/FORMAT.md; version 1 and 2 checkpoints stay readable).
  *
  * The library knows nothing of models. A checkpoint stores named global tensors (dtype, 1..4 dims,
  * global shape); each tensor is written as boxes (global offset + shape) of local host data, every
@@ -58,7 +58,8 @@
 #include "core/tensor.h"
 
 #define CKPT_FORMAT_NAME "meshpoint-checkpoint"
-#define CKPT_FORMAT_VERSION 3          /* written; readers accept 1, 2 and 3 (docs/FORMAT.md) */
+#define CKPT_FORMAT_VERSION 3          /* written by default (ckpt_save_opts.format_version 0) */
+#define CKPT_FORMAT_VERSION_MAX 4      /* the newest version written and read; readers accept 1..4 (docs/FORMAT.md) */
 #define CKPT_MAX_DIMS 4
 #define CKPT_NAME_MAX 255      /* longest tensor name, bytes */
 #define CKPT_KEY_MAX 64        /* longest metadata key, bytes */
@@ -113,6 +114,11 @@ typedef struct ckpt_save_opts {
                                    retention) without view.h5, then writes view.h5 on a background thread
                                    (view.h5.repair, fsync, rename); every later HDF5 use of the process
                                    waits for it (ckpt_views_wait). 0: view.h5 before index.h5. */
+    int format_version;         /* the format_version written: 0 (CKPT_FORMAT_VERSION, 3) or 3..CKPT_FORMAT_VERSION_MAX.
+                                   Version 4 has version 3's layout; only the number differs, so that
+                                   readers that know 3 at most refuse the checkpoint. The library gives it
+                                   no other meaning: its callers write 4 for a training checkpoint of a
+                                   model family other than Llama (cli/train_ckpt.h). */
 } ckpt_save_opts;
 
 /* Parses a --ckpt-files value into *ranks_per_file: "rank" (1), "node" (CKPT_FILES_NODE) or a group size

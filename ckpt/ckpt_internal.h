@@ -68,7 +68,8 @@ typedef struct ck_file {
 } ck_file;
 
 typedef struct ck_layout {
-    int version;                      /* format_version read (1, 2 or 3); the writer builds 3. In a v3
+    int version;                      /* format_version read (1 to 4); the writer builds 3 or 4
+                                         (ckpt_save_opts.format_version). In a v3 (and v4)
                                          layout the boxes come from the runs (ckpt/runs.c) with their
                                          dataset paths derived, and their checksum and tile fields are 0
                                          until the reader reads their rank file's /boxes table */
@@ -126,8 +127,11 @@ void ck_view_bg_start(ck_layout *L, const char *dir);
 /* Blocks until no background view write is in flight (returns at once on the view thread itself).
  * Called by ck_h5_init, so every HDF5 use of the process waits for it, and by retention. */
 void ck_view_bg_wait(void);
-/* Writes index.h5 for L at path (the .partial directory's), fsyncs it: version L->version (2 or 3). */
+/* Writes index.h5 for L at path (the .partial directory's), fsyncs it: version L->version (2, 3 or 4). */
 mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e);
+/* The newest format_version ck_index_read accepts (ckpt/index.c): CKPT_FORMAT_VERSION_MAX. Tests only
+ * lower it (to 3), to read a checkpoint as a build that knows version 3 at most does. */
+extern int ck_read_version_max;
 /* Reads and validates index.h5 at path into *L. MP_ECHECK for a missing/corrupt/foreign index. */
 mp_code ck_index_read(const char *path, ck_layout *L, mp_err *e);
 /* ck_index_read, except that a v3 index's runs are validated (ck_runs_check) but not expanded: they are

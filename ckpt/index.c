@@ -19,7 +19,9 @@
  * byte in any table or metadata value is caught even where HDF5 has no checksum of its own (raw data).
  * The reader reads the tables, never the views (a view's missing source reads as fill values).
  *
- * Versions: this file writes version 2 only and reads 1 and 2. A v1 index is turned into the same
+ * Versions: this file writes versions 2 (repair-views of a v2 checkpoint), 3 and 4 and reads 1 to 4;
+ * version 4 is version 3 with another number (docs/FORMAT.md "What changed from version 3"), so every
+ * "version 3" below is "version 3 or 4" (`>= 3`). A v1 index is turned into the same
  * in-memory layout (ck_layout) as a v2 one: its boxes get tile_rows = slab_rows, tile_cols = the
  * box's dim 1 (1 for 1-D) and ntiles = nslabs, with their tile checksums in L->slabs, so the reader
  * has one code path. Validation is overflow-safe: crafted int64 values (offsets, shapes, counts) whose
@@ -185,11 +187,12 @@ static uint64_t hash_v12(const ck_layout *L) {
     return hash_meta_end(s, L);
 }
 
-/* The version-3 sequence of docs/FORMAT.md "Index checksum": tensors, runs[nruns], files with their
- * boxes_checksum, metadata. */
+/* The version-3 (and 4) sequence of docs/FORMAT.md "Index checksum": the version, tensors, runs[nruns],
+ * files with their boxes_checksum, metadata. */
 static uint64_t hash_v3(const ck_layout *L, const ck_run *runs, int64_t nruns) {
+    assert(L->version >= 3);
     XXH3_state_t *s = hash_begin();
-    h_i64(s, 3);
+    h_i64(s, L->version);
     h_i64(s, L->step);
     h_i64(s, L->world);
     h_i64(s, L->zstd_level);
@@ -218,9 +221,9 @@ static uint64_t hash_v3(const ck_layout *L, const ck_run *runs, int64_t nruns) {
     return hash_meta_end(s, L);
 }
 
-/* v1/v2: over the layout; v3: over the runs ck_runs_build makes of it (what ck_index_write stores). */
+/* v1/v2: over the layout; v3/v4: over the runs ck_runs_build makes of it (what ck_index_write stores). */
 uint64_t ck_layout_hash(const ck_layout *L) {
-    if (L->version != 3) return hash_v12(L);
+    if (L->version < 3) return hash_v12(L);
     ck_run *runs;
     int64_t n;
     ck_runs_build(L, &runs, &n);
@@ -503,7 +506,7 @@ static mp_code write_tables3(const ck_layout *L, hid_t f, const char *path, mp_e
 }
 
 static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_err *e) {
-    if (L->version == 3) return write_tables3(L, f, path, e);
+    if (L->version >= 3) return write_tables3(L, f, path, e);
     if (H5Gclose(ck_group_create(f, "layout")) < 0)
         return ck_h5_err(e, MP_EIO, "writing %s: group /layout", path);
     rec_tensor *rt = tensor_rows(L);
@@ -561,10 +564,10 @@ mp_code ck_view_write(const ck_layout *L, const char *path, mp_err *e) {
     return rc;
 }
 
-/* Writes version L->version: 2 (repair-views of a v2 checkpoint: its tables, views inside) or 3 (runs,
+/* Writes version L->version: 2 (repair-views of a v2 checkpoint: its tables, views inside) or 3 and 4 (runs,
  * files with boxes_checksum, and /view as an external link to view.h5:/view). No slab checksums. */
 mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
-    assert((L->version == 2 || L->version == 3) && L->nslabs == 0);
+    assert(L->version >= 2 && L->version <= CKPT_FORMAT_VERSION_MAX && L->nslabs == 0);
     ck_h5_init();
     ck_h5_clear();
     hid_t f = create_file(path);
@@ -588,7 +591,7 @@ mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
     if (rc == MP_OK) rc = write_tables(L, f, path, e);
     if (rc == MP_OK) rc = write_meta(L, f, path, e);
     if (rc == MP_OK && L->version == 2) rc = write_views(L, f, path, e);
-    if (rc == MP_OK && L->version == 3 && H5Lcreate_external(CK_VIEW_FILE, "/view", f, "view", H5P_DEFAULT, H5P_DEFAULT) < 0)
+    if (rc == MP_OK && L->version >= 3 && H5Lcreate_external(CK_VIEW_FILE, "/view", f, "view", H5P_DEFAULT, H5P_DEFAULT) < 0)
         rc = ck_h5_err(e, MP_EIO, "writing %s: the external link /view -> %s:/view", path, CK_VIEW_FILE);
     /* closing flushes the metadata cache: a full disk often shows here first */
     if (H5Fclose(f) < 0 && rc == MP_OK) rc = ck_h5_err(e, MP_EIO, "closing %s", path);
@@ -797,6 +800,9 @@ static hid_t image_fapl(const void *image, size_t bytes) {
     return p;
 }
 
+/* ckpt_internal.h: tests lower it to read as an older build. */
+int ck_read_version_max = CKPT_FORMAT_VERSION_MAX;
+
 /* Reads the root attributes of the index file f into L (format version, created_utc, step, world size,
  * zstd level) and the stored index checksum into *want_hash; refuses another format, a version this
  * build does not read, and values out of range. */
@@ -807,10 +813,10 @@ static mp_code read_root(hid_t f, const char *path, ck_layout *L, uint64_t *want
         return ck_h5_err(e, MP_ECHECK, "%s: not a meshpoint checkpoint index (format attribute '%s')", path, fmt);
     if (ck_attr_read_i64(f, "format_version", &ver, 1) < 0)
         return ck_h5_err(e, MP_ECHECK, "%s: no format_version attribute", path);
-    if (ver < 1 || ver > CKPT_FORMAT_VERSION)
+    if (ver < 1 || ver > ck_read_version_max)
         return mp_err_set(e, MP_ECHECK,
                           "%s: format version %lld; this build reads versions 1..%d (a newer meshpoint wrote it?)",
-                          path, (long long)ver, CKPT_FORMAT_VERSION);
+                          path, (long long)ver, ck_read_version_max);
     L->version = (int)ver;
     /* informational (not in the checksum): kept so that a rebuilt index (repair-views) keeps it */
     if (ck_attr_read_str(f, "created_utc", L->created_utc, sizeof L->created_utc) < 0) {
@@ -919,7 +925,7 @@ static mp_code read_layout3(hid_t f, const char *path, ck_layout *L, ck_run **ru
     H5Tclose(fit);
     mp_code rc = MP_OK;
     if (h3 < 0) {
-        rc = ck_h5_err(e, MP_ECHECK, "%s: cannot read the layout tables (format version 3)", path);
+        rc = ck_h5_err(e, MP_ECHECK, "%s: cannot read the layout tables (format version %d)", path, L->version);
     } else {
         L->ntensors = (int)nt;
         L->nfiles = (int)nf;
@@ -1029,7 +1035,7 @@ static mp_code read_index3(hid_t f, const char *path, int check_sum, uint64_t wa
     return rc;
 }
 
-/* Reads and validates index.h5 of format version 1, 2 or 3 (docs/FORMAT.md); refuses other versions.
+/* Reads and validates index.h5 of format version 1 to 4 (docs/FORMAT.md); refuses other versions.
  * The body of ck_index_read (image NULL: the file at path), ck_index_read_image (image[0, image_bytes),
  * path only names it) and ck_index_read_runs (runs_out not NULL: a v3 index's runs are returned, not
  * expanded); check_sum 0 computes the index checksum without comparing it. */
@@ -1050,7 +1056,7 @@ static mp_code index_read(const char *path, const void *image, size_t image_byte
     }
     uint64_t want_hash = 0;
     mp_code rc = read_root(f, path, L, &want_hash, e);
-    if (rc == MP_OK && L->version == 3) {
+    if (rc == MP_OK && L->version >= 3) {
         rc = read_index3(f, path, check_sum, want_hash, L, runs_out, nruns_out, e);
     } else {
         if (rc == MP_OK) rc = read_layout(f, path, L, e);

@@ -257,6 +257,7 @@ static mp_code begin(ckpt_save **out, mp_comm *world, const char *root, const ch
     s->size = world->size;
     s->step = step;
     if (opts) s->o = *opts;
+    if (s->o.format_version == 0) s->o.format_version = CKPT_FORMAT_VERSION;
     s->wsize = s->o.world_size > 0 ? s->o.world_size : s->size;
     atomic_init(&s->written, 0);
     if (dir) {
@@ -293,6 +294,9 @@ static mp_code begin(ckpt_save **out, mp_comm *world, const char *root, const ch
                          "CKPT_FILES_NODE", s->o.ranks_per_file);
     } else if (s->o.world_size < 0) {
         lrc = mp_err_set(&le, MP_EINPUT, "world size %d is negative", s->o.world_size);
+    } else if (s->o.format_version < 3 || s->o.format_version > CKPT_FORMAT_VERSION_MAX) {
+        lrc = mp_err_set(&le, MP_EINPUT, "format version %d: this build writes versions 3..%d", s->o.format_version,
+                         CKPT_FORMAT_VERSION_MAX);
     }
     if (lrc == MP_OK && s->rank == 0) lrc = s->dir_mode ? prepare_target_dir(s, &le) : prepare_step_dir(s, &le);
     mp_code rc = agree(world, lrc, &le, e);
@@ -1068,7 +1072,7 @@ static mp_code write_one_file(ckpt_save *s, int fr, fill_pipe *fp, int64_t *byte
         return rc;
     }
     herr_t hr = ck_attr_write_str(f, "format", CK_RANK_FORMAT_NAME);
-    if (hr >= 0) hr = ck_attr_write_i64s(f, "format_version", CKPT_FORMAT_VERSION);
+    if (hr >= 0) hr = ck_attr_write_i64s(f, "format_version", s->o.format_version);
     if (hr >= 0) hr = ck_attr_write_i64s(f, "rank", fr);
     if (hr >= 0) hr = ck_attr_write_i64s(f, "world_size", s->wsize);
     if (hr >= 0) hr = ck_attr_write_i64s(f, "step", s->step);
@@ -1485,7 +1489,7 @@ static mp_code check_name_prefixes(const ck_layout *L, mp_err *e) {
 static mp_code build_layout(ckpt_save *s, wbox *all, int nall, const uint64_t *fsum, ck_layout *L, mp_err *e) {
     memset(L, 0, sizeof *L);
     if (nall > 1) qsort(all, (size_t)nall, sizeof *all, cmp_wbox);
-    L->version = CKPT_FORMAT_VERSION;
+    L->version = s->o.format_version;
     L->step = s->step;
     L->world = s->wsize;
     L->zstd_level = s->o.zstd_level;

@@ -204,6 +204,27 @@ static cJSON *json_tensor(const ckpt_reader *r, int i, const show_opts *o, const
     return jt;
 }
 
+/* The model's family and what it adds, as `ckpt show` prints them: the family's model_type and
+ * architecture, head_dim, the sliding window (JSON null: none) and the first layer it applies to, the
+ * q/k/v biases and the q/k norm. */
+static cJSON *json_model(const llama_config *mc) {
+    const llama_family_info *fi = llama_family_get(mc->family);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "family", fi->model_type);
+    cJSON_AddStringToObject(m, "architecture", fi->architecture);
+    cJSON_AddNumberToObject(m, "head_dim", llama_head_dim(mc));
+    if (mc->sliding_window) {
+        cJSON_AddNumberToObject(m, "sliding_window", mc->sliding_window);
+        cJSON_AddNumberToObject(m, "first_sliding_layer", mc->first_sliding_layer);
+    } else {
+        cJSON_AddNullToObject(m, "sliding_window");
+        cJSON_AddNullToObject(m, "first_sliding_layer");
+    }
+    cJSON_AddBoolToObject(m, "qkv_bias", mc->qkv_bias);
+    cJSON_AddBoolToObject(m, "qk_norm", mc->qk_norm);
+    return m;
+}
+
 /* Prints the whole of `ckpt show --json` to stdout. */
 static void show_json(const ckpt_reader *r, const show_opts *o, const show_facts *f) {
     cJSON *j = cJSON_CreateObject();
@@ -216,6 +237,7 @@ static void show_json(const ckpt_reader *r, const show_opts *o, const show_facts
     json_add_meta(j, r, "mesh");
     json_add_meta(j, r, "model_config");
     if (f->mc_ok) cJSON_AddNumberToObject(j, "parameters", (double)llama_config_num_params(&f->mc));
+    if (f->mc_ok) cJSON_AddItemToObject(j, "model", json_model(&f->mc));
     for (int i = 1; mp_ckpt_known_meta[i]; i++)
         if (strcmp(mp_ckpt_known_meta[i], "mesh") && strcmp(mp_ckpt_known_meta[i], "step")) json_add_meta(j, r, mp_ckpt_known_meta[i]);
     if (f->have_lr) cJSON_AddItemToObject(j, "next_lr", json_exact(f->lr_next));
@@ -263,12 +285,20 @@ static void show_text_model(const ckpt_reader *r, const show_facts *f) {
     const llama_config *mc = &f->mc;
     printf("model config\n");
     if (f->mc_ok) {
+        const llama_family_info *fi = llama_family_get(mc->family);
+        printf("  %-26s%s (%s)\n", "family", fi->model_type, fi->architecture);
         printf("  %-26s%d\n", "hidden_size", mc->hidden_size);
         printf("  %-26s%d\n", "intermediate_size", mc->intermediate_size);
         printf("  %-26s%d\n", "num_hidden_layers", mc->num_hidden_layers);
         printf("  %-26s%d\n", "num_attention_heads", mc->num_attention_heads);
         printf("  %-26s%d\n", "num_key_value_heads", mc->num_key_value_heads);
         printf("  %-26s%d\n", "head_dim", llama_head_dim(mc));
+        if (mc->sliding_window)
+            printf("  %-26s%d from layer %d\n", "sliding_window", mc->sliding_window, mc->first_sliding_layer);
+        else
+            printf("  %-26snone\n", "sliding_window");
+        printf("  %-26s%s\n", "q/k/v biases", mc->qkv_bias ? "yes" : "no");
+        printf("  %-26s%s\n", "q/k norm", mc->qk_norm ? "yes" : "no");
         printf("  %-26s%d\n", "vocab_size", mc->vocab_size);
         printf("  %-26s%d\n", "max_position_embeddings", mc->max_position_embeddings);
         printf("  %-26s%g\n", "rms_norm_eps", mc->rms_norm_eps);

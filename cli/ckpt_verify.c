@@ -32,6 +32,7 @@
 #include "cli/args.h"
 #include "cli/ckpt_common.h"
 #include "cli/progress.h"
+#include "cli/train_ckpt.h"
 #include "core/alloc.h"
 #include "layers/llama.h"
 #include "core/log.h"
@@ -110,11 +111,21 @@ static int verify_views(const char *dir, problems *pr) {
     return 0;
 }
 
+/* Checks that the format version is the one of the model's family (mp_ckpt_format_version): versions 1 to 3
+ * hold Llama models only, version 4 the other families. */
+static void check_version(const ckpt_reader *r, const llama_config *mc, problems *pr) {
+    int v = ckpt_reader_version(r), want = mp_ckpt_format_version(mc);
+    if (v < 3 ? mc->family != LLAMA_FAMILY_LLAMA : v != want)
+        problem(pr, "format version %d disagrees with model_config's model_type \"%s\" (a %s checkpoint is version %d)",
+                v, llama_family_get(mc->family)->model_type, llama_family_get(mc->family)->model_type, want);
+}
+
 /* Checks the metadata a training checkpoint needs; each problem is reported. */
 static void verify_meta(const ckpt_reader *r, problems *pr) {
     llama_config mc;
     mp_err err;
     if (mp_ckpt_parse_model_config(r, &mc, &err)) problem(pr, "%s", err.msg);
+    else check_version(r, &mc, pr);
     const char *step = ckpt_meta_get(r, "step");
     if (!step) problem(pr, "metadata \"step\" is missing");
     else {

@@ -1,14 +1,16 @@
 /*
- * cli/cmd_import.c — `meshpoint import DIR --out CKPT [--tp T --dp D]`: a Hugging Face Llama directory
- * (config.json + model.safetensors, or a sharded index; F32, BF16 or F16) as a model-only meshpoint
+ * cli/cmd_import.c — `meshpoint import DIR --out CKPT [--tp T --dp D]`: a Hugging Face model directory of
+ * a family of layers/family.h — Llama, Mistral, Qwen2/2.5, Qwen3, Phi-3 (docs/FAMILIES.md) — (config.json
+ * + model.safetensors, or a sharded index; F32, BF16 or F16) as a model-only meshpoint
  * checkpoint laid out for a tp x dp mesh — exactly what `reshard --model-only` of a checkpoint of the
  * same weights writes for that mesh, so `eval --checkpoint`, `sample` and `train --init-from` take it.
  * The reshard/ engine with an HF source and the checkpoint sink.
  *
  * Order of work, so that a refusal leaves nothing behind:
  *   1. flags; DIR/config.json through the one config parser (layers/llama_config.c: it refuses, naming the
- *      key, what the model cannot represent — biases, other architectures or model types, head_dim !=
- *      hidden/heads, RoPE variants it does not implement, unknown keys); every safetensors header
+ *      key, what the model cannot represent — a model_type outside the family table (naming the supported
+ *      ones), an architecture other than the family's, biases the family does not have, an odd head_dim,
+ *      RoPE variants it does not implement, unknown keys: docs/FAMILIES.md); every safetensors header
  *      (reshard/safetensors.c validates them); every tensor of the model present with its shape and an
  *      F32/BF16/F16 dtype, and no tensor the model would not use; the layout for the mesh;
  *   2. the destination (exists -> refuse unless --force; never DIR itself) and free disk;
@@ -18,7 +20,8 @@
  * The tokenizer files of DIR (cli/tokfiles.c) are carried into the checkpoint (docs/FORMAT.md, "Carried
  * files"). Steps 2 to 4 are cli/convert.c's mp_convert_write_ckpt, the one reshard and init use.
  * The metadata is that of a step-0 checkpoint (mp_run_meta) with the default training config and the
- * mesh. Under mpirun -np K, target rank r's file is written by worker r % K; errors are agreed.
+ * mesh, at the family's format version (mp_ckpt_format_version: 3 for Llama, 4 for the others). Under
+ * mpirun -np K, target rank r's file is written by worker r % K; errors are agreed.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -42,9 +45,10 @@ static mp_code load_hf_config(const char *dir, llama_config *mc, mp_err *e) {
 }
 
 static const char *import_about =
-    "Reads a Hugging Face Llama directory DIR (config.json and model.safetensors, or the shards of\n"
-    "model.safetensors.index.json; F32, BF16 or F16) into a model-only meshpoint checkpoint at --out laid out\n"
-    "for a tp x dp mesh (step 0, no optimizer moments): what `eval --checkpoint` and `train --init-from` take.\n"
+    "Reads a Hugging Face model directory DIR of a supported family (Llama, Mistral, Qwen2/2.5, Qwen3, Phi-3;\n"
+    "config.json and model.safetensors, or the shards of model.safetensors.index.json; F32, BF16 or F16)\n"
+    "into a model-only meshpoint checkpoint at --out laid out for a tp x dp mesh (step 0, no optimizer\n"
+    "moments): what `eval --checkpoint` and `train --init-from` take.\n"
     "Configs the model cannot represent are refused naming the key. Streams in bounded memory, commits\n"
     "atomically (OUT.partial, renamed at the end) and reads the result back. Runs in one process or under\n"
     "mpirun -np K (the target rank files divided among the K processes). The tokenizer files DIR has\n"

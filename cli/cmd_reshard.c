@@ -68,7 +68,7 @@ int mp_cmd_reshard(int argc, char **argv) {
     if (mp_convert_target_layout(&mc, &o, o.model_only, &boxes, &n, &err)) goto fail;
     if (mp_convert_check_tensors(r, boxes, n, &err)) goto fail;
     if (mp_tokfiles_from_ckpt(&files, r, &err)) goto fail;
-    mp_convert_meta meta = {.copy_from = r, .files = &files};
+    mp_convert_meta meta = {.copy_from = r, .mc = &mc, .files = &files};
     status = mp_convert_write_ckpt(&rt, "reshard", src, src_dir, "the source checkpoint", boxes, n, &meta, &o);
     goto done;
 fail:

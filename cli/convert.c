@@ -212,7 +212,8 @@ int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const
     if ((agreed = mp_runtime_agree(rt, rc, &err))) return mp_exit_status(agreed);
     rs_sink *sink = NULL;
     int64_t step = meta->copy_from ? ckpt_reader_step(meta->copy_from) : 0;
-    if (rs_sink_ckpt(&sink, rt->mesh.world_comm, o->out, step, world, o->force, band, 0, &err))
+    int version = mp_ckpt_format_version(meta->mc);
+    if (rs_sink_ckpt(&sink, rt->mesh.world_comm, o->out, step, world, o->force, band, 0, version, &err))
         return mp_runtime_fail(rt, &err);   /* agreed inside ckpt_save_begin_dir: same on every rank */
     rc = write_meta(meta, sink, o->tp, o->dp, &err);
     if (!rc && meta->files) rc = mp_tokfiles_put(meta->files, sink, &err);   /* a failure fails the commit */

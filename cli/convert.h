@@ -76,7 +76,8 @@ int64_t mp_convert_bytes(const rs_box *b, int n);
 
 /* What a written checkpoint's metadata is: a copy of checkpoint copy_from's (only the mesh changes), or,
  * when copy_from is NULL, that of a fresh step-0 checkpoint of model mc trained with tc; and the
- * tokenizer files it carries (files; NULL: none). */
+ * tokenizer files it carries (files; NULL: none). mc is always set (copy_from's parsed model_config):
+ * its family gives the format version (mp_ckpt_format_version). */
 typedef struct mp_convert_meta {
     ckpt_reader *copy_from;
     const llama_config *mc;

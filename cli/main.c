@@ -32,7 +32,7 @@ static const mp_subcommand commands[] = {
     {"sample", mp_cmd_sample, NULL, "generate text (or token ids) from a checkpoint's model, on any mesh"},
     {"plot", mp_cmd_plot, NULL, "draw a run's loss, learning rate and gradient norm into a PNG"},
     {"export", mp_cmd_export, NULL, "write a checkpoint's model as a Hugging Face directory (config.json + safetensors)"},
-    {"import", mp_cmd_import, NULL, "read a Hugging Face Llama directory into a checkpoint for any tp x dp mesh"},
+    {"import", mp_cmd_import, NULL, "read a Hugging Face model (Llama, Mistral, Qwen2, Qwen3, Phi-3) into a checkpoint for any mesh"},
     {0}};
 
 /* The program's usage text: what it is, the commands (from the table), where to read more. */
@@ -68,7 +68,8 @@ static void print_devices(void) {
 static void print_version(void) {
     printf("meshpoint %s%s%s%s\n", MP_VERSION, *MP_GIT_DESCRIBE ? " (git " : "", MP_GIT_DESCRIBE,
            *MP_GIT_DESCRIBE ? ")" : "");
-    printf("checkpoint format: %s v%d (reads v1..v%d)\n", CKPT_FORMAT_NAME, CKPT_FORMAT_VERSION, CKPT_FORMAT_VERSION);
+    printf("checkpoint format: %s v%d (v%d for model families other than Llama; reads v1..v%d)\n", CKPT_FORMAT_NAME,
+           CKPT_FORMAT_VERSION, CKPT_FORMAT_VERSION_MAX, CKPT_FORMAT_VERSION_MAX);
     print_devices();
     mp_err e;
     if (mp_cpu_isa_check(&e)) printf("cpu kernels: %s (%s)\n", mp_cpu_isa(), e.msg);

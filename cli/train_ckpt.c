@@ -29,6 +29,10 @@ void mp_checkpointer_init(mp_checkpointer *c, const char *root, const ckpt_save_
     c->inflight_step = -1;
 }
 
+int mp_ckpt_format_version(const llama_config *mc) {
+    return mc->family == LLAMA_FAMILY_LLAMA ? CKPT_FORMAT_VERSION : 4;
+}
+
 mp_code mp_run_meta(mp_meta_put put, void *ctx, const llama_config *mc, const mp_train_config *tc, int tp,
                     int dp, const mp_run_state *st, mp_err *err) {
     char buf[1024];
@@ -133,6 +137,7 @@ mp_code mp_checkpointer_save(mp_checkpointer *c, llama_model *m, const llama_con
     const float **src = save_sources(c, m);
     ckpt_save *s = NULL;
     ckpt_save_opts so = c->opts;   /* a sync save shows a progress bar on a terminal (cli/progress.h) */
+    so.format_version = mp_ckpt_format_version(mc);
     mp_progress *pg = c->async ? NULL : mp_progress_start("saving checkpoint", 0, MP_PROGRESS_BYTES);
     so.progress = pg ? mp_progress_ckpt : NULL;
     so.progress_ctx = pg;

@@ -8,6 +8,7 @@
  *   optim/exp_avg_sq/<hf name>      AdamW second moment
  * Every rank writes its FSDP shard of its TP slice as one box (vocab padding rows clipped off);
  * replicated tensors (the norms) are written by tp rank 0 only.
+ * Format version 3 for Llama models, 4 for the other families (mp_ckpt_format_version).
  * Metadata (JSON text): model_config (HF config.json), train_config, mesh, step, data_cursor,
  * lr_schedule, optimizer, rng. See docs/FORMAT.md. "mesh" also carries "elapsed_s", the run's wall time
  * up to the saved step (bookkeeping, not compared by `ckpt diff`; absent in older checkpoints: 0).
@@ -36,6 +37,12 @@ typedef struct mp_run_state {
      * a resumed run keeps recording where its weights came from */
     char init_from[MP_PATH_MAX + 128];
 } mp_run_state;
+
+/* The format_version of a training checkpoint of model mc (ckpt_save_opts.format_version): 3 for Llama,
+ * whose checkpoints stay what they were before the families, 4 for every other family (layers/family.h),
+ * so that a build that knows no families (format 3 at most) refuses the checkpoint instead of reading it
+ * as a Llama. Every writer of training checkpoints (train, reshard, init, import) uses it. */
+int mp_ckpt_format_version(const llama_config *mc);
 
 /* Stores one metadata entry (a ckpt save, a reshard sink, ...). */
 typedef mp_code (*mp_meta_put)(void *ctx, const char *key, const char *value, mp_err *err);

@@ -93,11 +93,12 @@ struct rs_sink {
     void *impl;
 };
 
-/* A sink writing a meshpoint checkpoint to exactly dir (dir.partial first, renamed at the commit;
- * replace: an existing dir is swapped out only at that rename) for a target job of world_size ranks,
- * over the workers' communicator. band_bytes bounds the write buffer. Collective. */
+/* A sink writing a meshpoint checkpoint of format_version version (ckpt_save_opts.format_version; 0: the
+ * default) to exactly dir (dir.partial first, renamed at the commit; replace: an existing dir is swapped out
+ * only at that rename) for a target job of world_size ranks, over the workers' communicator. band_bytes
+ * bounds the write buffer. Collective. */
 mp_code rs_sink_ckpt(rs_sink **out, mp_comm *workers, const char *dir, int64_t step, int world_size, int replace,
-                     size_t band_bytes, int zstd_level, mp_err *e);
+                     size_t band_bytes, int zstd_level, int version, mp_err *e);
 
 /* ------------------------------------------------------------------------------ target layout */
 

@@ -30,10 +30,10 @@ static void sk_free(rs_sink *s) {
 }
 
 mp_code rs_sink_ckpt(rs_sink **out, mp_comm *workers, const char *dir, int64_t step, int world_size, int replace,
-                     size_t band_bytes, int zstd_level, mp_err *e) {
+                     size_t band_bytes, int zstd_level, int version, mp_err *e) {
     *out = NULL;
     ckpt_save_opts o = {.zstd_level = zstd_level, .world_size = world_size, .fill_bytes = band_bytes,
-                        .fill_any_thread = 1};   /* sources read on the writer's helper (reshard.h) */
+                        .fill_any_thread = 1, .format_version = version};   /* sources read on the writer's helper (reshard.h) */
     ckpt_save *cs = NULL;
     MP_TRY(ckpt_save_begin_dir(&cs, workers, dir, step, &o, replace, e));
     rs_sink *s = mp_xcalloc(sizeof *s);

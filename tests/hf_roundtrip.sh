@@ -13,8 +13,9 @@
 #              the shards = import of the single file; export of it = the single-file export; size syntax.
 #   rope       a rope_scaling llama3 config: config.json carries it as rope_scaling and rope_parameters (with
 #              rope_theta) alike, and import -> export gives it back identically.
-#   refusals   configs the model cannot represent (biases, head_dim, model_type, architectures, rope_scaling
-#              type), missing / extra / misshapen / F64 tensors, a truncated file, existing destinations,
+#   refusals   configs the model cannot represent (biases, an odd head_dim, an unknown model_type, architectures
+#              of another family, rope_scaling type; an even head_dim != hidden/heads is a model, refused at its
+#              tensors' shapes), missing / extra / misshapen / F64 tensors, a truncated file, existing destinations,
 #              a non-checkpoint, a directory without config.json: exit 2 naming the cause, nothing written.
 set -u
 bin=$1; equal=$2; data=$3; work=$4; case=$5
@@ -162,7 +163,10 @@ refusals)
     }
     variant ab 'cfg["attention_bias"]=True';  expect2 'attention_bias' "$bin" import "$work/ab" --out "$work/o"
     variant mb 'cfg["mlp_bias"]=True';        expect2 'mlp_bias' "$bin" import "$work/mb" --out "$work/o"
-    variant hd 'cfg["head_dim"]=16';          expect2 'head_dim' "$bin" import "$work/hd" --out "$work/o"
+    variant hd 'cfg["head_dim"]=15';          expect2 'head_dim' "$bin" import "$work/hd" --out "$work/o"
+    # an even head_dim other than hidden/heads is a model (Qwen3's); these weights are not its shape
+    variant he 'cfg["head_dim"]=16';          expect2 'q_proj.weight.*has shape.*implies \[64, 32\]' "$bin" import "$work/he" --out "$work/o"
+    variant mu 'cfg["model_type"]="gpt2"; cfg.pop("architectures")'; expect2 'model_type.*gpt2' "$bin" import "$work/mu" --out "$work/o"
     variant mt 'cfg["model_type"]="mistral"'; expect2 'model_type' "$bin" import "$work/mt" --out "$work/o"
     variant ar 'cfg["architectures"]=["MistralForCausalLM"]'; expect2 'architectures' "$bin" import "$work/ar" --out "$work/o"
     variant rs 'cfg["rope_scaling"]={"rope_type":"yarn","factor":4.0}'; expect2 'rope_scaling' "$bin" import "$work/rs" --out "$work/o"

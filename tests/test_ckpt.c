@@ -728,14 +728,14 @@ Test(ckpt, newer_format_version_is_refused) {
     hid_t f = tu_h5_open(ip, H5F_ACC_RDWR);
     cr_assert(f >= 0);
     hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-    int64_t v = CKPT_FORMAT_VERSION + 1;
+    int64_t v = CKPT_FORMAT_VERSION_MAX + 1;
     cr_assert(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
     H5Aclose(a);
     H5Fclose(f);
     ckpt_reader *r;
     char *d = tu_path(root, "step_00000001");
     cr_assert_eq(ckpt_open(&r, d, &e), MP_ECHECK);
-    cr_assert(strstr(e.msg, "format version 4") && strstr(e.msg, "reads versions 1..3"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "format version 5") && strstr(e.msg, "reads versions 1..4"), "%s", e.msg);
     free(d);
     free(ip);
     tu_rm_rf(root);

@@ -184,6 +184,7 @@ typedef struct copy_opts {
     const char *extra;        /* f32 tensor [32] added */
     const char *drop_meta;    /* metadata key left out */
     const char *bad_step;     /* replaces the "step" metadata */
+    int version;              /* the copy's format_version (0: the default) */
 } copy_opts;
 
 static double nudge_delta;   /* |new - old| of the element copy_ckpt nudged */
@@ -195,7 +196,8 @@ static char *copy_ckpt(const char *src, const char *root, const copy_opts *o) {
     ckpt_reader *r = NULL;
     cr_assert_eq(ckpt_open(&r, src, &e), MP_OK, "%s", e.msg);
     ckpt_save *s = NULL;
-    cr_assert_eq(ckpt_save_begin(&s, mp_comm_self(), root, ckpt_reader_step(r), NULL, &e), MP_OK, "%s", e.msg);
+    ckpt_save_opts so = {.format_version = o->version};
+    cr_assert_eq(ckpt_save_begin(&s, mp_comm_self(), root, ckpt_reader_step(r), &so, &e), MP_OK, "%s", e.msg);
     int nt = ckpt_num_tensors(r);
     void **bufs = calloc((size_t)nt + 1, sizeof *bufs);
     for (int i = 0; i < nt; i++) {
@@ -409,6 +411,12 @@ Test(ckpt_cli, show_prints_config_tensors_and_stats, .timeout = 120) {
     cr_assert((l = line_with(out, "hidden_size")) && strstr(l, " 32"), "%s", out);
     cr_assert((l = line_with(out, "num_hidden_layers")) && strstr(l, " 2"), "%s", out);
     cr_assert((l = line_with(out, "num_key_value_heads")) && strstr(l, " 2"), "%s", out);
+    cr_assert((l = line_with(out, "format ")) && strstr(l, "meshpoint-checkpoint v3"), "%s", out);   /* Llama: v3 */
+    cr_assert((l = line_with(out, "family ")) && strstr(l, " llama (LlamaForCausalLM)"), "%s", out);
+    cr_assert((l = line_with(out, "head_dim ")) && strstr(l, " 8"), "%s", out);
+    cr_assert((l = line_with(out, "sliding_window ")) && strstr(l, " none"), "%s", out);
+    cr_assert((l = line_with(out, "q/k/v biases ")) && strstr(l, " no"), "%s", out);
+    cr_assert((l = line_with(out, "q/k norm ")) && strstr(l, " no"), "%s", out);
     cr_assert((l = line_with(out, "data cursor")) && strstr(l, "pos 128"), "%s", out);   /* 2 steps x 4 x 16 */
     cr_assert((l = line_with(out, "train config")) && strstr(l, "seq_len 16"), "%s", out);
     cr_assert((l = line_with(out, "optimizer")) && strstr(l, "adamw") && strstr(l, "t 2"), "%s", out);
@@ -432,7 +440,13 @@ Test(ckpt_cli, show_prints_config_tensors_and_stats, .timeout = 120) {
     cr_assert_eq(ckpt_json(&js, args), 0, "%s", js);
     cJSON *j = parse(js);
     cr_assert_eq(jnum(j, "step"), 4);
-    cr_assert_eq(jnum(j, "format_version"), CKPT_FORMAT_VERSION);
+    cr_assert_eq(jnum(j, "format_version"), 3);
+    const cJSON *jm = cJSON_GetObjectItemCaseSensitive(j, "model");
+    cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(jm, "family")), "llama");
+    cr_assert_eq(jnum(jm, "head_dim"), 8);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(jm, "sliding_window")), "%s", js);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(jm, "qkv_bias")), "%s", js);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(jm, "qk_norm")), "%s", js);
     cr_assert_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "mesh"), "tp"), 1);
     cr_assert_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "model_config"), "hidden_size"), 32);
     cr_assert_eq(jnum(cJSON_GetObjectItemCaseSensitive(j, "data_cursor"), "pos"), 256);
@@ -533,6 +547,145 @@ Test(ckpt_cli, show_stats_of_known_values_any_dtype, .timeout = 60) {
     rc = run(&out, "%s ckpt verify %s", tu_bin(), root);
     cr_assert_eq(rc, 1, "%s", out);
     cr_assert(strstr(out, "\"model_config\" is missing") && strstr(out, "\"data_cursor\" is missing"), "%s", out);
+    free(out);
+    run(NULL, "rm -rf %s", dir);
+}
+
+/* ------------------------------------------------------------------------------------- model families */
+
+/* Writes text to dir/name; returns the path. */
+static char *write_config(const char *dir, const char *name, const char *text) {
+    char *p = fmt("%s/%s", dir, name);
+    tu_write_file(p, text);
+    return p;
+}
+
+/* A Qwen3-shaped model (head_dim 16 != hidden/heads 8, q/k norms) whose layers 1.. slide over 8 tokens. */
+static const char qwen3_window_json[] =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 32,\n"
+    " \"intermediate_size\": 64, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,\n"
+    " \"head_dim\": 16, \"vocab_size\": 64, \"max_position_embeddings\": 128, \"use_sliding_window\": true,\n"
+    " \"sliding_window\": 8, \"max_window_layers\": 1, \"tie_word_embeddings\": true,\n"
+    " \"train\": {\"batch_size\": 2, \"seq_len\": 8}}\n";
+static const char qwen2_json[] =
+    "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", \"hidden_size\": 32,\n"
+    " \"intermediate_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,\n"
+    " \"vocab_size\": 64, \"max_position_embeddings\": 128, \"use_sliding_window\": false}\n";
+/* cli_tiny.json as a Mistral v0.3-style model (sliding_window null): Llama's math, another family */
+static const char mistral_json[] =
+    "{\"architectures\": [\"MistralForCausalLM\"], \"model_type\": \"mistral\", \"hidden_size\": 32,\n"
+    " \"intermediate_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,\n"
+    " \"vocab_size\": 256, \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-5, \"sliding_window\": null,\n"
+    " \"train\": {\"batch_size\": 4, \"seq_len\": 16, \"lr\": 1e-3, \"warmup_steps\": 1}}\n";
+
+/* `ckpt show --json` of ck parsed; its "model" object into *model. */
+static cJSON *show_json_of(const char *ck, const cJSON **model) {
+    char *js = NULL, *args = fmt("show --json %s", ck);
+    cr_assert_eq(ckpt_json(&js, args), 0, "%s", js);
+    cJSON *j = parse(js);
+    *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    cr_assert(cJSON_IsObject(*model), "no \"model\" object: %s", js);
+    free(js);
+    free(args);
+    return j;
+}
+
+static const char *jstr(const cJSON *o, const char *k) {
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, k));
+    cr_assert(v, "no string \"%s\"", k);
+    return v;
+}
+
+/* A checkpoint of a family other than Llama is format version 4 whichever command writes it (init, reshard,
+ * train), and `ckpt show` prints the family and what it adds, in text and JSON. */
+Test(ckpt_cli, family_checkpoints_are_v4_and_show_the_family, .timeout = 180) {
+    char *dir = tu_mkdtemp("ckfam");
+    char *q3 = write_config(dir, "q3.json", qwen3_window_json), *q3ck = fmt("%s/q3", dir);
+    char *out = NULL, *l;
+    int rc = run(&out, "%s init --config %s --out %s --tp 1 --dp 1", tu_bin(), q3, q3ck);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    rc = run(&out, "%s ckpt show %s", tu_bin(), q3ck);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert((l = line_with(out, "format ")) && strstr(l, "meshpoint-checkpoint v4"), "%s", out);
+    cr_assert((l = line_with(out, "family ")) && strstr(l, " qwen3 (Qwen3ForCausalLM)"), "%s", out);
+    cr_assert((l = line_with(out, "head_dim ")) && strstr(l, " 16"), "%s", out);
+    cr_assert((l = line_with(out, "sliding_window ")) && strstr(l, " 8 from layer 1"), "%s", out);
+    cr_assert((l = line_with(out, "q/k/v biases ")) && strstr(l, " no"), "%s", out);
+    cr_assert((l = line_with(out, "q/k norm ")) && strstr(l, " yes"), "%s", out);
+    free(out);
+    const cJSON *m;
+    cJSON *j = show_json_of(q3ck, &m);
+    cr_assert_eq(jnum(j, "format_version"), 4);
+    cr_assert_str_eq(jstr(m, "family"), "qwen3");
+    cr_assert_str_eq(jstr(m, "architecture"), "Qwen3ForCausalLM");
+    cr_assert_eq(jnum(m, "head_dim"), 16);
+    cr_assert_eq(jnum(m, "sliding_window"), 8);
+    cr_assert_eq(jnum(m, "first_sliding_layer"), 1);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(m, "qkv_bias")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "qk_norm")));
+    cJSON_Delete(j);
+
+    /* reshard copies the checkpoint: still version 4 */
+    char *q3tp2 = fmt("%s/q3tp2", dir);
+    rc = run(&out, "%s reshard %s --tp 2 --dp 1 --out %s", tu_bin(), q3ck, q3tp2);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    j = show_json_of(q3tp2, &m);
+    cr_assert_eq(jnum(j, "format_version"), 4);
+    cr_assert_str_eq(jstr(m, "family"), "qwen3");
+    cJSON_Delete(j);
+
+    /* Qwen2: biases, no window (use_sliding_window false) */
+    char *q2 = write_config(dir, "q2.json", qwen2_json), *q2ck = fmt("%s/q2", dir);
+    rc = run(&out, "%s init --config %s --out %s --tp 1 --dp 1", tu_bin(), q2, q2ck);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    j = show_json_of(q2ck, &m);
+    cr_assert_eq(jnum(j, "format_version"), 4);
+    cr_assert_str_eq(jstr(m, "family"), "qwen2");
+    cr_assert_eq(jnum(m, "head_dim"), 8);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "sliding_window")));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "first_sliding_layer")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "qkv_bias")));
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(m, "qk_norm")));
+    cJSON_Delete(j);
+
+    /* train saves a Mistral model as version 4; it verifies */
+    char *data = make_data(dir), *mi = write_config(dir, "mi.json", mistral_json), *runp = fmt("%s/run", dir);
+    rc = run(&out, "%s train --config %s --train-data %s --run-dir %s --log-every 0 --steps 1 --ckpt-every 1", tu_bin(),
+             mi, data, runp);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char *mck = fmt("%s/checkpoints/step_00000001", runp);
+    rc = run(&out, "%s ckpt show %s", tu_bin(), mck);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert((l = line_with(out, "format ")) && strstr(l, "meshpoint-checkpoint v4"), "%s", out);
+    cr_assert((l = line_with(out, "family ")) && strstr(l, " mistral (MistralForCausalLM)"), "%s", out);
+    cr_assert((l = line_with(out, "sliding_window ")) && strstr(l, " none"), "%s", out);
+    free(out);
+    rc = run(&out, "%s ckpt verify %s", tu_bin(), mck);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+
+    /* verify: the version must be the family's (a v3 Mistral, a v4 Llama: each one problem) */
+    copy_opts as3 = {.version = 3}, as4 = {.version = 4};
+    char *r3 = fmt("%s/as3", dir), *c3 = copy_ckpt(mck, r3, &as3);
+    rc = run(&out, "%s ckpt verify %s", tu_bin(), c3);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_assert(strstr(out, "format version 3 disagrees with model_config's model_type \"mistral\" (a mistral "
+                          "checkpoint is version 4)") && strstr(out, "1 problem"), "%s", out);
+    free(out);
+    char *lrun = fmt("%s/lrun", dir);
+    train(data, lrun, 1, "--steps 1 --ckpt-every 1");
+    char *lck = fmt("%s/checkpoints/step_00000001", lrun), *r4 = fmt("%s/as4", dir), *c4 = copy_ckpt(lck, r4, &as4);
+    rc = run(&out, "%s ckpt verify %s", tu_bin(), c4);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_assert(strstr(out, "format version 4 disagrees with model_config's model_type \"llama\" (a llama checkpoint "
+                          "is version 3)"), "%s", out);
+    free(out);
+    rc = run(&out, "%s ckpt verify %s", tu_bin(), lck);
+    cr_assert_eq(rc, 0, "%s", out);
     free(out);
     run(NULL, "rm -rf %s", dir);
 }

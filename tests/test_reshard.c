@@ -36,7 +36,7 @@ static void write_init(const llama_config *c, int tp, int dp, int model_only, co
     rs_source *src = NULL;
     cr_assert_eq(rs_source_init(&src, c, 1234, &e), MP_OK, "%s", e.msg);
     rs_sink *sink = NULL;
-    cr_assert_eq(rs_sink_ckpt(&sink, mp_comm_self(), dir, 0, tp * dp, 0, 1 << 20, 0, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(rs_sink_ckpt(&sink, mp_comm_self(), dir, 0, tp * dp, 0, 1 << 20, 0, 0, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(sink->meta(sink, "step", "0", &e), MP_OK);
     rs_stats st;
     cr_assert_eq(rs_run(src, sink, b, n, 0, 1, &st, &e), MP_OK, "%s", e.msg);
@@ -185,7 +185,7 @@ Test(reshard, resharded_equals_init_on_target, .timeout = 120) {
     int n = 0;
     cr_assert_eq(rs_target_layout(&c, 2, 3, 0, &b, &n, &e), MP_OK, "%s", e.msg);
     rs_sink *sink = NULL;
-    cr_assert_eq(rs_sink_ckpt(&sink, mp_comm_self(), cdir, 0, 6, 0, 1 << 20, 0, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(rs_sink_ckpt(&sink, mp_comm_self(), cdir, 0, 6, 0, 1 << 20, 0, 0, &e), MP_OK, "%s", e.msg);
     rs_stats st;
     cr_assert_eq(rs_run(src, sink, b, n, 0, 1, &st, &e), MP_OK, "%s", e.msg);
     sink->free(sink);

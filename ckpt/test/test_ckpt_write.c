@@ -161,7 +161,8 @@ static void check_box_on_disk(const char *dir, ckpt_reader *r, int j, int tid, c
     hid_t f = open_ro(fp);
     cr_assert(f >= 0, "opening %s", fp);
     int64_t v;
-    cr_assert(read_attr(f, "format_version", H5T_NATIVE_INT64, &v) >= 0 && v == CKPT_FORMAT_VERSION);
+    cr_assert(read_attr(f, "format_version", H5T_NATIVE_INT64, &v) >= 0 && v == ckpt_reader_version(r),
+              "%s: format_version %lld, the index's %d", fp, (long long)v, ckpt_reader_version(r));
     cr_assert(read_attr(f, "rank", H5T_NATIVE_INT64, &v) >= 0 && v == B->rank, "%s: rank attribute %lld, box rank %d",
               fp, (long long)v, B->rank);
     cr_assert(read_attr(f, "world_size", H5T_NATIVE_INT64, &v) >= 0 && v == world);
@@ -380,11 +381,13 @@ Test(ckpt_write, fill_boxes_four_file_ranks_zstd) { check_fill_save(3, 0); }
 Test(ckpt_write, fill_boxes_produced_on_the_helper) { check_fill_save(0, 1); }
 Test(ckpt_write, fill_boxes_produced_on_the_helper_zstd) { check_fill_save(3, 1); }
 
-/* Saves model/w (g_t[0]) into dir, all on rank 0: as pointer boxes, or as fill boxes. */
-static void save_w(const char *dir, int as_fill, int zstd) {
+/* Saves model/w (g_t[0]) into dir, all on rank 0: as pointer boxes, or as fill boxes; version: the
+ * format_version option (0: the default). */
+static void save_w(const char *dir, int as_fill, int zstd, int version) {
     mp_comm *w = mp_comm_self();
     ckpt_save_opts o = {0};
     o.zstd_level = zstd;
+    o.format_version = version;
     o.fill_bytes = 50 << 10;
     ckpt_save *s;
     mp_err e;
@@ -431,8 +434,8 @@ static void *read_dataset(const char *fp, const char *ds, hid_t mt, size_t *n) {
 static void pointer_vs_fill(int zstd) {
     char *tmp = tu_mkdtemp("ckw_same");
     char *a = tu_path(tmp, "ptr"), *b = tu_path(tmp, "fill");
-    save_w(a, 0, zstd);
-    save_w(b, 1, zstd);
+    save_w(a, 0, zstd, 0);
+    save_w(b, 1, zstd, 0);
     char *fa = tu_path(a, "rank_00000.h5"), *fb = tu_path(b, "rank_00000.h5");
     for (int k = 0; k < 4; k++) {
         char ds[64], ts[64];
@@ -474,6 +477,72 @@ static void pointer_vs_fill(int zstd) {
 
 Test(ckpt_write, pointer_and_fill_boxes_write_the_same_datasets) { pointer_vs_fill(0); }
 Test(ckpt_write, pointer_and_fill_boxes_write_the_same_datasets_zstd) { pointer_vs_fill(2); }
+
+/* The uint64 root attribute index_checksum of dir/index.h5. */
+static uint64_t index_checksum(const char *dir) {
+    char *ip = tu_path(dir, "index.h5");
+    hid_t f = open_ro(ip);
+    uint64_t h = 0;
+    cr_assert(f >= 0 && read_attr(f, "index_checksum", H5T_NATIVE_UINT64, &h) >= 0, "%s", ip);
+    H5Fclose(f);
+    free(ip);
+    return h;
+}
+
+/* Version 4 on request (ckpt_save_opts.format_version): the same layout as 3, read back and verified, the
+ * number in index.h5 and the rank file (check_box_on_disk) and in the index checksum; a reader that knows 3
+ * at most (what every build before version 4 is) refuses it with the message those builds print; versions
+ * this build does not write are refused at begin. */
+Test(ckpt_write, format_version_4_on_request) {
+    char *tmp = tu_mkdtemp("ckw_v4");
+    char *d3 = tu_path(tmp, "v3"), *d4 = tu_path(tmp, "v4");
+    save_w(d3, 0, 0, 0);
+    save_w(d4, 0, 0, 4);
+    ckpt_reader *r3, *r4;
+    mp_err e;
+    cr_assert_eq(ckpt_open(&r3, d3, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(ckpt_open(&r4, d4, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(ckpt_reader_version(r3), 3);
+    cr_assert_eq(ckpt_reader_version(r4), 4);
+    cr_assert_eq(ckpt_num_boxes(r4), 4);
+    for (int j = 0; j < 4; j++) {
+        cr_assert_eq(ckpt_box_at(r4, j)->checksum, ckpt_box_at(r3, j)->checksum);
+        check_box_on_disk(d4, r4, j, 0, &g_t[0], 1, 0);
+    }
+    expect_tensor(r4, 0, &g_t[0]);
+    cr_assert_eq(ckpt_verify(r4, NULL, &e), MP_OK, "%s", e.msg);
+    ckpt_close(r3);
+    ckpt_close(r4);
+    cr_assert_neq(index_checksum(d3), index_checksum(d4), "the index checksum does not cover the version");
+    ck_read_version_max = 3;   /* a build of format version 3 */
+    mp_code rc = ckpt_open(&r4, d4, &e);
+    mp_err e3;
+    mp_code rc3 = ckpt_open(&r3, d3, &e3);
+    ck_read_version_max = CKPT_FORMAT_VERSION_MAX;
+    cr_assert_eq(rc, MP_ECHECK);
+    cr_assert(strstr(e.msg, "index.h5: format version 4; this build reads versions 1..3 (a newer meshpoint wrote it?)"),
+              "%s", e.msg);
+    cr_assert_eq(rc3, MP_OK, "%s", e3.msg);
+    ckpt_close(r3);
+    mp_comm *w = mp_comm_self();
+    int bad[] = {2, 5, -1};
+    for (int i = 0; i < 3; i++) {
+        ckpt_save_opts o = {.format_version = bad[i]};
+        ckpt_save *s;
+        char *d = tu_path(tmp, "bad");
+        cr_assert_eq(ckpt_save_begin_dir(&s, w, d, 1, &o, 0, &e), MP_EINPUT, "format_version %d", bad[i]);
+        char want[64];
+        snprintf(want, sizeof want, "format version %d: this build writes versions 3..4", bad[i]);
+        cr_assert(strstr(e.msg, want), "%s", e.msg);
+        cr_assert(!mp_fs_exists(d));
+        free(d);
+    }
+    w->destroy(w);
+    tu_rm_rf(tmp);
+    free(d3);
+    free(d4);
+    free(tmp);
+}
 
 /* A fill failing at box fail_box's fail_call-th band fails the save with the callback's message,
  * the tensor and the rank file, and leaves nothing behind. */
@@ -639,7 +708,7 @@ Test(ckpt_write, begin_dir_stale_partial_is_replaced) {
     char *junk = tu_path(tmp, "ckpt.partial/junk");
     cr_assert_eq(mkdir(partial, 0777), 0);
     tu_write_file(junk, "x");
-    save_w(dir, 1, 0);
+    save_w(dir, 1, 0, 0);
     cr_assert(!mp_fs_exists(partial));
     ckpt_reader *r;
     mp_err e;
