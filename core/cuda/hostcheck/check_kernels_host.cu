@@ -181,9 +181,9 @@ static double reduce_replay(const T *x, int64_t n, double acc) {
 static void check_rmsnorm_plan(void) {
     for (int N = 1; N <= 200000; N += (N < 600 ? 1 : 997)) {
         int rows, nc;
-        rmsnorm_plan(N, &rows, &nc);
-        CHECK(rows >= BWD_MIN_ROWS && nc >= 1 && nc <= BWD_MAX_CHUNKS, "rmsnorm_plan(%d): %d x %d", N, nc, rows);
-        CHECK((int64_t)nc * rows >= N && (int64_t)(nc - 1) * rows < N, "rmsnorm_plan(%d) coverage", N);
+        mp_row_chunks(N, &rows, &nc);
+        CHECK(rows >= MP_CHUNK_MIN_ROWS && nc >= 1 && nc <= MP_CHUNK_MAX, "mp_row_chunks(%d): %d x %d", N, nc, rows);
+        CHECK((int64_t)nc * rows >= N && (int64_t)(nc - 1) * rows < N, "mp_row_chunks(%d) coverage", N);
         CHECK(mp_cuda_rmsnorm_bwd_scratch_floats(N, 7) == (size_t)nc * 7, "scratch size");
     }
     /* the backward's warps per block: its accumulators fit 48 KB, 1..8 warps, 0 (the wide kernel) past that;
@@ -291,7 +291,7 @@ static void rms_bwd_replay(std::vector<mp_bf16> &dx, std::vector<float> &dw, con
                            const std::vector<mp_bf16> &x, const std::vector<mp_bf16> &w, const std::vector<float> &rstd,
                            int N, int D) {
     int rows, nc;
-    rmsnorm_plan(N, &rows, &nc);
+    mp_row_chunks(N, &rows, &nc);
     const int W = rms_bwd_warps(D);
     std::vector<float> partial(mp_cuda_rmsnorm_bwd_scratch_floats(N, D), NAN), acc((size_t)std::max(W, 1) * D);
     for (int c = 0; c < nc; c++) {
@@ -326,7 +326,7 @@ static void rms_bwd_replay(std::vector<mp_bf16> &dx, std::vector<float> &dw, con
             }
         for (int tid = 0; tid < W * MP_WARP; tid++) rms_bwd_fold<VEC>(partial.data() + (size_t)c * D, acc.data(), W, D, tid, W * MP_WARP);
     }
-    for (int i = 0; i < D; i++) {   /* rmsnorm_bwd_column_kernel */
+    for (int i = 0; i < D; i++) {   /* mp_chunk_sum_kernel */
         float s = 0.0f;
         for (int c = 0; c < nc; c++) s += partial[(size_t)c * D + i];
         dw[i] += s;
@@ -383,7 +383,7 @@ static void check_rmsnorm(int N, int D) {
         }
     }
     int rows, nc;
-    rmsnorm_plan(N, &rows, &nc);
+    mp_row_chunks(N, &rows, &nc);
     const int W = rms_bwd_warps(D);
     std::vector<float> order_dw(D, 0.25f);
     for (int i = 0; i < D; i++) {
