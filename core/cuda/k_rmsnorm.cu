@@ -236,6 +236,11 @@ static __global__ void __launch_bounds__(BWD_THREADS)
     }
 }
 
+/* The first element of pair m's head: row m / H, head m % H of x (rows ldx apart). Host and device. */
+__host__ __device__ static inline mp_bf16 *head_rms_row(mp_bf16 *x, int ldx, int64_t m, int H, int hd) {
+    return x + (m / H) * ldx + (m % H) * hd;
+}
+
 /* Per-head forward: warp w of block b normalises pair m = 8 b + w (row m / H, head m % H) in place, its
  * input copied to x_save + m hd first when x_save is not NULL; rstd[m] by lane 0. */
 template <int VEC, bool V16>
@@ -245,7 +250,7 @@ static __global__ void __launch_bounds__(FWD_ROWS_PER_BLOCK * MP_WARP)
     const int lane = threadIdx.x % MP_WARP;
     const int64_t m = (int64_t)blockIdx.x * FWD_ROWS_PER_BLOCK + threadIdx.x / MP_WARP;
     if (m >= M) return;   /* warp-uniform: no block-level sync follows */
-    mp_bf16 *xr = x + (m / H) * ldx + (m % H) * hd;
+    mp_bf16 *xr = head_rms_row(x, ldx, m, H, hd);
     if (x_save) rms_lane_copy<VEC, V16>(x_save + m * hd, xr, hd, lane);
     const float ss = mp_warp_sum(rms_fwd_lane_ss<VEC, V16>(xr, hd, lane));
     const float r = 1.0f / sqrtf(ss / (float)hd + eps);
@@ -267,7 +272,7 @@ static __global__ void __launch_bounds__(BWD_MAX_WARPS * MP_WARP)
     const int64_t m0 = (int64_t)blockIdx.x * rows_per_chunk;
     const int64_t m1 = m0 + rows_per_chunk < M ? m0 + rows_per_chunk : M;
     for (int64_t m = m0 + warp; m < m1; m += W) {   /* warp-uniform: only shuffles inside */
-        mp_bf16 *g = dx + (m / H) * ldx + (m % H) * hd;
+        mp_bf16 *g = head_rms_row(dx, ldx, m, H, hd);
         const mp_bf16 *xr = x_save + m * hd;
         const float r = rstd[m];
         const float dot = mp_warp_sum(rms_bwd_lane_dot<VEC, V16>(g, xr, w, hd, lane));

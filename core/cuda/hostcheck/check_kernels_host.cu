@@ -637,6 +637,276 @@ static void vec_replay(int64_t n, const F &f) {
     }
 }
 
+/* ---- 1. biases and per-head RMSNorm (k_elementwise.cu, k_reduce.cu, k_rmsnorm.cu) ---- */
+
+/* A block of N rows x cols columns starting at column off of rows ldx wide (the q | k | v block of
+ * layers/llama.c's fused rows, or a part of it): bf16 values in [-2, 2] inside, 1000 + the column outside
+ * (a column read by mistake moves a sum by far more than any rounding). */
+static std::vector<mp_bf16> block_rows(int N, int ldx, int off, int cols) {
+    std::vector<mp_bf16> x((size_t)N * ldx);
+    for (size_t k = 0; k < x.size(); k++) {
+        const int c = (int)(k % (size_t)ldx);
+        x[k] = __float2bfloat16_rn(c >= off && c < off + cols ? 2.0f * rnd_unit() : 1000.0f + c);
+    }
+    return x;
+}
+
+/* 1 when every element outside columns [off, off + cols) of a equals b's, bitwise. */
+static bool outside_same(const std::vector<mp_bf16> &a, const std::vector<mp_bf16> &b, int ldx, int off, int cols) {
+    for (size_t k = 0; k < a.size(); k++) {
+        const int c = (int)(k % (size_t)ldx);
+        if ((c < off || c >= off + cols) && memcmp(&a[k], &b[k], sizeof a[k])) return false;
+    }
+    return true;
+}
+
+/* bias_add's launch (mp_vec_launch over the flat block: chunks of 8 when cols, ldx and the block's start are
+ * multiples of 8, else one element each) and bias_bwd's (every thread of the chunk kernel through
+ * bias_bwd_group, then mp_chunk_sum_kernel) replayed. bias_add must be bitwise bf16(float(x) + float(b))
+ * (one rounding: cpu-bf16's arithmetic; b kept >= 0.5 in magnitude so that an element skipped or added
+ * twice always shows), the columns outside the block untouched. db must be bitwise the contract's order
+ * written out here (per chunk of mp_row_chunks(N) the rows in increasing n from 0, the chunks in order,
+ * then one += into db), within 1e-6 of float64 relative to sum |dx| (fp32 sums of <= 20011 terms), the
+ * two group widths bitwise equal; partials start NaN, so a chunk or column never written shows. */
+static void check_bias(int N, int cols, int ldx, int off) {
+    assert(off + cols <= ldx);
+    const bool v8 = cols % 8 == 0 && ldx % 8 == 0 && off % 8 == 0;
+    std::vector<mp_bf16> x0 = block_rows(N, ldx, off, cols), b(cols);
+    for (auto &e : b) {
+        const float u = rnd_unit();
+        e = __float2bfloat16_rn(u < 0 ? u - 0.5f : u + 0.5f);
+    }
+    std::vector<mp_bf16> want = x0;
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < cols; j++) {
+            mp_bf16 &e = want[(size_t)n * ldx + off + j];
+            e = __float2bfloat16_rn(__bfloat162float(e) + __bfloat162float(b[j]));
+        }
+    for (int g : {8, 1}) {
+        if (g == 8 && !v8) continue;
+        std::vector<mp_bf16> x = x0;
+        const bias_add_op op{x.data() + off, b.data(), ldx, cols};
+        if (g == 8) vec_replay<8>((int64_t)N * cols, op);
+        else vec_replay<1>((int64_t)N * cols, op);
+        CHECK(memcmp(x.data(), want.data(), x.size() * sizeof x[0]) == 0,
+              "bias_add N=%d cols=%d ldx=%d off=%d groups of %d: not bf16(x + b) bitwise (or a column outside written)",
+              N, cols, ldx, off, g);
+    }
+    int rows, nc;
+    mp_row_chunks(N, &rows, &nc);
+    CHECK(mp_cuda_chunk_partial_floats(N, cols) == (size_t)nc * cols, "bias_bwd scratch size");
+    std::vector<float> order(cols, 0.25f);
+    std::vector<double> ref(cols, 0.0), mag(cols, 0.0);
+    for (int j = 0; j < cols; j++) {
+        float total = 0.0f;
+        for (int c = 0; c < nc; c++) {
+            float part = 0.0f;
+            for (int64_t n = (int64_t)c * rows; n < std::min<int64_t>((int64_t)(c + 1) * rows, N); n++)
+                part += __bfloat162float(x0[n * ldx + off + j]);
+            total += part;
+        }
+        order[j] += total;
+        for (int n = 0; n < N; n++) {
+            const double v = __bfloat162float(x0[(size_t)n * ldx + off + j]);
+            ref[j] += v, mag[j] += fabs(v);
+        }
+    }
+    std::vector<float> db1;
+    for (int g : {8, 1}) {
+        if (g == 8 && !v8) continue;
+        std::vector<float> partial(mp_cuda_chunk_partial_floats(N, cols), NAN), db(cols, 0.25f);
+        for (int c = 0; c < nc; c++)   /* bias_bwd_chunk_kernel<g>: thread j / g of chunk c */
+            for (int j = 0; j < cols; j += g) {
+                const int64_t n0 = (int64_t)c * rows, n1 = std::min<int64_t>(n0 + rows, N);
+                if (g == 8) bias_bwd_group<8>(partial.data() + (size_t)c * cols, x0.data() + off, ldx, n0, n1, j);
+                else bias_bwd_group<1>(partial.data() + (size_t)c * cols, x0.data() + off, ldx, n0, n1, j);
+            }
+        for (int j = 0; j < cols; j++) {   /* mp_chunk_sum_kernel */
+            float s = 0.0f;
+            for (int c = 0; c < nc; c++) s += partial[(size_t)c * cols + j];
+            db[j] += s;
+        }
+        CHECK(memcmp(db.data(), order.data(), cols * sizeof(float)) == 0,
+              "bias_bwd N=%d cols=%d ldx=%d groups of %d: db is not the contract's fixed-order sum bit for bit", N, cols,
+              ldx, g);
+        int bad = 0;
+        for (int j = 0; j < cols; j++) bad += !(fabs(db[j] - 0.25 - ref[j]) <= 1e-6 * mag[j] + 1e-6);
+        CHECK(bad == 0, "bias_bwd N=%d cols=%d: %d columns off float64", N, cols, bad);
+        if (db1.empty()) db1 = db;
+        else CHECK(memcmp(db.data(), db1.data(), cols * sizeof(float)) == 0, "bias_bwd: groups of 8 and of 1 differ");
+    }
+}
+
+/* head_rmsnorm_fwd_kernel<VEC, V16> replayed warp by warp, lane by lane (lanes touch disjoint columns, so
+ * one after another is the launch): the input copy, the sums of squares, the butterfly, the in-place store.
+ * x: the first head's column of row 0 (rows ldx apart). */
+template <int VEC, bool V16>
+static void head_fwd_replay(mp_bf16 *x, int ldx, mp_bf16 *x_save, std::vector<float> &rstd, const std::vector<mp_bf16> &w,
+                            int N, int H, int hd, float eps) {
+    const int64_t M = (int64_t)N * H, blocks = (M + FWD_ROWS_PER_BLOCK - 1) / FWD_ROWS_PER_BLOCK;
+    for (int64_t b = 0; b < blocks; b++)
+        for (int warp = 0; warp < FWD_ROWS_PER_BLOCK; warp++) {
+            const int64_t m = b * FWD_ROWS_PER_BLOCK + warp;
+            if (m >= M) continue;
+            mp_bf16 *xr = head_rms_row(x, ldx, m, H, hd);
+            float ss[MP_WARP];
+            for (int lane = 0; lane < MP_WARP; lane++) {
+                if (x_save) rms_lane_copy<VEC, V16>(x_save + m * hd, xr, hd, lane);
+                ss[lane] = rms_fwd_lane_ss<VEC, V16>(xr, hd, lane);
+            }
+            const float r = 1.0f / sqrtf(warp_sum_host(ss) / (float)hd + eps);
+            rstd[m] = r;
+            for (int lane = 0; lane < MP_WARP; lane++) rms_fwd_lane_store<VEC, V16>(xr, xr, w.data(), r, hd, lane);
+        }
+}
+
+/* head_rmsnorm_bwd_chunk_kernel<VEC, V16> (W = rms_bwd_warps(hd) warps per chunk of pairs) and
+ * mp_chunk_sum_kernel replayed; every lane's dot before the in-place updates (the butterfly needs them all). */
+template <int VEC, bool V16>
+static void head_bwd_replay(mp_bf16 *dx, int ldx, std::vector<float> &dw, const std::vector<mp_bf16> &xs,
+                            const std::vector<float> &rstd, const std::vector<mp_bf16> &w, int N, int H, int hd) {
+    const int64_t M = (int64_t)N * H;
+    int rows, nc;
+    mp_row_chunks(M, &rows, &nc);
+    const int W = rms_bwd_warps(hd);
+    std::vector<float> partial(mp_cuda_chunk_partial_floats(M, hd), NAN), acc((size_t)W * hd);
+    for (int c = 0; c < nc; c++) {
+        const int64_t m0 = (int64_t)c * rows, m1 = std::min<int64_t>(m0 + rows, M);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int warp = 0; warp < W; warp++)
+            for (int64_t m = m0 + warp; m < m1; m += W) {
+                mp_bf16 *g = head_rms_row(dx, ldx, m, H, hd);
+                const mp_bf16 *xr = xs.data() + m * hd;
+                const float r = rstd[m];
+                float dots[MP_WARP];
+                for (int lane = 0; lane < MP_WARP; lane++) dots[lane] = rms_bwd_lane_dot<VEC, V16>(g, xr, w.data(), hd, lane);
+                const float cc = warp_sum_host(dots) / (float)hd * r * r;
+                for (int lane = 0; lane < MP_WARP; lane++)
+                    rms_bwd_lane_update<VEC, V16, false>(g, acc.data() + (size_t)warp * hd, g, xr, w.data(), r, cc, hd, lane);
+            }
+        for (int tid = 0; tid < W * MP_WARP; tid++)
+            rms_bwd_fold<VEC>(partial.data() + (size_t)c * hd, acc.data(), W, hd, tid, W * MP_WARP);
+    }
+    for (int i = 0; i < hd; i++) {   /* mp_chunk_sum_kernel */
+        float s = 0.0f;
+        for (int c = 0; c < nc; c++) s += partial[(size_t)c * hd + i];
+        dw[i] += s;
+    }
+}
+
+/* The per-head norm over the H heads at column off of rows ldx wide (a block of the fused [q | k | v] rows),
+ * the launches hd allows (hd % 8 == 0: groups of 8 with 16-byte and with 2-byte accesses, which the launcher
+ * picks by alignment and which must agree bit for bit; else single columns):
+ *   forward: x_save bitwise the input, the other columns untouched, y within one bf16 ulp of float64
+ *            (rel 2^-8: the fp32 roundings, then bf16's), rstd within 1e-5 relative, with and without
+ *            x_save the same bits; rstd and x_save start NaN (an element never written shows);
+ *   backward: the input gradient written over dy (=) within rel 2^-8 + 1e-5 of float64 from the saved
+ *            fp32 rstd, the other columns untouched; dw (from 0.25) within 1e-4 of float64 and bitwise
+ *            the contract's order written out here: per chunk of mp_row_chunks(N H) pairs, warp w of W
+ *            sums the pairs m0 + w, m0 + w + W, ... in order from 0, the warps are added in order, the
+ *            chunks in order, then one += into dw. */
+static void check_head_rmsnorm(int N, int H, int hd, int ldx, int off) {
+    assert(off + H * hd <= ldx);
+    const float eps = 1e-6f;
+    const int64_t M = (int64_t)N * H, cols = (int64_t)H * hd;
+    std::vector<mp_bf16> x0 = block_rows(N, ldx, off, (int)cols), dy0 = block_rows(N, ldx, off, (int)cols), w(hd);
+    for (auto &e : w) e = __float2bfloat16_rn(1.0f + 0.5f * rnd_unit());
+    auto f = [](mp_bf16 v) { return (double)__bfloat162float(v); };
+    auto at = [&](int64_t m, int i) { return (size_t)(m / H) * ldx + off + (size_t)(m % H) * hd + i; };
+    const std::vector<int> paths = hd % 8 ? std::vector<int>{2} : std::vector<int>{0, 1};
+    std::vector<mp_bf16> y0, xs0;
+    std::vector<float> rstd;
+    for (int path : paths) {
+        for (int save : {1, 0}) {
+            std::vector<mp_bf16> y = x0, xs(M * hd, __float2bfloat16_rn(NAN));
+            std::vector<float> r(M, NAN);
+            mp_bf16 *xp = y.data() + off, *sp = save ? xs.data() : NULL;
+            if (path == 0) head_fwd_replay<8, true>(xp, ldx, sp, r, w, N, H, hd, eps);
+            else if (path == 1) head_fwd_replay<8, false>(xp, ldx, sp, r, w, N, H, hd, eps);
+            else head_fwd_replay<1, false>(xp, ldx, sp, r, w, N, H, hd, eps);
+            if (!y0.empty()) {
+                CHECK(!memcmp(y.data(), y0.data(), y.size() * 2) && !memcmp(r.data(), rstd.data(), M * sizeof(float)) &&
+                          (!save || !memcmp(xs.data(), xs0.data(), xs.size() * 2)),
+                      "head_rmsnorm fwd N=%d H=%d hd=%d ldx=%d: path %d save %d differs from path %d", N, H, hd, ldx, path,
+                      save, paths[0]);
+                continue;
+            }
+            int bad = 0;
+            for (int64_t m = 0; m < M; m++) {
+                double ss = 0;
+                for (int i = 0; i < hd; i++) ss += f(x0[at(m, i)]) * f(x0[at(m, i)]);
+                const double rr = 1.0 / sqrt(ss / hd + eps);
+                bad += !(fabs(r[m] - rr) <= 1e-5 * rr);
+                for (int i = 0; i < hd; i++) {
+                    const double ry = f(x0[at(m, i)]) * rr * f(w[i]);
+                    bad += !(fabs(f(y[at(m, i)]) - ry) <= fabs(ry) / 256 + 1e-6);
+                    bad += memcmp(&xs[m * hd + i], &x0[at(m, i)], 2) != 0;
+                }
+            }
+            CHECK(bad == 0 && outside_same(y, x0, ldx, off, (int)cols),
+                  "head_rmsnorm fwd N=%d H=%d hd=%d ldx=%d off=%d: %d elements off float64 or x_save, or columns outside written",
+                  N, H, hd, ldx, off, bad);
+            y0 = y, xs0 = xs, rstd = r;
+        }
+    }
+    /* backward, from the saved input and rstd */
+    std::vector<double> ref_dw(hd, 0.0);
+    std::vector<double> ref_dx(M * hd);
+    for (int64_t m = 0; m < M; m++) {
+        const double r = rstd[m];
+        double dot = 0;
+        for (int i = 0; i < hd; i++) dot += f(w[i]) * f(dy0[at(m, i)]) * f(xs0[m * hd + i]);
+        for (int i = 0; i < hd; i++) {
+            const double g = f(dy0[at(m, i)]), xi = f(xs0[m * hd + i]);
+            ref_dx[m * hd + i] = r * (f(w[i]) * g - xi * r * r * dot / hd);
+            ref_dw[i] += g * xi * r;
+        }
+    }
+    int rows, nc;
+    mp_row_chunks(M, &rows, &nc);
+    const int W = rms_bwd_warps(hd);
+    std::vector<float> order(hd, 0.25f);
+    for (int i = 0; i < hd; i++) {
+        float total = 0.0f;
+        for (int c = 0; c < nc; c++) {
+            const int64_t m0 = (int64_t)c * rows, m1 = std::min<int64_t>(m0 + rows, M);
+            float part = 0.0f;
+            for (int wi = 0; wi < W; wi++) {
+                float a = 0.0f;
+                for (int64_t m = m0 + wi; m < m1; m += W) a += __bfloat162float(dy0[at(m, i)]) * __bfloat162float(xs0[m * hd + i]) * rstd[m];
+                part = wi == 0 ? a : part + a;
+            }
+            total += part;
+        }
+        order[i] += total;
+    }
+    std::vector<mp_bf16> dx1;
+    for (int path : paths) {
+        std::vector<mp_bf16> dx = dy0;
+        std::vector<float> dw(hd, 0.25f);
+        if (path == 0) head_bwd_replay<8, true>(dx.data() + off, ldx, dw, xs0, rstd, w, N, H, hd);
+        else if (path == 1) head_bwd_replay<8, false>(dx.data() + off, ldx, dw, xs0, rstd, w, N, H, hd);
+        else head_bwd_replay<1, false>(dx.data() + off, ldx, dw, xs0, rstd, w, N, H, hd);
+        int bad = 0;
+        for (int64_t m = 0; m < M; m++)
+            for (int i = 0; i < hd; i++) {
+                const double rd = ref_dx[m * hd + i];
+                bad += !(fabs(f(dx[at(m, i)]) - rd) <= fabs(rd) / 256 + 1e-5);
+            }
+        CHECK(bad == 0 && outside_same(dx, dy0, ldx, off, (int)cols),
+              "head_rmsnorm bwd path %d N=%d H=%d hd=%d ldx=%d: %d dx elements off float64, or columns outside written", path,
+              N, H, hd, ldx, bad);
+        bad = 0;
+        for (int i = 0; i < hd; i++) bad += !(fabs(dw[i] - 0.25 - ref_dw[i]) <= 1e-4 * (1 + fabs(ref_dw[i])));
+        CHECK(bad == 0, "head_rmsnorm bwd path %d N=%d H=%d hd=%d: %d dw elements off float64", path, N, H, hd, bad);
+        CHECK(memcmp(dw.data(), order.data(), hd * sizeof(float)) == 0,
+              "head_rmsnorm bwd path %d N=%d H=%d hd=%d: dw is not the contract's fixed-order sum bit for bit", path, N, H, hd);
+        if (dx1.empty()) dx1 = dx;
+        else CHECK(!memcmp(dx.data(), dx1.data(), dx.size() * 2), "head_rmsnorm bwd N=%d H=%d hd=%d: path %d dx differs", N,
+                   H, hd, path);
+    }
+}
+
 /* AdamW's 16-byte path (k_adamw.cu): its launch replayed (vec_replay: chunks of 8, then the n % 8 tail one
  * per thread), p, m, v and the bf16 copy bitwise against the one-element path and against adamw_elem
  * element by element, p against float64 PyTorch AdamW; the device scale factor read through the pointer. */
@@ -1605,6 +1875,18 @@ int main(void) {
     const int rms[][2] = {{1, 3}, {5, 13}, {33, 5}, {7, 200}, {100, 64}, {300, 2048}, {40, 4000}, {9000, 24},
                           {20011, 16}, {3, 12288}, {3, 12296}, {2, 12301}};
     for (auto &r : rms) check_rmsnorm(r[0], r[1]);
+    /* biases {N, cols, ldx, off}: one row; cols % 8 != 0 at odd offsets; a q | k | v block of wider rows;
+     * N not a multiple of 32 (a short last chunk) and > 512 chunks' worth (chunks of 40 rows); wide rows */
+    const int biases[][4] = {{1, 8, 8, 0}, {3, 5, 7, 1}, {100, 64, 520, 256}, {33, 384, 392, 8}, {777, 13, 29, 3},
+                             {20011, 24, 40, 8}, {5000, 1024, 1024, 0}, {2, 4096, 4104, 0}, {70, 96, 100, 2}};
+    for (auto &b : biases) check_bias(b[0], b[1], b[2], b[3]);
+    /* per-head RMSNorm {N, H, hd, ldx, off}: the q and the k block of fused rows (H 4, KV 2, hd 64: ldx 512,
+     * k at 256), hd 128 and 96, 16-byte groups ruled out by ldx or off, hd % 8 != 0, dense rows, many
+     * chunks (N H 6000) and > 512 chunks' worth (N H 18002: chunks of 36 pairs), hd 256 */
+    const int heads[][5] = {{7, 4, 64, 512, 0}, {7, 2, 64, 512, 256}, {5, 2, 128, 512, 0}, {9, 2, 96, 576, 192},
+                            {6, 3, 40, 204, 4}, {4, 2, 17, 56, 3}, {3, 1, 64, 64, 0}, {3000, 2, 64, 256, 128},
+                            {9001, 2, 16, 48, 8}, {33, 2, 256, 1024, 512}};
+    for (auto &h : heads) check_head_rmsnorm(h[0], h[1], h[2], h[3], h[4]);
     const int ropes[][5] = {{1, 1, 1, 2, 0}, {2, 5, 3, 64, 7}, {1, 9, 4, 16, 0}, {2, 3, 2, 128, 100}, {1, 4, 3, 40, 2},
                             {1, 2, 1, 6, 0}, {1, 3, 2, 1024, 5}};
     for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4], 0, r[2] * r[3]);
