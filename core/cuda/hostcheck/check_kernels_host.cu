@@ -660,6 +660,47 @@ static bool outside_same(const std::vector<mp_bf16> &a, const std::vector<mp_bf1
     return true;
 }
 
+/* A bias of cols bf16 values of magnitude 0.5 .. 1.5 (never small enough to vanish in a rounding). */
+static std::vector<mp_bf16> bias_random(int cols) {
+    std::vector<mp_bf16> b(cols);
+    for (auto &e : b) {
+        const float u = rnd_unit();
+        e = __float2bfloat16_rn(u < 0 ? u - 0.5f : u + 0.5f);
+    }
+    return b;
+}
+
+/* bias_add by its contract: x0 with bf16(float(x) + float(b[j])) in the cols = b.size() columns at off. */
+static std::vector<mp_bf16> bias_add_want(const std::vector<mp_bf16> &x0, const std::vector<mp_bf16> &b, int N, int ldx,
+                                          int off) {
+    std::vector<mp_bf16> want = x0;
+    for (int n = 0; n < N; n++)
+        for (size_t j = 0; j < b.size(); j++) {
+            mp_bf16 &e = want[(size_t)n * ldx + off + j];
+            e = __float2bfloat16_rn(__bfloat162float(e) + __bfloat162float(b[j]));
+        }
+    return want;
+}
+
+/* bias_bwd's db from init by its contract's order, written out: per chunk of mp_row_chunks(N) the rows in
+ * increasing n summed from 0 in fp32, the chunks added in order from 0, then the one init + total. */
+static std::vector<float> bias_db_order(const std::vector<mp_bf16> &dx, int N, int ldx, int off, int cols, float init) {
+    int rows, nc;
+    mp_row_chunks(N, &rows, &nc);
+    std::vector<float> db(cols, init);
+    for (int j = 0; j < cols; j++) {
+        float total = 0.0f;
+        for (int c = 0; c < nc; c++) {
+            float part = 0.0f;
+            for (int64_t n = (int64_t)c * rows; n < std::min<int64_t>((int64_t)(c + 1) * rows, N); n++)
+                part += __bfloat162float(dx[n * ldx + off + j]);
+            total += part;
+        }
+        db[j] += total;
+    }
+    return db;
+}
+
 /* bias_add's launch (mp_vec_launch over the flat block: chunks of 8 when cols, ldx and the block's start are
  * multiples of 8, else one element each) and bias_bwd's (every thread of the chunk kernel through
  * bias_bwd_group, then mp_chunk_sum_kernel) replayed. bias_add must be bitwise bf16(float(x) + float(b))
@@ -671,17 +712,8 @@ static bool outside_same(const std::vector<mp_bf16> &a, const std::vector<mp_bf1
 static void check_bias(int N, int cols, int ldx, int off) {
     assert(off + cols <= ldx);
     const bool v8 = cols % 8 == 0 && ldx % 8 == 0 && off % 8 == 0;
-    std::vector<mp_bf16> x0 = block_rows(N, ldx, off, cols), b(cols);
-    for (auto &e : b) {
-        const float u = rnd_unit();
-        e = __float2bfloat16_rn(u < 0 ? u - 0.5f : u + 0.5f);
-    }
-    std::vector<mp_bf16> want = x0;
-    for (int n = 0; n < N; n++)
-        for (int j = 0; j < cols; j++) {
-            mp_bf16 &e = want[(size_t)n * ldx + off + j];
-            e = __float2bfloat16_rn(__bfloat162float(e) + __bfloat162float(b[j]));
-        }
+    const std::vector<mp_bf16> x0 = block_rows(N, ldx, off, cols), b = bias_random(cols);
+    const std::vector<mp_bf16> want = bias_add_want(x0, b, N, ldx, off);
     for (int g : {8, 1}) {
         if (g == 8 && !v8) continue;
         std::vector<mp_bf16> x = x0;
@@ -695,22 +727,13 @@ static void check_bias(int N, int cols, int ldx, int off) {
     int rows, nc;
     mp_row_chunks(N, &rows, &nc);
     CHECK(mp_cuda_chunk_partial_floats(N, cols) == (size_t)nc * cols, "bias_bwd scratch size");
-    std::vector<float> order(cols, 0.25f);
+    const std::vector<float> order = bias_db_order(x0, N, ldx, off, cols, 0.25f);
     std::vector<double> ref(cols, 0.0), mag(cols, 0.0);
-    for (int j = 0; j < cols; j++) {
-        float total = 0.0f;
-        for (int c = 0; c < nc; c++) {
-            float part = 0.0f;
-            for (int64_t n = (int64_t)c * rows; n < std::min<int64_t>((int64_t)(c + 1) * rows, N); n++)
-                part += __bfloat162float(x0[n * ldx + off + j]);
-            total += part;
-        }
-        order[j] += total;
+    for (int j = 0; j < cols; j++)
         for (int n = 0; n < N; n++) {
             const double v = __bfloat162float(x0[(size_t)n * ldx + off + j]);
             ref[j] += v, mag[j] += fabs(v);
         }
-    }
     std::vector<float> db1;
     for (int g : {8, 1}) {
         if (g == 8 && !v8) continue;
@@ -794,36 +817,116 @@ static void head_bwd_replay(mp_bf16 *dx, int ldx, std::vector<float> &dw, const 
     }
 }
 
-/* The per-head norm over the H heads at column off of rows ldx wide (a block of the fused [q | k | v] rows),
- * the launches hd allows (hd % 8 == 0: groups of 8 with 16-byte and with 2-byte accesses, which the launcher
- * picks by alignment and which must agree bit for bit; else single columns):
- *   forward: x_save bitwise the input, the other columns untouched, y within one bf16 ulp of float64
- *            (rel 2^-8: the fp32 roundings, then bf16's), rstd within 1e-5 relative, with and without
- *            x_save the same bits; rstd and x_save start NaN (an element never written shows);
- *   backward: the input gradient written over dy (=) within rel 2^-8 + 1e-5 of float64 from the saved
- *            fp32 rstd, the other columns untouched; dw (from 0.25) within 1e-4 of float64 and bitwise
- *            the contract's order written out here: per chunk of mp_row_chunks(N H) pairs, warp w of W
- *            sums the pairs m0 + w, m0 + w + W, ... in order from 0, the warps are added in order, the
- *            chunks in order, then one += into dw. */
-static void check_head_rmsnorm(int N, int H, int hd, int ldx, int off) {
+/* One per-head RMSNorm problem: the H heads of hd columns at column off of N rows ldx wide (a block of the
+ * fused [q | k | v] rows), its input x0 and output gradient dy0 (block_rows: 1000 + column outside the
+ * block), w in [0.5, 1.5]; at(m, i): element i of pair m's head. */
+struct HeadCase {
+    int N, H, hd, ldx, off;
+    int64_t M;
+    std::vector<mp_bf16> x0, dy0, w;
+    size_t at(int64_t m, int i) const { return (size_t)(m / H) * ldx + off + (size_t)(m % H) * hd + i; }
+};
+static HeadCase head_case(int N, int H, int hd, int ldx, int off) {
     assert(off + H * hd <= ldx);
-    const float eps = 1e-6f;
-    const int64_t M = (int64_t)N * H, cols = (int64_t)H * hd;
-    std::vector<mp_bf16> x0 = block_rows(N, ldx, off, (int)cols), dy0 = block_rows(N, ldx, off, (int)cols), w(hd);
-    for (auto &e : w) e = __float2bfloat16_rn(1.0f + 0.5f * rnd_unit());
+    HeadCase c{N, H, hd, ldx, off, (int64_t)N * H, block_rows(N, ldx, off, H * hd), block_rows(N, ldx, off, H * hd),
+               std::vector<mp_bf16>(hd)};
+    for (auto &e : c.w) e = __float2bfloat16_rn(1.0f + 0.5f * rnd_unit());
+    return c;
+}
+
+/* The forward's elements that break its contract: rstd off float64 by more than 1e-5 relative, y (x after
+ * the call) off float64 by more than one bf16 ulp (rel 2^-8 + 1e-6: the fp32 roundings, then bf16's), x_save
+ * (dense [M, hd]) not bitwise the input; -1 when a column outside the heads changed. */
+static int head_fwd_bad(const HeadCase &c, const std::vector<mp_bf16> &y, const std::vector<mp_bf16> &xs,
+                        const std::vector<float> &r, float eps) {
     auto f = [](mp_bf16 v) { return (double)__bfloat162float(v); };
-    auto at = [&](int64_t m, int i) { return (size_t)(m / H) * ldx + off + (size_t)(m % H) * hd + i; };
+    if (!outside_same(y, c.x0, c.ldx, c.off, c.H * c.hd)) return -1;
+    int bad = 0;
+    for (int64_t m = 0; m < c.M; m++) {
+        double ss = 0;
+        for (int i = 0; i < c.hd; i++) ss += f(c.x0[c.at(m, i)]) * f(c.x0[c.at(m, i)]);
+        const double rr = 1.0 / sqrt(ss / c.hd + eps);
+        bad += !(fabs(r[m] - rr) <= 1e-5 * rr);
+        for (int i = 0; i < c.hd; i++) {
+            const double ry = f(c.x0[c.at(m, i)]) * rr * f(c.w[i]);
+            bad += !(fabs(f(y[c.at(m, i)]) - ry) <= fabs(ry) / 256 + 1e-6);
+            bad += memcmp(&xs[m * c.hd + i], &c.x0[c.at(m, i)], 2) != 0;
+        }
+    }
+    return bad;
+}
+
+/* The backward's elements that break its contract, from the saved input xs and fp32 rstd: dx (written over
+ * dy0, not added) off float64 by more than rel 2^-8 + 1e-5, dw (from dw0) off float64 by more than 1e-4
+ * (1 + |ref|); -1 when a column outside the heads changed. */
+static int head_bwd_bad(const HeadCase &c, const std::vector<mp_bf16> &dx, const std::vector<float> &dw, float dw0,
+                        const std::vector<mp_bf16> &xs, const std::vector<float> &rstd) {
+    auto f = [](mp_bf16 v) { return (double)__bfloat162float(v); };
+    if (!outside_same(dx, c.dy0, c.ldx, c.off, c.H * c.hd)) return -1;
+    std::vector<double> ref_dw(c.hd, 0.0);
+    int bad = 0;
+    for (int64_t m = 0; m < c.M; m++) {
+        const double r = rstd[m];
+        double dot = 0;
+        for (int i = 0; i < c.hd; i++) dot += f(c.w[i]) * f(c.dy0[c.at(m, i)]) * f(xs[m * c.hd + i]);
+        for (int i = 0; i < c.hd; i++) {
+            const double g = f(c.dy0[c.at(m, i)]), xi = f(xs[m * c.hd + i]);
+            const double rd = r * (f(c.w[i]) * g - xi * r * r * dot / c.hd);
+            bad += !(fabs(f(dx[c.at(m, i)]) - rd) <= fabs(rd) / 256 + 1e-5);
+            ref_dw[i] += g * xi * r;
+        }
+    }
+    for (int i = 0; i < c.hd; i++) bad += !(fabs(dw[i] - dw0 - ref_dw[i]) <= 1e-4 * (1 + fabs(ref_dw[i])));
+    return bad;
+}
+
+/* The backward's dw from init by its contract's order, written out: per chunk of mp_row_chunks(N H) pairs,
+ * warp w of W = rms_bwd_warps(hd) sums dy x rstd over the pairs m0 + w, m0 + w + W, ... in order from 0,
+ * the warps are added in order, the chunks in order from 0, then the one init + total. */
+static std::vector<float> head_dw_order(const HeadCase &c, const std::vector<mp_bf16> &xs, const std::vector<float> &rstd,
+                                        float init) {
+    int rows, nc;
+    mp_row_chunks(c.M, &rows, &nc);
+    const int W = rms_bwd_warps(c.hd);
+    std::vector<float> dw(c.hd, init);
+    for (int i = 0; i < c.hd; i++) {
+        float total = 0.0f;
+        for (int k = 0; k < nc; k++) {
+            const int64_t m0 = (int64_t)k * rows, m1 = std::min<int64_t>(m0 + rows, c.M);
+            float part = 0.0f;
+            for (int wi = 0; wi < W; wi++) {
+                float a = 0.0f;
+                for (int64_t m = m0 + wi; m < m1; m += W)
+                    a += __bfloat162float(c.dy0[c.at(m, i)]) * __bfloat162float(xs[m * c.hd + i]) * rstd[m];
+                part = wi == 0 ? a : part + a;
+            }
+            total += part;
+        }
+        dw[i] += total;
+    }
+    return dw;
+}
+
+/* The per-head norm replayed in the launches hd allows (hd % 8 == 0: groups of 8 with 16-byte and with
+ * 2-byte accesses, which the launcher picks by alignment and which must agree bit for bit; else single
+ * columns): the forward with and without x_save (the same bits; rstd and x_save start NaN, so an element
+ * never written shows), head_fwd_bad; the backward from the saved input and rstd, head_bwd_bad, and dw
+ * bitwise head_dw_order. */
+static void check_head_rmsnorm(int N, int H, int hd, int ldx, int off) {
+    const float eps = 1e-6f;
+    const HeadCase c = head_case(N, H, hd, ldx, off);
+    const int64_t M = c.M;
     const std::vector<int> paths = hd % 8 ? std::vector<int>{2} : std::vector<int>{0, 1};
     std::vector<mp_bf16> y0, xs0;
     std::vector<float> rstd;
-    for (int path : paths) {
+    for (int path : paths)
         for (int save : {1, 0}) {
-            std::vector<mp_bf16> y = x0, xs(M * hd, __float2bfloat16_rn(NAN));
+            std::vector<mp_bf16> y = c.x0, xs(M * hd, __float2bfloat16_rn(NAN));
             std::vector<float> r(M, NAN);
             mp_bf16 *xp = y.data() + off, *sp = save ? xs.data() : NULL;
-            if (path == 0) head_fwd_replay<8, true>(xp, ldx, sp, r, w, N, H, hd, eps);
-            else if (path == 1) head_fwd_replay<8, false>(xp, ldx, sp, r, w, N, H, hd, eps);
-            else head_fwd_replay<1, false>(xp, ldx, sp, r, w, N, H, hd, eps);
+            if (path == 0) head_fwd_replay<8, true>(xp, ldx, sp, r, c.w, N, H, hd, eps);
+            else if (path == 1) head_fwd_replay<8, false>(xp, ldx, sp, r, c.w, N, H, hd, eps);
+            else head_fwd_replay<1, false>(xp, ldx, sp, r, c.w, N, H, hd, eps);
             if (!y0.empty()) {
                 CHECK(!memcmp(y.data(), y0.data(), y.size() * 2) && !memcmp(r.data(), rstd.data(), M * sizeof(float)) &&
                           (!save || !memcmp(xs.data(), xs0.data(), xs.size() * 2)),
@@ -831,74 +934,22 @@ static void check_head_rmsnorm(int N, int H, int hd, int ldx, int off) {
                       save, paths[0]);
                 continue;
             }
-            int bad = 0;
-            for (int64_t m = 0; m < M; m++) {
-                double ss = 0;
-                for (int i = 0; i < hd; i++) ss += f(x0[at(m, i)]) * f(x0[at(m, i)]);
-                const double rr = 1.0 / sqrt(ss / hd + eps);
-                bad += !(fabs(r[m] - rr) <= 1e-5 * rr);
-                for (int i = 0; i < hd; i++) {
-                    const double ry = f(x0[at(m, i)]) * rr * f(w[i]);
-                    bad += !(fabs(f(y[at(m, i)]) - ry) <= fabs(ry) / 256 + 1e-6);
-                    bad += memcmp(&xs[m * hd + i], &x0[at(m, i)], 2) != 0;
-                }
-            }
-            CHECK(bad == 0 && outside_same(y, x0, ldx, off, (int)cols),
-                  "head_rmsnorm fwd N=%d H=%d hd=%d ldx=%d off=%d: %d elements off float64 or x_save, or columns outside written",
-                  N, H, hd, ldx, off, bad);
+            const int bad = head_fwd_bad(c, y, xs, r, eps);
+            CHECK(bad == 0, "head_rmsnorm fwd N=%d H=%d hd=%d ldx=%d off=%d: %d elements off float64 or x_save (-1: a "
+                  "column outside the heads written)", N, H, hd, ldx, off, bad);
             y0 = y, xs0 = xs, rstd = r;
         }
-    }
-    /* backward, from the saved input and rstd */
-    std::vector<double> ref_dw(hd, 0.0);
-    std::vector<double> ref_dx(M * hd);
-    for (int64_t m = 0; m < M; m++) {
-        const double r = rstd[m];
-        double dot = 0;
-        for (int i = 0; i < hd; i++) dot += f(w[i]) * f(dy0[at(m, i)]) * f(xs0[m * hd + i]);
-        for (int i = 0; i < hd; i++) {
-            const double g = f(dy0[at(m, i)]), xi = f(xs0[m * hd + i]);
-            ref_dx[m * hd + i] = r * (f(w[i]) * g - xi * r * r * dot / hd);
-            ref_dw[i] += g * xi * r;
-        }
-    }
-    int rows, nc;
-    mp_row_chunks(M, &rows, &nc);
-    const int W = rms_bwd_warps(hd);
-    std::vector<float> order(hd, 0.25f);
-    for (int i = 0; i < hd; i++) {
-        float total = 0.0f;
-        for (int c = 0; c < nc; c++) {
-            const int64_t m0 = (int64_t)c * rows, m1 = std::min<int64_t>(m0 + rows, M);
-            float part = 0.0f;
-            for (int wi = 0; wi < W; wi++) {
-                float a = 0.0f;
-                for (int64_t m = m0 + wi; m < m1; m += W) a += __bfloat162float(dy0[at(m, i)]) * __bfloat162float(xs0[m * hd + i]) * rstd[m];
-                part = wi == 0 ? a : part + a;
-            }
-            total += part;
-        }
-        order[i] += total;
-    }
+    const std::vector<float> order = head_dw_order(c, xs0, rstd, 0.25f);
     std::vector<mp_bf16> dx1;
     for (int path : paths) {
-        std::vector<mp_bf16> dx = dy0;
+        std::vector<mp_bf16> dx = c.dy0;
         std::vector<float> dw(hd, 0.25f);
-        if (path == 0) head_bwd_replay<8, true>(dx.data() + off, ldx, dw, xs0, rstd, w, N, H, hd);
-        else if (path == 1) head_bwd_replay<8, false>(dx.data() + off, ldx, dw, xs0, rstd, w, N, H, hd);
-        else head_bwd_replay<1, false>(dx.data() + off, ldx, dw, xs0, rstd, w, N, H, hd);
-        int bad = 0;
-        for (int64_t m = 0; m < M; m++)
-            for (int i = 0; i < hd; i++) {
-                const double rd = ref_dx[m * hd + i];
-                bad += !(fabs(f(dx[at(m, i)]) - rd) <= fabs(rd) / 256 + 1e-5);
-            }
-        CHECK(bad == 0 && outside_same(dx, dy0, ldx, off, (int)cols),
-              "head_rmsnorm bwd path %d N=%d H=%d hd=%d ldx=%d: %d dx elements off float64, or columns outside written", path,
-              N, H, hd, ldx, bad);
-        bad = 0;
-        for (int i = 0; i < hd; i++) bad += !(fabs(dw[i] - 0.25 - ref_dw[i]) <= 1e-4 * (1 + fabs(ref_dw[i])));
-        CHECK(bad == 0, "head_rmsnorm bwd path %d N=%d H=%d hd=%d: %d dw elements off float64", path, N, H, hd, bad);
+        if (path == 0) head_bwd_replay<8, true>(dx.data() + off, ldx, dw, xs0, rstd, c.w, N, H, hd);
+        else if (path == 1) head_bwd_replay<8, false>(dx.data() + off, ldx, dw, xs0, rstd, c.w, N, H, hd);
+        else head_bwd_replay<1, false>(dx.data() + off, ldx, dw, xs0, rstd, c.w, N, H, hd);
+        const int bad = head_bwd_bad(c, dx, dw, 0.25f, xs0, rstd);
+        CHECK(bad == 0, "head_rmsnorm bwd path %d N=%d H=%d hd=%d ldx=%d: %d dx/dw elements off float64 (-1: a column "
+              "outside the heads written)", path, N, H, hd, ldx, bad);
         CHECK(memcmp(dw.data(), order.data(), hd * sizeof(float)) == 0,
               "head_rmsnorm bwd path %d N=%d H=%d hd=%d: dw is not the contract's fixed-order sum bit for bit", path, N, H, hd);
         if (dx1.empty()) dx1 = dx;
