@@ -172,6 +172,11 @@ __host__ __device__ static inline void rms_bwd_fold(float *part, const float *ac
     }
 }
 
+/* The first element of pair m's head: row m / H, head m % H of x (rows ldx apart). Host and device. */
+__host__ __device__ static inline mp_bf16 *head_rms_row(mp_bf16 *x, int ldx, int64_t m, int H, int hd) {
+    return x + (m / H) * ldx + (m % H) * hd;
+}
+
 /* Forward: warp w of block b normalises row 8 b + w (y, and rstd by lane 0). */
 template <int VEC, bool V16>
 static __global__ void __launch_bounds__(FWD_ROWS_PER_BLOCK * MP_WARP)
@@ -187,23 +192,27 @@ static __global__ void __launch_bounds__(FWD_ROWS_PER_BLOCK * MP_WARP)
 }
 
 /* Backward, chunk blockIdx.x of rows_per_chunk rows, blockDim.x / 32 = rms_bwd_warps(D) warps, W x D
- * floats of dynamic shared memory: dx of its rows updated, partial[chunk, :] written (top comment). */
-template <int VEC, bool V16>
+ * floats of dynamic shared memory: dx of its rows updated, partial[chunk, :] written (top comment).
+ * HEAD (the per-head norm): row m is pair m's head at head_rms_row(dx, ldx, m, H, D), which holds dy and
+ * receives the input gradient (=; dy unused); else row m of dense [M, D] tensors, dx += (ldx, H unused). */
+template <int VEC, bool V16, bool HEAD>
 static __global__ void __launch_bounds__(BWD_MAX_WARPS * MP_WARP)
-    rmsnorm_bwd_chunk_kernel(mp_bf16 *__restrict__ dx, float *__restrict__ partial, const mp_bf16 *__restrict__ dy,
-                             const mp_bf16 *__restrict__ x, const mp_bf16 *__restrict__ w,
-                             const float *__restrict__ rstd, int N, int D, int rows_per_chunk) {
+    rmsnorm_bwd_chunk_kernel(mp_bf16 *__restrict__ dx, int ldx, float *__restrict__ partial,
+                             const mp_bf16 *__restrict__ dy, const mp_bf16 *__restrict__ x,
+                             const mp_bf16 *__restrict__ w, const float *__restrict__ rstd, int64_t M, int H, int D,
+                             int rows_per_chunk) {
     extern __shared__ float acc[];   /* W x D: warp w's accumulator at acc + w * D */
     const int W = blockDim.x / MP_WARP, warp = threadIdx.x / MP_WARP, lane = threadIdx.x % MP_WARP;
     for (int p = threadIdx.x; p < W * D; p += blockDim.x) acc[p] = 0.0f;
     __syncthreads();
     const int64_t n0 = (int64_t)blockIdx.x * rows_per_chunk;
-    const int64_t n1 = n0 + rows_per_chunk < N ? n0 + rows_per_chunk : N;
+    const int64_t n1 = n0 + rows_per_chunk < M ? n0 + rows_per_chunk : M;
     for (int64_t n = n0 + warp; n < n1; n += W) {   /* warp-uniform: only shuffles inside */
-        const mp_bf16 *xr = x + n * D, *g = dy + n * D;
+        mp_bf16 *dxr = HEAD ? head_rms_row(dx, ldx, n, H, D) : dx + n * D;
+        const mp_bf16 *xr = x + n * D, *g = HEAD ? dxr : dy + n * D;
         const float r = rstd[n];
         const float dot = mp_warp_sum(rms_bwd_lane_dot<VEC, V16>(g, xr, w, D, lane));
-        rms_bwd_lane_update<VEC, V16>(dx + n * D, acc + warp * D, g, xr, w, r, dot / (float)D * r * r, D, lane);
+        rms_bwd_lane_update<VEC, V16, !HEAD>(dxr, acc + warp * D, g, xr, w, r, dot / (float)D * r * r, D, lane);
     }
     __syncthreads();
     rms_bwd_fold<VEC>(partial + (int64_t)blockIdx.x * D, acc, W, D, threadIdx.x, blockDim.x);
@@ -236,11 +245,6 @@ static __global__ void __launch_bounds__(BWD_THREADS)
     }
 }
 
-/* The first element of pair m's head: row m / H, head m % H of x (rows ldx apart). Host and device. */
-__host__ __device__ static inline mp_bf16 *head_rms_row(mp_bf16 *x, int ldx, int64_t m, int H, int hd) {
-    return x + (m / H) * ldx + (m % H) * hd;
-}
-
 /* Per-head forward: warp w of block b normalises pair m = 8 b + w (row m / H, head m % H) in place, its
  * input copied to x_save + m hd first when x_save is not NULL; rstd[m] by lane 0. */
 template <int VEC, bool V16>
@@ -256,30 +260,6 @@ static __global__ void __launch_bounds__(FWD_ROWS_PER_BLOCK * MP_WARP)
     const float r = 1.0f / sqrtf(ss / (float)hd + eps);
     if (lane == 0) rstd[m] = r;
     rms_fwd_lane_store<VEC, V16>(xr, xr, w, r, hd, lane);
-}
-
-/* Per-head backward, chunk blockIdx.x of rows_per_chunk pairs (rmsnorm_bwd_chunk_kernel over the pairs):
- * dx of its pairs overwritten with the input gradient, partial[chunk, :] (hd floats) written. */
-template <int VEC, bool V16>
-static __global__ void __launch_bounds__(BWD_MAX_WARPS * MP_WARP)
-    head_rmsnorm_bwd_chunk_kernel(mp_bf16 *dx, int ldx, float *__restrict__ partial, const mp_bf16 *__restrict__ x_save,
-                                  const float *__restrict__ rstd, const mp_bf16 *__restrict__ w, int64_t M, int H,
-                                  int hd, int rows_per_chunk) {
-    extern __shared__ float acc[];   /* W x hd: warp w's accumulator at acc + w * hd */
-    const int W = blockDim.x / MP_WARP, warp = threadIdx.x / MP_WARP, lane = threadIdx.x % MP_WARP;
-    for (int p = threadIdx.x; p < W * hd; p += blockDim.x) acc[p] = 0.0f;
-    __syncthreads();
-    const int64_t m0 = (int64_t)blockIdx.x * rows_per_chunk;
-    const int64_t m1 = m0 + rows_per_chunk < M ? m0 + rows_per_chunk : M;
-    for (int64_t m = m0 + warp; m < m1; m += W) {   /* warp-uniform: only shuffles inside */
-        mp_bf16 *g = head_rms_row(dx, ldx, m, H, hd);
-        const mp_bf16 *xr = x_save + m * hd;
-        const float r = rstd[m];
-        const float dot = mp_warp_sum(rms_bwd_lane_dot<VEC, V16>(g, xr, w, hd, lane));
-        rms_bwd_lane_update<VEC, V16, false>(g, acc + warp * hd, g, xr, w, r, dot / (float)hd * r * r, hd, lane);
-    }
-    __syncthreads();
-    rms_bwd_fold<VEC>(partial + (int64_t)blockIdx.x * hd, acc, W, hd, threadIdx.x, blockDim.x);
 }
 
 extern "C" void mp_cuda_rmsnorm_fwd(mp_bf16 *y, float *rstd, const mp_bf16 *x, const mp_bf16 *w, int N, int D,
@@ -317,14 +297,13 @@ extern "C" void mp_cuda_rmsnorm_bwd(mp_bf16 *dx, float *dw, float *partial, cons
     assert(nchunks >= 1 && (int64_t)nchunks * rows >= N && (int64_t)(nchunks - 1) * rows < N);
     const int W = rms_bwd_warps(D);
     const size_t smem = (size_t)W * D * sizeof(float);   /* <= 48 KB: no opt-in needed */
-    if (W == 0)
-        rmsnorm_bwd_wide_kernel<<<nchunks, BWD_THREADS, 0, s>>>(dx, partial, dy, x, w, rstd, N, D, rows);
-    else if (D % 8)
-        rmsnorm_bwd_chunk_kernel<1, false><<<nchunks, W * MP_WARP, smem, s>>>(dx, partial, dy, x, w, rstd, N, D, rows);
-    else if (mp_aligned16(dx, dy, x, w))
-        rmsnorm_bwd_chunk_kernel<8, true><<<nchunks, W * MP_WARP, smem, s>>>(dx, partial, dy, x, w, rstd, N, D, rows);
-    else
-        rmsnorm_bwd_chunk_kernel<8, false><<<nchunks, W * MP_WARP, smem, s>>>(dx, partial, dy, x, w, rstd, N, D, rows);
+    auto go = [&](auto kernel) {
+        kernel<<<nchunks, W * MP_WARP, smem, s>>>(dx, D, partial, dy, x, w, rstd, N, 1, D, rows);   /* dense rows */
+    };
+    if (W == 0) rmsnorm_bwd_wide_kernel<<<nchunks, BWD_THREADS, 0, s>>>(dx, partial, dy, x, w, rstd, N, D, rows);
+    else if (D % 8) go(rmsnorm_bwd_chunk_kernel<1, false, false>);
+    else if (mp_aligned16(dx, dy, x, w)) go(rmsnorm_bwd_chunk_kernel<8, true, false>);
+    else go(rmsnorm_bwd_chunk_kernel<8, false, false>);
     mp_chunk_sum_kernel<<<(D + 255) / 256, 256, 0, s>>>(dw, partial, nchunks, D);
 }
 
@@ -364,11 +343,13 @@ extern "C" void mp_cuda_head_rmsnorm_bwd(mp_bf16 *dx, int ldx, float *dw, float 
     assert(W >= 1);   /* hd <= MP_CUDA_HEAD_RMSNORM_MAX_HD */
     const size_t smem = (size_t)W * hd * sizeof(float);   /* <= 48 KB: no opt-in needed */
     const unsigned t = W * MP_WARP;
-    auto go = [&](auto kernel) { kernel<<<nchunks, t, smem, s>>>(dx, ldx, partial, x_save, rstd, w, M, H, hd, rows); };
+    auto go = [&](auto kernel) {
+        kernel<<<nchunks, t, smem, s>>>(dx, ldx, partial, NULL, x_save, w, rstd, M, H, hd, rows);   /* dy: in dx */
+    };
     switch (head_rms_path(hd, ldx, dx, x_save, w)) {
-    case 0: go(head_rmsnorm_bwd_chunk_kernel<8, true>); break;
-    case 1: go(head_rmsnorm_bwd_chunk_kernel<8, false>); break;
-    default: go(head_rmsnorm_bwd_chunk_kernel<1, false>);
+    case 0: go(rmsnorm_bwd_chunk_kernel<8, true, true>); break;
+    case 1: go(rmsnorm_bwd_chunk_kernel<8, false, true>); break;
+    default: go(rmsnorm_bwd_chunk_kernel<1, false, true>);
     }
     mp_chunk_sum_kernel<<<(hd + 255) / 256, 256, 0, s>>>(dw, partial, nchunks, hd);
 }

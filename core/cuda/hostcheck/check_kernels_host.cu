@@ -282,7 +282,7 @@ static void rms_fwd_replay(std::vector<mp_bf16> &y, std::vector<float> &rstd, co
         }
 }
 
-/* rmsnorm_bwd_chunk_kernel<VEC, V16> (W = rms_bwd_warps(D) > 0), or the wide kernel's order (W = 0: the
+/* rmsnorm_bwd_chunk_kernel<VEC, V16, false> (W = rms_bwd_warps(D) > 0), or the wide kernel's order (W = 0: the
  * rows of a chunk in order, each column's partial its own), then the column kernel. Warps of a block
  * touch disjoint rows of dx and disjoint accumulators, lanes disjoint columns: replaying them one after
  * another is the launch. */
@@ -783,7 +783,7 @@ static void head_fwd_replay(mp_bf16 *x, int ldx, mp_bf16 *x_save, std::vector<fl
         }
 }
 
-/* head_rmsnorm_bwd_chunk_kernel<VEC, V16> (W = rms_bwd_warps(hd) warps per chunk of pairs) and
+/* rmsnorm_bwd_chunk_kernel<VEC, V16, true> (W = rms_bwd_warps(hd) warps per chunk of pairs) and
  * mp_chunk_sum_kernel replayed; every lane's dot before the in-place updates (the butterfly needs them all). */
 template <int VEC, bool V16>
 static void head_bwd_replay(mp_bf16 *dx, int ldx, std::vector<float> &dw, const std::vector<mp_bf16> &xs,
