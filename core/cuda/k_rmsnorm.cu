@@ -96,6 +96,11 @@ __host__ __device__ static inline float rms_fwd_lane_ss(const mp_bf16 *xr, int D
     return ss;
 }
 
+/* rstd of a row of D values whose squares sum to ss (the warp's butterfly). Host and device. */
+__host__ __device__ static inline float rms_rstd(float ss, int D, float eps) {
+    return 1.0f / sqrtf(ss / (float)D + eps);
+}
+
 /* Lane `lane` writes its vectors of y = x * r * w (forward). */
 template <int VEC, bool V16>
 __host__ __device__ static inline void rms_fwd_lane_store(mp_bf16 *yr, const mp_bf16 *xr, const mp_bf16 *w, float r,
@@ -186,7 +191,7 @@ static __global__ void __launch_bounds__(FWD_ROWS_PER_BLOCK * MP_WARP)
     const int64_t n = (int64_t)blockIdx.x * FWD_ROWS_PER_BLOCK + threadIdx.x / MP_WARP;
     if (n >= N) return;   /* warp-uniform: no block-level sync follows */
     const float ss = mp_warp_sum(rms_fwd_lane_ss<VEC, V16>(x + n * D, D, lane));
-    const float r = 1.0f / sqrtf(ss / (float)D + eps);
+    const float r = rms_rstd(ss, D, eps);
     if (lane == 0) rstd[n] = r;
     rms_fwd_lane_store<VEC, V16>(y + n * D, x + n * D, w, r, D, lane);
 }
@@ -257,7 +262,7 @@ static __global__ void __launch_bounds__(FWD_ROWS_PER_BLOCK * MP_WARP)
     mp_bf16 *xr = head_rms_row(x, ldx, m, H, hd);
     if (x_save) rms_lane_copy<VEC, V16>(x_save + m * hd, xr, hd, lane);
     const float ss = mp_warp_sum(rms_fwd_lane_ss<VEC, V16>(xr, hd, lane));
-    const float r = 1.0f / sqrtf(ss / (float)hd + eps);
+    const float r = rms_rstd(ss, hd, eps);
     if (lane == 0) rstd[m] = r;
     rms_fwd_lane_store<VEC, V16>(xr, xr, w, r, hd, lane);
 }

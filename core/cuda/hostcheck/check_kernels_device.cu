@@ -252,7 +252,7 @@ static void dev_bias(int N, int cols, int ldx, int col0, int off) {
 static std::vector<std::vector<float>> dev_head_rmsnorm(int N, int H, int hd, int ldx, int col0, int off) {
     char shape[96];
     snprintf(shape, sizeof shape, "N=%d H=%d hd=%d ldx=%d col0=%d off=%d", N, H, hd, ldx, col0, off);
-    const float eps = 1e-6f;
+    const float eps = 1e-3f;   /* large enough that an eps dropped moves rstd past its tolerance */
     const HeadCase c = head_case(N, H, hd, ldx, col0);
     const size_t nx = (size_t)N * ldx, ns = (size_t)c.M * hd;
     mp_bf16 *xb = up_at(c.x0, off), *x2 = up_at(c.x0, off), *dxb = up_at(c.dy0, off), *wb = up_at(c.w, off);

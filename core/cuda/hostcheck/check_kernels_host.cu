@@ -275,7 +275,7 @@ static void rms_fwd_replay(std::vector<mp_bf16> &y, std::vector<float> &rstd, co
             if (n >= N) continue;
             float ss[MP_WARP];
             for (int lane = 0; lane < MP_WARP; lane++) ss[lane] = rms_fwd_lane_ss<VEC, V16>(x.data() + n * D, D, lane);
-            const float r = 1.0f / sqrtf(warp_sum_host(ss) / (float)D + eps);
+            const float r = rms_rstd(warp_sum_host(ss), D, eps);
             rstd[n] = r;
             for (int lane = 0; lane < MP_WARP; lane++)
                 rms_fwd_lane_store<VEC, V16>(y.data() + n * D, x.data() + n * D, w.data(), r, D, lane);
@@ -777,7 +777,7 @@ static void head_fwd_replay(mp_bf16 *x, int ldx, mp_bf16 *x_save, std::vector<fl
                 if (x_save) rms_lane_copy<VEC, V16>(x_save + m * hd, xr, hd, lane);
                 ss[lane] = rms_fwd_lane_ss<VEC, V16>(xr, hd, lane);
             }
-            const float r = 1.0f / sqrtf(warp_sum_host(ss) / (float)hd + eps);
+            const float r = rms_rstd(warp_sum_host(ss), hd, eps);
             rstd[m] = r;
             for (int lane = 0; lane < MP_WARP; lane++) rms_fwd_lane_store<VEC, V16>(xr, xr, w.data(), r, hd, lane);
         }
@@ -913,7 +913,7 @@ static std::vector<float> head_dw_order(const HeadCase &c, const std::vector<mp_
  * never written shows), head_fwd_bad; the backward from the saved input and rstd, head_bwd_bad, and dw
  * bitwise head_dw_order. */
 static void check_head_rmsnorm(int N, int H, int hd, int ldx, int off) {
-    const float eps = 1e-6f;
+    const float eps = 1e-3f;   /* moves rstd by ~4e-4 here, 40x its tolerance: an eps dropped shows */
     const HeadCase c = head_case(N, H, hd, ldx, off);
     const int64_t M = c.M;
     const std::vector<int> paths = hd % 8 ? std::vector<int>{2} : std::vector<int>{0, 1};
