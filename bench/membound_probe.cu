@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
     PCK(cudaMalloc(&part, mp_cuda_rmsnorm_bwd_scratch_floats(N, D) * sizeof(float)));
     mp_cuda_rmsnorm_fwd(y, rstd, x, w, N, D, 1e-5f, 0);   /* a real rstd for the backward */
     int rows, nchunks;
-    rmsnorm_plan(N, &rows, &nchunks);
+    mp_row_chunks(N, &rows, &nchunks);
     printf("membound_probe: N %d D %d, %d rounds x %d calls, median; dw chunks %d x %d rows, %d warps per block\n", N,
            D, rounds, reps, nchunks, rows, rms_bwd_warps(D));
     /* bytes: backward reads x, dy, dx and writes dx; forward reads x and writes y (w, rstd, dw: noise) */
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
         bwd_bytes, cb);
     row("rmsnorm_bwd_wide", time_ms(rounds, reps, [&] {
             rmsnorm_bwd_wide_kernel<<<nchunks, BWD_THREADS>>>(dx, part, dy, x, w, rstd, N, D, rows);
-            rmsnorm_bwd_column_kernel<<<(D + 255) / 256, 256>>>(dw, part, nchunks, D);
+            mp_chunk_sum_kernel<<<(D + 255) / 256, 256>>>(dw, part, nchunks, D);
         }), bwd_bytes, cb);
     row("rmsnorm_fwd", time_ms(rounds, reps, [&] { mp_cuda_rmsnorm_fwd(y, rstd, x, w, N, D, 1e-5f, 0); }), fwd_bytes, cf);
     const int fblocks = (N + FWD_ROWS_PER_BLOCK - 1) / FWD_ROWS_PER_BLOCK, fthreads = FWD_ROWS_PER_BLOCK * MP_WARP;

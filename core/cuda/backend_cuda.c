@@ -33,8 +33,9 @@
  * Scratch policy. Kernels never allocate; the scratch they need lives here:
  *   - the reduction partials (MP_CUDA_REDUCE_MAX_BLOCKS doubles) and the cuBLASLt workspace
  *     (MP_CUDA_BLAS_WORKSPACE_BYTES): allocated at creation, fixed size;
- *   - the embedding backward's sort keys and the RMSNorm backward's dw partials: device buffers kept in
- *     the impl and GROWN ON DEMAND (to exactly the size asked, never shrunk): the first call of a given
+ *   - the embedding backward's sort keys and the column partials of the deterministic column sums (the dw of
+ *     rmsnorm_bwd and head_rmsnorm_bwd, the db of bias_bwd; one buffer, the ops run in stream order): device
+ *     buffers kept in the impl and GROWN ON DEMAND (to exactly the size asked, never shrunk): the first call of a given
  *     size allocates (after waiting for the device, since the old buffer may be in use), later
  *     calls of the same or smaller size reuse it. N and D are fixed for a run, so only the first step
  *     allocates; mp_backend_cuda_reserve sizes both ahead of the first step for callers that know N, D.
@@ -67,8 +68,8 @@ typedef struct {
     double *partials;             /* [MP_CUDA_REDUCE_MAX_BLOCKS] sumsq_acc / sum_acc scratch */
     void *keys;                   /* embed_bwd sort keys, grown on demand */
     size_t keys_bytes;
-    float *rms_partial;           /* rmsnorm_bwd dw partials, grown on demand */
-    size_t rms_floats;
+    float *col_partial;           /* rmsnorm_bwd / head_rmsnorm_bwd dw, bias_bwd db partials, grown on demand */
+    size_t col_floats;
     _Atomic int64_t dev_bytes[MP_MEM_NCAT];
     _Atomic int64_t pinned_bytes[MP_MEM_NCAT];
     _Atomic int64_t dev_total, dev_peak, alloc_calls;
@@ -170,6 +171,16 @@ static void scratch_grow(cuda_impl *im, void **buf, size_t *have, size_t need, c
     *have = 0;
     *buf = dev_malloc(im, need, MP_MEM_ACTS, what);
     *have = need;
+}
+
+/* The column partials buffer (see the top of the file) holding at least floats floats: grown on demand. */
+static float *col_partials(cuda_impl *im, size_t floats) {
+    size_t have = im->col_floats * sizeof(float);
+    void *buf = im->col_partial;
+    scratch_grow(im, &buf, &have, floats * sizeof(float), "column-sum partials");
+    im->col_partial = buf;
+    im->col_floats = have / sizeof(float);
+    return im->col_partial;
 }
 
 /* ---- memory ---- */
@@ -462,15 +473,69 @@ static void cu_rmsnorm_bwd(mp_backend *be, void *dx, float *dw, const void *dy, 
     PROF_BEGIN(be);
     cuda_impl *im = impl_of(be);
     if (N <= 0) return;
-    size_t need = mp_cuda_rmsnorm_bwd_scratch_floats(N, D) * sizeof(float);
-    size_t have = im->rms_floats * sizeof(float);
-    void *buf = im->rms_partial;
-    scratch_grow(im, &buf, &have, need, "rmsnorm_bwd partials");
-    im->rms_partial = buf;
-    im->rms_floats = have / sizeof(float);
-    mp_cuda_rmsnorm_bwd(dx, dw, im->rms_partial, dy, x, w, rstd, N, D, im->stream);
+    float *part = col_partials(im, mp_cuda_rmsnorm_bwd_scratch_floats(N, D));
+    mp_cuda_rmsnorm_bwd(dx, dw, part, dy, x, w, rstd, N, D, im->stream);
     LAUNCHED();
     PROF_END(be, "%s", "rmsnorm_bwd");
+}
+
+/* ---- biases and per-head RMSNorm (Qwen2's q/k/v biases, Qwen3's q_norm and k_norm) ---- */
+
+/* x[n, j] += b[j] over the N x cols block (row stride ldx), one bf16 rounding. */
+static void cu_bias_add(mp_backend *be, void *x, int ldx, const void *b, int N, int cols) {
+    PROF_BEGIN(be);
+    mp_cuda_bias_add(x, ldx, b, N, cols, cs(be));
+    LAUNCHED();
+    PROF_END(be, "%s", "bias_add");
+}
+
+/* db (fp32) += the column sums of the block, deterministic (chunk partials in the shared buffer). */
+static void cu_bias_bwd(mp_backend *be, float *db, const void *dx, int ldx, int N, int cols) {
+    PROF_BEGIN(be);
+    cuda_impl *im = impl_of(be);
+    if (N <= 0 || cols <= 0) return;
+    float *part = col_partials(im, mp_cuda_chunk_partial_floats(N, cols));
+    mp_cuda_bias_bwd(db, part, dx, ldx, N, cols, im->stream);
+    LAUNCHED();
+    PROF_END(be, "%s", "bias_bwd");
+}
+
+/* The per-head norm's limits (kernels_cuda.h), checked in every build (the launchers only assert them,
+ * and assert() is off in some CUDA configurations): a shape beyond them aborts naming it. */
+static void head_norm_check(const char *op, int N, int H, int hd, int ldx) {
+    const char *why = NULL;
+    if (N < 0 || H <= 0) why = "N must be >= 0 and H > 0";
+    else if (hd < 1 || hd > MP_CUDA_HEAD_RMSNORM_MAX_HD) why = "head_dim must be in [1, MP_CUDA_HEAD_RMSNORM_MAX_HD]";
+    else if (ldx < (int64_t)H * hd) why = "the row stride must cover the heads (ldx >= H*hd)";
+    if (!why) return;
+    fprintf(stderr, "%s: error: %s: cuda %s (N %d, H %d, hd %d, ldx %d): %s\n", mp_log_prog(), __FILE__, op, N, H,
+            hd, ldx, why);
+    abort();
+}
+
+/* In place over the H heads of each row: y = x * rstd * w per (row, head); rstd [N*H]; x_save (dense) the
+ * input when not NULL. */
+static void cu_head_rmsnorm_fwd(mp_backend *be, void *x, int ldx, void *x_save, float *rstd, const void *w, int N,
+                                int H, int hd, float eps) {
+    PROF_BEGIN(be);
+    head_norm_check("head_rmsnorm_fwd", N, H, hd, ldx);
+    mp_cuda_head_rmsnorm_fwd(x, ldx, x_save, rstd, w, N, H, hd, eps, cs(be));
+    LAUNCHED();
+    PROF_END(be, "%s", "head_rmsnorm_fwd");
+}
+
+/* In place: dx (the normed output's gradient) becomes the input's (=); dw (fp32) accumulates,
+ * deterministically (chunk partials in the shared buffer). */
+static void cu_head_rmsnorm_bwd(mp_backend *be, void *dx, int ldx, float *dw, const void *x_save, const float *rstd,
+                                const void *w, int N, int H, int hd) {
+    PROF_BEGIN(be);
+    head_norm_check("head_rmsnorm_bwd", N, H, hd, ldx);
+    cuda_impl *im = impl_of(be);
+    if (N == 0) return;
+    float *part = col_partials(im, mp_cuda_chunk_partial_floats((int64_t)N * H, hd));
+    mp_cuda_head_rmsnorm_bwd(dx, ldx, dw, part, x_save, rstd, w, N, H, hd, im->stream);
+    LAUNCHED();
+    PROF_END(be, "%s", "head_rmsnorm_bwd");
 }
 
 /* ---- RoPE ----
@@ -697,6 +762,10 @@ static mp_backend g_cuda = {
     .embed_bwd = cu_embed_bwd,
     .rmsnorm_fwd = cu_rmsnorm_fwd,
     .rmsnorm_bwd = cu_rmsnorm_bwd,
+    .bias_add = cu_bias_add,
+    .bias_bwd = cu_bias_bwd,
+    .head_rmsnorm_fwd = cu_head_rmsnorm_fwd,
+    .head_rmsnorm_bwd = cu_head_rmsnorm_bwd,
     .rope_fwd = cu_rope_fwd,
     .rope_bwd = cu_rope_bwd,
     .attn_fwd = cu_attn_fwd,
@@ -721,7 +790,7 @@ static void impl_release(cuda_impl *im) {
     (void)cudaDeviceSynchronize();   /* after a failed set-up this may fail too: nothing to report then */
     mp_cuda_prof_close(im->prof);
     dev_release(im, im->keys, im->keys_bytes, MP_MEM_ACTS);
-    dev_release(im, im->rms_partial, im->rms_floats * sizeof(float), MP_MEM_ACTS);
+    dev_release(im, im->col_partial, im->col_floats * sizeof(float), MP_MEM_ACTS);
     dev_release(im, im->partials, MP_CUDA_REDUCE_MAX_BLOCKS * sizeof(double), MP_MEM_OTHER);
     if (im->blas) {
         mp_cuda_blas_destroy(im->blas);
@@ -787,12 +856,7 @@ void mp_backend_cuda_reserve(mp_backend *be, int N, int D) {
     if (N <= 0) return;
     scratch_grow(im, &im->keys, &im->keys_bytes, mp_cuda_embed_bwd_scratch_bytes(N), "embed_bwd keys");
     if (D <= 0) return;
-    size_t need = mp_cuda_rmsnorm_bwd_scratch_floats(N, D) * sizeof(float);
-    size_t have = im->rms_floats * sizeof(float);
-    void *buf = im->rms_partial;
-    scratch_grow(im, &buf, &have, need, "rmsnorm_bwd partials");
-    im->rms_partial = buf;
-    im->rms_floats = have / sizeof(float);
+    col_partials(im, mp_cuda_rmsnorm_bwd_scratch_floats(N, D));
 }
 
 int64_t mp_backend_cuda_mem_current(const mp_backend *be, mp_mem_cat cat) {

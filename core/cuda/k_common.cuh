@@ -134,6 +134,33 @@ static inline void mp_vec_launch(int64_t n, int aligned16, const F &f, cudaStrea
 }
 #endif
 
+/* The row chunks of the deterministic column reductions (RMSNorm's dw, the per-head RMSNorm's dw, the bias
+ * gradient db): M rows cut into *nchunks chunks of *rows_per_chunk consecutive rows (<= MP_CHUNK_MAX chunks
+ * of >= MP_CHUNK_MIN_ROWS rows), a function of M alone (host and device: hostcheck tests it). Each chunk's
+ * block sums its rows into partial[c, :] in a fixed order, then mp_chunk_sum_kernel adds the chunks in
+ * order: no atomics, and the order of every sum is fixed by M and the row length. */
+#define MP_CHUNK_MIN_ROWS 32
+#define MP_CHUNK_MAX 512
+__host__ __device__ static inline void mp_row_chunks(int64_t M, int *rows_per_chunk, int *nchunks) {
+    int64_t rows = (M + MP_CHUNK_MAX - 1) / MP_CHUNK_MAX;
+    if (rows < MP_CHUNK_MIN_ROWS) rows = MP_CHUNK_MIN_ROWS;
+    *rows_per_chunk = (int)rows;
+    *nchunks = M > 0 ? (int)((M + rows - 1) / rows) : 0;
+}
+
+#ifdef __CUDACC__
+/* The second pass of those reductions: thread i adds partial[0..nchunks-1, i] in chunk order (from 0) and
+ * does the one out[i] += total (one thread per column: one writer, one order). */
+static __global__ void mp_chunk_sum_kernel(float *__restrict__ out, const float *__restrict__ partial, int nchunks,
+                                           int D) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= D) return;
+    float s = 0.0f;
+    for (int c = 0; c < nchunks; c++) s += partial[(int64_t)c * D + i];
+    out[i] += s;
+}
+#endif
+
 __device__ __forceinline__ float mp_bf2f(mp_bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ mp_bf16 mp_f2bf(float x) { return __float2bfloat16_rn(x); }
 /* Loads of either storage type as fp32 (overloads, so templates read both). */

@@ -19,6 +19,15 @@
  * (it is NOT bitwise equal to the CPU backend's, whose blocking differs; both are double sums, so they
  * agree to ~1e-15 relative). The two kernels are ordered by the stream, so partials is reused safely by
  * later calls on the same stream. check_kernels_host replays both kernels thread by thread.
+ *
+ * The bias gradient (bias_bwd, Qwen2's q/k/v biases: db[j] += sum_n dx[n, j] over a column block of
+ * wider rows) is a column sum, made deterministic as RMSNorm's dw is (k_rmsnorm.cu): the N rows are cut
+ * into mp_row_chunks(N) chunks of consecutive rows (k_common.cuh); thread (chunk c, group g) sums the
+ * rows of its chunk in increasing n, from 0, in fp32, for its G columns (G = 8 with one 16-byte load per
+ * row when cols and ldx are multiples of 8 and dx is 16-byte aligned, else G = 1: each column's sum is
+ * the same sequence of fp32 additions either way) into partial[c, j]; mp_chunk_sum_kernel then adds
+ * the chunks in order and does the one db[j] += total. A warp reads 32 consecutive groups of a row (512
+ * contiguous bytes at G = 8), so the loads coalesce; there is no cross-thread reduction at all.
  */
 #include "core/cuda/k_common.cuh"
 
@@ -120,4 +129,55 @@ static __global__ void clip_kernel(float *scale, const double *sumsq, double gra
 extern "C" void mp_cuda_clip_scale(float *scale, const double *sumsq, double grad_clip, cudaStream_t s) {
     assert(scale && sumsq);
     clip_kernel<<<1, 1, 0, s>>>(scale, sumsq, grad_clip);
+}
+
+/* ---- the bias gradient (see the top of the file) ---- */
+
+#define BIAS_THREADS 256
+
+/* partial[j .. j+G) of one chunk: the sums of rows n0 .. n1-1 of columns j .. j+G of dx, each column's
+ * rows in increasing n from 0 (G = 8: one 16-byte load per row, dx + j 16-byte aligned). Host and device:
+ * hostcheck replays it. */
+template <int G>
+__host__ __device__ static inline void bias_bwd_group(float *part, const mp_bf16 *dx, int64_t ldx, int64_t n0,
+                                                      int64_t n1, int64_t j) {
+    float acc[G];
+    for (int k = 0; k < G; k++) acc[k] = 0.0f;
+    MP_DEVICE_UNROLL4
+    for (int64_t n = n0; n < n1; n++) {
+        float v[G];
+        mp_ld_vec<G>(v, dx + n * ldx + j);
+        for (int k = 0; k < G; k++) acc[k] += v[k];
+    }
+    for (int k = 0; k < G; k++) part[j + k] = acc[k];
+}
+
+/* Chunk blockIdx.y, column groups blockIdx.x * 256 + threadIdx.x: partial[chunk, :] of the bias gradient. */
+template <int G>
+static __global__ void __launch_bounds__(BIAS_THREADS)
+    bias_bwd_chunk_kernel(float *__restrict__ partial, const mp_bf16 *__restrict__ dx, int ldx, int N, int cols,
+                          int rows_per_chunk) {
+    const int64_t j = ((int64_t)blockIdx.x * BIAS_THREADS + threadIdx.x) * G;
+    if (j >= cols) return;
+    const int64_t n0 = (int64_t)blockIdx.y * rows_per_chunk;
+    const int64_t n1 = n0 + rows_per_chunk < N ? n0 + rows_per_chunk : N;
+    bias_bwd_group<G>(partial + (int64_t)blockIdx.y * cols, dx, ldx, n0, n1, j);
+}
+
+extern "C" void mp_cuda_bias_bwd(float *db, float *partial, const mp_bf16 *dx, int ldx, int N, int cols,
+                                 cudaStream_t s) {
+    assert(N >= 0 && cols >= 0 && ldx >= cols);
+    if (N == 0 || cols == 0) return;
+    assert(db && partial && dx);
+    int rows, nchunks;
+    mp_row_chunks(N, &rows, &nchunks);
+    assert(nchunks >= 1 && nchunks <= 65535 && (int64_t)nchunks * rows >= N);   /* grid y */
+    if (cols % 8 == 0 && ldx % 8 == 0 && mp_aligned16(dx)) {
+        const dim3 grid((unsigned)((cols / 8 + BIAS_THREADS - 1) / BIAS_THREADS), (unsigned)nchunks);
+        bias_bwd_chunk_kernel<8><<<grid, BIAS_THREADS, 0, s>>>(partial, dx, ldx, N, cols, rows);
+    } else {
+        const dim3 grid((unsigned)((cols + BIAS_THREADS - 1) / BIAS_THREADS), (unsigned)nchunks);
+        bias_bwd_chunk_kernel<1><<<grid, BIAS_THREADS, 0, s>>>(partial, dx, ldx, N, cols, rows);
+    }
+    mp_chunk_sum_kernel<<<(cols + 255) / 256, 256, 0, s>>>(db, partial, nchunks, cols);
 }

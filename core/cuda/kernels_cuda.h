@@ -59,6 +59,20 @@ void mp_cuda_accumulate_f32(float *dst, const float *src, int64_t n, cudaStream_
 void mp_cuda_scale_f32(float *x, float a, int64_t n, cudaStream_t s);                          /* x *= a */
 void mp_cuda_scale_bf16(mp_bf16 *x, float a, int64_t n, cudaStream_t s);                       /* x *= a */
 
+/* ---- biases (k_elementwise.cu, k_reduce.cu): Qwen2's q/k/v biases ----
+ * Both act on a column block of a wider row (the q | k | v columns of the fused projection): N rows of
+ * cols columns, ldx elements from a row to the next (ldx >= cols); columns past cols are neither read nor
+ * written. bias_add: x[n, j] = bf16(float(x[n, j]) + float(b[j])), one rounding (core/backend_cpu_bf16.c's
+ * arithmetic, bit for bit); 16-byte accesses when cols and ldx are multiples of 8 and x, b are 16-byte
+ * aligned, else 2-byte ones, the same bits either way. */
+void mp_cuda_bias_add(mp_bf16 *x, int ldx, const mp_bf16 *b, int N, int cols, cudaStream_t s);
+/* db[j] += sum_n dx[n, j] (fp32, accumulates), deterministically, in an order fixed by N alone: the rows
+ * are cut into mp_row_chunks(N) chunks of consecutive rows (RMSNorm's dw plan); one thread per (chunk,
+ * column) sums its rows in increasing n from 0 into partial[chunk, j], then a second kernel adds the
+ * chunks in order and does the one db[j] += total. partial: device scratch of
+ * mp_cuda_chunk_partial_floats(N, cols) floats. */
+void mp_cuda_bias_bwd(float *db, float *partial, const mp_bf16 *dx, int ldx, int N, int cols, cudaStream_t s);
+
 /* ---- reductions into a device scalar (k_reduce.cu) ----
  * *acc (ONE double in device memory) += sum_i x_i^2 (sumsq) or sum_i x_i (sum). The sum is formed in
  * double from 0 in an order fixed by n alone: clamp(ceil(n/8192), 1, MP_CUDA_REDUCE_MAX_BLOCKS) blocks each
@@ -102,6 +116,27 @@ void mp_cuda_rmsnorm_fwd(mp_bf16 *y, float *rstd, const mp_bf16 *x, const mp_bf1
 size_t mp_cuda_rmsnorm_bwd_scratch_floats(int N, int D);
 void mp_cuda_rmsnorm_bwd(mp_bf16 *dx, float *dw, float *partial, const mp_bf16 *dy, const mp_bf16 *x,
                          const mp_bf16 *w, const float *rstd, int N, int D, cudaStream_t s);
+
+/* Floats of partials the deterministic column reductions over M rows of D columns need (rmsnorm_bwd: M = N;
+ * head_rmsnorm_bwd: M = N H, D = hd; bias_bwd: M = N, D = cols): nchunks(M) * D. */
+size_t mp_cuda_chunk_partial_floats(int64_t M, int D);
+
+/* ---- per-head RMSNorm (k_rmsnorm.cu): Qwen3's q_norm and k_norm ----
+ * In place over the H heads of hd columns at the start of each of N rows of x (row stride ldx >= H hd;
+ * columns past H hd neither read nor written); per (row n, head h), m = n H + h, as mp_cuda_rmsnorm_fwd
+ * does per row: y = x * rstd * w, rstd[m] = 1/sqrt(mean(x^2) + eps) (sum in fp32), w [hd] bf16.
+ * x_save, when not NULL, receives the input dense [N, H hd] (bitwise), what the backward reads.
+ * 1 <= hd <= MP_CUDA_HEAD_RMSNORM_MAX_HD (one warp's shared accumulator of the backward). */
+#define MP_CUDA_HEAD_RMSNORM_MAX_HD 12288
+void mp_cuda_head_rmsnorm_fwd(mp_bf16 *x, int ldx, mp_bf16 *x_save, float *rstd, const mp_bf16 *w, int N, int H,
+                              int hd, float eps, cudaStream_t s);
+/* In place: dx (the heads of x, row stride ldx) holds the gradient of the normed output and receives the
+ * gradient of the input (WRITTEN, =): dx = rstd (w dy - x rstd^2 mean(w dy x)) per (row, head); dw [hd]
+ * (fp32) accumulates sum dy x rstd over every (row, head), reduced as mp_cuda_rmsnorm_bwd's dw with the
+ * N H (row, head) pairs as its rows (order fixed by N H and hd). partial: device scratch of
+ * mp_cuda_chunk_partial_floats(N H, hd) floats. dx must not alias x_save. */
+void mp_cuda_head_rmsnorm_bwd(mp_bf16 *dx, int ldx, float *dw, float *partial, const mp_bf16 *x_save,
+                              const float *rstd, const mp_bf16 *w, int N, int H, int hd, cudaStream_t s);
 
 /* ---- RoPE, HF rotate_half (k_rope.cu) ----
  * x [B,T,H,hd] with row stride ld (>= H*hd) in place; token t has position pos0 + t; cos/sin [max_pos, hd/2]

@@ -209,6 +209,84 @@ static std::vector<std::vector<float>> dev_rmsnorm(int N, int D, int off) {
     return {yh, rh, dxh, dwh};
 }
 
+/* bf16 host data uploaded off elements past an aligned allocation (off 1: no 16-byte access); returns the
+ * allocation (the data at + off). */
+static mp_bf16 *up_at(const std::vector<mp_bf16> &h, int off) {
+    mp_bf16 *p = dev<mp_bf16>(h.size() + off);
+    CK(cudaMemcpy(p + off, h.data(), h.size() * sizeof(mp_bf16), cudaMemcpyHostToDevice));
+    return p;
+}
+
+/* The biases on the device: the block of cols columns at column col0 of N rows ldx wide, every tensor off
+ * elements past an aligned allocation (off 1: the 2-byte paths). bias_add bitwise its contract
+ * (bias_add_want: one fp32 addition per element, which the compiler cannot contract or reorder), the other
+ * columns untouched; bias_bwd's db (from 0.25) bitwise the contract's order (bias_db_order: fp32 additions
+ * only), and again from 0.25 the same bits. */
+static void dev_bias(int N, int cols, int ldx, int col0, int off) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "N=%d cols=%d ldx=%d col0=%d off=%d", N, cols, ldx, col0, off);
+    const std::vector<mp_bf16> x0 = block_rows(N, ldx, col0, cols), b = bias_random(cols);
+    const size_t nx = (size_t)N * ldx;
+    mp_bf16 *xb = up_at(x0, off), *dxb = up_at(x0, off), *bb = up_at(b, off);
+    float *db = up(std::vector<float>(cols, 0.25f)), *part = dev<float>(mp_cuda_chunk_partial_floats(N, cols));
+    mp_cuda_bias_add(xb + off + col0, ldx, bb + off, N, cols, g_s);
+    mp_cuda_bias_bwd(db, part, dxb + off + col0, ldx, N, cols, g_s);
+    SYNC();
+    CHECK(same_bits(down(xb + off, nx), bias_add_want(x0, b, N, ldx, col0)),
+          "bias_add %s: not bf16(x + b) bit for bit, or a column outside the block written", shape);
+    const std::vector<float> want = bias_db_order(x0, N, ldx, col0, cols, 0.25f), got = down(db, cols);
+    CHECK(same_bits(got, want), "bias_bwd %s: db is not the contract's fixed-order sum bit for bit", shape);
+    CK(cudaMemcpy(db, std::vector<float>(cols, 0.25f).data(), cols * sizeof(float), cudaMemcpyHostToDevice));
+    mp_cuda_bias_bwd(db, part, dxb + off + col0, ldx, N, cols, g_s);
+    SYNC();
+    CHECK(same_bits(down(db, cols), got), "bias_bwd %s: not repeatable", shape);
+    cudaFree(xb), cudaFree(dxb), cudaFree(bb), cudaFree(db), cudaFree(part);
+}
+
+/* The per-head RMSNorm on the device (HeadCase N, H, hd at column col0 of rows ldx wide), every tensor off
+ * elements past an aligned allocation (off 1: 2-byte accesses). Forward with x_save: head_fwd_bad (x_save
+ * bitwise the input, y and rstd within their float64 bounds, the other columns untouched), and without
+ * x_save the same bits; backward in place from dy0: head_bwd_bad from the device's x_save and rstd, then
+ * again from dy0 and dw 0.25: the same bits. Returns y, rstd, dx, dw as floats (the caller compares
+ * offsets: alignment must not change a bit). */
+static std::vector<std::vector<float>> dev_head_rmsnorm(int N, int H, int hd, int ldx, int col0, int off) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "N=%d H=%d hd=%d ldx=%d col0=%d off=%d", N, H, hd, ldx, col0, off);
+    const float eps = 1e-3f;   /* large enough that an eps dropped moves rstd past its tolerance */
+    const HeadCase c = head_case(N, H, hd, ldx, col0);
+    const size_t nx = (size_t)N * ldx, ns = (size_t)c.M * hd;
+    mp_bf16 *xb = up_at(c.x0, off), *x2 = up_at(c.x0, off), *dxb = up_at(c.dy0, off), *wb = up_at(c.w, off);
+    mp_bf16 *xs = dev<mp_bf16>(ns + off);
+    float *rstd = dev<float>(c.M), *r2 = dev<float>(c.M), *dw = up(std::vector<float>(hd, 0.25f)),
+          *part = dev<float>(mp_cuda_chunk_partial_floats(c.M, hd));
+    mp_cuda_head_rmsnorm_fwd(xb + off + col0, ldx, xs + off, rstd, wb + off, N, H, hd, eps, g_s);
+    mp_cuda_head_rmsnorm_fwd(x2 + off + col0, ldx, NULL, r2, wb + off, N, H, hd, eps, g_s);
+    mp_cuda_head_rmsnorm_bwd(dxb + off + col0, ldx, dw, part, xs + off, rstd, wb + off, N, H, hd, g_s);
+    SYNC();
+    const std::vector<mp_bf16> y = down(xb + off, nx), xsh = down(xs + off, ns), dx = down(dxb + off, nx);
+    const std::vector<float> rh = down(rstd, c.M), dwh = down(dw, hd);
+    int bad = head_fwd_bad(c, y, xsh, rh, eps);
+    CHECK(bad == 0, "head_rmsnorm fwd %s: %d elements off float64 or x_save (-1: a column outside written)", shape, bad);
+    CHECK(same_bits(down(x2 + off, nx), y) && same_bits(down(r2, c.M), rh), "head_rmsnorm fwd %s: x_save NULL differs",
+          shape);
+    bad = head_bwd_bad(c, dx, dwh, 0.25f, xsh, rh);
+    CHECK(bad == 0, "head_rmsnorm bwd %s: %d dx/dw elements off float64 (-1: a column outside written)", shape, bad);
+    CK(cudaMemcpy(dxb + off, c.dy0.data(), nx * sizeof(mp_bf16), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, std::vector<float>(hd, 0.25f).data(), hd * sizeof(float), cudaMemcpyHostToDevice));
+    mp_cuda_head_rmsnorm_bwd(dxb + off + col0, ldx, dw, part, xs + off, rstd, wb + off, N, H, hd, g_s);
+    SYNC();
+    CHECK(same_bits(down(dxb + off, nx), dx) && same_bits(down(dw, hd), dwh), "head_rmsnorm bwd %s: not repeatable",
+          shape);
+    cudaFree(xb), cudaFree(x2), cudaFree(dxb), cudaFree(wb), cudaFree(xs), cudaFree(rstd), cudaFree(r2), cudaFree(dw),
+        cudaFree(part);
+    auto fl = [](const std::vector<mp_bf16> &v) {
+        std::vector<float> o(v.size());
+        for (size_t k = 0; k < v.size(); k++) o[k] = __bfloat162float(v[k]);
+        return o;
+    };
+    return {fl(y), rh, fl(dx), dwh};
+}
+
 static void dev_rope_swiglu(void) {
   /* hd 12: the 2-byte path; hd 64: the 16-byte path (k_rope.cu's VEC 8); then the heads as a column block
    * [off, off + H hd) of wider rows (ld), as layers/llama.c's fused [q | k | v]: 16-byte (ld % 8 == 0) and
@@ -611,6 +689,8 @@ int main(void) {
     check_embed_bwd(1000, 5, 100, 37, 200);
     check_rmsnorm(33, 5);
     check_rmsnorm(7, 200);
+    check_bias(777, 13, 29, 3);
+    check_head_rmsnorm(7, 2, 64, 512, 256);
     check_elementwise();
     check_attention(2, 70, 4, 2, 40);
     check_mma_table();
@@ -649,6 +729,26 @@ int main(void) {
         const auto u = dev_rmsnorm(r[0], r[1], 1);
         for (int k = 0; k < 4; k++)
             CHECK(same_bits(a[k], u[k]), "rmsnorm N=%d D=%d: output %d differs between aligned and unaligned", r[0], r[1], k);
+    }
+    /* biases {N, cols, ldx, col0}: the whole fused q | k | v rows, a block of wider rows, cols and ldx % 8 != 0,
+     * N not a multiple of a chunk, > 512 chunks' worth; each aligned and at an offset of one element */
+    const int biases[][4] = {{100, 512, 512, 0}, {33, 384, 392, 8}, {777, 13, 29, 3}, {20011, 24, 40, 8}, {5000, 1024, 1032, 8},
+                             {1, 8, 8, 0}};
+    for (auto &b : biases)
+        for (int off : {0, 1}) dev_bias(b[0], b[1], b[2], b[3], off);
+    /* per-head RMSNorm {N, H, hd, ldx, col0}: the q and k blocks of fused rows at hd 64 and 128, hd 96, ldx % 8
+     * != 0, hd % 8 != 0, dense, many chunks and > 512 chunks' worth of pairs, hd 256 */
+    const int heads[][5] = {{70, 4, 64, 512, 0}, {70, 2, 64, 512, 256}, {33, 16, 128, 4096, 0}, {33, 8, 128, 4096, 2048},
+                            {9, 2, 96, 576, 192}, {6, 3, 40, 204, 4}, {4, 2, 17, 56, 3}, {3, 1, 64, 64, 0},
+                            {3000, 2, 64, 256, 128}, {9001, 2, 16, 48, 8}, {33, 2, 256, 1024, 512}};
+    for (auto &h : heads) {   /* each aligned and at an offset of one element, from the same inputs */
+        const uint64_t seed = g_rng;
+        const auto a = dev_head_rmsnorm(h[0], h[1], h[2], h[3], h[4], 0);
+        g_rng = seed;
+        const auto u = dev_head_rmsnorm(h[0], h[1], h[2], h[3], h[4], 1);
+        for (int k = 0; k < 4; k++)
+            CHECK(same_bits(a[k], u[k]), "head_rmsnorm N=%d H=%d hd=%d: output %d differs between aligned and unaligned",
+                  h[0], h[1], h[2], k);
     }
     dev_rope_swiglu();
     const int shapes[][5] = {{1, 1, 1, 1, 8}, {2, 7, 4, 2, 40}, {1, 33, 4, 1, 64}, {2, 70, 4, 4, 32},

@@ -181,9 +181,9 @@ static double reduce_replay(const T *x, int64_t n, double acc) {
 static void check_rmsnorm_plan(void) {
     for (int N = 1; N <= 200000; N += (N < 600 ? 1 : 997)) {
         int rows, nc;
-        rmsnorm_plan(N, &rows, &nc);
-        CHECK(rows >= BWD_MIN_ROWS && nc >= 1 && nc <= BWD_MAX_CHUNKS, "rmsnorm_plan(%d): %d x %d", N, nc, rows);
-        CHECK((int64_t)nc * rows >= N && (int64_t)(nc - 1) * rows < N, "rmsnorm_plan(%d) coverage", N);
+        mp_row_chunks(N, &rows, &nc);
+        CHECK(rows >= MP_CHUNK_MIN_ROWS && nc >= 1 && nc <= MP_CHUNK_MAX, "mp_row_chunks(%d): %d x %d", N, nc, rows);
+        CHECK((int64_t)nc * rows >= N && (int64_t)(nc - 1) * rows < N, "mp_row_chunks(%d) coverage", N);
         CHECK(mp_cuda_rmsnorm_bwd_scratch_floats(N, 7) == (size_t)nc * 7, "scratch size");
     }
     /* the backward's warps per block: its accumulators fit 48 KB, 1..8 warps, 0 (the wide kernel) past that;
@@ -275,14 +275,14 @@ static void rms_fwd_replay(std::vector<mp_bf16> &y, std::vector<float> &rstd, co
             if (n >= N) continue;
             float ss[MP_WARP];
             for (int lane = 0; lane < MP_WARP; lane++) ss[lane] = rms_fwd_lane_ss<VEC, V16>(x.data() + n * D, D, lane);
-            const float r = 1.0f / sqrtf(warp_sum_host(ss) / (float)D + eps);
+            const float r = rms_rstd(warp_sum_host(ss), D, eps);
             rstd[n] = r;
             for (int lane = 0; lane < MP_WARP; lane++)
                 rms_fwd_lane_store<VEC, V16>(y.data() + n * D, x.data() + n * D, w.data(), r, D, lane);
         }
 }
 
-/* rmsnorm_bwd_chunk_kernel<VEC, V16> (W = rms_bwd_warps(D) > 0), or the wide kernel's order (W = 0: the
+/* rmsnorm_bwd_chunk_kernel<VEC, V16, false> (W = rms_bwd_warps(D) > 0), or the wide kernel's order (W = 0: the
  * rows of a chunk in order, each column's partial its own), then the column kernel. Warps of a block
  * touch disjoint rows of dx and disjoint accumulators, lanes disjoint columns: replaying them one after
  * another is the launch. */
@@ -291,7 +291,7 @@ static void rms_bwd_replay(std::vector<mp_bf16> &dx, std::vector<float> &dw, con
                            const std::vector<mp_bf16> &x, const std::vector<mp_bf16> &w, const std::vector<float> &rstd,
                            int N, int D) {
     int rows, nc;
-    rmsnorm_plan(N, &rows, &nc);
+    mp_row_chunks(N, &rows, &nc);
     const int W = rms_bwd_warps(D);
     std::vector<float> partial(mp_cuda_rmsnorm_bwd_scratch_floats(N, D), NAN), acc((size_t)std::max(W, 1) * D);
     for (int c = 0; c < nc; c++) {
@@ -326,7 +326,7 @@ static void rms_bwd_replay(std::vector<mp_bf16> &dx, std::vector<float> &dw, con
             }
         for (int tid = 0; tid < W * MP_WARP; tid++) rms_bwd_fold<VEC>(partial.data() + (size_t)c * D, acc.data(), W, D, tid, W * MP_WARP);
     }
-    for (int i = 0; i < D; i++) {   /* rmsnorm_bwd_column_kernel */
+    for (int i = 0; i < D; i++) {   /* mp_chunk_sum_kernel */
         float s = 0.0f;
         for (int c = 0; c < nc; c++) s += partial[(size_t)c * D + i];
         dw[i] += s;
@@ -383,7 +383,7 @@ static void check_rmsnorm(int N, int D) {
         }
     }
     int rows, nc;
-    rmsnorm_plan(N, &rows, &nc);
+    mp_row_chunks(N, &rows, &nc);
     const int W = rms_bwd_warps(D);
     std::vector<float> order_dw(D, 0.25f);
     for (int i = 0; i < D; i++) {
@@ -634,6 +634,327 @@ static void vec_replay(int64_t n, const F &f) {
         CHECK(fabs(__bfloat162float(p1[i]) - ra) <= fabs(ra) / 256 + 1e-30 && !memcmp(&q1[i], &p1[i], 2) &&
                   __bfloat162float(r1[i]) == 2.0f * __bfloat162float(ab[i]),
               "bf16 ops vs float64 [%lld]", (long long)i);
+    }
+}
+
+/* ---- 1. biases and per-head RMSNorm (k_elementwise.cu, k_reduce.cu, k_rmsnorm.cu) ---- */
+
+/* A block of N rows x cols columns starting at column off of rows ldx wide (the q | k | v block of
+ * layers/llama.c's fused rows, or a part of it): bf16 values in [-2, 2] inside, 1000 + the column outside
+ * (a column read by mistake moves a sum by far more than any rounding). */
+static std::vector<mp_bf16> block_rows(int N, int ldx, int off, int cols) {
+    std::vector<mp_bf16> x((size_t)N * ldx);
+    for (size_t k = 0; k < x.size(); k++) {
+        const int c = (int)(k % (size_t)ldx);
+        x[k] = __float2bfloat16_rn(c >= off && c < off + cols ? 2.0f * rnd_unit() : 1000.0f + c);
+    }
+    return x;
+}
+
+/* 1 when every element outside columns [off, off + cols) of a equals b's, bitwise. */
+static bool outside_same(const std::vector<mp_bf16> &a, const std::vector<mp_bf16> &b, int ldx, int off, int cols) {
+    for (size_t k = 0; k < a.size(); k++) {
+        const int c = (int)(k % (size_t)ldx);
+        if ((c < off || c >= off + cols) && memcmp(&a[k], &b[k], sizeof a[k])) return false;
+    }
+    return true;
+}
+
+/* A bias of cols bf16 values of magnitude 0.5 .. 1.5 (never small enough to vanish in a rounding). */
+static std::vector<mp_bf16> bias_random(int cols) {
+    std::vector<mp_bf16> b(cols);
+    for (auto &e : b) {
+        const float u = rnd_unit();
+        e = __float2bfloat16_rn(u < 0 ? u - 0.5f : u + 0.5f);
+    }
+    return b;
+}
+
+/* bias_add by its contract: x0 with bf16(float(x) + float(b[j])) in the cols = b.size() columns at off. */
+static std::vector<mp_bf16> bias_add_want(const std::vector<mp_bf16> &x0, const std::vector<mp_bf16> &b, int N, int ldx,
+                                          int off) {
+    std::vector<mp_bf16> want = x0;
+    for (int n = 0; n < N; n++)
+        for (size_t j = 0; j < b.size(); j++) {
+            mp_bf16 &e = want[(size_t)n * ldx + off + j];
+            e = __float2bfloat16_rn(__bfloat162float(e) + __bfloat162float(b[j]));
+        }
+    return want;
+}
+
+/* bias_bwd's db from init by its contract's order, written out: per chunk of mp_row_chunks(N) the rows in
+ * increasing n summed from 0 in fp32, the chunks added in order from 0, then the one init + total. */
+static std::vector<float> bias_db_order(const std::vector<mp_bf16> &dx, int N, int ldx, int off, int cols, float init) {
+    int rows, nc;
+    mp_row_chunks(N, &rows, &nc);
+    std::vector<float> db(cols, init);
+    for (int j = 0; j < cols; j++) {
+        float total = 0.0f;
+        for (int c = 0; c < nc; c++) {
+            float part = 0.0f;
+            for (int64_t n = (int64_t)c * rows; n < std::min<int64_t>((int64_t)(c + 1) * rows, N); n++)
+                part += __bfloat162float(dx[n * ldx + off + j]);
+            total += part;
+        }
+        db[j] += total;
+    }
+    return db;
+}
+
+/* bias_add's launch (mp_vec_launch over the flat block: chunks of 8 when cols, ldx and the block's start are
+ * multiples of 8, else one element each) and bias_bwd's (every thread of the chunk kernel through
+ * bias_bwd_group, then mp_chunk_sum_kernel) replayed. bias_add must be bitwise bf16(float(x) + float(b))
+ * (one rounding: cpu-bf16's arithmetic; b kept >= 0.5 in magnitude so that an element skipped or added
+ * twice always shows), the columns outside the block untouched. db must be bitwise the contract's order
+ * written out here (per chunk of mp_row_chunks(N) the rows in increasing n from 0, the chunks in order,
+ * then one += into db), within 1e-6 of float64 relative to sum |dx| (fp32 sums of <= 20011 terms), the
+ * two group widths bitwise equal; partials start NaN, so a chunk or column never written shows. */
+static void check_bias(int N, int cols, int ldx, int off) {
+    assert(off + cols <= ldx);
+    const bool v8 = cols % 8 == 0 && ldx % 8 == 0 && off % 8 == 0;
+    const std::vector<mp_bf16> x0 = block_rows(N, ldx, off, cols), b = bias_random(cols);
+    const std::vector<mp_bf16> want = bias_add_want(x0, b, N, ldx, off);
+    for (int g : {8, 1}) {
+        if (g == 8 && !v8) continue;
+        std::vector<mp_bf16> x = x0;
+        const bias_add_op op{x.data() + off, b.data(), ldx, cols};
+        if (g == 8) vec_replay<8>((int64_t)N * cols, op);
+        else vec_replay<1>((int64_t)N * cols, op);
+        CHECK(memcmp(x.data(), want.data(), x.size() * sizeof x[0]) == 0,
+              "bias_add N=%d cols=%d ldx=%d off=%d groups of %d: not bf16(x + b) bitwise (or a column outside written)",
+              N, cols, ldx, off, g);
+    }
+    int rows, nc;
+    mp_row_chunks(N, &rows, &nc);
+    CHECK(mp_cuda_chunk_partial_floats(N, cols) == (size_t)nc * cols, "bias_bwd scratch size");
+    const std::vector<float> order = bias_db_order(x0, N, ldx, off, cols, 0.25f);
+    std::vector<double> ref(cols, 0.0), mag(cols, 0.0);
+    for (int j = 0; j < cols; j++)
+        for (int n = 0; n < N; n++) {
+            const double v = __bfloat162float(x0[(size_t)n * ldx + off + j]);
+            ref[j] += v, mag[j] += fabs(v);
+        }
+    std::vector<float> db1;
+    for (int g : {8, 1}) {
+        if (g == 8 && !v8) continue;
+        std::vector<float> partial(mp_cuda_chunk_partial_floats(N, cols), NAN), db(cols, 0.25f);
+        for (int c = 0; c < nc; c++)   /* bias_bwd_chunk_kernel<g>: thread j / g of chunk c */
+            for (int j = 0; j < cols; j += g) {
+                const int64_t n0 = (int64_t)c * rows, n1 = std::min<int64_t>(n0 + rows, N);
+                if (g == 8) bias_bwd_group<8>(partial.data() + (size_t)c * cols, x0.data() + off, ldx, n0, n1, j);
+                else bias_bwd_group<1>(partial.data() + (size_t)c * cols, x0.data() + off, ldx, n0, n1, j);
+            }
+        for (int j = 0; j < cols; j++) {   /* mp_chunk_sum_kernel */
+            float s = 0.0f;
+            for (int c = 0; c < nc; c++) s += partial[(size_t)c * cols + j];
+            db[j] += s;
+        }
+        CHECK(memcmp(db.data(), order.data(), cols * sizeof(float)) == 0,
+              "bias_bwd N=%d cols=%d ldx=%d groups of %d: db is not the contract's fixed-order sum bit for bit", N, cols,
+              ldx, g);
+        int bad = 0;
+        for (int j = 0; j < cols; j++) bad += !(fabs(db[j] - 0.25 - ref[j]) <= 1e-6 * mag[j] + 1e-6);
+        CHECK(bad == 0, "bias_bwd N=%d cols=%d: %d columns off float64", N, cols, bad);
+        if (db1.empty()) db1 = db;
+        else CHECK(memcmp(db.data(), db1.data(), cols * sizeof(float)) == 0, "bias_bwd: groups of 8 and of 1 differ");
+    }
+}
+
+/* head_rmsnorm_fwd_kernel<VEC, V16> replayed warp by warp, lane by lane (lanes touch disjoint columns, so
+ * one after another is the launch): the input copy, the sums of squares, the butterfly, the in-place store.
+ * x: the first head's column of row 0 (rows ldx apart). */
+template <int VEC, bool V16>
+static void head_fwd_replay(mp_bf16 *x, int ldx, mp_bf16 *x_save, std::vector<float> &rstd, const std::vector<mp_bf16> &w,
+                            int N, int H, int hd, float eps) {
+    const int64_t M = (int64_t)N * H, blocks = (M + FWD_ROWS_PER_BLOCK - 1) / FWD_ROWS_PER_BLOCK;
+    for (int64_t b = 0; b < blocks; b++)
+        for (int warp = 0; warp < FWD_ROWS_PER_BLOCK; warp++) {
+            const int64_t m = b * FWD_ROWS_PER_BLOCK + warp;
+            if (m >= M) continue;
+            mp_bf16 *xr = head_rms_row(x, ldx, m, H, hd);
+            float ss[MP_WARP];
+            for (int lane = 0; lane < MP_WARP; lane++) {
+                if (x_save) rms_lane_copy<VEC, V16>(x_save + m * hd, xr, hd, lane);
+                ss[lane] = rms_fwd_lane_ss<VEC, V16>(xr, hd, lane);
+            }
+            const float r = rms_rstd(warp_sum_host(ss), hd, eps);
+            rstd[m] = r;
+            for (int lane = 0; lane < MP_WARP; lane++) rms_fwd_lane_store<VEC, V16>(xr, xr, w.data(), r, hd, lane);
+        }
+}
+
+/* rmsnorm_bwd_chunk_kernel<VEC, V16, true> (W = rms_bwd_warps(hd) warps per chunk of pairs) and
+ * mp_chunk_sum_kernel replayed; every lane's dot before the in-place updates (the butterfly needs them all). */
+template <int VEC, bool V16>
+static void head_bwd_replay(mp_bf16 *dx, int ldx, std::vector<float> &dw, const std::vector<mp_bf16> &xs,
+                            const std::vector<float> &rstd, const std::vector<mp_bf16> &w, int N, int H, int hd) {
+    const int64_t M = (int64_t)N * H;
+    int rows, nc;
+    mp_row_chunks(M, &rows, &nc);
+    const int W = rms_bwd_warps(hd);
+    std::vector<float> partial(mp_cuda_chunk_partial_floats(M, hd), NAN), acc((size_t)W * hd);
+    for (int c = 0; c < nc; c++) {
+        const int64_t m0 = (int64_t)c * rows, m1 = std::min<int64_t>(m0 + rows, M);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int warp = 0; warp < W; warp++)
+            for (int64_t m = m0 + warp; m < m1; m += W) {
+                mp_bf16 *g = head_rms_row(dx, ldx, m, H, hd);
+                const mp_bf16 *xr = xs.data() + m * hd;
+                const float r = rstd[m];
+                float dots[MP_WARP];
+                for (int lane = 0; lane < MP_WARP; lane++) dots[lane] = rms_bwd_lane_dot<VEC, V16>(g, xr, w.data(), hd, lane);
+                const float cc = warp_sum_host(dots) / (float)hd * r * r;
+                for (int lane = 0; lane < MP_WARP; lane++)
+                    rms_bwd_lane_update<VEC, V16, false>(g, acc.data() + (size_t)warp * hd, g, xr, w.data(), r, cc, hd, lane);
+            }
+        for (int tid = 0; tid < W * MP_WARP; tid++)
+            rms_bwd_fold<VEC>(partial.data() + (size_t)c * hd, acc.data(), W, hd, tid, W * MP_WARP);
+    }
+    for (int i = 0; i < hd; i++) {   /* mp_chunk_sum_kernel */
+        float s = 0.0f;
+        for (int c = 0; c < nc; c++) s += partial[(size_t)c * hd + i];
+        dw[i] += s;
+    }
+}
+
+/* One per-head RMSNorm problem: the H heads of hd columns at column off of N rows ldx wide (a block of the
+ * fused [q | k | v] rows), its input x0 and output gradient dy0 (block_rows: 1000 + column outside the
+ * block), w in [0.5, 1.5]; at(m, i): element i of pair m's head. */
+struct HeadCase {
+    int N, H, hd, ldx, off;
+    int64_t M;
+    std::vector<mp_bf16> x0, dy0, w;
+    size_t at(int64_t m, int i) const { return (size_t)(m / H) * ldx + off + (size_t)(m % H) * hd + i; }
+};
+static HeadCase head_case(int N, int H, int hd, int ldx, int off) {
+    assert(off + H * hd <= ldx);
+    HeadCase c{N, H, hd, ldx, off, (int64_t)N * H, block_rows(N, ldx, off, H * hd), block_rows(N, ldx, off, H * hd),
+               std::vector<mp_bf16>(hd)};
+    for (auto &e : c.w) e = __float2bfloat16_rn(1.0f + 0.5f * rnd_unit());
+    return c;
+}
+
+/* The forward's elements that break its contract: rstd off float64 by more than 1e-5 relative, y (x after
+ * the call) off float64 by more than one bf16 ulp (rel 2^-8 + 1e-6: the fp32 roundings, then bf16's), x_save
+ * (dense [M, hd]) not bitwise the input; -1 when a column outside the heads changed. */
+static int head_fwd_bad(const HeadCase &c, const std::vector<mp_bf16> &y, const std::vector<mp_bf16> &xs,
+                        const std::vector<float> &r, float eps) {
+    auto f = [](mp_bf16 v) { return (double)__bfloat162float(v); };
+    if (!outside_same(y, c.x0, c.ldx, c.off, c.H * c.hd)) return -1;
+    int bad = 0;
+    for (int64_t m = 0; m < c.M; m++) {
+        double ss = 0;
+        for (int i = 0; i < c.hd; i++) ss += f(c.x0[c.at(m, i)]) * f(c.x0[c.at(m, i)]);
+        const double rr = 1.0 / sqrt(ss / c.hd + eps);
+        bad += !(fabs(r[m] - rr) <= 1e-5 * rr);
+        for (int i = 0; i < c.hd; i++) {
+            const double ry = f(c.x0[c.at(m, i)]) * rr * f(c.w[i]);
+            bad += !(fabs(f(y[c.at(m, i)]) - ry) <= fabs(ry) / 256 + 1e-6);
+            bad += memcmp(&xs[m * c.hd + i], &c.x0[c.at(m, i)], 2) != 0;
+        }
+    }
+    return bad;
+}
+
+/* The backward's elements that break its contract, from the saved input xs and fp32 rstd: dx (written over
+ * dy0, not added) off float64 by more than rel 2^-8 + 1e-5, dw (from dw0) off float64 by more than 1e-4
+ * (1 + |ref|); -1 when a column outside the heads changed. */
+static int head_bwd_bad(const HeadCase &c, const std::vector<mp_bf16> &dx, const std::vector<float> &dw, float dw0,
+                        const std::vector<mp_bf16> &xs, const std::vector<float> &rstd) {
+    auto f = [](mp_bf16 v) { return (double)__bfloat162float(v); };
+    if (!outside_same(dx, c.dy0, c.ldx, c.off, c.H * c.hd)) return -1;
+    std::vector<double> ref_dw(c.hd, 0.0);
+    int bad = 0;
+    for (int64_t m = 0; m < c.M; m++) {
+        const double r = rstd[m];
+        double dot = 0;
+        for (int i = 0; i < c.hd; i++) dot += f(c.w[i]) * f(c.dy0[c.at(m, i)]) * f(xs[m * c.hd + i]);
+        for (int i = 0; i < c.hd; i++) {
+            const double g = f(c.dy0[c.at(m, i)]), xi = f(xs[m * c.hd + i]);
+            const double rd = r * (f(c.w[i]) * g - xi * r * r * dot / c.hd);
+            bad += !(fabs(f(dx[c.at(m, i)]) - rd) <= fabs(rd) / 256 + 1e-5);
+            ref_dw[i] += g * xi * r;
+        }
+    }
+    for (int i = 0; i < c.hd; i++) bad += !(fabs(dw[i] - dw0 - ref_dw[i]) <= 1e-4 * (1 + fabs(ref_dw[i])));
+    return bad;
+}
+
+/* The backward's dw from init by its contract's order, written out: per chunk of mp_row_chunks(N H) pairs,
+ * warp w of W = rms_bwd_warps(hd) sums dy x rstd over the pairs m0 + w, m0 + w + W, ... in order from 0,
+ * the warps are added in order, the chunks in order from 0, then the one init + total. */
+static std::vector<float> head_dw_order(const HeadCase &c, const std::vector<mp_bf16> &xs, const std::vector<float> &rstd,
+                                        float init) {
+    int rows, nc;
+    mp_row_chunks(c.M, &rows, &nc);
+    const int W = rms_bwd_warps(c.hd);
+    std::vector<float> dw(c.hd, init);
+    for (int i = 0; i < c.hd; i++) {
+        float total = 0.0f;
+        for (int k = 0; k < nc; k++) {
+            const int64_t m0 = (int64_t)k * rows, m1 = std::min<int64_t>(m0 + rows, c.M);
+            float part = 0.0f;
+            for (int wi = 0; wi < W; wi++) {
+                float a = 0.0f;
+                for (int64_t m = m0 + wi; m < m1; m += W)
+                    a += __bfloat162float(c.dy0[c.at(m, i)]) * __bfloat162float(xs[m * c.hd + i]) * rstd[m];
+                part = wi == 0 ? a : part + a;
+            }
+            total += part;
+        }
+        dw[i] += total;
+    }
+    return dw;
+}
+
+/* The per-head norm replayed in the launches hd allows (hd % 8 == 0: groups of 8 with 16-byte and with
+ * 2-byte accesses, which the launcher picks by alignment and which must agree bit for bit; else single
+ * columns): the forward with and without x_save (the same bits; rstd and x_save start NaN, so an element
+ * never written shows), head_fwd_bad; the backward from the saved input and rstd, head_bwd_bad, and dw
+ * bitwise head_dw_order. */
+static void check_head_rmsnorm(int N, int H, int hd, int ldx, int off) {
+    const float eps = 1e-3f;   /* moves rstd by ~4e-4 here, 40x its tolerance: an eps dropped shows */
+    const HeadCase c = head_case(N, H, hd, ldx, off);
+    const int64_t M = c.M;
+    const std::vector<int> paths = hd % 8 ? std::vector<int>{2} : std::vector<int>{0, 1};
+    std::vector<mp_bf16> y0, xs0;
+    std::vector<float> rstd;
+    for (int path : paths)
+        for (int save : {1, 0}) {
+            std::vector<mp_bf16> y = c.x0, xs(M * hd, __float2bfloat16_rn(NAN));
+            std::vector<float> r(M, NAN);
+            mp_bf16 *xp = y.data() + off, *sp = save ? xs.data() : NULL;
+            if (path == 0) head_fwd_replay<8, true>(xp, ldx, sp, r, c.w, N, H, hd, eps);
+            else if (path == 1) head_fwd_replay<8, false>(xp, ldx, sp, r, c.w, N, H, hd, eps);
+            else head_fwd_replay<1, false>(xp, ldx, sp, r, c.w, N, H, hd, eps);
+            if (!y0.empty()) {
+                CHECK(!memcmp(y.data(), y0.data(), y.size() * 2) && !memcmp(r.data(), rstd.data(), M * sizeof(float)) &&
+                          (!save || !memcmp(xs.data(), xs0.data(), xs.size() * 2)),
+                      "head_rmsnorm fwd N=%d H=%d hd=%d ldx=%d: path %d save %d differs from path %d", N, H, hd, ldx, path,
+                      save, paths[0]);
+                continue;
+            }
+            const int bad = head_fwd_bad(c, y, xs, r, eps);
+            CHECK(bad == 0, "head_rmsnorm fwd N=%d H=%d hd=%d ldx=%d off=%d: %d elements off float64 or x_save (-1: a "
+                  "column outside the heads written)", N, H, hd, ldx, off, bad);
+            y0 = y, xs0 = xs, rstd = r;
+        }
+    const std::vector<float> order = head_dw_order(c, xs0, rstd, 0.25f);
+    std::vector<mp_bf16> dx1;
+    for (int path : paths) {
+        std::vector<mp_bf16> dx = c.dy0;
+        std::vector<float> dw(hd, 0.25f);
+        if (path == 0) head_bwd_replay<8, true>(dx.data() + off, ldx, dw, xs0, rstd, c.w, N, H, hd);
+        else if (path == 1) head_bwd_replay<8, false>(dx.data() + off, ldx, dw, xs0, rstd, c.w, N, H, hd);
+        else head_bwd_replay<1, false>(dx.data() + off, ldx, dw, xs0, rstd, c.w, N, H, hd);
+        const int bad = head_bwd_bad(c, dx, dw, 0.25f, xs0, rstd);
+        CHECK(bad == 0, "head_rmsnorm bwd path %d N=%d H=%d hd=%d ldx=%d: %d dx/dw elements off float64 (-1: a column "
+              "outside the heads written)", path, N, H, hd, ldx, bad);
+        CHECK(memcmp(dw.data(), order.data(), hd * sizeof(float)) == 0,
+              "head_rmsnorm bwd path %d N=%d H=%d hd=%d: dw is not the contract's fixed-order sum bit for bit", path, N, H, hd);
+        if (dx1.empty()) dx1 = dx;
+        else CHECK(!memcmp(dx.data(), dx1.data(), dx.size() * 2), "head_rmsnorm bwd N=%d H=%d hd=%d: path %d dx differs", N,
+                   H, hd, path);
     }
 }
 
@@ -1632,6 +1953,18 @@ int main(void) {
     const int rms[][2] = {{1, 3}, {5, 13}, {33, 5}, {7, 200}, {100, 64}, {300, 2048}, {40, 4000}, {9000, 24},
                           {20011, 16}, {3, 12288}, {3, 12296}, {2, 12301}};
     for (auto &r : rms) check_rmsnorm(r[0], r[1]);
+    /* biases {N, cols, ldx, off}: one row; cols % 8 != 0 at odd offsets; a q | k | v block of wider rows;
+     * N not a multiple of 32 (a short last chunk) and > 512 chunks' worth (chunks of 40 rows); wide rows */
+    const int biases[][4] = {{1, 8, 8, 0}, {3, 5, 7, 1}, {100, 64, 520, 256}, {33, 384, 392, 8}, {777, 13, 29, 3},
+                             {20011, 24, 40, 8}, {5000, 1024, 1024, 0}, {2, 4096, 4104, 0}, {70, 96, 100, 2}};
+    for (auto &b : biases) check_bias(b[0], b[1], b[2], b[3]);
+    /* per-head RMSNorm {N, H, hd, ldx, off}: the q and the k block of fused rows (H 4, KV 2, hd 64: ldx 512,
+     * k at 256), hd 128 and 96, 16-byte groups ruled out by ldx or off, hd % 8 != 0, dense rows, many
+     * chunks (N H 6000) and > 512 chunks' worth (N H 18002: chunks of 36 pairs), hd 256 */
+    const int heads[][5] = {{7, 4, 64, 512, 0}, {7, 2, 64, 512, 256}, {5, 2, 128, 512, 0}, {9, 2, 96, 576, 192},
+                            {6, 3, 40, 204, 4}, {4, 2, 17, 56, 3}, {3, 1, 64, 64, 0}, {3000, 2, 64, 256, 128},
+                            {9001, 2, 16, 48, 8}, {33, 2, 256, 1024, 512}};
+    for (auto &h : heads) check_head_rmsnorm(h[0], h[1], h[2], h[3], h[4]);
     const int ropes[][5] = {{1, 1, 1, 2, 0}, {2, 5, 3, 64, 7}, {1, 9, 4, 16, 0}, {2, 3, 2, 128, 100}, {1, 4, 3, 40, 2},
                             {1, 2, 1, 6, 0}, {1, 3, 2, 1024, 5}};
     for (auto &r : ropes) check_rope_grid(r[0], r[1], r[2], r[3], r[4], 0, r[2] * r[3]);
