@@ -414,7 +414,8 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (family_hd) cfg.qkv_bias = cfg.qk_norm = 1, cfg.head_dim = family_hd;
-        if (window) cfg.sliding_window = window, cfg.first_sliding_layer = 0;   /* every layer slides */
+        if (window)   /* every layer slides: Mistral's rule (Llama's math with a window) */
+            cfg.family = LLAMA_FAMILY_MISTRAL, cfg.sliding_window = window, cfg.first_sliding_layer = 0;
         char first[256] = "";
         mp_code rc = MP_OK;
         int bad = parity(cfgs[c], &cfg, seq, be, t, first, sizeof first, &err, &rc);

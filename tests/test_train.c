@@ -220,9 +220,9 @@ Test(train_errors, min_lr_above_lr) {
 Test(train_errors, numbers_are_decimal) {
     run_bad(&(bad_case){"hex steps", NULL, "good", "--steps 0x10", "--steps"});
 }
-Test(train_errors, model_type_not_llama) {
-    run_bad(&(bad_case){"model_type mistral",
-                        "{\"model_type\": \"mistral\", \"hidden_size\": 64, \"intermediate_size\": 128, "
+Test(train_errors, model_type_outside_the_families) {
+    run_bad(&(bad_case){"model_type gpt2",
+                        "{\"model_type\": \"gpt2\", \"hidden_size\": 64, \"intermediate_size\": 128, "
                         "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256}",
                         "good", NULL, "model_type"});
 }
