@@ -16,7 +16,8 @@ scripts/bench_venv.sh makes (transformers' own *ForCausalLM class is the oracle,
      same sequences to 1e-5 (relative);
   4. greedy `sample --ids` (KV cache) on 1x1 and tp 2 = transformers' greedy `generate` ids;
   5. a fine-tune on tp 2 x dp 2 (`train --init-from`, 4 steps) whose losses equal 1x1's to 1e-5; stopped at
-     step 2 and resumed, the same step-4 checkpoint bitwise; that checkpoint resharded to tp 1 and back is
+     step 2 and resumed, the same step-4 checkpoint bitwise; that step 2 resumed on tp 1 x dp 2, the same
+     losses to 1e-5; that checkpoint resharded to tp 1 and back is
      bitwise itself, and `ckpt verify` passes on all three;
   6. `export` of the 2-step checkpoint loads as the same class with no missing or unexpected keys, and
      transformers' float64 loss of it = meshpoint's `eval` of that checkpoint to 1e-5.
@@ -43,6 +44,9 @@ FAMILIES = {
     # v0.1-style: a window (8) shorter than the sequences (16) and the sampled length
     "mistral_window": ("mistral-7b-v0.3.json", "MistralConfig", "MistralForCausalLM", {"sliding_window": 8}),
     "qwen2": ("qwen2.5-0.5b.json", "Qwen2Config", "Qwen2ForCausalLM", {}),
+    # use_sliding_window: layers from max_window_layers (1) on slide (8 keys), layer 0 sees everything
+    "qwen2_window": ("qwen2.5-0.5b.json", "Qwen2Config", "Qwen2ForCausalLM",
+                     {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1}),
     # head_dim 32 > hidden/heads = 16, as Qwen3-0.6B's 128 > 1024/16
     "qwen3": ("qwen3-0.6b.json", "Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 32}),
     "phi3": ("phi-3-mini-4k-instruct.json", "Phi3Config", "Phi3ForCausalLM", {}),
@@ -236,6 +240,12 @@ def training_checks(a, fam, work, hf, ckpt, launcher):
     eq = subprocess.run([a.equal, s4, os.path.join(res, "checkpoints", "step_00000004")], capture_output=True, text=True)
     check(eq.returncode == 0 and losses(res) == la,
           "%s: stop at 2 and --resume: step 4 bitwise, losses bitwise %s" % (fam, eq.stderr.strip()))
+    other = os.path.join(work, "ft_other_mesh")   # the stopped run's step 2, resumed on tp 1 x dp 2
+    run(launcher(2) + resume + ["--dp", "2", "--run-dir", other, "--steps", "4", "--resume-from",
+                                os.path.join(res, "checkpoints", "step_00000002")], "resume on another mesh")
+    lo = losses(other)
+    rel = max(abs(x - y) / abs(y) for x, y in zip(lo, la[2:])) if len(lo) == 2 else float("inf")
+    check(rel <= 1e-5, "%s: step 2 of tp 2 x dp 2 resumed on tp 1 x dp 2: steps 3-4 within 1e-5 (%.2e)" % (fam, rel))
     r1, r2 = os.path.join(work, "reshard_tp1"), os.path.join(work, "reshard_back")
     run([a.bin, "reshard", s4, "--tp", "1", "--dp", "1", "--out", r1], "reshard to tp 1")
     run([a.bin, "reshard", r1, "--tp", "2", "--dp", "2", "--out", r2], "reshard back to tp 2 x dp 2")
