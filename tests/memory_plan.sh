@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/memory_plan.sh MESHPOINT DATA VAL CONFIG WORKDIR [MPIEXEC] — the memory plan is an upper bound
+# tests/memory_plan.sh MESHPOINT DATA VAL CONFIG WORKDIR [MPIEXEC [SEQ]] — the memory plan is an upper bound
 # (issue 35 item 5; docs/DESIGN_NOTES.md "The memory plan is an upper bound"): for train, train --resume,
 # eval, sample, reshard, import and export, each exiting 0, the "memory: peak" line's figure (this
 # process's VmHWM above its VmRSS once its runtime was up) is at most the plan plus ALLOWANCE, a fixed
@@ -9,10 +9,10 @@
 # The converters' plan is their --max-memory bound (8M here). Then under MPIEXEC (default mpiexec): train
 # on dp 2 with a save, --resume on tp 2, --resume on tp 2 x dp 2 (4 ranks), eval on 2 ranks: the line
 # is every rank's (the one least below its own plan, "on rank R of W"), so each rank's peak is within its
-# plan + 16 MiB; Open MPI's reduce-scatter allocated 1.5x the largest FSDP unit's gradient inside the
+# plan + 16 MiB. SEQ (default 16) is every command's --seq-len. Open MPI's reduce-scatter allocated 1.5x the largest FSDP unit's gradient inside the
 # call (49 MiB above the plan on dp 2), which core/comm_mpi.c's ring on planned buffers replaces.
 set -u
-bin=$1; data=$2; val=$3; config=$4; work=$5; mpiexec=${6:-mpiexec}; case=memory_plan
+bin=$1; data=$2; val=$3; config=$4; work=$5; mpiexec=${6:-mpiexec}; seq=${7:-16}; case=memory_plan
 rm -rf "$work"; mkdir -p "$work"
 . "$(dirname "$0")/lib.sh"   # fail, peak_within_plan
 # run NAME CMD...: CMD must exit 0 and pass peak_within_plan
@@ -28,17 +28,17 @@ run_np() {
         fail "$name: exit $?: $(cat "$work/$name.log")"
     peak_within_plan "$name" "$work/$name.log" "$np"
 }
-T=(--config "$config" --train-data "$data" --log-every 0 --batch 2 --seq-len 16 --ckpt-every 2 --run-dir "$work/run")
+T=(--config "$config" --train-data "$data" --log-every 0 --batch 2 --seq-len "$seq" --ckpt-every 2 --run-dir "$work/run")
 run train "$bin" train "${T[@]}" --steps 2
 run resume "$bin" train "${T[@]}" --steps 4 --resume
-run eval "$bin" eval --checkpoint "$work/run" --data "$val" --batch 2 --seq-len 16 --batches 2
+run eval "$bin" eval --checkpoint "$work/run" --data "$val" --batch 2 --seq-len "$seq" --batches 2
 run sample "$bin" sample --checkpoint "$work/run" --prompt "memory" --tokens 4
 run reshard "$bin" reshard "$work/run" --tp 2 --dp 1 --out "$work/tp2" --max-memory 8M
 run export "$bin" export "$work/run" --out "$work/hf" --max-memory 8M
 run import "$bin" import "$work/hf" --out "$work/imported" --max-memory 8M
-M=(--config "$config" --train-data "$data" --log-every 0 --batch 2 --seq-len 16 --ckpt-every 2 --run-dir "$work/mpi")
+M=(--config "$config" --train-data "$data" --log-every 0 --batch 2 --seq-len "$seq" --ckpt-every 2 --run-dir "$work/mpi")
 run_np train_dp2 2 train "${M[@]}" --steps 2 --dp 2 --tp 1
 run_np resume_tp2 2 train "${M[@]}" --steps 4 --dp 1 --tp 2 --resume
 run_np resume_tp2dp2 4 train "${M[@]}" --steps 6 --dp 2 --tp 2 --resume
-run_np eval_np2 2 eval --checkpoint "$work/mpi" --data "$val" --batch 2 --seq-len 16 --batches 2
+run_np eval_np2 2 eval --checkpoint "$work/mpi" --data "$val" --batch 2 --seq-len "$seq" --batches 2
 echo "ok ($case)"
