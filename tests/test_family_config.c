@@ -159,8 +159,10 @@ Test(family_config, published_configs_read_as_their_family) {
     } want[] = {
         {"mistral-7b-v0.3.json", LLAMA_FAMILY_MISTRAL, 4096, 32, 32, 8, 32768, 32768, 0, 128, 0, 0, 0, 0, 2},
         {"qwen2.5-0.5b.json", LLAMA_FAMILY_QWEN2, 896, 24, 14, 2, 151936, 32768, 1, 64, 0, 0, 1, 0, 151643},
+        {"qwen2.5-1.5b.json", LLAMA_FAMILY_QWEN2, 1536, 28, 12, 2, 151936, 131072, 1, 128, 0, 0, 1, 0, 151643},
         {"qwen2.5-7b.json", LLAMA_FAMILY_QWEN2, 3584, 28, 28, 4, 152064, 131072, 0, 128, 0, 0, 1, 0, 151643},
         {"qwen3-0.6b.json", LLAMA_FAMILY_QWEN3, 1024, 28, 16, 8, 151936, 40960, 1, 128, 0, 0, 0, 1, 151645},
+        {"qwen3-4b.json", LLAMA_FAMILY_QWEN3, 2560, 36, 32, 8, 151936, 40960, 1, 128, 0, 0, 0, 1, 151645},
         {"qwen3-8b.json", LLAMA_FAMILY_QWEN3, 4096, 36, 32, 8, 151936, 40960, 0, 128, 0, 0, 0, 1, 151645},
         {"qwen3-8b-resaved.json", LLAMA_FAMILY_QWEN3, 4096, 36, 32, 8, 151936, 40960, 0, 128, 0, 0, 0, 1, 151645},
         {"phi-3-mini-4k-instruct.json", LLAMA_FAMILY_PHI3, 3072, 32, 32, 32, 32064, 4096, 0, 96, 2047, 0, 0, 0, 32000},
