@@ -20,7 +20,10 @@ scripts/bench_venv.sh makes (transformers' own *ForCausalLM class is the oracle,
      losses to 1e-5; that checkpoint resharded to tp 1 and back is
      bitwise itself, and `ckpt verify` passes on all three;
   6. `export` of the 2-step checkpoint loads as the same class with no missing or unexpected keys, and
-     transformers' float64 loss of it = meshpoint's `eval` of that checkpoint to 1e-5.
+     transformers' float64 loss of it = meshpoint's `eval` of that checkpoint to 1e-5;
+  7. the same family beside a tokenizer of its models' layout (Qwen: NFC, no BOS; Mistral, Phi-3:
+     sentencepiece-style): `import` carries it, `sample --prompt TEXT` = transformers' greedy text, and
+     `export` writes tokenizer.json back byte for byte.
 Exit 0 when all hold, 1 otherwise (each failure named), 2 on bad usage or a tool that failed to run.
 """
 import argparse
@@ -34,6 +37,9 @@ import sys
 import numpy as np
 import torch
 import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tokenizer_build as tb  # noqa: E402
 
 # family -> (published config under tests/data/hf_configs, transformers class names, the tiny shape)
 TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -51,6 +57,9 @@ FAMILIES = {
     "qwen3": ("qwen3-0.6b.json", "Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 32}),
     "phi3": ("phi-3-mini-4k-instruct.json", "Phi3Config", "Phi3ForCausalLM", {}),
 }
+# the tokenizer layout a family's published models use (tests/python/tokenizer_build.py builds it)
+TOKENIZER = {"llama": "llama3", "mistral": "llama2", "mistral_window": "llama2", "qwen2": "qwen2",
+             "qwen2_window": "qwen2", "qwen3": "qwen2", "phi3": "llama2"}
 BATCH, SEQ, BATCHES = 2, 16, 2
 failures = []
 
@@ -257,6 +266,38 @@ def training_checks(a, fam, work, hf, ckpt, launcher):
     return ft
 
 
+def text_check(a, cfg, fam, work):
+    """Step 7: the family's model beside a tokenizer of the family's layout (Qwen: NFC normalizer, no BOS;
+    Mistral, Phi-3: sentencepiece-style with byte fallback), saved by transformers: `import` carries the
+    tokenizer, `sample --prompt TEXT` (greedy, KV cache) prints transformers' greedy text, and `export`
+    writes tokenizer.json back byte for byte."""
+    kind = TOKENIZER[fam]
+    bos_t, eos_t = tb.SPECIALS[kind][:2]
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tb.BUILDERS[kind](),
+                                                bos_token=None if kind == "qwen2" else bos_t, eos_token=eos_t)
+    d = os.path.join(work, "hf_text")
+    fast.save_pretrained(d)
+    c = dict(cfg, vocab_size=len(fast), eos_token_id=fast.convert_tokens_to_ids(eos_t))
+    c["bos_token_id"] = None if kind == "qwen2" else fast.convert_tokens_to_ids(bos_t)
+    model = make_model(c, fam, seed=37)
+    model.save_pretrained(d)
+    ck, out = os.path.join(work, "ck_text"), os.path.join(work, "export_text")
+    run([a.bin, "import", d, "--out", ck], "import with a tokenizer")
+    prompt = "The quick brown fox, cafe\u0301 and caf\u00e9, \uc548\ub155 in 1969:"   # decomposed and composed
+    got = run([a.bin, "sample", "--checkpoint", ck, "--prompt", prompt, "--tokens", "10", "--temperature", "0",
+               "--ignore-eos"], "sample in text").rstrip("\n")
+    ids = fast(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        for _ in range(10):
+            ids = torch.cat([ids, model.double()(ids).logits[0, -1].argmax().view(1, 1)], dim=1)
+    want = fast.decode(ids[0].tolist(), skip_special_tokens=True)
+    check(got == want, "%s: sample --prompt in text (%s tokenizer) = transformers' greedy text: %r vs %r"
+          % (fam, kind, got, want))
+    run([a.bin, "export", ck, "--out", out], "export with a tokenizer")
+    same = open(os.path.join(d, "tokenizer.json"), "rb").read() == open(os.path.join(out, "tokenizer.json"), "rb").read()
+    check(same, "%s: export writes the carried tokenizer.json byte for byte" % fam)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("family", choices=sorted(FAMILIES))   # a FAMILIES key
@@ -318,6 +359,7 @@ def main():
     got = mp_eval(a, os.path.join(ft, "checkpoints", "step_00000002"), data, launcher, 1, 1)
     check(abs(got - want) <= 1e-5 * abs(want),
           "%s: the fine-tuned export's transformers float64 loss %.8f = meshpoint eval %.8f" % (fam, want, got))
+    text_check(a, cfg, fam, work)
     if failures:
         print("%d FAILED (the FAIL lines above)" % len(failures))
         return 1
