@@ -26,6 +26,7 @@
 #include "core/backend.h"
 #include "core/kernels_cpu.h"
 #include "core/tensor.h"
+#include "tests/testutil.h"
 
 #define TOL 1e-5
 
@@ -34,23 +35,9 @@ typedef struct {
 } win_shape;
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
-static double urand(void) {   /* uniform in [-1, 1), splitmix64 */
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-static float *frand(int64_t n, double amp) {
-    float *p = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) p[i] = (float)(amp * urand());
-    return p;
-}
-static float *ffill(int64_t n, float val) {
-    float *p = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) p[i] = val;
-    return p;
-}
+/* the shared generators (tests/testutil.h) on this file's stream */
+static float *frand(int64_t n, double amp) { return tu_frand(&g_rng, n, amp); }
+static float *ffill(int64_t n, float val) { return tu_ffill(n, val); }
 static double *todouble(const float *x, int64_t n) {
     double *d = malloc((size_t)n * sizeof(double));
     for (int64_t i = 0; i < n; i++) d[i] = x[i];

@@ -1,6 +1,7 @@
 /* tests/testutil.c — see testutil.h. */
 #define _GNU_SOURCE
 #include "tests/testutil.h"
+#include <assert.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <math.h>
@@ -162,4 +163,26 @@ void tu_flip_byte(const char *path, long long at) {
     c ^= 0x10;
     cr_assert_eq(pwrite(fd, &c, 1, at), 1);
     close(fd);
+}
+
+double tu_urand(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+float *tu_frand(uint64_t *state, int64_t n, double amp) {
+    float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
+    assert(p);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)(amp * tu_urand(state));
+    return p;
+}
+
+float *tu_ffill(int64_t n, float val) {
+    float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
+    assert(p);
+    for (int64_t i = 0; i < n; i++) p[i] = val;
+    return p;
 }

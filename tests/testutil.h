@@ -27,6 +27,13 @@ const char *tu_src(void);
 double tu_max_rel(const float *a, const float *b, int64_t n);
 double tu_rel_l2(const float *a, const float *b, int64_t n);
 
+/* Random test data from a splitmix64 stream *state (advanced by each call): tu_urand is uniform in
+ * [-1, 1); tu_frand gives n floats amp * tu_urand, tu_ffill n copies of val (both allocate at least one
+ * element; the caller frees). */
+double tu_urand(uint64_t *state);
+float *tu_frand(uint64_t *state, int64_t n, double amp);
+float *tu_ffill(int64_t n, float val);
+
 /* ---------------------------------------------------------------- checkpoint tests (ckpt/)
  * Synthetic tensors whose element values depend only on (tensor id, global element index), so any
  * box of them can be computed independently of the library. The pure helpers below are static inline
