@@ -20,7 +20,8 @@ static const char *const phi3_keys[] = {"sliding_window", "original_max_position
 static const llama_family_info families[LLAMA_FAMILY_COUNT] = {
     {.family = LLAMA_FAMILY_LLAMA, .model_type = "llama", .architecture = "LlamaForCausalLM",
      .config_class = "LlamaConfig", .default_max_pos = 2048, .default_rms_norm_eps = 1e-6,
-     .window = LLAMA_WINDOW_NONE, .attention_bias_refusal = NO_BIAS},
+     .window = LLAMA_WINDOW_NONE, .attention_bias_refusal = NO_BIAS,
+     .writes = LLAMA_WRITES_ATTENTION_BIAS | LLAMA_WRITES_MLP_BIAS | LLAMA_WRITES_PRETRAINING_TP},
     {.family = LLAMA_FAMILY_MISTRAL, .model_type = "mistral", .architecture = "MistralForCausalLM",
      .config_class = "MistralConfig", .default_kv_heads = 8, .default_max_pos = 131072,
      .default_rms_norm_eps = 1e-6, .window = LLAMA_WINDOW_ALL, .default_window = 4096,
@@ -33,10 +34,11 @@ static const llama_family_info families[LLAMA_FAMILY_COUNT] = {
      .default_head_dim = 128, .window = LLAMA_WINDOW_QWEN, .default_window = 4096, .default_max_window_layers = 28,
      .attention_bias_refusal = "Qwen3 then adds biases to q_proj, k_proj, v_proj and o_proj; an o_proj bias is not "
                                "supported",
-     .keys = qwen_keys},
+     .keys = qwen_keys, .writes = LLAMA_WRITES_ATTENTION_BIAS},
     {.family = LLAMA_FAMILY_PHI3, .model_type = "phi3", .architecture = "Phi3ForCausalLM", .fused_qkv = 1,
      .fused_gate_up = 1, .config_class = "Phi3Config", .default_max_pos = 4096, .default_rms_norm_eps = 1e-5,
-     .window = LLAMA_WINDOW_ALL, .attention_bias_refusal = NO_BIAS, .keys = phi3_keys},
+     .window = LLAMA_WINDOW_ALL, .attention_bias_refusal = NO_BIAS, .keys = phi3_keys,
+     .default_pad_token_id = 32000},
 };
 
 const llama_family_info *llama_family_get(llama_family f) {

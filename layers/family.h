@@ -32,6 +32,11 @@ typedef enum {
                                 or as layer_types lists them (full..., then sliding...): Qwen2, Qwen3 */
 } llama_window_rule;
 
+/* Keys an export writes for a family whose config class reads them (llama_family_info.writes). */
+#define LLAMA_WRITES_ATTENTION_BIAS 1u   /* "attention_bias": false */
+#define LLAMA_WRITES_MLP_BIAS 2u         /* "mlp_bias": false */
+#define LLAMA_WRITES_PRETRAINING_TP 4u   /* "pretraining_tp": 1 (transformers 4.x's LlamaConfig) */
+
 /* One family's row. */
 typedef struct llama_family_info {
     llama_family family;
@@ -56,6 +61,12 @@ typedef struct llama_family_info {
     const char *attention_bias_refusal;
     const char *const *keys;      /* the family's own config keys beyond Llama's (NULL-terminated): each is
                                      read and checked; in another family's config they are unknown keys */
+    /* What an exported config.json writes besides the fields, so that the family's class reads it as
+     * meshpoint means it (llama_config_to_json, reshard/hf_sink.c): */
+    unsigned writes;              /* LLAMA_WRITES_* bits: keys of the class that are written explicitly */
+    int default_pad_token_id;     /* the class's pad_token_id default, an embedding padding_idx that
+                                     transformers refuses outside the vocabulary (Phi3Config: 32000); 0: none.
+                                     Written as null for a vocabulary that does not hold it */
 } llama_family_info;
 
 /* The row of family f (a valid llama_family). */

@@ -756,9 +756,9 @@ static void family_keys_to_json(cJSON *o, const llama_config *m) {
     }
     if (f->window == LLAMA_WINDOW_QWEN && m->sliding_window)
         mp_json_add_exact_int(o, "max_window_layers", m->first_sliding_layer);
-    /* Phi3Config's pad_token_id defaults to 32000, the embedding's padding_idx, which transformers refuses
-     * outside the vocabulary: say "none" for a vocabulary that small (pad ids are not kept) */
-    if (m->family == LLAMA_FAMILY_PHI3 && m->vocab_size <= 32000) cJSON_AddNullToObject(o, "pad_token_id");
+    /* a class default pad_token_id is the embedding's padding_idx, which transformers refuses outside the
+     * vocabulary: say "none" for a vocabulary that small (pad ids are not kept) */
+    if (f->default_pad_token_id && m->vocab_size <= f->default_pad_token_id) cJSON_AddNullToObject(o, "pad_token_id");
 }
 
 char *llama_config_to_json(const llama_config *m) {
@@ -769,8 +769,8 @@ char *llama_config_to_json(const llama_config *m) {
     cJSON_AddStringToObject(o, "model_type", f->model_type);
     cJSON_AddStringToObject(o, "hidden_act", "silu");
     /* the bias keys of the classes that read them (Llama's text as before the families) */
-    if (m->family == LLAMA_FAMILY_LLAMA || m->family == LLAMA_FAMILY_QWEN3) cJSON_AddBoolToObject(o, "attention_bias", 0);
-    if (m->family == LLAMA_FAMILY_LLAMA) cJSON_AddBoolToObject(o, "mlp_bias", 0);
+    if (f->writes & LLAMA_WRITES_ATTENTION_BIAS) cJSON_AddBoolToObject(o, "attention_bias", 0);
+    if (f->writes & LLAMA_WRITES_MLP_BIAS) cJSON_AddBoolToObject(o, "mlp_bias", 0);
     if (m->rope_scaling.type == MP_ROPE_DEFAULT) {
         cJSON_AddNullToObject(o, "rope_scaling");
     } else {   /* the key order of the Llama 3.x config.json files */

@@ -326,8 +326,9 @@ static char *config_json(const llama_config *cfg, st_dtype dt) {
     cJSON_AddNumberToObject(rp, "rope_theta", cfg->rope_theta);
     cJSON_AddItemToObject(o, "rope_parameters", rp);
     if (!cJSON_GetObjectItemCaseSensitive(o, "attention_dropout")) cJSON_AddNumberToObject(o, "attention_dropout", 0.0);
-    if (cfg->family == LLAMA_FAMILY_LLAMA && !cJSON_GetObjectItemCaseSensitive(o, "pretraining_tp"))
-        cJSON_AddNumberToObject(o, "pretraining_tp", 1);   /* a LlamaConfig key only */
+    if ((llama_family_get(cfg->family)->writes & LLAMA_WRITES_PRETRAINING_TP) &&
+        !cJSON_GetObjectItemCaseSensitive(o, "pretraining_tp"))
+        cJSON_AddNumberToObject(o, "pretraining_tp", 1);
     if (!cJSON_GetObjectItemCaseSensitive(o, "use_cache")) cJSON_AddBoolToObject(o, "use_cache", 1);
     exact_numbers(o);
     char *txt = cJSON_Print(o);
