@@ -37,7 +37,7 @@
 #include "layers/llama.h"
 #include "core/log.h"
 
-/* The parameters of a Llama config in HF names and logical shapes: layers/ keeps the one list
+/* The parameters of a model config (any family) in HF names and logical shapes: layers/ keeps the one list
  * (llama_tensor_specs) that the model itself is built from. Returns the count; *out is malloc'd. */
 static int training_params(const llama_config *c, llama_tensor_spec **out) {
     int n = llama_tensor_specs(c, NULL, 0);

@@ -1,7 +1,7 @@
 /*
  * cli/cmd_export.c — `meshpoint export CKPT --out DIR`: a checkpoint's model as a Hugging Face
- * directory (config.json, generation_config.json, safetensors) that transformers' LlamaForCausalLM
- * loads. The reshard/ engine with a checkpoint source and an HF sink: each model/ tensor is one box,
+ * directory (config.json, generation_config.json, safetensors) that transformers' class of the model's
+ * family (LlamaForCausalLM, Qwen3ForCausalLM, ...: layers/family.h) loads. The reshard/ engine with a checkpoint source and an HF sink: each model/ tensor is one box,
  * read from whatever mesh saved it (only its tiles) and streamed to the safetensors file in row bands
  * under --max-memory; optimizer moments are never read, so full and --model-only checkpoints export
  * alike.

@@ -23,7 +23,7 @@
 
 /* The commands: one table drives the dispatch and the usage text's list. */
 static const mp_subcommand commands[] = {
-    {"train", mp_cmd_train, NULL, "train a Llama model (run under mpirun for a dp x tp mesh)"},
+    {"train", mp_cmd_train, NULL, "train a Llama-style model (run under mpirun for a dp x tp mesh)"},
     {"eval", mp_cmd_eval, NULL, "mean loss of a model over a token file"},
     {"data", mp_cmd_data, NULL, "turn UTF-8 text files into token files (byte-level, or the model's own tokenizer)"},
     {"ckpt", mp_cmd_ckpt, NULL, "inspect checkpoints: ls, show, verify, diff (across meshes), repair-views"},
@@ -37,7 +37,7 @@ static const mp_subcommand commands[] = {
 
 /* The program's usage text: what it is, the commands (from the table), where to read more. */
 static void print_usage(FILE *out) {
-    fputs("meshpoint — TP+FSDP Llama training with sharded, reshardable HDF5 checkpoints\n"
+    fputs("meshpoint — TP+FSDP training of Llama-style models with sharded, reshardable HDF5 checkpoints\n"
           "\n"
           "usage: meshpoint <command> [options]\n"
           "\n"

@@ -100,7 +100,7 @@ extern const char *const mp_runtime_devices[];
  * reshard-after-forward. */
 llama_options mp_runtime_model_options(const mp_runtime *rt, const mp_train_config *tc, int micro);
 
-/* Builds the Llama model for the mesh and options. */
+/* Builds the model (any family of layers/family.h) for the mesh and options. */
 mp_code mp_runtime_model(mp_runtime *rt, const llama_config *cfg, const mp_train_config *tc, int micro,
                          llama_model **out, mp_err *err);
 

@@ -11,7 +11,7 @@
 #include "core/log.h"
 
 static const char *train_about =
-    "Trains a Llama model. The config is a JSON file with Hugging Face config.json fields at the top level\n"
+    "Trains a Llama-style model (Llama, Mistral, Qwen2/2.5, Qwen3, Phi-3: docs/FAMILIES.md). The config is a JSON file with Hugging Face config.json fields at the top level\n"
     "and an optional \"train\" object (steps, batch_size, seq_len, lr, ...); flags override it, and the\n"
     "defaults shown apply where the file sets nothing. Run under `mpirun -np N` for a dp x tp mesh\n"
     "(N = tp * dp). --init-from CKPT starts a new run from a checkpoint's weights (fine-tuning).";
