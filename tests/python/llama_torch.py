@@ -40,7 +40,21 @@ class LlamaConfig:
     """The HF config.json fields that change the math; other keys are ignored here (the C side checks
     them). Defaults are HF's LlamaConfig defaults where the key is missing."""
 
+    # keys whose default differs from LlamaConfig's in another family's class (layers/family.c): this
+    # reference does not keep those tables, so such a config must give them
+    FAMILY_DEFAULTS = {"mistral": ("num_key_value_heads", "max_position_embeddings", "sliding_window"),
+                       "qwen2": ("num_key_value_heads", "max_position_embeddings"),
+                       "qwen3": ("num_key_value_heads", "max_position_embeddings", "head_dim"),
+                       "phi3": ("max_position_embeddings", "rms_norm_eps")}
+
     def __init__(self, d):
+        mt = d.get("model_type", "llama")
+        missing = [k for k in self.FAMILY_DEFAULTS.get(mt, ()) if k not in d]
+        if missing:
+            raise ValueError("model_type %s: %s not given (its class's default differs from LlamaConfig's; "
+                             "this reference knows only Llama's)" % (mt, ", ".join(missing)))
+        if d.get("sliding_window") and (mt != "qwen2" and mt != "qwen3" or d.get("use_sliding_window")):
+            raise ValueError("a sliding window is not computed by this reference")
         self.hidden_size = int(d["hidden_size"])
         self.intermediate_size = int(d["intermediate_size"])
         self.num_hidden_layers = int(d["num_hidden_layers"])
@@ -60,7 +74,6 @@ class LlamaConfig:
         self.head_dim = int(hd)
         # what the family adds (transformers: Qwen2 always has q/k/v biases, Qwen3 always q/k norms);
         # "qkv_bias" / "qk_norm" keys override (the C side's llama_config fields of those names)
-        mt = d.get("model_type", "llama")
         self.qkv_bias = bool(d.get("qkv_bias", mt == "qwen2"))
         self.qk_norm = bool(d.get("qk_norm", mt == "qwen3"))
 
