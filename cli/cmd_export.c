@@ -57,7 +57,7 @@ static mp_code parse_shard_size(const char *s, int64_t *out, mp_err *e) {
 static mp_code verify_export(const char *dir, const llama_config *cfg, const mp_tokfiles *files, mp_err *e) {
     rs_source *s = NULL;
     MP_TRY(rs_source_hf(&s, dir, cfg, e));
-    mp_code rc = rs_source_hf_check(s, cfg, e);
+    mp_code rc = rs_source_hf_check(s, e);
     s->close(s);
     MP_TRY(rc);
     char path[PATH_MAX];

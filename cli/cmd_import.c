@@ -84,7 +84,7 @@ int mp_cmd_import(int argc, char **argv) {
     if (mp_convert_check_flags(&o, IMPORT_FLAGS, &err)) goto fail;
     if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
     if (load_hf_config(argv[0], &mc, &err)) goto fail;
-    if (rs_source_hf(&src, argv[0], &mc, &err) || rs_source_hf_check(src, &mc, &err)) goto fail;
+    if (rs_source_hf(&src, argv[0], &mc, &err) || rs_source_hf_check(src, &err)) goto fail;
     if (mp_convert_target_layout(&mc, &o, 1, &boxes, &n, &err)) goto fail;
     mp_train_config tc;
     mp_train_config_default(&tc);

@@ -8,6 +8,7 @@
  * the directory; a path is refused), and every weight_map entry must be in the file it names.
  * Names: engine tensor "model/<hf name>" is HF tensor "<hf name>" (meshpoint stores the HF names).
  */
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -37,8 +38,7 @@ typedef struct hf_src {
     int n;
     hf_entry *ent;      /* sorted by name */
     int64_t needed;     /* bytes asked for (in the files' dtypes) */
-    int mapped;         /* names go through the family's HF map of cfg (rs_source_hf given a config) */
-    llama_config cfg;
+    llama_config cfg;   /* the model: names go through its family's HF map */
 } hf_src;
 
 static int cmp_entry(const void *a, const void *b) {
@@ -133,12 +133,7 @@ static void place(hf_src *h, const char *name, st_file **f, const st_tensor **t,
     *f = NULL;
     *t = NULL;
     if (strncmp(name, "model/", 6)) return;
-    if (!h->mapped) {
-        memset(pl, 0, sizeof *pl);
-        if ((size_t)snprintf(pl->name, sizeof pl->name, "%s", name + 6) >= sizeof pl->name) return;
-    } else if (llama_hf_place_of(&h->cfg, name + 6, pl)) {
-        return;
-    }
+    if (llama_hf_place_of(&h->cfg, name + 6, pl)) return;
     const hf_entry *en = find_entry(h, pl->name);
     if (!en) return;
     *f = h->f[en->file];
@@ -230,10 +225,8 @@ mp_code rs_source_hf(rs_source **out, const char *dir, const llama_config *cfg, 
     *out = NULL;
     hf_src *h = mp_xcalloc(sizeof *h);
     h->dir = mp_strdup(dir);
-    if (cfg) {
-        h->mapped = 1;
-        h->cfg = *cfg;
-    }
+    assert(cfg);
+    h->cfg = *cfg;
     size_t len = strlen(dir) + sizeof HF_INDEX + 2;
     char *ipath = mp_xmalloc(len);
     snprintf(ipath, len, "%s/%s", dir, HF_INDEX);
@@ -292,8 +285,9 @@ static mp_code check_tensor(const st_file *f, const st_tensor *t, const llama_te
     return MP_OK;
 }
 
-mp_code rs_source_hf_check(rs_source *s, const llama_config *cfg, mp_err *e) {
+mp_code rs_source_hf_check(rs_source *s, mp_err *e) {
     hf_src *h = s->impl;
+    const llama_config *cfg = &h->cfg;
     int ns = llama_tensor_specs(cfg, NULL, 0);
     llama_tensor_spec *sp = mp_xmalloc(sizeof *sp * (size_t)ns);
     llama_tensor_specs(cfg, sp, ns);

@@ -63,16 +63,16 @@ mp_code rs_source_init(rs_source **out, const llama_config *cfg, uint64_t seed, 
  * model.safetensors.index.json and the shards its weight_map names (every header validated, a tensor
  * in two shards or missing from the shard the index names refused). Tensor model/<name> is the HF
  * tensor <name>, converted to fp32 from F32, BF16 or F16 as boxes are read (by ranges, never whole
- * files). With cfg (may be NULL: names as they are), names go through cfg's family map
+ * files). Names go through the family map of cfg, the model's config
  * (layers/family_hf.h): a tensor the family fuses in HF (Phi-3's q_proj, k_proj, v_proj in qkv_proj;
  * gate_proj, up_proj in gate_up_proj) is read as its row range of the fused tensor. */
 mp_code rs_source_hf(rs_source **out, const char *dir, const llama_config *cfg, mp_err *e);
-/* Checks an HF source against the model of cfg (the config the source was opened with): every tensor
+/* Checks an HF source against the model of the config it was opened with: every tensor
  * of the model present (through the family map) with its shape — a fused tensor with all of its parts'
  * rows — and a readable dtype; no tensor the model would not use (rotary_emb.inv_freq buffers and, with
  * tied embeddings, lm_head.weight are ignored, as transformers does). MP_EINPUT naming the tensor, the
  * file and, for a fused tensor, the family and its parts. */
-mp_code rs_source_hf_check(rs_source *s, const llama_config *cfg, mp_err *e);
+mp_code rs_source_hf_check(rs_source *s, mp_err *e);
 
 /* -------------------------------------------------------------------------------------- sink */
 
