@@ -149,7 +149,8 @@ mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_op
     assert(rt->have_mesh && plan && use);
     memset(plan, 0, sizeof *plan);
     const mp_mesh *mesh = &rt->mesh;
-    mp_code rc = llama_plan_memory(cfg, opt, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan->model, err);
+    mp_code rc = llama_plan_memory(cfg, opt, rt->be, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan->model,
+                                   err);
     if (!rc) command_terms(rt, opt, use, plan);
     /* a plan that fails fails alike on every rank (same config): agree before the collectives below */
     if ((rc = mp_runtime_agree(rt, rc, err))) return rc;

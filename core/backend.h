@@ -46,6 +46,13 @@ typedef struct mp_backend mp_backend;
 typedef struct mp_stream_s *mp_stream;
 typedef struct mp_event_s *mp_event;
 
+/* One column sum of a backward op (rmsnorm_bwd's dw, bias_bwd's db, head_rmsnorm_bwd's dw): rows x cols
+ * (head_rmsnorm_bwd: N H rows of hd), what scratch_bytes and scratch_reserve size the scratch by. */
+typedef struct mp_colsum {
+    int64_t rows;
+    int cols;
+} mp_colsum;
+
 /* One run of an adamw call's elements: n consecutive ones, with weight decay (decay 1) or without (0). */
 typedef struct mp_adamw_seg {
     int64_t n;
@@ -89,6 +96,9 @@ struct mp_backend {
     int host_memory;       /* its buffers are host memory the CPU reads directly (a sync save then writes
                             * straight from the shards, with no staging copy) */
     mp_dtype act_dtype;    /* element type of compute tensors (the `void *` buffers below) */
+    int attn_max_head_dim; /* the largest head_dim attn_fwd, attn_fwd_kv and attn_bwd support (0: no limit):
+                            * llama_plan_memory refuses a larger one before anything runs (the ops
+                            * return void, so a kernel's limit could only abort mid-run) */
 
     /* ---- memory ---- */
     void *(*alloc)(mp_backend *be, size_t bytes, mp_mem_cat cat);   /* zero-filled; aborts on OOM */
@@ -279,6 +289,16 @@ struct mp_backend {
     void (*adamw)(mp_backend *be, float *p, void *p_act, const float *g, float *m, float *v, int64_t n,
                   const mp_adamw_seg *segs, int nsegs, float lr, float beta1, float beta2, float eps, float wd,
                   int step, float grad_scale);
+
+    /* ---- the ops' own scratch (optional: NULL where the ops keep none, as on the CPU) ----
+     * A backend may keep scratch of its own for backward ops (CUDA: embed_bwd's sort keys and the partials
+     * of the deterministic column sums of rmsnorm_bwd, bias_bwd and head_rmsnorm_bwd), grown on first use
+     * to the largest call seen. A model names its largest calls: embed_bwd over `tokens` tokens and column
+     * sums over the rows x cols blocks cs[0 .. ncs). scratch_bytes: the bytes that scratch then holds (the
+     * memory plan counts them as activations); scratch_reserve: allocates them now, so that no step
+     * allocates (or, on a GPU, waits for the device to do so). */
+    int64_t (*scratch_bytes)(int tokens, const mp_colsum *cs, int ncs);
+    void (*scratch_reserve)(mp_backend *be, int tokens, const mp_colsum *cs, int ncs);
 
     void *impl;            /* backend private state */
 };

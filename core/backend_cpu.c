@@ -729,6 +729,7 @@ static mp_backend g_cpu = {
     .device = MP_DEV_CPU,
     .host_memory = 1,
     .act_dtype = MP_F32,
+    .attn_max_head_dim = 0,   /* the CPU kernels take any head_dim */
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memset0 = cpu_memset0,

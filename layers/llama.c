@@ -305,6 +305,44 @@ static void set_geometry(llama_model *m, const llama_config *cfg, const llama_op
     llama_params_layout(m);
 }
 
+/* The backend's limits for this config: MP_EINPUT naming them (a head_dim beyond its attention kernels,
+ * be->attn_max_head_dim), so a run is refused before it starts rather than aborted at its first attention
+ * call. be NULL: nothing to check. */
+static mp_code check_backend(const llama_config *c, const mp_backend *be, mp_err *err) {
+    int hd = llama_head_dim(c);
+    if (be && be->attn_max_head_dim > 0 && hd > be->attn_max_head_dim)
+        return mp_err_set(err, MP_EINPUT, "head_dim %d exceeds the %s backend's attention limit of %d (device %s)", hd,
+                          be->name, be->attn_max_head_dim, be->name);
+    return MP_OK;
+}
+
+/* The backward's calls that use the backend's own scratch (core/backend.h, scratch_bytes): sets *tokens to
+ * embed_bwd's and fills cs with the column sums (rmsnorm_bwd, bias_bwd over the fused q | k | v, the q and k
+ * head norms); returns their count. A forward-only model runs none of them. */
+static int op_scratch_shapes(const llama_model *m, int *tokens, mp_colsum cs[4]) {
+    *tokens = 0;
+    if (m->opt.inference) return 0;
+    const int ld = (m->H_local + 2 * m->KV_local) * m->hd;
+    int k = 0;
+    *tokens = m->N;
+    cs[k++] = (mp_colsum){m->n_res, m->D};
+    if (m->cfg.qkv_bias) cs[k++] = (mp_colsum){m->N, ld};
+    if (m->cfg.qk_norm) {
+        cs[k++] = (mp_colsum){(int64_t)m->N * m->H_local, m->hd};
+        cs[k++] = (mp_colsum){(int64_t)m->N * m->KV_local, m->hd};
+    }
+    return k;
+}
+
+/* Bytes of the backend's own scratch for m's backward (0 on a backend that keeps none): counted in the
+ * plan's activations, and reserved by llama_create, so the plan stays an upper bound of a step. */
+static int64_t op_scratch_bytes(const llama_model *m, const mp_backend *be) {
+    if (!be || !be->scratch_bytes) return 0;
+    mp_colsum cs[4];
+    int tokens, n = op_scratch_shapes(m, &tokens, cs);
+    return be->scratch_bytes(tokens, cs, n);
+}
+
 /* A float estimate of the largest numbers the layout will compute (elements of the parameters, of the
  * largest activation, of the whole activation block), so that the exact int64 arithmetic that follows
  * cannot overflow: MP_EINPUT naming the sizes when any would pass 2^58 bytes on one rank. */
@@ -330,11 +368,12 @@ static mp_code check_plan_range(const llama_config *c, const llama_options *o, m
     return MP_OK;
 }
 
-mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, int tp, int tp_rank, int dp,
-                          int dp_rank, llama_memory_plan *plan, mp_err *err) {
+mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, const mp_backend *be, int tp,
+                          int tp_rank, int dp, int dp_rank, llama_memory_plan *plan, mp_err *err) {
     assert(plan && tp_rank >= 0 && tp_rank < tp && dp_rank >= 0 && dp_rank < dp);
     memset(plan, 0, sizeof *plan);
     MP_TRY(llama_config_validate(cfg, err));
+    MP_TRY(check_backend(cfg, be, err));
     MP_TRY(check_mesh(cfg, opt, tp, err));
     if (dp < 1) return mp_err_set(err, MP_EINPUT, "dp (%d) must be >= 1", dp);
     MP_TRY(check_plan_range(cfg, opt, err));
@@ -349,7 +388,7 @@ mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, int
     static act_piece list[ACT_MAX_PIECES];
     size_t acts;
     act_layout(m, list, &acts, &plan->kv_cache);
-    plan->bytes[MP_MEM_ACTS] = (int64_t)acts;
+    plan->bytes[MP_MEM_ACTS] = (int64_t)acts + op_scratch_bytes(m, be);
     plan->bytes[MP_MEM_OTHER] = (int64_t)sizeof(llama_model) + (dp > 1 ? (int64_t)(m->nunits * dp * 8) : 0);
     for (int k = 0; k < MP_MEM_NCAT; k++) plan->total += plan->bytes[k];
     for (int i = 0; i < m->nparams; i++) {
@@ -370,7 +409,7 @@ mp_code llama_create(llama_model **out, const llama_config *cfg, const llama_opt
     llama_options o = *opt;
     o.act_dtype = be->act_dtype;   /* the backend decides the compute dtype */
     llama_memory_plan plan;   /* checks the config, the mesh and that every size fits in int64 */
-    MP_TRY(llama_plan_memory(cfg, &o, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan, err));
+    MP_TRY(llama_plan_memory(cfg, &o, be, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan, err));
     llama_model *m = mp_calloc(sizeof *m, MP_MEM_OTHER);
     m->mesh = mesh;
     m->be = be;
@@ -378,6 +417,11 @@ mp_code llama_create(llama_model **out, const llama_config *cfg, const llama_opt
     llama_params_alloc(m);
     llama_fsdp_alloc(m);
     alloc_acts(m);
+    if (be->scratch_reserve) {   /* the backward's op scratch now, as the plan counted it */
+        mp_colsum cs[4];
+        int tokens, n = op_scratch_shapes(m, &tokens, cs);
+        be->scratch_reserve(be, tokens, cs, n);
+    }
     *out = m;
     return MP_OK;
 }

@@ -145,14 +145,18 @@ typedef struct llama_memory_plan {
                                 * total: they size the collectives' scratch (cli/memplan.c) */
 } llama_memory_plan;
 
-/* The bytes llama_create would allocate on rank (tp_rank, dp_rank) of a tp x dp mesh, computed from the
- * same layout code, with every size first checked to fit (MP_EINPUT naming the sizes when the model is
- * beyond any machine's memory, and the config/mesh errors llama_create gives). Allocates only scratch. */
-mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, int tp, int tp_rank, int dp,
-                          int dp_rank, llama_memory_plan *plan, mp_err *err);
+/* The bytes llama_create would allocate on rank (tp_rank, dp_rank) of a tp x dp mesh on backend be,
+ * computed from the same layout code, with every size first checked to fit (MP_EINPUT naming the sizes
+ * when the model is beyond any machine's memory, and the config/mesh/backend errors llama_create gives:
+ * a head_dim beyond be->attn_max_head_dim). The activations include the backend's own scratch for the
+ * backward (be->scratch_bytes), which llama_create reserves. be NULL: a backend without limits or scratch
+ * (the CPU's). Allocates only scratch. */
+mp_code llama_plan_memory(const llama_config *cfg, const llama_options *opt, const mp_backend *be, int tp,
+                          int tp_rank, int dp, int dp_rank, llama_memory_plan *plan, mp_err *err);
 
-/* Checks the config against the mesh (num_key_value_heads % tp, seq_len % tp under SP, ...) with
- * messages naming the field, then allocates everything a training step needs. */
+/* Checks the config against the mesh (num_key_value_heads % tp, seq_len % tp under SP, ...) and the
+ * backend (head_dim within its attention's limit) with messages naming the field, then allocates
+ * everything a training step needs, the backend's op scratch included (be->scratch_reserve). */
 mp_code llama_create(llama_model **out, const llama_config *cfg, const llama_options *opt, mp_mesh *mesh,
                      mp_backend *be, mp_err *err);
 void llama_destroy(llama_model *m);

@@ -19,6 +19,8 @@
 #   R device_parity_hd64  the same on tests/configs/parity_hd64.json: head dim 64, T = 112 (several key tiles:
 #                         the tensor-core attention inside training)
 #   R device_parity_window  the same with a sliding window of 40 keys in every layer (--window 40 < T)
+#   R device_parity_family128_window  the same with head dim 128, q/k/v biases and q/k norms (--family 128):
+#                         Qwen's sliding layers on the tensor-core attention
 #   R gpu_e2e             tests/gpu_e2e.sh: bitwise resume, GPU->CPU and CPU->GPU checkpoints; with 2+ GPUs
 #                         also tp 2 and dp 2 (and tp 2 x dp 2 with 4+) over NCCL, under the bundle's mpiexec
 #   R bench_gpu           bench/bench_gpu.sh on the 1B shape: fails below its MFU floor or on a non-finite loss
@@ -120,6 +122,8 @@ part cuda_train 60 1 "$bin/meshpoint" train --config "$tiny" --train-data "$data
 part device_parity 120 1 "$bin/test_device_parity" cuda tests/configs/cli_tiny.json tests/configs/torch_gqa_tied.json
 part device_parity_hd64 120 1 "$bin/test_device_parity" --seq-len 112 cuda tests/configs/parity_hd64.json
 part device_parity_window 120 1 "$bin/test_device_parity" --seq-len 112 --window 40 cuda tests/configs/parity_hd64.json
+part device_parity_family128_window 120 1 "$bin/test_device_parity" --seq-len 112 --window 40 --family 128 cuda \
+  tests/configs/parity_hd64.json
 if [ "$ngpu" -ge 2 ] && ! command -v mpiexec > /dev/null 2>&1; then
   note "gpu_e2e: FAIL ($ngpu GPUs but no mpiexec: the tp/dp part cannot run)"; failed=1
 else

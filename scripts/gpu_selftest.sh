@@ -17,6 +17,7 @@
 #                  driver's; anything else (a library of this machine the bundle lacks) is named and fails
 #   parity_cpu_bf16_hd64  the parity program on cpu-bf16 with the head-dim-64 config at T = 112
 #   parity_cpu_bf16_window  the same with a sliding window of 40 keys in every layer (--window 40)
+#   parity_cpu_bf16_family128_window  the same with head dim 128, biases and q/k norms (--family 128)
 #   bench_dry      bench/bench_gpu.sh as a dry run on cpu-bf16 (the script, its roofline table, its floor
 #                  logic with --min-mfu 0), from wherever the check runs (the bundle's copy inside one)
 #   e2e_dry        tests/gpu_e2e.sh as a dry run on cpu-bf16 pretending 2 GPUs: 1x1, dp 2 and tp 2 under
@@ -81,6 +82,8 @@ mp_gpu_selftest() {
   fi
   part parity_cpu_bf16_hd64 120 1 "$bin/test_device_parity" --seq-len 112 cpu-bf16 tests/configs/parity_hd64.json
   part parity_cpu_bf16_window 120 1 "$bin/test_device_parity" --seq-len 112 --window 40 cpu-bf16 tests/configs/parity_hd64.json
+  part parity_cpu_bf16_family128_window 120 1 "$bin/test_device_parity" --seq-len 112 --window 40 --family 128 \
+    cpu-bf16 tests/configs/parity_hd64.json
   part bench_dry 120 1 env MP_BENCH_GPU_DEVICE=cpu-bf16 bench/bench_gpu.sh --bin "$bin/meshpoint" --config "$tiny" \
     --batch 2 --seq-len 16 --steps 3 --warmup 1 --min-mfu 0 --out "$out/bench_dry"
   part e2e_dry 180 1 env MP_GPU_E2E_DEVICE=cpu-bf16 MP_GPU_E2E_GPUS=2 tests/gpu_e2e.sh "$bin/meshpoint" "$data" "$tiny" \

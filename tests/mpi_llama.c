@@ -332,7 +332,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < MP_MEM_NCAT; k++) held[k] = mp_mem_current((mp_mem_cat)k) - before[k];
     /* the memory plan printed before allocation is what llama_create allocated, category by category */
     llama_memory_plan plan;
-    if (llama_plan_memory(&cfg, &o, mesh.tp, mesh.tp_rank, mesh.dp, mesh.dp_rank, &plan, &err)) {
+    if (llama_plan_memory(&cfg, &o, &counting, mesh.tp, mesh.tp_rank, mesh.dp, mesh.dp_rank, &plan, &err)) {
         fprintf(stderr, "plan: %s\n", err.msg);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }

@@ -48,7 +48,7 @@ static int64_t act_bytes(int layers, int B, int T) {
     cr_assert_eq(llama_create(&m, &c, &o, &mesh, mp_backend_cpu(), &err), MP_OK, "%s", err.msg);
     int64_t held = mp_mem_current(MP_MEM_ACTS) - before;
     llama_memory_plan plan;
-    cr_assert_eq(llama_plan_memory(&c, &o, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(llama_plan_memory(&c, &o, NULL, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(plan.bytes[MP_MEM_ACTS], held, "plan %lld B, allocator %lld B", (long long)plan.bytes[MP_MEM_ACTS],
                  (long long)held);
     llama_destroy(m);
@@ -224,7 +224,7 @@ Test(step_contract, a_forward_only_model_holds_weights_and_activations_only) {
     for (int k = 0; k < MP_MEM_NCAT; k++) before[k] = mp_mem_current((mp_mem_cat)k);
     cr_assert_eq(llama_create(&fwd, &c, &oi, &mesh, mp_backend_cpu(), &err), MP_OK, "%s", err.msg);
     llama_memory_plan plan;
-    cr_assert_eq(llama_plan_memory(&c, &oi, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(llama_plan_memory(&c, &oi, NULL, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
     cr_assert_eq(plan.bytes[MP_MEM_GRADS], 0);
     cr_assert_eq(plan.bytes[MP_MEM_OPTIM], 0);
     for (int k = MP_MEM_PARAMS; k <= MP_MEM_ACTS; k++)
@@ -266,7 +266,7 @@ static void check_kv_cache(mp_backend *be, double tol) {
     cr_assert_eq(llama_create(&kv, &c, &ok, &mesh, be, &err), MP_OK, "%s", err.msg);
     llama_memory_plan plan;
     ok.act_dtype = be->act_dtype;
-    cr_assert_eq(llama_plan_memory(&c, &ok, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(llama_plan_memory(&c, &ok, NULL, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
     for (int k = MP_MEM_PARAMS; k <= MP_MEM_ACTS; k++)
         cr_assert_eq(mp_mem_current((mp_mem_cat)k) - before[k], plan.bytes[k], "category %s",
                      mp_mem_cat_name((mp_mem_cat)k));
@@ -300,4 +300,98 @@ static void check_kv_cache(mp_backend *be, double tol) {
 Test(step_contract, a_kv_cache_model_gives_the_whole_sequence_logits_at_every_position) {
     check_kv_cache(mp_backend_cpu(), 1e-5);
     check_kv_cache(mp_backend_cpu_bf16(), 2e-2);
+}
+
+/* ---- the backend's limits and scratch, checked at creation ---- */
+
+/* small_config with head_dim hd (4 heads of hd, 2 kv heads). */
+static llama_config hd_config(int hd) {
+    llama_config c = small_config(1, 0);
+    c.head_dim = hd;
+    return c;
+}
+
+Test(step_contract, a_head_dim_beyond_the_backends_attention_limit_is_refused_at_creation) {
+    cr_assert_eq(mp_backend_cpu()->attn_max_head_dim, 0, "the CPU kernels take any head_dim: 0 = no limit");
+    cr_assert_eq(mp_backend_cpu_bf16()->attn_max_head_dim, 0);
+    mp_backend limited = *mp_backend_cpu();   /* as CUDA's, with a limit of 64 */
+    limited.attn_max_head_dim = 64;
+    mp_mesh mesh;
+    mp_mesh_init_single(&mesh);
+    llama_options o = {SB, ST, 0, 1};
+    mp_err err;
+    llama_model *m = (llama_model *)&err;
+    llama_config c = hd_config(128);
+    cr_assert_eq(llama_create(&m, &c, &o, &mesh, &limited, &err), MP_EINPUT);
+    cr_assert_null(m);
+    cr_assert_str_eq(err.msg, "head_dim 128 exceeds the cpu backend's attention limit of 64 (device cpu)");
+    llama_memory_plan plan;   /* the memory plan (the commands' first look at the model) refuses it too */
+    cr_assert_eq(llama_plan_memory(&c, &o, &limited, 1, 0, 1, 0, &plan, &err), MP_EINPUT);
+    cr_assert_str_eq(err.msg, "head_dim 128 exceeds the cpu backend's attention limit of 64 (device cpu)");
+    /* the limit itself is accepted, and the CPU table's 0 takes 128 */
+    c = hd_config(64);
+    cr_assert_eq(llama_create(&m, &c, &o, &mesh, &limited, &err), MP_OK, "%s", err.msg);
+    llama_destroy(m);
+    c = hd_config(128);
+    cr_assert_eq(llama_create(&m, &c, &o, &mesh, mp_backend_cpu(), &err), MP_OK, "%s", err.msg);
+    llama_destroy(m);
+    mp_mesh_destroy(&mesh);
+}
+
+/* A backend with op scratch (as CUDA's): scratch_bytes a function of every argument, and what
+ * scratch_reserve was asked for. */
+static struct { int calls, tokens, ncs; mp_colsum cs[8]; } g_reserved;
+static int64_t fake_scratch_bytes(int tokens, const mp_colsum *cs, int ncs) {
+    int64_t b = 8 * (int64_t)tokens;
+    for (int i = 0; i < ncs; i++) b += 3 * cs[i].rows + 5 * (int64_t)cs[i].cols + 7;
+    return b;
+}
+static void fake_scratch_reserve(mp_backend *be, int tokens, const mp_colsum *cs, int ncs) {
+    (void)be;
+    cr_assert_leq(ncs, 8);
+    g_reserved.calls++;
+    g_reserved.tokens = tokens;
+    g_reserved.ncs = ncs;
+    memcpy(g_reserved.cs, cs, (size_t)ncs * sizeof *cs);
+}
+
+/* Creates a model of c (training unless inference) on the fake-scratch table: the plan's activations are
+ * the allocator's plus scratch_bytes of what scratch_reserve was asked for, reserved once. */
+static void check_scratch_planned(const llama_config *c, int inference) {
+    mp_backend be = *mp_backend_cpu();
+    be.scratch_bytes = fake_scratch_bytes;
+    be.scratch_reserve = fake_scratch_reserve;
+    memset(&g_reserved, 0, sizeof g_reserved);
+    mp_mesh mesh;
+    mp_mesh_init_single(&mesh);
+    llama_options o = {SB, ST, 0, 1, .inference = inference};
+    mp_err err;
+    llama_model *m = NULL;
+    int64_t before = mp_mem_current(MP_MEM_ACTS);
+    cr_assert_eq(llama_create(&m, c, &o, &mesh, &be, &err), MP_OK, "%s", err.msg);
+    int64_t held = mp_mem_current(MP_MEM_ACTS) - before;
+    cr_assert_eq(g_reserved.calls, 1);
+    llama_memory_plan plan;
+    cr_assert_eq(llama_plan_memory(c, &o, &be, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
+    cr_assert_eq(plan.bytes[MP_MEM_ACTS], held + fake_scratch_bytes(g_reserved.tokens, g_reserved.cs, g_reserved.ncs));
+    llama_destroy(m);
+    mp_mesh_destroy(&mesh);
+}
+
+Test(step_contract, the_backends_op_scratch_is_reserved_at_creation_and_planned) {
+    const int N = SB * ST, D = 32, hd = 8;   /* small_config: 4 heads, 2 kv heads */
+    llama_config c = small_config(2, 0);
+    check_scratch_planned(&c, 0);   /* embed_bwd over N tokens, rmsnorm_bwd's N x D */
+    cr_assert_eq(g_reserved.tokens, N);
+    cr_assert_eq(g_reserved.ncs, 1);
+    cr_assert(g_reserved.cs[0].rows == N && g_reserved.cs[0].cols == D);
+    c.qkv_bias = 1;   /* Qwen2: bias_bwd over the fused q | k | v, (4 + 2 x 2) heads of hd */
+    c.qk_norm = 1;    /* Qwen3: the q and k head norms, N x heads rows of hd */
+    check_scratch_planned(&c, 0);
+    cr_assert_eq(g_reserved.ncs, 4);
+    cr_assert(g_reserved.cs[1].rows == N && g_reserved.cs[1].cols == 8 * hd);
+    cr_assert(g_reserved.cs[2].rows == N * 4 && g_reserved.cs[2].cols == hd);
+    cr_assert(g_reserved.cs[3].rows == N * 2 && g_reserved.cs[3].cols == hd);
+    check_scratch_planned(&c, 1);   /* forward only: no backward, no scratch */
+    cr_assert(g_reserved.tokens == 0 && g_reserved.ncs == 0);
 }

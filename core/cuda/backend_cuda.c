@@ -37,8 +37,10 @@
  *     rmsnorm_bwd and head_rmsnorm_bwd, the db of bias_bwd; one buffer, the ops run in stream order): device
  *     buffers kept in the impl and GROWN ON DEMAND (to exactly the size asked, never shrunk): the first call of a given
  *     size allocates (after waiting for the device, since the old buffer may be in use), later
- *     calls of the same or smaller size reuse it. N and D are fixed for a run, so only the first step
- *     allocates; mp_backend_cuda_reserve sizes both ahead of the first step for callers that know N, D.
+ *     calls of the same or smaller size reuse it. layers/ reserves both at model creation
+ *     (the table's scratch_reserve, with the model's largest embed_bwd and column sums: the memory plan
+ *     counts the same bytes, scratch_bytes), so no step grows them; an op called outside a model grows
+ *     them on first use.
  *   All of it is used by ops on the compute stream only, so in-order execution makes reuse safe.
  *
  * Accounting. core/alloc.h has no function that charges memory it did not allocate (its counters are
@@ -567,7 +569,8 @@ static void cu_rope_bwd(mp_backend *be, void *dx, const float *cos_t, const floa
  * the static shared-memory rows), H % KV == 0, B*H <= 65535 (grid y), a sliding window >= 0. The launchers only assert() them,
  * and nvcc's non-Release configurations define NDEBUG (CMake's RelWithDebInfo default for CUDA), where a
  * larger hd would silently overrun the kernels' arrays. The table's ops return void, so a shape beyond
- * them aborts here, naming the limit, in every build. */
+ * them aborts here, naming the limit, in every build. A model never gets here with a larger hd: the table's
+ * attn_max_head_dim (MP_CUDA_ATTN_MAX_HD) makes llama_plan_memory refuse it before a run starts. */
 static void attn_check_limits(const char *op, int B, int T, int H, int KV, int hd, int ldq, int ldkv, int window) {
     const char *why = NULL;
     if (B < 0 || T < 0 || H <= 0 || KV <= 0 || H % KV != 0) why = "H and KV must be > 0 with H % KV == 0";
@@ -726,6 +729,35 @@ static void cu_adamw(mp_backend *be, float *p, void *p_act, const float *g, floa
     PROF_END(be, "%s", "adamw");
 }
 
+/* ---- the ops' own scratch ---- */
+
+/* Floats of column partials the largest of the column sums cs[0 .. ncs) needs (one buffer serves them all). */
+static size_t colsum_floats(const mp_colsum *cs, int ncs) {
+    size_t most = 0;
+    for (int i = 0; i < ncs; i++) {
+        size_t f = cs[i].rows > 0 && cs[i].cols > 0 ? mp_cuda_chunk_partial_floats(cs[i].rows, cs[i].cols) : 0;
+        if (f > most) most = f;
+    }
+    return most;
+}
+
+/* Bytes of embed_bwd's keys for `tokens` tokens plus the column partials of the largest of cs: what the two
+ * grow-on-demand buffers hold after those calls (see the top of the file). */
+static int64_t cu_scratch_bytes(int tokens, const mp_colsum *cs, int ncs) {
+    size_t keys = tokens > 0 ? mp_cuda_embed_bwd_scratch_bytes(tokens) : 0;
+    return (int64_t)keys + (int64_t)(colsum_floats(cs, ncs) * sizeof(float));
+}
+
+/* Grows both buffers now to what cu_scratch_bytes counts (never shrinks), so that no later op of those
+ * shapes allocates. */
+static void cu_scratch_reserve(mp_backend *be, int tokens, const mp_colsum *cs, int ncs) {
+    cuda_impl *im = impl_of(be);
+    if (tokens > 0)
+        scratch_grow(im, &im->keys, &im->keys_bytes, mp_cuda_embed_bwd_scratch_bytes(tokens), "embed_bwd keys");
+    size_t floats = colsum_floats(cs, ncs);
+    if (floats) col_partials(im, floats);
+}
+
 /* ---- the table, creation, accessors ---- */
 
 static mp_backend g_cuda = {
@@ -733,6 +765,7 @@ static mp_backend g_cuda = {
     .device = MP_DEV_CUDA,
     .host_memory = 0,
     .act_dtype = MP_BF16,
+    .attn_max_head_dim = MP_CUDA_ATTN_MAX_HD,
     .alloc = cu_alloc,
     .free = cu_free,
     .memset0 = cu_memset0,
@@ -781,6 +814,8 @@ static mp_backend g_cuda = {
     .xent_loss = cu_xent_loss,
     .xent_bwd = cu_xent_bwd,
     .adamw = cu_adamw,
+    .scratch_bytes = cu_scratch_bytes,
+    .scratch_reserve = cu_scratch_reserve,
     .impl = NULL,
 };
 
@@ -850,14 +885,6 @@ void mp_backend_cuda_destroy(mp_backend *be) {
 
 cudaStream_t mp_backend_cuda_stream(mp_backend *be, mp_stream s) { return stream_of(be, s); }
 
-void mp_backend_cuda_reserve(mp_backend *be, int N, int D) {
-    cuda_impl *im = impl_of(be);
-    assert(N >= 0 && D >= 0);
-    if (N <= 0) return;
-    scratch_grow(im, &im->keys, &im->keys_bytes, mp_cuda_embed_bwd_scratch_bytes(N), "embed_bwd keys");
-    if (D <= 0) return;
-    col_partials(im, mp_cuda_rmsnorm_bwd_scratch_floats(N, D));
-}
 
 int64_t mp_backend_cuda_mem_current(const mp_backend *be, mp_mem_cat cat) {
     assert(cat >= 0 && cat < MP_MEM_NCAT);

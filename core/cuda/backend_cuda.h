@@ -32,12 +32,6 @@ void mp_backend_cuda_destroy(mp_backend *be);
  * communicator (core/cuda/comm_nccl.h) on a stream made by be->stream_create. */
 cudaStream_t mp_backend_cuda_stream(mp_backend *be, mp_stream s);
 
-/* Sizes the scratch that embed_bwd (N tokens) and rmsnorm_bwd (N rows of D) need, so that the first
- * step does not allocate (otherwise they grow it on demand, on first use). Idempotent; never shrinks.
- * bias_bwd and head_rmsnorm_bwd share rmsnorm_bwd's column partials, growing them on first use when they
- * need more (bias_bwd over a fused q | k | v block wider than D). */
-void mp_backend_cuda_reserve(mp_backend *be, int N, int D);
-
 /* The backend's own accounting (see above): device bytes currently held per category (buffers of alloc,
  * plus its internal buffers: the cuBLASLt workspace and reduction partials under MP_MEM_OTHER, the
  * grow-on-demand op scratch under MP_MEM_ACTS); page-locked host bytes per category (host_alloc); the

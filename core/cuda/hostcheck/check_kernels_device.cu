@@ -682,8 +682,9 @@ static void dev_gemm(mp_cuda_blas *bl) {
             }
 }
 
-int main(void) {
-    /* the host checks first (cheap; also keeps their functions used in this build) */
+/* The host checks first (cheap; also keeps their functions used in this build): the replays of
+ * check_kernels_host.cu's shared code, without a device. */
+static void host_checks(void) {
     check_reduce_plan();
     check_rmsnorm_plan();
     check_embed_bwd(1000, 5, 100, 37, 200);
@@ -698,6 +699,99 @@ int main(void) {
     check_window_rule();
     check_attention(1, 70, 4, 2, 40, 9);             /* a sliding window, CUDA-core replay */
     check_attention_mma(1, 150, 4, 2, 64, -1, 70);   /* and tensor-core */
+}
+
+/* RMSNorm: the 16-byte path (D % 8 == 0, aligned), the 2-byte path (unaligned; D % 8 != 0), N below one
+ * chunk, many chunks, one warp per block (D 12288) and the wide kernel (D 12296, 12301). */
+static void dev_rmsnorm_shapes(void) {
+    const int rms[][2] = {{300, 200}, {5, 203}, {2, 8}, {1, 3}, {20011, 64}, {600, 2048}, {40, 4000}, {33, 12288},
+                          {33, 12296}, {9, 12301}};
+    for (auto &r : rms) {   /* each shape aligned and at an offset of one element, from the same inputs */
+        const uint64_t seed = g_rng;
+        const auto a = dev_rmsnorm(r[0], r[1], 0);
+        g_rng = seed;
+        const auto u = dev_rmsnorm(r[0], r[1], 1);
+        for (int k = 0; k < 4; k++)
+            CHECK(same_bits(a[k], u[k]), "rmsnorm N=%d D=%d: output %d differs between aligned and unaligned", r[0], r[1], k);
+    }
+}
+
+/* Biases {N, cols, ldx, col0}: the whole fused q | k | v rows, a block of wider rows, cols and ldx % 8 != 0,
+ * N not a multiple of a chunk, > 512 chunks' worth; each aligned and at an offset of one element. */
+static void dev_bias_shapes(void) {
+    const int biases[][4] = {{100, 512, 512, 0}, {33, 384, 392, 8}, {777, 13, 29, 3}, {20011, 24, 40, 8}, {5000, 1024, 1032, 8},
+                             {1, 8, 8, 0}};
+    for (auto &b : biases)
+        for (int off : {0, 1}) dev_bias(b[0], b[1], b[2], b[3], off);
+}
+
+/* Per-head RMSNorm {N, H, hd, ldx, col0}: the q and k blocks of fused rows at hd 64 and 128, hd 96, ldx % 8
+ * != 0, hd % 8 != 0, dense, many chunks and > 512 chunks' worth of pairs, hd 256. */
+static void dev_head_rmsnorm_shapes(void) {
+    const int heads[][5] = {{70, 4, 64, 512, 0}, {70, 2, 64, 512, 256}, {33, 16, 128, 4096, 0}, {33, 8, 128, 4096, 2048},
+                            {9, 2, 96, 576, 192}, {6, 3, 40, 204, 4}, {4, 2, 17, 56, 3}, {3, 1, 64, 64, 0},
+                            {3000, 2, 64, 256, 128}, {9001, 2, 16, 48, 8}, {33, 2, 256, 1024, 512}};
+    for (auto &h : heads) {   /* each aligned and at an offset of one element, from the same inputs */
+        const uint64_t seed = g_rng;
+        const auto a = dev_head_rmsnorm(h[0], h[1], h[2], h[3], h[4], 0);
+        g_rng = seed;
+        const auto u = dev_head_rmsnorm(h[0], h[1], h[2], h[3], h[4], 1);
+        for (int k = 0; k < 4; k++)
+            CHECK(same_bits(a[k], u[k]), "head_rmsnorm N=%d H=%d hd=%d: output %d differs between aligned and unaligned",
+                  h[0], h[1], h[2], k);
+    }
+}
+
+/* Attention: the CUDA-core shapes, the tensor-core kernels at hd 64 and 128, the fused [q | k | v] rows, the
+ * KV cache, and sliding windows smaller than T. */
+static void dev_attention_shapes(void) {
+    const int shapes[][5] = {{1, 1, 1, 1, 8}, {2, 7, 4, 2, 40}, {1, 33, 4, 1, 64}, {2, 70, 4, 4, 32},
+                             {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 300, 8, 2, 128}};
+    for (auto &s : shapes) dev_attention(s[0], s[1], s[2], s[3], s[4]);
+    for (int hd : {64, 128})   /* the tensor-core kernels (k_attn_mma.cu; MP_CUDA_ATTN=simt: the CUDA-core ones) */
+        for (int T : {1, 15, 64, 112, 200}) dev_attention(1, T, 2, 2, hd), dev_attention(2, T, 4, 1, hd);
+    /* the fused [q | k | v] rows (layers/llama.c), + 8 columns (tensor cores at hd 64/128), + 3 (CUDA cores) */
+    for (int hd : {64, 128}) dev_attention(2, 112, 4, 2, hd, 8), dev_attention(1, 70, 2, 1, hd, 0);
+    dev_attention(2, 40, 4, 2, 64, 3), dev_attention(1, 33, 6, 3, 40, 8);
+    dev_attention_kv(2, 70, 4, 2, 40);
+    dev_attention_kv(1, 150, 9, 3, 64);
+    /* sliding windows smaller than T: tensor-core (hd 64/128, dense and fused rows) and CUDA-core (hd 40)
+     * kernels, and the KV cache; W 1, inside a tile, across tiles */
+    for (int W : {1, 9, 34, 70, 150})
+        for (int hd : {64, 128}) dev_attention(2, 200, 4, 2, hd, -1, W), dev_attention(1, 200, 4, 1, hd, 8, W);
+    dev_attention(2, 130, 4, 2, 40, -1, 37), dev_attention(1, 100, 6, 3, 40, 8, 1);
+    dev_attention_kv(2, 150, 4, 2, 40, 33), dev_attention_kv(1, 200, 9, 3, 64, 70), dev_attention_kv(1, 90, 2, 1, 64, 1);
+}
+
+/* Cross-entropy's backward and one-pass forward, aligned and at an offset of one element: the same bits. */
+static void dev_xent_shapes(void) {
+    for (int vl : {1003, 1024}) {   /* 1024: 16-byte accesses aligned, 2-byte ones at offset 1: the same bits */
+        const uint64_t seed = g_rng;
+        const std::vector<float> a = dev_xent(vl, vl - 13, 0);
+        g_rng = seed;
+        CHECK(same_bits(a, dev_xent(vl, vl - 13, 1)), "xent bwd v_local %d: aligned and unaligned differ", vl);
+    }
+    for (int vl : {1003, 1024, 32000}) {   /* the one-pass forward: aligned and at offset 1, the same bits */
+        const uint64_t seed = g_rng;
+        const std::vector<float> a = dev_xent_fwd(vl, vl - 13, 0);
+        g_rng = seed;
+        CHECK(same_bits(a, dev_xent_fwd(vl, vl - 13, 1)), "xent fwd v_local %d: aligned and unaligned differ", vl);
+    }
+}
+
+/* The GEMMs twice: the second time every call finds its cached cuBLASLt plan (gemm_cuda.cu). */
+static void dev_gemm_cached(mp_cuda_blas *bl) {
+    dev_gemm(bl);
+    dev_gemm(bl);
+    int plans = 0;
+    long long hits = 0, misses = 0;
+    mp_cuda_blas_plan_stats(bl, &plans, &hits, &misses);
+    CHECK(plans >= 1 && hits >= misses, "gemm plan cache: %d plans, %lld hits, %lld misses", plans, hits, misses);
+    printf("gemm plan cache: %d plans, %lld hits, %lld misses\n", plans, hits, misses);
+}
+
+int main(void) {
+    host_checks();
     if (g_fail) {
         fprintf(stderr, "check_kernels_device: %d host check(s) FAILED\n", g_fail);
         return 1;
@@ -718,78 +812,15 @@ int main(void) {
     dev_misc();
     dev_embed(777, 67);
     dev_embed(5000, 19);
-    /* RMSNorm: the 16-byte path (D % 8 == 0, aligned), the 2-byte path (unaligned; D % 8 != 0), N below one
-     * chunk, many chunks, one warp per block (D 12288) and the wide kernel (D 12296, 12301) */
-    const int rms[][2] = {{300, 200}, {5, 203}, {2, 8}, {1, 3}, {20011, 64}, {600, 2048}, {40, 4000}, {33, 12288},
-                          {33, 12296}, {9, 12301}};
-    for (auto &r : rms) {   /* each shape aligned and at an offset of one element, from the same inputs */
-        const uint64_t seed = g_rng;
-        const auto a = dev_rmsnorm(r[0], r[1], 0);
-        g_rng = seed;
-        const auto u = dev_rmsnorm(r[0], r[1], 1);
-        for (int k = 0; k < 4; k++)
-            CHECK(same_bits(a[k], u[k]), "rmsnorm N=%d D=%d: output %d differs between aligned and unaligned", r[0], r[1], k);
-    }
-    /* biases {N, cols, ldx, col0}: the whole fused q | k | v rows, a block of wider rows, cols and ldx % 8 != 0,
-     * N not a multiple of a chunk, > 512 chunks' worth; each aligned and at an offset of one element */
-    const int biases[][4] = {{100, 512, 512, 0}, {33, 384, 392, 8}, {777, 13, 29, 3}, {20011, 24, 40, 8}, {5000, 1024, 1032, 8},
-                             {1, 8, 8, 0}};
-    for (auto &b : biases)
-        for (int off : {0, 1}) dev_bias(b[0], b[1], b[2], b[3], off);
-    /* per-head RMSNorm {N, H, hd, ldx, col0}: the q and k blocks of fused rows at hd 64 and 128, hd 96, ldx % 8
-     * != 0, hd % 8 != 0, dense, many chunks and > 512 chunks' worth of pairs, hd 256 */
-    const int heads[][5] = {{70, 4, 64, 512, 0}, {70, 2, 64, 512, 256}, {33, 16, 128, 4096, 0}, {33, 8, 128, 4096, 2048},
-                            {9, 2, 96, 576, 192}, {6, 3, 40, 204, 4}, {4, 2, 17, 56, 3}, {3, 1, 64, 64, 0},
-                            {3000, 2, 64, 256, 128}, {9001, 2, 16, 48, 8}, {33, 2, 256, 1024, 512}};
-    for (auto &h : heads) {   /* each aligned and at an offset of one element, from the same inputs */
-        const uint64_t seed = g_rng;
-        const auto a = dev_head_rmsnorm(h[0], h[1], h[2], h[3], h[4], 0);
-        g_rng = seed;
-        const auto u = dev_head_rmsnorm(h[0], h[1], h[2], h[3], h[4], 1);
-        for (int k = 0; k < 4; k++)
-            CHECK(same_bits(a[k], u[k]), "head_rmsnorm N=%d H=%d hd=%d: output %d differs between aligned and unaligned",
-                  h[0], h[1], h[2], k);
-    }
+    dev_rmsnorm_shapes();
+    dev_bias_shapes();
+    dev_head_rmsnorm_shapes();
     dev_rope_swiglu();
-    const int shapes[][5] = {{1, 1, 1, 1, 8}, {2, 7, 4, 2, 40}, {1, 33, 4, 1, 64}, {2, 70, 4, 4, 32},
-                             {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 300, 8, 2, 128}};
-    for (auto &s : shapes) dev_attention(s[0], s[1], s[2], s[3], s[4]);
-    for (int hd : {64, 128})   /* the tensor-core kernels (k_attn_mma.cu; MP_CUDA_ATTN=simt: the CUDA-core ones) */
-        for (int T : {1, 15, 64, 112, 200}) dev_attention(1, T, 2, 2, hd), dev_attention(2, T, 4, 1, hd);
-    /* the fused [q | k | v] rows (layers/llama.c), + 8 columns (tensor cores at hd 64/128), + 3 (CUDA cores) */
-    for (int hd : {64, 128}) dev_attention(2, 112, 4, 2, hd, 8), dev_attention(1, 70, 2, 1, hd, 0);
-    dev_attention(2, 40, 4, 2, 64, 3), dev_attention(1, 33, 6, 3, 40, 8);
-    dev_attention_kv(2, 70, 4, 2, 40);
-    dev_attention_kv(1, 150, 9, 3, 64);
-    /* sliding windows smaller than T: tensor-core (hd 64/128, dense and fused rows) and CUDA-core (hd 40)
-     * kernels, and the KV cache; W 1, inside a tile, across tiles */
-    for (int W : {1, 9, 34, 70, 150})
-        for (int hd : {64, 128}) dev_attention(2, 200, 4, 2, hd, -1, W), dev_attention(1, 200, 4, 1, hd, 8, W);
-    dev_attention(2, 130, 4, 2, 40, -1, 37), dev_attention(1, 100, 6, 3, 40, 8, 1);
-    dev_attention_kv(2, 150, 4, 2, 40, 33), dev_attention_kv(1, 200, 9, 3, 64, 70), dev_attention_kv(1, 90, 2, 1, 64, 1);
-    for (int vl : {1003, 1024}) {   /* 1024: 16-byte accesses aligned, 2-byte ones at offset 1: the same bits */
-        const uint64_t seed = g_rng;
-        const std::vector<float> a = dev_xent(vl, vl - 13, 0);
-        g_rng = seed;
-        CHECK(same_bits(a, dev_xent(vl, vl - 13, 1)), "xent bwd v_local %d: aligned and unaligned differ", vl);
-    }
-    for (int vl : {1003, 1024, 32000}) {   /* the one-pass forward: aligned and at offset 1, the same bits */
-        const uint64_t seed = g_rng;
-        const std::vector<float> a = dev_xent_fwd(vl, vl - 13, 0);
-        g_rng = seed;
-        CHECK(same_bits(a, dev_xent_fwd(vl, vl - 13, 1)), "xent fwd v_local %d: aligned and unaligned differ", vl);
-    }
+    dev_attention_shapes();
+    dev_xent_shapes();
     dev_xent_rescale();
     dev_adamw();
-    dev_gemm(bl);
-    dev_gemm(bl);   /* again: every call now finds its cached cuBLASLt plan (gemm_cuda.cu) */
-    {
-        int plans = 0;
-        long long hits = 0, misses = 0;
-        mp_cuda_blas_plan_stats(bl, &plans, &hits, &misses);
-        CHECK(plans >= 1 && hits >= misses, "gemm plan cache: %d plans, %lld hits, %lld misses", plans, hits, misses);
-        printf("gemm plan cache: %d plans, %lld hits, %lld misses\n", plans, hits, misses);
-    }
+    dev_gemm_cached(bl);
     mp_cuda_blas_destroy(bl);
     CK(cudaStreamDestroy(g_s));
     if (g_fail) {

@@ -427,26 +427,27 @@ static void check_rmsnorm(int N, int D) {
 
 /* ---- 1. element math ---- */
 
-static void check_elementwise(void) {
-    /* AdamW: a few steps against double */
-    {
-        const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
-        float p = 0.5f, m = 0, v = 0;
-        double pd = 0.5, md = 0, vd = 0;
-        for (int step = 1; step <= 5; step++) {
-            const float g = 0.3f * step - 0.7f, gs = 0.5f;
-            const float bc1 = (float)(1.0 / (1.0 - pow((double)b1, step)));
-            const float bc2 = (float)(1.0 / (1.0 - pow((double)b2, step)));
-            p = adamw_elem(p, g, &m, &v, lr, b1, b2, eps, wd, bc1, bc2, gs);
-            const double gd = (double)g * gs;
-            md = b1 * md + (1 - (double)b1) * gd;
-            vd = b2 * vd + (1 - (double)b2) * gd * gd;
-            const double mh = md / (1 - pow((double)b1, step)), vh = vd / (1 - pow((double)b2, step));
-            pd -= lr * (mh / (sqrt(vh) + eps) + wd * pd);
-        }
-        CHECK(fabs(p - pd) < 1e-6, "adamw %.9g vs %.9g", p, pd);
+/* AdamW: a few steps of adamw_elem against the update in double. */
+static void check_adamw_elem(void) {
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    float p = 0.5f, m = 0, v = 0;
+    double pd = 0.5, md = 0, vd = 0;
+    for (int step = 1; step <= 5; step++) {
+        const float g = 0.3f * step - 0.7f, gs = 0.5f;
+        const float bc1 = (float)(1.0 / (1.0 - pow((double)b1, step)));
+        const float bc2 = (float)(1.0 / (1.0 - pow((double)b2, step)));
+        p = adamw_elem(p, g, &m, &v, lr, b1, b2, eps, wd, bc1, bc2, gs);
+        const double gd = (double)g * gs;
+        md = b1 * md + (1 - (double)b1) * gd;
+        vd = b2 * vd + (1 - (double)b2) * gd * gd;
+        const double mh = md / (1 - pow((double)b1, step)), vh = vd / (1 - pow((double)b2, step));
+        pd -= lr * (mh / (sqrt(vh) + eps) + wd * pd);
     }
-    /* SwiGLU and its gradient (central differences in double) */
+    CHECK(fabs(p - pd) < 1e-6, "adamw %.9g vs %.9g", p, pd);
+}
+
+/* SwiGLU and its gradient (central differences in double). */
+static void check_swiglu_elem(void) {
     for (int it = 0; it < 1000; it++) {
         const float g = 8.0f * rnd_unit(), u = 2.0f * rnd_unit(), d = rnd_unit();
         const double sg = 1.0 / (1.0 + exp(-(double)g));
@@ -459,7 +460,10 @@ static void check_elementwise(void) {
         CHECK(fabs(dg - dg_ref) < 1e-4 * (1 + fabs(dg_ref)), "swiglu dgate(%g,%g) %g vs %g", g, u, dg, dg_ref);
         CHECK(fabs(du - du_ref) < 1e-4 * (1 + fabs(du_ref)), "swiglu dup(%g,%g) %g vs %g", g, u, du, du_ref);
     }
-    /* RoPE: the rotation and its inverse */
+}
+
+/* RoPE: the rotation of one pair and its inverse. */
+static void check_rope_elem(void) {
     for (int it = 0; it < 1000; it++) {
         const double ang = 10.0 * rnd_unit();
         const float c = (float)cos(ang), s = (float)sin(ang);
@@ -471,7 +475,14 @@ static void check_elementwise(void) {
         rope_rotate(&a, &b, c, s, -1.0f);
         CHECK(fabs(a - a0) < 1e-6 && fabs(b - b0) < 1e-6, "rope bwd does not invert fwd");
     }
-    /* cross-entropy loss of one row, and the clip factor (layers/llama_train.c's rule) */
+}
+
+/* The element math, one op at a time (in this order: the random stream is shared), then the cross-entropy
+ * loss of one row and the clip factor (layers/llama_train.c's rule). */
+static void check_elementwise(void) {
+    check_adamw_elem();
+    check_swiglu_elem();
+    check_rope_elem();
     CHECK(fabs(xent_loss_row(2.0f, 3.0f, 1.5f) - (log(3.0) + 0.5)) < 1e-6, "xent loss");
     CHECK(clip_factor(4.0, 1.0) == (float)(1.0 / (2.0 + 1e-6)), "clip above");
     CHECK(clip_factor(0.25, 1.0) == 1.0f && clip_factor(4.0, 0.0) == 1.0f, "clip below / off");
