@@ -204,7 +204,7 @@ static mp_code make_tuple(vm *m, int first, int n, pk_val **out) {
 
 /* A STR or BYTES value of the next n bytes (NUL-terminated copy). */
 static mp_code read_str(vm *m, pk_kind k, uint64_t n, pk_val **out) {
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     MP_TRY(need(m, n, k == PK_STR ? "string" : "bytes", &p));
     pk_val *v = new_val(m, k);
     char *s = arena_alloc(m->doc, (size_t)n + 1);
@@ -217,16 +217,16 @@ static mp_code read_str(vm *m, pk_kind k, uint64_t n, pk_val **out) {
 
 /* An n-byte length prefix, then a string or bytes of that length. */
 static mp_code op_str(vm *m, pk_kind k, int prefix) {
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     MP_TRY(need(m, (uint64_t)prefix, "length prefix", &p));
-    pk_val *v;
+    pk_val *v = NULL;
     MP_TRY(read_str(m, k, le(p, prefix), &v));
     return push(m, v);
 }
 
 /* LONG1 / LONG4: a little-endian two's complement integer of a prefixed byte count (8 at most). */
 static mp_code op_long(vm *m, int prefix) {
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     MP_TRY(need(m, (uint64_t)prefix, "length prefix", &p));
     uint64_t n = le(p, prefix);
     if (n > 8) return fail(m, "integer of %llu bytes (at most 8 are read)", (unsigned long long)n);
@@ -240,8 +240,8 @@ static mp_code op_long(vm *m, int prefix) {
 
 /* Opcodes that push one scalar (None, bools, ints, floats, strings, bytes). Returns 1 via *handled. */
 static mp_code op_scalar(vm *m, uint8_t op, int *handled) {
-    const uint8_t *p;
-    pk_val *v;
+    const uint8_t *p = NULL;
+    pk_val *v = NULL;
     *handled = 1;
     switch (op) {
     case 'N': return push(m, new_val(m, PK_NONE));
@@ -297,7 +297,7 @@ static mp_code append_items(vm *m, int first, int n) {
 
 /* Opcodes that build containers and manage the stack. */
 static mp_code op_container(vm *m, uint8_t op, int *handled) {
-    pk_val *v;
+    pk_val *v = NULL;
     int first, n;
     *handled = 1;
     switch (op) {
@@ -376,7 +376,7 @@ static mp_code op_global(vm *m) {
 
 /* STACK_GLOBAL: module and name strings from the stack. */
 static mp_code op_stack_global(vm *m) {
-    pk_val *mod, *name;
+    pk_val *mod = NULL, *name = NULL;
     MP_TRY(pop(m, &name));
     MP_TRY(pop(m, &mod));
     if (mod->kind != PK_STR || name->kind != PK_STR) return fail(m, "STACK_GLOBAL of a non-string");
@@ -395,7 +395,7 @@ static mp_code check_call(vm *m, const pk_class *c, const pk_val *args) {
 
 /* REDUCE (callable, args) and NEWOBJ (cls, args): an OBJ recording the call, if the global may be used so. */
 static mp_code op_call(vm *m, int use) {
-    pk_val *args, *f;
+    pk_val *args = NULL, *f = NULL;
     MP_TRY(pop(m, &args));
     MP_TRY(pop(m, &f));
     const char *opname = use == PK_USE_REDUCE ? "REDUCE" : "NEWOBJ";
@@ -416,7 +416,7 @@ static mp_code op_call(vm *m, int use) {
 
 /* BUILD: the state for the object below it (set once). */
 static mp_code op_build(vm *m) {
-    pk_val *st, *o;
+    pk_val *st = NULL, *o = NULL;
     MP_TRY(pop(m, &st));
     MP_TRY(pop(m, &o));
     if (o->kind != PK_OBJ || o->state) return fail(m, "BUILD on a %s", o->state ? "built object" : pk_kind_name(o));
@@ -449,7 +449,7 @@ static mp_code memo_get(vm *m, uint64_t id) {
 
 /* Memo opcodes (BINPUT, LONG_BINPUT, MEMOIZE, BINGET, LONG_BINGET). */
 static mp_code op_memo(vm *m, uint8_t op, int *handled) {
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     *handled = 1;
     switch (op) {
     case 'q': MP_TRY(need(m, 1, "memo id", &p)); return memo_put(m, p[0]);
@@ -490,7 +490,7 @@ static const char *refused_name(uint8_t op) {
 
 /* One opcode at m->pos. Sets *stop at STOP. */
 static mp_code step(vm *m, int *stop) {
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     m->op_at = m->pos;
     MP_TRY(need(m, 1, "opcode", &p));
     uint8_t op = p[0];
@@ -501,7 +501,7 @@ static mp_code step(vm *m, int *stop) {
     if (handled) return MP_OK;
     MP_TRY(op_memo(m, op, &handled));
     if (handled) return MP_OK;
-    pk_val *v;
+    pk_val *v = NULL;
     switch (op) {
     case 0x80:
         MP_TRY(need(m, 1, "protocol", &p));
