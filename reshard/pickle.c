@@ -298,7 +298,7 @@ static mp_code append_items(vm *m, int first, int n) {
 /* Opcodes that build containers and manage the stack. */
 static mp_code op_container(vm *m, uint8_t op, int *handled) {
     pk_val *v = NULL;
-    int first, n;
+    int first = 0, n = 0;
     *handled = 1;
     switch (op) {
     case '(':
