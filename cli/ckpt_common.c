@@ -8,6 +8,7 @@
 #include <assert.h>
 #include <dirent.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,4 +310,29 @@ mp_code mp_ckpt_check_out(const char *dst, const char *src, const char *src_what
                         avail / 1048576.0, want / 1048576.0);
     free(par);
     return rc;
+}
+
+/* ------------------------------------------------------------------------------------ verify findings */
+
+/* Reports one finding, "KIND: <text>" (KIND "problem" or "note"): printed, or added to arr in --json. */
+static void report(const char *kind, cJSON *arr, const char *fmt, va_list ap) {
+    char text[MP_ERR_MSG_MAX + 256];
+    vsnprintf(text, sizeof text, fmt, ap);
+    if (arr) cJSON_AddItemToArray(arr, cJSON_CreateString(text));
+    else printf("%s: %s\n", kind, text);
+}
+
+void mp_ckpt_problem(mp_ckpt_problems *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report("problem", p->list, fmt, ap);
+    va_end(ap);
+    p->n++;
+}
+
+void mp_ckpt_note(mp_ckpt_problems *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report("note", p->notes, fmt, ap);
+    va_end(ap);
 }

@@ -43,6 +43,13 @@ int mp_ckpt_diff(int argc, char **argv);
 /* `meshpoint ckpt repair-views DIR` (cli/ckpt_repair.c). */
 int mp_ckpt_repair_views(int argc, char **argv);
 
+/* The same subcommands of a PyTorch DCP directory (cli/ckpt_dcp.c; DIR holds `.metadata`): */
+int mp_ckpt_dcp_show(const char *dir, int json);
+int mp_ckpt_dcp_verify(const char *dir, int json);
+int mp_ckpt_dcp_ls(const char *root, int json);
+/* 1 if root is a DCP directory or holds one directly (ls hands it to mp_ckpt_dcp_ls). */
+int mp_ckpt_dcp_root(const char *root);
+
 /* The start every ckpt subcommand shares: parses flags (the positional arguments are compacted to the
  * front of argv), prints the help (usage, about) on --help, and checks that exactly nargs positional
  * arguments were given (`what` names them in the error, e.g. "one checkpoint DIR"). Returns -1 to go
@@ -55,6 +62,18 @@ mp_code mp_ckpt_check_out(const char *dst, const char *src, const char *src_what
 
 int mp_ckpt_cli_start(const mp_arg *flags, int argc, char **argv, int nargs, const char *what, const char *usage,
                       const char *about);
+
+/* The problems a verify finds: each printed when found ("problem: ..."), or with --json collected (with
+ * the notes) into list / notes. Shared by `ckpt verify` of ours and of DCP directories. */
+typedef struct mp_ckpt_problems {
+    int n;
+    int views_pending;     /* a v3 checkpoint without view.h5 (a note, not a problem) */
+    cJSON *list, *notes;   /* --json: arrays of the problem and note texts; NULL: print them */
+} mp_ckpt_problems;
+/* Reports "problem: <fmt>" and counts it in p. */
+void mp_ckpt_problem(mp_ckpt_problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports "note: <fmt>" (not a problem). */
+void mp_ckpt_note(mp_ckpt_problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---------------------------------------------------------------------------------- small helpers */
 

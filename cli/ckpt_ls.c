@@ -252,7 +252,8 @@ static int print_listing(const char *root, const ls_entry *e, int n, const char 
 }
 
 /* Checks the command line: sets *root (malloc'd: the checkpoint root ROOT means) and returns -1 to go
- * on, or returns the exit status (help printed, or a usage error reported). */
+ * on, -2 (root set to ROOT) when ROOT is or holds PyTorch DCP directories, or returns the exit status
+ * (help printed, or a usage error reported). */
 static int parse_ls_args(int argc, char **argv, int *json, char **root) {
     const mp_arg flags[] = {{"json", MP_ARG_SWITCH, json, NULL, "print JSON"}, {0}};
     *root = NULL;
@@ -264,6 +265,10 @@ static int parse_ls_args(int argc, char **argv, int *json, char **root) {
                                "incomplete directories (leftover *.partial of interrupted saves, step directories "
                                "without a valid index).");
     if (st >= 0) return st;
+    if (mp_ckpt_dcp_root(argv[0])) {   /* a PyTorch DCP directory, or a directory of them (torchtitan's step-N) */
+        *root = mp_strdup(argv[0]);
+        return -2;
+    }
     if (!mp_fs_is_dir(argv[0])) {
         mp_log_fail("%s: %s", argv[0], mp_fs_exists(argv[0]) ? "not a directory" : "no such directory");
         return mp_exit_status(MP_EINPUT);
@@ -285,6 +290,11 @@ int mp_ckpt_ls(int argc, char **argv) {
     int json = 0;
     char *root = NULL;
     int status = parse_ls_args(argc, argv, &json, &root);
+    if (status == -2) {
+        status = mp_ckpt_dcp_ls(root, json);
+        free(root);
+        return status;
+    }
     if (status >= 0) return status;
     ls_entry *e = NULL;
     int n = 0;

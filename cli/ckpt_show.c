@@ -19,6 +19,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/sched.h"
+#include "reshard/dcp.h"
 
 /* Bytes of tensor t in memory (elements x dtype size). */
 static int64_t tensor_bytes(const ckpt_tensor_info *t) {
@@ -400,6 +401,7 @@ int mp_ckpt_show(int argc, char **argv) {
     show_opts o = {0};
     int status = show_parse(argc, argv, &o);
     if (status >= 0) return status;
+    if (dcp_is_dir(argv[0])) return mp_ckpt_dcp_show(argv[0], o.json);   /* a PyTorch DCP directory */
     status = mp_exit_status(MP_OK);
     char *dir = NULL;
     ckpt_reader *r = NULL;

@@ -36,6 +36,7 @@
 #include "core/alloc.h"
 #include "layers/llama.h"
 #include "core/log.h"
+#include "reshard/dcp.h"
 
 /* The parameters of a model config (any family) in HF names and logical shapes: layers/ keeps the one list
  * (llama_tensor_specs) that the model itself is built from. Returns the count; *out is malloc'd. */
@@ -53,59 +54,25 @@ static int training_params(const llama_config *c, llama_tensor_spec **out) {
 /* The tensor groups a training checkpoint stores for every parameter. */
 static const char *const kinds[3] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
 
-/* The problems found so far: each is printed when found, or with --json collected (with the notes). */
-typedef struct problems {
-    int n;
-    int views_pending;     /* a v3 checkpoint without view.h5 (a note, not a problem) */
-    cJSON *list, *notes;   /* --json: arrays of the problem and note texts; NULL: print them */
-} problems;
-
-/* Reports one finding, "KIND: <text>" (KIND "problem" or "note"): printed, or added to arr in --json. */
-static void report(const char *kind, cJSON *arr, const char *fmt, va_list ap) {
-    char text[MP_ERR_MSG_MAX + 256];
-    vsnprintf(text, sizeof text, fmt, ap);
-    if (arr) cJSON_AddItemToArray(arr, cJSON_CreateString(text));
-    else printf("%s: %s\n", kind, text);
-}
-
-/* Reports "problem: <fmt>" and counts it in p. */
-static void problem(problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void problem(problems *p, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    report("problem", p->list, fmt, ap);
-    va_end(ap);
-    p->n++;
-}
-
-/* Reports "note: <fmt>" (not a problem). */
-static void note(problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void note(problems *p, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    report("note", p->notes, fmt, ap);
-    va_end(ap);
-}
-
 /* Reports one problem of the views or the carried files (ckpt_view_report_fn, ckpt_file_report_fn) into a
  * problems list. */
-static void report_problem(void *ctx, const char *text) { problem(ctx, "%s", text); }
+static void report_problem(void *ctx, const char *text) { mp_ckpt_problem(ctx, "%s", text); }
 
 /* Checks index.h5's /view datasets, what other HDF5 tools read (ckpt_views_check: against the tables,
  * reading one element of every box through them; libhdf5 crashes contained); each problem is reported,
  * with the way to fix it once. Views pending (no view.h5) are one note, not a problem (see the top of
  * this file). Returns 1 when libhdf5 crashed reading the index itself (reported): the caller must not
  * open it. */
-static int verify_views(const char *dir, problems *pr) {
+static int verify_views(const char *dir, mp_ckpt_problems *pr) {
     int n = 0;
     mp_err e;
     mp_err_clear(&e);
     mp_code rc = ckpt_views_check(dir, 1, report_problem, pr, &n, &pr->views_pending, &e);
     if (rc == MP_ECHECK) return n > 0;   /* else the index does not read: ckpt_open reports it next */
-    if (rc != MP_OK) problem(pr, "views: %s", e.msg);
-    else if (n) note(pr, "`meshpoint ckpt repair-views %s` rebuilds the views from the tables", dir);
+    if (rc != MP_OK) mp_ckpt_problem(pr, "views: %s", e.msg);
+    else if (n) mp_ckpt_note(pr, "`meshpoint ckpt repair-views %s` rebuilds the views from the tables", dir);
     else if (pr->views_pending)
-        note(pr, "views pending: %s has no view.h5 yet (the views HDF5 tools read; meshpoint never reads them): "
+        mp_ckpt_note(pr, "views pending: %s has no view.h5 yet (the views HDF5 tools read; meshpoint never reads them): "
              "`meshpoint ckpt repair-views %s` writes it, as does the run's next `meshpoint train` start or "
              "--resume", dir, dir);
     return 0;
@@ -113,41 +80,41 @@ static int verify_views(const char *dir, problems *pr) {
 
 /* Checks that the format version is the one of the model's family (mp_ckpt_format_version): versions 1 to 3
  * hold Llama models only, version 4 the other families. */
-static void check_version(const ckpt_reader *r, const llama_config *mc, problems *pr) {
+static void check_version(const ckpt_reader *r, const llama_config *mc, mp_ckpt_problems *pr) {
     int v = ckpt_reader_version(r), want = mp_ckpt_format_version(mc);
     if (v < 3 ? mc->family != LLAMA_FAMILY_LLAMA : v != want)
-        problem(pr, "format version %d disagrees with model_config's model_type \"%s\" (a %s checkpoint is version %d)",
+        mp_ckpt_problem(pr, "format version %d disagrees with model_config's model_type \"%s\" (a %s checkpoint is version %d)",
                 v, llama_family_get(mc->family)->model_type, llama_family_get(mc->family)->model_type, want);
 }
 
 /* Checks the metadata a training checkpoint needs; each problem is reported. */
-static void verify_meta(const ckpt_reader *r, problems *pr) {
+static void verify_meta(const ckpt_reader *r, mp_ckpt_problems *pr) {
     llama_config mc;
     mp_err err;
-    if (mp_ckpt_parse_model_config(r, &mc, &err)) problem(pr, "%s", err.msg);
+    if (mp_ckpt_parse_model_config(r, &mc, &err)) mp_ckpt_problem(pr, "%s", err.msg);
     else check_version(r, &mc, pr);
     const char *step = ckpt_meta_get(r, "step");
-    if (!step) problem(pr, "metadata \"step\" is missing");
+    if (!step) mp_ckpt_problem(pr, "metadata \"step\" is missing");
     else {
         char *end;
         errno = 0;
         long long v = strtoll(step, &end, 10);
         while (*end == ' ' || *end == '\n') end++;
-        if (errno || end == step || *end || v < 0) problem(pr, "metadata \"step\" is not a non-negative integer: \"%s\"", step);
+        if (errno || end == step || *end || v < 0) mp_ckpt_problem(pr, "metadata \"step\" is not a non-negative integer: \"%s\"", step);
         else if (v != ckpt_reader_step(r))
-            problem(pr, "metadata \"step\" (%lld) disagrees with the index's step (%lld)", v, (long long)ckpt_reader_step(r));
+            mp_ckpt_problem(pr, "metadata \"step\" (%lld) disagrees with the index's step (%lld)", v, (long long)ckpt_reader_step(r));
     }
     const char *dc = ckpt_meta_get(r, "data_cursor");
-    if (!dc) problem(pr, "metadata \"data_cursor\" is missing");
+    if (!dc) mp_ckpt_problem(pr, "metadata \"data_cursor\" is missing");
     else {
         cJSON *j = cJSON_Parse(dc);
         int64_t v;
-        if (!cJSON_IsObject(j)) problem(pr, "metadata \"data_cursor\" is not a JSON object: %s", dc);
+        if (!cJSON_IsObject(j)) mp_ckpt_problem(pr, "metadata \"data_cursor\" is not a JSON object: %s", dc);
         else {
             static const char *const f[] = {"pos", "epoch", "batch_size", "seq_len"};
             for (int i = 0; i < 4; i++)
                 if (!mp_ckpt_json_int(j, f[i], &v) || v < (i < 2 ? 0 : 1))
-                    problem(pr, "metadata \"data_cursor\": field \"%s\" is missing or not a %s integer", f[i],
+                    mp_ckpt_problem(pr, "metadata \"data_cursor\": field \"%s\" is missing or not a %s integer", f[i],
                             i < 2 ? "non-negative" : "positive");
         }
         cJSON_Delete(j);
@@ -156,26 +123,26 @@ static void verify_meta(const ckpt_reader *r, problems *pr) {
     for (int i = 0; mp_ckpt_known_meta[i]; i++) {
         const char *k = mp_ckpt_known_meta[i], *v = ckpt_meta_get(r, k);
         if (!strcmp(k, "model_config") || !strcmp(k, "step") || !strcmp(k, "data_cursor")) continue;
-        if (!v) { note(pr, "metadata \"%s\" is absent", k); continue; }
+        if (!v) { mp_ckpt_note(pr, "metadata \"%s\" is absent", k); continue; }
         cJSON *j = cJSON_Parse(v);
-        if (!cJSON_IsObject(j)) problem(pr, "metadata \"%s\" is not a JSON object", k);
+        if (!cJSON_IsObject(j)) mp_ckpt_problem(pr, "metadata \"%s\" is not a JSON object", k);
         cJSON_Delete(j);
     }
     cJSON *m = mp_ckpt_meta_json(r, "mesh");
     int64_t tp, dp, world;
     if (m && mp_ckpt_json_int(m, "tp", &tp) && mp_ckpt_json_int(m, "dp", &dp) && mp_ckpt_json_int(m, "world", &world)) {
         if (tp < 1 || dp < 1 || tp * dp != world || world != ckpt_reader_world(r))
-            problem(pr, "metadata \"mesh\" (tp %lld x dp %lld, world %lld) disagrees with itself or with the index's "
+            mp_ckpt_problem(pr, "metadata \"mesh\" (tp %lld x dp %lld, world %lld) disagrees with itself or with the index's "
                         "world size %d", (long long)tp, (long long)dp, (long long)world, ckpt_reader_world(r));
     } else if (m) {
-        problem(pr, "metadata \"mesh\" lacks integer fields world, tp, dp");
+        mp_ckpt_problem(pr, "metadata \"mesh\" lacks integer fields world, tp, dp");
     }
     cJSON_Delete(m);
 }
 
 /* Checks that the tensors are exactly model/, optim/exp_avg/, optim/exp_avg_sq/ of every parameter of
  * the config, f32, with the logical HF shapes. */
-static void verify_tensor_set(const ckpt_reader *r, const llama_config *mc, problems *pr) {
+static void verify_tensor_set(const ckpt_reader *r, const llama_config *mc, mp_ckpt_problems *pr) {
     llama_tensor_spec *ps;
     int np = training_params(mc, &ps), nt = ckpt_num_tensors(r);
     char *seen = mp_xcalloc((size_t)nt + 1);
@@ -185,23 +152,23 @@ static void verify_tensor_set(const ckpt_reader *r, const llama_config *mc, prob
             char name[256];
             snprintf(name, sizeof name, "%s/%s", kinds[k], ps[i].name);
             int t = ckpt_tensor_find(r, name);
-            if (t < 0) { problem(pr, "tensor %s is missing (the model config needs it)", name); continue; }
+            if (t < 0) { mp_ckpt_problem(pr, "tensor %s is missing (the model config needs it)", name); continue; }
             seen[t] = 1;
             const ckpt_tensor_info *ti = ckpt_tensor_at(r, t);
-            if (ti->dtype != MP_F32) problem(pr, "tensor %s has dtype %s, a training checkpoint stores f32", name, mp_dtype_name(ti->dtype));
+            if (ti->dtype != MP_F32) mp_ckpt_problem(pr, "tensor %s has dtype %s, a training checkpoint stores f32", name, mp_dtype_name(ti->dtype));
             if (ti->ndim != ps[i].ndim || ti->shape[0] != ps[i].shape[0] || (ps[i].ndim == 2 && ti->shape[1] != ps[i].shape[1]))
-                problem(pr, "tensor %s has shape %s, the model config needs %s", name, mp_ckpt_shape_str(sa, sizeof sa, ti->ndim, ti->shape),
+                mp_ckpt_problem(pr, "tensor %s has shape %s, the model config needs %s", name, mp_ckpt_shape_str(sa, sizeof sa, ti->ndim, ti->shape),
                         mp_ckpt_shape_str(sb, sizeof sb, ps[i].ndim, ps[i].shape));
         }
     for (int t = 0; t < nt; t++)
-        if (!seen[t]) problem(pr, "tensor %s is not part of the model the config describes", ckpt_tensor_at(r, t)->name);
+        if (!seen[t]) mp_ckpt_problem(pr, "tensor %s is not part of the model the config describes", ckpt_tensor_at(r, t)->name);
     free(seen);
     free(ps);
 }
 
 /* Checks the bytes of every box (ckpt_verify, with a progress bar); on a failure reads every tensor to
  * name each damaged one. Each problem is reported into pr; *bytes gets the bytes ckpt_verify read. */
-static void verify_bytes(ckpt_reader *r, problems *pr, int64_t *bytes) {
+static void verify_bytes(ckpt_reader *r, mp_ckpt_problems *pr, int64_t *bytes) {
     mp_err err;
     mp_progress *pg = mp_progress_start("ckpt verify", 0, MP_PROGRESS_BYTES);
     ckpt_reader_set_progress(r, mp_progress_ckpt, pg);
@@ -211,24 +178,24 @@ static void verify_bytes(ckpt_reader *r, problems *pr, int64_t *bytes) {
     if (!rc) return;
     char first[MP_ERR_MSG_MAX];
     snprintf(first, sizeof first, "%s", err.msg);
-    problem(pr, "%s", first);
+    mp_ckpt_problem(pr, "%s", first);
     /* the library stops at the first bad box: read every tensor to name each damaged one */
     int64_t budget = mp_ckpt_chunk_bytes();
     void *buf = mp_xmalloc((size_t)budget);
     for (int i = 0; i < ckpt_num_tensors(r); i++) {
         mp_ckpt_tstats s;
         if (mp_ckpt_tensor_stats(r, ckpt_tensor_at(r, i), buf, budget, &s, &err) && strcmp(err.msg, first))
-            problem(pr, "%s", err.msg);
+            mp_ckpt_problem(pr, "%s", err.msg);
     }
     free(buf);
 }
 
 /* Checks the files the checkpoint carries (its tokenizer's) against their listed sizes and checksums,
  * and that nothing unlisted lies among them; a problem names the file. */
-static void verify_files(const ckpt_reader *r, problems *pr) {
+static void verify_files(const ckpt_reader *r, mp_ckpt_problems *pr) {
     mp_err err;
     int n = 0;
-    if (!ckpt_files_verify(r, report_problem, pr, &n, &err) && n) note(pr, "%d carried file%s verified", n, n == 1 ? "" : "s");
+    if (!ckpt_files_verify(r, report_problem, pr, &n, &err) && n) mp_ckpt_note(pr, "%d carried file%s verified", n, n == 1 ? "" : "s");
 }
 
 /* The tensor bytes of r (elements x dtype size, all tensors). */
@@ -243,7 +210,7 @@ static int64_t all_tensor_bytes(const ckpt_reader *r) {
 
 /* Prints the verdict: the text line, or with --json the one JSON object (r NULL: the index did not
  * open). Frees pr's arrays. */
-static void print_verdict(const char *dir, const ckpt_reader *r, problems *pr, int format_only, int64_t bytes) {
+static void print_verdict(const char *dir, const ckpt_reader *r, mp_ckpt_problems *pr, int format_only, int64_t bytes) {
     int64_t tb = r ? all_tensor_bytes(r) : 0;
     if (!pr->list) {
         if (pr->n) printf("FAILED: %s: %d problem%s\n", dir, pr->n, pr->n == 1 ? "" : "s");
@@ -293,6 +260,7 @@ int mp_ckpt_verify(int argc, char **argv) {
     int st = mp_ckpt_cli_start(flags, argc, argv, 1, "one checkpoint DIR",
                                "meshpoint ckpt verify DIR [--format-only] [--json]", about);
     if (st >= 0) return st;
+    if (dcp_is_dir(argv[0])) return mp_ckpt_dcp_verify(argv[0], json);   /* a PyTorch DCP directory */
     mp_err err;
     mp_err_clear(&err);
     char *dir = NULL;
@@ -300,7 +268,7 @@ int mp_ckpt_verify(int argc, char **argv) {
         mp_log_fail("%s", err.msg);
         return mp_exit_status(MP_EINPUT);
     }
-    problems pr = {0};
+    mp_ckpt_problems pr = {0};
     if (json) {
         pr.list = cJSON_CreateArray();
         pr.notes = cJSON_CreateArray();
@@ -308,7 +276,7 @@ int mp_ckpt_verify(int argc, char **argv) {
     int index_crashed = verify_views(dir, &pr);   /* first: it needs a process with no HDF5 file open */
     ckpt_reader *r = NULL;
     if (index_crashed || ckpt_open(&r, dir, &err)) {
-        if (!index_crashed) problem(&pr, "%s", err.msg);
+        if (!index_crashed) mp_ckpt_problem(&pr, "%s", err.msg);
         print_verdict(dir, NULL, &pr, format_only, 0);
         free(dir);
         return mp_exit_status(MP_ECHECK);

@@ -10,6 +10,7 @@
  *                                       statistics; text or --json
  *   verify DIR       cli/ckpt_verify.c  ckpt_verify + the metadata and the tensor set a training
  *                                       checkpoint needs
+ *   (ls, show, verify of a PyTorch DCP directory: cli/ckpt_dcp.c)
  *   diff A B         cli/ckpt_diff.c    tensor by tensor, whatever meshes wrote them; metadata differences
  *   repair-views DIR cli/ckpt_repair.c  index.h5's views rebuilt from its tables when damaged
  *
@@ -41,7 +42,9 @@ static void print_usage(FILE *out) {
     mp_subcommand_list(out, subs, 32);
     fputs("\n"
           "DIR may be a checkpoint directory, a checkpoint root or a run directory (its newest complete\n"
-          "checkpoint). Exit status: 0 ok, 1 a check failed / the checkpoints differ, 2 bad usage or\n"
+          "checkpoint). ls, show and verify also take a PyTorch DCP directory (it holds .metadata; read\n"
+          "without executing its pickles: docs/DCP.md). Exit status: 0 ok, 1 a check failed / the\n"
+          "checkpoints differ, 2 bad usage or\n"
           "unreadable input. `meshpoint ckpt <sub> --help` describes each.\n", out);
 }
 
