@@ -338,13 +338,17 @@ static int is_eos(const sample_run *r, int32_t id) {
  * that strips a leading space strips it from both). They are held back while they end in U+FFFD, the
  * mark of a UTF-8 character a later byte-level or byte-fallback token completes, for up to 3 tokens (a
  * character has at most 4 bytes: longer, the bytes are not a character and are printed as U+FFFD, as
- * decode does); final flushes what is held. The prompt itself (decode(prompt)) is printed first, with
- * n == n_prompt. */
+ * decode does); and while the last token is a byte of a ByteFallback run ("<0xNN>"), however long the
+ * run: decode turns an invalid run into one U+FFFD per byte, bytes that printed fine alone included, so
+ * a run's text is known only when it ends (printing it early printed a byte that decode then replaced,
+ * and sliced the replacement). final flushes what is held. The prompt itself (decode(prompt)) is printed
+ * first, with n == n_prompt. */
 static void print_token(sample_run *r, int final) {
     size_t plen = 0, len = 0;
     char *prev = mp_tok_decode(r->tok, r->seq + r->out_from, r->out_to - r->out_from, 1, &plen);
     char *text = mp_tok_decode(r->tok, r->seq + r->out_from, r->n - r->out_from, 1, &len);
-    int held = !final && r->n - r->out_to < 4 && len >= 3 && !memcmp(text + len - 3, "\xEF\xBF\xBD", 3);
+    int held = !final && ((r->n - r->out_to < 4 && len >= 3 && !memcmp(text + len - 3, "\xEF\xBF\xBD", 3)) ||
+                          mp_tok_is_fallback_byte(r->tok, r->seq[r->n - 1]));
     if (!held) {
         if (len > plen) {
             fwrite(text + plen, 1, len - plen, stdout);

@@ -140,6 +140,13 @@ static int fallback_byte(const mp_tok_buf *t) {
     return v;
 }
 
+int mp_tok_dec_is_fallback_byte(const mp_dec *dv, int n, const char *s) {
+    int has = 0;
+    for (int i = 0; i < n; i++) has |= dv[i].kind == MP_DEC_BYTEFALLBACK;
+    const mp_tok_buf b = {(char *)(uintptr_t)s, s ? strlen(s) : 0, 0};
+    return has && s && fallback_byte(&b) >= 0;
+}
+
 /* Flushes a run of fallback bytes into out: the UTF-8 text, or one U+FFFD per byte if invalid. */
 static void flush_bytes(mp_tok_buf *run, strlist *out) {
     if (run->n == 0) return;

@@ -146,6 +146,8 @@ mp_code mp_tok_dec_parse(const cJSON *j, mp_dec **out, int *n, mp_err *err);
 void mp_tok_dec_free(void *dv, int n);
 /* Runs the decoder chain over ntok token strings and returns the text (mp_xmalloc, NUL-terminated). */
 char *mp_tok_dec_run(const mp_dec *dv, int n, const char **toks, int64_t ntok, size_t *len);
+/* 1 if the chain has a ByteFallback step and token string s is one of its "<0xNN>" byte tokens. */
+int mp_tok_dec_is_fallback_byte(const mp_dec *dv, int n, const char *s);
 
 /* ---- added tokens (tokenizer.c) ---- */
 typedef struct mp_added {

@@ -373,6 +373,10 @@ void mp_tok_encode(mp_tok_state *s, const char *text, size_t n, int continuation
 
 /* ---- decoding ---- */
 
+int mp_tok_is_fallback_byte(const mp_tok *t, int32_t id) {
+    return mp_tok_dec_is_fallback_byte(t->dec, t->ndec, mp_tok_id_token(t, id));
+}
+
 char *mp_tok_decode(const mp_tok *t, const int32_t *ids, int64_t n, int skip_special, size_t *len) {
     const char **toks = mp_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
     int64_t k = 0;

@@ -50,6 +50,10 @@ int64_t mp_tok_vocab_size(const mp_tok *t);
 int32_t mp_tok_token_id(const mp_tok *t, const char *s);
 /* The text of id (vocabulary or added token), or NULL. */
 const char *mp_tok_id_token(const mp_tok *t, int32_t id);
+/* 1 if id decodes as one byte of a ByteFallback run ("<0xNN>" under a ByteFallback decoder): a run's text
+ * is known only once it ends, since an invalid run becomes one U+FFFD per byte (what streaming output must
+ * wait for). */
+int mp_tok_is_fallback_byte(const mp_tok *t, int32_t id);
 /* The ids the post-processor's single-sequence template puts before and after the sequence
  * (add_special_tokens=True); the counts may be 0. Pointers stay valid while t lives. */
 void mp_tok_template(const mp_tok *t, const int32_t **bos, int *nbos, const int32_t **eos, int *neos);
