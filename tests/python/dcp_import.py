@@ -49,9 +49,9 @@ def check(cond, what):
         FAILS.append(what)
 
 
-def run(*args):
+def run(*args, stdout_only=False):
     r = subprocess.run([MP, *args], capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    return r.returncode, r.stdout + r.stderr
+    return r.returncode, r.stdout if stdout_only else r.stdout + r.stderr
 
 
 def hf_model():
@@ -251,10 +251,10 @@ def check_eval(model):
     data = os.path.join(WORK, "tokens.u32")
     tokens.tofile(data)
     rc, log = run("eval", "--checkpoint", os.path.join(WORK, "ck_titan_w1_1x1"), "--data", data, "--data-format",
-                  "u32", "--batches", "1", "--batch", str(B), "--seq-len", str(T), "--json")
+                  "u32", "--batches", "1", "--batch", str(B), "--seq-len", str(T), "--json", stdout_only=True)
     check(rc == 0, f"eval of the torchtitan import exits 0 ({log[-400:] if rc else ''})")
     if rc == 0:
-        got = json.loads(log[log.index("{"):])["loss"]
+        got = json.loads(log)["loss"]
         want = hf_loss(model, tokens.astype(np.int64))
         check(abs(got - want) <= 1e-5 * max(1.0, abs(want)), f"eval loss {got} = transformers' {want}")
 
@@ -274,15 +274,27 @@ def check_moments(hf_sd):
                if not (same(got.get("optim/exp_avg/" + k, np.zeros(0)), m1.numpy())
                        and same(got.get("optim/exp_avg_sq/" + k, np.zeros(0)), m2.numpy()))]
         check(not bad, f"adamw {tp}x{dp}: exp_avg and exp_avg_sq bitwise the saved moments (differ: {bad[:4]})")
-        rc, out_json = run("ckpt", "show", "--json", out)
+        rc, out_json = run("ckpt", "show", "--json", out, stdout_only=True)
         check(rc == 0 and json.loads(out_json).get("step") == step, f"adamw {tp}x{dp}: checkpoint step {step}")
-    data = os.path.join(WORK, "tokens.u32")
-    run_dir = os.path.join(WORK, "resumed")
-    rc, log = run("train", "--config", CONFIG, "--resume-from", os.path.join(WORK, "ck_adamw_1x1"), "--train-data",
-                  data, "--data-format", "u32", "--steps", str(step + 1), "--run-dir", run_dir, "--log-every", "0")
-    check(rc == 0, f"train --resume-from the AdamW import exits 0 ({log[-600:] if rc else ''})")
-    check(os.path.isdir(os.path.join(run_dir, "checkpoints", f"step_{step + 1}")) or "step 8" in log,
-          f"the resumed run continues at step {step + 1} ({log[-300:]})")
+    # the moments are used: one step resumed from them and from zero moments (same weights, same batch, so the
+    # same gradient) differ in exp_avg by exactly beta1 * the imported exp_avg (up to rounding)
+    zero = {k: (torch.zeros_like(a), torch.zeros_like(b)) for k, (a, b) in mom.items()}
+    dz = save(with_optimizer(titan_sd(hf_sd, True), hf_sd, zero, step), "titan_adamw0_w1", 1)
+    import_ok(dz, os.path.join(WORK, "ck_adamw0_1x1"))
+    after = {}
+    for ck in ("ck_adamw_1x1", "ck_adamw0_1x1"):
+        run_dir = os.path.join(WORK, "resumed_" + ck)
+        rc, log = run("train", "--config", CONFIG, "--resume-from", os.path.join(WORK, ck), "--train-data",
+                      os.path.join(WORK, "tokens.u32"), "--data-format", "u32", "--steps", str(step + 1), "--run-dir",
+                      run_dir, "--log-every", "1", "--ckpt-every", "1")
+        ok = rc == 0 and f"at step {step}:" in log and f"step     {step + 1}/{step + 1}" in log
+        check(ok, f"train --resume-from {ck} continues at step {step + 1} ({'' if ok else log[-600:]})")
+        if rc == 0:
+            after[ck] = ckpt_tensors(os.path.join(run_dir, "checkpoints", f"step_{step + 1:08d}"))
+    if len(after) == 2:
+        worst = max(float(np.abs(after["ck_adamw_1x1"]["optim/exp_avg/" + k] - after["ck_adamw0_1x1"]["optim/exp_avg/" + k]
+                                 - 0.9 * m1.numpy()).max()) for k, (m1, _) in mom.items())
+        check(worst < 1e-7, f"resumed exp_avg - zero-moment run's = beta1 * imported exp_avg (max error {worst:.2e})")
 
 
 def check_export(model):
