@@ -126,6 +126,22 @@ static void chunk_geom(const dcp_tensor *t, const dcp_chunk *c, int64_t o[2], in
     n[1] = t->ndim == 2 ? c->sizes[1] : 1;
 }
 
+/* The overlap of chunk c of t with box (off, shape), as a box of the chunk: so, sn (its offset in the chunk,
+ * its shape) and *at, where it starts in the box; returns its elements (0: none). */
+static int64_t overlap(const dcp_tensor *t, const dcp_chunk *c, const int64_t off[2], const int64_t shape[2],
+                       int64_t so[2], int64_t sn[2], int64_t at[2]) {
+    int64_t co[2], cn[2];
+    chunk_geom(t, c, co, cn);
+    for (int d = 0; d < 2; d++) {
+        int64_t a = off[d] > co[d] ? off[d] : co[d], b = off[d] + shape[d] < co[d] + cn[d] ? off[d] + shape[d] : co[d] + cn[d];
+        if (a >= b) return 0;
+        so[d] = a - co[d];
+        sn[d] = b - a;
+        at[d] = a - off[d];
+    }
+    return sn[0] * sn[1];
+}
+
 /* The file view and tensor view of chunk c (resolving its record on first use). */
 static mp_code chunk_view(dsrc *s, const dcp_tensor *t, dcp_chunk *c, st_file **f, st_tensor *v, mp_err *e) {
     if (c->data_offset < 0) MP_TRY(dcp_resolve(s->d, t, c, e));
@@ -159,20 +175,13 @@ static mp_code read_box(dsrc *s, const dcp_tensor *t, const int64_t off[2], cons
     int64_t covered = 0;
     for (int k = 0; k < t->nchunks; k++) {
         dcp_chunk *c = &t->chunks[k];
-        int64_t co[2], cn[2], a[2], b[2];
-        chunk_geom(t, c, co, cn);
-        for (int d = 0; d < 2; d++) {
-            a[d] = off[d] > co[d] ? off[d] : co[d];
-            b[d] = off[d] + shape[d] < co[d] + cn[d] ? off[d] + shape[d] : co[d] + cn[d];
-        }
-        if (a[0] >= b[0] || a[1] >= b[1]) continue;
-        int64_t so[2] = {a[0] - co[0], a[1] - co[1]}, sn[2] = {b[0] - a[0], b[1] - a[1]};
-        covered += sn[0] * sn[1];
-        if (covered > shape[0] * shape[1]) break;
+        int64_t so[2], sn[2], at[2], n = overlap(t, c, off, shape, so, sn, at);
+        if (!n) continue;
+        if ((covered += n) > shape[0] * shape[1]) break;
         st_file *f;
         st_tensor v;
         MP_TRY(chunk_view(s, t, c, &f, &v, e));
-        float *dst = out + (a[0] - off[0]) * shape[1] + (a[1] - off[1]);
+        float *dst = out + at[0] * shape[1] + at[1];
         s->needed += sn[0] * sn[1] * st_dtype_size(t->dtype);
         if (sn[1] == shape[1]) {
             MP_TRY(st_read_f32(f, &v, so, sn, dst, e));
@@ -223,17 +232,12 @@ static mp_code ds_read(rs_source *src, const char *name, int ndim, const int64_t
     return MP_OK;
 }
 
-/* Calls fn for the part of every chunk of t that box (off, shape) overlaps (bytes, file name). */
+/* The bytes of the chunks of t that box (off, shape) overlaps; cb (may be NULL) gets each part's (file, bytes). */
 static int64_t box_bytes(dsrc *s, const dcp_tensor *t, const int64_t off[2], const int64_t shape[2],
                          void (*cb)(void *, const char *, int64_t), void *ctx) {
     int64_t total = 0;
     for (int k = 0; k < t->nchunks; k++) {
-        int64_t co[2], cn[2], area = 1;
-        chunk_geom(t, &t->chunks[k], co, cn);
-        for (int d = 0; d < 2; d++) {
-            int64_t a = off[d] > co[d] ? off[d] : co[d], b = off[d] + shape[d] < co[d] + cn[d] ? off[d] + shape[d] : co[d] + cn[d];
-            area *= b > a ? b - a : 0;
-        }
+        int64_t so[2], sn[2], at[2], area = overlap(t, &t->chunks[k], off, shape, so, sn, at);
         if (!area) continue;
         total += area * st_dtype_size(t->dtype);
         if (cb) cb(ctx, s->d->files[t->chunks[k].file], area * st_dtype_size(t->dtype));
@@ -275,16 +279,10 @@ static void ds_prefetch(rs_source *src, const char *name, const int64_t *off, co
         n[0] = end - o[0];
     }
     for (int k = 0; k < t->nchunks; k++) {
-        int64_t co[2], cn[2], a[2], b[2];
-        chunk_geom(t, &t->chunks[k], co, cn);
-        for (int d = 0; d < 2; d++) {
-            a[d] = o[d] > co[d] ? o[d] : co[d];
-            b[d] = o[d] + n[d] < co[d] + cn[d] ? o[d] + n[d] : co[d] + cn[d];
-        }
+        int64_t so[2], sn[2], at[2];
         st_file *f;
         st_tensor v;
-        if (a[0] >= b[0] || a[1] >= b[1] || chunk_view(s, t, &t->chunks[k], &f, &v, &e)) continue;
-        int64_t so[2] = {a[0] - co[0], a[1] - co[1]}, sn[2] = {b[0] - a[0], b[1] - a[1]};
+        if (!overlap(t, &t->chunks[k], o, n, so, sn, at) || chunk_view(s, t, &t->chunks[k], &f, &v, &e)) continue;
         st_prefetch(f, &v, so, sn);
     }
 }
