@@ -26,7 +26,7 @@
  *   4. unless --no-verify, CKPT is read back: every checksum, exact coverage.
  * The tokenizer files of DIR (cli/tokfiles.c) are carried into the checkpoint (docs/FORMAT.md, "Carried
  * files"). Steps 2 to 4 are cli/convert.c's mp_convert_write_ckpt, the one reshard and init use.
- * The metadata is that of a step-0 checkpoint (mp_run_meta) with the default training config and the
+ * The metadata is that of a step-0 checkpoint (a DCP with AdamW state: at its step) (mp_run_meta) with the default training config and the
  * mesh, at the family's format version (mp_ckpt_format_version: 3 for Llama, 4 for the others). Under
  * mpirun -np K, target rank r's file is written by worker r % K; errors are agreed.
  */

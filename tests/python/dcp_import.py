@@ -16,7 +16,7 @@ directories that torch (scripts/bench_venv.sh's pinned release, gloo) writes, an
      the saved one, and `train --resume-from` continues from it; without, the checkpoint is model-only.
   4. `eval` of the 1x1 import = transformers' loss of the HF model on the same tokens (1e-5).
   5. `export DCP_DIR --config --out HF`: LlamaForCausalLM.from_pretrained loads it with the same weights, bitwise.
-  6. Memory: the import's "memory: peak" within its plan (+16 MiB), under --max-memory 4M.
+  6. Under mpirun -np 2 the import is the 1-process one, bitwise. Memory: the import's "memory: peak" within its plan (+16 MiB), under --max-memory 4M.
   7. Refusals (exit 2, named): a missing tensor, a wrong shape, an unknown name set, a tensor the model has not,
      --names hf on torchtitan keys, no --config, a moment missing for one parameter.
 
@@ -240,10 +240,24 @@ def main():
             got = check_weights(out, ref, f"{name} -> tp {mesh[0]} x dp {mesh[1]}")
             check(not any(k.startswith("optim/") for k in got), f"{name}: model-only without AdamW state")
             peak_within_plan(log, f"{name} -> {mesh[0]}x{mesh[1]}")
+    check_mpi()
     check_eval(model)
     check_moments(hf_sd)
     check_export(model)
     check_refusals(hf_sd)
+
+
+def check_mpi():
+    """Under mpirun -np 2 (each process writing its share of the rank files) = the 1-process import."""
+    out = os.path.join(WORK, "ck_mpi")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
+    r = subprocess.run(["mpiexec", "-np", "2", MP, "import", os.path.join(WORK, "titan_bf16_w4"), "--config", CONFIG,
+                        "--out", out, "--tp", "2", "--dp", "2"], capture_output=True, text=True, env=env)
+    check(r.returncode == 0, f"mpirun -np 2 import exits 0 ({(r.stdout + r.stderr)[-400:] if r.returncode else ''})")
+    if r.returncode == 0:
+        a, b = ckpt_tensors(out), ckpt_tensors(os.path.join(WORK, "ck_titan_bf16_w4_2x2"))
+        check(a.keys() == b.keys() and all(same(a[k], b[k]) for k in a), "mpirun -np 2 import = the 1-process one")
 
 
 def check_eval(model):
