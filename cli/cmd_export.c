@@ -14,6 +14,9 @@
  * model present with its shape, config.json parsed back to the same model config, and the carried files
  * compared. The tokenizer files the checkpoint carries (cli/tokfiles.h) are read, checked (their bytes count
  * in the free-disk check), and written beside them by the sink.
+ * CKPT may also be a PyTorch DCP directory (recognised by its `.metadata`) with --config, the model's HF
+ * config.json: the same sink reads through reshard/dcp_source.c (torchtitan or HF names, detected) and the
+ * tokenizer files of CONFIG's directory travel: DCP -> HF in bounded memory, no meshpoint checkpoint between.
  * One process: under mpirun with more than one rank it refuses.
  */
 #include <limits.h>
@@ -29,6 +32,8 @@
 #include "cli/tokfiles.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "reshard/dcp.h"
+#include "reshard/dcp_source.h"
 #include "reshard/reshard.h"
 
 /* --max-shard-size: "5GB", "500MB", "10KB" are decimal units as transformers reads them (5GB = 5e9
@@ -71,9 +76,28 @@ static mp_code verify_export(const char *dir, const llama_config *cfg, const mp_
 
 typedef struct export_opts {
     mp_convert_opts c;   /* --out, --max-memory, --force, --no-verify */
-    const char *dtype, *max_shard;
+    const char *dtype, *max_shard, *config;
     int64_t shard_bytes;
 } export_opts;
+
+/* The source of a DCP directory dir read as the model of o->config, and the tokenizer files of CONFIG's
+ * directory; *src_dir gets a copy of dir. */
+static mp_code open_dcp(const char *dir, const export_opts *o, char **src_dir, rs_source **src, llama_config *mc,
+                        mp_tokfiles *files, mp_err *e) {
+    *src_dir = mp_strdup(dir);
+    if (!o->config)
+        return mp_err_set(e, MP_EINPUT, "%s is a PyTorch DCP directory: --config CONFIG (the model's HF config.json) "
+                          "is required", dir);
+    if (llama_config_load(o->config, mc, NULL, e)) return e->code = MP_EINPUT;
+    rs_dcp_info info;
+    MP_TRY(rs_source_dcp(src, dir, mc, RS_DCP_NAMES_AUTO, &info, e));
+    fprintf(stderr, "meshpoint export: %s: PyTorch DCP, names %s\n", dir, info.spelling);
+    char *tokdir = mp_strdup(strrchr(o->config, '/') ? o->config : ".");
+    if (strrchr(o->config, '/')) *strrchr(tokdir, '/') = '\0';
+    mp_code rc = mp_tokfiles_from_dir(files, tokdir, e);
+    free(tokdir);
+    return rc;
+}
 
 /* The conversion once flags are checked: source, layout, sink, run, read back. */
 static mp_code run_export(const mp_runtime *rt, const char *arg, export_opts *o, mp_err *err) {
@@ -83,13 +107,16 @@ static mp_code run_export(const mp_runtime *rt, const char *arg, export_opts *o,
     rs_box *boxes = NULL;
     int n = 0;
     llama_config mc;
-    mp_code rc = mp_convert_open_ckpt(arg, o->c.max_bytes / 4, &src_dir, &src, &mc, err);
-    if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
-    if (!rc) rc = mp_convert_check_tensors(rs_source_ckpt_reader(src), boxes, n, err);
     mp_tokfiles files = {0};
-    if (!rc) rc = mp_tokfiles_from_ckpt(&files, rs_source_ckpt_reader(src), err);
+    int dcp = dcp_is_dir(arg);
+    mp_code rc = dcp ? open_dcp(arg, o, &src_dir, &src, &mc, &files, err)
+                     : o->config ? mp_err_set(err, MP_EINPUT, "--config is for a DCP directory; %s has no .metadata", arg)
+                     : mp_convert_open_ckpt(arg, o->c.max_bytes / 4, &src_dir, &src, &mc, err);
+    if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
+    if (!rc && !dcp) rc = mp_convert_check_tensors(rs_source_ckpt_reader(src), boxes, n, err);
+    if (!rc && !dcp) rc = mp_tokfiles_from_ckpt(&files, rs_source_ckpt_reader(src), err);
     if (!rc)
-        rc = mp_ckpt_check_out(o->c.out, src_dir, "the source checkpoint", o->c.force,
+        rc = mp_ckpt_check_out(o->c.out, src_dir, dcp ? "the DCP directory" : "the source checkpoint", o->c.force,
                                mp_convert_bytes(boxes, n) + mp_tokfiles_bytes(&files), err);
     if (!rc) rc = rs_sink_hf(&sink, o->c.out, &mc, !strcmp(o->dtype, "bf16") ? "BF16" : "F32", o->shard_bytes,
                              o->c.max_bytes / 4, o->c.force, err);
@@ -123,16 +150,20 @@ static const char *export_about =
     "--max-shard-size. Streams in bounded memory, commits atomically (DIR.partial, renamed at the end) and\n"
     "reads the result back. --max-shard-size 5GB means 5e9 bytes, as in transformers (5G or 5GiB: 5 x 2^30).\n"
     "The tokenizer files the checkpoint carries (from `import`) are written beside them, so that\n"
-    "AutoTokenizer.from_pretrained loads the model's own tokenizer.";
+    "AutoTokenizer.from_pretrained loads the model's own tokenizer.\n"
+    "CKPT may be a PyTorch DCP directory (torchtitan, FSDP2: it has a .metadata) with --config, the model's HF\n"
+    "config.json: converted straight to HF (torchtitan or HF names, detected; the tokenizer files of CONFIG's\n"
+    "directory travel).";
 
 int mp_cmd_export(int argc, char **argv) {
     static const char *const dtypes[] = {"fp32", "bf16", NULL};
     export_opts o = {.dtype = "fp32", .max_shard = "5GB"};
     mp_convert_opts_default(&o.c, "DIR");
-    mp_arg flags[MP_CONVERT_MAX_FLAGS + 3] = {
+    mp_arg flags[MP_CONVERT_MAX_FLAGS + 4] = {
         {"dtype", MP_ARG_STRING, &o.dtype, "T", "tensor dtype in the safetensors files", dtypes},
-        {"max-shard-size", MP_ARG_STRING, &o.max_shard, "SIZE", "split the weights into files of at most SIZE"}};
-    mp_convert_flags(&o.c, 0, "the HF directory to write (must not exist, unless --force)", flags + 2);
+        {"max-shard-size", MP_ARG_STRING, &o.max_shard, "SIZE", "split the weights into files of at most SIZE"},
+        {"config", MP_ARG_STRING, &o.config, "CONFIG", "a DCP directory's model: its HF config.json"}};
+    mp_convert_flags(&o.c, 0, "the HF directory to write (must not exist, unless --force)", flags + 3);
     mp_runtime rt;
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;

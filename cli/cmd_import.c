@@ -6,6 +6,13 @@
  * same weights writes for that mesh, so `eval --checkpoint`, `sample` and `train --init-from` take it.
  * The reshard/ engine with an HF source and the checkpoint sink.
  *
+ * DIR may also be a PyTorch Distributed Checkpoint (DCP) directory (recognised by its `.metadata`;
+ * docs/DCP.md): then --config names the model's HF config.json, the tensors are read through
+ * reshard/dcp_source.c under torchtitan's Llama 3 names or HF names (--names, else detected), and when the
+ * DCP holds torchtitan's flattened AdamW state (optimizer.state.<fqn>.exp_avg, .exp_avg_sq, .step) the
+ * checkpoint gets the moments and the step, so `train --resume-from` continues with them; the tokenizer
+ * files come from the directory of CONFIG.
+ *
  * Order of work, so that a refusal leaves nothing behind:
  *   1. flags; DIR/config.json through the one config parser (layers/llama_config.c: it refuses, naming the
  *      key, what the model cannot represent — a model_type outside the family table (naming the supported
@@ -19,19 +26,23 @@
  *   4. unless --no-verify, CKPT is read back: every checksum, exact coverage.
  * The tokenizer files of DIR (cli/tokfiles.c) are carried into the checkpoint (docs/FORMAT.md, "Carried
  * files"). Steps 2 to 4 are cli/convert.c's mp_convert_write_ckpt, the one reshard and init use.
- * The metadata is that of a step-0 checkpoint (mp_run_meta) with the default training config and the
+ * The metadata is that of a step-0 checkpoint (a DCP with AdamW state: at its step) (mp_run_meta) with the default training config and the
  * mesh, at the family's format version (mp_ckpt_format_version: 3 for Llama, 4 for the others). Under
  * mpirun -np K, target rank r's file is written by worker r % K; errors are agreed.
  */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/convert.h"
 #include "cli/runtime.h"
 #include "cli/train_ckpt.h"
+#include "core/alloc.h"
 #include "core/fsutil.h"
+#include "reshard/dcp.h"
+#include "reshard/dcp_source.h"
 #include "reshard/reshard.h"
 
 /* DIR/config.json parsed into *mc; its messages name the file and the key. */
@@ -44,6 +55,32 @@ static mp_code load_hf_config(const char *dir, llama_config *mc, mp_err *e) {
     return rc;
 }
 
+/* The source of DIR: an HF directory (its config.json), or a DCP directory read as the model of config
+ * (--config) under names (--names; NULL: detected). *mc gets the model, *info what the DCP holds (zero for
+ * HF), *tokdir the directory whose tokenizer files travel (malloc'd). */
+static mp_code open_import_source(const char *dir, const char *config, const char *names, llama_config *mc,
+                                  rs_source **src, rs_dcp_info *info, char **tokdir, mp_err *e) {
+    memset(info, 0, sizeof *info);
+    if (!dcp_is_dir(dir)) {
+        if (config || names)
+            return mp_err_set(e, MP_EINPUT, "%s is a Hugging Face directory (no .metadata): --%s is for DCP directories",
+                              dir, config ? "config" : "names");
+        *tokdir = mp_strdup(dir);
+        MP_TRY(load_hf_config(dir, mc, e));
+        return rs_source_hf(src, dir, mc, e) || rs_source_hf_check(*src, e) ? e->code : MP_OK;
+    }
+    if (!config)
+        return mp_err_set(e, MP_EINPUT, "%s is a PyTorch DCP directory: --config CONFIG (the model's HF config.json) "
+                          "is required", dir);
+    if (!mp_fs_exists(config)) return mp_err_set(e, MP_EINPUT, "--config %s: no such file", config);
+    mp_code rc = llama_config_load(config, mc, NULL, e);
+    if (rc) return e->code = MP_EINPUT;
+    char *slash = strrchr(config, '/');
+    *tokdir = mp_strdup(slash ? config : ".");
+    if (slash) (*tokdir)[slash - config] = '\0';
+    return rs_source_dcp(src, dir, mc, names ? (rs_dcp_names)rs_dcp_names_parse(names) : RS_DCP_NAMES_AUTO, info, e);
+}
+
 static const char *import_about =
     "Reads a Hugging Face model directory DIR of a supported family (Llama, Mistral, Qwen2/2.5, Qwen3, Phi-3;\n"
     "config.json and model.safetensors, or the shards of model.safetensors.index.json; F32, BF16 or F16)\n"
@@ -54,15 +91,24 @@ static const char *import_about =
     "mpirun -np K (the target rank files divided among the K processes). The tokenizer files DIR has\n"
     "(tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json, chat_template.jinja,\n"
     "tokenizer.model, generation_config.json) travel with the checkpoint, checksummed: `sample` speaks text\n"
-    "through them, `train --init-from`, `reshard` and `export` carry them on.";
+    "through them, `train --init-from`, `reshard` and `export` carry them on.\n"
+    "DIR may be a PyTorch Distributed Checkpoint directory (torchtitan, FSDP2: it has a .metadata) with\n"
+    "--config the model's HF config.json: torchtitan's Llama 3 names (q/k rows permuted to HF's RoPE layout\n"
+    "as torchtitan's HF adapter does) or HF names, detected or --names. When it holds torchtitan's AdamW state\n"
+    "(optimizer.state.<name>.exp_avg, exp_avg_sq, step) the checkpoint has the moments and the step, for\n"
+    "`train --resume-from`; otherwise it is model-only. The tokenizer files come from CONFIG's directory.";
 
 #define IMPORT_FLAGS MP_CONV_MESH
 
 int mp_cmd_import(int argc, char **argv) {
     mp_convert_opts o;
     mp_convert_opts_default(&o, "CKPT");
-    mp_arg flags[MP_CONVERT_MAX_FLAGS + 1] = {{0}};
-    mp_convert_flags(&o, IMPORT_FLAGS, "the checkpoint directory to write (must not exist, unless --force)", flags);
+    static const char *const name_sets[] = {"torchtitan", "hf", NULL};
+    const char *config = NULL, *names = NULL;
+    mp_arg flags[MP_CONVERT_MAX_FLAGS + 3] = {
+        {"config", MP_ARG_STRING, &config, "CONFIG", "a DCP DIR's model: its HF config.json"},
+        {"names", MP_ARG_STRING, &names, "SET", "a DCP DIR's tensor names (default: detected from the keys)", name_sets}};
+    mp_convert_flags(&o, IMPORT_FLAGS, "the checkpoint directory to write (must not exist, unless --force)", flags + 2);
     mp_runtime rt;
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
@@ -72,9 +118,11 @@ int mp_cmd_import(int argc, char **argv) {
     rs_box *boxes = NULL;
     mp_tokfiles files = {0};
     llama_config mc;
+    rs_dcp_info info;
+    char *tokdir = NULL;
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
     if (help) {
-        if (rt.rank == 0) mp_args_help(stdout, "meshpoint import DIR --out CKPT [--tp N --dp N] [options]", import_about, flags);
+        if (rt.rank == 0) mp_args_help(stdout, "meshpoint import DIR|DCP_DIR [--config CONFIG] --out CKPT [--tp N --dp N] [options]", import_about, flags);
         goto done;
     }
     if (npos != 1) {
@@ -83,19 +131,24 @@ int mp_cmd_import(int argc, char **argv) {
     }
     if (mp_convert_check_flags(&o, IMPORT_FLAGS, &err)) goto fail;
     if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
-    if (load_hf_config(argv[0], &mc, &err)) goto fail;
-    if (rs_source_hf(&src, argv[0], &mc, &err) || rs_source_hf_check(src, &err)) goto fail;
-    if (mp_convert_target_layout(&mc, &o, 1, &boxes, &n, &err)) goto fail;
+    if (open_import_source(argv[0], config, names, &mc, &src, &info, &tokdir, &err)) goto fail;
+    if (mp_convert_target_layout(&mc, &o, !info.moments, &boxes, &n, &err)) goto fail;
     mp_train_config tc;
     mp_train_config_default(&tc);
-    if (mp_tokfiles_from_dir(&files, argv[0], &err)) goto fail;
-    mp_convert_meta meta = {.mc = &mc, .tc = &tc, .files = &files};
-    status = mp_convert_write_ckpt(&rt, "import", src, argv[0], "the HF directory", boxes, n, &meta, &o);
+    if (mp_tokfiles_from_dir(&files, tokdir, &err)) goto fail;
+    if (info.spelling && rt.rank == 0)
+        fprintf(stderr, "meshpoint import: %s: PyTorch DCP, names %s, %d tensors read; %s\n", argv[0], info.spelling,
+                info.ntensors, info.moments ? "AdamW moments carried" : "model only (no AdamW state)");
+    if (info.moments && rt.rank == 0) fprintf(stderr, "meshpoint import: AdamW step %lld\n", (long long)info.step);
+    mp_convert_meta meta = {.mc = &mc, .tc = &tc, .files = &files, .step = info.step};
+    status = mp_convert_write_ckpt(&rt, "import", src, argv[0], info.spelling ? "the DCP directory" : "the HF directory",
+                                   boxes, n, &meta, &o);
     goto done;
 fail:
     status = mp_runtime_fail_agreed(&rt, &err);   /* the source may fail on some ranks only */
 done:
     free(boxes);
+    free(tokdir);
     mp_tokfiles_free(&files);
     if (src) src->close(src);
     mp_runtime_end(&rt);

@@ -170,7 +170,7 @@ static mp_code write_meta(const mp_convert_meta *meta, rs_sink *sink, int tp, in
     mp_train_config tc = *meta->tc;
     tc.tp = tp;
     tc.dp = dp;
-    mp_run_state st = {0, {0, 0}, 0, 0};
+    mp_run_state st = {meta->step, {0, 0}, 0, 0};
     return mp_run_meta(put_meta, sink, meta->mc, &tc, tp, dp, &st, e);
 }
 
@@ -211,7 +211,7 @@ int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const
     rc = mp_ckpt_check_out(o->out, src_dir, src_what, o->force, need, &err);
     if ((agreed = mp_runtime_agree(rt, rc, &err))) return mp_exit_status(agreed);
     rs_sink *sink = NULL;
-    int64_t step = meta->copy_from ? ckpt_reader_step(meta->copy_from) : 0;
+    int64_t step = meta->copy_from ? ckpt_reader_step(meta->copy_from) : meta->step;
     int version = mp_ckpt_format_version(meta->mc);
     if (rs_sink_ckpt(&sink, rt->mesh.world_comm, o->out, step, world, o->force, band, 0, version, &err))
         return mp_runtime_fail(rt, &err);   /* agreed inside ckpt_save_begin_dir: same on every rank */

@@ -75,7 +75,8 @@ mp_code mp_convert_check_tensors(ckpt_reader *r, const rs_box *b, int n, mp_err 
 int64_t mp_convert_bytes(const rs_box *b, int n);
 
 /* What a written checkpoint's metadata is: a copy of checkpoint copy_from's (only the mesh changes), or,
- * when copy_from is NULL, that of a fresh step-0 checkpoint of model mc trained with tc; and the
+ * when copy_from is NULL, that of a fresh checkpoint at step (0, or an imported optimizer's) of model mc
+ * trained with tc; and the
  * tokenizer files it carries (files; NULL: none). mc is always set (copy_from's parsed model_config):
  * its family gives the format version (mp_ckpt_format_version). */
 typedef struct mp_convert_meta {
@@ -83,6 +84,7 @@ typedef struct mp_convert_meta {
     const llama_config *mc;
     const mp_train_config *tc;
     const mp_tokfiles *files;
+    int64_t step;   /* copy_from NULL: the step (and AdamW t) of the written checkpoint (0: a fresh one) */
 } mp_convert_meta;
 
 /* Writes the n boxes of src as a checkpoint for o's tp x dp mesh at o->out: the test hook and the

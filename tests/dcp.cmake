@@ -6,3 +6,10 @@
 add_test(NAME dcp_read COMMAND ${CMAKE_SOURCE_DIR}/tests/dcp.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR})
 set_tests_properties(dcp_read PROPERTIES TIMEOUT 900 LABELS dcp RESOURCE_LOCK bench_venv
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
+
+# dcp_import: `meshpoint import DCP_DIR --config` (HF and torchtitan names, 1/2/4-process saves, f32/bf16, AdamW
+# state) to 1x1 and tp2 x dp2 bitwise against the saved state dict, eval = transformers' loss, resume with the
+# moments, `export DCP_DIR` loaded by transformers, memory within plan, refusals (tests/python/dcp_import.py).
+add_test(NAME dcp_import COMMAND ${CMAKE_SOURCE_DIR}/tests/dcp.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR} import)
+set_tests_properties(dcp_import PROPERTIES TIMEOUT 900 LABELS dcp RESOURCE_LOCK bench_venv
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
