@@ -233,7 +233,7 @@ int mp_cmd_export(int argc, char **argv) {
                    o.c.set_tp ? "--tp" : o.c.set_dp ? "--dp" : "--names");
         goto fail;
     }
-    if (o.c.ranks_per_file != 1) { mp_err_set(&err, MP_EINPUT, "--ckpt-files: a DCP directory has one file per rank"); goto fail; }
+    if (!dcp && o.c.ranks_per_file != 1) { mp_err_set(&err, MP_EINPUT, "--ckpt-files: only with --format dcp"); goto fail; }
     if (parse_shard_size(o.max_shard, &o.shard_bytes, &err)) goto fail;
     if (rt.world > 1) { mp_err_set(&err, MP_EINPUT, "export runs in one process (not under mpirun -np %d)", rt.world); goto fail; }
     if (mp_runtime_mesh(&rt, 1, 1, "cpu", &err)) goto fail;
