@@ -109,21 +109,30 @@ mp_code rs_dcp_name(const llama_config *cfg, int names, const char *name, rs_dcp
 
 /* ------------------------------------------------------------------------------- zip records */
 
-/* CRC-32 (IEEE 802.3, reflected, as zip), continued from crc over n bytes; table built on first use. */
+/* CRC-32 (IEEE 802.3, reflected, as zip), continued from crc over n bytes: slicing by 8 (eight 256-entry
+ * tables, 8 bytes a step; ~4x the byte-at-a-time loop, which would dominate an export), tables built on
+ * first use (a race builds the same tables twice: harmless). */
 static uint32_t crc32_update(uint32_t crc, const void *p, size_t n) {
-    static uint32_t table[256];
+    static uint32_t t[8][256];
     static int ready;
-    if (!ready) {   /* a race builds the same table twice: harmless */
+    if (!ready) {
         for (uint32_t i = 0; i < 256; i++) {
             uint32_t c = i;
             for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
+            t[0][i] = c;
         }
+        for (int k = 1; k < 8; k++)
+            for (int i = 0; i < 256; i++) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
         ready = 1;
     }
     const uint8_t *b = p;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = table[(crc ^ b[i]) & 0xff] ^ (crc >> 8);
+    for (; n >= 8; n -= 8, b += 8) {   /* little-endian byte order, as the records */
+        uint32_t lo = crc ^ ((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+        crc = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^ t[3][b[4]] ^
+              t[2][b[5]] ^ t[1][b[6]] ^ t[0][b[7]];
+    }
+    for (; n; n--, b++) crc = t[0][(crc ^ *b) & 0xff] ^ (crc >> 8);
     return ~crc;
 }
 
