@@ -20,8 +20,10 @@ against torch.distributed.checkpoint.load of scripts/bench_venv.sh's pinned torc
      Qwen3 checkpoint (exit 2 naming the family); a failure mid-write (a corrupted source rank file, found
      while the records stream) leaves no DIR and no DIR.partial, and with --force leaves the existing DIR
      byte for byte as it was.
-  DCP -> meshpoint import -> DCP round trip: needs `meshpoint import` of a DCP directory (issue 37 part 3,
-  another branch); skipped here until it is merged.
+  7. Round trip, when `meshpoint import` reads DCP directories (issue 37 part 3; skipped, saying so, on a
+     build without it): the LlamaForCausalLM's state dict saved by torch's dcp.save from 2 gloo processes
+     (DTensor shards on dims 0 and 1), and its torchtitan-named form saved by 1 process -> import --config
+     -> export --format dcp (HF names; torchtitan names) -> dcp.load: bitwise the state dict torch saved.
 
 Usage: python dcp_export.py MESHPOINT TRAIN_DATA WORKDIR SRC_DIR
 """
@@ -175,6 +177,39 @@ def gloo_load(d, ref, what):
           % (what, len(names)))
 
 
+def gloo_save_worker(rank, d, ref, q):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29733")
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    mesh = init_device_mesh("cpu", (2,))
+    sd = {k: distribute_tensor(v.clone(), mesh, [Shard(i % v.dim())]) for i, (k, v) in enumerate(sorted(ref.items()))}
+    dcp.save(sd, checkpoint_id=d)
+    if rank == 0:
+        q.put(True)
+    dist.destroy_process_group()
+
+
+def part_roundtrip(ref, cfg):
+    """torch's DCP -> meshpoint import -> export --format dcp -> dcp.load, bitwise (HF and torchtitan names)."""
+    h = subprocess.run([MP, "import", "--help"], capture_output=True, text=True).stdout
+    if "DCP" not in h:
+        print("skip  DCP -> import -> DCP round trip: this build's `meshpoint import` does not read DCP directories")
+        return
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    mp.start_processes(gloo_save_worker, args=(WORK + "/torch_dcp", ref, q), nprocs=2, start_method="spawn", join=True)
+    check(q.get() is True, "torch saved the model's state dict from 2 gloo processes (Shard(0) / Shard(1))")
+    run(MP, "import", WORK + "/torch_dcp", "--config", WORK + "/hf_src/config.json", "--out", WORK + "/rt_ck")
+    run(MP, "export", WORK + "/rt_ck", "--format", "dcp", "--out", WORK + "/rt_dcp")
+    compare(load_dcp(WORK + "/rt_dcp"), ref, "round trip torch DCP (2 processes, HF names) -> import -> export --format dcp")
+    tt = titan_from_hf(ref, cfg)
+    dcp.save(tt, checkpoint_id=WORK + "/torch_tt", no_dist=True)
+    run(MP, "import", WORK + "/torch_tt", "--config", WORK + "/hf_src/config.json", "--out", WORK + "/rt_ck_tt")
+    run(MP, "export", WORK + "/rt_ck_tt", "--format", "dcp", "--names", "torchtitan", "--tp", "2", "--out", WORK + "/rt_tt")
+    compare(load_dcp(WORK + "/rt_tt"), tt, "round trip torch DCP (torchtitan names) -> import -> export --names torchtitan")
+
+
 def trained_checkpoint(cfg_path):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OPENBLAS_NUM_THREADS="1")
     r = subprocess.run(MPI + ["-np", "4", MP, "train", "--config", cfg_path, "--train-data", DATA, "--steps", "3",
@@ -236,6 +271,7 @@ def part_import():
     compare(tt, titan_from_hf(ref, cfg), "import -> DCP torchtitan names = from_hf(model.state_dict())")
     gloo_load(WORK + "/imp_dcp", ref, "HF names of the import")
     run(MP, "ckpt", "verify", WORK + "/imp_tt")
+    part_roundtrip(ref, cfg)
 
 
 def part_refusals(run_dir, e):
@@ -272,7 +308,6 @@ def main():
     run_dir, e = part_trained(cfg)
     part_import()
     part_refusals(run_dir, e)
-    print("skip  DCP -> import -> DCP round trip: `meshpoint import` of a DCP directory is not on this branch")
     if FAILS:
         print("FAILED: %d checks" % len(FAILS))
         sys.exit(1)
