@@ -16,7 +16,8 @@ against torch.distributed.checkpoint.load of scripts/bench_venv.sh's pinned torc
      adapter-mapped state dict.
   5. `ckpt verify` of each written directory passes; the files are __R_0.distcp for the mesh's ranks; every
      record's entries have the right CRC-32 (zipfile.testzip), are stored and 64-byte aligned.
-  6. Refusals and atomicity: an existing DIR without --force (exit 2, DIR untouched); --names torchtitan of a
+  6. Phi-3 (HF names fuse q/k/v and gate/up: the parts are chunks of one DCP tensor) = the HF export.
+     Refusals and atomicity: an existing DIR without --force (exit 2, DIR untouched); --names torchtitan of a
      Qwen3 checkpoint (exit 2 naming the family); a failure mid-write (a corrupted source rank file, found
      while the records stream) leaves no DIR and no DIR.partial, and with --force leaves the existing DIR
      byte for byte as it was.
@@ -286,6 +287,16 @@ def part_refusals(run_dir, e):
     check("qwen3" in r.stderr and "llama3" in r.stderr and not os.path.exists(WORK + "/qw_tt"),
           "--names torchtitan of a Qwen3 checkpoint: refused naming the family")
     run(MP, "export", WORK + "/qw", "--format", "dcp", "--out", WORK + "/qw_hf")
+    # Phi-3: HF names fuse qkv_proj and gate_up_proj; each part (and each tp rank's box of it) is a chunk
+    p3 = WORK + "/phi3.json"
+    json.dump(dict(model_type="phi3", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=64, max_position_embeddings=64, sliding_window=None,
+                   pad_token_id=None), open(p3, "w"))
+    run(MP, "init", "--config", p3, "--tp", "2", "--dp", "1", "--out", WORK + "/phi")
+    run(MP, "export", WORK + "/phi", "--out", WORK + "/phi_hf")
+    run(MP, "export", WORK + "/phi", "--format", "dcp", "--tp", "2", "--model-only", "--out", WORK + "/phi_dcp")
+    compare(load_dcp(WORK + "/phi_dcp"), load_file(WORK + "/phi_hf/model.safetensors"),
+            "Phi-3 (fused qkv_proj, gate_up_proj as chunks of one tensor) = the HF export")
     # a source whose last rank file is damaged: the export fails while streaming records
     bad = WORK + "/bad"
     shutil.copytree(os.path.join(e + "_11"), bad)
