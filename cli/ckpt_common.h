@@ -47,6 +47,12 @@ int mp_ckpt_repair_views(int argc, char **argv);
 int mp_ckpt_dcp_show(const char *dir, int json);
 int mp_ckpt_dcp_verify(const char *dir, int json);
 int mp_ckpt_dcp_ls(const char *root, int json);
+/* What `ckpt verify` checks of an open DCP directory, each problem reported into pr: every file present;
+ * the chunks of every tensor covering it exactly once; every chunk's record inside its file and well
+ * formed for its box; bytes items inside their files. Also `export --format dcp`'s read-back. */
+struct dcp_dir;
+struct mp_ckpt_problems;
+void mp_ckpt_dcp_check(struct dcp_dir *d, struct mp_ckpt_problems *pr);
 /* 1 if root is a DCP directory or holds one directly (ls hands it to mp_ckpt_dcp_ls). */
 int mp_ckpt_dcp_root(const char *root);
 

@@ -201,9 +201,7 @@ static int record_in_file(const dcp_dir *d, int file, int64_t off, int64_t len, 
     return 1;
 }
 
-/* Every file present; every chunk's record inside its file and well formed for its box; bytes items
- * inside their files. */
-static void verify_records(dcp_dir *d, mp_ckpt_problems *pr) {
+void mp_ckpt_dcp_check(dcp_dir *d, mp_ckpt_problems *pr) {
     for (int i = 0; i < d->nfiles; i++)
         if (d->file_sizes[i] < 0) mp_ckpt_problem(pr, "%s: missing (the metadata places items in it)", d->files[i]);
     for (int i = 0; i < d->nt; i++) {
@@ -256,7 +254,7 @@ int mp_ckpt_dcp_verify(const char *dir, int json) {
     if (!d) return status;
     mp_ckpt_problems pr = {0};
     if (json) pr.list = cJSON_CreateArray(), pr.notes = cJSON_CreateArray();
-    verify_records(d, &pr);
+    mp_ckpt_dcp_check(d, &pr);
     int64_t nch = 0, bytes = 0;
     for (int i = 0; i < d->nt; i++) nch += d->t[i].nchunks, bytes += tensor_bytes(&d->t[i]);
     int failed = pr.n > 0;

@@ -18,7 +18,12 @@
  * config.json: the same sink reads through reshard/dcp_source.c (torchtitan or HF names, detected) and the
  * tokenizer files of CONFIG's directory travel: DCP -> HF in bounded memory, no meshpoint checkpoint between.
  * One process: under mpirun with more than one rank it refuses.
+ *
+ * --format dcp: the same engine with reshard/dcp_sink.c's sink (a PyTorch DCP directory), the target
+ * layout of --tp x --dp (default 1 x 1) so each rank's box is one chunk, read back with reshard/dcp.c and
+ * `ckpt verify`'s checks (cli/ckpt_dcp.c). Carried tokenizer files have no place in a DCP directory.
  */
+#include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,10 +80,74 @@ static mp_code verify_export(const char *dir, const llama_config *cfg, const mp_
 }
 
 typedef struct export_opts {
-    mp_convert_opts c;   /* --out, --max-memory, --force, --no-verify */
-    const char *dtype, *max_shard, *config;
+    mp_convert_opts c;   /* --out, --max-memory, --force, --no-verify; DCP: --tp, --dp, --model-only */
+    const char *dtype, *max_shard, *format, *names, *config;
     int64_t shard_bytes;
 } export_opts;
+
+/* Reads a written DCP directory back with meshpoint's own reader: what `ckpt verify` checks (coverage,
+ * every record's zip and pickle, files and offsets), and every chunk of boxes there with its tensor's
+ * shape (under its DCP name). */
+static mp_code verify_dcp(const char *dir, const llama_config *cfg, int names, const rs_box *b, int n, mp_err *e) {
+    dcp_dir *d = NULL;
+    MP_TRY(dcp_open(&d, dir, e));
+    mp_ckpt_problems pr = {.list = cJSON_CreateArray(), .notes = cJSON_CreateArray()};
+    mp_ckpt_dcp_check(d, &pr);
+    mp_code rc = MP_OK;
+    if (pr.n) rc = mp_err_set(e, MP_ECHECK, "%d problem%s, the first: %s", pr.n, pr.n == 1 ? "" : "s",
+                              cJSON_GetArrayItem(pr.list, 0)->valuestring);
+    for (int i = 0; i < n && !rc; i++) {
+        rs_dcp_place pl;
+        rc = rs_dcp_name(cfg, names, b[i].name, &pl, e);
+        int k = rc ? -1 : dcp_find(d, pl.fqn);
+        if (rc) break;
+        int64_t rows = pl.rows ? pl.rows : b[i].gshape[0];
+        if (k < 0 || d->t[k].ndim != b[i].ndim || d->t[k].shape[0] != rows || (b[i].ndim == 2 && d->t[k].shape[1] != b[i].gshape[1]))
+            rc = mp_err_set(e, MP_ECHECK, "%s: tensor %s (of %s) is %s", dir, pl.fqn, b[i].name, k < 0 ? "missing" : "of another shape");
+    }
+    cJSON_Delete(pr.list);
+    cJSON_Delete(pr.notes);
+    dcp_close(d);
+    return rc;
+}
+
+/* `export --format dcp`: the boxes of the checkpoint's tp x dp layout (each rank's box a chunk, each rank
+ * a file), the Adam moments when the checkpoint has them (unless --model-only), into a DCP sink. */
+static mp_code run_export_dcp(const mp_runtime *rt, const char *arg, export_opts *o, mp_err *err) {
+    char *src_dir = NULL;
+    rs_source *src = NULL;
+    rs_sink *sink = NULL;
+    rs_box *boxes = NULL;
+    int n = 0, names = !strcmp(o->names, "torchtitan") ? RS_DCP_TORCHTITAN : RS_DCP_HF;
+    llama_config mc;
+    mp_code rc = mp_convert_open_ckpt(arg, o->c.max_bytes / 4, &src_dir, &src, &mc, err);
+    ckpt_reader *r = rc ? NULL : rs_source_ckpt_reader(src);
+    int model_only = o->c.model_only || (r && ckpt_tensor_find(r, "optim/exp_avg/model.embed_tokens.weight") < 0);
+    if (!rc) rc = rs_dcp_check_names(&mc, names, err);
+    if (!rc) rc = mp_convert_target_layout(&mc, &o->c, model_only, &boxes, &n, err);
+    if (!rc) rc = mp_convert_check_tensors(r, boxes, n, err);
+    if (!rc) rc = mp_ckpt_check_out(o->c.out, src_dir, "the source checkpoint", o->c.force, mp_convert_bytes(boxes, n), err);
+    if (!rc) rc = rs_sink_dcp(&sink, o->c.out, &mc, names, !strcmp(o->dtype, "bf16") ? "BF16" : "F32",
+                              model_only ? -1 : ckpt_reader_step(r), o->c.max_bytes / 4, o->c.force, err);
+    rs_stats st;
+    if (!rc) rc = rs_run(src, sink, boxes, n, 0, 1, &st, err);
+    if (!rc)
+        fprintf(stderr, "meshpoint export: wrote %s (DCP, %s names, %s, %s, %d chunks in %d files, %.2f MiB as fp32) in "
+                        "%.2f s; largest piece in memory %.2f MiB (--max-memory %.0f MiB)\n", o->c.out, o->names, o->dtype,
+                model_only ? "model only" : "model and Adam moments", n, rs_num_files(boxes, n),
+                st.bytes_written / 1048576.0, st.seconds, st.largest_band / 1048576.0, o->c.max_bytes / 1048576.0);
+    if (!rc && !o->c.no_verify) {
+        if ((rc = verify_dcp(o->c.out, &mc, names, boxes, n, err))) mp_err_wrap(err, "reading %s back after writing it", o->c.out);
+        else fprintf(stderr, "meshpoint export: verified %s with meshpoint's DCP reader: every tensor and shape, chunks "
+                             "covering each once, every record's zip and pickle\n", o->c.out);
+    }
+    if (!rc) mp_memplan_report(rt, (int64_t)o->c.max_bytes);
+    if (sink) sink->free(sink);
+    if (src) src->close(src);
+    free(boxes);
+    free(src_dir);
+    return rc;
+}
 
 /* The source of a DCP directory dir read as the model of o->config, and the tokenizer files of CONFIG's
  * directory; *src_dir gets a copy of dir. */
@@ -151,19 +220,28 @@ static const char *export_about =
     "reads the result back. --max-shard-size 5GB means 5e9 bytes, as in transformers (5G or 5GiB: 5 x 2^30).\n"
     "The tokenizer files the checkpoint carries (from `import`) are written beside them, so that\n"
     "AutoTokenizer.from_pretrained loads the model's own tokenizer.\n"
+    "--format dcp writes a PyTorch Distributed Checkpoint directory instead (docs/DCP.md): one __R_0.distcp\n"
+    "per rank R of the --tp x --dp mesh (each rank's box of a tensor one chunk) and .metadata, which\n"
+    "torch.distributed.checkpoint.load reads into an HF-named state dict (--names hf, the default) or\n"
+    "torchtitan's Llama 3 model (--names torchtitan: its names, wq/wk rows permuted as its HF adapter does);\n"
+    "the Adam moments come along under torchtitan's optimizer names when the checkpoint has them (not with\n"
+    "--model-only). Atomic and read back with meshpoint's own DCP reader, as the HF directory.\n"
     "CKPT may be a PyTorch DCP directory (torchtitan, FSDP2: it has a .metadata) with --config, the model's HF\n"
     "config.json: converted straight to HF (torchtitan or HF names, detected; the tokenizer files of CONFIG's\n"
     "directory travel).";
 
 int mp_cmd_export(int argc, char **argv) {
-    static const char *const dtypes[] = {"fp32", "bf16", NULL};
-    export_opts o = {.dtype = "fp32", .max_shard = "5GB"};
+    static const char *const dtypes[] = {"fp32", "bf16", NULL}, *const formats[] = {"hf", "dcp", NULL},
+                             *const names[] = {"hf", "torchtitan", NULL};
+    export_opts o = {.dtype = "fp32", .max_shard = "5GB", .format = "hf", .names = "hf"};
     mp_convert_opts_default(&o.c, "DIR");
-    mp_arg flags[MP_CONVERT_MAX_FLAGS + 4] = {
-        {"dtype", MP_ARG_STRING, &o.dtype, "T", "tensor dtype in the safetensors files", dtypes},
-        {"max-shard-size", MP_ARG_STRING, &o.max_shard, "SIZE", "split the weights into files of at most SIZE"},
+    mp_arg flags[MP_CONVERT_MAX_FLAGS + 6] = {
+        {"format", MP_ARG_STRING, &o.format, "F", "hf (a Hugging Face directory) or dcp (PyTorch DCP)", formats},
+        {"names", MP_ARG_STRING, &o.names, "N", "dcp: tensor names of hf or torchtitan (Llama 3)", names},
+        {"dtype", MP_ARG_STRING, &o.dtype, "T", "tensor dtype in the written files", dtypes},
+        {"max-shard-size", MP_ARG_STRING, &o.max_shard, "SIZE", "hf: split the weights into files of at most SIZE"},
         {"config", MP_ARG_STRING, &o.config, "CONFIG", "a DCP directory's model: its HF config.json"}};
-    mp_convert_flags(&o.c, 0, "the HF directory to write (must not exist, unless --force)", flags + 3);
+    mp_convert_flags(&o.c, MP_CONV_MESH | MP_CONV_MODEL_ONLY, "the directory to write (must not exist, unless --force)", flags + 5);
     mp_runtime rt;
     mp_runtime_start(&rt, &argc, &argv);
     mp_err err;
@@ -178,11 +256,18 @@ int mp_cmd_export(int argc, char **argv) {
         mp_err_set(&err, MP_EINPUT, npos ? "one CKPT expected, got %d arguments" : "CKPT (the checkpoint to export) is missing", npos);
         goto fail;
     }
-    if (mp_convert_check_flags(&o.c, 0, &err)) goto fail;
+    if (mp_convert_check_flags(&o.c, MP_CONV_MESH | MP_CONV_MODEL_ONLY, &err)) goto fail;
+    int dcp = !strcmp(o.format, "dcp");
+    if (!dcp && (o.c.set_tp || o.c.set_dp || strcmp(o.names, "hf"))) {
+        mp_err_set(&err, MP_EINPUT, "%s: only with --format dcp (an HF directory holds whole tensors)",
+                   o.c.set_tp ? "--tp" : o.c.set_dp ? "--dp" : "--names");
+        goto fail;
+    }
+    if (!dcp && o.c.ranks_per_file != 1) { mp_err_set(&err, MP_EINPUT, "--ckpt-files: only with --format dcp"); goto fail; }
     if (parse_shard_size(o.max_shard, &o.shard_bytes, &err)) goto fail;
     if (rt.world > 1) { mp_err_set(&err, MP_EINPUT, "export runs in one process (not under mpirun -np %d)", rt.world); goto fail; }
     if (mp_runtime_mesh(&rt, 1, 1, "cpu", &err)) goto fail;
-    if (run_export(&rt, argv[0], &o, &err)) goto fail;
+    if ((dcp ? run_export_dcp : run_export)(&rt, argv[0], &o, &err)) goto fail;
     goto done;
 fail:
     status = mp_runtime_fail(&rt, &err);

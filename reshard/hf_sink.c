@@ -395,22 +395,6 @@ static mp_code write_data(hf_sink *h, mp_err *e) {
     return rc;
 }
 
-/* Renames the finished partial directory to dir (swapping an existing one out with replace). */
-static mp_code publish(hf_sink *h, mp_err *e) {
-    mp_code rc = mp_fs_fsync_path(h->partial, 1, e);
-    if (!rc && !mp_fs_exists(h->dir)) rc = mp_fs_rename_durable(h->partial, h->dir, NULL, e);
-    else if (!rc) {
-        char *old = NULL;
-        rc = mp_fs_swap_dirs(h->partial, h->dir, NULL, &old, e);
-        if (!rc && old) {
-            mp_err re;
-            if (mp_fs_remove_tree(old, &re)) mp_warn("HF export: could not remove the replaced %s: %s", old, re.msg);
-        }
-        free(old);
-    }
-    return rc;
-}
-
 static mp_code hs_commit(rs_sink *s, mp_err *e) {
     hf_sink *h = s->impl;
     if (h->failed) {
@@ -429,7 +413,7 @@ static mp_code hs_commit(rs_sink *s, mp_err *e) {
     if (!rc) rc = write_files(h, &gen, e);
     if (!rc && !gen)
         rc = mp_fs_write_text_durable(h->partial, "generation_config.json", "{\n\t\"_from_model_config\":\ttrue\n}\n", e);
-    if (!rc) rc = publish(h, e);
+    if (!rc) rc = rs_publish_dir(h->partial, h->dir, "HF export", e);
     if (rc && mp_fs_exists(h->partial)) {
         mp_err re;
         mp_fs_remove_tree(h->partial, &re);
@@ -455,9 +439,7 @@ mp_code rs_sink_hf(rs_sink **out, const char *dir, const llama_config *cfg, cons
     if (!strcmp(dtype, "F32")) dt = ST_F32;
     else if (!strcmp(dtype, "BF16")) dt = ST_BF16;
     else return mp_err_set(e, MP_EINPUT, "HF export: dtype %s (F32 or BF16)", dtype);
-    if (mp_fs_exists(dir) && !replace)
-        return mp_err_set(e, MP_EINPUT, "%s already exists (use --force to replace it)", dir);
-    if (mp_fs_exists(dir) && !mp_fs_is_dir(dir)) return mp_err_set(e, MP_EINPUT, "%s exists and is not a directory", dir);
+    MP_TRY(rs_out_dir_check(dir, replace, e));
     hf_sink *h = mp_xcalloc(sizeof *h);
     h->dir = mp_strdup(dir);
     for (size_t l = strlen(h->dir); l > 1 && h->dir[l - 1] == '/'; l--) h->dir[l - 1] = '\0';   /* "out/" */

@@ -2,10 +2,12 @@
  * reshard/sink.c — the engine's sink for meshpoint checkpoints: a directory-mode save (ckpt/:
  * DST.partial, renamed to DST at the commit; an existing DST is swapped out only then with --force)
  * whose boxes are fill boxes, pulled in row bands while each rank file is written, for the rank files
- * of a target job that this worker writes.
+ * of a target job that this worker writes. Also the publication step of the directory sinks (HF, DCP).
  */
 #include <stdlib.h>
 #include "core/alloc.h"
+#include "core/fsutil.h"
+#include "core/log.h"
 #include "reshard/reshard.h"
 
 static mp_code sk_add(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
@@ -40,4 +42,26 @@ mp_code rs_sink_ckpt(rs_sink **out, mp_comm *workers, const char *dir, int64_t s
     *s = (rs_sink){.kind = "checkpoint", .add = sk_add, .meta = sk_meta, .file = sk_file, .commit = sk_commit, .free = sk_free, .impl = cs};
     *out = s;
     return MP_OK;
+}
+
+mp_code rs_out_dir_check(const char *dir, int replace, mp_err *e) {
+    if (mp_fs_exists(dir) && !replace)
+        return mp_err_set(e, MP_EINPUT, "%s already exists (use --force to replace it)", dir);
+    if (mp_fs_exists(dir) && !mp_fs_is_dir(dir)) return mp_err_set(e, MP_EINPUT, "%s exists and is not a directory", dir);
+    return MP_OK;
+}
+
+mp_code rs_publish_dir(const char *partial, const char *dir, const char *what, mp_err *e) {
+    mp_code rc = mp_fs_fsync_path(partial, 1, e);
+    if (!rc && !mp_fs_exists(dir)) rc = mp_fs_rename_durable(partial, dir, NULL, e);
+    else if (!rc) {
+        char *old = NULL;
+        rc = mp_fs_swap_dirs(partial, dir, NULL, &old, e);
+        if (!rc && old) {
+            mp_err re;
+            if (mp_fs_remove_tree(old, &re)) mp_warn("%s: could not remove the replaced %s: %s", what, old, re.msg);
+        }
+        free(old);
+    }
+    return rc;
 }

@@ -7,7 +7,8 @@
  * file of the directory; an accepted record's storage entry lies inside the record and holds
  * storage_numel elements of its dtype. A crash, a sanitizer report (an out-of-bounds read, a leak),
  * a timeout or a broken promise is a finding. Corpus: tests/fuzz/corpus/dcp (the .metadata of DCP
- * directories torch 2.15 wrote with 1, 2 and 4 processes, one tensor record, and crafted refusals:
+ * directories torch 2.15 wrote with 1, 2 and 4 processes, one tensor record, a .metadata and a record
+ * that `meshpoint export --format dcp` wrote, and crafted refusals:
  * os.system, builtins.eval, nesting bombs, a huge length).
  */
 #include <stdint.h>
