@@ -88,7 +88,8 @@ typedef struct export_opts {
 /* Reads a written DCP directory back with meshpoint's own reader: what `ckpt verify` checks (coverage,
  * every record's zip and pickle, files and offsets), and every chunk of boxes there with its tensor's
  * shape (under its DCP name). */
-static mp_code verify_dcp(const char *dir, const llama_config *cfg, int names, const rs_box *b, int n, mp_err *e) {
+static mp_code verify_dcp(const char *dir, const llama_config *cfg, rs_dcp_names names, const rs_box *b, int n,
+                          mp_err *e) {
     dcp_dir *d = NULL;
     MP_TRY(dcp_open(&d, dir, e));
     mp_ckpt_problems pr = {.list = cJSON_CreateArray(), .notes = cJSON_CreateArray()};
@@ -96,9 +97,10 @@ static mp_code verify_dcp(const char *dir, const llama_config *cfg, int names, c
     mp_code rc = MP_OK;
     if (pr.n) rc = mp_err_set(e, MP_ECHECK, "%d problem%s, the first: %s", pr.n, pr.n == 1 ? "" : "s",
                               cJSON_GetArrayItem(pr.list, 0)->valuestring);
+    rs_dcp_spelling sp = rs_dcp_spelling_of(names);
     for (int i = 0; i < n && !rc; i++) {
         rs_dcp_place pl;
-        rc = rs_dcp_name(cfg, names, b[i].name, &pl, e);
+        rc = rs_dcp_name(cfg, &sp, b[i].name, &pl, e);
         int k = rc ? -1 : dcp_find(d, pl.fqn);
         if (rc) break;
         int64_t rows = pl.rows ? pl.rows : b[i].gshape[0];
@@ -118,7 +120,8 @@ static mp_code run_export_dcp(const mp_runtime *rt, const char *arg, export_opts
     rs_source *src = NULL;
     rs_sink *sink = NULL;
     rs_box *boxes = NULL;
-    int n = 0, names = !strcmp(o->names, "torchtitan") ? RS_DCP_TORCHTITAN : RS_DCP_HF;
+    int n = 0;
+    rs_dcp_names names = (rs_dcp_names)rs_dcp_names_parse(o->names);
     llama_config mc;
     mp_code rc = mp_convert_open_ckpt(arg, o->c.max_bytes / 4, &src_dir, &src, &mc, err);
     ckpt_reader *r = rc ? NULL : rs_source_ckpt_reader(src);

@@ -21,12 +21,12 @@
  * A record whose entry or offsets would need zip64 fields (a chunk of 4 GiB or more) is refused:
  * export on a mesh (--tp/--dp) that cuts it smaller.
  *
- * Names (rs_dcp_name): HF names (meshpoint's own, the family's fused HF tensors as row ranges of one
- * DCP tensor, so a Phi-3 qkv_proj is three chunks) or torchtitan's Llama 3 names, whose wq / wk rows
- * are permuted within each head (torchtitan's Llama3StateDictAdapter.from_hf: `_reverse_permute`, the
- * interleaved RoPE pairs of the original Llama code). The Adam moments go under torchtitan's flattened
- * optimizer names (`optimizer.state.<fqn>.exp_avg`, `.exp_avg_sq`), with AdamW's `step` (a 0-d float32
- * per parameter) and torchtitan's `train_state.step` (0-d int32) beside them.
+ * Names (rs_dcp_name, reshard/dcp_names.h, shared with the DCP source): HF names (meshpoint's own, the
+ * family's fused HF tensors as row ranges of one DCP tensor, so a Phi-3 qkv_proj is three chunks) or
+ * torchtitan's Llama 3 names, whose wq / wk rows are permuted within each head (from_hf's direction,
+ * rs_dcp_hf_row). The Adam moments go under torchtitan's flattened optimizer names
+ * (`optimizer.state.<fqn>.exp_avg`, `.exp_avg_sq`), with AdamW's `step` (a 0-d float32 per parameter)
+ * and torchtitan's `train_state.step` (0-d int32) beside them.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -35,77 +35,9 @@
 #include "core/alloc.h"
 #include "core/fsutil.h"
 #include "core/tensor.h"
-#include "layers/family_hf.h"
 #include "reshard/pickle_write.h"
 #include "reshard/safetensors.h"
 #include "reshard/reshard.h"
-
-/* ------------------------------------------------------------------------------------- names */
-
-/* torchtitan's Llama 3 name of an HF layer suffix (after "model.layers.N."), NULL when it has none. */
-static const char *titan_layer_name(const char *suffix, int *permute) {
-    static const char *const map[][2] = {
-        {"self_attn.q_proj.weight", "attention.wq.weight"}, {"self_attn.k_proj.weight", "attention.wk.weight"},
-        {"self_attn.v_proj.weight", "attention.wv.weight"}, {"self_attn.o_proj.weight", "attention.wo.weight"},
-        {"mlp.gate_proj.weight", "feed_forward.w1.weight"}, {"mlp.down_proj.weight", "feed_forward.w2.weight"},
-        {"mlp.up_proj.weight", "feed_forward.w3.weight"},   {"input_layernorm.weight", "attention_norm.weight"},
-        {"post_attention_layernorm.weight", "ffn_norm.weight"}};
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (!strcmp(suffix, map[i][0])) {
-            *permute = i < 2;
-            return map[i][1];
-        }
-    return NULL;
-}
-
-mp_code rs_dcp_check_names(const llama_config *cfg, int names, mp_err *e) {
-    if (names != RS_DCP_TORCHTITAN) return MP_OK;
-    if (cfg->family != LLAMA_FAMILY_LLAMA)
-        return mp_err_set(e, MP_EINPUT, "--names torchtitan: the model is of family %s; torchtitan's names are those "
-                          "of its llama3 model only (use --names hf)", llama_family_get(cfg->family)->model_type);
-    if (llama_head_dim(cfg) * cfg->num_attention_heads != cfg->hidden_size)
-        return mp_err_set(e, MP_EINPUT, "--names torchtitan: head_dim %d is not hidden_size / num_attention_heads "
-                          "(%d / %d), which torchtitan's llama3 model requires", llama_head_dim(cfg), cfg->hidden_size,
-                          cfg->num_attention_heads);
-    return MP_OK;
-}
-
-mp_code rs_dcp_name(const llama_config *cfg, int names, const char *name, rs_dcp_place *p, mp_err *e) {
-    memset(p, 0, sizeof *p);
-    const char *kind = NULL;
-    if (!strncmp(name, "optim/exp_avg/", 14)) kind = "exp_avg", name += 14;
-    else if (!strncmp(name, "optim/exp_avg_sq/", 17)) kind = "exp_avg_sq", name += 17;
-    else if (!strncmp(name, "model/", 6)) name += 6;
-    else return mp_err_set(e, MP_EINTERNAL, "DCP export: tensor %s is neither model/ nor optim/", name);
-    char fqn[160];
-    if (names == RS_DCP_HF) {
-        llama_hf_place pl;
-        if (llama_hf_place_of(cfg, name, &pl)) return mp_err_set(e, MP_EINTERNAL, "DCP export: no HF name for %s", name);
-        snprintf(fqn, sizeof fqn, "%s", pl.name);
-        p->row0 = pl.row0;
-        p->rows = pl.hf_rows;
-    } else {
-        static const char *const top[][2] = {
-            {"model.embed_tokens.weight", "tok_embeddings.weight"}, {"model.norm.weight", "norm.weight"},
-            {"lm_head.weight", "output.weight"}};
-        const char *t = NULL;
-        for (int i = 0; i < 3 && !t; i++)
-            if (!strcmp(name, top[i][0])) t = top[i][1];
-        int layer = -1, used = 0;
-        if (t) snprintf(fqn, sizeof fqn, "%s", t);
-        else if (sscanf(name, "model.layers.%d.%n", &layer, &used) == 1 && used > 0 &&
-                 (t = titan_layer_name(name + used, &p->permute)))
-            snprintf(fqn, sizeof fqn, "layers.%d.%s", layer, t);
-        else
-            return mp_err_set(e, MP_EINPUT, "--names torchtitan: tensor %s has no name in torchtitan's llama3 model", name);
-        if (p->permute) p->head_dim = llama_head_dim(cfg);
-    }
-    if (kind) snprintf(p->fqn, sizeof p->fqn, "optimizer.state.%s.%s", fqn, kind);
-    else snprintf(p->fqn, sizeof p->fqn, "%s", fqn);
-    p->optim = kind != NULL;
-    snprintf(p->param, sizeof p->param, "%s", fqn);
-    return MP_OK;
-}
 
 /* ------------------------------------------------------------------------------- zip records */
 
@@ -281,7 +213,7 @@ typedef struct dk_item {
 typedef struct dk_sink {
     char *dir, *partial;
     llama_config cfg;
-    int names;
+    rs_dcp_spelling sp;         /* the name set, in the spelling written */
     const dk_dtype *dt;
     int64_t step;               /* -1: unknown */
     size_t band;
@@ -308,19 +240,20 @@ static mp_code dk_add(rs_sink *s, int file_rank, const char *name, int ndim, con
                       const int64_t *shape, ckpt_fill_fn fill, void *ctx, mp_err *e) {
     dk_sink *h = s->impl;
     rs_dcp_place pl;
-    mp_code rc = rs_dcp_name(&h->cfg, h->names, name, &pl, e);
+    mp_code rc = rs_dcp_name(&h->cfg, &h->sp, name, &pl, e);
     if (rc) {
         if (!h->failed) { h->failed = rc; h->err = *e; }
         return rc;
     }
-    int copies = h->names == RS_DCP_TORCHTITAN && h->cfg.tie_word_embeddings && !strcmp(pl.param, "tok_embeddings.weight") ? 2 : 1;
+    int copies = h->sp.names == RS_DCP_NAMES_TORCHTITAN && h->cfg.tie_word_embeddings &&
+                 !strcmp(pl.param, "tok_embeddings.weight") ? 2 : 1;
     for (int c = 0; c < copies; c++) {
         dk_item *t = new_item(h);
         t->pl = pl;
         if (c) {
-            snprintf(t->pl.param, sizeof t->pl.param, "output.weight");
-            if (pl.optim) snprintf(t->pl.fqn, sizeof t->pl.fqn, "optimizer.state.output.weight.%s", strrchr(pl.fqn, '.') + 1);
-            else snprintf(t->pl.fqn, sizeof t->pl.fqn, "output.weight");
+            snprintf(t->pl.param, sizeof t->pl.param, "%s", h->sp.out);
+            if (pl.optim) rs_dcp_optim_name(t->pl.fqn, sizeof t->pl.fqn, t->pl.param, strrchr(pl.fqn, '.') + 1);
+            else snprintf(t->pl.fqn, sizeof t->pl.fqn, "%s", t->pl.param);
         }
         t->file_rank = file_rank;
         t->ndim = ndim;
@@ -371,8 +304,8 @@ static void record_pickle(const dk_item *t, pkw *w) {
 }
 
 /* DCP rows [g, g + k) of item t's chunk columns into out (fp32): its meshpoint rows, or for a permuted
- * tensor (torchtitan's wq / wk) the rows of the heads they come from, read into scratch and reordered:
- * torchtitan row h*hd + 2b + a is HF row h*hd + a*hd/2 + b (a in {0, 1}, b < hd/2). */
+ * tensor (torchtitan's wq / wk) the rows of the heads they come from, read into scratch and reordered
+ * (torchtitan row r is HF row rs_dcp_hf_row(r)). */
 static mp_code fill_rows(const dk_item *t, int64_t g, int64_t k, float *out, float *scratch, mp_err *e) {
     int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
     int64_t o[2] = {g - t->pl.row0, t->ndim == 2 ? t->off[1] : 0}, sh[2] = {k, cols};
@@ -382,7 +315,7 @@ static mp_code fill_rows(const dk_item *t, int64_t g, int64_t k, float *out, flo
     sh[0] = (h1 - h0) * hd;
     MP_TRY(t->fill(t->ctx, o, sh, scratch, e));
     for (int64_t r = g; r < g + k; r++) {
-        int64_t h = r / hd, p = r % hd, src = h * hd + (p % 2) * (hd / 2) + p / 2;
+        int64_t src = rs_dcp_hf_row(r, hd);
         memcpy(out + (r - g) * cols, scratch + (src - h0 * hd) * cols, sizeof(float) * (size_t)cols);
     }
     return MP_OK;
@@ -600,13 +533,13 @@ static void add_scalars(dk_sink *h) {
         if (dup) continue;
         dk_item *t = new_item(h);
         snprintf(t->pl.param, sizeof t->pl.param, "%s", h->it[i].pl.param);
-        snprintf(t->pl.fqn, sizeof t->pl.fqn, "optimizer.state.%s.step", t->pl.param);
+        rs_dcp_optim_name(t->pl.fqn, sizeof t->pl.fqn, t->pl.param, "step");
         t->dt = &DK_F32;
         t->scalar = (double)h->step;
     }
-    if (!moments && h->names != RS_DCP_TORCHTITAN) return;
+    if (!moments && h->sp.names != RS_DCP_NAMES_TORCHTITAN) return;
     dk_item *t = new_item(h);
-    snprintf(t->pl.fqn, sizeof t->pl.fqn, "train_state.step");
+    snprintf(t->pl.fqn, sizeof t->pl.fqn, "%s", RS_DCP_TRAIN_STEP);
     t->dt = &DK_I32;
     t->scalar = (double)h->step;
 }
@@ -675,8 +608,8 @@ static void dk_free(rs_sink *s) {
     free(s);
 }
 
-mp_code rs_sink_dcp(rs_sink **out, const char *dir, const llama_config *cfg, int names, const char *dtype, int64_t step,
-                    size_t band_bytes, int replace, mp_err *e) {
+mp_code rs_sink_dcp(rs_sink **out, const char *dir, const llama_config *cfg, rs_dcp_names names, const char *dtype,
+                    int64_t step, size_t band_bytes, int replace, mp_err *e) {
     *out = NULL;
     const dk_dtype *dt = !strcmp(dtype, "F32") ? &DK_F32 : !strcmp(dtype, "BF16") ? &DK_BF16 : NULL;
     if (!dt) return mp_err_set(e, MP_EINPUT, "DCP export: dtype %s (F32 or BF16)", dtype);
@@ -689,7 +622,7 @@ mp_code rs_sink_dcp(rs_sink **out, const char *dir, const llama_config *cfg, int
     h->partial = mp_xmalloc(np);
     snprintf(h->partial, np, "%s.partial", h->dir);
     h->cfg = *cfg;
-    h->names = names;
+    h->sp = rs_dcp_spelling_of(names);
     h->dt = dt;
     h->step = step;
     h->band = band_bytes < 4096 ? 4096 : band_bytes;

@@ -1,8 +1,8 @@
 /*
  * reshard/dcp_source.c — see dcp_source.h. Design:
- *   - Names are mapped engine -> DCP on each read (a few string operations: no table to keep in step
- *     with the model's): map_name gives the DCP name, the first row of a fused HF tensor, and the number
- *     of heads whose rows torchtitan interleaves (0: none).
+ *   - Names are mapped engine -> DCP on each read by reshard/dcp_names.c's rs_dcp_name under the
+ *     spelling detect_names found (the sink's map, the same code): the DCP name, the first row of a fused
+ *     HF tensor, and whether torchtitan interleaves its rows (rs_dcp_titan_row).
  *   - A chunk is read through reshard/safetensors.c's st_read_f32 over a view: one st_file per data
  *     file (data_start 0, the fd opened on first use) and an st_tensor per chunk whose data begins at the
  *     chunk's row-major bytes in its record (dcp_resolve, once per chunk). So the range reads, the
@@ -32,88 +32,18 @@ typedef struct dsrc {
     dcp_dir *d;
     llama_config cfg;
     rs_dcp_info info;
-    char prefix[8];      /* torchtitan: "" or "model." before the model's names */
-    char qkv[32];        /* torchtitan: "attention." or "attention.qkv_linear." before wq, wk, wv */
-    char out[24];        /* torchtitan: "output.weight" or "lm_head.weight" */
+    rs_dcp_spelling sp;  /* the name set and, for torchtitan, its spelling */
     st_file *f;          /* views of d->files (fd -1 until first use) */
     float *scratch;
     size_t scratch_cap;  /* floats */
     int64_t needed;      /* bytes asked for, in the files' dtypes */
 } dsrc;
 
-/* Where an engine tensor is in the DCP. */
-typedef struct dmap {
-    char name[320];
-    int64_t row0;        /* first row in a fused HF tensor */
-    int perm_heads;      /* torchtitan wq/wk: heads whose rows are interleaved; 0: rows as they are */
-} dmap;
-
-/* torchtitan's names of an HF decoder layer's tensors (Llama3StateDictAdapter.from_hf_map); qkv: under
- * the attention's q/k/v prefix; perm: 1 for the query heads, 2 for the key/value heads. */
-static const struct { const char *hf, *tt; int qkv, perm; } tt_layer[] = {
-    {"self_attn.q_proj.weight", "wq.weight", 1, 1},
-    {"self_attn.k_proj.weight", "wk.weight", 1, 2},
-    {"self_attn.v_proj.weight", "wv.weight", 1, 0},
-    {"self_attn.o_proj.weight", "attention.wo.weight", 0, 0},
-    {"mlp.gate_proj.weight", "feed_forward.w1.weight", 0, 0},
-    {"mlp.up_proj.weight", "feed_forward.w3.weight", 0, 0},
-    {"mlp.down_proj.weight", "feed_forward.w2.weight", 0, 0},
-    {"input_layernorm.weight", "attention_norm.weight", 0, 0},
-    {"post_attention_layernorm.weight", "ffn_norm.weight", 0, 0},
-};
-
-int rs_dcp_names_parse(const char *s) {
-    if (!strcmp(s, "hf")) return RS_DCP_NAMES_HF;
-    if (!strcmp(s, "torchtitan")) return RS_DCP_NAMES_TORCHTITAN;
-    return -1;
-}
-
-/* The torchtitan name of HF parameter hf into m (without the optimizer part); -1 if it has none. */
-static int titan_name(const dsrc *s, const char *hf, dmap *m) {
-    char rest[128];
-    const char *tt = NULL;
-    if (!strcmp(hf, "model.embed_tokens.weight")) tt = "tok_embeddings.weight";
-    else if (!strcmp(hf, "model.norm.weight")) tt = "norm.weight";
-    else if (!strcmp(hf, "lm_head.weight")) tt = s->out;
-    if (tt) return snprintf(m->name, sizeof m->name, "%s%s", s->prefix, tt), 0;
-    int layer, at = 0;
-    if (sscanf(hf, "model.layers.%d.%n", &layer, &at) != 1 || at == 0) return -1;
-    snprintf(rest, sizeof rest, "%s", hf + at);
-    for (size_t i = 0; i < sizeof tt_layer / sizeof *tt_layer; i++) {
-        if (strcmp(rest, tt_layer[i].hf)) continue;
-        snprintf(m->name, sizeof m->name, "%slayers.%d.%s%s", s->prefix, layer, tt_layer[i].qkv ? s->qkv : "",
-                 tt_layer[i].tt);
-        m->perm_heads = tt_layer[i].perm == 1 ? s->cfg.num_attention_heads
-                        : tt_layer[i].perm == 2 ? s->cfg.num_key_value_heads : 0;
-        return 0;
-    }
-    return -1;
-}
-
 /* The DCP place of engine tensor name ("model/...", "optim/exp_avg/...", "optim/exp_avg_sq/..."); -1
- * if the name is none of the model's. */
-static int map_name(const dsrc *s, const char *name, dmap *m) {
-    memset(m, 0, sizeof *m);
-    const char *base, *moment = NULL;
-    if (!strncmp(name, "model/", 6)) base = name + 6;
-    else if (!strncmp(name, "optim/exp_avg/", 14)) base = name + 14, moment = "exp_avg";
-    else if (!strncmp(name, "optim/exp_avg_sq/", 17)) base = name + 17, moment = "exp_avg_sq";
-    else return -1;
-    if (s->info.names == RS_DCP_NAMES_TORCHTITAN) {
-        if (titan_name(s, base, m)) return -1;
-    } else {
-        llama_hf_place pl;
-        if (llama_hf_place_of(&s->cfg, base, &pl)) return -1;
-        snprintf(m->name, sizeof m->name, "%s", pl.name);
-        m->row0 = pl.row0;
-    }
-    if (moment) {
-        char fqn[sizeof m->name];
-        snprintf(fqn, sizeof fqn, "%s", m->name);
-        if (s->info.names == RS_DCP_NAMES_TORCHTITAN && s->prefix[0]) memmove(fqn, fqn + strlen(s->prefix), strlen(fqn) - strlen(s->prefix) + 1);
-        if (snprintf(m->name, sizeof m->name, "optimizer.state.%s.%s", fqn, moment) >= (int)sizeof m->name) return -1;
-    }
-    return 0;
+ * if the name is none of the model's (m->fqn then empty). */
+static int map_name(const dsrc *s, const char *name, rs_dcp_place *m) {
+    mp_err e;
+    return rs_dcp_name(&s->cfg, &s->sp, name, m, &e) ? (m->fqn[0] = '\0', -1) : 0;
 }
 
 /* ------------------------------------------------------------------------------- reading */
@@ -199,19 +129,13 @@ static mp_code read_box(dsrc *s, const dcp_tensor *t, const int64_t off[2], cons
     return MP_OK;
 }
 
-/* The torchtitan row of HF row r of a tensor whose heads (hd rows each) are interleaved. */
-static int64_t titan_row(int64_t r, int64_t hd) {
-    int64_t h = r / hd, rem = r % hd, half = hd / 2;
-    return h * hd + 2 * (rem % half) + rem / half;
-}
-
 /* The DCP tensor and place of engine name, or MP_EINPUT naming what is missing. */
-static mp_code lookup(dsrc *s, const char *name, int ndim, dmap *m, dcp_tensor **t, mp_err *e) {
-    int i = map_name(s, name, m) ? -1 : dcp_find(s->d, m->name);
+static mp_code lookup(dsrc *s, const char *name, int ndim, rs_dcp_place *m, dcp_tensor **t, mp_err *e) {
+    int i = map_name(s, name, m) ? -1 : dcp_find(s->d, m->fqn);
     if (i < 0) return mp_err_set(e, MP_EINPUT, "DCP directory %s has no tensor for %s", s->d->path, name);
     *t = &s->d->t[i];
     if ((*t)->ndim != ndim)
-        return mp_err_set(e, MP_EINPUT, "%s: tensor %s has %d dimensions, the model's has %d", s->d->path, m->name,
+        return mp_err_set(e, MP_EINPUT, "%s: tensor %s has %d dimensions, the model's has %d", s->d->path, m->fqn,
                           (*t)->ndim, ndim);
     return MP_OK;
 }
@@ -219,14 +143,14 @@ static mp_code lookup(dsrc *s, const char *name, int ndim, dmap *m, dcp_tensor *
 static mp_code ds_read(rs_source *src, const char *name, int ndim, const int64_t *off, const int64_t *shape,
                        float *buf, mp_err *e) {
     dsrc *s = src->impl;
-    dmap m;
+    rs_dcp_place m;
     dcp_tensor *t;
     MP_TRY(lookup(s, name, ndim, &m, &t, e));
     int64_t o[2] = {off[0] + m.row0, ndim == 2 ? off[1] : 0}, n[2] = {shape[0], ndim == 2 ? shape[1] : 1};
-    if (!m.perm_heads) return read_box(s, t, o, n, buf, e);
+    if (!m.permute) return read_box(s, t, o, n, buf, e);
     int64_t hd = llama_head_dim(&s->cfg);
     for (int64_t r = 0; r < n[0]; r++) {
-        int64_t ro[2] = {titan_row(o[0] + r, hd), o[1]}, rn[2] = {1, n[1]};
+        int64_t ro[2] = {rs_dcp_titan_row(o[0] + r, hd), o[1]}, rn[2] = {1, n[1]};
         MP_TRY(read_box(s, t, ro, rn, buf + r * n[1], e));
     }
     return MP_OK;
@@ -248,15 +172,15 @@ static int64_t box_bytes(dsrc *s, const dcp_tensor *t, const int64_t off[2], con
 static mp_code ds_plan(rs_source *src, const char *name, int ndim, const int64_t *off, const int64_t *shape,
                        void (*cb)(void *, const char *, int64_t), void *ctx, int64_t *bytes, mp_err *e) {
     dsrc *s = src->impl;
-    dmap m;
+    rs_dcp_place m;
     dcp_tensor *t;
     *bytes = 0;
     MP_TRY(lookup(s, name, ndim, &m, &t, e));
     int64_t o[2] = {off[0] + m.row0, ndim == 2 ? off[1] : 0}, n[2] = {shape[0], ndim == 2 ? shape[1] : 1};
-    if (!m.perm_heads) { *bytes = box_bytes(s, t, o, n, cb, ctx); return MP_OK; }
+    if (!m.permute) { *bytes = box_bytes(s, t, o, n, cb, ctx); return MP_OK; }
     int64_t hd = llama_head_dim(&s->cfg);
     for (int64_t r = 0; r < n[0]; r++) {
-        int64_t ro[2] = {titan_row(o[0] + r, hd), o[1]}, rn[2] = {1, n[1]};
+        int64_t ro[2] = {rs_dcp_titan_row(o[0] + r, hd), o[1]}, rn[2] = {1, n[1]};
         *bytes += box_bytes(s, t, ro, rn, cb, ctx);
     }
     return MP_OK;
@@ -265,15 +189,15 @@ static mp_code ds_plan(rs_source *src, const char *name, int ndim, const int64_t
 /* rs_source prefetch: the disk reads of the next band are asked for (whole heads of a permuted tensor). */
 static void ds_prefetch(rs_source *src, const char *name, const int64_t *off, const int64_t *shape) {
     dsrc *s = src->impl;
-    dmap m;
+    rs_dcp_place m;
     dcp_tensor *t;
     mp_err e;
-    int ti = map_name(s, name, &m) ? -1 : dcp_find(s->d, m.name);
+    int ti = map_name(s, name, &m) ? -1 : dcp_find(s->d, m.fqn);
     if (ti < 0) return;
     t = &s->d->t[ti];
     int ndim = t->ndim;
     int64_t o[2] = {off[0] + m.row0, ndim == 2 ? off[1] : 0}, n[2] = {shape[0], ndim == 2 ? shape[1] : 1};
-    if (m.perm_heads) {
+    if (m.permute) {
         int64_t hd = llama_head_dim(&s->cfg), end = (o[0] + n[0] + hd - 1) / hd * hd;
         o[0] = o[0] / hd * hd;
         n[0] = end - o[0];
@@ -333,14 +257,16 @@ static mp_code detect_names(dsrc *s, rs_dcp_names forced, mp_err *e) {
         n = hf ? RS_DCP_NAMES_HF : RS_DCP_NAMES_TORCHTITAN;
     }
     s->info.names = n;
+    s->sp = rs_dcp_spelling_of(n);
     if (n == RS_DCP_NAMES_HF) { s->info.spelling = "hf"; return MP_OK; }
-    snprintf(s->prefix, sizeof s->prefix, "%s", ttm && !tt ? "model." : "");
+    rs_dcp_spelling *sp = &s->sp;
+    snprintf(sp->prefix, sizeof sp->prefix, "%s", ttm && !tt ? "model." : "");
     char q[128];
-    snprintf(q, sizeof q, "%slayers.0.attention.qkv_linear.wq.weight", s->prefix);
+    snprintf(q, sizeof q, "%slayers.0.attention.qkv_linear.wq.weight", sp->prefix);
     int fused = dcp_find(d, q) >= 0;
-    snprintf(s->qkv, sizeof s->qkv, "%s", fused ? "attention.qkv_linear." : "attention.");
-    snprintf(q, sizeof q, "%slm_head.weight", s->prefix);
-    snprintf(s->out, sizeof s->out, "%s", dcp_find(d, q) >= 0 ? "lm_head.weight" : "output.weight");
+    snprintf(sp->qkv, sizeof sp->qkv, "%s", fused ? "attention.qkv_linear." : "attention.");
+    snprintf(q, sizeof q, "%slm_head.weight", sp->prefix);
+    snprintf(sp->out, sizeof sp->out, "%s", dcp_find(d, q) >= 0 ? "lm_head.weight" : "output.weight");
     s->info.spelling = fused ? "torchtitan (attention.qkv_linear.wq)" : "torchtitan (attention.wq)";
     if (s->cfg.family != LLAMA_FAMILY_LLAMA || s->cfg.qkv_bias || s->cfg.qk_norm)
         return mp_err_set(e, MP_EINPUT, "%s: torchtitan names are read for Llama models; config.json's model_type "
@@ -383,25 +309,23 @@ static mp_code read_step(dsrc *s, const llama_tensor_spec *sp, int ns, char *use
     int have = 0;
     for (int i = 0; i < ns; i++) {
         char name[160];
-        dmap m;
-        snprintf(name, sizeof name, "optim/exp_avg/%s", sp[i].name);
-        if (map_name(s, name, &m)) continue;
-        size_t k = strlen(m.name) - strlen("exp_avg");
-        snprintf(m.name + k, sizeof m.name - k, "step");
-        int ti = dcp_find(s->d, m.name);
+        rs_dcp_place m;
+        snprintf(name, sizeof name, "model/%s", sp[i].name);
+        if (map_name(s, name, &m) || rs_dcp_optim_name(m.fqn, sizeof m.fqn, m.param, "step")) continue;
+        int ti = dcp_find(s->d, m.fqn);
         if (ti < 0) continue;
         dcp_tensor *t = &s->d->t[ti];
         used[ti] = 1;
         union { float f; int64_t i; int32_t i32; double dd; } v = {0};
         if (t->ndim != 0 || t->nchunks != 1 || (t->dtype != ST_F32 && t->dtype != ST_I64 && t->dtype != ST_I32))
-            return mp_err_set(e, MP_EINPUT, "%s: %s is not a 0-d float32/int64 tensor", s->d->path, m.name);
+            return mp_err_set(e, MP_EINPUT, "%s: %s is not a 0-d float32/int64 tensor", s->d->path, m.fqn);
         MP_TRY(dcp_read_chunk(s->d, t, &t->chunks[0], &v, e));
         double x = t->dtype == ST_F32 ? v.f : t->dtype == ST_I32 ? v.i32 : (double)v.i;
         if (!(x >= 0 && x < 1e15 && x == (double)(int64_t)x))
-            return mp_err_set(e, MP_EINPUT, "%s: %s is %g, not a step count", s->d->path, m.name, x);
+            return mp_err_set(e, MP_EINPUT, "%s: %s is %g, not a step count", s->d->path, m.fqn, x);
         if (have && (int64_t)x != s->info.step)
             return mp_err_set(e, MP_EINPUT, "%s: %s is %lld, other parameters' step is %lld: one AdamW step is "
-                              "read for all", s->d->path, m.name, (long long)x, (long long)s->info.step);
+                              "read for all", s->d->path, m.fqn, (long long)x, (long long)s->info.step);
         s->info.step = (int64_t)x;
         have = 1;
     }
@@ -415,7 +339,7 @@ static mp_code read_step(dsrc *s, const llama_tensor_spec *sp, int ns, char *use
 /* DCP tensors a model-only or moments import may leave unread: other training state, the buffers
  * transformers ignores, a tied head. */
 static int ignorable(const dsrc *s, const char *name) {
-    static const char *const pre[] = {"optimizer.", "lr_scheduler.", "dataloader.", "train_state."};
+    static const char *const pre[] = {"optimizer.", "lr_scheduler.", "dataloader.", "train_state."};   /* torchtitan's */
     for (size_t i = 0; i < sizeof pre / sizeof *pre; i++)
         if (!strncmp(name, pre[i], strlen(pre[i]))) return 1;
     const char *suffix = ".rotary_emb.inv_freq";
@@ -423,7 +347,7 @@ static int ignorable(const dsrc *s, const char *name) {
     if (n > k && !strcmp(name + n - k, suffix)) return 1;
     if (!s->cfg.tie_word_embeddings) return 0;
     if (s->info.names == RS_DCP_NAMES_HF) return !strcmp(name, "lm_head.weight");
-    return !strncmp(name, s->prefix, strlen(s->prefix)) && !strcmp(name + strlen(s->prefix), s->out);
+    return !strncmp(name, s->sp.prefix, strlen(s->sp.prefix)) && !strcmp(name + strlen(s->sp.prefix), s->sp.out);
 }
 
 /* Every tensor of the model (and, with moments, both moments) present and well formed; nothing else. */
@@ -434,7 +358,8 @@ static mp_code check_all(dsrc *s, mp_err *e) {
     char *used = mp_xcalloc((size_t)s->d->nt + 1);
     for (int i = 0; i < s->d->nt && !s->info.moments; i++) {
         const char *n = s->d->t[i].name, *x = ".exp_avg";
-        s->info.moments = !strncmp(n, "optimizer.state.", 16) && strlen(n) > 8 && !strcmp(n + strlen(n) - 8, x);
+        size_t k = strlen(RS_DCP_OPTIM_STATE);
+        s->info.moments = !strncmp(n, RS_DCP_OPTIM_STATE, k) && strlen(n) > 8 && !strcmp(n + strlen(n) - 8, x);
     }
     static const char *const kinds[3] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
     mp_code rc = MP_OK;
@@ -443,12 +368,12 @@ static mp_code check_all(dsrc *s, mp_err *e) {
         llama_hf_place_of(&s->cfg, sp[i].name, &pl);
         for (int k = 0; k < (s->info.moments ? 3 : 1) && !rc; k++) {
             char name[160];
-            dmap m;
+            rs_dcp_place m;
             snprintf(name, sizeof name, "%s/%s", kinds[k], sp[i].name);
-            int ti = map_name(s, name, &m) ? -1 : dcp_find(s->d, m.name);
+            int ti = map_name(s, name, &m) ? -1 : dcp_find(s->d, m.fqn);
             if (ti < 0) {
                 rc = mp_err_set(e, MP_EINPUT, "%s: tensor %s (the model's %s, names: %s) is missing", s->d->path,
-                                m.name, name, s->info.spelling);
+                                m.fqn, name, s->info.spelling);
                 break;
             }
             used[ti] = 1;

@@ -3,14 +3,13 @@
  * directory (reshard/dcp.h): `meshpoint import DCP_DIR` and `export DCP_DIR` (docs/DCP.md, "In").
  *
  * Engine tensor "model/<hf name>" (meshpoint stores the HF names) is found in the DCP under one of two
- * name sets, detected from the keys or forced:
+ * name sets (reshard/dcp_names.h, which the DCP sink shares), detected from the keys or forced:
  *   - hf: the HF name itself (a DCP of an HF-named state dict; a family's fused tensors through
  *     layers/family_hf.h, as hf_source.c);
- *   - torchtitan: torchtitan's Llama 3 names (tok_embeddings.weight, layers.N.attention.wq.weight or,
- *     since torchtitan's QKVLinear, layers.N.attention.qkv_linear.wq.weight, ..., norm.weight,
- *     output.weight or lm_head.weight), optionally under a "model." prefix; wq and wk rows are in
- *     torchtitan's interleaved RoPE layout and are permuted to HF's half layout as torchtitan's own
- *     Llama3StateDictAdapter.to_hf does (HF row h*hd + j*hd/2 + i is torchtitan row h*hd + 2*i + j).
+ *   - torchtitan: torchtitan's Llama 3 names in any of its spellings (attention.wq or, since its
+ *     QKVLinear, attention.qkv_linear.wq; output.weight or lm_head.weight; optionally under "model."),
+ *     wq and wk rows permuted from torchtitan's interleaved RoPE layout to HF's as torchtitan's own
+ *     Llama3StateDictAdapter.to_hf does (rs_dcp_titan_row).
  * "optim/exp_avg/<hf name>" and "optim/exp_avg_sq/<hf name>" are torchtitan's flattened AdamW state
  * "optimizer.state.<fqn>.exp_avg" / ".exp_avg_sq" of the parameter's DCP name (same permutation).
  *
@@ -24,9 +23,8 @@
 #include <stdint.h>
 #include "core/error.h"
 #include "layers/llama_config.h"
+#include "reshard/dcp_names.h"
 #include "reshard/reshard.h"
-
-typedef enum { RS_DCP_NAMES_AUTO, RS_DCP_NAMES_HF, RS_DCP_NAMES_TORCHTITAN } rs_dcp_names;
 
 /* What rs_source_dcp found in the directory. */
 typedef struct rs_dcp_info {
@@ -47,8 +45,5 @@ typedef struct rs_dcp_info {
  * and tensor. *info (may be NULL) gets what was found. */
 mp_code rs_source_dcp(rs_source **out, const char *dir, const llama_config *cfg, rs_dcp_names names,
                       rs_dcp_info *info, mp_err *e);
-
-/* "hf" / "torchtitan" -> the enum; -1 for another string. */
-int rs_dcp_names_parse(const char *s);
 
 #endif

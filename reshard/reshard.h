@@ -28,6 +28,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "layers/llama_config.h"
+#include "reshard/dcp_names.h"
 
 /* ------------------------------------------------------------------------------------ source */
 
@@ -108,30 +109,13 @@ mp_code rs_out_dir_check(const char *dir, int replace, mp_err *e);
  * failure leaves dir as it was. */
 mp_code rs_publish_dir(const char *partial, const char *dir, const char *what, mp_err *e);
 
-/* DCP names (reshard/dcp_sink.c, docs/DCP.md): the HF names of the model's family, or torchtitan's
- * Llama 3 state-dict names. */
-enum { RS_DCP_HF = 0, RS_DCP_TORCHTITAN = 1 };
-typedef struct rs_dcp_place {
-    char fqn[224];      /* the DCP item ("layers.0.attention.wq.weight", "optimizer.state.<param>.exp_avg") */
-    char param[160];    /* the parameter's name in that scheme */
-    int optim;          /* an Adam moment */
-    int64_t row0, rows; /* rows: the fused DCP tensor's rows and row0 the tensor's first (HF, Phi-3); 0: whole */
-    int permute;        /* torchtitan's wq / wk: rows permuted within each head of head_dim rows */
-    int head_dim;
-} rs_dcp_place;
-/* MP_EINPUT when names cannot express the model of cfg (torchtitan: llama family only, head_dim =
- * hidden_size / num_attention_heads). */
-mp_code rs_dcp_check_names(const llama_config *cfg, int names, mp_err *e);
-/* The DCP place of meshpoint tensor name (model/..., optim/exp_avg/..., optim/exp_avg_sq/...): MP_EINPUT
- * naming a tensor torchtitan's model has no name for (a bias). */
-mp_code rs_dcp_name(const llama_config *cfg, int names, const char *name, rs_dcp_place *p, mp_err *e);
 /* A sink writing a DCP directory at dir that torch.distributed.checkpoint.load reads: each box one chunk of
- * the tensor rs_dcp_name gives, in __R_0.distcp of its target rank R (a torch.save record each), dtype
+ * the tensor rs_dcp_name (reshard/dcp_names.h) gives under names' spelling (HF or torchtitan), in __R_0.distcp of its target rank R (a torch.save record each), dtype
  * "F32" or "BF16", pulled in row bands of at most band_bytes of fp32; .metadata last; AdamW's per-parameter
  * step and train_state.step from step (-1: none). Written into dir.partial and published with
  * rs_publish_dir (replace: an existing dir is swapped out only then). Single process. */
-mp_code rs_sink_dcp(rs_sink **out, const char *dir, const llama_config *cfg, int names, const char *dtype, int64_t step,
-                    size_t band_bytes, int replace, mp_err *e);
+mp_code rs_sink_dcp(rs_sink **out, const char *dir, const llama_config *cfg, rs_dcp_names names, const char *dtype,
+                    int64_t step, size_t band_bytes, int replace, mp_err *e);
 
 /* ------------------------------------------------------------------------------ target layout */
 

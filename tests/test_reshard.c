@@ -230,3 +230,61 @@ Test(reshard, hf_sink_refuses_carried_files_it_would_overwrite) {
     free(out);
     free(tmp);
 }
+
+/* reshard/dcp_names.c: the q/k permutation's two directions are inverses and match the formula
+ * HF row h*hd + j*hd/2 + i == torchtitan row h*hd + 2*i + j (dcp_names.h). */
+Test(dcp_names, permutation) {
+    static const int64_t hds[] = {2, 8, 64};
+    for (size_t k = 0; k < sizeof hds / sizeof *hds; k++) {
+        int64_t hd = hds[k];
+        for (int64_t h = 0; h < 3; h++)
+            for (int64_t j = 0; j < 2; j++)
+                for (int64_t i = 0; i < hd / 2; i++) {
+                    int64_t hf = h * hd + j * hd / 2 + i, tt = h * hd + 2 * i + j;
+                    cr_assert_eq(rs_dcp_titan_row(hf, hd), tt, "hd %lld: HF row %lld", (long long)hd, (long long)hf);
+                    cr_assert_eq(rs_dcp_hf_row(tt, hd), hf, "hd %lld: torchtitan row %lld", (long long)hd, (long long)tt);
+                }
+    }
+}
+
+/* The DCP name of n under sp is fqn (and permute as given). */
+static void expect_name(const llama_config *c, const rs_dcp_spelling *sp, const char *n, const char *fqn, int permute) {
+    rs_dcp_place p;
+    mp_err e;
+    cr_assert_eq(rs_dcp_name(c, sp, n, &p, &e), MP_OK, "%s: %s", n, e.msg);
+    cr_assert_str_eq(p.fqn, fqn, "%s", n);
+    cr_assert_eq(p.permute, permute, "%s", n);
+    cr_assert_eq(p.head_dim, permute ? 64 : 0, "%s", n);
+    cr_assert_eq(p.optim, !strncmp(n, "optim/", 6), "%s", n);
+}
+
+/* The name sets in the sink's spelling and in the others the source reads ("model." prefix, qkv_linear,
+ * lm_head), the optimizer names (never prefixed), and a tensor torchtitan has no name for. */
+Test(dcp_names, spellings) {
+    llama_config c;
+    cfg_aligned(&c);
+    rs_dcp_spelling hf = rs_dcp_spelling_of(RS_DCP_NAMES_HF), tt = rs_dcp_spelling_of(RS_DCP_NAMES_TORCHTITAN);
+    expect_name(&c, &hf, "model/model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.weight", 0);
+    expect_name(&c, &hf, "optim/exp_avg/lm_head.weight", "optimizer.state.lm_head.weight.exp_avg", 0);
+    expect_name(&c, &tt, "model/model.layers.3.self_attn.k_proj.weight", "layers.3.attention.wk.weight", 1);
+    expect_name(&c, &tt, "model/model.layers.0.mlp.gate_proj.weight", "layers.0.feed_forward.w1.weight", 0);
+    expect_name(&c, &tt, "optim/exp_avg_sq/lm_head.weight", "optimizer.state.output.weight.exp_avg_sq", 0);
+    expect_name(&c, &tt, "model/model.embed_tokens.weight", "tok_embeddings.weight", 0);
+    rs_dcp_spelling cur = tt;
+    snprintf(cur.prefix, sizeof cur.prefix, "model.");
+    snprintf(cur.qkv, sizeof cur.qkv, "attention.qkv_linear.");
+    snprintf(cur.out, sizeof cur.out, "lm_head.weight");
+    expect_name(&c, &cur, "model/model.layers.1.self_attn.q_proj.weight", "model.layers.1.attention.qkv_linear.wq.weight", 1);
+    expect_name(&c, &cur, "model/model.layers.1.self_attn.v_proj.weight", "model.layers.1.attention.qkv_linear.wv.weight", 0);
+    expect_name(&c, &cur, "model/model.layers.1.self_attn.o_proj.weight", "model.layers.1.attention.wo.weight", 0);
+    expect_name(&c, &cur, "model/lm_head.weight", "model.lm_head.weight", 0);
+    expect_name(&c, &cur, "optim/exp_avg/model.layers.1.self_attn.q_proj.weight",
+                "optimizer.state.layers.1.attention.qkv_linear.wq.weight.exp_avg", 1);
+    rs_dcp_place p;
+    mp_err e;
+    cr_assert_eq(rs_dcp_name(&c, &tt, "model/model.layers.0.self_attn.q_proj.bias", &p, &e), MP_EINPUT);
+    cr_assert_eq(rs_dcp_name(&c, &tt, "other/x", &p, &e), MP_EINTERNAL);
+    cr_assert_eq(rs_dcp_names_parse("torchtitan"), RS_DCP_NAMES_TORCHTITAN);
+    cr_assert_eq(rs_dcp_names_parse("hf"), RS_DCP_NAMES_HF);
+    cr_assert_eq(rs_dcp_names_parse("titan"), -1);
+}
