@@ -22,7 +22,8 @@
  * export on a mesh (--tp/--dp) that cuts it smaller.
  *
  * Names (rs_dcp_name): HF names (meshpoint's own, the family's fused HF tensors as row ranges of one
- * DCP tensor, so a Phi-3 qkv_proj is three chunks) or torchtitan's Llama 3 names, whose wq / wk rows
+ * DCP tensor, so a Phi-3 qkv_proj is three chunks) or torchtitan's Llama 3 names (those of torchtitan 0.3.0's
+ * model.state_dict(): attention.qkv_linear.wq, lm_head.weight), whose wq / wk rows
  * are permuted within each head (torchtitan's Llama3StateDictAdapter.from_hf: `_reverse_permute`, the
  * interleaved RoPE pairs of the original Llama code). The Adam moments go under torchtitan's flattened
  * optimizer names (`optimizer.state.<fqn>.exp_avg`, `.exp_avg_sq`), with AdamW's `step` (a 0-d float32
@@ -42,11 +43,15 @@
 
 /* ------------------------------------------------------------------------------------- names */
 
-/* torchtitan's Llama 3 name of an HF layer suffix (after "model.layers.N."), NULL when it has none. */
+/* torchtitan's Llama 3 name of an HF layer suffix (after "model.layers.N."), NULL when it has none: the names
+ * of torchtitan 0.3.0's model.state_dict() (its fused wqkv's state-dict hooks save wq / wk / wv under
+ * qkv_linear.), which its load hooks merge back; the earlier spelling (attention.wq, output.weight) is read by
+ * import only. */
 static const char *titan_layer_name(const char *suffix, int *permute) {
     static const char *const map[][2] = {
-        {"self_attn.q_proj.weight", "attention.wq.weight"}, {"self_attn.k_proj.weight", "attention.wk.weight"},
-        {"self_attn.v_proj.weight", "attention.wv.weight"}, {"self_attn.o_proj.weight", "attention.wo.weight"},
+        {"self_attn.q_proj.weight", "attention.qkv_linear.wq.weight"},
+        {"self_attn.k_proj.weight", "attention.qkv_linear.wk.weight"},
+        {"self_attn.v_proj.weight", "attention.qkv_linear.wv.weight"}, {"self_attn.o_proj.weight", "attention.wo.weight"},
         {"mlp.gate_proj.weight", "feed_forward.w1.weight"}, {"mlp.down_proj.weight", "feed_forward.w2.weight"},
         {"mlp.up_proj.weight", "feed_forward.w3.weight"},   {"input_layernorm.weight", "attention_norm.weight"},
         {"post_attention_layernorm.weight", "ffn_norm.weight"}};
@@ -87,7 +92,7 @@ mp_code rs_dcp_name(const llama_config *cfg, int names, const char *name, rs_dcp
     } else {
         static const char *const top[][2] = {
             {"model.embed_tokens.weight", "tok_embeddings.weight"}, {"model.norm.weight", "norm.weight"},
-            {"lm_head.weight", "output.weight"}};
+            {"lm_head.weight", "lm_head.weight"}};
         const char *t = NULL;
         for (int i = 0; i < 3 && !t; i++)
             if (!strcmp(name, top[i][0])) t = top[i][1];
@@ -303,7 +308,7 @@ static dk_item *new_item(dk_sink *h) {
 }
 
 /* rs_sink add: one chunk of the tensor name maps to (and, for torchtitan names of a model with tied
- * embeddings, the same chunk again as output.weight, which torchtitan's state dict also holds). */
+ * embeddings, the same chunk again as lm_head.weight, which torchtitan's state dict also holds). */
 static mp_code dk_add(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
                       const int64_t *shape, ckpt_fill_fn fill, void *ctx, mp_err *e) {
     dk_sink *h = s->impl;
@@ -318,9 +323,9 @@ static mp_code dk_add(rs_sink *s, int file_rank, const char *name, int ndim, con
         dk_item *t = new_item(h);
         t->pl = pl;
         if (c) {
-            snprintf(t->pl.param, sizeof t->pl.param, "output.weight");
-            if (pl.optim) snprintf(t->pl.fqn, sizeof t->pl.fqn, "optimizer.state.output.weight.%s", strrchr(pl.fqn, '.') + 1);
-            else snprintf(t->pl.fqn, sizeof t->pl.fqn, "output.weight");
+            snprintf(t->pl.param, sizeof t->pl.param, "lm_head.weight");
+            if (pl.optim) snprintf(t->pl.fqn, sizeof t->pl.fqn, "optimizer.state.lm_head.weight.%s", strrchr(pl.fqn, '.') + 1);
+            else snprintf(t->pl.fqn, sizeof t->pl.fqn, "lm_head.weight");
         }
         t->file_rank = file_rank;
         t->ndim = ndim;
