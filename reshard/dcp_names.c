@@ -31,7 +31,7 @@ int rs_dcp_names_parse(const char *s) {
 }
 
 rs_dcp_spelling rs_dcp_spelling_of(rs_dcp_names names) {
-    rs_dcp_spelling sp = {.names = names, .prefix = "", .qkv = "attention.", .out = "output.weight"};
+    rs_dcp_spelling sp = {.names = names, .prefix = "", .qkv = "attention.qkv_linear.", .out = "lm_head.weight"};
     return sp;
 }
 

@@ -19,8 +19,9 @@
  *       earlier (torchtitan 0.2.x): layers.N.attention.wq.weight, output.weight;
  *       either, every model tensor under a "model." prefix (the model's state dict nested under a
  *         "model" key and flattened); the optimizer names below never carry it.
- *     The sink writes the earlier spelling without the prefix (rs_dcp_spelling_of), which torchtitan's
- *     llama3 model loads.
+ *     The sink writes the current spelling without the prefix (rs_dcp_spelling_of): torchtitan 0.3.0's
+ *     model.state_dict() keys, which its llama3 model loads (the earlier spelling does not: its load
+ *     hooks merge qkv_linear.wq/wk/wv back into the fused wqkv; tests/python/dcp_titan.py).
  *
  * The q/k row permutation (torchtitan only). HF's checkpoints keep each attention head's rows of wq and wk
  * in the "half" RoPE layout (rotate_half pairs row i with row i + hd/2); torchtitan, like the original
@@ -72,8 +73,8 @@ typedef struct rs_dcp_place {
 /* "hf" / "torchtitan" -> the enum; -1 for another string. */
 int rs_dcp_names_parse(const char *s);
 
-/* The spelling the sink writes for names: for torchtitan the earlier one (no prefix, "attention.",
- * "output.weight"). */
+/* The spelling the sink writes for names: for torchtitan the current one, torchtitan 0.3.0's (no prefix,
+ * "attention.qkv_linear.", "lm_head.weight"). */
 rs_dcp_spelling rs_dcp_spelling_of(rs_dcp_names names);
 
 /* MP_EINPUT when names cannot express the model of cfg for writing (torchtitan: llama family only,

@@ -235,7 +235,7 @@ static dk_item *new_item(dk_sink *h) {
 }
 
 /* rs_sink add: one chunk of the tensor name maps to (and, for torchtitan names of a model with tied
- * embeddings, the same chunk again as output.weight, which torchtitan's state dict also holds). */
+ * embeddings, the same chunk again as lm_head.weight, which torchtitan's state dict also holds). */
 static mp_code dk_add(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
                       const int64_t *shape, ckpt_fill_fn fill, void *ctx, mp_err *e) {
     dk_sink *h = s->impl;

@@ -13,3 +13,11 @@ set_tests_properties(dcp_read PROPERTIES TIMEOUT 900 LABELS dcp RESOURCE_LOCK be
 add_test(NAME dcp_import COMMAND ${CMAKE_SOURCE_DIR}/tests/dcp.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR} import)
 set_tests_properties(dcp_import PROPERTIES TIMEOUT 900 LABELS dcp RESOURCE_LOCK bench_venv
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
+
+# dcp_titan: torchtitan's own Llama3Model (PyPI torchtitan 0.3.0, scripts/titan_venv.sh) saved with DCP by 1 process
+# and 2 gloo processes (FSDP2) imports with --config to 1x1 and tp2 x dp2, meshpoint's logits = torchtitan's (1e-5,
+# RoPE llama3 scaling included); `export --format dcp --names torchtitan` loads into a fresh torchtitan model with
+# exactly its keys, bitwise, same logits (tests/python/dcp_titan.py).
+add_test(NAME dcp_titan COMMAND ${CMAKE_SOURCE_DIR}/tests/dcp.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR} titan)
+set_tests_properties(dcp_titan PROPERTIES TIMEOUT 900 LABELS dcp RESOURCE_LOCK bench_venv
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")

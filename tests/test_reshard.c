@@ -266,14 +266,18 @@ Test(dcp_names, spellings) {
     rs_dcp_spelling hf = rs_dcp_spelling_of(RS_DCP_NAMES_HF), tt = rs_dcp_spelling_of(RS_DCP_NAMES_TORCHTITAN);
     expect_name(&c, &hf, "model/model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.weight", 0);
     expect_name(&c, &hf, "optim/exp_avg/lm_head.weight", "optimizer.state.lm_head.weight.exp_avg", 0);
-    expect_name(&c, &tt, "model/model.layers.3.self_attn.k_proj.weight", "layers.3.attention.wk.weight", 1);
+    /* the sink writes torchtitan 0.3.0's spelling (qkv_linear, lm_head), without the prefix */
+    expect_name(&c, &tt, "model/model.layers.3.self_attn.k_proj.weight", "layers.3.attention.qkv_linear.wk.weight", 1);
     expect_name(&c, &tt, "model/model.layers.0.mlp.gate_proj.weight", "layers.0.feed_forward.w1.weight", 0);
-    expect_name(&c, &tt, "optim/exp_avg_sq/lm_head.weight", "optimizer.state.output.weight.exp_avg_sq", 0);
+    expect_name(&c, &tt, "optim/exp_avg_sq/lm_head.weight", "optimizer.state.lm_head.weight.exp_avg_sq", 0);
     expect_name(&c, &tt, "model/model.embed_tokens.weight", "tok_embeddings.weight", 0);
+    rs_dcp_spelling old = tt;   /* the earlier spelling (0.2.x), which the source reads */
+    snprintf(old.qkv, sizeof old.qkv, "attention.");
+    snprintf(old.out, sizeof old.out, "output.weight");
+    expect_name(&c, &old, "model/model.layers.3.self_attn.k_proj.weight", "layers.3.attention.wk.weight", 1);
+    expect_name(&c, &old, "optim/exp_avg_sq/lm_head.weight", "optimizer.state.output.weight.exp_avg_sq", 0);
     rs_dcp_spelling cur = tt;
     snprintf(cur.prefix, sizeof cur.prefix, "model.");
-    snprintf(cur.qkv, sizeof cur.qkv, "attention.qkv_linear.");
-    snprintf(cur.out, sizeof cur.out, "lm_head.weight");
     expect_name(&c, &cur, "model/model.layers.1.self_attn.q_proj.weight", "model.layers.1.attention.qkv_linear.wq.weight", 1);
     expect_name(&c, &cur, "model/model.layers.1.self_attn.v_proj.weight", "model.layers.1.attention.qkv_linear.wv.weight", 0);
     expect_name(&c, &cur, "model/model.layers.1.self_attn.o_proj.weight", "model.layers.1.attention.wo.weight", 0);

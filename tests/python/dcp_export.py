@@ -96,13 +96,13 @@ def same(a, b):
 
 
 def titan_from_hf(hf, cfg):
-    """torchtitan's Llama3StateDictAdapter.from_hf, written from its source's logic: names, and wq / wk
+    """torchtitan's (0.3.0) Llama3StateDictAdapter.from_hf, written from its source's logic: names, and wq / wk
     rows by _reverse_permute (w.view(heads, 2, hd // 2, dim).transpose(1, 2).reshape)."""
     heads, kv, dim = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"]
     hd = dim // heads
     top = {"model.embed_tokens.weight": "tok_embeddings.weight", "model.norm.weight": "norm.weight",
-           "lm_head.weight": "output.weight"}
-    layer = {"self_attn.v_proj.weight": "attention.wv.weight", "self_attn.o_proj.weight": "attention.wo.weight",
+           "lm_head.weight": "lm_head.weight"}
+    layer = {"self_attn.v_proj.weight": "attention.qkv_linear.wv.weight", "self_attn.o_proj.weight": "attention.wo.weight",
              "mlp.gate_proj.weight": "feed_forward.w1.weight", "mlp.up_proj.weight": "feed_forward.w3.weight",
              "mlp.down_proj.weight": "feed_forward.w2.weight", "input_layernorm.weight": "attention_norm.weight",
              "post_attention_layernorm.weight": "ffn_norm.weight"}
@@ -117,9 +117,9 @@ def titan_from_hf(hf, cfg):
         elif m and m.group(2) in layer:
             out["layers.%s.%s" % (m.group(1), layer[m.group(2)])] = v
         elif m and m.group(2) == "self_attn.q_proj.weight":
-            out["layers.%s.attention.wq.weight" % m.group(1)] = rperm(v, heads)
+            out["layers.%s.attention.qkv_linear.wq.weight" % m.group(1)] = rperm(v, heads)
         elif m and m.group(2) == "self_attn.k_proj.weight":
-            out["layers.%s.attention.wk.weight" % m.group(1)] = rperm(v, kv)
+            out["layers.%s.attention.qkv_linear.wk.weight" % m.group(1)] = rperm(v, kv)
         else:
             raise KeyError(k)
     assert hd * heads == dim
