@@ -202,7 +202,9 @@ def import_ok(dcp_dir, out, *extra):
 def peak_within_plan(log, what):
     m = re.search(r"memory: peak [^(]*\((\d+) bytes\).*, plan [^(]*\((\d+) bytes\)", log)
     check(m is not None, f"{what}: a memory: peak line")
-    if m:
+    if m and os.environ.get("MP_SANITIZED"):   # tests/lib.sh's rule: ASan's redzones and quarantine, not ours
+        print(f"{what}: peak {m.group(1)}, plan {m.group(2)} bytes (bound not asserted in the sanitizer build)")
+    elif m:
         peak, plan = int(m.group(1)), int(m.group(2))
         check(peak <= plan + (16 << 20), f"{what}: peak {peak} bytes within the plan {plan} + 16 MiB")
 

@@ -105,10 +105,17 @@ def run(*args):
 
 def run_limited(*args):
     """run() under a 256 MiB address-space limit (RLIMIT_AS): an absurd allocation fails there (exit 1 with
-    the allocator's message) instead of being refused by the reader (exit 2)."""
+    the allocator's message) instead of being refused by the reader (exit 2). In the sanitizer build
+    (MP_SANITIZED, tests/sanitize.cmake) ASan reserves terabytes of shadow address space, so the same bound
+    is ASan's own: no allocation above 256 MiB, returned as NULL to meshpoint's checked allocator."""
     lim = 256 << 20
-    r = subprocess.run([MP, *args], capture_output=True, text=True,
-                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (lim, lim)))
+    if os.environ.get("MP_SANITIZED"):
+        env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") +
+                   ":max_allocation_size_mb=256:allocator_may_return_null=1")
+        r = subprocess.run([MP, *args], capture_output=True, text=True, env=env)
+    else:
+        r = subprocess.run([MP, *args], capture_output=True, text=True,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (lim, lim)))
     return r.returncode, r.stdout, r.stderr
 
 
