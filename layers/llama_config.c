@@ -613,7 +613,8 @@ static mp_code apply_family(llama_config *m, unsigned *known, const hf_extra *x,
         *known |= kv;
     }
     m->head_dim = x->head_dim >= 0 ? x->head_dim : f->default_head_dim;
-    if ((*known & hidden) && (*known & heads) && m->hidden_size % m->num_attention_heads == 0 &&
+    if ((*known & hidden) && (*known & heads) && m->num_attention_heads > 0 &&   /* 0: validate_model says so */
+        m->hidden_size % m->num_attention_heads == 0 &&
         m->head_dim == m->hidden_size / m->num_attention_heads)
         m->head_dim = 0;   /* one spelling per model: llama_config_diff compares it */
     return resolve_window(m, (*known & layers) ? m->num_hidden_layers : -1, x, name, err);
