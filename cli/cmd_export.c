@@ -157,16 +157,11 @@ static mp_code run_export_dcp(const mp_runtime *rt, const char *arg, export_opts
 static mp_code open_dcp(const char *dir, const export_opts *o, char **src_dir, rs_source **src, llama_config *mc,
                         mp_tokfiles *files, mp_err *e) {
     *src_dir = mp_strdup(dir);
-    if (!o->config)
-        return mp_err_set(e, MP_EINPUT, "%s is a PyTorch DCP directory: --config CONFIG (the model's HF config.json) "
-                          "is required", dir);
-    if (llama_config_load(o->config, mc, NULL, e)) return e->code = MP_EINPUT;
     rs_dcp_info info;
-    MP_TRY(rs_source_dcp(src, dir, mc, RS_DCP_NAMES_AUTO, &info, e));
-    fprintf(stderr, "meshpoint export: %s: PyTorch DCP, names %s\n", dir, info.spelling);
-    char *tokdir = mp_strdup(strrchr(o->config, '/') ? o->config : ".");
-    if (strrchr(o->config, '/')) *strrchr(tokdir, '/') = '\0';
-    mp_code rc = mp_tokfiles_from_dir(files, tokdir, e);
+    char *tokdir = NULL;
+    mp_code rc = mp_convert_open_dcp(dir, o->config, NULL, mc, src, &info, &tokdir, e);
+    if (!rc) fprintf(stderr, "meshpoint export: %s: PyTorch DCP, names %s\n", dir, info.spelling);
+    if (!rc) rc = mp_tokfiles_from_dir(files, tokdir, e);
     free(tokdir);
     return rc;
 }

@@ -69,16 +69,7 @@ static mp_code open_import_source(const char *dir, const char *config, const cha
         MP_TRY(load_hf_config(dir, mc, e));
         return rs_source_hf(src, dir, mc, e) || rs_source_hf_check(*src, e) ? e->code : MP_OK;
     }
-    if (!config)
-        return mp_err_set(e, MP_EINPUT, "%s is a PyTorch DCP directory: --config CONFIG (the model's HF config.json) "
-                          "is required", dir);
-    if (!mp_fs_exists(config)) return mp_err_set(e, MP_EINPUT, "--config %s: no such file", config);
-    mp_code rc = llama_config_load(config, mc, NULL, e);
-    if (rc) return e->code = MP_EINPUT;
-    char *slash = strrchr(config, '/');
-    *tokdir = mp_strdup(slash ? config : ".");
-    if (slash) (*tokdir)[slash - config] = '\0';
-    return rs_source_dcp(src, dir, mc, names ? (rs_dcp_names)rs_dcp_names_parse(names) : RS_DCP_NAMES_AUTO, info, e);
+    return mp_convert_open_dcp(dir, config, names, mc, src, info, tokdir, e);
 }
 
 static const char *import_about =

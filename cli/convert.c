@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli/ckpt_common.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 
 void mp_convert_opts_default(mp_convert_opts *o, const char *out_metavar) {
@@ -227,4 +228,18 @@ int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const
     int status = o->no_verify ? 0 : mp_runtime_verify_written(rt, o->out, o->max_bytes / 2);
     if (status == 0) mp_memplan_report(rt, (int64_t)o->max_bytes);
     return status;
+}
+
+mp_code mp_convert_open_dcp(const char *dir, const char *config, const char *names, llama_config *mc,
+                            rs_source **src, rs_dcp_info *info, char **tokdir, mp_err *e) {
+    if (!config)
+        return mp_err_set(e, MP_EINPUT, "%s is a PyTorch DCP directory: --config CONFIG (the model's HF config.json) "
+                          "is required", dir);
+    if (!mp_fs_exists(config)) return mp_err_set(e, MP_EINPUT, "--config %s: no such file", config);
+    mp_code rc = llama_config_load(config, mc, NULL, e);
+    if (rc) return e->code = MP_EINPUT;
+    char *slash = strrchr(config, '/');
+    *tokdir = mp_strdup(slash ? config : ".");
+    if (slash) (*tokdir)[slash - config] = '\0';
+    return rs_source_dcp(src, dir, mc, names ? (rs_dcp_names)rs_dcp_names_parse(names) : RS_DCP_NAMES_AUTO, info, e);
 }

@@ -17,6 +17,7 @@
 #include "cli/train_ckpt.h"
 #include "core/error.h"
 #include "layers/llama_config.h"
+#include "reshard/dcp_source.h"
 #include "reshard/reshard.h"
 
 /* The options of the four commands; which of them a command takes is the `which` mask below. */
@@ -54,6 +55,12 @@ mp_code mp_convert_check_flags(mp_convert_opts *o, unsigned which, mp_err *err);
 /* Notes on rank 0 that --sp, when given, changes nothing in a checkpoint. */
 void mp_convert_note_sp(const mp_runtime *rt, const mp_convert_opts *o);
 
+/* A PyTorch DCP directory dir as an engine source of the model of config (the model's HF config.json:
+ * required, MP_EINPUT naming the flag when NULL) under names ("hf", "torchtitan"; NULL: detected from the
+ * keys). *mc gets the model, *info what the DCP holds, *tokdir (malloc'd) config's directory, whose
+ * tokenizer files travel with the model. The one opening of a DCP source that import and export share. */
+mp_code mp_convert_open_dcp(const char *dir, const char *config, const char *names, llama_config *mc,
+                            rs_source **src, rs_dcp_info *info, char **tokdir, mp_err *e);
 /* Opens the checkpoint named by arg (a step directory, a checkpoint root or a run directory: its newest
  * complete checkpoint) as an engine source with scratch bytes of read buffer, and parses its model
  * config into *mc. *src_dir (malloc'd) and *src are set as far as they got, for the caller to free
