@@ -10,7 +10,8 @@
  *     sequence from layer 1 on (layer 0 full causal): 3 layers each, so two blocks are recomputed.
  * And the memory: the recomputing model allocates exactly its plan, the plain model's activations less
  * (L - 1) blocks' worth but the inputs; a forward-only model ignores the option; a value other than none
- * (0) or full (1) is refused. The mesh variants (tp, dp, SP) are in tests/mpi_llama.c.
+ * (0) or full (1) is refused. The mesh variants (tp, dp, SP) are in tests/mpi_llama.c. Last, from the plan
+ * alone, what recomputation lets one H200 train (the 1B and 3B shapes; docs/DESIGN_NOTES.md).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -22,6 +23,7 @@
 #include "core/mesh.h"
 #include "layers/llama.h"
 #include "layers/llama_train.h"
+#include "tests/testutil.h"
 
 enum { B = 2, T = 24, ACCUM = 2, STEPS = 3 };
 typedef enum { CFG_LLAMA, CFG_GQA_TIED, CFG_FAMILY, CFG_WINDOW } cfg_kind;
@@ -196,4 +198,40 @@ Test(recompute, forward_only_ignores_it_and_bad_values_are_refused) {
     o.recompute = 2;
     cr_assert_eq(llama_plan_memory(&c, &o, NULL, 1, 0, 1, 0, &b, &err), MP_EINPUT);
     cr_assert(strstr(err.msg, "recompute 2: expected none (0) or full (1)"), "%s", err.msg);
+}
+
+/* ---- what recomputation lets one H200 train (plan only; docs/DESIGN_NOTES.md "Activation recomputation") ---- */
+
+/* The plan of config file path (under the source tree) on one bf16 GPU rank at micro-batch B x seq_len
+ * T, with the given mode: the model's bytes (parameters fp32 + bf16 copy, gradients, moments, activations). */
+static int64_t plan_1gpu(const char *path, int Bm, int Tm, int recompute) {
+    char full[1024];
+    snprintf(full, sizeof full, "%s/%s", tu_src(), path);
+    llama_config c;
+    mp_err err;
+    cr_assert_eq(llama_config_load(full, &c, NULL, &err), MP_OK, "%s", err.msg);
+    if (c.max_position_embeddings < Tm) c.max_position_embeddings = Tm;   /* the shape, at a longer context */
+    llama_options o = {Bm, Tm, 0, 1, .act_dtype = MP_BF16, .recompute = recompute};
+    llama_memory_plan plan;
+    cr_assert_eq(llama_plan_memory(&c, &o, NULL, 1, 0, 1, 0, &plan, &err), MP_OK, "%s", err.msg);
+    fprintf(stderr, "plan %s B %d T %d recompute %d: total %.1f GB, activations %.1f GB\n", path, Bm, Tm, recompute,
+            plan.total / 1e9, plan.bytes[MP_MEM_ACTS] / 1e9);
+    return plan.total;
+}
+
+/* One H200 as the device tool reports it (about 139 GiB usable), less 2 GiB for what the model's plan
+ * leaves out on a GPU: the CUDA context, cuBLAS's workspace, the backend's op scratch (small). */
+static const int64_t H200_BOUND = (int64_t)(139 - 2) << 30;
+
+/* The figures docs/DESIGN_NOTES.md records ("Activation recomputation"): the 1B shape (configs/llama_1b.json)
+ * fits at 16 x 2048 either way, at 16 x 8192 only with full; the 3B shape (OpenLLaMA 3B) at 16 x 2048 only
+ * with full. */
+Test(recompute, what_fits_one_h200) {
+    const char *b1 = "configs/llama_1b.json", *b3 = "tests/configs/hf_open_llama_3b.json";
+    cr_assert_leq(plan_1gpu(b1, 16, 2048, LLAMA_RECOMPUTE_FULL), H200_BOUND);
+    cr_assert_leq(plan_1gpu(b1, 16, 2048, LLAMA_RECOMPUTE_NONE), H200_BOUND);   /* 64.5 GB: fits without */
+    cr_assert_gt(plan_1gpu(b1, 16, 8192, LLAMA_RECOMPUTE_NONE), H200_BOUND);
+    cr_assert_leq(plan_1gpu(b1, 16, 8192, LLAMA_RECOMPUTE_FULL), H200_BOUND);
+    cr_assert_gt(plan_1gpu(b3, 16, 2048, LLAMA_RECOMPUTE_NONE), H200_BOUND);
+    cr_assert_leq(plan_1gpu(b3, 16, 2048, LLAMA_RECOMPUTE_FULL), H200_BOUND);
 }
