@@ -59,8 +59,8 @@ static double diff_rel(const dstats *d) {
 }
 
 /* Metadata that does not describe the training state: the layout (mesh; train_config's tp, dp, sp,
- * reshard_after_forward, recompute: memory choices that change no number) and bookkeeping (train_config's log_every, eval_every, eval_batches, val_data).
- * Reported as a note, never counted as a difference. */
+ * reshard_after_forward, recompute: memory choices that change no number) and bookkeeping (train_config's
+ * log_every, eval_every, eval_batches, val_data). Reported as a note, never counted as a difference. */
 static int layout_only(const char *key, const char *field) {
     static const char *const train_fields_ignored[] = {"tp", "dp", "sp", "reshard_after_forward", "recompute",
                                                        "log_every", "eval_every", "eval_batches", "val_data",
