@@ -59,11 +59,12 @@ static double diff_rel(const dstats *d) {
 }
 
 /* Metadata that does not describe the training state: the layout (mesh; train_config's tp, dp, sp,
- * reshard_after_forward) and bookkeeping (train_config's log_every, eval_every, eval_batches, val_data).
- * Reported as a note, never counted as a difference. */
+ * reshard_after_forward, recompute: memory choices that change no number) and bookkeeping (train_config's
+ * log_every, eval_every, eval_batches, val_data). Reported as a note, never counted as a difference. */
 static int layout_only(const char *key, const char *field) {
-    static const char *const train_fields_ignored[] = {"tp", "dp", "sp", "reshard_after_forward", "log_every",
-                                                       "eval_every", "eval_batches", "val_data", NULL};
+    static const char *const train_fields_ignored[] = {"tp", "dp", "sp", "reshard_after_forward", "recompute",
+                                                       "log_every", "eval_every", "eval_batches", "val_data",
+                                                       NULL};
     if (!strcmp(key, "mesh")) return 1;
     if (!strcmp(key, "train_config") && field)
         for (int i = 0; train_fields_ignored[i]; i++)
@@ -354,7 +355,7 @@ static int diff_parse(int argc, char **argv, double *atol, double *rtol, int *al
         "the same box chunks, in bounded memory), and their metadata. Per tensor: max |a-b|, the "
         "relative difference max|a-b| / max|b|, and whether it is bitwise equal. Without a tolerance "
         "tensors must be bitwise equal; with one, max|a-b| <= atol + rtol * max|b|. The mesh (and "
-        "train_config's tp, dp, sp, reshard_after_forward, log_every, eval_every, eval_batches, "
+        "train_config's tp, dp, sp, reshard_after_forward, recompute, log_every, eval_every, eval_batches, "
         "val_data) is shown but not compared. Exit 0 equal, 1 different, 2 unreadable input.\n"
         "--json prints {a, b: {checkpoint, step, mesh, tensors}, equal, tolerance: {atol, rtol} or "
         "null, summary: {in_both, bitwise_equal, within_tolerance, differ, mismatched, only_in_a, "

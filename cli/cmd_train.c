@@ -125,10 +125,10 @@ static void prepare_loop(train_run *r) {
      * micro-batch k+1 is filled while k's upload may still be queued (llama_token_bufs) */
     llama_token_bufs_init(&r->tok, r->rt.be, r->bs.micro, c->seq_len);
     mp_info("model: %lld parameters, %d layers, hidden %d; mesh dp %d x tp %d%s; batch %d x %d tokens "
-            "(micro %d x accum %d per rank); CPU kernels %s, OpenBLAS %s",
+            "(micro %d x accum %d per rank); recompute %s; CPU kernels %s, OpenBLAS %s",
             (long long)llama_config_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size, mesh->dp, mesh->tp,
             mesh->tp > 1 ? (c->sp < 0 || c->sp ? ", SP" : ", no SP") : "", c->batch_size, c->seq_len, r->bs.micro,
-            r->bs.grad_accum, mp_cpu_isa(), mp_cpu_blas_core());
+            r->bs.grad_accum, c->recompute, mp_cpu_isa(), mp_cpu_blas_core());
     signal(SIGTERM, on_stop_signal);
     signal(SIGINT, on_stop_signal);
     r->sched = (mp_lr_schedule){c->lr, c->min_lr, c->warmup_steps,

@@ -92,10 +92,26 @@ static void print_plan(const mp_memplan *p, size_t max_bytes) {
                 mp_ckpt_human(b[0], 32, p->rlimit_room));
 }
 
-/* MP_EINPUT when this rank's plan does not fit (rank's own figures in the message), else MP_OK. */
-static mp_code check_fits(const mp_memplan *p, size_t max_bytes, mp_err *err) {
-    char need[32], have[32];
-    static const char *ways = "use more processes (--dp, --tp), a smaller --batch or --seq-len, or --grad-accum";
+/* The plan's line comparing the two --recompute modes' activations (a training model: rank 0's). */
+static void print_recompute(const mp_memplan *p, const llama_options *opt) {
+    if (!p->acts_other) return;
+    int full = opt->recompute == LLAMA_RECOMPUTE_FULL;
+    int64_t acts = p->model.bytes[MP_MEM_ACTS], none = full ? p->acts_other : acts, with = full ? acts : p->acts_other;
+    char b[3][32];
+    mp_info("memory plan: activations %s with --recompute none, %s with --recompute full (this run: %s; "
+            "total %s)", mp_ckpt_human(b[0], 32, none), mp_ckpt_human(b[1], 32, with), full ? "full" : "none",
+            mp_ckpt_human(b[2], 32, p->total));
+}
+
+/* MP_EINPUT when this rank's plan does not fit (rank's own figures in the message), else MP_OK. Without
+ * recomputation, the advice names --recompute full and what it would save. */
+static mp_code check_fits(const mp_memplan *p, const llama_options *opt, size_t max_bytes, mp_err *err) {
+    char need[32], have[32], ways[192];
+    int64_t saving = p->acts_other ? p->model.bytes[MP_MEM_ACTS] - p->acts_other : 0;
+    snprintf(ways, sizeof ways, "use more processes (--dp, --tp), a smaller --batch or --seq-len, or --grad-accum");
+    if (opt->recompute == LLAMA_RECOMPUTE_NONE && saving > 0)
+        snprintf(ways, sizeof ways, "use more processes (--dp, --tp), --recompute full (activations %s less), a "
+                 "smaller --batch or --seq-len, or --grad-accum", mp_ckpt_human((char[32]){0}, 32, saving));
     if (max_bytes) {
         if (p->total <= (int64_t)max_bytes) return MP_OK;
         return mp_err_set(err, MP_EINPUT, "memory plan: this rank needs %s, above --max-memory %s; %s",
@@ -152,13 +168,21 @@ mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_op
     mp_code rc = llama_plan_memory(cfg, opt, rt->be, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan->model,
                                    err);
     if (!rc) command_terms(rt, opt, use, plan);
+    if (!rc && !opt->inference) {   /* the other --recompute mode, for comparison (same checks: cannot fail) */
+        llama_options other = *opt;
+        llama_memory_plan alt;
+        other.recompute = opt->recompute == LLAMA_RECOMPUTE_FULL ? LLAMA_RECOMPUTE_NONE : LLAMA_RECOMPUTE_FULL;
+        rc = llama_plan_memory(cfg, &other, rt->be, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &alt, err);
+        plan->acts_other = alt.bytes[MP_MEM_ACTS];
+    }
     /* a plan that fails fails alike on every rank (same config): agree before the collectives below */
     if ((rc = mp_runtime_agree(rt, rc, err))) return rc;
     combine_ranks(rt, plan);
     plan->available = max_bytes ? -1 : mp_memplan_available();
     plan->rlimit_room = max_bytes ? -1 : mp_mem_rlimit_room(plan->rlimit_name, sizeof plan->rlimit_name);
     if (rt->rank == 0) print_plan(plan, max_bytes);
-    return mp_runtime_agree(rt, check_fits(plan, max_bytes, err), err);
+    if (rt->rank == 0) print_recompute(plan, opt);
+    return mp_runtime_agree(rt, check_fits(plan, opt, max_bytes, err), err);
 }
 
 /* The figures of one rank's "memory: peak" line. */

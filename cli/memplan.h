@@ -32,6 +32,8 @@ typedef struct mp_memplan {
                              * load's read scratch (ckpt_reader_scratch_bytes) and, on a device, its host
                              * buffer of the largest shard */
     int64_t own;            /* the command's own buffers (mp_memplan_use.own) */
+    int64_t acts_other;     /* a training model's activations with the other --recompute mode (none <->
+                             * full), for the plan's comparison line and the refusal's advice; 0 forward only */
     int64_t comm;           /* the ring collectives' scratch of each MPI group whose sums exceed a piece
                              * (MP_COMM_MPI_SCRATCH_BYTES each, core/comm_mpi.h) */
     int64_t total;          /* this rank */

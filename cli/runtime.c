@@ -229,6 +229,8 @@ llama_options mp_runtime_model_options(const mp_runtime *rt, const mp_train_conf
     llama_options o = {.micro_batch = micro, .seq_len = tc->seq_len,
                        .sp = tc->sp < 0 ? rt->mesh.tp > 1 : tc->sp,
                        .reshard_after_forward = tc->reshard_after_forward,
+                       /* "none", "full": llama_recompute's order (a value outside them was refused) */
+                       .recompute = mp_choice_index(mp_train_recompute_modes, tc->recompute) > 0,
                        .act_dtype = rt->be ? rt->be->act_dtype : MP_F32};
     return o;
 }

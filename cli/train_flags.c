@@ -16,8 +16,9 @@ static const char *train_about =
     "defaults shown apply where the file sets nothing. Run under `mpirun -np N` for a dp x tp mesh\n"
     "(N = tp * dp). --init-from CKPT starts a new run from a checkpoint's weights (fine-tuning).";
 
-/* Appends to out the flags of the training fields (mp_train_config_fields, in its order) whose kind is a
- * string (strings = 1: the data files) or is not (0: the schedule, the optimizer, the mesh), each filling
+/* Appends to out the flags of the training fields (mp_train_config_fields, in its order) that are files
+ * (strings = 1: the data files, free strings) or are not (0: the schedule, the optimizer, the mesh, the
+ * modes: strings with choices), each filling
  * its field of f->tc (a string flag: f->str) and marking f->set; returns how many. A seed goes through
  * an int64 flag, so a negative one reaches mp_train_config_validate, which refuses it naming --seed. */
 static int train_field_flags(train_flags *f, int strings, mp_arg *out) {
@@ -28,9 +29,10 @@ static int train_field_flags(train_flags *f, int strings, mp_arg *out) {
     const mp_field *fs = mp_train_config_fields();
     int n = 0;
     for (int i = 0; i < MP_TRAIN_NFIELDS; i++) {
-        if (!fs[i].flag || (fs[i].kind == MP_FIELD_STR) != strings) continue;
+        if (!fs[i].flag || (fs[i].kind == MP_FIELD_STR && !fs[i].choices) != strings) continue;
         void *ptr = fs[i].kind == MP_FIELD_STR ? (void *)&f->str[i] : (void *)((char *)&f->tc + fs[i].off);
-        out[n++] = (mp_arg){fs[i].flag, arg_kind[fs[i].kind], ptr, fs[i].metavar, fs[i].help, .set = &f->set[i]};
+        out[n++] = (mp_arg){fs[i].flag, arg_kind[fs[i].kind], ptr, fs[i].metavar, fs[i].help, fs[i].choices,
+                            .set = &f->set[i]};
     }
     return n;
 }
@@ -68,7 +70,8 @@ mp_code mp_train_parse_flags(train_run *r, int argc, char **argv, int *help) {
                      .on_save_error = "stop", .on_nonfinite = "stop"};
     mp_train_config_default(&f.tc);   /* sp -1: auto (--help shows the defaults actually used) */
     const mp_field *fs = mp_train_config_fields();
-    for (int i = 0; i < MP_TRAIN_NFIELDS; i++) f.str[i] = "";
+    for (int i = 0; i < MP_TRAIN_NFIELDS; i++)   /* a mode's default (--help) is its first choice, as in tc */
+        f.str[i] = fs[i].choices ? fs[i].choices[0] : "";
     static const char *const formats[] = {"llmc", "u16", "u32", NULL};
     static const char *const on_err[] = {"stop", "continue", NULL};
     static const char *const on_nf[] = {"stop", "skip", NULL};

@@ -42,10 +42,15 @@ static const mp_field train_fields[] = {
     TF(sp, TRI, "sp", NULL, "sequence parallelism (auto: on when tp > 1)"),
     TF(reshard_after_forward, BOOL, "reshard-after-forward", NULL,
        "FSDP: free gathered weights after forward (ZeRO-3)"),
+    TF(recompute, STR, "recompute", "MODE",
+       "activation recomputation: none, or full (keep each block's input only and run its forward again "
+       "before its backward: less memory, bitwise the same numbers)", mp_train_recompute_modes),
 };
 #undef TF
 _Static_assert(sizeof train_fields / sizeof train_fields[0] == MP_TRAIN_NFIELDS, "MP_TRAIN_NFIELDS");
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
+
+const char *const mp_train_recompute_modes[] = {"none", "full", NULL};
 
 const mp_field *mp_train_config_fields(void) { return train_fields; }
 
@@ -70,6 +75,7 @@ void mp_train_config_default(mp_train_config *t) {
     t->dp = 0;
     t->sp = -1;
     t->reshard_after_forward = 1;
+    strcpy(t->recompute, "none");
 }
 
 /* See config.h: v as an integer in [lo, hi], never through an undefined cast. */
@@ -149,10 +155,24 @@ mp_code mp_field_set(void *base, const mp_field *f, const cJSON *v, const char *
                               mp_json_type(v));
         if (strlen(v->valuestring) >= MP_PATH_MAX)
             return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": string too long", where, f->key);
+        if (f->choices && mp_choice_index(f->choices, v->valuestring) < 0) {
+            char allowed[256] = "";
+            for (int i = 0; f->choices[i]; i++)
+                snprintf(allowed + strlen(allowed), sizeof allowed - strlen(allowed), "%s\"%s\"", i ? ", " : "",
+                         f->choices[i]);
+            return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": expected one of %s, got \"%s\"", where, f->key,
+                              allowed, v->valuestring);
+        }
         strcpy(p, v->valuestring);
         return MP_OK;
     }
     return mp_err_set(err, MP_EINTERNAL, "config field kind");
+}
+
+int mp_choice_index(const char *const *choices, const char *s) {
+    for (int i = 0; choices[i]; i++)
+        if (!strcmp(choices[i], s)) return i;
+    return -1;
 }
 
 const mp_field *mp_field_find(const mp_field *fs, size_t n, const char *key) {

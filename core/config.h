@@ -44,11 +44,15 @@ typedef struct mp_field {
     const char *flag;      /* without the leading "--"; NULL: set in the config file only */
     const char *metavar;   /* the value's placeholder in --help ("N", "FILE"); NULL for a switch */
     const char *help;      /* one line for --help */
+    const char *const *choices;   /* MP_FIELD_STR, optional: the NULL-terminated values allowed (a mode, not
+                                   * a path); the flag then sits with the options in --help, not the files */
 } mp_field;
 
 /* A table entry for member m of struct type T (no flag). */
 #define MP_FIELD(T, m, kind) {#m, kind, offsetof(T, m)}
 
+/* The index of s in the NULL-terminated list choices, or -1. */
+int mp_choice_index(const char *const *choices, const char *s);
 /* The entry of fs[0 .. n) whose key is key, or NULL. */
 const mp_field *mp_field_find(const mp_field *fs, size_t n, const char *key);
 /* Stores JSON value v into field f of the struct at base, range-checked (see above); MP_EINPUT with
@@ -102,14 +106,19 @@ typedef struct mp_train_config {
     int tp, dp;                /* mesh (0 = dp from world size) */
     int sp;                    /* sequence parallel: -1 auto (on when tp > 1), 0 off, 1 on */
     int reshard_after_forward;
+    char recompute[MP_PATH_MAX];   /* activation recomputation: "none" or "full" (mp_train_recompute_modes) */
 } mp_train_config;
+
+/* The values of the training config's "recompute" (--recompute), NULL-terminated, in llama_recompute's
+ * order (core/ knows nothing of the model: cli/runtime.c maps one to the other). */
+extern const char *const mp_train_recompute_modes[];
 
 void mp_train_config_default(mp_train_config *t);
 
 /* The training config's fields, in train_config JSON order, with the `meshpoint train` flag that
  * overrides each one (beta1, beta2, adam_eps have none): the one list that the config file's "train"
  * object, the JSON written into checkpoints and the command line's flags and overrides are read from. */
-#define MP_TRAIN_NFIELDS 23
+#define MP_TRAIN_NFIELDS 24
 const mp_field *mp_train_config_fields(void);
 
 /* Applies the config file's "train" object v over *t's previous contents (name: the file, for messages):

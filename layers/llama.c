@@ -44,6 +44,16 @@
  * go into the layer's cache at their positions, attention reads the cache (attn_fwd_kv), and the head
  * computes the chunk's last row only (docs/DESIGN_NOTES.md "Sampling with a KV cache").
  *
+ * Activation recomputation (llama_options.recompute, `train --recompute full`): a training model keeps each
+ * block's input (x_in, the residual stream entering it) and ONE set of the other block activations, shared
+ * by the layers (act_layout). The forward is unchanged (each block overwrites the shared set); the
+ * backward runs block l's forward again from its input right before block l's backward, stopping at the
+ * last activation the backward reads (no down projection, no final reduction). Same ops, same inputs,
+ * same weights (the backward's gather of the unit precedes it): bitwise the activations the forward
+ * wrote, so losses, gradients and checkpoints are bitwise those without it. The last block is not
+ * recomputed: its activations are still in the shared set. A block's recomputation costs its forward
+ * minus the down GEMM, and repeats the forward's tp collectives but the last (docs/PARALLEL.md).
+ *
  * Device contract (core/backend.h): attention is flash-style, so a layer saves only its lse [B, Hl, T]
  * beside q, k, v and the output, and every activation is linear in the sequence length; the loss sum
  * stays in a device scalar (m->sums) until the training step reads it together with the gradient sum
@@ -142,6 +152,8 @@ static mp_code check_mesh(const llama_config *c, const llama_options *o, int tp,
     if (o->kv_cache && (!o->inference || o->micro_batch != 1 || (o->sp && tp > 1)))
         return mp_err_set(err, MP_EINPUT, "a KV cache needs a forward-only model of micro-batch 1 without sequence "
                           "parallelism (micro-batch %d, sp %d)", o->micro_batch, o->sp);
+    if (o->recompute != LLAMA_RECOMPUTE_NONE && o->recompute != LLAMA_RECOMPUTE_FULL)
+        return mp_err_set(err, MP_EINPUT, "recompute %d: expected none (0) or full (1)", o->recompute);
     if (o->kv_cache && (o->kv_chunk < 0 || o->kv_chunk > o->seq_len))
         return mp_err_set(err, MP_EINPUT, "kv_chunk (%d) must be in [0, seq_len %d]", o->kv_chunk, o->seq_len);
     return MP_OK;
@@ -184,7 +196,9 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes, int64_t *k
             *kv_bytes += piece_bytes(m, &list[k - 2]) + piece_bytes(m, &list[k - 1]);
         }
         if (!train && l > 0) continue;   /* forward only: the layers share layer 0's buffers (alloc_acts) */
-        ADD_A(a->x_in, nr * D); ADD_A(a->ln1, nr * D); ADD_F(a->rstd1, nr);
+        ADD_A(a->x_in, nr * D);
+        if (l > 0 && m->opt.recompute) continue;   /* full recomputation: the rest is layer 0's, shared */
+        ADD_A(a->ln1, nr * D); ADD_F(a->rstd1, nr);
         if (m->sp) ADD_A(a->ln1_full, N * D);
         ADD_A(a->q, N * (m->kv ? qd : qd + 2 * kd));   /* the fused [q | k | v] (alloc_acts points k, v in) */
         if (m->cfg.qk_norm) {   /* q/k heads before their norm (the backward's input), and the norms' rstd */
@@ -222,7 +236,8 @@ static int act_layout(llama_model *m, act_piece *list, size_t *bytes, int64_t *k
 }
 
 /* Carves every activation and scratch buffer out of one allocation (laid out by act_layout); a forward-only
- * model's layers then share layer 0's buffers (each keeping its own KV cache). */
+ * model's layers then share layer 0's buffers (each keeping its own KV cache), and so do a recomputing
+ * model's (each keeping its own input, x_in). */
 static void alloc_acts(llama_model *m) {
     static act_piece list[ACT_MAX_PIECES];   /* start-up only, one model at a time */
     int64_t kv_bytes;
@@ -246,10 +261,11 @@ static void alloc_acts(llama_model *m) {
     assert(off + 64 == (int64_t)m->act_bytes);
     m->tlogit = m->sumexp + N;
     m->local_max = m->rowmax + N;
-    for (int l = 1; l < m->L && m->opt.inference; l++) {
-        void *k = m->acts[l].k, *v = m->acts[l].v;
+    for (int l = 1; l < m->L && (m->opt.inference || m->opt.recompute); l++) {
+        void *k = m->acts[l].k, *v = m->acts[l].v, *x_in = m->acts[l].x_in;
         m->acts[l] = m->acts[0];
         if (m->kv) m->acts[l].k = k, m->acts[l].v = v;
+        if (m->opt.recompute) m->acts[l].x_in = x_in;
     }
     for (int l = 0; l < m->L; l++) {
         if (!m->sp) { m->acts[l].ln1_full = m->acts[l].ln1; m->acts[l].ln2_full = m->acts[l].ln2; }
@@ -277,6 +293,7 @@ static void set_geometry(llama_model *m, const llama_config *cfg, const llama_op
                          int dp, int dp_rank) {
     m->cfg = *cfg;
     m->opt = *opt;
+    if (opt->inference) m->opt.recompute = LLAMA_RECOMPUTE_NONE;   /* nothing is kept for a backward anyway */
     m->act_size = mp_dtype_size(opt->act_dtype);
     assert(m->act_size == 2 || m->act_size == 4);
     m->tp = tp; m->tp_rank = tp_rank;
@@ -472,9 +489,10 @@ static void bias_assert_adjacent(const llama_model *m, const llama_layer_params 
     assert_adjacent(m, p->bk, p->bv, kd, grads);
 }
 
-/* m->tmp_nd [N, D] = the MLP's partial output (before the tp reduction) for xin [N, D]; saves
- * [gate^T; up^T] and h^T in a. */
-static void mlp_forward(llama_model *m, const llama_layer_params *p, llama_layer_acts *a, const void *xin, int N) {
+/* y [N, D] = the MLP's partial output (before the tp reduction) for xin [N, D]; saves [gate^T; up^T] and
+ * h^T in a. y NULL: only what the backward reads (a recomputation: the down projection is not run). */
+static void mlp_forward(llama_model *m, const llama_layer_params *p, llama_layer_acts *a, const void *xin, int N,
+                        void *y) {
     mp_backend *be = m->be;
     const int D = m->D, Il = m->I_local;
     void *up = mp_act_at(be, a->gate, (int64_t)Il * N);
@@ -482,8 +500,9 @@ static void mlp_forward(llama_model *m, const llama_layer_params *p, llama_layer
     /* [gate^T; up^T] [2 Il, N] = [Wg; Wu] xin^T */
     be->gemm(be, 0, 1, 2 * Il, N, D, 1.0f, W(p->wg), D, xin, D, 0.0f, a->gate, N, be->act_dtype);
     be->swiglu_fwd(be, a->h, a->gate, up, (int64_t)N * Il);
+    if (!y) return;
     /* y [N, D] = h Wd^T, h stored as h^T [Il, N] */
-    be->gemm(be, 1, 1, N, D, Il, 1.0f, a->h, N, W(p->wd), Il, 0.0f, m->tmp_nd, D, be->act_dtype);
+    be->gemm(be, 1, 1, N, D, Il, 1.0f, a->h, N, W(p->wd), Il, 0.0f, y, D, be->act_dtype);
 }
 
 /* The MLP's backward for dy [N, D] (gathered): accumulates dWd, dWg, dWu; m->tmp_nd [N, D] = its partial
@@ -559,7 +578,11 @@ static int qkv_forward(llama_model *m, const llama_layer_params *p, llama_layer_
 }
 
 /* Block l on rows for T tokens of each of the B sequences (B = m->B), at positions pos0 .. pos0+T-1
- * (training and eval: T = m->T, pos0 = 0; a kv chunk: B = 1, and k, v go into the cache at row pos0). */
+ * (training and eval: T = m->T, pos0 = 0; a kv chunk: B = 1, and k, v go into the cache at row pos0).
+ * x_out NULL: the recomputation of a training block before its backward (llama_options.recompute):
+ * every activation the backward reads is written again, by the same ops on the same input, so bitwise
+ * as the forward wrote it; the down projection and the last reduction, whose output (the next block's
+ * input) is kept, are not run. It touches no device scalar and no token buffer. */
 static void block_forward(llama_model *m, int l, void *x_out, int T, int pos0) {
     mp_backend *be = m->be;
     llama_layer_acts *a = &m->acts[l];
@@ -580,8 +603,8 @@ static void block_forward(llama_model *m, int l, void *x_out, int T, int pos0) {
     reduce_out(m, a->x_mid, a->x_in, m->tmp_nd, nr);
     be->rmsnorm_fwd(be, a->ln2, a->rstd2, a->x_mid, W(p->ln2), nr, D, eps);
     xin = gather_in(m, a->ln2_full, a->ln2);
-    mlp_forward(m, p, a, xin, N);
-    reduce_out(m, x_out, a->x_mid, m->tmp_nd, nr);
+    mlp_forward(m, p, a, xin, N, x_out ? m->tmp_nd : NULL);
+    if (x_out) reduce_out(m, x_out, a->x_mid, m->tmp_nd, nr);
 }
 
 /* Copies the N input tokens (and the targets, when not NULL) into m->tok_in / m->tok_tgt. uploaded NULL:
@@ -765,6 +788,9 @@ void llama_backward(llama_model *m, float scale) {
         llama_fsdp_gather(m, 1 + l);
         if (l > 0) llama_fsdp_prefetch(m, l);   /* block l - 1's unit */
         llama_fsdp_grad_begin(m, 1 + l);
+        /* full recomputation: block l's forward again from its kept input, with the weights just gathered.
+         * The last block's activations are still in the shared buffers (nothing ran a block since). */
+        if (m->opt.recompute && l + 1 < m->L) block_forward(m, l, NULL, m->T, 0);
         block_backward(m, l);
         llama_fsdp_grad_end(m, 1 + l);
     }

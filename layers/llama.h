@@ -129,7 +129,15 @@ typedef struct llama_options {
                                 * the keys and values of seq_len positions (the KV cache, its tp rank's kv
                                 * heads), and llama_forward_kv runs chunks of at most kv_chunk tokens */
     int kv_chunk;              /* rows of one llama_forward_kv (0: seq_len): what the activations hold */
+    int recompute;             /* activation recomputation (llama_recompute; ignored when inference): FULL
+                                * keeps each block's input only and runs the block's forward again right before
+                                * its backward, into one set of block activations shared by the layers. The
+                                * numbers are bitwise those of LLAMA_RECOMPUTE_NONE (same ops on the same
+                                * inputs); only memory and time change */
 } llama_options;
+
+/* What a training model keeps of each block's forward for its backward (llama_options.recompute). */
+typedef enum { LLAMA_RECOMPUTE_NONE = 0, LLAMA_RECOMPUTE_FULL = 1 } llama_recompute;
 
 typedef struct llama_model llama_model;
 

@@ -10,7 +10,10 @@
 #      load-time resharding too) to the end; its losses and final checkpoint match the GPU's straight run
 #      within tolerance;
 #   3. CPU -> GPU: a CPU run's mid-run checkpoint resumes on the GPU mesh; losses and final checkpoint
-#      match the CPU's straight run within tolerance.
+#      match the CPU's straight run within tolerance;
+#   4. activation recomputation on the GPU: the straight run again with --recompute full, on 1x1 and on
+#      the largest mesh, logs the same losses and saves a checkpoint `ckpt diff` finds bitwise equal (the
+#      recomputed forward must give the forward's bits on the device too; one more 6-step run per mesh).
 # Tolerances (GPU is bf16 compute, CPU fp32; docs/CUDA.md): losses and eval 2e-3 relative; checkpoints
 # `ckpt diff --atol 2e-3 --rtol 0.1` (weights are ~0.02-0.08 in size: a zeroed, transposed or garbage
 # tensor is far outside). For scale, the CPU emulation of the GPU's precision (MP_GPU_E2E_DEVICE=cpu-bf16,
@@ -135,4 +138,15 @@ close_losses "$work/c2g" "$c" $((half + 1)) $steps || exit 1
 "$bin" ckpt diff --atol 2e-3 --rtol 0.1 "$(ckpt "$work/c2g" $steps)" "$(ckpt "$c" $steps)" \
   > "$work/diff_c2g.txt" 2>&1 || fail "CPU -> GPU: final checkpoints differ beyond tolerance: $(tail -20 "$work/diff_c2g.txt")"
 echo "CPU (1x1) -> GPU ($big) resume: losses and final checkpoint within tolerance of the CPU run"
+
+# 4. --recompute full is bitwise --recompute none on the device (docs/DESIGN_NOTES.md "Activation recomputation")
+for mesh in $(echo "1x1 $big" | tr ' ' '\n' | sort -u); do
+  s="$work/gpu_${mesh}_straight" f="$work/gpu_${mesh}_recompute"
+  train_on "$mesh" "$dev" "$f" --recompute full
+  losses "$f" > "$f.losses"
+  cmp -s "$s.losses" "$f.losses" || fail "$mesh --recompute full: losses differ: $(paste "$s.losses" "$f.losses")"
+  "$bin" ckpt diff "$(ckpt "$s" $steps)" "$(ckpt "$f" $steps)" > "$work/diff_recompute_$mesh.txt" 2>&1 ||
+    fail "$mesh --recompute full: final checkpoint not bitwise the plain run's: $(tail -20 "$work/diff_recompute_$mesh.txt")"
+  echo "$mesh --device $dev --recompute full: $steps losses and the final checkpoint bitwise --recompute none's"
+done
 echo "gpu_e2e: all passed on --device $dev (meshes: $meshes)"

@@ -1,5 +1,5 @@
 # tests/memory_plan.cmake — the memory plan is an upper bound of each command's peak (tests/memory_plan.sh:
-# train, train --resume, eval, sample, reshard, export, import within plan + 16 MiB on a model with 32 MiB
+# train (also --recompute full), train --resume, eval, sample, reshard, export, import within plan + 16 MiB on a model with 32 MiB
 # tensors; then train on dp 2, --resume on tp 2 and on tp 2 x dp 2, eval on 2 ranks, every rank within its
 # own plan). Uses the resume_data fixture of tests/resume.cmake.
 add_test(NAME memory_plan_bound COMMAND ${CMAKE_SOURCE_DIR}/tests/memory_plan.sh $<TARGET_FILE:meshpoint>

@@ -24,7 +24,11 @@
  *   - FSDP prefetch (dp > 1): a run whose dp communicator defers every split-phase gather to its wait
  *     (start fills the destination with NaN) is bitwise the plain run, and every gather but the step's
  *     first was started before some compute ran and ended after it; a run with the split phase taken
- *     away (blocking gathers, no prefetch) is bitwise the same too.
+ *     away (blocking gathers, no prefetch) is bitwise the same too;
+ *   - activation recomputation (llama_options.recompute full): a model that keeps each block's input only
+ *     gives bitwise the losses of 20 steps, the step-1 gradients and the final shards of the plain model on
+ *     this mesh, plans exactly what it allocates (less, with 2 layers), and its tp collectives move the
+ *     plain step's bytes plus the recomputed blocks' (docs/PARALLEL.md).
  * Prints one line per check; exits 1 on any failure (on every rank).
  */
 #include <math.h>
@@ -230,8 +234,8 @@ static void train(llama_model *m, double *losses, float **grads, llama_token_buf
 }
 
 /* Expected bytes for one step (one micro-batch, no grad accumulation) on this rank: see PARALLEL.md. */
-static void expected_bytes(const llama_config *c, const mp_mesh *mesh, int sp, int raf, int64_t *tp_bytes,
-                           int64_t *dp_bytes) {
+static void expected_bytes(const llama_config *c, const mp_mesh *mesh, int sp, int raf, int recompute,
+                           int64_t *tp_bytes, int64_t *dp_bytes) {
     int p = mesh->tp, q = mesh->dp, L = c->num_hidden_layers;
     int64_t D = c->hidden_size, hd = llama_head_dim(c), N = (int64_t)(B / q) * T;
     int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, I = c->intermediate_size;
@@ -240,8 +244,11 @@ static void expected_bytes(const llama_config *c, const mp_mesh *mesh, int sp, i
     *tp_bytes = 0;
     if (p > 1) {
         int64_t nd = N * D;
-        if (sp) *tp_bytes = (int64_t)(4 + 8 * L) * 4 * (p - 1) * (nd / p);     /* AG and RS of [N, D] */
-        else *tp_bytes = (int64_t)(2 + 4 * L) * AR(nd, p, mesh->tp_rank);      /* AR of [N, D] */
+        /* recomputation: every block but the last repeats its forward's collectives but the last (SP: two
+         * all-gathers and a reduce-scatter; else one all-reduce) */
+        int64_t rc = recompute ? L - 1 : 0;
+        if (sp) *tp_bytes = (int64_t)(4 + 8 * L + 3 * rc) * 4 * (p - 1) * (nd / p);   /* AG and RS of [N, D] */
+        else *tp_bytes = (int64_t)(2 + 4 * L + rc) * AR(nd, p, mesh->tp_rank);        /* AR of [N, D] */
         *tp_bytes += AR(N, p, mesh->tp_rank) + AR(2 * N, p, mesh->tp_rank);   /* cross-entropy: max; sums */
         /* norm-weight grads: under SP every norm's, and the q/k norms' always (one all-reduce) */
         int64_t rep = 0, s0, cnt, hcnt;
@@ -291,6 +298,62 @@ static void expected_bytes(const llama_config *c, const mp_mesh *mesh, int sp, i
         *dp_bytes += mesh->dp_rank == 0 ? 8 * (q - 1) : 8;      /* loss sum (all_reduce_f64 of 1) */
     }
 #undef AR
+}
+
+/* Activation recomputation on this mesh: a model with o's options and recompute full, built on mesh with
+ * the backend be, against the plain model's losses loss_m, step-1 gradients gm and final shards shards1
+ * (the file comment lists what is checked). acts_plain: the plain model's MP_MEM_ACTS. */
+static void check_recompute(const llama_config *cfg, llama_options o, mp_mesh *mesh, mp_backend *be, int sp,
+                            const double *loss_m, float **gm, float *shards1, int64_t acts_plain) {
+    o.recompute = LLAMA_RECOMPUTE_FULL;
+    mp_err err;
+    int64_t before = mp_mem_current(MP_MEM_ACTS);
+    llama_model *m = NULL;
+    if (llama_create(&m, cfg, &o, mesh, be, &err)) { fprintf(stderr, "%s\n", err.msg); MPI_Abort(MPI_COMM_WORLD, 2); }
+    int64_t held = mp_mem_current(MP_MEM_ACTS) - before;
+    llama_memory_plan plan;
+    if (llama_plan_memory(cfg, &o, be, mesh->tp, mesh->tp_rank, mesh->dp, mesh->dp_rank, &plan, &err)) {
+        fprintf(stderr, "plan: %s\n", err.msg);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    check(plan.bytes[MP_MEM_ACTS] == held && held < acts_plain,
+          "recompute full: activations %lld B planned, %lld B allocated, %lld B without it",
+          (long long)plan.bytes[MP_MEM_ACTS], (long long)held, (long long)acts_plain);
+    llama_token_bufs tb;
+    llama_token_bufs_init(&tb, be, B / mesh->dp, T);
+    {   /* one step's tp bytes */
+        init_model(m);
+        mp_comm_reset_counters(mesh->tp_comm);
+        fill_ctx fc = {0, mesh->dp_rank * (B / mesh->dp), B / mesh->dp, cfg->vocab_size};
+        llama_step_args a = {{0.9, 0.95, 1e-8, 0.1}, 2e-3, 1, 1.0, 1, (double)B * T};
+        llama_step_result r;
+        llama_train_step(m, &a, fill, &fc, &tb, &r);
+        int64_t etp, edp;
+        expected_bytes(cfg, mesh, sp && mesh->tp > 1, o.reshard_after_forward, 1, &etp, &edp);
+        int64_t gtp = mp_comm_total_bytes(mesh->tp_comm);
+        check(gtp == etp, "recompute full: tp bytes of one step: counted %lld, plan %lld", (long long)gtp,
+              (long long)etp);
+    }
+    int np = llama_num_params(m);
+    float **g = calloc((size_t)np, sizeof(float *));
+    double losses[STEPS];
+    init_model(m);
+    train(m, losses, g, &tb);
+    int same = 1;
+    for (int i = 0; i < np; i++) {
+        llama_param *p = llama_param_at(m, i);
+        if (memcmp(g[i], gm[i], sizeof(float) * (size_t)(p->gshape[0] * p->gshape[1]))) {
+            same = 0;
+            if (g_rank == 0) fprintf(stderr, "recompute full: step-1 gradient of %s differs\n", p->name);
+        }
+        free(g[i]);
+    }
+    check(same, "recompute full: every step-1 gradient bitwise the plain model's (%d tensors)", np);
+    check(!memcmp(losses, loss_m, sizeof losses) && shards_io(m, shards1, 0),
+          "recompute full: %d losses and the final shards bitwise the plain model's", STEPS);
+    free(g);
+    llama_token_bufs_free(&tb);
+    llama_destroy(m);
 }
 
 int main(int argc, char **argv) {
@@ -416,7 +479,7 @@ int main(int argc, char **argv) {
         check(g_to_host - to_host_before == 1, "one step copied device to host %lld time(s) (one: loss and grad sums)",
               (long long)(g_to_host - to_host_before));
         int64_t etp, edp;
-        expected_bytes(&cfg, &mesh, sp && mesh.tp > 1, raf, &etp, &edp);
+        expected_bytes(&cfg, &mesh, sp && mesh.tp > 1, raf, 0, &etp, &edp);
         int64_t gtp = mp_comm_total_bytes(mesh.tp_comm), gdp = mp_comm_total_bytes(mesh.dp_comm);
         check(gtp == etp, "tp bytes of one step: counted %lld, plan %lld", (long long)gtp, (long long)etp);
         check(gdp == edp, "dp bytes of one step: counted %lld, plan %lld", (long long)gdp, (long long)edp);
@@ -484,6 +547,8 @@ int main(int argc, char **argv) {
               "blocking gathers (no prefetch): bitwise the prefetching run");
         mesh.dp_comm = dpc;
     }
+
+    check_recompute(&cfg, o, &mesh, &counting, sp, loss_m, gm, shards1, held[MP_MEM_ACTS]);
 
     for (int i = 0; i < np; i++) { free(gref[i]); free(gm[i]); }
     free(gref); free(gm); free(shards1);

@@ -2,7 +2,8 @@
 # 1x1, tp2, tp4, dp2, dp4, tp2xdp2, SP on and off where tp > 1, for a config whose vocab (250) is not
 # divisible by 4 and whose dim-0 sizes are not divisible by dp ("odd"), and a GQA config with tied
 # embeddings ("gqa_tied"); plus tp2xdp2 with reshard_after_forward off (ZeRO-2); and "family" (q/k/v
-# biases, q/k norms, head_dim 12 != 64/8) on tp2, dp2 and tp2xdp2, SP on and off.
+# biases, q/k norms, head_dim 12 != 64/8) on tp2, dp2 and tp2xdp2, SP on and off. Every entry also checks
+# activation recomputation (recompute full) bitwise against the plain model on its mesh.
 set(MP_MPI_ENV "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
 # meshes as np:tp
 set(meshes_odd 1:1 2:2 2:1 4:4 4:1 4:2)

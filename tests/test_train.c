@@ -237,6 +237,17 @@ Test(train_errors, shape_key_missing) {
                         "{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256}",
                         "good", NULL, "intermediate_size"});
 }
+/* --recompute takes none or full, in the config file ("train": {"recompute": ...}) as on the command line */
+Test(train_errors, recompute_mode_unknown_in_config) {
+    run_bad(&(bad_case){"recompute partial",
+                        "{\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 2, "
+                        "\"num_attention_heads\": 4, \"vocab_size\": 256, \"train\": {\"recompute\": \"partial\"}}",
+                        "good", NULL, "key \"recompute\": expected one of \"none\", \"full\", got \"partial\""});
+}
+Test(train_errors, recompute_mode_unknown_flag) {
+    run_bad(&(bad_case){"--recompute some", NULL, "good", "--recompute some", "--recompute"});
+}
+
 /* issue 8 item 10: the memory plan is checked before anything large is allocated */
 Test(train_errors, memory_plan_above_max_memory) {
     run_bad(&(bad_case){"--max-memory 64K", NULL, "good", "--max-memory 64K", "above --max-memory 64.0 KiB"});
