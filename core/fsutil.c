@@ -107,6 +107,26 @@ int mp_fs_parse_step_name(const char *name, const char *suffix, int64_t *step) {
     return 1;
 }
 
+mp_code mp_fs_each_step_dir(const char *root, const char *const *suffixes, mp_fs_step_fn fn, void *ctx,
+                            mp_err *err) {
+    assert(root && suffixes && fn);
+    DIR *d = opendir(root);
+    if (!d) return errno == ENOENT ? MP_OK : mp_err_set(err, MP_EIO, "listing %s: %s", root, strerror(errno));
+    int stop = 0;
+    for (struct dirent *de; !stop && (de = readdir(d));) {
+        int64_t step;
+        int k = 0;
+        while (suffixes[k] && !mp_fs_parse_step_name(de->d_name, suffixes[k], &step)) k++;
+        if (!suffixes[k]) continue;
+        char *p = mp_fs_join(root, de->d_name);
+        int isd = mp_fs_is_dir(p);
+        free(p);
+        if (isd) stop = fn(ctx, de->d_name, step, k);
+    }
+    closedir(d);
+    return MP_OK;
+}
+
 /* ------------------------------------------------------------------------------- durable writes */
 
 mp_code mp_fs_fsync_path(const char *path, int is_dir, mp_err *err) {

@@ -75,5 +75,15 @@ mp_code mp_fs_remove_contents_at(int dirfd, const char *dirpath, mp_err *err);
 /* 1 if name is exactly "step_" + one or more decimal digits + suffix (NULL: ""), with the digits' value
  * fitting int64; then *step (step may be NULL) gets that value. Else 0 and *step is untouched. */
 int mp_fs_parse_step_name(const char *name, const char *suffix, int64_t *step);
+/* Called by mp_fs_each_step_dir for one step directory: its entry name, the step its name says, and k,
+ * the index of the suffix it carries. A nonzero return stops the scan. */
+typedef int (*mp_fs_step_fn)(void *ctx, const char *name, int64_t step, int k);
+/* The one scanner of a checkpoint root's step directories (every command that lists steps goes through
+ * it): calls fn for each entry of root whose name mp_fs_parse_step_name accepts with one of suffixes (a
+ * NULL-terminated list, e.g. {"", ".partial", NULL}) and that is a directory or a link to one, in
+ * readdir order. Anything else (step_12abc, step_, step_-1, a file step_00000001) is skipped. A root
+ * that does not exist holds no steps (MP_OK); another failure to list it is MP_EIO naming root. */
+mp_code mp_fs_each_step_dir(const char *root, const char *const *suffixes, mp_fs_step_fn fn, void *ctx,
+                            mp_err *err);
 
 #endif

@@ -213,6 +213,52 @@ Test(fsutil, step_names_are_step_digits_suffix) {
     cr_assert(!mp_fs_parse_step_name("step_99999999999999999999", NULL, NULL), "int64 overflow");
 }
 
+/* mp_fs_step_fn of the scanner test: records "name:step:k;" into the buffer ctx, stops at step 3. */
+static int note_step(void *ctx, const char *name, int64_t step, int k) {
+    char *b = ctx;
+    snprintf(b + strlen(b), 512 - strlen(b), "%s:%lld:%d;", name, (long long)step, k);
+    return step == 3;
+}
+
+Test(fsutil, the_step_scanner_takes_step_directories_only) {
+    char base[] = "/tmp/mp_scan_XXXXXX";
+    cr_assert(mkdtemp(base));
+    mp_err e;
+    const char *dirs[] = {"step_00000002", "step_5.partial", "step_12abc", "step_", "step_-1", "step_7.tmp", "x"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        char *p = mp_fs_join(base, dirs[i]);
+        cr_assert_eq(mp_fs_mkdirs(p, &e), MP_OK, "%s", e.msg);
+        free(p);
+    }
+    char *f = mp_fs_join(base, "step_00000009");   /* a file named like a step */
+    FILE *fp = fopen(f, "w");
+    cr_assert(fp);
+    fclose(fp);
+    static const char *const sfx[] = {"", ".partial", NULL};
+    char got[512] = "";
+    cr_assert_eq(mp_fs_each_step_dir(base, sfx, note_step, got, &e), MP_OK, "%s", e.msg);
+    /* readdir order is the file system's: check each entry, and the count */
+    cr_assert(strstr(got, "step_00000002:2:0;") && strstr(got, "step_5.partial:5:1;"), "%s", got);
+    int n = 0;
+    for (const char *q = got; (q = strchr(q, ';')); q++) n++;
+    cr_assert_eq(n, 2, "%s", got);
+    char *gone = mp_fs_join(base, "none");
+    got[0] = '\0';
+    cr_assert_eq(mp_fs_each_step_dir(gone, sfx, note_step, got, &e), MP_OK, "a missing root holds no steps");
+    cr_assert_str_eq(got, "");
+    cr_assert_eq(mp_fs_each_step_dir(f, sfx, note_step, got, &e), MP_EIO);
+    cr_assert(strstr(e.msg, "listing ") && strstr(e.msg, "step_00000009"), "%s", e.msg);
+    /* a nonzero return stops the scan */
+    char *p3 = mp_fs_join(base, "step_3");
+    cr_assert_eq(mp_fs_mkdirs(p3, &e), MP_OK, "%s", e.msg);
+    static const char *const only[] = {"", NULL};
+    cr_assert_eq(mp_fs_each_step_dir(base, only, note_step, got, &e), MP_OK, "%s", e.msg);
+    cr_assert(strstr(got, "step_3:3:0;"), "%s", got);
+    cr_assert(!strstr(got, "step_3:3:0;step_"), "went on after a stop: %s", got);
+    cr_assert_eq(mp_fs_remove_tree(base, &e), MP_OK, "%s", e.msg);
+    free(f); free(gone); free(p3);
+}
+
 Test(config, hf_config_json_is_accepted_and_round_trips) {
     const char *hf = "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64,"
                      " \"intermediate_size\": 172, \"num_hidden_layers\": 3, \"num_attention_heads\": 8,"
