@@ -68,13 +68,13 @@ verify() { "$bin" ckpt verify "$1" >/dev/null 2>&1; }
 avail() { df -B1 --output=avail "$mnt" | tail -1 | tr -d ' '; }
 
 # views_pending DIR LOG CAUSE WHAT RUN: DIR (published) lacks view.h5 because its background view write
-# failed for CAUSE: no view.h5 (nor a leftover view.h5.repair), the warning in LOG naming CAUSE and
+# failed for CAUSE: no view.h5 (nor a leftover view.h5.tmp.<pid>), the warning in LOG naming CAUSE and
 # repair-views; `ckpt ls` marks it "views pending" and verify passes (exit 0) with one note naming
 # repair-views and no problem; then `train --resume` of RUN (at its last step: nothing to train) writes
 # the view (issue 35) and verify passes without the note.
 views_pending() {
     local d=$1 log=$2 cause=$3 what=$4 rd=$5 out
-    [ ! -e "$d/view.h5.repair" ] || fail "$what: the failed view write left $d/view.h5.repair"
+    ! ls "$d" | grep -q '^view\.h5\.tmp\.' || fail "$what: the failed view write left a $d/view.h5.tmp.<pid>"
     grep -q "writing its views (view.h5) failed: .*$cause.*repair-views" "$log" ||
         fail "$what: exit 0, $d without views, and no warning naming '$cause' and repair-views: $(cat "$log")"
     "$bin" ckpt ls "$ck" | grep -q "$(basename "$d") .*views pending" || fail "$what: ckpt ls does not mark $d: $("$bin" ckpt ls "$ck")"
@@ -118,7 +118,7 @@ check_trial() {
     [ "$n" -eq 1 ] || fail "$what: the error was printed $n times: $(cat "$log")"
     echo "$msg" | grep -q -- "$cause" || fail "$what: the cause ('$cause') is not named: $msg"
     local named
-    named=$(echo "$msg" | grep -oE "$ck/(step_[0-9]{8}(\.partial)?(/[A-Za-z0-9_.]+)?|latest(\.tmp)?|\.lock)" | tail -1)
+    named=$(echo "$msg" | grep -oE "$ck/(step_[0-9]{8}(\.partial)?(/[A-Za-z0-9_.]+)?|latest(\.tmp\.[0-9]+)?|\.lock)" | tail -1)
     [ -n "$named" ] || fail "$what: no file in $ck is named: $msg"
     # what the failure named last (the innermost context), for the coverage summary
     case "$named" in
