@@ -241,6 +241,10 @@ static int print_listing(const char *root, const ls_entry *e, int n, const char 
     if (!json && !ncomplete) printf("  (no complete checkpoints)\n");
     for (int i = 0; i < n; i++)
         if (!e[i].complete) incomplete_out(&e[i], ji);
+    char names[1024];
+    if (!json && mp_fs_tmp_leftovers(root, names, sizeof names))   /* core/fsutil.h's temp-file convention */
+        printf("leftover temp files of interrupted writes (never read; safe to delete when nothing is writing "
+               "there): %s\n", names);
     if (json) {
         char *s = cJSON_Print(jo);
         puts(s);

@@ -177,6 +177,23 @@ int mp_fs_is_tmp_name(const char *name) {
     return p > t + 1 && *p == '\0';
 }
 
+/* scandir filter: the convention's temp names. */
+static int tmp_entry(const struct dirent *de) { return mp_fs_is_tmp_name(de->d_name); }
+
+int mp_fs_tmp_leftovers(const char *dir, char *out, size_t cap) {
+    assert(cap > 0);
+    out[0] = '\0';
+    struct dirent **v = NULL;
+    int n = scandir(dir, &v, tmp_entry, alphasort);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (at < cap) at += (size_t)snprintf(out + at, cap - at, "%s%s", i ? ", " : "", v[i]->d_name);
+        free(v[i]);
+    }
+    free(v);
+    return n < 0 ? 0 : n;
+}
+
 mp_code mp_fs_remove_tmp_leftovers(const char *dir, const char *name, int *removed, mp_err *err) {
     if (removed) *removed = 0;
     DIR *d = opendir(dir);

@@ -66,6 +66,10 @@ mp_code mp_fs_mkdirs(const char *path, mp_err *err);
 char *mp_fs_tmp_name(const char *path);
 /* 1 if entry name ends as a temp file of the convention does: ".tmp.<digits>". */
 int mp_fs_is_tmp_name(const char *name);
+/* The temp files of the convention (mp_fs_is_tmp_name) directly in dir, which crashed writers left (or
+ * live ones are writing): their names, sorted and joined by ", ", into out[cap] (truncated to fit);
+ * returns how many. 0 when dir cannot be listed. What `ckpt ls` and `ckpt verify` report as leftovers. */
+int mp_fs_tmp_leftovers(const char *dir, char *out, size_t cap);
 /* Removes the leftover temp files of dir/name (entries "name.tmp.<digits>" of any pid) that crashed
  * writers left. Only for a caller that holds a lock proving no other writer of dir/name is alive (the
  * views' flock on their directory). *removed (may be NULL) gets how many. MP_EIO naming the entry. */

@@ -12,7 +12,8 @@
 #   odd_names     step_12abc, step_, step_-1, step_99x (and .partial) directories, a file named like a step,
 #                 a step_notes in the run directory: ignored by ckpt ls (root and run directory, text and
 #                 --json), ckpt show, eval --checkpoint, train --resume and its retention (--keep 1) and
-#                 .partial cleanup (mp_fs_each_step_dir, the one scanner)
+#                 .partial cleanup (mp_fs_each_step_dir, the one scanner); leftover temp files
+#                 (latest.tmp.<pid>, view.h5.tmp.<pid>) named by ckpt ls and ckpt verify, exit 0
 #   ranks         (mpiexec -np 2) rank 0 resolves the name for every rank: --resume-from RUN/checkpoints and
 #                 eval --checkpoint RUN without --config (same loss as with it)
 set -u
@@ -98,6 +99,11 @@ odd_names)
         "$bin" ckpt ls --json "$at" >"$work/ls.json" 2>&1 || fail "ckpt ls --json $at: $(cat "$work/ls.json")"
         for d in $odd step_00000009; do grep -q "\"$d\"" "$work/ls.json" && fail "ckpt ls --json $at lists $d"; done
     done
+    # temp files of interrupted writes (core/fsutil.h's convention): named by ls and verify, exit 0
+    : >"$root/latest.tmp.4242"; : >"$root/step_00000004/view.h5.tmp.4242"
+    expect 0 "^leftover temp files of interrupted writes .*: latest\.tmp\.4242$" "$work/ls" "$bin" ckpt ls "$work/run"
+    expect 0 "^note: 1 leftover temp file .*step_00000004 .*: view\.h5\.tmp\.4242$" "$work/verify" \
+        "$bin" ckpt verify "$root/step_00000004"
     expect 0 "step_00000004" "$work/show" "$bin" ckpt show "$work/run"
     expect 0 "weights: .*step_00000004" "$work/ev" "$bin" eval --checkpoint "$work/run" "${ev[@]}" --batches 1
     # resume, save, keep 1: the newest by name is step 4; retention and the .partial cleanup leave the odd ones
