@@ -143,7 +143,7 @@ sweep_tmpfs() {
     note "step-2 save takes $T bytes on the tmpfs; trials at $per_points points + the last $tail_pages pages and one past"
     local pts=() p=4096 i
     for ((i = 0; i < per_points; i++)); do pts+=($((T * i / per_points / 4096 * 4096))); done
-    # the last pages one by one, up to one page past T: `latest.tmp` needs a page while `latest` still
+    # the last pages one by one, up to one page past T: `latest.tmp.<pid>` needs a page while `latest` still
     # holds its own, so at exactly T the save fails only at replacing `latest`
     for ((i = tail_pages; i >= -1; i--)); do pts+=($((T - i * 4096))); done
     pts+=($((T + 16 * 4096)))
