@@ -42,7 +42,7 @@
  * (after the first box is written), after_rank_files (every file written and fsynced, before the
  * collective commit), before_index, after_index (index fsynced, before the rename), after_rename
  * (before `latest` is replaced), after_latest (before retention), during_view (opts.view_background:
- * rank 0's background thread, view.h5.repair written, before its rename to view.h5). With files of several ranks
+ * rank 0's background thread, view.h5.tmp.<pid> written, before its rename to view.h5). With files of several ranks
  * (opts.ranks_per_file) a member's during_rank_files is after its first box is sent to its leader, and
  * MP_CKPT_FAIL_AT=group_list (a member fails before sending), group_send (a member fails mid-transfer)
  * or group_write (the leader fails writing a member's band), optionally only on rank MP_CKPT_FAIL_RANK, makes that rank fail with an error (no kill);
@@ -112,7 +112,7 @@ typedef struct ckpt_save_opts {
     void *progress_ctx;         /* passed to progress */
     int view_background;        /* 1: rank 0's commit publishes the checkpoint (index.h5, rename, latest,
                                    retention) without view.h5, then writes view.h5 on a background thread
-                                   (view.h5.repair, fsync, rename); every later HDF5 use of the process
+                                   (view.h5.tmp.<pid>, fsync, rename); every later HDF5 use of the process
                                    waits for it (ckpt_views_wait). 0: view.h5 before index.h5. */
     int format_version;         /* the format_version written: 0 (CKPT_FORMAT_VERSION, 3) or 3..CKPT_FORMAT_VERSION_MAX.
                                    Version 4 has version 3's layout; only the number differs, so that
@@ -368,8 +368,8 @@ int ckpt_views_pending(const ckpt_reader *r);
 void ckpt_views_heal_start(const char *root);
 
 /* Rebuilds the views from the checkpoint's own validated tables, atomically, never opening the damaged
- * views: format v3 writes dir/view.h5 afresh (view.h5.repair, fsync, rename, fsync of dir), v2
- * rebuilds dir/index.h5 with its tables, metadata and fresh views (index.h5.repair, same steps); the
+ * views: format v3 writes dir/view.h5 afresh (view.h5.tmp.<pid>, fsync, rename, fsync of dir), v2
+ * rebuilds dir/index.h5 with its tables, metadata and fresh views (index.h5.tmp.<pid>, same steps); the
  * rank files are not touched. MP_ECHECK when the tables are unreadable (nothing to rebuild from), MP_EINPUT for a
  * version 1 checkpoint (read-only), MP_EIO on a write failure (index.h5 is then unchanged). Local. */
 mp_code ckpt_views_repair(const char *dir, mp_err *e);

@@ -106,8 +106,8 @@ mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err 
 /* Writes the view file of L (v3: view.h5; a new file with the /view group of virtual datasets, relative
  * source names) at path and fsyncs it. */
 mp_code ck_view_write(const ck_layout *L, const char *path, mp_err *e);
-/* Replaces dir/name atomically by a file write(L, tmp) makes: tmp = dir/name.repair (a leftover removed
- * first), written and fsynced, then renamed over dir/name and dir fsynced (ckpt/views.c). The writers of
+/* Replaces dir/name atomically by a file write(L, tmp) makes: tmp = dir/name.tmp.<pid> (mp_fs_tmp_name;
+ * leftovers of interrupted writers, any pid, removed first: mp_fs_remove_tmp_leftovers), written and fsynced, then renamed over dir/name and dir fsynced (ckpt/views.c). The writers of
  * one directory's views (the save's background write, the heal, repair-views in another process) are
  * serialised by a flock on dir, so none removes or renames another's tmp. if_absent: write only when
  * dir/name does not exist once the lock is held (the heal: never replace a file another writer

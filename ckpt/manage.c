@@ -23,7 +23,6 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include <assert.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -55,33 +54,33 @@ static int cmp_i64_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Steps of ROOT/step_<digits><suffix> entries that are directories, newest first. */
+/* The growing list of steps scan_steps collects. */
+typedef struct step_list {
+    int64_t *v;
+    int n, cap;
+} step_list;
+
+/* mp_fs_step_fn of scan_steps: appends the step; never stops the scan. */
+static int add_step(void *ctx, const char *name, int64_t step, int k) {
+    (void)name, (void)k;
+    step_list *l = ctx;
+    if (l->n == l->cap) {
+        l->cap = l->cap * 2 + 16;
+        l->v = mp_realloc(l->v, 0, sizeof(int64_t) * (size_t)l->cap, MP_MEM_OTHER);
+    }
+    l->v[l->n++] = step;
+    return 0;
+}
+
+/* Steps of ROOT/step_<digits><suffix> entries that are directories (mp_fs_each_step_dir), newest first. */
 static mp_code scan_steps(const char *root, const char *suffix, int64_t **out, int *n, mp_err *e) {
-    *out = NULL;
-    *n = 0;
-    DIR *d = opendir(root);
-    if (!d) {
-        if (errno == ENOENT) return MP_OK;
-        return mp_err_set(e, MP_EIO, "listing %s: %s", root, strerror(errno));
-    }
-    int cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        int64_t step;
-        if (!mp_fs_parse_step_name(de->d_name, suffix, &step)) continue;
-        char *p = ck_fmt("%s/%s", root, de->d_name);
-        int isd = mp_fs_is_dir(p);
-        free(p);
-        if (!isd) continue;
-        if (*n == cap) {
-            cap = cap * 2 + 16;
-            *out = mp_realloc(*out, 0, sizeof(int64_t) * (size_t)cap, MP_MEM_OTHER);
-        }
-        (*out)[(*n)++] = step;
-    }
-    closedir(d);
-    if (*n > 1) qsort(*out, (size_t)*n, sizeof(int64_t), cmp_i64_desc);
-    return MP_OK;
+    const char *const sfx[] = {suffix, NULL};
+    step_list l = {0};
+    mp_code rc = mp_fs_each_step_dir(root, sfx, add_step, &l, e);
+    if (l.n > 1) qsort(l.v, (size_t)l.n, sizeof(int64_t), cmp_i64_desc);
+    *out = l.v;
+    *n = l.n;
+    return rc;
 }
 
 /* The directory name a step's checkpoint has (matching the writer's step_%08lld). */

@@ -549,17 +549,6 @@ mp_code ck_plan_pack(ck_plan_src *S, int nq, const char *req, const int64_t *rco
     return rc;
 }
 
-/* mp_comm_agree, with a failing rank keeping its own message unprefixed (the others get it as
- * "[rank N] ..."), so that a caller's own agreement over the same world (the CLI's) prefixes it once. */
-static mp_code agree(mp_comm *world, mp_code local, mp_err *e) {
-    mp_err m;
-    if (local) m = *e;
-    else mp_err_clear(&m);
-    mp_code rc = mp_comm_agree(world, local, &m, NULL);
-    if (rc && !local) *e = m;
-    return rc;
-}
-
 /* The rounds of the open: per CK_OPEN_RANKS consecutive ranks (ck_round_ranks), their region lists
  * (req, rlen[size] on rank 0) to rank 0 (ck_gather_round), their parts planned on S (rank 0) and sent
  * back (a scatter of the sizes, then of the parts: ck_scatter_round). *part (malloc'd) gets this rank's part, *mine
@@ -611,7 +600,7 @@ mp_code ckpt_open_planned(ckpt_reader **out, mp_comm *world, const char *dir, co
     world->gather(world, rlen, &n, sizeof n, 0);
     ck_plan_src *S = NULL;
     if (me == 0 && !local) local = ck_plan_src_open(dir, 0, &S, e);
-    mp_code rc = agree(world, local, e);   /* rank 0's bad index: the same error everywhere */
+    mp_code rc = mp_comm_agree(world, local, e, NULL);   /* rank 0's bad index: the same error everywhere */
     int64_t mine = 0;
     char *part = NULL;
     if (!rc) local = rounds(world, S, &req, rlen, &part, &mine, e);
@@ -622,7 +611,7 @@ mp_code ckpt_open_planned(ckpt_reader **out, mp_comm *world, const char *dir, co
     ck_layout L;
     if (!local) local = unpack_part(part, mine, &L, e);
     free(part);
-    rc = agree(world, local, e);   /* a failed round on rank 0: its message (the lowest failing rank's) */
+    rc = mp_comm_agree(world, local, e, NULL);   /* a failed round on rank 0: its message (the lowest failing rank's) */
     if (rc) {
         if (!local) ck_layout_free(&L);
         return rc;

@@ -6,7 +6,7 @@
  * 70B / 4,096-rank save, docs/BENCH_SCALE.md), and every rank waits for that commit. With
  * ckpt_save_opts.view_background the commit publishes the checkpoint without view.h5 (index.h5, the
  * rename, `latest`, retention) and hands its layout to ck_view_bg_start, which writes view.h5 on a
- * detached thread the way repair-views does (ck_views_replace: view.h5.repair, fsync, rename, fsync of
+ * detached thread the way repair-views does (ck_views_replace: view.h5.tmp.<pid>, fsync, rename, fsync of
  * the directory), so a view.h5 under its final name is always complete. A failure is a warning naming
  * the directory and `meshpoint ckpt repair-views DIR`: the checkpoint itself is complete.
  *

@@ -18,8 +18,8 @@
  *           one line per problem, and "at <tensor>" before each tensor, over a pipe. Test hook:
  *           MP_TEST_VIEWS_CRASH_AT=<tensor> makes the child die of SIGSEGV at that tensor.
  *   repair  rebuilds the views from the validated tables: version 3 writes view.h5 afresh
- *           (ck_view_write) into view.h5.repair; version 2 rebuilds index.h5 (ck_index_write writes
- *           tables, metadata and views afresh; the creation time is kept) into index.h5.repair; either
+ *           (ck_view_write) into view.h5.tmp.<pid>; version 2 rebuilds index.h5 (ck_index_write writes
+ *           tables, metadata and views afresh; the creation time is kept) into index.h5.tmp.<pid>; either
  *           is fsynced and renamed over the old file (then the directory fsynced): atomic, and the
  *           damaged views are never opened. The data files are not touched. The same steps
  *           (ck_views_replace) write a training save's view.h5 in the background (ckpt/view_bg.c).
@@ -374,13 +374,12 @@ static void unlock_dir(int fd) {
 mp_code ck_views_replace(const ck_layout *L, const char *dir, const char *name,
                          mp_code (*write)(const ck_layout *, const char *, mp_err *), const char *crash_point,
                          int if_absent, int *wrote, mp_err *e) {
-    char *path = ck_fmt("%s/%s", dir, name), *tmp = ck_fmt("%s/%s.repair", dir, name);
+    char *path = ck_fmt("%s/%s", dir, name), *tmp = mp_fs_tmp_name(path);
     mp_code rc = MP_OK;
     int lk = lock_dir(dir);
     if (wrote) *wrote = 0;
     if (if_absent && mp_fs_exists(path)) goto done;   /* another writer published it while we waited */
-    if (mp_fs_exists(tmp) && unlink(tmp))   /* a leftover of an interrupted write (the lock is ours) */
-        rc = mp_err_set(e, MP_EIO, "removing %s: %s", tmp, strerror(errno));
+    rc = mp_fs_remove_tmp_leftovers(dir, name, NULL, e);   /* of interrupted writes: the lock is ours */
     if (!rc) rc = write(L, tmp, e);
     if (!rc && crash_point) ck_crash_point(crash_point, 0);
     if (!rc) rc = mp_fs_rename_durable(tmp, path, dir, e);

@@ -6,7 +6,6 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include <assert.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,14 +32,18 @@ int64_t mp_ckpt_chunk_bytes(void) {
     return CHUNK_BYTES;
 }
 
-/* Does root hold any step_* entry (complete or not)? */
+/* mp_fs_step_fn of has_step_entries: one is enough, stop. */
+static int found_step(void *ctx, const char *name, int64_t step, int k) {
+    (void)name, (void)step, (void)k;
+    *(int *)ctx = 1;
+    return 1;
+}
+
+/* Does root hold a step directory (mp_fs_each_step_dir: step_<digits>, complete or .partial)? */
 static int has_step_entries(const char *root) {
-    DIR *d = opendir(root);
-    if (!d) return 0;
-    struct dirent *de;
+    static const char *const sfx[] = {"", ".partial", NULL};
     int found = 0;
-    while (!found && (de = readdir(d))) found = !strncmp(de->d_name, "step_", 5);
-    closedir(d);
+    mp_fs_each_step_dir(root, sfx, found_step, &found, NULL);
     return found;
 }
 
@@ -120,7 +123,7 @@ const char *mp_ckpt_mesh_str(char *buf, size_t cap, const ckpt_reader *r) {
 /* ----------------------------------------------------------------------------- locating checkpoints */
 
 /* The checkpoint root a path means: the path itself, or PATH/checkpoints when PATH is a run directory
- * (no step_* entries of its own, a checkpoints/ subdirectory). Malloc'd. */
+ * (no step directories of its own, a checkpoints/ subdirectory). Malloc'd. */
 char *mp_ckpt_root_of(const char *path) {
     char *sub = mp_fs_join(path, "checkpoints");
     if (!has_step_entries(path) && mp_fs_is_dir(sub)) return sub;

@@ -102,22 +102,27 @@ static void describe_complete(const char *p, ls_entry *x) {
     ckpt_close(r);
 }
 
-/* Adds directory entry `name` of root to the list when it is a step directory (complete, or incomplete
- * with the reason). */
-static void scan_entry(const char *root, const char *name, ls_entry **e, int *n, int *cap) {
-    int64_t step;
-    int partial = mp_fs_parse_step_name(name, ".partial", &step);
-    if (!partial && !mp_fs_parse_step_name(name, "", &step)) return;
-    char *p = mp_fs_join(root, name);
-    if (!mp_fs_is_dir(p)) { free(p); return; }
-    if (*n == *cap) {
-        *cap = 2 * *cap + 16;
-        *e = mp_realloc(*e, 0, sizeof **e * (size_t)*cap, MP_MEM_OTHER);
+/* The listing scan_root builds. */
+typedef struct ls_list {
+    const char *root;
+    ls_entry *e;
+    int n, cap;
+} ls_list;
+
+/* mp_fs_step_fn of scan_root: adds step directory `name` of the root (k 1: a .partial) to the list,
+ * complete, or incomplete with the reason. Never stops the scan. */
+static int scan_entry(void *ctx, const char *name, int64_t step, int k) {
+    ls_list *l = ctx;
+    int partial = k == 1;
+    if (l->n == l->cap) {
+        l->cap = 2 * l->cap + 16;
+        l->e = mp_realloc(l->e, 0, sizeof *l->e * (size_t)l->cap, MP_MEM_OTHER);
     }
-    ls_entry *x = &(*e)[(*n)++];
+    ls_entry *x = &l->e[l->n++];
     memset(x, 0, sizeof *x);
     snprintf(x->name, sizeof x->name, "%s", name);
     x->step = x->name_step = step;
+    char *p = mp_fs_join(l->root, name);
     mp_err ce;
     if (partial) snprintf(x->reason, sizeof x->reason, "interrupted save (never loaded)");
     else if (ckpt_check_complete(p, &ce) == MP_OK) x->complete = 1;
@@ -125,24 +130,23 @@ static void scan_entry(const char *root, const char *name, ls_entry **e, int *n,
     if (x->complete) describe_complete(p, x);
     else x->bytes = dir_bytes(p);
     free(p);
+    return 0;
 }
 
-/* The step directories of root, sorted by step (the index's for readable checkpoints); *e malloc'd.
- * mp_exit_status(MP_EINPUT) (message printed) when root cannot be listed. */
+/* The step directories of root (mp_fs_each_step_dir: step_<digits> and step_<digits>.partial), sorted
+ * by step (the index's for readable checkpoints); *e malloc'd. mp_exit_status(MP_EINPUT) (message
+ * printed) when root cannot be listed. */
 static int scan_root(const char *root, ls_entry **e, int *n) {
-    *e = NULL;
-    *n = 0;
-    DIR *d = opendir(root);
-    if (!d) {
-        mp_log_fail("cannot list %s: %s", root, strerror(errno));
-        return mp_exit_status(MP_EINPUT);
-    }
-    int cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) scan_entry(root, de->d_name, e, n, &cap);
-    closedir(d);
-    if (*n > 1) qsort(*e, (size_t)*n, sizeof **e, cmp_entry);
-    return mp_exit_status(MP_OK);
+    static const char *const sfx[] = {"", ".partial", NULL};
+    ls_list l = {.root = root};
+    mp_err err;
+    mp_code rc = mp_fs_is_dir(root) ? mp_fs_each_step_dir(root, sfx, scan_entry, &l, &err)
+                                    : mp_err_set(&err, MP_EINPUT, "cannot list %s: not a directory", root);
+    if (l.n > 1) qsort(l.e, (size_t)l.n, sizeof *l.e, cmp_entry);
+    *e = l.e;
+    *n = l.n;
+    if (rc) mp_log_fail("%s", err.msg);
+    return mp_exit_status(rc ? MP_EINPUT : MP_OK);
 }
 
 /* JSON object of complete checkpoint x. */
@@ -237,6 +241,10 @@ static int print_listing(const char *root, const ls_entry *e, int n, const char 
     if (!json && !ncomplete) printf("  (no complete checkpoints)\n");
     for (int i = 0; i < n; i++)
         if (!e[i].complete) incomplete_out(&e[i], ji);
+    char names[1024];
+    if (!json && mp_fs_tmp_leftovers(root, names, sizeof names))   /* core/fsutil.h's temp-file convention */
+        printf("leftover temp files of interrupted writes (never read; safe to delete when nothing is writing "
+               "there): %s\n", names);
     if (json) {
         char *s = cJSON_Print(jo);
         puts(s);

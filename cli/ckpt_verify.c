@@ -34,6 +34,7 @@
 #include "cli/progress.h"
 #include "cli/train_ckpt.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include "layers/llama.h"
 #include "core/log.h"
 #include "reshard/dcp.h"
@@ -190,6 +191,15 @@ static void verify_bytes(ckpt_reader *r, mp_ckpt_problems *pr, int64_t *bytes) {
     free(buf);
 }
 
+/* Notes the temp files of interrupted writes (core/fsutil.h's convention) in the checkpoint directory:
+ * never read, not a problem. */
+static void note_leftovers(const char *dir, mp_ckpt_problems *pr) {
+    char names[1024];
+    int n = mp_fs_tmp_leftovers(dir, names, sizeof names);
+    if (n) mp_ckpt_note(pr, "%d leftover temp file%s of an interrupted write in %s (never read; safe to delete when "
+                        "nothing is writing there): %s", n, n == 1 ? "" : "s", dir, names);
+}
+
 /* Checks the files the checkpoint carries (its tokenizer's) against their listed sizes and checksums,
  * and that nothing unlisted lies among them; a problem names the file. */
 static void verify_files(const ckpt_reader *r, mp_ckpt_problems *pr) {
@@ -274,6 +284,7 @@ int mp_ckpt_verify(int argc, char **argv) {
         pr.notes = cJSON_CreateArray();
     }
     int index_crashed = verify_views(dir, &pr);   /* first: it needs a process with no HDF5 file open */
+    note_leftovers(dir, &pr);
     ckpt_reader *r = NULL;
     if (index_crashed || ckpt_open(&r, dir, &err)) {
         if (!index_crashed) mp_ckpt_problem(&pr, "%s", err.msg);

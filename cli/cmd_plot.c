@@ -10,7 +10,7 @@
  * and a step seen again (a rewind's abandoned lines are moved aside, never left here) keeps its last
  * value.
  *
- * The image is written to FILE.png.tmp, fsynced and renamed durably over FILE.png (mp_fs_rename_durable),
+ * The image is written to FILE.png.tmp.<pid> (the fs layer's temp-file convention), fsynced and renamed durably over FILE.png (mp_fs_rename_durable),
  * which must not exist unless --force (a user's file is never overwritten unasked). Exit 2 on bad usage, a missing or empty metrics file, or
  * a line that is not JSON (named by its number); 1 when PLplot cannot write the image.
  */
@@ -230,9 +230,7 @@ int mp_cmd_plot(int argc, char **argv) {
     if (read_metrics(argv[0], &c, &err)) goto fail;
     root = mp_fs_join(argv[0], "checkpoints");
     if (ckpt_list(root, &c.ckpt_steps, &c.nckpt, &err)) goto fail;
-    size_t n = strlen(out) + 8;
-    tmp = mp_xmalloc(n);
-    snprintf(tmp, n, "%s.tmp", out);
+    tmp = mp_fs_tmp_name(out);   /* the fs layer's temp-file convention: OUT.tmp.<pid> */
     status = mp_exit_status(MP_ECHECK);
     FILE *probe = fopen(tmp, "w");   /* PLplot exits the process on a file it cannot open: check first */
     if (!probe || fclose(probe)) {

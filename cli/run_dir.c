@@ -99,10 +99,14 @@ mp_code mp_metrics_set_aside(const char *path, int64_t after, const char *aside_
     *moved = 0;
     FILE *in = fopen(path, "r");
     if (!in) return MP_OK;
-    char tmp[MP_PATH_MAX + 40];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char *tmp = mp_fs_tmp_name(path);   /* the fs layer's temp-file convention */
     FILE *keep = fopen(tmp, "w"), *aside = NULL;
-    if (!keep) { fclose(in); return mp_err_set(err, MP_EIO, "cannot write %s: %s", tmp, strerror(errno)); }
+    if (!keep) {
+        fclose(in);
+        mp_code rc = mp_err_set(err, MP_EIO, "cannot write %s: %s", tmp, strerror(errno));
+        free(tmp);
+        return rc;
+    }
     mp_code rc = split_lines(in, keep, after, aside_path, &aside, moved, err);
     fclose(in);
     if (aside) {
@@ -117,6 +121,7 @@ mp_code mp_metrics_set_aside(const char *path, int64_t after, const char *aside_
         rc = mp_fs_rename_durable(tmp, path, NULL, err);
     }
     if (rc || !*moved) unlink(tmp);
+    free(tmp);
     return rc;
 }
 

@@ -22,7 +22,7 @@ void mp_aside_name(const char *run_dir, const char *root, char *buf, size_t cap)
 
 /* Moves the lines of the metrics file `path` whose "step" is greater than `after` (after = -1: every
  * line) into the new file aside_path, keeping the other lines, in order, in path. Nothing is lost at
- * any point: aside_path is written and fsynced before path is replaced (path.tmp, fsync, rename, fsync
+ * any point: aside_path is written and fsynced before path is replaced (path.tmp.<pid>, fsync, rename, fsync
  * of the directory). No such line (or no file): nothing is written. *moved gets the number of lines
  * moved. */
 mp_code mp_metrics_set_aside(const char *path, int64_t after, const char *aside_path, int64_t *moved, mp_err *err);

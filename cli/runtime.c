@@ -75,17 +75,14 @@ void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {
 
 /* The device choice over the world: a GPU host with a broken driver among working ones fails on its
  * ranks only, and those ranks used to leave while the others waited in the mesh's collectives (a
- * silent hang until the job's wall time). A failure every rank met alike returns as it is (the caller
- * prints it once, from rank 0, as every mesh-setup error); one only some ranks met is printed here by
- * the lowest failing rank ("[rank N] ...") and returned on every rank as already reported. */
+ * silent hang until the job's wall time). So the choice is agreed (mp_runtime_agree: the lowest failing
+ * rank prints "[rank N] ...", one line, whether one rank or all met it) and returned on every rank as
+ * already reported, a rank that did not fail itself naming the one that did. */
 static mp_code agree_device(mp_runtime *rt, mp_code local, mp_err *err) {
     if (!rt->mpi || rt->world == 1) return local;
-    int failed = local != MP_OK;
-    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (failed == 0 || failed == rt->world) return local;
     mp_code agreed = mp_runtime_agree(rt, local, err);
-    if (!local) mp_err_set(err, agreed, "the device could not be set up on another rank (reported there)");
-    rt->reported = 1;
+    if (agreed && !local) mp_err_set(err, agreed, "the device could not be set up on another rank (reported there)");
+    if (agreed) rt->reported = 1;
     return agreed;
 }
 

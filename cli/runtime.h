@@ -44,7 +44,8 @@ int mp_runtime_fail(const mp_runtime *rt, const mp_err *err);
  * mp_comm_agree over the world, plus the CLI's printing policy: the lowest failing rank prints its
  * message — one message, not one per rank. Returns the highest code of any rank (MP_OK if none failed);
  * a rank that did not fail itself exits with that code silently; the message reads "meshpoint <cmd>:
- * error: [rank N] ..." when the world has more than one rank. err may be NULL when local is MP_OK.
+ * error: [rank N] ..." when the world has more than one rank (once: an error a library agreement already
+ * prefixed is not prefixed again, mp_comm_agree's rule). err may be NULL when local is MP_OK.
  * Collective over the world (over MPI_COMM_WORLD before the mesh exists; a local check in a single
  * process). */
 mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err);

@@ -10,6 +10,7 @@
 #include "core/fsutil.h"
 #include <assert.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "core/data.h"
@@ -31,7 +32,9 @@ static mp_code open_tmp(mp_token_stream *s, const char *path, int width, mp_err 
     memset(s, 0, sizeof *s);
     assert(width == 2 || width == 4);
     snprintf(s->path, sizeof s->path, "%s", path);
-    snprintf(s->tmp, sizeof s->tmp, "%s.tmp.%ld", path, (long)getpid());
+    char *tmp = mp_fs_tmp_name(path);   /* the fs layer's temp-file convention: PATH.tmp.<pid> */
+    snprintf(s->tmp, sizeof s->tmp, "%s", tmp);
+    free(tmp);
     s->width = width;
     s->f = fopen(s->tmp, "w+b");
     if (!s->f) return mp_err_set(err, MP_EIO, "writing %s: cannot create %s: %s", path, s->tmp, strerror(errno));

@@ -11,6 +11,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* 1 if msg already opens with an agreement's "[rank N] " (it came from an earlier mp_comm_agree). */
+static int has_rank_prefix(const char *msg) {
+    if (strncmp(msg, "[rank ", 6) != 0) return 0;
+    const char *p = msg + 6;
+    if (*p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') p++;
+    return p[0] == ']' && p[1] == ' ';
+}
+
 mp_code mp_comm_agree(mp_comm *c, mp_code local, mp_err *err, int *from) {
     assert(c && c->size >= 1 && c->size <= (1 << 24));   /* ranks and codes travel exactly as floats */
     if (from) *from = local != MP_OK ? c->rank : -1;
@@ -24,8 +33,13 @@ mp_code mp_comm_agree(mp_comm *c, mp_code local, mp_err *err, int *from) {
     assert(src >= 0 && src < c->size);
     if (from) *from = src;
     char msg[MP_ERR_MSG_MAX];
-    if (c->rank == src)   /* the precision keeps prefix and message inside msg, truncating the message */
-        snprintf(msg, sizeof msg, "[rank %d] %.2000s", src, err ? err->msg : mp_code_name(local));
+    if (c->rank == src) {
+        /* one prefix: a message an earlier agreement prefixed (the library's, then the CLI's) goes as it is.
+         * The precision keeps prefix and message inside msg, truncating the message. */
+        const char *own = err ? err->msg : mp_code_name(local);
+        if (has_rank_prefix(own)) snprintf(msg, sizeof msg, "%s", own);
+        else snprintf(msg, sizeof msg, "[rank %d] %.2000s", src, own);
+    }
     c->broadcast(c, msg, sizeof msg, src);
     msg[sizeof msg - 1] = '\0';
     return mp_err_set(err, worst, "%s", msg);

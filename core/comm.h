@@ -102,7 +102,14 @@ struct mp_comm {
  * *err, on every rank, holds that code and the message of the lowest failing rank, prefixed "[rank N] "
  * (N its rank in c) when c has more than one rank. *from (from may be NULL) gets that rank, -1 when none
  * failed. A group of one returns local and leaves *err as it is. One all_reduce, and one broadcast only
- * on failure. The one agreement of the program: mesh set-up, checkpoint commits and the CLI use it. */
+ * on failure.
+ *
+ * The one agreement of the program, and its one message rule: mesh set-up, the checkpoint open (plan.c)
+ * and commit (writer.c) and the CLI (cli/runtime.c mp_runtime_agree) all call it, none keeps a rule of
+ * its own. Every rank, the failing one included, holds the same text, "[rank N] <that rank's own
+ * message>", so whichever rank prints it prints the same line. An error agreed twice (by the library,
+ * then by the CLI over the same world) keeps one prefix: a message that already opens with "[rank K] "
+ * travels as it is. */
 mp_code mp_comm_agree(mp_comm *c, mp_code local, mp_err *err, int *from);
 /* A communicator of one rank: every op is an identity (copy where in != out). */
 mp_comm *mp_comm_self(void);

@@ -7,9 +7,9 @@
  * llm.c files come in two kinds told apart by the header's magic (GPT-2: uint16 tokens; Llama 3: uint32):
  * the opened file records its token width, so everything past the open reads either alike.
  *
- * Writing (mp_token_file_write_llmc, _llmc3) goes to "PATH.tmp.<pid>", fsyncs, closes and renames over PATH
- * durably (mp_fs_rename_durable: the directory is fsynced too), so a crash never leaves a half-written
- * file under the final name, and a finished write keeps its name.
+ * Writing (mp_token_file_write_llmc, _llmc3) goes through the fs layer's temp-file convention (mp_fs_out:
+ * "PATH.tmp.<pid>", fsync, close, rename over PATH, fsync of the directory), so a crash never leaves a
+ * half-written file under the final name, and a finished write keeps its name.
  */
 #include "core/data.h"
 #include "core/fsutil.h"
@@ -168,47 +168,24 @@ void mp_token_file_close(mp_token_file *f) {
     f->ntokens = 0;
 }
 
-/* write(2) until all n bytes are out (retrying short writes and EINTR); 0 or -1 with errno. */
-static int write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Writes an llm.c file: the header (magic, version, n) and n tokens of tsz bytes each, through
- * PATH.tmp.<pid>, fsync and rename (see the top of the file). */
+/* Writes an llm.c file: the header (magic, version, n) and n tokens of tsz bytes each, under the fs
+ * layer's temp-file convention (mp_fs_out: PATH.tmp.<pid>, fsync, rename; see the top of the file). */
 static mp_code write_llmc_any(const char *path, int32_t magic, int32_t version, const void *tokens, int64_t n,
                               size_t tsz, mp_err *err) {
     assert(path && (tokens || n == 0) && n >= 0);
     if (n > INT32_MAX)
         return mp_err_set(err, MP_EINPUT, "writing %s: %lld tokens do not fit the llm.c header's int32 count",
                           path, (long long)n);
-    char tmp[1200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return mp_err_set(err, MP_EIO, "writing %s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return mp_err_set(err, MP_EIO, "writing %s: cannot create: %s", path, strerror(errno));
     int32_t hdr[MP_LLMC_HEADER_INTS] = {0};
     hdr[0] = magic;
     hdr[1] = version;
     hdr[2] = (int32_t)n;
-    const char *what = "write";
-    int ok = write_all(fd, hdr, sizeof hdr) == 0 && write_all(fd, tokens, (size_t)n * tsz) == 0;
-    if (ok && fsync(fd) != 0) { ok = 0; what = "fsync"; }
-    int e = errno;
-    if (close(fd) != 0 && ok) { ok = 0; what = "close"; e = errno; }
-    mp_code rc = ok ? mp_fs_rename_durable(tmp, path, NULL, err)
-                    : mp_err_set(err, MP_EIO, "writing %s: %s failed: %s", path, what, strerror(e));
-    if (rc && ok) mp_err_wrap(err, "writing %s", path);
-    if (rc) unlink(tmp);
+    mp_fs_out o;
+    MP_TRY(mp_fs_out_open(&o, path, err));
+    mp_code rc = mp_fs_out_write(&o, hdr, sizeof hdr, err);
+    if (!rc) rc = mp_fs_out_write(&o, tokens, (size_t)n * tsz, err);
+    if (rc) mp_fs_out_abandon(&o);
+    else rc = mp_fs_out_commit(&o, err);
     return rc;
 }
 

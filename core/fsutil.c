@@ -107,6 +107,26 @@ int mp_fs_parse_step_name(const char *name, const char *suffix, int64_t *step) {
     return 1;
 }
 
+mp_code mp_fs_each_step_dir(const char *root, const char *const *suffixes, mp_fs_step_fn fn, void *ctx,
+                            mp_err *err) {
+    assert(root && suffixes && fn);
+    DIR *d = opendir(root);
+    if (!d) return errno == ENOENT ? MP_OK : mp_err_set(err, MP_EIO, "listing %s: %s", root, strerror(errno));
+    int stop = 0;
+    for (struct dirent *de; !stop && (de = readdir(d));) {
+        int64_t step;
+        int k = 0;
+        while (suffixes[k] && !mp_fs_parse_step_name(de->d_name, suffixes[k], &step)) k++;
+        if (!suffixes[k]) continue;
+        char *p = mp_fs_join(root, de->d_name);
+        int isd = mp_fs_is_dir(p);
+        free(p);
+        if (isd) stop = fn(ctx, de->d_name, step, k);
+    }
+    closedir(d);
+    return MP_OK;
+}
+
 /* ------------------------------------------------------------------------------- durable writes */
 
 mp_code mp_fs_fsync_path(const char *path, int is_dir, mp_err *err) {
@@ -144,21 +164,125 @@ mp_code mp_fs_rename_durable(const char *from, const char *to, const char *paren
     return parent ? mp_fs_fsync_path(parent, 1, err) : mp_fs_fsync_parent(to, err);
 }
 
+char *mp_fs_tmp_name(const char *path) {
+    char pid[32];
+    snprintf(pid, sizeof pid, ".tmp.%ld", (long)getpid());
+    return concat(path, pid, "");
+}
+
+int mp_fs_is_tmp_name(const char *name) {
+    const char *t = strrchr(name, '.'), *p;
+    if (!t || t - name < 4 || strncmp(t - 4, ".tmp.", 5) != 0) return 0;   /* the last '.' opens the pid */
+    for (p = t + 1; *p >= '0' && *p <= '9'; p++) {}
+    return p > t + 1 && *p == '\0';
+}
+
+/* scandir filter: the convention's temp names. */
+static int tmp_entry(const struct dirent *de) { return mp_fs_is_tmp_name(de->d_name); }
+
+int mp_fs_tmp_leftovers(const char *dir, char *out, size_t cap) {
+    assert(cap > 0);
+    out[0] = '\0';
+    struct dirent **v = NULL;
+    int n = scandir(dir, &v, tmp_entry, alphasort);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (at < cap) at += (size_t)snprintf(out + at, cap - at, "%s%s", i ? ", " : "", v[i]->d_name);
+        free(v[i]);
+    }
+    free(v);
+    return n < 0 ? 0 : n;
+}
+
+mp_code mp_fs_remove_tmp_leftovers(const char *dir, const char *name, int *removed, mp_err *err) {
+    if (removed) *removed = 0;
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? MP_OK : mp_err_set(err, MP_EIO, "listing %s: %s", dir, strerror(errno));
+    size_t n = strlen(name);
+    mp_code rc = MP_OK;
+    for (struct dirent *de; !rc && (de = readdir(d));) {
+        const char *x = de->d_name;
+        /* name.tmp.<digits> exactly */
+        if (strncmp(x, name, n) != 0 || strncmp(x + n, ".tmp.", 5) != 0 || !mp_fs_is_tmp_name(x + n)) continue;
+        if (unlinkat(dirfd(d), x, 0) != 0 && errno != ENOENT)
+            rc = mp_err_set(err, MP_EIO, "removing %s/%s: %s", dir, x, strerror(errno));
+        else if (removed) (*removed)++;
+    }
+    closedir(d);
+    return rc;
+}
+
+mp_code mp_fs_write_all(int fd, const void *buf, size_t n, const char *path, mp_err *err) {
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return mp_err_set(err, MP_EIO, "writing %s: %s", path, strerror(errno));
+        p += w;
+        n -= (size_t)w;
+    }
+    return MP_OK;
+}
+
+mp_code mp_fs_close_fd_durable(int fd, const char *path, mp_err *err) {
+    assert(fd >= 0 && path);
+    mp_code rc = MP_OK;
+    if (fsync(fd) != 0) rc = mp_err_set(err, MP_EIO, "fsync %s: %s", path, strerror(errno));
+    if (close(fd) != 0 && !rc) rc = mp_err_set(err, MP_EIO, "closing %s: %s", path, strerror(errno));
+    return rc;
+}
+
+mp_code mp_fs_out_open(mp_fs_out *o, const char *path, mp_err *err) {
+    assert(o && path);
+    o->tmp = mp_fs_tmp_name(path);
+    o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (o->fd < 0) {
+        mp_code rc = mp_err_set(err, MP_EIO, "writing %s: cannot create %s: %s", path, o->tmp, strerror(errno));
+        free(o->tmp);
+        o->tmp = NULL;
+        o->path = NULL;
+        return rc;
+    }
+    o->path = mp_strdup(path);
+    return MP_OK;
+}
+
+mp_code mp_fs_out_write(mp_fs_out *o, const void *buf, size_t n, mp_err *err) {
+    assert(o->fd >= 0);
+    return mp_fs_write_all(o->fd, buf, n, o->tmp, err);
+}
+
+/* Frees o's names and marks it released. */
+static void out_release(mp_fs_out *o) {
+    free(o->tmp);
+    free(o->path);
+    o->tmp = o->path = NULL;
+    o->fd = -1;
+}
+
+mp_code mp_fs_out_commit(mp_fs_out *o, mp_err *err) {
+    assert(o->fd >= 0);
+    mp_code rc = mp_fs_close_fd_durable(o->fd, o->tmp, err);
+    if (!rc) rc = mp_fs_rename_durable(o->tmp, o->path, NULL, err);
+    if (rc) unlink(o->tmp);
+    out_release(o);
+    return rc;
+}
+
+void mp_fs_out_abandon(mp_fs_out *o) {
+    if (!o->tmp) return;
+    if (o->fd >= 0) close(o->fd);
+    unlink(o->tmp);
+    out_release(o);
+}
+
 mp_code mp_fs_write_durable(const char *dir, const char *name, const void *data, size_t n, mp_err *err) {
     assert(dir && name && (data || n == 0));
-    char *fin = mp_fs_join(dir, name), *tmp = concat(fin, ".tmp", "");
-    mp_code rc = MP_OK;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) rc = mp_err_set(err, MP_EIO, "writing %s: %s", tmp, strerror(errno));
-    else if (n && fwrite(data, 1, n, f) != n) {
-        rc = mp_err_set(err, MP_EIO, "writing %s: %s", tmp, strerror(errno));
-        fclose(f);
-    } else {
-        rc = mp_fs_close_durable(f, tmp, err);
-    }
-    if (rc == MP_OK) rc = mp_fs_rename_durable(tmp, fin, dir, err);
-    if (rc != MP_OK) unlink(tmp);
-    free(tmp);
+    char *fin = mp_fs_join(dir, name);
+    mp_fs_out o;
+    mp_code rc = mp_fs_out_open(&o, fin, err);
+    if (!rc && (rc = mp_fs_out_write(&o, data, n, err))) mp_fs_out_abandon(&o);
+    else if (!rc) rc = mp_fs_out_commit(&o, err);
     free(fin);
     return rc;
 }

@@ -54,8 +54,52 @@ mp_code mp_fs_swap_dirs(const char *from, const char *to, const char *parent, ch
 /* mkdir -p that is durable: every directory it creates has its parent fsynced right after the mkdir;
  * existing components are left alone. MP_EIO if path exists and is not a directory. */
 mp_code mp_fs_mkdirs(const char *path, mp_err *err);
-/* Writes data[0..n) to dir/name durably: dir/name.tmp written, fsynced, renamed over dir/name, dir
- * fsynced. A reader sees the old content or the new, never a mix; on error the .tmp is removed. */
+/* The one temp-file convention (docs/RELIABILITY.md, "Temporary names"): a file is written whole under
+ * "<final>.tmp.<pid>" beside its final name, fsynced, then renamed over the final name and its directory
+ * fsynced, so a reader sees the old file or the new one, never a part. The pid keeps two processes
+ * writing the same name out of each other's file. Directories built in place are "<final>.partial"
+ * (a checkpoint step, an export), and mp_fs_swap_dirs's fallback sets the old tree aside as
+ * "<final>.replaced". The writer removes its own temp file on any failure; a crash leaves it, and no
+ * reader ever opens one. */
+
+/* "<path>.tmp.<pid>" in a new string (free() it): the temp name of path for this process. */
+char *mp_fs_tmp_name(const char *path);
+/* 1 if entry name ends as a temp file of the convention does: ".tmp.<digits>". */
+int mp_fs_is_tmp_name(const char *name);
+/* The temp files of the convention (mp_fs_is_tmp_name) directly in dir, which crashed writers left (or
+ * live ones are writing): their names, sorted and joined by ", ", into out[cap] (truncated to fit);
+ * returns how many. 0 when dir cannot be listed. What `ckpt ls` and `ckpt verify` report as leftovers. */
+int mp_fs_tmp_leftovers(const char *dir, char *out, size_t cap);
+/* Removes the leftover temp files of dir/name (entries "name.tmp.<digits>" of any pid) that crashed
+ * writers left. Only for a caller that holds a lock proving no other writer of dir/name is alive (the
+ * views' flock on their directory). *removed (may be NULL) gets how many. MP_EIO naming the entry. */
+mp_code mp_fs_remove_tmp_leftovers(const char *dir, const char *name, int *removed, mp_err *err);
+/* write(2) of exactly n bytes of buf to fd (retried on EINTR and short writes); MP_EIO naming path. */
+mp_code mp_fs_write_all(int fd, const void *buf, size_t n, const char *path, mp_err *err);
+/* fsync and close of fd, a file written as path (named in the message): on MP_OK its data is on disk.
+ * fd is closed in any case. */
+mp_code mp_fs_close_fd_durable(int fd, const char *path, mp_err *err);
+
+/* A file being written under the temp-file convention: out_open creates mp_fs_tmp_name(path), the
+ * caller writes through out_write (or fd directly), out_commit makes it path durably, out_abandon
+ * removes it. */
+typedef struct mp_fs_out {
+    int fd;      /* the temp file, open for writing; -1 once committed or abandoned */
+    char *path;  /* the final name */
+    char *tmp;   /* the temp name being written */
+} mp_fs_out;
+/* Creates (truncating) path's temp file. MP_EIO naming path on failure (*o then holds nothing to free). */
+mp_code mp_fs_out_open(mp_fs_out *o, const char *path, mp_err *err);
+/* mp_fs_write_all of buf to o's temp file. */
+mp_code mp_fs_out_write(mp_fs_out *o, const void *buf, size_t n, mp_err *err);
+/* fsync and close of the temp file, rename over the final name, fsync of its directory. On failure the
+ * temp file is removed; o is released either way. */
+mp_code mp_fs_out_commit(mp_fs_out *o, mp_err *err);
+/* Closes and removes the temp file (a failed write); releases o. No-op on a released o. */
+void mp_fs_out_abandon(mp_fs_out *o);
+
+/* Writes data[0..n) to dir/name durably, under the temp-file convention above (mp_fs_out). A reader
+ * sees the old content or the new, never a mix; on error the temp file is removed. */
 mp_code mp_fs_write_durable(const char *dir, const char *name, const void *data, size_t n, mp_err *err);
 /* mp_fs_write_durable of the string text (without its NUL). */
 mp_code mp_fs_write_text_durable(const char *dir, const char *name, const char *text, mp_err *err);
@@ -75,5 +119,15 @@ mp_code mp_fs_remove_contents_at(int dirfd, const char *dirpath, mp_err *err);
 /* 1 if name is exactly "step_" + one or more decimal digits + suffix (NULL: ""), with the digits' value
  * fitting int64; then *step (step may be NULL) gets that value. Else 0 and *step is untouched. */
 int mp_fs_parse_step_name(const char *name, const char *suffix, int64_t *step);
+/* Called by mp_fs_each_step_dir for one step directory: its entry name, the step its name says, and k,
+ * the index of the suffix it carries. A nonzero return stops the scan. */
+typedef int (*mp_fs_step_fn)(void *ctx, const char *name, int64_t step, int k);
+/* The one scanner of a checkpoint root's step directories (every command that lists steps goes through
+ * it): calls fn for each entry of root whose name mp_fs_parse_step_name accepts with one of suffixes (a
+ * NULL-terminated list, e.g. {"", ".partial", NULL}) and that is a directory or a link to one, in
+ * readdir order. Anything else (step_12abc, step_, step_-1, a file step_00000001) is skipped. A root
+ * that does not exist holds no steps (MP_OK); another failure to list it is MP_EIO naming root. */
+mp_code mp_fs_each_step_dir(const char *root, const char *const *suffixes, mp_fs_step_fn fn, void *ctx,
+                            mp_err *err);
 
 #endif

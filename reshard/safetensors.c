@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include "core/alloc.h"
 #include "core/config.h"
+#include "core/fsutil.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "reshard/safetensors.c assumes a little-endian host"
@@ -434,7 +435,7 @@ mp_code st_read_f32(st_file *f, const st_tensor *t, const int64_t *off, const in
 
 struct st_writer {
     char *path;
-    int fd;
+    mp_fs_out out;         /* the fs layer's temp-file convention: path.tmp.<pid> until st_writer_close */
     int n, cur;            /* declared tensors; the one being written */
     st_dtype *dtype;
     int64_t *numel;
@@ -448,19 +449,6 @@ int64_t st_decl_bytes(const st_decl *d) {
     int64_t b = st_dtype_size(d->dtype);
     for (int k = 0; k < d->ndim; k++) b *= d->shape[k];
     return b;
-}
-
-/* write(2) of exactly n bytes. */
-static mp_code write_full(int fd, const char *path, const void *buf, size_t n, mp_err *e) {
-    const char *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return mp_err_set(e, MP_EIO, "%s: write: %s", path, strerror(errno));
-        p += w;
-        n -= (size_t)w;
-    }
-    return MP_OK;
 }
 
 /* The header JSON, padded with spaces so that 8 + its length is a multiple of 8. Caller frees. */
@@ -500,7 +488,7 @@ static char *build_header(const st_decl *d, int n, size_t *len) {
 static void advance(st_writer *w) {
     /* a tensor done: start writeback of what is written so far (does not wait), so the disk works
      * while the next tensor is produced and the fsync at close only waits for the tail */
-    if (w->left == 0 && w->cur < w->n) sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    if (w->left == 0 && w->cur < w->n) sync_file_range(w->out.fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     while (w->left == 0 && w->cur < w->n) {
         w->cur++;
         if (w->cur < w->n) w->left = w->numel[w->cur];
@@ -512,11 +500,11 @@ mp_code st_writer_open(st_writer **out, const char *path, const st_decl *d, int 
     for (int i = 0; i < n; i++)
         if (d[i].dtype != ST_F32 && d[i].dtype != ST_BF16 && d[i].dtype != ST_F16)
             return mp_err_set(e, MP_EINTERNAL, "%s: tensor %s: the writer takes F32, BF16 or F16", path, d[i].name);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return mp_err_set(e, MP_EIO, "%s: cannot create: %s", path, strerror(errno));
+    mp_fs_out file;
+    MP_TRY(mp_fs_out_open(&file, path, e));
     st_writer *w = mp_xcalloc(sizeof *w);
     w->path = mp_strdup(path);
-    w->fd = fd;
+    w->out = file;
     w->n = n;
     w->dtype = mp_xmalloc(sizeof *w->dtype * (size_t)(n + 1));
     w->numel = mp_xmalloc(sizeof *w->numel * (size_t)(n + 1));
@@ -530,8 +518,8 @@ mp_code st_writer_open(st_writer **out, const char *path, const st_decl *d, int 
     size_t hl;
     char *hdr = build_header(d, n, &hl);
     uint64_t le = hl;
-    mp_code rc = write_full(fd, path, &le, 8, e);
-    if (!rc) rc = write_full(fd, path, hdr, hl, e);
+    mp_code rc = mp_fs_out_write(&w->out, &le, 8, e);
+    if (!rc) rc = mp_fs_out_write(&w->out, hdr, hl, e);
     free(hdr);
     if (rc) { st_writer_free(w); return rc; }
     *out = w;
@@ -545,11 +533,11 @@ mp_code st_writer_put(st_writer *w, const float *x, int64_t count, mp_err *e) {
         if (k > ST_WBUF_ELEMS) k = ST_WBUF_ELEMS;
         st_dtype dt = w->dtype[w->cur];
         if (dt == ST_F32) {
-            MP_TRY(write_full(w->fd, w->path, x, (size_t)k * 4, e));
+            MP_TRY(mp_fs_out_write(&w->out, x, (size_t)k * 4, e));
         } else {
             uint16_t *h = (uint16_t *)w->buf;
             for (int64_t i = 0; i < k; i++) h[i] = dt == ST_BF16 ? st_f32_to_bf16(x[i]) : st_f32_to_f16(x[i]);
-            MP_TRY(write_full(w->fd, w->path, h, (size_t)k * 2, e));
+            MP_TRY(mp_fs_out_write(&w->out, h, (size_t)k * 2, e));
         }
         x += k;
         count -= k;
@@ -563,17 +551,14 @@ mp_code st_writer_close(st_writer *w, mp_err *e) {
     mp_code rc = MP_OK;
     if (w->cur < w->n)
         rc = mp_err_set(e, MP_EINTERNAL, "%s: closed with tensor %d of %d unfinished", w->path, w->cur, w->n);
-    else if (fsync(w->fd) != 0) rc = mp_err_set(e, MP_EIO, "%s: fsync: %s", w->path, strerror(errno));
-    int fd = w->fd;
-    w->fd = -1;
-    if (close(fd) != 0 && !rc) rc = mp_err_set(e, MP_EIO, "%s: close: %s", w->path, strerror(errno));
+    else rc = mp_fs_out_commit(&w->out, e);   /* fsync, rename to path, fsync of its directory */
     st_writer_free(w);
     return rc;
 }
 
 void st_writer_free(st_writer *w) {
     if (!w) return;
-    if (w->fd >= 0) close(w->fd);
+    mp_fs_out_abandon(&w->out);   /* not committed: the temp file goes (a no-op after a commit) */
     free(w->path);
     free(w->dtype);
     free(w->numel);

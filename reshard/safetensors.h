@@ -100,15 +100,17 @@ typedef struct st_decl {
 
 typedef struct st_writer st_writer;
 
-/* Creates path (truncating) and writes the length prefix and header for the n declared tensors.
+/* Starts path, written under the fs layer's temp-file convention (path.tmp.<pid> until st_writer_close
+ * renames it: core/fsutil.h mp_fs_out), with the length prefix and header for the n declared tensors.
  * MP_EIO naming the path. */
 mp_code st_writer_open(st_writer **out, const char *path, const st_decl *d, int n, mp_err *e);
 /* Appends count fp32 values of the data stream (the declared tensors' elements in order), converted
  * to each tensor's dtype. MP_EINTERNAL if more than declared. */
 mp_code st_writer_put(st_writer *w, const float *x, int64_t count, mp_err *e);
-/* Checks that every declared element was written, fsyncs and closes. MP_EIO naming the path. */
+/* Checks that every declared element was written, fsyncs, closes and renames the file to its path
+ * (fsyncing the directory); frees w. MP_EIO naming the path; on any failure no file is left. */
 mp_code st_writer_close(st_writer *w, mp_err *e);
-/* Closes (if open) and frees without checks (after an error). */
+/* Closes and removes the unfinished file (if any) and frees w, without checks (after an error). */
 void st_writer_free(st_writer *w);
 /* Data bytes of the declared tensors (the file is 8 + header + this). */
 int64_t st_decl_bytes(const st_decl *d);

@@ -12,8 +12,9 @@
 #   config_stream      --config through a pipe (process substitution) and /dev/stdin works
 #   config_dir         a directory as --config is named as one
 #   run_dir_empty      --run-dir "" names the empty flag
-#   device_some_ranks  a device only some ranks cannot use (a host's broken GPU; MP_TEST_FAIL_DEVICE_RANK):
-#                      one message from that rank, exit 2 through mpiexec, no rank left hanging
+#   device_some_ranks  a device only some ranks cannot use (a host's broken GPU; MP_TEST_FAIL_DEVICE_RANK),
+#                      then one all ranks cannot use: one message in all, from the lowest failing rank, with
+#                      one "[rank N] " prefix; every rank exits 2, none left hanging
 set -uo pipefail
 bin=$1 data=$2 config=$3 work=$4 src=$5 case=$6
 source "$(dirname "$0")/lib.sh"
@@ -72,11 +73,23 @@ case $case in
     expect 2 "^meshpoint data: error: --out: the path is empty$" "$work/log" "$bin" data --out "" "$config"
     expect 2 "^meshpoint train: error: --device: the value is empty$" "$work/log" train --run-dir "$work/run" --device "" ;;
   device_some_ranks)
-    for r in 1 0; do
-        expect 2 "error: \[rank $r\] device cpu: simulated failure on rank $r" "$work/log" timeout 60 \
-            mpiexec --allow-run-as-root --oversubscribe -np 2 -x MP_TEST_FAIL_DEVICE_RANK=$r \
-            "$bin" train --config "$config" --train-data "$data" --steps 2 --log-every 0 --run-dir "$work/run" --dp 2
-        [ "$(grep -c 'error:' "$work/log")" -eq 1 ] || fail "expected one error line: $(cat "$work/log")"
+    # each rank's stderr and exit status apart (the wrapper runs per rank): one error line in all, from the
+    # lowest failing rank, "[rank N] " once; every rank exits 2. "both": every rank fails (N = 0).
+    for r in 1 0 both; do
+        rm -f "$work"/err.* "$work"/rc.*
+        timeout 60 mpiexec --allow-run-as-root --oversubscribe -np 2 -x R=$r -x W="$work" sh -c \
+            'k=$OMPI_COMM_WORLD_RANK; [ "$R" = both ] && R=$k; MP_TEST_FAIL_DEVICE_RANK=$R "$0" "$@" 2>"$W/err.$k"; echo $? >"$W/rc.$k"' \
+            "$bin" train --config "$config" --train-data "$data" --steps 2 --log-every 0 --run-dir "$work/run" --dp 2 \
+            >"$work/log" 2>&1
+        cat "$work"/err.* >>"$work/log" 2>/dev/null
+        n=$([ $r = both ] && echo 0 || echo $r)
+        for k in 0 1; do
+            [ "$(cat "$work/rc.$k" 2>/dev/null)" = 2 ] || fail "rank $k ($r failing): exit $(cat "$work/rc.$k" 2>/dev/null): $(cat "$work/log")"
+            want=$([ $k = $n ] && echo 1 || echo 0)
+            [ "$(grep -c 'error:' "$work/err.$k")" -eq $want ] || fail "rank $k ($r failing): expected $want error lines: $(cat "$work/log")"
+        done
+        grep -Eq "^meshpoint train: error: \[rank $n\] device cpu: simulated failure on rank $n \(" "$work/err.$n" ||
+            fail "rank $n ($r failing): not one [rank $n] prefix: $(cat "$work/log")"
     done ;;
   *) fail "unknown case" ;;
 esac

@@ -9,6 +9,11 @@
 #   eval_refuse   eval with a --config that disagrees with the checkpoint exits 2 naming the field; eval
 #                 with neither --config nor --checkpoint exits 2
 #   eval_batches  eval --batches beyond the file says how many batches it used
+#   odd_names     step_12abc, step_, step_-1, step_99x (and .partial) directories, a file named like a step,
+#                 a step_notes in the run directory: ignored by ckpt ls (root and run directory, text and
+#                 --json), ckpt show, eval --checkpoint, train --resume and its retention (--keep 1) and
+#                 .partial cleanup (mp_fs_each_step_dir, the one scanner); leftover temp files
+#                 (latest.tmp.<pid>, view.h5.tmp.<pid>) named by ckpt ls and ckpt verify, exit 0
 #   ranks         (mpiexec -np 2) rank 0 resolves the name for every rank: --resume-from RUN/checkpoints and
 #                 eval --checkpoint RUN without --config (same loss as with it)
 set -u
@@ -77,6 +82,37 @@ ranks)
     [ "$(loss_of "$work/a")" = "$(loss_of "$work/b")" ] || fail "without --config $(loss_of "$work/a"), with $(loss_of "$work/b")"
     expect 2 "has no index.h5" "$work/log" $mpi "$bin" eval --checkpoint "$work" "${ev[@]}"
     [ "$(grep -c "error" "$work/log")" = 1 ] || fail "not one agreed error: $(cat "$work/log")"
+    ;;
+odd_names)
+    # directories whose names only look like steps, each a copy of a real checkpoint (a lax parser would
+    # take step_12abc for step 12, the newest), a stray step_notes in the run directory itself (a prefix
+    # match would take the run directory for a checkpoint root) and a file named like a step
+    train --run-dir "$work/run" --steps 4 --ckpt-every 2 --stop-at 4 >/dev/null 2>&1 || fail "first run"
+    root=$work/run/checkpoints
+    odd="step_12abc step_ step_-1 step_99x step_12abc.partial step_.partial"
+    for d in $odd; do cp -r "$root/step_00000002" "$root/$d"; done
+    mkdir "$work/run/step_notes"; : >"$root/step_00000009"
+    for at in "$root" "$work/run"; do
+        expect 0 "step_00000004" "$work/ls" "$bin" ckpt ls "$at"
+        [ "$(grep -cE '^ *[0-9]+ +step_' "$work/ls")" -eq 2 ] && ! grep 'step_' "$work/ls" | grep -qvE 'step_0000000[24]( |$)' ||
+            fail "ckpt ls $at: not just steps 2 and 4: $(cat "$work/ls")"
+        "$bin" ckpt ls --json "$at" >"$work/ls.json" 2>&1 || fail "ckpt ls --json $at: $(cat "$work/ls.json")"
+        for d in $odd step_00000009; do grep -q "\"$d\"" "$work/ls.json" && fail "ckpt ls --json $at lists $d"; done
+    done
+    # temp files of interrupted writes (core/fsutil.h's convention): named by ls and verify, exit 0
+    : >"$root/latest.tmp.4242"; : >"$root/step_00000004/view.h5.tmp.4242"
+    expect 0 "^leftover temp files of interrupted writes .*: latest\.tmp\.4242$" "$work/ls" "$bin" ckpt ls "$work/run"
+    expect 0 "^note: 1 leftover temp file .*step_00000004 .*: view\.h5\.tmp\.4242$" "$work/verify" \
+        "$bin" ckpt verify "$root/step_00000004"
+    expect 0 "step_00000004" "$work/show" "$bin" ckpt show "$work/run"
+    expect 0 "weights: .*step_00000004" "$work/ev" "$bin" eval --checkpoint "$work/run" "${ev[@]}" --batches 1
+    # resume, save, keep 1: the newest by name is step 4; retention and the .partial cleanup leave the odd ones
+    expect 0 "resumed from .*step_00000004 at step 4" "$work/log" \
+        train --run-dir "$work/run" --steps 6 --ckpt-every 2 --resume --keep 1
+    [ -d "$root/step_00000006" ] && [ ! -e "$root/step_00000004" ] && [ ! -e "$root/step_00000002" ] ||
+        fail "keep 1 did not leave step 6 alone: $(ls "$root")"
+    for d in $odd; do [ -d "$root/$d" ] || fail "$d was removed: $(ls "$root")"; done
+    [ -f "$root/step_00000009" ] && [ -d "$work/run/step_notes" ] || fail "a stray entry was removed"
     ;;
 *) fail "unknown case" ;;
 esac

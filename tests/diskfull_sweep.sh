@@ -68,13 +68,13 @@ verify() { "$bin" ckpt verify "$1" >/dev/null 2>&1; }
 avail() { df -B1 --output=avail "$mnt" | tail -1 | tr -d ' '; }
 
 # views_pending DIR LOG CAUSE WHAT RUN: DIR (published) lacks view.h5 because its background view write
-# failed for CAUSE: no view.h5 (nor a leftover view.h5.repair), the warning in LOG naming CAUSE and
+# failed for CAUSE: no view.h5 (nor a leftover view.h5.tmp.<pid>), the warning in LOG naming CAUSE and
 # repair-views; `ckpt ls` marks it "views pending" and verify passes (exit 0) with one note naming
 # repair-views and no problem; then `train --resume` of RUN (at its last step: nothing to train) writes
 # the view (issue 35) and verify passes without the note.
 views_pending() {
     local d=$1 log=$2 cause=$3 what=$4 rd=$5 out
-    [ ! -e "$d/view.h5.repair" ] || fail "$what: the failed view write left $d/view.h5.repair"
+    ! ls "$d" | grep -q '^view\.h5\.tmp\.' || fail "$what: the failed view write left a $d/view.h5.tmp.<pid>"
     grep -q "writing its views (view.h5) failed: .*$cause.*repair-views" "$log" ||
         fail "$what: exit 0, $d without views, and no warning naming '$cause' and repair-views: $(cat "$log")"
     "$bin" ckpt ls "$ck" | grep -q "$(basename "$d") .*views pending" || fail "$what: ckpt ls does not mark $d: $("$bin" ckpt ls "$ck")"
@@ -118,7 +118,7 @@ check_trial() {
     [ "$n" -eq 1 ] || fail "$what: the error was printed $n times: $(cat "$log")"
     echo "$msg" | grep -q -- "$cause" || fail "$what: the cause ('$cause') is not named: $msg"
     local named
-    named=$(echo "$msg" | grep -oE "$ck/(step_[0-9]{8}(\.partial)?(/[A-Za-z0-9_.]+)?|latest(\.tmp)?|\.lock)" | tail -1)
+    named=$(echo "$msg" | grep -oE "$ck/(step_[0-9]{8}(\.partial)?(/[A-Za-z0-9_.]+)?|latest(\.tmp\.[0-9]+)?|\.lock)" | tail -1)
     [ -n "$named" ] || fail "$what: no file in $ck is named: $msg"
     # what the failure named last (the innermost context), for the coverage summary
     case "$named" in
@@ -143,7 +143,7 @@ sweep_tmpfs() {
     note "step-2 save takes $T bytes on the tmpfs; trials at $per_points points + the last $tail_pages pages and one past"
     local pts=() p=4096 i
     for ((i = 0; i < per_points; i++)); do pts+=($((T * i / per_points / 4096 * 4096))); done
-    # the last pages one by one, up to one page past T: `latest.tmp` needs a page while `latest` still
+    # the last pages one by one, up to one page past T: `latest.tmp.<pid>` needs a page while `latest` still
     # holds its own, so at exactly T the save fails only at replacing `latest`
     for ((i = tail_pages; i >= -1; i--)); do pts+=($((T - i * 4096))); done
     pts+=($((T + 16 * 4096)))

@@ -638,6 +638,11 @@ static void test_agree(mp_comm *c) {
     snprintf(want, sizeof want, p > 1 ? "[rank %d] bad on %d" : "bad on %d", p - 1, p - 1);
     check("agree: the last rank failed", rc == MP_EINPUT && e.code == MP_EINPUT && !strcmp(e.msg, want) &&
           from == p - 1, "rc %d from %d msg %s", rc, from, e.msg);
+    /* the one message rule: agreed again (the CLI over the library's agreement), every rank failing with
+     * the agreed error, the message keeps its one prefix, and every rank holds the same text */
+    rc = mp_comm_agree(c, rc, &e, &from);
+    check("agree twice: one prefix, the same text on every rank", rc == MP_EINPUT && !strcmp(e.msg, want) &&
+          from == (p > 1 ? 0 : p - 1), "rc %d from %d msg %s", rc, from, e.msg);
     mp_code codes[3] = {MP_EINPUT, MP_EIO, MP_ECHECK};
     local = c->rank % 2 ? mp_err_set(&e, codes[(c->rank / 2) % 3], "odd %d", c->rank) : MP_OK;
     rc = mp_comm_agree(c, local, NULL, &from);   /* no message given: every rank still learns the code */

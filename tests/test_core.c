@@ -168,7 +168,7 @@ Test(fsutil, durable_text_rename_and_swap) {
     cr_assert(mkdtemp(base));
     mp_err e;
     cr_assert_eq(mp_fs_write_text_durable(base, "latest", "step_00000002\n", &e), MP_OK, "%s", e.msg);
-    char *latest = mp_fs_join(base, "latest"), *tmp = mp_fs_join(base, "latest.tmp"), *text;
+    char *latest = mp_fs_join(base, "latest"), *tmp = mp_fs_tmp_name(latest), *text;
     cr_assert_eq(mp_read_text(latest, 100, &text, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert_str_eq(text, "step_00000002\n");
     free(text);
@@ -211,6 +211,118 @@ Test(fsutil, step_names_are_step_digits_suffix) {
     cr_assert(!mp_fs_parse_step_name("step_-1", NULL, NULL));
     cr_assert(!mp_fs_parse_step_name("steps_1", NULL, NULL));
     cr_assert(!mp_fs_parse_step_name("step_99999999999999999999", NULL, NULL), "int64 overflow");
+}
+
+/* Names in dir, sorted, joined by ' ' (the listing the temp-file tests compare). */
+static void names_in(const char *dir, char *out, size_t cap) {
+    struct dirent **v;
+    int n = scandir(dir, &v, NULL, alphasort);
+    cr_assert(n >= 0);
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        if (v[i]->d_name[0] != '.') snprintf(out + strlen(out), cap - strlen(out), "%s ", v[i]->d_name);
+        free(v[i]);
+    }
+    free(v);
+}
+
+Test(fsutil, the_temp_file_convention) {
+    char base[] = "/tmp/mp_tmpc_XXXXXX";
+    cr_assert(mkdtemp(base));
+    mp_err e;
+    char *f = mp_fs_join(base, "out.bin"), *t = mp_fs_tmp_name(f), want[256], got[512];
+    snprintf(want, sizeof want, "%s.tmp.%ld", f, (long)getpid());
+    cr_assert_str_eq(t, want);
+    cr_assert(mp_fs_is_tmp_name("latest.tmp.123") && mp_fs_is_tmp_name(".tmp.7"));
+    cr_assert(!mp_fs_is_tmp_name("latest.tmp") && !mp_fs_is_tmp_name("latest.tmp.") &&
+              !mp_fs_is_tmp_name("a.tmp.12x") && !mp_fs_is_tmp_name("view.h5.repair"));
+    /* written under the temp name, the final name only at commit */
+    mp_fs_out o;
+    cr_assert_eq(mp_fs_out_open(&o, f, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(mp_fs_out_write(&o, "abc", 3, &e), MP_OK, "%s", e.msg);
+    names_in(base, got, sizeof got);
+    snprintf(want, sizeof want, "out.bin.tmp.%ld ", (long)getpid());
+    cr_assert_str_eq(got, want);
+    cr_assert_eq(mp_fs_out_commit(&o, &e), MP_OK, "%s", e.msg);
+    names_in(base, got, sizeof got);
+    cr_assert_str_eq(got, "out.bin ");
+    char *text;
+    cr_assert_eq(mp_read_text(f, 100, &text, NULL, &e), MP_OK, "%s", e.msg);
+    cr_assert_str_eq(text, "abc");
+    free(text);
+    /* abandoned: the old file stays as it was, nothing else is left */
+    cr_assert_eq(mp_fs_out_open(&o, f, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(mp_fs_out_write(&o, "xyz!", 4, &e), MP_OK, "%s", e.msg);
+    mp_fs_out_abandon(&o);
+    mp_fs_out_abandon(&o);   /* released: a no-op */
+    names_in(base, got, sizeof got);
+    cr_assert_str_eq(got, "out.bin ");
+    /* a temp file that cannot be created names the final path */
+    char *nodir = mp_fs_join(base, "no/such");
+    cr_assert_eq(mp_fs_out_open(&o, nodir, &e), MP_EIO);
+    cr_assert(strstr(e.msg, "no/such") && strstr(e.msg, "No such file"), "%s", e.msg);
+    /* leftovers of crashed writers of out.bin (any pid) go; other names stay */
+    const char *keep[] = {"out.bin.tmp.1", "out.bin.tmp.99999", "out.bin.tmp", "out.bin.tmp.1x", "other.tmp.5"};
+    for (int i = 0; i < 5; i++) {
+        char *p = mp_fs_join(base, keep[i]);
+        FILE *fp = fopen(p, "w");
+        cr_assert(fp);
+        fclose(fp);
+        free(p);
+    }
+    int removed = -1;
+    cr_assert_eq(mp_fs_remove_tmp_leftovers(base, "out.bin", &removed, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(removed, 2);
+    names_in(base, got, sizeof got);
+    cr_assert_str_eq(got, "other.tmp.5 out.bin out.bin.tmp out.bin.tmp.1x ");
+    cr_assert_eq(mp_fs_remove_tree(base, &e), MP_OK, "%s", e.msg);
+    free(f); free(t); free(nodir);
+}
+
+/* mp_fs_step_fn of the scanner test: records "name:step:k;" into the buffer ctx, stops at step 3. */
+static int note_step(void *ctx, const char *name, int64_t step, int k) {
+    char *b = ctx;
+    snprintf(b + strlen(b), 512 - strlen(b), "%s:%lld:%d;", name, (long long)step, k);
+    return step == 3;
+}
+
+Test(fsutil, the_step_scanner_takes_step_directories_only) {
+    char base[] = "/tmp/mp_scan_XXXXXX";
+    cr_assert(mkdtemp(base));
+    mp_err e;
+    const char *dirs[] = {"step_00000002", "step_5.partial", "step_12abc", "step_", "step_-1", "step_7.tmp", "x"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        char *p = mp_fs_join(base, dirs[i]);
+        cr_assert_eq(mp_fs_mkdirs(p, &e), MP_OK, "%s", e.msg);
+        free(p);
+    }
+    char *f = mp_fs_join(base, "step_00000009");   /* a file named like a step */
+    FILE *fp = fopen(f, "w");
+    cr_assert(fp);
+    fclose(fp);
+    static const char *const sfx[] = {"", ".partial", NULL};
+    char got[512] = "";
+    cr_assert_eq(mp_fs_each_step_dir(base, sfx, note_step, got, &e), MP_OK, "%s", e.msg);
+    /* readdir order is the file system's: check each entry, and the count */
+    cr_assert(strstr(got, "step_00000002:2:0;") && strstr(got, "step_5.partial:5:1;"), "%s", got);
+    int n = 0;
+    for (const char *q = got; (q = strchr(q, ';')); q++) n++;
+    cr_assert_eq(n, 2, "%s", got);
+    char *gone = mp_fs_join(base, "none");
+    got[0] = '\0';
+    cr_assert_eq(mp_fs_each_step_dir(gone, sfx, note_step, got, &e), MP_OK, "a missing root holds no steps");
+    cr_assert_str_eq(got, "");
+    cr_assert_eq(mp_fs_each_step_dir(f, sfx, note_step, got, &e), MP_EIO);
+    cr_assert(strstr(e.msg, "listing ") && strstr(e.msg, "step_00000009"), "%s", e.msg);
+    /* a nonzero return stops the scan */
+    char *p3 = mp_fs_join(base, "step_3");
+    cr_assert_eq(mp_fs_mkdirs(p3, &e), MP_OK, "%s", e.msg);
+    static const char *const only[] = {"", NULL};
+    cr_assert_eq(mp_fs_each_step_dir(base, only, note_step, got, &e), MP_OK, "%s", e.msg);
+    cr_assert(strstr(got, "step_3:3:0;"), "%s", got);
+    cr_assert(!strstr(got, "step_3:3:0;step_"), "went on after a stop: %s", got);
+    cr_assert_eq(mp_fs_remove_tree(base, &e), MP_OK, "%s", e.msg);
+    free(f); free(gone); free(p3);
 }
 
 Test(config, hf_config_json_is_accepted_and_round_trips) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "layers/llama.h"
 #include "reshard/reshard.h"
 #include "reshard/safetensors.h"
@@ -576,5 +577,37 @@ Test(safetensors, phi3_import_splits_the_fused_tensors) {
     cr_assert(strstr(e.msg, "\"model.layers.0.self_attn.qkv_proj.weight\" has shape [128, 64], config.json implies [192, 64]") &&
               strstr(e.msg, "\"phi3\" stores q_proj, k_proj and v_proj as one tensor"), "%s", e.msg);
     s->close(s);
+    free(dir);
+}
+
+/* The writer goes through the fs layer's temp-file convention: the file is path.tmp.<pid> while it is
+ * written, path only once st_writer_close commits it; an unfinished writer freed, or closed early,
+ * leaves nothing (an earlier file under path stays as it was). */
+Test(safetensors, the_writer_publishes_only_a_finished_file) {
+    char *dir = tu_mkdtemp("st_tmp");
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    st_decl d = {"w", ST_BF16, 2, {2, 3}};
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    mp_err e;
+    st_writer *w = NULL;
+    cr_assert_eq(st_writer_open(&w, path, &d, 1, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(st_writer_put(w, x, 6, &e), MP_OK, "%s", e.msg);
+    cr_assert(access(tmp, F_OK) == 0 && access(path, F_OK) != 0, "written under its temp name only");
+    cr_assert_eq(st_writer_close(w, &e), MP_OK, "%s", e.msg);
+    cr_assert(access(tmp, F_OK) != 0 && access(path, F_OK) == 0, "committed to its final name");
+    st_file *f = NULL;
+    cr_assert_eq(st_open(&f, path, &e), MP_OK, "%s", e.msg);
+    st_close(f);
+    cr_assert_eq(st_writer_open(&w, path, &d, 1, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(st_writer_put(w, x, 4, &e), MP_OK, "%s", e.msg);
+    cr_assert_eq(st_writer_close(w, &e), MP_EINTERNAL, "closed with data missing");
+    cr_assert(access(tmp, F_OK) != 0, "an unfinished file is removed");
+    cr_assert_eq(st_writer_open(&w, path, &d, 1, &e), MP_OK, "%s", e.msg);
+    st_writer_free(w);
+    cr_assert(access(tmp, F_OK) != 0, "a freed writer leaves no temp file");
+    cr_assert_eq(st_open(&f, path, &e), MP_OK, "the earlier file stays: %s", e.msg);
+    st_close(f);
     free(dir);
 }

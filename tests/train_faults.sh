@@ -41,7 +41,7 @@ crash:*)
         v=$run/checkpoints/step_00000004
         [ "$(cat "$run/checkpoints/latest")" = step_00000004 ] || fail "during_view: step 4 is not the latest"
         [ -e "$v/view.h5" ] && fail "during_view: a view.h5 under its final name before the rename"
-        [ -e "$v/view.h5.repair" ] || fail "during_view: no view.h5.repair: the kill was not inside the write"
+        ls "$v" | grep -qE '^view\.h5\.tmp\.[0-9]+$' || fail "during_view: no view.h5.tmp.<pid>: the kill was not inside the write"
         expect 0 "^note: views pending: .*meshpoint ckpt repair-views $v" "$work/verify_noview" "$bin" ckpt verify "$v"
         [ "$(grep -c 'views pending' "$work/verify_noview")" = 2 ] && ! grep -q '^problem' "$work/verify_noview" ||
             fail "during_view: verify is to say views pending once, with no problem: $(cat "$work/verify_noview")"

@@ -18,7 +18,7 @@
 #            background write (MP_CKPT_FAIL_AT=view_write) is a warning naming the checkpoint and
 #            `meshpoint ckpt repair-views DIR`, the run exits 0, verify passes noting the views pending,
 #            repair-views writes them and verify passes without the note
-#   pending  views pending (issue 35): a run's step 2 without view.h5 (a leftover view.h5.repair beside it)
+#   pending  views pending (issue 35): a run's step 2 without view.h5 (a leftover view.h5.tmp.<pid> beside it)
 #            and step 1 without view.h5: `ckpt verify` exits 0 with ONE line about it, naming `meshpoint
 #            ckpt repair-views DIR` (no per-tensor line, no problem; "views_pending": true in --json; ckpt
 #            show says it too);
@@ -205,7 +205,7 @@ pending)
     # not the run's: a step directory that is a link to a checkpoint elsewhere, without view.h5
     cp -r "$ckr/step_00000001" "$work/foreign"; rm "$work/foreign/view.h5"; ln -s "$work/foreign" "$ckr/step_00000000"
     rm "$ckr/step_00000001/view.h5" "$ckr/step_00000002/view.h5"
-    echo "an interrupted write" >"$ckr/step_00000002/view.h5.repair"
+    echo "an interrupted write" >"$ckr/step_00000002/view.h5.tmp.4242"   # a crashed writer's temp file
     d=$ckr/step_00000002
     expect_pending "$d" "$work/verify"
     "$bin" ckpt verify --json "$d" >"$work/verify.json" 2>&1 || fail "verify --json: $(cat "$work/verify.json")"
@@ -238,6 +238,7 @@ with h5py.File(sys.argv[1], "r+") as f: del f["view/model/model.norm.weight"]' "
     expect 0 "views: wrote the missing view.h5 of $d " "$work/resume" train --run-dir "$rd" --steps 3 --ckpt-every 1 --resume
     [ "$(grep -c "views: wrote the missing" "$work/resume")" = 1 ] || fail "the resume wrote other views: $(cat "$work/resume")"
     check_healed "$d" "$work/after"
+    [ ! -e "$d/view.h5.tmp.4242" ] || fail "the heal left the crashed writer's view.h5.tmp.4242"
     [ "$(sha256sum <"$ckr/step_00000001/view.h5")" = "$wrong" ] || fail "the resume rewrote an existing view.h5"
     expect 1 "view of model/model.norm.weight: /view/model/model.norm.weight is missing" "$work/verify1" \
         "$bin" ckpt verify "$ckr/step_00000001"
@@ -262,6 +263,7 @@ pending_start)
     expect 0 "views: wrote the missing view.h5 of $d " "$work/rewind" \
         train --run-dir "$rd" --steps 2 --ckpt-every 1 --resume-from "$d"
     check_healed "$d" "$work/after"
+    [ ! -e "$d/view.h5.tmp.4242" ] || fail "the heal left the crashed writer's view.h5.tmp.4242"
     echo "ok ($case): $(grep -m1 "views: wrote" "$work/rewind")"
     ;;
 pending_race)
