@@ -446,7 +446,7 @@ static int cmd_load(const state *S, const char *dir, int boxes) {
     return 0;
 }
 
-/* The writer's hashing cost, two ways: one XXH3-64 pass per box, and the writer's scheme (ckpt/writer.c,
+/* The writer's hashing cost, two ways: one XXH3-64 pass per box, and the writer's scheme (ckpt/writer_hash.c,
  * format v2): the box's rows in order, each row once into a streaming box state and segment by segment
  * into one streaming state per column block of the tile geometry (ckpt_tile_geometry), digested into
  * the tile checksums at every tile-row boundary; then XXH3-64 of the tile array. */

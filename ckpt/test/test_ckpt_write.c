@@ -624,6 +624,40 @@ Test(ckpt_write, file_rank_out_of_range_is_refused) {
     refused_end(s, w, tmp, dir);
 }
 
+/* A save keeps the first error of this process (ck_stage_set: the first error wins), whatever failed
+ * after it, and its agreed result stays with the handle: a later wait or poll returns the same. */
+Test(ckpt_write, first_error_of_a_save_wins) {
+    char *tmp = tu_mkdtemp("ckw_first");
+    char *dir = tu_path(tmp, "ckpt");
+    mp_comm *w = mp_comm_self();
+    ckpt_save_opts o = {0};
+    o.world_size = 4;
+    ckpt_save *s;
+    mp_err e;
+    cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 0, &o, 0, &e), MP_OK, "%s", e.msg);
+    fillctx c = ctx_model_b(1 << 20);
+    int64_t off[1] = {0}, shp[1] = {1000};
+    float x[1000] = {0};
+    cr_assert_eq(ckpt_save_add(s, "model/a", (mp_dtype)99, 1, g_t[1].shape, off, shp, x, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "unsupported dtype"), "%s", e.msg);
+    cr_assert_eq(ckpt_save_add_fill(s, 4, "model/b", MP_F32, 1, g_t[1].shape, off, shp, fill_cb, &c, &e), MP_EINPUT);
+    mp_err later;
+    mp_err_set(&later, MP_EIO, "a later failure");
+    ckpt_save_fail(s, MP_EIO, &later);
+    mp_code rc = ckpt_save_commit(s, NULL, &e);
+    cr_assert_eq(rc, MP_EINPUT, "%s", e.msg);
+    cr_assert(strstr(e.msg, "model/a") && strstr(e.msg, "unsupported dtype"), "%s", e.msg);
+    cr_assert(!strstr(e.msg, "model/b") && !strstr(e.msg, "later"), "%s", e.msg);
+    mp_err again;
+    cr_assert_eq(ckpt_save_wait(s, NULL, &again), MP_EINPUT);
+    cr_assert_str_eq(again.msg, e.msg);
+    int done = 0;
+    cr_assert_eq(ckpt_save_poll(s, &done, NULL, &again), MP_EINPUT);
+    cr_assert(done);
+    cr_assert_str_eq(again.msg, e.msg);
+    refused_end(s, w, tmp, dir);
+}
+
 Test(ckpt_write, async_save_refuses_fill_boxes) {
     char *tmp = tu_mkdtemp("ckw_async");
     char *dir = tu_path(tmp, "ckpt");
