@@ -90,10 +90,13 @@ mp_code ckpt_save_start(ckpt_save *s, mp_err *e) {
 
 /* Joins the writer thread of s if it runs; its result joins s->local (the stage the commit agrees on). */
 void ck_wr_join(ckpt_save *s) {
-    if (!s->thread_live) return;
-    pthread_join(s->th, NULL);
-    s->thread_live = 0;
-    ck_stage_set(&s->local, s->thread.rc, &s->thread.err);
+    if (s->thread_live) {
+        pthread_join(s->th, NULL);
+        s->thread_live = 0;
+    }
+    /* also when no thread ran: a writer thread that could not start left its error in the thread stage,
+     * and the commit must not go ahead as if the rank files were written */
+    if (s->thread.rc != MP_OK) ck_stage_set(&s->local, s->thread.rc, &s->thread.err);
 }
 
 mp_code ckpt_save_poll(ckpt_save *s, int *done, ckpt_stats *st, mp_err *e) {
