@@ -1323,7 +1323,7 @@ static void exchange(ckpt_save *s, wbox **all, int *nall, uint64_t *fsum, int *b
     int root = w->rank == 0;
     int64_t n = (int64_t)mine.n;
     int64_t *len = root ? mp_xmalloc(sizeof(int64_t) * (size_t)w->size) : NULL;
-    w->gather(w, len, &n, sizeof n, 0);
+    w->ops->gather(w, len, &n, sizeof n, 0);
     int cap = 0;
     *nall = 0;
     *all = NULL;
@@ -1720,7 +1720,7 @@ mp_code ckpt_save_poll(ckpt_save *s, int *done, ckpt_stats *st, mp_err *e) {
     if (s->state == ST_OPEN) return mp_err_set(e, MP_EINTERNAL, "ckpt_save_poll: save not started");
     double t0 = ck_now();
     float busy = atomic_load(&s->written) ? 0.0f : 1.0f;
-    s->world->all_reduce(s->world, &busy, 1, MP_F32, 1);
+    s->world->ops->all_reduce(s->world, &busy, 1, MP_F32, 1);
     *done = 0;
     mp_code rc = MP_OK;
     if (busy == 0.0f) {
