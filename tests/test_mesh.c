@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <string.h>
+#include "core/backend.h"
 #include "core/comm.h"
 #include "core/mesh.h"
 
@@ -168,4 +169,26 @@ Test(mesh, destroy_shared_comm_once) {
     m.world_comm = m.tp_comm = m.dp_comm = mp_comm_self();
     mp_mesh_destroy(&m);   /* a double free would abort under glibc / ASan */
     cr_expect(!m.world_comm && !m.tp_comm && !m.dp_comm);
+}
+
+/* --comm on the CPU: nccl refused (exit 2, naming the flag and the device), staged and auto leave a
+ * 1x1 mesh's host communicators as they are (a group of one has nothing to stage). */
+Test(mesh, attach_device_comm_kinds_on_cpu) {
+    const char *devs[2] = {"cpu", "cpu-bf16"};
+    for (int d = 0; d < 2; d++) {
+        mp_backend *be = NULL;
+        mp_err e;
+        cr_assert_eq(mp_backend_get(devs[d], &be, &e), MP_OK, "%s", e.msg);
+        mp_mesh m;
+        mp_mesh_init_single(&m);
+        mp_comm *tp = m.tp_comm, *dp = m.dp_comm;
+        cr_expect_eq(mp_mesh_attach_device(&m, be, MP_MESH_COMM_NCCL, &e), MP_EINPUT);
+        cr_expect(strstr(e.msg, "--comm nccl needs --device cuda") && strstr(e.msg, devs[d]), "%s", e.msg);
+        for (int k = MP_MESH_COMM_AUTO; k <= MP_MESH_COMM_STAGED; k += 2) {
+            cr_expect_eq(mp_mesh_attach_device(&m, be, (mp_mesh_comm)k, &e), MP_OK, "%s", e.msg);
+            cr_expect(m.tp_comm == tp && m.dp_comm == dp && m.ctl_tp == tp && m.ctl_dp == dp);
+        }
+        cr_expect_str_eq(mp_mesh_comm_names[MP_MESH_COMM_STAGED], "staged");
+        mp_mesh_destroy(&m);
+    }
 }
