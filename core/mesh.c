@@ -9,13 +9,13 @@
  * The single-process mesh uses three distinct mp_comm_self() objects; mp_mesh_destroy destroys each
  * distinct communicator once (world, tp, dp, ctl_dp and ctl_tp: after mp_mesh_attach_device the ctl_
  * ones are communicators of their own) and clears the pointers, so it is safe whichever way they were
- * made and safe to call twice. Before the attach (and always on the CPU) ctl_dp == dp_comm and
- * ctl_tp == tp_comm.
+ * made and safe to call twice. Before the attach (and on the CPU unless --comm staged) ctl_dp ==
+ * dp_comm and ctl_tp == tp_comm.
  *
- * Device communicators (mp_mesh_attach_device, CUDA builds). On a GPU backend tp_comm and dp_comm are
+ * Device communicators (mp_mesh_attach_device). On a GPU backend tp_comm and dp_comm are
  * replaced by "device" communicators whose buffers are device memory; the host ones stay, for host
  * buffers, as ctl_tp and ctl_dp. A device communicator is:
- *   - for a group of more than one rank, an NCCL communicator (core/cuda/comm_nccl.h: the unique id
+ *   - for a group of more than one rank, a GPU per rank: an NCCL communicator (core/cuda/comm_nccl.h: the unique id
  *     drawn by the group's rank 0 and broadcast over the group's MPI communicator) on a stream of its own
  *     (be->stream_create), made by the CUDA module's comm_create (core/cuda_module.h: this file sees no
  *     CUDA type, and a build without CUDA compiles it too and never reaches it), behind a thin wrapper
@@ -27,6 +27,9 @@
  *     that: its start makes the collective's stream wait for the compute queued so far but leaves the
  *     compute stream free, and its wait makes the compute stream wait for it (FSDP prefetch).
  *     The wrapper's counters are the NCCL communicator's (core/comm.h's formulas), added per call;
+ *   - for a group of more than one rank whose ranks share GPUs (a host with more ranks than GPUs: NCCL
+ *     refuses two ranks on a device), or under --comm staged on any backend, the staged communicator
+ *     (core/comm_staged.h: to_host, MPI, to_device; ordered with the compute stream by those copies);
  *   - for a group of one rank, a communicator of no traffic whose all_gatherv / reduce_scatterv copy
  *     in to out with be->copy when they differ (mp_comm_self's memmove would touch device memory from
  *     the host). No NCCL is created for it: a 1x1 CUDA run needs neither NCCL nor MPI.
