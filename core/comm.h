@@ -1,8 +1,8 @@
 /*
- * core/comm.h — collectives as a table of function pointers (MPI on CPU; NCCL can take its place on
- * GPUs), over one group of ranks. Every op counts the bytes it sends from this rank, per op kind, with
- * the accounting of a ring algorithm, so tests can check the traffic of the parallel plan against a
- * formula (docs/PARALLEL.md):
+ * core/comm.h — collectives over one group of ranks: a const table of operations per kind (self, MPI;
+ * for device buffers NCCL, or the staged copy through host memory and MPI) and an instance per group.
+ * Every op counts the bytes it sends from this rank, per op kind, with the accounting of a ring
+ * algorithm, so tests can check the traffic of the parallel plan against a formula (docs/PARALLEL.md):
  *   all_reduce(n bytes)      2 * (p-1)/p * n
  *   all_gather(n per rank)   (p-1) * n        (each rank's n bytes reach p-1 others)
  *   reduce_scatter(n total)  (p-1)/p * n
