@@ -33,7 +33,8 @@ typedef struct mp_memplan {
                              * buffer of the largest shard */
     int64_t own;            /* the command's own buffers (mp_memplan_use.own) */
     int64_t comm;           /* the ring collectives' scratch of each MPI group whose sums exceed a piece
-                             * (MP_COMM_MPI_SCRATCH_BYTES each, core/comm_mpi.h) */
+                             * (MP_COMM_MPI_SCRATCH_BYTES each, core/comm_mpi.h) and a staged group's
+                             * host buffers (core/comm_staged.h) */
     int64_t total;          /* this rank */
     int64_t largest;        /* the largest rank's total over the mesh */
     int64_t host_total;     /* the ranks on this host together */

@@ -1,7 +1,8 @@
 # tests/staged_comm.cmake — the staged communicator (core/comm_staged.c) forced by `--comm staged` over
 # the CPU backends (tests/staged_comm.sh):
 #   staged_comm_cpu_meshes  tp 2, dp 2, tp 2 x dp 2 on cpu and cpu-bf16: losses, the step-3 checkpoint and
-#                           the comm figures bitwise those of the plain MPI communicator
+#                           the comm figures bitwise those of the plain MPI communicator; the memory plan
+#                           counts the staging buffers (memplan_32m's peak within it)
 add_test(NAME staged_comm_cpu_meshes
          COMMAND ${CMAKE_SOURCE_DIR}/tests/staged_comm.sh $<TARGET_FILE:meshpoint> ${CMAKE_BINARY_DIR}/resume_data/t_train.bin
                  ${CMAKE_SOURCE_DIR}/tests/configs/cli_tiny.json ${CMAKE_BINARY_DIR}/staged_comm)

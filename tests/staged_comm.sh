@@ -10,6 +10,8 @@
 #      same bytes, fp32 (cpu) and bf16 (cpu-bf16: bf16 gathers and tp all-reduces, fp32 reduce-scatters);
 #   3. its comm figures (bytes per step of the tp and dp groups) are the MPI run's: the staging copies
 #      are not counted as traffic, the collectives are counted once.
+#   4. the memory plan counts the staged host buffers: tp 2 x dp 2 on tests/configs/memplan_32m.json (its
+#      staging buffers, ~40 MiB a rank, exceed the plan's 16 MiB allowance) peaks within its plan.
 # The dp meshes run the FSDP prefetch through the staged split-phase gather; the tp meshes the
 # vocab-parallel loss's all-reduces (max and sum) and SP's gathers and reduce-scatters.
 set -eu
@@ -46,3 +48,11 @@ for dev in cpu cpu-bf16; do
         echo "$dev $flags: staged = MPI bitwise (3 losses, the step-3 checkpoint), $b"
     done
 done
+
+# 4. the plan counts the staging buffers (without them the peak is ~40 MiB above it)
+cfg32=$(dirname "$config")/memplan_32m.json
+mpiexec --allow-run-as-root --oversubscribe -np 4 "$bin" train --config "$cfg32" --train-data "$data" --steps 1 \
+    --seq-len 64 --tp 2 --dp 2 --comm staged --log-every 0 --run-dir "$work/plan32" > "$work/plan32.log" 2>&1 ||
+    { cat "$work/plan32.log"; fail "memplan_32m tp 2 x dp 2 --comm staged failed"; }
+grep -q "collective buffers" "$work/plan32.log" || fail "no collective buffers in the plan: $(cat "$work/plan32.log")"
+peak_within_plan "memplan_32m tp 2 x dp 2 staged" "$work/plan32.log" 4
