@@ -20,7 +20,8 @@
 #
 # Why over the bench venv (as scripts/titan_venv.sh): convert_hf_to_gguf.py needs torch and transformers;
 # they come from scripts/bench_venv.sh's venv, seen after this venv's own packages through a .pth file
-# (mp_venv's MP_VENV_UNDER), so there is no second ~6 GB torch. numpy is pinned as the bench venv pins it.
+# (mp_venv's MP_VENV_UNDER), so there is no second ~6 GB torch. numpy is pinned as the bench venv pins it;
+# sentencepiece is the converter's (it imports it for every Llama-family directory, tokenizer.model or not).
 #
 # Build: CPU only, GGML_NATIVE off with the x86-64-v3 set (AVX2/FMA/F16C) so a cached venv runs on any CI
 # runner of the last decade; MP_LLAMACPP_JOBS (default 2) parallel compile jobs. The cmake settings are
@@ -34,6 +35,7 @@ LCP_VERSION=0.3.36
 LCP_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 LCP_URL=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-$LCP_VERSION.tar.gz
 NUMPY_PIN="numpy==2.4.6"
+SENTENCEPIECE_PIN="sentencepiece==0.2.1"   # convert_hf_to_gguf.py imports it on every llama-family directory
 TAG="llamacpp$LCP_VERSION"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/meshpoint"
 VENV="${MP_LLAMACPP_VENV:-$cache/llamacpp-venv-$TAG}"
@@ -74,7 +76,7 @@ bench_site=$("$bench_py" -c 'import sysconfig; print(sysconfig.get_paths()["pure
 CMAKE_DEFS="GGML_NATIVE=OFF GGML_AVX=ON GGML_AVX2=ON GGML_FMA=ON GGML_F16C=ON GGML_BMI2=ON GGML_OPENMP=OFF
   GGML_BLAS=OFF GGML_CUDA=OFF GGML_VULKAN=OFF GGML_METAL=OFF LLAVA_BUILD=OFF LLAMA_CURL=OFF LLAMA_BUILD_TESTS=OFF
   LLAMA_BUILD_EXAMPLES=OFF LLAMA_BUILD_TOOLS=OFF LLAMA_BUILD_SERVER=OFF"
-PINS="$NUMPY_PIN $SRC/vendor/llama.cpp/gguf-py $SRC"
+PINS="$NUMPY_PIN $SENTENCEPIECE_PIN $SRC/vendor/llama.cpp/gguf-py $SRC"
 for d in $CMAKE_DEFS; do PINS="$PINS --config-settings=cmake.define.$d"; done
 export CMAKE_BUILD_PARALLEL_LEVEL="${MP_LLAMACPP_JOBS:-2}"
 
