@@ -87,7 +87,8 @@ Test(tok_gguf, sentencepiece_llama2) {
     cr_assert_str_eq(m.model, "llama");
     cr_assert_str_eq(m.pre, "default");
     cr_assert_eq(m.n_tokens, 12);
-    cr_assert_eq(m.token_type[0], MP_GGUF_TOK_CONTROL);
+    cr_assert_eq(m.token_type[0], MP_GGUF_TOK_UNKNOWN, "the model's unk_token");
+    cr_assert_eq(m.token_type[1], MP_GGUF_TOK_CONTROL, "named by tokenizer_config.json");
     cr_assert_eq(m.token_type[3], MP_GGUF_TOK_BYTE);
     cr_assert_eq(m.token_type[8], MP_GGUF_TOK_NORMAL);
     cr_assert_null(m.merges);
@@ -175,7 +176,7 @@ static void round_trip(const char *tj, const char *tc, const char *text) {
 
 Test(tok_gguf, to_json_encodes_as_the_original) {
     round_trip(BL_JSON, NULL, "ab a ab<|begin|>ba");
-    round_trip(SP_JSON, "{\"unk_token\":\"<unk>\"}", "aba ab a bab<s>ab xa");
+    round_trip(SP_JSON, "{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}", "aba ab a bab<s>ab xa");
 }
 
 Test(tok_gguf, to_json_refuses_what_it_cannot_write) {

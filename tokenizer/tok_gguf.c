@@ -5,8 +5,10 @@
  * Which of the converter's paths a tokenizer.json takes is decided as LlamaModel.set_vocab decides it
  * for a directory without tokenizer.model: a BPE with byte_fallback and a Sequence decoder (Llama 2,
  * Mistral, Phi-3's files) is gguf-py's LlamaHfVocab, model "llama", pre "default": the vocabulary's ids in
- * order, byte tokens BYTE, the tokenizer's special tokens CONTROL, then the added tokens past the
- * vocabulary. Anything else is _set_vocab_gpt2, model "gpt2": ids 0..vocab_size-1 ("[PADi]" UNUSED where
+ * order, byte tokens BYTE, the special tokens tokenizer_config.json names CONTROL, then the added tokens
+ * past the vocabulary; the model's unk_token is UNKNOWN, as the converter's sentencepiece path (a
+ * tokenizer.model) writes it and llama.cpp needs to match "<unk>" in text as `tokenizers` does (the
+ * tokenizer.json-only path writes NORMAL: the second stated difference). Anything else is _set_vocab_gpt2, model "gpt2": ids 0..vocab_size-1 ("[PADi]" UNUSED where
  * no token has the id), added tokens CONTROL (special, or looking special: "<|...|>") or USER_DEFINED,
  * merges "a b" (a space inside a part written as U+0120, as SpecialVocab does).
  *
@@ -30,7 +32,8 @@
 #include "tokenizer/tok_internal.h"
 
 /* llama.cpp pre-tokenizer names and the tokenizer.json layouts that select them (shared with tok_gguf_json.c
- * through mp_tok_gguf_pre_layout). */
+ * through mp_tok_gguf_pre_layout): the Split pattern, and the normalizer the published files have beside it
+ * (none also accepted: llama.cpp normalizes nothing, so to_json writes none). */
 static const struct { const char *name, *pattern, *normalizer; } PRE_TABLE[] = {
     {"llama-bpe", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
                   "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", NULL},
@@ -100,7 +103,7 @@ static mp_code pre_name(const cJSON *tj, const char **out, mp_err *err) {
                  !json_bool(bl, "use_regex", 1) && !json_bool(bl, "add_prefix_space", 0);
         for (size_t i = 0; ok && i < sizeof PRE_TABLE / sizeof PRE_TABLE[0]; i++) {
             if (!PRE_TABLE[i].pattern || strcmp(PRE_TABLE[i].pattern, pat)) continue;
-            if (strcmp(nt, PRE_TABLE[i].normalizer ? PRE_TABLE[i].normalizer : "")) continue;
+            if (*nt && strcmp(nt, PRE_TABLE[i].normalizer ? PRE_TABLE[i].normalizer : "")) continue;
             *out = PRE_TABLE[i].name;
             return MP_OK;
         }
@@ -259,11 +262,11 @@ static mp_code scores_from_merges(const cJSON *tj, const mp_tok_map *ids, mp_tok
     return MP_OK;
 }
 
-/* 1 if id is one of the special ids: an added token marked special, or one tokenizer_config.json names. */
-static int is_special_id(const cJSON *added, const char *text, const cJSON *tc) {
+/* 1 if text is one of LlamaHfVocab's special tokens: those tokenizer_config.json names (transformers'
+ * all_special_tokens; an added token's "special" flag is not consulted). */
+static int is_special_id(const char *text, const cJSON *tc) {
     static const char *const kinds[] = {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token",
                                         "cls_token", "mask_token"};
-    if (added && json_bool(added, "special", 0)) return 1;
     for (size_t k = 0; tc && k < sizeof kinds / sizeof kinds[0]; k++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(tc, kinds[k]);
         const char *s = cJSON_IsString(e) ? e->valuestring : mp_tok_json_str(e, "content");
@@ -285,13 +288,15 @@ static mp_code vocab_llama(const cJSON *tj, const cJSON *tc, mp_tok_gguf_meta *m
             rc = mp_err_set(err, MP_EINPUT, "id %lld: no token has it (the vocabulary and the added tokens must "
                             "number 0..%lld without a gap)", (long long)i, (long long)n - 1);
     mp_tok_map ids = {0};
+    const char *unk = mp_tok_json_str(cJSON_GetObjectItemCaseSensitive(tj, "model"), "unk_token");
     if (rc == MP_OK) {
         meta_alloc(m, n, 1);
         for (int64_t i = 0; i < n; i++) {
             m->tokens[i] = mp_strdup(names[i]);
             mp_tok_map_put(&ids, names[i], strlen(names[i]), (int32_t)i);
-            int special = is_special_id(added[i], names[i], tc);
-            m->token_type[i] = i < base && is_byte_token(names[i]) ? MP_GGUF_TOK_BYTE
+            int special = is_special_id(names[i], tc);
+            m->token_type[i] = unk && !strcmp(unk, names[i]) ? MP_GGUF_TOK_UNKNOWN
+                             : i < base && is_byte_token(names[i]) ? MP_GGUF_TOK_BYTE
                              : special ? MP_GGUF_TOK_CONTROL : i >= base ? MP_GGUF_TOK_USER_DEFINED : MP_GGUF_TOK_NORMAL;
         }
         rc = scores_from_merges(tj, &ids, m, err);

@@ -6,7 +6,7 @@
  * "gpt2": a byte-level BPE whose vocabulary is the token list (ids = positions), merges as written,
  * the pre-tokenizer llama.cpp's pre name selects (tok_gguf.c's table: gpt-2 = ByteLevel with its regex;
  * llama-bpe = Split(Llama 3's pattern) + ByteLevel, ignore_merges as llama.cpp's llama-bpe; qwen2 = the
- * same with Qwen's pattern after NFC), the ByteLevel decoder.
+ * same with Qwen's pattern, and no NFC normalizer: llama.cpp applies none), the ByteLevel decoder.
  * "llama" (sentencepiece): llama.cpp merges the adjacent pair whose joined text is the token of highest
  * score (the leftmost among equals), falling back to <0xNN> bytes. The BPE that does the same has, for
  * every NORMAL token, each split into two tokens as a merge, ranked by the token's score, highest first
@@ -47,7 +47,8 @@ static mp_code layout_gpt2(const char *pre, cJSON *root, cJSON *model, mp_err *e
     if (!mp_tok_gguf_pre_layout(pre, &pattern, &normalizer))
         return mp_err_set(err, MP_EINPUT, "tokenizer.ggml.pre \"%s\": no tokenizer.json layout for it here (known: "
                           "gpt-2, llama-bpe, qwen2)", pre);
-    cJSON_AddItemToObject(root, "normalizer", normalizer ? stage(normalizer, NULL, NULL) : cJSON_CreateNull());
+    (void)normalizer;   /* llama.cpp normalizes nothing (Qwen's NFC included): neither does the rebuilt file */
+    cJSON_AddItemToObject(root, "normalizer", cJSON_CreateNull());
     if (pattern) {
         cJSON *seq = stage("Sequence", NULL, NULL), *list = cJSON_AddArrayToObject(seq, "pretokenizers");
         cJSON *split = stage("Split", NULL, NULL), *pat = cJSON_AddObjectToObject(split, "pattern");
@@ -92,7 +93,10 @@ static void layout_llama(const mp_tok_gguf_meta *m, cJSON *root, cJSON *model) {
     cJSON_AddItemToObject(root, "decoder", dec);
     cJSON_AddBoolToObject(model, "byte_fallback", 1);
     cJSON_AddBoolToObject(model, "fuse_unk", 1);
-    if (m->unk >= 0 && m->unk < m->n_tokens) cJSON_AddStringToObject(model, "unk_token", m->tokens[m->unk]);
+    int64_t unk = m->unk;   /* unset: the UNKNOWN token, else llama.cpp's sentencepiece default, id 0 */
+    for (int64_t i = 0; unk < 0 && i < m->n_tokens; i++) if (m->token_type[i] == MP_GGUF_TOK_UNKNOWN) unk = i;
+    if (unk < 0) unk = 0;
+    if (unk < m->n_tokens) cJSON_AddStringToObject(model, "unk_token", m->tokens[unk]);
 }
 
 /* One merge candidate of the sentencepiece extraction: the split (left, right) of a token of score s. */
