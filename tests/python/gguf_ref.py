@@ -13,7 +13,8 @@ venv; prints one JSON object on stdout.
                                            {"ids": [...]}; a .gguf holding only a vocabulary is enough
   gguf_ref.py meta     MODEL.gguf          every key of the file but the token arrays' contents, by the `gguf` reader
 
-Threads: 1 unless OMP_NUM_THREADS says more (reproducible sums). Exit 2 on a usage error or an unreadable input.
+Threads: 1 unless OMP_NUM_THREADS says more (reproducible sums). The KV cache is f32 (llama.cpp's default f16 would
+round K and V), flash attention off. Exit 2 on a usage error or an unreadable input.
 """
 import json
 import os
@@ -23,6 +24,7 @@ import numpy as np
 
 HEADER_INTS = 256
 MAGIC_U16, MAGIC_U32 = 20240520, 20240801
+GGML_TYPE_F32 = 0   # the KV cache in f32 (llama.cpp's default is f16, which rounds K and V: not an f32 oracle)
 
 
 def usage(msg):
@@ -38,7 +40,7 @@ def load(path, vocab_only=False, n_ctx=512):
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     return llama_cpp.Llama(model_path=path, vocab_only=vocab_only, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx,
                            logits_all=not vocab_only, n_threads=threads, n_threads_batch=threads, verbose=False,
-                           seed=0)
+                           seed=0, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, flash_attn=False)
 
 
 def parse_ids(s):
@@ -80,12 +82,14 @@ def read_tokens(path):
     """The ids of a meshpoint/llm.c token file (256 int32 header: magic, version, count; then the ids)."""
     try:
         with open(path, "rb") as f:
-            head = np.frombuffer(f.read(HEADER_INTS * 4), dtype="<i4")
+            raw = f.read(HEADER_INTS * 4)
             body = f.read()
     except OSError as e:
         usage("%s: %s" % (path, e))
+    head = np.frombuffer(raw[:len(raw) // 4 * 4], dtype="<i4")
     if len(head) != HEADER_INTS or head[0] not in (MAGIC_U16, MAGIC_U32):
-        usage("%s: not a token file (magic %s)" % (path, head[0] if len(head) else "missing"))
+        usage("%s: not a token file (%s)" % (path, "magic %d" % head[0] if len(head) == HEADER_INTS else
+                                             "shorter than the 1024-byte header"))
     dt = "<u2" if head[0] == MAGIC_U16 else "<u4"
     toks = np.frombuffer(body, dtype=dt)
     if len(toks) != head[2]:
