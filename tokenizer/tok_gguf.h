@@ -4,9 +4,10 @@
  * mp_tok_gguf_*. docs/GGUF_TOKENIZER.md is the authority on what is written and why.
  *
  * mp_tok_gguf_from_json computes what llama.cpp's convert_hf_to_gguf.py writes for the same HF files (its
- * _set_vocab_gpt2 / _set_vocab_llama_hf and gguf-py's SpecialVocab), with one documented difference: the
- * "llama" (sentencepiece) model's scores, which the converter sets to -1000 for every token of a
- * tokenizer.json-only model, are the merge ranks, so that llama.cpp's tokenizer gives `tokenizers`' ids.
+ * _set_vocab_gpt2 / _set_vocab_llama_hf and gguf-py's SpecialVocab), with two documented differences, both
+ * so that llama.cpp's tokenizer gives `tokenizers`' ids: the "llama" (sentencepiece) model's scores, which
+ * the converter sets to -1000 for every token of a tokenizer.json-only model, are the merge ranks, and its
+ * unk token is UNKNOWN (the converter: NORMAL).
  * mp_tok_gguf_to_json is the inverse: a tokenizer.json (+ tokenizer_config.json) that `tokenizers` (and so
  * mp_tok) encodes to the ids llama.cpp gives on the GGUF's vocabulary.
  */
