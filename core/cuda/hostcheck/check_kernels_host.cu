@@ -1225,6 +1225,103 @@ static void check_xent_fwd_sharded(int N, int V, int tp) {
     CHECK(se[3] == 0.0f && mx[3] == -INFINITY && se[2] > 0.0f, "xent fwd sharded: an all -inf row, one -inf in shard 0");
 }
 
+/* ---- the rounding bounds the device checks share (check_kernels_device.cu) ----
+ * CUDA's single-precision functions per the CUDA C++ Programming Guide (Mathematical Functions, without
+ * -use_fast_math, which cmake/cuda.cmake never sets): expf within 2 ulp, logf within 1 ulp; __expf (not
+ * used by the kernels) 2 + floor(|1.173 x|) ulp. A rounded fp32 operation: 2^-24 relative (half an ulp). */
+#define MP_U24 (1.0 / 16777216.0)                /* 2^-24: half an fp32 ulp, relative */
+#define MP_EXPF_ULPS 2                           /* CUDA expf's maximum error, in ulps of its result */
+
+/* The relative error bound of xent_rescale_row(se, lm, gm) = rn(se * expf(rn(lm - gm))) against
+ * se * exp(lm - gm) in float64 (lm finite):
+ *   rn(lm - gm) = (lm - gm)(1 + e1), |e1| <= 2^-24: exp's argument off by d = |lm - gm| 2^-24 absolute,
+ *     so the factor off by exp(d) - 1 relative: 9.5e-7 x 2 at |lm - gm| = 30 (not 1e-6 of slack: issue 38);
+ *   expf: 2 ulp <= 2 * 2^-23 of its result; the product: 2^-24.
+ * Their product of (1 + e), with 2^-20 of the bound on top for the float64 reference's own rounding. */
+static double xent_rescale_rtol(float lm, float gm) {
+    const double d = fabs((double)lm - (double)gm) * MP_U24 * (1.0 + MP_U24);
+    const double b = expm1(d) + (1.0 + expm1(d)) * (MP_EXPF_ULPS * 2.0 * MP_U24 + MP_U24 + MP_EXPF_ULPS * 2.0 * MP_U24 * MP_U24);
+    return b * (1.0 + 1.0 / 1048576.0);
+}
+
+/* dev_xent_rescale's rows (N of them): a shard's sum se in [1, 51), the global max gm in (-10, 10), the
+ * local max lm every 7th row -inf (a shard with no valid column), every 5th gm (factor 1), the rest up to
+ * 30 below gm (differences in [16, 30): the subtraction's rounding matters). */
+struct RescaleCase {
+    std::vector<float> se, lm, gm;
+};
+static RescaleCase rescale_case(int N) {
+    RescaleCase c{std::vector<float>(N), std::vector<float>(N), std::vector<float>(N)};
+    for (int n = 0; n < N; n++) {
+        c.se[n] = fabsf(bf16_round(50.0f * rnd_unit())) + 1.0f, c.gm[n] = 10.0f * rnd_unit();
+        c.lm[n] = n % 7 == 0 ? -INFINITY : n % 5 == 0 ? c.gm[n] : c.gm[n] - 30.0f * fabsf(rnd_unit());
+    }
+    return c;
+}
+/* The rows of got (the rescaled sums) off: an empty shard not exactly 0, or a finite one past
+ * xent_rescale_rtol of float64. */
+static int rescale_bad(const RescaleCase &c, const std::vector<float> &got) {
+    int bad = 0;
+    for (size_t n = 0; n < got.size(); n++) {
+        if (c.lm[n] == -INFINITY) {
+            bad += got[n] != 0.0f;
+            continue;
+        }
+        const double want = c.se[n] * exp((double)c.lm[n] - (double)c.gm[n]);
+        bad += !(fabs(got[n] - want) <= xent_rescale_rtol(c.lm[n], c.gm[n]) * want);
+    }
+    return bad;
+}
+/* x moved k ulps (k < 0: down). */
+static float ulps_from(float x, int k) {
+    for (; k > 0; k--) x = nextafterf(x, INFINITY);
+    for (; k < 0; k++) x = nextafterf(x, -INFINITY);
+    return x;
+}
+/* The float farthest from exp(d) on the side sgn (+1 above, -1 below) that is still within MP_EXPF_ULPS
+ * ulps of it: the worst result CUDA's expf may return. */
+static float expf_worst(float d, int sgn) {
+    const double t = exp((double)d);
+    float f = (float)t;
+    for (;;) {
+        const float g = ulps_from(f, sgn);
+        if (fabs((double)g - t) > MP_EXPF_ULPS * ((double)nextafterf(fabsf(g), INFINITY) - fabsf(g))) return f;
+        f = g;
+    }
+}
+
+/* The rescale (rescale_kernel) replayed with the device's rounding over `seeds` draws of dev_xent_rescale's
+ * rows: rn(lm - gm), then an expf that returns the worst float within its 2 ulp (each row its own side
+ * and, every third row, the correctly rounded one), then rn(se * e): rescale_bad finds no row. The replay
+ * with the correctly rounded exp is xent_rescale_row's own expression to its exp's last ulp (so the replay
+ * follows the kernel). The old bound (1e-6 relative, issue 38) fails it: the subtraction alone can use 1.9e-6. */
+static void check_xent_rescale(int seeds) {
+    const int N = 1000;
+    int bad = 0, same = 0, rows = 0;
+    for (int s = 0; s < seeds; s++) {
+        const RescaleCase c = rescale_case(N);
+        std::vector<float> got(N);
+        for (int n = 0; n < N; n++) {
+            if (c.lm[n] == -INFINITY) {
+                got[n] = xent_rescale_row(c.se[n], c.lm[n], c.gm[n]);
+                continue;
+            }
+            const float d = c.lm[n] - c.gm[n];
+            const int side = (int)(rnd_u64() % 3) - 1;   /* -1, 0 (correctly rounded), +1 */
+            const float e = side ? expf_worst(d, side) : (float)exp((double)d);
+            got[n] = mp_mul_rn(c.se[n], e);
+            if (!side) {   /* the host's expf (glibc: < 1 ulp) against the correctly rounded one */
+                const float k = xent_rescale_row(c.se[n], c.lm[n], c.gm[n]);
+                rows++, same += fabs((double)k - got[n]) <= 8.0 * MP_U24 * got[n];   /* e 1 ulp off: 2 ulp */
+            }
+        }
+        bad += rescale_bad(c, got);
+    }
+    CHECK(bad == 0, "xent rescale replay (device rounding, expf %d ulp): %d rows of %d x %d past the bound", MP_EXPF_ULPS, bad,
+          seeds, N);
+    CHECK(same == rows, "xent rescale replay: %d of %d rows not xent_rescale_row's expression", rows - same, rows);
+}
+
 /* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls as layers/ issues them (per layer
  * the fused q/k/v, o, the feature-major gate/up and down, then the head; forward, dx, dw) find one plan per
  * distinct key, a key differing in any single field (transposes, sizes, strides, C type, any alignment) is
@@ -1999,6 +2096,7 @@ int main(void) {
      * v_local 5, valid 5, 5, 5, 2; V 13 / 4: 4, 4, 4, 1; V 9 / 4: 3, 3, 3, 0) */
     for (int tp : {2, 4})
         for (int V : {1003, 4096, 17, 13, 9}) check_xent_fwd_sharded<__nv_bfloat16>(6, V, tp), check_xent_fwd_sharded<float>(6, V, tp);
+    check_xent_rescale(200);   /* 200 seeds of the device check's 1000 rows */
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
