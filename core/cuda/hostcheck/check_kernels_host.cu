@@ -1230,7 +1230,43 @@ static void check_xent_fwd_sharded(int N, int V, int tp) {
  * -use_fast_math, which cmake/cuda.cmake never sets): expf within 2 ulp, logf within 1 ulp; __expf (not
  * used by the kernels) 2 + floor(|1.173 x|) ulp. A rounded fp32 operation: 2^-24 relative (half an ulp). */
 #define MP_U24 (1.0 / 16777216.0)                /* 2^-24: half an fp32 ulp, relative */
+#define MP_U53 (1.0 / 9007199254740992.0)       /* 2^-53: half a float64 ulp, relative */
+#define MP_BF16_U (1.0 / 256.0)                  /* 2^-8: a bf16 store (8 significant bits, to nearest) */
 #define MP_EXPF_ULPS 2                           /* CUDA expf's maximum error, in ulps of its result */
+
+/* gamma_n = n u / (1 - n u): a sum of n + 1 terms in any order is off by at most gamma_n times the sum of
+ * their magnitudes (Higham, Accuracy and Stability, 3.1); u 2^-24 (fp32) or 2^-53 (float64). */
+[[maybe_unused]] static double gamma_f32(double n) { return n * MP_U24 / (1.0 - n * MP_U24); }
+[[maybe_unused]] static double gamma_f64(double n) { return n * MP_U53 / (1.0 - n * MP_U53); }
+
+/* A float64 sum of x (of x^2 when SQUARE) compensated (Neumaier): within 2 2^-53 of the exact sum plus
+ * n^2 2^-106 of its magnitude, so a reference that a device sum is judged against adds nothing to the bound
+ * (a plain float64 loop over a million terms is itself off by up to n 2^-53). */
+template <bool SQUARE = false, typename T>
+static double sum_ref(const std::vector<T> &x) {
+    double s = 0, c = 0;
+    for (const T &e : x) {
+        const double v = SQUARE ? (double)e * (double)e : (double)e, t = s + v;
+        c += fabs(s) >= fabs(v) ? (s - t) + v : (v - t) + s;
+        s = t;
+    }
+    return s + c;
+}
+
+/* The relative error bound of an fp32 sum of exps, sum_j expf(x_j - m), against float64 (the cross-entropy's
+ * sumexp; m its max, range = max_j |x_j - m| over the finite x_j): each term off by range 2^-24 (the
+ * subtraction's rounding, in the exponent) + 2 ulp (expf) <= (range + 4) 2^-24; the sum (nonnegative terms)
+ * at most gamma_depth, depth = the longest chain of additions: a thread's v_valid / 256 (G = 1 columns at a
+ * time, the worst) + 8 levels of the block tree. onepass (xent_fwd_thread, xent_ms_combine): a running sum
+ * taken to a new max by rn(s * expf(old - new)) each time the max rises (<= v_valid / 256 + 1 times per
+ * thread) and once per tree level (8): each time 2 ulp (expf) + 2^-24 (product) + the subtraction's
+ * rounding, whose exponents telescope along any chain to at most 2 range 2^-24. */
+[[maybe_unused]] static double xent_sum_rtol(int v_valid, double range, bool onepass) {
+    const double depth = v_valid / 256.0 + 1 + 8, rescales = onepass ? v_valid / 256.0 + 1 + 8 : 0;
+    const double per = (range + 2.0 * MP_EXPF_ULPS) * MP_U24 + (onepass ? 2.0 * range * MP_U24 : 0.0);
+    return (1.0 + per) * (1.0 + gamma_f32(depth)) * (1.0 + (2.0 * MP_EXPF_ULPS + 1) * MP_U24 * rescales) *
+               (1.0 + 1.0 / 1048576.0) - 1.0;
+}
 
 /* The relative error bound of xent_rescale_row(se, lm, gm) = rn(se * expf(rn(lm - gm))) against
  * se * exp(lm - gm) in float64 (lm finite):
@@ -1607,6 +1643,82 @@ static void close(const char *what, const G &got, const R &ref, double rtol, dou
     CHECK(nan == 0 && md <= rtol * mr + atol, "%s %s: max err %.3g (max ref %.3g), %zu NaN", what, shape, md, mr, nan);
 }
 
+/* The attention's error bounds against the naive float64 attention (absolute; the bf16 stores' 2^-8 of the
+ * value on top are the callers' rtol), from A's data. Scores: fp32 dots of bf16 products (exact) over hd
+ * terms, gamma_hd of S = scale hd max|q| max|k| (the largest |score|), then the scale and base-2 factor
+ * (k_attn_mma.cuh: log2(e) folded in) 3 roundings of S. A forward p = exp2f(x - m) off by ep: the score error,
+ * the subtraction's rounding (2^-24 of the range 2 S log2(e), the rescales' chain telescoping to 2 of it),
+ * exp2f / expf 2 ulp, and per 16-key tile one rescale (5 2^-24). out = sum p v / l, a weighted mean: its
+ * weights' errors move it by <= 2 ep max|v|, the sums gamma_T, the tensor-core P . V's bf16 P 2^-8 max|v|.
+ * lse = m + log l: the score error, ep and gamma_T (log l's), logf's ulp and the additions' (2^-24 4 (S + ln T
+ * + 1)). The backward's p = exp2(s log2(e) - lse log2(e)) off by epb (the score and lse errors, the
+ * subtraction's and the product's rounding, exp2f). dS = scale p (dP - D): dP an fp32 dot (gamma_hd of
+ * sum |dO||v|), D = dO . out with the device's stored out (2^-8 of sum |dO||out| and out's atol times sum |dO|),
+ * p's epb, and the tensor-core operand dS in bf16 (2^-8): eds per (t, key); dK = sum_t dS q, dQ = sum_k dS k
+ * (gamma_T more), dV = sum_t p dO (2^-8 for bf16 P, epb, gamma_T). e[0..4]: out, lse, dq, dk, dv. */
+static std::vector<double> attn_bounds(const Attn &A, const std::vector<double> &rout) {
+    auto mabs = [](const std::vector<float> &x) {
+        double m = 0;
+        for (float e : x) m = std::max(m, (double)fabsf(e));
+        return m;
+    };
+    auto mabs_d = [](const std::vector<double> &x) { return *std::max_element(x.begin(), x.end()); };
+    const double scale = 1.0 / sqrt((double)A.hd), L2 = 1.4426950408889634, u = MP_U24;
+    const double S = scale * A.hd * mabs(A.q) * mabs(A.k), mv = mabs(A.v), R = 2 * S * L2;
+    const double ds2 = L2 * (gamma_f32(A.hd) * S + 3 * u * S), gT = gamma_f32(A.T + 1);
+    const double ep = M_LN2 * (ds2 + 3 * R * u) + 4 * u + 5 * u * (A.T / 16.0 + 2);
+    const double e_out = mv * (2 * ep + MP_BF16_U + 2 * gT) * (1 + MP_BF16_U);
+    const double e_lse = M_LN2 * ds2 + ep + gT + 4 * u * (S + log((double)A.T) + 1);
+    const double epb = M_LN2 * (ds2 + L2 * e_lse + 4 * u * L2 * (S + log((double)A.T) + 1) + u * (R + log2((double)A.T) + 1)) + 4 * u;
+    const double c1 = MP_BF16_U + epb + 3 * gamma_f32(A.hd) + gT;
+    std::vector<double> edq(A.q.size(), 0.0), edk(A.k.size(), 0.0), edv(A.k.size(), 0.0);
+    const int rep = A.H / A.KV;
+    for (int b = 0; b < A.B; b++)
+        for (int h = 0; h < A.H; h++)
+            for (int t = 0; t < A.T; t++) {
+                const int g = h / rep, j0 = A.W > 0 ? std::max(0, t - A.W + 1) : 0;
+                std::vector<double> sc(t + 1);
+                double mx = -INFINITY, sum = 0, dsum = 0, dD = 0;
+                for (int j = j0; j <= t; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < A.hd; d++) dot += (double)A.q[A.qi(b, t, h, d)] * A.k[A.ki(b, j, g, d)];
+                    sc[j] = scale * dot, mx = std::max(mx, sc[j]);
+                }
+                for (int j = j0; j <= t; j++) sum += exp(sc[j] - mx);
+                for (int d = 0; d < A.hd; d++) {
+                    const double o = fabs(A.dout[A.qi(b, t, h, d)]);
+                    dsum += o, dD += o * fabs(rout[A.qi(b, t, h, d)]);
+                }
+                for (int j = j0; j <= t; j++) {
+                    const double p = exp(sc[j] - mx) / sum;
+                    double dP = 0;
+                    for (int d = 0; d < A.hd; d++) dP += fabs((double)A.dout[A.qi(b, t, h, d)] * A.v[A.ki(b, j, g, d)]);
+                    const double eds = scale * p * (c1 * (dP + dD) + MP_BF16_U * dD + dsum * e_out);
+                    for (int d = 0; d < A.hd; d++) {
+                        edq[A.qi(b, t, h, d)] += eds * fabs(A.k[A.ki(b, j, g, d)]);
+                        edk[A.ki(b, j, g, d)] += eds * fabs(A.q[A.qi(b, t, h, d)]);
+                        edv[A.ki(b, j, g, d)] += (MP_BF16_U + epb + gT) * p * fabs(A.dout[A.qi(b, t, h, d)]);
+                    }
+                }
+            }
+    const double slack = 1 + 1.0 / 1024;
+    return {slack * e_out, slack * e_lse, slack * mabs_d(edq), slack * mabs_d(edk), slack * mabs_d(edv)};
+}
+
+/* out, lse, dq, dk, dv (device results or a replay of the kernels) against the naive float64 attention
+ * (rout ...) within attn_bounds, + 2^-8 of the value for the bf16 stores (lse: fp32, 2^-24). */
+template <typename V>
+static void attn_close(const Attn &A, const char *shape, const std::vector<double> &rout, const std::vector<double> &rlse,
+                       const std::vector<double> &rdq, const std::vector<double> &rdk, const std::vector<double> &rdv,
+                       const V &out, const V &lse, const V &dq, const V &dk, const V &dv) {
+    const std::vector<double> e = attn_bounds(A, rout);
+    close("attn out", out, rout, MP_BF16_U, e[0], shape);
+    close("attn lse", lse, rlse, MP_U24, e[1], shape);
+    close("attn dq", dq, rdq, MP_BF16_U, (1 + MP_BF16_U) * e[2], shape);
+    close("attn dk", dk, rdk, MP_BF16_U, (1 + MP_BF16_U) * e[3], shape);
+    close("attn dv", dv, rdv, MP_BF16_U, (1 + MP_BF16_U) * e[4], shape);
+}
+
 /* An attention problem of that shape with random bf16-valued q, k, v, dout (out and lse sized, unset). */
 static Attn attn_random(int B, int T, int H, int KV, int hd) {
     Attn A;
@@ -1645,11 +1757,7 @@ static void check_attention(int B, int T, int H, int KV, int hd, int W = 0) {
 
     std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
     naive(A, rout, rlse, rdq, rdk, rdv);
-    close("out", A.out, rout, 1e-2, 1e-4, shape);
-    close("lse", A.lse, rlse, 1e-5, 1e-5, shape);
-    close("dq", dq, rdq, 2e-2, 1e-4, shape);
-    close("dk", dk, rdk, 2e-2, 1e-4, shape);
-    close("dv", dv, rdv, 2e-2, 1e-4, shape);
+    attn_close(A, shape, rout, rlse, rdq, rdk, rdv, A.out, A.lse, dq, dk, dv);   /* the device check's bounds */
 
     /* the project's CPU kernels on the same (bf16-valued) inputs, the backward fed the mirror's bf16 out */
     std::vector<float> cout_(nq), clse(nr), cdq(nq), cdk(nk), cdv(nk), scratch(nr);
@@ -2013,8 +2121,6 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd, int pad = -
     for (float x : out) nan += x != x;
     for (float x : lse) nan += x != x;
     CHECK(nan == 0, "%s: %d outputs not written or NaN", shape, nan);
-    close("out", out, rout, 1e-2, 1e-4, shape);
-    close("lse", lse, rlse, 1e-5, 1e-5, shape);
     std::vector<float> cout_(nq), clse(nr), x = qkv_pack(A, L, A.q, A.k, A.v, NAN);
     mp_backend *cpu = mp_backend_cpu();
     cpu->attn_fwd(cpu, cout_.data(), clse.data(), x.data() + L.q, x.data() + L.k, x.data() + L.v, B, T, H, KV, hd,
@@ -2032,9 +2138,7 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd, int pad = -
     for (float x : dk) nan += x != x;
     for (float x : dv) nan += x != x;
     CHECK(nan == 0, "%s: %d gradients not written or NaN", shape, nan);
-    close("dq", dq, rdq, 2e-2, 1e-4, shape);
-    close("dk", dk, rdk, 2e-2, 1e-4, shape);
-    close("dv", dv, rdv, 2e-2, 1e-4, shape);
+    attn_close(A, shape, rout, rlse, rdq, rdk, rdv, out, lse, dq, dk, dv);   /* the device check's bounds */
     std::vector<float> cdq(nq), cdk(nk), cdv(nk), scratch(nr), nanq(nq, NAN), nank(nk, NAN);
     std::vector<float> g = qkv_pack(A, L, nanq, nank, nank, 7.0f);
     cpu->attn_bwd(cpu, g.data() + L.q, g.data() + L.k, g.data() + L.v, scratch.data(), A.dout.data(), A.out.data(),
