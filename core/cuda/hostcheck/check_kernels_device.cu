@@ -855,6 +855,9 @@ int main(void) {
         fprintf(stderr, "check_kernels_device: host checks passed; no CUDA device: device checks skipped\n");
         return 77;
     }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));   /* the card every figure of this run belongs to */
+    printf("check_kernels_device: device 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
     CK(cudaStreamCreate(&g_s));
     mp_err err;
     mp_cuda_blas *bl = NULL;
