@@ -1402,6 +1402,28 @@ static void check_xent_rescale(int seeds) {
     CHECK(sizeof(mp_gemm_plan_key) == 12 * 4, "mp_gemm_plan_key has padding (%zu bytes)", sizeof(mp_gemm_plan_key));
 }
 
+/* The attention launchers' grids (mp_attn_grid): batch x heads past 65535 (the batch 2048 x 32 heads that
+ * aborted when B H was grid.y alone) fit, every (b, h) decoded from (blockIdx.z, blockIdx.y) exactly once;
+ * a batch or a head count past grid.y/z's 65535 is refused by mp_attn_grid_ok, not launched. */
+[[maybe_unused]] static void check_attn_grid(void) {
+    const int ok[][3] = {{1, 1, 1}, {7, 32, 2048}, {1, 1, 65535}, {3, 65535, 1}, {64, 64, 4096}, {2, 40, 65535}};
+    for (auto &c : ok) {
+        const dim3 g = mp_attn_grid(c[0], c[1], c[2]);
+        CHECK(mp_attn_grid_ok(c[0], c[1], c[2]) && g.x == (unsigned)c[0] && g.y == (unsigned)c[1] && g.z == (unsigned)c[2] &&
+                  g.y <= 65535 && g.z <= 65535 && (int64_t)g.y * g.z == (int64_t)c[1] * c[2],
+              "attention grid tiles %d heads %d batch %d: %u x %u x %u", c[0], c[1], c[2], g.x, g.y, g.z);
+    }
+    CHECK(!mp_attn_grid_ok(1, 65536, 1) && !mp_attn_grid_ok(1, 1, 65536) && !mp_attn_grid_ok(0, 1, 1) &&
+              !mp_attn_grid_ok(1, 0, 1) && !mp_attn_grid_ok((int64_t)1 << 31, 1, 1),
+          "attention grid: out-of-range sizes accepted");
+    const int B = 3, H = 5;   /* the kernels' decoding: b = blockIdx.z, h = blockIdx.y */
+    const dim3 g = mp_attn_grid(1, H, B);
+    std::vector<int> seen(B * H, 0);
+    for (unsigned z = 0; z < g.z; z++)
+        for (unsigned y = 0; y < g.y; y++) seen[z * H + y]++;
+    CHECK(std::count(seen.begin(), seen.end(), 1) == B * H, "attention grid: a (b, h) not covered once");
+}
+
 /* ---- 2. attention: the kernels' tiling on the host ---- */
 
 #define AW ATT_WARPS   /* rows per block, one per warp (k_attn_fwd.cu and k_attn_bwd.cu agree) */
@@ -2208,6 +2230,7 @@ int main(void) {
     /* sliding windows (smaller than T): one key, inside a 32-key tile, across tiles and warps' rows */
     const int wshapes[][6] = {{1, 70, 4, 2, 40, 1}, {2, 129, 2, 2, 96, 5}, {1, 100, 4, 1, 64, 33}, {1, 130, 2, 1, 17, 64}};
     for (auto &s : wshapes) check_attention(s[0], s[1], s[2], s[3], s[4], s[5]);
+    check_attn_grid();
     check_mma_table();
     check_loaders();
     for (int hd : {64, 128})
