@@ -36,9 +36,11 @@
 #include "cli/runtime.h"
 #include "cli/tokfiles.h"
 #include "core/alloc.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "reshard/dcp.h"
 #include "reshard/dcp_source.h"
+#include "reshard/gguf.h"
 #include "reshard/reshard.h"
 
 /* --max-shard-size: "5GB", "500MB", "10KB" are decimal units as transformers reads them (5GB = 5e9
@@ -209,6 +211,74 @@ static mp_code run_export(const mp_runtime *rt, const char *arg, export_opts *o,
     return rc;
 }
 
+/* general.name of a GGUF export: --out's file name without its directory and ".gguf" (the converter names
+ * the model after its directory). */
+static void gguf_model_name(const char *out, char *name, size_t cap) {
+    const char *b = strrchr(out, '/');
+    snprintf(name, cap, "%s", b ? b + 1 : out);
+    size_t n = strlen(name);
+    if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
+}
+
+/* The tokenizer's metadata of a GGUF export (tokenizer.ggml.*: tokens, types, merges, special ids, chat
+ * template) from the carried tokenizer.json. HOOK: the mapping (issue 40, tokenizer side) is not merged
+ * here yet; until it is, the file holds the weights and the architecture's keys, and a carried tokenizer is
+ * named in a warning. */
+static mp_code gguf_put_tokenizer(gguf_writer *w, const mp_tokfiles *files, mp_err *e) {
+    (void)w, (void)e;
+    if (files->n)
+        mp_warn("export --format gguf: the checkpoint's tokenizer is not written into the GGUF file yet "
+                "(tokenizer.ggml.* metadata); llama.cpp needs it to load the model");
+    return MP_OK;
+}
+
+/* `export --format gguf`: the HF layout's whole tensors into the GGUF sink, the tokenizer's metadata,
+ * then the file read back (header byte for byte, every tensor's bytes by hash). */
+static mp_code run_export_gguf(const mp_runtime *rt, const char *arg, export_opts *o, mp_err *err) {
+    char *src_dir = NULL;
+    rs_source *src = NULL;
+    rs_sink *sink = NULL;
+    rs_box *boxes = NULL;
+    int n = 0;
+    llama_config mc;
+    mp_tokfiles files = {0};
+    char name[256];
+    int dcp = dcp_is_dir(arg);
+    const char *dtype = !strcmp(o->dtype, "fp32") ? "f32" : o->dtype;
+    mp_code rc = dcp ? open_dcp(arg, o, &src_dir, &src, &mc, &files, err)
+                     : o->config ? mp_err_set(err, MP_EINPUT, "--config is for a DCP directory; %s has no .metadata", arg)
+                     : mp_convert_open_ckpt(arg, o->c.max_bytes / 4, &src_dir, &src, &mc, err);
+    if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
+    if (!rc && !dcp) rc = mp_convert_check_tensors(rs_source_ckpt_reader(src), boxes, n, err);
+    if (!rc && !dcp) rc = mp_tokfiles_from_ckpt(&files, rs_source_ckpt_reader(src), err);
+    if (!rc && mp_fs_is_dir(o->c.out)) rc = mp_err_set(err, MP_EINPUT, "--out %s is a directory (a GGUF export is one file)", o->c.out);
+    if (!rc)
+        rc = mp_ckpt_check_out(o->c.out, src_dir, dcp ? "the DCP directory" : "the source checkpoint", o->c.force,
+                               mp_convert_bytes(boxes, n), err);
+    gguf_model_name(o->c.out, name, sizeof name);
+    if (!rc) rc = rs_sink_gguf(&sink, o->c.out, &mc, dtype, name, o->c.max_bytes / 4, err);
+    if (!rc) rc = gguf_put_tokenizer(rs_sink_gguf_writer(sink), &files, err);
+    rs_stats st;
+    if (!rc) rc = rs_run(src, sink, boxes, n, 0, 1, &st, err);
+    if (!rc)
+        fprintf(stderr, "meshpoint export: wrote %s (GGUF, %s, %d tensors, %.2f MiB as fp32) in %.2f s; read %.2f MiB; "
+                        "largest piece in memory %.2f MiB (--max-memory %.0f MiB)\n", o->c.out, dtype, n,
+                st.bytes_written / 1048576.0, st.seconds, st.bytes_read / 1048576.0, st.largest_band / 1048576.0,
+                o->c.max_bytes / 1048576.0);
+    if (!rc && !o->c.no_verify) {
+        if ((rc = rs_sink_gguf_verify(sink, err))) mp_err_wrap(err, "reading %s back after writing it", o->c.out);
+        else fprintf(stderr, "meshpoint export: verified %s: every offset and bound, the metadata and tensor infos byte "
+                             "for byte, every tensor's bytes\n", o->c.out);
+    }
+    if (!rc) mp_memplan_report(rt, (int64_t)o->c.max_bytes);
+    mp_tokfiles_free(&files);
+    if (sink) sink->free(sink);
+    if (src) src->close(src);
+    free(boxes);
+    free(src_dir);
+    return rc;
+}
+
 static const char *export_about =
     "Writes the model of checkpoint CKPT (a step directory, a checkpoint root or a run directory: its newest\n"
     "complete checkpoint; saved on any mesh, full or --model-only) as a Hugging Face directory that\n"
@@ -226,17 +296,22 @@ static const char *export_about =
     "--model-only). Atomic and read back with meshpoint's own DCP reader, as the HF directory.\n"
     "CKPT may be a PyTorch DCP directory (torchtitan, FSDP2: it has a .metadata) with --config, the model's HF\n"
     "config.json: converted straight to HF (torchtitan or HF names, detected; the tokenizer files of CONFIG's\n"
-    "directory travel).";
+    "directory travel).\n"
+    "--format gguf writes one GGUF file (--out model.gguf) that llama.cpp loads (docs/GGUF.md): its\n"
+    "architecture's metadata and tensor names for the family, q/k rows in llama.cpp's order, 2-D weights as\n"
+    "--dtype f32 (fp32), f16, bf16 or q8_0 (norms and biases f32). Atomic (model.gguf.partial, renamed) and\n"
+    "read back: every offset and bound, the header byte for byte, every tensor's bytes.";
 
 int mp_cmd_export(int argc, char **argv) {
-    static const char *const dtypes[] = {"fp32", "bf16", NULL}, *const formats[] = {"hf", "dcp", NULL},
+    static const char *const dtypes[] = {"fp32", "bf16", "f32", "f16", "q8_0", NULL},
+                             *const formats[] = {"hf", "dcp", "gguf", NULL},
                              *const names[] = {"hf", "torchtitan", NULL};
     export_opts o = {.dtype = "fp32", .max_shard = "5GB", .format = "hf", .names = "hf"};
     mp_convert_opts_default(&o.c, "DIR");
     mp_arg flags[MP_CONVERT_MAX_FLAGS + 6] = {
-        {"format", MP_ARG_STRING, &o.format, "F", "hf (a Hugging Face directory) or dcp (PyTorch DCP)", formats},
+        {"format", MP_ARG_STRING, &o.format, "F", "hf (a Hugging Face directory), dcp (PyTorch DCP) or gguf (llama.cpp)", formats},
         {"names", MP_ARG_STRING, &o.names, "N", "dcp: tensor names of hf or torchtitan (Llama 3)", names},
-        {"dtype", MP_ARG_STRING, &o.dtype, "T", "tensor dtype in the written files", dtypes},
+        {"dtype", MP_ARG_STRING, &o.dtype, "T", "tensor dtype in the written files (gguf: also f16, q8_0)", dtypes},
         {"max-shard-size", MP_ARG_STRING, &o.max_shard, "SIZE", "hf: split the weights into files of at most SIZE"},
         {"config", MP_ARG_STRING, &o.config, "CONFIG", "a DCP directory's model: its HF config.json"}};
     mp_convert_flags(&o.c, MP_CONV_MESH | MP_CONV_MODEL_ONLY, "the directory to write (must not exist, unless --force)", flags + 5);
@@ -255,7 +330,12 @@ int mp_cmd_export(int argc, char **argv) {
         goto fail;
     }
     if (mp_convert_check_flags(&o.c, MP_CONV_MESH | MP_CONV_MODEL_ONLY, &err)) goto fail;
-    int dcp = !strcmp(o.format, "dcp");
+    int dcp = !strcmp(o.format, "dcp"), gguf = !strcmp(o.format, "gguf");
+    if (!strcmp(o.dtype, "f32")) o.dtype = "fp32";
+    if (!gguf && strcmp(o.dtype, "fp32") && strcmp(o.dtype, "bf16")) {
+        mp_err_set(&err, MP_EINPUT, "--dtype %s: only with --format gguf (hf and dcp write fp32 or bf16)", o.dtype);
+        goto fail;
+    }
     if (!dcp && (o.c.set_tp || o.c.set_dp || strcmp(o.names, "hf"))) {
         mp_err_set(&err, MP_EINPUT, "%s: only with --format dcp (an HF directory holds whole tensors)",
                    o.c.set_tp ? "--tp" : o.c.set_dp ? "--dp" : "--names");
@@ -265,7 +345,7 @@ int mp_cmd_export(int argc, char **argv) {
     if (parse_shard_size(o.max_shard, &o.shard_bytes, &err)) goto fail;
     if (rt.world > 1) { mp_err_set(&err, MP_EINPUT, "export runs in one process (not under mpirun -np %d)", rt.world); goto fail; }
     if (mp_runtime_mesh(&rt, 1, 1, "cpu", &err)) goto fail;
-    if ((dcp ? run_export_dcp : run_export)(&rt, argv[0], &o, &err)) goto fail;
+    if ((dcp ? run_export_dcp : gguf ? run_export_gguf : run_export)(&rt, argv[0], &o, &err)) goto fail;
     goto done;
 fail:
     status = mp_runtime_fail(&rt, &err);

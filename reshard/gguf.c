@@ -117,7 +117,13 @@ mp_code gguf_dequantize(int type, const uint8_t *src, int64_t n, float *out, mp_
 
 /* ------------------------------------------------------------------------------------ writer */
 
-typedef struct w_tensor { char *name; int64_t nbytes; } w_tensor;
+uint64_t gguf_hash(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+typedef struct w_tensor { char *name; int64_t nbytes; uint64_t hash; } w_tensor;
 
 struct gguf_writer {
     char *path, *partial;
@@ -227,7 +233,7 @@ mp_code gguf_w_tensor(gguf_writer *w, const char *name, int ndim, const int64_t 
         w->t = mp_realloc(w->t, sizeof *w->t * (size_t)w->cap_t, sizeof *w->t * (size_t)c, MP_MEM_OTHER);
         w->cap_t = c;
     }
-    w->t[w->nt++] = (w_tensor){mp_strdup(name), bytes};
+    w->t[w->nt++] = (w_tensor){mp_strdup(name), bytes, gguf_hash(GGUF_HASH_SEED, NULL, 0)};
     w->data_bytes += pad_to(bytes, w->alignment);
     return MP_OK;
 }
@@ -282,6 +288,7 @@ mp_code gguf_w_data(gguf_writer *w, const void *p, size_t n, mp_err *e) {
         const w_tensor *t = &w->t[w->cur];
         size_t k = (size_t)(t->nbytes - w->cur_done) < n ? (size_t)(t->nbytes - w->cur_done) : n;
         MP_TRY(w_write(w, b, k, e));
+        w->t[w->cur].hash = gguf_hash(w->t[w->cur].hash, b, k);
         b += k, n -= k, w->cur_done += (int64_t)k;
         if (w->cur_done == t->nbytes) {
             MP_TRY(w_zeros(w, (size_t)(pad_to(t->nbytes, w->alignment) - t->nbytes), e));
@@ -576,4 +583,34 @@ mp_code gguf_read_data(const gguf_file *g, const gguf_tensor *t, int64_t off, si
     int rc = g->read(g->ctx, (int64_t)t->offset + off, n, buf);
     if (rc) return mp_err_set(e, MP_EIO, "%s: tensor %s: read failed: %s", g->name, t->name, strerror(rc));
     return MP_OK;
+}
+
+mp_code gguf_w_verify(const gguf_writer *w, mp_err *e) {
+    gguf_file *g = NULL;
+    MP_TRY(gguf_open(&g, w->path, e));
+    size_t hn = w->kv_n + w->ti_n;
+    uint8_t *h = mp_xmalloc(hn + 1);
+    mp_code rc = g->nt != w->nt || g->nkv != w->nkv
+                     ? mp_err_set(e, MP_ECHECK, "%s: %lld tensors and %lld keys, %lld and %lld written", w->path,
+                                  (long long)g->nt, (long long)g->nkv, (long long)w->nt, (long long)w->nkv)
+                     : g->read(g->ctx, 24, hn, h) ? mp_err_set(e, MP_EIO, "%s: cannot read its header back", w->path)
+                     : memcmp(h, w->kv, w->kv_n) || memcmp(h + w->kv_n, w->ti, w->ti_n)
+                         ? mp_err_set(e, MP_ECHECK, "%s: the metadata or tensor infos read back differ", w->path) : MP_OK;
+    free(h);
+    size_t cap = 1 << 20;
+    uint8_t *buf = rc ? NULL : mp_xmalloc(cap);
+    for (int64_t i = 0; i < g->nt && !rc; i++) {
+        const gguf_tensor *t = &g->t[i];
+        uint64_t hash = GGUF_HASH_SEED;
+        for (int64_t at = 0; at < t->nbytes && !rc; at += (int64_t)cap) {
+            size_t k = t->nbytes - at < (int64_t)cap ? (size_t)(t->nbytes - at) : cap;
+            rc = gguf_read_data(g, t, at, k, buf, e);
+            hash = gguf_hash(hash, buf, k);
+        }
+        if (!rc && (strcmp(t->name, w->t[i].name) || hash != w->t[i].hash))
+            rc = mp_err_set(e, MP_ECHECK, "%s: tensor %s reads back other bytes than were written", w->path, t->name);
+    }
+    free(buf);
+    gguf_close(g);
+    return rc;
 }
