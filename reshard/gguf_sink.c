@@ -75,8 +75,8 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 /* The ggml type item t is written as (see the top of the file). */
-static int item_type(const gguf_sink *g, const hf_item *t, const char *gname) {
-    if (t->ndim == 1 || ends_with(gname, "_norm.weight")) return GGML_F32;
+static int item_type(const gguf_sink *g, const hf_item *t) {
+    if (t->ndim == 1) return GGML_F32;   /* norms, biases (no family here has a 2-D norm) */
     if (g->out_type == GGML_Q8_0 && t->shape[1] % GGUF_QK) return GGML_F16;
     return g->out_type;
 }
@@ -153,7 +153,7 @@ static mp_code declare(gguf_sink *g, int *types, mp_err *e) {
         const hf_item *t = &g->x.it[i];
         if (gguf_name(t->name, name, sizeof name))
             return mp_err_set(e, MP_EINTERNAL, "GGUF export: no llama.cpp name for tensor %s", t->name);
-        types[i] = item_type(g, t, name);
+        types[i] = item_type(g, t);
         MP_TRY(gguf_w_tensor(g->w, name, t->ndim, t->shape, types[i], e));
     }
     if (g->x.cfg.rope_scaling.type == MP_ROPE_LLAMA3) {
