@@ -168,6 +168,22 @@ static mp_code open_dcp(const char *dir, const export_opts *o, char **src_dir, r
     return rc;
 }
 
+/* The source of an export of whole tensors (HF, GGUF): a checkpoint (every model tensor checked against
+ * the layout, its carried tokenizer files) or a DCP directory with --config (CONFIG's directory's files);
+ * the HF layout's boxes into *boxes, *n. The out-parameters are set as far as they got, for the caller to
+ * free also on failure. */
+static mp_code open_whole(const char *arg, const export_opts *o, char **src_dir, rs_source **src, llama_config *mc,
+                          mp_tokfiles *files, rs_box **boxes, int *n, mp_err *err) {
+    int dcp = dcp_is_dir(arg);
+    mp_code rc = dcp ? open_dcp(arg, o, src_dir, src, mc, files, err)
+                     : o->config ? mp_err_set(err, MP_EINPUT, "--config is for a DCP directory; %s has no .metadata", arg)
+                     : mp_convert_open_ckpt(arg, o->c.max_bytes / 4, src_dir, src, mc, err);
+    if (!rc) rc = rs_hf_layout(mc, boxes, n, err);
+    if (!rc && !dcp) rc = mp_convert_check_tensors(rs_source_ckpt_reader(*src), *boxes, *n, err);
+    if (!rc && !dcp) rc = mp_tokfiles_from_ckpt(files, rs_source_ckpt_reader(*src), err);
+    return rc;
+}
+
 /* The conversion once flags are checked: source, layout, sink, run, read back. */
 static mp_code run_export(const mp_runtime *rt, const char *arg, export_opts *o, mp_err *err) {
     char *src_dir = NULL;
@@ -178,12 +194,7 @@ static mp_code run_export(const mp_runtime *rt, const char *arg, export_opts *o,
     llama_config mc;
     mp_tokfiles files = {0};
     int dcp = dcp_is_dir(arg);
-    mp_code rc = dcp ? open_dcp(arg, o, &src_dir, &src, &mc, &files, err)
-                     : o->config ? mp_err_set(err, MP_EINPUT, "--config is for a DCP directory; %s has no .metadata", arg)
-                     : mp_convert_open_ckpt(arg, o->c.max_bytes / 4, &src_dir, &src, &mc, err);
-    if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
-    if (!rc && !dcp) rc = mp_convert_check_tensors(rs_source_ckpt_reader(src), boxes, n, err);
-    if (!rc && !dcp) rc = mp_tokfiles_from_ckpt(&files, rs_source_ckpt_reader(src), err);
+    mp_code rc = open_whole(arg, o, &src_dir, &src, &mc, &files, &boxes, &n, err);
     if (!rc)
         rc = mp_ckpt_check_out(o->c.out, src_dir, dcp ? "the DCP directory" : "the source checkpoint", o->c.force,
                                mp_convert_bytes(boxes, n) + mp_tokfiles_bytes(&files), err);
@@ -245,12 +256,7 @@ static mp_code run_export_gguf(const mp_runtime *rt, const char *arg, export_opt
     char name[256];
     int dcp = dcp_is_dir(arg);
     const char *dtype = !strcmp(o->dtype, "fp32") ? "f32" : o->dtype;
-    mp_code rc = dcp ? open_dcp(arg, o, &src_dir, &src, &mc, &files, err)
-                     : o->config ? mp_err_set(err, MP_EINPUT, "--config is for a DCP directory; %s has no .metadata", arg)
-                     : mp_convert_open_ckpt(arg, o->c.max_bytes / 4, &src_dir, &src, &mc, err);
-    if (!rc) rc = rs_hf_layout(&mc, &boxes, &n, err);
-    if (!rc && !dcp) rc = mp_convert_check_tensors(rs_source_ckpt_reader(src), boxes, n, err);
-    if (!rc && !dcp) rc = mp_tokfiles_from_ckpt(&files, rs_source_ckpt_reader(src), err);
+    mp_code rc = open_whole(arg, o, &src_dir, &src, &mc, &files, &boxes, &n, err);
     if (!rc && mp_fs_is_dir(o->c.out)) rc = mp_err_set(err, MP_EINPUT, "--out %s is a directory (a GGUF export is one file)", o->c.out);
     if (!rc)
         rc = mp_ckpt_check_out(o->c.out, src_dir, dcp ? "the DCP directory" : "the source checkpoint", o->c.force,
