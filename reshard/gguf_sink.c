@@ -216,7 +216,10 @@ static void gs_free(rs_sink *s) {
 /* general.file_type of a --dtype (llama.cpp's LLAMA_FTYPE_*: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32). */
 static uint32_t file_type(int t) { return t == GGML_F16 ? 1 : t == GGML_Q8_0 ? 7 : t == GGML_BF16 ? 32 : 0; }
 
-/* The architecture's keys, as convert_hf_to_gguf.py writes them for the family (docs/GGUF.md). */
+/* The architecture's keys, as convert_hf_to_gguf.py (llama-cpp-python 0.3.36's llama.cpp) writes them for
+ * the family: TextModel's base keys, LlamaModel's vocab_size and rope.dimension_count, Phi3MiniModel's
+ * rope.dimension_count and sliding_window (docs/GGUF.md). Linear RoPE scaling is written for every
+ * architecture (llama.cpp reads it generically; the converter's Phi-3 path skips it). */
 static void write_arch(gguf_sink *g, const char *name) {
     const llama_config *c = &g->x.cfg;
     gguf_writer *w = g->w;
@@ -225,7 +228,7 @@ static void write_arch(gguf_sink *g, const char *name) {
     gguf_w_str(w, "general.architecture", g->arch);
     gguf_w_str(w, "general.type", "model");
     gguf_w_str(w, "general.name", name);
-    gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
+    if (!strcmp(g->arch, "llama")) gguf_w_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);   /* LlamaModel's */
     gguf_w_u32(w, KEY("context_length"), (uint32_t)c->max_position_embeddings);
     gguf_w_u32(w, KEY("embedding_length"), (uint32_t)c->hidden_size);
     gguf_w_u32(w, KEY("block_count"), (uint32_t)c->num_hidden_layers);
@@ -238,12 +241,13 @@ static void write_arch(gguf_sink *g, const char *name) {
         gguf_w_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
         gguf_w_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
     }
-    gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)llama_head_dim(c));
+    if (strcmp(g->arch, "qwen2") && strcmp(g->arch, "qwen3"))   /* LlamaModel's and Phi3MiniModel's */
+        gguf_w_u32(w, KEY("rope.dimension_count"), (uint32_t)llama_head_dim(c));
     if (c->rope_scaling.type == MP_ROPE_LINEAR) {
         gguf_w_str(w, KEY("rope.scaling.type"), "linear");
         gguf_w_f32(w, KEY("rope.scaling.factor"), (float)c->rope_scaling.factor);
     }
-    if (c->family == LLAMA_FAMILY_PHI3 && c->sliding_window)
+    if (c->family == LLAMA_FAMILY_PHI3)   /* always: 0 is "none" (how llama.cpp tells Phi-4 from Phi-3) */
         gguf_w_u32(w, KEY("attention.sliding_window"), (uint32_t)c->sliding_window);
     gguf_w_u32(w, "general.file_type", file_type(g->out_type));
     gguf_w_u32(w, "general.quantization_version", 2);   /* GGML_QNT_VERSION */

@@ -156,15 +156,19 @@ def check_meta(r, cfg, family, dtype, path):
             f"{arch}.attention.head_count_kv": (U32, cfg["num_key_value_heads"]),
             f"{arch}.rope.freq_base": (F32, np.float32(cfg.get("rope_theta", 10000.0))),
             f"{arch}.attention.layer_norm_rms_epsilon": (F32, np.float32(cfg["rms_norm_eps"])),
-            f"{arch}.rope.dimension_count": (U32, hd), f"{arch}.vocab_size": (U32, cfg["vocab_size"])}
+            }
+    if arch == "llama":   # LlamaModel.set_gguf_parameters
+        want[f"{arch}.vocab_size"] = (U32, cfg["vocab_size"])
+    if arch in ("llama", "phi3"):   # LlamaModel's and Phi3MiniModel's
+        want[f"{arch}.rope.dimension_count"] = (U32, hd)
     if "head_dim" in cfg:
         want[f"{arch}.attention.key_length"] = want[f"{arch}.attention.value_length"] = (U32, hd)
     rs = cfg.get("rope_scaling") or {}
     if rs.get("rope_type") == "linear":
         want[f"{arch}.rope.scaling.type"] = (STR, "linear")
         want[f"{arch}.rope.scaling.factor"] = (F32, np.float32(rs["factor"]))
-    if family == "phi3":
-        want["phi3.attention.sliding_window"] = (U32, cfg["sliding_window"])
+    if family == "phi3":   # always, 0 for none
+        want["phi3.attention.sliding_window"] = (U32, cfg["sliding_window"] or 0)
     for k, (ty, v) in want.items():
         f = r.fields.get(k)
         assert f is not None, f"{path}: key {k} missing"
