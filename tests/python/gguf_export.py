@@ -17,7 +17,9 @@ window and fused tensors), initialised by `meshpoint init` and exported at f32, 
      is ggml's reference bit for bit); 1-D tensors and norms f32; a q8_0 tensor whose rows are not whole
      blocks f16, as the converter falls back;
   4. refusals and atomicity: an existing --out without --force (exit 2, untouched); --dtype q8_0 with
-     --format hf (exit 2); --out a directory (exit 2); no .partial left after a success.
+     --format hf (exit 2); --out a directory (exit 2); a damaged source rank file fails the export mid-stream
+     (exit 1) leaving no file and no .partial, and with --force the existing file byte for byte; no .partial
+     left after a success.
 
 Usage: python gguf_export.py MESHPOINT WORKDIR
 """
@@ -230,9 +232,22 @@ def refusals(ck, d):
     assert "--dtype q8_0" in err, err
     err = run("export", ck, "--format", "gguf", "--force", "--out", d, expect=2)
     assert "is a directory" in err, err
+    # a source whose rank file is damaged: the export fails while streaming; --force leaves the old file
+    bad = os.path.join(d, "bad")
+    shutil.copytree(ck, bad)
+    f = sorted(p for p in os.listdir(bad) if p.startswith("rank_"))[-1]
+    b = bytearray(open(os.path.join(bad, f), "rb").read())
+    for i in range(len(b) * 3 // 4, len(b) * 3 // 4 + 4096):
+        b[i] ^= 0x5A
+    open(os.path.join(bad, f), "wb").write(bytes(b))
+    err = run("export", bad, "--format", "gguf", "--out", os.path.join(d, "bad.gguf"), expect=1)
+    assert not os.path.exists(os.path.join(d, "bad.gguf")) and not os.path.exists(os.path.join(d, "bad.gguf.partial")), err
+    run("export", bad, "--format", "gguf", "--force", "--out", out, expect=1)
+    assert open(out, "rb").read() == before and not os.path.exists(out + ".partial")
     run("export", ck, "--format", "gguf", "--force", "--dtype", "q8_0", "--out", out)
     assert open(out, "rb").read() != before and not os.path.exists(out + ".partial")
-    print("ok: refusals (exists, --dtype with hf, a directory) and --force replacing the file")
+    print("ok: refusals (exists, --dtype with hf, a directory), a failed export leaves no file and no .partial "
+          "(--force: the old file as it was), --force replacing the file")
 
 
 def main():
