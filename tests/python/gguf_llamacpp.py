@@ -3,7 +3,7 @@ of `meshpoint export --format gguf`.
 
 For a small model of each family (llama with GQA and llama3 rope, mistral with linear rope, qwen2 with
 biases, qwen3 with an explicit head_dim and tied embeddings, phi3 fused; initialised by `meshpoint init`
-with initializer_range 0.2, so that the logits spread and greedy choices are not near-ties):
+with initializer_range 0.1, so that the logits spread and greedy choices are not near-ties):
   1. the f32 export's logits of a 24-token prompt, computed by llama.cpp, are within 1e-4 (relative, of
      the largest) of meshpoint's own (tests/tool_hf_logits.c: llama_forward on the checkpoint);
   2. 32 greedy steps from a prompt: llama.cpp on the f32 export gives the tokens `meshpoint sample --ids
