@@ -42,6 +42,7 @@
 #include "reshard/dcp_source.h"
 #include "reshard/gguf.h"
 #include "reshard/reshard.h"
+#include "tokenizer/tok_gguf.h"
 
 /* --max-shard-size: "5GB", "500MB", "10KB" are decimal units as transformers reads them (5GB = 5e9
  * bytes); "5G", "5GiB", "256M" powers of 1024 as every other size flag (mp_args_parse_size). */
@@ -231,15 +232,46 @@ static void gguf_model_name(const char *out, char *name, size_t cap) {
     if (n > 5 && !strcmp(name + n - 5, ".gguf")) name[n - 5] = '\0';
 }
 
-/* The tokenizer's metadata of a GGUF export (tokenizer.ggml.*: tokens, types, merges, special ids, chat
- * template) from the carried tokenizer.json. HOOK: the mapping (issue 40, tokenizer side) is not merged
- * here yet; until it is, the file holds the weights and the architecture's keys, and a carried tokenizer is
- * named in a warning. */
-static mp_code gguf_put_tokenizer(gguf_writer *w, const mp_tokfiles *files, mp_err *e) {
-    (void)w, (void)e;
-    if (files->n)
-        mp_warn("export --format gguf: the checkpoint's tokenizer is not written into the GGUF file yet "
-                "(tokenizer.ggml.* metadata); llama.cpp needs it to load the model");
+/* The text of carried file name, or NULL. */
+static const char *tokfile(const mp_tokfiles *f, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->name[i], name)) return f->data[i];
+    return NULL;
+}
+
+/* The tokenizer's metadata of a GGUF export (tokenizer.ggml.*: model, pre, tokens, types, scores or merges,
+ * special ids and flags, chat template) from the carried tokenizer.json, tokenizer_config.json and the
+ * model's config (tokenizer/tok_gguf.h: as convert_hf_to_gguf.py computes them). Without a carried
+ * tokenizer.json nothing is written, with a warning: llama.cpp needs the keys to load the file. */
+static mp_code gguf_put_tokenizer(gguf_writer *w, const mp_tokfiles *files, const llama_config *mc, mp_err *e) {
+    const char *tj = tokfile(files, "tokenizer.json");
+    if (!tj) {
+        mp_warn("export --format gguf: the checkpoint carries no tokenizer.json: the GGUF file has no tokenizer "
+                "(tokenizer.ggml.*), which llama.cpp needs to load it");
+        return MP_OK;
+    }
+    char *cfg = llama_config_to_json(mc);
+    mp_tok_gguf_meta m = {0};   /* from_json frees what it is given first */
+    mp_code rc = mp_tok_gguf_from_json(tj, tokfile(files, "tokenizer_config.json"), cfg, &m, e);
+    free(cfg);
+    if (rc) return mp_err_wrap(e, "the carried tokenizer.json has no GGUF form"), rc;
+    gguf_w_str(w, "tokenizer.ggml.model", m.model);
+    if (m.pre) gguf_w_str(w, "tokenizer.ggml.pre", m.pre);
+    gguf_w_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)m.tokens, NULL, m.n_tokens);
+    if (m.scores) gguf_w_arr_f32(w, "tokenizer.ggml.scores", m.scores, m.n_tokens);
+    gguf_w_arr_i32(w, "tokenizer.ggml.token_type", m.token_type, m.n_tokens);
+    if (m.merges) gguf_w_arr_str(w, "tokenizer.ggml.merges", (const char *const *)m.merges, NULL, m.n_merges);
+    static const char *const idk[] = {"bos", "eos", "unknown", "seperator", "padding", "cls", "mask"};
+    const int32_t ids[] = {m.bos, m.eos, m.unk, m.sep, m.pad, m.cls, m.mask};
+    char key[64];
+    for (int i = 0; i < 7; i++)
+        if (ids[i] >= 0) snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", idk[i]), gguf_w_u32(w, key, (uint32_t)ids[i]);
+    if (m.add_bos >= 0) gguf_w_bool(w, "tokenizer.ggml.add_bos_token", m.add_bos);
+    if (m.add_eos >= 0) gguf_w_bool(w, "tokenizer.ggml.add_eos_token", m.add_eos);
+    if (m.add_sep >= 0) gguf_w_bool(w, "tokenizer.ggml.add_sep_token", m.add_sep);
+    if (m.add_space_prefix >= 0) gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", m.add_space_prefix);
+    if (m.chat_template) gguf_w_str(w, "tokenizer.chat_template", m.chat_template);
+    mp_tok_gguf_meta_free(&m);
     return MP_OK;
 }
 
@@ -263,7 +295,7 @@ static mp_code run_export_gguf(const mp_runtime *rt, const char *arg, export_opt
                                mp_convert_bytes(boxes, n), err);
     gguf_model_name(o->c.out, name, sizeof name);
     if (!rc) rc = rs_sink_gguf(&sink, o->c.out, &mc, dtype, name, o->c.max_bytes / 4, err);
-    if (!rc) rc = gguf_put_tokenizer(rs_sink_gguf_writer(sink), &files, err);
+    if (!rc) rc = gguf_put_tokenizer(rs_sink_gguf_writer(sink), &files, &mc, err);
     rs_stats st;
     if (!rc) rc = rs_run(src, sink, boxes, n, 0, 1, &st, err);
     if (!rc)
@@ -305,8 +337,9 @@ static const char *export_about =
     "directory travel).\n"
     "--format gguf writes one GGUF file (--out model.gguf) that llama.cpp loads (docs/GGUF.md): its\n"
     "architecture's metadata and tensor names for the family, q/k rows in llama.cpp's order, 2-D weights as\n"
-    "--dtype f32 (fp32), f16, bf16 or q8_0 (norms and biases f32). Atomic (model.gguf.partial, renamed) and\n"
-    "read back: every offset and bound, the header byte for byte, every tensor's bytes.";
+    "--dtype f32 (fp32), f16, bf16 or q8_0 (norms and biases f32), and the carried tokenizer.json as its\n"
+    "tokenizer.ggml.* keys. Atomic (model.gguf.partial, renamed) and read back: every offset and bound, the\n"
+    "header byte for byte, every tensor's bytes.";
 
 int mp_cmd_export(int argc, char **argv) {
     static const char *const dtypes[] = {"fp32", "bf16", "f32", "f16", "q8_0", NULL},
