@@ -93,6 +93,17 @@ Test(error, wrap_builds_context_and_maps_exit_status) {
     cr_assert_eq(strlen(e.msg), MP_ERR_MSG_MAX - 1);
 }
 
+/* The words core/error.h documents for each code: the writer prints them when a failure left no message. */
+Test(error, code_names_are_the_documented_words) {
+    static const struct { mp_code code; const char *name; } want[] = {
+        {MP_OK, "ok"}, {MP_ECHECK, "check failed"}, {MP_EINPUT, "bad input"}, {MP_EIO, "i/o error"},
+        {MP_ENOMEM, "out of memory"}, {MP_EDEVICE, "device error"}, {MP_EINTERNAL, "internal error"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert_str_eq(mp_code_name(want[i].code), want[i].name, "code %d", (int)want[i].code);
+    cr_assert_str_eq(mp_code_name((mp_code)99), "unknown error");
+}
+
 /* Small text inputs are streams: a pipe (no size), a directory named as one, the cap enforced. */
 Test(fsutil, read_text_takes_pipes_and_names_directories) {
     int fds[2];
