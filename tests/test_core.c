@@ -432,6 +432,22 @@ Test(config, missing_keys_take_llamaconfig_defaults) {
     cr_assert_eq(m.num_key_value_heads, 2);
 }
 
+/* One table says what a missing key means (hf_default): the hand-built model takes it for every field
+ * it does not choose, so it equals a config file giving only its shape and its rms_norm_eps. */
+Test(config, the_default_model_is_a_config_file_that_gives_only_its_shape) {
+    llama_config d, m;
+    mp_err e;
+    llama_config_default(&d);
+    cr_assert_eq(parse_model("{\"hidden_size\": 256, \"intermediate_size\": 704, \"num_hidden_layers\": 4, "
+                             "\"num_attention_heads\": 4, \"vocab_size\": 256, \"rms_norm_eps\": 1e-5}", &m, &e),
+                 MP_OK, "%s", e.msg);
+    unsigned diff = llama_config_diff(&d, &m, LLAMA_CF_NONE);
+    for (int f = 0; f < LLAMA_CF_COUNT; f++)
+        cr_assert(!(diff & LLAMA_CF_BIT(f)), "llama_config_default's %s differs from the parsed one",
+                  llama_config_field_name((llama_config_field)f));
+    cr_assert(!memcmp(&d, &m, sizeof d), "llama_config_default differs outside the compared fields");
+}
+
 Test(config, the_shape_keys_are_required) {
     const char *keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"};
     const char *vals[] = {"64", "128", "2", "4", "256"};
