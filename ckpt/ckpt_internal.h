@@ -37,7 +37,7 @@ typedef struct ck_tensor {
     int64_t box_first, nboxes;
 } ck_tensor;
 
-/* A box of the layout. Its dataset paths are not stored in it (issue 23: two 289-byte strings per box
+/* A box of the layout. Its dataset paths are not stored in it (two 289-byte strings per box
  * were most of a 70B / 4,096-rank layout's memory): when the layout has no path pool (L->paths NULL:
  * v3, and every layout the writer builds) they are derived from its tensor's name and k
  * (/<name>/box_<k>, /<name>/tiles_<k>); a v1/v2 layout read from an index keeps the stored paths in

@@ -3,12 +3,12 @@
  * reader (core/config.h). model_fields drives parsing, the HF defaults, JSON output and the comparison
  * of two configs, so adding a field is one line there (and one in hf_default).
  *
- * Crafted numbers (issue 9): the reader range-checks every number; the model's shape has upper bounds
+ * Crafted numbers: the reader range-checks every number; the model's shape has upper bounds
  * too (LLAMA_CONFIG_MAX_LAYERS, LLAMA_CONFIG_MAX_PARAMS), so the sizes derived from it (tensor counts, element counts,
  * the parameter count) are computed without overflow; a checkpoint's stored model_config is parsed by
  * the same code, so a crafted one meets the same checks.
  *
- * Misspelt keys (issue 35): an unknown top-level key is ignored with a warning, as transformers does,
+ * Misspelt keys: an unknown top-level key is ignored with a warning, as transformers does,
  * unless it looks like a typo of a key with an effect (a model field, "train", a key check_hf_constraint
  * reads) that the file does not give: `"rope_thetta": 500000` without rope_theta would otherwise train
  * with the default theta, another model. That is an error, "did you mean rope_theta?". "Looks like":

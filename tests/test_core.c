@@ -623,7 +623,7 @@ Test(config, unknown_top_level_keys_are_accepted_train_keys_are_not) {
     cr_assert(strstr(e.msg, "attention_bias"), "%s", e.msg);
 }
 
-/* A misspelt key with an effect, absent from the file (issue 35), is an error naming the file, the key and
+/* A misspelt key with an effect, absent from the file, is an error naming the file, the key and
  * the key it was meant to be: otherwise that key's default would silently replace the value given. */
 Test(config, near_typos_of_absent_keys_are_errors) {
     static const struct { const char *key, *meant; } c[] = {

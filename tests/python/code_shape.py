@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/python/code_shape.py SRC — the shape issue 19 gave the code, checked on every run:
+"""tests/python/code_shape.py SRC — the code's shape, checked on every run:
   - no function in cli/, ckpt/ or reshard/ is over 100 lines (from its signature to its closing brace);
   - cli/cmd_train.c is under 400 lines;
   - the libraries depend one way (docs/DESIGN_NOTES.md, "The layers as they are now"): a folder includes
