@@ -445,7 +445,7 @@ Test(config, the_default_model_is_a_config_file_that_gives_only_its_shape) {
     for (int f = 0; f < LLAMA_CF_COUNT; f++)
         cr_assert(!(diff & LLAMA_CF_BIT(f)), "llama_config_default's %s differs from the parsed one",
                   llama_config_field_name((llama_config_field)f));
-    cr_assert(!memcmp(&d, &m, sizeof d), "llama_config_default differs outside the compared fields");
+    cr_assert(d.n_eos == m.n_eos && d.eos_is_list == m.eos_is_list, "eos ids differ");   /* not in the diff */
 }
 
 Test(config, the_shape_keys_are_required) {
