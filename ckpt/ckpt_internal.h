@@ -19,8 +19,6 @@
 #define CK_FILE_MAX 32                       /* "rank_%05d.h5" and NUL, padded */
 #define CK_DSET_MAX (CKPT_NAME_MAX + 33)     /* "/<name>/box_<k>" and NUL */
 #define CK_RANK_FORMAT_NAME "meshpoint-checkpoint-rank"
-#define CK_SLAB_TARGET_BYTES (2u << 20)      /* slab checksum granularity target: 2 MiB */
-#define CK_SLABS_MAX 4096                    /* at most this many slab checksums per box */
 #define CK_BATCH_BYTES ((size_t)64 << 20)    /* read scratch bound */
 
 /* A growing byte buffer (the save's box lists, the collective load's requests and shares, a v1/v2
@@ -39,7 +37,7 @@ typedef struct ck_tensor {
     int64_t box_first, nboxes;
 } ck_tensor;
 
-/* A box of the layout. Its dataset paths are not stored in it (issue 23: two 289-byte strings per box
+/* A box of the layout. Its dataset paths are not stored in it (two 289-byte strings per box
  * were most of a 70B / 4,096-rank layout's memory): when the layout has no path pool (L->paths NULL:
  * v3, and every layout the writer builds) they are derived from its tensor's name and k
  * (/<name>/box_<k>, /<name>/tiles_<k>); a v1/v2 layout read from an index keeps the stored paths in
@@ -239,8 +237,6 @@ void ck_plan_src_free(ck_plan_src *S);
 /* A reader of the checkpoint in dir over the layout *from (validated, indexed: ck_layout_index done),
  * which it takes over (*from is zeroed). ckpt_open and the planned open (ckpt/plan.c) make readers so. */
 ckpt_reader *ck_reader_new(const char *dir, ck_layout *from);
-/* The layout a reader works on. */
-const ck_layout *ck_reader_layout(const ckpt_reader *r);
 
 /* ---------------------------------------------------------------------------------------- boxes */
 
@@ -274,8 +270,6 @@ void ck_copy_sub(int nd, size_t esize, const int64_t *sub_off, const int64_t *su
 /* Validates a tensor name / metadata key. MP_EINPUT with the reason. */
 mp_code ck_check_name(const char *name, mp_err *e);
 mp_code ck_check_key(const char *key, mp_err *e);
-/* Rows per slab checksum for a box of `rows` rows of row_bytes bytes (format v1). */
-int64_t ck_slab_rows(int64_t rows, int64_t row_bytes);
 
 /* ------------------------------------------------------------------------------- checksum tiles */
 /* Format v2 cuts every box into tiles (ckpt_tile_geometry, public in ckpt.h): bands of tile_rows rows of dim 0 x blocks of tile_cols
@@ -337,7 +331,6 @@ herr_t ck_attr_write_str(hid_t obj, const char *name, const char *s);
 herr_t ck_attr_write_i64(hid_t obj, const char *name, const int64_t *v, int n);
 herr_t ck_attr_write_i64s(hid_t obj, const char *name, int64_t v);
 herr_t ck_attr_write_u64s(hid_t obj, const char *name, uint64_t v);
-herr_t ck_attr_write_u64(hid_t obj, const char *name, const uint64_t *v, int n);
 herr_t ck_attr_read_str(hid_t obj, const char *name, char *buf, size_t cap);
 /* Reads n values; fails unless the attribute holds exactly n elements. */
 herr_t ck_attr_read_i64(hid_t obj, const char *name, int64_t *v, int n);

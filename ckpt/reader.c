@@ -179,8 +179,6 @@ static void fill_info(ckpt_reader *r, int j) {
     B->ntiles = S->ntiles;
 }
 
-const ck_layout *ck_reader_layout(const ckpt_reader *r) { return &r->L; }
-
 mp_code ckpt_open_latest(ckpt_reader **out, const char *root, mp_err *e) {
     char dir[4096];
     MP_TRY(ckpt_find_latest(root, dir, sizeof dir, NULL, e));

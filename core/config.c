@@ -2,7 +2,7 @@
  * core/config.c — see config.h: the field-table reader and the training config. Integer fields must be
  * JSON numbers with integral values; bools may be true/false.
  *
- * Crafted numbers (issue 9): every number is range-checked before it is converted or used. A JSON
+ * Crafted numbers: every number is range-checked before it is converted or used. A JSON
  * number that overflows a double (1e999) arrives from cJSON as +-inf: refused for every field, never
  * stored (a checkpoint would write it as null). Doubles reach integers only through mp_double_to_i64,
  * which refuses what a cast would make undefined. A checkpoint's stored configs are read by the same

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# scripts/gpu-check.sh [--selftest] [BUILD_DIR] — the GPU's check, one command on a lent GPU machine
-# (issues 12, 22). It runs from a bundle (scripts/gpu_bundle.sh; this script inside it finds BUNDLE beside
+# scripts/gpu-check.sh [--selftest] [BUILD_DIR] — the GPU's check, one command on a lent GPU machine.
+# It runs from a bundle (scripts/gpu_bundle.sh; this script inside it finds BUNDLE beside
 # scripts/), which needs nothing on the machine but CUDA's libraries, or from a source tree, where it first
 # builds BUILD_DIR (default build-gpu) with -DMP_CUDA=ON -DMP_WERROR=ON. docs/CUDA.md has the one call.
 #

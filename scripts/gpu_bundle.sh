@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_bundle.sh [BUILD_DIR] — builds the CUDA variant HERE and packs it into BUILD_DIR/meshpoint-gpu, a
 # folder that runs on a GPU machine that has CUDA and nothing of this project's packages (no HDF5, Open
-# MPI, OpenBLAS, cJSON, zstd, xxHash, PLplot, no network to install them): the lent H200 (issue 22).
+# MPI, OpenBLAS, cJSON, zstd, xxHash, PLplot, no network to install them): the lent H200.
 #
 # What the bundle holds (BUILD_DIR defaults to build-gpu-bundle; the bundle is BUILD_DIR/meshpoint-gpu,
 #            packed for travel as BUILD_DIR/meshpoint-gpu.tar.gz):

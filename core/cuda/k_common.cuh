@@ -25,7 +25,7 @@
 
 /* The attention grids: x the query (or key) tiles, y the head (or kv head), z the batch row; the kernels
  * read b = blockIdx.z, h = blockIdx.y. grid.y and grid.z are each limited to 65535, so heads and batch are
- * bounded apart: B H folded into grid.y alone aborted a batch of 2048 x 32 heads mid-run (issue 38).
+ * bounded apart: B H folded into grid.y alone aborted a batch of 2048 x 32 heads mid-run.
  * mp_attn_grid_ok: the launchers' precondition (hostcheck checks both, and that the grid covers every
  * (b, h) once). */
 #define MP_MAX_GRID_YZ 65535

@@ -1271,7 +1271,7 @@ static double sum_ref(const std::vector<T> &x) {
 /* The relative error bound of xent_rescale_row(se, lm, gm) = rn(se * expf(rn(lm - gm))) against
  * se * exp(lm - gm) in float64 (lm finite):
  *   rn(lm - gm) = (lm - gm)(1 + e1), |e1| <= 2^-24: exp's argument off by d = |lm - gm| 2^-24 absolute,
- *     so the factor off by exp(d) - 1 relative: 9.5e-7 x 2 at |lm - gm| = 30 (not 1e-6 of slack: issue 38);
+ *     so the factor off by exp(d) - 1 relative: 9.5e-7 x 2 at |lm - gm| = 30 (not 1e-6 of slack);
  *   expf: 2 ulp <= 2 * 2^-23 of its result; the product: 2^-24.
  * Their product of (1 + e), with 2^-20 of the bound on top for the float64 reference's own rounding. */
 static double xent_rescale_rtol(float lm, float gm) {
@@ -1330,7 +1330,7 @@ static float expf_worst(float d, int sgn) {
  * rows: rn(lm - gm), then an expf that returns the worst float within its 2 ulp (each row its own side
  * and, every third row, the correctly rounded one), then rn(se * e): rescale_bad finds no row. The replay
  * with the correctly rounded exp is xent_rescale_row's own expression to its exp's last ulp (so the replay
- * follows the kernel). The old bound (1e-6 relative, issue 38) fails it: the subtraction alone can use 1.9e-6. */
+ * follows the kernel). A bound of 1e-6 relative fails it: the subtraction alone can use 1.9e-6. */
 static void check_xent_rescale(int seeds) {
     const int N = 1000;
     int bad = 0, same = 0, rows = 0;
