@@ -259,6 +259,38 @@ void ck_save_drop_boxes(ckpt_save *s) {
 }
 
 /* Frees box records (names; never the data or fill contexts, which the caller owns). */
+void ck_wr_box_rec(const wbox *B, ck_boxrec *r) {
+    memset(r, 0, sizeof *r);
+    r->tensor = B->name;
+    r->rank = B->rank;
+    r->k = B->k;
+    r->dtype = B->dt;
+    r->ndim = B->ndim;
+    memcpy(r->gshape, B->gshape, sizeof r->gshape);
+    memcpy(r->offset, B->off, sizeof r->offset);
+    memcpy(r->shape, B->shp, sizeof r->shape);
+    r->checksum = B->checksum;
+    r->tile_rows = B->tile_rows;
+    r->tile_cols = B->tile_cols;
+    r->ntiles = B->ntiles;
+    r->tiles_checksum = B->tiles_checksum;
+}
+
+void ck_wr_rec_box(const ck_boxrec *r, wbox *B) {
+    B->rank = (int)r->rank;
+    B->k = (int)r->k;
+    B->dt = (mp_dtype)r->dtype;
+    B->ndim = (int)r->ndim;
+    memcpy(B->gshape, r->gshape, sizeof B->gshape);
+    memcpy(B->off, r->offset, sizeof B->off);
+    memcpy(B->shp, r->shape, sizeof B->shp);
+    B->checksum = r->checksum;
+    B->tile_rows = r->tile_rows;
+    B->tile_cols = r->tile_cols;
+    B->ntiles = r->ntiles;
+    B->tiles_checksum = r->tiles_checksum;
+}
+
 void ck_wr_free_boxes(wbox *b, int n) {
     for (int i = 0; i < n; i++) free(b[i].name);
     free(b);
