@@ -13,8 +13,10 @@
  *   /meta/<key>          scalar fixed-length UTF-8 string dataset per metadata entry
  *   /view/<tensor name>  virtual dataset: the whole tensor, mapped onto the rank files' datasets
  *
- * The record structs below are the memory types of the tables; the file types are the same compounds
- * packed (no padding), with little-endian members. Strings are fixed-length, NUL-padded. index_checksum
+ * The record structs below are the memory types of the tensor, file and run tables; the file types are
+ * the same compounds packed (no padding), with little-endian members. A box row (v1, v2) is not a struct
+ * here: its fields, compound type and checksum input come from the box record schema (ckpt/boxrec.c,
+ * places CK_BR_IDX1 / CK_BR_IDX2), whose rows are packed already. Strings are fixed-length, NUL-padded. index_checksum
  * is XXH3-64 over the canonical content of the layout and metadata (ck_layout_hash), so a flipped
  * byte in any table or metadata value is caught even where HDF5 has no checksum of its own (raw data).
  * The reader reads the tables, never the views (a view's missing source reads as fill values).
