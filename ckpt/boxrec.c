@@ -8,10 +8,12 @@
  *   CK_BR_FILE  a format-v3/v4 rank file's /boxes row     (ckpt/boxtab.c; its bytes are hashed into the
  *               index's boxes_checksum)
  *   CK_BR_WIRE  a save's box list sent to rank 0          (ckpt/writer_commit.c; in memory only)
+ *   CK_BR_GROUP a member's box list sent to its file's leader (ckpt/group.c, files of several ranks;
+ *               in memory only, before anything is written: no checksums)
  * and the v1/v2 index checksum (docs/FORMAT.md "Index checksum") hashes the fields marked `hashed` of
  * the IDX1/IDX2 row, in table order. From the table come the HDF5 compound type of each place
  * (ck_boxrec_type), a row's bytes and back (ck_boxrec_put / ck_boxrec_get), the hash input
- * (ck_boxrec_hash) and the wire encoding (ck_boxrec_send / ck_boxrec_recv), so a field added to the
+ * (ck_boxrec_hash) and the wire encodings (ck_boxrec_send / ck_boxrec_recv, places WIRE and GROUP), so a field added to the
  * table reaches all of them; ckpt/test/test_boxrec.c walks the table and checks that each does.
  * What is not derived: the mapping between the record (ck_boxrec, a flat value struct) and the
  * in-memory boxes (ck_box of a layout, wbox of a save), one function per direction beside each.
@@ -33,22 +35,22 @@
 
 #define AT(m) offsetof(ck_boxrec, m)
 #define DIMS_BYTES (CKPT_MAX_DIMS * sizeof(int64_t))
-enum { I1 = CK_BR_IDX1, I2 = CK_BR_IDX2, FL = CK_BR_FILE, WR = CK_BR_WIRE };
+enum { I1 = CK_BR_IDX1, I2 = CK_BR_IDX2, FL = CK_BR_FILE, WR = CK_BR_WIRE, GR = CK_BR_GROUP };
 
 /* The schema. Order matters: it is the column order of every table and the hash order. */
 const ck_bfield ck_bfields[] = {
-    {"tensor", CK_BF_STR, AT(tensor), CKPT_NAME_MAX + 1, I1 | I2 | FL | WR, 0},
+    {"tensor", CK_BF_STR, AT(tensor), CKPT_NAME_MAX + 1, I1 | I2 | FL | WR | GR, 0},
     {"tensor_index", CK_BF_I32, AT(tensor_index), 4, I1 | I2, 1},
     {"rank", CK_BF_I32, AT(rank), 4, I1 | I2 | WR, 0},
     {"file_index", CK_BF_I32, AT(file_index), 4, I1 | I2, 1},
     {"file", CK_BF_STR, AT(file), CK_FILE_MAX, I1 | I2, 0},
     {"dataset", CK_BF_STR, AT(dataset), CK_DSET_MAX, I1 | I2, 1},
     {"k", CK_BF_I32, AT(k), 4, FL | WR, 0},
-    {"dtype", CK_BF_I32, AT(dtype), 4, WR, 0},
-    {"ndim", CK_BF_I32, AT(ndim), 4, WR, 0},
-    {"global_shape", CK_BF_DIMS, AT(gshape), DIMS_BYTES, WR, 0},
-    {"offset", CK_BF_DIMS, AT(offset), DIMS_BYTES, I1 | I2 | FL | WR, 1},
-    {"shape", CK_BF_DIMS, AT(shape), DIMS_BYTES, I1 | I2 | FL | WR, 1},
+    {"dtype", CK_BF_I32, AT(dtype), 4, WR | GR, 0},
+    {"ndim", CK_BF_I32, AT(ndim), 4, WR | GR, 0},
+    {"global_shape", CK_BF_DIMS, AT(gshape), DIMS_BYTES, WR | GR, 0},
+    {"offset", CK_BF_DIMS, AT(offset), DIMS_BYTES, I1 | I2 | FL | WR | GR, 1},
+    {"shape", CK_BF_DIMS, AT(shape), DIMS_BYTES, I1 | I2 | FL | WR | GR, 1},
     {"checksum", CK_BF_U64, AT(checksum), 8, I1 | I2 | FL | WR, 1},
     {"slab_rows", CK_BF_I64, AT(slab_rows), 8, I1, 1},
     {"slab_first", CK_BF_I64, AT(slab_first), 8, I1, 1},
@@ -177,10 +179,11 @@ void ck_boxrec_hash(struct XXH3_state_s *s, unsigned place, const ck_boxrec *r) 
     }
 }
 
-void ck_boxrec_send(ck_buf *b, const ck_boxrec *r) {
+void ck_boxrec_send(unsigned place, ck_buf *b, const ck_boxrec *r) {
+    assert(place == CK_BR_WIRE || place == CK_BR_GROUP);
     for (int i = 0; i < ck_nbfields; i++) {
         const ck_bfield *F = &ck_bfields[i];
-        if (!(F->places & CK_BR_WIRE)) continue;
+        if (!(F->places & place)) continue;
         if (F->kind == CK_BF_STR) {
             const char *s = field_str(F, r);
             int64_t n = (int64_t)strlen(s);
@@ -195,12 +198,13 @@ void ck_boxrec_send(ck_buf *b, const ck_boxrec *r) {
     }
 }
 
-int ck_boxrec_recv(const char *p, size_t n, size_t *at, ck_boxrec *r, char *scratch) {
+int ck_boxrec_recv(unsigned place, const char *p, size_t n, size_t *at, ck_boxrec *r, char *scratch) {
     const char *scratch0 = scratch;
+    assert(place == CK_BR_WIRE || place == CK_BR_GROUP);
     memset(r, 0, sizeof *r);
     for (int i = 0; i < ck_nbfields; i++) {
         const ck_bfield *F = &ck_bfields[i];
-        if (!(F->places & CK_BR_WIRE)) continue;
+        if (!(F->places & place)) continue;
         char *dst = (char *)r + F->at;
         int64_t v;
         size_t need = F->kind == CK_BF_DIMS ? DIMS_BYTES : sizeof v;

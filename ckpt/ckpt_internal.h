@@ -200,9 +200,9 @@ void ck_layout_derive_paths(ck_layout *L);
 /* --------------------------------------------------------------------- the box record schema */
 /* ckpt/boxrec.c: the fields of a box, listed once (ck_bfields), and the places that hold a subset of
  * them (bitmask): a v1 / v2 index's /layout/boxes row, a v3/v4 rank file's /boxes row, the save's
- * exchange to rank 0. Compound types, rows, the v1/v2 checksum input and the wire encoding all walk
+ * exchange to rank 0, a group member's list to its leader (ckpt/group.c). Compound types, rows, the v1/v2 checksum input and the wire encoding all walk
  * the table. */
-enum { CK_BR_IDX1 = 1, CK_BR_IDX2 = 2, CK_BR_FILE = 4, CK_BR_WIRE = 8 };
+enum { CK_BR_IDX1 = 1, CK_BR_IDX2 = 2, CK_BR_FILE = 4, CK_BR_WIRE = 8, CK_BR_GROUP = 16 };
 typedef enum { CK_BF_STR, CK_BF_I32, CK_BF_I64, CK_BF_U64, CK_BF_DIMS } ck_bf_kind;
 typedef struct ck_bfield {
     const char *name;                 /* the column's name */
@@ -240,12 +240,12 @@ int ck_boxrec_get(unsigned place, const void *row, ck_boxrec *r);
  * integers as int64, dims as CKPT_MAX_DIMS int64, strings with their NUL (docs/FORMAT.md). */
 struct XXH3_state_s;
 void ck_boxrec_hash(struct XXH3_state_s *s, unsigned place, const ck_boxrec *r);
-/* Appends r's wire fields to b. */
-void ck_boxrec_send(ck_buf *b, const ck_boxrec *r);
-/* Reads one record sent by ck_boxrec_send from p[*at, n) into r (advancing *at; its strings go to
- * scratch, CK_BOXREC_SCRATCH bytes); 0 if malformed (short, a string too long for its column, an
- * I32 field out of range). */
-int ck_boxrec_recv(const char *p, size_t n, size_t *at, ck_boxrec *r, char *scratch);
+/* Appends r's fields of the wire place (CK_BR_WIRE or CK_BR_GROUP) to b. */
+void ck_boxrec_send(unsigned place, ck_buf *b, const ck_boxrec *r);
+/* Reads one record that ck_boxrec_send(place) wrote from p[*at, n) into r (advancing *at; its strings
+ * go to scratch, CK_BOXREC_SCRATCH bytes); 0 if malformed (short, a string too long for its column,
+ * an I32 field out of range). */
+int ck_boxrec_recv(unsigned place, const char *p, size_t n, size_t *at, ck_boxrec *r, char *scratch);
 
 /* A v3 rank file's /boxes table is n rows of place CK_BR_FILE, ck_boxrec_size(CK_BR_FILE) bytes each
  * (ckpt/boxtab.c); its bytes are the file's. */
@@ -421,20 +421,14 @@ const char *ck_save_partial(const ckpt_save *s);
 const char *ck_save_meta_get(const ckpt_save *s, const char *key);
 
 /* What ckpt/group.c needs of a save (ckpt/writer_boxes.c; the two row counts: ckpt/writer_files.c): its world, options, whether a local error is
- * remembered, its boxes (read-only views, in the order added), dropping them all (a group member whose
+ * remembered, its boxes (in the order added: box i as a box record, its name the save's, and its data,
+ * NULL for a fill box), dropping them all (a group member whose
  * boxes went to its leader's file), and the rows per band the writer uses for a fill box. */
-typedef struct ck_save_box {
-    const char *name;
-    mp_dtype dt;
-    int ndim, file_rank;
-    int64_t gshape[CKPT_MAX_DIMS], off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];   /* unused dims 1 / 0 / 1 */
-    const void *data;   /* NULL for a fill box */
-} ck_save_box;
 mp_comm *ck_save_world(const ckpt_save *s);
 const ckpt_save_opts *ck_save_opts_of(const ckpt_save *s);
 int ck_save_failed(const ckpt_save *s);
 int ck_save_nboxes(const ckpt_save *s);
-void ck_save_box_at(const ckpt_save *s, int i, ck_save_box *out);
+void ck_save_box_at(const ckpt_save *s, int i, ck_boxrec *out, const void **data);
 void ck_save_drop_boxes(ckpt_save *s);
 int64_t ck_fill_band_rows(mp_dtype dt, int ndim, const int64_t *shp, size_t fill_bytes);
 /* Bytes of one dim-0 row of a box of dtype dt and shape shp[ndim] (the writer's bands are whole rows). */

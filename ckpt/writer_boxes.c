@@ -237,17 +237,10 @@ const ckpt_save_opts *ck_save_opts_of(const ckpt_save *s) { return &s->o; }
 int ck_save_failed(const ckpt_save *s) { return s->local.rc != MP_OK; }
 int ck_save_nboxes(const ckpt_save *s) { return s->nb; }
 
-void ck_save_box_at(const ckpt_save *s, int i, ck_save_box *out) {
+void ck_save_box_at(const ckpt_save *s, int i, ck_boxrec *out, const void **data) {
     assert(i >= 0 && i < s->nb);
-    const wbox *B = &s->b[i];
-    out->name = B->name;
-    out->dt = B->dt;
-    out->ndim = B->ndim;
-    out->file_rank = B->rank;
-    memcpy(out->gshape, B->gshape, sizeof out->gshape);
-    memcpy(out->off, B->off, sizeof out->off);
-    memcpy(out->shp, B->shp, sizeof out->shp);
-    out->data = B->data;
+    ck_wr_box_rec(&s->b[i], out);
+    *data = s->b[i].data;
 }
 
 void ck_save_drop_boxes(ckpt_save *s) {

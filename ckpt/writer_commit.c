@@ -34,7 +34,7 @@ static void serialize(const ckpt_save *s, ck_buf *b) {
     for (int i = 0; i < s->nb; i++) {
         ck_boxrec r;
         ck_wr_box_rec(&s->b[i], &r);
-        ck_boxrec_send(b, &r);
+        ck_boxrec_send(CK_BR_WIRE, b, &r);
     }
     put_i64(b, s->nfsums);
     for (int i = 0; i < s->nfsums; i++) {
@@ -86,7 +86,7 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
         wbox *B = &(*all)[*nall];
         memset(B, 0, sizeof *B);
         ck_boxrec rec;
-        if (!ck_boxrec_recv(r.p, r.n, &r.at, &rec, scratch) || rec.k < 0) { r.bad = 1; break; }
+        if (!ck_boxrec_recv(CK_BR_WIRE, r.p, r.n, &r.at, &rec, scratch) || rec.k < 0) { r.bad = 1; break; }
         ck_wr_rec_box(&rec, B);
         B->sender = sender;
         if (B->ndim < 1 || B->ndim > CKPT_MAX_DIMS || (B->dt != MP_F32 && B->dt != MP_BF16 && B->dt != MP_I32))

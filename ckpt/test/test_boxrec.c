@@ -5,8 +5,8 @@
  * place, the HDF5 compound type has exactly the place's fields, in table order, at packed offsets and
  * with their widths; a row written and read back keeps every field, and changing any one field changes
  * the row's bytes; the v1/v2 index checksum input holds exactly the fields marked hashed (each changes
- * the digest, the others do not), in the documented encoding; the wire encoding keeps every wire field
- * and refuses every truncation. Then the frozen formats: the schema's v1 and v2 index row types are
+ * the digest, the others do not), in the documented encoding; each wire encoding (the exchange to rank 0,
+ * a group member's list) keeps every field of its place and refuses every truncation. Then the frozen formats: the schema's v1 and v2 index row types are
  * the types stored in the fixtures of tests/data (written by older builds), and the v3/v4 rank-file
  * row is the one docs/FORMAT.md lists.
  */
@@ -17,7 +17,10 @@
 #include <xxhash.h>
 #include "ckpt/ckpt_internal.h"
 
-static const unsigned k_places[] = {CK_BR_IDX1, CK_BR_IDX2, CK_BR_FILE, CK_BR_WIRE};
+/* The places: the first three are HDF5 tables, the last two wire encodings. */
+static const unsigned k_places[] = {CK_BR_IDX1, CK_BR_IDX2, CK_BR_FILE, CK_BR_WIRE, CK_BR_GROUP};
+static void wire_place(unsigned place);
+static void wire_bad_values(unsigned place);
 
 /* Strings of the sample record: field i's is g_str[i] (distinct, shorter than every width). */
 static char g_str[64][32];
@@ -209,42 +212,60 @@ Test(boxrec, hash_input_is_the_hashed_fields) {
     }
 }
 
+/* Sends r in place, receives it back into back (scratch: its strings); the bytes in *b (caller frees). */
+static int wire_round(unsigned place, const ck_boxrec *r, ck_boxrec *back, char *scratch, ck_buf *b) {
+    memset(b, 0, sizeof *b);
+    ck_boxrec_send(place, b, r);
+    size_t at = 0;
+    int ok = ck_boxrec_recv(place, b->p, b->n, &at, back, scratch);
+    cr_assert(!ok || at == b->n, "place %u: recv read %zu of %zu bytes", place, at, b->n);
+    return ok;
+}
+
 Test(boxrec, wire_keeps_every_field_and_refuses_truncation) {
+    for (size_t p = 3; p < 5; p++) wire_place(k_places[p]);
+}
+
+static void wire_place(unsigned place) {
     ck_boxrec r, back;
     sample(&r);
-    ck_buf b = {0};
-    ck_boxrec_send(&b, &r);
+    ck_buf b;
     char scratch[CK_BOXREC_SCRATCH];
     size_t at = 0, strw = 0;
-    cr_assert_eq(ck_boxrec_recv(b.p, b.n, &at, &back, scratch), 1);
-    cr_assert_eq(at, b.n, "recv read %zu of %zu bytes", at, b.n);
+    cr_assert_eq(wire_round(place, &r, &back, scratch, &b), 1);
     for (int i = 0; i < ck_nbfields; i++) {
         const ck_bfield *F = &ck_bfields[i];
-        if (F->places & CK_BR_WIRE) {
-            cr_assert(same_field(F, &r, &back), "field %s lost on the wire", F->name);
+        if (F->places & place) {
+            cr_assert(same_field(F, &r, &back), "place %u: field %s lost on the wire", place, F->name);
             if (F->kind == CK_BF_STR) strw += F->width;
             ck_boxrec q = r;
             perturb(F, &q);
             ck_buf b2 = {0};
-            ck_boxrec_send(&b2, &q);
-            cr_assert(b2.n != b.n || memcmp(b.p, b2.p, b.n) != 0, "field %s does not reach the wire", F->name);
+            ck_boxrec_send(place, &b2, &q);
+            cr_assert(b2.n != b.n || memcmp(b.p, b2.p, b.n) != 0, "place %u: field %s does not reach the wire", place,
+                      F->name);
             free(b2.p);
         } else {
-            cr_assert(empty_field(F, &back), "field %s is not on the wire but arrives", F->name);
+            cr_assert(empty_field(F, &back), "place %u: field %s is not on the wire but arrives", place, F->name);
         }
     }
     cr_assert_leq(strw, CK_BOXREC_SCRATCH, "the wire's strings outgrow the receive scratch");
     for (size_t cut = 0; cut < b.n; cut++) {
         at = 0;
-        cr_assert_eq(ck_boxrec_recv(b.p, cut, &at, &back, scratch), 0, "a record cut at %zu bytes accepted", cut);
+        cr_assert_eq(ck_boxrec_recv(place, b.p, cut, &at, &back, scratch), 0, "place %u: a record cut at %zu bytes "
+                     "accepted", place, cut);
     }
     free(b.p);
 }
 
 Test(boxrec, wire_refuses_bad_values) {
+    for (size_t p = 3; p < 5; p++) wire_bad_values(k_places[p]);
+}
+
+static void wire_bad_values(unsigned place) {
     for (int i = 0; i < ck_nbfields; i++) {
         const ck_bfield *F = &ck_bfields[i];
-        if (!(F->places & CK_BR_WIRE) || (F->kind != CK_BF_STR && F->kind != CK_BF_I32)) continue;
+        if (!(F->places & place) || (F->kind != CK_BF_STR && F->kind != CK_BF_I32)) continue;
         ck_boxrec r, back;
         sample(&r);
         char *m = (char *)&r + F->at, big[1024];
@@ -258,11 +279,10 @@ Test(boxrec, wire_refuses_bad_values) {
             int64_t v = (int64_t)INT32_MAX + 1;
             memcpy(m, &v, sizeof v);
         }
-        ck_buf b = {0};
-        ck_boxrec_send(&b, &r);
+        ck_buf b;
         char scratch[CK_BOXREC_SCRATCH];
-        size_t at = 0;
-        cr_assert_eq(ck_boxrec_recv(b.p, b.n, &at, &back, scratch), 0, "field %s: a bad value accepted", F->name);
+        cr_assert_eq(wire_round(place, &r, &back, scratch, &b), 0, "place %u field %s: a bad value accepted", place,
+                     F->name);
         free(b.p);
     }
 }
