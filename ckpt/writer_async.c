@@ -110,7 +110,7 @@ mp_code ckpt_save_poll(ckpt_save *s, int *done, ckpt_stats *st, mp_err *e) {
     if (s->state == ST_OPEN) return mp_err_set(e, MP_EINTERNAL, "ckpt_save_poll: save not started");
     double t0 = ck_now();
     float busy = atomic_load(&s->written) ? 0.0f : 1.0f;
-    s->world->all_reduce(s->world, &busy, 1, MP_F32, 1);
+    s->world->ops->all_reduce(s->world, &busy, 1, MP_F32, 1);
     *done = 0;
     mp_code rc = MP_OK;
     if (busy == 0.0f) {

@@ -118,7 +118,7 @@ void ck_wr_exchange(ckpt_save *s, wbox **all, int *nall, uint64_t *fsum, int *ba
     int root = w->rank == 0;
     int64_t n = (int64_t)mine.n;
     int64_t *len = root ? mp_xmalloc(sizeof(int64_t) * (size_t)w->size) : NULL;
-    w->gather(w, len, &n, sizeof n, 0);
+    w->ops->gather(w, len, &n, sizeof n, 0);
     int cap = 0;
     *nall = 0;
     *all = NULL;

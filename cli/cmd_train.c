@@ -47,7 +47,7 @@ static void on_stop_signal(int sig) { g_stop_signal = sig; }
  * one all-reduce of the flag over the world per step. */
 static int stop_requested(mp_mesh *mesh) {
     float flag = g_stop_signal ? 1.0f : 0.0f;
-    mesh->world_comm->all_reduce(mesh->world_comm, &flag, 1, MP_F32, 1);
+    mesh->world_comm->ops->all_reduce(mesh->world_comm, &flag, 1, MP_F32, 1);
     return flag > 0;
 }
 
@@ -63,7 +63,7 @@ typedef enum step_flow {
 /* Builds the mesh (fixing c->dp) and the batch split. Fails alike on every rank (`fail`). */
 static mp_code setup_mesh(train_run *r) {
     mp_train_config *c = &r->f.tc;
-    MP_TRY(mp_runtime_mesh(&r->rt, c->tp, c->dp, r->f.device, &r->err));
+    MP_TRY(mp_runtime_mesh(&r->rt, c->tp, c->dp, r->f.device, r->f.comm, &r->err));
     r->mesh = &r->rt.mesh;
     c->dp = r->mesh->dp;
     return mp_batch_split_init(&r->bs, c->batch_size, c->grad_accum, r->mesh->dp, &r->err);

@@ -31,10 +31,11 @@ typedef struct mp_runtime {
 
 /* Initialises MPI if the process was started by an MPI launcher (else world = 1). */
 void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv);
-/* Builds the mesh (tp, dp; dp = 0 means world / tp) and picks the backend ("cpu" | "cuda"). A device
+/* Builds the mesh (tp, dp; dp = 0 means world / tp), picks the backend ("cpu" | "cpu-bf16" | "cuda") and
+ * the device communicators (comm: one of mp_mesh_comm_names, NULL for "auto"; core/mesh.h). A device
  * that only some ranks cannot use is agreed over the world (printed by the lowest such rank, exit 2 on
  * every rank), never left for a collective to hang on. */
-mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_err *err);
+mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, const char *comm, mp_err *err);
 /* Prints err once as "meshpoint <cmd>: error: ..." (mp_log_fail; from rank 0: it is an error every rank
  * found the same way; nothing when rt->reported says the failing rank printed it) and returns the exit
  * status for it. Errors only some ranks may find go through
@@ -95,6 +96,9 @@ static inline int mp_batch_first(const mp_batch_split *s, int a, int r) {
 /* The --device choices of train, eval and sample (NULL-terminated): "cpu-bf16" emulates the GPU's
  * precision on the CPU (core/backend.h). */
 extern const char *const mp_runtime_devices[];
+#define MP_RUNTIME_COMM_HELP                                                                               \
+    "communicator of the tp and dp groups' device buffers: auto (NCCL, one GPU per rank; staged when ranks "  \
+    "share a GPU; MPI on the CPU), nccl, or staged (through host memory and MPI, any device)"
 #define MP_RUNTIME_DEVICE_HELP "compute device (cpu-bf16: the GPU's bf16 precision emulated on the CPU; slow, for checks)"
 
 /* The model options for rt's mesh: micro-batch micro, tc's seq_len, SP (tc->sp < 0: on when tp > 1) and

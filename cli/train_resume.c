@@ -36,7 +36,7 @@ static mp_code pick_resume_dir(train_run *r) {
     }
     mp_code agreed = mp_runtime_agree(&r->rt, local, &r->err);
     if (agreed) return agreed;
-    r->mesh->world_comm->broadcast(r->mesh->world_comm, r->resume_dir, sizeof r->resume_dir, 0);
+    r->mesh->world_comm->ops->broadcast(r->mesh->world_comm, r->resume_dir, sizeof r->resume_dir, 0);
     return MP_OK;
 }
 

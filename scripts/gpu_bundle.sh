@@ -19,7 +19,7 @@
 #              scripts/gpu_env.sh (OPAL_* variables); one process runs as an Open MPI singleton in isolated
 #              mode (OMPI_MCA_ess_singleton_isolated=1: no orted, no mpirun)
 #   scripts/gpu-check.sh, gpu_env.sh, gpu_selftest.sh, gpu_verdict.sh,
-#   bench/bench_gpu.sh, tests/gpu_e2e.sh, tests/lib.sh,
+#   bench/bench_gpu.sh, tests/gpu_e2e.sh, tests/eval_sample_device.sh, tests/lib.sh,
 #   tests/configs/, configs/, data/ (the text the check trains on): the check, run from the bundle
 #   BUNDLE     the marker gpu-check.sh looks for; GLIBC_MIN the oldest C library the bundle needs (the
 #              highest GLIBC_x.y symbol version any of its ELF files asks for); CUDA_NEEDED the CUDA
@@ -118,7 +118,7 @@ sort -u "$bdir/bundle.cuda_needed" > "$out/CUDA_NEEDED"
 # the check's scripts and inputs, in the repository's layout (gpu-check.sh finds them beside itself)
 cp scripts/gpu-check.sh scripts/gpu_env.sh scripts/gpu_selftest.sh scripts/gpu_verdict.sh "$out/scripts/"
 cp bench/bench_gpu.sh bench/gpu_roofline.py "$out/bench/"
-cp tests/gpu_e2e.sh tests/lib.sh "$out/tests/"
+cp tests/gpu_e2e.sh tests/eval_sample_device.sh tests/lib.sh "$out/tests/"
 cp tests/configs/*.json "$out/tests/configs/"
 cp configs/*.json "$out/configs/"
 cp docs/CLI.md core/config.c layers/llama.c "$out/data/"

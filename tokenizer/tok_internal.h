@@ -178,4 +178,8 @@ struct mp_tok {
     int has_normed;
 };
 
+/* ---- GGUF (tok_gguf.c) ---- */
+/* The Split pattern (NULL: ByteLevel's own) and normalizer type (NULL: none) of llama.cpp pre name; 0 if unknown. */
+int mp_tok_gguf_pre_layout(const char *name, const char **pattern, const char **normalizer);
+
 #endif
