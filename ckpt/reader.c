@@ -342,7 +342,7 @@ static mp_code file_table(ckpt_reader *r, int fi, mp_err *e) {
     MP_TRY(rank_file(r, fi, &f, NULL, e));
     if (!r->fbox) build_file_boxes(r);
     char *p = ck_fmt("%s/%s", r->dir, r->L.f[fi].name);
-    ck_boxrow *rows = NULL;
+    void *rows = NULL;
     int64_t n = 0;
     const int *ids = r->fbox + r->fbox_first[fi];
     int nids = r->fbox_first[fi + 1] - r->fbox_first[fi];

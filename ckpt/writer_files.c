@@ -394,23 +394,16 @@ done:
 /* Writes the /boxes table of the open rank file f of file rank fr (its boxes, written: checksums known),
  * sorted by tensor name and offset, and records its XXH3 for the exchange (s->fsums). */
 static mp_code write_box_table(ckpt_save *s, hid_t f, int fr, const char *path, mp_err *e) {
-    ck_boxrow *rows = mp_xcalloc(sizeof *rows * (size_t)(s->nb + 1));
+    size_t row = ck_boxrec_size(CK_BR_FILE);
+    unsigned char *rows = mp_xcalloc(row * (size_t)(s->nb + 1));
     int64_t n = 0;
     for (int i = 0; i < s->nb; i++) {
-        const wbox *B = &s->b[i];
-        if (B->rank != fr) continue;
-        ck_boxrow *R = &rows[n++];
-        snprintf(R->tensor, sizeof R->tensor, "%s", B->name);
-        memcpy(&R->k, &B->k, sizeof B->k);
-        memcpy(R->offset, B->off, sizeof R->offset);
-        memcpy(R->shape, B->shp, sizeof R->shape);
-        memcpy(&R->checksum, &B->checksum, sizeof R->checksum);
-        memcpy(&R->tile_rows, &B->tile_rows, sizeof R->tile_rows);
-        memcpy(&R->tile_cols, &B->tile_cols, sizeof R->tile_cols);
-        memcpy(&R->ntiles, &B->ntiles, sizeof R->ntiles);
-        memcpy(&R->tiles_checksum, &B->tiles_checksum, sizeof R->tiles_checksum);
+        if (s->b[i].rank != fr) continue;
+        ck_boxrec r;
+        ck_wr_box_rec(&s->b[i], &r);
+        ck_boxrec_put(CK_BR_FILE, &r, rows + row * (size_t)n++);
     }
-    qsort(rows, (size_t)n, sizeof *rows, ck_boxrow_cmp);
+    qsort(rows, (size_t)n, row, ck_boxrow_cmp);
     mp_code rc = ck_boxtab_write(f, rows, n, path, e);
     if (rc == MP_OK) {
         s->fsums = mp_realloc(s->fsums, sizeof *s->fsums * (size_t)s->nfsums, sizeof *s->fsums * (size_t)(s->nfsums + 1),
