@@ -9,11 +9,9 @@ add_test(NAME gguf_export
 set_tests_properties(gguf_export PROPERTIES TIMEOUT 600 LABELS gguf RESOURCE_LOCK test_venv)
 # gguf_llamacpp: llama.cpp itself as the oracle (tests/python/gguf_llamacpp.py: logits within 1e-4 of the max,
 # 32 greedy tokens, q8_0 greedy and perplexity), in scripts/llamacpp_venv.sh's venv (llama-cpp-python built
-# from its sdist: minutes, once). Registered when that script is in the tree.
-if(EXISTS ${CMAKE_SOURCE_DIR}/scripts/llamacpp_venv.sh)
-  add_test(NAME gguf_llamacpp
-           COMMAND ${CMAKE_SOURCE_DIR}/tests/gguf_llamacpp.sh $<TARGET_FILE:meshpoint> $<TARGET_FILE:tool_hf_logits>
-                   ${CMAKE_BINARY_DIR}/gguf_llamacpp ${CMAKE_SOURCE_DIR})
-  set_tests_properties(gguf_llamacpp PROPERTIES TIMEOUT 3600 LABELS gguf RESOURCE_LOCK llamacpp_venv
-                       ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
-endif()
+# from its sdist: minutes, once; then cached).
+add_test(NAME gguf_llamacpp
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/gguf_llamacpp.sh $<TARGET_FILE:meshpoint> $<TARGET_FILE:tool_hf_logits>
+                 ${CMAKE_BINARY_DIR}/gguf_llamacpp ${CMAKE_SOURCE_DIR})
+set_tests_properties(gguf_llamacpp PROPERTIES TIMEOUT 3600 LABELS gguf RESOURCE_LOCK llamacpp_venv
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
