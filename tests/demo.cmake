@@ -10,6 +10,10 @@ add_test(NAME readme_tour COMMAND ${CMAKE_SOURCE_DIR}/tests/readme_tour.sh $<TAR
 set_tests_properties(readme_tour PROPERTIES TIMEOUT 300 LABELS mpi
                      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
 add_test(NAME cli_docs COMMAND ${CMAKE_SOURCE_DIR}/tests/cli_docs.sh $<TARGET_FILE:meshpoint> ${CMAKE_SOURCE_DIR})
+# doc_citations: every "section title" a file cites of docs/DESIGN_NOTES.md is one of its sections
+# (tests/python/doc_citations.py), so cutting or renaming a section there cannot leave a comment pointing nowhere.
+add_test(NAME doc_citations COMMAND ${MP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/python/doc_citations.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(doc_citations PROPERTIES LABELS unit TIMEOUT 60)
 foreach(case pass resume reshard sample plot foreign)
   add_test(NAME demo_selfcheck_${case}
            COMMAND ${CMAKE_SOURCE_DIR}/tests/demo_selfcheck.sh $<TARGET_FILE:meshpoint> ${CMAKE_BINARY_DIR}/demo_selfcheck_${case} ${case})
