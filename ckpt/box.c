@@ -329,7 +329,7 @@ mp_code ck_layout_check_tensor(const ck_layout *L, int t, int need_full, mp_err 
 }
 
 /* Tile geometry of a box of shape shp (nd dims, elements of esize bytes), per the rule in
- * ckpt_internal.h (docs/FORMAT.md "Checksum tiles"): column blocks of tile_cols = cols / b entries of
+ * ckpt_internal.h (docs/FORMAT.md "Checksums"): column blocks of tile_cols = cols / b entries of
  * dim 1, b the largest of 8, 4, 2, 1 dividing cols whose segment (tile_cols * inner * esize bytes) is
  * at least CK_TILE_MIN_SEG; tile_rows rows so that a tile holds about CK_TILE_BYTES, in [1, rows]. */
 void ckpt_tile_geometry(size_t esize, int nd, const int64_t *shp, int64_t *tile_rows, int64_t *tile_cols) {

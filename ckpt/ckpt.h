@@ -385,7 +385,7 @@ void ckpt_reader_set_progress(ckpt_reader *r, ckpt_progress_fn fn, void *ctx);
  * read: tensor data plus tile checksum arrays. */
 mp_code ckpt_verify(ckpt_reader *r, int64_t *bytes_read, mp_err *e);
 
-/* The checksum tiles (format v2, docs/FORMAT.md "Checksum tiles") of a box of shape shp[nd] with
+/* The checksum tiles (format v2, docs/FORMAT.md "Checksums") of a box of shape shp[nd] with
  * elements of esize bytes: bands of *tile_rows rows of dim 0 by blocks of *tile_cols entries of dim 1
  * (1 for a 1-D box), about 4 KiB a tile, column blocks on the boundaries of TP degrees 2, 4 and 8. The
  * writer's rule, for tools and benchmarks that reproduce its hashing. */

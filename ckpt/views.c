@@ -1,5 +1,5 @@
 /*
- * ckpt/views.c — checking and repairing index.h5's /view datasets (docs/FORMAT.md, "Views").
+ * ckpt/views.c — checking and repairing index.h5's /view datasets (docs/FORMAT.md, "`/view/<name>` — virtual datasets").
  *
  * The views are for other tools (h5py, h5dump): meshpoint's reader uses the layout tables, which the
  * index checksum protects, and never opens a view. So damage to a view's object header passes every

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tests/python/v2_index_checksum.py STEP_DIR — prints, as 16 hex digits, the index_checksum that a
-format-v2 index of this checkpoint would carry (docs/FORMAT.md, "Index checksum (v2)").
+format-v2 index of this checkpoint would carry (docs/FORMAT.md, "Index checksum").
 
 For a v2 checkpoint that is its stored index_checksum, recomputed. For a v3 checkpoint the v2 box table
 is rebuilt from the v3 files by h5py alone (test_ckpt_h5py.layout_boxes: the runs expanded, every rank
