@@ -125,7 +125,7 @@ geom ck_rd_box_geom(const ck_layout *L, const ck_box *B) {
  * ((b - a) x (cb - ca) x ...): pread for contiguous datasets (one call for whole-width rows, else one
  * per row segment), H5Dread of the hyperslab otherwise. Counts the bytes in r->bytes_read. */
 mp_code ck_rd_fetch(ckpt_reader *r, int64_t j, const src_t *s, int64_t a, int64_t b, int64_t ca, int64_t cb, void *dst,
-                     mp_err *e) {
+                    mp_err *e) {
     const ck_box *B = &r->L.b[j];
     const ck_tensor *T = &r->L.t[B->tensor];
     geom g = ck_rd_box_geom(&r->L, B);
@@ -170,7 +170,7 @@ mp_code ck_rd_fetch(ckpt_reader *r, int64_t j, const src_t *s, int64_t a, int64_
 
 /* "checksum mismatch" for rows [a, b) x dim-1 entries [ca, cb) of box j (box coordinates). */
 mp_code ck_rd_checksum_error(ckpt_reader *r, int64_t j, int64_t a, int64_t b, int64_t ca, int64_t cb, uint64_t want,
-                              uint64_t got, mp_err *e) {
+                             uint64_t got, mp_err *e) {
     const ck_box *B = &r->L.b[j];
     const ck_tensor *T = &r->L.t[B->tensor];
     int64_t off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];
@@ -275,7 +275,7 @@ mp_code ck_rd_tiles_of(ckpt_reader *r, int64_t j, const uint64_t **out, mp_err *
  * end, and compares them with tiles (the box's tile array). Pure: touches only its arguments and the
  * scratch state hs, so it runs on the verification worker. */
 verdict ck_rd_tiles_verdict(geom g, int64_t tr, int64_t tc, const uint64_t *tiles, const char *p, int64_t a,
-                             int64_t b, int64_t ca, int64_t cb, XXH3_state_t *hs) {
+                            int64_t b, int64_t ca, int64_t cb, XXH3_state_t *hs) {
     int64_t ncb = (g.cols + tc - 1) / tc;
     assert(a % tr == 0 && ca % tc == 0 && (b % tr == 0 || b == g.rows) && (cb % tc == 0 || cb == g.cols));
     size_t w = (size_t)((cb - ca) * g.unit);   /* bytes of one row in p */
