@@ -301,4 +301,3 @@ herr_t ck_ix_read_table(hid_t loc, const char *path, hid_t mt, size_t rec, void 
     H5Dclose(d);
     return rc;
 }
-

@@ -8,7 +8,6 @@
 #define MP_CKPT_INDEX_INTERNAL_H
 #include "ckpt/ckpt_internal.h"
 
-
 typedef struct {
     char name[CKPT_NAME_MAX + 1];
     char dtype[8];

@@ -226,4 +226,3 @@ mp_code ck_index_write(const ck_layout *L, const char *path, mp_err *e) {
     if (rc == MP_OK) rc = mp_fs_fsync_path(path, 0, e);
     return rc;
 }
-

@@ -61,8 +61,6 @@ typedef struct {
     uint64_t want, got;
 } verdict;
 
-
-
 /* ckpt/reader.c: the open rank file fi and its sec2 descriptor (opened on first use); v3: reads rank
  * file fi's /boxes table into the layout once; frees every cached tile array. */
 mp_code ck_rd_rank_file(ckpt_reader *r, int fi, hid_t *out, int *fd, mp_err *e);

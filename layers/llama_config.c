@@ -32,7 +32,6 @@ static const mp_field model_fields[] = {
 #undef MF
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
-
 /* The meaning of a missing model key (transformers' LlamaConfig), by model_fields index; REQUIRED: no
  * default (LlamaConfig's is a 7B shape, never what a config that forgot the key meant). */
 #define REQUIRED NAN

@@ -152,7 +152,7 @@ static mp_code unknown_key(const cJSON *root, const llama_family_info *fam, cons
     return MP_OK;
 }
 
-
+/* A key parse found in no other list: silent when hf_ignored has it, else unknown_key's rule. */
 mp_code llama_cfg_other_key(const cJSON *root, const llama_family_info *fam, const char *key, const char *name,
                             mp_err *err) {
     int ignored = 0;

@@ -339,4 +339,3 @@ void llama_destroy(llama_model *m) {
     llama_params_free(m);
     mp_free_acct(m, sizeof *m, MP_MEM_OTHER);
 }
-

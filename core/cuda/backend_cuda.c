@@ -184,4 +184,3 @@ mp_code mp_backend_cuda(int device, mp_backend **out, mp_err *err) {
 }
 
 cudaStream_t mp_backend_cuda_stream(mp_backend *be, mp_stream s) { return stream_of(be, s); }
-

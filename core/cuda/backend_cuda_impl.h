@@ -62,7 +62,6 @@ static inline cudaStream_t stream_of(const mp_backend *be, mp_stream s) {
     return s ? (cudaStream_t)(void *)s : cs(be);
 }
 
-
 /* core/cuda/backend_cuda.c (contracts at their definitions): im->device made current on the calling
  * thread; device bytes charged; a device allocation (aborts when out of memory) and its release; a
  * scratch buffer grown on demand; the column-sum partials grown to floats. */

@@ -646,4 +646,3 @@ mp_backend cuda_table = {
     .scratch_reserve = cu_scratch_reserve,
     .impl = NULL,
 };
-
