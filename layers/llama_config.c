@@ -8,17 +8,9 @@
  * the parameter count) are computed without overflow; a checkpoint's stored model_config is parsed by
  * the same code, so a crafted one meets the same checks.
  *
- * Misspelt keys: an unknown top-level key is ignored with a warning, as transformers does,
- * unless it looks like a typo of a key with an effect (a model field, "train", a key check_hf_constraint
- * reads) that the file does not give: `"rope_thetta": 500000` without rope_theta would otherwise train
- * with the default theta, another model. That is an error, "did you mean rope_theta?". "Looks like":
- * case aside, Damerau-Levenshtein distance <= 1 (<= 2 for keys of 10 characters or more), or, for a key
- * of several words, the same '_'-separated words with some shortened to a prefix of at least 3 letters
- * (rms_norm_epsilon for rms_norm_eps; never "training" for train or "arch" for architectures). Real keys
- * of other families that the rule would take for typos (hf_other_families) only warn, so does any
- * *_token_id key (tokenizers define many: eot_, eom_, eod_, sep_token_id...), and so does a near key
- * whose twin is in the file.
+ * Misspelt keys and the keys that are not model fields: layers/llama_config_keys.c.
  */
+#include "layers/llama_config_impl.h"
 #include "layers/llama_config.h"
 #include "core/log.h"
 #include <assert.h>
@@ -39,41 +31,6 @@ static const mp_field model_fields[] = {
 };
 #undef MF
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
-
-/* HF keys accepted silently, without effect on the math: PretrainedConfig's bookkeeping (names, versions,
- * dtypes, token ids, code and quantization pointers, output switches, encoder-decoder flags that a
- * causal LM ignores), keys other trainers add (nanotron's is_llama_config / rope_interleaved, which
- * LlamaConfig keeps as plain attributes), and the generation defaults that older transformers kept in
- * config.json (transformers ignores them all when it builds the model). A quantization_config is
- * harmless here: the importer reads the tensors as stored and refuses any it cannot read as floats.
- * Keys in none of these lists are accepted with one warning (unknown_key), as transformers keeps and
- * ignores them; keys that change the math and cannot be represented are errors (check_hf_constraint). */
-static const char *hf_ignored[] = {
-    "torch_dtype", "dtype", "transformers_version", "_name_or_path", "_commit_hash", "bos_token_id",
-    "pad_token_id", "unk_token_id", "sep_token_id", "decoder_start_token_id", "use_cache",
-    "output_attentions", "output_hidden_states", "return_dict", "use_bfloat16", "is_llama_config",
-    "rope_interleaved", "tokenizer_class", "id2label", "label2id", "problem_type", "finetuning_task",
-    "task_specific_params", "prefix", "auto_map", "quantization_config", "_attn_implementation",
-    "_attn_implementation_autoset", "attn_implementation", "torchscript", "pruned_heads", "tf_legacy_loss",
-    "chunk_size_feed_forward", "is_decoder", "is_encoder_decoder", "add_cross_attention",
-    "cross_attention_hidden_size", "tie_encoder_decoder", "transformers.js_config",
-    /* generation keys */
-    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
-    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
-    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
-    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
-    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
-    "begin_suppress_tokens"};
-
-/* The keys check_hf_constraint reads (each changes the model, or is checked to hold what meshpoint
- * computes), and meshpoint's own "train" object: with model_fields, the keys a typo must not hide. */
-static const char *hf_checked[] = {"model_type", "architectures", "hidden_act", "attention_bias", "mlp_bias",
-                                   "rope_scaling", "rope_parameters", "pretraining_tp", "attention_dropout",
-                                   "eos_token_id", "head_dim", "train"};
-
-/* Real keys of other model families (BERT-likes, Gemma) within the typo rule's reach of a
- * key above: warned about as unknown, never taken for a typo. */
-static const char *hf_other_families[] = {"cls_token_id", "hidden_activation"};
 
 /* The meaning of a missing model key (transformers' LlamaConfig), by model_fields index; REQUIRED: no
  * default (LlamaConfig's is a 7B shape, never what a config that forgot the key meant). */
@@ -222,7 +179,7 @@ typedef struct {
 
 /* One warning per key and process, from the rank that prints info lines (every rank parses the config):
  * "config X: key \"k\": why". */
-static void warn_once(const char *name, const char *key, const char *why) {
+void llama_cfg_warn_once(const char *name, const char *key, const char *why) {
     static char seen[32][64];
     static int nseen;
     for (int i = 0; i < nseen; i++)
@@ -241,104 +198,12 @@ static void read_eos(const cJSON *item, const char *name, hf_extra *x) {
     for (; one; one = x->eos_is_list ? one->next : NULL) {
         int64_t id;
         if (!cJSON_IsNumber(one) || !mp_double_to_i64(one->valuedouble, 0, INT32_MAX, &id) || x->n_eos == LLAMA_MAX_EOS) {
-            warn_once(name, "eos_token_id", "expected a token id or a list of at most 16; ignored");
+            llama_cfg_warn_once(name, "eos_token_id", "expected a token id or a list of at most 16; ignored");
             x->n_eos = 0;
             return;
         }
         x->eos[x->n_eos++] = (int32_t)id;
     }
-}
-
-/* The Damerau-Levenshtein (optimal string alignment) distance between a, lowercased, and b; 99 when
- * either is longer than 63 bytes or the lengths differ by more than 2 (never near). */
-static int key_distance(const char *a, const char *b) {
-    int n = (int)strlen(a), m = (int)strlen(b);
-    if (n > 63 || m > 63 || abs(n - m) > 2) return 99;
-    int d[64][64];
-    for (int i = 0; i <= n; i++) d[i][0] = i;
-    for (int j = 0; j <= m; j++) d[0][j] = j;
-    for (int i = 1; i <= n; i++)
-        for (int j = 1; j <= m; j++) {
-            char ai = (char)(a[i - 1] >= 'A' && a[i - 1] <= 'Z' ? a[i - 1] - 'A' + 'a' : a[i - 1]);
-            char ap = (char)(i > 1 && a[i - 2] >= 'A' && a[i - 2] <= 'Z' ? a[i - 2] - 'A' + 'a' : i > 1 ? a[i - 2] : 0);
-            int v = d[i - 1][j - 1] + (ai != b[j - 1]);
-            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && ai == b[j - 2] && ap == b[j - 1] && d[i - 2][j - 2] + 1 < v) v = d[i - 2][j - 2] + 1;
-            d[i][j] = v;
-        }
-    return d[n][m];
-}
-
-/* 1 if u and k have the same '_'-separated words (case aside) but for some that one shortens to a prefix
- * of at least 3 letters of the other (eps / epsilon): an abbreviated or spelt-out key. */
-static int key_abbreviates(const char *u, const char *k) {
-    if (!strcmp(u, k)) return 0;
-    while (*u && *k) {
-        size_t a = strcspn(u, "_"), b = strcspn(k, "_"), s = a < b ? a : b;
-        if (a != b && (s < 3 || strncasecmp(u, k, s))) return 0;
-        if (a == b && strncasecmp(u, k, a)) return 0;
-        u += a;
-        k += b;
-        if (*u != *k) return 0;   /* one has more words */
-        if (*u) u++, k++;
-    }
-    return !*u && !*k;
-}
-
-/* The typo rule of the top comment: how near unknown key u is to known key k; -1 if not near, else the
- * distance (an abbreviation counts as 3: a letter typo is the likelier meaning). */
-static int key_nearness(const char *u, const char *k) {
-    size_t len = strlen(k);
-    int d = key_distance(u, k);
-    if (d <= (len >= 10 ? 2 : len >= 4 ? 1 : 0)) return d;   /* (0: u differs from k in case only) */
-    return strchr(k, '_') && key_abbreviates(u, k) ? 3 : -1;   /* of keys of several words only */
-}
-
-/* The known key nearest to u (NULL if none is near) and whether it is one a typo must not hide (a model
- * field or hf_checked, not a bookkeeping key) and absent from root. Ties go to an absent key with an
- * effect, so "did you mean" names what the typo would hide. */
-static const char *nearest_known_key(const cJSON *root, const llama_family_info *fam, const char *u, int *hides) {
-    const char *best = NULL;
-    int best_d = 99;
-    *hides = 0;
-    size_t nfam = 0;
-    while (fam->keys && fam->keys[nfam]) nfam++;
-    for (int pass = 0; pass < 4; pass++) {   /* the family's own keys (pass 3) have an effect too */
-        size_t n = pass == 0 ? K_NMODEL : pass == 1 ? NFIELDS(hf_checked) : pass == 2 ? NFIELDS(hf_ignored) : nfam;
-        for (size_t i = 0; i < n; i++) {
-            const char *k = pass == 0 ? model_fields[i].key : pass == 1 ? hf_checked[i] : pass == 2 ? hf_ignored[i]
-                                                                                                    : fam->keys[i];
-            int d = key_nearness(u, k);
-            int h = pass != 2 && !cJSON_GetObjectItemCaseSensitive(root, k);
-            if (d < 0 || d > best_d || (d == best_d && (*hides || !h))) continue;
-            best = k;
-            best_d = d;
-            *hides = h;
-        }
-    }
-    for (size_t i = 0; i < NFIELDS(hf_other_families); i++)
-        if (!strcmp(u, hf_other_families[i])) *hides = 0;
-    size_t lu = strlen(u), lt = strlen("_token_id");
-    if (lu > lt && !strcmp(u + lu - lt, "_token_id")) *hides = 0;   /* eot_, eom_, eod_, sep_...: tokenizers' own */
-    return best;
-}
-
-/* A top-level key none of the lists knows: an error if it looks like a typo of a key with an effect that
- * root lacks (the default would silently replace the value given), else one warning, with the near key
- * as a hint when there is one. */
-static mp_code unknown_key(const cJSON *root, const llama_family_info *fam, const char *key, const char *name,
-                           mp_err *err) {
-    int hides;
-    const char *near = nearest_known_key(root, fam, key, &hides);
-    if (hides)
-        return mp_err_set(err, MP_EINPUT, "%s: key \"%s\": not a key of transformers' %s; did you mean %s? "
-                          "(the file gives no %s: this value would be ignored)", name, key, fam->config_class, near, near);
-    char why[256];
-    snprintf(why, sizeof why, "not a key of transformers' %s; ignored, as transformers does%s%s%s", fam->config_class,
-             near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
-    warn_once(name, key, why);
-    return MP_OK;
 }
 
 /* A number key that must be an integer in [lo, INT32_MAX], into *out; else MP_EINPUT naming it. */
@@ -448,7 +313,7 @@ static mp_code check_hf_constraint(const cJSON *item, const char *name, hf_extra
         /* > 1 makes transformers split each projection's matmul into slices and add them: the same
          * function, other rounding; meshpoint computes it unsplit */
         if (!cJSON_IsNumber(item) || item->valuedouble != 1.0)
-            warn_once(name, k, "transformers splits the projections' matmuls for values > 1 (the same math, other "
+            llama_cfg_warn_once(name, k, "transformers splits the projections' matmuls for values > 1 (the same math, other "
                                "rounding); meshpoint computes them unsplit");
     } else if (!strcmp(k, "attention_dropout")) {
         if (!cJSON_IsNumber(item) || item->valuedouble != 0.0)
@@ -679,7 +544,7 @@ static mp_code finish_model(llama_config *m, const unsigned given, const hf_extr
     m->eos_is_list = x->eos_is_list;
     for (int i = 0; i < x->n_eos; i++) {
         if (x->eos[i] < m->vocab_size) m->eos_token_id[m->n_eos++] = x->eos[i];
-        else warn_once(name, "eos_token_id", "an id at or above vocab_size is dropped");
+        else llama_cfg_warn_once(name, "eos_token_id", "an id at or above vocab_size is dropped");
     }
     return MP_OK;
 }
@@ -721,9 +586,7 @@ mp_code llama_config_parse(const char *text, const char *name, llama_config *m_o
         int handled = 0;
         if ((rc = check_hf_constraint(it, name, &x, &handled, err))) goto out;
         if (handled) continue;
-        int ignored = 0;
-        for (size_t i = 0; i < NFIELDS(hf_ignored); i++) ignored |= !strcmp(hf_ignored[i], it->string);
-        if (!ignored && (rc = unknown_key(root, x.fam, it->string, name, err))) goto out;
+        if ((rc = llama_cfg_other_key(root, x.fam, it->string, name, err))) goto out;
     }
     if ((rc = finish_model(&m, given, &x, name, err))) goto out;
     if ((rc = mp_train_config_check_fields(&t, err))) { mp_err_wrap(err, "%s: train", name); goto out; }

@@ -1,7 +1,7 @@
 /*
- * layers/llama_impl.h — the model's private struct, shared by the files of layers/ (llama.c: create,
- * forward, backward; llama_params.c: the parameter table and its storage; llama_fsdp.c: gathering and
- * reduce-scattering FSDP units). Not for use outside layers/.
+ * layers/llama_impl.h — the model's private struct, shared by the files of layers/ (llama.c: forward,
+ * backward; llama_create.c: creation and the memory plan; llama_params.c: the parameter table and its
+ * storage; llama_fsdp.c: gathering and reduce-scattering FSDP units). Not for use outside layers/.
  */
 #ifndef MP_LLAMA_IMPL_H
 #define MP_LLAMA_IMPL_H

@@ -5,14 +5,27 @@
   - the libraries depend one way (docs/DESIGN_NOTES.md, "The layers as they are now"): a folder includes
     headers only from the folders it may depend on;
   - nothing outside ckpt/ includes ckpt/ckpt_internal.h (ckpt's white-box tests live in ckpt/test/);
-  - nothing but the writer's own files (ckpt/writer*.c) includes ckpt/writer_internal.h;
+  - a module's private header (ckpt/writer_internal.h, reader_internal.h, index_internal.h,
+    layers/llama_config_impl.h, core/cuda/backend_cuda_impl.h) is included by that module's own files
+    only (ckpt/writer*.c, ...);
+  - no library .c file (core/ cli/ ckpt/ layers/ reshard/ tokenizer/, their subfolders but test
+    programs) is over 800 lines, so that each reads in one sitting; generated files (GENERATED) are exempt;
   - tests/README.md's "By module" table names every library .c file (core/ cli/ ckpt/ layers/ reshard/
     tokenizer/, their subfolders but test programs), so a new module gets a line saying what tests it.
 Prints each violation as FILE:LINE: what; exit 1 if any, else 0 with a summary line."""
 import glob, os, re, sys
 
 src = sys.argv[1]
-MAX_FN, MAX_TRAIN = 100, 400
+MAX_FN, MAX_TRAIN, MAX_FILE = 100, 400, 800
+GENERATED = {"tokenizer/unorm_data.c"}   # Unicode tables written by scripts/gen_unorm.py, not read as code
+# private header -> the files that may include it (the module's own)
+PRIVATE = {
+    "ckpt/writer_internal.h": r"ckpt/writer(_\w+)?\.c$",
+    "ckpt/reader_internal.h": r"ckpt/reader(_\w+)?\.c$",
+    "ckpt/index_internal.h": r"ckpt/index(_\w+)?\.c$",
+    "layers/llama_config_impl.h": r"layers/llama_config(_\w+)?\.c$",
+    "core/cuda/backend_cuda_impl.h": r"core/cuda/backend_cuda(_\w+)?\.c$",
+}
 # folder -> the folders whose headers it may include (itself always)
 ALLOWED = {
     "core": set(),
@@ -77,8 +90,9 @@ for p in sorted(glob.glob(os.path.join(src, "**", "*.[ch]"), recursive=True) +
         folder = inc.split("/")[0]
         if inc == "ckpt/ckpt_internal.h" and top != "ckpt":
             bad.append("%s:%d: includes ckpt/ckpt_internal.h from outside ckpt/" % (r, ln))
-        if inc == "ckpt/writer_internal.h" and not re.match(r"ckpt/writer(_\w+)?\.c$", r.replace(os.sep, "/")):
-            bad.append("%s:%d: includes ckpt/writer_internal.h outside the writer's files (ckpt/writer*.c)" % (r, ln))
+        if inc in PRIVATE and not re.match(PRIVATE[inc], r.replace(os.sep, "/")):
+            own = PRIVATE[inc].replace("(_\\w+)?\\.c$", "*.c")
+            bad.append("%s:%d: includes %s outside its module's files (%s)" % (r, ln, inc, own))
         if r.startswith(os.path.join("ckpt", "test")):
             continue   # ckpt's white-box tests may use any library, like the other tests
         if top in ALLOWED and folder in FOLDERS and folder != top and folder not in ALLOWED[top]:
@@ -123,6 +137,9 @@ for d in MODULE_DIRS:
         if r.startswith(TEST_DIRS):
             continue
         nmod += 1
+        nlines = len(open(p, encoding="utf-8", errors="replace").read().split("\n")) - 1
+        if nlines > MAX_FILE and r not in GENERATED:
+            bad.append("%s: %d lines (at most %d: split it by concern)" % (r, nlines, MAX_FILE))
         if r[:-2] not in mapped:
             bad.append("%s: not in tests/README.md's \"By module\" table (name it in a row's first column "
                        "with the tests that cover it)" % r)
@@ -132,5 +149,5 @@ for b in bad:
 if bad:
     sys.exit(1)
 print("code shape ok: %d C files of cli/ckpt/reshard, no function over %d lines; cmd_train.c %d lines; "
-      "%d files follow the one-way dependencies; tests/README.md maps all %d library modules" % (nfn, MAX_FN, n,
-                                                                                          nfiles, nmod))
+      "%d files follow the one-way dependencies; tests/README.md maps all %d library modules, none over %d lines" %
+      (nfn, MAX_FN, n, nfiles, nmod, MAX_FILE))
