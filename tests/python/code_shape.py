@@ -4,7 +4,12 @@
   - cli/cmd_train.c is under 400 lines;
   - the libraries depend one way (docs/DESIGN_NOTES.md, "The layers as they are now"): a folder includes
     headers only from the folders it may depend on;
-  - nothing outside ckpt/ includes ckpt/ckpt_internal.h (ckpt's white-box tests live in ckpt/test/).
+  - nothing outside ckpt/ includes ckpt/ckpt_internal.h (ckpt's white-box tests live in ckpt/test/);
+  - the library folders read the environment only through core/fault.c (MP_FAULT, the tests' fault
+    injection) or for a user variable documented in docs/CLI.md's "Environment variables" table: every
+    getenv elsewhere names a documented variable as a string literal;
+  - no cli/ file returns or exits with a literal status other than 0 (the one exit-code rule:
+    mp_exit_status, through cli/runtime.h's two exits).
 Prints each violation as FILE:LINE: what; exit 1 if any, else 0 with a summary line."""
 import glob, os, re, sys
 
@@ -79,9 +84,56 @@ for p in sorted(glob.glob(os.path.join(src, "**", "*.[ch]"), recursive=True) +
         if top in ALLOWED and folder in FOLDERS and folder != top and folder not in ALLOWED[top]:
             bad.append("%s:%d: %s/ includes %s (%s/ may use only %s)" % (r, ln, top, inc, top,
                                                                       ", ".join(sorted(ALLOWED[top])) or "nothing"))
+
+# ---- environment reads: core/fault.c's MP_FAULT, or a variable docs/CLI.md documents
+LIB = ("core", "ckpt", "cli", "layers", "reshard", "tokenizer")
+doc = open(os.path.join(src, "docs", "CLI.md"), encoding="utf-8").read()
+env_table = doc.split("### Environment variables", 1)[1].split("\n#", 1)[0] if "### Environment variables" in doc else ""
+documented = set(re.findall(r"`([A-Z][A-Z0-9_]*)`", env_table))
+if not documented:
+    bad.append("docs/CLI.md: no \"### Environment variables\" table naming the variables meshpoint reads")
+GETENV = re.compile(r'\bgetenv\s*\(\s*("([^"]*)")?')
+ngetenv = 0
+for d in LIB:
+    for p in sorted(glob.glob(os.path.join(src, d, "**", "*.[ch]"), recursive=True) +
+                    glob.glob(os.path.join(src, d, "**", "*.cu"), recursive=True)):
+        r = rel(p)
+        for ln, line in enumerate(open(p, encoding="utf-8", errors="replace"), 1):
+            code = line.split("//")[0]
+            if code.lstrip().startswith(("*", "/*")):
+                continue
+            for m in GETENV.finditer(code):
+                ngetenv += 1
+                name = m.group(2)
+                if r == os.path.join("core", "fault.c") and name == "MP_FAULT":
+                    continue
+                if name is None:
+                    bad.append("%s:%d: getenv of a computed name (library code reads only documented variables)" % (r, ln))
+                elif name == "MP_FAULT":
+                    bad.append("%s:%d: reads MP_FAULT itself (only core/fault.c does: use mp_fault_*)" % (r, ln))
+                elif name not in documented:
+                    bad.append("%s:%d: getenv(\"%s\"): not a user variable of docs/CLI.md's \"Environment "
+                               "variables\" (a test hook goes through core/fault.h)" % (r, ln, name))
+
+# ---- one exit-code rule: no literal status in cli/ other than 0
+LITERAL = re.compile(r'\b(?:return|exit|_exit)\s*\(?\s*([1-9][0-9]*)\s*\)?\s*;|MPI_Abort\s*\([^,]*,\s*([1-9][0-9]*)\s*\)')
+STATUS_FN = re.compile(r'^(?:static\s+)?int\s+(mp_cmd_\w+|cmd_\w+|\w*_main|main|mp_convert_write_ckpt|mp_runtime_\w+)\s*\(')
+for p in sorted(glob.glob(os.path.join(src, "cli", "*.c"))):
+    r = rel(p)
+    in_status_fn = False
+    for ln, line in enumerate(open(p, encoding="utf-8", errors="replace"), 1):
+        if STATUS_FN.match(line):
+            in_status_fn = True
+        elif SIG.match(line) and not line.startswith((" ", "\t")):
+            in_status_fn = False
+        m = LITERAL.search(line.split("/*")[0])
+        if m and (in_status_fn or m.group(2) or "exit" in m.group(0)):
+            bad.append("%s:%d: a literal exit status (%s): statuses come from mp_exit_status" % (r, ln, m.group(0).strip()))
+
 for b in bad:
     print(b)
 if bad:
     sys.exit(1)
 print("code shape ok: %d C files of cli/ckpt/reshard, no function over %d lines; cmd_train.c %d lines; "
-      "%d files follow the one-way dependencies" % (nfn, MAX_FN, n, nfiles))
+      "%d files follow the one-way dependencies; %d getenv calls read MP_FAULT or a documented variable; no "
+      "literal exit status in cli/" % (nfn, MAX_FN, n, nfiles, ngetenv))
