@@ -313,7 +313,7 @@ static int cmd_save(const state *S, const char *root, int64_t step) {
            "tensors=%d boxes=%d dir=%s\n", (long long)S->bytes, t, st.write_s, st.commit_s, u1 - u0, s1 - s0,
            (long long)st.file_bytes, S->nt, S->nb, ckpt_save_dir(s));
     ckpt_save_free(s);
-    w->destroy(w);
+    w->ops->destroy(w);
     free(arena);
     return 0;
 }
@@ -368,7 +368,7 @@ static int cmd_async(const state *S, const char *root, int rounds) {
            "lib_med=%.4f background_med=%.4f background_best=%.4f write_med=%.4f\n",
            (long long)S->bytes, rounds, cp[m], cp[0], stl[m], stl[0], lib[m], bg[m], bg[0], wr[m]);
     free(cp); free(stl); free(bg); free(wr); free(lib);
-    w->destroy(w);
+    w->ops->destroy(w);
     free(src);
     free(stage);
     return 0;
@@ -446,7 +446,7 @@ static int cmd_load(const state *S, const char *dir, int boxes) {
     return 0;
 }
 
-/* The writer's hashing cost, two ways: one XXH3-64 pass per box, and the writer's scheme (ckpt/writer.c,
+/* The writer's hashing cost, two ways: one XXH3-64 pass per box, and the writer's scheme (ckpt/writer_hash.c,
  * format v2): the box's rows in order, each row once into a streaming box state and segment by segment
  * into one streaming state per column block of the tile geometry (ckpt_tile_geometry), digested into
  * the tile checksums at every tile-row boundary; then XXH3-64 of the tile array. */

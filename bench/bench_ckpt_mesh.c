@@ -280,7 +280,7 @@ int main(int argc, char **argv) {
         ok = v[7] == 0 || g_rank;
         MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     }
-    w->destroy(w);
+    w->ops->destroy(w);
     free(a);
     free(B);
     free(T);

@@ -204,7 +204,7 @@ static char *peer_list(sim_t *S, int q, size_t *n) {
     rmdir(part);
     free(part);
     free(dir);
-    self->destroy(self);
+    self->ops->destroy(self);
     S->len[q] = (int64_t)*n;
     S->gen_s += now_s() - t0;
     return p;
@@ -364,26 +364,23 @@ static void sim_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const
     S->recv += n;
 }
 static void sim_barrier(mp_comm *c) { (void)c; }
-static void sim_destroy(mp_comm *c) { free(c); }
+static void sim_destroy(mp_comm *c) { mp_comm_free(c); }
 
-static mp_comm *sim_comm(sim_t *S, int rank, int size) {
-    mp_comm *c = mp_xcalloc(sizeof *c);
-    c->name = "sim";
-    c->rank = rank;
-    c->size = size;
-    c->all_reduce = sim_all_reduce;
-    c->all_reduce_f64 = sim_all_reduce_f64;
-    c->all_gatherv = sim_gv;
-    c->reduce_scatterv = sim_gv;
-    c->broadcast = sim_broadcast;
-    c->gather = sim_gather;
-    c->gatherv = sim_gatherv;
-    c->scatterv = sim_scatterv;
-    c->barrier = sim_barrier;
-    c->destroy = sim_destroy;
-    c->impl = S;
-    return c;
-}
+static const mp_comm_ops sim_ops = {
+    .name = "sim",
+    .all_reduce = sim_all_reduce,
+    .all_reduce_f64 = sim_all_reduce_f64,
+    .all_gatherv = sim_gv,
+    .reduce_scatterv = sim_gv,
+    .broadcast = sim_broadcast,
+    .gather = sim_gather,
+    .gatherv = sim_gatherv,
+    .scatterv = sim_scatterv,
+    .barrier = sim_barrier,
+    .destroy = sim_destroy,
+};
+
+static mp_comm *sim_comm(sim_t *S, int rank, int size) { return mp_comm_new(&sim_ops, rank, size, S); }
 
 /* ------------------------------------------------------------------------------------ modes */
 
@@ -433,7 +430,7 @@ static int run_save(const world_t *w, int rank, const char *dir, int64_t rss0) {
            "index_bytes=%lld peak_kib=%lld\n", W, rank, (long long)nb, list_bytes, (long long)S.recv, plan_s, commit_s, view_s,
            (long long)index_bytes, (long long)(status_kb("VmHWM") - rss0));
     ckpt_save_free(s);
-    c->destroy(c);
+    c->ops->destroy(c);
     free(S.len);
     free(target);
     return 0;
@@ -531,7 +528,7 @@ static int run_planned(const world_t *w, int rank, const char *dir, int64_t rss0
            S.wait_s, plan_s,
            (long long)(status_kb("VmHWM") - rss0));
     ckpt_close(r);
-    c->destroy(c);
+    c->ops->destroy(c);
     if (fd[0] >= 0) close(fd[0]);
     free(want);
     free(names);

@@ -371,13 +371,13 @@ void ck_scatter_round(mp_comm *w, void *out, int64_t n, const void *in, const in
 /* raise(SIGKILL) if the fault ckpt_crash_at == point (and ckpt_crash_rank unset or == rank). */
 void ck_crash_point(const char *point, int rank);
 
-/* The save's rank and its DIR.partial (ckpt/writer.c), and the value it holds for metadata key (NULL if
+/* The save's rank and its DIR.partial (ckpt/writer_boxes.c), and the value it holds for metadata key (NULL if
  * none): what ckpt/files.c needs of a save. */
 int ck_save_rank(const ckpt_save *s);
 const char *ck_save_partial(const ckpt_save *s);
 const char *ck_save_meta_get(const ckpt_save *s, const char *key);
 
-/* What ckpt/group.c needs of a save (ckpt/writer.c): its world, options, whether a local error is
+/* What ckpt/group.c needs of a save (ckpt/writer_boxes.c; the two row counts: ckpt/writer_files.c): its world, options, whether a local error is
  * remembered, its boxes (read-only views, in the order added), dropping them all (a group member whose
  * boxes went to its leader's file), and the rows per band the writer uses for a fill box. */
 typedef struct ck_save_box {
@@ -401,7 +401,7 @@ int64_t ck_row_bytes(mp_dtype dt, int ndim, const int64_t *shp);
  * for groups and the world has more than one rank (the same answer on every rank). ck_group_write:
  * collective over the world, in place of the writer's own rank files: forms the groups, moves every
  * member's boxes to its leader, which writes them with its own through write_files (the writer's
- * write_rank_files); returns this rank's local result (never hangs on another rank's failure). */
+ * ck_wr_write_rank_files, ckpt/writer_files.c); returns this rank's local result (never hangs on another rank's failure). */
 int ck_group_wanted(const ckpt_save *s);
 mp_code ck_group_write(ckpt_save *s, mp_code (*write_files)(ckpt_save *s, mp_err *e), mp_err *e);
 /* Test hook: 1 if the fault ckpt_fail_at == point (and ckpt_fail_rank unset or == rank): the caller then

@@ -147,10 +147,10 @@ static void form_groups(const uint64_t *keys, int n, int g, int *leader) {
 static int *leaders(mp_comm *w, int g) {
     uint64_t mine = node_key(w->rank);
     uint64_t *keys = w->rank == 0 ? mp_xmalloc(sizeof(uint64_t) * (size_t)w->size) : NULL;
-    w->gather(w, keys, &mine, sizeof mine, 0);
+    w->ops->gather(w, keys, &mine, sizeof mine, 0);
     int32_t *leader = mp_xmalloc(sizeof(int32_t) * (size_t)w->size);
     if (w->rank == 0) form_groups(keys, w->size, g, leader);
-    w->broadcast(w, leader, sizeof(int32_t) * (size_t)w->size, 0);
+    w->ops->broadcast(w, leader, sizeof(int32_t) * (size_t)w->size, 0);
     free(keys);
     return leader;
 }
@@ -197,11 +197,11 @@ static mp_code member_send(ckpt_save *s, int leader, size_t fill_bytes, mp_err *
                                 w->rank, B.name, leader);
                 h->code = rc;
                 snprintf(h->msg, sizeof h->msg, "%s", e->msg);
-                w->send(w, h, sizeof *h, leader, TAG_BAND);
+                w->ops->send(w, h, sizeof *h, leader, TAG_BAND);
                 break;
             }
-            w->send(w, h, sizeof *h, leader, TAG_BAND);
-            w->send(w, (const char *)B.data + r0 * rb, (size_t)(n * rb), leader, TAG_DATA);
+            w->ops->send(w, h, sizeof *h, leader, TAG_BAND);
+            w->ops->send(w, (const char *)B.data + r0 * rb, (size_t)(n * rb), leader, TAG_DATA);
         }
         if (rc == MP_OK) ck_crash_point("during_rank_files", w->rank);
     }
@@ -222,11 +222,11 @@ static mp_code member_run(ckpt_save *s, int leader, mp_err *e) {
     /* the leader then stops the group (no go) but reports nothing itself: the commit's agreement names
      * this rank with its own message */
     list_hdr lh = {rc, rc == MP_OK ? (int64_t)b.n : (int64_t)strlen(le.msg)};
-    w->send(w, &lh, sizeof lh, leader, TAG_LIST);
-    w->send(w, rc == MP_OK ? b.p : le.msg, (size_t)lh.bytes, leader, TAG_LIST);
+    w->ops->send(w, &lh, sizeof lh, leader, TAG_LIST);
+    w->ops->send(w, rc == MP_OK ? b.p : le.msg, (size_t)lh.bytes, leader, TAG_LIST);
     free(b.p);
     go_msg go;
-    w->recv(w, &go, sizeof go, leader, TAG_GO);
+    w->ops->recv(w, &go, sizeof go, leader, TAG_GO);
     if (rc == MP_OK && go.go) rc = member_send(s, leader, (size_t)go.fill_bytes, &le);
     ck_save_drop_boxes(s);
     if (rc != MP_OK && !ck_save_failed(s) && e) *e = le;
@@ -237,7 +237,7 @@ static mp_code member_run(ckpt_save *s, int leader, mp_err *e) {
 
 /* Receives one band header from member m; an error header marks it failed. */
 static void recv_hdr(group *g, gmember *m, band_hdr *h) {
-    g->w->recv(g->w, h, sizeof *h, m->rank, TAG_BAND);
+    g->w->ops->recv(g->w, h, sizeof *h, m->rank, TAG_BAND);
     h->msg[sizeof h->msg - 1] = '\0';
     if (h->code != MP_OK) m->failed = 1;
 }
@@ -264,7 +264,7 @@ static void drop_band(group *g, gmember *m, const band_hdr *h) {
         g->scratch = mp_xmalloc(n);
         g->scap = n;
     }
-    g->w->recv(g->w, g->scratch, n, m->rank, TAG_DATA);
+    g->w->ops->recv(g->w, g->scratch, n, m->rank, TAG_DATA);
     advance(m, h);
 }
 
@@ -289,7 +289,7 @@ static mp_code member_fill(void *ctx, const int64_t *offset, const int64_t *shap
                         m->rank, (long long)h->box, (long long)h->r0, (long long)h->rows, B->idx, (long long)r0,
                         (long long)rows);
     } else {
-        g->w->recv(g->w, buf, (size_t)(rows * ck_row_bytes(B->dt, B->ndim, B->shp)), m->rank, TAG_DATA);
+        g->w->ops->recv(g->w, buf, (size_t)(rows * ck_row_bytes(B->dt, B->ndim, B->shp)), m->rank, TAG_DATA);
         advance(m, h);
         if (ck_fail_point("group_write", g->w->rank))
             rc = mp_err_set(e, MP_EIO, "fault ckpt_fail_at:group_write: rank %d fails writing the boxes of rank %d",
@@ -348,9 +348,9 @@ static int leader_collect(ckpt_save *s, group *g) {
     for (int k = 0; k < g->nm; k++) {
         gmember *m = &g->m[k];
         list_hdr lh;
-        g->w->recv(g->w, &lh, sizeof lh, m->rank, TAG_LIST);
+        g->w->ops->recv(g->w, &lh, sizeof lh, m->rank, TAG_LIST);
         char *p = mp_xmalloc((size_t)lh.bytes + 1);
-        g->w->recv(g->w, p, (size_t)lh.bytes, m->rank, TAG_LIST);
+        g->w->ops->recv(g->w, p, (size_t)lh.bytes, m->rank, TAG_LIST);
         p[lh.bytes] = '\0';
         mp_err e;
         if (lh.code != MP_OK) {
@@ -362,7 +362,7 @@ static int leader_collect(ckpt_save *s, group *g) {
         free(p);
     }
     go_msg go = {!ck_save_failed(s) && !member_failed, (int64_t)ck_save_opts_of(s)->fill_bytes};
-    for (int k = 0; k < g->nm; k++) g->w->send(g->w, &go, sizeof go, g->m[k].rank, TAG_GO);
+    for (int k = 0; k < g->nm; k++) g->w->ops->send(g->w, &go, sizeof go, g->m[k].rank, TAG_GO);
     return (int)go.go;
 }
 
@@ -393,10 +393,10 @@ static void group_free(group *g) {
 
 mp_code ck_group_write(ckpt_save *s, mp_code (*write_files)(ckpt_save *s, mp_err *e), mp_err *e) {
     mp_comm *w = ck_save_world(s);
-    if (!w->send || !w->recv)   /* every rank has the same kind of world: all take this path */
+    if (!w->ops->send || !w->ops->recv)   /* every rank has the same kind of world: all take this path */
         return mp_err_set(e, MP_EINPUT, "files of several ranks (ranks_per_file %d) need a world communicator with "
                           "point-to-point operations (MPI); \"%s\" has none", ck_save_opts_of(s)->ranks_per_file,
-                          w->name);
+                          w->ops->name);
     int gsize = ck_save_opts_of(s)->ranks_per_file;
     int *leader = leaders(w, gsize == CKPT_FILES_NODE ? 0 : gsize);
     group g = {.w = w, .leader = leader[w->rank]};

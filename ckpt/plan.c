@@ -597,7 +597,7 @@ mp_code ckpt_open_planned(ckpt_reader **out, mp_comm *world, const char *dir, co
     if (!local) local = ck_dir_exists(dir, e);
     int64_t n = (int64_t)req.n;
     int64_t *rlen = me == 0 ? mp_xcalloc(sizeof(int64_t) * (size_t)world->size) : NULL;
-    world->gather(world, rlen, &n, sizeof n, 0);
+    world->ops->gather(world, rlen, &n, sizeof n, 0);
     ck_plan_src *S = NULL;
     if (me == 0 && !local) local = ck_plan_src_open(dir, 0, &S, e);
     mp_code rc = mp_comm_agree(world, local, e, NULL);   /* rank 0's bad index: the same error everywhere */

@@ -61,14 +61,14 @@ char *ck_gather_round(mp_comm *w, const void *mine, int64_t n, const int64_t *le
     size_t total = 0;
     for (int r = r0; counts && r < r1; r++) total += (size_t)len[r];
     char *out = counts ? mp_xmalloc(total ? total : 1) : NULL;
-    w->gatherv(w, out, mine, w->rank >= r0 && w->rank < r1 ? n : 0, counts, 0);
+    w->ops->gatherv(w, out, mine, w->rank >= r0 && w->rank < r1 ? n : 0, counts, 0);
     free(counts);
     return out;
 }
 
 void ck_scatter_round(mp_comm *w, void *out, int64_t n, const void *in, const int64_t *len, int r0, int r1) {
     int64_t *counts = round_counts(w, len, r0, r1);
-    w->scatterv(w, out, w->rank >= r0 && w->rank < r1 ? n : 0, in, counts, 0);
+    w->ops->scatterv(w, out, w->rank >= r0 && w->rank < r1 ? n : 0, in, counts, 0);
     free(counts);
 }
 

@@ -45,12 +45,21 @@ typedef struct view_job {
     char *root;      /* set instead of L and dir: heal the checkpoints of this root */
 } view_job;
 
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static atomic_int g_running;          /* a view write is in flight (set before start, cleared last) */
-static mp_code g_rc = MP_OK;          /* the last finished write's result, its message and its time */
-static mp_err g_err;
-static double g_secs;
+/* The process's background view writer: a singleton, on purpose, owned by this file (nothing else
+ * touches it; the rest of ckpt/ sees ck_view_bg_start / ck_view_bg_wait, training ckpt_views_wait).
+ * Why per process and not state a caller passes in: it exists because HDF5 is used by one thread at a
+ * time per process, and every HDF5 user of the process (ck_h5_init, called by every library entry
+ * point) must find the one write in flight and wait for it; the commit that starts it returns before
+ * it ends, and the caller who collects its result (ckpt_views_wait) holds no save. t_view_thread is the
+ * view thread's own mark (ck_view_bg_wait on it returns at once). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int running;   /* a view write is in flight (set before start, cleared last) */
+    mp_code rc;           /* the last finished write's result, its message and its time */
+    mp_err err;
+    double secs;
+} g_view = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, MP_OK, {0}, 0};
 static _Thread_local int t_view_thread;
 
 /* Writes dir/view.h5 of L (ck_views_replace; fault ckpt_fail_at:view_write); if_absent: only
@@ -124,27 +133,27 @@ static void *view_main(void *arg) {
     free(j->dir);
     free(j->root);
     free(j);
-    pthread_mutex_lock(&g_mu);
-    g_rc = rc;
-    g_err = e;
-    g_secs = ck_now() - t0;
-    atomic_store(&g_running, 0);   /* after every HDF5 call of this thread */
-    pthread_cond_broadcast(&g_cv);
-    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_lock(&g_view.mu);
+    g_view.rc = rc;
+    g_view.err = e;
+    g_view.secs = ck_now() - t0;
+    atomic_store(&g_view.running, 0);   /* after every HDF5 call of this thread */
+    pthread_cond_broadcast(&g_view.cv);
+    pthread_mutex_unlock(&g_view.mu);
     return NULL;
 }
 
 void ck_view_bg_wait(void) {
-    if (!atomic_load(&g_running) || t_view_thread) return;
-    pthread_mutex_lock(&g_mu);
-    while (atomic_load(&g_running)) pthread_cond_wait(&g_cv, &g_mu);
-    pthread_mutex_unlock(&g_mu);
+    if (!atomic_load(&g_view.running) || t_view_thread) return;
+    pthread_mutex_lock(&g_view.mu);
+    while (atomic_load(&g_view.running)) pthread_cond_wait(&g_view.cv, &g_view.mu);
+    pthread_mutex_unlock(&g_view.mu);
 }
 
 /* Starts job j on a detached thread (after any write in flight); without a thread, runs it here. */
 static void start_job(view_job *j) {
     ck_view_bg_wait();
-    atomic_store(&g_running, 1);
+    atomic_store(&g_view.running, 1);
     pthread_attr_t at;
     pthread_t th;
     int ok = 0;
@@ -175,12 +184,12 @@ void ckpt_views_heal_start(const char *root) {
 
 mp_code ckpt_views_wait(double *write_s, mp_err *e) {
     ck_view_bg_wait();
-    pthread_mutex_lock(&g_mu);
-    mp_code rc = g_rc;
-    if (rc != MP_OK && e) *e = g_err;
-    if (write_s) *write_s = g_secs;
-    g_rc = MP_OK;
-    g_secs = 0;
-    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_lock(&g_view.mu);
+    mp_code rc = g_view.rc;
+    if (rc != MP_OK && e) *e = g_view.err;
+    if (write_s) *write_s = g_view.secs;
+    g_view.rc = MP_OK;
+    g_view.secs = 0;
+    pthread_mutex_unlock(&g_view.mu);
     return rc;
 }

@@ -69,7 +69,7 @@ static void print_json(const eval_result *e) {
 
 /* The flags of `meshpoint eval`. */
 typedef struct eval_flags {
-    const char *config, *data, *checkpoint, *fmt_name, *device, *max_memory;
+    const char *config, *data, *checkpoint, *fmt_name, *device, *comm, *max_memory;
     int batches, batch, seq, tp, dp, json, sp;
     int set_batch, set_seq, set_tp, set_dp, set_sp;
     int64_t seed;
@@ -114,6 +114,7 @@ static mp_code parse_flags(eval_run *r, int argc, char **argv, int *help) {
          "sequence parallelism (auto: on when tp > 1 and tp divides --seq-len; the loss is the same either way)",
          .set = &f->set_sp},
         {"device", MP_ARG_STRING, &f->device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
+        {"comm", MP_ARG_STRING, &f->comm, "C", MP_RUNTIME_COMM_HELP, mp_mesh_comm_names},
         {"max-memory", MP_ARG_STRING, &f->max_memory, "SIZE",
          "memory bound per rank for the plan checked at start (e.g. 8G), replacing the measured one", .dflt = "what the host and ulimit allow"},
         {"json", MP_ARG_SWITCH, &f->json, NULL, "print one JSON object (see above) instead of the loss line"},
@@ -229,7 +230,7 @@ static mp_alike evaluate(eval_run *r) {
  * only some ranks may find (files on node-local paths, the memory of each host) are agreed on and go
  * through MP_PHASE_AGREED, like train's (cli/runtime.h). */
 int mp_cmd_eval(int argc, char **argv) {
-    eval_run run = {.f = {.fmt_name = "llmc", .device = "cpu", .batches = 8, .tp = 1, .sp = -1}}, *r = &run;
+    eval_run run = {.f = {.fmt_name = "llmc", .device = "cpu", .comm = "auto", .batches = 8, .tp = 1, .sp = -1}}, *r = &run;
     mp_train_config_default(&r->tc);
     r->f.seed = (int64_t)r->tc.seed;
     r->f.batch = r->tc.batch_size;
@@ -243,7 +244,7 @@ int mp_cmd_eval(int argc, char **argv) {
     ALIKE(mp_alike_of(parse_flags(r, argc, argv, &help)));
     if (help) goto done;
     AGREED(mp_runtime_agree(&r->rt, load_config(r), &r->err));
-    ALIKE(mp_alike_of(mp_runtime_mesh(&r->rt, r->tc.tp, r->tc.dp, r->f.device, &r->err)));
+    ALIKE(mp_alike_of(mp_runtime_mesh(&r->rt, r->tc.tp, r->tc.dp, r->f.device, r->f.comm, &r->err)));
     AGREED(resolve_checkpoint(r));
     ALIKE(mp_alike_of(llama_config_validate_pair(&r->mc, &r->tc, &r->err)));
     ALIKE(mp_alike_of(mp_batch_split_init(&r->bs, r->tc.batch_size, 1, r->rt.mesh.dp, &r->err)));

@@ -264,7 +264,7 @@ int mp_cmd_export(int argc, char **argv) {
     if (!dcp && o.c.ranks_per_file != 1) { mp_err_set(&err, MP_EINPUT, "--ckpt-files: only with --format dcp"); goto fail; }
     if (parse_shard_size(o.max_shard, &o.shard_bytes, &err)) goto fail;
     if (rt.world > 1) { mp_err_set(&err, MP_EINPUT, "export runs in one process (not under mpirun -np %d)", rt.world); goto fail; }
-    if (mp_runtime_mesh(&rt, 1, 1, "cpu", &err)) goto fail;
+    if (mp_runtime_mesh(&rt, 1, 1, "cpu", NULL, &err)) goto fail;
     if ((dcp ? run_export_dcp : run_export)(&rt, argv[0], &o, &err)) goto fail;
     goto done;
 fail:

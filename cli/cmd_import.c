@@ -121,7 +121,7 @@ int mp_cmd_import(int argc, char **argv) {
         goto fail;
     }
     if (mp_convert_check_flags(&o, IMPORT_FLAGS, &err)) goto fail;
-    if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
+    if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", NULL, &err)) goto fail;
     if (open_import_source(argv[0], config, names, &mc, &src, &info, &tokdir, &err)) goto fail;
     if (mp_convert_target_layout(&mc, &o, !info.moments, &boxes, &n, &err)) goto fail;
     mp_train_config tc;

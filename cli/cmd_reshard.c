@@ -60,7 +60,7 @@ int mp_cmd_reshard(int argc, char **argv) {
     if (npos == 0) { mp_err_set(&err, MP_EINPUT, "SRC (the checkpoint to convert) is missing"); goto fail; }
     if (npos > 1) { mp_err_set(&err, MP_EINPUT, "one SRC checkpoint expected, got %d arguments", npos); goto fail; }
     if (mp_convert_check_flags(&o, RESHARD_FLAGS, &err)) goto fail;
-    if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
+    if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", NULL, &err)) goto fail;
     mp_convert_note_sp(&rt, &o);
     llama_config mc;
     if (mp_convert_open_ckpt(argv[0], o.max_bytes / 4, &src_dir, &src, &mc, &err)) goto fail;
@@ -127,7 +127,7 @@ int mp_cmd_init(int argc, char **argv) {
     tc.tp = o.tp;
     tc.dp = o.dp;
     if (mp_train_config_validate(&tc, &err)) { mp_err_wrap(&err, "%s: train", config); goto fail; }
-    if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", &err)) goto fail;
+    if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", NULL, &err)) goto fail;
     mp_convert_note_sp(&rt, &o);
     if (mp_convert_target_layout(&mc, &o, 0, &boxes, &n, &err)) goto fail;
     if (rs_source_init(&src, &mc, tc.seed, &err)) goto fail;

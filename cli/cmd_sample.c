@@ -61,7 +61,7 @@
 
 /* The flags of `meshpoint sample`. */
 typedef struct sample_flags {
-    const char *checkpoint, *prompt, *device, *max_memory;
+    const char *checkpoint, *prompt, *device, *comm, *max_memory;
     int tokens, top_k, tp, dp, ids, ignore_eos, no_kv_cache;
     double temperature, top_p;
     int64_t seed;
@@ -119,6 +119,7 @@ static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
         {"tp", MP_ARG_INT, &f->tp, "N", "tensor-parallel degree"},
         {"dp", MP_ARG_INT, &f->dp, "N", "data-parallel degree (0: world / tp)"},
         {"device", MP_ARG_STRING, &f->device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
+        {"comm", MP_ARG_STRING, &f->comm, "C", MP_RUNTIME_COMM_HELP, mp_mesh_comm_names},
         {"max-memory", MP_ARG_STRING, &f->max_memory, "SIZE", "memory bound per rank for the plan",
          .dflt = "what the host and ulimit allow"},
         {0}};
@@ -324,7 +325,7 @@ static void last_logits(sample_run *r) {
     int64_t counts[64];
     assert(tp->size <= 64);
     for (int i = 0; i < tp->size; i++) counts[i] = v_local;   /* every slice is v_local long (padding at the end) */
-    tp->all_gatherv(tp, r->row, r->part, counts, MP_F32);
+    tp->ops->all_gatherv(tp, r->row, r->part, counts, MP_F32);
 }
 
 /* Whether id is one of the end-of-sequence ids. */
@@ -406,7 +407,7 @@ static void generate(sample_run *r) {
 /* `meshpoint sample`. Errors every rank finds alike go through MP_PHASE_ALIKE; the others are agreed
  * (MP_PHASE_AGREED; cli/runtime.h). */
 int mp_cmd_sample(int argc, char **argv) {
-    sample_run run = {.f = {.device = "cpu", .tokens = 64, .temperature = 0.8, .top_k = 0, .top_p = 1, .tp = 1, .seed = 1}};
+    sample_run run = {.f = {.device = "cpu", .comm = "auto", .tokens = 64, .temperature = 0.8, .top_k = 0, .top_p = 1, .tp = 1, .seed = 1}};
     sample_run *r = &run;
     mp_runtime_start(&r->rt, &argc, &argv);
     mp_err_clear(&r->err);
@@ -415,7 +416,7 @@ int mp_cmd_sample(int argc, char **argv) {
 #define AGREED(expr) MP_PHASE_AGREED(status, done, expr)
     ALIKE(mp_alike_of(parse_flags(r, argc, argv, &help)));
     if (help) goto done;
-    ALIKE(mp_alike_of(mp_runtime_mesh(&r->rt, r->f.tp, r->f.dp, r->f.device, &r->err)));
+    ALIKE(mp_alike_of(mp_runtime_mesh(&r->rt, r->f.tp, r->f.dp, r->f.device, r->f.comm, &r->err)));
     AGREED(read_checkpoint_config(r));
     ALIKE(mp_alike_of(encode_prompt(r)));
     AGREED(build_model(r));

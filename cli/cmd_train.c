@@ -47,7 +47,7 @@ static void on_stop_signal(int sig) { g_stop_signal = sig; }
  * one all-reduce of the flag over the world per step. */
 static int stop_requested(mp_mesh *mesh) {
     float flag = g_stop_signal ? 1.0f : 0.0f;
-    mesh->world_comm->all_reduce(mesh->world_comm, &flag, 1, MP_F32, 1);
+    mesh->world_comm->ops->all_reduce(mesh->world_comm, &flag, 1, MP_F32, 1);
     return flag > 0;
 }
 
@@ -63,7 +63,7 @@ typedef enum step_flow {
 /* Builds the mesh (fixing c->dp) and the batch split. Fails alike on every rank. */
 static mp_alike setup_mesh(train_run *r) {
     mp_train_config *c = &r->f.tc;
-    mp_code rc = mp_runtime_mesh(&r->rt, c->tp, c->dp, r->f.device, &r->err);
+    mp_code rc = mp_runtime_mesh(&r->rt, c->tp, c->dp, r->f.device, r->f.comm, &r->err);
     if (rc) return mp_alike_of(rc);
     r->mesh = &r->rt.mesh;
     c->dp = r->mesh->dp;

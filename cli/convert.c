@@ -180,8 +180,8 @@ static void print_stats(mp_runtime *rt, const char *cmd, const rs_stats *st, con
     mp_comm *workers = rt->mesh.world_comm;
     float v[4] = {(float)(st->bytes_read / 1048576.0), (float)(st->bytes_needed / 1048576.0),
                   (float)(st->bytes_written / 1048576.0), (float)(st->largest_band / 1048576.0)};
-    workers->all_reduce(workers, v, 3, MP_F32, 0);
-    workers->all_reduce(workers, v + 3, 1, MP_F32, 1);
+    workers->ops->all_reduce(workers, v, 3, MP_F32, 0);
+    workers->ops->all_reduce(workers, v + 3, 1, MP_F32, 1);
     if (rt->rank == 0)
         fprintf(stderr,
                 "meshpoint %s: wrote %s for tp %d x dp %d (%d rank files, %.2f MiB) in %.2f s; read %.2f MiB for "

@@ -137,6 +137,28 @@ int64_t mp_memplan_ckpt_bands(int ranks_per_file, int world) {
     return ckpt_files_grouped(ranks_per_file, world) ? 2 * (int64_t)CKPT_FILL_BYTES_DEFAULT : 0;
 }
 
+/* Whether c is a staged communicator (core/comm_staged.h): its host buffers are the plan's. */
+static int staged(const mp_comm *c) { return !strcmp(c->ops->name, "staged"); }
+
+/* The collectives' own host memory. The ring collectives' scratch of an MPI group whose sums exceed a
+ * piece (core/comm_mpi.h, "Memory"): the host communicators' on a CPU backend, a staged one's inner MPI
+ * communicator's, none for NCCL (device buffers). A staged group's two host buffers (core/comm_staged.h)
+ * at their largest: the blocking one holds a reduce-scatter's input and this rank's part ((1 + 1/p) x the
+ * group's largest sum: a unit's fp32 gradients over dp, N x D activations over tp), which exceeds every
+ * gather and all-reduce of the step; the split-phase one a gathered unit in the compute dtype (the dp
+ * group's FSDP prefetch). */
+static int64_t comm_bytes(const mp_runtime *rt, const llama_memory_plan *mp) {
+    const int64_t piece = (int64_t)MP_COMM_MPI_PIECE_BYTES, scratch = (int64_t)MP_COMM_MPI_SCRATCH_BYTES;
+    const mp_mesh *m = &rt->mesh;
+    int tp_st = staged(m->tp_comm), dp_st = staged(m->dp_comm), host = rt->be->host_memory;
+    int64_t b = scratch * (((host || dp_st) && mp->dp_sum_bytes > piece) + ((host || tp_st) && mp->tp_sum_bytes > piece));
+    if (tp_st) b += 64 + mp->tp_sum_bytes + mp->tp_sum_bytes / m->tp;
+    if (dp_st)
+        b += 2 * 64 + mp->dp_sum_bytes + mp->dp_sum_bytes / m->dp +
+             mp->dp_sum_bytes / (int64_t)sizeof(float) * (int64_t)mp_act_size(rt->be);
+    return b;
+}
+
 /* The plan's terms beyond the model's own (see mp_memplan). */
 static void command_terms(const mp_runtime *rt, const llama_options *opt, const mp_memplan_use *use, mp_memplan *p) {
     const int64_t *c = p->model.bytes;
@@ -151,12 +173,7 @@ static void command_terms(const mp_runtime *rt, const llama_options *opt, const 
         if (load > p->ckpt_io) p->ckpt_io = load;
     }
     p->own = use->own;
-    /* the ring collectives' scratch of a tp or dp group whose sums exceed a piece (core/comm_mpi.h,
-     * "Memory"); a device's groups are NCCL's, on device buffers */
-    int64_t piece = (int64_t)MP_COMM_MPI_PIECE_BYTES;
-    if (rt->be->host_memory)
-        p->comm = (int64_t)MP_COMM_MPI_SCRATCH_BYTES *
-                  ((p->model.dp_sum_bytes > piece) + (p->model.tp_sum_bytes > piece));
+    p->comm = comm_bytes(rt, &p->model);
     /* each term < 2^58: no overflow */
     p->total = p->model.total + p->staging + p->data + p->init + p->ckpt_bands + p->ckpt_io + p->own + p->comm;
 }

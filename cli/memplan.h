@@ -35,7 +35,8 @@ typedef struct mp_memplan {
     int64_t acts_other;     /* a training model's activations with the other --recompute mode (none <->
                              * full), for the plan's comparison line and the refusal's advice; 0 forward only */
     int64_t comm;           /* the ring collectives' scratch of each MPI group whose sums exceed a piece
-                             * (MP_COMM_MPI_SCRATCH_BYTES each, core/comm_mpi.h) */
+                             * (MP_COMM_MPI_SCRATCH_BYTES each, core/comm_mpi.h) and a staged group's
+                             * host buffers (core/comm_staged.h) */
     int64_t total;          /* this rank */
     int64_t largest;        /* the largest rank's total over the mesh */
     int64_t host_total;     /* the ranks on this host together */

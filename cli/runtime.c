@@ -87,7 +87,7 @@ static mp_code agree_device(mp_runtime *rt, mp_code local, mp_err *err) {
     return agreed;
 }
 
-mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_err *err) {
+mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, const char *comm, mp_err *err) {
     mp_code rc = mp_backend_get(device, &rt->be, err);
     /* fault fail_device_rank: a host whose GPU cannot be used */
     if (!rc && mp_fault_int("fail_device_rank", -1) == rt->rank)
@@ -105,9 +105,13 @@ mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_e
         mp_mesh_init_single(&rt->mesh);
     }
     rt->have_mesh = 1;   /* before the attach: a failed one leaves a mesh that mp_runtime_end destroys */
-    /* device communicators for the backend (NCCL for the tp / dp groups of a GPU run; nothing on the CPU).
+    /* device communicators for the backend (NCCL or staged for the tp / dp groups of a GPU run; nothing on
+     * the CPU unless --comm staged).
      * Collective; a failure is agreed inside, every rank returns it with the failing rank's message. */
-    MP_TRY(mp_mesh_attach_device(&rt->mesh, rt->be, err));
+    mp_mesh_comm kind = MP_MESH_COMM_AUTO;
+    for (int k = 0; comm && mp_mesh_comm_names[k]; k++)   /* the flag parser admitted only these names */
+        if (!strcmp(comm, mp_mesh_comm_names[k])) kind = (mp_mesh_comm)k;
+    MP_TRY(mp_mesh_attach_device(&rt->mesh, rt->be, kind, err));
     rt->rss_start = mp_proc_kb_bytes("/proc/self/status", "VmRSS");   /* the program, MPI, the backend */
     return MP_OK;
 }
@@ -134,7 +138,7 @@ mp_agreed mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *er
     int from = local != MP_OK ? 0 : -1;
     mp_code agreed = w ? mp_comm_agree(w, local, &m, &from) : local;
     if (agreed != MP_OK && from == (w ? w->rank : 0)) mp_log_fail("%s", m.msg);   /* the failing rank says it */
-    if (early) w->destroy(w);
+    if (early) w->ops->destroy(w);
     return (mp_agreed){agreed};
 }
 
@@ -157,7 +161,7 @@ mp_agreed mp_runtime_resolve_ckpt(const mp_runtime *rt, const char *what, const 
     }
     MP_TRY_AGREED(mp_runtime_agree(rt, local, err));
     mp_comm *w = rt->mesh.world_comm;
-    if (rt->mesh.world > 1) w->broadcast(w, dir, cap, 0);
+    if (rt->mesh.world > 1) w->ops->broadcast(w, dir, cap, 0);
     return (mp_agreed){MP_OK};
 }
 
@@ -166,7 +170,7 @@ mp_code mp_runtime_ckpt_open_meta(const mp_runtime *rt, const char *dir, ckpt_re
     int early = !rt->have_mesh && rt->mpi;
     mp_comm *w = rt->have_mesh ? rt->mesh.world_comm : early ? mp_comm_mpi_create(MPI_COMM_WORLD) : mp_comm_self();
     mp_code rc = ckpt_open_planned(r, w, dir, NULL, 0, err);
-    if (!rt->have_mesh) w->destroy(w);
+    if (!rt->have_mesh) w->ops->destroy(w);
     return rc;
 }
 
@@ -259,7 +263,7 @@ double mp_eval_loss_n(llama_model *m, const mp_token_file *f, const mp_batch_spl
         mp_loader_advance(&l);
         if (l.cur.epoch > 0) { nbatches = b + 1; break; }   /* the file holds fewer batches: use them once */
     }
-    mesh->ctl_dp->all_reduce_f64(mesh->ctl_dp, &sum, 1);
+    mesh->ctl_dp->ops->all_reduce_f64(mesh->ctl_dp, &sum, 1);
     if (used) *used = nbatches;
     return sum / ((double)nbatches * bs->global * T);
 }

@@ -56,11 +56,12 @@ typedef struct mp_runtime {
 
 /* Initialises MPI if the process was started by an MPI launcher (else world = 1). */
 void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv);
-/* Builds the mesh (tp, dp; dp = 0 means world / tp) and picks the backend ("cpu" | "cuda"). Fails alike
+/* Builds the mesh (tp, dp; dp = 0 means world / tp), picks the backend ("cpu" | "cpu-bf16" | "cuda") and
+ * the device communicators (comm: one of mp_mesh_comm_names, NULL for "auto"; core/mesh.h). Fails alike
  * (mp_alike_of its code): a device that only some ranks cannot use is agreed over the world (printed by
  * the lowest such rank, exit 2 on every rank; rt->reported then keeps rank 0 from printing it again),
  * never left for a collective to hang on. */
-mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, mp_err *err);
+mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, const char *comm, mp_err *err);
 /* The exit of a failure every rank found alike: prints err once as "meshpoint <cmd>: error: ..."
  * (mp_log_fail, from rank 0; nothing when rt->reported says the failing rank printed it) and returns
  * mp_exit_status(f.code). f.code must not be MP_OK (MP_EINTERNAL's status then: a phase that failed
@@ -145,6 +146,9 @@ static inline int mp_batch_first(const mp_batch_split *s, int a, int r) {
 /* The --device choices of train, eval and sample (NULL-terminated): "cpu-bf16" emulates the GPU's
  * precision on the CPU (core/backend.h). */
 extern const char *const mp_runtime_devices[];
+#define MP_RUNTIME_COMM_HELP                                                                               \
+    "communicator of the tp and dp groups' device buffers: auto (NCCL, one GPU per rank; staged when ranks "  \
+    "share a GPU; MPI on the CPU), nccl, or staged (through host memory and MPI, any device)"
 #define MP_RUNTIME_DEVICE_HELP "compute device (cpu-bf16: the GPU's bf16 precision emulated on the CPU; slow, for checks)"
 
 /* The model options for rt's mesh: micro-batch micro, tc's seq_len, SP (tc->sp < 0: on when tp > 1) and

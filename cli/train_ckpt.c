@@ -428,7 +428,7 @@ void mp_checkpoint_log_io(mp_mesh *mesh, const char *what, const char *dir, cons
     int64_t nidx = 0;   /* and the ranks that read an index.h5 in this process (ckpt_open_planned: rank 0) */
     ckpt_index_reads(&nidx, NULL);
     float v[3] = {(float)(st->bytes_read / 1048576.0), (float)(st->bytes_needed / 1048576.0), nidx > 0 ? 1.0f : 0.0f};
-    mesh->world_comm->all_reduce(mesh->world_comm, v, 3, MP_F32, 0);
+    mesh->world_comm->ops->all_reduce(mesh->world_comm, v, 3, MP_F32, 0);
     mp_info("%s %s at step %lld: read %.2f MiB for %.2f MiB needed (ratio %.3f); index.h5 read by %d of %d ranks", what,
             dir, (long long)st->step, v[0], v[1], v[1] > 0 ? v[0] / v[1] : 1.0, (int)v[2], mesh->world);
 }

@@ -65,7 +65,7 @@ static mp_code parse_compress(const char *s, int *level, mp_err *err) {
 /* Parses the command line into r->f (the flags over the default training config). With --help/-h, sets
  * *help and prints the help on rank 0. Fails alike on every rank: a bad flag, a positional argument. */
 mp_alike mp_train_parse_flags(train_run *r, int argc, char **argv, int *help) {
-    train_flags f = {.run_dir = "run", .device = "cpu", .data_format = "llmc", .compress = "none", .ckpt_files = "rank",
+    train_flags f = {.run_dir = "run", .device = "cpu", .comm = "auto", .data_format = "llmc", .compress = "none", .ckpt_files = "rank",
                      .on_save_error = "stop", .on_nonfinite = "stop"};
     mp_train_config_default(&f.tc);   /* sp -1: auto (--help shows the defaults actually used) */
     const mp_field *fs = mp_train_config_fields();
@@ -84,6 +84,7 @@ mp_alike mp_train_parse_flags(train_run *r, int argc, char **argv, int *help) {
         {0}};
     const mp_arg job_flags[] = {
         {"device", MP_ARG_STRING, &f.device, "DEV", MP_RUNTIME_DEVICE_HELP, mp_runtime_devices},
+        {"comm", MP_ARG_STRING, &f.comm, "C", MP_RUNTIME_COMM_HELP, mp_mesh_comm_names},
         {"ckpt-dir", MP_ARG_STRING, &f.ckpt_dir, "DIR", "checkpoint directory", .dflt = "RUN/checkpoints"},
         {"ckpt-every", MP_ARG_I64, &f.ckpt_every, "N", "save a checkpoint every N steps and at the end (0: never)"},
         {"keep", MP_ARG_INT, &f.keep, "K", "keep only the newest K checkpoints (0: all)"},

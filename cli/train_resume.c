@@ -35,7 +35,7 @@ static mp_agreed pick_resume_dir(train_run *r) {
         }
     }
     MP_TRY_AGREED(mp_runtime_agree(&r->rt, local, &r->err));
-    r->mesh->world_comm->broadcast(r->mesh->world_comm, r->resume_dir, sizeof r->resume_dir, 0);
+    r->mesh->world_comm->ops->broadcast(r->mesh->world_comm, r->resume_dir, sizeof r->resume_dir, 0);
     return (mp_agreed){MP_OK};
 }
 

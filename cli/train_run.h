@@ -30,7 +30,7 @@ typedef struct train_fill_ctx {
 
 /* The command line as parsed (mp_train_parse_flags): the flags over the default training config. */
 typedef struct train_flags {
-    const char *config, *run_dir, *device, *data_format;
+    const char *config, *run_dir, *device, *comm, *data_format;
     mp_train_config tc;                  /* the training flags' values, over the default training config */
     int set[MP_TRAIN_NFIELDS];           /* set[i]: the flag of mp_train_config_fields()[i] was given */
     const char *str[MP_TRAIN_NFIELDS];   /* a string flag's value (--train-data), copied into tc once parsed */

@@ -1,12 +1,13 @@
 /*
- * core/comm.c — the backend-independent part of the communicator table: reading and resetting the
- * per-op traffic counters that every implementation (self, MPI, NCCL) fills in with the formulas of
+ * core/comm.c — the backend-independent part of the communicator: making and freeing an instance of a
+ * kind's const ops table (mp_comm_new, mp_comm_free), reading, adding and resetting the per-op traffic counters that every implementation (self, MPI, NCCL) fills in with the formulas of
  * core/comm.h. Implementations live in comm_self.c, comm_mpi.c (and a CUDA file for NCCL). Also the
  * one agreement on a failure over a group (mp_comm_agree), built on the table's all_reduce and
  * broadcast, so every layer (mesh set-up, checkpoint commit, the CLI) agrees the same way.
  */
 #include "core/comm.h"
 #include <assert.h>
+#include "core/alloc.h"
 #include "core/mesh.h"
 #include <stdio.h>
 #include <string.h>
@@ -20,13 +21,27 @@ static int has_rank_prefix(const char *msg) {
     return p[0] == ']' && p[1] == ' ';
 }
 
+mp_comm *mp_comm_new(const mp_comm_ops *ops, int rank, int size, void *impl) {
+    assert(ops && ops->name && ops->destroy && size >= 1 && rank >= 0 && rank < size);
+    mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
+    c->ops = ops;
+    c->rank = rank;
+    c->size = size;
+    c->impl = impl;
+    return c;
+}
+
+void mp_comm_free(mp_comm *c) {
+    if (c) mp_free_acct(c, sizeof *c, MP_MEM_COMM);
+}
+
 mp_code mp_comm_agree(mp_comm *c, mp_code local, mp_err *err, int *from) {
     assert(c && c->size >= 1 && c->size <= (1 << 24));   /* ranks and codes travel exactly as floats */
     if (from) *from = local != MP_OK ? c->rank : -1;
     if (c->size == 1) return local;
     /* one all_reduce(max): the worst code, and -rank of the lowest failing rank (-size if none) */
     float v[2] = {(float)local, local != MP_OK ? -(float)c->rank : -(float)c->size};
-    c->all_reduce(c, v, 2, MP_F32, 1);
+    c->ops->all_reduce(c, v, 2, MP_F32, 1);
     mp_code worst = (mp_code)(int)v[0];
     if (worst == MP_OK) return MP_OK;
     int src = (int)-v[1];
@@ -40,7 +55,7 @@ mp_code mp_comm_agree(mp_comm *c, mp_code local, mp_err *err, int *from) {
         if (has_rank_prefix(own)) snprintf(msg, sizeof msg, "%s", own);
         else snprintf(msg, sizeof msg, "[rank %d] %.2000s", src, own);
     }
-    c->broadcast(c, msg, sizeof msg, src);
+    c->ops->broadcast(c, msg, sizeof msg, src);
     msg[sizeof msg - 1] = '\0';
     return mp_err_set(err, worst, "%s", msg);
 }
@@ -62,6 +77,15 @@ void mp_comm_reset_counters(mp_comm *c) {
     memset(c->bytes_sent, 0, sizeof c->bytes_sent);
     memset(c->seconds, 0, sizeof c->seconds);
     memset(c->calls, 0, sizeof c->calls);
+}
+
+void mp_comm_add_counters(mp_comm *dst, const mp_comm *src) {
+    assert(dst && src);
+    for (int op = 0; op < MP_COMM_NOPS; op++) {
+        dst->bytes_sent[op] += src->bytes_sent[op];
+        dst->calls[op] += src->calls[op];
+        dst->seconds[op] += src->seconds[op];
+    }
 }
 
 /* Sum of seconds over every op kind of c. */

@@ -1,8 +1,8 @@
 /*
- * core/comm.h — collectives as a table of function pointers (MPI on CPU; NCCL can take its place on
- * GPUs), over one group of ranks. Every op counts the bytes it sends from this rank, per op kind, with
- * the accounting of a ring algorithm, so tests can check the traffic of the parallel plan against a
- * formula (docs/PARALLEL.md):
+ * core/comm.h — collectives over one group of ranks: a const table of operations per kind (self, MPI;
+ * for device buffers NCCL, or the staged copy through host memory and MPI) and an instance per group.
+ * Every op counts the bytes it sends from this rank, per op kind, with the accounting of a ring
+ * algorithm, so tests can check the traffic of the parallel plan against a formula (docs/PARALLEL.md):
  *   all_reduce(n bytes)      2 * (p-1)/p * n
  *   all_gather(n per rank)   (p-1) * n        (each rank's n bytes reach p-1 others)
  *   reduce_scatter(n total)  (p-1)/p * n
@@ -46,9 +46,11 @@ typedef enum { MP_COMM_ALLREDUCE = 0, MP_COMM_ALLGATHER, MP_COMM_REDUCE_SCATTER,
 
 typedef struct mp_comm mp_comm;
 
-struct mp_comm {
-    const char *name;   /* "self", "mpi", "nccl" */
-    int rank, size;
+/* The operations of one kind of communicator (self, mpi, nccl, staged, the mesh's device wrappers): one
+ * static const table per kind, shared by all its instances, as a backend's table is (core/backend.h).
+ * What varies per instance (rank, size, the counters, the implementation's state) is in mp_comm. */
+typedef struct mp_comm_ops {
+    const char *name;   /* "self", "mpi", "nccl", "staged" */
     /* In place: sum (op_max = 0) or max (op_max = 1) of x[n] over the group. */
     void (*all_reduce)(mp_comm *c, void *x, int64_t n, mp_dtype dt, int op_max);
     /* Same in double (for norms and loss sums that must not lose precision). */
@@ -90,11 +92,24 @@ struct mp_comm {
     void (*recv)(mp_comm *c, void *buf, size_t bytes, int src, int tag);
     void (*destroy)(mp_comm *c);
 
+} mp_comm_ops;
+
+/* One communicator: its kind's const table and this instance's group position, counters and state.
+ * Call an op as c->ops->ops->all_reduce(c, ...). */
+struct mp_comm {
+    const mp_comm_ops *ops;
+    int rank, size;
     int64_t bytes_sent[MP_COMM_NOPS];   /* counted per op kind, see the formulas above */
     int64_t calls[MP_COMM_NOPS];
     double seconds[MP_COMM_NOPS];       /* wall time spent inside the collectives (benchmarks) */
-    void *impl;
+    void *impl;                         /* the kind's private state (NULL for self) */
 };
+
+/* A new instance of kind ops at rank of size, over impl (its owner: ops->destroy frees it), counters
+ * zero; charged to MP_MEM_COMM, aborts on OOM. Every constructor makes its instance here. */
+mp_comm *mp_comm_new(const mp_comm_ops *ops, int rank, int size, void *impl);
+/* Frees the instance itself (not impl): the last step of every ops->destroy. NULL is fine. */
+void mp_comm_free(mp_comm *c);
 
 /* Agrees on a result that only some ranks may have failed to reach. Collective over c: every rank calls
  * it with its own local code and, when local != MP_OK, its message in *err (err may be NULL: the code's
@@ -113,9 +128,10 @@ struct mp_comm {
 mp_code mp_comm_agree(mp_comm *c, mp_code local, mp_err *err, int *from);
 /* A communicator of one rank: every op is an identity (copy where in != out). */
 mp_comm *mp_comm_self(void);
-/* Points c's collectives (not destroy) at the one-rank implementations of mp_comm_self: how any
- * backend's communicator of a group of one behaves, with nothing moved and nothing counted. */
-void mp_comm_use_self_ops(mp_comm *c);
+/* Adds src's counters (bytes, calls, seconds of every op kind) to dst's: a communicator that runs its
+ * collectives through an inner one of its own (the mesh's NCCL wrapper, the staged communicator) reports
+ * the inner's traffic as its own. */
+void mp_comm_add_counters(mp_comm *dst, const mp_comm *src);
 /* The traffic formulas above, counted into c by every implementation (MPI, NCCL) so that they cannot
  * disagree: all_reduce of n elements of elem_bytes each; all_gatherv / reduce_scatterv over counts[size]
  * (returns the total count; elem_bytes from mp_dtype_size); broadcast of bytes from root. Each also counts one call. */

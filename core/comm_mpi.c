@@ -2,11 +2,13 @@
  * core/comm_mpi.c — mp_comm over MPI (see core/comm_mpi.h for the design and determinism notes).
  *
  * Each op checks its arguments, counts its traffic with the exact formulas of core/comm.h, then calls
- * the matching MPI collective. A group of one rank gets mp_comm_self's ops at creation (copy, no MPI
- * call, nothing counted), so a tp = 1 or dp = 1 group under MPI behaves exactly as mp_comm_self().
+ * the matching MPI collective. The operations are one const table (mpi_ops); a group of one rank gets
+ * mpi1_ops, mp_comm_self's operations under the name "mpi" with this file's destroy (copy, no MPI call,
+ * nothing counted), so a tp = 1 or dp = 1 group under MPI behaves exactly as mp_comm_self().
  */
 #include "core/comm_mpi.h"
 #include "core/alloc.h"
+#include "core/comm_self.h"
 #include "core/mesh.h"
 #include <assert.h>
 #include <limits.h>
@@ -70,8 +72,11 @@ static MPI_Op mpi_op(mp_dtype dt, int op_max) {
 /* Runs one MPI call and adds its wall time to c->seconds[op]. */
 #define TIMED(c, op, call) do { double t0_ = MPI_Wtime(); call; (c)->seconds[op] += MPI_Wtime() - t0_; } while (0)
 
+static const mp_comm_ops mpi_ops, mpi1_ops;   /* defined at the end, after their functions */
+
+/* By name, not by table: a test may run an instance under a copy of the table with one op swapped. */
 static mpi_impl *impl_of(const mp_comm *c) {
-    assert(c && c->impl && strcmp(c->name, "mpi") == 0);
+    assert(c && c->impl && strcmp(c->ops->name, "mpi") == 0);
     return (mpi_impl *)c->impl;
 }
 
@@ -493,8 +498,28 @@ static void mpi_destroy(mp_comm *c) {
     mp_free_acct(im->ag_displs, sizeof(int) * (size_t)c->size, MP_MEM_COMM);
     if (im->scratch) mp_free_acct(im->scratch, MP_COMM_MPI_SCRATCH_BYTES, MP_MEM_COMM);
     mp_free_acct(im, sizeof *im, MP_MEM_COMM);
-    mp_free_acct(c, sizeof *c, MP_MEM_COMM);
+    mp_comm_free(c);
 }
+
+static const mp_comm_ops mpi_ops = {
+    .name = "mpi",
+    .all_reduce = mpi_all_reduce,
+    .all_reduce_f64 = mpi_all_reduce_f64,
+    .all_gatherv = mpi_all_gatherv,
+    .all_gatherv_start = mpi_all_gatherv_start,
+    .all_gatherv_wait = mpi_all_gatherv_wait,
+    .reduce_scatterv = mpi_reduce_scatterv,
+    .broadcast = mpi_broadcast,
+    .gather = mpi_gather,
+    .gatherv = mpi_gatherv,
+    .scatterv = mpi_scatterv,
+    .barrier = mpi_barrier,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .destroy = mpi_destroy,
+};
+/* A group of one: the self path, nothing counted, the dup still freed by mpi_destroy. */
+static const mp_comm_ops mpi1_ops = MP_COMM_SELF_OPS("mpi", mpi_destroy);
 
 mp_comm *mp_comm_mpi_create(MPI_Comm comm) {
     int init = 0;
@@ -504,34 +529,17 @@ mp_comm *mp_comm_mpi_create(MPI_Comm comm) {
         MPI_Op_create(bf16_sum, 1, &g_bf16_sum);
         MPI_Op_create(bf16_max, 1, &g_bf16_max);
     }
-    mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
     mpi_impl *im = mp_calloc(sizeof *im, MP_MEM_COMM);
+    int rank = 0, size = 0;
     MPI_Comm_dup(comm, &im->comm);
-    MPI_Comm_rank(im->comm, &c->rank);
-    MPI_Comm_size(im->comm, &c->size);
-    assert(c->size >= 1 && c->rank >= 0 && c->rank < c->size);
-    im->counts = mp_calloc(sizeof(int) * (size_t)c->size, MP_MEM_COMM);
-    im->displs = mp_calloc(sizeof(int) * (size_t)c->size, MP_MEM_COMM);
-    im->ag_counts = mp_calloc(sizeof(int) * (size_t)c->size, MP_MEM_COMM);
-    im->ag_displs = mp_calloc(sizeof(int) * (size_t)c->size, MP_MEM_COMM);
-    c->name = "mpi";
-    c->all_reduce = mpi_all_reduce;
-    c->all_reduce_f64 = mpi_all_reduce_f64;
-    c->all_gatherv = mpi_all_gatherv;
-    c->all_gatherv_start = mpi_all_gatherv_start;
-    c->all_gatherv_wait = mpi_all_gatherv_wait;
-    c->reduce_scatterv = mpi_reduce_scatterv;
-    c->broadcast = mpi_broadcast;
-    c->gather = mpi_gather;
-    c->gatherv = mpi_gatherv;
-    c->scatterv = mpi_scatterv;
-    c->barrier = mpi_barrier;
-    c->send = mpi_send;
-    c->recv = mpi_recv;
-    c->destroy = mpi_destroy;
-    c->impl = im;
-    if (c->size == 1) mp_comm_use_self_ops(c);   /* a group of one: the self path, nothing counted */
-    return c;
+    MPI_Comm_rank(im->comm, &rank);
+    MPI_Comm_size(im->comm, &size);
+    assert(size >= 1 && rank >= 0 && rank < size);
+    im->counts = mp_calloc(sizeof(int) * (size_t)size, MP_MEM_COMM);
+    im->displs = mp_calloc(sizeof(int) * (size_t)size, MP_MEM_COMM);
+    im->ag_counts = mp_calloc(sizeof(int) * (size_t)size, MP_MEM_COMM);
+    im->ag_displs = mp_calloc(sizeof(int) * (size_t)size, MP_MEM_COMM);
+    return mp_comm_new(size == 1 ? &mpi1_ops : &mpi_ops, rank, size, im);
 }
 
 MPI_Comm mp_comm_mpi_handle(const mp_comm *c) { return impl_of(c)->comm; }

@@ -32,7 +32,7 @@
 
 #define MP_CUDA_MODULE_FILE "libmeshpoint-cuda.so"
 #define MP_CUDA_MODULE_ENTRY "mp_cuda_module_entry"   /* the one symbol the module exports */
-#define MP_CUDA_MODULE_ABI 1                          /* bump when this table or a shared struct changes */
+#define MP_CUDA_MODULE_ABI 2                          /* bump when this table or a shared struct changes */
 
 typedef struct mp_cuda_module {
     int abi;                 /* MP_CUDA_MODULE_ABI of the module's build */

@@ -9,13 +9,13 @@
  * The single-process mesh uses three distinct mp_comm_self() objects; mp_mesh_destroy destroys each
  * distinct communicator once (world, tp, dp, ctl_dp and ctl_tp: after mp_mesh_attach_device the ctl_
  * ones are communicators of their own) and clears the pointers, so it is safe whichever way they were
- * made and safe to call twice. Before the attach (and always on the CPU) ctl_dp == dp_comm and
- * ctl_tp == tp_comm.
+ * made and safe to call twice. Before the attach (and on the CPU unless --comm staged) ctl_dp ==
+ * dp_comm and ctl_tp == tp_comm.
  *
- * Device communicators (mp_mesh_attach_device, CUDA builds). On a GPU backend tp_comm and dp_comm are
+ * Device communicators (mp_mesh_attach_device). On a GPU backend tp_comm and dp_comm are
  * replaced by "device" communicators whose buffers are device memory; the host ones stay, for host
  * buffers, as ctl_tp and ctl_dp. A device communicator is:
- *   - for a group of more than one rank, an NCCL communicator (core/cuda/comm_nccl.h: the unique id
+ *   - for a group of more than one rank, a GPU per rank: an NCCL communicator (core/cuda/comm_nccl.h: the unique id
  *     drawn by the group's rank 0 and broadcast over the group's MPI communicator) on a stream of its own
  *     (be->stream_create), made by the CUDA module's comm_create (core/cuda_module.h: this file sees no
  *     CUDA type, and a build without CUDA compiles it too and never reaches it), behind a thin wrapper
@@ -27,6 +27,9 @@
  *     that: its start makes the collective's stream wait for the compute queued so far but leaves the
  *     compute stream free, and its wait makes the compute stream wait for it (FSDP prefetch).
  *     The wrapper's counters are the NCCL communicator's (core/comm.h's formulas), added per call;
+ *   - for a group of more than one rank whose ranks share GPUs (a host with more ranks than GPUs: NCCL
+ *     refuses two ranks on a device), or under --comm staged on any backend, the staged communicator
+ *     (core/comm_staged.h: to_host, MPI, to_device; ordered with the compute stream by those copies);
  *   - for a group of one rank, a communicator of no traffic whose all_gatherv / reduce_scatterv copy
  *     in to out with be->copy when they differ (mp_comm_self's memmove would touch device memory from
  *     the host). No NCCL is created for it: a 1x1 CUDA run needs neither NCCL nor MPI.
@@ -40,6 +43,8 @@
 #include "core/alloc.h"
 #include "core/backend.h"
 #include "core/comm_mpi.h"
+#include "core/comm_staged.h"
+#include "core/log.h"
 #include <assert.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -173,32 +178,25 @@ static dev_comm *wrap_enter(mp_comm *c) {
     mp_comm_reset_counters(d->inner);
     return d;
 }
-static void wrap_count(mp_comm *c, dev_comm *d) {
-    for (int op = 0; op < MP_COMM_NOPS; op++) {
-        c->bytes_sent[op] += d->inner->bytes_sent[op];
-        c->calls[op] += d->inner->calls[op];
-        c->seconds[op] += d->inner->seconds[op];
-    }
-}
 static void wrap_leave(mp_comm *c, dev_comm *d) {
     mp_backend *be = d->be;
     be->event_record(be, d->after, d->stream);
     be->stream_wait_event(be, NULL, d->after);
-    wrap_count(c, d);
+    mp_comm_add_counters(c, d->inner);
 }
 static void wrap_all_reduce(mp_comm *c, void *x, int64_t n, mp_dtype dt, int op_max) {
     dev_comm *d = wrap_enter(c);
-    d->inner->all_reduce(d->inner, x, n, dt, op_max);
+    d->inner->ops->all_reduce(d->inner, x, n, dt, op_max);
     wrap_leave(c, d);
 }
 static void wrap_all_reduce_f64(mp_comm *c, double *x, int64_t n) {
     dev_comm *d = wrap_enter(c);
-    d->inner->all_reduce_f64(d->inner, x, n);
+    d->inner->ops->all_reduce_f64(d->inner, x, n);
     wrap_leave(c, d);
 }
 static void wrap_all_gatherv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     dev_comm *d = wrap_enter(c);
-    d->inner->all_gatherv(d->inner, out, in, counts, dt);
+    d->inner->ops->all_gatherv(d->inner, out, in, counts, dt);
     wrap_leave(c, d);
 }
 /* Split-phase gather (core/comm.h): enqueued on the collective's stream after the compute queued so far,
@@ -207,10 +205,10 @@ static void wrap_all_gatherv(mp_comm *c, void *out, const void *in, const int64_
 static void wrap_all_gatherv_start(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     dev_comm *d = wrap_enter(c);
     assert(!d->gather_pending && "comm: one split-phase all_gatherv in flight per communicator");
-    d->inner->all_gatherv(d->inner, out, in, counts, dt);
+    d->inner->ops->all_gatherv(d->inner, out, in, counts, dt);
     d->be->event_record(d->be, d->gathered, d->stream);
     d->gather_pending = 1;
-    wrap_count(c, d);
+    mp_comm_add_counters(c, d->inner);
 }
 static void wrap_all_gatherv_wait(mp_comm *c) {
     dev_comm *d = dev_of(c);
@@ -222,34 +220,34 @@ static void wrap_all_gatherv_wait(mp_comm *c) {
 static void dev1_wait(mp_comm *c) { assert(c->size == 1); }
 static void wrap_reduce_scatterv(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
     dev_comm *d = wrap_enter(c);
-    d->inner->reduce_scatterv(d->inner, out, in, counts, dt);
+    d->inner->ops->reduce_scatterv(d->inner, out, in, counts, dt);
     wrap_leave(c, d);
 }
 static void wrap_broadcast(mp_comm *c, void *buf, size_t bytes, int root) {
     dev_comm *d = wrap_enter(c);
-    d->inner->broadcast(d->inner, buf, bytes, root);
+    d->inner->ops->broadcast(d->inner, buf, bytes, root);
     wrap_leave(c, d);
 }
 static void wrap_gather(mp_comm *c, void *out, const void *in, size_t n, int root) {
     dev_comm *d = wrap_enter(c);
-    d->inner->gather(d->inner, out, in, n, root);
+    d->inner->ops->gather(d->inner, out, in, n, root);
     wrap_leave(c, d);
 }
 static void wrap_gatherv(mp_comm *c, void *out, const void *in, int64_t n, const int64_t *counts, int root) {
     dev_comm *d = wrap_enter(c);
-    d->inner->gatherv(d->inner, out, in, n, counts, root);
+    d->inner->ops->gatherv(d->inner, out, in, n, counts, root);
     wrap_leave(c, d);
 }
 static void wrap_scatterv(mp_comm *c, void *out, int64_t n, const void *in, const int64_t *counts, int root) {
     dev_comm *d = wrap_enter(c);
-    d->inner->scatterv(d->inner, out, n, in, counts, root);
+    d->inner->ops->scatterv(d->inner, out, n, in, counts, root);
     wrap_leave(c, d);
 }
 /* The compute queued so far and the group's collectives have finished, then the group meets (the inner
  * barrier synchronises its stream, which waits for the compute first). */
 static void wrap_barrier(mp_comm *c) {
     dev_comm *d = wrap_enter(c);
-    d->inner->barrier(d->inner);
+    d->inner->ops->barrier(d->inner);
     wrap_leave(c, d);
 }
 
@@ -258,73 +256,126 @@ static void dev_destroy(mp_comm *c) {
     if (!c) return;
     dev_comm *d = dev_of(c);
     mp_backend *be = d->be;
-    if (d->inner && d->inner->destroy) d->inner->destroy(d->inner);
+    if (d->inner) d->inner->ops->destroy(d->inner);
     if (d->before) be->event_destroy(be, d->before);
     if (d->after) be->event_destroy(be, d->after);
     if (d->gathered) be->event_destroy(be, d->gathered);
     if (d->stream) be->stream_destroy(be, d->stream);
     mp_free_acct(d, sizeof *d, MP_MEM_COMM);
-    mp_free_acct(c, sizeof *c, MP_MEM_COMM);
+    mp_comm_free(c);
 }
 
-/* The device communicator over the group of host communicator host (which stays the caller's).
- * Collective over that group. NULL with err set when NCCL fails. */
+/* A device group of one. */
+static const mp_comm_ops dev1_ops = {
+    .name = "self",
+    .all_reduce = dev1_all_reduce,
+    .all_reduce_f64 = dev1_all_reduce_f64,
+    .all_gatherv = dev1_copy,
+    .all_gatherv_start = dev1_copy,
+    .all_gatherv_wait = dev1_wait,
+    .reduce_scatterv = dev1_copy,
+    .broadcast = dev1_broadcast,
+    .gather = dev1_gather,
+    .gatherv = dev1_gatherv,
+    .scatterv = dev1_scatterv,
+    .barrier = dev1_barrier,
+    .destroy = dev_destroy,
+};
+/* NCCL behind the stream wrapper; wrap_blocking_ops offers no split phase (mp_mesh_attach_device). */
+#define WRAP_OPS(start_, wait_)                                                                            \
+    {                                                                                                      \
+        .name = "nccl", .all_reduce = wrap_all_reduce, .all_reduce_f64 = wrap_all_reduce_f64,              \
+        .all_gatherv = wrap_all_gatherv, .all_gatherv_start = (start_), .all_gatherv_wait = (wait_),       \
+        .reduce_scatterv = wrap_reduce_scatterv, .broadcast = wrap_broadcast, .gather = wrap_gather,      \
+        .gatherv = wrap_gatherv, .scatterv = wrap_scatterv, .barrier = wrap_barrier, .destroy = dev_destroy \
+    }
+static const mp_comm_ops wrap_ops = WRAP_OPS(wrap_all_gatherv_start, wrap_all_gatherv_wait);
+static const mp_comm_ops wrap_blocking_ops = WRAP_OPS(NULL, NULL);
+
+/* The NCCL device communicator over the group of host communicator host (which stays the caller's;
+ * more than one rank). Collective over that group. NULL with err set when NCCL fails. */
 static mp_comm *dev_comm_create(mp_backend *be, mp_comm *host, mp_err *err) {
-    mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
+    assert(host->size > 1 && strcmp(host->ops->name, "mpi") == 0);
     dev_comm *d = mp_calloc(sizeof *d, MP_MEM_COMM);
     d->be = be;
-    c->impl = d;
-    c->rank = host->rank;
-    c->size = host->size;
-    c->destroy = dev_destroy;
-    if (host->size == 1) {
-        c->name = "self";
-        c->all_reduce = dev1_all_reduce;
-        c->all_reduce_f64 = dev1_all_reduce_f64;
-        c->all_gatherv = dev1_copy;
-        c->all_gatherv_start = dev1_copy;
-        c->all_gatherv_wait = dev1_wait;
-        c->reduce_scatterv = dev1_copy;
-        c->broadcast = dev1_broadcast;
-        c->gather = dev1_gather;
-        c->gatherv = dev1_gatherv;
-        c->scatterv = dev1_scatterv;
-        c->barrier = dev1_barrier;
-    } else {
-        assert(strcmp(host->name, "mpi") == 0);
-        d->stream = be->stream_create(be);
-        d->before = be->event_create(be);
-        d->after = be->event_create(be);
-        d->gathered = be->event_create(be);
-        const mp_cuda_module *mod = NULL;
-        if (mp_cuda_module_load(&mod, err) == MP_OK)   /* loaded already: it made be */
-            d->inner = mod->comm_create(mp_comm_mpi_handle(host), be, d->stream, err);
-        if (!d->inner) {
-            dev_destroy(c);
-            return NULL;
-        }
-        assert(d->inner->rank == host->rank && d->inner->size == host->size);
-        c->name = "nccl";
-        c->all_reduce = wrap_all_reduce;
-        c->all_reduce_f64 = wrap_all_reduce_f64;
-        c->all_gatherv = wrap_all_gatherv;
-        c->all_gatherv_start = wrap_all_gatherv_start;
-        c->all_gatherv_wait = wrap_all_gatherv_wait;
-        c->reduce_scatterv = wrap_reduce_scatterv;
-        c->broadcast = wrap_broadcast;
-        c->gather = wrap_gather;
-        c->gatherv = wrap_gatherv;
-        c->scatterv = wrap_scatterv;
-        c->barrier = wrap_barrier;
+    mp_comm *c = mp_comm_new(&wrap_ops, host->rank, host->size, d);
+    d->stream = be->stream_create(be);
+    d->before = be->event_create(be);
+    d->after = be->event_create(be);
+    d->gathered = be->event_create(be);
+    const mp_cuda_module *mod = NULL;
+    if (mp_cuda_module_load(&mod, err) == MP_OK)   /* loaded already: it made be */
+        d->inner = mod->comm_create(mp_comm_mpi_handle(host), be, d->stream, err);
+    if (!d->inner) {
+        dev_destroy(c);
+        return NULL;
     }
+    assert(d->inner->rank == host->rank && d->inner->size == host->size);
     return c;
 }
 
-mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_err *err) {
+/* The device communicator of a GPU group of one: copies on the device, nothing counted. */
+static mp_comm *dev1_comm_create(mp_backend *be) {
+    dev_comm *d = mp_calloc(sizeof *d, MP_MEM_COMM);
+    d->be = be;
+    return mp_comm_new(&dev1_ops, 0, 1, d);
+}
+
+const char *const mp_mesh_comm_names[] = {"auto", "nccl", "staged", NULL};
+
+/* Whether some host runs more ranks than it shows GPUs (NCCL refuses two ranks on one device): each
+ * rank counts the ranks of its host (MPI_COMM_TYPE_SHARED) against the CUDA module's device count,
+ * agreed over the world (MAX), so every rank picks the same communicator. *ranks, *gpus: the worst
+ * host's figures (for the log line). Collective over the world. */
+static int gpu_shared(int *ranks, int *gpus) {
+    MPI_Comm host;
+    int local = 1, n = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+    MPI_Comm_size(host, &local);
+    MPI_Comm_free(&host);
+    const mp_cuda_module *mod = NULL;
+    char why[256];
+    mp_err e;
+    if (mp_cuda_module_load(&mod, &e) == MP_OK) n = mod->device_count(why, sizeof why);   /* it made the backend */
+    if (n < 1) n = 1;
+    int v[2] = {local > n ? local : 0, local > n ? -n : 0}, w[2];
+    MPI_Allreduce(v, w, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    *ranks = w[0];
+    *gpus = -w[1];
+    return w[0] > 0;
+}
+
+/* The kind the groups of mesh m get on backend be for the asked kind (mp_mesh_comm_names): staged or
+ * nccl on a GPU (auto: staged when ranks share a GPU, one line logged), staged or the host MPI (-1) on
+ * the CPU. MP_EINPUT for nccl on a CPU backend. Collective over the world on a GPU under auto. */
+static mp_code comm_kind(const mp_mesh *m, const mp_backend *be, mp_mesh_comm asked, mp_mesh_comm *kind,
+                         mp_err *err) {
+    int gpu = be->device == MP_DEV_CUDA;
+    if (asked == MP_MESH_COMM_NCCL && !gpu)
+        return mp_err_set(err, MP_EINPUT, "--comm nccl needs --device cuda (device %s's buffers are host memory: "
+                          "use --comm staged or auto)", be->name);
+    *kind = asked;
+    if (asked == MP_MESH_COMM_STAGED && m->world > 1)
+        mp_log(MP_LOG_INFO, "comm: the tp and dp collectives stage through host memory and MPI (--comm staged)");
+    if (asked != MP_MESH_COMM_AUTO) return MP_OK;
+    *kind = gpu ? MP_MESH_COMM_NCCL : (mp_mesh_comm)-1;
+    int ranks = 0, gpus = 0;
+    if (gpu && m->uses_mpi && m->world > 1 && gpu_shared(&ranks, &gpus)) {
+        *kind = MP_MESH_COMM_STAGED;
+        mp_log(MP_LOG_INFO, "comm: %d ranks share %d GPU%s on one host: the tp and dp collectives stage through "
+               "host memory and MPI (--comm staged; NCCL needs a GPU per rank)", ranks, gpus, gpus == 1 ? "" : "s");
+    }
+    return MP_OK;
+}
+
+mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_mesh_comm asked, mp_err *err) {
     assert(m && be && m->world_comm && m->tp_comm && m->dp_comm && m->ctl_dp && m->ctl_tp);
-    if (be->device != MP_DEV_CUDA) return MP_OK;   /* host buffers: the host communicators serve */
-    if (!be->copy || !be->stream_create || !be->stream_destroy || !be->event_create || !be->event_destroy ||
-        !be->event_record || !be->stream_wait_event)
+    mp_mesh_comm kind = asked;
+    MP_TRY(comm_kind(m, be, asked, &kind, err));
+    if (kind != MP_MESH_COMM_NCCL && kind != MP_MESH_COMM_STAGED) return MP_OK;   /* host buffers: host comms */
+    if (be->device == MP_DEV_CUDA && (!be->copy || !be->stream_create || !be->stream_destroy ||
+                                      !be->event_create || !be->event_destroy || !be->event_record ||
+                                      !be->stream_wait_event))
         return mp_err_set(err, MP_EINTERNAL, "mesh: backend %s lacks the copy, stream or event entries its "
                           "device communicators need", be->name);
     /* tp, then dp (a group already given its device communicator is left as it is); each agreed over the
@@ -332,14 +383,18 @@ mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_err *err) {
     for (int g = 0; g < 2; g++) {
         mp_comm **dev = g == 0 ? &m->tp_comm : &m->dp_comm, **ctl = g == 0 ? &m->ctl_tp : &m->ctl_dp;
         if (*ctl != *dev) continue;   /* attached already */
+        mp_comm *c = NULL;
         mp_err e;
         mp_err_clear(&e);
         mp_code rc = MP_OK;
-        mp_comm *c = dev_comm_create(be, *dev, &e);
+        if ((*dev)->size > 1 && kind == MP_MESH_COMM_STAGED) c = mp_comm_staged_create(be, *dev);
+        else if ((*dev)->size > 1) c = dev_comm_create(be, *dev, &e);
+        else if (be->device == MP_DEV_CUDA) c = dev1_comm_create(be);
+        else continue;   /* a CPU group of one: the host communicator serves */
         if (!c) rc = mp_err_wrap(&e, "mesh: device communicator of the %s group (%d ranks)", g == 0 ? "tp" : "dp",
                                  g == 0 ? m->tp : m->dp);
         if ((rc = mp_comm_agree(m->world_comm, rc, &e, NULL))) {
-            if (c) c->destroy(c);   /* made here but failed elsewhere: freed, this group left as it was */
+            if (c) c->ops->destroy(c);   /* made here but failed elsewhere: freed, this group left as it was */
             if (err) *err = e;
             return rc;
         }
@@ -350,11 +405,9 @@ mp_code mp_mesh_attach_device(mp_mesh *m, mp_backend *be, mp_err *err) {
      * running beside the tp group's collectives can hang ("Using multiple NCCL communicators
      * concurrently" in NCCL's guide). So with both groups on NCCL the dp communicator offers no split
      * phase, and FSDP gathers stay blocking (ordered with the compute stream, hence with tp's
-     * collectives); a pure-FSDP mesh (tp = 1) prefetches. */
-    if (m->tp > 1 && m->dp > 1) {
-        m->dp_comm->all_gatherv_start = NULL;
-        m->dp_comm->all_gatherv_wait = NULL;
-    }
+     * collectives); a pure-FSDP mesh (tp = 1) prefetches. The staged communicator's MPI has no such
+     * hazard: it keeps its split phase. */
+    if (m->tp > 1 && m->dp > 1 && m->dp_comm->ops == &wrap_ops) m->dp_comm->ops = &wrap_blocking_ops;
     return MP_OK;
 }
 
@@ -366,7 +419,7 @@ void mp_mesh_destroy(mp_mesh *m) {
         if (!cs[i]) continue;
         int dup = 0;
         for (int j = 0; j < i; j++) dup |= cs[j] == cs[i];
-        if (!dup && cs[i]->destroy) cs[i]->destroy(cs[i]);
+        if (!dup) cs[i]->ops->destroy(cs[i]);
     }
     m->world_comm = m->tp_comm = m->dp_comm = m->ctl_dp = m->ctl_tp = NULL;
 }

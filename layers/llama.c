@@ -89,7 +89,7 @@ static void linear_bwd_w(mp_backend *be, float *dw, const void *dy, const void *
 static void *gather_in(llama_model *m, void *dst, void *src) {
     if (!m->sp) return src;
     mp_comm *c = m->mesh->tp_comm;
-    c->all_gatherv(c, dst, src, m->sp_counts, m->be->act_dtype);
+    c->ops->all_gatherv(c, dst, src, m->sp_counts, m->be->act_dtype);
     return dst;
 }
 
@@ -101,10 +101,10 @@ static void reduce_out(llama_model *m, void *out, const void *residual, void *pa
     int64_t n = (int64_t)nr * m->D;
     const void *sum = partial;
     if (m->sp) {
-        c->reduce_scatterv(c, m->dres_b, partial, m->sp_counts, be->act_dtype);
+        c->ops->reduce_scatterv(c, m->dres_b, partial, m->sp_counts, be->act_dtype);
         sum = m->dres_b;
     } else if (m->tp > 1) {
-        c->all_reduce(c, partial, n, be->act_dtype, 0);
+        c->ops->all_reduce(c, partial, n, be->act_dtype, 0);
     }
     if (residual) be->add(be, out, residual, sum, n);
     else be->copy(be, out, sum, (size_t)n * m->act_size);
@@ -115,10 +115,10 @@ static void reduce_out(llama_model *m, void *out, const void *residual, void *pa
 static void *reduce_in_grad(llama_model *m, void *partial) {
     mp_comm *c = m->mesh->tp_comm;
     if (m->sp) {
-        c->reduce_scatterv(c, m->dres_b, partial, m->sp_counts, m->be->act_dtype);
+        c->ops->reduce_scatterv(c, m->dres_b, partial, m->sp_counts, m->be->act_dtype);
         return m->dres_b;
     }
-    if (m->tp > 1) c->all_reduce(c, partial, (int64_t)m->N * m->D, m->be->act_dtype, 0);
+    if (m->tp > 1) c->ops->all_reduce(c, partial, (int64_t)m->N * m->D, m->be->act_dtype, 0);
     return partial;
 }
 
@@ -669,14 +669,14 @@ static int forward(llama_model *m, const int32_t *inputs, const int32_t *targets
     } else {
         be->xent_rowmax(be, m->rowmax, m->logits, N, m->v_local, m->v_valid);
     }
-    if (m->tp > 1) tpc->all_reduce(tpc, m->rowmax, N, MP_F32, 1);
+    if (m->tp > 1) tpc->ops->all_reduce(tpc, m->rowmax, N, MP_F32, 1);
     if (!sweep) {
         be->xent_sumexp(be, m->sumexp, m->logits, m->rowmax, N, m->v_local, m->v_valid);
         be->xent_target(be, m->tlogit, m->logits, m->tok_tgt, N, m->v_local, m->v_start);
     } else if (m->tp > 1) {
         be->xent_rescale(be, m->sumexp, m->local_max, m->rowmax, N);
     }
-    if (m->tp > 1) tpc->all_reduce(tpc, m->sumexp, 2 * (int64_t)N, MP_F32, 0);   /* sumexp and tlogit, adjacent */
+    if (m->tp > 1) tpc->ops->all_reduce(tpc, m->sumexp, 2 * (int64_t)N, MP_F32, 0);   /* sumexp and tlogit, adjacent */
     be->xent_loss(be, m->losses, m->rowmax, m->sumexp, m->tlogit, N);
     return 1;
 }

@@ -94,7 +94,7 @@ void llama_fsdp_alloc(llama_model *m) {
 static void gather_end(llama_model *m) {
     if (m->gather_unit < 0) return;
     mp_comm *c = m->mesh->dp_comm;
-    if (c->all_gatherv_wait) c->all_gatherv_wait(c);
+    if (c->ops->all_gatherv_wait) c->ops->all_gatherv_wait(c);
     m->gather_unit = -1;
 }
 
@@ -151,13 +151,13 @@ static void gather_start(llama_model *m, int u) {
     llama_unit *un = &m->units[u];
     mp_comm *c = m->mesh->dp_comm;
     const void *in = mp_act_at(m->be, m->shard_act, un->shard_off);
-    if (c->all_gatherv_start) c->all_gatherv_start(c, m->gstage, in, un->dp_counts, m->be->act_dtype);
-    else c->all_gatherv(c, m->gstage, in, un->dp_counts, m->be->act_dtype);
+    if (c->ops->all_gatherv_start) c->ops->all_gatherv_start(c, m->gstage, in, un->dp_counts, m->be->act_dtype);
+    else c->ops->all_gatherv(c, m->gstage, in, un->dp_counts, m->be->act_dtype);
     m->gather_unit = u;
 }
 
 void llama_fsdp_prefetch(llama_model *m, int u) {
-    if (m->dp == 1 || !m->mesh->dp_comm->all_gatherv_start || unit_in_place(m, u) || m->gather_unit == u) return;
+    if (m->dp == 1 || !m->mesh->dp_comm->ops->all_gatherv_start || unit_in_place(m, u) || m->gather_unit == u) return;
     gather_end(m);
     gather_start(m, u);
 }
@@ -201,6 +201,6 @@ void llama_fsdp_grad_end(llama_model *m, int u) {
     mp_backend *be = m->be;
     FOR_RANK_MAJOR(m, un, be->copy(be, m->stage + seg, p->full_grad + row0 * p->tp_shape[1], (size_t)n * sizeof(float)));
     mp_comm *c = m->mesh->dp_comm;
-    c->reduce_scatterv(c, m->stage2, m->stage, un->dp_counts, MP_F32);
+    c->ops->reduce_scatterv(c, m->stage2, m->stage, un->dp_counts, MP_F32);
     be->accumulate(be, m->shard_grads + un->shard_off, m->stage2, un->shard_numel);
 }

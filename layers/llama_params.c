@@ -399,7 +399,7 @@ double llama_grad_norm(llama_model *m) {
     m->be->memset0(m->be, acc, sizeof *acc);
     grad_sumsq(m, acc);
     m->be->to_host(m->be, &ss, acc, sizeof ss);
-    m->mesh->world_comm->all_reduce_f64(m->mesh->world_comm, &ss, 1);
+    m->mesh->world_comm->ops->all_reduce_f64(m->mesh->world_comm, &ss, 1);
     return sqrt(ss);
 }
 
@@ -425,7 +425,7 @@ void llama_sync_grads(llama_model *m) {
         m->be->copy(m->be, buf + off, p->shard_grad, (size_t)llama_shard_numel(p) * sizeof(float));
         off += llama_shard_numel(p);
     }
-    m->mesh->tp_comm->all_reduce(m->mesh->tp_comm, buf, n, MP_F32, 0);
+    m->mesh->tp_comm->ops->all_reduce(m->mesh->tp_comm, buf, n, MP_F32, 0);
     off = 0;
     for (int i = 0; i < m->nparams; i++) {
         llama_param *p = &m->params[i];

@@ -76,8 +76,8 @@ void llama_train_step(llama_model *m, const llama_step_args *a, llama_fill_fn fi
     llama_sums_read(m, &sums);   /* the step's one device-to-host copy */
     for (int s = 0; s < 2; s++) be->event_sync(be, tb->uploaded[s]);   /* done by now: tb is free on return */
     double loss_sum = sums.loss_sum, ss = sums.grad_sumsq;
-    mesh->ctl_dp->all_reduce_f64(mesh->ctl_dp, &loss_sum, 1);   /* host scalars: MPI */
-    mesh->world_comm->all_reduce_f64(mesh->world_comm, &ss, 1);
+    mesh->ctl_dp->ops->all_reduce_f64(mesh->ctl_dp, &loss_sum, 1);   /* host scalars: MPI */
+    mesh->world_comm->ops->all_reduce_f64(mesh->world_comm, &ss, 1);
     double norm = sqrt(ss);
     if (test_nonfinite_at(a->step)) norm = NAN;
     double clip = a->grad_clip > 0 && norm > a->grad_clip ? a->grad_clip / (norm + 1e-6) : 1.0;

@@ -21,8 +21,9 @@
 #   R device_parity_window  the same with a sliding window of 40 keys in every layer (--window 40 < T)
 #   R device_parity_family128_window  the same with head dim 128, q/k/v biases and q/k norms (--family 128):
 #                         Qwen's sliding layers on the tensor-core attention
-#   R gpu_e2e             tests/gpu_e2e.sh: bitwise resume, GPU->CPU and CPU->GPU checkpoints; with 2+ GPUs
-#                         also tp 2 and dp 2 (and tp 2 x dp 2 with 4+) over NCCL, under the bundle's mpiexec
+#   R gpu_e2e             tests/gpu_e2e.sh: bitwise resume, GPU->CPU and CPU->GPU checkpoints; tp 2, dp 2 and
+#                         tp 2 x dp 2 under the bundle's mpiexec: over NCCL where each rank has a GPU, as
+#                         processes sharing a GPU (the staged comm) otherwise
 #   R bench_gpu           bench/bench_gpu.sh on the 1B shape: fails below its MFU floor or on a non-finite loss
 #     gemm_probe          bench/gemm_probe.cu: the step's GEMM keys alone, against the roofline and the
 #                         heuristic's other algorithms
@@ -147,6 +148,6 @@ fi
 if [ "$ngpu" -ge 2 ]; then
   note "coverage: $ngpu GPUs: gpu_e2e ran tp 2 and dp 2$([ "$ngpu" -ge 4 ] && echo ' and tp 2 x dp 2') over NCCL"
 else
-  note "coverage: one GPU: NCCL and tp/dp on the GPU were NOT covered (gpu_e2e ran 1x1 only)"
+  note "coverage: one GPU: NCCL was NOT covered; gpu_e2e ran tp 2, dp 2 and tp 2 x dp 2 as processes sharing it (staged comm)"
 fi
 finish

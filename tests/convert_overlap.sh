@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/convert_overlap.sh MESHPOINT EQUAL_TOOL WORKDIR — the overlapped band pipelines of the conversions
-# (ckpt/writer.c: band k hashed on a helper thread while band k+1 is read and written; reshard/hf_sink.c:
+# (ckpt/writer_files.c: band k hashed on a helper thread while band k+1 is read and written; reshard/hf_sink.c:
 # band k written on the helper while band k+1 is read) against the serial path (MP_FAULT=ckpt_serial_fill),
 # on a model whose boxes span many bands (--max-memory 4M: 1 MiB bands, 2-4 MiB boxes):
 #   - init, reshard (tp2 -> tp1, tp2 -> tp4) and import: every dataset and attribute of every file

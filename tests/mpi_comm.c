@@ -8,6 +8,8 @@
  * out here independently, and their sum over ranks with the ring totals. Each check is agreed over the
  * world with a raw MPI_Allreduce (never through the code under test); rank 0 prints one line per check,
  * a failing rank prints the detail on stderr. Every rank exits 1 if any check failed anywhere, else 0.
+ * The staged communicator (core/comm_staged.h) is checked against the MPI one it stages to: every op on
+ * the same non-integer inputs, bitwise the same results and the same counters (test_staged).
  */
 #include <mpi.h>
 #include <math.h>
@@ -18,7 +20,9 @@
 #include <string.h>
 #include "core/alloc.h"
 #include "core/comm.h"
+#include "core/backend.h"
 #include "core/comm_mpi.h"
+#include "core/comm_staged.h"
 #include "core/mesh.h"
 
 static int g_rank, g_np, g_failed;
@@ -80,7 +84,7 @@ static void test_all_reduce(mp_comm *c) {
     float *x = malloc(n * sizeof *x);
     for (int64_t i = 0; i < n; i++) x[i] = (float)((me + 1) * (i % 17) - (i % 5) * me);
     mp_comm_reset_counters(c);
-    c->all_reduce(c, x, n, MP_F32, 0);
+    c->ops->all_reduce(c, x, n, MP_F32, 0);
     int ok = 1;
     int64_t bad_i = -1;
     for (int64_t i = 0; i < n; i++) {
@@ -98,7 +102,7 @@ static void test_all_reduce(mp_comm *c) {
     /* max: the winner of element i is rank (i % p), with a negative baseline elsewhere */
     for (int64_t i = 0; i < n; i++) x[i] = (i % p == me) ? (float)(i + 0.5) : (float)(-1000 - me - i);
     mp_comm_reset_counters(c);
-    c->all_reduce(c, x, n, MP_F32, 1);
+    c->ops->all_reduce(c, x, n, MP_F32, 1);
     ok = 1;
     for (int64_t i = 0; i < n; i++) {
         float e = -3.0e38f;
@@ -123,8 +127,8 @@ static void test_all_reduce(mp_comm *c) {
     double *exact = malloc(n * sizeof *exact);
     for (int64_t i = 0; i < n; i++) exact[i] = y[i];
     MPI_Allreduce(MPI_IN_PLACE, exact, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    c->all_reduce(c, y, n, MP_F32, 0);
-    c->all_reduce(c, y2, n, MP_F32, 0);
+    c->ops->all_reduce(c, y, n, MP_F32, 0);
+    c->ops->all_reduce(c, y2, n, MP_F32, 0);
     memcpy(y0, y, n * sizeof *y);
     MPI_Bcast(y0, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
     for (int64_t i = 0; i < n; i++) {
@@ -139,7 +143,7 @@ static void test_all_reduce(mp_comm *c) {
     double *d = malloc(n * sizeof *d);
     for (int64_t i = 0; i < n; i++) d[i] = (double)(me + 1) * 1e12 + (double)i * (me + 3);
     mp_comm_reset_counters(c);
-    c->all_reduce_f64(c, d, n);
+    c->ops->all_reduce_f64(c, d, n);
     ok = 1;
     for (int64_t i = 0; i < n; i++) {
         double e = 0;
@@ -164,7 +168,7 @@ static void test_all_gatherv(mp_comm *c) {
     for (int64_t j = 0; j < counts[me]; j++) in[j] = (float)(1000 * me + j);
     for (int64_t i = 0; i < total; i++) out[i] = -1;
     mp_comm_reset_counters(c);
-    c->all_gatherv(c, out, in, counts, MP_F32);
+    c->ops->all_gatherv(c, out, in, counts, MP_F32);
     int ok = 1;
     int64_t at = 0, bad = -1;
     for (int r = 0; r < p; r++)
@@ -179,7 +183,7 @@ static void test_all_gatherv(mp_comm *c) {
     /* in place: this rank's block already sits at its displacement in out */
     for (int64_t i = 0; i < total; i++) out[i] = -1;
     for (int64_t j = 0; j < counts[me]; j++) out[mydispl + j] = (float)(1000 * me + j);
-    c->all_gatherv(c, out, out + mydispl, counts, MP_F32);
+    c->ops->all_gatherv(c, out, out + mydispl, counts, MP_F32);
     ok = 1, at = 0;
     for (int r = 0; r < p; r++)
         for (int64_t j = 0; j < counts[r]; j++, at++)
@@ -200,7 +204,7 @@ static void test_reduce_scatterv(mp_comm *c) {
     for (int64_t i = 0; i < total; i++) in[i] = (float)((me + 1) * i + me);
     for (int64_t j = 0; j <= counts[me]; j++) out[j] = -7;
     mp_comm_reset_counters(c);
-    c->reduce_scatterv(c, out, in, counts, MP_F32);
+    c->ops->reduce_scatterv(c, out, in, counts, MP_F32);
     int ok = 1;
     int64_t bad = -1;
     for (int64_t j = 0; j < counts[me]; j++) {
@@ -222,7 +226,7 @@ static void bcast_case(mp_comm *c, const char *name, size_t bytes, int root) {
     unsigned char *buf = malloc(bytes);
     for (size_t i = 0; i < bytes; i++) buf[i] = g_rank == root ? (unsigned char)((i * 31 + 7) & 255) : 0;
     mp_comm_reset_counters(c);
-    c->broadcast(c, buf, bytes, root);
+    c->ops->broadcast(c, buf, bytes, root);
     int ok = 1;
     size_t bad = 0;
     for (size_t i = 0; i < bytes; i++)
@@ -239,7 +243,7 @@ static void test_broadcast(mp_comm *c) {
     mp_comm_mpi_set_bcast_chunk(1000);   /* 11 chunks, the last one short */
     bcast_case(c, "broadcast chunked (1000 B chunks)", 10007, g_np > 1 ? 1 : 0);
     mp_comm_mpi_set_bcast_chunk(2147483647);
-    c->barrier(c);
+    c->ops->barrier(c);
     check_counters("barrier counts nothing", c, MP_COMM_BCAST, (g_rank == (g_np > 1 ? 1 : 0) && g_np > 1) ? 10007 : 0,
                    g_np > 1 ? 1 : 0);
 }
@@ -255,7 +259,7 @@ static void gather_case(mp_comm *c, const char *name, int root) {
     unsigned char *in = malloc((size_t)ucount(me) + 1), *out = me == root ? malloc((size_t)total + 1) : NULL;
     for (int64_t i = 0; i < ucount(me); i++) in[i] = (unsigned char)(me * 41 + i * 7 + 1);
     mp_comm_reset_counters(c);
-    c->gatherv(c, out, in, ucount(me), me == root ? counts : NULL, root);
+    c->ops->gatherv(c, out, in, ucount(me), me == root ? counts : NULL, root);
     int ok = 1;
     int64_t at = 0, bad = -1;
     for (int r = 0; me == root && r < p; r++)
@@ -267,7 +271,7 @@ static void gather_case(mp_comm *c, const char *name, int root) {
     check_counters(n2, c, MP_COMM_GATHER, (me != root && p > 1) ? ucount(me) : 0, p > 1 ? 1 : 0);
     unsigned char nine[9], *all = me == root ? malloc(9 * (size_t)p) : NULL;
     for (int i = 0; i < 9; i++) nine[i] = (unsigned char)(me * 9 + i);
-    c->gather(c, all, nine, sizeof nine, root);
+    c->ops->gather(c, all, nine, sizeof nine, root);
     ok = 1;
     for (int i = 0; me == root && i < 9 * p; i++) ok = ok && all[i] == (unsigned char)i;
     snprintf(n2, sizeof n2, "%s: fixed gather of 9 bytes", name);
@@ -287,7 +291,7 @@ static void scatter_case(mp_comm *c, const char *name, int root) {
         for (int64_t i = 0; i < counts[r]; i++, at++) in[at] = (unsigned char)(r * 29 + i * 5 + 3);
     out[ucount(me)] = 0xEE;
     mp_comm_reset_counters(c);
-    c->scatterv(c, out, ucount(me), in, me == root ? counts : NULL, root);
+    c->ops->scatterv(c, out, ucount(me), in, me == root ? counts : NULL, root);
     int64_t bad = -1;
     for (int64_t i = 0; i < ucount(me); i++)
         if (out[i] != (unsigned char)(me * 29 + i * 5 + 3) && bad < 0) bad = i;
@@ -315,7 +319,7 @@ static void test_gather(mp_comm *c) {
  * has none (NULL). */
 static void test_p2p(mp_comm *c) {
     const int p = g_np, me = g_rank;
-    if (p == 1) { check("p2p: NULL on a group of one", !c->send && !c->recv, NULL); return; }
+    if (p == 1) { check("p2p: NULL on a group of one", !c->ops->send && !c->ops->recv, NULL); return; }
     mp_comm_reset_counters(c);
     int64_t sent = 0, calls = 0;
     int back_ok = 1, got_ok = 1;   /* checked once after the loop: check() is collective */
@@ -324,20 +328,20 @@ static void test_p2p(mp_comm *c) {
         unsigned char *buf = malloc(n + 1);
         if (me == r) {
             for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)(r * 7 + i);
-            c->send(c, buf, n, 0, 5);
-            c->recv(c, buf, n, 0, 6);
+            c->ops->send(c, buf, n, 0, 5);
+            c->ops->recv(c, buf, n, 0, 6);
             for (size_t i = 0; i < n; i++) back_ok &= buf[i] == (unsigned char)(r * 7 + (n - 1 - i));
-            c->recv(c, NULL, 0, 0, 7);
+            c->ops->recv(c, NULL, 0, 0, 7);
             sent += (int64_t)n;
             calls += 3;
         } else if (me == 0) {
             buf[n] = 0xEE;
-            c->recv(c, buf, n, r, 5);
+            c->ops->recv(c, buf, n, r, 5);
             got_ok &= buf[n] == 0xEE;
             for (size_t i = 0; i < n; i++) got_ok &= buf[i] == (unsigned char)(r * 7 + i);
             for (size_t i = 0; i < n / 2; i++) { unsigned char t = buf[i]; buf[i] = buf[n - 1 - i]; buf[n - 1 - i] = t; }
-            c->send(c, buf, n, r, 6);
-            c->send(c, NULL, 0, r, 7);
+            c->ops->send(c, buf, n, r, 6);
+            c->ops->send(c, NULL, 0, r, 7);
             sent += (int64_t)n;
             calls += 3;
         }
@@ -356,23 +360,23 @@ static void test_size_one(void) {
     MPI_Comm_free(&alone);
     float x[3] = {1, 2, 3}, out[3] = {0};
     int64_t cnt[1] = {3};
-    c->all_reduce(c, x, 3, MP_F32, 0);
-    c->all_gatherv(c, out, x, cnt, MP_F32);
+    c->ops->all_reduce(c, x, 3, MP_F32, 0);
+    c->ops->all_gatherv(c, out, x, cnt, MP_F32);
     int ok = c->size == 1 && c->rank == 0 && x[0] == 1 && x[1] == 2 && x[2] == 3 && memcmp(out, x, sizeof x) == 0;
-    c->reduce_scatterv(c, out, x, cnt, MP_F32);
+    c->ops->reduce_scatterv(c, out, x, cnt, MP_F32);
     ok = ok && memcmp(out, x, sizeof x) == 0;
     memset(out, 0, sizeof out);
-    c->gather(c, out, x, sizeof x, 0);
+    c->ops->gather(c, out, x, sizeof x, 0);
     ok = ok && memcmp(out, x, sizeof x) == 0;
     memset(out, 0, sizeof out);
-    c->gatherv(c, out, x, (int64_t)sizeof x, NULL, 0);
+    c->ops->gatherv(c, out, x, (int64_t)sizeof x, NULL, 0);
     ok = ok && memcmp(out, x, sizeof x) == 0;
     memset(out, 0, sizeof out);
-    c->scatterv(c, out, (int64_t)sizeof x, x, NULL, 0);
+    c->ops->scatterv(c, out, (int64_t)sizeof x, x, NULL, 0);
     ok = ok && memcmp(out, x, sizeof x) == 0;
     check("mpi comm of size 1 is the identity", ok, "size %d rank %d", c->size, c->rank);
     check_counters("mpi comm of size 1 counts nothing", c, MP_COMM_ALLREDUCE, 0, 0);
-    c->destroy(c);
+    c->ops->destroy(c);
 }
 
 static void test_mesh_ok(int tp) {
@@ -395,12 +399,12 @@ static void test_mesh_ok(int tp) {
 
     /* group membership: sum of world ranks over each group */
     float v = (float)me;
-    m.tp_comm->all_reduce(m.tp_comm, &v, 1, MP_F32, 0);
+    m.tp_comm->ops->all_reduce(m.tp_comm, &v, 1, MP_F32, 0);
     double etp = 0, edp = 0;
     for (int t = 0; t < tp; t++) etp += (me / tp) * tp + t;
     for (int d = 0; d < dp; d++) edp += d * tp + me % tp;
     float w = (float)me;
-    m.dp_comm->all_reduce(m.dp_comm, &w, 1, MP_F32, 0);
+    m.dp_comm->ops->all_reduce(m.dp_comm, &w, 1, MP_F32, 0);
     snprintf(name, sizeof name, "mesh tp=%d dp=%d: sum of world ranks over tp and dp groups", tp, dp);
     check(name, v == (float)etp && w == (float)edp, "tp sum %g (want %g), dp sum %g (want %g)", v, etp, w, edp);
 
@@ -408,10 +412,10 @@ static void test_mesh_ok(int tp) {
     float *g = malloc((size_t)p * sizeof *g), mine = (float)me;
     int64_t *ones = malloc((size_t)p * sizeof *ones);
     for (int r = 0; r < p; r++) ones[r] = 1;
-    m.tp_comm->all_gatherv(m.tp_comm, g, &mine, ones, MP_F32);
+    m.tp_comm->ops->all_gatherv(m.tp_comm, g, &mine, ones, MP_F32);
     ok = 1;
     for (int t = 0; t < tp; t++) ok &= g[t] == (float)((me / tp) * tp + t);
-    m.dp_comm->all_gatherv(m.dp_comm, g, &mine, ones, MP_F32);
+    m.dp_comm->ops->all_gatherv(m.dp_comm, g, &mine, ones, MP_F32);
     for (int d = 0; d < dp; d++) ok &= g[d] == (float)(d * tp + me % tp);
     snprintf(name, sizeof name, "mesh tp=%d dp=%d: group order by tp_rank / dp_rank", tp, dp);
     check(name, ok, "%s", "gathered world ranks out of order");
@@ -477,7 +481,7 @@ static void test_ring(void) {
     }
     float *in = malloc(total * sizeof *in), *out = malloc(counts[me] * sizeof *out);
     for (int64_t i = 0; i < total; i++) in[i] = ring_value(me, i);
-    c->reduce_scatterv(c, out, in, counts, MP_F32);
+    c->ops->reduce_scatterv(c, out, in, counts, MP_F32);
     int ok = 1;
     int64_t bad = -1;
     for (int64_t j = 0; j < counts[me] && p > 1; j++)
@@ -490,7 +494,7 @@ static void test_ring(void) {
     const int64_t n = 2 * piece + piece / 2 + 5;
     float *x = malloc(n * sizeof *x), *x0 = malloc(n * sizeof *x0);
     for (int64_t i = 0; i < n; i++) x[i] = ring_value(me, i);
-    c->all_reduce(c, x, n, MP_F32, 0);
+    c->ops->all_reduce(c, x, n, MP_F32, 0);
     memcpy(x0, x, n * sizeof *x);
     MPI_Bcast(x0, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
     ok = memcmp(x, x0, n * sizeof *x) == 0;
@@ -507,7 +511,7 @@ static void test_ring(void) {
     grown = mp_mem_current(MP_MEM_COMM) - comm0;
     check("ring all_reduce scratch: two pieces", grown == (p > 1 ? (int64_t)MP_COMM_MPI_SCRATCH_BYTES : 0),
           "%lld bytes", (long long)grown);
-    c->destroy(c);
+    c->ops->destroy(c);
     free(counts); free(in); free(out); free(x); free(x0);
 }
 
@@ -528,9 +532,9 @@ static void test_split(mp_comm *c) {
         d[i] = 0.5 * (me + 1) + (double)i;
     }
     mp_comm_reset_counters(c);
-    c->all_reduce(c, x, n, MP_F32, 0);
-    c->all_reduce(c, y, n, MP_F32, 1);
-    c->all_reduce_f64(c, d, n);
+    c->ops->all_reduce(c, x, n, MP_F32, 0);
+    c->ops->all_reduce(c, y, n, MP_F32, 1);
+    c->ops->all_reduce_f64(c, d, n);
     int ok = 1;
     int64_t bad = -1;
     const double ranks = (double)p * (p + 1) / 2;
@@ -570,8 +574,8 @@ static void test_bf16(mp_comm *c) {
         y[i] = mp_f32_to_bf16((float)(me * 7 - (int)i));
     }
     mp_comm_reset_counters(c);
-    c->all_reduce(c, x, n, MP_BF16, 0);
-    c->all_reduce(c, y, n, MP_BF16, 1);
+    c->ops->all_reduce(c, x, n, MP_BF16, 0);
+    c->ops->all_reduce(c, y, n, MP_BF16, 1);
     int ok = 1;
     int64_t bad = -1;
     for (int64_t i = 0; i < n; i++) {
@@ -586,7 +590,7 @@ static void test_bf16(mp_comm *c) {
     /* rounding: 1 + 2^-9 * (rank + 1) does not fit bf16's mantissa; the result is a bf16 value within
      * p - 1 roundings (half an ulp of the running sum each) of the exact sum */
     uint16_t r = mp_f32_to_bf16(1.0f + 0x1p-7f * (float)(me + 1));
-    c->all_reduce(c, &r, 1, MP_BF16, 0);
+    c->ops->all_reduce(c, &r, 1, MP_BF16, 0);
     double exact = 0;
     for (int k = 0; k < p; k++) exact += mp_bf16_to_f32(mp_f32_to_bf16(1.0f + 0x1p-7f * (float)(k + 1)));
     double got = mp_bf16_to_f32(r), ulp = 0x1p-7 * (exact >= 2 ? (exact >= 4 ? 4 : 2) : 1);
@@ -602,7 +606,7 @@ static void test_bf16(mp_comm *c) {
     uint16_t *in = malloc((counts[me] + 1) * sizeof *in), *out = malloc((total + 1) * sizeof *out);
     for (int64_t j = 0; j < counts[me]; j++) in[j] = (uint16_t)(0x3f80 + 64 * me + j);   /* any patterns */
     mp_comm_reset_counters(c);
-    c->all_gatherv(c, out, in, counts, MP_BF16);
+    c->ops->all_gatherv(c, out, in, counts, MP_BF16);
     ok = 1;
     int64_t at = 0;
     for (int k = 0; k < p; k++)
@@ -615,7 +619,7 @@ static void test_bf16(mp_comm *c) {
     for (int64_t i = 0; i < total; i++) rin[i] = mp_f32_to_bf16((float)((me + 1) * (i % 7)));
     rout[counts[me]] = 0xdead;
     mp_comm_reset_counters(c);
-    c->reduce_scatterv(c, rout, rin, counts, MP_BF16);
+    c->ops->reduce_scatterv(c, rout, rin, counts, MP_BF16);
     ok = 1;
     for (int64_t j = 0; j < counts[me]; j++)
         if (mp_bf16_to_f32(rout[j]) != (float)(((mydispl + j) % 7) * (p * (p + 1) / 2))) ok = 0;
@@ -654,14 +658,116 @@ static void test_agree(mp_comm *c) {
           (long long)mp_comm_total_bytes(c));
 }
 
+/* Fills x[n] with values of this rank that round differently in another summation order. */
+static void fill_frac(float *x, int64_t n, int salt) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)sin(0.37 * (double)(i + 1) * (g_rank + 2) + salt) * 1e3f;
+}
+
+/* Whether a and b (the MPI and the staged communicator) counted the same bytes and calls of every op. */
+static int same_counters(const mp_comm *a, const mp_comm *b) {
+    return !memcmp(a->bytes_sent, b->bytes_sent, sizeof a->bytes_sent) && !memcmp(a->calls, b->calls, sizeof a->calls);
+}
+
+/* One op of test_staged: run on MPI (a) and staged (s) from the same inputs, counters reset first. */
+#define BOTH(call_a, call_s)                                                                                \
+    do {                                                                                                   \
+        mp_comm_reset_counters(a);                                                                         \
+        mp_comm_reset_counters(s);                                                                         \
+        call_a;                                                                                            \
+        call_s;                                                                                            \
+    } while (0)
+
+/* The staged communicator over the CPU backend (its "device" buffers are host memory) against the MPI
+ * communicator of the same group: all_reduce (fp32 sum and max, bf16 sum, f64), all_gatherv (in place,
+ * uneven), its split phase with another collective in flight, reduce_scatterv (one piece and the ring of
+ * several pieces), broadcast, gather, gatherv, scatterv: bitwise equal results and counters. */
+static void test_staged(mp_comm *a) {
+    if (g_np == 1) return;   /* a group of one has no staged communicator (the self one serves) */
+    mp_comm *s = mp_comm_staged_create(mp_backend_cpu(), a);
+    const int p = g_np, me = g_rank;
+    check("staged: kind, rank and size", !strcmp(s->ops->name, "staged") && s->rank == me && s->size == p &&
+          !s->ops->send && !s->ops->recv, NULL);
+    const int64_t n = 300000 + 7;   /* > MP_COMM_MPI_PIECE_BYTES in fp32: the ring reduce-scatter */
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *xo = malloc(n * sizeof *xo), *yo = malloc(n * sizeof *yo);
+    int64_t *cnt = malloc(sizeof(int64_t) * p), total = 0, displ = 0;
+    for (int r = 0; r < p; r++) { cnt[r] = ucount(r) * 1000; if (r < me) displ += cnt[r]; total += cnt[r]; }
+    for (int op_max = 0; op_max < 2; op_max++) {
+        fill_frac(x, n, op_max); memcpy(y, x, n * sizeof *x);
+        BOTH(a->ops->all_reduce(a, x, n, MP_F32, op_max), s->ops->all_reduce(s, y, n, MP_F32, op_max));
+        check(op_max ? "staged: all_reduce max fp32" : "staged: all_reduce sum fp32 (the ring)",
+              !memcmp(x, y, n * sizeof *x) && same_counters(a, s), NULL);
+    }
+    uint16_t *hx = (uint16_t *)x, *hy = (uint16_t *)y;
+    for (int64_t i = 0; i < 1001; i++) hx[i] = hy[i] = mp_f32_to_bf16((float)sin(i * 0.1 + me) * 3);
+    BOTH(a->ops->all_reduce(a, hx, 1001, MP_BF16, 0), s->ops->all_reduce(s, hy, 1001, MP_BF16, 0));
+    check("staged: all_reduce sum bf16", !memcmp(hx, hy, 1001 * 2) && same_counters(a, s), NULL);
+    double dx[5], dy[5];
+    for (int i = 0; i < 5; i++) dx[i] = dy[i] = 0.1 * (i + 1) * (me + 1) + 1e-12;
+    BOTH(a->ops->all_reduce_f64(a, dx, 5), s->ops->all_reduce_f64(s, dy, 5));
+    check("staged: all_reduce_f64", !memcmp(dx, dy, sizeof dx) && same_counters(a, s), NULL);
+    /* all_gatherv in place (in = out + displ) and from a separate buffer */
+    fill_frac(x, n, 3); memcpy(y, x, n * sizeof *x);
+    BOTH(a->ops->all_gatherv(a, x, x + displ, cnt, MP_F32), s->ops->all_gatherv(s, y, y + displ, cnt, MP_F32));
+    check("staged: all_gatherv in place, uneven", !memcmp(x, y, total * sizeof *x) && same_counters(a, s), NULL);
+    fill_frac(xo, cnt[me], 4);
+    BOTH(a->ops->all_gatherv(a, x, xo, cnt, MP_F32), s->ops->all_gatherv(s, y, xo, cnt, MP_F32));
+    check("staged: all_gatherv", !memcmp(x, y, total * sizeof *x) && same_counters(a, s), NULL);
+    /* split phase, an all_reduce in flight between start and wait */
+    memset(y, 0, total * sizeof *y);
+    float z[3] = {1, 2, (float)me};
+    mp_comm_reset_counters(s);
+    s->ops->all_gatherv_start(s, y, xo, cnt, MP_F32);
+    s->ops->all_reduce(s, z, 3, MP_F32, 0);
+    s->ops->all_gatherv_wait(s);
+    check("staged: split-phase all_gatherv with an all_reduce in flight",
+          !memcmp(x, y, total * sizeof *x) && z[0] == p && z[2] == p * (p - 1) / 2 && s->calls[MP_COMM_ALLGATHER] == 1,
+          NULL);
+    /* reduce_scatterv: one piece, then the ring's several pieces */
+    for (int big = 0; big < 2; big++) {
+        int64_t *rc = malloc(sizeof(int64_t) * p), rt = 0;
+        for (int r = 0; r < p; r++) rt += rc[r] = big ? n / p - (r == 1) : ucount(r) * 10;
+        fill_frac(x, rt, 5 + big);
+        BOTH(a->ops->reduce_scatterv(a, xo, x, rc, MP_F32), s->ops->reduce_scatterv(s, yo, x, rc, MP_F32));
+        check(big ? "staged: reduce_scatterv (the ring)" : "staged: reduce_scatterv",
+              !memcmp(xo, yo, rc[me] * sizeof *xo) && same_counters(a, s), NULL);
+        free(rc);
+    }
+    /* bytes from root p - 1: broadcast, gather, gatherv, scatterv */
+    int root = p - 1;
+    char bx[64], by[64], gx[64 * 8], gy[64 * 8];
+    int64_t bc[8];
+    for (int r = 0; r < p && r < 8; r++) bc[r] = 10 + r;
+    for (int i = 0; i < 64; i++) bx[i] = by[i] = (char)(me == root ? i * 3 : -1);
+    BOTH(a->ops->broadcast(a, bx, 64, root), s->ops->broadcast(s, by, 64, root));
+    check("staged: broadcast", !memcmp(bx, by, 64) && by[5] == 15 && same_counters(a, s), NULL);
+    for (int i = 0; i < 64; i++) bx[i] = (char)(me * 11 + i);
+    memset(gx, 0, sizeof gx); memset(gy, 0, sizeof gy);
+    BOTH(a->ops->gather(a, gx, bx, 16, root), s->ops->gather(s, gy, bx, 16, root));
+    check("staged: gather", (me != root || !memcmp(gx, gy, 16 * p)) && same_counters(a, s), NULL);
+    if (p <= 8) {
+        memset(gx, 0, sizeof gx); memset(gy, 0, sizeof gy);
+        BOTH(a->ops->gatherv(a, gx, bx, bc[me], me == root ? bc : NULL, root),
+             s->ops->gatherv(s, gy, bx, bc[me], me == root ? bc : NULL, root));
+        check("staged: gatherv", (me != root || !memcmp(gx, gy, sizeof gx)) && same_counters(a, s), NULL);
+        for (int i = 0; i < (int)sizeof gx; i++) gx[i] = (char)(i * 7);
+        BOTH(a->ops->scatterv(a, bx, bc[me], gx, me == root ? bc : NULL, root),
+             s->ops->scatterv(s, by, bc[me], gx, me == root ? bc : NULL, root));
+        check("staged: scatterv", !memcmp(bx, by, bc[me]) && same_counters(a, s), NULL);
+    }
+    s->ops->barrier(s);
+    check("staged: host buffers kept", mp_comm_staged_host_bytes(s) >= n * sizeof(float), NULL);
+    s->ops->destroy(s);
+    free(x); free(y); free(xo); free(yo); free(cnt);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_np);
 
     mp_comm *c = mp_comm_mpi_create(MPI_COMM_WORLD);
-    check("mpi comm basics", strcmp(c->name, "mpi") == 0 && c->rank == g_rank && c->size == g_np &&
-          mp_comm_total_bytes(c) == 0, "name %s rank %d size %d", c->name, c->rank, c->size);
+    check("mpi comm basics", strcmp(c->ops->name, "mpi") == 0 && c->rank == g_rank && c->size == g_np &&
+          mp_comm_total_bytes(c) == 0, "name %s rank %d size %d", c->ops->name, c->rank, c->size);
     test_all_reduce(c);
     test_all_gatherv(c);
     test_reduce_scatterv(c);
@@ -675,7 +781,8 @@ int main(int argc, char **argv) {
     test_split(c);
     test_ring();
     test_agree(c);
-    c->destroy(c);
+    test_staged(c);
+    c->ops->destroy(c);
     test_size_one();
 
     char want[160];

@@ -70,6 +70,7 @@ static void counting_embed_fwd(mp_backend *be, void *out, const int32_t *tokens,
  * poison the destination (NaN bytes) at start and runs the blocking gather at wait. g_started counts the
  * gathers, g_overlapped those with compute between start and wait. */
 static mp_comm g_defer;
+static mp_comm_ops g_defer_ops;   /* the mesh's dp operations with the split phase swapped */
 static struct { void *out; const void *in; const int64_t *counts; mp_dtype dt; int64_t compute; int pending; } g_pend;
 static int64_t g_started, g_overlapped;
 static void defer_start(mp_comm *c, void *out, const void *in, const int64_t *counts, mp_dtype dt) {
@@ -84,7 +85,7 @@ static void defer_wait(mp_comm *c) {
     if (!g_pend.pending) return;
     g_overlapped += g_compute != g_pend.compute;
     g_pend.pending = 0;
-    c->all_gatherv(c, g_pend.out, g_pend.in, g_pend.counts, g_pend.dt);
+    c->ops->all_gatherv(c, g_pend.out, g_pend.in, g_pend.counts, g_pend.dt);
 }
 
 /* Copies (save) or compares (!save: returns 1 when equal) every parameter shard of m with buf. */
@@ -520,10 +521,12 @@ int main(int argc, char **argv) {
         int L = cfg.num_hidden_layers, tied = cfg.tie_word_embeddings;
         int64_t per_step = 1 + L + (tied ? raf : 1) + (raf ? L : 0);
         mp_comm *dpc = mesh.dp_comm;
-        check(dpc->all_gatherv_start != NULL, "the MPI dp communicator offers a split-phase all_gatherv");
+        check(dpc->ops->all_gatherv_start != NULL, "the MPI dp communicator offers a split-phase all_gatherv");
         g_defer = *dpc;
-        g_defer.all_gatherv_start = defer_start;
-        g_defer.all_gatherv_wait = defer_wait;
+        g_defer_ops = *dpc->ops;
+        g_defer_ops.all_gatherv_start = defer_start;
+        g_defer_ops.all_gatherv_wait = defer_wait;
+        g_defer.ops = &g_defer_ops;
         mesh.dp_comm = &g_defer;
         init_model(m);
         train(m, loss_m2, NULL, &tb);
@@ -539,8 +542,8 @@ int main(int argc, char **argv) {
         train(m, loss_m2, NULL, &tb);
         check(!memcmp(loss_m, loss_m2, sizeof loss_m) && shards_io(m, shards1, 0),
               "a stray prefetch before re-initialisation: dropped, bitwise the plain run");
-        g_defer.all_gatherv_start = NULL;   /* no split phase: blocking gathers, nothing prefetched */
-        g_defer.all_gatherv_wait = NULL;
+        g_defer_ops.all_gatherv_start = NULL;   /* no split phase: blocking gathers, nothing prefetched */
+        g_defer_ops.all_gatherv_wait = NULL;
         init_model(m);
         train(m, loss_m2, NULL, &tb);
         check(!memcmp(loss_m, loss_m2, sizeof loss_m) && shards_io(m, shards1, 0),

@@ -49,7 +49,7 @@ static mp_code save_tensors(const char *root, int64_t step, const tu_tdesc *ts, 
     mp_comm *w = mp_comm_self();
     ckpt_save *s;
     mp_code rc = ckpt_save_begin(&s, w, root, step, o ? o : &g_noopts, e);
-    if (rc != MP_OK) { w->destroy(w); return rc; }
+    if (rc != MP_OK) { w->ops->destroy(w); return rc; }
     void *bufs[256];
     int nb = 0;
     for (int t = 0; t < nt; t++) {
@@ -68,7 +68,7 @@ static mp_code save_tensors(const char *root, int64_t step, const tu_tdesc *ts, 
     rc = ckpt_save_commit(s, NULL, e);
     ckpt_save_free(s);
     for (int i = 0; i < nb; i++) free(bufs[i]);
-    w->destroy(w);
+    w->ops->destroy(w);
     return rc;
 }
 
@@ -218,7 +218,7 @@ Test(ckpt, save_rejects_overlap_and_gap) {
     ckpt_save_free(s);
     cr_assert_eq(rc, MP_EINPUT);
     cr_assert(strstr(e.msg, "prefix"), "%s", e.msg);
-    w->destroy(w);
+    w->ops->destroy(w);
     free(d1);
     free(p1);
     tu_rm_rf(root);
@@ -239,7 +239,7 @@ Test(ckpt, load_refuses_box_missing_from_layout) {
     ckpt_save_add(s, "model/w", MP_F32, 2, g, o2, s2, data + 32, NULL);
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
-    w->destroy(w);
+    w->ops->destroy(w);
     ckpt_reader *r = tu_open_step(root, 3);
     float out[80];
     int64_t z[2] = {0, 0};
@@ -671,7 +671,7 @@ Test(ckpt, async_save_round_trip) {
         ckpt_save_free(s[k]);
         for (int i = 0; i < nb[k]; i++) free(bufs[k][i]);
     }
-    w->destroy(w);
+    w->ops->destroy(w);
     for (int k = 0; k < 2; k++) {
         ckpt_reader *r = tu_open_step(root, 10 + k);
         expect_all(r, g_big, 1);
@@ -698,7 +698,7 @@ Test(ckpt, async_error_reported_by_poll) {
     cr_assert_eq(ckpt_save_poll(s, &done, NULL, &e), MP_ECHECK);
     cr_assert_eq(done, 1);
     ckpt_save_free(s);
-    w->destroy(w);
+    w->ops->destroy(w);
     int64_t *steps;
     int n;
     cr_assert_eq(ckpt_list(root, &steps, &n, &e), MP_OK);

@@ -64,7 +64,7 @@ static void save_grid(const char *root, const tu_tdesc *t, int rows, int cols, i
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     for (int k = 0; k < nb; k++) free(bufs[k]);
     ckpt_save_free(s);
-    w->destroy(w);
+    w->ops->destroy(w);
 }
 
 /* A fresh root holding g_p as one box; *rf = its rank file, *at = the file offset of its data. */

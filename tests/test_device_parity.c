@@ -187,7 +187,7 @@ static mp_code run_device(const llama_config *cfg, int seq, mp_backend *be, run_
     memset(o, 0, sizeof *o);
     mp_mesh mesh;
     mp_mesh_init_single(&mesh);
-    mp_code rc = mp_mesh_attach_device(&mesh, be, err);
+    mp_code rc = mp_mesh_attach_device(&mesh, be, MP_MESH_COMM_AUTO, err);
     if (rc) {
         mp_mesh_destroy(&mesh);
         return rc;

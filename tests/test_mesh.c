@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <string.h>
+#include "core/backend.h"
 #include "core/comm.h"
 #include "core/mesh.h"
 
@@ -81,50 +82,50 @@ static void expect_zero_counters(const mp_comm *c) {
 Test(comm, self_identity_and_zero_counters) {
     mp_comm *c = mp_comm_self();
     cr_assert(c);
-    cr_expect_str_eq(c->name, "self");
+    cr_expect_str_eq(c->ops->name, "self");
     cr_expect_eq(c->rank, 0);
     cr_expect_eq(c->size, 1);
 
     float x[5] = {1.5f, -2.0f, 3.25f, 0.0f, -7.0f}, orig[5];
     memcpy(orig, x, sizeof x);
-    c->all_reduce(c, x, 5, MP_F32, 0);
+    c->ops->all_reduce(c, x, 5, MP_F32, 0);
     cr_expect(memcmp(x, orig, sizeof x) == 0, "all_reduce sum over one rank must be the identity");
-    c->all_reduce(c, x, 5, MP_F32, 1);
+    c->ops->all_reduce(c, x, 5, MP_F32, 1);
     cr_expect(memcmp(x, orig, sizeof x) == 0, "all_reduce max over one rank must be the identity");
 
     double d[3] = {1e300, -1e-300, 3.0}, dorig[3];
     memcpy(dorig, d, sizeof d);
-    c->all_reduce_f64(c, d, 3);
+    c->ops->all_reduce_f64(c, d, 3);
     cr_expect(memcmp(d, dorig, sizeof d) == 0, "all_reduce_f64 over one rank must be the identity");
 
     float out[5] = {0};
     int64_t counts[1] = {5};
-    c->all_gatherv(c, out, x, counts, MP_F32);
+    c->ops->all_gatherv(c, out, x, counts, MP_F32);
     cr_expect(memcmp(out, orig, sizeof out) == 0, "all_gatherv must copy in to out");
     float out2[5] = {9, 9, 9, 9, 9};
     int64_t three[1] = {3};
-    c->reduce_scatterv(c, out2, x, three, MP_F32);
+    c->ops->reduce_scatterv(c, out2, x, three, MP_F32);
     cr_expect(memcmp(out2, orig, 3 * sizeof(float)) == 0, "reduce_scatterv must copy counts[0] elements");
     cr_expect(out2[3] == 9 && out2[4] == 9, "reduce_scatterv wrote past counts[0]");
-    c->all_gatherv(c, x, x, counts, MP_F32);   /* in place */
+    c->ops->all_gatherv(c, x, x, counts, MP_F32);   /* in place */
     cr_expect(memcmp(x, orig, sizeof x) == 0, "in-place all_gatherv must leave the buffer");
 
     char buf[6] = "hello";
-    c->broadcast(c, buf, sizeof buf, 0);
+    c->ops->broadcast(c, buf, sizeof buf, 0);
     cr_expect_str_eq(buf, "hello");
-    c->barrier(c);
+    c->ops->barrier(c);
     expect_zero_counters(c);
-    c->destroy(c);
+    c->ops->destroy(c);
 }
 
 Test(comm, self_objects_are_independent) {
     mp_comm *a = mp_comm_self(), *b = mp_comm_self();
     cr_assert(a && b && a != b, "mp_comm_self must return a fresh object per call");
-    a->destroy(a);
+    a->ops->destroy(a);
     float x[2] = {1, 2};
-    b->all_reduce(b, x, 2, MP_F32, 0);   /* b still usable after a is destroyed */
+    b->ops->all_reduce(b, x, 2, MP_F32, 0);   /* b still usable after a is destroyed */
     cr_expect(x[0] == 1 && x[1] == 2);
-    b->destroy(b);
+    b->ops->destroy(b);
 }
 
 Test(comm, total_bytes_and_reset) {
@@ -137,7 +138,7 @@ Test(comm, total_bytes_and_reset) {
     cr_expect_eq(mp_comm_total_bytes(c), 43210);
     mp_comm_reset_counters(c);
     expect_zero_counters(c);
-    c->destroy(c);
+    c->ops->destroy(c);
 }
 
 Test(mesh, single) {
@@ -151,7 +152,7 @@ Test(mesh, single) {
         cr_assert(cs[i], "comm %d missing", i);
         cr_expect(cs[i]->size == 1 && cs[i]->rank == 0, "comm %d must be a group of one", i);
         float x = 4.0f;
-        cs[i]->all_reduce(cs[i], &x, 1, MP_F32, 0);
+        cs[i]->ops->all_reduce(cs[i], &x, 1, MP_F32, 0);
         cr_expect(x == 4.0f);
         expect_zero_counters(cs[i]);
     }
@@ -168,4 +169,26 @@ Test(mesh, destroy_shared_comm_once) {
     m.world_comm = m.tp_comm = m.dp_comm = mp_comm_self();
     mp_mesh_destroy(&m);   /* a double free would abort under glibc / ASan */
     cr_expect(!m.world_comm && !m.tp_comm && !m.dp_comm);
+}
+
+/* --comm on the CPU: nccl refused (exit 2, naming the flag and the device), staged and auto leave a
+ * 1x1 mesh's host communicators as they are (a group of one has nothing to stage). */
+Test(mesh, attach_device_comm_kinds_on_cpu) {
+    const char *devs[2] = {"cpu", "cpu-bf16"};
+    for (int d = 0; d < 2; d++) {
+        mp_backend *be = NULL;
+        mp_err e;
+        cr_assert_eq(mp_backend_get(devs[d], &be, &e), MP_OK, "%s", e.msg);
+        mp_mesh m;
+        mp_mesh_init_single(&m);
+        mp_comm *tp = m.tp_comm, *dp = m.dp_comm;
+        cr_expect_eq(mp_mesh_attach_device(&m, be, MP_MESH_COMM_NCCL, &e), MP_EINPUT);
+        cr_expect(strstr(e.msg, "--comm nccl needs --device cuda") && strstr(e.msg, devs[d]), "%s", e.msg);
+        for (int k = MP_MESH_COMM_AUTO; k <= MP_MESH_COMM_STAGED; k += 2) {
+            cr_expect_eq(mp_mesh_attach_device(&m, be, (mp_mesh_comm)k, &e), MP_OK, "%s", e.msg);
+            cr_expect(m.tp_comm == tp && m.dp_comm == dp && m.ctl_tp == tp && m.ctl_dp == dp);
+        }
+        cr_expect_str_eq(mp_mesh_comm_names[MP_MESH_COMM_STAGED], "staged");
+        mp_mesh_destroy(&m);
+    }
 }

@@ -491,7 +491,7 @@ int main(int argc, char **argv) {
     if (usage && g_rank == 0)
         fprintf(stderr, "usage: tool_ckpt_mpi roundtrip ROOT | save ROOT STEP [--zstd L] [--async] [--files rank|node|G] [--big] [--fill BYTES] | check ROOT STEP | planned ROOT STEP | planned-damaged ROOT STEP | planned-same DIR\n");
     if (!usage && g_rank == 0) fprintf(stderr, "tool_ckpt_mpi %s: %s (%d failures)\n", argv[1], fails ? "FAILED" : "ok", fails);
-    g_w->destroy(g_w);
+    g_w->ops->destroy(g_w);
     MPI_Finalize();
     return usage ? 2 : fails ? 1 : 0;
 }

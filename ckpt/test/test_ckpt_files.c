@@ -43,7 +43,7 @@ static void commit(ckpt_save *s, mp_comm *w, mp_code want) {
     mp_code rc = ckpt_save_commit(s, NULL, &e);
     cr_assert_eq(rc, want, "commit: %d %s", rc, rc ? e.msg : "");
     ckpt_save_free(s);
-    w->destroy(w);
+    w->ops->destroy(w);
 }
 
 /* A checkpoint in tmp/name whose "files" metadata is list (NULL: saved through ckpt_save_file with a

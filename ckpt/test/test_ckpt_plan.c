@@ -87,7 +87,7 @@ static void make_index(const char *root, int tp, int dp) {
     ckpt_save_meta(s, "who", "test_ckpt_plan", NULL);
     cr_assert_eq(ckpt_save_commit_plan(s, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
-    w->destroy(w);
+    w->ops->destroy(w);
 }
 
 /* Appends region (name, off, shp) of nd dims to the list. */

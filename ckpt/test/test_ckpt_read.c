@@ -42,7 +42,7 @@ static void save_whole(const char *root, int64_t step, const tu_tdesc *ts, int n
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
     for (int t = 0; t < nt; t++) free(bufs[t]);
-    w->destroy(w);
+    w->ops->destroy(w);
 }
 
 /* Bytes read since the last call (resets the counters); *needed (may be NULL) gets bytes needed. */
@@ -260,7 +260,7 @@ Test(ckpt_read, v2_read_across_saved_boxes) {
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
     for (int i = 0; i < 4; i++) free(bufs[i]);
-    w->destroy(w);
+    w->ops->destroy(w);
     ckpt_reader *r = tu_open_step(root, 1);
     uint32_t seed = 12345;
     for (int k = 0; k < 60; k++) {
@@ -778,7 +778,7 @@ static void save_rows(const char *root) {
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
     for (int k = 0; k < 4; k++) free(bufs[k]);
-    w->destroy(w);
+    w->ops->destroy(w);
 }
 
 /* The bytes of the file at path (malloc'd; *n its size). */

@@ -302,7 +302,7 @@ static mp_code save_fill(const char *dir, size_t fill_bytes, int zstd, int any_t
     o.zstd_level = zstd;
     ckpt_save *s;
     mp_code rc = ckpt_save_begin_dir(&s, w, dir, 7, &o, 0, e);
-    if (rc != MP_OK) { w->destroy(w); return rc; }
+    if (rc != MP_OK) { w->ops->destroy(w); return rc; }
     int nb = 0;
     for (int ti = 0; ti < NT; ti++) {
         int64_t off[4], shp[4];
@@ -321,7 +321,7 @@ static mp_code save_fill(const char *dir, size_t fill_bytes, int zstd, int any_t
     ckpt_stats st;
     rc = ckpt_save_commit(s, &st, e);
     ckpt_save_free(s);
-    w->destroy(w);
+    w->ops->destroy(w);
     return rc;
 }
 
@@ -410,7 +410,7 @@ static void save_w(const char *dir, int as_fill, int zstd, int version) {
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
     for (int p = 0; p < 4; p++) free(bufs[p]);
-    w->destroy(w);
+    w->ops->destroy(w);
 }
 
 /* The raw bytes (decompressed) of dataset ds of file fp, and its attribute attr (u64 or i64). */
@@ -537,7 +537,7 @@ Test(ckpt_write, format_version_4_on_request) {
         cr_assert(!mp_fs_exists(d));
         free(d);
     }
-    w->destroy(w);
+    w->ops->destroy(w);
     tu_rm_rf(tmp);
     free(d3);
     free(d4);
@@ -592,7 +592,7 @@ static fillctx ctx_model_b(size_t fill_bytes) {
 /* Ends a refused save: frees s and w, asserts that dir was never created, removes tmp, frees both. */
 static void refused_end(ckpt_save *s, mp_comm *w, char *tmp, char *dir) {
     ckpt_save_free(s);
-    w->destroy(w);
+    w->ops->destroy(w);
     cr_assert(!mp_fs_exists(dir));
     tu_rm_rf(tmp);
     free(dir);
@@ -621,6 +621,40 @@ Test(ckpt_write, file_rank_out_of_range_is_refused) {
     cr_assert_eq(rc, MP_EINPUT, "%s", e.msg);
     cr_assert(strstr(e.msg, "model/b"), "%s", e.msg);
     cr_assert_eq(c.calls, 0, "nothing is written after a refused box");
+    refused_end(s, w, tmp, dir);
+}
+
+/* A save keeps the first error of this process (ck_stage_set: the first error wins), whatever failed
+ * after it, and its agreed result stays with the handle: a later wait or poll returns the same. */
+Test(ckpt_write, first_error_of_a_save_wins) {
+    char *tmp = tu_mkdtemp("ckw_first");
+    char *dir = tu_path(tmp, "ckpt");
+    mp_comm *w = mp_comm_self();
+    ckpt_save_opts o = {0};
+    o.world_size = 4;
+    ckpt_save *s;
+    mp_err e;
+    cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 0, &o, 0, &e), MP_OK, "%s", e.msg);
+    fillctx c = ctx_model_b(1 << 20);
+    int64_t off[1] = {0}, shp[1] = {1000};
+    float x[1000] = {0};
+    cr_assert_eq(ckpt_save_add(s, "model/a", (mp_dtype)99, 1, g_t[1].shape, off, shp, x, &e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "unsupported dtype"), "%s", e.msg);
+    cr_assert_eq(ckpt_save_add_fill(s, 4, "model/b", MP_F32, 1, g_t[1].shape, off, shp, fill_cb, &c, &e), MP_EINPUT);
+    mp_err later;
+    mp_err_set(&later, MP_EIO, "a later failure");
+    ckpt_save_fail(s, MP_EIO, &later);
+    mp_code rc = ckpt_save_commit(s, NULL, &e);
+    cr_assert_eq(rc, MP_EINPUT, "%s", e.msg);
+    cr_assert(strstr(e.msg, "model/a") && strstr(e.msg, "unsupported dtype"), "%s", e.msg);
+    cr_assert(!strstr(e.msg, "model/b") && !strstr(e.msg, "later"), "%s", e.msg);
+    mp_err again;
+    cr_assert_eq(ckpt_save_wait(s, NULL, &again), MP_EINPUT);
+    cr_assert_str_eq(again.msg, e.msg);
+    int done = 0;
+    cr_assert_eq(ckpt_save_poll(s, &done, NULL, &again), MP_EINPUT);
+    cr_assert(done);
+    cr_assert_str_eq(again.msg, e.msg);
     refused_end(s, w, tmp, dir);
 }
 
@@ -658,7 +692,7 @@ static void replace_case(int fallback) {
     cr_assert(s == NULL);
     cr_assert(strstr(e.msg, "already exists") && strstr(e.msg, "--force") && strstr(e.msg, dir), "%s", e.msg);
     cr_assert(mp_fs_exists(marker) && !mp_fs_exists(partial));
-    w->destroy(w);
+    w->ops->destroy(w);
     /* with replace: the old content stays until the commit, then is gone */
     w = mp_comm_self();
     cr_assert_eq(ckpt_save_begin_dir(&s, w, dir, 3, NULL, 1, &e), MP_OK, "%s", e.msg);
@@ -669,7 +703,7 @@ static void replace_case(int fallback) {
     cr_assert_eq(ckpt_save_add(s, g_t[1].name, MP_F32, 1, g_t[1].shape, off, g_t[1].shape, data, &e), MP_OK);
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
-    w->destroy(w);
+    w->ops->destroy(w);
     free(data);
     cr_assert(!mp_fs_exists(marker), "old content survived the replacement");
     cr_assert(!mp_fs_exists(partial) && !mp_fs_exists(aside));
@@ -698,7 +732,7 @@ Test(ckpt_write, begin_dir_refuses_unusable_names) {
         mp_code rc = ckpt_save_begin_dir(&s, w, bad[i], 0, NULL, 1, &e);
         cr_assert_eq(rc, MP_EINPUT, "'%s': rc %d %s", bad[i], rc, e.msg);
         cr_assert(s == NULL);
-        w->destroy(w);
+        w->ops->destroy(w);
     }
 }
 
@@ -755,7 +789,7 @@ Test(ckpt_write, groups_stay_compact_past_eight_links) {
     }
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
-    w->destroy(w);
+    w->ops->destroy(w);
     const char *files[] = {"index.h5", "rank_00000.h5"};
     for (int i = 0; i < 2; i++) {
         char *fp = tu_path(dir, files[i]);

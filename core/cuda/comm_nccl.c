@@ -30,8 +30,10 @@ typedef struct {
 /* Runs one enqueue and adds its host time to c->seconds[op]. */
 #define TIMED(c, op, call) do { double t0_ = mp_time_s(); call; (c)->seconds[op] += mp_time_s() - t0_; } while (0)
 
+static const mp_comm_ops nccl_ops;   /* defined after its functions */
+
 static nccl_impl *impl_of(const mp_comm *c) {
-    assert(c && c->impl && strcmp(c->name, "nccl") == 0);
+    assert(c && c->impl && c->ops == &nccl_ops);
     return (nccl_impl *)c->impl;
 }
 
@@ -206,30 +208,35 @@ static void nccl_destroy(mp_comm *c) {
     MPI_Finalized(&fin);
     if (!fin) MPI_Comm_free(&im->mpi);
     mp_free_acct(im, sizeof *im, MP_MEM_COMM);
-    mp_free_acct(c, sizeof *c, MP_MEM_COMM);
+    mp_comm_free(c);
 }
 
+/* No split-phase gather of its own (the mesh's wrapper makes one from its stream and events) and no
+ * point-to-point (device buffers; core/comm.h). */
+static const mp_comm_ops nccl_ops = {
+    .name = "nccl",
+    .all_reduce = nccl_all_reduce,
+    .all_reduce_f64 = nccl_all_reduce_f64,
+    .all_gatherv = nccl_all_gatherv,
+    .reduce_scatterv = nccl_reduce_scatterv,
+    .broadcast = nccl_broadcast,
+    .gather = nccl_gather,
+    .gatherv = nccl_gatherv,
+    .scatterv = nccl_scatterv,
+    .barrier = nccl_barrier,
+    .destroy = nccl_destroy,
+};
+
 mp_comm *mp_comm_nccl_create(MPI_Comm group, cudaStream_t stream, mp_err *err) {
-    mp_comm *c = mp_calloc(sizeof *c, MP_MEM_COMM);
     nccl_impl *im = mp_calloc(sizeof *im, MP_MEM_COMM);
+    int rank = 0, size = 0;
     MPI_Comm_dup(group, &im->mpi);
-    MPI_Comm_rank(im->mpi, &c->rank);
-    MPI_Comm_size(im->mpi, &c->size);
+    MPI_Comm_rank(im->mpi, &rank);
+    MPI_Comm_size(im->mpi, &size);
     im->stream = stream;
-    c->name = "nccl";
-    c->all_reduce = nccl_all_reduce;
-    c->all_reduce_f64 = nccl_all_reduce_f64;
-    c->all_gatherv = nccl_all_gatherv;
-    c->reduce_scatterv = nccl_reduce_scatterv;
-    c->broadcast = nccl_broadcast;
-    c->gather = nccl_gather;
-    c->gatherv = nccl_gatherv;
-    c->scatterv = nccl_scatterv;
-    c->barrier = nccl_barrier;
-    c->destroy = nccl_destroy;
-    c->impl = im;
+    mp_comm *c = mp_comm_new(&nccl_ops, rank, size, im);
     if (c->size == 1) {
-        /* Refused: mp_comm_use_self_ops' all_gatherv / reduce_scatterv memmove from the host, and these
+        /* Refused: the self operations' all_gatherv / reduce_scatterv memmove from the host, and these
          * buffers are device memory (a host memmove of a device pointer faults). A group of one takes
          * core/mesh.c's device-copy communicator instead (dev_comm_create), which never calls this. */
         mp_err_set(err, MP_EINTERNAL, "NCCL communicator: a group of one rank has no NCCL communicator (use the "

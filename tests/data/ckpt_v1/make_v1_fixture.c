@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
         ckpt_save_free(s);
         for (int i = 0; i < nb; i++) free(bufs[i]);
     }
-    w->destroy(w);
+    w->ops->destroy(w);
     MPI_Finalize();
     return fails ? 1 : 0;
 }
