@@ -5,8 +5,8 @@
 # builds BUILD_DIR (default build-gpu) with -DMP_CUDA=ON -DMP_WERROR=ON. docs/CUDA.md has the one call.
 #
 # Parts, each under `timeout`, in this order (R: required):
-#   R kernels_host        core/cuda/hostcheck: the kernels' host side and the attention tiling on the host
-#     mma_probe           core/cuda/hostcheck/mma_probe.cu (seconds): the mma.sync fragment layouts, the bf16
+#   R kernels_host        tests/cuda: the kernels' host side and the attention tiling on the host
+#     mma_probe           tests/cuda/mma_probe.cu (seconds): the mma.sync fragment layouts, the bf16
 #                         pair store and the tensor-core attention's tile helpers on the device against the
 #                         host replay, element by element; its first mismatches name lane, register and half
 #   R kernels_device      every launcher against host references, reductions run twice, bitwise (attention

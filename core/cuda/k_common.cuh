@@ -136,7 +136,7 @@ static inline void mp_vec_launch(int64_t n, int aligned16, const F &f, cudaStrea
 
 /* The row chunks of the deterministic column reductions (RMSNorm's dw, the per-head RMSNorm's dw, the bias
  * gradient db): M rows cut into *nchunks chunks of *rows_per_chunk consecutive rows (<= MP_CHUNK_MAX chunks
- * of >= MP_CHUNK_MIN_ROWS rows), a function of M alone (host and device: hostcheck tests it). Each chunk's
+ * of >= MP_CHUNK_MIN_ROWS rows), a function of M alone (host and device: check_kernels_host tests it). Each chunk's
  * block sums its rows into partial[c, :] in a fixed order, then mp_chunk_sum_kernel adds the chunks in
  * order: no atomics, and the order of every sum is fixed by M and the row length. */
 #define MP_CHUNK_MIN_ROWS 32

@@ -1,5 +1,5 @@
 /*
- * ckpt/test/test_ckpt_write.c — the format-v2 writer of ckpt/ in one process (mp_comm_self): checksum
+ * tests/ckpt/test_ckpt_write.c — the format-v2 writer of ckpt/ in one process (mp_comm_self): checksum
  * tile geometry, fill-callback boxes written in bands into the rank files of several ranks, and the
  * directory-mode commit (ckpt_save_begin_dir) with and without replacement.
  *
