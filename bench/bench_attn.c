@@ -1,5 +1,5 @@
 /*
- * bench/bench_attn.c — the CPU attention backward against the T x T version it replaced (issue 21).
+ * bench/bench_attn.c — the CPU attention backward against the T x T version it replaced.
  *
  * Until commit 5f43e20 the forward stored the softmax probabilities P ([B,H,T,T]) and the backward
  * read them: four products per query block (dP, dQ, dK, dV) over the causal prefix, plus a T x T

@@ -24,7 +24,7 @@
 # peak = 989e12 (H200 / H100 SXM dense bf16 tensor-core FLOP/s, without sparsity; --peak for another GPU).
 # Prints one summary line:
 #   bench_gpu: <gpu> | llama_1b (N=1.039G matmul params) | batch B x seq T | ... tokens/s ... | MFU ...%
-# The floor (issue 22): the run FAILS when any step's loss is not finite or when the MFU is below
+# The floor: the run FAILS when any step's loss is not finite or when the MFU is below
 # --min-mfu percent (default 35; the goal is 45). A dry run (MP_BENCH_GPU_DEVICE=cpu*) has no floor unless
 # --min-mfu is given (tests/bench_gpu_floor.sh checks the floor that way).
 # Per-kernel times: then two short runs with MP_CUDA_PROFILE (core/cuda/prof_cuda.h: cudaEvent pairs around

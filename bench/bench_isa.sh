@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/bench_isa.sh [--default build/meshpoint] [--native build-native/meshpoint] [--rounds 3] [--steps 10]
-#                    [--config configs/bench_tiny.json] [--data FILE] — runtime ISA dispatch (issue 21 item 1):
+#                    [--config configs/bench_tiny.json] [--data FILE] — runtime ISA dispatch:
 # the default, portable build (its CPU kernels chosen at start-up) against a -DMP_NATIVE=ON build of the same
 # tree, and against itself forced to the old baseline (MP_ISA=v2), in the same run, one thread each
 # (OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1), rounds alternating. Each round's figure is the median tokens/s

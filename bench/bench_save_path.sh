@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/bench_save_path.sh — what checkpoints cost a training run, measured on the run itself (issue 11):
+# bench/bench_save_path.sh — what checkpoints cost a training run, measured on the run itself:
 # memory, the step after a save, and a resume's start-up, each against its own limit in the same run.
 #
 #   bench/bench_save_path.sh [--bin build/meshpoint] [--config configs/bench_small.json] [--steps 8]

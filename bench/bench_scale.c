@@ -16,7 +16,7 @@
  *   bench_scale load MODEL TP DP RANK DIR
  *       ckpt_open DIR (the real index reader) and the load-side planning of RANK's boxes: per box the
  *       tensor lookup and ckpt_query, the reader's interval index (what ckpt_read plans with). Before
- *       issue 23's collective open, every rank of a loading job did this.
+ *       the collective open (ckpt_open_planned), every rank of a loading job did this.
  *   bench_scale planned MODEL TP DP RANK DIR
  *       the collective open (ckpt_open_planned) as RANK, then the same planning on the reader it gets.
  *       Rank 0 gathers every rank's regions (made here, as for the save's lists), reads the index and

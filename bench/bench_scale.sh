@@ -13,7 +13,7 @@
 #   save plan          the last rank's own planning (adding its boxes)
 #   load s, load MiB   the last rank's ckpt_open + planning of its boxes (median of ROUNDS), peak memory
 #   x                  growth factor of a column against the world 8x smaller (linear in world = 8.0)
-# A second table: the collective load open (ckpt_open_planned, issue 23), on the same index:
+# A second table: the collective load open (ckpt_open_planned), on the same index:
 #   idx read r0, rN    bytes rank 0 reads from index.h5; the last rank's index.h5 opens (ckpt_index_reads:
 #                      0) and the bytes it read from any file during the open (rchar, the pipe excluded)
 #   recv r0, rN        bytes the open's collectives deliver: rank 0 every rank's region list, rank N its part

@@ -11,7 +11,7 @@
 #              tokenizer load, reading and writing the token files included (so the figure is conservative)
 #   tokenizers Tokenizer.encode per document, RAYON_NUM_THREADS=1, the encode loop alone
 # Prints each round, the medians, tokens/s, and the ratio peer time / meshpoint time (>= 1.0: meshpoint is at
-# least as fast; the issue's goal). Both sides' token counts are printed and must agree.
+# least as fast: the goal). Both sides' token counts are printed and must agree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=build/meshpoint rounds=5 vocab=32000 out=""

@@ -4,7 +4,7 @@
  * peer measured in the same run: what this GPU's memory system gives a plain copy) and against the
  * design each replaced.
  *
- * Why: the step's profile (issue 22, docs/CUDA.md's roofline) had rmsnorm_bwd at 6.9x its roofline. The
+ * Why: the step's profile (docs/CUDA.md's roofline) had rmsnorm_bwd at 6.9x its roofline. The
  * profile times an op with whatever it waits for; this program times each kernel alone on fresh aligned
  * buffers, so its ratio to the copy is the kernel's own distance from the memory roofline.
  *

@@ -264,16 +264,6 @@ mp_code ck_check_key(const char *key, mp_err *e) {
     return MP_OK;
 }
 
-int64_t ck_slab_rows(int64_t rows, int64_t row_bytes) {
-    assert(rows > 0 && row_bytes > 0);
-    int64_t k = (int64_t)CK_SLAB_TARGET_BYTES / row_bytes;
-    if (k < 1) k = 1;
-    int64_t kmin = (rows + CK_SLABS_MAX - 1) / CK_SLABS_MAX;
-    if (k < kmin) k = kmin;
-    if (k > rows) k = rows;
-    return k;
-}
-
 /* Describes box i of L for messages: "box [..] (rank_00001.h5 /name/box_0)". */
 static void box_desc(const ck_layout *L, int64_t i, char *buf, size_t cap) {
     /* truncation is fine: a message */

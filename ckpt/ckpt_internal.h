@@ -19,8 +19,6 @@
 #define CK_FILE_MAX 32                       /* "rank_%05d.h5" and NUL, padded */
 #define CK_DSET_MAX (CKPT_NAME_MAX + 33)     /* "/<name>/box_<k>" and NUL */
 #define CK_RANK_FORMAT_NAME "meshpoint-checkpoint-rank"
-#define CK_SLAB_TARGET_BYTES (2u << 20)      /* slab checksum granularity target: 2 MiB */
-#define CK_SLABS_MAX 4096                    /* at most this many slab checksums per box */
 #define CK_BATCH_BYTES ((size_t)64 << 20)    /* read scratch bound */
 
 /* A growing byte buffer (the save's box lists, the collective load's requests and shares, a v1/v2
@@ -39,7 +37,7 @@ typedef struct ck_tensor {
     int64_t box_first, nboxes;
 } ck_tensor;
 
-/* A box of the layout. Its dataset paths are not stored in it (issue 23: two 289-byte strings per box
+/* A box of the layout. Its dataset paths are not stored in it (two 289-byte strings per box
  * were most of a 70B / 4,096-rank layout's memory): when the layout has no path pool (L->paths NULL:
  * v3, and every layout the writer builds) they are derived from its tensor's name and k
  * (/<name>/box_<k>, /<name>/tiles_<k>); a v1/v2 layout read from an index keeps the stored paths in
@@ -197,29 +195,72 @@ void ck_runs_query(const ck_layout *L, const ck_run *runs, const int64_t *bound,
  * file, in layout order); L has no path pool. */
 void ck_layout_derive_paths(ck_layout *L);
 
-/* A row of a v3 rank file's /boxes table (packed: its bytes are the table's, little-endian). */
-typedef struct __attribute__((packed)) ck_boxrow {
-    char tensor[CKPT_NAME_MAX + 1];
-    int32_t k;
-    int64_t offset[CKPT_MAX_DIMS], shape[CKPT_MAX_DIMS];
+/* --------------------------------------------------------------------- the box record schema */
+/* ckpt/boxrec.c: the fields of a box, listed once (ck_bfields), and the places that hold a subset of
+ * them (bitmask): a v1 / v2 index's /layout/boxes row, a v3/v4 rank file's /boxes row, the save's
+ * exchange to rank 0, a group member's list to its leader (ckpt/group.c). Compound types, rows, the v1/v2 checksum input and the wire encoding all walk
+ * the table. */
+enum { CK_BR_IDX1 = 1, CK_BR_IDX2 = 2, CK_BR_FILE = 4, CK_BR_WIRE = 8, CK_BR_GROUP = 16 };
+typedef enum { CK_BF_STR, CK_BF_I32, CK_BF_I64, CK_BF_U64, CK_BF_DIMS } ck_bf_kind;
+typedef struct ck_bfield {
+    const char *name;                 /* the column's name */
+    ck_bf_kind kind;                  /* STR: fixed-width NUL-padded; DIMS: CKPT_MAX_DIMS int64 */
+    size_t at;                        /* offsetof its member in ck_boxrec */
+    size_t width;                     /* its bytes in a row */
+    unsigned places;                  /* CK_BR_* that have it */
+    int hashed;                       /* IDX1/IDX2: in the index checksum's box sequence */
+} ck_bfield;
+extern const ck_bfield ck_bfields[];
+extern const int ck_nbfields;
+/* A box record: every field by value (integers widened to int64; strings point elsewhere: to a
+ * layout's names, into a row, into a receive scratch). Fields a place lacks are 0 / NULL. */
+typedef struct ck_boxrec {
+    const char *tensor, *file, *dataset, *tiles_dataset;
+    int64_t tensor_index, rank, file_index, k, dtype, ndim;
+    int64_t gshape[CKPT_MAX_DIMS], offset[CKPT_MAX_DIMS], shape[CKPT_MAX_DIMS];
     uint64_t checksum;
-    int64_t tile_rows, tile_cols, ntiles;
+    int64_t slab_rows, slab_first, nslabs, tile_rows, tile_cols, ntiles;
     uint64_t tiles_checksum;
-} ck_boxrow;
+} ck_boxrec;
+#define CK_BOXREC_SCRATCH (4 * CK_DSET_MAX)   /* bytes of ck_boxrec_recv's scratch: its strings */
+/* Bytes of a row of place (the packed sum of its fields' widths). */
+size_t ck_boxrec_size(unsigned place);
+/* Byte offset of field `name` in a row of place; -1 if place lacks it. */
+long ck_boxrec_offset(unsigned place, const char *name);
+/* The packed compound type of a row of place (memory type = file type); caller closes. */
+hid_t ck_boxrec_type(unsigned place);
+/* Writes r's fields of place as one row at row (ck_boxrec_size(place) bytes, every byte set). */
+void ck_boxrec_put(unsigned place, const ck_boxrec *r, void *row);
+/* Reads the row at row into r (its strings point into the row); 0 if a string column has no NUL
+ * (that string is NULL), else 1. */
+int ck_boxrec_get(unsigned place, const void *row, ck_boxrec *r);
+/* Feeds the hashed fields of place (CK_BR_IDX1 or IDX2) of r, in table order, to the XXH3 state s:
+ * integers as int64, dims as CKPT_MAX_DIMS int64, strings with their NUL (docs/FORMAT.md). */
+struct XXH3_state_s;
+void ck_boxrec_hash(struct XXH3_state_s *s, unsigned place, const ck_boxrec *r);
+/* Appends r's fields of the wire place (CK_BR_WIRE or CK_BR_GROUP) to b. */
+void ck_boxrec_send(unsigned place, ck_buf *b, const ck_boxrec *r);
+/* Reads one record that ck_boxrec_send(place) wrote from p[*at, n) into r (advancing *at; its strings
+ * go to scratch, CK_BOXREC_SCRATCH bytes); 0 if malformed (short, a string too long for its column,
+ * an I32 field out of range). */
+int ck_boxrec_recv(unsigned place, const char *p, size_t n, size_t *at, ck_boxrec *r, char *scratch);
+
+/* A v3 rank file's /boxes table is n rows of place CK_BR_FILE, ck_boxrec_size(CK_BR_FILE) bytes each
+ * (ckpt/boxtab.c); its bytes are the file's. */
 /* Order of the table's rows: tensor name (strcmp), then offset (lexicographic). */
 int ck_boxrow_cmp(const void *a, const void *b);
 /* XXH3-64 of n rows (the table's bytes): a file's boxes_checksum. */
-uint64_t ck_boxtab_hash(const ck_boxrow *rows, int64_t n);
+uint64_t ck_boxtab_hash(const void *rows, int64_t n);
 /* Writes rows[n] (sorted by ck_boxrow_cmp) as /boxes of the open rank file f (path names it). */
-mp_code ck_boxtab_write(hid_t f, const ck_boxrow *rows, int64_t n, const char *path, mp_err *e);
+mp_code ck_boxtab_write(hid_t f, const void *rows, int64_t n, const char *path, mp_err *e);
 /* Reads /boxes of the open rank file f into *rows (malloc'd, *n rows). MP_ECHECK naming path when it is
- * missing or not a table of ck_boxrow. */
-mp_code ck_boxtab_read(hid_t f, const char *path, ck_boxrow **rows, int64_t *n, mp_err *e);
+ * missing or not a table of box rows. */
+mp_code ck_boxtab_read(hid_t f, const char *path, void **rows, int64_t *n, mp_err *e);
 /* Checks the table rows[n] of file fi against L (v3: the index's boxes_checksum and box count of the
  * file; rows strictly sorted; each box ids[0..nids) of L, the file's boxes in layout order, has its row
  * with its shape, its path's k and valid tile fields) and fills those boxes' checksum and tile fields.
  * MP_ECHECK naming path (the rank file) otherwise. */
-mp_code ck_boxtab_apply(ck_layout *L, int fi, const int *ids, int nids, const ck_boxrow *rows, int64_t n,
+mp_code ck_boxtab_apply(ck_layout *L, int fi, const int *ids, int nids, const void *rows, int64_t n,
                         const char *path, mp_err *e);
 
 /* Rank 0's side of the collective open (ckpt/plan.c), apart from its collectives so that a test can
@@ -239,8 +280,6 @@ void ck_plan_src_free(ck_plan_src *S);
 /* A reader of the checkpoint in dir over the layout *from (validated, indexed: ck_layout_index done),
  * which it takes over (*from is zeroed). ckpt_open and the planned open (ckpt/plan.c) make readers so. */
 ckpt_reader *ck_reader_new(const char *dir, ck_layout *from);
-/* The layout a reader works on. */
-const ck_layout *ck_reader_layout(const ckpt_reader *r);
 
 /* ---------------------------------------------------------------------------------------- boxes */
 
@@ -274,8 +313,6 @@ void ck_copy_sub(int nd, size_t esize, const int64_t *sub_off, const int64_t *su
 /* Validates a tensor name / metadata key. MP_EINPUT with the reason. */
 mp_code ck_check_name(const char *name, mp_err *e);
 mp_code ck_check_key(const char *key, mp_err *e);
-/* Rows per slab checksum for a box of `rows` rows of row_bytes bytes (format v1). */
-int64_t ck_slab_rows(int64_t rows, int64_t row_bytes);
 
 /* ------------------------------------------------------------------------------- checksum tiles */
 /* Format v2 cuts every box into tiles (ckpt_tile_geometry, public in ckpt.h): bands of tile_rows rows of dim 0 x blocks of tile_cols
@@ -337,7 +374,6 @@ herr_t ck_attr_write_str(hid_t obj, const char *name, const char *s);
 herr_t ck_attr_write_i64(hid_t obj, const char *name, const int64_t *v, int n);
 herr_t ck_attr_write_i64s(hid_t obj, const char *name, int64_t v);
 herr_t ck_attr_write_u64s(hid_t obj, const char *name, uint64_t v);
-herr_t ck_attr_write_u64(hid_t obj, const char *name, const uint64_t *v, int n);
 herr_t ck_attr_read_str(hid_t obj, const char *name, char *buf, size_t cap);
 /* Reads n values; fails unless the attribute holds exactly n elements. */
 herr_t ck_attr_read_i64(hid_t obj, const char *name, int64_t *v, int n);
@@ -378,20 +414,14 @@ const char *ck_save_partial(const ckpt_save *s);
 const char *ck_save_meta_get(const ckpt_save *s, const char *key);
 
 /* What ckpt/group.c needs of a save (ckpt/writer_boxes.c; the two row counts: ckpt/writer_files.c): its world, options, whether a local error is
- * remembered, its boxes (read-only views, in the order added), dropping them all (a group member whose
+ * remembered, its boxes (in the order added: box i as a box record, its name the save's, and its data,
+ * NULL for a fill box), dropping them all (a group member whose
  * boxes went to its leader's file), and the rows per band the writer uses for a fill box. */
-typedef struct ck_save_box {
-    const char *name;
-    mp_dtype dt;
-    int ndim, file_rank;
-    int64_t gshape[CKPT_MAX_DIMS], off[CKPT_MAX_DIMS], shp[CKPT_MAX_DIMS];   /* unused dims 1 / 0 / 1 */
-    const void *data;   /* NULL for a fill box */
-} ck_save_box;
 mp_comm *ck_save_world(const ckpt_save *s);
 const ckpt_save_opts *ck_save_opts_of(const ckpt_save *s);
 int ck_save_failed(const ckpt_save *s);
 int ck_save_nboxes(const ckpt_save *s);
-void ck_save_box_at(const ckpt_save *s, int i, ck_save_box *out);
+void ck_save_box_at(const ckpt_save *s, int i, ck_boxrec *out, const void **data);
 void ck_save_drop_boxes(ckpt_save *s);
 int64_t ck_fill_band_rows(mp_dtype dt, int ndim, const int64_t *shp, size_t fill_bytes);
 /* Bytes of one dim-0 row of a box of dtype dt and shape shp[ndim] (the writer's bands are whole rows). */

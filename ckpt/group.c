@@ -17,9 +17,9 @@
  *
  * Transfer (the caller's thread: MPI is initialised FUNNELED and every MPI call of a save happens
  * there; hence synchronous saves only), over the world communicator's send / recv:
- *   1. each member sends its leader a list header {code, bytes} and then its box list (names, dtypes,
- *      shapes, offsets), or, when it already failed (a remembered error, or boxes group mode does not
- *      take), its message;
+ *   1. each member sends its leader a list header {code, bytes} and then its box list (place CK_BR_GROUP
+ *      of the box record, ckpt/boxrec.c: names, dtypes, shapes, offsets), or, when it already failed
+ *      (a remembered error, or boxes group mode does not take), its message;
  *   2. the leader adds each member's boxes as fill boxes of its own file (ckpt_save_add_fill, members
  *      in rank order after its own boxes) and sends every member {go, fill_bytes}: go = 0 when the
  *      leader or any member has failed (then no data moves and the commit's agreement fails the save
@@ -163,17 +163,13 @@ static mp_code member_list(ckpt_save *s, ck_buf *b, mp_err *e) {
     int64_t n = nb;
     ck_buf_put(b, &n, sizeof n);
     for (int i = 0; i < nb; i++) {
-        ck_save_box B;
-        ck_save_box_at(s, i, &B);
-        if (!B.data || B.file_rank != me)
+        ck_boxrec B;
+        const void *data;
+        ck_save_box_at(s, i, &B, &data);
+        if (!data || B.rank != me)
             return mp_err_set(e, MP_EINPUT, "tensor %s: files of several ranks (ranks_per_file) take only "
-                              "ckpt_save_add boxes of the process's own rank", B.name);
-        int64_t v[4 + 3 * CKPT_MAX_DIMS] = {(int64_t)strlen(B.name), B.dt, B.ndim, 0};
-        memcpy(v + 4, B.gshape, sizeof B.gshape);
-        memcpy(v + 4 + CKPT_MAX_DIMS, B.off, sizeof B.off);
-        memcpy(v + 4 + 2 * CKPT_MAX_DIMS, B.shp, sizeof B.shp);
-        ck_buf_put(b, v, sizeof v);
-        ck_buf_put(b, B.name, strlen(B.name));
+                              "ckpt_save_add boxes of the process's own rank", B.tensor);
+        ck_boxrec_send(CK_BR_GROUP, b, &B);   /* its name, dtype, dims, global shape, offset, shape */
     }
     return MP_OK;
 }
@@ -186,22 +182,25 @@ static mp_code member_send(ckpt_save *s, int leader, size_t fill_bytes, mp_err *
     band_hdr *h = mp_xcalloc(sizeof *h);
     mp_code rc = MP_OK;
     for (int i = 0; i < nb && rc == MP_OK; i++) {
-        ck_save_box B;
-        ck_save_box_at(s, i, &B);
-        int64_t rb = ck_row_bytes(B.dt, B.ndim, B.shp), br = ck_fill_band_rows(B.dt, B.ndim, B.shp, fill_bytes);
-        for (int64_t r0 = 0; r0 < B.shp[0]; r0 += br) {
-            int64_t n = B.shp[0] - r0 < br ? B.shp[0] - r0 : br;
+        ck_boxrec B;
+        const void *data;
+        ck_save_box_at(s, i, &B, &data);
+        mp_dtype dt = (mp_dtype)B.dtype;
+        int nd = (int)B.ndim;
+        int64_t rb = ck_row_bytes(dt, nd, B.shape), br = ck_fill_band_rows(dt, nd, B.shape, fill_bytes);
+        for (int64_t r0 = 0; r0 < B.shape[0]; r0 += br) {
+            int64_t n = B.shape[0] - r0 < br ? B.shape[0] - r0 : br;
             *h = (band_hdr){.code = MP_OK, .box = i, .r0 = r0, .rows = n};
             if (i == nb / 2 && r0 == 0 && ck_fail_point("group_send", w->rank)) {
                 rc = mp_err_set(e, MP_EIO, "fault ckpt_fail_at:group_send: rank %d fails sending tensor %s to rank %d",
-                                w->rank, B.name, leader);
+                                w->rank, B.tensor, leader);
                 h->code = rc;
                 snprintf(h->msg, sizeof h->msg, "%s", e->msg);
                 w->ops->send(w, h, sizeof *h, leader, TAG_BAND);
                 break;
             }
             w->ops->send(w, h, sizeof *h, leader, TAG_BAND);
-            w->ops->send(w, (const char *)B.data + r0 * rb, (size_t)(n * rb), leader, TAG_DATA);
+            w->ops->send(w, (const char *)data + r0 * rb, (size_t)(n * rb), leader, TAG_DATA);
         }
         if (rc == MP_OK) ck_crash_point("during_rank_files", w->rank);
     }
@@ -309,25 +308,19 @@ static mp_code add_member(ckpt_save *s, gmember *m, const char *p, size_t n, mp_
     if (nb < 0 || nb > (int64_t)(n / 8)) return mp_err_set(e, MP_EINTERNAL, "malformed box list from rank %d", m->rank);
     m->b = mp_xcalloc(sizeof *m->b * (size_t)(nb + 1));
     m->nb = (int)nb;
-    char name[CKPT_NAME_MAX + 1];
+    char scratch[CK_BOXREC_SCRATCH];
     for (int i = 0; i < nb; i++) {
-        int64_t v[4 + 3 * CKPT_MAX_DIMS];
-        if (n - at < sizeof v) return mp_err_set(e, MP_EINTERNAL, "malformed box list from rank %d", m->rank);
-        memcpy(v, p + at, sizeof v);
-        at += sizeof v;
-        if (v[0] < 0 || v[0] > CKPT_NAME_MAX || (size_t)v[0] > n - at || v[2] < 1 || v[2] > CKPT_MAX_DIMS)
+        ck_boxrec r;
+        if (!ck_boxrec_recv(CK_BR_GROUP, p, n, &at, &r, scratch) || r.ndim < 1 || r.ndim > CKPT_MAX_DIMS)
             return mp_err_set(e, MP_EINTERNAL, "malformed box list from rank %d", m->rank);
-        memcpy(name, p + at, (size_t)v[0]);
-        name[v[0]] = '\0';
-        at += (size_t)v[0];
         gbox *B = &m->b[i];
         B->m = m;
         B->idx = i;
-        B->dt = (mp_dtype)v[1];
-        B->ndim = (int)v[2];
-        memcpy(B->off, v + 4 + CKPT_MAX_DIMS, sizeof B->off);
-        memcpy(B->shp, v + 4 + 2 * CKPT_MAX_DIMS, sizeof B->shp);
-        MP_TRY(ckpt_save_add_fill(s, g->w->rank, name, B->dt, B->ndim, v + 4, B->off, B->shp, member_fill, B, e));
+        B->dt = (mp_dtype)r.dtype;
+        B->ndim = (int)r.ndim;
+        memcpy(B->off, r.offset, sizeof B->off);
+        memcpy(B->shp, r.shape, sizeof B->shp);
+        MP_TRY(ckpt_save_add_fill(s, g->w->rank, r.tensor, B->dt, B->ndim, r.gshape, B->off, B->shp, member_fill, B, e));
     }
     return MP_OK;
 }
@@ -336,12 +329,13 @@ static mp_code add_member(ckpt_save *s, gmember *m, const char *p, size_t n, mp_
 static int leader_collect(ckpt_save *s, group *g) {
     int member_failed = 0;
     for (int i = 0; i < ck_save_nboxes(s) && !ck_save_failed(s); i++) {
-        ck_save_box B;
-        ck_save_box_at(s, i, &B);
-        if (!B.data || B.file_rank != g->w->rank) {
+        ck_boxrec B;
+        const void *data;
+        ck_save_box_at(s, i, &B, &data);
+        if (!data || B.rank != g->w->rank) {
             mp_err e;
             mp_err_set(&e, MP_EINPUT, "tensor %s: files of several ranks (ranks_per_file) take only ckpt_save_add "
-                       "boxes of the process's own rank", B.name);
+                       "boxes of the process's own rank", B.tensor);
             ckpt_save_fail(s, e.code, &e);
         }
     }

@@ -327,10 +327,6 @@ herr_t ck_attr_write_i64(hid_t obj, const char *name, const int64_t *v, int n) {
     return attr_write_n(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, v, n);
 }
 
-herr_t ck_attr_write_u64(hid_t obj, const char *name, const uint64_t *v, int n) {
-    return attr_write_n(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, v, n);
-}
-
 herr_t ck_attr_write_i64s(hid_t obj, const char *name, int64_t v) {
     return attr_write_n(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, -1);
 }

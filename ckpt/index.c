@@ -13,8 +13,10 @@
  *   /meta/<key>          scalar fixed-length UTF-8 string dataset per metadata entry
  *   /view/<tensor name>  virtual dataset: the whole tensor, mapped onto the rank files' datasets
  *
- * The record structs below are the memory types of the tables; the file types are the same compounds
- * packed (no padding), with little-endian members. Strings are fixed-length, NUL-padded. index_checksum
+ * The record structs below are the memory types of the tensor, file and run tables; the file types are
+ * the same compounds packed (no padding), with little-endian members. A box row (v1, v2) is not a struct
+ * here: its fields, compound type and checksum input come from the box record schema (ckpt/boxrec.c,
+ * places CK_BR_IDX1 / CK_BR_IDX2), whose rows are packed already. Strings are fixed-length, NUL-padded. index_checksum
  * is XXH3-64 over the canonical content of the layout and metadata (ck_layout_hash), so a flipped
  * byte in any table or metadata value is caught even where HDF5 has no checksum of its own (raw data).
  * The reader reads the tables, never the views (a view's missing source reads as fill values).
@@ -48,34 +50,6 @@ typedef struct {
 } rec_tensor;
 
 typedef struct {
-    char tensor[CKPT_NAME_MAX + 1];
-    int32_t tensor_index;
-    int32_t rank;
-    int32_t file_index;
-    char file[CK_FILE_MAX];
-    char dataset[CK_DSET_MAX];
-    int64_t offset[CKPT_MAX_DIMS];
-    int64_t shape[CKPT_MAX_DIMS];
-    uint64_t checksum;
-    int64_t slab_rows, slab_first, nslabs;
-} rec_box;            /* v1 */
-
-typedef struct {
-    char tensor[CKPT_NAME_MAX + 1];
-    int32_t tensor_index;
-    int32_t rank;
-    int32_t file_index;
-    char file[CK_FILE_MAX];
-    char dataset[CK_DSET_MAX];
-    int64_t offset[CKPT_MAX_DIMS];
-    int64_t shape[CKPT_MAX_DIMS];
-    uint64_t checksum;
-    int64_t tile_rows, tile_cols, ntiles;
-    uint64_t tiles_checksum;
-    char tiles_dataset[CK_DSET_MAX];
-} rec_box2;           /* v2 */
-
-typedef struct {
     int32_t rank;
     char name[CK_FILE_MAX];
     int64_t nboxes, bytes;
@@ -101,6 +75,33 @@ void ck_layout_free(ck_layout *L) {
     free(L->paths);
     memset(L, 0, sizeof *L);
 }
+
+/* The record (ckpt/boxrec.c) of box B of L: names from L's tables, dataset paths into ds and ts
+ * (CK_DSET_MAX bytes each, or the stored ones of a v1/v2 layout). */
+static void box_rec(const ck_layout *L, const ck_box *B, char *ds, char *ts, ck_boxrec *r) {
+    memset(r, 0, sizeof *r);
+    r->tensor = L->t[B->tensor].name;
+    r->tensor_index = B->tensor;
+    r->rank = L->f[B->file].rank;
+    r->file_index = B->file;
+    r->file = L->f[B->file].name;
+    r->dataset = ck_box_path(L, B, 0, ds);
+    r->k = B->k;
+    memcpy(r->offset, B->off, sizeof r->offset);
+    memcpy(r->shape, B->shp, sizeof r->shape);
+    r->checksum = B->checksum;
+    r->slab_rows = B->slab_rows;
+    r->slab_first = B->slab_first;
+    r->nslabs = B->nslabs;
+    r->tile_rows = B->tile_rows;
+    r->tile_cols = B->tile_cols;
+    r->ntiles = B->ntiles;
+    r->tiles_checksum = B->tiles_checksum;
+    r->tiles_dataset = ck_box_path(L, B, 1, ts);
+}
+
+/* The box table's row place of index format version v (1 or 2). */
+static unsigned box_place(int v) { return v == 1 ? CK_BR_IDX1 : CK_BR_IDX2; }
 
 /* ------------------------------------------------------------------------------------ checksum */
 
@@ -140,8 +141,9 @@ static uint64_t hash_meta_end(XXH3_state_t *s, const ck_layout *L) {
     return h;
 }
 
-/* The sequence of docs/FORMAT.md "Index checksum" for version 1 or 2: v2 hashes each box's tile
- * fields where v1 hashes its slab fields, and has no slab array (its slab count is 0). */
+/* The sequence of docs/FORMAT.md "Index checksum" for version 1 or 2: each box's fields marked hashed
+ * in the box record schema (ckpt/boxrec.c: v2 hashes its tile fields where v1 hashes its slab
+ * fields); v2 has no slab array (its slab count is 0). */
 static uint64_t hash_v12(const ck_layout *L) {
     assert(L->version == 1 || L->version == 2);
     assert(L->version == 1 || L->nslabs == 0);
@@ -156,26 +158,11 @@ static uint64_t hash_v12(const ck_layout *L) {
     h_i64(s, L->nslabs);
     h_i64(s, L->nmeta);
     hash_tensors(s, L);
-    char buf[CK_DSET_MAX];
-    for (int i = 0; i < L->nboxes; i++) {
-        const ck_box *B = &L->b[i];
-        h_i64(s, B->tensor);
-        h_i64(s, B->file);
-        h_str(s, ck_box_path(L, B, 0, buf));
-        for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, B->off[d]);
-        for (int d = 0; d < CKPT_MAX_DIMS; d++) h_i64(s, B->shp[d]);
-        h_i64(s, (int64_t)B->checksum);
-        if (L->version == 1) {
-            h_i64(s, B->slab_rows);
-            h_i64(s, B->slab_first);
-            h_i64(s, B->nslabs);
-        } else {
-            h_i64(s, B->tile_rows);
-            h_i64(s, B->tile_cols);
-            h_i64(s, B->ntiles);
-            h_i64(s, (int64_t)B->tiles_checksum);
-            h_str(s, ck_box_path(L, B, 1, buf));
-        }
+    char ds[CK_DSET_MAX], ts[CK_DSET_MAX];
+    for (int i = 0; i < L->nboxes; i++) {   /* the hashed fields of the box record, in its order */
+        ck_boxrec r;
+        box_rec(L, &L->b[i], ds, ts, &r);
+        ck_boxrec_hash(s, box_place(L->version), &r);
     }
     for (int i = 0; i < L->nfiles; i++) {
         h_i64(s, L->f[i].rank);
@@ -234,7 +221,8 @@ uint64_t ck_layout_hash(const ck_layout *L) {
 
 /* --------------------------------------------------------------------------------- HDF5 types */
 
-/* Memory compound types of the three tables (caller closes). */
+/* Memory compound types of the tensor, file and run tables (caller closes; the box rows' types come
+ * from the box record schema, ck_boxrec_type). */
 static hid_t tensor_mtype(void) {
     hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_tensor));
     hid_t s = ck_h5_str_type(sizeof(((rec_tensor *)0)->name)), d = ck_h5_str_type(8), a = ck_h5_dims_type(H5T_NATIVE_INT64);
@@ -245,49 +233,6 @@ static hid_t tensor_mtype(void) {
     H5Tinsert(t, "box_first", HOFFSET(rec_tensor, box_first), H5T_NATIVE_INT64);
     H5Tinsert(t, "nboxes", HOFFSET(rec_tensor, nboxes), H5T_NATIVE_INT64);
     H5Tclose(s); H5Tclose(d); H5Tclose(a);
-    return t;
-}
-
-/* The box table's memory type of format version v (1: rec_box, 2: rec_box2). */
-static hid_t box_mtype(int v) {
-    assert(v == 1 || v == 2);
-    if (v == 2) {
-        hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_box2));
-        hid_t s = ck_h5_str_type(CKPT_NAME_MAX + 1), f = ck_h5_str_type(CK_FILE_MAX), ds = ck_h5_str_type(CK_DSET_MAX);
-        hid_t a = ck_h5_dims_type(H5T_NATIVE_INT64);
-        H5Tinsert(t, "tensor", HOFFSET(rec_box2, tensor), s);
-        H5Tinsert(t, "tensor_index", HOFFSET(rec_box2, tensor_index), H5T_NATIVE_INT32);
-        H5Tinsert(t, "rank", HOFFSET(rec_box2, rank), H5T_NATIVE_INT32);
-        H5Tinsert(t, "file_index", HOFFSET(rec_box2, file_index), H5T_NATIVE_INT32);
-        H5Tinsert(t, "file", HOFFSET(rec_box2, file), f);
-        H5Tinsert(t, "dataset", HOFFSET(rec_box2, dataset), ds);
-        H5Tinsert(t, "offset", HOFFSET(rec_box2, offset), a);
-        H5Tinsert(t, "shape", HOFFSET(rec_box2, shape), a);
-        H5Tinsert(t, "checksum", HOFFSET(rec_box2, checksum), H5T_NATIVE_UINT64);
-        H5Tinsert(t, "tile_rows", HOFFSET(rec_box2, tile_rows), H5T_NATIVE_INT64);
-        H5Tinsert(t, "tile_cols", HOFFSET(rec_box2, tile_cols), H5T_NATIVE_INT64);
-        H5Tinsert(t, "ntiles", HOFFSET(rec_box2, ntiles), H5T_NATIVE_INT64);
-        H5Tinsert(t, "tiles_checksum", HOFFSET(rec_box2, tiles_checksum), H5T_NATIVE_UINT64);
-        H5Tinsert(t, "tiles_dataset", HOFFSET(rec_box2, tiles_dataset), ds);
-        H5Tclose(s); H5Tclose(f); H5Tclose(ds); H5Tclose(a);
-        return t;
-    }
-    hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(rec_box));
-    hid_t s = ck_h5_str_type(CKPT_NAME_MAX + 1), f = ck_h5_str_type(CK_FILE_MAX), ds = ck_h5_str_type(CK_DSET_MAX);
-    hid_t a = ck_h5_dims_type(H5T_NATIVE_INT64);
-    H5Tinsert(t, "tensor", HOFFSET(rec_box, tensor), s);
-    H5Tinsert(t, "tensor_index", HOFFSET(rec_box, tensor_index), H5T_NATIVE_INT32);
-    H5Tinsert(t, "rank", HOFFSET(rec_box, rank), H5T_NATIVE_INT32);
-    H5Tinsert(t, "file_index", HOFFSET(rec_box, file_index), H5T_NATIVE_INT32);
-    H5Tinsert(t, "file", HOFFSET(rec_box, file), f);
-    H5Tinsert(t, "dataset", HOFFSET(rec_box, dataset), ds);
-    H5Tinsert(t, "offset", HOFFSET(rec_box, offset), a);
-    H5Tinsert(t, "shape", HOFFSET(rec_box, shape), a);
-    H5Tinsert(t, "checksum", HOFFSET(rec_box, checksum), H5T_NATIVE_UINT64);
-    H5Tinsert(t, "slab_rows", HOFFSET(rec_box, slab_rows), H5T_NATIVE_INT64);
-    H5Tinsert(t, "slab_first", HOFFSET(rec_box, slab_first), H5T_NATIVE_INT64);
-    H5Tinsert(t, "nslabs", HOFFSET(rec_box, nslabs), H5T_NATIVE_INT64);
-    H5Tclose(s); H5Tclose(f); H5Tclose(ds); H5Tclose(a);
     return t;
 }
 
@@ -510,25 +455,14 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
     if (H5Gclose(ck_group_create(f, "layout")) < 0)
         return ck_h5_err(e, MP_EIO, "writing %s: group /layout", path);
     rec_tensor *rt = tensor_rows(L);
-    rec_box2 *rb = mp_xcalloc(sizeof *rb * (size_t)(L->nboxes + 1));
+    size_t row = ck_boxrec_size(CK_BR_IDX2);
+    unsigned char *rb = mp_xcalloc(row * (size_t)(L->nboxes + 1));
     rec_file *rf = mp_xcalloc(sizeof *rf * (size_t)(L->nfiles + 1));
-    char buf[CK_DSET_MAX];
+    char ds[CK_DSET_MAX], ts[CK_DSET_MAX];
     for (int i = 0; i < L->nboxes; i++) {
-        const ck_box *B = &L->b[i];
-        snprintf(rb[i].tensor, sizeof rb[i].tensor, "%s", L->t[B->tensor].name);
-        rb[i].tensor_index = B->tensor;
-        rb[i].rank = L->f[B->file].rank;
-        rb[i].file_index = B->file;
-        snprintf(rb[i].file, sizeof rb[i].file, "%s", L->f[B->file].name);
-        snprintf(rb[i].dataset, sizeof rb[i].dataset, "%s", ck_box_path(L, B, 0, buf));
-        memcpy(rb[i].offset, B->off, sizeof rb[i].offset);
-        memcpy(rb[i].shape, B->shp, sizeof rb[i].shape);
-        rb[i].checksum = B->checksum;
-        rb[i].tile_rows = B->tile_rows;
-        rb[i].tile_cols = B->tile_cols;
-        rb[i].ntiles = B->ntiles;
-        rb[i].tiles_checksum = B->tiles_checksum;
-        snprintf(rb[i].tiles_dataset, sizeof rb[i].tiles_dataset, "%s", ck_box_path(L, B, 1, buf));
+        ck_boxrec r;
+        box_rec(L, &L->b[i], ds, ts, &r);
+        ck_boxrec_put(CK_BR_IDX2, &r, rb + row * (size_t)i);
     }
     for (int i = 0; i < L->nfiles; i++) {
         rf[i].rank = L->f[i].rank;
@@ -536,7 +470,7 @@ static mp_code write_tables(const ck_layout *L, hid_t f, const char *path, mp_er
         rf[i].nboxes = L->f[i].nboxes;
         rf[i].bytes = L->f[i].bytes;
     }
-    mp_code rc = write_layout(f, path, L, rt, "boxes", box_mtype(2), rb, (hsize_t)L->nboxes, file_mtype(2), rf, e);
+    mp_code rc = write_layout(f, path, L, rt, "boxes", ck_boxrec_type(CK_BR_IDX2), rb, (hsize_t)L->nboxes, file_mtype(2), rf, e);
     free(rt);
     free(rb);
     free(rf);
@@ -769,23 +703,12 @@ static mp_code validate(ck_layout *L, const char *path, mp_err *e) {
     return MP_OK;
 }
 
-/* Copies the columns that v1 (rec_box) and v2 (rec_box2) box rows share from row R into box B. */
-#define COPY_BOX_COMMON(B, R)                                   \
-    do {                                                        \
-        (B)->tensor = (R)->tensor_index;                        \
-        (B)->file = (R)->file_index;                            \
-        memcpy((B)->off, (R)->offset, sizeof (B)->off);         \
-        memcpy((B)->shp, (R)->shape, sizeof (B)->shp);          \
-        (B)->checksum = (R)->checksum;                          \
-    } while (0)
-
 /* 1 if box B's tensor/file indices, and its row's tensor name, file name and rank columns, agree with
- * the tensor and file tables. */
-static int box_row_ok(const ck_layout *L, const ck_box *B, const char *tensor, size_t tensor_cap, const char *file,
-                      int32_t rank) {
-    return B->tensor >= 0 && B->tensor < L->ntensors && B->file >= 0 && B->file < L->nfiles &&
-           memchr(tensor, 0, tensor_cap) && !strcmp(tensor, L->t[B->tensor].name) && memchr(file, 0, CK_FILE_MAX) &&
-           !strcmp(file, L->f[B->file].name) && rank == L->f[B->file].rank;
+ * the tensor and file tables (tensor or file NULL: a column without its NUL). */
+static int box_row_ok(const ck_layout *L, const ck_box *B, const char *tensor, const char *file, int32_t rank) {
+    return B->tensor >= 0 && B->tensor < L->ntensors && B->file >= 0 && B->file < L->nfiles && tensor &&
+           !strcmp(tensor, L->t[B->tensor].name) && file && !strcmp(file, L->f[B->file].name) &&
+           rank == L->f[B->file].rank;
 }
 
 /* A read-only file access property list over the in-memory file image image[0, bytes) (HDF5's core
@@ -837,33 +760,29 @@ static mp_code read_root(hid_t f, const char *path, ck_layout *L, uint64_t *want
     return MP_OK;
 }
 
-/* Copies box row i of the boxes table (rec_box rows for version 1, rec_box2 after) into L->b[i], its
- * dataset paths (NUL-terminated: checked) into the pool (*pool, B->path), and checks it against the
- * tensor and file tables. */
+/* Copies box row i of the boxes table (rows of place box_place(L->version) of the box record schema)
+ * into L->b[i], its dataset paths (NUL-terminated: checked) into the pool (*pool, B->path), and checks
+ * it against the tensor and file tables. */
 static mp_code copy_box_row(ck_layout *L, const void *rbv, int64_t i, ck_buf *pool, const char *path, mp_err *e) {
     ck_box *B = &L->b[i];
-    const char *ds, *ts = "";
-    int ok;
-    if (L->version == 1) {
-        const rec_box *R = (const rec_box *)rbv + i;
-        COPY_BOX_COMMON(B, R);
-        B->slab_rows = R->slab_rows;
-        B->slab_first = R->slab_first;
-        B->nslabs = R->nslabs;
-        ds = memchr(R->dataset, 0, sizeof R->dataset) ? R->dataset : NULL;
-        ok = box_row_ok(L, B, R->tensor, sizeof R->tensor, R->file, R->rank);
-    } else {
-        const rec_box2 *R = (const rec_box2 *)rbv + i;
-        COPY_BOX_COMMON(B, R);
-        B->tile_rows = R->tile_rows;
-        B->tile_cols = R->tile_cols;
-        B->ntiles = R->ntiles;
-        B->tiles_checksum = R->tiles_checksum;
-        ds = memchr(R->dataset, 0, sizeof R->dataset) ? R->dataset : NULL;
-        ts = memchr(R->tiles_dataset, 0, sizeof R->tiles_dataset) ? R->tiles_dataset : NULL;
-        ok = box_row_ok(L, B, R->tensor, sizeof R->tensor, R->file, R->rank);
-    }
-    if (!ok) return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: tensor/file columns disagree", path, (long long)i);
+    unsigned place = box_place(L->version);
+    ck_boxrec r;
+    ck_boxrec_get(place, (const unsigned char *)rbv + ck_boxrec_size(place) * (size_t)i, &r);
+    B->tensor = (int)r.tensor_index;
+    B->file = (int)r.file_index;
+    memcpy(B->off, r.offset, sizeof B->off);
+    memcpy(B->shp, r.shape, sizeof B->shp);
+    B->checksum = r.checksum;
+    B->slab_rows = r.slab_rows;
+    B->slab_first = r.slab_first;
+    B->nslabs = r.nslabs;
+    B->tile_rows = r.tile_rows;
+    B->tile_cols = r.tile_cols;
+    B->ntiles = r.ntiles;
+    B->tiles_checksum = r.tiles_checksum;
+    const char *ds = r.dataset, *ts = place == CK_BR_IDX1 ? "" : r.tiles_dataset;   /* v1: no tiles path */
+    if (!box_row_ok(L, B, r.tensor, r.file, (int32_t)r.rank))
+        return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: tensor/file columns disagree", path, (long long)i);
     if (!ds || !ts) return mp_err_set(e, MP_ECHECK, "%s: boxes[%lld]: dataset path not NUL-terminated", path, (long long)i);
     B->path = (int64_t)pool->n;
     ck_buf_put(pool, ds, strlen(ds) + 1);
@@ -954,8 +873,8 @@ static mp_code read_layout(hid_t f, const char *path, ck_layout *L, mp_err *e) {
     void *rbv = NULL;
     rec_file *rf = NULL;
     int64_t nt = 0, nb = 0, nf = 0, ns = 0;
-    size_t brec = L->version == 1 ? sizeof(rec_box) : sizeof(rec_box2);
-    hid_t tt = tensor_mtype(), bt = box_mtype(L->version), fit = file_mtype(L->version);
+    size_t brec = ck_boxrec_size(box_place(L->version));
+    hid_t tt = tensor_mtype(), bt = ck_boxrec_type(box_place(L->version)), fit = file_mtype(L->version);
     herr_t h1 = read_table(f, "layout/tensors", tt, sizeof *rt, (void **)&rt, &nt);
     herr_t h2 = h1 < 0 ? -1 : read_table(f, "layout/boxes", bt, brec, &rbv, &nb);
     herr_t h3 = h2 < 0 ? -1 : read_table(f, "layout/files", fit, sizeof *rf, (void **)&rf, &nf);

@@ -11,7 +11,7 @@
  * abandoned branch (ROOT/<aside>/): moved, never deleted.
  * These functions are local: call them on one rank.
  *
- * Removal never follows a symbolic link (issue 9): retention and leftover cleanup work on directory
+ * Removal never follows a symbolic link: retention and leftover cleanup work on directory
  * file descriptors (core/fsutil.h's mp_fs_remove_at and mp_fs_remove_contents_at: openat with O_NOFOLLOW,
  * fstatat with AT_SYMLINK_NOFOLLOW, unlinkat), so nothing outside the root is reached, whatever links
  * the root holds and however they change meanwhile. A step directory that is a symbolic link is

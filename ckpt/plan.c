@@ -3,7 +3,7 @@
  * reads index.h5 once and sends every rank only the part of the layout its reads need.
  *
  * ckpt_open makes every rank read all of index.h5: O(all boxes of all ranks) per rank to plan its own
- * few (issue 23, docs/BENCH_SCALE.md). Here instead:
+ * few (docs/BENCH_SCALE.md). Here instead:
  *   1. every rank packs the regions it will read (tensor name, offset, shape) and gathers their size
  *      to rank 0;
  *   2. rank 0 reads the index with the real index reader (ck_index_read_runs: format, index checksum,

@@ -21,7 +21,7 @@
  * in ckpt_close); a reader used after fork() in the child gets a new one (ck_worker_usable). If
  * pthread_create fails, jobs run inline: slower, never wrong.
  *
- * Fork safety (issue 35). fork() copies only the calling thread; a lock another thread held at that
+ * Fork safety. fork() copies only the calling thread; a lock another thread held at that
  * instant stays held forever in the child. Our worker thread holds locks the child needs while it
  * starts (the C library's and a sanitizer runtime's thread bookkeeping: ASan's thread registry, which
  * the child's next pthread_create takes), while it exits, and its own mutex around each hand-off; a

@@ -179,8 +179,6 @@ static void fill_info(ckpt_reader *r, int j) {
     B->ntiles = S->ntiles;
 }
 
-const ck_layout *ck_reader_layout(const ckpt_reader *r) { return &r->L; }
-
 mp_code ckpt_open_latest(ckpt_reader **out, const char *root, mp_err *e) {
     char dir[4096];
     MP_TRY(ckpt_find_latest(root, dir, sizeof dir, NULL, e));
@@ -344,7 +342,7 @@ static mp_code file_table(ckpt_reader *r, int fi, mp_err *e) {
     MP_TRY(rank_file(r, fi, &f, NULL, e));
     if (!r->fbox) build_file_boxes(r);
     char *p = ck_fmt("%s/%s", r->dir, r->L.f[fi].name);
-    ck_boxrow *rows = NULL;
+    void *rows = NULL;
     int64_t n = 0;
     const int *ids = r->fbox + r->fbox_first[fi];
     int nids = r->fbox_first[fi + 1] - r->fbox_first[fi];

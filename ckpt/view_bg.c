@@ -1,5 +1,5 @@
 /*
- * ckpt/view_bg.c — writing a published checkpoint's view.h5 on a background thread (issue 23).
+ * ckpt/view_bg.c — writing a published checkpoint's view.h5 on a background thread.
  *
  * view.h5 is derived data (docs/FORMAT.md, "/view/<name>"): meshpoint's reader never opens it. At
  * cluster scale it is the bulk of rank 0's commit (one virtual-dataset mapping per box: ~50 s of a
@@ -18,7 +18,7 @@
  * One view write at most is in flight per process (the next begins only after a later commit, which
  * waited). Training calls ckpt_views_wait before it releases the job lock and exits.
  *
- * Healing (issue 35): a kill or a full disk during that write leaves a published checkpoint whose views
+ * Healing: a kill or a full disk during that write leaves a published checkpoint whose views
  * are pending (no view.h5; ck_views_pending). ckpt_views_heal_start, called by training once it holds
  * the root's job lock and has resumed, runs the same thread over the root instead of one layout: every
  * complete step directory of the root (ckpt_check_complete: a valid index, its rank files present; never

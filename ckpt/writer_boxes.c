@@ -237,17 +237,10 @@ const ckpt_save_opts *ck_save_opts_of(const ckpt_save *s) { return &s->o; }
 int ck_save_failed(const ckpt_save *s) { return s->local.rc != MP_OK; }
 int ck_save_nboxes(const ckpt_save *s) { return s->nb; }
 
-void ck_save_box_at(const ckpt_save *s, int i, ck_save_box *out) {
+void ck_save_box_at(const ckpt_save *s, int i, ck_boxrec *out, const void **data) {
     assert(i >= 0 && i < s->nb);
-    const wbox *B = &s->b[i];
-    out->name = B->name;
-    out->dt = B->dt;
-    out->ndim = B->ndim;
-    out->file_rank = B->rank;
-    memcpy(out->gshape, B->gshape, sizeof out->gshape);
-    memcpy(out->off, B->off, sizeof out->off);
-    memcpy(out->shp, B->shp, sizeof out->shp);
-    out->data = B->data;
+    ck_wr_box_rec(&s->b[i], out);
+    *data = s->b[i].data;
 }
 
 void ck_save_drop_boxes(ckpt_save *s) {
@@ -259,6 +252,38 @@ void ck_save_drop_boxes(ckpt_save *s) {
 }
 
 /* Frees box records (names; never the data or fill contexts, which the caller owns). */
+void ck_wr_box_rec(const wbox *B, ck_boxrec *r) {
+    memset(r, 0, sizeof *r);
+    r->tensor = B->name;
+    r->rank = B->rank;
+    r->k = B->k;
+    r->dtype = B->dt;
+    r->ndim = B->ndim;
+    memcpy(r->gshape, B->gshape, sizeof r->gshape);
+    memcpy(r->offset, B->off, sizeof r->offset);
+    memcpy(r->shape, B->shp, sizeof r->shape);
+    r->checksum = B->checksum;
+    r->tile_rows = B->tile_rows;
+    r->tile_cols = B->tile_cols;
+    r->ntiles = B->ntiles;
+    r->tiles_checksum = B->tiles_checksum;
+}
+
+void ck_wr_rec_box(const ck_boxrec *r, wbox *B) {
+    B->rank = (int)r->rank;
+    B->k = (int)r->k;
+    B->dt = (mp_dtype)r->dtype;
+    B->ndim = (int)r->ndim;
+    memcpy(B->gshape, r->gshape, sizeof B->gshape);
+    memcpy(B->off, r->offset, sizeof B->off);
+    memcpy(B->shp, r->shape, sizeof B->shp);
+    B->checksum = r->checksum;
+    B->tile_rows = r->tile_rows;
+    B->tile_cols = r->tile_cols;
+    B->ntiles = r->ntiles;
+    B->tiles_checksum = r->tiles_checksum;
+}
+
 void ck_wr_free_boxes(wbox *b, int n) {
     for (int i = 0; i < n; i++) free(b[i].name);
     free(b);

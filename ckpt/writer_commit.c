@@ -24,28 +24,17 @@
 /* ---------------------------------------------------------------------------------- exchange */
 
 static void put_i64(ck_buf *b, int64_t v) { ck_buf_put(b, &v, sizeof v); }
-static void put_str(ck_buf *b, const char *s) { int64_t n = (int64_t)strlen(s); put_i64(b, n); ck_buf_put(b, s, (size_t)n); }
 
-/* This process's box list: the recorded world size, then per box its names, file rank, shapes,
- * checksums and tile geometry (not the tile array, which stays in the rank file). */
+/* This process's box list: the recorded world size, then per box its wire fields of the box record
+ * (ckpt/boxrec.c: name, file rank, k, dtype, shapes, checksums and tile geometry; not the tile array,
+ * which stays in the rank file), then its files' /boxes checksums. */
 static void serialize(const ckpt_save *s, ck_buf *b) {
     put_i64(b, s->wsize);
     put_i64(b, s->nb);
     for (int i = 0; i < s->nb; i++) {
-        const wbox *B = &s->b[i];
-        put_str(b, B->name);
-        put_i64(b, B->k);
-        put_i64(b, B->dt);
-        put_i64(b, B->ndim);
-        put_i64(b, B->rank);
-        for (int d = 0; d < CKPT_MAX_DIMS; d++) put_i64(b, B->gshape[d]);
-        for (int d = 0; d < CKPT_MAX_DIMS; d++) put_i64(b, B->off[d]);
-        for (int d = 0; d < CKPT_MAX_DIMS; d++) put_i64(b, B->shp[d]);
-        put_i64(b, (int64_t)B->checksum);
-        put_i64(b, B->tile_rows);
-        put_i64(b, B->tile_cols);
-        put_i64(b, B->ntiles);
-        put_i64(b, (int64_t)B->tiles_checksum);
+        ck_boxrec r;
+        ck_wr_box_rec(&s->b[i], &r);
+        ck_boxrec_send(CK_BR_WIRE, b, &r);
     }
     put_i64(b, s->nfsums);
     for (int i = 0; i < s->nfsums; i++) {
@@ -63,15 +52,6 @@ static void get(rd_t *r, void *v, size_t n) {
 }
 
 static int64_t get_i64(rd_t *r) { int64_t v; get(r, &v, sizeof v); return v; }
-
-/* Reads a string into buf (cap bytes); a longer or malformed one marks r bad. */
-static void get_str(rd_t *r, char *buf, size_t cap) {
-    int64_t n = get_i64(r);
-    buf[0] = '\0';
-    if (r->bad || n < 0 || (size_t)n > r->n - r->at || (size_t)n >= cap) { r->bad = 1; return; }
-    get(r, buf, (size_t)n);
-    buf[n] = '\0';
-}
 
 /* Reads the (file rank, /boxes checksum) pairs at the end of a list into fsum[rank] (ranks below
  * wsize); 0 when malformed. */
@@ -96,7 +76,7 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
     *wsize = get_i64(&r);
     int64_t nb = get_i64(&r);
     if (nb < 0) return 0;
-    char name[CKPT_NAME_MAX + 1];
+    char scratch[CK_BOXREC_SCRATCH];
     for (int64_t i = 0; i < nb && !r.bad; i++) {
         if (*nall == *cap) {
             int c = *cap * 2 + 64;
@@ -105,23 +85,11 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
         }
         wbox *B = &(*all)[*nall];
         memset(B, 0, sizeof *B);
-        get_str(&r, name, sizeof name);
-        int64_t k = get_i64(&r);
-        if (k < 0 || k > INT32_MAX) { r.bad = 1; break; }
-        B->k = (int)k;
-        B->dt = (mp_dtype)get_i64(&r);
-        B->ndim = (int)get_i64(&r);
-        B->rank = (int)get_i64(&r);
+        ck_boxrec rec;
+        if (!ck_boxrec_recv(CK_BR_WIRE, r.p, r.n, &r.at, &rec, scratch) || rec.k < 0) { r.bad = 1; break; }
+        ck_wr_rec_box(&rec, B);
         B->sender = sender;
-        for (int d = 0; d < CKPT_MAX_DIMS; d++) B->gshape[d] = get_i64(&r);
-        for (int d = 0; d < CKPT_MAX_DIMS; d++) B->off[d] = get_i64(&r);
-        for (int d = 0; d < CKPT_MAX_DIMS; d++) B->shp[d] = get_i64(&r);
-        B->checksum = (uint64_t)get_i64(&r);
-        B->tile_rows = get_i64(&r);
-        B->tile_cols = get_i64(&r);
-        B->ntiles = get_i64(&r);
-        B->tiles_checksum = (uint64_t)get_i64(&r);
-        if (r.bad || B->ndim < 1 || B->ndim > CKPT_MAX_DIMS || (B->dt != MP_F32 && B->dt != MP_BF16 && B->dt != MP_I32))
+        if (B->ndim < 1 || B->ndim > CKPT_MAX_DIMS || (B->dt != MP_F32 && B->dt != MP_BF16 && B->dt != MP_I32))
             { r.bad = 1; break; }
         for (int d = 0; d < CKPT_MAX_DIMS; d++)
             if (B->shp[d] <= 0) r.bad = 1;
@@ -130,7 +98,7 @@ static int deserialize(const char *p, size_t n, int sender, wbox **all, int *nal
         ckpt_tile_geometry(mp_dtype_size(B->dt), B->ndim, B->shp, &tr, &tc);
         if (tr != B->tile_rows || tc != B->tile_cols || B->ntiles != ck_tile_count(B->ndim, B->shp, tr, tc))
             { r.bad = 1; break; }
-        B->name = mp_strdup(name);
+        B->name = mp_strdup(rec.tensor);
         (*nall)++;
     }
     if (r.bad || !get_fsums(&r, rank0_wsize, fsum)) return 0;

@@ -140,7 +140,7 @@ done:
  *  - fills on any thread (opts.fill_any_thread, the conversions, with a thread-safe HDF5): the worker
  *    hashes band k, then produces band k+1 (of this box or the next fill box of the file) into the
  *    other buffer, while the caller writes band k. The caller's thread then only writes: the source's
- *    read copy and the hashing run on the second core (issue 21 item 4, docs/BENCH_RESHARD.md).
+ *    read copy and the hashing run on the second core (docs/BENCH_RESHARD.md).
  * One buffer and no worker when MP_FAULT=ckpt_serial_fill (the serial path, kept to compare against: the
  * bytes are the same, only the overlap differs). */
 typedef struct band_job {
@@ -194,9 +194,9 @@ static void band_job_run(void *arg) {
 
 /* Rows of B per H5Dwrite call: the whole band (or box) at once when it is chunked (zstd: a partial
  * chunk would be read back, filtered and rewritten) or on the serial path (MP_FAULT=ckpt_serial_fill: the
- * writer as it was before issue 21, kept to compare against), else pieces of about WRITE_PIECE_BYTES
- * (at least one row): the same bytes at the same place either way. Measured (docs/BENCH_RESHARD.md,
- * issue 21 item 4): once writeback runs, a 64 MiB pwrite often costs 2-4x the system time per byte
+ * writer as it was before the band pipeline, kept to compare against), else pieces of about WRITE_PIECE_BYTES
+ * (at least one row): the same bytes at the same place either way. Measured (docs/BENCH_RESHARD.md):
+ * once writeback runs, a 64 MiB pwrite often costs 2-4x the system time per byte
  * of 1 MiB pwrites (suspected: bigger page-cache folios for bigger writes), and the conversions'
  * writer thread is their critical path. */
 #define WRITE_PIECE_BYTES ((int64_t)1 << 20)
@@ -394,23 +394,16 @@ done:
 /* Writes the /boxes table of the open rank file f of file rank fr (its boxes, written: checksums known),
  * sorted by tensor name and offset, and records its XXH3 for the exchange (s->fsums). */
 static mp_code write_box_table(ckpt_save *s, hid_t f, int fr, const char *path, mp_err *e) {
-    ck_boxrow *rows = mp_xcalloc(sizeof *rows * (size_t)(s->nb + 1));
+    size_t row = ck_boxrec_size(CK_BR_FILE);
+    unsigned char *rows = mp_xcalloc(row * (size_t)(s->nb + 1));
     int64_t n = 0;
     for (int i = 0; i < s->nb; i++) {
-        const wbox *B = &s->b[i];
-        if (B->rank != fr) continue;
-        ck_boxrow *R = &rows[n++];
-        snprintf(R->tensor, sizeof R->tensor, "%s", B->name);
-        memcpy(&R->k, &B->k, sizeof B->k);
-        memcpy(R->offset, B->off, sizeof R->offset);
-        memcpy(R->shape, B->shp, sizeof R->shape);
-        memcpy(&R->checksum, &B->checksum, sizeof R->checksum);
-        memcpy(&R->tile_rows, &B->tile_rows, sizeof R->tile_rows);
-        memcpy(&R->tile_cols, &B->tile_cols, sizeof R->tile_cols);
-        memcpy(&R->ntiles, &B->ntiles, sizeof R->ntiles);
-        memcpy(&R->tiles_checksum, &B->tiles_checksum, sizeof R->tiles_checksum);
+        if (s->b[i].rank != fr) continue;
+        ck_boxrec r;
+        ck_wr_box_rec(&s->b[i], &r);
+        ck_boxrec_put(CK_BR_FILE, &r, rows + row * (size_t)n++);
     }
-    qsort(rows, (size_t)n, sizeof *rows, ck_boxrow_cmp);
+    qsort(rows, (size_t)n, row, ck_boxrow_cmp);
     mp_code rc = ck_boxtab_write(f, rows, n, path, e);
     if (rc == MP_OK) {
         s->fsums = mp_realloc(s->fsums, sizeof *s->fsums * (size_t)s->nfsums, sizeof *s->fsums * (size_t)(s->nfsums + 1),

@@ -94,6 +94,10 @@ mp_code ck_wr_commit(ckpt_save *s, mp_err *e);
  * owns); frees the box map of s. */
 void ck_wr_free_boxes(wbox *b, int n);
 void ck_wr_map_free(ckpt_save *s);
+/* ckpt/writer_boxes.c: box B as a box record (ckpt/boxrec.c; its name points to B's); and back, the
+ * record's fields into B (not its name, data, fill or sender). */
+void ck_wr_box_rec(const wbox *B, ck_boxrec *r);
+void ck_wr_rec_box(const ck_boxrec *r, wbox *B);
 
 /* Streaming hasher of one box: fed consecutive rows of dim 0 (in any grouping), it computes the
  * whole-box checksum and the tile checksums of ckpt_tile_geometry. */

@@ -13,7 +13,7 @@
  * list the model's parameter table is built from (no model is created). When ckpt_verify fails it has
  * stopped at the first bad box, so every tensor is then read in chunks to name each damaged one.
  *
- * Views pending (issue 35): a format v3 checkpoint without view.h5 — a training save publishes the
+ * Views pending: a format v3 checkpoint without view.h5 — a training save publishes the
  * checkpoint first and writes view.h5 afterwards, in the background, so a kill or a full disk can leave
  * it so — is reported as one note naming `ckpt repair-views DIR` ("views pending"), and does not fail
  * verify: everything verify checks about the checkpoint itself holds, it loads and resumes bitwise, and

@@ -106,7 +106,7 @@ static mp_alike build_model(train_run *r) {
 
 /* A fresh run (nothing resumed, no --init-from) gets the seeded random initialisation; a resumed or
  * initialised-from run does not: its load wrote every parameter (and, resuming, every moment), so the
- * init would only be overwritten (issue 11: it was ~20% of a resume's start-up). Called after
+ * init would only be overwritten (it was ~20% of a resume's start-up). Called after
  * mp_train_resume and mp_train_init_from; records its time for the start-up log. Local. */
 static void init_fresh_weights(train_run *r) {
     if (r->resume_dir[0] || r->f.init_from) return;
@@ -140,7 +140,7 @@ static void prepare_loop(train_run *r) {
     r->skip_nonfinite = !strcmp(r->f.on_nonfinite, "skip");
     r->first_step = r->rs.step;
     r->fc = (train_fill_ctx){&r->loader, &r->bs, r->mesh->dp_rank};
-    /* start-up against the load it contains (issue 11: a resume should cost little more than its load) */
+    /* start-up against the load it contains (a resume should cost little more than its load) */
     if (r->resume_dir[0] || r->f.init_from)
         mp_info("startup: %.2f s from process start to the first step (checkpoint load %.2f s, no random init)",
                 r->t_start - r->rt.t_start, r->load_s);
@@ -302,7 +302,7 @@ static mp_alike finish_run(train_run *r) {
         mp_warn("%lld update(s) skipped for a non-finite gradient norm (--on-nonfinite skip)", (long long)r->skipped);
     if (mesh->world > 1) {
         /* the steps' own collectives over the steps' own time: checkpoints (their commit exchange, the
-         * time they take), evaluations and start-up are in neither (issue 11 item 5) */
+         * time they take), evaluations and start-up are in neither */
         int64_t ran = c->steps - r->first_step;
         mp_info("comm: tp %.3f MiB/step, dp %.3f MiB/step (sent by this rank), %.1f%% of the step time in "
                 "collectives",
@@ -352,7 +352,7 @@ int mp_cmd_train(int argc, char **argv) {
     init_fresh_weights(r);
     mp_train_note_resume(r);
     AGREED(mp_train_open_metrics(r));
-    /* views a kill or a full disk left pending in the root (issue 35): rank 0, under the job lock, after the
+    /* views a kill or a full disk left pending in the root: rank 0, under the job lock, after the
      * load and the set-aside, writes them in the background; the run's first save waits for it, the exit too */
     if (r->rt.rank == 0) ckpt_views_heal_start(r->ckpt_root);
     prepare_loop(r);

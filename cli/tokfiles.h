@@ -1,5 +1,5 @@
 /*
- * cli/tokfiles.h — the tokenizer files a checkpoint carries (issue 20 item 4): read from a Hugging Face
+ * cli/tokfiles.h — the tokenizer files a checkpoint carries: read from a Hugging Face
  * model directory by `import`, from a checkpoint by `reshard`, `export` and `train` (--init-from,
  * --resume), and put into whatever is written next (a checkpoint save, an engine sink). They travel as
  * opaque bytes, checksummed by ckpt/ (ckpt/files.c); only `sample` and `ckpt show` parse them, through

@@ -353,7 +353,7 @@ mp_code mp_checkpoint_load(llama_model *m, const char *dir, const llama_config *
     ckpt_reader *r = NULL;
     MP_TRY(open_planned(m, dir, mode == MP_LOAD_FULL ? 3 : 1, &r, err));
     mp_code rc = check_model_config(r, mc, err);
-    /* every number from the index is range-checked before use (issue 9): the step feeds AdamW's t */
+    /* every number from the index is range-checked before use: the step feeds AdamW's t */
     if (mode == MP_LOAD_WEIGHTS) {   /* the run state is not used: only the step, for the log, if any */
         st->step = 0;
         if (!rc && ckpt_meta_get(r, "step")) rc = meta_int(r, "step", NULL, 0, MP_ADAMW_MAX_T - 1, &st->step, err);

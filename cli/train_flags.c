@@ -148,7 +148,7 @@ mp_code mp_train_load_config(train_run *r) {
         return mp_err_set(err, MP_EINPUT, "--overwrite starts the run over; it cannot be combined with %s",
                           f->resume_from ? "--resume-from" : "--resume");
     if (f->max_memory && (rc = mp_args_parse_size(f->max_memory, "--max-memory", 1, &r->max_bytes, err))) return rc;
-    r->sopts = (ckpt_save_opts){.keep = f->keep, .view_background = 1};   /* view.h5 off the commit: issue 23 */
+    r->sopts = (ckpt_save_opts){.keep = f->keep, .view_background = 1};   /* view.h5 off the commit (docs/DESIGN_NOTES.md) */
     if ((rc = parse_compress(f->compress, &r->sopts.zstd_level, err))) return rc;
     if ((rc = ckpt_files_parse(f->ckpt_files, &r->sopts.ranks_per_file, err))) { mp_err_wrap(err, "--ckpt-files"); return rc; }
     if (f->async_save && r->sopts.ranks_per_file != 1)

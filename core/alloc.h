@@ -35,7 +35,7 @@ void *mp_aligned_(size_t n, mp_mem_cat cat, const char *file, int line);
 void *mp_realloc_(void *p, size_t old_n, size_t n, mp_mem_cat cat, const char *file, int line);
 /* Zero-filled, 64 B aligned, and not touched here: large sizes (MP_ZEROED_MMAP_MIN and up) are fresh
  * anonymous pages that the kernel zeroes on first touch, so a buffer that is then overwritten (a
- * checkpoint load, the first step's activations) is written once, not zeroed first (issue 11: the
+ * checkpoint load, the first step's activations) is written once, not zeroed first (the
  * memset of every model buffer at start-up cost ~8% of a short run, more of a resume). Free with
  * mp_free_zeroed and the same n. */
 void *mp_zeroed_(size_t n, mp_mem_cat cat, const char *file, int line);

@@ -6,7 +6,7 @@
  * row-major. Activations are [N, D] with N = B*T tokens, token n = b*T + t. Attention tensors are
  * [B, T, heads, head_dim].
  *
- * Two precisions (DESIGN.md: bf16 compute, fp32 masters). COMPUTE tensors are typed `void *` and hold
+ * Two precisions (bf16 compute, fp32 masters: docs/DESIGN_NOTES.md "Precision in the table"). COMPUTE tensors are typed `void *` and hold
  * elements of the backend's act_dtype: activations and their gradients, and the weights as the ops read
  * them (a compute copy of the fp32 masters, or the masters themselves when act_dtype is fp32). Everything
  * else is `float *` and fp32 on every device: master weights, Adam moments, weight gradients (a GEMM

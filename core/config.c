@@ -2,7 +2,7 @@
  * core/config.c — see config.h: the field-table reader and the training config. Integer fields must be
  * JSON numbers with integral values; bools may be true/false.
  *
- * Crafted numbers (issue 9): every number is range-checked before it is converted or used. A JSON
+ * Crafted numbers: every number is range-checked before it is converted or used. A JSON
  * number that overflows a double (1e999) arrives from cJSON as +-inf: refused for every field, never
  * stored (a checkpoint would write it as null). Doubles reach integers only through mp_double_to_i64,
  * which refuses what a cast would make undefined. A checkpoint's stored configs are read by the same
@@ -346,7 +346,13 @@ void mp_field_format(const mp_field *f, const void *base, char *buf, size_t cap)
 
 char *mp_train_config_to_json(const mp_train_config *t) {
     cJSON *o = cJSON_CreateObject();
-    for (size_t i = 0; i < NFIELDS(train_fields); i++) mp_field_to_json(o, &train_fields[i], t);
+    for (size_t i = 0; i < NFIELDS(train_fields); i++) {
+        const mp_field *f = &train_fields[i];
+        /* a mode at its default (its first choice) is left out: absent means the default when read
+         * (docs/FORMAT.md), and a run that does not use a mode added later writes the bytes it wrote before */
+        if (f->choices && mp_choice_index(f->choices, (const char *)t + f->off) == 0) continue;
+        mp_field_to_json(o, f, t);
+    }
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;

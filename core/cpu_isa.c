@@ -1,5 +1,5 @@
 /*
- * core/cpu_isa.c — which copy of the CPU kernels runs: runtime ISA dispatch (issue 21), and the CPU
+ * core/cpu_isa.c — which copy of the CPU kernels runs: runtime ISA dispatch, and the CPU
  * kernels' thread team.
  *
  * One portable binary, as fast as a native one: core/backend_cpu.c and the attention kernels are

@@ -1,5 +1,5 @@
 /*
- * core/cuda_module.h — the CUDA backend as a loadable module (issues 21/22), as ggml loads its backends.
+ * core/cuda_module.h — the CUDA backend as a loadable module, as ggml loads its backends.
  *
  * The CUDA backend (core/cuda/: kernels, cuBLASLt GEMMs, the NCCL communicator, the profiler) is built
  * into a shared module, libmeshpoint-cuda.so, placed next to the meshpoint binary (and next to every

@@ -37,7 +37,8 @@ mp_code mp_err_wrap(mp_err *e, const char *fmt, ...) __attribute__((format(print
 void mp_err_clear(mp_err *e);
 /* The process exit status for a code: 0 ok, 2 input/usage, 1 everything else. */
 int mp_exit_status(mp_code code);
-/* Short name of a code ("input", "io", ...). */
+/* A code in words, for a message that has no other text: "ok", "check failed", "bad input", "i/o error",
+ * "out of memory", "device error", "internal error"; "unknown error" for a value outside the enum. */
 const char *mp_code_name(mp_code code);
 
 /* Evaluate an expression returning mp_code; on failure return that code from the calling function. */

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Runtime ISA dispatch (issue 21): the CPU kernel files (core/backend_cpu.c, core/kernels_cpu_attn_*.c)
+/* Runtime ISA dispatch: the CPU kernel files (core/backend_cpu.c, core/kernels_cpu_attn_*.c)
  * are compiled several times, once per ISA level, with -march=x86-64-v2/-v3/-v4 and MP_ISA_SUFFIX
  * defined to _v2/_v3/_v4 (CMakeLists.txt); MP_ISA_FN(name) gives each copy's public functions their own
  * names, and core/cpu_isa.c chooses one copy's table once, from the CPU (or MP_ISA). A build with one

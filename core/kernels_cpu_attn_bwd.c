@@ -18,7 +18,7 @@
  * Compared with keeping P from the forward this costs one more product (S) and the exps. History, CPU
  * time against the old T x T backward (bench/bench_attn.sh runs it beside this one): 1.5-1.7x with 64-key
  * blocks; 1.10-1.24x with 256-key blocks (on an AVX-512 EPYC; 1.40-1.65x on an AVX2 one, where the exps
- * turned out scalar); 0.92-0.97x after issue 21's second pass: exps vectorised (-fno-trapping-math),
+ * turned out scalar); 0.92-0.97x after a second pass: exps vectorised (-fno-trapping-math),
  * the fused P/dS pass, memset instead of OpenBLAS's beta = 0 pass, the stacked heads
  * (docs/BENCH_TRAIN.md); 0.96-1.05x a day later on the same machine with a faster sgemm: the five
  * products are 1.25x the T x T version's FLOPs, so the ratio follows the GEMM speed; ~3.5% less at T 256

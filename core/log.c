@@ -8,14 +8,12 @@
 #include <time.h>
 
 static int g_rank = -1, g_world = 1;
-static int g_level = -1;
+static int g_level = -1; /* -1: MP_LOG not read yet (level_now reads it once) */
 static char g_prog[64] = "meshpoint";
 
 void mp_log_set_rank(int rank, int world) { g_rank = rank; g_world = world; }
-void mp_log_set_level(mp_log_level lvl) { g_level = (int)lvl; }
 void mp_log_set_prog(const char *prog) { snprintf(g_prog, sizeof g_prog, "%s", prog && *prog ? prog : "meshpoint"); }
 const char *mp_log_prog(void) { return g_prog; }
-int mp_log_rank(void) { return g_rank; }
 int mp_log_is_main(void) { return g_world <= 1 || g_rank <= 0; }
 
 static int level_now(void) {

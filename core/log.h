@@ -13,14 +13,11 @@ typedef enum { MP_LOG_ERROR = 0, MP_LOG_WARN, MP_LOG_INFO, MP_LOG_DEBUG } mp_log
 
 /* Sets the rank shown in the prefix (-1: none) and whether non-zero ranks print info/debug lines. */
 void mp_log_set_rank(int rank, int world);
-void mp_log_set_level(mp_log_level lvl);
 /* Sets PROG, the command named in error and warning lines (copied; at most 63 bytes kept). */
 void mp_log_set_prog(const char *prog);
 /* PROG: "meshpoint" until mp_log_set_prog. */
 const char *mp_log_prog(void);
-/* The rank set by mp_log_set_rank (-1: none), and whether this process is rank 0 of its world or
- * alone (the one that prints info lines and progress). */
-int mp_log_rank(void);
+/* Whether this process is rank 0 of its world or alone (the one that prints info lines and progress). */
 int mp_log_is_main(void);
 /* Prints "PROG: error: <message>" on stderr from the calling process, without a rank tag: for errors
  * every rank found alike (printed by one rank) and for single-process commands. */

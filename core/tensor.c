@@ -1,6 +1,5 @@
 /* core/tensor.c — see tensor.h. */
 #include "core/tensor.h"
-#include <assert.h>
 #include <string.h>
 
 void mp_bf16_to_f32_n(float *restrict dst, const uint16_t *restrict src, int64_t n) {
@@ -35,18 +34,3 @@ int mp_dtype_parse(const char *s) {
     if (!strcmp(s, "i32") || !strcmp(s, "int32")) return MP_I32;
     return -1;
 }
-
-mp_tensor mp_tensor_make(void *data, mp_dtype dt, mp_device dev, int ndim, const int64_t *shape) {
-    assert(ndim >= 1 && ndim <= MP_MAX_DIMS);
-    mp_tensor t = {.data = data, .dtype = dt, .device = dev, .ndim = ndim};
-    for (int i = 0; i < MP_MAX_DIMS; i++) t.shape[i] = i < ndim ? shape[i] : 1;
-    return t;
-}
-
-int64_t mp_tensor_numel(const mp_tensor *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
-    return n;
-}
-
-size_t mp_tensor_bytes(const mp_tensor *t) { return (size_t)mp_tensor_numel(t) * mp_dtype_size(t->dtype); }

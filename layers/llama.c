@@ -1,5 +1,5 @@
 /*
- * layers/llama.c — creation, forward and backward of the Llama model under the TP plan of DESIGN.md.
+ * layers/llama.c — creation, forward and backward of the Llama model under the TP plan of docs/PARALLEL.md.
  *
  * One code path for every mesh: with tp = 1 the tp collectives are identities (self communicator or a
  * group of one), with dp = 1 the FSDP calls are no-ops. Per block (local sizes: Hl = H/tp heads,

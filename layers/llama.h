@@ -236,8 +236,6 @@ llama_param *llama_param_at(llama_model *m, int i);
 static inline int64_t llama_shard_numel(const llama_param *p) { return p->shard_rows * p->tp_shape[1]; }
 /* llama_disk_box of a parameter of model m on this rank. */
 int64_t llama_param_disk_box(const llama_model *m, const llama_param *p, int64_t off[2], int64_t shape[2]);
-/* Index of a parameter by HF name, or -1. */
-int llama_param_find(const llama_model *m, const char *name);
 
 /* The logits of the last forward (valid until llama_backward, which turns them into their gradient):
  * rows [row0, row0 + nrows) of the local [micro_batch*seq_len, v_local] logits (a kv_cache model: [1,

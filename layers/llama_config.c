@@ -3,12 +3,12 @@
  * reader (core/config.h). model_fields drives parsing, the HF defaults, JSON output and the comparison
  * of two configs, so adding a field is one line there (and one in hf_default).
  *
- * Crafted numbers (issue 9): the reader range-checks every number; the model's shape has upper bounds
+ * Crafted numbers: the reader range-checks every number; the model's shape has upper bounds
  * too (LLAMA_CONFIG_MAX_LAYERS, LLAMA_CONFIG_MAX_PARAMS), so the sizes derived from it (tensor counts, element counts,
  * the parameter count) are computed without overflow; a checkpoint's stored model_config is parsed by
  * the same code, so a crafted one meets the same checks.
  *
- * Misspelt keys (issue 35): an unknown top-level key is ignored with a warning, as transformers does,
+ * Misspelt keys: an unknown top-level key is ignored with a warning, as transformers does,
  * unless it looks like a typo of a key with an effect (a model field, "train", a key check_hf_constraint
  * reads) that the file does not give: `"rope_thetta": 500000` without rope_theta would otherwise train
  * with the default theta, another model. That is an error, "did you mean rope_theta?". "Looks like":
@@ -91,19 +91,21 @@ _Static_assert(sizeof hf_default / sizeof hf_default[0] == sizeof model_fields /
 #define K_NMODEL NFIELDS(model_fields)
 _Static_assert(K_NMODEL == LLAMA_CF_ROPE_SCALING, "model_fields in llama_config_field order");
 
+static unsigned fill_defaults(llama_config *m, unsigned given, const llama_family_info *fam);
+
+/* Every field a config file may leave out takes hf_default's value (as parsing does), then the small
+ * shape. rms_norm_eps is the one chosen value: 1e-5, Llama 2/3's, which every hand-built model and the
+ * references computed from them have always used (LlamaConfig's missing-key default is 1e-6). */
 void llama_config_default(llama_config *m) {
     memset(m, 0, sizeof *m);
+    fill_defaults(m, 0, llama_family_get(LLAMA_FAMILY_LLAMA));
     m->hidden_size = 256;
     m->intermediate_size = 704;
     m->num_hidden_layers = 4;
     m->num_attention_heads = 4;
     m->num_key_value_heads = 4;
     m->vocab_size = 256;
-    m->max_position_embeddings = 2048;
     m->rms_norm_eps = 1e-5;
-    m->rope_theta = 10000.0;
-    m->tie_word_embeddings = 0;
-    m->initializer_range = 0.02;
 }
 
 /* The parameter keys of a rope_scaling object, and which types use them. */
@@ -620,13 +622,14 @@ static mp_code apply_family(llama_config *m, unsigned *known, const hf_extra *x,
     return resolve_window(m, (*known & layers) ? m->num_hidden_layers : -1, x, name, err);
 }
 
-/* Fields of the model config: given, defaulted as the family's config class does, or missing (required). */
-static mp_code finish_model(llama_config *m, const unsigned given, const hf_extra *x, const char *name,
-                            mp_err *err) {
+/* Sets every model field not in the bit set `given` that has a default (hf_default_of: the family's
+ * config class) to it; returns given plus the fields set. Required fields and num_key_value_heads
+ * (apply_family's) are left as they are. The one place a missing key gets its meaning. */
+static unsigned fill_defaults(llama_config *m, unsigned given, const llama_family_info *fam) {
     unsigned known = given;
     for (size_t i = 0; i < K_NMODEL; i++) {
         if ((given >> i) & 1u) continue;
-        double d = hf_default_of(x->fam, i);
+        double d = hf_default_of(fam, i);
         if (i == LLAMA_CF_NUM_KEY_VALUE_HEADS || isnan(d)) continue;
         const mp_field *f = &model_fields[i];
         char *p = (char *)m + f->off;
@@ -634,6 +637,13 @@ static mp_code finish_model(llama_config *m, const unsigned given, const hf_extr
         else *(int *)p = (int)d;
         known |= 1u << i;
     }
+    return known;
+}
+
+/* Fields of the model config: given, defaulted as the family's config class does, or missing (required). */
+static mp_code finish_model(llama_config *m, const unsigned given, const hf_extra *x, const char *name,
+                            mp_err *err) {
+    unsigned known = fill_defaults(m, given, x->fam);
     if (x->have_rope_theta) {
         if (((given >> LLAMA_CF_ROPE_THETA) & 1u) && m->rope_theta != x->rope_theta)
             return mp_err_set(err, MP_EINPUT, "%s: key \"rope_theta\" (%g) disagrees with rope_parameters.rope_theta (%g)",
@@ -678,7 +688,7 @@ mp_code llama_config_parse(const char *text, const char *name, llama_config *m_o
                            mp_err *err) {
     llama_config m;
     mp_train_config t;
-    llama_config_default(&m);
+    memset(&m, 0, sizeof m);   /* from the JSON alone: a missing key means hf_default's value (finish_model) */
     mp_train_config_default(&t);
     if (t_out) t = *t_out;
     cJSON *root;

@@ -89,9 +89,10 @@ typedef struct llama_config {
 #define LLAMA_CONFIG_MAX_LAYERS 16384
 #define LLAMA_CONFIG_MAX_PARAMS (INT64_MAX - 1)
 
-/* llama_config_default: a small programmatic model (hidden 256, 4 layers, rms_norm_eps 1e-5, ...) for
- * code and tests that build a config by hand. It is NOT what a missing key of a config file means: the
- * parser ignores *m's previous contents and applies the rules above. */
+/* llama_config_default: a small programmatic model (hidden 256, 4 layers, vocab 256, rms_norm_eps 1e-5;
+ * every other field as a config file that leaves it out) for code and tests that build a config by
+ * hand. It is NOT what a missing key of a config file means: the parser ignores *m's previous contents
+ * and applies the rules above. */
 void llama_config_default(llama_config *m);
 
 /* Parses JSON text (name is used in messages). Either output may be NULL to ignore that part, but

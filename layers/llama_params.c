@@ -370,12 +370,6 @@ llama_param *llama_param_at(llama_model *m, int i) {
     return &m->params[i];
 }
 
-int llama_param_find(const llama_model *m, const char *name) {
-    for (int i = 0; i < m->nparams; i++)
-        if (!strcmp(m->params[i].name, name)) return i;
-    return -1;
-}
-
 void llama_zero_grad(llama_model *m) {
     assert(!m->opt.inference && "a forward-only model has no gradients");
     m->be->memset0(m->be, m->shard_grads, (size_t)m->shard_total * sizeof(float));

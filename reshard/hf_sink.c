@@ -9,7 +9,7 @@
  * writer's small conversion buffer, whatever the model size.
  *
  * A family that fuses projections in its HF checkpoints (Phi-3: q/k/v in self_attn.qkv_proj, gate/up
- * in mlp.gate_up_proj; layers/family_hf.h) gets them merged here: the adds that map to one HF name
+ * in mlp.gate_up_proj; layers/family_hf.h) gets them merged (reshard/hf_items.c): the adds that map to one HF name
  * become one item of up to three parts, each the row range of its meshpoint tensor, and a band of the
  * fused tensor is filled part by part (a band that straddles two parts pulls each piece from its own
  * tensor). Still one band of memory; the commit refuses a fused tensor whose parts do not tile it.
@@ -38,36 +38,17 @@
 #include "ckpt/read_pipe.h"
 #include "layers/family_hf.h"
 #include "layers/llama.h"
+#include "reshard/hf_items.h"
 #include "reshard/reshard.h"
 #include "reshard/safetensors.h"
 
-/* One meshpoint tensor in an HF tensor: rows [row0, row0 + rows) of it, pulled through fill(ctx). */
-typedef struct hf_part {
-    ckpt_fill_fn fill;
-    void *ctx;
-    int64_t row0, rows;
-} hf_part;
-
-typedef struct hf_item {
-    char name[128];       /* HF name */
-    int ndim;
-    int64_t shape[2];
-    int nparts;           /* 1, or the parts of a fused tensor added so far (in add order) */
-    hf_part part[3];
-    const char *fused;    /* NULL, or what a fused tensor holds (for messages) */
-} hf_item;
-
 typedef struct hf_sink {
     char *dir, *partial;
-    llama_config cfg;
+    rs_hf_items x;        /* the HF tensors, fused ones as their parts */
     st_dtype dtype;
     int64_t max_shard;
     size_t band;
     int replace;
-    int n, cap;
-    hf_item *it;
-    mp_code failed;       /* an add error, reported again by the commit */
-    mp_err err;
     struct { char *name, *data; size_t n; } files[CKPT_FILES_MAX];   /* carried files (the tokenizer's) */
     int nfiles;
 } hf_sink;
@@ -90,89 +71,10 @@ mp_code rs_hf_layout(const llama_config *cfg, rs_box **boxes, int *n, mp_err *e)
     return MP_OK;
 }
 
-/* The item that holds HF tensor name, or NULL (searched from the end: a fused tensor's parts are
- * added one after the other). */
-static hf_item *find_item(hf_sink *h, const char *name) {
-    for (int i = h->n - 1; i >= 0; i--)
-        if (!strcmp(h->it[i].name, name)) return &h->it[i];
-    return NULL;
-}
-
-/* A new item for HF tensor pl->name of ndim dims: its rows are the fused rows, or gshape[0]. */
-static hf_item *new_item(hf_sink *h, const llama_hf_place *pl, int ndim, const int64_t *gshape) {
-    if (h->n == h->cap) {
-        int cap = h->cap * 2 + 16;
-        h->it = mp_realloc(h->it, sizeof *h->it * (size_t)h->cap, sizeof *h->it * (size_t)cap, MP_MEM_OTHER);
-        h->cap = cap;
-    }
-    hf_item *t = &h->it[h->n++];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", pl->name);
-    t->ndim = ndim;
-    t->shape[0] = pl->hf_rows ? pl->hf_rows : gshape[0];
-    t->shape[1] = ndim == 2 ? gshape[1] : 1;
-    t->fused = pl->fused;
-    return t;
-}
-
 /* rs_sink add: records whole tensor name as (a part of) the HF tensor the family map names. */
 static mp_code hs_add(rs_sink *s, int file_rank, const char *name, int ndim, const int64_t *gshape, const int64_t *off,
                       const int64_t *shape, ckpt_fill_fn fill, void *ctx, mp_err *e) {
-    hf_sink *h = s->impl;
-    mp_code rc = MP_OK;
-    llama_hf_place pl;
-    hf_item *t = NULL;
-    if (strncmp(name, "model/", 6) || llama_hf_place_of(&h->cfg, name + 6, &pl))
-        rc = mp_err_set(e, MP_EINTERNAL, "HF export: tensor %s is not a model/ tensor", name);
-    else if (file_rank != 0 || off[0] || (ndim == 2 && off[1]) || shape[0] != gshape[0] || (ndim == 2 && shape[1] != gshape[1]))
-        rc = mp_err_set(e, MP_EINTERNAL, "HF export: %s: the sink takes whole tensors only", name);
-    else if (pl.hf_rows && pl.rows != gshape[0])
-        rc = mp_err_set(e, MP_EINTERNAL, "HF export: %s has %lld rows, its part of %s %lld", name, (long long)gshape[0],
-                        pl.name, (long long)pl.rows);
-    else if (pl.hf_rows && (t = find_item(h, pl.name)) &&
-             (t->nparts == 3 || t->ndim != ndim || t->shape[1] != (ndim == 2 ? gshape[1] : 1)))
-        rc = mp_err_set(e, MP_EINTERNAL, "HF export: %s does not fit the fused tensor %s", name, pl.name);
-    if (rc) {
-        if (!h->failed) { h->failed = rc; h->err = *e; }
-        return rc;
-    }
-    if (!t) t = new_item(h, &pl, ndim, gshape);
-    t->part[t->nparts++] = (hf_part){fill, ctx, pl.row0, gshape[0]};
-    return MP_OK;
-}
-
-/* Checks that every item's parts tile its rows exactly (a fused tensor got all of its parts), and
- * orders them by row. */
-static mp_code check_parts(hf_sink *h, mp_err *e) {
-    for (int i = 0; i < h->n; i++) {
-        hf_item *t = &h->it[i];
-        for (int a = 1; a < t->nparts; a++)   /* insertion sort of at most 3 */
-            for (int b = a; b > 0 && t->part[b].row0 < t->part[b - 1].row0; b--) {
-                hf_part x = t->part[b];
-                t->part[b] = t->part[b - 1];
-                t->part[b - 1] = x;
-            }
-        int64_t at = 0;
-        for (int k = 0; k < t->nparts && at >= 0; k++) at = t->part[k].row0 == at ? at + t->part[k].rows : -1;
-        if (at != t->shape[0])
-            return mp_err_set(e, MP_EINTERNAL, "HF export: tensor %s (%s) did not get all of its %lld rows from %d part%s",
-                              t->name, t->fused ? t->fused : "not fused", (long long)t->shape[0], t->nparts,
-                              t->nparts == 1 ? "" : "s");
-    }
-    return MP_OK;
-}
-
-/* Fills the band (off, shape) of item t into x part by part: each piece from its own tensor. */
-static mp_code item_fill(const hf_item *t, const int64_t *off, const int64_t *shape, float *x, mp_err *e) {
-    int64_t end = off[0] + shape[0];
-    for (int k = 0; k < t->nparts; k++) {
-        const hf_part *p = &t->part[k];
-        int64_t a = off[0] > p->row0 ? off[0] : p->row0, b = end < p->row0 + p->rows ? end : p->row0 + p->rows;
-        if (a >= b) continue;
-        int64_t po[2] = {a - p->row0, 0}, ps[2] = {b - a, shape[1]};
-        MP_TRY(p->fill(p->ctx, po, ps, x + (a - off[0]) * shape[1], e));
-    }
-    return MP_OK;
+    return rs_hf_items_add(&((hf_sink *)s->impl)->x, file_rank, name, ndim, gshape, off, shape, fill, ctx, e);
 }
 
 static mp_code hs_meta(rs_sink *s, const char *key, const char *value, mp_err *e) { return MP_OK; }
@@ -244,12 +146,12 @@ static mp_code write_shard(hf_sink *h, const char *file, int a, int b, mp_err *e
     st_decl *d = mp_xcalloc(sizeof *d * (size_t)(b - a + 1));
     size_t rows_max = 1;
     for (int i = a; i < b; i++) {
-        d[i - a] = (st_decl){.name = h->it[i].name, .dtype = h->dtype, .ndim = h->it[i].ndim,
-                             .shape = {h->it[i].shape[0], h->it[i].shape[1]}};
-        size_t r = h->band / (size_t)(4 * h->it[i].shape[1]);
+        d[i - a] = (st_decl){.name = h->x.it[i].name, .dtype = h->dtype, .ndim = h->x.it[i].ndim,
+                             .shape = {h->x.it[i].shape[0], h->x.it[i].shape[1]}};
+        size_t r = h->band / (size_t)(4 * h->x.it[i].shape[1]);
         if (r < 1) r = 1;
-        if (r > (size_t)h->it[i].shape[0]) r = (size_t)h->it[i].shape[0];
-        if (r * (size_t)h->it[i].shape[1] > rows_max) rows_max = r * (size_t)h->it[i].shape[1];
+        if (r > (size_t)h->x.it[i].shape[0]) r = (size_t)h->x.it[i].shape[0];
+        if (r * (size_t)h->x.it[i].shape[1] > rows_max) rows_max = r * (size_t)h->x.it[i].shape[1];
     }
     char *path = mp_fs_join(h->partial, file);
     st_writer *w = NULL;
@@ -261,12 +163,12 @@ static mp_code write_shard(hf_sink *h, const char *file, int a, int b, mp_err *e
     put_job job = {0};
     int band = 0;
     for (int i = a; i < b && !rc; i++) {
-        hf_item *t = &h->it[i];
+        hf_item *t = &h->x.it[i];
         int64_t step = (int64_t)(rows_max / (size_t)t->shape[1]);
         for (int64_t r = 0; r < t->shape[0] && !rc; r += step, band++) {
             int64_t off[2] = {r, 0}, shp[2] = {t->shape[0] - r < step ? t->shape[0] - r : step, t->shape[1]};
             float *x = buf[wk ? band & 1 : 0];   /* the worker may still write the other one */
-            rc = item_fill(t, off, shp, x, e);
+            rc = rs_hf_item_fill(t, off, shp, x, e);
             if (!rc) rc = put_wait(wk, &job, e);
             if (rc) break;
             if (!wk) {
@@ -340,20 +242,20 @@ static char *config_json(const llama_config *cfg, st_dtype dt) {
 static char *index_json(const hf_sink *h, const int *first, int nf) {
     cJSON *o = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(o, "metadata");
     int64_t total = 0;
-    for (int i = 0; i < h->n; i++) total += item_bytes(h, &h->it[i]);
+    for (int i = 0; i < h->x.n; i++) total += item_bytes(h, &h->x.it[i]);
     char num[32];
     snprintf(num, sizeof num, "%lld", (long long)total);
     cJSON_AddRawToObject(meta, "total_size", num);
     /* weight_map sorted by tensor name, as transformers writes it (json.dumps(sort_keys=True)) */
-    const char **names = mp_xmalloc(sizeof *names * (size_t)(h->n + 1));
-    int *fileof = mp_xmalloc(sizeof *fileof * (size_t)(h->n + 1));
+    const char **names = mp_xmalloc(sizeof *names * (size_t)(h->x.n + 1));
+    int *fileof = mp_xmalloc(sizeof *fileof * (size_t)(h->x.n + 1));
     for (int k = 0; k < nf; k++)
         for (int i = first[k]; i < first[k + 1]; i++) fileof[i] = k;
-    for (int i = 0; i < h->n; i++) names[i] = h->it[i].name;
+    for (int i = 0; i < h->x.n; i++) names[i] = h->x.it[i].name;
     cJSON *wm = cJSON_AddObjectToObject(o, "weight_map");
-    for (int done = 0; done < h->n; done++) {   /* selection by name: n is a few hundred */
+    for (int done = 0; done < h->x.n; done++) {   /* selection by name: n is a few hundred */
         int best = -1;
-        for (int i = 0; i < h->n; i++)
+        for (int i = 0; i < h->x.n; i++)
             if (names[i] && (best < 0 || strcmp(names[i], names[best]) < 0)) best = i;
         char file[64];
         snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", fileof[best] + 1, nf);
@@ -369,18 +271,18 @@ static char *index_json(const hf_sink *h, const int *first, int nf) {
 
 /* Writes every data file (and the index when there are several) into the partial directory. */
 static mp_code write_data(hf_sink *h, mp_err *e) {
-    int *first = mp_xmalloc(sizeof *first * (size_t)(h->n + 2));
+    int *first = mp_xmalloc(sizeof *first * (size_t)(h->x.n + 2));
     int nf = 0;
     int64_t in_file = 0;
-    for (int i = 0; i < h->n; i++) {
-        int64_t b = item_bytes(h, &h->it[i]);
+    for (int i = 0; i < h->x.n; i++) {
+        int64_t b = item_bytes(h, &h->x.it[i]);
         if (i == 0 || (in_file > 0 && in_file + b > h->max_shard)) { first[nf++] = i; in_file = 0; }
         in_file += b;
     }
-    first[nf] = h->n;
+    first[nf] = h->x.n;
     mp_code rc = MP_OK;
     if (nf <= 1) {
-        rc = write_shard(h, "model.safetensors", 0, h->n, e);
+        rc = write_shard(h, "model.safetensors", 0, h->x.n, e);
     } else {
         for (int k = 0; k < nf && !rc; k++) {
             char file[64];
@@ -397,16 +299,16 @@ static mp_code write_data(hf_sink *h, mp_err *e) {
 
 static mp_code hs_commit(rs_sink *s, mp_err *e) {
     hf_sink *h = s->impl;
-    if (h->failed) {
-        if (e) *e = h->err;
-        return h->failed;
+    if (h->x.failed) {
+        if (e) *e = h->x.err;
+        return h->x.failed;
     }
     mp_code rc = MP_OK;
     if (mp_fs_exists(h->partial)) rc = mp_fs_remove_tree(h->partial, e);   /* stale, from an interrupted export */
-    if (!rc) rc = check_parts(h, e);
+    if (!rc) rc = rs_hf_items_check(&h->x, e);
     if (!rc) rc = mp_fs_mkdirs(h->partial, e);
     if (!rc) rc = write_data(h, e);
-    char *cfg = rc ? NULL : config_json(&h->cfg, h->dtype);
+    char *cfg = rc ? NULL : config_json(&h->x.cfg, h->dtype);
     if (cfg) rc = mp_fs_write_text_durable(h->partial, "config.json", cfg, e);
     free(cfg);
     int gen = 0;
@@ -426,7 +328,7 @@ static void hs_free(rs_sink *s) {
     hf_sink *h = s->impl;
     free(h->dir);
     free(h->partial);
-    free(h->it);
+    rs_hf_items_free(&h->x);
     for (int i = 0; i < h->nfiles; i++) { free(h->files[i].name); free(h->files[i].data); }
     free(h);
     free(s);
@@ -446,7 +348,8 @@ mp_code rs_sink_hf(rs_sink **out, const char *dir, const llama_config *cfg, cons
     size_t np = strlen(dir) + sizeof ".partial";
     h->partial = mp_xmalloc(np);
     snprintf(h->partial, np, "%s.partial", dir);
-    h->cfg = *cfg;
+    h->x.cfg = *cfg;
+    h->x.who = "HF export";
     h->dtype = dt;
     h->max_shard = max_shard_bytes > 0 ? max_shard_bytes : INT64_MAX;
     h->band = band_bytes < 4096 ? 4096 : band_bytes;

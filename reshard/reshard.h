@@ -117,6 +117,19 @@ mp_code rs_publish_dir(const char *partial, const char *dir, const char *what, m
 mp_code rs_sink_dcp(rs_sink **out, const char *dir, const llama_config *cfg, rs_dcp_names names, const char *dtype,
                     int64_t step, size_t band_bytes, int replace, mp_err *e);
 
+/* A sink writing one GGUF file at path that llama.cpp loads (reshard/gguf_sink.c, docs/GGUF.md): whole model/
+ * tensors (the rs_hf_layout boxes) under llama.cpp's names and layout for cfg's family, 2-D weights as dtype
+ * ("f32", "f16", "bf16", "q8_0"), norms and biases f32, pulled in row bands of at most band_bytes of fp32;
+ * the architecture's metadata (general.name: name). Written to path.partial and renamed over path at the
+ * commit. Single process; meta() and file() take nothing. */
+typedef struct gguf_writer gguf_writer;
+mp_code rs_sink_gguf(rs_sink **out, const char *path, const llama_config *cfg, const char *dtype, const char *name,
+                     size_t band_bytes, mp_err *e);
+/* The GGUF sink's writer, for more metadata (the tokenizer's keys) before the commit. */
+gguf_writer *rs_sink_gguf_writer(rs_sink *s);
+/* After the commit: the written file read back (gguf_w_verify). */
+mp_code rs_sink_gguf_verify(rs_sink *s, mp_err *e);
+
 /* ------------------------------------------------------------------------------ target layout */
 
 typedef struct rs_box {

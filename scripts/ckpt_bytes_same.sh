@@ -1,7 +1,7 @@
 #!/bin/sh
 # scripts/ckpt_bytes_same.sh BASE NEW DATA CONFIG WORK — are the checkpoint files two builds write byte
-# for byte the same? For a change that must not change what a save writes (a refactor of ckpt/writer*.c,
-# issue 39): BASE is meshpoint built at the previous commit, NEW at the new one. Each trains the same tiny
+# for byte the same? For a change that must not change what a save writes (a refactor of
+# ckpt/writer*.c): BASE is meshpoint built at the previous commit, NEW at the new one. Each trains the same tiny
 # model (CONFIG on DATA, 4 steps, a checkpoint every 2) on dp 2 under mpiexec, in four variants: a
 # synchronous save, --async-save, --ckpt-files 2 (both ranks' boxes in rank 0's file: ckpt/group.c) and
 # --compress zstd; then every file of every checkpoint directory (rank files, index.h5, view.h5, latest)

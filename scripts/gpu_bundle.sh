@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_bundle.sh [BUILD_DIR] — builds the CUDA variant HERE and packs it into BUILD_DIR/meshpoint-gpu, a
 # folder that runs on a GPU machine that has CUDA and nothing of this project's packages (no HDF5, Open
-# MPI, OpenBLAS, cJSON, zstd, xxHash, PLplot, no network to install them): the lent H200 (issue 22).
+# MPI, OpenBLAS, cJSON, zstd, xxHash, PLplot, no network to install them): the lent H200.
 #
 # What the bundle holds (BUILD_DIR defaults to build-gpu-bundle; the bundle is BUILD_DIR/meshpoint-gpu,
 #            packed for travel as BUILD_DIR/meshpoint-gpu.tar.gz):
@@ -19,7 +19,7 @@
 #              scripts/gpu_env.sh (OPAL_* variables); one process runs as an Open MPI singleton in isolated
 #              mode (OMPI_MCA_ess_singleton_isolated=1: no orted, no mpirun)
 #   scripts/gpu-check.sh, gpu_env.sh, gpu_selftest.sh, gpu_verdict.sh,
-#   bench/bench_gpu.sh, tests/gpu_e2e.sh, tests/lib.sh,
+#   bench/bench_gpu.sh, tests/gpu_e2e.sh, tests/eval_sample_device.sh, tests/lib.sh,
 #   tests/configs/, configs/, data/ (the text the check trains on): the check, run from the bundle
 #   BUNDLE     the marker gpu-check.sh looks for; GLIBC_MIN the oldest C library the bundle needs (the
 #              highest GLIBC_x.y symbol version any of its ELF files asks for); CUDA_NEEDED the CUDA
@@ -118,7 +118,7 @@ sort -u "$bdir/bundle.cuda_needed" > "$out/CUDA_NEEDED"
 # the check's scripts and inputs, in the repository's layout (gpu-check.sh finds them beside itself)
 cp scripts/gpu-check.sh scripts/gpu_env.sh scripts/gpu_selftest.sh scripts/gpu_verdict.sh "$out/scripts/"
 cp bench/bench_gpu.sh bench/gpu_roofline.py "$out/bench/"
-cp tests/gpu_e2e.sh tests/lib.sh "$out/tests/"
+cp tests/gpu_e2e.sh tests/eval_sample_device.sh tests/lib.sh "$out/tests/"
 cp tests/configs/*.json "$out/tests/configs/"
 cp configs/*.json "$out/configs/"
 cp docs/CLI.md core/config.c layers/llama.c "$out/data/"

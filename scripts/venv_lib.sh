@@ -28,9 +28,21 @@ mp_venv() {
     echo "$venv/bin/python"
     return 0
   fi
+  # one maker at a time: tests running side by side that need the same venv (or one built over it, as
+  # MP_VENV_UNDER's) wait here for the first to finish, then find its stamp
+  mkdir -p "$(dirname "$venv")"
+  local lock
+  exec {lock}>"$venv.lock"
+  flock "$lock"
+  if [ -f "$venv/.meshpoint-pins" ] && [ "$(cat "$venv/.meshpoint-pins")" = "$stamp" ] && [ -x "$venv/bin/python" ]; then
+    exec {lock}>&-
+    echo "$venv/bin/python"
+    return 0
+  fi
   if [ -e "$venv" ] && [ ! -f "$venv/.meshpoint-pins" ] && [ -n "$(ls -A "$venv" 2>/dev/null)" ] &&
      [ ! -f "$venv/pyvenv.cfg" ]; then
     echo "$tag: error: $venv exists and is not a virtual environment this script made; set $envvar" >&2
+    exec {lock}>&-
     return 2
   fi
   echo "$tag: creating $venv ($pins)" >&2
@@ -43,5 +55,6 @@ mp_venv() {
   "$venv/bin/pip" install --quiet --disable-pip-version-check $pins >&2
   "$venv/bin/python" -c "$check" >&2
   echo "$stamp" > "$venv/.meshpoint-pins"
+  exec {lock}>&-
   echo "$venv/bin/python"
 }

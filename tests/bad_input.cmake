@@ -1,4 +1,4 @@
-# tests/bad_input.cmake — input that used to crash or pass (tests/bad_input.sh, issue 18 item 3): process
+# tests/bad_input.cmake — input that used to crash or pass (tests/bad_input.sh): process
 # memory limits (ulimit -v / -d) met by the memory plan or by a clean out-of-memory exit 1, never an
 # abort; --stop-at -1; --config through a pipe or naming a directory; empty path flags; an unknown MP_FAULT. Uses the
 # resume_data fixture of tests/resume.cmake. The ulimit cases are left out of the ASan pass (ASan

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/bad_input.sh BIN DATA CONFIG WORKDIR SRCDIR CASE — what users type that used to crash or pass
-# (issue 18 item 3), each case asserting the exit status and the message:
+# tests/bad_input.sh BIN DATA CONFIG WORKDIR SRCDIR CASE — what users type that used to crash or pass,
+# each case asserting the exit status and the message:
 #   ulimit_plan        a 1.1B-parameter run under `ulimit -v` (RLIMIT_AS): refused by the memory plan,
 #                      exit 2, naming the limit — it used to pass the plan and die with SIGABRT (134)
 #   ulimit_data        the same under `ulimit -d` (RLIMIT_DATA)

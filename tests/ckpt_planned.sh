@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/ckpt_planned.sh TOOL MPIEXEC WORK — the collective load open (ckpt_open_planned, issue 23): a
+# tests/ckpt_planned.sh TOOL MPIEXEC WORK — the collective load open (ckpt_open_planned): a
 # checkpoint saved by 4 ranks (tool_ckpt_mpi save) is opened collectively on 1, 2, 4 and 8 ranks; every
 # rank reads its own and its neighbour's boxes back, and only rank 0 reads index.h5 (the tool checks
 # ckpt_index_reads on every rank). Then index.h5 is damaged (truncated; then a table byte flipped, which

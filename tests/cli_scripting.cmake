@@ -1,4 +1,4 @@
-# tests/cli_scripting.cmake — the CLI for people and scripts (tests/cli_scripting.sh, issue 8 item 13):
+# tests/cli_scripting.cmake — the CLI for people and scripts (tests/cli_scripting.sh):
 # --version, --help defaults, the error prefix, --json of eval/verify/diff, the progress bar, ETA in the
 # step lines. Single process; uses the resume_data fixture of tests/resume.cmake.
 foreach(case version help errors json progress eta)

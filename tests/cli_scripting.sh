@@ -1,6 +1,6 @@
 #!/bin/bash
-# tests/cli_scripting.sh MESHPOINT DATA CONFIG WORKDIR CASE — the CLI for people and scripts (issue 8,
-# item 13). Every case asserts exit codes and output, and fails if its feature is gone.
+# tests/cli_scripting.sh MESHPOINT DATA CONFIG WORKDIR CASE — the CLI for people and scripts.
+# Every case asserts exit codes and output, and fails if its feature is gone.
 #   version   `meshpoint --version` and `meshpoint <cmd> --version`: program version (CMake project
 #             version, git describe when known) and the checkpoint format version, exit 0
 #   help      --help shows the defaults actually used: `--sp, --no-sp` with "auto", the

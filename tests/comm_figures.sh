@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/comm_figures.sh MPIRUN... -- MESHPOINT DATA VAL CONFIG WORKDIR — the `comm:` line of a tp 2 x dp 2
-# run counts the optimizer steps' own collectives only (issue 11 item 5): a run that also evaluates and
+# run counts the optimizer steps' own collectives only: a run that also evaluates and
 # checkpoints after every step reports the same tp and dp MiB/step as the same run without, to the
 # digit. (Before, evaluation forwards and checkpoint exchanges were added in, and the time share was of
 # the run's wall time.)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# tests/config_keys.sh BIN DATA WORKDIR — an HF config.json as published is a valid config (issue 20
-# item 1): a key transformers' LlamaConfig does not know is accepted with one warning naming it (one,
+# tests/config_keys.sh BIN DATA WORKDIR — an HF config.json as published is a valid config:
+# a key transformers' LlamaConfig does not know is accepted with one warning naming it (one,
 # also from a 2-rank job: rank 0 speaks), bookkeeping keys (unk_token_id, auto_map, ...) silently, a
 # typo inside meshpoint's own "train" object stays an error, and a key that changes the math and cannot
 # be represented (attention_bias true) stays an error naming it. A near typo of a key with an effect that
-# the file lacks (rope_thetta without rope_theta, issue 35) is an error, "did you mean rope_theta?"; with
+# the file lacks (rope_thetta without rope_theta) is an error, "did you mean rope_theta?"; with
 # its twin present it is the warning, with the hint. A published config (SmolLM2-135M's) is read and
 # planned by `train` without a warning.
 set -uo pipefail
@@ -24,7 +24,7 @@ expect 0 "model: 34976 parameters" "$work/two.log" mpiexec --allow-run-as-root -
     --train-data "$data" --steps 0 --run-dir "$work/r2" --dp 2
 [ "$(grep -c 'key "foo_bar"' "$work/two.log")" -eq 1 ] || fail "2 ranks: expected one warning: $(cat "$work/two.log")"
 grep -q 'foo_bar.*did you mean' "$work/one.log" && fail "foo_bar is near no key: no hint expected: $(cat "$work/one.log")"
-# a near typo of a key with an effect that the file lacks: exit 2 naming the file and the key meant (issue 35)
+# a near typo of a key with an effect that the file lacks: exit 2 naming the file and the key meant
 for typo in rope_thetta:rope_theta num_key_value_head:num_key_value_heads rms_norm_epsilon:rms_norm_eps; do
     printf '{%s, "%s": 1e-5}\n' "${shape/, \"num_key_value_heads\": 2/}" "${typo%%:*}" >"$work/near.json"
     expect 2 "error: $work/near.json: key \"${typo%%:*}\": not a key of transformers' LlamaConfig; did you mean ${typo#*:}\\?" \

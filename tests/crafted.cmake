@@ -1,5 +1,5 @@
-# tests/crafted.cmake — crafted and hostile input through the CLI (tests/crafted.sh, issue 9 items 5 and
-# 6): non-finite config values, a crafted metadata step, num_hidden_layers and tensor shapes in an index
+# tests/crafted.cmake — crafted and hostile input through the CLI (tests/crafted.sh):
+# non-finite config values, a crafted metadata step, num_hidden_layers and tensor shapes in an index
 # whose checksum was recomputed (tests/ckpt/tool_ckpt_craft), retention with a symlinked step directory, and
 # `ckpt ls` with a directory name that disagrees with its index. Uses the resume_data fixture of
 # tests/resume.cmake; each case trains its own tiny checkpoint.

@@ -4,7 +4,7 @@
 #                        tiling replayed on the host against a float64 attention and the CPU kernels
 #   cuda_kernels_host_sass  the kernels' SASS in the CUDA module (libmeshpoint-cuda.so) and the device checks (tests/cuda_sass.sh): no float-to-8/16-bit-integer
 #                        conversion (nvcc 13.0's ptxas miscompiled the tensor-core attention's bf16 byte stores
-#                        into them, issue 22); skipped (77) without a cuobjdump
+#                        into them); skipped (77) without a cuobjdump
 #   cuda_mma_probe       tests/cuda/mma_probe.cu: the mma.sync fragment layouts and the attention's tile
 #                        helpers on the device against the host replay; needs a GPU, exit 77 without one;
 #                        cuda_mma_probe_selftest runs its analysis on emulated right and wrong devices

@@ -1,5 +1,5 @@
-# tests/cuda_module.cmake — the CUDA backend as a module that only a CUDA device loads (tests/cuda_module.sh,
-# issues 21/22), in every build (a build without CUDA checks its own refusals):
+# tests/cuda_module.cmake — the CUDA backend as a module that only a CUDA device loads (tests/cuda_module.sh),
+# in every build (a build without CUDA checks its own refusals):
 #   cuda_module_cpu_maps  no CPU command (--version, data, train, ckpt, eval, sample, init, reshard, export,
 #                         import) loads libcudart, libcublas(Lt), libnccl or the module (LD_DEBUG=libs);
 #                         `--device cuda` does (the watch sees them) and exits 2 with CUDA's reason

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/cuda_module.sh MESHPOINT DATA CONFIG WORKDIR CASE — the CUDA backend is a module that only a CUDA
-# device loads (core/cuda_module.h, issues 21/22):
+# device loads (core/cuda_module.h):
 #   maps    (CUDA builds) every program beside the module that can load it exports the core functions the
 #           module calls (nm); every CPU command (--version, data, train with a checkpoint, ckpt ls/verify, eval, sample,
 #           init, reshard, export, import) runs under LD_DEBUG=libs, and no shared object it loads is

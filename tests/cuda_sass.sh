@@ -4,7 +4,7 @@
 # from an f16/bf16 register. No kernel of core/cuda converts a float to such an integer, so one in the
 # SASS is the compiler's, not ours: nvcc 13.0's ptxas compiles a memcpy of two bf16 to global memory into
 # byte stores whose low byte it CONVERTS (F2I.U8.F16.TRUNC.NTZ: the bf16 bits read as an f16 number,
-# truncated to 0..255) instead of storing it — issue 22's tensor-core attention, whose every bf16 output
+# truncated to 0..255) instead of storing it — the first H200 run's tensor-core attention, whose every bf16 output
 # lost its low byte on the H200 (docs/CUDA.md, "Tensor-core attention: what went wrong"). No GPU needed.
 #
 # cuobjdump: $MP_CUOBJDUMP, else on PATH, under $CUDA_HOME or /usr/local/cuda*, else the copy Triton ships

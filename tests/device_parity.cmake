@@ -4,7 +4,7 @@
 #                           logits, loss, every gradient, 3 AdamW steps' losses within bf16 tolerances
 #   device_parity_cuda      the same for the CUDA backend; skipped (77) without a usable GPU or CUDA build
 #   device_parity_*_hd64    the same on tests/configs/parity_hd64.json (head dim 64) at T = 112: several
-#                           32-key tiles of the attention kernels and a partial last one (issue 22)
+#                           32-key tiles of the attention kernels and a partial last one
 #   device_parity_*_family  the same with q/k/v biases, q/k norms and head_dim 24 (the Qwen families' ops)
 #   device_parity_*_family128  ... at head_dim 128 (Qwen3's): on CUDA the tensor-core attention kernels
 #   device_parity_*_family96   ... at head_dim 96 (Phi-3's): on CUDA the SIMT attention kernels

@@ -1,4 +1,4 @@
-# tests/diskfull.cmake — failed saves and loads name their cause and a file (issue 9 item 3), through the
+# tests/diskfull.cmake — failed saves and loads name their cause and a file, through the
 # CLI (tests/diskfull_sweep.sh): free space swept across a whole save on a small tmpfs (1 process, async,
 # zstd, tp 2 on 2 ranks), permission-denied and read-only saves, unreadable / truncated rank files on
 # load. The sweeps mount a tmpfs (root) or fall back to RLIMIT_FSIZE; the permission cases run as

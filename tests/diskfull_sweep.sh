@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/diskfull_sweep.sh MESHPOINT DATA CONFIG WORKDIR CASE — every failed save and load names its cause
-# and a file (issue 9 item 3), through the real CLI.
+# and a file, through the real CLI.
 #
 # The sweep cases put the checkpoint root on a small tmpfs (mounted here; needs root or a user
 # namespace), save step 1, then resume and save step 2 with the free space set, by a filler file, to
@@ -10,8 +10,8 @@
 #   checkpoint root (the rank file, index.h5, the .partial directory or latest);
 #   leave no .partial directory, and every step_* directory verifying (`meshpoint ckpt verify`);
 #   keep `latest` naming a complete checkpoint (step 1, or step 2 when only `latest` itself failed).
-# A save that succeeded but whose background view.h5 write failed (issue 23) leaves step 2 with its views
-# pending (issue 35): `ckpt ls` marks it, verify passes with one note naming repair-views, and the next
+# A save that succeeded but whose background view.h5 write failed leaves step 2 with its views
+# pending: `ckpt ls` marks it, verify passes with one note naming repair-views, and the next
 # `train --resume` (the space back) writes view.h5, after which verify passes without the note.
 # Cases: sweep (1 process, ~all pages of the save plus every page of its last 24 KiB), sweep_async
 # (--async-save: the writer thread), sweep_zstd (--compress zstd:3: filtered chunks), sweep_np2
@@ -71,7 +71,7 @@ avail() { df -B1 --output=avail "$mnt" | tail -1 | tr -d ' '; }
 # failed for CAUSE: no view.h5 (nor a leftover view.h5.tmp.<pid>), the warning in LOG naming CAUSE and
 # repair-views; `ckpt ls` marks it "views pending" and verify passes (exit 0) with one note naming
 # repair-views and no problem; then `train --resume` of RUN (at its last step: nothing to train) writes
-# the view (issue 35) and verify passes without the note.
+# the view and verify passes without the note.
 views_pending() {
     local d=$1 log=$2 cause=$3 what=$4 rd=$5 out
     ! ls "$d" | grep -q '^view\.h5\.tmp\.' || fail "$what: the failed view write left a $d/view.h5.tmp.<pid>"
@@ -93,7 +93,7 @@ views_pending() {
 check_trial() {
     local rc=$1 log=$2 cause=$3 what=$4 rd=$5 pending=""
     ls "$ck" | grep -q '\.partial$' && fail "$what: a .partial directory was left: $(ls "$ck")"
-    # train writes view.h5 after the commit, on a thread (issue 23): a full disk may fail that write
+    # train writes view.h5 after the commit, on a thread: a full disk may fail that write
     # alone. Then the save succeeded (exit 0, step 2 published) and warned; step 2 has its views pending;
     # with the space back, the next resume must write them.
     if [ "$rc" -eq 0 ] && [ ! -e "$ck/step_00000002/view.h5" ]; then

@@ -12,7 +12,7 @@
 #   swapped     a rank file of another save (another seed) in place of one: caught, exit 1, naming it
 #   index_flat  the index does not grow with the world (README): a tp 2 x dp 16 init has as many runs as a
 #               tp 2 x dp 2 one (8x the boxes) and an index.h5 less than 1.5x its size
-#   no_view     view.h5 removed: verify passes with one note, "views pending", naming repair-views (issue 35),
+#   no_view     view.h5 removed: verify passes with one note, "views pending", naming repair-views,
 #               tensors still read (reshard works), repair-views rebuilds view.h5 ("it was missing") and
 #               verify passes without the note, h5py reads a tensor through index.h5
 set -uo pipefail

@@ -1,4 +1,4 @@
-# tests/gpu_bundle.cmake — the self-contained GPU bundle (scripts/gpu_bundle.sh, issue 22), in CUDA builds:
+# tests/gpu_bundle.cmake — the self-contained GPU bundle (scripts/gpu_bundle.sh), in CUDA builds:
 #   gpu_bundle_selftest  builds the bundle (its own build folder), unpacks it, hides the project's packages
 #                        in a mount namespace and runs the bundle's CPU self-test there; gpu-check without
 #                        a GPU must exit 2 naming "no GPU". Skipped (77) where unshare --mount is refused.

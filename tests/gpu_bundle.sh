@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/gpu_bundle.sh SRC WORK MESHPOINT — the GPU bundle (scripts/gpu_bundle.sh) runs where the project's packages
-# are absent, as on the lent GPU machine (issue 22):
+# are absent, as on the lent GPU machine:
 #   1. builds the bundle into WORK/build (the CUDA variant, warnings as errors) and unpacks its tarball
 #      into WORK/x (what travels is what runs);
 #   2. in a private mount namespace (unshare --mount) hides HDF5, Open MPI, PMIx, hwloc, libevent,

@@ -3,8 +3,9 @@
 # on plain commands in place of the GPU's programs, so that they are proven where no GPU is:
 #   a passing part is PASS; a part that fails is FAIL; one that hits its OWN limit is FAIL (a hang); one the
 #   budget cuts short is NOT RUN (out of time), never FAIL; one left under 10 s is NOT RUN (out of time);
-#   exit 77 is NOT RUN (skipped, with its reason); a NOT RUN of a required part fails the check (exit 1),
-#   of an optional part does not (exit 0).
+#   exit 77 is NOT RUN (skipped, with its reason); a tool's refusal (refused_re) is NOT RUN (refused, its
+#   line quoted) whatever its exit; a NOT RUN of a required part fails the check (exit 1), of an optional
+#   part does not (exit 0); every line and the summary name the card.
 set -u
 src=$1; work=$2
 case=gpu_check_verdicts; . "$src/tests/lib.sh"
@@ -44,4 +45,35 @@ expect_line '^  a: NOT RUN \(skipped: not in MP_GPU_CHECK_PARTS\)'; expect_line 
 expect_line '^  opt2: NOT RUN \(skipped'; expect_rc 1
 MP_GPU_CHECK_PARTS=opt run_parts 60 'part opt 5 0 true; part opt2 5 0 false'
 expect_line '^  opt: PASS'; expect_line '^  opt2: NOT RUN \(skipped'; expect_rc 0
-echo "gpu_check_verdicts: PASS, FAIL, own-limit FAIL, budget NOT RUN, skipped NOT RUN, required vs optional, MP_GPU_CHECK_PARTS: as specified"
+# a sanitizer this device or runtime refuses (a fake compute-sanitizer printing the tool's own refusal, with
+# gpu-check.sh's refused_re): NOT RUN (refused) quoting the line, whether it exits 1 or 0 (a refusal that
+# "passes" checked nothing), never FAIL or PASS; a required one fails the check; a sanitizer that runs and
+# finds an error is still FAIL, and the same regex on a clean run is PASS
+cat > "$work/fake-sanitizer" <<'SAN'
+#!/bin/sh
+# fake-sanitizer MODE --tool T ...: refuse1/refuse0 (refuse, exit 1/0), error (a finding), clean
+case $1 in
+  refuse*) echo "========= COMPUTE-SANITIZER"; echo "========= Error: Device not supported. Please refer to the Supported Devices section."
+           [ "$1" = refuse0 ] && exit 0; exit 1 ;;
+  error) echo "========= Invalid __global__ write of size 4 bytes"; echo "========= ERROR SUMMARY: 1 error"; exit 1 ;;
+  clean) echo "========= COMPUTE-SANITIZER"; echo "check_kernels_device: all checks passed"; echo "========= ERROR SUMMARY: 0 errors" ;;
+esac
+SAN
+chmod +x "$work/fake-sanitizer"
+san="$work/fake-sanitizer"
+run_parts 60 "refused_re=\$mp_sanitizer_refused_re part san_r1 5 0 $san refuse1 --tool memcheck x; \
+  refused_re=\$mp_sanitizer_refused_re part san_r0 5 0 $san refuse0 --tool racecheck x"
+expect_line '^  san_r1: NOT RUN \(refused by the tool: "========= Error: Device not supported\.'
+expect_line '^  san_r0: NOT RUN \(refused by the tool: "========= Error: Device not supported\.'
+grep -Eq '^  san_r[01]: (FAIL|PASS)' "$work/out" && fail "a refused sanitizer was reported FAIL or PASS: $(cat "$work/out")"
+expect_rc 0
+run_parts 60 "refused_re=\$mp_sanitizer_refused_re part san_req 5 1 $san refuse0 --tool memcheck x"
+expect_line '^  san_req: NOT RUN \(refused'; expect_rc 1
+run_parts 60 "refused_re=\$mp_sanitizer_refused_re part san_err 5 0 $san error --tool memcheck x; \
+  refused_re=\$mp_sanitizer_refused_re part san_ok 5 0 $san clean --tool memcheck x"
+expect_line '^  san_err: FAIL \(exit 1'; expect_line '^  san_ok: PASS'; expect_rc 1
+# the card: every result line and the summary name it
+run_parts 60 'card="NVIDIA H100 80GB HBM3"; part ok 5 1 true; part opt 5 0 false'
+expect_line '^  ok: PASS \([0-9]+ s\) \[NVIDIA H100 80GB HBM3\]$'; expect_line '^  opt: FAIL .*\[NVIDIA H100 80GB HBM3\]$'
+expect_line '^== summary .* on NVIDIA H100 80GB HBM3$'; expect_line '^gpu-check: FAIL on NVIDIA H100 80GB HBM3 '
+echo "gpu_check_verdicts: PASS, FAIL, own-limit FAIL, budget NOT RUN, skipped NOT RUN, refused NOT RUN, required vs optional, MP_GPU_CHECK_PARTS, the card: as specified"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/inference.sh BIN DATA WORKDIR CASE — eval and sample are forward-only (issue 20 item 5):
+# tests/inference.sh BIN DATA WORKDIR CASE — eval and sample are forward-only:
 #   plan      their memory plans hold no gradients and no optimizer moments (0 B), on 1 and 2 ranks (the
 #             model allocates what the plan says: mpi_llama checks plan == allocator on every mesh)
 #   eval_tp3  a model with 3 kv heads evaluated on tp 3 at --seq-len 128 (not a multiple of 3): runs with

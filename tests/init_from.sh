@@ -1,6 +1,6 @@
 #!/bin/bash
-# tests/init_from.sh MPIEXEC... -- MESHPOINT DATA CONFIG WORKDIR — `meshpoint train --init-from` (issue 10,
-# item 4): a new run from the weights of a checkpoint.
+# tests/init_from.sh MPIEXEC... -- MESHPOINT DATA CONFIG WORKDIR — `meshpoint train --init-from`:
+# a new run from the weights of a checkpoint.
 #   1. a source run trains 4 steps (1 process) and saves; a model-only copy on tp 2 is made by reshard;
 #   2. --init-from the full checkpoint on 1 process and on tp 2 x dp 2 (mpiexec -np 4): every step's loss
 #      agrees within 1e-5 relative;

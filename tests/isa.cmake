@@ -1,4 +1,4 @@
-# tests/isa.cmake — the CPU kernels of every ISA level (runtime dispatch, core/cpu_isa.c; issue 21): the
+# tests/isa.cmake — the CPU kernels of every ISA level (runtime dispatch, core/cpu_isa.c): the
 # numeric and bitwise suites again with MP_ISA=v2, v3 and v4 (tests/isa_run.sh; a level this CPU cannot
 # run is skipped, exit 77): the kernels against float64 (test_kernels), mesh invariance on 1x1 and
 # tp2 x dp2 (mpi_llama), exact resume on tp2 x dp2 (resume_exact.sh) and PyTorch parity (compare_torch.py).

@@ -1,4 +1,4 @@
-# tests/kill_campaign.cmake — the kill -9 campaign (tests/kill_campaign.py; issue 9 item 7): SIGKILL a
+# tests/kill_campaign.cmake — the kill -9 campaign (tests/kill_campaign.py): SIGKILL a
 # 2-rank training job (every process, or one rank) at random instants, many inside saves, in plain, zstd
 # and async modes; every checkpoint listed complete must verify, `latest` must name a complete one, and
 # the resume must end bitwise equal to a straight run. Release build: 12 trials over the six modes

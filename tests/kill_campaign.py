@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""tests/kill_campaign.py — kill -9 campaign against a training job's checkpoints (issue 9, item 7).
+"""tests/kill_campaign.py — kill -9 campaign against a training job's checkpoints.
 
 usage: kill_campaign.py --meshpoint BIN --equal TOOL --data TOKENS --config JSON --work DIR
                         [--mpiexec PATH] [--np N] [--steps N] [--trials N] [--budget SECONDS]
@@ -15,8 +15,8 @@ can also land in retention). A trial's instant is either
         this run (.partial appearing to the rename), then kill,
 so that kills land inside saves often. After the kill, every trial checks:
   1. `meshpoint ckpt ls --json` runs (exit 0) and every checkpoint it lists as complete passes
-     `meshpoint ckpt verify` (exit 0). The newest alone may have its views pending (issue 35): no view.h5
-     when the kill landed while rank 0 wrote it after the commit (issue 23); ls then marks it
+     `meshpoint ckpt verify` (exit 0). The newest alone may have its views pending: no view.h5
+     when the kill landed while rank 0 wrote it after the commit; ls then marks it
      "views_pending", and verify passes with one "views pending" note naming repair-views and no
      problem (counted: views_pending); every other listed checkpoint has its view.h5;
   2. `latest`, when present, names a complete checkpoint (`latest_complete`), and no step directory
@@ -28,7 +28,7 @@ so that kills land inside saves often. After the kill, every trial checks:
   4. no process of the job is left once mpiexec is gone (survivors are SIGKILLed and counted).
   5. after the resume, `ckpt ls` shows no leftover (no .partial, no step directory without an index)
      and `latest` names the final checkpoint; no checkpoint has views pending: the resume logged writing
-     the pending view.h5 (healed, issue 35), and that checkpoint, unless retention removed it since,
+     the pending view.h5 (healed), and that checkpoint, unless retention removed it since,
      verifies without the note.
 What the checkpoint directory held at the kill classifies the instant: `partial` (a step_N.partial
 without index.h5 existed: rank files being written, the ranks agreeing), `indexed` (a step_N.partial
@@ -391,7 +391,7 @@ class Campaign:
                 d = os.path.join(root, c["dir"])
                 rc, vout = self.run([self.a.meshpoint, "ckpt", "verify", d], run + f".verify_{c['dir']}.log", 120)
                 if c.get("views_pending"):
-                    # killed while rank 0 wrote view.h5 after the commit (issue 23): the resume heals it
+                    # killed while rank 0 wrote view.h5 after the commit: the resume heals it
                     row["views_pending"] = c["dir"]
                     why = self.views_pending_ok(d, c, vout, newest_listed)
                     if why:

@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/memory_plan.sh MESHPOINT DATA VAL CONFIG WORKDIR [MPIEXEC [SEQ]] — the memory plan is an upper bound
-# (issue 35 item 5; docs/DESIGN_NOTES.md "The memory plan is an upper bound"): for train (also with
+# (docs/DESIGN_NOTES.md "The memory plan is an upper bound"): for train (also with
 # --recompute full: its own, smaller plan), train --resume,
 # eval, sample, reshard, import and export, each exiting 0, the "memory: peak" line's figure (this
 # process's VmHWM above its VmRSS once its runtime was up) is at most the plan plus ALLOWANCE, a fixed

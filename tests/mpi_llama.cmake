@@ -1,4 +1,4 @@
-# tests/mpi_llama.cmake — mesh invariance of the model (tests/mpi_llama.c) on every mesh of the issue:
+# tests/mpi_llama.cmake — mesh invariance of the model (tests/mpi_llama.c) on every mesh it promises:
 # 1x1, tp2, tp4, dp2, dp4, tp2xdp2, SP on and off where tp > 1, for a config whose vocab (250) is not
 # divisible by 4 and whose dim-0 sizes are not divisible by dp ("odd"), and a GQA config with tied
 # embeddings ("gqa_tied"); plus tp2xdp2 with reshard_after_forward off (ZeRO-2); and "family" (q/k/v

@@ -1,5 +1,5 @@
-# tests/nodefiles.cmake — rank files of several ranks (ckpt_save_opts.ranks_per_file, ckpt/group.c; issue 23
-# item 3, docs/BENCH_SCALE.md "Files on a parallel file system"):
+# tests/nodefiles.cmake — rank files of several ranks (ckpt_save_opts.ranks_per_file, ckpt/group.c;
+# docs/BENCH_SCALE.md "Files on a parallel file system"):
 #   ckpt_nodefiles_np{2,4,8}  tests/nodefiles.sh: tool_ckpt_mpi save --files 2|4|node: the leaders' files
 #                             only, read back on NP and 3 processes, the collective open; simulated nodes
 #                             (the fault ckpt_ranks_per_node); boxes moved in many bands read by h5py through

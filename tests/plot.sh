@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/plot.sh MESHPOINT DATA VAL CONFIG WORKDIR — `meshpoint plot` (issue 10 item 6): a run's curves drawn to
+# tests/plot.sh MESHPOINT DATA VAL CONFIG WORKDIR — `meshpoint plot`: a run's curves drawn to
 # a PNG that is a real image (PNG signature, the requested size in its header, decoded pixels far from
 # blank: many distinct colours, curve pixels in the plot colour); an existing --out is refused without
 # --force; a run directory without metrics is refused naming the file.

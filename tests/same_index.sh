@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/same_index.sh TOOL MPIEXEC NP WORKDIR WANT — a save of NP processes (tests/tool_ckpt_mpi save:
 # every rank's boxes of the shared tensor set, deterministic values) must produce the same index as
-# the writer did before the layout exchange became a gather to rank 0 (issue 23): WANT is the
+# the writer did before the layout exchange became a gather to rank 0: WANT is the
 # index_checksum (XXH3-64 over the canonical content of every table row and metadata entry, box
 # checksums and tile checksums of the data included; docs/FORMAT.md, "Index checksum") that the
 # previous writer (commit 6c1c6c4, one broadcast per process) produced for this save, so equality

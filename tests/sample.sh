@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/sample.sh MESHPOINT DATA CONFIG WORKDIR — `meshpoint sample` (issue 10 item 5, issue 20 item 5): with a
+# tests/sample.sh MESHPOINT DATA CONFIG WORKDIR — `meshpoint sample`: with a
 # fixed seed the continuation is deterministic and identical on 1 process, tp 2 and dp 2 (mpiexec -np 2);
 # temperature 0 is greedy; --ids round-trips ids; every bad input exits 2 naming the problem. The KV cache
 # gives exactly the tokens of the whole-sequence path (--no-kv-cache), greedy and seeded (temperature, top-k,

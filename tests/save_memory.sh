@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/save_memory.sh MESHPOINT DATA CONFIG WORKDIR — a sync save on the CPU writes straight from the
-# shards (issue 11 item 1): the memory plan shows no checkpoint staging copy, and the allocator's peak of
+# shards: the memory plan shows no checkpoint staging copy, and the allocator's peak of
 # a run saving every step is below the same run with --async-save (which keeps the staging copy) by at
 # least that copy (parameters + both moments); the checkpoints of both are bitwise equal. And a fresh start
 # of bench_tiny that saves peaks within the plan's 16 MiB library allowance (docs/DESIGN_NOTES.md "The memory

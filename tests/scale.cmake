@@ -1,4 +1,4 @@
-# tests/scale.cmake — checkpoints at cluster scale (issue 23; docs/BENCH_SCALE.md):
+# tests/scale.cmake — checkpoints at cluster scale (docs/BENCH_SCALE.md):
 #   ckpt_same_index_np{2,4,8}  tests/same_index.sh: a 2-, 4- and 8-process save (tools_ckpt_mpi) gives the
 #                              index_checksum the writer gave before its layout exchange became a gather
 #                              to rank 0 (same tables, box and tile checksums of the data, metadata)

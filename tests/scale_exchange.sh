@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/scale_exchange.sh BENCH_SCALE WORKDIR — the save's layout exchange is a gather to rank 0
-# (issue 23), checked on bench_scale's simulated world of 64 ranks (Llama-2-7B shapes, tp 8 x dp 8;
+# tests/scale_exchange.sh BENCH_SCALE WORKDIR — the save's layout exchange is a gather to rank 0,
+# checked on bench_scale's simulated world of 64 ranks (Llama-2-7B shapes, tp 8 x dp 8;
 # bench/bench_scale.c runs the real writer for one rank at a time):
 #   - every rank but 0 receives only the commit's agreements (a few floats), never a box list: its
 #     received bytes stay under its own list's size / 1000, on the first non-zero rank and the last;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/scale_load.sh BENCH_SCALE WORKDIR — the collective load open (ckpt_open_planned, issue 23) on
+# tests/scale_load.sh BENCH_SCALE WORKDIR — the collective load open (ckpt_open_planned) on
 # bench_scale's simulated world of 64 ranks (Llama-2-7B shapes, tp 8 x dp 8; bench/bench_scale.c):
 #   - rank 0 opens index.h5 once and reads it; ranks 5 and 63 open no index.h5 (ckpt_index_reads 0) and
 #     read under 4 KiB from any file during the open (rchar; the index is ~1 MiB at format v3, ~50 MiB before);

@@ -1,4 +1,4 @@
-# tests/schedule.cmake — the longest ctest entries start first (issue 35, item 6). ctest -j starts
+# tests/schedule.cmake — the longest ctest entries start first. ctest -j starts
 # entries by their COST, highest first, taking costs from BUILD/Testing/Temporary/CTestCostData.txt once a
 # run has written it; a fresh clone (CI, a new user's scripts/test.sh) has none, so ctest started them in
 # definition order and one of the time-bounded campaigns could start last and run alone on one core

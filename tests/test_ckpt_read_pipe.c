@@ -8,8 +8,8 @@
  * and partial, plain and zstd, under small and default scratch bounds, give bitwise the saved values;
  * a short read in the middle of a pipelined read surfaces as before and leaves the reader usable
  * (no check left in flight: an assert in ckpt/read_pipe.c would fire); a reader keeps working in a
- * forked child (its worker thread does not survive fork and is made anew). Fork safety (issue 35,
- * ckpt/read_pipe.c's top comment): a fork waits until every worker is parked (a running job has
+ * forked child (its worker thread does not survive fork and is made anew). Fork safety
+ * (ckpt/read_pipe.c's top comment): a fork waits until every worker is parked (a running job has
  * finished), and forks racing workers that start and end on another thread leave children that can make
  * workers of their own (the hang was a child blocked in pthread_create on a lock a starting worker held
  * at the fork). Run under the ASan build too: a worker not joined or a piece used after its read
@@ -262,7 +262,7 @@ Test(ckpt_read_pipe, reader_works_in_a_forked_child) {
     cr_assert(pid >= 0);
     if (pid == 0) {
         /* a guard only: a fork that caught the worker inside a lock hung here once under ASan (a 900 s CI
-         * timeout on 2026-12-04); ckpt/read_pipe.c's fork handlers now park the worker first (issue 35).
+         * timeout on 2026-12-04); ckpt/read_pipe.c's fork handlers now park the worker first.
          * Should it happen again, the child fails in two minutes with SIGALRM, not at ctest's timeout. */
         alarm(120);
         float *out = malloc((size_t)(2048 * P_ROW));

@@ -94,6 +94,17 @@ Test(error, wrap_builds_context_and_maps_exit_status) {
     cr_assert_eq(strlen(e.msg), MP_ERR_MSG_MAX - 1);
 }
 
+/* The words core/error.h documents for each code: the writer prints them when a failure left no message. */
+Test(error, code_names_are_the_documented_words) {
+    static const struct { mp_code code; const char *name; } want[] = {
+        {MP_OK, "ok"}, {MP_ECHECK, "check failed"}, {MP_EINPUT, "bad input"}, {MP_EIO, "i/o error"},
+        {MP_ENOMEM, "out of memory"}, {MP_EDEVICE, "device error"}, {MP_EINTERNAL, "internal error"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert_str_eq(mp_code_name(want[i].code), want[i].name, "code %d", (int)want[i].code);
+    cr_assert_str_eq(mp_code_name((mp_code)99), "unknown error");
+}
+
 /* Small text inputs are streams: a pipe (no size), a directory named as one, the cap enforced. */
 /* MP_FAULT (core/fault.h): name or name:arg entries, comma-separated; the rank rule of the ckpt faults;
  * integers; and the start-up check that refuses a name not in the table (a misspelt fault). */
@@ -450,6 +461,22 @@ Test(config, missing_keys_take_llamaconfig_defaults) {
     cr_assert_eq(m.num_key_value_heads, 2);
 }
 
+/* One table says what a missing key means (hf_default): the hand-built model takes it for every field
+ * it does not choose, so it equals a config file giving only its shape and its rms_norm_eps. */
+Test(config, the_default_model_is_a_config_file_that_gives_only_its_shape) {
+    llama_config d, m;
+    mp_err e;
+    llama_config_default(&d);
+    cr_assert_eq(parse_model("{\"hidden_size\": 256, \"intermediate_size\": 704, \"num_hidden_layers\": 4, "
+                             "\"num_attention_heads\": 4, \"vocab_size\": 256, \"rms_norm_eps\": 1e-5}", &m, &e),
+                 MP_OK, "%s", e.msg);
+    unsigned diff = llama_config_diff(&d, &m, LLAMA_CF_NONE);
+    for (int f = 0; f < LLAMA_CF_COUNT; f++)
+        cr_assert(!(diff & LLAMA_CF_BIT(f)), "llama_config_default's %s differs from the parsed one",
+                  llama_config_field_name((llama_config_field)f));
+    cr_assert(d.n_eos == m.n_eos && d.eos_is_list == m.eos_is_list, "eos ids differ");   /* not in the diff */
+}
+
 Test(config, the_shape_keys_are_required) {
     const char *keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"};
     const char *vals[] = {"64", "128", "2", "4", "256"};
@@ -625,7 +652,7 @@ Test(config, unknown_top_level_keys_are_accepted_train_keys_are_not) {
     cr_assert(strstr(e.msg, "attention_bias"), "%s", e.msg);
 }
 
-/* A misspelt key with an effect, absent from the file (issue 35), is an error naming the file, the key and
+/* A misspelt key with an effect, absent from the file, is an error naming the file, the key and
  * the key it was meant to be: otherwise that key's default would silently replace the value given. */
 Test(config, near_typos_of_absent_keys_are_errors) {
     static const struct { const char *key, *meant; } c[] = {

@@ -1,5 +1,5 @@
 /*
- * tests/test_rope.c — RoPE scaling in the config parser and the tables (issue 10, item 3):
+ * tests/test_rope.c — RoPE scaling in the config parser and the tables:
  * rope_scaling / rope_parameters of types "linear" and "llama3" parse into llama_config.rope_scaling,
  * every bad field is refused with a message naming it (unknown types naming the type, also when the
  * type's own keys come first, as in Phi-3's 128k "longrope" / "su" configs), the scaling

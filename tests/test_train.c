@@ -248,7 +248,7 @@ Test(train_errors, recompute_mode_unknown_flag) {
     run_bad(&(bad_case){"--recompute some", NULL, "good", "--recompute some", "--recompute"});
 }
 
-/* issue 8 item 10: the memory plan is checked before anything large is allocated */
+/* the memory plan is checked before anything large is allocated */
 Test(train_errors, memory_plan_above_max_memory) {
     run_bad(&(bad_case){"--max-memory 64K", NULL, "good", "--max-memory 64K", "above --max-memory 64.0 KiB"});
 }

@@ -1,4 +1,4 @@
-# tests/tmpdirs.cmake — every ctest entry gets a temporary directory of its own (issue 35).
+# tests/tmpdirs.cmake — every ctest entry gets a temporary directory of its own.
 # Open MPI keeps a session directory per host and user, $TMPDIR/ompi.<host>.<uid>, which every mpiexec
 # creates at start and removes at exit when it is empty (meshpoint itself calls MPI_Init only under a
 # launcher: docs/DESIGN_NOTES.md, "MPI only when launched by MPI"). Two processes starting and ending at once race on it (orte's

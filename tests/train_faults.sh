@@ -6,8 +6,8 @@
 #   crash:POINT  SIGKILL every rank at POINT of the step-4 save (the fault ckpt_crash_at): during_rank_files,
 #                after_rank_files, before_index, after_index -> resume from 2; after_rename, after_latest
 #                -> step 4 is complete, resume from 4; during_view (rank 0's background view.h5 write,
-#                issue 23, killed before its rename) -> step 4 is complete without view.h5, its views
-#                pending (issue 35): `ckpt ls` marks it, `ckpt verify` passes (exit 0) with one note naming
+#                killed before its rename) -> step 4 is complete without view.h5, its views
+#                pending: `ckpt ls` marks it, `ckpt verify` passes (exit 0) with one note naming
 #                repair-views; the resume loads it from 4 and writes its view.h5 (logged), after which
 #                verify passes without the note, nothing temporary is left, and h5py reads its views.
 #   diskfull     the step-4 save runs past the file-size limit (ulimit -f, SIGXFSZ ignored): the job
@@ -108,7 +108,7 @@ grep -o '"step": [0-9]*, "loss": [^,]*' "$work/ref/metrics.jsonl" > "$work/ref.t
 grep -o '"step": [0-9]*, "loss": [^,]*' "$run/metrics.jsonl" > "$work/run.txt"
 cmp -s "$work/ref.txt" "$work/run.txt" || { paste "$work/ref.txt" "$work/run.txt"; fail "metrics.jsonl differs from the straight run"; }
 if [ "$case" = crash:during_view ]; then
-    # the resume wrote the pending view (issue 35): no repair-views needed
+    # the resume wrote the pending view: no repair-views needed
     grep -q "views: wrote the missing view.h5 of $v " "$work/p3.log" || fail "the resume did not heal $v: $(cat "$work/p3.log")"
     expect 0 "^ok:" "$work/verify_healed" "$bin" ckpt verify "$v"
     grep -q "views pending" "$work/verify_healed" && fail "views still pending: $(cat "$work/verify_healed")"

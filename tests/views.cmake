@@ -1,7 +1,7 @@
 # tests/views.cmake — index.h5's views checked by `ckpt verify` and rebuilt by `ckpt repair-views`
 # (tests/views.sh), and the corruption campaign (tests/python/corruption_campaign.py): damaged copies of a
-# 2-rank checkpoint classified as detected / benign / missed / crash for a bounded time (issue 9 items 2
-# and 7). Uses the resume_data fixture of tests/resume.cmake.
+# 2-rank checkpoint classified as detected / benign / missed / crash for a bounded time.
+# Uses the resume_data fixture of tests/resume.cmake.
 set(MP_VIEWS_ENV "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
 foreach(case intact wrong crash dense tables background pending pending_start pending_race)
   add_test(NAME views_${case}

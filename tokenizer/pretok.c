@@ -157,12 +157,6 @@ static void bl_init(void) {
     __atomic_store_n(&bl_ready, 1, __ATOMIC_RELEASE);
 }
 
-const char *mp_tok_bytelevel_char(unsigned b) {
-    assert(b < 256);
-    bl_init();
-    return bl_char[b];
-}
-
 int mp_tok_bytelevel_byte(uint32_t c) {
     if ((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)) return (int)c;
     if (c < 256 || c >= 256 + 68) return -1;

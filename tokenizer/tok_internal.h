@@ -106,8 +106,6 @@ typedef struct mp_pre_words {
 void mp_tok_pre_apply(const mp_pre *pv, int n, const char *seg, size_t len, int first, mp_pre_words *out,
                       mp_tok_buf *scratch);
 void mp_tok_pre_words_free(mp_pre_words *w);
-/* The ByteLevel alphabet: the UTF-8 of the character byte b maps to (GPT-2's bytes_to_unicode). */
-const char *mp_tok_bytelevel_char(unsigned b);
 /* The byte code point c stands for under ByteLevel, or -1. */
 int mp_tok_bytelevel_byte(uint32_t c);
 
@@ -177,5 +175,9 @@ struct mp_tok {
                                   * -1 terminated: [0] matched in the raw text, [1] in normalized text */
     int has_normed;
 };
+
+/* ---- GGUF (tok_gguf.c) ---- */
+/* The Split pattern (NULL: ByteLevel's own) and normalizer type (NULL: none) of llama.cpp pre name; 0 if unknown. */
+int mp_tok_gguf_pre_layout(const char *name, const char **pattern, const char **normalizer);
 
 #endif

@@ -7,7 +7,7 @@
  *
  * Design.
  *   - One GPU per process (core/cuda/device_cuda.c chose it), one backend per process (a singleton made
- *     by mp_backend_cuda, freed by mp_backend_cuda_destroy).
+ *     by mp_backend_cuda; it lives until the process exits).
  *   - One COMPUTE stream, created non-blocking (it does not synchronise with the legacy default stream).
  *     Every op of the table is enqueued on it, in call order; a NULL mp_stream names it. Other streams
  *     (stream_create: non-blocking too) belong to communication: an NCCL communicator is given one
@@ -44,11 +44,9 @@
  *   All of it is used by ops on the compute stream only, so in-order execution makes reuse safe.
  *
  * Accounting. core/alloc.h has no function that charges memory it did not allocate (its counters are
- * private to alloc.c), so this file adds nothing there and keeps its own per-category byte counters
- * (atomics: the async checkpoint thread may call host_alloc): device bytes (alloc/free, internal
- * buffers: workspace and partials under MP_MEM_OTHER, grow-on-demand scratch under MP_MEM_ACTS),
- * page-locked host bytes (host_alloc/host_free), the device high-water mark and an allocation count.
- * mp_backend_cuda_mem_current & co. (backend_cuda.h) read them; mp_mem_current does not see them.
+ * private to alloc.c), so device and page-locked memory are not in mp_mem_current. This file keeps
+ * one figure, the device bytes it holds (an atomic: the async checkpoint thread may allocate), for the
+ * out-of-memory message; the memory plan (cli/memplan.c) is the prediction a run is checked against.
  */
 #include "core/cuda/backend_cuda.h"
 #include <assert.h>
@@ -72,9 +70,7 @@ typedef struct {
     size_t keys_bytes;
     float *col_partial;           /* rmsnorm_bwd / head_rmsnorm_bwd dw, bias_bwd db partials, grown on demand */
     size_t col_floats;
-    _Atomic int64_t dev_bytes[MP_MEM_NCAT];
-    _Atomic int64_t pinned_bytes[MP_MEM_NCAT];
-    _Atomic int64_t dev_total, dev_peak, alloc_calls;
+    _Atomic int64_t dev_total;    /* device bytes held (alloc, workspace, partials, scratch): for messages */
     mp_cuda_prof *prof;           /* per-op device times when MP_CUDA_PROFILE names a file, else NULL */
 } cuda_impl;
 
@@ -127,21 +123,14 @@ static cudaStream_t stream_of(const mp_backend *be, mp_stream s) {
 
 /* ---- accounting (see the top of the file) ---- */
 
-/* Adds delta bytes to device category cat (and the total, the peak). */
-static void charge_dev(cuda_impl *im, mp_mem_cat cat, int64_t delta) {
-    assert(cat >= 0 && cat < MP_MEM_NCAT);
-    atomic_fetch_add(&im->dev_bytes[cat], delta);
-    int64_t t = atomic_fetch_add(&im->dev_total, delta) + delta;
-    int64_t p = atomic_load(&im->dev_peak);
-    while (t > p && !atomic_compare_exchange_weak(&im->dev_peak, &p, t)) {}
-}
+/* Adds delta bytes to the device bytes this backend holds. */
+static void charge_dev(cuda_impl *im, int64_t delta) { atomic_fetch_add(&im->dev_total, delta); }
 
 /* cudaMalloc of bytes (at least 1, so every allocation is a distinct non-NULL pointer, as on the CPU),
- * charged to cat; aborts naming the size, the category and what this backend already holds. `what`
- * names the caller for the message. */
+ * added to the backend's total; aborts naming the size, the category cat and what this backend already
+ * holds. `what` names the caller for the message. */
 static void *dev_malloc(cuda_impl *im, size_t bytes, mp_mem_cat cat, const char *what) {
     void *p = NULL;
-    atomic_fetch_add(&im->alloc_calls, 1);
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
         fprintf(stderr, "%s: error: %s: out of GPU memory allocating %zu bytes (%s; this backend holds %lld "
@@ -149,7 +138,7 @@ static void *dev_malloc(cuda_impl *im, size_t bytes, mp_mem_cat cat, const char 
                 (long long)atomic_load(&im->dev_total), cudaGetErrorString(e), cudaGetErrorName(e));
         abort();
     }
-    charge_dev(im, cat, (int64_t)bytes);
+    charge_dev(im, (int64_t)bytes);
     return p;
 }
 
@@ -160,12 +149,12 @@ static void dev_release(cuda_impl *im, void *p, size_t bytes, mp_mem_cat cat) {
     if (!p) return;
     MP_CUDA_CHECK(cudaDeviceSynchronize());
     MP_CUDA_CHECK(cudaFree(p));
-    charge_dev(im, cat, -(int64_t)bytes);
+    charge_dev(im, -(int64_t)bytes);
 }
 
 /* Makes the grow-on-demand buffer *buf (of *have bytes) hold at least need bytes: frees the old buffer
  * after waiting for the device (dev_release: queued ops may still use it) and allocates exactly need
- * bytes, charged to MP_MEM_ACTS. No-op when it is already large enough. */
+ * bytes (MP_MEM_ACTS in messages). No-op when it is already large enough. */
 static void scratch_grow(cuda_impl *im, void **buf, size_t *have, size_t need, const char *what) {
     if (need <= *have && *buf) return;
     dev_release(im, *buf, *have, MP_MEM_ACTS);
@@ -188,8 +177,8 @@ static float *col_partials(cuda_impl *im, size_t floats) {
 /* ---- memory ---- */
 
 /* bytes of device memory, zero-filled (a memset on the compute stream, then the host waits for it, so
- * the zeros are in place for every stream: allocation is start-up work). Charged to cat in this
- * backend's counters; aborts when the GPU is out of memory. */
+ * the zeros are in place for every stream: allocation is start-up work). Added to the backend's
+ * total; aborts when the GPU is out of memory (the message names cat). */
 static void *cu_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) {
     cuda_impl *im = impl_of(be);
     bind_thread(im);
@@ -251,14 +240,13 @@ static void cu_to_device_async(mp_backend *be, void *dev_dst, const void *host_s
     MP_CUDA_CHECK(cudaEventRecord((cudaEvent_t)(void *)done, s));
 }
 
-/* Page-locked host memory (cudaHostAlloc), zero-filled by the host, charged to cat in this backend's
- * pinned counters; aborts on failure. Waits for nothing. */
+/* Page-locked host memory (cudaHostAlloc), zero-filled by the host; aborts on failure, naming cat.
+ * Waits for nothing. */
 static void *cu_host_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) {
     cuda_impl *im = impl_of(be);
     assert(cat >= 0 && cat < MP_MEM_NCAT);
     bind_thread(im);
     void *p = NULL;
-    atomic_fetch_add(&im->alloc_calls, 1);
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
     if (e != cudaSuccess) {
         fprintf(stderr, "%s: error: out of page-locked host memory allocating %zu bytes (%s): cudaHostAlloc: %s (%s)\n",
@@ -266,20 +254,17 @@ static void *cu_host_alloc(mp_backend *be, size_t bytes, mp_mem_cat cat) {
         abort();
     }
     memset(p, 0, bytes);
-    atomic_fetch_add(&im->pinned_bytes[cat], (int64_t)bytes);
     return p;
 }
 
-/* Frees a buffer of host_alloc (NULL ok), taking bytes off cat. Waits for the device first, so a copy
+/* Frees a buffer of host_alloc (NULL ok). Waits for the device first, so a copy
  * still reading or writing p has finished. */
 static void cu_host_free(mp_backend *be, void *p, size_t bytes, mp_mem_cat cat) {
     if (!p) return;
     cuda_impl *im = impl_of(be);
-    assert(cat >= 0 && cat < MP_MEM_NCAT);
     bind_thread(im);
     MP_CUDA_CHECK(cudaDeviceSynchronize());
     MP_CUDA_CHECK(cudaFreeHost(p));
-    atomic_fetch_add(&im->pinned_bytes[cat], -(int64_t)bytes);
 }
 
 /* ---- streams and events ---- */
@@ -829,7 +814,7 @@ static void impl_release(cuda_impl *im) {
     dev_release(im, im->partials, MP_CUDA_REDUCE_MAX_BLOCKS * sizeof(double), MP_MEM_OTHER);
     if (im->blas) {
         mp_cuda_blas_destroy(im->blas);
-        charge_dev(im, MP_MEM_OTHER, -(int64_t)MP_CUDA_BLAS_WORKSPACE_BYTES);
+        charge_dev(im, -(int64_t)MP_CUDA_BLAS_WORKSPACE_BYTES);
     }
     if (im->stream) (void)cudaStreamDestroy(im->stream);
     mp_free_acct(im, sizeof *im, MP_MEM_OTHER);
@@ -843,13 +828,11 @@ static mp_code impl_init(cuda_impl *im, int device, mp_err *err) {
     MP_CUDA_TRY(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking), err);
     im->prof = mp_cuda_prof_open(im->stream);
     MP_TRY(mp_cuda_blas_create(&im->blas, MP_CUDA_BLAS_WORKSPACE_BYTES, err));
-    charge_dev(im, MP_MEM_OTHER, (int64_t)MP_CUDA_BLAS_WORKSPACE_BYTES);   /* cudaMalloc'd by gemm_cuda.cu */
-    atomic_fetch_add(&im->alloc_calls, 1);
+    charge_dev(im, (int64_t)MP_CUDA_BLAS_WORKSPACE_BYTES);   /* cudaMalloc'd by gemm_cuda.cu */
     void *p = NULL;
     MP_CUDA_TRY(cudaMalloc(&p, MP_CUDA_REDUCE_MAX_BLOCKS * sizeof(double)), err);
     im->partials = p;
-    atomic_fetch_add(&im->alloc_calls, 1);
-    charge_dev(im, MP_MEM_OTHER, (int64_t)(MP_CUDA_REDUCE_MAX_BLOCKS * sizeof(double)));
+    charge_dev(im, (int64_t)(MP_CUDA_REDUCE_MAX_BLOCKS * sizeof(double)));
     return MP_OK;
 }
 
@@ -876,26 +859,5 @@ mp_code mp_backend_cuda(int device, mp_backend **out, mp_err *err) {
     return MP_OK;
 }
 
-void mp_backend_cuda_destroy(mp_backend *be) {
-    if (!be) return;
-    assert(be == &g_cuda);
-    impl_release(impl_of(be));
-    g_cuda.impl = NULL;
-}
-
 cudaStream_t mp_backend_cuda_stream(mp_backend *be, mp_stream s) { return stream_of(be, s); }
 
-
-int64_t mp_backend_cuda_mem_current(const mp_backend *be, mp_mem_cat cat) {
-    assert(cat >= 0 && cat < MP_MEM_NCAT);
-    return atomic_load(&impl_of(be)->dev_bytes[cat]);
-}
-
-int64_t mp_backend_cuda_pinned_current(const mp_backend *be, mp_mem_cat cat) {
-    assert(cat >= 0 && cat < MP_MEM_NCAT);
-    return atomic_load(&impl_of(be)->pinned_bytes[cat]);
-}
-
-int64_t mp_backend_cuda_mem_peak(const mp_backend *be) { return atomic_load(&impl_of(be)->dev_peak); }
-
-int64_t mp_backend_cuda_alloc_calls(const mp_backend *be) { return atomic_load(&impl_of(be)->alloc_calls); }

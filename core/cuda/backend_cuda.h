@@ -8,9 +8,8 @@
  *
  * Memory accounting: core/alloc.h charges host allocations only and has no entry point for memory it
  * did not allocate itself, so device memory and page-locked host memory are NOT in mp_mem_current /
- * mp_mem_peak_total on this backend. The backend keeps its own per-category byte counters instead
- * (same categories, same explicit-size discipline: free takes the size back); the functions below read
- * them.
+ * mp_mem_peak_total on this backend (backend_cuda.c keeps only the total it holds, for its
+ * out-of-memory message).
  */
 #ifndef MP_BACKEND_CUDA_H
 #define MP_BACKEND_CUDA_H
@@ -24,22 +23,9 @@
  * workspace, the reduction partials); later calls with the same device return the same table, another
  * device is MP_EINTERNAL. MP_EDEVICE with CUDA's or cuBLAS's message when creation fails (*out NULL). */
 mp_code mp_backend_cuda(int device, mp_backend **out, mp_err *err);
-/* Waits for the device, frees everything the backend holds (not the buffers its callers allocated:
- * free those first) and forgets the table, so a later mp_backend_cuda creates a fresh one. NULL ok. */
-void mp_backend_cuda_destroy(mp_backend *be);
 
 /* The cudaStream_t behind an mp_stream of this backend (NULL: the compute stream), e.g. for an NCCL
  * communicator (core/cuda/comm_nccl.h) on a stream made by be->stream_create. */
 cudaStream_t mp_backend_cuda_stream(mp_backend *be, mp_stream s);
-
-/* The backend's own accounting (see above): device bytes currently held per category (buffers of alloc,
- * plus its internal buffers: the cuBLASLt workspace and reduction partials under MP_MEM_OTHER, the
- * grow-on-demand op scratch under MP_MEM_ACTS); page-locked host bytes per category (host_alloc); the
- * high-water mark of all device bytes together; and the number of device or page-locked allocations
- * made so far (a step that allocates nothing leaves it unchanged). */
-int64_t mp_backend_cuda_mem_current(const mp_backend *be, mp_mem_cat cat);
-int64_t mp_backend_cuda_pinned_current(const mp_backend *be, mp_mem_cat cat);
-int64_t mp_backend_cuda_mem_peak(const mp_backend *be);
-int64_t mp_backend_cuda_alloc_calls(const mp_backend *be);
 
 #endif

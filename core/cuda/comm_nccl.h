@@ -2,7 +2,7 @@
  * core/cuda/comm_nccl.h — the NCCL implementation of the mp_comm table (core/comm.h), for device
  * tensors on GPUs (CUDA builds only).
  *
- * Two kinds of communicator (issue 12): host scalars (loss sums, the gradient norm, stop flags,
+ * Two kinds of communicator: host scalars (loss sums, the gradient norm, stop flags,
  * checkpoint agreement, ckpt/'s commit exchange) keep going over MPI (core/comm_mpi.h, the mesh's
  * world communicator); device tensors of the tp and dp groups go over NCCL. An NCCL communicator is
  * made over an MPI group: rank 0 of the group draws the ncclUniqueId and broadcasts it over that MPI

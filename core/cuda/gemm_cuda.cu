@@ -12,7 +12,7 @@
  * (trans_b) it is column-major [K,N], used transposed. Likewise for A. Layouts below are given as
  * column-major (rows, cols, ld) of the buffers as stored.
  *
- * Plans, cached per shape (issue 22): a matmul descriptor (compute 32F, scale 32F), three layouts, and a
+ * Plans, cached per shape: a matmul descriptor (compute 32F, scale 32F), three layouts, and a
  * heuristic query for one algorithm under this handle's workspace and the operands' actual alignment (a
  * pointer into the middle of a fused buffer may be less than the 256-byte alignment the heuristic
  * otherwise assumes) are made on the first call of a key (core/cuda/gemm_plan.h: transposes, sizes,

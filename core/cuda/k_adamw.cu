@@ -4,7 +4,7 @@
  *
  * Design: one grid-stride loop over the n elements of a (local FSDP shard of a) tensor; each element's
  * p, g, m, v are read once and p, m, v and optionally the bf16 p written once: 16 bytes read, 14
- * written per element, memory-bound. When every pointer is 16-byte aligned (issue 22) a thread takes
+ * written per element, memory-bound. When every pointer is 16-byte aligned a thread takes
  * chunks of 8 elements with 16-byte accesses and the n % 8 tail goes one element per thread
  * (k_common.cuh's mp_vec_launch / mp_vec_run), else every access is one element; the same expression
  * per element either way, so both paths agree bit for bit (check_kernels_host replays both). The arithmetic is adamw_elem, the same expression, in the same order, as

@@ -74,7 +74,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     __shared__ float lse_s[ATT_BT], D_s[ATT_BT];
     const int lane = threadIdx.x % MP_WARP, w = threadIdx.x / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;   /* early keys see the most queries: start them first */
-    const int bg = blockIdx.y, b = bg / KV, g = bg % KV, rep = H / KV;
+    const int b = blockIdx.z, g = blockIdx.y, rep = H / KV;
     const int j0 = tile * ATT_WARPS, j = j0 + w;
     const bool row_ok = j < T;
 
@@ -141,7 +141,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     __shared__ float Ks[ATT_BT][PAD], Vs[ATT_BT][PAD], Qw[ATT_WARPS][MAX_HD], dOw[ATT_WARPS][MAX_HD];
     const int lane = threadIdx.x % MP_WARP, w = threadIdx.x / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int b = blockIdx.z, h = blockIdx.y, g = h / (H / KV);
     const int q0 = tile * ATT_WARPS, t = q0 + w;
     const bool row_ok = t < T;
 
@@ -199,7 +199,6 @@ extern "C" void mp_cuda_attn_bwd(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, float *s
     assert(hd >= 1 && hd <= MAX_HD && ldq >= H * hd && ldkv >= KV * hd);
     if (B == 0 || T == 0) return;
     assert(dq && dk && dv && scratch && dout && out && lse && q && k && v);
-    assert((int64_t)B * H <= 65535);   /* grid.y (B*KV <= B*H) */
     const float scale = 1.0f / sqrtf((float)hd);
     const int64_t rows = (int64_t)B * T * H;
     assert((rows + ATT_WARPS - 1) / ATT_WARPS <= 0x7fffffff);   /* grid.x */
@@ -210,11 +209,12 @@ extern "C" void mp_cuda_attn_bwd(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, float *s
                              s);   /* tensor cores */
         return;
     }
-    const unsigned tiles = (unsigned)((T + ATT_WARPS - 1) / ATT_WARPS);
-    attn_bwd_dkdv_kernel<<<dim3(tiles, (unsigned)(B * KV)), ATT_WARPS * MP_WARP, 0, s>>>(dk, dv, scratch, dout, lse, q,
+    const int64_t tiles = (T + ATT_WARPS - 1) / ATT_WARPS;
+    assert(mp_attn_grid_ok(tiles, H, B));   /* KV <= H */
+    attn_bwd_dkdv_kernel<<<mp_attn_grid(tiles, KV, B), ATT_WARPS * MP_WARP, 0, s>>>(dk, dv, scratch, dout, lse, q,
                                                                                          k, v, T, H, KV, hd, ldq, ldkv,
                                                                                          window, scale);
-    attn_bwd_dq_kernel<<<dim3(tiles, (unsigned)(B * H)), ATT_WARPS * MP_WARP, 0, s>>>(dq, scratch, dout, lse, q, k, v,
+    attn_bwd_dq_kernel<<<mp_attn_grid(tiles, H, B), ATT_WARPS * MP_WARP, 0, s>>>(dq, scratch, dout, lse, q, k, v,
                                                                                       T, H, KV, hd, ldq, ldkv, window,
                                                                                       scale);
 }

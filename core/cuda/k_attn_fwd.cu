@@ -46,7 +46,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * MP_WARP)
     __shared__ float Ks[ATT_BK][PAD], Vs[ATT_BK][PAD], Qs[ATT_WARPS][MAX_HD];
     const int lane = threadIdx.x % MP_WARP, w = threadIdx.x / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int b = blockIdx.z, h = blockIdx.y, g = h / (H / KV);
     const int q0 = tile * ATT_WARPS, t = q0 + w;
     const bool row_ok = t < T;
 
@@ -108,12 +108,13 @@ extern "C" void mp_cuda_attn_fwd(mp_bf16 *out, float *lse, const mp_bf16 *q, con
     assert(hd >= 1 && hd <= MAX_HD && ldq >= H * hd && ldkv >= KV * hd);
     if (B == 0 || T == 0) return;
     assert(out && lse && q && k && v);
-    assert((int64_t)B * H <= 65535);   /* grid.y */
     if (mp_cuda_attn_mma_ok(out, q, k, v, hd, ldq, ldkv)) {   /* tensor cores (k_attn_mma.cu) */
         mp_cuda_attn_fwd_mma(out, lse, q, k, v, B, T, H, KV, hd, ldq, ldkv, window, s);
         return;
     }
-    const dim3 grid((unsigned)((T + ATT_WARPS - 1) / ATT_WARPS), (unsigned)(B * H));
+    const int64_t tiles = (T + ATT_WARPS - 1) / ATT_WARPS;
+    assert(mp_attn_grid_ok(tiles, H, B));
+    const dim3 grid = mp_attn_grid(tiles, H, B);
     attn_fwd_kernel<<<grid, ATT_WARPS * MP_WARP, 0, s>>>(out, lse, q, k, v, T, H, KV, hd, ldq, ldkv, window,
                                                          1.0f / sqrtf((float)hd));
 }

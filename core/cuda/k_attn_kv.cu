@@ -29,7 +29,7 @@ static __global__ void __launch_bounds__(MP_WARP)
                    const mp_bf16 *__restrict__ k, const mp_bf16 *__restrict__ v, int Tq, int pos0, int Tc, int H,
                    int KV, int hd, int window, float scale) {
     __shared__ float Qs[KV_MAX_HD];
-    const int lane = threadIdx.x, r = blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int lane = threadIdx.x, r = blockIdx.x, b = blockIdx.z, h = blockIdx.y, g = h / (H / KV);
     const int t = pos0 + r, lo = mp_cu_attn_first_key(t, window);   /* this row's position: keys lo .. t */
     const mp_bf16 *qr = q + (((int64_t)b * Tq + r) * H + h) * hd;
     for (int d = lane; d < hd; d += MP_WARP) Qs[d] = mp_bf2f(qr[d]);
@@ -80,8 +80,8 @@ extern "C" void mp_cuda_attn_fwd_kv(mp_bf16 *out, float *lse, const mp_bf16 *q, 
     assert(hd >= 1 && hd <= KV_MAX_HD);
     if (B == 0 || Tq == 0) return;
     assert(out && lse && q && k && v);
-    assert((int64_t)B * H <= 65535 && Tq <= MP_MAX_GRID_X);
-    const dim3 grid((unsigned)Tq, (unsigned)(B * H));
+    assert(mp_attn_grid_ok(Tq, H, B));
+    const dim3 grid = mp_attn_grid(Tq, H, B);
     attn_kv_kernel<<<grid, MP_WARP, 0, s>>>(out, lse, q, k, v, Tq, pos0, Tc, H, KV, hd, window,
                                             1.0f / sqrtf((float)hd));
 }

@@ -32,7 +32,7 @@ static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 2)
     __shared__ fa_smem<HD> s;
     const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int b = blockIdx.z, h = blockIdx.y, g = h / (H / KV);
     const int q0 = tile * FA_BQ, r0 = q0 + 16 * w;
     fa_fwd_state<HD, 1> st;
     fa_fwd_init<HD, 1>(st, q, b, T, ldq, h, r0, lane);
@@ -72,7 +72,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
                              float scale) {
     __shared__ fb_kv_smem<HD> s;
     const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
-    const int bg = blockIdx.y, b = bg / KV, g = bg % KV, rep = H / KV;
+    const int b = blockIdx.z, g = blockIdx.y, rep = H / KV;
     const int j0 = blockIdx.x * FA_BQ, r0 = j0 + 16 * w;
     fb_kv_state<HD, 1> st;
     fb_kv_init<HD, 1>(st, k, v, b, T, ldkv, g, r0, lane);
@@ -104,7 +104,7 @@ static __global__ void __launch_bounds__(FA_THREADS, HD == 64 ? 3 : 1)
     __shared__ fb_q_smem<HD> s;
     const int tid = threadIdx.x, lane = tid % MP_WARP, w = tid / MP_WARP;
     const int tile = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y, b = bh / H, h = bh % H, g = h / (H / KV);
+    const int b = blockIdx.z, h = blockIdx.y, g = h / (H / KV);
     const int q0 = tile * FA_BQ, r0 = q0 + 16 * w, end = q0 + FA_BQ < T ? q0 + FA_BQ : T;
     fb_q_state<HD, 1> st;
     fb_q_init<HD, 1>(st, q, dout, lse, D, b, T, H, ldq, h, r0, lane);
@@ -155,10 +155,11 @@ extern "C" void mp_cuda_attn_fwd_mma(mp_bf16 *out, float *lse, const mp_bf16 *q,
                                      int B, int T, int H, int KV, int hd, int ldq, int ldkv, int window,
                                      cudaStream_t s) {
     assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128) && window >= 0);
-    assert((int64_t)B * H <= 65535);   /* grid.y */
     assert(mp_aligned16(q, k, v) && fa_strides_ok(ldq, ldkv));   /* the tile loaders' 16-byte loads (_ok) */
     assert(ldq >= H * hd && ldkv >= KV * hd);
-    const dim3 grid((unsigned)((T + FA_BQ - 1) / FA_BQ), (unsigned)(B * H));
+    const int64_t tiles = (T + FA_BQ - 1) / FA_BQ;
+    assert(mp_attn_grid_ok(tiles, H, B));
+    const dim3 grid = mp_attn_grid(tiles, H, B);
     const float scale = 1.0f / sqrtf((float)hd);
     if (hd == 64) attn_fwd_mma_kernel<64><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, ldq, ldkv, window, scale);
     else attn_fwd_mma_kernel<128><<<grid, FA_THREADS, 0, s>>>(out, lse, q, k, v, T, H, KV, ldq, ldkv, window, scale);
@@ -168,20 +169,20 @@ extern "C" void mp_cuda_attn_bwd_mma(mp_bf16 *dq, mp_bf16 *dk, mp_bf16 *dv, cons
                                      const float *lse, const mp_bf16 *q, const mp_bf16 *k, const mp_bf16 *v, int B,
                                      int T, int H, int KV, int hd, int ldq, int ldkv, int window, cudaStream_t s) {
     assert(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0 && (hd == 64 || hd == 128) && window >= 0);
-    assert((int64_t)B * H <= 65535);   /* grid.y */
     assert(mp_aligned16(q, k, v, dout) && fa_strides_ok(ldq, ldkv));   /* 16-byte tile loads (_ok) */
     assert(ldq >= H * hd && ldkv >= KV * hd);
-    const unsigned tiles = (unsigned)((T + FA_BQ - 1) / FA_BQ);
+    const int64_t tiles = (T + FA_BQ - 1) / FA_BQ;
+    assert(mp_attn_grid_ok(tiles, H, B));   /* KV <= H */
     const float scale = 1.0f / sqrtf((float)hd);
     if (hd == 64) {
-        attn_bwd_dkdv_mma_kernel<64><<<dim3(tiles, B * KV), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H, KV,
+        attn_bwd_dkdv_mma_kernel<64><<<mp_attn_grid(tiles, KV, B), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H, KV,
                                                                                 ldq, ldkv, window, scale);
-        attn_bwd_dq_mma_kernel<64><<<dim3(tiles, B * H), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, ldq,
+        attn_bwd_dq_mma_kernel<64><<<mp_attn_grid(tiles, H, B), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, ldq,
                                                                              ldkv, window, scale);
     } else {
-        attn_bwd_dkdv_mma_kernel<128><<<dim3(tiles, B * KV), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H,
+        attn_bwd_dkdv_mma_kernel<128><<<mp_attn_grid(tiles, KV, B), FA_THREADS, 0, s>>>(dk, dv, D, dout, lse, q, k, v, T, H,
                                                                                  KV, ldq, ldkv, window, scale);
-        attn_bwd_dq_mma_kernel<128><<<dim3(tiles, B * H), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, ldq,
+        attn_bwd_dq_mma_kernel<128><<<mp_attn_grid(tiles, H, B), FA_THREADS, 0, s>>>(dq, D, dout, lse, q, k, v, T, H, KV, ldq,
                                                                               ldkv, window, scale);
     }
 }

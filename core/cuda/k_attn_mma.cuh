@@ -105,7 +105,7 @@ __host__ __device__ static inline uint32_t fa_pack(float lo, float hi) {
 /* Stores the word u at p: p[0] gets its low half, p[1] its high half; p 4-byte aligned. On the device one
  * 32-bit store, never a memcpy: nvcc 13.0's ptxas compiles a memcpy of two bf16 to global memory into
  * byte stores whose low byte it CONVERTS (F2I.U8.F16.TRUNC: the bf16 bits read as an f16 number, truncated
- * to 0..255) instead of storing it. That was issue 22's "tensor-core attention wrong on the H200": every
+ * to 0..255) instead of storing it. That was the first H200 run's "tensor-core attention wrong": every
  * bf16 output lost its low byte (docs/CUDA.md; tests/cuda_sass.sh keeps such instructions out). */
 __host__ __device__ static inline void fa_st32(mp_bf16 *p, uint32_t u) {
 #ifdef __CUDA_ARCH__

@@ -23,6 +23,19 @@
  * blocks to fill any current GPU several times over). */
 #define MP_MAX_GRID_X 65535
 
+/* The attention grids: x the query (or key) tiles, y the head (or kv head), z the batch row; the kernels
+ * read b = blockIdx.z, h = blockIdx.y. grid.y and grid.z are each limited to 65535, so heads and batch are
+ * bounded apart: B H folded into grid.y alone aborted a batch of 2048 x 32 heads mid-run.
+ * mp_attn_grid_ok: the launchers' precondition (check_kernels_host checks both, and that the grid covers every
+ * (b, h) once). */
+#define MP_MAX_GRID_YZ 65535
+__host__ __device__ static inline dim3 mp_attn_grid(int64_t tiles, int heads, int B) {
+    return dim3((unsigned)tiles, (unsigned)heads, (unsigned)B);
+}
+__host__ __device__ static inline bool mp_attn_grid_ok(int64_t tiles, int heads, int B) {
+    return tiles >= 1 && tiles <= 0x7fffffff && heads >= 1 && heads <= MP_MAX_GRID_YZ && B >= 1 && B <= MP_MAX_GRID_YZ;
+}
+
 /* Before a loop whose trip count is known only at run time: on the device, unroll it 4 times (so one
  * thread keeps several iterations' loads in flight); nothing on the host (the host replays). */
 #ifdef __CUDA_ARCH__

@@ -2,7 +2,7 @@
  * core/cuda/k_convert.cu — bf16 <-> fp32 conversion (FSDP gathers of bf16 weights, host staging).
  *
  * Design: int64 indices (parameter shards can exceed 2^31 elements). When both pointers are 16-byte
- * aligned (issue 22) a thread converts chunks of 8 elements: one 16-byte bf16 access and two fp32 ones;
+ * aligned a thread converts chunks of 8 elements: one 16-byte bf16 access and two fp32 ones;
  * the n % 8 tail goes one element per thread (k_common.cuh's mp_vec_run); else one element per access.
  * Purely elementwise and memory-bound; no reduction, so nothing to make deterministic. fp32 -> bf16 is
  * __float2bfloat16_rn: round to nearest even, NaN stays NaN, overflow rounds to +-inf. Both paths give

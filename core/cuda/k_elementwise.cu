@@ -3,7 +3,7 @@
  * bf16 and fp32.
  *
  * Design: math in fp32 and one rounding to the storage type per output. When the pointers are 16-byte
- * aligned (issue 22) a thread handles chunks of 16 bytes per operand (8 bf16 or 4 fp32: one 128-bit load
+ * aligned a thread handles chunks of 16 bytes per operand (8 bf16 or 4 fp32: one 128-bit load
  * or store each) and the n % VEC tail one element per thread (k_common.cuh's mp_vec_run); else one
  * element per access. The same fp32 arithmetic per element either way, so both paths agree bit for bit
  * (check_kernels_host replays them). Elementwise, so there is nothing to make deterministic. add allows

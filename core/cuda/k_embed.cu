@@ -18,7 +18,7 @@
  *      the result is THE sorted order whatever the scheduling). The steps (k, j) with j < 2048 pair keys
  *      within one aligned tile of 2048, so runs of them go as one launch per tile set, in shared memory
  *      (bitonic_tile_kernel), the others as one launch per step (bitonic_kernel): bitonic_schedule, 10
- *      launches at P = 16K instead of 105 (issue 22: the 1B step's embed_bwd was launch-bound).
+ *      launches at P = 16K instead of 105 (the 1B step's embed_bwd was launch-bound).
  *   3. segment kernel: grid (sorted position i, column block). The thread at the first position of a
  *      row's run (row valid, and i == 0 or the previous key has another row) sums that run's dout rows in
  *      increasing n, in fp32, and adds the total into dwte[row, d] once. Every dwte element is written

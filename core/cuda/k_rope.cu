@@ -10,7 +10,7 @@
  * transpose. cos/sin tables are [max_pos, hd/2] fp32 (mp_rope_tables), so no transcendental is
  * evaluated here and the GPU rotates by exactly the CPU's angles.
  *
- * Design (issue 22): a (token, head) x pair grid. A row is one (token, head) of x (R = B*T*H rows, R <
+ * Design: a (token, head) x pair grid. A row is one (token, head) of x (R = B*T*H rows, R <
  * 2^31); a block holds rope_geom's by rows of bx threads; a thread rotates chunks of VEC consecutive pairs
  * of its row (chunk c, c + bx, ...). The only divisions are two 32-bit ones per thread for the token of its
  * row (the old grid-stride loop did four 64-bit ones per pair). VEC = 8 when hd/2 and ld are multiples of 8

@@ -2,7 +2,7 @@
  * core/cuda/k_swiglu.cu — SwiGLU: out = silu(gate) * up, and its backward.
  *
  * Design: elementwise grid-stride loops over n = N * intermediate (the local TP shard), bf16 in and
- * out, math in fp32. When every pointer is 16-byte aligned (issue 22) a thread takes chunks of 8
+ * out, math in fp32. When every pointer is 16-byte aligned a thread takes chunks of 8
  * elements, one 16-byte load per input and store per output (swiglu_*_at<8>), and the n % 8 tail
  * elements go one per thread (swiglu_*_at<1>; the partition is k_common.cuh's mp_vec_run); else every
  * element is a 2-byte access. The same fp32

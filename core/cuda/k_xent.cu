@@ -7,7 +7,7 @@
  * Pipeline (core/backend.h's five steps; the caller all-reduces over the tp group in between):
  *   rowmax  -> all-reduce MAX -> sumexp -> all-reduce SUM -> (tlogit -> all-reduce SUM) -> loss, bwd.
  * With tp = 1 the all-reduces are no-ops, and the table's optional xent_fwd replaces the first three steps
- * by one kernel (xent_fwd_kernel: one read of the logits instead of three, issue 22): each thread keeps an
+ * by one kernel (xent_fwd_kernel: one read of the logits instead of three): each thread keeps an
  * online (max, sum of exps against it) pair over the same column groups, rescaling its sum when its max
  * rises, and the block combines the pairs in the same fixed tree. Its sumexp rounds differently from
  * sumexp_kernel's (not bitwise equal to the three-kernel path; within a few ulp), but is as repeatable.
@@ -18,15 +18,15 @@
  *
  * Design: the row kernels (rowmax, sumexp, bwd) run one 256-thread block per row; thread t visits the
  * groups of G columns starting at G t, G (t + 256), ... (G = 16 bytes of logits when v_local is a
- * multiple of that, else 1; one 16-byte access per group when the logits are aligned too, issue 22),
+ * multiple of that, else 1; one 16-byte access per group when the logits are aligned too),
  * keeps an fp32 running max/sum, and the block combines its threads in the fixed tree of k_common.cuh,
  * so each row's statistic is a fixed-order sum, a function of v_local and v_valid (never of the
  * alignment, which picks only the access width): bitwise repeatable.
  * exp is expf (full precision). The logits are bf16 (the lm_head GEMM's output; the backward writes the
  * bf16 dlogits over them, which the dX/dW GEMMs read) or fp32 (templates; both exported). The per-row
  * scalars (rowmax, sumexp, tlogit, losses) are fp32. target and loss are one thread per row. The
- * backward (elementwise in a row: nothing summed) moves 16 bytes per access when the rows allow it
- * (issue 22); the same expression per column, so both widths agree bit for bit.
+ * backward (elementwise in a row: nothing summed) moves 16 bytes per access when the rows allow it;
+ * the same expression per column, so both widths agree bit for bit.
  */
 #include <type_traits>
 #include "core/cuda/k_common.cuh"

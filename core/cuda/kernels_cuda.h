@@ -10,7 +10,7 @@
  * Layouts are the CPU backend's (core/backend.h): row-major; activations [N, D] with N = B*T tokens;
  * attention tensors [B, T, heads, hd]; lse and the attention scratch [B, H, T].
  *
- * Precision (DESIGN.md: bf16 compute, fp32 master weights and Adam moments):
+ * Precision (docs/DESIGN_NOTES.md "Precision in the table"):
  *   - activations and activation gradients: bf16 (mp_bf16);
  *   - weight gradients, master weights, Adam moments: fp32;
  *   - per-row statistics (RMSNorm rstd, attention lse and D, cross-entropy max/sumexp/target/loss): fp32;

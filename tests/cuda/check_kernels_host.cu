@@ -1225,6 +1225,139 @@ static void check_xent_fwd_sharded(int N, int V, int tp) {
     CHECK(se[3] == 0.0f && mx[3] == -INFINITY && se[2] > 0.0f, "xent fwd sharded: an all -inf row, one -inf in shard 0");
 }
 
+/* ---- the rounding bounds the device checks share (check_kernels_device.cu) ----
+ * CUDA's single-precision functions per the CUDA C++ Programming Guide (Mathematical Functions, without
+ * -use_fast_math, which cmake/cuda.cmake never sets): expf within 2 ulp, logf within 1 ulp; __expf (not
+ * used by the kernels) 2 + floor(|1.173 x|) ulp. A rounded fp32 operation: 2^-24 relative (half an ulp). */
+#define MP_U24 (1.0 / 16777216.0)                /* 2^-24: half an fp32 ulp, relative */
+#define MP_U53 (1.0 / 9007199254740992.0)       /* 2^-53: half a float64 ulp, relative */
+#define MP_BF16_U (1.0 / 256.0)                  /* 2^-8: a bf16 store (8 significant bits, to nearest) */
+#define MP_EXPF_ULPS 2                           /* CUDA expf's maximum error, in ulps of its result */
+
+/* gamma_n = n u / (1 - n u): a sum of n + 1 terms in any order is off by at most gamma_n times the sum of
+ * their magnitudes (Higham, Accuracy and Stability, 3.1); u 2^-24 (fp32) or 2^-53 (float64). */
+[[maybe_unused]] static double gamma_f32(double n) { return n * MP_U24 / (1.0 - n * MP_U24); }
+[[maybe_unused]] static double gamma_f64(double n) { return n * MP_U53 / (1.0 - n * MP_U53); }
+
+/* A float64 sum of x (of x^2 when SQUARE) compensated (Neumaier): within 2 2^-53 of the exact sum plus
+ * n^2 2^-106 of its magnitude, so a reference that a device sum is judged against adds nothing to the bound
+ * (a plain float64 loop over a million terms is itself off by up to n 2^-53). */
+template <bool SQUARE = false, typename T>
+static double sum_ref(const std::vector<T> &x) {
+    double s = 0, c = 0;
+    for (const T &e : x) {
+        const double v = SQUARE ? (double)e * (double)e : (double)e, t = s + v;
+        c += fabs(s) >= fabs(v) ? (s - t) + v : (v - t) + s;
+        s = t;
+    }
+    return s + c;
+}
+
+/* The relative error bound of an fp32 sum of exps, sum_j expf(x_j - m), against float64 (the cross-entropy's
+ * sumexp; m its max, range = max_j |x_j - m| over the finite x_j): each term off by range 2^-24 (the
+ * subtraction's rounding, in the exponent) + 2 ulp (expf) <= (range + 4) 2^-24; the sum (nonnegative terms)
+ * at most gamma_depth, depth = the longest chain of additions: a thread's v_valid / 256 (G = 1 columns at a
+ * time, the worst) + 8 levels of the block tree. onepass (xent_fwd_thread, xent_ms_combine): a running sum
+ * taken to a new max by rn(s * expf(old - new)) each time the max rises (<= v_valid / 256 + 1 times per
+ * thread) and once per tree level (8): each time 2 ulp (expf) + 2^-24 (product) + the subtraction's
+ * rounding, whose exponents telescope along any chain to at most 2 range 2^-24. */
+[[maybe_unused]] static double xent_sum_rtol(int v_valid, double range, bool onepass) {
+    const double depth = v_valid / 256.0 + 1 + 8, rescales = onepass ? v_valid / 256.0 + 1 + 8 : 0;
+    const double per = (range + 2.0 * MP_EXPF_ULPS) * MP_U24 + (onepass ? 2.0 * range * MP_U24 : 0.0);
+    return (1.0 + per) * (1.0 + gamma_f32(depth)) * (1.0 + (2.0 * MP_EXPF_ULPS + 1) * MP_U24 * rescales) *
+               (1.0 + 1.0 / 1048576.0) - 1.0;
+}
+
+/* The relative error bound of xent_rescale_row(se, lm, gm) = rn(se * expf(rn(lm - gm))) against
+ * se * exp(lm - gm) in float64 (lm finite):
+ *   rn(lm - gm) = (lm - gm)(1 + e1), |e1| <= 2^-24: exp's argument off by d = |lm - gm| 2^-24 absolute,
+ *     so the factor off by exp(d) - 1 relative: 9.5e-7 x 2 at |lm - gm| = 30 (not 1e-6 of slack);
+ *   expf: 2 ulp <= 2 * 2^-23 of its result; the product: 2^-24.
+ * Their product of (1 + e), with 2^-20 of the bound on top for the float64 reference's own rounding. */
+static double xent_rescale_rtol(float lm, float gm) {
+    const double d = fabs((double)lm - (double)gm) * MP_U24 * (1.0 + MP_U24);
+    const double b = expm1(d) + (1.0 + expm1(d)) * (MP_EXPF_ULPS * 2.0 * MP_U24 + MP_U24 + MP_EXPF_ULPS * 2.0 * MP_U24 * MP_U24);
+    return b * (1.0 + 1.0 / 1048576.0);
+}
+
+/* dev_xent_rescale's rows (N of them): a shard's sum se in [1, 51), the global max gm in (-10, 10), the
+ * local max lm every 7th row -inf (a shard with no valid column), every 5th gm (factor 1), the rest up to
+ * 30 below gm (differences in [16, 30): the subtraction's rounding matters). */
+struct RescaleCase {
+    std::vector<float> se, lm, gm;
+};
+static RescaleCase rescale_case(int N) {
+    RescaleCase c{std::vector<float>(N), std::vector<float>(N), std::vector<float>(N)};
+    for (int n = 0; n < N; n++) {
+        c.se[n] = fabsf(bf16_round(50.0f * rnd_unit())) + 1.0f, c.gm[n] = 10.0f * rnd_unit();
+        c.lm[n] = n % 7 == 0 ? -INFINITY : n % 5 == 0 ? c.gm[n] : c.gm[n] - 30.0f * fabsf(rnd_unit());
+    }
+    return c;
+}
+/* The rows of got (the rescaled sums) off: an empty shard not exactly 0, or a finite one past
+ * xent_rescale_rtol of float64. */
+static int rescale_bad(const RescaleCase &c, const std::vector<float> &got) {
+    int bad = 0;
+    for (size_t n = 0; n < got.size(); n++) {
+        if (c.lm[n] == -INFINITY) {
+            bad += got[n] != 0.0f;
+            continue;
+        }
+        const double want = c.se[n] * exp((double)c.lm[n] - (double)c.gm[n]);
+        bad += !(fabs(got[n] - want) <= xent_rescale_rtol(c.lm[n], c.gm[n]) * want);
+    }
+    return bad;
+}
+/* x moved k ulps (k < 0: down). */
+static float ulps_from(float x, int k) {
+    for (; k > 0; k--) x = nextafterf(x, INFINITY);
+    for (; k < 0; k++) x = nextafterf(x, -INFINITY);
+    return x;
+}
+/* The float farthest from exp(d) on the side sgn (+1 above, -1 below) that is still within MP_EXPF_ULPS
+ * ulps of it: the worst result CUDA's expf may return. */
+static float expf_worst(float d, int sgn) {
+    const double t = exp((double)d);
+    float f = (float)t;
+    for (;;) {
+        const float g = ulps_from(f, sgn);
+        if (fabs((double)g - t) > MP_EXPF_ULPS * ((double)nextafterf(fabsf(g), INFINITY) - fabsf(g))) return f;
+        f = g;
+    }
+}
+
+/* The rescale (rescale_kernel) replayed with the device's rounding over `seeds` draws of dev_xent_rescale's
+ * rows: rn(lm - gm), then an expf that returns the worst float within its 2 ulp (each row its own side
+ * and, every third row, the correctly rounded one), then rn(se * e): rescale_bad finds no row. The replay
+ * with the correctly rounded exp is xent_rescale_row's own expression to its exp's last ulp (so the replay
+ * follows the kernel). A bound of 1e-6 relative fails it: the subtraction alone can use 1.9e-6. */
+static void check_xent_rescale(int seeds) {
+    const int N = 1000;
+    int bad = 0, same = 0, rows = 0;
+    for (int s = 0; s < seeds; s++) {
+        const RescaleCase c = rescale_case(N);
+        std::vector<float> got(N);
+        for (int n = 0; n < N; n++) {
+            if (c.lm[n] == -INFINITY) {
+                got[n] = xent_rescale_row(c.se[n], c.lm[n], c.gm[n]);
+                continue;
+            }
+            const float d = c.lm[n] - c.gm[n];
+            const int side = (int)(rnd_u64() % 3) - 1;   /* -1, 0 (correctly rounded), +1 */
+            const float e = side ? expf_worst(d, side) : (float)exp((double)d);
+            got[n] = mp_mul_rn(c.se[n], e);
+            if (!side) {   /* the host's expf (glibc: < 1 ulp) against the correctly rounded one */
+                const float k = xent_rescale_row(c.se[n], c.lm[n], c.gm[n]);
+                rows++, same += fabs((double)k - got[n]) <= 8.0 * MP_U24 * got[n];   /* e 1 ulp off: 2 ulp */
+            }
+        }
+        bad += rescale_bad(c, got);
+    }
+    CHECK(bad == 0, "xent rescale replay (device rounding, expf %d ulp): %d rows of %d x %d past the bound", MP_EXPF_ULPS, bad,
+          seeds, N);
+    CHECK(same == rows, "xent rescale replay: %d of %d rows not xent_rescale_row's expression", rows - same, rows);
+}
+
 /* The cuBLASLt plan cache's keys (gemm_plan.h): the 1B step's GEMM calls as layers/ issues them (per layer
  * the fused q/k/v, o, the feature-major gate/up and down, then the head; forward, dx, dw) find one plan per
  * distinct key, a key differing in any single field (transposes, sizes, strides, C type, any alignment) is
@@ -1267,6 +1400,28 @@ static void check_xent_fwd_sharded(int N, int V, int tp) {
         CHECK(mp_gemm_plan_find(one.data(), 1, &k) == -1, "a key differing in field %d finds the stored plan", f);
     }
     CHECK(sizeof(mp_gemm_plan_key) == 12 * 4, "mp_gemm_plan_key has padding (%zu bytes)", sizeof(mp_gemm_plan_key));
+}
+
+/* The attention launchers' grids (mp_attn_grid): batch x heads past 65535 (the batch 2048 x 32 heads that
+ * aborted when B H was grid.y alone) fit, every (b, h) decoded from (blockIdx.z, blockIdx.y) exactly once;
+ * a batch or a head count past grid.y/z's 65535 is refused by mp_attn_grid_ok, not launched. */
+[[maybe_unused]] static void check_attn_grid(void) {
+    const int ok[][3] = {{1, 1, 1}, {7, 32, 2048}, {1, 1, 65535}, {3, 65535, 1}, {64, 64, 4096}, {2, 40, 65535}};
+    for (auto &c : ok) {
+        const dim3 g = mp_attn_grid(c[0], c[1], c[2]);
+        CHECK(mp_attn_grid_ok(c[0], c[1], c[2]) && g.x == (unsigned)c[0] && g.y == (unsigned)c[1] && g.z == (unsigned)c[2] &&
+                  g.y <= 65535 && g.z <= 65535 && (int64_t)g.y * g.z == (int64_t)c[1] * c[2],
+              "attention grid tiles %d heads %d batch %d: %u x %u x %u", c[0], c[1], c[2], g.x, g.y, g.z);
+    }
+    CHECK(!mp_attn_grid_ok(1, 65536, 1) && !mp_attn_grid_ok(1, 1, 65536) && !mp_attn_grid_ok(0, 1, 1) &&
+              !mp_attn_grid_ok(1, 0, 1) && !mp_attn_grid_ok((int64_t)1 << 31, 1, 1),
+          "attention grid: out-of-range sizes accepted");
+    const int B = 3, H = 5;   /* the kernels' decoding: b = blockIdx.z, h = blockIdx.y */
+    const dim3 g = mp_attn_grid(1, H, B);
+    std::vector<int> seen(B * H, 0);
+    for (unsigned z = 0; z < g.z; z++)
+        for (unsigned y = 0; y < g.y; y++) seen[z * H + y]++;
+    CHECK(std::count(seen.begin(), seen.end(), 1) == B * H, "attention grid: a (b, h) not covered once");
 }
 
 /* ---- 2. attention: the kernels' tiling on the host ---- */
@@ -1510,6 +1665,82 @@ static void close(const char *what, const G &got, const R &ref, double rtol, dou
     CHECK(nan == 0 && md <= rtol * mr + atol, "%s %s: max err %.3g (max ref %.3g), %zu NaN", what, shape, md, mr, nan);
 }
 
+/* The attention's error bounds against the naive float64 attention (absolute; the bf16 stores' 2^-8 of the
+ * value on top are the callers' rtol), from A's data. Scores: fp32 dots of bf16 products (exact) over hd
+ * terms, gamma_hd of S = scale hd max|q| max|k| (the largest |score|), then the scale and base-2 factor
+ * (k_attn_mma.cuh: log2(e) folded in) 3 roundings of S. A forward p = exp2f(x - m) off by ep: the score error,
+ * the subtraction's rounding (2^-24 of the range 2 S log2(e), the rescales' chain telescoping to 2 of it),
+ * exp2f / expf 2 ulp, and per 16-key tile one rescale (5 2^-24). out = sum p v / l, a weighted mean: its
+ * weights' errors move it by <= 2 ep max|v|, the sums gamma_T, the tensor-core P . V's bf16 P 2^-8 max|v|.
+ * lse = m + log l: the score error, ep and gamma_T (log l's), logf's ulp and the additions' (2^-24 4 (S + ln T
+ * + 1)). The backward's p = exp2(s log2(e) - lse log2(e)) off by epb (the score and lse errors, the
+ * subtraction's and the product's rounding, exp2f). dS = scale p (dP - D): dP an fp32 dot (gamma_hd of
+ * sum |dO||v|), D = dO . out with the device's stored out (2^-8 of sum |dO||out| and out's atol times sum |dO|),
+ * p's epb, and the tensor-core operand dS in bf16 (2^-8): eds per (t, key); dK = sum_t dS q, dQ = sum_k dS k
+ * (gamma_T more), dV = sum_t p dO (2^-8 for bf16 P, epb, gamma_T). e[0..4]: out, lse, dq, dk, dv. */
+static std::vector<double> attn_bounds(const Attn &A, const std::vector<double> &rout) {
+    auto mabs = [](const std::vector<float> &x) {
+        double m = 0;
+        for (float e : x) m = std::max(m, (double)fabsf(e));
+        return m;
+    };
+    auto mabs_d = [](const std::vector<double> &x) { return *std::max_element(x.begin(), x.end()); };
+    const double scale = 1.0 / sqrt((double)A.hd), L2 = 1.4426950408889634, u = MP_U24;
+    const double S = scale * A.hd * mabs(A.q) * mabs(A.k), mv = mabs(A.v), R = 2 * S * L2;
+    const double ds2 = L2 * (gamma_f32(A.hd) * S + 3 * u * S), gT = gamma_f32(A.T + 1);
+    const double ep = M_LN2 * (ds2 + 3 * R * u) + 4 * u + 5 * u * (A.T / 16.0 + 2);
+    const double e_out = mv * (2 * ep + MP_BF16_U + 2 * gT) * (1 + MP_BF16_U);
+    const double e_lse = M_LN2 * ds2 + ep + gT + 4 * u * (S + log((double)A.T) + 1);
+    const double epb = M_LN2 * (ds2 + L2 * e_lse + 4 * u * L2 * (S + log((double)A.T) + 1) + u * (R + log2((double)A.T) + 1)) + 4 * u;
+    const double c1 = MP_BF16_U + epb + 3 * gamma_f32(A.hd) + gT;
+    std::vector<double> edq(A.q.size(), 0.0), edk(A.k.size(), 0.0), edv(A.k.size(), 0.0);
+    const int rep = A.H / A.KV;
+    for (int b = 0; b < A.B; b++)
+        for (int h = 0; h < A.H; h++)
+            for (int t = 0; t < A.T; t++) {
+                const int g = h / rep, j0 = A.W > 0 ? std::max(0, t - A.W + 1) : 0;
+                std::vector<double> sc(t + 1);
+                double mx = -INFINITY, sum = 0, dsum = 0, dD = 0;
+                for (int j = j0; j <= t; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < A.hd; d++) dot += (double)A.q[A.qi(b, t, h, d)] * A.k[A.ki(b, j, g, d)];
+                    sc[j] = scale * dot, mx = std::max(mx, sc[j]);
+                }
+                for (int j = j0; j <= t; j++) sum += exp(sc[j] - mx);
+                for (int d = 0; d < A.hd; d++) {
+                    const double o = fabs(A.dout[A.qi(b, t, h, d)]);
+                    dsum += o, dD += o * fabs(rout[A.qi(b, t, h, d)]);
+                }
+                for (int j = j0; j <= t; j++) {
+                    const double p = exp(sc[j] - mx) / sum;
+                    double dP = 0;
+                    for (int d = 0; d < A.hd; d++) dP += fabs((double)A.dout[A.qi(b, t, h, d)] * A.v[A.ki(b, j, g, d)]);
+                    const double eds = scale * p * (c1 * (dP + dD) + MP_BF16_U * dD + dsum * e_out);
+                    for (int d = 0; d < A.hd; d++) {
+                        edq[A.qi(b, t, h, d)] += eds * fabs(A.k[A.ki(b, j, g, d)]);
+                        edk[A.ki(b, j, g, d)] += eds * fabs(A.q[A.qi(b, t, h, d)]);
+                        edv[A.ki(b, j, g, d)] += (MP_BF16_U + epb + gT) * p * fabs(A.dout[A.qi(b, t, h, d)]);
+                    }
+                }
+            }
+    const double slack = 1 + 1.0 / 1024;
+    return {slack * e_out, slack * e_lse, slack * mabs_d(edq), slack * mabs_d(edk), slack * mabs_d(edv)};
+}
+
+/* out, lse, dq, dk, dv (device results or a replay of the kernels) against the naive float64 attention
+ * (rout ...) within attn_bounds, + 2^-8 of the value for the bf16 stores (lse: fp32, 2^-24). */
+template <typename V>
+static void attn_close(const Attn &A, const char *shape, const std::vector<double> &rout, const std::vector<double> &rlse,
+                       const std::vector<double> &rdq, const std::vector<double> &rdk, const std::vector<double> &rdv,
+                       const V &out, const V &lse, const V &dq, const V &dk, const V &dv) {
+    const std::vector<double> e = attn_bounds(A, rout);
+    close("attn out", out, rout, MP_BF16_U, e[0], shape);
+    close("attn lse", lse, rlse, MP_U24, e[1], shape);
+    close("attn dq", dq, rdq, MP_BF16_U, (1 + MP_BF16_U) * e[2], shape);
+    close("attn dk", dk, rdk, MP_BF16_U, (1 + MP_BF16_U) * e[3], shape);
+    close("attn dv", dv, rdv, MP_BF16_U, (1 + MP_BF16_U) * e[4], shape);
+}
+
 /* An attention problem of that shape with random bf16-valued q, k, v, dout (out and lse sized, unset). */
 static Attn attn_random(int B, int T, int H, int KV, int hd) {
     Attn A;
@@ -1548,11 +1779,7 @@ static void check_attention(int B, int T, int H, int KV, int hd, int W = 0) {
 
     std::vector<double> rout(nq), rlse(nr), rdq(nq, 0.0), rdk(nk, 0.0), rdv(nk, 0.0);
     naive(A, rout, rlse, rdq, rdk, rdv);
-    close("out", A.out, rout, 1e-2, 1e-4, shape);
-    close("lse", A.lse, rlse, 1e-5, 1e-5, shape);
-    close("dq", dq, rdq, 2e-2, 1e-4, shape);
-    close("dk", dk, rdk, 2e-2, 1e-4, shape);
-    close("dv", dv, rdv, 2e-2, 1e-4, shape);
+    attn_close(A, shape, rout, rlse, rdq, rdk, rdv, A.out, A.lse, dq, dk, dv);   /* the device check's bounds */
 
     /* the project's CPU kernels on the same (bf16-valued) inputs, the backward fed the mirror's bf16 out */
     std::vector<float> cout_(nq), clse(nr), cdq(nq), cdk(nk), cdv(nk), scratch(nr);
@@ -1916,8 +2143,6 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd, int pad = -
     for (float x : out) nan += x != x;
     for (float x : lse) nan += x != x;
     CHECK(nan == 0, "%s: %d outputs not written or NaN", shape, nan);
-    close("out", out, rout, 1e-2, 1e-4, shape);
-    close("lse", lse, rlse, 1e-5, 1e-5, shape);
     std::vector<float> cout_(nq), clse(nr), x = qkv_pack(A, L, A.q, A.k, A.v, NAN);
     mp_backend *cpu = mp_backend_cpu();
     cpu->attn_fwd(cpu, cout_.data(), clse.data(), x.data() + L.q, x.data() + L.k, x.data() + L.v, B, T, H, KV, hd,
@@ -1935,9 +2160,7 @@ static void check_attention_mma(int B, int T, int H, int KV, int hd, int pad = -
     for (float x : dk) nan += x != x;
     for (float x : dv) nan += x != x;
     CHECK(nan == 0, "%s: %d gradients not written or NaN", shape, nan);
-    close("dq", dq, rdq, 2e-2, 1e-4, shape);
-    close("dk", dk, rdk, 2e-2, 1e-4, shape);
-    close("dv", dv, rdv, 2e-2, 1e-4, shape);
+    attn_close(A, shape, rout, rlse, rdq, rdk, rdv, out, lse, dq, dk, dv);   /* the device check's bounds */
     std::vector<float> cdq(nq), cdk(nk), cdv(nk), scratch(nr), nanq(nq, NAN), nank(nk, NAN);
     std::vector<float> g = qkv_pack(A, L, nanq, nank, nank, 7.0f);
     cpu->attn_bwd(cpu, g.data() + L.q, g.data() + L.k, g.data() + L.v, scratch.data(), A.dout.data(), A.out.data(),
@@ -1999,6 +2222,7 @@ int main(void) {
      * v_local 5, valid 5, 5, 5, 2; V 13 / 4: 4, 4, 4, 1; V 9 / 4: 3, 3, 3, 0) */
     for (int tp : {2, 4})
         for (int V : {1003, 4096, 17, 13, 9}) check_xent_fwd_sharded<__nv_bfloat16>(6, V, tp), check_xent_fwd_sharded<float>(6, V, tp);
+    check_xent_rescale(200);   /* 200 seeds of the device check's 1000 rows */
     const int shapes[][5] = {{1, 1, 1, 1, 8},   {2, 7, 4, 2, 40},  {1, 33, 4, 1, 64},  {2, 70, 4, 4, 32},
                              {1, 65, 2, 1, 128}, {1, 40, 6, 3, 17}, {1, 129, 2, 2, 96}};
     for (auto &s : shapes) check_attention(s[0], s[1], s[2], s[3], s[4]);
@@ -2006,6 +2230,7 @@ int main(void) {
     /* sliding windows (smaller than T): one key, inside a 32-key tile, across tiles and warps' rows */
     const int wshapes[][6] = {{1, 70, 4, 2, 40, 1}, {2, 129, 2, 2, 96, 5}, {1, 100, 4, 1, 64, 33}, {1, 130, 2, 1, 17, 64}};
     for (auto &s : wshapes) check_attention(s[0], s[1], s[2], s[3], s[4], s[5]);
+    check_attn_grid();
     check_mma_table();
     check_loaders();
     for (int hd : {64, 128})

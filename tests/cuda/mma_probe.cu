@@ -1,6 +1,6 @@
 /*
  * tests/cuda/mma_probe.cu — a 30-second device probe of what the tensor-core attention assumes about
- * the hardware (issue 22): the mma.sync.m16n8k16 bf16 fragment layouts of mma_frag.cuh, the bf16-pair
+ * the hardware: the mma.sync.m16n8k16 bf16 fragment layouts of mma_frag.cuh, the bf16-pair
  * packing and store, and the attention's tile helpers (k_attn_mma.cuh), each run on the device (NL = 1,
  * real mma.sync and shuffles) and replayed on the host (NL = 32, the table), compared element by element.
  *
@@ -12,7 +12,7 @@
  *           A = B = 0 (D = C), and random small integers against the host replay's fa_mma (all exact);
  *           each lane also writes back the registers it holds (what the device sees);
  *   store   fa_pack and fa_st_pair (the 32-bit pair store) on values with non-zero low bytes, bit for bit
- *           against the host: the bug of issue 22's first H200 run (nvcc 13.0's ptxas converted the low
+ *           against the host: the bug of the first H200 run (nvcc 13.0's ptxas converted the low
  *           byte of memcpy'd bf16 pairs, docs/CUDA.md);
  *   tiles   hd 64, one 64-row tile, 4 warps: S = Q K^T (fa_load_afrag, fa_mma_smem), the P repack
  *           (fa_c_to_a), P V from V^T in shared memory, and the backward's transposed products

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/python/code_shape.py SRC — the shape issue 19 gave the code, checked on every run:
+"""tests/python/code_shape.py SRC — the code's shape, checked on every run:
   - no function in cli/, ckpt/ or reshard/ is over 100 lines (from its signature to its closing brace);
   - cli/cmd_train.c is under 400 lines;
   - the libraries depend one way (docs/DESIGN_NOTES.md, "The layers as they are now"): a folder includes
@@ -10,7 +10,9 @@
     injection) or for a user variable documented in docs/CLI.md's "Environment variables" table: every
     getenv elsewhere names a documented variable as a string literal;
   - no cli/ file returns or exits with a literal status other than 0 (the one exit-code rule:
-    mp_exit_status, through cli/runtime.h's two exits).
+    mp_exit_status, through cli/runtime.h's two exits);
+  - tests/README.md's "By module" table names every library .c file (core/ cli/ ckpt/ layers/ reshard/
+    tokenizer/ and their subfolders; test programs live under tests/), so a new module gets a line saying what tests it.
 Prints each violation as FILE:LINE: what; exit 1 if any, else 0 with a summary line."""
 import glob, os, re, sys
 
@@ -131,10 +133,49 @@ for p in sorted(glob.glob(os.path.join(src, "cli", "*.c"))):
         if m and (in_status_fn or m.group(2) or "exit" in m.group(0)):
             bad.append("%s:%d: a literal exit status (%s): statuses come from mp_exit_status" % (r, ln, m.group(0).strip()))
 
+def readme_modules(path):
+    """The dir/name pairs the first column of README's "By module" table names. An entry with a slash
+    ("core/alloc", "ckpt/") sets the folder; a bare name after it ("error") is in that folder;
+    parenthesised text and backquotes are only words."""
+    names = set()
+    text = open(path, encoding="utf-8").read()
+    table = text.split("## By module", 1)[-1]
+    for line in table.split("\n"):
+        if not line.startswith("| ") or line.startswith("| module") or line.startswith("|---"):
+            continue
+        col = line.split("|")[1].replace("`", "")
+        while re.search(r"\([^()]*\)", col):
+            col = re.sub(r"\([^()]*\)", " ", col)
+        cur = None
+        for tok in re.split(r"[,\s]+", col):
+            tok = tok.strip(".;:")
+            if not tok or tok == "and":
+                continue
+            if "/" in tok:
+                cur, _, name = tok.rpartition("/")
+                if name:
+                    names.add(cur + "/" + name)
+            elif cur and re.match(r"^\w+$", tok):
+                names.add(cur + "/" + tok)
+    return names
+
+
+MODULE_DIRS = ("core", "cli", "ckpt", "layers", "reshard", "tokenizer")
+mapped = readme_modules(os.path.join(src, "tests", "README.md"))
+nmod = 0
+for d in MODULE_DIRS:
+    for p in sorted(glob.glob(os.path.join(src, d, "**", "*.c"), recursive=True)):
+        r = rel(p).replace(os.sep, "/")
+        nmod += 1
+        if r[:-2] not in mapped:
+            bad.append("%s: not in tests/README.md's \"By module\" table (name it in a row's first column "
+                       "with the tests that cover it)" % r)
+
 for b in bad:
     print(b)
 if bad:
     sys.exit(1)
 print("code shape ok: %d C files of cli/ckpt/reshard, no function over %d lines; cmd_train.c %d lines; "
-      "%d files follow the one-way dependencies; %d getenv calls read MP_FAULT or a documented variable; no "
-      "literal exit status in cli/" % (nfn, MAX_FN, n, nfiles, ngetenv))
+      "%d files follow the one-way dependencies; tests/README.md maps all %d library modules; %d getenv calls "
+      "read MP_FAULT or a documented variable; no literal exit status in cli/" % (nfn, MAX_FN, n, nfiles, nmod,
+                                                                                  ngetenv))

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""tests/python/corruption_campaign.py — damaged copies of a checkpoint, classified (issue 9 item 7).
+"""tests/python/corruption_campaign.py — damaged copies of a checkpoint, classified.
 
     corruption_campaign.py --bin MESHPOINT --equal TOOL_CKPT_EQUAL --ckpt DIR --other DIR --data FILE
                            --workdir DIR [--seconds S] [--seed N] [--plugins DIR]
@@ -20,7 +20,7 @@ and classifies the copy:
               `ckpt repair-views` must repair it so that h5py reads every view equal to the reference
     benign    verify passes, the data is bitwise the reference's (tool_ckpt_equal) and h5py reads
               every view equal to the reference (the damage hit padding or unused bytes)
-    pending   view.h5 deleted: verify passes noting "views pending" (issue 35: the state a training save
+    pending   view.h5 deleted: verify passes noting "views pending" (the state a training save
               leaves before its background view write; not a failure), the data is the reference's, and
               `ckpt repair-views` must write view.h5 so that h5py reads every view equal to the reference
     missed    verify passes but the data or a view differs  -> failure

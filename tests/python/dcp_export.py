@@ -21,7 +21,7 @@ against torch.distributed.checkpoint.load of scripts/bench_venv.sh's pinned torc
      Qwen3 checkpoint (exit 2 naming the family); a failure mid-write (a corrupted source rank file, found
      while the records stream) leaves no DIR and no DIR.partial, and with --force leaves the existing DIR
      byte for byte as it was.
-  7. Round trip, when `meshpoint import` reads DCP directories (issue 37 part 3; skipped, saying so, on a
+  7. Round trip, when `meshpoint import` reads DCP directories (skipped, saying so, on a
      build without it): the LlamaForCausalLM's state dict saved by torch's dcp.save from 2 gloo processes
      (DTensor shards on dims 0 and 1), and its torchtitan-named form saved by 1 process -> import --config
      -> export --format dcp (HF names; torchtitan names) -> dcp.load: bitwise the state dict torch saved.

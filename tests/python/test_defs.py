@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/python/test_defs.py BUILD — checks the ctest entries' definitions (issue 35): every entry runs
+"""tests/python/test_defs.py BUILD — checks the ctest entries' definitions: every entry runs
 with a temporary directory of its own, so no two entries share Open MPI's session directory
 ($TMPDIR/ompi.<host>.<uid>, created and removed by every mpiexec; two launches starting and ending at
 once race on it: tests/tmpdirs.cmake, tests/mpi_session_race.sh).

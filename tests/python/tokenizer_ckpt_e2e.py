@@ -1,5 +1,5 @@
-"""tests/python/tokenizer_ckpt_e2e.py MESHPOINT SRC_DIR WORKDIR — checkpoints carry their tokenizer (issue 20
-item 4), end to end against transformers itself (scripts/bench_venv.sh's venv):
+"""tests/python/tokenizer_ckpt_e2e.py MESHPOINT SRC_DIR WORKDIR — checkpoints carry their tokenizer,
+end to end against transformers itself (scripts/bench_venv.sh's venv):
 
   1. an HF model directory as a user downloads it: config.json = the published SmolLM2-135M file
      (tests/data/hf_configs) with the sizes made tiny and every bookkeeping key kept; random weights saved by
