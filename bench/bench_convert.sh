@@ -15,7 +15,7 @@
 #           tensor bytes (fsynced); wall time, peak RSS, bytes read / needed;
 #   copy    the copy floor: `cat HF/model.safetensors > FILE; sync FILE`: the same S bytes read once
 #           and written once, durably (both directions move S bytes; one floor per round serves both);
-#   serial  (unless --no-serial) export and import again with MP_CKPT_SERIAL_FILL=1: the band
+#   serial  (unless --no-serial) export and import again with MP_FAULT=ckpt_serial_fill: the band
 #           pipelines without their helper thread (the path before the overlap), as a peer.
 # Printed: per round and the median over rounds: seconds, ratio to the copy floor of the same round,
 # peak RSS (MiB) against the model size; read / needed. The helpers (drop, prime, fits, run_timed) are
@@ -117,10 +117,10 @@ JSON
     echo "  copy floor (cat model.safetensors > FILE; sync FILE): $cp_s s"
     if [ "$serial_on" = 1 ]; then
       rm -rf "$hf.s"
-      part "$L" "$r" export_serial "$work/export_s.log" env MP_CKPT_SERIAL_FILL=1 "$bin" export "$src" --out "$hf.s" --no-verify "${mm[@]}"
+      part "$L" "$r" export_serial "$work/export_s.log" env MP_FAULT=ckpt_serial_fill "$bin" export "$src" --out "$hf.s" --no-verify "${mm[@]}"
       cmp -s "$hf/model.safetensors" "$hf.s/model.safetensors" || { echo "$me: the serial export differs from the overlapped one" >&2; exit 1; }
       rm -rf "$hf.s"
-      part "$L" "$r" import_serial "$work/import_s.log" env MP_CKPT_SERIAL_FILL=1 "$bin" import "$hf" --tp 8 --dp 1 --out "$imp" --no-verify "${mm[@]}"
+      part "$L" "$r" import_serial "$work/import_s.log" env MP_FAULT=ckpt_serial_fill "$bin" import "$hf" --tp 8 --dp 1 --out "$imp" --no-verify "${mm[@]}"
       rm -rf "$imp"
     fi
   done

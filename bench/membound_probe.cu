@@ -19,7 +19,7 @@
  *   copy(bytes)       cudaMemcpyAsync device to device of half the op's bytes (read + write = its traffic)
  * Per row: ms per call (median over --rounds of the mean of --reps calls), GB/s of the op's bytes, and the
  * ratio to the copy of the same bytes. Exit: 0 done, 1 a CUDA error, 2 bad usage, 77 no usable GPU.
- * This reports; it does not judge (tests check correctness: core/cuda/hostcheck/).
+ * This reports; it does not judge (tests check correctness: tests/cuda/).
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
  * the IDX1/IDX2 row, in table order. From the table come the HDF5 compound type of each place
  * (ck_boxrec_type), a row's bytes and back (ck_boxrec_put / ck_boxrec_get), the hash input
  * (ck_boxrec_hash) and the wire encodings (ck_boxrec_send / ck_boxrec_recv, places WIRE and GROUP), so a field added to the
- * table reaches all of them; ckpt/test/test_boxrec.c walks the table and checks that each does.
+ * table reaches all of them; tests/ckpt/test_boxrec.c walks the table and checks that each does.
  * What is not derived: the mapping between the record (ck_boxrec, a flat value struct) and the
  * in-memory boxes (ck_box of a layout, wbox of a save), one function per direction beside each.
  *

@@ -37,16 +37,16 @@
  * Management (local, one rank): ckpt_find_latest, ckpt_cleanup_partials, ckpt_retain, ckpt_list,
  * ckpt_inspect_root, the job lock (ckpt_lock_*), ckpt_set_aside.
  *
- * Failure injection for crash tests: env MP_CKPT_CRASH_AT=<point> makes the process raise(SIGKILL)
- * at that point of a save (optionally only on rank MP_CKPT_CRASH_RANK): begin, during_rank_files
+ * Failure injection for crash tests: MP_FAULT=ckpt_crash_at:<point> makes the process raise(SIGKILL)
+ * at that point of a save (only on rank R with ckpt_crash_rank:R added; core/fault.h): begin, during_rank_files
  * (after the first box is written), after_rank_files (every file written and fsynced, before the
  * collective commit), before_index, after_index (index fsynced, before the rename), after_rename
  * (before `latest` is replaced), after_latest (before retention), during_view (opts.view_background:
  * rank 0's background thread, view.h5.tmp.<pid> written, before its rename to view.h5). With files of several ranks
  * (opts.ranks_per_file) a member's during_rank_files is after its first box is sent to its leader, and
- * MP_CKPT_FAIL_AT=group_list (a member fails before sending), group_send (a member fails mid-transfer)
- * or group_write (the leader fails writing a member's band), optionally only on rank MP_CKPT_FAIL_RANK, makes that rank fail with an error (no kill);
- * MP_CKPT_FAIL_AT=view_write makes rank 0's background view write (opts.view_background) fail.
+ * MP_FAULT=ckpt_fail_at:group_list (a member fails before sending), group_send (a member fails mid-transfer)
+ * or group_write (the leader fails writing a member's band), only on rank R with ckpt_fail_rank:R added, makes that rank fail with an error (no kill);
+ * MP_FAULT=ckpt_fail_at:view_write makes rank 0's background view write (opts.view_background) fail.
  */
 #ifndef CKPT_CKPT_H
 #define CKPT_CKPT_H
@@ -90,7 +90,7 @@ typedef struct ckpt_save_opts {
     size_t fill_bytes;       /* buffer bound for boxes added with ckpt_save_add_fill: each box is
                                 produced and written in row bands of at most this many bytes (at least
                                 one tile row), through two buffers of that size (band k is hashed on
-                                a helper thread while band k+1 is produced; MP_CKPT_SERIAL_FILL=1: one
+                                a helper thread while band k+1 is produced; MP_FAULT=ckpt_serial_fill: one
                                 buffer, no overlap, the same bytes). 0: 16 MiB. */
     int fill_any_thread;     /* 1: the fill callbacks may run on a helper thread, one at a time, while
                                 this thread makes HDF5 calls (they may call HDF5 themselves): band k+1

@@ -110,7 +110,7 @@ mp_code ck_view_write(const ck_layout *L, const char *path, mp_err *e);
  * serialised by a flock on dir, so none removes or renames another's tmp. if_absent: write only when
  * dir/name does not exist once the lock is held (the heal: never replace a file another writer
  * published). *wrote (may be NULL): 1 when the file was written. crash_point (may be NULL): a
- * MP_CKPT_CRASH_AT point between the write and the rename. On failure tmp is removed. */
+ * the fault ckpt_crash_at point between the write and the rename. On failure tmp is removed. */
 mp_code ck_views_replace(const ck_layout *L, const char *dir, const char *name,
                          mp_code (*write)(const ck_layout *, const char *, mp_err *), const char *crash_point,
                          int if_absent, int *wrote, mp_err *e);
@@ -392,7 +392,7 @@ mp_code ck_dir_exists(const char *dir, mp_err *e);
  * rank 0 holds one round's bytes at a time however large the world: the save's box lists in rounds of
  * CK_GATHER_RANKS (70B at tp 8: ~150 MiB of lists), the collective open's region lists and parts in
  * rounds of CK_OPEN_RANKS (70B at tp 8: ~0.2 MiB of regions and ~0.7 MiB of part per rank). Every rank
- * calls each round. ck_round_ranks(n) is n, or MP_CKPT_GATHER_RANKS when set > 0 (tests: several
+ * calls each round. ck_round_ranks(n) is n, or the fault ckpt_gather_ranks when set > 0 (tests: several
  * rounds with a few processes; every rank must see the same value, as under one mpiexec). */
 #define CK_GATHER_RANKS 256
 #define CK_OPEN_RANKS 32
@@ -404,7 +404,7 @@ char *ck_gather_round(mp_comm *w, const void *mine, int64_t n, const int64_t *le
 /* Rank 0 sends each rank r of [r0, r1) its len[r] bytes (back to back in in, rank order; len[size] on
  * rank 0) into out (n = len[r] there), one scatterv; the other ranks get nothing. */
 void ck_scatter_round(mp_comm *w, void *out, int64_t n, const void *in, const int64_t *len, int r0, int r1);
-/* raise(SIGKILL) if MP_CKPT_CRASH_AT == point (and MP_CKPT_CRASH_RANK unset or == rank). */
+/* raise(SIGKILL) if the fault ckpt_crash_at == point (and ckpt_crash_rank unset or == rank). */
 void ck_crash_point(const char *point, int rank);
 
 /* The save's rank and its DIR.partial (ckpt/writer_boxes.c), and the value it holds for metadata key (NULL if
@@ -434,7 +434,7 @@ int64_t ck_row_bytes(mp_dtype dt, int ndim, const int64_t *shp);
  * ck_wr_write_rank_files, ckpt/writer_files.c); returns this rank's local result (never hangs on another rank's failure). */
 int ck_group_wanted(const ckpt_save *s);
 mp_code ck_group_write(ckpt_save *s, mp_code (*write_files)(ckpt_save *s, mp_err *e), mp_err *e);
-/* Test hook: 1 if MP_CKPT_FAIL_AT == point (and MP_CKPT_FAIL_RANK unset or == rank): the caller then
+/* Test hook: 1 if the fault ckpt_fail_at == point (and ckpt_fail_rank unset or == rank): the caller then
  * fails with an error (no kill) at that point (ckpt/util.c). */
 int ck_fail_point(const char *point, int rank);
 

@@ -10,7 +10,7 @@
  * points every box at its file.
  *
  * Groups (rank 0 forms them, one gather and one broadcast over the world): ranks with the same node
- * key (an XXH3 of the host name; the test hook MP_CKPT_RANKS_PER_NODE=N makes ranks r and r' one node
+ * key (an XXH3 of the host name; the test hook MP_FAULT=ckpt_ranks_per_node:N makes ranks r and r' one node
  * when r / N == r' / N) are one node; a node's ranks in world order are cut into groups of G (all of
  * them for CKPT_FILES_NODE); a group's lowest rank is its leader. Each rank receives the leader of
  * every rank (4 bytes a rank) and finds its own and, as a leader, its members.
@@ -40,6 +40,7 @@
  * the same as for a file per rank.
  */
 #include "ckpt/ckpt_internal.h"
+#include "core/fault.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include <assert.h>
@@ -109,11 +110,11 @@ int ck_group_wanted(const ckpt_save *s) {
 
 /* ------------------------------------------------------------------------------------ groups */
 
-/* This process's node key: MP_CKPT_RANKS_PER_NODE=N (tests: nodes of N consecutive ranks) or an XXH3
+/* This process's node key: fault ckpt_ranks_per_node:N (tests: nodes of N consecutive ranks) or an XXH3
  * of the host name. */
 static uint64_t node_key(int rank) {
-    const char *v = getenv("MP_CKPT_RANKS_PER_NODE");
-    if (v && atoi(v) > 0) return (uint64_t)(rank / atoi(v));
+    int64_t per = mp_fault_int("ckpt_ranks_per_node", 0);
+    if (per > 0) return (uint64_t)(rank / per);
     char host[256] = "";
     if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
     return XXH3_64bits(host, strlen(host));
@@ -174,7 +175,7 @@ static mp_code member_list(ckpt_save *s, ck_buf *b, mp_err *e) {
 }
 
 /* Sends every band of every box to the leader (after a go), or an error header and stops. Returns the
- * member's local result (an injected failure: MP_CKPT_FAIL_AT=group_send, in the middle box). */
+ * member's local result (an injected failure: MP_FAULT=ckpt_fail_at:group_send, in the middle box). */
 static mp_code member_send(ckpt_save *s, int leader, size_t fill_bytes, mp_err *e) {
     mp_comm *w = ck_save_world(s);
     int nb = ck_save_nboxes(s);
@@ -191,7 +192,7 @@ static mp_code member_send(ckpt_save *s, int leader, size_t fill_bytes, mp_err *
             int64_t n = B.shape[0] - r0 < br ? B.shape[0] - r0 : br;
             *h = (band_hdr){.code = MP_OK, .box = i, .r0 = r0, .rows = n};
             if (i == nb / 2 && r0 == 0 && ck_fail_point("group_send", w->rank)) {
-                rc = mp_err_set(e, MP_EIO, "MP_CKPT_FAIL_AT=group_send: rank %d fails sending tensor %s to rank %d",
+                rc = mp_err_set(e, MP_EIO, "fault ckpt_fail_at:group_send: rank %d fails sending tensor %s to rank %d",
                                 w->rank, B.tensor, leader);
                 h->code = rc;
                 snprintf(h->msg, sizeof h->msg, "%s", e->msg);
@@ -216,7 +217,7 @@ static mp_code member_run(ckpt_save *s, int leader, mp_err *e) {
     mp_code rc = ck_save_failed(s) ? MP_EINPUT : member_list(s, &b, &le);   /* a remembered error: the commit has it */
     if (ck_save_failed(s)) snprintf(le.msg, sizeof le.msg, "it failed before the save's files were written");
     else if (rc == MP_OK && ck_fail_point("group_list", w->rank))
-        rc = mp_err_set(&le, MP_EIO, "MP_CKPT_FAIL_AT=group_list: rank %d fails before sending its boxes", w->rank);
+        rc = mp_err_set(&le, MP_EIO, "fault ckpt_fail_at:group_list: rank %d fails before sending its boxes", w->rank);
     /* the leader then stops the group (no go) but reports nothing itself: the commit's agreement names
      * this rank with its own message */
     list_hdr lh = {rc, rc == MP_OK ? (int64_t)b.n : (int64_t)strlen(le.msg)};
@@ -290,7 +291,7 @@ static mp_code member_fill(void *ctx, const int64_t *offset, const int64_t *shap
         g->w->ops->recv(g->w, buf, (size_t)(rows * ck_row_bytes(B->dt, B->ndim, B->shp)), m->rank, TAG_DATA);
         advance(m, h);
         if (ck_fail_point("group_write", g->w->rank))
-            rc = mp_err_set(e, MP_EIO, "MP_CKPT_FAIL_AT=group_write: rank %d fails writing the boxes of rank %d",
+            rc = mp_err_set(e, MP_EIO, "fault ckpt_fail_at:group_write: rank %d fails writing the boxes of rank %d",
                             g->w->rank, m->rank);
     }
     free(h);

@@ -35,7 +35,7 @@
  * Costs: rank 0 reads the index once, checks it in O(total boxes x log) time but holds only the runs
  * (v3; a v1/v2 layout is expanded), and plans each rank in O(its regions x runs + its boxes x runs x
  * log; its boxes x 1 for tensors no rank file holds two boxes of, as in every tp x dp save); every other rank reads no index table and receives O(own boxes + metadata) bytes. Rank 0 and
- * a test (ckpt/test/test_ckpt_plan.c: the runs planner against the expanded one) share
+ * a test (tests/ckpt/test_ckpt_plan.c: the runs planner against the expanded one) share
  * ck_plan_src_open / ck_plan_pack.
  */
 #include "ckpt/ckpt_internal.h"

@@ -40,6 +40,7 @@
  */
 #define _GNU_SOURCE
 #include "ckpt/read_pipe.h"
+#include "core/fault.h"
 #include "core/alloc.h"
 #include <assert.h>
 #include <pthread.h>
@@ -221,6 +222,5 @@ int ck_worker_busy(const ck_worker *w) { return w && w->busy; }
 int ck_worker_usable(const ck_worker *w) { return w && w->pid == getpid(); }
 
 int ck_worker_serial_forced(void) {
-    const char *v = getenv("MP_CKPT_SERIAL_FILL");
-    return v && *v && strcmp(v, "0") != 0;
+    return mp_fault_on("ckpt_serial_fill");
 }

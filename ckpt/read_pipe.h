@@ -32,7 +32,7 @@ int ck_worker_busy(const ck_worker *w);
  * Process-wide; the default (1) is what every command runs. */
 void ck_worker_set_stealing(int on);
 
-/* 1 when MP_CKPT_SERIAL_FILL is set (non-empty, not "0"): the band writers (ckpt/writer_files.c fill boxes,
+/* 1 when the fault ckpt_serial_fill is set (non-empty, not "0"): the band writers (ckpt/writer_files.c fill boxes,
  * reshard/hf_sink.c) then run without a worker, serially: the path their overlapped output is
  * compared against in tests (tests/convert_overlap.sh). */
 int ck_worker_serial_forced(void);

@@ -2,10 +2,11 @@
  * ckpt/util.c — small pieces every file of ckpt/ shares: the clock, formatted strings, a growing byte
  * buffer, the checkpoint-directory check of every open, the rounds in which rank 0 gathers and scatters
  * per-rank bytes (the save's box lists, the collective open's region lists and parts), and the crash
- * points of MP_CKPT_CRASH_AT that the kill tests use. The file-system steps of the commit protocol (fsync, durable rename, directory swap, mkdir -p, removal) are core/fsutil.h's, shared with every layer.
+ * points of the fault ckpt_crash_at (core/fault.h) that the kill tests use. The file-system steps of the commit protocol (fsync, durable rename, directory swap, mkdir -p, removal) are core/fsutil.h's, shared with every layer.
  */
 #define _GNU_SOURCE
 #include "core/alloc.h"
+#include "core/fault.h"
 #include "core/fsutil.h"
 #include "ckpt/ckpt_internal.h"
 #include <signal.h>
@@ -43,9 +44,8 @@ mp_code ck_dir_exists(const char *dir, mp_err *e) {
 }
 
 int ck_round_ranks(int ranks) {
-    const char *v = getenv("MP_CKPT_GATHER_RANKS");
-    int k = v ? atoi(v) : 0;
-    return k > 0 ? k : ranks;
+    int64_t k = mp_fault_int("ckpt_gather_ranks", 0);
+    return k > 0 ? (int)k : ranks;
 }
 
 /* counts[size] on rank 0 (NULL elsewhere): len[r] for the ranks r of [r0, r1), 0 for the others. */
@@ -72,20 +72,19 @@ void ck_scatter_round(mp_comm *w, void *out, int64_t n, const void *in, const in
     free(counts);
 }
 
-/* Whether the test hook named by env var `at_var` is set to point and the rank variable `rank_var` is
- * unset, empty or rank: the one rule of MP_CKPT_CRASH_AT and MP_CKPT_FAIL_AT. */
-static int hook_at(const char *at_var, const char *rank_var, const char *point, int rank) {
-    const char *at = getenv(at_var);
-    if (!at || strcmp(at, point) != 0) return 0;
-    const char *r = getenv(rank_var);
-    return !(r && *r && atoi(r) != rank);
+/* Whether fault `at` (core/fault.h) names point and fault `rank_name` is unset, empty or rank: the one
+ * rule of ckpt_crash_at and ckpt_fail_at. */
+static int hook_at(const char *at, const char *rank_name, const char *point, int rank) {
+    char buf[256];
+    const char *v = mp_fault_arg(at, buf, sizeof buf);
+    return v && !strcmp(v, point) && mp_fault_rank_matches(rank_name, rank);
 }
 
 void ck_crash_point(const char *point, int rank) {
-    if (!hook_at("MP_CKPT_CRASH_AT", "MP_CKPT_CRASH_RANK", point, rank)) return;
-    fprintf(stderr, "ckpt: MP_CKPT_CRASH_AT=%s: killing rank %d\n", point, rank);
+    if (!hook_at("ckpt_crash_at", "ckpt_crash_rank", point, rank)) return;
+    fprintf(stderr, "ckpt: fault ckpt_crash_at:%s: killing rank %d\n", point, rank);
     fflush(NULL);
     raise(SIGKILL);
 }
 
-int ck_fail_point(const char *point, int rank) { return hook_at("MP_CKPT_FAIL_AT", "MP_CKPT_FAIL_RANK", point, rank); }
+int ck_fail_point(const char *point, int rank) { return hook_at("ckpt_fail_at", "ckpt_fail_rank", point, rank); }

@@ -62,13 +62,13 @@ static struct {
 } g_view = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, MP_OK, {0}, 0};
 static _Thread_local int t_view_thread;
 
-/* Writes dir/view.h5 of L (ck_views_replace; test hook MP_CKPT_FAIL_AT=view_write); if_absent: only
+/* Writes dir/view.h5 of L (ck_views_replace; fault ckpt_fail_at:view_write); if_absent: only
  * when no other writer published one meanwhile (*wrote says whether this one did). A failure is a
  * warning naming dir and repair-views. On the view thread. */
 static mp_code write_view(const ck_layout *L, const char *dir, int if_absent, int *wrote, mp_err *e) {
     *wrote = 0;
     mp_code rc = ck_fail_point("view_write", 0)
-                     ? mp_err_set(e, MP_EIO, "MP_CKPT_FAIL_AT=view_write: a simulated failure")
+                     ? mp_err_set(e, MP_EIO, "fault ckpt_fail_at:view_write: a simulated failure")
                      : ck_views_replace(L, dir, CK_VIEW_FILE, ck_view_write, "during_view", if_absent, wrote, e);
     if (rc != MP_OK)
         mp_warn("ckpt: checkpoint %s is complete and loadable, but writing its views (%s) failed: %s; run "

@@ -16,7 +16,7 @@
  *           reads the first element of every box through the view and compares it bitwise with the
  *           source dataset (a view whose source went missing reads as its fill value). The child sends
  *           one line per problem, and "at <tensor>" before each tensor, over a pipe. Test hook:
- *           MP_TEST_VIEWS_CRASH_AT=<tensor> makes the child die of SIGSEGV at that tensor.
+ *           MP_FAULT=ckpt_views_crash_at:<tensor> makes the child die of SIGSEGV at that tensor.
  *   repair  rebuilds the views from the validated tables: version 3 writes view.h5 afresh
  *           (ck_view_write) into view.h5.tmp.<pid>; version 2 rebuilds index.h5 (ck_index_write writes
  *           tables, metadata and views afresh; the creation time is kept) into index.h5.tmp.<pid>; either
@@ -32,6 +32,7 @@
  * it at its next start in that root, `ckpt repair-views` at once. A view.h5 that exists is checked.
  */
 #include "ckpt/ckpt_internal.h"
+#include "core/fault.h"
 #include "core/alloc.h"
 #include "core/fsutil.h"
 #include <assert.h>
@@ -241,7 +242,8 @@ static void child_check(const char *dir, int read_through, int fd) {
     char *path = ck_fmt("%s/index.h5", dir);
     ck_layout L;
     mp_err e;
-    const char *crash_at = getenv("MP_TEST_VIEWS_CRASH_AT");   /* test hook: a libhdf5 crash, simulated */
+    char crash_buf[256];   /* fault ckpt_views_crash_at: a libhdf5 crash, simulated */
+    const char *crash_at = mp_fault_arg("ckpt_views_crash_at", crash_buf, sizeof crash_buf);
     if (crash_at && !strcmp(crash_at, "index.h5")) raise(SIGSEGV);
     if (ck_index_read(path, &L, &e) != MP_OK) {
         fprintf(o.pipe, "E %s\n", e.msg);

@@ -141,7 +141,7 @@ done:
  *    hashes band k, then produces band k+1 (of this box or the next fill box of the file) into the
  *    other buffer, while the caller writes band k. The caller's thread then only writes: the source's
  *    read copy and the hashing run on the second core (docs/BENCH_RESHARD.md).
- * One buffer and no worker when MP_CKPT_SERIAL_FILL=1 (the serial path, kept to compare against: the
+ * One buffer and no worker when MP_FAULT=ckpt_serial_fill (the serial path, kept to compare against: the
  * bytes are the same, only the overlap differs). */
 typedef struct band_job {
     ck_hasher *h;          /* hash rows [0, hrows) of hp into h first (h NULL: nothing to hash) */
@@ -193,7 +193,7 @@ static void band_job_run(void *arg) {
 }
 
 /* Rows of B per H5Dwrite call: the whole band (or box) at once when it is chunked (zstd: a partial
- * chunk would be read back, filtered and rewritten) or on the serial path (MP_CKPT_SERIAL_FILL=1: the
+ * chunk would be read back, filtered and rewritten) or on the serial path (MP_FAULT=ckpt_serial_fill: the
  * writer as it was before the band pipeline, kept to compare against), else pieces of about WRITE_PIECE_BYTES
  * (at least one row): the same bytes at the same place either way. Measured (docs/BENCH_RESHARD.md):
  * once writeback runs, a 64 MiB pwrite often costs 2-4x the system time per byte

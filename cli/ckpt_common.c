@@ -3,6 +3,7 @@
  * locating a checkpoint, chunked tensor streaming and statistics. The design is in cli/ckpt_common.h.
  */
 #include "cli/ckpt_common.h"
+#include "core/fault.h"
 #include "core/fsutil.h"
 #include "core/log.h"
 #include <assert.h>
@@ -21,15 +22,10 @@
 
 /* ------------------------------------------------------------------------------------ small helpers */
 
-/* The chunk size: CHUNK_BYTES, or MP_CKPT_CHUNK_BYTES (>= 16) when set. */
+/* The chunk size: CHUNK_BYTES, or the fault ckpt_chunk_bytes:N (N >= 16) when set. */
 int64_t mp_ckpt_chunk_bytes(void) {
-    const char *s = getenv("MP_CKPT_CHUNK_BYTES");
-    if (s && *s) {
-        char *end;
-        long long v = strtoll(s, &end, 10);
-        if (*end == '\0' && v >= 16) return v;
-    }
-    return CHUNK_BYTES;
+    int64_t v = mp_fault_int("ckpt_chunk_bytes", 0);
+    return v >= 16 ? v : CHUNK_BYTES;
 }
 
 /* mp_fs_step_fn of has_step_entries: one is enough, stop. */
@@ -302,8 +298,8 @@ mp_code mp_ckpt_check_out(const char *dst, const char *src, const char *src_what
     struct statvfs vs;
     mp_code rc = MP_OK;
     int64_t avail = -1;
-    const char *fake = getenv("MP_RESHARD_FREE_BYTES");   /* the tests' hook */
-    if (fake) avail = strtoll(fake, NULL, 10);
+    int64_t fake = mp_fault_int("free_bytes", -1);   /* the tests' hook */
+    if (fake >= 0) avail = fake;
     else if (statvfs(par, &vs) == 0) avail = (int64_t)vs.f_bavail * (int64_t)vs.f_frsize;
     else if (errno != ENOENT) rc = mp_err_set(e, MP_EINPUT, "--out %s: cannot inspect %s: %s", dst, par, strerror(errno));
     /* the data plus HDF5 overhead (object headers, tile arrays: well under 1%) and a little slack */

@@ -9,7 +9,7 @@
  *   run directory (PATH/checkpoints), meaning its newest complete checkpoint (mp_ckpt_resolve).
  * - Chunks: every tensor is read through ckpt_read in the same "chunks": boxes that cut the tensor along
  *   one dimension s (all dims after s whole, dims before s one index at a time), sized so that one chunk
- *   is at most mp_ckpt_chunk_bytes() (16 MiB; env MP_CKPT_CHUNK_BYTES overrides it, tests use tiny
+ *   is at most mp_ckpt_chunk_bytes() (16 MiB; the fault ckpt_chunk_bytes overrides it, tests use tiny
  *   chunks to exercise the cutting). The reader finds the saved boxes each chunk meets, so two
  *   checkpoints with different box layouts (different meshes) are compared chunk against identical
  *   chunk, and memory stays bounded whatever the model size.
@@ -63,7 +63,7 @@ int mp_ckpt_dcp_root(const char *root);
  * reporting the error. */
 /* Refuses (MP_EINPUT, naming --out) an output path that is empty, exists without force, is src itself
  * (src_what names it: "the source checkpoint"; src may be NULL), or whose file system lacks room for
- * need bytes plus HDF5's overhead (MP_RESHARD_FREE_BYTES replaces the measured free space, for tests). */
+ * need bytes plus HDF5's overhead (the fault free_bytes replaces the measured free space, for tests). */
 mp_code mp_ckpt_check_out(const char *dst, const char *src, const char *src_what, int force, int64_t need, mp_err *e);
 
 int mp_ckpt_cli_start(const mp_arg *flags, int argc, char **argv, int nargs, const char *what, const char *usage,
@@ -83,7 +83,7 @@ void mp_ckpt_note(mp_ckpt_problems *p, const char *fmt, ...) __attribute__((form
 
 /* ---------------------------------------------------------------------------------- small helpers */
 
-/* The chunk size in bytes: 16 MiB, or MP_CKPT_CHUNK_BYTES (>= 16) when set. */
+/* The chunk size in bytes: 16 MiB, or the fault ckpt_chunk_bytes (>= 16) when set. */
 int64_t mp_ckpt_chunk_bytes(void);
 /* n bytes for humans ("512 B", "1.5 MiB") into buf; returns buf. */
 const char *mp_ckpt_human(char *buf, size_t cap, int64_t n);

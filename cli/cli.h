@@ -2,8 +2,9 @@
  * cli/cli.h — the subcommands of the meshpoint program. Each takes the arguments after its name and
  * returns the process exit status, always decided one way: mp_exit_status(code) of core/error.h (0
  * MP_OK, 2 MP_EINPUT: bad usage or input, 1 any other code: a failed operation or check), directly or
- * through cli/runtime.h's mp_runtime_fail*, which agree on the code first. No command returns a
- * literal status.
+ * through cli/runtime.h's mp_runtime_exit_alike / mp_runtime_exit_agreed (a failure every rank found
+ * alike; a failure agreed over the ranks). No command returns a literal status (tests/python/code_shape.py
+ * checks it).
  */
 #ifndef MP_CLI_H
 #define MP_CLI_H

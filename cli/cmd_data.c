@@ -168,7 +168,7 @@ int mp_cmd_data(int argc, char **argv) {
 
     if (!tokenizer && (jsonl_field || eos)) {
         mp_log_fail("--%s needs --tokenizer", jsonl_field ? "jsonl-field" : "eos");
-        return 2;
+        return mp_exit_status(MP_EINPUT);
     }
     if (tokenizer) {
         mp_data_tok_opts o = {tokenizer, jsonl_field, eos, out, name, frac};

@@ -93,7 +93,7 @@ typedef struct eval_run {
 } eval_run;
 
 /* Parses the command line into r->f (with --help prints the help on rank 0 and sets *help). Fails alike
- * on every rank (`fail`). */
+ * on every rank (the caller declares it: mp_alike_of). */
 static mp_code parse_flags(eval_run *r, int argc, char **argv, int *help) {
     eval_flags *f = &r->f;
     static const char *const formats[] = {"llmc", "u16", "u32", NULL};
@@ -153,10 +153,10 @@ static mp_code load_config(eval_run *r) {
 
 /* Resolves --checkpoint (rank 0 decides) and, without --config, reads the model config the checkpoint
  * was saved with (every rank reads it: no broadcast of a struct). Collective: the agreed code. */
-static mp_code resolve_checkpoint(eval_run *r) {
-    if (!r->f.checkpoint) return MP_OK;
-    MP_TRY(mp_runtime_resolve_ckpt(&r->rt, NULL, r->f.checkpoint, r->ckpt_dir, sizeof r->ckpt_dir, &r->err));
-    if (r->f.config) return MP_OK;
+static mp_agreed resolve_checkpoint(eval_run *r) {
+    if (!r->f.checkpoint) return (mp_agreed){MP_OK};
+    MP_TRY_AGREED(mp_runtime_resolve_ckpt(&r->rt, NULL, r->f.checkpoint, r->ckpt_dir, sizeof r->ckpt_dir, &r->err));
+    if (r->f.config) return (mp_agreed){MP_OK};
     return mp_runtime_ckpt_model_config(&r->rt, r->ckpt_dir, &r->mc, &r->err);
 }
 
@@ -170,14 +170,14 @@ static llama_options eval_options(const eval_run *r) {
 
 /* The memory plan (printed; refused when it does not fit), then the token file, which may fail to open
  * on some ranks only. Collective: the agreed code. */
-static mp_code plan_and_open(eval_run *r) {
+static mp_agreed plan_and_open(eval_run *r) {
     /* SP left to us: on where it can be (tp divides the sequence), off elsewhere (eval --tp 3 at T = 128
      * runs instead of being refused; the loss does not depend on it) */
     int tp = r->rt.mesh.tp;
     if (r->tc.sp < 0) r->tc.sp = tp > 1 && r->tc.seq_len % tp == 0;
     llama_options o = eval_options(r);
     mp_memplan_use use = {.loads = r->f.checkpoint != NULL};
-    MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, &use, r->max_bytes, &r->plan, &r->err));
+    MP_TRY_AGREED(mp_memplan_check(&r->rt, &r->mc, &o, &use, r->max_bytes, &r->plan, &r->err));
     mp_code local = mp_token_file_open(&r->file, r->f.data, (mp_data_format)mp_data_format_parse(r->f.fmt_name),
                                        r->mc.vocab_size, &r->err);
     return mp_runtime_agree(&r->rt, local, &r->err);
@@ -186,24 +186,25 @@ static mp_code plan_and_open(eval_run *r) {
 /* Builds the model with the seeded initialisation, then loads the checkpoint's weights over it (only
  * the weights: a --model-only checkpoint has no moments, and eval needs none). Collective: the agreed
  * code. */
-static mp_code build_and_load(eval_run *r) {
+static mp_agreed build_and_load(eval_run *r) {
     mp_info("model: %lld parameters, %d layers, hidden %d; mesh dp %d x tp %d; %s; up to %d batches of %d x %d "
             "tokens", (long long)llama_config_num_params(&r->mc), r->mc.num_hidden_layers, r->mc.hidden_size,
             r->rt.mesh.dp, r->rt.mesh.tp, r->f.checkpoint ? "loading the checkpoint" : "seeded initialisation",
             r->f.batches, r->tc.batch_size, r->tc.seq_len);
     llama_options o = eval_options(r);
-    MP_TRY(mp_runtime_agree(&r->rt, llama_create(&r->model, &r->mc, &o, &r->rt.mesh, r->rt.be, &r->err), &r->err));
+    MP_TRY_AGREED(
+        mp_runtime_agree(&r->rt, llama_create(&r->model, &r->mc, &o, &r->rt.mesh, r->rt.be, &r->err), &r->err));
     llama_init_weights(r->model, (uint64_t)r->f.seed);
-    if (!r->f.checkpoint) return MP_OK;
+    if (!r->f.checkpoint) return (mp_agreed){MP_OK};
     mp_code local = mp_checkpoint_load(r->model, r->ckpt_dir, &r->mc, 1, &r->st, &r->err);
     if (local && r->f.config) mp_err_wrap(&r->err, "--config %s", r->f.config);
-    MP_TRY(mp_runtime_agree(&r->rt, local, &r->err));
+    MP_TRY_AGREED(mp_runtime_agree(&r->rt, local, &r->err));
     mp_checkpoint_log_io(&r->rt.mesh, "loaded", r->ckpt_dir, &r->st);
-    return MP_OK;
+    return (mp_agreed){MP_OK};
 }
 
-/* Evaluates and prints the result on rank 0 (text or --json). Fails alike (`fail`). */
-static mp_code evaluate(eval_run *r) {
+/* Evaluates and prints the result on rank 0 (text or --json). Fails alike (the loss is global). */
+static mp_alike evaluate(eval_run *r) {
     const eval_flags *f = &r->f;
     const mp_train_config *tc = &r->tc;
     size_t tb = (size_t)r->bs.micro * tc->seq_len * sizeof(int32_t);
@@ -211,8 +212,8 @@ static mp_code evaluate(eval_run *r) {
     r->tgt = mp_xmalloc(tb);
     int used = f->batches;
     double loss = mp_eval_loss_n(r->model, &r->file, &r->bs, tc->seq_len, f->batches, r->in, r->tgt, &used, &r->err);
-    if (isnan(loss)) return r->err.code ? r->err.code : MP_ECHECK;
-    if (r->rt.rank != 0) return MP_OK;
+    if (isnan(loss)) return mp_alike_of(r->err.code ? r->err.code : MP_ECHECK);
+    if (r->rt.rank != 0) return mp_alike_of(MP_OK);
     if (used < f->batches)
         mp_warn("--batches %d: %s holds only %d batches of %d x %d tokens; used those %d", f->batches, f->data, used,
                 tc->batch_size, tc->seq_len, used);
@@ -222,12 +223,12 @@ static mp_code evaluate(eval_run *r) {
     if (f->json) print_json(&res);
     else printf("eval loss %.6f (%d batches x %d x %d tokens of %s; weights: %s)\n", loss, used, tc->batch_size,
                 tc->seq_len, f->data, ck ? ck : "initialisation");
-    return MP_OK;
+    return mp_alike_of(MP_OK);
 }
 
-/* `meshpoint eval`. Errors every rank finds alike go to `fail` (rank 0 prints them); errors only some
- * ranks may find (files on node-local paths, the memory of each host) are agreed on and go to
- * `fail_agreed`, like train's. */
+/* `meshpoint eval`. Errors every rank finds alike go through MP_PHASE_ALIKE (rank 0 prints them); errors
+ * only some ranks may find (files on node-local paths, the memory of each host) are agreed on and go
+ * through MP_PHASE_AGREED, like train's (cli/runtime.h). */
 int mp_cmd_eval(int argc, char **argv) {
     eval_run run = {.f = {.fmt_name = "llmc", .device = "cpu", .comm = "auto", .batches = 8, .tp = 1, .sp = -1}}, *r = &run;
     mp_train_config_default(&r->tc);
@@ -238,23 +239,21 @@ int mp_cmd_eval(int argc, char **argv) {
     mp_runtime_start(&r->rt, &argc, &argv);
     mp_err_clear(&r->err);
     int help = 0, status = mp_exit_status(MP_OK);
-    mp_code agreed;
-    if (parse_flags(r, argc, argv, &help)) goto fail;
+#define ALIKE(expr) MP_PHASE_ALIKE(status, done, &r->rt, &r->err, expr)
+#define AGREED(expr) MP_PHASE_AGREED(status, done, expr)
+    ALIKE(mp_alike_of(parse_flags(r, argc, argv, &help)));
     if (help) goto done;
-    if ((agreed = mp_runtime_agree(&r->rt, load_config(r), &r->err))) goto fail_agreed;
-    if (mp_runtime_mesh(&r->rt, r->tc.tp, r->tc.dp, r->f.device, r->f.comm, &r->err)) goto fail;
-    if ((agreed = resolve_checkpoint(r))) goto fail_agreed;
-    if (llama_config_validate_pair(&r->mc, &r->tc, &r->err)) goto fail;
-    if (mp_batch_split_init(&r->bs, r->tc.batch_size, 1, r->rt.mesh.dp, &r->err)) goto fail;
-    if ((agreed = plan_and_open(r)) || (agreed = build_and_load(r))) goto fail_agreed;
-    if (evaluate(r)) goto fail;
+    AGREED(mp_runtime_agree(&r->rt, load_config(r), &r->err));
+    ALIKE(mp_alike_of(mp_runtime_mesh(&r->rt, r->tc.tp, r->tc.dp, r->f.device, r->f.comm, &r->err)));
+    AGREED(resolve_checkpoint(r));
+    ALIKE(mp_alike_of(llama_config_validate_pair(&r->mc, &r->tc, &r->err)));
+    ALIKE(mp_alike_of(mp_batch_split_init(&r->bs, r->tc.batch_size, 1, r->rt.mesh.dp, &r->err)));
+    AGREED(plan_and_open(r));
+    AGREED(build_and_load(r));
+    ALIKE(evaluate(r));
     mp_memplan_report(&r->rt, r->plan.total);
-    goto done;
-fail_agreed:
-    status = mp_exit_status(agreed);   /* the failing rank printed the message */
-    goto done;
-fail:
-    status = mp_runtime_fail(&r->rt, &r->err);
+#undef ALIKE
+#undef AGREED
 done:
     free(r->in);
     free(r->tgt);

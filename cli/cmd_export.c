@@ -387,7 +387,7 @@ int mp_cmd_export(int argc, char **argv) {
     if ((dcp ? run_export_dcp : gguf ? run_export_gguf : run_export)(&rt, argv[0], &o, &err)) goto fail;
     goto done;
 fail:
-    status = mp_runtime_fail(&rt, &err);
+    status = mp_runtime_exit_alike(&rt, mp_alike_of(err.code), &err);
 done:
     mp_runtime_end(&rt);
     return status;

@@ -136,7 +136,7 @@ int mp_cmd_import(int argc, char **argv) {
                                    boxes, n, &meta, &o);
     goto done;
 fail:
-    status = mp_runtime_fail_agreed(&rt, &err);   /* the source may fail on some ranks only */
+    status = mp_runtime_exit_agreed(mp_runtime_agree(&rt, err.code, &err));   /* the source may fail on some ranks only */
 done:
     free(boxes);
     free(tokdir);

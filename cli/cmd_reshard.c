@@ -14,7 +14,7 @@
  *   4. unless --no-verify, DST is read back: every byte against its checksums, exact coverage.
  * Under mpirun -np K, target rank r's file is written by worker r % K; errors are agreed (one message).
  * Steps 1 (destination and disk) to 4 are cli/convert.c's mp_convert_write_ckpt, which import shares.
- * Test hook: MP_RESHARD_FREE_BYTES overrides the free-disk figure of step 1.
+ * Test hook: the fault free_bytes overrides the free-disk figure of step 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,7 +72,7 @@ int mp_cmd_reshard(int argc, char **argv) {
     status = mp_convert_write_ckpt(&rt, "reshard", src, src_dir, "the source checkpoint", boxes, n, &meta, &o);
     goto done;
 fail:
-    status = mp_runtime_fail_agreed(&rt, &err);   /* the source may fail on some ranks only */
+    status = mp_runtime_exit_agreed(mp_runtime_agree(&rt, err.code, &err));   /* the source may fail on some ranks only */
 done:
     free(boxes);
     mp_tokfiles_free(&files);
@@ -135,7 +135,7 @@ int mp_cmd_init(int argc, char **argv) {
     status = mp_convert_write_ckpt(&rt, "init", src, NULL, NULL, boxes, n, &meta, &o);
     goto done;
 fail:
-    status = mp_runtime_fail_agreed(&rt, &err);   /* the source may fail on some ranks only */
+    status = mp_runtime_exit_agreed(mp_runtime_agree(&rt, err.code, &err));   /* the source may fail on some ranks only */
 done:
     free(boxes);
     if (src) src->close(src);

@@ -100,7 +100,7 @@ static const char *sample_about =
     "--ignore-eos. Sampling: logits / temperature, then the --top-k most likely, then the smallest most likely\n"
     "set of mass >= --top-p.";
 
-/* Parses the flags into r->f. Fails alike on every rank (`fail`). */
+/* Parses the flags into r->f. Fails alike on every rank (the caller declares it: mp_alike_of). */
 static mp_code parse_flags(sample_run *r, int argc, char **argv, int *help) {
     sample_flags *f = &r->f;
     const mp_arg flags[] = {
@@ -209,9 +209,9 @@ static mp_code load_tokenizer(sample_run *r) {
 
 /* Resolves the checkpoint (rank 0 decides) and reads its model config (every rank). Collective: the
  * agreed code. */
-static mp_code read_checkpoint_config(sample_run *r) {
-    MP_TRY(mp_runtime_resolve_ckpt(&r->rt, NULL, r->f.checkpoint, r->ckpt_dir, sizeof r->ckpt_dir, &r->err));
-    MP_TRY(mp_runtime_ckpt_model_config(&r->rt, r->ckpt_dir, &r->mc, &r->err));
+static mp_agreed read_checkpoint_config(sample_run *r) {
+    MP_TRY_AGREED(mp_runtime_resolve_ckpt(&r->rt, NULL, r->f.checkpoint, r->ckpt_dir, sizeof r->ckpt_dir, &r->err));
+    MP_TRY_AGREED(mp_runtime_ckpt_model_config(&r->rt, r->ckpt_dir, &r->mc, &r->err));
     return mp_runtime_agree(&r->rt, load_tokenizer(r), &r->err);
 }
 
@@ -285,7 +285,7 @@ static int sample_eos_ids(const sample_run *r, int32_t *ids, int cap) {
 /* Plans the memory, builds the model (micro-batch 1; with the KV cache: a cache of T positions and one
  * forward of the prompt's length; without: seq_len T, no SP) and loads the checkpoint's weights.
  * Collective: the agreed code. */
-static mp_code build_model(sample_run *r) {
+static mp_agreed build_model(sample_run *r) {
     /* forward only: the weights, the activations of one forward and the KV cache; no gradients, no moments */
     llama_options o = {.micro_batch = 1, .seq_len = r->T, .sp = 0, .reshard_after_forward = 1, .inference = 1,
                        .kv_cache = !r->f.no_kv_cache, .kv_chunk = r->f.no_kv_cache ? 0 : r->n_prompt,
@@ -293,15 +293,17 @@ static mp_code build_model(sample_run *r) {
     int V = r->mc.vocab_size, vl = (V + r->rt.mesh.tp - 1) / r->rt.mesh.tp;
     /* the logits row, this rank's part of it and the sampler's */
     mp_memplan_use use = {.loads = 1, .own = (int64_t)sizeof(float) * vl * (r->rt.mesh.tp + 1) + mp_sampler_bytes(V)};
-    MP_TRY(mp_memplan_check(&r->rt, &r->mc, &o, &use, r->max_bytes, &r->plan, &r->err));
-    MP_TRY(mp_runtime_agree(&r->rt, llama_create(&r->model, &r->mc, &o, &r->rt.mesh, r->rt.be, &r->err), &r->err));
+    MP_TRY_AGREED(mp_memplan_check(&r->rt, &r->mc, &o, &use, r->max_bytes, &r->plan, &r->err));
+    MP_TRY_AGREED(
+        mp_runtime_agree(&r->rt, llama_create(&r->model, &r->mc, &o, &r->rt.mesh, r->rt.be, &r->err), &r->err));
     mp_run_state st;
-    MP_TRY(mp_runtime_agree(&r->rt, mp_checkpoint_load(r->model, r->ckpt_dir, &r->mc, 1, &st, &r->err), &r->err));
+    MP_TRY_AGREED(
+        mp_runtime_agree(&r->rt, mp_checkpoint_load(r->model, r->ckpt_dir, &r->mc, 1, &st, &r->err), &r->err));
     r->row = mp_xmalloc(sizeof(float) * (size_t)vl * (size_t)r->rt.mesh.tp);
     r->part = mp_xmalloc(sizeof(float) * (size_t)vl);
     mp_sampler_init(&r->sampler, V, r->f.temperature, r->f.top_k, r->f.top_p, (uint64_t)r->f.seed);
     r->n_eos = r->f.ignore_eos ? 0 : sample_eos_ids(r, r->eos, LLAMA_MAX_EOS);
-    return MP_OK;
+    return (mp_agreed){MP_OK};
 }
 
 /* The logits of position r->n - 1 over the whole vocabulary into r->row (every rank alike): one forward
@@ -402,28 +404,26 @@ static void generate(sample_run *r) {
             n < r->f.tokens ? ", stopped at the end-of-sequence id" : "");
 }
 
-/* `meshpoint sample`. Errors every rank finds alike go to `fail`; the others are agreed (`fail_agreed`). */
+/* `meshpoint sample`. Errors every rank finds alike go through MP_PHASE_ALIKE; the others are agreed
+ * (MP_PHASE_AGREED; cli/runtime.h). */
 int mp_cmd_sample(int argc, char **argv) {
     sample_run run = {.f = {.device = "cpu", .comm = "auto", .tokens = 64, .temperature = 0.8, .top_k = 0, .top_p = 1, .tp = 1, .seed = 1}};
     sample_run *r = &run;
     mp_runtime_start(&r->rt, &argc, &argv);
     mp_err_clear(&r->err);
     int help = 0, status = mp_exit_status(MP_OK);
-    mp_code agreed;
-    if (parse_flags(r, argc, argv, &help)) goto fail;
+#define ALIKE(expr) MP_PHASE_ALIKE(status, done, &r->rt, &r->err, expr)
+#define AGREED(expr) MP_PHASE_AGREED(status, done, expr)
+    ALIKE(mp_alike_of(parse_flags(r, argc, argv, &help)));
     if (help) goto done;
-    if (mp_runtime_mesh(&r->rt, r->f.tp, r->f.dp, r->f.device, r->f.comm, &r->err)) goto fail;
-    if ((agreed = read_checkpoint_config(r))) goto fail_agreed;
-    if (encode_prompt(r)) goto fail;
-    if ((agreed = build_model(r))) goto fail_agreed;
+    ALIKE(mp_alike_of(mp_runtime_mesh(&r->rt, r->f.tp, r->f.dp, r->f.device, r->f.comm, &r->err)));
+    AGREED(read_checkpoint_config(r));
+    ALIKE(mp_alike_of(encode_prompt(r)));
+    AGREED(build_model(r));
     generate(r);
     mp_memplan_report(&r->rt, r->plan.total);
-    goto done;
-fail_agreed:
-    status = mp_exit_status(agreed);
-    goto done;
-fail:
-    status = mp_runtime_fail(&r->rt, &r->err);
+#undef ALIKE
+#undef AGREED
 done:
     llama_destroy(r->model);
     free(r->seq);

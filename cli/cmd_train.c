@@ -57,21 +57,22 @@ static int stop_requested(mp_mesh *mesh) {
 typedef enum step_flow {
     STEP_NEXT,   /* the next step */
     STEP_STOP,   /* stopped (signal or --stop-at) with a checkpoint saved: exit 0 */
-    STEP_FAIL    /* r->err set, found alike by every rank: `fail` */
+    STEP_FAIL    /* r->err set, found alike by every rank (an mp_alike failure) */
 } step_flow;
 
-/* Builds the mesh (fixing c->dp) and the batch split. Fails alike on every rank (`fail`). */
-static mp_code setup_mesh(train_run *r) {
+/* Builds the mesh (fixing c->dp) and the batch split. Fails alike on every rank. */
+static mp_alike setup_mesh(train_run *r) {
     mp_train_config *c = &r->f.tc;
-    MP_TRY(mp_runtime_mesh(&r->rt, c->tp, c->dp, r->f.device, r->f.comm, &r->err));
+    mp_code rc = mp_runtime_mesh(&r->rt, c->tp, c->dp, r->f.device, r->f.comm, &r->err);
+    if (rc) return mp_alike_of(rc);
     r->mesh = &r->rt.mesh;
     c->dp = r->mesh->dp;
-    return mp_batch_split_init(&r->bs, c->batch_size, c->grad_accum, r->mesh->dp, &r->err);
+    return mp_alike_of(mp_batch_split_init(&r->bs, c->batch_size, c->grad_accum, r->mesh->dp, &r->err));
 }
 
 /* Prints the memory plan and refuses (MP_EINPUT) one that does not fit, before the data and the model
- * allocate anything large. Collective: returns the agreed code (nonzero: `fail_agreed`). */
-static mp_code plan_memory(train_run *r) {
+ * allocate anything large. Collective: the agreed code. */
+static mp_agreed plan_memory(train_run *r) {
     mp_memplan *plan = &r->plan;
     llama_options o = mp_runtime_model_options(&r->rt, &r->f.tc, r->bs.micro);
     mp_memplan_use use = {.staging = r->f.async_save || !r->rt.be->host_memory,   /* see mp_checkpointer_save */
@@ -82,9 +83,8 @@ static mp_code plan_memory(train_run *r) {
 }
 
 /* Opens the token files and the training loader, and checks that the validation file holds a batch.
- * A file may fail to open on some ranks only (node-local paths): collective, returns the agreed code
- * (nonzero: `fail_agreed`). */
-static mp_code open_data(train_run *r) {
+ * A file may fail to open on some ranks only (node-local paths): collective, the agreed code. */
+static mp_agreed open_data(train_run *r) {
     mp_train_config *c = &r->f.tc;
     mp_err *err = &r->err;
     mp_data_format fmt = (mp_data_format)mp_data_format_parse(r->f.data_format);
@@ -99,10 +99,9 @@ static mp_code open_data(train_run *r) {
 }
 
 /* Builds the model with its initial weights (with --init-from, mp_train_init_from loads them instead).
- * Fails alike on every rank (`fail`). */
-static mp_code build_model(train_run *r) {
-    MP_TRY(mp_runtime_model(&r->rt, &r->mc, &r->f.tc, r->bs.micro, &r->model, &r->err));
-    return MP_OK;
+ * Fails alike on every rank. */
+static mp_alike build_model(train_run *r) {
+    return mp_alike_of(mp_runtime_model(&r->rt, &r->mc, &r->f.tc, r->bs.micro, &r->model, &r->err));
 }
 
 /* A fresh run (nothing resumed, no --init-from) gets the seeded random initialisation; a resumed or
@@ -151,19 +150,19 @@ static void prepare_loop(train_run *r) {
 }
 
 /* A fresh 0-step run with --ckpt-every saves its initial state as step 0 ("at the end" of no steps:
- * what `meshpoint init` writes offline). Collective when it saves. Fails alike (`fail`). */
-static mp_code save_initial_state(train_run *r) {
-    if (!(r->f.tc.steps == 0 && !r->resume_dir[0] && r->f.ckpt_every)) return MP_OK;
+ * what `meshpoint init` writes offline). Collective when it saves. Fails alike (the save agrees inside). */
+static mp_alike save_initial_state(train_run *r) {
+    if (!(r->f.tc.steps == 0 && !r->resume_dir[0] && r->f.ckpt_every)) return mp_alike_of(MP_OK);
     mp_run_state now = {0, r->loader.cur, 0, 0};
     ckpt_stats cs;
     mp_code rc;
     if ((rc = mp_checkpointer_save(&r->ck, r->model, &r->mc, &r->f.tc, &now, &cs, &r->err)) ||
         (rc = mp_checkpointer_wait(&r->ck, NULL, &r->err))) {
         mp_err_wrap(&r->err, "saving the initial state (step 0)");
-        return rc;
+        return mp_alike_of(rc);
     }
     mp_info("checkpoint step 0 (the initial state) saved under %s", r->ckpt_root);
-    return MP_OK;
+    return mp_alike_of(MP_OK);
 }
 
 /* Step `step` (0-based) had a non-finite gradient norm, and llama_train_step applied no update. With
@@ -192,9 +191,9 @@ static double step_comm_seconds(const mp_mesh *mesh) {
 }
 
 /* Runs optimizer step `step` (0-based) and advances the loader; *out gets its lr, loss and gradient
- * norm. Collective. A non-finite norm: nonfinite_step. Fails alike (`fail`) when the loss is not finite
- * (the loss is global). */
-static mp_code run_step(train_run *r, int64_t step, step_out *out) {
+ * norm. Collective. A non-finite norm: nonfinite_step. Fails alike when the loss is not finite (the loss
+ * is global). */
+static mp_alike run_step(train_run *r, int64_t step, step_out *out) {
     const mp_train_config *c = &r->f.tc;
     const mp_mesh *mesh = r->mesh;
     /* the step's own time and collectives: checkpoints and evaluations between steps are not in them */
@@ -214,11 +213,11 @@ static mp_code run_step(train_run *r, int64_t step, step_out *out) {
     out->norm = sr.grad_norm;
     out->skipped = 0;
     r->last_loss = out->loss;
-    if (!isfinite(out->norm)) return nonfinite_step(r, step, out);
+    if (!isfinite(out->norm)) return mp_alike_of(nonfinite_step(r, step, out));
     if (!isfinite(out->loss))
-        return mp_err_set(&r->err, MP_ECHECK, "loss is %g at step %lld: training diverged", out->loss,
-                          (long long)step + 1);
-    return MP_OK;
+        return mp_alike_of(mp_err_set(&r->err, MP_ECHECK, "loss is %g at step %lld: training diverged", out->loss,
+                                      (long long)step + 1));
+    return mp_alike_of(MP_OK);
 }
 
 /* A save that failed and is not the run's last (r->err holds it): STEP_FAIL, or with --on-save-error
@@ -284,18 +283,18 @@ static step_flow checkpoint_step(train_run *r, int64_t step) {
 }
 
 /* After the last step: waits for a save in flight, then logs the summary (steps, final loss, time; the
- * communication volume on a multi-rank mesh) if this run took any step. Collective. Fails alike
- * (`fail`) when the save does. */
-static mp_code finish_run(train_run *r) {
+ * communication volume on a multi-rank mesh) if this run took any step. Collective. Fails alike when the
+ * save does (the save agrees inside). */
+static mp_alike finish_run(train_run *r) {
     const mp_train_config *c = &r->f.tc;
     const mp_mesh *mesh = r->mesh;
     mp_code rc = mp_checkpointer_wait(&r->ck, NULL, &r->err);
     if (rc) {
         mp_err_wrap(&r->err, "saving the last checkpoint");
         last_save_failed(r);
-        return rc;
+        return mp_alike_of(rc);
     }
-    if (c->steps <= r->first_step) return MP_OK;
+    if (c->steps <= r->first_step) return mp_alike_of(MP_OK);
     double elapsed = mp_time_s() - r->t_start;
     mp_info("done: %lld steps, final train loss %.6f, %.1f s", (long long)c->steps, r->last_loss, elapsed);
     mp_memplan_report(&r->rt, r->plan.total);
@@ -310,7 +309,7 @@ static mp_code finish_run(train_run *r) {
                 r->steps_tp_bytes / 1048576.0 / (double)ran, r->steps_dp_bytes / 1048576.0 / (double)ran,
                 r->steps_s > 0 ? 100.0 * r->steps_comm_s / r->steps_s : 0.0);
     }
-    return MP_OK;
+    return mp_alike_of(MP_OK);
 }
 
 /* Frees what the run holds (each piece may not have been set up). */
@@ -324,53 +323,54 @@ static void release_run(train_run *r) {
     mp_token_file_close(&r->val);
 }
 
-/* `meshpoint train`. Errors every rank finds alike go to `fail` (rank 0 prints them); errors only some
- * ranks may find are agreed on (mp_runtime_agree: the failing rank prints) and go to `fail_agreed`. */
+/* `meshpoint train`: the phases in order, each run by the macro of its failure protocol (cli/runtime.h):
+ * MP_PHASE_ALIKE (rank 0 prints the failure every rank found) or MP_PHASE_AGREED (the failing rank
+ * printed it). The type a phase returns picks the macro; a mismatch does not compile. */
 int mp_cmd_train(int argc, char **argv) {
     train_run run = {0}, *r = &run;
     mp_runtime_start(&r->rt, &argc, &argv);
     mp_err_clear(&r->err);
     mp_checkpointer_init(&r->ck, "", NULL, 0);
     int help = 0, status = mp_exit_status(MP_OK);
-    mp_code agreed;
+#define ALIKE(expr) MP_PHASE_ALIKE(status, done, &r->rt, &r->err, expr)
+#define AGREED(expr) MP_PHASE_AGREED(status, done, expr)
 
     /* flags and config; mesh, data, model */
-    if (mp_train_parse_flags(r, argc, argv, &help)) goto fail;
+    ALIKE(mp_train_parse_flags(r, argc, argv, &help));
     if (help) goto done;
     /* the config file may be missing on some ranks only (node-local paths): agreed before the mesh */
-    if ((agreed = mp_runtime_agree(&r->rt, mp_train_load_config(r), &r->err))) goto fail_agreed;
-    if (setup_mesh(r)) goto fail;
-    if ((agreed = plan_memory(r)) || (agreed = open_data(r))) goto fail_agreed;
-    if (build_model(r)) goto fail;
+    AGREED(mp_runtime_agree(&r->rt, mp_train_load_config(r), &r->err));
+    ALIKE(setup_mesh(r));
+    AGREED(plan_memory(r));
+    AGREED(open_data(r));
+    ALIKE(build_model(r));
     /* checkpoints: the root's lock, leftovers of interrupted saves, resume; then what lies past the
      * resumed step is set aside and the metrics file opened */
-    if ((agreed = mp_train_claim_ckpt_root(r))) goto fail_agreed;
-    if ((agreed = mp_train_resume(r)) || (agreed = mp_train_init_from(r))) goto fail_agreed;
+    AGREED(mp_train_claim_ckpt_root(r));
+    AGREED(mp_train_resume(r));
+    AGREED(mp_train_init_from(r));
     init_fresh_weights(r);
     mp_train_note_resume(r);
-    if ((agreed = mp_train_open_metrics(r))) goto fail_agreed;
+    AGREED(mp_train_open_metrics(r));
     /* views a kill or a full disk left pending in the root: rank 0, under the job lock, after the
      * load and the set-aside, writes them in the background; the run's first save waits for it, the exit too */
     if (r->rt.rank == 0) ckpt_views_heal_start(r->ckpt_root);
     prepare_loop(r);
-    if (save_initial_state(r)) goto fail;
+    ALIKE(save_initial_state(r));
     /* the steps */
     for (int64_t step = r->first_step; step < r->f.tc.steps; step++) {
         step_out s;
-        if (run_step(r, step, &s) || mp_train_log_step(r, step, &s)) goto fail;
-        if ((agreed = mp_runtime_agree(&r->rt, r->metrics_rc, &r->metrics_err))) goto fail_agreed;
+        ALIKE(run_step(r, step, &s));
+        ALIKE(mp_train_log_step(r, step, &s));
+        AGREED(mp_runtime_agree(&r->rt, r->metrics_rc, &r->metrics_err));
         step_flow flow = checkpoint_step(r, step);
-        if (flow == STEP_FAIL) goto fail;
+        ALIKE(mp_alike_of(flow == STEP_FAIL ? (r->err.code ? r->err.code : MP_EINTERNAL) : MP_OK));
         if (flow == STEP_STOP) goto done;
     }
-    if (finish_run(r)) goto fail;
-    if ((agreed = mp_train_close_metrics(r))) goto fail_agreed;
-    goto done;
-fail_agreed:
-    status = mp_exit_status(agreed);   /* the failing rank printed the message */
-    goto done;
-fail:
-    status = mp_runtime_fail(&r->rt, &r->err);
+    ALIKE(finish_run(r));
+    AGREED(mp_train_close_metrics(r));
+#undef ALIKE
+#undef AGREED
 done:
     release_run(r);
     mp_runtime_end(&r->rt);

@@ -197,25 +197,26 @@ int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const
     char what[64];
     snprintf(what, sizeof what, "%s: source", cmd);
     mp_code rc = mp_runtime_test_fail(rt, what, &err);
-    mp_code agreed = mp_runtime_agree(rt, rc, rc ? &err : NULL);   /* another rank may have failed, and said so */
-    if (agreed) return mp_exit_status(agreed);
+    mp_agreed agreed = mp_runtime_agree(rt, rc, rc ? &err : NULL);   /* another rank may have failed, and said so */
+    if (agreed.code) return mp_runtime_exit_agreed(agreed);
     size_t band = o->max_bytes / 4;
     int world = o->tp * o->dp;
     if (o->plan) {
         int64_t rd = 0, wr = 0;
         if (rt->rank == 0) rc = rs_plan_print(src, boxes, n, world, o->ranks_per_file, band, o->json, stdout, &rd, &wr, &err);
-        return mp_exit_status(mp_runtime_agree(rt, rc, &err));
+        agreed = mp_runtime_agree(rt, rc, &err);
+        return agreed.code ? mp_runtime_exit_agreed(agreed) : mp_exit_status(MP_OK);
     }
     /* the destination is checked on every rank; agreed, so that a rank that finds it unusable does not
      * leave the others waiting in the sink's collective start */
     int64_t need = mp_convert_bytes(boxes, n) + (meta->files ? mp_tokfiles_bytes(meta->files) : 0);
     rc = mp_ckpt_check_out(o->out, src_dir, src_what, o->force, need, &err);
-    if ((agreed = mp_runtime_agree(rt, rc, &err))) return mp_exit_status(agreed);
+    if ((agreed = mp_runtime_agree(rt, rc, &err)).code) return mp_runtime_exit_agreed(agreed);
     rs_sink *sink = NULL;
     int64_t step = meta->copy_from ? ckpt_reader_step(meta->copy_from) : meta->step;
     int version = mp_ckpt_format_version(meta->mc);
     if (rs_sink_ckpt(&sink, rt->mesh.world_comm, o->out, step, world, o->force, band, 0, version, &err))
-        return mp_runtime_fail(rt, &err);   /* agreed inside ckpt_save_begin_dir: same on every rank */
+        return mp_runtime_exit_alike(rt, mp_alike_of(err.code), &err);   /* agreed inside ckpt_save_begin_dir: alike */
     rc = write_meta(meta, sink, o->tp, o->dp, &err);
     if (!rc && meta->files) rc = mp_tokfiles_put(meta->files, sink, &err);   /* a failure fails the commit */
     rs_stats st;
@@ -223,7 +224,7 @@ int mp_convert_write_ckpt(mp_runtime *rt, const char *cmd, rs_source *src, const
     mp_code rrc = rs_run(src, sink, boxes, n, rt->rank, rt->world, &st, &re);   /* collective commit */
     sink->free(sink);
     if (rc == MP_OK) { rc = rrc; err = re; }
-    if (rc) return mp_runtime_fail(rt, &err);   /* the commit agreed: every rank has the same error */
+    if (rc) return mp_runtime_exit_alike(rt, mp_alike_of(rc), &err);   /* the commit agreed: the same error everywhere */
     print_stats(rt, cmd, &st, o, rs_num_files(boxes, n));
     int status = o->no_verify ? 0 : mp_runtime_verify_written(rt, o->out, o->max_bytes / 2);
     if (status == 0) mp_memplan_report(rt, (int64_t)o->max_bytes);

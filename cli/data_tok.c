@@ -278,5 +278,5 @@ int mp_data_tokenize(const mp_data_tok_opts *o, char **files, int nfiles) {
     if (r.f) fclose(r.f);
     free(r.carry);
     mp_tok_free(t);
-    return rc == MP_OK ? 0 : mp_exit_status(rc);
+    return mp_exit_status(rc);
 }

@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "core/backend.h"
 #include "core/cuda_module.h"
+#include "core/fault.h"
 #include "core/log.h"
 
 #ifndef MP_VERSION
@@ -97,5 +98,10 @@ int main(int argc, char **argv) {
     if (!cmd) return mp_exit_status(MP_EINPUT);
     mp_subcommand_enter("meshpoint", cmd);
     if (asks_version(argc - 2, argv + 2)) { print_version(); return mp_exit_status(MP_OK); }
+    mp_err e;
+    if (mp_fault_check(&e)) {   /* a misspelt fault would inject nothing and let its test pass */
+        mp_log_fail("%s", e.msg);
+        return mp_exit_status(e.code);
+    }
     return cmd->run(argc - 2, argv + 2);
 }

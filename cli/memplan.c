@@ -16,6 +16,7 @@
  * exit 1 (core/alloc.c), never an abort.
  */
 #include "cli/memplan.h"
+#include "core/fault.h"
 #include <mpi.h>
 #include <assert.h>
 #include <inttypes.h>
@@ -38,8 +39,8 @@ static int64_t cgroup_value(const char *path) {
 }
 
 int64_t mp_memplan_available(void) {
-    const char *test = getenv("MP_TEST_MEM_AVAILABLE");
-    if (test && *test) return strtoll(test, NULL, 10);
+    int64_t test = mp_fault_int("mem_available", -1);
+    if (test >= 0) return test;
     int64_t avail = mp_proc_kb_bytes("/proc/meminfo", "MemAvailable");
     int64_t max = cgroup_value("/sys/fs/cgroup/memory.max"), cur = cgroup_value("/sys/fs/cgroup/memory.current");
     if (max > 0 && cur >= 0) {
@@ -177,8 +178,8 @@ static void command_terms(const mp_runtime *rt, const llama_options *opt, const 
     p->total = p->model.total + p->staging + p->data + p->init + p->ckpt_bands + p->ckpt_io + p->own + p->comm;
 }
 
-mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt,
-                         const mp_memplan_use *use, size_t max_bytes, mp_memplan *plan, mp_err *err) {
+mp_agreed mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt,
+                           const mp_memplan_use *use, size_t max_bytes, mp_memplan *plan, mp_err *err) {
     assert(rt->have_mesh && plan && use);
     memset(plan, 0, sizeof *plan);
     const mp_mesh *mesh = &rt->mesh;
@@ -193,7 +194,7 @@ mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_op
         plan->acts_other = alt.bytes[MP_MEM_ACTS];
     }
     /* a plan that fails fails alike on every rank (same config): agree before the collectives below */
-    if ((rc = mp_runtime_agree(rt, rc, err))) return rc;
+    MP_TRY_AGREED(mp_runtime_agree(rt, rc, err));
     combine_ranks(rt, plan);
     plan->available = max_bytes ? -1 : mp_memplan_available();
     plan->rlimit_room = max_bytes ? -1 : mp_mem_rlimit_room(plan->rlimit_name, sizeof plan->rlimit_name);

@@ -52,11 +52,11 @@ typedef struct mp_memplan {
  * what a scheduler sets with ulimit) and the host's ranks together against the host's available memory.
  * Collective over the mesh; returns the agreed code (MP_EINPUT: the plan does not fit or the model is
  * beyond planning, naming the figures; the failing rank printed the message). */
-mp_code mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt,
-                         const mp_memplan_use *use, size_t max_bytes, mp_memplan *plan, mp_err *err);
+mp_agreed mp_memplan_check(mp_runtime *rt, const llama_config *cfg, const llama_options *opt,
+                           const mp_memplan_use *use, size_t max_bytes, mp_memplan *plan, mp_err *err);
 
 /* Bytes the host can give this job now: MemAvailable of /proc/meminfo, lowered to the cgroup's
- * memory.max - memory.current when that is set; -1 when neither can be read. MP_TEST_MEM_AVAILABLE
+ * memory.max - memory.current when that is set; -1 when neither can be read. The fault mem_available
  * (bytes) replaces the measurement, for tests. */
 int64_t mp_memplan_available(void);
 

@@ -145,9 +145,8 @@ static mp_code refuse_used_run_dir(train_run *r) {
  * root's job lock for the run's life (another job holding it: exit 2 naming it), refuses a fresh run
  * in a used run directory, records itself in the lock, and only then removes the leftovers of
  * interrupted saves (a live job's *.partial is never touched) and, with --keep, of an interrupted
- * retention (ckpt_finish_retention). Collective. Returns the agreed code:
- * nonzero means `fail_agreed` (the failing rank printed the message). */
-mp_code mp_train_claim_ckpt_root(train_run *r) {
+ * retention (ckpt_finish_retention). Collective: the agreed code (the failing rank printed the message). */
+mp_agreed mp_train_claim_ckpt_root(train_run *r) {
     const train_flags *f = &r->f;
     if (f->ckpt_dir) snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s", f->ckpt_dir);
     else snprintf(r->ckpt_root, sizeof r->ckpt_root, "%s/checkpoints", f->run_dir);

@@ -1,5 +1,6 @@
 /* cli/runtime.c — see runtime.h. */
 #include "cli/runtime.h"
+#include "core/fault.h"
 #include <mpi.h>
 #include <assert.h>
 #include <stdio.h>
@@ -64,7 +65,7 @@ void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {
         if (provided < MPI_THREAD_FUNNELED) {
             mp_log_fail("the MPI library provides thread level %d, below MPI_THREAD_FUNNELED (%d) that the "
                         "asynchronous checkpoint writer needs", provided, MPI_THREAD_FUNNELED);
-            MPI_Abort(MPI_COMM_WORLD, 1);
+            MPI_Abort(MPI_COMM_WORLD, mp_exit_status(MP_EINTERNAL));
         }
         MPI_Comm_size(MPI_COMM_WORLD, &rt->world);
         MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
@@ -80,7 +81,7 @@ void mp_runtime_start(mp_runtime *rt, int *argc, char ***argv) {
  * already reported, a rank that did not fail itself naming the one that did. */
 static mp_code agree_device(mp_runtime *rt, mp_code local, mp_err *err) {
     if (!rt->mpi || rt->world == 1) return local;
-    mp_code agreed = mp_runtime_agree(rt, local, err);
+    mp_code agreed = mp_runtime_agree(rt, local, err).code;
     if (agreed && !local) mp_err_set(err, agreed, "the device could not be set up on another rank (reported there)");
     if (agreed) rt->reported = 1;
     return agreed;
@@ -88,9 +89,9 @@ static mp_code agree_device(mp_runtime *rt, mp_code local, mp_err *err) {
 
 mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, const char *comm, mp_err *err) {
     mp_code rc = mp_backend_get(device, &rt->be, err);
-    const char *t = getenv("MP_TEST_FAIL_DEVICE_RANK");   /* test hook: a host whose GPU cannot be used */
-    if (!rc && t && *t && atoi(t) == rt->rank)
-        rc = mp_err_set(err, MP_EINPUT, "device %s: simulated failure on rank %d (MP_TEST_FAIL_DEVICE_RANK)", device,
+    /* fault fail_device_rank: a host whose GPU cannot be used */
+    if (!rc && mp_fault_int("fail_device_rank", -1) == rt->rank)
+        rc = mp_err_set(err, MP_EINPUT, "device %s: simulated failure on rank %d (fault fail_device_rank)", device,
                         rt->rank);
     MP_TRY(agree_device(rt, rc, err));
     if (rt->mpi) {
@@ -115,12 +116,18 @@ mp_code mp_runtime_mesh(mp_runtime *rt, int tp, int dp, const char *device, cons
     return MP_OK;
 }
 
-int mp_runtime_fail(const mp_runtime *rt, const mp_err *err) {
+int mp_runtime_exit_alike(const mp_runtime *rt, mp_alike f, const mp_err *err) {
+    assert(f.code != MP_OK);
     if (rt->rank == 0 && !rt->reported) mp_log_fail("%s", err->msg);
-    return mp_exit_status(err->code);
+    return mp_exit_status(f.code != MP_OK ? f.code : MP_EINTERNAL);
 }
 
-mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err) {
+int mp_runtime_exit_agreed(mp_agreed f) {
+    assert(f.code != MP_OK);
+    return mp_exit_status(f.code != MP_OK ? f.code : MP_EINTERNAL);
+}
+
+mp_agreed mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err) {
     assert(local == MP_OK || err);
     mp_err m;
     if (local != MP_OK) m = *err;
@@ -132,21 +139,16 @@ mp_code mp_runtime_agree(const mp_runtime *rt, mp_code local, const mp_err *err)
     mp_code agreed = w ? mp_comm_agree(w, local, &m, &from) : local;
     if (agreed != MP_OK && from == (w ? w->rank : 0)) mp_log_fail("%s", m.msg);   /* the failing rank says it */
     if (early) w->ops->destroy(w);
-    return agreed;
-}
-
-int mp_runtime_fail_agreed(const mp_runtime *rt, const mp_err *err) {
-    return mp_exit_status(mp_runtime_agree(rt, err->code, err));
+    return (mp_agreed){agreed};
 }
 
 mp_code mp_runtime_test_fail(const mp_runtime *rt, const char *what, mp_err *err) {
-    const char *r = getenv("MP_TEST_FAIL_RANK");
-    if (!r || atoi(r) != rt->rank) return MP_OK;
-    return mp_err_set(err, MP_EINPUT, "%s: simulated failure on rank %d (MP_TEST_FAIL_RANK)", what, rt->rank);
+    if (mp_fault_int("fail_rank", -1) != rt->rank) return MP_OK;
+    return mp_err_set(err, MP_EINPUT, "%s: simulated failure on rank %d (fault fail_rank)", what, rt->rank);
 }
 
-mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, const char *what, const char *name, char *dir, size_t cap,
-                                mp_err *err) {
+mp_agreed mp_runtime_resolve_ckpt(const mp_runtime *rt, const char *what, const char *name, char *dir, size_t cap,
+                                  mp_err *err) {
     assert(rt->have_mesh && cap > 0);
     mp_code local = MP_OK;
     if (rt->rank == 0) {
@@ -157,11 +159,10 @@ mp_code mp_runtime_resolve_ckpt(const mp_runtime *rt, const char *what, const ch
         if (local && what) mp_err_wrap(err, "%s", what);
         free(found);
     }
-    mp_code agreed = mp_runtime_agree(rt, local, err);
-    if (agreed) return agreed;
+    MP_TRY_AGREED(mp_runtime_agree(rt, local, err));
     mp_comm *w = rt->mesh.world_comm;
     if (rt->mesh.world > 1) w->ops->broadcast(w, dir, cap, 0);
-    return MP_OK;
+    return (mp_agreed){MP_OK};
 }
 
 mp_code mp_runtime_ckpt_open_meta(const mp_runtime *rt, const char *dir, ckpt_reader **r, mp_err *err) {
@@ -173,7 +174,7 @@ mp_code mp_runtime_ckpt_open_meta(const mp_runtime *rt, const char *dir, ckpt_re
     return rc;
 }
 
-mp_code mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, llama_config *mc, mp_err *err) {
+mp_agreed mp_runtime_ckpt_model_config(const mp_runtime *rt, const char *dir, llama_config *mc, mp_err *err) {
     ckpt_reader *cr = NULL;
     mp_code local = mp_runtime_ckpt_open_meta(rt, dir, &cr, err);
     if (!local && (local = mp_ckpt_parse_model_config(cr, mc, err))) mp_err_wrap(err, "checkpoint %s", dir);
@@ -203,7 +204,8 @@ int mp_runtime_verify_written(const mp_runtime *rt, const char *dir, size_t scra
                      "file%s (%.2f s)\n", mp_log_prog(), dir, vbytes / 1048576.0, nfiles, nfiles == 1 ? "" : "s",
                      mp_time_s() - t0);
     }
-    return mp_exit_status(mp_runtime_agree(rt, vrc, &err));
+    mp_agreed agreed = mp_runtime_agree(rt, vrc, &err);
+    return agreed.code ? mp_runtime_exit_agreed(agreed) : mp_exit_status(MP_OK);
 }
 
 void mp_runtime_end(mp_runtime *rt) {

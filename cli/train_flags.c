@@ -63,9 +63,8 @@ static mp_code parse_compress(const char *s, int *level, mp_err *err) {
 }
 
 /* Parses the command line into r->f (the flags over the default training config). With --help/-h, sets
- * *help and prints the help on rank 0. Fails alike on every rank (`fail`): a bad flag, a positional
- * argument. */
-mp_code mp_train_parse_flags(train_run *r, int argc, char **argv, int *help) {
+ * *help and prints the help on rank 0. Fails alike on every rank: a bad flag, a positional argument. */
+mp_alike mp_train_parse_flags(train_run *r, int argc, char **argv, int *help) {
     train_flags f = {.run_dir = "run", .device = "cpu", .comm = "auto", .data_format = "llmc", .compress = "none", .ckpt_files = "rank",
                      .on_save_error = "stop", .on_nonfinite = "stop"};
     mp_train_config_default(&f.tc);   /* sp -1: auto (--help shows the defaults actually used) */
@@ -124,17 +123,13 @@ mp_code mp_train_parse_flags(train_run *r, int argc, char **argv, int *help) {
         if (f.set[i] && fs[i].kind == MP_FIELD_STR)
             snprintf((char *)&f.tc + fs[i].off, MP_PATH_MAX, "%s", f.str[i]);
     r->f = f;
-    if (rc) return rc;
-    if (*help) {
-        if (r->rt.rank == 0) mp_args_help(stdout, "meshpoint train --config FILE [options]", train_about, flags);
-        return MP_OK;
-    }
-    if (npos) return mp_err_set(&r->err, MP_EINPUT, "unexpected argument \"%s\"", argv[0]);
-    return MP_OK;
+    if (!rc && *help && r->rt.rank == 0) mp_args_help(stdout, "meshpoint train --config FILE [options]", train_about, flags);
+    if (!rc && !*help && npos) rc = mp_err_set(&r->err, MP_EINPUT, "unexpected argument \"%s\"", argv[0]);
+    return mp_alike_of(rc);
 }
 
 /* Checks the checkpoint flags, loads the config file into r->mc and r->f.tc, applies the flag overrides
- * and validates the result. Fails alike on every rank (`fail`). */
+ * and validates the result. Local (cli/train_run.h): the caller agrees the code. */
 mp_code mp_train_load_config(train_run *r) {
     train_flags *f = &r->f;
     mp_train_config *c = &f->tc;

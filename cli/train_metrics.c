@@ -15,9 +15,8 @@
 
 /* Rank 0 creates the run directory, sets aside what lies past this run's starting step
  * (mp_train_set_aside_past) and opens RUN/metrics.jsonl for appending into r->metrics (it never truncates: a
- * fresh run only gets here when the file is missing or empty). Collective. Returns the agreed code:
- * nonzero means `fail_agreed`. */
-mp_code mp_train_open_metrics(train_run *r) {
+ * fresh run only gets here when the file is missing or empty). Collective: the agreed code. */
+mp_agreed mp_train_open_metrics(train_run *r) {
     mp_code local = MP_OK;
     if (r->rt.rank == 0) {
         char *path = r->metrics_path;
@@ -55,8 +54,8 @@ static void write_metrics(train_run *r, int64_t step, const step_out *s, double 
 
 /* Logs step `step`: its metrics line, the log line every --log-every steps and at the end, and the
  * validation loss when due (every --eval-every steps and at the end). Collective when evaluating.
- * Fails alike (`fail`) when the evaluation does. */
-mp_code mp_train_log_step(train_run *r, int64_t step, const step_out *s) {
+ * Fails alike when the evaluation does. */
+mp_alike mp_train_log_step(train_run *r, int64_t step, const step_out *s) {
     const mp_train_config *c = &r->f.tc;
     double t = mp_time_s();
     double tok_s = r->tokens_per_step / s->step_s;   /* the step alone: a save before it is not in it */
@@ -75,18 +74,18 @@ mp_code mp_train_log_step(train_run *r, int64_t step, const step_out *s) {
     if (c->val_data[0] && ((c->eval_every && (step + 1) % c->eval_every == 0) || last)) {
         double vl = mp_eval_loss(r->model, &r->val, &r->bs, c->seq_len, c->eval_batches, r->tok.in[0],
                                  r->tok.tgt[0], &r->err);
-        if (isnan(vl)) return r->err.code ? r->err.code : MP_ECHECK;   /* `fail` even with err unset */
+        if (isnan(vl)) return mp_alike_of(r->err.code ? r->err.code : MP_ECHECK);   /* a failure even with err unset */
         mp_info("step %5lld | val loss %.6f", (long long)step + 1, vl);
         char line[128];
         snprintf(line, sizeof line, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)step + 1, vl);
         metrics_put(r, line);
     }
-    return MP_OK;
+    return mp_alike_of(MP_OK);
 }
 
 /* Closes metrics.jsonl at the end of the run (rank 0), keeping a failure of the close as a failed
- * write. Collective: returns the agreed code (nonzero: `fail_agreed`). */
-mp_code mp_train_close_metrics(train_run *r) {
+ * write. Collective: the agreed code. */
+mp_agreed mp_train_close_metrics(train_run *r) {
     if (r->metrics) {
         errno = 0;
         if (fclose(r->metrics) && !r->metrics_rc)

@@ -18,7 +18,7 @@
  * under the root: none starts from step 0) and broadcasts its directory: ranks never decide alone, so
  * file systems that look different from different nodes cannot split the job. Collective. Returns the
  * agreed code. */
-static mp_code pick_resume_dir(train_run *r) {
+static mp_agreed pick_resume_dir(train_run *r) {
     mp_code local = MP_OK;
     if (r->rt.rank == 0 && r->f.resume_from) {
         snprintf(r->resume_dir, sizeof r->resume_dir, "%s", r->f.resume_from);
@@ -34,34 +34,33 @@ static mp_code pick_resume_dir(train_run *r) {
             mp_err_wrap(&r->err, "--resume");
         }
     }
-    mp_code agreed = mp_runtime_agree(&r->rt, local, &r->err);
-    if (agreed) return agreed;
+    MP_TRY_AGREED(mp_runtime_agree(&r->rt, local, &r->err));
     r->mesh->world_comm->ops->broadcast(r->mesh->world_comm, r->resume_dir, sizeof r->resume_dir, 0);
-    return MP_OK;
+    return (mp_agreed){MP_OK};
 }
 
 /* Rank 0 reads the tokenizer files the checkpoint in dir carries (checked) into the checkpointer, for
  * every save of this run to carry on. Collective: returns the agreed code. */
-static mp_code carry_tokfiles(train_run *r, const char *dir) {
+static mp_agreed carry_tokfiles(train_run *r, const char *dir) {
     mp_code local = MP_OK;
     mp_tokfiles_free(&r->ck.files);
     if (r->rt.rank == 0 && (local = mp_tokfiles_from_ckpt_dir(&r->ck.files, dir, &r->err)))
         mp_err_wrap(&r->err, "the tokenizer files of %s", dir);
-    mp_code agreed = mp_runtime_agree(&r->rt, local, &r->err);
-    if (!agreed && r->ck.files.n) mp_info("carrying the tokenizer files of %s into this run's checkpoints", dir);
+    mp_agreed agreed = mp_runtime_agree(&r->rt, local, &r->err);
+    if (!agreed.code && r->ck.files.n) mp_info("carrying the tokenizer files of %s into this run's checkpoints", dir);
     return agreed;
 }
 
 /* Loads the checkpoint rank 0 picked into the model, r->rs and the loader's cursor. Collective when
- * resuming. Returns the agreed code: nonzero means `fail_agreed`. */
-mp_code mp_train_resume(train_run *r) {
-    mp_code agreed = pick_resume_dir(r);
-    if (agreed || !r->resume_dir[0]) return agreed;
+ * resuming: the agreed code. */
+mp_agreed mp_train_resume(train_run *r) {
+    mp_agreed agreed = pick_resume_dir(r);
+    if (agreed.code || !r->resume_dir[0]) return agreed;
     /* --resume-from names a checkpoint the way `ckpt` does: a step directory, a checkpoint root or a run
      * directory (its newest complete checkpoint); rank 0 decides, like pick_resume_dir */
-    if (r->f.resume_from && (agreed = mp_runtime_resolve_ckpt(&r->rt, NULL, r->f.resume_from, r->resume_dir,
-                                                                sizeof r->resume_dir, &r->err)))
-        return agreed;
+    if (r->f.resume_from)
+        MP_TRY_AGREED(mp_runtime_resolve_ckpt(&r->rt, NULL, r->f.resume_from, r->resume_dir, sizeof r->resume_dir,
+                                              &r->err));
     /* a damaged box may fail only the ranks that read it: agree before anyone trains */
     double t0 = mp_time_s();
     mp_code local = mp_checkpoint_load(r->model, r->resume_dir, &r->mc, 0, &r->rs, &r->err);
@@ -69,27 +68,24 @@ mp_code mp_train_resume(train_run *r) {
     if (local) mp_err_wrap(&r->err, "resuming");
     else if ((local = mp_loader_set_cursor(&r->loader, r->rs.cursor, &r->err)))
         mp_err_wrap(&r->err, "resuming from %s", r->resume_dir);
-    agreed = mp_runtime_agree(&r->rt, local, &r->err);
-    if (agreed) return agreed;
+    MP_TRY_AGREED(mp_runtime_agree(&r->rt, local, &r->err));
     mp_checkpoint_log_io(r->mesh, "resumed from", r->resume_dir, &r->rs);
-    if ((agreed = carry_tokfiles(r, r->resume_dir))) return agreed;
+    MP_TRY_AGREED(carry_tokfiles(r, r->resume_dir));
     /* a run started with --init-from keeps recording where its weights came from */
     snprintf(r->ck.init_from, sizeof r->ck.init_from, "%s", r->rs.init_from);
-    return MP_OK;
+    return (mp_agreed){MP_OK};
 }
 
 /* --init-from: loads the parameters of the named checkpoint (a step directory, a checkpoint root or a run
  * directory, resolved as --resume-from is; full or model-only, saved by any mesh: the load reshards) into
  * the model, whose moments stay zero, and leaves r->rs at step 0 with the loader at the start: a new run
  * with this run's schedule. A model config that disagrees with --config is refused naming the field.
- * The source goes into every save's metadata "init_from" and the log. Collective. Returns the agreed code
- * (nonzero: `fail_agreed`). */
-mp_code mp_train_init_from(train_run *r) {
-    if (!r->f.init_from) return MP_OK;
+ * The source goes into every save's metadata "init_from" and the log. Collective: the agreed code. */
+mp_agreed mp_train_init_from(train_run *r) {
+    if (!r->f.init_from) return (mp_agreed){MP_OK};
     /* rank 0 resolves the name (the flag named in a message) and broadcasts it */
-    mp_code agreed = mp_runtime_resolve_ckpt(&r->rt, "--init-from", r->f.init_from, r->init_dir, sizeof r->init_dir,
-                                             &r->err);
-    if (agreed) return agreed;
+    MP_TRY_AGREED(mp_runtime_resolve_ckpt(&r->rt, "--init-from", r->f.init_from, r->init_dir, sizeof r->init_dir,
+                                          &r->err));
     mp_run_state src;
     memset(&src, 0, sizeof src);
     /* a damaged box may fail only the ranks that read it: agree before anyone trains */
@@ -97,9 +93,9 @@ mp_code mp_train_init_from(train_run *r) {
     mp_code local = mp_checkpoint_load(r->model, r->init_dir, &r->mc, MP_LOAD_WEIGHTS, &src, &r->err);
     r->load_s = mp_time_s() - t0;
     if (local) mp_err_wrap(&r->err, "--init-from");
-    if ((agreed = mp_runtime_agree(&r->rt, local, &r->err))) return agreed;
+    MP_TRY_AGREED(mp_runtime_agree(&r->rt, local, &r->err));
     mp_checkpoint_log_io(r->mesh, "initialised from", r->init_dir, &src);
-    if ((agreed = carry_tokfiles(r, r->init_dir))) return agreed;
+    MP_TRY_AGREED(carry_tokfiles(r, r->init_dir));
     char abs[PATH_MAX];
     const char *dir = realpath(r->init_dir, abs) ? abs : r->init_dir;
     cJSON *o = cJSON_CreateObject();
@@ -112,7 +108,7 @@ mp_code mp_train_init_from(train_run *r) {
     cJSON_Delete(o);
     mp_info("a new run from the weights of %s (its step %lld): step 0, fresh optimizer moments, schedule and "
             "data cursor", dir, (long long)src.step);
-    return MP_OK;
+    return (mp_agreed){MP_OK};
 }
 
 /* Logs, when resuming: that there is nothing to do when the checkpoint is at or past --steps, and every

@@ -5,9 +5,10 @@
  * train_resume.c (--resume, --resume-from, --init-from) and train_metrics.c (metrics.jsonl and the step
  * log). Internal to cli/: not an interface for other commands.
  *
- * Conventions of the phases: a phase that "fails alike" leaves its message in r->err and every rank
- * finds the same (mp_cmd_train's `fail`: rank 0 prints it); a "collective" phase returns the code agreed
- * over the ranks (mp_runtime_agree: the failing rank printed it; `fail_agreed`).
+ * The phases' two failure protocols are their return types (cli/runtime.h): a phase returning mp_alike
+ * "fails alike", leaving the same message in r->err on every rank (rank 0 prints it); a phase returning
+ * mp_agreed is collective and returns the code agreed over the ranks (the failing rank printed it).
+ * mp_cmd_train runs each through MP_PHASE_ALIKE or MP_PHASE_AGREED, which the type picks.
  */
 #ifndef MP_TRAIN_RUN_H
 #define MP_TRAIN_RUN_H
@@ -94,12 +95,12 @@ static inline double mp_train_elapsed(const train_run *r, double t) {
 /* ---- cli/train_flags.c ---- */
 
 /* Parses the command line into r->f (the flags over the default training config). With --help/-h, sets
- * *help and prints the help on rank 0. Fails alike on every rank (`fail`): a bad flag, a positional
- * argument. */
-mp_code mp_train_parse_flags(train_run *r, int argc, char **argv, int *help);
+ * *help and prints the help on rank 0. Fails alike on every rank: a bad flag, a positional argument. */
+mp_alike mp_train_parse_flags(train_run *r, int argc, char **argv, int *help);
 
 /* Checks the checkpoint flags, loads the config file into r->mc and r->f.tc, applies the flag overrides
- * and validates the result. Fails alike on every rank (`fail`). */
+ * and validates the result. Local: the config file may be missing on some ranks only (node-local paths),
+ * so the caller agrees the code (mp_runtime_agree). */
 mp_code mp_train_load_config(train_run *r);
 
 /* ---- cli/run_dir.c ---- */
@@ -107,9 +108,8 @@ mp_code mp_train_load_config(train_run *r);
 /* Sets up the checkpointer under r->ckpt_root (--ckpt-dir, else RUN/checkpoints). Rank 0 takes the
  * root's job lock for the run's life (another job holding it: exit 2 naming it), refuses a fresh run
  * in a used run directory, records itself in the lock, and only then removes the leftovers of
- * interrupted saves (a live job's *.partial is never touched). Collective. Returns the agreed code:
- * nonzero means `fail_agreed` (the failing rank printed the message). */
-mp_code mp_train_claim_ckpt_root(train_run *r);
+ * interrupted saves (a live job's *.partial is never touched). Collective: the agreed code. */
+mp_agreed mp_train_claim_ckpt_root(train_run *r);
 
 /* Rank 0, resuming or --overwrite: moves aside what lies past the step this run starts from, so that
  * no later save collides with it, no retention removes the wrong branch and no later --resume loads it:
@@ -122,16 +122,15 @@ mp_code mp_train_set_aside_past(train_run *r, const char *metrics);
 /* ---- cli/train_resume.c ---- */
 
 /* Loads the checkpoint rank 0 picked into the model, r->rs and the loader's cursor. Collective when
- * resuming. Returns the agreed code: nonzero means `fail_agreed`. */
-mp_code mp_train_resume(train_run *r);
+ * resuming: the agreed code. */
+mp_agreed mp_train_resume(train_run *r);
 
 /* --init-from: loads the parameters of the named checkpoint (a step directory, a checkpoint root or a run
  * directory, resolved as --resume-from is; full or model-only, saved by any mesh: the load reshards) into
  * the model, whose moments stay zero, and leaves r->rs at step 0 with the loader at the start: a new run
  * with this run's schedule. A model config that disagrees with --config is refused naming the field.
- * The source goes into every save's metadata "init_from" and the log. Collective. Returns the agreed code
- * (nonzero: `fail_agreed`). */
-mp_code mp_train_init_from(train_run *r);
+ * The source goes into every save's metadata "init_from" and the log. Collective: the agreed code. */
+mp_agreed mp_train_init_from(train_run *r);
 
 /* Logs, when resuming: that there is nothing to do when the checkpoint is at or past --steps, and every
  * batch setting (--batch, --seq-len, --grad-accum) that differs from the checkpoint's (allowed: it
@@ -142,17 +141,16 @@ void mp_train_note_resume(const train_run *r);
 
 /* Rank 0 creates the run directory, sets aside what lies past this run's starting step
  * (mp_train_set_aside_past) and opens RUN/metrics.jsonl for appending into r->metrics (it never truncates: a
- * fresh run only gets here when the file is missing or empty). Collective. Returns the agreed code:
- * nonzero means `fail_agreed`. */
-mp_code mp_train_open_metrics(train_run *r);
+ * fresh run only gets here when the file is missing or empty). Collective: the agreed code. */
+mp_agreed mp_train_open_metrics(train_run *r);
 
 /* Logs step `step`: its metrics line, the log line every --log-every steps and at the end, and the
  * validation loss when due (every --eval-every steps and at the end). Collective when evaluating.
- * Fails alike (`fail`) when the evaluation does. */
-mp_code mp_train_log_step(train_run *r, int64_t step, const step_out *s);
+ * Fails alike when the evaluation does. */
+mp_alike mp_train_log_step(train_run *r, int64_t step, const step_out *s);
 
 /* Closes metrics.jsonl at the end of the run (rank 0), keeping a failure of the close as a failed
- * write. Collective: returns the agreed code (nonzero: `fail_agreed`). */
-mp_code mp_train_close_metrics(train_run *r);
+ * write. Collective: the agreed code. */
+mp_agreed mp_train_close_metrics(train_run *r);
 
 #endif

@@ -2,6 +2,7 @@
  * access is an explicit atomic_* call (clang refuses the implicit load of `int64_t p = g_peak` under
  * -fopenmp, and an explicit call says what is atomic). */
 #include "core/alloc.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include <stdatomic.h>
 #include <stdio.h>
@@ -63,10 +64,10 @@ int64_t mp_mem_rlimit_room(char *which, size_t cap) {
     static const struct { int res; const char *status_key, *name; } lim[] = {
         {RLIMIT_AS, "VmSize", "the address-space limit (ulimit -v, RLIMIT_AS)"},
         {RLIMIT_DATA, "VmData", "the data-size limit (ulimit -d, RLIMIT_DATA)"}};
-    const char *test = getenv("MP_TEST_RLIMIT_ROOM");
-    if (test && *test) {
-        if (which) snprintf(which, cap, "the limit set by MP_TEST_RLIMIT_ROOM");
-        return strtoll(test, NULL, 10);
+    int64_t test = mp_fault_int("rlimit_room", -1);
+    if (test >= 0) {
+        if (which) snprintf(which, cap, "the limit set by the fault rlimit_room");
+        return test;
     }
     int64_t room = -1;
     for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {

@@ -54,7 +54,7 @@ void mp_alloc_on_failure(void (*fn)(void));
 /* The bytes this process may still allocate under its own limits: RLIMIT_AS (ulimit -v) less the
  * address space it maps now, and RLIMIT_DATA (ulimit -d) less its data now; -1 when neither is set.
  * *which (may be NULL) names the binding limit ("the address-space limit (ulimit -v, RLIMIT_AS) of
- * 3.8 GiB"). MP_TEST_RLIMIT_ROOM (bytes) replaces the measurement, for tests. */
+ * 3.8 GiB"). The fault rlimit_room (bytes) replaces the measurement, for tests. */
 int64_t mp_mem_rlimit_room(char *which, size_t cap);
 
 /* The number of a "Key:   123 kB" line of a /proc file (/proc/meminfo, /proc/self/status), in bytes;

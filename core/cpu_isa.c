@@ -19,6 +19,7 @@
  * (OpenBLAS releases older than the CPU can compute wrong results with their newest kernels there).
  */
 #include "core/backend.h"
+#include "core/fault.h"
 #include "core/kernels_cpu.h"
 #include <cblas.h>
 #include <omp.h>
@@ -73,9 +74,10 @@ static const struct {
                 {"v4", "x86-64-v4 (AVX-512)", mp_backend_cpu_v4, mp_cpu_expf_array_v4}};
 
 /* Does this CPU run level i? The feature lists of the x86-64 psABI levels, as both gcc and clang spell
- * them (clang 14 has no "x86-64-v3" name). MP_TEST_CPU_ISA_MAX=vN pretends the CPU stops at level N. */
+ * them (clang 14 has no "x86-64-v3" name). The fault cpu_isa_max:vN pretends the CPU stops at level N. */
 static int cpu_runs(int i) {
-    const char *t = getenv("MP_TEST_CPU_ISA_MAX");
+    char buf[8];
+    const char *t = mp_fault_arg("cpu_isa_max", buf, sizeof buf);
     if (t && t[0] == 'v' && t[1] >= '2' && t[1] <= '4' && !t[2] && i > t[1] - '2') return 0;
     __builtin_cpu_init();
     int v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt");

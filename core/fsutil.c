@@ -1,6 +1,7 @@
 /* core/fsutil.c — see fsutil.h. */
 #define _GNU_SOURCE
 #include "core/fsutil.h"
+#include "core/fault.h"
 #include <assert.h>
 #include <dirent.h>
 #include <errno.h>
@@ -358,10 +359,9 @@ static mp_code swap_by_renames(const char *from, const char *to, char **aside, m
 mp_code mp_fs_swap_dirs(const char *from, const char *to, const char *parent, char **old_at, mp_err *err) {
     assert(from && to && old_at);
     *old_at = NULL;
-    const char *force = getenv("MP_CKPT_NO_RENAME_EXCHANGE");
     int er = ENOSYS;
     char *old = NULL;
-    if (!(force && *force && strcmp(force, "0") != 0)) {
+    if (!mp_fault_on("no_rename_exchange")) {
         if (rename2(from, to, RENAME_EXCHANGE) == 0) old = mp_strdup(from);
         else er = errno;
     }

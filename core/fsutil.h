@@ -11,7 +11,7 @@
  * streams, never sized with fseek/ftell or stat first: a pipe (`--config <(...)`, /dev/stdin) has no
  * size, and a directory given where a file belongs "opens" on Linux and must be named for what it is.
  *
- * Tests only: env MP_CKPT_NO_RENAME_EXCHANGE=1 makes mp_fs_swap_dirs take its fallback path as if the
+ * Tests only: MP_FAULT=no_rename_exchange makes mp_fs_swap_dirs take its fallback path as if the
  * file system did not support RENAME_EXCHANGE.
  */
 #ifndef MP_FSUTIL_H

@@ -17,10 +17,11 @@
  * A gradient norm that is not finite (NaN, inf) skips the optimizer update: the weights and moments stay
  * as they were, and the caller decides (stop or skip). The norm is all-reduced, so every rank decides alike.
  *
- * Test hook: MP_TEST_NONFINITE_AT_STEP=N makes the gradient norm of the 1-based step N NaN (every rank
+ * Test hook: MP_FAULT=nonfinite_at_step:N makes the gradient norm of the 1-based step N NaN (every rank
  * reads the same environment), to test that handling without a real divergence. It is read only here.
  */
 #include "layers/llama_train.h"
+#include "core/fault.h"
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
@@ -28,8 +29,7 @@
 
 /* The test hook above: whether step's norm is to be made NaN. */
 static int test_nonfinite_at(int64_t step) {
-    const char *s = getenv("MP_TEST_NONFINITE_AT_STEP");
-    return s && *s && atoll(s) == step;
+    return mp_fault_int("nonfinite_at_step", -1) == step;
 }
 
 void llama_token_bufs_init(llama_token_bufs *tb, mp_backend *be, int micro_batch, int seq_len) {

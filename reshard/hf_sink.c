@@ -140,7 +140,7 @@ static mp_code put_wait(ck_worker *wk, put_job *j, mp_err *e) {
 
 /* Writes items [a, b) into the safetensors file dir/file, each pulled in row bands through two
  * buffers: band k is converted and written on the ckpt/read_pipe.c worker while the caller's thread
- * reads band k+1 from the source (HDF5 stays on it). MP_CKPT_SERIAL_FILL=1: one buffer, serial. The
+ * reads band k+1 from the source (HDF5 stays on it). MP_FAULT=ckpt_serial_fill: one buffer, serial. The
  * bytes written are the same either way (one writer, bands in order). */
 static mp_code write_shard(hf_sink *h, const char *file, int a, int b, mp_err *e) {
     st_decl *d = mp_xcalloc(sizeof *d * (size_t)(b - a + 1));

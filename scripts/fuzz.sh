@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/fuzz.sh [SECONDS] — builds the libFuzzer targets (tests/fuzz/fuzz_*.c, ckpt/test/fuzz_*.c) with clang in
+# scripts/fuzz.sh [SECONDS] — builds the libFuzzer targets (tests/fuzz/fuzz_*.c, tests/ckpt/fuzz_*.c) with clang in
 # FUZZ_BUILD (default build-fuzz: -DMP_FUZZ=ON, ASan + UBSan with float-cast-overflow) and runs each
 # for SECONDS (default 20, the CI budget: 5 targets ~ 100 s plus the build), one at a time, one process
 # each. Seeds come from tests/fuzz/corpus/<name> (read only); what a run adds to the corpus goes to
@@ -18,7 +18,7 @@ if ! command -v "$cc" >/dev/null; then
   echo "fuzz: $cc not found (scripts/setup.sh installs clang)" >&2
   exit 1
 fi
-targets=${FUZZ_TARGETS:-$(for f in tests/fuzz/fuzz_*.c ckpt/test/fuzz_*.c; do basename "$f" .c | sed 's/^fuzz_//'; done)}
+targets=${FUZZ_TARGETS:-$(for f in tests/fuzz/fuzz_*.c tests/ckpt/fuzz_*.c; do basename "$f" .c | sed 's/^fuzz_//'; done)}
 
 echo "== fuzz: building $build ($cc)"
 cmake -S . -B "$build" -DMP_FUZZ=ON -DCMAKE_C_COMPILER="$cc" -DMP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

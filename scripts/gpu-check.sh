@@ -6,7 +6,7 @@
 #
 # Parts, each under `timeout` with its limit in seconds (a hang guard, 2-10x what the H200 took at 7416d7b),
 # the required ones (R) first, then the optional ones with the time left:
-#   R kernels_host 10     core/cuda/hostcheck: the kernels' host side and the attention tiling on the host
+#   R kernels_host 10     tests/cuda: the kernels' host side and the attention tiling on the host
 #   R kernels_device 20   every launcher against host references (tolerances derived from the rounding,
 #                         check_kernels_host.cu), reductions run twice, bitwise (attention on the default
 #                         tensor-core kernels, forward + backward repeated bitwise)
@@ -25,7 +25,7 @@
 #                         (1x1 took 4-5 s on the H200; the meshes and the recompute runs are estimated at
 #                         30-60 s, unmeasured)
 #   R bench_gpu 60        bench/bench_gpu.sh on the 1B shape: fails below its MFU floor or on a non-finite loss
-#     mma_probe 15        core/cuda/hostcheck/mma_probe.cu: the mma.sync fragment layouts, the bf16 pair
+#     mma_probe 15        tests/cuda/mma_probe.cu: the mma.sync fragment layouts, the bf16 pair
 #                         store and the tensor-core attention's tile helpers on the device against the host
 #                         replay, element by element; its first mismatches name lane, register and half
 #     kernels_device_simt 30  kernels_device with MP_CUDA_ATTN=simt: the CUDA-core attention kernels (the

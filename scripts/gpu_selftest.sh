@@ -1,7 +1,7 @@
 # scripts/gpu_selftest.sh — sourced by scripts/gpu-check.sh --selftest (which defines part, note, bin, out,
 # data, tiny, mode, root): mp_gpu_selftest runs the CPU part of the GPU check, on the machine that built
 # the bundle, every piece required:
-#   kernels_host   core/cuda/hostcheck on the host (the kernels' helpers, the attention tiling vs float64)
+#   kernels_host   tests/cuda on the host (the kernels' helpers, the attention tiling vs float64)
 #   cuda_module    `train --device cuda` loads the CUDA module beside meshpoint (core/cuda_module.h) with the
 #                  CUDA libraries found: it trains (a GPU here) or exits 2 with CUDA's own reason ("device
 #                  cuda: no ..."), never "cannot load the CUDA module"

@@ -12,7 +12,9 @@
 #   config_stream      --config through a pipe (process substitution) and /dev/stdin works
 #   config_dir         a directory as --config is named as one
 #   run_dir_empty      --run-dir "" names the empty flag
-#   device_some_ranks  a device only some ranks cannot use (a host's broken GPU; MP_TEST_FAIL_DEVICE_RANK),
+#   fault_unknown      MP_FAULT naming a fault that does not exist (a test's typo) is refused, exit 2,
+#                      naming it, before any work: it would otherwise inject nothing and let its test pass
+#   device_some_ranks  a device only some ranks cannot use (a host's broken GPU; the fault fail_device_rank),
 #                      then one all ranks cannot use: one message in all, from the lowest failing rank, with
 #                      one "[rank N] " prefix; every rank exits 2, none left hanging
 set -uo pipefail
@@ -72,13 +74,18 @@ case $case in
     expect 2 "^meshpoint train: error: --ckpt-dir: the path is empty$" "$work/log" train --run-dir "$work/run" --ckpt-dir ""
     expect 2 "^meshpoint data: error: --out: the path is empty$" "$work/log" "$bin" data --out "" "$config"
     expect 2 "^meshpoint train: error: --device: the value is empty$" "$work/log" train --run-dir "$work/run" --device "" ;;
+  fault_unknown)
+    expect 2 '^meshpoint train: error: MP_FAULT: unknown fault "ckpt_crash_ta"' "$work/log" \
+        env MP_FAULT=ckpt_serial_fill,ckpt_crash_ta:begin "$bin" train --config "$config" --train-data "$data" \
+        --steps 1 --run-dir "$work/run"
+    [ ! -e "$work/run" ] || fail "the refused run created $work/run" ;;
   device_some_ranks)
     # each rank's stderr and exit status apart (the wrapper runs per rank): one error line in all, from the
     # lowest failing rank, "[rank N] " once; every rank exits 2. "both": every rank fails (N = 0).
     for r in 1 0 both; do
         rm -f "$work"/err.* "$work"/rc.*
         timeout 60 mpiexec --allow-run-as-root --oversubscribe -np 2 -x R=$r -x W="$work" sh -c \
-            'k=$OMPI_COMM_WORLD_RANK; [ "$R" = both ] && R=$k; MP_TEST_FAIL_DEVICE_RANK=$R "$0" "$@" 2>"$W/err.$k"; echo $? >"$W/rc.$k"' \
+            'k=$OMPI_COMM_WORLD_RANK; [ "$R" = both ] && R=$k; MP_FAULT=fail_device_rank:$R "$0" "$@" 2>"$W/err.$k"; echo $? >"$W/rc.$k"' \
             "$bin" train --config "$config" --train-data "$data" --steps 2 --log-every 0 --run-dir "$work/run" --dp 2 \
             >"$work/log" 2>&1
         cat "$work"/err.* >>"$work/log" 2>/dev/null

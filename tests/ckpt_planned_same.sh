@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/ckpt_planned_same.sh TOOL MPIEXEC BIN CONFIG WORK — the collective load open (ckpt_open_planned)
 # plans and reads exactly as ckpt_open (the whole index, every box expanded: the oracle) on 1, 2, 3, 5
-# and 8 ranks, and on 5 and 8 with rank 0 planning in rounds of 2 and 3 ranks (MP_CKPT_GATHER_RANKS)
+# and 8 ranks, and on 5 and 8 with rank 0 planning in rounds of 2 and 3 ranks (the fault ckpt_gather_ranks)
 # (tool_ckpt_mpi planned-same: per rank, regions that cut every tensor by rows and by columns, and a
 # tensor the checkpoint lacks; the same saved boxes in the same order — rank file, dataset path,
 # place, checksums — and the same bytes), for checkpoints of every format version:
@@ -29,7 +29,7 @@ for dir in "$work/tool/step_00000005" "$work/zstd/step_00000006" "$work/init" "$
         set -- $run
         np=$1; rounds=${2:-}
         fail_log="$work/same.log"
-        env ${rounds:+MP_CKPT_GATHER_RANKS=$rounds} $mpi -np $np "$tool" planned-same "$dir" > "$fail_log" 2>&1 ||
+        env ${rounds:+MP_FAULT=ckpt_gather_ranks:$rounds} $mpi -np $np "$tool" planned-same "$dir" > "$fail_log" 2>&1 ||
             fail "planned-same $dir on $np ranks${rounds:+ (rounds of $rounds)}"
         [ "$(grep -c 'saved boxes the same as ckpt_open' "$fail_log")" -eq $np ] || fail "not every rank compared ($dir, $np ranks)"
         ! grep -q ' 0 saved boxes' "$fail_log" || fail "a rank compared no box ($dir, $np ranks)"

@@ -45,7 +45,7 @@ endforeach()
 add_test(NAME cli_mpi_memory_plan_host COMMAND ${MP_EXPECT} 2 "the 2 rank\\(s\\) on this host need .* but 1.9 MiB is available"
          ${MP_MPIRUN} -np 2 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r_mem --dp 2)
 set_tests_properties(cli_mpi_memory_plan_host PROPERTIES FIXTURES_REQUIRED cli_mpi_data TIMEOUT 300 LABELS mpi
-                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1;MP_TEST_MEM_AVAILABLE=2000000")
+                     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1;MP_FAULT=mem_available:2000000")
 mp_cli_mpi(memory_plan_per_rank 0 "bound 1.9 MiB per rank \\(--max-memory\\)" 2 ${MP_TRAIN} --run-dir ${MP_CLI_DATA}/r_mem2 --dp 2 --max-memory 2000000 --overwrite)
 # a config file that only rank 0 can read (node-local paths): rank 1's failure is agreed before the mesh is
 # built, reported once naming the rank and file, and the job exits 2 instead of hanging in the mesh set-up

@@ -19,7 +19,7 @@
 #                `ckpt verify` accepts; the memory plan counts the ranks of each host (2 per host here;
 #                a bound 4 ranks of one host exceed is met by 2 per host on two hosts)
 #   exit_status  mpirun's exit status is meshpoint's: a bad flag value exits 2 (one message), a
-#                failure on one host's rank only (MP_TEST_FAIL_RANK, reshard's source) exits 2 with one
+#                failure on one host's rank only (the fault fail_rank, reshard's source) exits 2 with one
 #                message naming that rank, a rank killed by SIGKILL makes mpirun exit 137 naming the
 #                rank and host
 #   preempt      SIGTERM to one rank on nodeb (as Slurm signals a job step's tasks): every rank stops at
@@ -101,11 +101,11 @@ train)
     read -r n u < <(grep -o 'largest rank [0-9.]* [KMG]*i*B' "$work/train.log" | awk '{print $3, $4}')
     [ -n "${n:-}" ] || fail "no memory plan line: $(cat "$work/train.log")"
     avail=$(( $(bytes "$n" "$u") * 3 ))
-    expect 0 "2 rank\(s\) on this host" "$work/plan2.log" env MP_TEST_MEM_AVAILABLE=$avail \
-        "${mpi[@]}" -x MP_TEST_MEM_AVAILABLE "$bin" train "${tiny[@]}" --train-data "$data" --tp 2 --dp 2 --steps 1 \
+    expect 0 "2 rank\(s\) on this host" "$work/plan2.log" env MP_FAULT=mem_available:$avail \
+        "${mpi[@]}" -x MP_FAULT "$bin" train "${tiny[@]}" --train-data "$data" --tp 2 --dp 2 --steps 1 \
         --run-dir "$work/plan2"
-    expect 2 "the 4 rank\(s\) on this host need" "$work/plan1.log" env MP_TEST_MEM_AVAILABLE=$avail \
-        timeout 120 "${mpiexec[@]}" -np 4 -x OPENBLAS_NUM_THREADS=1 -x MP_TEST_MEM_AVAILABLE "$bin" train "${tiny[@]}" \
+    expect 2 "the 4 rank\(s\) on this host need" "$work/plan1.log" env MP_FAULT=mem_available:$avail \
+        timeout 120 "${mpiexec[@]}" -np 4 -x OPENBLAS_NUM_THREADS=1 -x MP_FAULT "$bin" train "${tiny[@]}" \
         --train-data "$data" --tp 2 --dp 2 --steps 1 --run-dir "$work/plan1"
     echo "ok ($case): 4 ranks on two hosts trained and checkpointed (ckpt verify: ok); placement and the per-host memory plan as documented"
     ;;
@@ -116,8 +116,8 @@ exit_status)
     "${mpi[@]}" "$bin" train "${tiny[@]}" --train-data "$data" --tp 2 --dp 2 --steps 2 --ckpt-every 2 \
         --run-dir "$work/run" >"$work/train.log" 2>&1 || fail "training: $(cat "$work/train.log")"
     # a failure on one rank of nodeb only: agreed, so every rank exits 2
-    expect 2 "\[rank 2\] reshard: source: simulated failure on rank 2" "$work/rank.log" env MP_TEST_FAIL_RANK=2 \
-        "${mpi[@]}" -x MP_TEST_FAIL_RANK "$bin" reshard "$work/run" --tp 1 --dp 1 --out "$work/out"
+    expect 2 "\[rank 2\] reshard: source: simulated failure on rank 2" "$work/rank.log" env MP_FAULT=fail_rank:2 \
+        "${mpi[@]}" -x MP_FAULT "$bin" reshard "$work/run" --tp 1 --dp 1 --out "$work/out"
     [ "$(nerrors "$work/rank.log")" -eq 1 ] || fail "one rank failing: expected one error line: $(cat "$work/rank.log")"
     [ ! -e "$work/out" ] && [ ! -e "$work/out.partial" ] || fail "a refused reshard left its output behind"
     # rank 3 (nodeb) SIGKILLed once training runs: the launcher reports the signal, 128 + 9

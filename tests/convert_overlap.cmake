@@ -1,5 +1,5 @@
 # tests/convert_overlap.cmake — the overlapped band pipelines of init / reshard / import / export against
-# the serial path (MP_CKPT_SERIAL_FILL=1), bitwise, and a read error mid-box (tests/convert_overlap.sh).
+# the serial path (MP_FAULT=ckpt_serial_fill), bitwise, and a read error mid-box (tests/convert_overlap.sh).
 add_test(NAME convert_overlap
          COMMAND ${CMAKE_SOURCE_DIR}/tests/convert_overlap.sh $<TARGET_FILE:meshpoint> $<TARGET_FILE:tool_ckpt_equal>
                  ${CMAKE_BINARY_DIR}/convert_overlap)

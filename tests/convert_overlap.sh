@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/convert_overlap.sh MESHPOINT EQUAL_TOOL WORKDIR — the overlapped band pipelines of the conversions
 # (ckpt/writer_files.c: band k hashed on a helper thread while band k+1 is read and written; reshard/hf_sink.c:
-# band k written on the helper while band k+1 is read) against the serial path (MP_CKPT_SERIAL_FILL=1),
+# band k written on the helper while band k+1 is read) against the serial path (MP_FAULT=ckpt_serial_fill),
 # on a model whose boxes span many bands (--max-memory 4M: 1 MiB bands, 2-4 MiB boxes):
 #   - init, reshard (tp2 -> tp1, tp2 -> tp4) and import: every dataset and attribute of every file
 #     identical (created_utc aside), box checksums included, and the same as with 64 MiB bands, which
@@ -20,7 +20,7 @@ cat > "$work/cfg.json" <<'JSON'
  "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "initializer_range": 0.02,
  "tie_word_embeddings": false, "hidden_act": "silu", "train": {"batch_size": 1, "seq_len": 64}}
 JSON
-serial() { MP_CKPT_SERIAL_FILL=1 "$@"; }
+serial() { MP_FAULT=ckpt_serial_fill "$@"; }
 # h5same A B: the .h5 files of two checkpoints hold the same objects, data and attributes (but created_utc)
 h5same() {
     $py - "$1" "$2" <<'PY' || fail "$1 and $2 differ"
@@ -94,7 +94,7 @@ PY
 $py -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 0xff]))' \
     "$work/bad/rank_00001.h5" "$off"
 for mode in overlap serial; do
-    pre=(); [ $mode = serial ] && pre=(env MP_CKPT_SERIAL_FILL=1)
+    pre=(); [ $mode = serial ] && pre=(env MP_FAULT=ckpt_serial_fill)
     expect 1 "rank_00001.h5.*embed_tokens|embed_tokens.*rank_00001.h5" "$work/bad_r.log" \
         "${pre[@]}" "$bin" reshard "$work/bad" --tp 1 --dp 1 --out "$work/bad_r" $mm
     [ ! -e "$work/bad_r" ] && [ ! -e "$work/bad_r.partial" ] || fail "$mode: a failed reshard left output behind"

@@ -1,6 +1,6 @@
 # tests/crafted.cmake — crafted and hostile input through the CLI (tests/crafted.sh):
 # non-finite config values, a crafted metadata step, num_hidden_layers and tensor shapes in an index
-# whose checksum was recomputed (ckpt/test/tool_ckpt_craft), retention with a symlinked step directory, and
+# whose checksum was recomputed (tests/ckpt/tool_ckpt_craft), retention with a symlinked step directory, and
 # `ckpt ls` with a directory name that disagrees with its index. Uses the resume_data fixture of
 # tests/resume.cmake; each case trains its own tiny checkpoint.
 foreach(case config_inf step layers shape retention ls)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/crafted.sh MESHPOINT CRAFT DATA CONFIG WORKDIR CASE — crafted and hostile input reaching the CLI.
 # Each case trains a tiny checkpoint itself (cli_tiny, a few steps), then
-# rewrites one value with ckpt/test/tool_ckpt_craft (CRAFT: index checksum recomputed, so the range check is
+# rewrites one value with tests/ckpt/tool_ckpt_craft (CRAFT: index checksum recomputed, so the range check is
 # what must refuse it; --stale: the checksum must catch it first), and asserts exit codes and messages.
 #   config_inf   "rope_theta": 1e999 (a double overflowing to inf) and "lr": 1e999 refused (exit 2,
 #                naming the key); before, it trained and every checkpoint stored null

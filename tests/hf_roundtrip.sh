@@ -72,7 +72,7 @@ import_mesh() {
     run "$work/imm.log" $mpi -np 2 "$bin" import "$work/hf1" --out "$work/impm" --tp "$t" --dp "$d"
     # a source failing on rank 1 only: agreed, one message, exit 2, nothing written, no rank left waiting
     local o rc
-    o=$(MP_TEST_FAIL_RANK=1 timeout 60 $mpi -np 2 -x MP_TEST_FAIL_RANK "$bin" import "$work/hf1" --out "$work/impf" \
+    o=$(MP_FAULT=fail_rank:1 timeout 60 $mpi -np 2 -x MP_FAULT "$bin" import "$work/hf1" --out "$work/impf" \
         --tp "$t" --dp "$d" 2>&1); rc=$?
     [ $rc -eq 2 ] && [ "$(printf '%s\n' "$o" | grep -c "error: \[rank 1\] import: source: simulated failure")" -eq 1 ] \
         && [ ! -e "$work/impf" ] || fail "import with a rank-local source failure: exit $rc: $o"

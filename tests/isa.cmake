@@ -3,7 +3,7 @@
 # run is skipped, exit 77): the kernels against float64 (test_kernels), mesh invariance on 1x1 and
 # tp2 x dp2 (mpi_llama), exact resume on tp2 x dp2 (resume_exact.sh) and PyTorch parity (compare_torch.py).
 # The unforced run of every other entry uses the best level the CPU runs. isa_refused: MP_ISA above what
-# the CPU runs (MP_TEST_CPU_ISA_MAX pretends a v2 CPU) and an unknown level are refused with exit 2.
+# the CPU runs (the fault cpu_isa_max pretends a v2 CPU) and an unknown level are refused with exit 2.
 set(MP_ISA_RUN ${CMAKE_SOURCE_DIR}/tests/isa_run.sh $<TARGET_FILE:meshpoint>)
 set(MP_ISA_ENV "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1;OMPI_MCA_mpi_yield_when_idle=1")
 foreach(lvl v2 v3 v4)

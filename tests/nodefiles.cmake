@@ -2,7 +2,7 @@
 # docs/BENCH_SCALE.md "Files on a parallel file system"):
 #   ckpt_nodefiles_np{2,4,8}  tests/nodefiles.sh: tool_ckpt_mpi save --files 2|4|node: the leaders' files
 #                             only, read back on NP and 3 processes, the collective open; simulated nodes
-#                             (MP_CKPT_RANKS_PER_NODE); boxes moved in many bands read by h5py through
+#                             (the fault ckpt_ranks_per_node); boxes moved in many bands read by h5py through
 #                             view.h5 bitwise equal to the per-rank save; a member failing mid-transfer, the
 #                             leader failing while writing, a member killed: the earlier checkpoint kept
 #   nodefiles_train           tests/nodefiles_train.sh: meshpoint train --ckpt-files rank|2|node on tp 2 x

@@ -4,14 +4,14 @@
 #   - --files 2, 4 and node: the index lists (and the directory holds) the files of the groups' leaders
 #     only; every rank of NP and of 3 processes reads every tensor back equal to the generator, rank 0
 #     runs ckpt_verify (tool check); the collective open plans and reads on NP (tool planned);
-#   - nodes made by the test hook MP_CKPT_RANKS_PER_NODE (nodes of 2 and of 3 ranks): node files per
+#   - nodes made by the fault ckpt_ranks_per_node (nodes of 2 and of 3 ranks): node files per
 #     simulated node, groups of 2 never crossing a node;
 #   - with a tensor of 1024 rows per rank and 64 KiB bands (--big --fill 65536: every member box moves
 #     in several bands): h5py reads every tensor through view.h5 bitwise equal to the per-rank save's,
 #     and so does `meshpoint ckpt diff` (our reader, checksums checked);
-#   - failures after a good save of step 7: a member failing mid-transfer (MP_CKPT_FAIL_AT=group_send on
+#   - failures after a good save of step 7: a member failing mid-transfer (MP_FAULT=ckpt_fail_at:group_send on
 #     rank 1) or before sending (group_list: the save fails with rank 1's own message), the leader failing while writing a member's boxes (group_write on rank 0), a member killed
-#     mid-transfer (MP_CKPT_CRASH_AT=during_rank_files on rank 1): exit non-zero (the first two with a
+#     mid-transfer (MP_FAULT=ckpt_crash_at:during_rank_files on rank 1): exit non-zero (the first two with a
 #     message naming the rank), no step 8, step 7 still the newest and intact;
 #   - an asynchronous save with --files 2 is refused with a message.
 set -eu
@@ -54,14 +54,14 @@ echo "--files rank, 2, 4, node: the leaders' files only, read back on $np and 3 
 for v in "node 2" "2 3" "node 3"; do
     set -- $v
     r="$work/sim_$1_$2"
-    MP_CKPT_RANKS_PER_NODE=$2 save "$r" 7 --files $1
+    MP_FAULT=ckpt_ranks_per_node:$2 save "$r" 7 --files $1
     fail_log="$work/check_sim_$1_$2.log"
     $mpi -np $np "$tool" check "$r" 7 >"$fail_log" 2>&1 || fail "check of --files $1 on nodes of $2"
     g=$1; [ "$g" = node ] && g=0
     want=$(names $(leaders $g $2))
     [ "$(files "$r/step_00000007")" = "$want" ] || fail "--files $1 on nodes of $2: $(files "$r/step_00000007"), expected $want"
 done
-echo "nodes of 2 and 3 ranks (MP_CKPT_RANKS_PER_NODE): files per node, groups within nodes"
+echo "nodes of 2 and 3 ranks (the fault ckpt_ranks_per_node): files per node, groups within nodes"
 # 3. several bands per member box: h5py through view.h5, bitwise equal to the per-rank save
 for f in rank 2 node; do
     save "$work/big_$f" 7 --files $f --big --fill 65536
@@ -107,20 +107,20 @@ intact() {   # after a failed save of step 8 into $work/fail
 }
 save "$work/fail" 7 --files $g
 set +e   # expect checks the exit status itself
-expect 1 "save failed: .*rank 1.*MP_CKPT_FAIL_AT=group_send: rank 1 fails sending" "$work/fail_send.log" \
-    $mpi -np $np -x MP_CKPT_FAIL_AT=group_send -x MP_CKPT_FAIL_RANK=1 "$tool" save "$work/fail" 8 --files $g --big --fill 65536
+expect 1 "save failed: .*rank 1.*fault ckpt_fail_at:group_send: rank 1 fails sending" "$work/fail_send.log" \
+    $mpi -np $np -x MP_FAULT=ckpt_fail_at:group_send,ckpt_fail_rank:1 "$tool" save "$work/fail" 8 --files $g --big --fill 65536
 intact member_send
-expect 1 "save failed: .*\[rank 1\] MP_CKPT_FAIL_AT=group_list: rank 1 fails before sending" "$work/fail_list.log" \
-    $mpi -np $np -x MP_CKPT_FAIL_AT=group_list -x MP_CKPT_FAIL_RANK=1 "$tool" save "$work/fail" 8 --files $g --big --fill 65536
+expect 1 "save failed: .*\[rank 1\] fault ckpt_fail_at:group_list: rank 1 fails before sending" "$work/fail_list.log" \
+    $mpi -np $np -x MP_FAULT=ckpt_fail_at:group_list,ckpt_fail_rank:1 "$tool" save "$work/fail" 8 --files $g --big --fill 65536
 intact member_list
-expect 1 "save failed: .*\[rank 0\] .*MP_CKPT_FAIL_AT=group_write: rank 0 fails writing the boxes of rank 1" "$work/fail_write.log" \
-    $mpi -np $np -x MP_CKPT_FAIL_AT=group_write -x MP_CKPT_FAIL_RANK=0 "$tool" save "$work/fail" 8 --files $g --big --fill 65536
+expect 1 "save failed: .*\[rank 0\] .*fault ckpt_fail_at:group_write: rank 0 fails writing the boxes of rank 1" "$work/fail_write.log" \
+    $mpi -np $np -x MP_FAULT=ckpt_fail_at:group_write,ckpt_fail_rank:0 "$tool" save "$work/fail" 8 --files $g --big --fill 65536
 intact leader_write
-timeout 120 $mpi -np $np -x MP_CKPT_CRASH_AT=during_rank_files -x MP_CKPT_CRASH_RANK=1 "$tool" save "$work/fail" 8 \
+timeout 120 $mpi -np $np -x MP_FAULT=ckpt_crash_at:during_rank_files,ckpt_crash_rank:1 "$tool" save "$work/fail" 8 \
     --files $g --big --fill 65536 >"$work/crash.log" 2>&1
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || { fail_log="$work/crash.log"; fail "member killed mid-transfer: exit $rc"; }
-grep -q "MP_CKPT_CRASH_AT=during_rank_files: killing rank 1" "$work/crash.log" || { fail_log="$work/crash.log"; fail "the crash point was not reached"; }
+grep -q "fault ckpt_crash_at:during_rank_files: killing rank 1" "$work/crash.log" || { fail_log="$work/crash.log"; fail "the crash point was not reached"; }
 intact member_killed
 expect 1 "save failed: .*asynchronous save.*ranks_per_file 2.*ckpt_save_commit" "$work/async.log" \
     $mpi -np $np "$tool" save "$work/async" 8 --files 2 --async

@@ -37,13 +37,13 @@ refused 2 "no index.h5|not a complete checkpoint|no complete checkpoint" "$bin" 
 # a checkpoint whose rank file is missing is not complete
 cp -r "$ck" "$work/incomplete"; rm "$work/incomplete/rank_00003.h5"
 refused 2 "not a complete checkpoint.*rank_00003" "$bin" reshard "$work/incomplete" --tp 2 --dp 1 --out "$out"
-refused 2 "MiB free, the output needs" env MP_RESHARD_FREE_BYTES=100000 "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out"
+refused 2 "MiB free, the output needs" env MP_FAULT=free_bytes:100000 "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out"
 # a source that fails on one rank only (node-local storage): every rank agrees, one message, exit 2,
 # nothing written, and no rank left waiting in a collective (timeout: a hang fails the test)
 for r in 0 1; do
     refused 2 "\[rank $r\] reshard: source: simulated failure on rank $r" \
-        timeout 60 env MP_TEST_FAIL_RANK=$r $mpi -np 2 -x MP_TEST_FAIL_RANK "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out"
-    n=$(MP_TEST_FAIL_RANK=$r timeout 60 $mpi -np 2 -x MP_TEST_FAIL_RANK "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out" 2>&1 \
+        timeout 60 env MP_FAULT=fail_rank:$r $mpi -np 2 -x MP_FAULT "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out"
+    n=$(MP_FAULT=fail_rank:$r timeout 60 $mpi -np 2 -x MP_FAULT "$bin" reshard "$ck" --tp 2 --dp 1 --out "$out" 2>&1 \
         | grep -c "error:")
     [ "$n" -eq 1 ] || fail "rank-$r source failure: $n error lines, expected 1"
 done
@@ -87,7 +87,7 @@ echo "ok: corrupt source refused, nothing left"
 for point in begin during_rank_files after_rank_files before_index after_index; do
     kr=$work/root_$point; k=$kr/step_00000003
     mkdir -p "$kr"
-    MP_CKPT_CRASH_AT=$point "$bin" reshard "$ck" --tp 4 --dp 1 --out "$k" >"$kr.log" 2>&1; rc=$?
+    MP_FAULT=ckpt_crash_at:$point "$bin" reshard "$ck" --tp 4 --dp 1 --out "$k" >"$kr.log" 2>&1; rc=$?
     [ $rc -ne 0 ] || fail "$point: the reshard was not killed"
     [ ! -e "$k" ] || fail "$point: a killed reshard left $k"
     "$bin" ckpt ls "$kr" --json >"$kr.ls" 2>&1 || fail "$point: ckpt ls: $(cat "$kr.ls")"

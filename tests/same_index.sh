@@ -7,7 +7,7 @@
 # previous writer (commit 6c1c6c4, one broadcast per process) produced for this save, so equality
 # proves the same tensors, boxes, files, data checksums and metadata. The checkpoint is then read back
 # and verified on NP ranks (tool_ckpt_mpi check), and saved again with rank 0 receiving the lists in
-# rounds of 3 ranks (MP_CKPT_GATHER_RANKS). A change of the tool's tensor set changes WANT.
+# rounds of 3 ranks (the fault ckpt_gather_ranks). A change of the tool's tensor set changes WANT.
 # Since format v3 (no box table in the index) the compared value is the v2 index checksum rebuilt from
 # the v3 files by h5py alone (tests/python/v2_index_checksum.py: runs expanded, every rank file's /boxes
 # table checked against the index and joined): equal to WANT, the v3 save holds the same boxes, dataset
@@ -34,5 +34,5 @@ save_and_compare() {
 save_and_compare "one gatherv round"
 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" "$tool" check "$work/root" 7 >"$log" 2>&1 ||
     fail "read-back failed: $(cat "$log")"
-save_and_compare "gather rounds of 3 ranks" MP_CKPT_GATHER_RANKS=3
+save_and_compare "gather rounds of 3 ranks" MP_FAULT=ckpt_gather_ranks:3
 rm -rf "$work"

@@ -6,7 +6,7 @@
  * element by element here, independently of the library's own box copy code. Integrity tests damage
  * the files on disk (flipped byte found through H5Dget_offset, truncation, removal) and check that
  * the reader refuses with a message naming what is wrong. Crash and disk-full tests fork a child
- * that saves and dies (SIGKILL from MP_CKPT_CRASH_AT) or hits RLIMIT_FSIZE.
+ * that saves and dies (SIGKILL from MP_FAULT=ckpt_crash_at:POINT) or hits RLIMIT_FSIZE.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -515,12 +515,14 @@ Test(ckpt, disk_full_fails_cleanly) {
     free(root);
 }
 
-/* Saves step 2 in a child with MP_CKPT_CRASH_AT=point; returns the child's wait status. */
+/* Saves step 2 in a child with MP_FAULT=ckpt_crash_at:point; returns the child's wait status. */
 static int crash_child(const char *root, const char *point, int async) {
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
-        setenv("MP_CKPT_CRASH_AT", point, 1);
+        char fault[128];
+        snprintf(fault, sizeof fault, "ckpt_crash_at:%s", point);
+        setenv("MP_FAULT", fault, 1);
         mp_err ce;
         if (!async) {
             save_tensors(root, 2, g_small, 2, NULL, &ce);

@@ -7,7 +7,7 @@
  * Expected values come from elsewhere than the code under test: statistics and shard maps from h5py
  * reading index.h5 (its tables and virtual views) with numpy, sizes from stat(), byte counts from the
  * model config (layers/llama_config.h), damage from flipping a byte inside a dataset found through h5py's
- * ds.id.get_offset(). Chunked streaming is exercised by MP_CKPT_CHUNK_BYTES=100 (tensors cut into many
+ * ds.id.get_offset(). Chunked streaming is exercised by MP_FAULT=ckpt_chunk_bytes:100 (tensors cut into many
  * row and column pieces) and must give the same results as whole-tensor chunks.
  */
 #define _GNU_SOURCE
@@ -465,7 +465,7 @@ Test(ckpt_cli, show_prints_config_tensors_and_stats, .timeout = 120) {
 
     /* statistics against numpy, with whole-tensor chunks and with tiny ones */
     check_stats(dir, ck, "");
-    check_stats(dir, ck, "MP_CKPT_CHUNK_BYTES=100");
+    check_stats(dir, ck, "MP_FAULT=ckpt_chunk_bytes:100");
 
     cr_assert_eq(run(NULL, "%s ckpt show", tu_bin()), 2);
     cr_assert_eq(run(NULL, "%s ckpt show %s/missing", tu_bin(), dir), 2);
@@ -500,7 +500,7 @@ Test(ckpt_cli, show_stats_of_known_values_any_dtype, .timeout = 60) {
     cr_assert_eq(ckpt_save_commit(s, NULL, &e), MP_OK, "%s", e.msg);
     ckpt_save_free(s);
 
-    const char *chunks[] = {"", "MP_CKPT_CHUNK_BYTES=16", "MP_CKPT_CHUNK_BYTES=50"};
+    const char *chunks[] = {"", "MP_FAULT=ckpt_chunk_bytes:16", "MP_FAULT=ckpt_chunk_bytes:50"};
     for (int c = 0; c < 3; c++) {
         char *js = NULL;
         int rc = capture(&js, "%s %s ckpt show --stats --json %s", chunks[c], tu_bin(), root);
@@ -875,7 +875,7 @@ Test(ckpt_cli, diff_and_show_across_meshes, .timeout = 300) {
     cr_assert(strstr(def, "result: equal"), "%s", def);
     cr_assert(strstr(def, "0 differ"), "%s", def);
     /* the same numbers when both are cut into 100-byte chunks (rows split, then columns) */
-    rc = run(&tiny, "MP_CKPT_CHUNK_BYTES=100 %s ckpt diff %s %s --rtol 1e-4", tu_bin(), a, b);
+    rc = run(&tiny, "MP_FAULT=ckpt_chunk_bytes:100 %s ckpt diff %s %s --rtol 1e-4", tu_bin(), a, b);
     cr_assert_eq(rc, 0, "%s", tiny);
     cr_assert_str_eq(def, tiny);
     cr_assert_eq(run(NULL, "%s ckpt diff %s %s --rtol 1e-4", tu_bin(), b, a), 0);
@@ -929,6 +929,6 @@ Test(ckpt_cli, diff_and_show_across_meshes, .timeout = 300) {
     cr_assert(strstr(out, "offset [0, 16]"), "%s", out);
     free(out);
     /* statistics of the mesh checkpoint (4 rank files, sharded boxes) against numpy */
-    check_stats(dir, b, "MP_CKPT_CHUNK_BYTES=100");
+    check_stats(dir, b, "MP_FAULT=ckpt_chunk_bytes:100");
     run(NULL, "rm -rf %s", dir);
 }

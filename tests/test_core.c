@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/fsutil.h"
 #include "core/rng.h"
 #include "core/sched.h"
@@ -105,6 +106,34 @@ Test(error, code_names_are_the_documented_words) {
 }
 
 /* Small text inputs are streams: a pipe (no size), a directory named as one, the cap enforced. */
+/* MP_FAULT (core/fault.h): name or name:arg entries, comma-separated; the rank rule of the ckpt faults;
+ * integers; and the start-up check that refuses a name not in the table (a misspelt fault). */
+Test(fault, parses_entries_ranks_and_refuses_unknown_names) {
+    char buf[32];
+    mp_err e;
+    setenv("MP_FAULT", "ckpt_crash_at:after_index,ckpt_crash_rank:1,ckpt_serial_fill,free_bytes:12x,mem_available:77", 1);
+    cr_assert_str_eq(mp_fault_arg("ckpt_crash_at", buf, sizeof buf), "after_index");
+    cr_assert_str_eq(mp_fault_arg("ckpt_serial_fill", buf, sizeof buf), "");
+    cr_assert_null(mp_fault_arg("ckpt_fail_at", buf, sizeof buf));
+    cr_assert(mp_fault_on("ckpt_serial_fill"));
+    cr_assert(!mp_fault_on("no_rename_exchange"));
+    cr_assert_eq(mp_fault_int("mem_available", -1), 77);
+    cr_assert_eq(mp_fault_int("free_bytes", -1), -1, "not a whole number: the default");
+    cr_assert_eq(mp_fault_int("rlimit_room", -5), -5);
+    cr_assert(mp_fault_rank_matches("ckpt_crash_rank", 1));
+    cr_assert(!mp_fault_rank_matches("ckpt_crash_rank", 0));
+    cr_assert(mp_fault_rank_matches("ckpt_fail_rank", 0), "no rank given: every rank");
+    cr_assert_eq(mp_fault_check(&e), MP_OK, "%s", e.msg);
+    setenv("MP_FAULT", "ckpt_serial_fill:0", 1);
+    cr_assert(!mp_fault_on("ckpt_serial_fill"), "\"0\" is off");
+    setenv("MP_FAULT", "ckpt_crash_at:begin,ckpt_crash_ta:begin", 1);
+    cr_assert_eq(mp_fault_check(&e), MP_EINPUT);
+    cr_assert(strstr(e.msg, "\"ckpt_crash_ta\""), "%s", e.msg);
+    unsetenv("MP_FAULT");
+    cr_assert_null(mp_fault_arg("ckpt_crash_at", buf, sizeof buf));
+    cr_assert_eq(mp_fault_check(&e), MP_OK);
+}
+
 Test(fsutil, read_text_takes_pipes_and_names_directories) {
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
@@ -186,7 +215,7 @@ Test(fsutil, durable_text_rename_and_swap) {
     cr_assert(!mp_fs_exists(tmp));
     char *a = mp_fs_join(base, "a"), *b = mp_fs_join(base, "b"), *am = mp_fs_join(a, "m"), *bm = mp_fs_join(b, "m");
     for (int fallback = 0; fallback < 2; fallback++) {
-        setenv("MP_CKPT_NO_RENAME_EXCHANGE", fallback ? "1" : "0", 1);
+        setenv("MP_FAULT", fallback ? "no_rename_exchange" : "", 1);
         cr_assert_eq(mp_fs_mkdirs(a, &e), MP_OK, "%s", e.msg);
         cr_assert_eq(mp_fs_mkdirs(b, &e), MP_OK, "%s", e.msg);
         put(am, "new");
@@ -201,7 +230,7 @@ Test(fsutil, durable_text_rename_and_swap) {
         free(old);
         cr_assert_eq(mp_fs_remove_tree(b, &e), MP_OK, "%s", e.msg);
     }
-    unsetenv("MP_CKPT_NO_RENAME_EXCHANGE");
+    unsetenv("MP_FAULT");
     cr_assert_eq(mp_fs_mkdirs(a, &e), MP_OK, "%s", e.msg);
     cr_assert_eq(mp_fs_rename_durable(a, b, NULL, &e), MP_OK, "%s", e.msg);
     cr_assert(mp_fs_is_dir(b) && !mp_fs_exists(a));

@@ -1,5 +1,5 @@
 # tests/tokenizer_carry.cmake — carried tokenizer files on 2 ranks (tests/tokenizer_carry_mpi.sh): train
-# --init-from on tp 2, a save carrying files killed at every MP_CKPT_CRASH_AT point then resumed, reshard
+# --init-from on tp 2, a save carrying files killed at every the fault ckpt_crash_at point then resumed, reshard
 # on 2 ranks; every checkpoint carries the files byte for byte and verifies; a crafted list naming config.json
 # is refused by export, reshard, train --init-from and ckpt verify.
 add_test(NAME tokenizer_carry_mpi COMMAND ${CMAKE_SOURCE_DIR}/tests/tokenizer_carry_mpi.sh $<TARGET_FILE:meshpoint>

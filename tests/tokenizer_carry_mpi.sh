@@ -4,7 +4,7 @@
 #   1. a source checkpoint carrying tokenizer files (train -> export -> the files added -> import);
 #   2. `train --init-from` on tp 2 (mpiexec -np 2): every checkpoint carries the files byte for byte and
 #      verifies;
-#   3. a save carrying files killed at each MP_CKPT_CRASH_AT point: no step_4 (or a complete one after the
+#   3. a save carrying files killed at each the fault ckpt_crash_at point: no step_4 (or a complete one after the
 #      rename), step 2 intact (files and verify), and `--resume` finishes with the files in the last save;
 #   4. `reshard` on 2 ranks (tp 1 x dp 2): the output carries the files and verifies;
 #   6. a checkpoint whose list (checksum recomputed: tool_ckpt_craft) carries config.json, the name export
@@ -44,7 +44,7 @@ same_files "$work/hf2"
 # the free-disk checks of export and reshard count the carried bytes (~600 KB here): the same model with
 # and without the files needs that much more
 need() {   # CKPT CMD...: the MiB the free-disk check asks for, with no space free
-    MP_RESHARD_FREE_BYTES=0 "$bin" "$2" "$1" --out "$work/nospace" "${@:3}" >"$work/need.log" 2>&1 && fail "$2 ran with no space"
+    MP_FAULT=free_bytes:0 "$bin" "$2" "$1" --out "$work/nospace" "${@:3}" >"$work/need.log" 2>&1 && fail "$2 ran with no space"
     grep -oE 'needs about [0-9.]+ MiB' "$work/need.log" | grep -oE '[0-9.]+' || fail "$2: $(cat "$work/need.log")"
 }
 carried=$(cat "$work/hf/tokenizer.json" "$work/hf/tokenizer_config.json" "$work/hf/generation_config.json" | wc -c)
@@ -68,10 +68,10 @@ cp -a "$run/checkpoints" "$work/saved"
 
 for point in during_rank_files after_rank_files before_index after_index after_rename; do
     rm -rf "$run/checkpoints"; cp -a "$work/saved" "$run/checkpoints"
-    MP_CKPT_CRASH_AT=$point $mpi "$bin" train --config "$config" --train-data "$data" --log-every 0 $common \
+    MP_FAULT=ckpt_crash_at:$point $mpi "$bin" train --config "$config" --train-data "$data" --log-every 0 $common \
         --run-dir "$run" --resume >"$work/crash.log" 2>&1
     [ $? -ne 0 ] || fail "$point: the job was to be killed"
-    grep -q "MP_CKPT_CRASH_AT=$point" "$work/crash.log" || fail "$point: not reached: $(cat "$work/crash.log")"
+    grep -q "fault ckpt_crash_at:$point" "$work/crash.log" || fail "$point: not reached: $(cat "$work/crash.log")"
     if [ "$point" = after_rename ]; then
         same_files "$run/checkpoints/step_00000004/files"
     else

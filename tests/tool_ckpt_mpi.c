@@ -11,7 +11,7 @@
  *                                         fail the save on every rank with the same message.
  *   tool_ckpt_mpi save ROOT STEP [--zstd L] [--async] [--files rank|node|G] [--big] [--fill BYTES]
  *                                         saves the tensor set as STEP (for interop and crash tests;
- *                                         MP_CKPT_CRASH_AT applies); --files: ranks_per_file (node:
+ *                                         the fault ckpt_crash_at applies); --files: ranks_per_file (node:
  *                                         CKPT_FILES_NODE); --big adds a tensor of 1024 rows per rank,
  *                                         --fill sets fill_bytes (bands of member boxes); on failure
  *                                         rank 0 prints "save failed: MESSAGE" on stdout

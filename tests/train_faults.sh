@@ -3,7 +3,7 @@
 # on tp 2 x dp 2 through the real CLI. Every case: a straight 6-step run is the reference; the faulty run
 # saves step 2, then fails while saving step 4; the run is then resumed and must continue from the
 # newest COMPLETE checkpoint, finish, and end bitwise equal to the reference (final checkpoint).
-#   crash:POINT  SIGKILL every rank at POINT of the step-4 save (MP_CKPT_CRASH_AT): during_rank_files,
+#   crash:POINT  SIGKILL every rank at POINT of the step-4 save (the fault ckpt_crash_at): during_rank_files,
 #                after_rank_files, before_index, after_index -> resume from 2; after_rename, after_latest
 #                -> step 4 is complete, resume from 4; during_view (rank 0's background view.h5 write,
 #                killed before its rename) -> step 4 is complete without view.h5, its views
@@ -32,10 +32,10 @@ expect_from=2
 case "$case" in
 crash:*)
     point=${case#crash:}
-    MP_CKPT_CRASH_AT=$point $mpi "$bin" $common --run-dir "$run" --resume >"$work/p2.log" 2>&1
+    MP_FAULT=ckpt_crash_at:$point $mpi "$bin" $common --run-dir "$run" --resume >"$work/p2.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] || fail "the job was to be killed at $point but exited 0"
-    grep -q "MP_CKPT_CRASH_AT=$point" "$work/p2.log" || fail "the crash point $point was not reached: $(cat "$work/p2.log")"
+    grep -q "fault ckpt_crash_at:$point" "$work/p2.log" || fail "the crash point $point was not reached: $(cat "$work/p2.log")"
     case "$point" in after_rename|after_latest|during_view) expect_from=4 ;; esac
     if [ "$point" = during_view ]; then
         v=$run/checkpoints/step_00000004

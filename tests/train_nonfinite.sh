@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/train_nonfinite.sh MESHPOINT DATA CONFIG WORKDIR CASE — a non-finite gradient norm and resume
-# bookkeeping through the real CLI. MP_TEST_NONFINITE_AT_STEP=N (the test hook of layers/llama_train.c)
+# bookkeeping through the real CLI. MP_FAULT=nonfinite_at_step:N (the test hook of layers/llama_train.c)
 # makes step N's gradient norm NaN.
 #   stop          default: exit 1 naming the step; the newest checkpoint (committed, --async-save) is the
 #                 last good one, and holds no NaN (ckpt show --stats --json)
@@ -21,7 +21,7 @@ run=$work/run; root=$run/checkpoints
 
 case "$case" in
 stop)
-    MP_TEST_NONFINITE_AT_STEP=5 expect 1 "gradient norm is nan at step 5" "$work/log" \
+    MP_FAULT=nonfinite_at_step:5 expect 1 "gradient norm is nan at step 5" "$work/log" \
         train --run-dir "$run" --steps 8 --ckpt-every 2 --async-save
     grep -q "checkpoint step 4 committed" "$work/log" || fail "the async save of step 4 was not committed: $(cat "$work/log")"
     [ "$(cat "$root/latest")" = step_00000004 ] || fail "latest names $(cat "$root/latest")"
@@ -34,7 +34,7 @@ stop)
     echo "ok ($case): $(grep 'error' "$work/log" | cut -c1-120)"
     ;;
 skip)
-    MP_TEST_NONFINITE_AT_STEP=3 expect 0 "step 3: gradient norm is nan: update skipped \(1 skipped" "$work/log" \
+    MP_FAULT=nonfinite_at_step:3 expect 0 "step 3: gradient norm is nan: update skipped \(1 skipped" "$work/log" \
         train --run-dir "$run" --steps 5 --ckpt-every 5 --on-nonfinite skip
     grep -q "1 update(s) skipped for a non-finite gradient norm" "$work/log" || fail "no count at the end: $(cat "$work/log")"
     grep -q '^{"step": 3, .*"grad_norm": null, .*"skipped": true, "nonfinite_skips": 1' "$run/metrics.jsonl" ||

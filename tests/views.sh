@@ -6,7 +6,7 @@
 #            target; one mapping to another tensor's box, one deleted): verify exits 1
 #            naming both; repair-views rebuilds view.h5 (exit 0), keeps index.h5's creation time, and afterwards
 #            verify passes and h5py reads every view bitwise equal to the rank files' boxes
-#   crash    a libhdf5 crash while checking a view (MP_TEST_VIEWS_CRASH_AT) is a problem verify reports
+#   crash    a libhdf5 crash while checking a view (the fault ckpt_views_crash_at) is a problem verify reports
 #            (exit 1, naming the view), not a crash of verify; so is one while reading index.h5 itself
 #   dense    an index with dense groups (as written before compact storage) and a flipped byte in /meta's
 #            fractal heap: verify exits 1 reporting it (libhdf5 crashes there: contained in a child)
@@ -15,7 +15,7 @@
 #            every step, synchronous and --async-save, with --keep 2 retention, leaves every kept
 #            checkpoint's view.h5 complete at exit (verify passes, h5py reads every view equal to the
 #            rank files' boxes, no view.h5.repair left) and exactly the newest 2 steps; a failed
-#            background write (MP_CKPT_FAIL_AT=view_write) is a warning naming the checkpoint and
+#            background write (MP_FAULT=ckpt_fail_at:view_write) is a warning naming the checkpoint and
 #            `meshpoint ckpt repair-views DIR`, the run exits 0, verify passes noting the views pending,
 #            repair-views writes them and verify passes without the note
 #   pending  views pending: a run's step 2 without view.h5 (a leftover view.h5.tmp.<pid> beside it)
@@ -123,11 +123,11 @@ PY
     echo "ok ($case): $(cat "$work/h5py")"
     ;;
 crash)
-    MP_TEST_VIEWS_CRASH_AT=model/lm_head.weight expect 1 \
+    MP_FAULT=ckpt_views_crash_at:model/lm_head.weight expect 1 \
         "libhdf5 crashed \(signal 11\) checking the view of model/lm_head.weight" "$work/verify" "$bin" ckpt verify "$ck"
     grep -q "^FAILED" "$work/verify" || fail "no verdict line after the contained crash: $(cat "$work/verify")"
     # a crash reading index.h5 itself: reported, and verify does not open the index in its own process
-    MP_TEST_VIEWS_CRASH_AT=index.h5 expect 1 "libhdf5 crashed \(signal 11\) reading the index: the file is damaged" \
+    MP_FAULT=ckpt_views_crash_at:index.h5 expect 1 "libhdf5 crashed \(signal 11\) reading the index: the file is damaged" \
         "$work/verify_index" "$bin" ckpt verify "$ck"
     grep -q "^FAILED" "$work/verify_index" || fail "no verdict line after the contained crash: $(cat "$work/verify_index")"
     echo "ok ($case)"
@@ -189,7 +189,7 @@ background)
         grep -q "repair-views" "$work/train_$mode" && fail "$mode: a warning: $(cat "$work/train_$mode")"
     done
     rd=$work/bg_fail
-    MP_CKPT_FAIL_AT=view_write expect 0 "checkpoint .*step_00000002 is complete and loadable, but writing its views \(view.h5\) failed: .*simulated failure; run meshpoint ckpt repair-views .*step_00000002" \
+    MP_FAULT=ckpt_fail_at:view_write expect 0 "checkpoint .*step_00000002 is complete and loadable, but writing its views \(view.h5\) failed: .*simulated failure; run meshpoint ckpt repair-views .*step_00000002" \
         "$work/train_fail" train --run-dir "$rd" --steps 2 --ckpt-every 2
     d=$rd/checkpoints/step_00000002
     [ -e "$d/view.h5" ] && fail "a failed view write left view.h5"

@@ -20,7 +20,7 @@
  */
 #include "core/cuda/k_common.cuh"
 
-/* One element's update; returns the new p and updates *m, *v (host and device: hostcheck tests it). Every
+/* One element's update; returns the new p and updates *m, *v (host and device: check_kernels_host tests it). Every
  * rounding is spelled out (fmaf, mp_mul_rn, mp_add_rn): with plain operators nvcc contracted the 16-byte
  * and the one-element paths differently, and their bits differed on the H200 (2026-12-04). The same
  * expression as the CPU's up to those contractions (the CPU may differ in the last bit, as before). */

@@ -1,6 +1,6 @@
 /*
  * core/cuda/k_attn_mma.cuh — the per-warp tile logic of the tensor-core flash attention (k_attn_mma.cu),
- * written once for the device and for its host replay (core/cuda/hostcheck/check_kernels_host.cu).
+ * written once for the device and for its host replay (tests/cuda/check_kernels_host.cu).
  *
  * Why a shared header: the kernel's correctness rests on the mma.sync fragment layouts, the masks, the
  * online softmax and the quad shuffles; none can run here (no GPU). So every function below is

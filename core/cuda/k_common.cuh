@@ -26,7 +26,7 @@
 /* The attention grids: x the query (or key) tiles, y the head (or kv head), z the batch row; the kernels
  * read b = blockIdx.z, h = blockIdx.y. grid.y and grid.z are each limited to 65535, so heads and batch are
  * bounded apart: B H folded into grid.y alone aborted a batch of 2048 x 32 heads mid-run.
- * mp_attn_grid_ok: the launchers' precondition (hostcheck checks both, and that the grid covers every
+ * mp_attn_grid_ok: the launchers' precondition (check_kernels_host checks both, and that the grid covers every
  * (b, h) once). */
 #define MP_MAX_GRID_YZ 65535
 __host__ __device__ static inline dim3 mp_attn_grid(int64_t tiles, int heads, int B) {
@@ -149,7 +149,7 @@ static inline void mp_vec_launch(int64_t n, int aligned16, const F &f, cudaStrea
 
 /* The row chunks of the deterministic column reductions (RMSNorm's dw, the per-head RMSNorm's dw, the bias
  * gradient db): M rows cut into *nchunks chunks of *rows_per_chunk consecutive rows (<= MP_CHUNK_MAX chunks
- * of >= MP_CHUNK_MIN_ROWS rows), a function of M alone (host and device: hostcheck tests it). Each chunk's
+ * of >= MP_CHUNK_MIN_ROWS rows), a function of M alone (host and device: check_kernels_host tests it). Each chunk's
  * block sums its rows into partial[c, :] in a fixed order, then mp_chunk_sum_kernel adds the chunks in
  * order: no atomics, and the order of every sum is fixed by M and the row length. */
 #define MP_CHUNK_MIN_ROWS 32

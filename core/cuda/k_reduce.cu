@@ -36,7 +36,7 @@
 #define FINAL_THREADS 1024
 #define RED_ALIGN 8   /* chunk lengths are multiples of this (whole groups of 4 fp32 / 8 bf16) */
 
-/* The blocks and chunk length of a reduction over n > 0 elements (host and device: hostcheck tests it). */
+/* The blocks and chunk length of a reduction over n > 0 elements (host and device: check_kernels_host tests it). */
 __host__ __device__ static inline void reduce_plan(int64_t n, int *nblocks, int64_t *chunk) {
     int64_t nb = (n + RED_MIN_PER_BLOCK - 1) / RED_MIN_PER_BLOCK;
     if (nb < 1) nb = 1;
@@ -47,7 +47,7 @@ __host__ __device__ static inline void reduce_plan(int64_t n, int *nblocks, int6
 
 /* Thread t's double sum (of squares when SQUARE) over its groups of [start, end): groups of G elements
  * starting at start + G t, start + G (t + RED_THREADS), ..., elements in order; V16: whole groups as one
- * 16-byte load (x 16-byte aligned, start a multiple of G). Host and device: hostcheck replays it. */
+ * 16-byte load (x 16-byte aligned, start a multiple of G). Host and device: check_kernels_host replays it. */
 template <bool SQUARE, bool V16, typename T>
 __host__ __device__ static inline double reduce_thread(const T *x, int64_t start, int64_t end, int t) {
     constexpr int G = 16 / sizeof(T);
@@ -137,7 +137,7 @@ extern "C" void mp_cuda_clip_scale(float *scale, const double *sumsq, double gra
 
 /* partial[j .. j+G) of one chunk: the sums of rows n0 .. n1-1 of columns j .. j+G of dx, each column's
  * rows in increasing n from 0 (G = 8: one 16-byte load per row, dx + j 16-byte aligned). Host and device:
- * hostcheck replays it. */
+ * check_kernels_host replays it. */
 template <int G>
 __host__ __device__ static inline void bias_bwd_group(float *part, const mp_bf16 *dx, int64_t ldx, int64_t n0,
                                                       int64_t n1, int64_t j) {

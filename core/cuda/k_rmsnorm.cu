@@ -11,7 +11,7 @@
  * increasing order. The order is a function of D alone: alignment changes only the access width — one
  * 16-byte access per group (V16) when every pointer is 16-byte aligned (then every row is, D % 8 == 0),
  * else 2-byte accesses (rms_ld, rms_st) — never a bit of a result. The lane functions below are
- * __host__ __device__ so that core/cuda/hostcheck/check_kernels_host.cu replays the launches lane by
+ * __host__ __device__ so that tests/cuda/check_kernels_host.cu replays the launches lane by
  * lane (only the xor butterfly mp_warp_sum is emulated there, with the same pairings).
  *
  * Forward: one warp per row (8 rows per 256-thread block). Lane sums of x_i^2, the warp's butterfly

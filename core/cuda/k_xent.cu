@@ -171,7 +171,7 @@ static __global__ void loss_kernel(float *__restrict__ losses, const float *__re
 }
 
 /* A shard's sum of exps taken from its own max to the global one (the table's xent_rescale, tp > 1);
- * 0 when the shard has no valid column. The same expression on host and device (hostcheck). */
+ * 0 when the shard has no valid column. The same expression on host and device (check_kernels_host). */
 __host__ __device__ static inline float xent_rescale_row(float sumexp, float local_max, float rowmax) {
     return local_max == -INFINITY ? 0.0f : mp_mul_rn(sumexp, expf(local_max - rowmax));
 }
@@ -184,7 +184,7 @@ static __global__ void rescale_kernel(float *__restrict__ sumexp, const float *_
 
 /* Columns j0 .. j0+VEC-1 of one row l of the backward, in place: read all, then write all (VEC > 1: one
  * 16-byte access each way). Every column's expression is the same whatever VEC (host and device:
- * hostcheck replays the launches). f = dloss / sumexp, or 0 when the row has no finite logit. */
+ * check_kernels_host replays the launches). f = dloss / sumexp, or 0 when the row has no finite logit. */
 template <int VEC, typename T>
 __host__ __device__ static inline void xent_bwd_at(T *l, int j0, float mx, float f, int64_t c, float dloss,
                                                    int v_valid) {

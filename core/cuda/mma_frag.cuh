@@ -1,11 +1,11 @@
 /*
  * core/cuda/mma_frag.cuh — which matrix element each lane's register holds for mma.sync.m16n8k16 with bf16
  * A/B and f32 C/D: the one table the host replay of the tensor-core attention (k_attn_mma.cuh's fa_mma on
- * the host) scatters and gathers by, and the device probe (hostcheck/mma_probe.cu) compares the hardware
+ * the host) scatters and gathers by, and the device probe (tests/cuda/mma_probe.cu) compares the hardware
  * with.
  *
  * Transcribed from CUTLASS's CuTe traits, not from the PTX ISA prose, so that the test that checks it
- * against the ISA's formulas (hostcheck/check_kernels_host.cu, check_mma_table) compares two independent
+ * against the ISA's formulas (tests/cuda/check_kernels_host.cu, check_mma_table) compares two independent
  * transcriptions: include/cute/atom/mma_traits_sm80.hpp, MMA_Traits<SM80_16x8x16_F32BF16BF16F32_TN>:
  *   ALayout = ((4,8),(2,2,2)) : ((32,1),(16,8,128))   (thread, value) -> M16 x K16, column-major (m + 16 k)
  *   BLayout = ((4,8),(2,2))   : ((16,1),(8,64))       (thread, value) -> N8 x K16,  column-major (n + 8 k)

@@ -2,7 +2,7 @@
 """tests/python/ckpt_crash_mpi.py — crash safety of a multi-rank save.
 
 For each crash point of the commit protocol: saves step 1 with N ranks, then kills the job while it
-saves step 2 (MP_CKPT_CRASH_AT makes the chosen ranks raise SIGKILL; mpiexec then takes the others
+saves step 2 (the fault ckpt_crash_at makes the chosen ranks raise SIGKILL; mpiexec then takes the others
 down), and checks with tests/tool_ckpt_mpi check, on N ranks and on a different world size, that
 ckpt_find_latest picks the newest complete checkpoint (step 1, or step 2 once the rename happened) and
 that it loads and verifies cleanly. Exit status 0 on success, 1 on a failed check.
@@ -34,13 +34,12 @@ def main():
     ap.add_argument("--np", type=int, default=4)
     a = ap.parse_args()
     base_env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    base_env.pop("MP_CKPT_CRASH_AT", None)
-    base_env.pop("MP_CKPT_CRASH_RANK", None)
+    base_env.pop("MP_FAULT", None)
 
     def mpi(np_, args, env=None, quiet=False):
         cmd = [a.mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(np_),
-               "-x", "MP_CKPT_CRASH_AT", "-x", "MP_CKPT_CRASH_RANK", a.tool] + args
-        e = dict(base_env, MP_CKPT_CRASH_AT="", MP_CKPT_CRASH_RANK="")
+               "-x", "MP_FAULT", a.tool] + args
+        e = dict(base_env, MP_FAULT="")
         if env:
             e.update(env)
         out = subprocess.DEVNULL if quiet else None
@@ -55,7 +54,7 @@ def main():
             print(f"FAIL {label}: saving step 1", file=sys.stderr)
             fails += 1
             continue
-        env = {"MP_CKPT_CRASH_AT": point, "MP_CKPT_CRASH_RANK": rank or ""}
+        env = {"MP_FAULT": f"ckpt_crash_at:{point}" + (f",ckpt_crash_rank:{rank}" if rank else "")}
         rc = mpi(a.np, ["save", root, "2"] + (["--async"] if is_async else []), env=env, quiet=True)
         if rc == 0:
             print(f"FAIL {label}: the save of step 2 was not killed", file=sys.stderr)

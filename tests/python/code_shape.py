@@ -4,14 +4,19 @@
   - cli/cmd_train.c is under 400 lines;
   - the libraries depend one way (docs/DESIGN_NOTES.md, "The layers as they are now"): a folder includes
     headers only from the folders it may depend on;
-  - nothing outside ckpt/ includes ckpt/ckpt_internal.h (ckpt's white-box tests live in ckpt/test/);
+  - nothing outside ckpt/ and tests/ckpt/ (ckpt's white-box tests) includes ckpt/ckpt_internal.h;
   - a module's private header (ckpt/writer_internal.h, reader_internal.h, index_internal.h,
     layers/llama_config_impl.h, core/cuda/backend_cuda_impl.h) is included by that module's own files
     only (ckpt/writer*.c, ...);
   - no library .c file (core/ cli/ ckpt/ layers/ reshard/ tokenizer/, their subfolders but test
     programs) is over 800 lines, so that each reads in one sitting; generated files (GENERATED) are exempt;
+  - the library folders read the environment only through core/fault.c (MP_FAULT, the tests' fault
+    injection) or for a user variable documented in docs/CLI.md's "Environment variables" table: every
+    getenv elsewhere names a documented variable as a string literal;
+  - no cli/ file returns or exits with a literal status other than 0 (the one exit-code rule:
+    mp_exit_status, through cli/runtime.h's two exits);
   - tests/README.md's "By module" table names every library .c file (core/ cli/ ckpt/ layers/ reshard/
-    tokenizer/, their subfolders but test programs), so a new module gets a line saying what tests it.
+    tokenizer/ and their subfolders; test programs live under tests/), so a new module gets a line saying what tests it.
 Prints each violation as FILE:LINE: what; exit 1 if any, else 0 with a summary line."""
 import glob, os, re, sys
 
@@ -88,17 +93,59 @@ for p in sorted(glob.glob(os.path.join(src, "**", "*.[ch]"), recursive=True) +
             continue
         inc = m.group(1)
         folder = inc.split("/")[0]
-        if inc == "ckpt/ckpt_internal.h" and top != "ckpt":
-            bad.append("%s:%d: includes ckpt/ckpt_internal.h from outside ckpt/" % (r, ln))
+        if inc == "ckpt/ckpt_internal.h" and top != "ckpt" and not r.startswith(os.path.join("tests", "ckpt", "")):
+            bad.append("%s:%d: includes ckpt/ckpt_internal.h from outside ckpt/ and tests/ckpt/" % (r, ln))
         if inc in PRIVATE and not re.match(PRIVATE[inc], r.replace(os.sep, "/")):
             own = PRIVATE[inc].replace("(_\\w+)?\\.c$", "*.c")
             bad.append("%s:%d: includes %s outside its module's files (%s)" % (r, ln, inc, own))
-        if r.startswith(os.path.join("ckpt", "test")):
-            continue   # ckpt's white-box tests may use any library, like the other tests
         if top in ALLOWED and folder in FOLDERS and folder != top and folder not in ALLOWED[top]:
             bad.append("%s:%d: %s/ includes %s (%s/ may use only %s)" % (r, ln, top, inc, top,
                                                                       ", ".join(sorted(ALLOWED[top])) or "nothing"))
 
+# ---- environment reads: core/fault.c's MP_FAULT, or a variable docs/CLI.md documents
+LIB = ("core", "ckpt", "cli", "layers", "reshard", "tokenizer")
+doc = open(os.path.join(src, "docs", "CLI.md"), encoding="utf-8").read()
+env_table = doc.split("### Environment variables", 1)[1].split("\n#", 1)[0] if "### Environment variables" in doc else ""
+documented = set(re.findall(r"`([A-Z][A-Z0-9_]*)`", env_table))
+if not documented:
+    bad.append("docs/CLI.md: no \"### Environment variables\" table naming the variables meshpoint reads")
+GETENV = re.compile(r'\bgetenv\s*\(\s*("([^"]*)")?')
+ngetenv = 0
+for d in LIB:
+    for p in sorted(glob.glob(os.path.join(src, d, "**", "*.[ch]"), recursive=True) +
+                    glob.glob(os.path.join(src, d, "**", "*.cu"), recursive=True)):
+        r = rel(p)
+        for ln, line in enumerate(open(p, encoding="utf-8", errors="replace"), 1):
+            code = line.split("//")[0]
+            if code.lstrip().startswith(("*", "/*")):
+                continue
+            for m in GETENV.finditer(code):
+                ngetenv += 1
+                name = m.group(2)
+                if r == os.path.join("core", "fault.c") and name == "MP_FAULT":
+                    continue
+                if name is None:
+                    bad.append("%s:%d: getenv of a computed name (library code reads only documented variables)" % (r, ln))
+                elif name == "MP_FAULT":
+                    bad.append("%s:%d: reads MP_FAULT itself (only core/fault.c does: use mp_fault_*)" % (r, ln))
+                elif name not in documented:
+                    bad.append("%s:%d: getenv(\"%s\"): not a user variable of docs/CLI.md's \"Environment "
+                               "variables\" (a test hook goes through core/fault.h)" % (r, ln, name))
+
+# ---- one exit-code rule: no literal status in cli/ other than 0
+LITERAL = re.compile(r'\b(?:return|exit|_exit)\s*\(?\s*([1-9][0-9]*)\s*\)?\s*;|MPI_Abort\s*\([^,]*,\s*([1-9][0-9]*)\s*\)')
+STATUS_FN = re.compile(r'^(?:static\s+)?int\s+(mp_cmd_\w+|cmd_\w+|\w*_main|main|mp_convert_write_ckpt|mp_runtime_\w+)\s*\(')
+for p in sorted(glob.glob(os.path.join(src, "cli", "*.c"))):
+    r = rel(p)
+    in_status_fn = False
+    for ln, line in enumerate(open(p, encoding="utf-8", errors="replace"), 1):
+        if STATUS_FN.match(line):
+            in_status_fn = True
+        elif SIG.match(line) and not line.startswith((" ", "\t")):
+            in_status_fn = False
+        m = LITERAL.search(line.split("/*")[0])
+        if m and (in_status_fn or m.group(2) or "exit" in m.group(0)):
+            bad.append("%s:%d: a literal exit status (%s): statuses come from mp_exit_status" % (r, ln, m.group(0).strip()))
 
 def readme_modules(path):
     """The dir/name pairs the first column of README's "By module" table names. An entry with a slash
@@ -128,14 +175,11 @@ def readme_modules(path):
 
 
 MODULE_DIRS = ("core", "cli", "ckpt", "layers", "reshard", "tokenizer")
-TEST_DIRS = ("ckpt/test", "core/cuda/hostcheck")   # test programs inside library folders: not modules
 mapped = readme_modules(os.path.join(src, "tests", "README.md"))
 nmod = 0
 for d in MODULE_DIRS:
     for p in sorted(glob.glob(os.path.join(src, d, "**", "*.c"), recursive=True)):
         r = rel(p).replace(os.sep, "/")
-        if r.startswith(TEST_DIRS):
-            continue
         nmod += 1
         nlines = len(open(p, encoding="utf-8", errors="replace").read().split("\n")) - 1
         if nlines > MAX_FILE and r not in GENERATED:
@@ -149,5 +193,6 @@ for b in bad:
 if bad:
     sys.exit(1)
 print("code shape ok: %d C files of cli/ckpt/reshard, no function over %d lines; cmd_train.c %d lines; "
-      "%d files follow the one-way dependencies; tests/README.md maps all %d library modules, none over %d lines" %
-      (nfn, MAX_FN, n, nfiles, nmod, MAX_FILE))
+      "%d files follow the one-way dependencies; tests/README.md maps all %d library modules, none over %d lines; "
+      "%d getenv calls read MP_FAULT or a documented variable; no literal exit status in cli/" %
+      (nfn, MAX_FN, n, nfiles, nmod, MAX_FILE, ngetenv))

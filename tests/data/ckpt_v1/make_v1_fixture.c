@@ -11,7 +11,7 @@
  * (split on dim 0 and on dim 1), and two small ones.
  * Values depend only on (tensor id, global element index g):
  *   f32  tid * 1000 + (g % 61) * 0.5 - 7        bf16  the same, rounded to bf16      i32  g * 3 - 5 + tid
- * ckpt/test/test_ckpt_read.c has the same table and formula.
+ * tests/ckpt/test_ckpt_read.c has the same table and formula.
  */
 #include <mpi.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * ckpt/test/fuzz_index.c — libFuzzer target for the checkpoint index reader (ckpt/index.c:
+ * tests/ckpt/fuzz_index.c — libFuzzer target for the checkpoint index reader (ckpt/index.c:
  * ck_index_read_image, the same code as ck_index_read behind ckpt_open).
  *
  * Input: byte 0 bit 0 chooses whether the index checksum is compared (1) or only computed (0: crafted

@@ -1,6 +1,6 @@
 /*
- * ckpt/test/tool_ckpt_craft.c — rewrites one value of a checkpoint's index.h5 in place, as a hostile or
- * damaged file would hold it, for the crafted-input tests (tests/crafted.sh, ckpt/test/test_crafted.c):
+ * tests/ckpt/tool_ckpt_craft.c — rewrites one value of a checkpoint's index.h5 in place, as a hostile or
+ * damaged file would hold it, for the crafted-input tests (tests/crafted.sh, tests/ckpt/test_crafted.c):
  *
  *   tool_ckpt_craft INDEX meta KEY VALUE [--stale]         metadata entry /meta/KEY := VALUE (text)
  *   tool_ckpt_craft INDEX shape TENSOR DIM VALUE [--stale] /layout/tensors row TENSOR: shape[DIM] := VALUE
@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
         v = parse_i64(argv[3], "VALUE");
         L.step = v;
     } else {
-        die("bad arguments (see the top of ckpt/test/tool_ckpt_craft.c)", NULL);
+        die("bad arguments (see the top of tests/ckpt/tool_ckpt_craft.c)", NULL);
     }
     uint64_t h = ck_layout_hash(&L);
     hid_t fapl = ck_h5_fapl(0);

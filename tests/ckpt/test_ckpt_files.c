@@ -1,5 +1,5 @@
 /*
- * ckpt/test/test_ckpt_files.c — carried files (ckpt/files.c) in one process (mp_comm_self): the allow-list
+ * tests/ckpt/test_ckpt_files.c — carried files (ckpt/files.c) in one process (mp_comm_self): the allow-list
  * when saving and when listing, a replaced name, the strict parsing of the "files" list, and what
  * ckpt_files_verify / ckpt_file_read make of a damaged files/ directory (an unlisted entry, files/ not a
  * directory, a link, a FIFO, a wrong size), every problem reported, none blocking.

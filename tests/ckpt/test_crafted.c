@@ -1,5 +1,5 @@
 /*
- * ckpt/test/test_crafted.c — crafted numbers and hostile layouts at the library level:
+ * tests/ckpt/test_crafted.c — crafted numbers and hostile layouts at the library level:
  *   - config values: non-finite numbers (a literal like 1e999 overflows a double to inf) are refused for
  *     every real field, from the file and from flags (mp_train_config_validate); integers never reach a
  *     cast out of range (seed 1e30, head_dim, int64 fields, num_hidden_layers 2^31-1, steps past the

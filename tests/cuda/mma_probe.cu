@@ -1,5 +1,5 @@
 /*
- * core/cuda/hostcheck/mma_probe.cu — a 30-second device probe of what the tensor-core attention assumes about
+ * tests/cuda/mma_probe.cu — a 30-second device probe of what the tensor-core attention assumes about
  * the hardware: the mma.sync.m16n8k16 bf16 fragment layouts of mma_frag.cuh, the bf16-pair
  * packing and store, and the attention's tile helpers (k_attn_mma.cuh), each run on the device (NL = 1,
  * real mma.sync and shuffles) and replayed on the host (NL = 32, the table), compared element by element.
@@ -31,7 +31,7 @@
  */
 #define MP_HOSTCHECK_NO_MAIN 1
 #pragma GCC diagnostic ignored "-Wunused-function" /* the reused file's other checks do not run here */
-#include "core/cuda/hostcheck/check_kernels_host.cu"
+#include "tests/cuda/check_kernels_host.cu"
 
 #define PR_SHOW 8 /* mismatches printed per part */
 static int g_bad = 0;

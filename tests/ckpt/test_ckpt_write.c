@@ -1,5 +1,5 @@
 /*
- * ckpt/test/test_ckpt_write.c — the format-v2 writer of ckpt/ in one process (mp_comm_self): checksum
+ * tests/ckpt/test_ckpt_write.c — the format-v2 writer of ckpt/ in one process (mp_comm_self): checksum
  * tile geometry, fill-callback boxes written in bands into the rank files of several ranks, and the
  * directory-mode commit (ckpt_save_begin_dir) with and without replacement.
  *
@@ -677,7 +677,7 @@ Test(ckpt_write, async_save_refuses_fill_boxes) {
 /* ------------------------------------------------------------------------------------- dir mode */
 
 static void replace_case(int fallback) {
-    if (fallback) setenv("MP_CKPT_NO_RENAME_EXCHANGE", "1", 1);
+    if (fallback) setenv("MP_FAULT", "no_rename_exchange", 1);
     char *tmp = tu_mkdtemp("ckw_repl");
     char *dir = tu_path(tmp, "ckpt"), *marker = tu_path(tmp, "ckpt/old_marker");
     char *partial = tu_path(tmp, "ckpt.partial"), *aside = tu_path(tmp, "ckpt.replaced");

@@ -1,5 +1,5 @@
 /*
- * ckpt/test/test_ckpt_plan.c — rank 0's planner of the collective open (ckpt/plan.c) on the runs of a
+ * tests/ckpt/test_ckpt_plan.c — rank 0's planner of the collective open (ckpt/plan.c) on the runs of a
  * format-v3 index, without expanding them (ck_runs_query), against the planner on the expanded layout
  * (every box, the interval index: what ckpt_open's reader plans with): for layouts of every kind a tp x
  * dp save makes and some it does not (uneven FSDP groups, empty shares, replicated tensors, reversed

@@ -1,5 +1,5 @@
 /*
- * ckpt/test/test_ckpt_read.c — the checkpoint reader (ckpt/reader.c, ckpt/index.c) on format v2 and on
+ * tests/ckpt/test_ckpt_read.c — the checkpoint reader (ckpt/reader.c, ckpt/index.c) on format v2 and on
  * the format-v1 fixture of tests/data/ckpt_v1 (written by the v1 library, see its README.txt).
  *
  * v2: partial reads along dim 1 and dim 0 read only the checksum tiles they touch (the reader's byte

@@ -1,5 +1,5 @@
 /*
- * ckpt/test/test_boxrec.c — the box record schema (ckpt/boxrec.c) reaches every place a box is written.
+ * tests/ckpt/test_boxrec.c — the box record schema (ckpt/boxrec.c) reaches every place a box is written.
  *
  * The tests walk the table ck_bfields, so a field added to it is checked without editing them: for each
  * place, the HDF5 compound type has exactly the place's fields, in table order, at packed offsets and

@@ -1,5 +1,5 @@
 /*
- * core/cuda/hostcheck/check_kernels_device.cu — the first device test of the CUDA kernels: every
+ * tests/cuda/check_kernels_device.cu — the first device test of the CUDA kernels: every
  * launcher on small odd shapes against host references, and every reduction-bearing launcher run twice
  * and compared bit for bit. Needs a GPU (sm_80+); without one it says so and exits 77 (ctest's "skip").
  *
@@ -10,13 +10,13 @@
  *   gcc -O2 -fopenmp -I. -c core/kernels_cpu_attn_bwd.c -o /tmp/ab.o
  *   gcc -O2 -I. -c core/error.c -o /tmp/err.o
  *   nvcc -std=c++17 -O2 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -I. \
- *        core/cuda/hostcheck/check_kernels_device.cu core/cuda/gemm_cuda.cu \
+ *        tests/cuda/check_kernels_device.cu core/cuda/gemm_cuda.cu \
  *        /tmp/af.o /tmp/ab.o /tmp/err.o -lcublasLt -lopenblas -lgomp \
  *        -o /tmp/check_kernels_device && compute-sanitizer /tmp/check_kernels_device
  * (also worth running under compute-sanitizer --tool racecheck and --tool synccheck).
  */
 #define MP_HOSTCHECK_NO_MAIN 1
-#include "core/cuda/hostcheck/check_kernels_host.cu"
+#include "tests/cuda/check_kernels_host.cu"
 #include "core/cuda/k_attn_kv.cu"
 extern "C" {
 #include "core/error.h"

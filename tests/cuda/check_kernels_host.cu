@@ -1,5 +1,5 @@
 /*
- * core/cuda/hostcheck/check_kernels_host.cu — host-side checks of the CUDA kernels' pure parts, runnable
+ * tests/cuda/check_kernels_host.cu — host-side checks of the CUDA kernels' pure parts, runnable
  * on a machine WITHOUT a GPU (nothing here launches a kernel).
  *
  * What it checks:
@@ -32,7 +32,7 @@
  * Build and run:
  *   gcc -O2 -fopenmp -I. -c core/kernels_cpu_attn_fwd.c -o /tmp/af.o
  *   gcc -O2 -fopenmp -I. -c core/kernels_cpu_attn_bwd.c -o /tmp/ab.o
- *   nvcc -std=c++17 -O2 -I. core/cuda/hostcheck/check_kernels_host.cu /tmp/af.o /tmp/ab.o \
+ *   nvcc -std=c++17 -O2 -I. tests/cuda/check_kernels_host.cu /tmp/af.o /tmp/ab.o \
  *        -lopenblas -lgomp -o /tmp/check_kernels_host && /tmp/check_kernels_host
  */
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * ckpt/test/test_ckpt_errors.c — HDF5 failures keep their cause: the cause of the first
+ * tests/ckpt/test_ckpt_errors.c — HDF5 failures keep their cause: the cause of the first
  * failing HDF5 call (its error stack and errno) is recorded as the call returns, so the cleanup calls
  * that run before the error is reported (H5Dclose, H5Sclose, H5Fclose, H5Pclose: every API call clears
  * HDF5's error stack when it is entered) can no longer erase it; ck_h5_clear forgets a handled failure;
