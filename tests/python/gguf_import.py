@@ -1,0 +1,283 @@
+"""tests/python/gguf_import.py — `meshpoint import model.gguf` against GGUF files made outside the project:
+llama.cpp's own convert_hf_to_gguf.py and quantizer (scripts/llamacpp_venv.sh's venv) as the oracle.
+
+For a small model of each family (llama, qwen2 with biases, qwen3 with an explicit head_dim, phi3 fused;
+transformers' class with random weights, tests/python/family_ref.py's tiny config, and the family's test
+tokenizer from tests/python/tokenizer_build.py), saved as an HF directory:
+  1. f32: convert_hf_to_gguf.py --outtype f32, `import` (tp 2 for one family), then
+     - every tensor of the imported checkpoint (`export --format hf --dtype fp32`) is bitwise the original
+       HF tensor (the name map, llama's q/k un-permutation, Phi-3's fused rows);
+     - `eval`'s loss = transformers' float64 loss on the original HF directory to 1e-5 (fp32 accuracy);
+     - the rebuilt tokenizer (`meshpoint data tokenize` via the carried tokenizer.json) gives llama.cpp's ids
+       on the GGUF for the tokenizer tests' corpus;
+     - `train --init-from` of the imported checkpoint runs 3 steps with finite, falling loss.
+  2. q8_0: convert_hf_to_gguf.py --outtype q8_0, `import`, then every imported tensor is bitwise gguf-py's
+     gguf.quants.dequantize of the file's (un-permuted / split like the HF side), and the loss is within the
+     bound the quantization error allows: |loss_q8 - loss_f32| <= 0.01 * loss_f32 (each weight moves by at most
+     half a step, amax/254 of its block: ~0.4% of the block's largest weight).
+  3. q4_0, q4_1: llama.cpp's quantizer (llama_cpp.llama_model_quantize, pure: every 2-D tensor of that type) on
+     the f32 file; the import's tensors are bitwise gguf.quants.dequantize's.
+  4. refusals: another architecture (named), a tensor of a type import does not read (named with its type).
+
+Usage: python gguf_import.py MESHPOINT SRC_DIR WORKDIR CONVERT_PY
+"""
+import ctypes
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import gguf
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import family_ref as fr  # noqa: E402
+import tokenizer_build as tb  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def run(cmd, what, rc=0):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, check=False,
+                       env=dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"))
+    if r.returncode != rc:
+        print("ERROR: %s: exit %d (wanted %d)\n$ %s\n%s\n%s" % (what, r.returncode, rc, shlex.join(map(str, cmd)),
+                                                               r.stdout[-3000:], r.stderr[-3000:]))
+        sys.exit(1)
+    return r.stdout + r.stderr
+
+
+def load_safetensors(d):
+    from safetensors.numpy import load_file
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            out.update(load_file(os.path.join(d, f)))
+    return out
+
+
+def unpermute(w, heads):
+    """llama.cpp's q/k row order (convert_hf_to_gguf.py's LlamaModel.permute) back to HF's."""
+    hd = w.shape[0] // heads
+    return w.reshape(heads, hd // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_as_hf(path, cfg, family):
+    """Every tensor of GGUF path, dequantized by gguf-py, under its HF name and in HF's layout."""
+    r = gguf.GGUFReader(path)
+    blk = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_q": "self_attn.q_proj",
+           "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+           "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm", "ffn_gate": "mlp.gate_proj",
+           "ffn_down": "mlp.down_proj", "ffn_up": "mlp.up_proj", "attn_qkv": "self_attn.qkv_proj"}
+    top = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+    out = {}
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // H
+    for t in r.tensors:
+        x = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(list(reversed(t.shape.tolist())))
+        base, kind = t.name.rsplit(".", 1)
+        if base.startswith("blk."):
+            _, n, part = base.split(".", 2)
+            name = "model.layers.%s.%s.%s" % (n, blk[part], kind)
+        else:
+            name = "%s.%s" % (top[base], kind)
+        if family == "llama" and kind == "weight" and part_of(t.name) in ("attn_q", "attn_k"):
+            x = unpermute(x, H if part_of(t.name) == "attn_q" else KV)
+        if ".qkv_proj." in name:
+            q, k = H * hd, KV * hd
+            for p, a, b in (("q", 0, q), ("k", q, q + k), ("v", q + k, q + 2 * k)):
+                out[name.replace("qkv_proj", p + "_proj")] = x[a:b]
+        elif family == "phi3" and ".mlp.up_proj." in name:
+            i = x.shape[0] // 2
+            out[name.replace("up_proj", "gate_proj")], out[name] = x[:i], x[i:]
+        else:
+            out[name] = x
+    return out
+
+
+def eval_loss(cmd, what):
+    out = run(cmd, what)
+    return json.JSONDecoder().raw_decode(out[out.index("{"):])[0]["loss"]
+
+
+def part_of(gname):
+    return gname.split(".")[2] if gname.startswith("blk.") else ""
+
+
+def imported_tensors(a, ckpt, work, tag):
+    hf = os.path.join(work, "back_" + tag)
+    run([a.bin, "export", ckpt, "--out", hf, "--dtype", "fp32", "--force"], "export of the import " + tag)
+    return load_safetensors(hf)
+
+
+def same_tensors(got, want, what):
+    names = sorted(set(got) | set(want))
+    bad = [n for n in names if n not in got or n not in want or got[n].shape != want[n].shape
+           or not np.array_equal(got[n].view(np.uint32), want[n].astype(np.float32).view(np.uint32))]
+    check(not bad and names, "%s: %d tensors bitwise equal%s" % (what, len(names), (", differ: %s" % bad[:4]) if bad else ""))
+
+
+def llamacpp_ids(path, texts):
+    from llama_cpp import Llama
+    m = Llama(model_path=path, vocab_only=True, verbose=False)
+    return [m.tokenize(t.encode("utf-8"), add_bos=False, special=False) for t in texts]
+
+
+def rebuilt_ids(hf_dir, texts):
+    """The `tokenizers` library's ids of each text with the tokenizer.json the import rebuilt and carried (the
+    export of the imported checkpoint writes the carried files into hf_dir)."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(hf_dir, "tokenizer.json"))
+    return [tok.encode(t, add_special_tokens=False).ids for t in texts]
+
+
+# llama.cpp's name of the byte-level pre-tokenizer a published model of the kind has; the converter finds it by
+# hashing the tokenizer's output on its check text, which a vocabulary trained for the tests does not match.
+PRE = {"llama3": "llama-bpe", "qwen2": "qwen2"}
+CONVERT = """import runpy, sys
+conv, pre = sys.argv[1], sys.argv[2]
+sys.path[:0] = [__import__("os").path.dirname(conv), __import__("os").path.dirname(conv) + "/gguf-py"]
+import conversion.base as cb
+if pre != "-":
+    cb.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
+sys.argv = [conv] + sys.argv[3:]
+runpy.run_path(conv, run_name="__main__")
+"""
+
+
+def convert(convert_py, d, outtype, path, pre):
+    """convert_hf_to_gguf.py d --outtype outtype --outfile path, its pre-tokenizer name answered with pre."""
+    run([sys.executable, "-c", CONVERT, convert_py, pre or "-", d, "--outtype", outtype, "--outfile", path],
+        "convert_hf_to_gguf.py " + outtype)
+
+
+def quantize(src, dst, ftype):
+    import llama_cpp
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype, p.pure = ftype, True
+    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
+    return rc == 0
+
+
+def check_family(a, family, tp):
+    work = os.path.join(a.work, family)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    kind = fr.TOKENIZER[family]
+    d, tok = tb.save(kind, tb.BUILDERS[kind](), work)
+    cfg = fr.tiny_config(a.src, family)
+    cfg["vocab_size"] = tok.get_vocab_size(with_added_tokens=True)
+    cfg["max_position_embeddings"] = 128
+    model = fr.make_model(cfg, family)
+    model.save_pretrained(d, safe_serialization=True)
+    orig = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    if cfg.get("tie_word_embeddings"):
+        orig.pop("lm_head.weight", None)
+    if family == "phi3":
+        orig = {k: v for k, v in orig.items()}
+    toks = fr.write_tokens(os.path.join(work, "val.bin"), cfg["vocab_size"], 4096, 7)
+    fr.write_tokens(os.path.join(work, "train.bin"), cfg["vocab_size"], 8192, 8)
+    want = fr.ref_loss(model, toks)
+    g32, g8 = os.path.join(work, "f32.gguf"), os.path.join(work, "q8_0.gguf")
+    for path, t in ((g32, "f32"), (g8, "q8_0")):
+        convert(a.convert, d, t, path, PRE.get(kind))
+    ck32 = os.path.join(work, "ck_f32")
+    run([a.bin, "import", g32, "--out", ck32] + (["--tp", tp] if tp > 1 else []), "import f32")
+    same_tensors(imported_tensors(a, ck32, work, "f32"), orig, "%s f32: imported = the HF directory's" % family)
+    evalc = [a.bin, "eval", "--data", os.path.join(work, "val.bin"), "--batches", fr.BATCHES, "--batch", fr.BATCH,
+             "--seq-len", fr.SEQ, "--json", "--checkpoint"]
+    l32 = eval_loss(evalc + [ck32], "eval f32")
+    check(abs(l32 - want) <= 1e-5 * abs(want), "%s f32: eval loss %.8f = transformers' %.8f" % (family, l32, want))
+    texts = tb.case_texts(kind)
+    got, ref = rebuilt_ids(os.path.join(work, "back_f32"), texts), llamacpp_ids(g32, texts)
+    same = sum(g == r for g, r in zip(got, ref))
+    check(same == len(texts), "%s: the rebuilt tokenizer's ids = llama.cpp's on %d/%d texts" % (family, same, len(texts)))
+    # q8_0
+    ck8 = os.path.join(work, "ck_q8")
+    run([a.bin, "import", g8, "--out", ck8], "import q8_0")
+    same_tensors(imported_tensors(a, ck8, work, "q8"), gguf_as_hf(g8, cfg, family),
+                 "%s q8_0: imported = gguf.quants.dequantize" % family)
+    l8 = eval_loss(evalc + [ck8], "eval q8_0")
+    check(abs(l8 - l32) <= 0.01 * l32, "%s q8_0: loss %.6f within 1%% of f32's %.6f" % (family, l8, l32))
+    for ftype, t in ((2, "q4_0"), (3, "q4_1")):
+        gq = os.path.join(work, t + ".gguf")
+        if not quantize(g32, gq, ftype):
+            check(False, "%s: llama.cpp's quantizer wrote %s" % (family, t))
+            continue
+        ckq = os.path.join(work, "ck_" + t)
+        run([a.bin, "import", gq, "--out", ckq], "import " + t)
+        same_tensors(imported_tensors(a, ckq, work, t), gguf_as_hf(gq, cfg, family),
+                     "%s %s: imported = gguf.quants.dequantize" % (family, t))
+    # fine-tune a few steps from the import (the HF config.json given too: train refuses a checkpoint whose
+    # model differs, so this also holds the config the metadata gave to the original)
+    ft = os.path.join(work, "ft")
+    run([a.bin, "train", "--config", os.path.join(d, "config.json"), "--train-data", os.path.join(work, "train.bin"),
+         "--init-from", ck32, "--batch", 2, "--seq-len", fr.SEQ, "--log-every", 0, "--run-dir", ft, "--steps", 3],
+        "train --init-from")
+    losses = fr.losses(ft)
+    check(len(losses) == 3 and all(np.isfinite(losses)), "%s: train --init-from of the import: losses %s" % (family, losses))
+
+
+def refusals(a):
+    work = os.path.join(a.work, "refuse")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    src = os.path.join(a.work, "llama", "f32.gguf")
+    r = gguf.GGUFReader(src)
+    for what, arch, retype in (("architecture", "gemma", None), ("type", None, "token_embd.weight")):
+        dst = os.path.join(work, what + ".gguf")
+        w = gguf.GGUFWriter(dst, arch or r.fields["general.architecture"].contents())
+        for k, f in r.fields.items():
+            if k.startswith("GGUF.") or k == "general.architecture":
+                continue
+            key = k.replace("llama.", "gemma.") if arch else k
+            if f.types[0] == gguf.GGUFValueType.ARRAY:
+                w.add_array(key, f.contents())
+            else:
+                w.add_key_value(key, f.contents(), f.types[0])
+        for t in r.tensors:
+            data = t.data
+            if t.name == retype:   # as Q5_0 blocks: 22 bytes per 32 elements
+                data = np.zeros((data.shape[0], data.shape[1] // 32 * 22), dtype=np.uint8)
+                w.add_tensor(t.name, data, raw_shape=list(data.shape), raw_dtype=gguf.GGMLQuantizationType.Q5_0)
+            else:
+                w.add_tensor(t.name, data, raw_shape=list(data.shape), raw_dtype=t.tensor_type)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        out = run([a.bin, "import", dst, "--out", os.path.join(work, "ck_" + what)], "import refused", rc=2)
+        named = "gemma" in out if arch else ("token_embd.weight" in out and "Q5_0" in out)
+        check(named and not os.path.exists(os.path.join(work, "ck_" + what)),
+              "refused naming the %s, nothing written: %s" % (what, out.strip().splitlines()[-1][:160]))
+
+
+class Args:
+    pass
+
+
+def main():
+    a = Args()
+    a.bin, a.src, a.work, a.convert = sys.argv[1:5]
+    families = sys.argv[5].split(",") if len(sys.argv) > 5 else ["llama", "qwen2", "qwen3", "phi3"]
+    os.makedirs(a.work, exist_ok=True)
+    for i, fam in enumerate(families):
+        check_family(a, fam, 2 if i == 0 else 1)
+    if "llama" in families:
+        refusals(a)
+    if failures:
+        sys.exit("FAIL: %d checks: %s" % (len(failures), failures))
+    print("all gguf import checks passed")
+
+
+if __name__ == "__main__":
+    main()
