@@ -4,7 +4,8 @@ llama.cpp's own convert_hf_to_gguf.py and quantizer (scripts/llamacpp_venv.sh's 
 For a small model of each family (llama, qwen2 with biases, qwen3 with an explicit head_dim, phi3 fused;
 transformers' class with random weights, tests/python/family_ref.py's tiny config, and the family's test
 tokenizer from tests/python/tokenizer_build.py), saved as an HF directory:
-  1. f32: convert_hf_to_gguf.py --outtype f32, `import` (tp 2 for one family), then
+  1. f32: convert_hf_to_gguf.py --outtype f32, `import` (the first family's imports for tp 2 (x dp 2 when
+     quantized): boxes of part of a row, so of part of the blocks), then
      - every tensor of the imported checkpoint (`export --format hf --dtype fp32`) is bitwise the original
        HF tensor (the name map, llama's q/k un-permutation, Phi-3's fused rows);
      - `eval`'s loss = transformers' float64 loss on the original HF directory to 1e-5 (fp32 accuracy);
@@ -235,7 +236,8 @@ def check_family(a, family, tp):
           % (family, same, len(texts)))
     # q8_0
     ck8 = os.path.join(work, "ck_q8")
-    run([a.bin, "import", g8, "--out", ck8], "import q8_0")
+    mesh = ["--tp", tp, "--dp", 2] if tp > 1 else []   # tp splits o_proj/down_proj by columns: partial blocks
+    run([a.bin, "import", g8, "--out", ck8] + mesh, "import q8_0")
     deq = gguf_as_hf(g8, cfg, family)
     same_tensors(imported_tensors(a, ck8, work, "q8"), deq, "%s q8_0: imported = gguf.quants.dequantize" % family)
     l8 = eval_loss(evalc + [ck8], "eval q8_0")
@@ -250,7 +252,7 @@ def check_family(a, family, tp):
             check(False, "%s: llama.cpp's quantizer wrote %s" % (family, t))
             continue
         ckq = os.path.join(work, "ck_" + t)
-        run([a.bin, "import", gq, "--out", ckq], "import " + t)
+        run([a.bin, "import", gq, "--out", ckq] + mesh, "import " + t)
         same_tensors(imported_tensors(a, ckq, work, t), gguf_as_hf(gq, cfg, family),
                      "%s %s: imported = gguf.quants.dequantize" % (family, t))
     # fine-tune a few steps from the import (the HF config.json given too: train refuses a checkpoint whose
