@@ -143,20 +143,12 @@ def rebuilt_ids(hf_dir, texts):
 # llama.cpp's name of the byte-level pre-tokenizer a published model of the kind has; the converter finds it by
 # hashing the tokenizer's output on its check text, which a vocabulary trained for the tests does not match.
 PRE = {"llama3": "llama-bpe", "qwen2": "qwen2"}
-CONVERT = """import runpy, sys
-conv, pre = sys.argv[1], sys.argv[2]
-sys.path[:0] = [__import__("os").path.dirname(conv), __import__("os").path.dirname(conv) + "/gguf-py"]
-import conversion.base as cb
-if pre != "-":
-    cb.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
-sys.argv = [conv] + sys.argv[3:]
-runpy.run_path(conv, run_name="__main__")
-"""
 
 
 def convert(convert_py, d, outtype, path, pre):
     """convert_hf_to_gguf.py d --outtype outtype --outfile path, its pre-tokenizer name answered with pre."""
-    run([sys.executable, "-c", CONVERT, convert_py, pre or "-", d, "--outtype", outtype, "--outfile", path],
+    run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "llamacpp_convert.py"), convert_py,
+         pre or "-", d, "--outtype", outtype, "--outfile", path],
         "convert_hf_to_gguf.py " + outtype)
 
 
