@@ -13,6 +13,10 @@
  * checkpoint gets the moments and the step, so `train --resume-from` continues with them; the tokenizer
  * files come from the directory of CONFIG.
  *
+ * DIR may also be a GGUF file (llama.cpp's; recognised by its magic): cli/import_gguf.c opens it as a source
+ * (reshard/gguf_source.c: the config from its metadata, tensors dequantized by the block) and rebuilds its
+ * tokenizer as the carried tokenizer.json + tokenizer_config.json (docs/GGUF.md, "Import").
+ *
  * Order of work, so that a refusal leaves nothing behind:
  *   1. flags; DIR/config.json through the one config parser (layers/llama_config.c: it refuses, naming the
  *      key, what the model cannot represent — a model_type outside the family table (naming the supported
