@@ -17,7 +17,7 @@
 #      refused, every figure is WARM and labelled so) and bench/bench_lib.sh's memory priming:
 #        a. /usr/bin/time -v meshpoint export SRC --format gguf --dtype f16 --out MP.gguf --no-verify;
 #        b. the copy floor of the bytes written: `cat MP.gguf > FILE; sync FILE` (round 1's MP.gguf, kept);
-#           and the I/O floor: the same after `cat SRC/* > /dev/null` (the float32 source read, as the export must);
+#           and the I/O floor: the same after reading every file of SRC (the float32 source read, as the export must);
 #        c. /usr/bin/time -v of: meshpoint export SRC --out HF --no-verify (fp32), then the venv's python
 #           tests/python/llamacpp_convert.py (convert_hf_to_gguf.py, its pre-tokenizer name given: the test
 #           vocabulary has no hash entry) HF --outtype f16 --outfile PEER.gguf, then `sync PEER.gguf`;
@@ -112,11 +112,11 @@ part_copy() {
   s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')"
   row "$1" "$2" copy "$s" - -
   drop; prime $(( 2 * sbytes ))
-  t0="$(now)"; cat "$src"/* > /dev/null; cat "$floor_src" > "$work/copy.bin"; sync "$work/copy.bin"; t1="$(now)"
+  t0="$(now)"; find "$src" -type f -exec cat {} + > /dev/null; cat "$floor_src" > "$work/copy.bin"; sync "$work/copy.bin"; t1="$(now)"
   rm -f "$work/copy.bin"
   local io; io="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')"
   row "$1" "$2" io "$io" - -
-  echo "  copy floor (cat OUT > FILE; sync FILE): $s s; with the source read too (cat SRC/* > /dev/null first): $io s"
+  echo "  copy floor (cat OUT > FILE; sync FILE): $s s; with the source read too (every file of SRC read first): $io s"
 }
 
 # part_peer L ROUND: export to HF, convert_hf_to_gguf.py, sync
