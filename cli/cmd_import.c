@@ -13,6 +13,10 @@
  * checkpoint gets the moments and the step, so `train --resume-from` continues with them; the tokenizer
  * files come from the directory of CONFIG.
  *
+ * DIR may also be a GGUF file (llama.cpp's; recognised by its magic): cli/import_gguf.c opens it as a source
+ * (reshard/gguf_source.c: the config from its metadata, tensors dequantized by the block) and rebuilds its
+ * tokenizer as the carried tokenizer.json + tokenizer_config.json (docs/GGUF.md, "Import").
+ *
  * Order of work, so that a refusal leaves nothing behind:
  *   1. flags; DIR/config.json through the one config parser (layers/llama_config.c: it refuses, naming the
  *      key, what the model cannot represent — a model_type outside the family table (naming the supported
@@ -87,7 +91,10 @@ static const char *import_about =
     "--config the model's HF config.json: torchtitan's Llama 3 names (q/k rows permuted to HF's RoPE layout\n"
     "as torchtitan's HF adapter does) or HF names, detected or --names. When it holds torchtitan's AdamW state\n"
     "(optimizer.state.<name>.exp_avg, exp_avg_sq, step) the checkpoint has the moments and the step, for\n"
-    "`train --resume-from`; otherwise it is model-only. The tokenizer files come from CONFIG's directory.";
+    "`train --resume-from`; otherwise it is model-only. The tokenizer files come from CONFIG's directory.\n"
+    "DIR may be a GGUF file (llama.cpp's model file: architecture llama, qwen2, qwen3 or phi3): the config\n"
+    "from its metadata, weights F32/F16/BF16 as they are and Q8_0/Q4_0/Q4_1 dequantized as ggml does (other\n"
+    "types refused naming the tensor), its tokenizer carried as a rebuilt tokenizer.json + tokenizer_config.json.";
 
 #define IMPORT_FLAGS MP_CONV_MESH
 
@@ -113,7 +120,9 @@ int mp_cmd_import(int argc, char **argv) {
     char *tokdir = NULL;
     if (mp_args_parse(flags, argc, argv, &npos, &help, &err)) goto fail;
     if (help) {
-        if (rt.rank == 0) mp_args_help(stdout, "meshpoint import DIR|DCP_DIR [--config CONFIG] --out CKPT [--tp N --dp N] [options]", import_about, flags);
+        if (rt.rank == 0)
+            mp_args_help(stdout, "meshpoint import DIR|DCP_DIR|MODEL.gguf [--config CONFIG] --out CKPT [--tp N --dp N] [options]",
+                         import_about, flags);
         goto done;
     }
     if (npos != 1) {
@@ -122,17 +131,24 @@ int mp_cmd_import(int argc, char **argv) {
     }
     if (mp_convert_check_flags(&o, IMPORT_FLAGS, &err)) goto fail;
     if (mp_runtime_mesh(&rt, 1, rt.world, "cpu", NULL, &err)) goto fail;
-    if (open_import_source(argv[0], config, names, &mc, &src, &info, &tokdir, &err)) goto fail;
+    int gguf = mp_convert_is_gguf(argv[0]);
+    memset(&info, 0, sizeof info);
+    if (gguf ? (config || names ? mp_err_set(&err, MP_EINPUT, "%s is a GGUF file: --%s is for DCP directories", argv[0],
+                                             config ? "config" : "names")
+                                : mp_convert_open_gguf(argv[0], &mc, &src, &files, &err))
+             : open_import_source(argv[0], config, names, &mc, &src, &info, &tokdir, &err))
+        goto fail;
     if (mp_convert_target_layout(&mc, &o, !info.moments, &boxes, &n, &err)) goto fail;
     mp_train_config tc;
     mp_train_config_default(&tc);
-    if (mp_tokfiles_from_dir(&files, tokdir, &err)) goto fail;
+    if (!gguf && mp_tokfiles_from_dir(&files, tokdir, &err)) goto fail;
     if (info.spelling && rt.rank == 0)
         fprintf(stderr, "meshpoint import: %s: PyTorch DCP, names %s, %d tensors read; %s\n", argv[0], info.spelling,
                 info.ntensors, info.moments ? "AdamW moments carried" : "model only (no AdamW state)");
     if (info.moments && rt.rank == 0) fprintf(stderr, "meshpoint import: AdamW step %lld\n", (long long)info.step);
     mp_convert_meta meta = {.mc = &mc, .tc = &tc, .files = &files, .step = info.step};
-    status = mp_convert_write_ckpt(&rt, "import", src, argv[0], info.spelling ? "the DCP directory" : "the HF directory",
+    status = mp_convert_write_ckpt(&rt, "import", src, argv[0],
+                                   gguf ? "the GGUF file" : info.spelling ? "the DCP directory" : "the HF directory",
                                    boxes, n, &meta, &o);
     goto done;
 fail:

@@ -61,6 +61,12 @@ void mp_convert_note_sp(const mp_runtime *rt, const mp_convert_opts *o);
  * tokenizer files travel with the model. The one opening of a DCP source that import and export share. */
 mp_code mp_convert_open_dcp(const char *dir, const char *config, const char *names, llama_config *mc,
                             rs_source **src, rs_dcp_info *info, char **tokdir, mp_err *e);
+/* A GGUF file (cli/import_gguf.c) as an engine source: the model its metadata describes into *mc, and the
+ * tokenizer its tokenizer.ggml.* keys hold as tokenizer.json + tokenizer_config.json into files (none, with a
+ * warning, when it holds none). MP_EINPUT naming the key or tensor. */
+mp_code mp_convert_open_gguf(const char *path, llama_config *mc, rs_source **src, mp_tokfiles *files, mp_err *e);
+/* 1 if path is a file that starts with GGUF's magic. */
+int mp_convert_is_gguf(const char *path);
 /* Opens the checkpoint named by arg (a step directory, a checkpoint root or a run directory: its newest
  * complete checkpoint) as an engine source with scratch bytes of read buffer, and parses its model
  * config into *mc. *src_dir (malloc'd) and *src are set as far as they got, for the caller to free

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include "core/alloc.h"
 #include "core/fsutil.h"
 #include "reshard/gguf.h"
@@ -117,12 +118,6 @@ mp_code gguf_dequantize(int type, const uint8_t *src, int64_t n, float *out, mp_
 
 /* ------------------------------------------------------------------------------------ writer */
 
-uint64_t gguf_hash(uint64_t h, const void *p, size_t n) {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 typedef struct w_tensor { char *name; int64_t nbytes; uint64_t hash; } w_tensor;
 
 struct gguf_writer {
@@ -138,6 +133,7 @@ struct gguf_writer {
     int64_t nt, cap_t;
     int64_t data_bytes;   /* padded offsets so far */
     int64_t cur, cur_done;   /* tensor being written, its bytes so far */
+    XXH3_state_t *hs;        /* the current tensor's hash so far */
     int created;          /* path.partial is ours (made by begin_data): removed by free unless published */
 };
 
@@ -233,7 +229,7 @@ mp_code gguf_w_tensor(gguf_writer *w, const char *name, int ndim, const int64_t 
         w->t = mp_realloc(w->t, sizeof *w->t * (size_t)w->cap_t, sizeof *w->t * (size_t)c, MP_MEM_OTHER);
         w->cap_t = c;
     }
-    w->t[w->nt++] = (w_tensor){mp_strdup(name), bytes, gguf_hash(GGUF_HASH_SEED, NULL, 0)};
+    w->t[w->nt++] = (w_tensor){mp_strdup(name), bytes, XXH3_64bits(NULL, 0)};
     w->data_bytes += pad_to(bytes, w->alignment);
     return MP_OK;
 }
@@ -288,9 +284,12 @@ mp_code gguf_w_data(gguf_writer *w, const void *p, size_t n, mp_err *e) {
         const w_tensor *t = &w->t[w->cur];
         size_t k = (size_t)(t->nbytes - w->cur_done) < n ? (size_t)(t->nbytes - w->cur_done) : n;
         MP_TRY(w_write(w, b, k, e));
-        w->t[w->cur].hash = gguf_hash(w->t[w->cur].hash, b, k);
+        if (!w->hs) w->hs = XXH3_createState();
+        if (!w->cur_done) XXH3_64bits_reset(w->hs);
+        XXH3_64bits_update(w->hs, b, k);
         b += k, n -= k, w->cur_done += (int64_t)k;
         if (w->cur_done == t->nbytes) {
+            w->t[w->cur].hash = XXH3_64bits_digest(w->hs);
             MP_TRY(w_zeros(w, (size_t)(pad_to(t->nbytes, w->alignment) - t->nbytes), e));
             w->cur++;
             w->cur_done = 0;
@@ -319,6 +318,7 @@ void gguf_w_free(gguf_writer *w) {
     if (w->f) fclose(w->f);
     if (w->partial && w->created) unlink(w->partial);
     for (int64_t i = 0; i < w->nt; i++) free(w->t[i].name);
+    XXH3_freeState(w->hs);
     free(w->t), free(w->kv), free(w->ti), free(w->path), free(w->partial), free(w);
 }
 
@@ -599,18 +599,21 @@ mp_code gguf_w_verify(const gguf_writer *w, mp_err *e) {
     free(h);
     size_t cap = 1 << 20;
     uint8_t *buf = rc ? NULL : mp_xmalloc(cap);
+    XXH3_state_t *hs = XXH3_createState();
     for (int64_t i = 0; i < g->nt && !rc; i++) {
         const gguf_tensor *t = &g->t[i];
-        uint64_t hash = GGUF_HASH_SEED;
+        XXH3_64bits_reset(hs);
         for (int64_t at = 0; at < t->nbytes && !rc; at += (int64_t)cap) {
             size_t k = t->nbytes - at < (int64_t)cap ? (size_t)(t->nbytes - at) : cap;
             rc = gguf_read_data(g, t, at, k, buf, e);
-            hash = gguf_hash(hash, buf, k);
+            XXH3_64bits_update(hs, buf, k);
         }
+        uint64_t hash = XXH3_64bits_digest(hs);
         if (!rc && (strcmp(t->name, w->t[i].name) || hash != w->t[i].hash))
             rc = mp_err_set(e, MP_ECHECK, "%s: tensor %s reads back other bytes than were written", w->path, t->name);
     }
     free(buf);
+    XXH3_freeState(hs);
     gguf_close(g);
     return rc;
 }

@@ -45,9 +45,7 @@ typedef struct gguf_sink {
     int64_t n_decl;      /* tensors declared (the verify compares against them) */
 } gguf_sink;
 
-/* llama.cpp's tensor name of an HF tensor (e.g. model.layers.3.self_attn.q_proj.weight -> blk.3.attn_q.weight)
- * into out; -1 for a name the map does not know. */
-static int gguf_name(const char *hf, char *out, size_t cap) {
+int rs_gguf_name(const char *hf, char *out, size_t cap) {
     static const char *const top[][2] = {{"model.embed_tokens.weight", "token_embd.weight"},
                                          {"model.norm.weight", "output_norm.weight"}, {"lm_head.weight", "output.weight"}};
     static const char *const blk[][2] = {
@@ -151,7 +149,7 @@ static mp_code declare(gguf_sink *g, int *types, mp_err *e) {
     char name[160];
     for (int i = 0; i < g->x.n; i++) {
         const hf_item *t = &g->x.it[i];
-        if (gguf_name(t->name, name, sizeof name))
+        if (rs_gguf_name(t->name, name, sizeof name))
             return mp_err_set(e, MP_EINTERNAL, "GGUF export: no llama.cpp name for tensor %s", t->name);
         types[i] = item_type(g, t);
         MP_TRY(gguf_w_tensor(g->w, name, t->ndim, t->shape, types[i], e));
@@ -254,8 +252,7 @@ static void write_arch(gguf_sink *g, const char *name) {
 #undef KEY
 }
 
-/* The architecture llama.cpp runs family f as. */
-static const char *arch_of(llama_family f) {
+const char *rs_gguf_arch(llama_family f) {
     switch (f) {
     case LLAMA_FAMILY_QWEN2: return "qwen2";
     case LLAMA_FAMILY_QWEN3: return "qwen3";
@@ -270,7 +267,7 @@ mp_code rs_sink_gguf(rs_sink **out, const char *path, const llama_config *cfg, c
     int ot = !strcmp(dtype, "f32") ? GGML_F32 : !strcmp(dtype, "f16") ? GGML_F16 : !strcmp(dtype, "bf16") ? GGML_BF16
            : !strcmp(dtype, "q8_0") ? GGML_Q8_0 : -1;
     if (ot < 0) return mp_err_set(e, MP_EINPUT, "GGUF export: dtype %s (f32, f16, bf16 or q8_0)", dtype);
-    const char *arch = arch_of(cfg->family);
+    const char *arch = rs_gguf_arch(cfg->family);
     if (cfg->rope_scaling.type == MP_ROPE_LLAMA3 && strcmp(arch, "llama"))
         return mp_err_set(e, MP_EINPUT, "GGUF export: llama3 rope_scaling in a %s model: llama.cpp's %s architecture "
                           "reads no rope_freqs tensor", llama_family_get(cfg->family)->model_type, arch);

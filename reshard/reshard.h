@@ -75,6 +75,17 @@ mp_code rs_source_hf(rs_source **out, const char *dir, const llama_config *cfg, 
  * file and, for a fused tensor, the family and its parts. */
 mp_code rs_source_hf_check(rs_source *s, mp_err *e);
 
+/* A source over one GGUF file (reshard/gguf_source.c, docs/GGUF.md "Import"): the model from its metadata (the
+ * HF config.json text it implies into *config_json, malloc'd, parsed into *cfg by the one config parser), every
+ * tensor of the model checked present with its shape and a type import reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1;
+ * another refused naming the tensor and the type), none extra. model/<hf name> is read as the GGUF tensor
+ * rs_gguf_name gives (the llama architecture's q/k rows un-permuted, Phi-3's fused rows), by the blocks the box
+ * needs, dequantized as ggml does. An architecture other than llama, qwen2, qwen3, phi3 is refused by name. */
+typedef struct gguf_file gguf_file;
+mp_code rs_source_gguf(rs_source **out, const char *path, llama_config *cfg, char **config_json, mp_err *e);
+/* The parsed file behind a GGUF source (its tokenizer metadata). */
+const gguf_file *rs_source_gguf_file(rs_source *s);
+
 /* -------------------------------------------------------------------------------------- sink */
 
 typedef struct rs_sink rs_sink;
@@ -125,6 +136,11 @@ mp_code rs_sink_dcp(rs_sink **out, const char *dir, const llama_config *cfg, rs_
 typedef struct gguf_writer gguf_writer;
 mp_code rs_sink_gguf(rs_sink **out, const char *path, const llama_config *cfg, const char *dtype, const char *name,
                      size_t band_bytes, mp_err *e);
+/* llama.cpp's tensor name of an HF tensor (model.layers.3.self_attn.q_proj.weight -> blk.3.attn_q.weight) into
+ * out: the one name map, the export's and the import's; -1 for a name the map does not know. */
+int rs_gguf_name(const char *hf, char *out, size_t cap);
+/* The architecture llama.cpp runs family f as (llama for Llama and Mistral, qwen2, qwen3, phi3). */
+const char *rs_gguf_arch(llama_family f);
 /* The GGUF sink's writer, for more metadata (the tokenizer's keys) before the commit. */
 gguf_writer *rs_sink_gguf_writer(rs_sink *s);
 /* After the commit: the written file read back (gguf_w_verify). */

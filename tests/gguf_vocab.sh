@@ -3,6 +3,7 @@
 # scripts/llamacpp_venv.sh makes once (tests/gguf_vocab.cmake says what each CASE checks):
 #   vocab      tests/python/gguf_vocab.py with tests/tool_gguf_vocab and llama.cpp's convert_hf_to_gguf.py
 #   ref_tool   tests/python/gguf_ref_check.py: tests/python/gguf_ref.py on a tiny model the converter writes
+#   import     tests/python/gguf_import.py: `meshpoint import model.gguf` of the converter's and quantizer's files
 set -euo pipefail
 build=$1 src=$2 case=$3
 source "$src/tests/lib.sh"
@@ -14,5 +15,6 @@ mkdir -p "$work"
 case $case in
   vocab) "$py" "$src/tests/python/gguf_vocab.py" "$build/tool_gguf_vocab" "$work" "$convert" ;;
   ref_tool) "$py" "$src/tests/python/gguf_ref_check.py" "$src/tests/python/gguf_ref.py" "$work" "$convert" ;;
+  import) "$py" "$src/tests/python/gguf_import.py" "$build/meshpoint" "$src" "$work" "$convert" ;;
   *) fail "unknown case $case" ;;
 esac
