@@ -34,8 +34,8 @@ int ck_worker_busy(const ck_worker *w);
 void ck_worker_set_stealing(int on);
 
 /* 1 when the fault ckpt_serial_fill is set (non-empty, not "0"): the band writers (ckpt/writer_files.c fill boxes,
- * reshard/hf_items.c rs_hf_items_stream: HF and GGUF export) then run without a worker, serially: the path their overlapped output is
- * compared against in tests (tests/convert_overlap.sh). */
+ * reshard/hf_items.c rs_hf_items_stream: HF and GGUF export) then run without a worker, serially: the path
+ * their overlapped output is compared against in tests (tests/convert_overlap.sh). */
 int ck_worker_serial_forced(void);
 
 /* 1 if w's thread belongs to this process (a worker created before fork() has no thread in the

@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/convert_overlap.sh MESHPOINT EQUAL_TOOL WORKDIR — the overlapped band pipelines of the conversions
-# (ckpt/writer_files.c: band k hashed on a helper thread while band k+1 is read and written; reshard/hf_items.c, HF and GGUF export:
-# band k written on the helper while band k+1 is read) against the serial path (MP_FAULT=ckpt_serial_fill),
+# (ckpt/writer_files.c: band k hashed on a helper thread while band k+1 is read and written; reshard/hf_items.c,
+# HF and GGUF export: band k written on the helper while band k+1 is read) against the serial path
+# (MP_FAULT=ckpt_serial_fill),
 # on a model whose boxes span many bands (--max-memory 4M: 1 MiB bands, 2-4 MiB boxes):
 #   - init, reshard (tp2 -> tp1, tp2 -> tp4) and import: every dataset and attribute of every file
 #     identical (created_utc aside), box checksums included, and the same as with 64 MiB bands, which
@@ -82,7 +83,8 @@ for dt in f16 q8_0; do
     run "$work/gs$dt.log" serial "$bin" export "$work/src" --format gguf --dtype $dt --out "$work/g_s/m_$dt.gguf" $mm
     run "$work/gb$dt.log" "$bin" export "$work/src" --format gguf --dtype $dt --out "$work/g_b/m_$dt.gguf"
     cmp "$work/g_o/m_$dt.gguf" "$work/g_s/m_$dt.gguf" >/dev/null || fail "GGUF export $dt: the overlapped and serial files differ"
-    cmp "$work/g_o/m_$dt.gguf" "$work/g_b/m_$dt.gguf" >/dev/null || fail "GGUF export $dt: 128 Ki-element bands and the default ones differ"
+    cmp "$work/g_o/m_$dt.gguf" "$work/g_b/m_$dt.gguf" >/dev/null ||
+        fail "GGUF export $dt: 128 Ki-element bands and the default ones differ"
 done
 run "$work/m.log" "$bin" import "$work/hf_fp32" --tp 2 --dp 1 --out "$work/imp" $mm
 run "$work/ms.log" serial "$bin" import "$work/hf_fp32" --tp 2 --dp 1 --out "$work/imp_s" $mm
