@@ -1,7 +1,8 @@
 /*
  * ckpt/read_pipe.h — the reader's verification worker (ckpt/read_pipe.c): one helper thread that runs
  * one job at a time, so that ckpt_read can hash piece k while its own thread reads piece k+1.
- * Internal to ckpt/ (ckpt/reader.c; ckpt/writer_files.c hashes fill bands on one) and reshard/hf_sink.c.
+ * Internal to ckpt/ (ckpt/reader.c; ckpt/writer_files.c hashes fill bands on one) and reshard/hf_items.c
+ * (the HF and GGUF sinks write bands on one: rs_hf_items_stream).
  */
 #ifndef CKPT_READ_PIPE_H
 #define CKPT_READ_PIPE_H
@@ -33,8 +34,8 @@ int ck_worker_busy(const ck_worker *w);
 void ck_worker_set_stealing(int on);
 
 /* 1 when the fault ckpt_serial_fill is set (non-empty, not "0"): the band writers (ckpt/writer_files.c fill boxes,
- * reshard/hf_sink.c) then run without a worker, serially: the path their overlapped output is
- * compared against in tests (tests/convert_overlap.sh). */
+ * reshard/hf_items.c rs_hf_items_stream: HF and GGUF export) then run without a worker, serially: the path
+ * their overlapped output is compared against in tests (tests/convert_overlap.sh). */
 int ck_worker_serial_forced(void);
 
 /* 1 if w's thread belongs to this process (a worker created before fork() has no thread in the

@@ -1,11 +1,13 @@
 /*
  * reshard/hf_items.c — the whole tensors of a family's HF checkpoint, collected from the engine's adds
- * (fused ones as their parts) for the sinks that write whole tensors (reshard/hf_items.h).
+ * (fused ones as their parts) for the sinks that write whole tensors (reshard/hf_items.h), and the band
+ * pipeline both sinks stream them through (rs_hf_items_stream).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/alloc.h"
+#include "ckpt/read_pipe.h"
 #include "layers/family_hf.h"
 #include "reshard/hf_items.h"
 
@@ -97,4 +99,66 @@ void rs_hf_items_free(rs_hf_items *x) {
     free(x->it);
     x->it = NULL;
     x->n = x->cap = 0;
+}
+
+/* One band handed to the sink's put on the worker thread (the caller's thread keeps HDF5). */
+typedef struct put_job {
+    rs_hf_put_fn put;
+    void *ctx;
+    const hf_item *t;
+    int64_t r0, rows;
+    const float *x;
+    mp_code rc;
+    mp_err e;
+} put_job;
+
+static void put_job_run(void *arg) {
+    put_job *j = arg;
+    mp_err_clear(&j->e);
+    j->rc = j->put(j->ctx, j->t, j->r0, j->rows, j->x, &j->e);
+}
+
+/* Waits for the put in flight (if any); its error, if it failed, into e. */
+static mp_code put_wait(ck_worker *wk, put_job *j, mp_err *e) {
+    if (!wk || !ck_worker_busy(wk)) return MP_OK;
+    ck_worker_wait(wk);
+    if (j->rc && e) *e = j->e;
+    return j->rc;
+}
+
+mp_code rs_hf_items_stream(const rs_hf_items *x, int a, int b, int64_t band_elems, rs_hf_rows_fn rows_fn, rs_hf_put_fn put,
+                           void *ctx, mp_err *e) {
+    int nbuf = ck_worker_serial_forced() ? 1 : 2;
+    float *buf[2] = {NULL, NULL};
+    for (int k = 0; k < nbuf; k++) buf[k] = mp_malloc((size_t)band_elems * sizeof(float), MP_MEM_CKPT);
+    ck_worker *wk = nbuf == 2 ? ck_worker_new() : NULL;
+    put_job job = {0};
+    mp_code rc = MP_OK;
+    int band = 0;
+    for (int i = a; i < b && !rc; i++) {
+        const hf_item *t = &x->it[i];
+        int64_t step = rows_fn ? rows_fn(ctx, t) : band_elems / t->shape[1];
+        for (int64_t r = 0; r < t->shape[0] && !rc; r += step, band++) {
+            int64_t off[2] = {r, 0}, shp[2] = {t->shape[0] - r < step ? t->shape[0] - r : step, t->shape[1]};
+            float *xb = buf[wk ? band & 1 : 0];   /* the worker may still hold the other one */
+            rc = rs_hf_item_fill(t, off, shp, xb, e);
+            if (!rc) rc = put_wait(wk, &job, e);
+            if (rc) break;
+            if (!wk) {
+                rc = put(ctx, t, r, shp[0], xb, e);
+                continue;
+            }
+            job = (put_job){.put = put, .ctx = ctx, .t = t, .r0 = r, .rows = shp[0], .x = xb};
+            ck_worker_post(wk, put_job_run, &job);
+        }
+    }
+    mp_err we;
+    mp_code wrc = put_wait(wk, &job, &we);   /* a fill error stands; else the last put's */
+    if (!rc && wrc) {
+        rc = wrc;
+        if (e) *e = we;
+    }
+    ck_worker_free(wk);
+    for (int k = 0; k < nbuf; k++) mp_free_acct(buf[k], (size_t)band_elems * sizeof(float), MP_MEM_CKPT);
+    return rc;
 }

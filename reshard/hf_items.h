@@ -51,6 +51,19 @@ mp_code rs_hf_items_add(rs_hf_items *x, int file_rank, const char *name, int ndi
 mp_code rs_hf_items_check(rs_hf_items *x, mp_err *e);
 /* Fills the band (off, shape) of item t (whole rows) into x, part by part. */
 mp_code rs_hf_item_fill(const hf_item *t, const int64_t *off, const int64_t *shape, float *x, mp_err *e);
+/* Rows per band of item t (ctx is rs_hf_items_stream's): at least 1, at most band_elems / t->shape[1]. */
+typedef int64_t (*rs_hf_rows_fn)(void *ctx, const hf_item *t);
+/* Takes rows [r0, r0 + rows) of item t, filled in x (rows x t->shape[1] fp32); x is the sink's until it
+ * returns. Runs on the worker thread: it must not touch HDF5 or anything the filling thread changes. */
+typedef mp_code (*rs_hf_put_fn)(void *ctx, const hf_item *t, int64_t r0, int64_t rows, const float *x, mp_err *e);
+
+/* Streams items [a, b) of x, in order, to put in row bands of rows_fn(ctx, t) rows (NULL: band_elems /
+ * t->shape[1]) through two buffers of band_elems fp32: band k goes to put on the ckpt/read_pipe.c worker
+ * while this thread fills band k+1 from the source (HDF5 stays on it). MP_FAULT=ckpt_serial_fill: one
+ * buffer, serial (put on this thread). put sees the same bands in the same order either way. The first
+ * error (a fill's, else a put's) is returned; no put runs after it. */
+mp_code rs_hf_items_stream(const rs_hf_items *x, int a, int b, int64_t band_elems, rs_hf_rows_fn rows_fn, rs_hf_put_fn put,
+                           void *ctx, mp_err *e);
 void rs_hf_items_free(rs_hf_items *x);
 
 #endif

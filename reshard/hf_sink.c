@@ -5,8 +5,8 @@
  * tensors, in add order, into shard files of at most max_shard_bytes of data (a larger tensor gets a
  * file of its own, as transformers does), and writes each file with the safetensors writer — the
  * header first (the shapes are known), then every tensor pulled from the source in row bands of at
- * most band_bytes of fp32, converted and written before the next band. Memory: one band and the
- * writer's small conversion buffer, whatever the model size.
+ * most band_bytes of fp32 (rs_hf_items_stream: band k converted and written on a helper thread while
+ * band k+1 is read). Memory: two bands and the writer's small conversion buffer, whatever the model size.
  *
  * A family that fuses projections in its HF checkpoints (Phi-3: q/k/v in self_attn.qkv_proj, gate/up
  * in mlp.gate_up_proj; layers/family_hf.h) gets them merged (reshard/hf_items.c): the adds that map to one HF name
@@ -35,7 +35,6 @@
 #include "core/alloc.h"
 #include "core/fsutil.h"
 #include "core/log.h"
-#include "ckpt/read_pipe.h"
 #include "layers/family_hf.h"
 #include "layers/llama.h"
 #include "reshard/hf_items.h"
@@ -115,33 +114,14 @@ static mp_code write_files(hf_sink *h, int *gen, mp_err *e) {
 /* Data bytes of item t in the output dtype. */
 static int64_t item_bytes(const hf_sink *h, const hf_item *t) { return t->shape[0] * t->shape[1] * st_dtype_size(h->dtype); }
 
-/* One band handed to the safetensors writer on the worker thread (plain write(2), no HDF5). */
-typedef struct put_job {
-    st_writer *w;
-    const float *x;
-    int64_t count;
-    mp_code rc;
-    mp_err e;
-} put_job;
-
-static void put_job_run(void *arg) {
-    put_job *j = arg;
-    mp_err_clear(&j->e);
-    j->rc = st_writer_put(j->w, j->x, j->count, &j->e);
+/* rs_hf_put_fn: a band to the safetensors writer (plain write(2), no HDF5). */
+static mp_code put_band(void *w, const hf_item *t, int64_t r0, int64_t rows, const float *x, mp_err *e) {
+    return st_writer_put(w, x, rows * t->shape[1], e);
 }
 
-/* Waits for the put in flight (if any); its error, if it failed, into e. */
-static mp_code put_wait(ck_worker *wk, put_job *j, mp_err *e) {
-    if (!wk || !ck_worker_busy(wk)) return MP_OK;
-    ck_worker_wait(wk);
-    if (j->rc && e) *e = j->e;
-    return j->rc;
-}
-
-/* Writes items [a, b) into the safetensors file dir/file, each pulled in row bands through two
- * buffers: band k is converted and written on the ckpt/read_pipe.c worker while the caller's thread
- * reads band k+1 from the source (HDF5 stays on it). MP_FAULT=ckpt_serial_fill: one buffer, serial. The
- * bytes written are the same either way (one writer, bands in order). */
+/* Writes items [a, b) into the safetensors file dir/file, each pulled in row bands through
+ * rs_hf_items_stream: band k is converted and written on the worker while the caller's thread reads
+ * band k+1. The bytes written are the same serially (one writer, bands in order). */
 static mp_code write_shard(hf_sink *h, const char *file, int a, int b, mp_err *e) {
     st_decl *d = mp_xcalloc(sizeof *d * (size_t)(b - a + 1));
     size_t rows_max = 1;
@@ -156,39 +136,9 @@ static mp_code write_shard(hf_sink *h, const char *file, int a, int b, mp_err *e
     char *path = mp_fs_join(h->partial, file);
     st_writer *w = NULL;
     mp_code rc = st_writer_open(&w, path, d, b - a, e);
-    int nbuf = rc ? 0 : ck_worker_serial_forced() ? 1 : 2;
-    float *buf[2] = {NULL, NULL};
-    for (int k = 0; k < nbuf; k++) buf[k] = mp_malloc(rows_max * sizeof(float), MP_MEM_CKPT);
-    ck_worker *wk = nbuf == 2 ? ck_worker_new() : NULL;
-    put_job job = {0};
-    int band = 0;
-    for (int i = a; i < b && !rc; i++) {
-        hf_item *t = &h->x.it[i];
-        int64_t step = (int64_t)(rows_max / (size_t)t->shape[1]);
-        for (int64_t r = 0; r < t->shape[0] && !rc; r += step, band++) {
-            int64_t off[2] = {r, 0}, shp[2] = {t->shape[0] - r < step ? t->shape[0] - r : step, t->shape[1]};
-            float *x = buf[wk ? band & 1 : 0];   /* the worker may still write the other one */
-            rc = rs_hf_item_fill(t, off, shp, x, e);
-            if (!rc) rc = put_wait(wk, &job, e);
-            if (rc) break;
-            if (!wk) {
-                rc = st_writer_put(w, x, shp[0] * shp[1], e);
-                continue;
-            }
-            job = (put_job){.w = w, .x = x, .count = shp[0] * shp[1]};
-            ck_worker_post(wk, put_job_run, &job);
-        }
-    }
-    mp_err we;
-    mp_code wrc = put_wait(wk, &job, &we);   /* a fill error stands; else the last put's */
-    if (!rc && wrc) {
-        rc = wrc;
-        if (e) *e = we;
-    }
-    ck_worker_free(wk);
+    if (!rc) rc = rs_hf_items_stream(&h->x, a, b, (int64_t)rows_max, NULL, put_band, w, e);
     if (!rc) rc = st_writer_close(w, e);
     else st_writer_free(w);
-    for (int k = 0; k < nbuf; k++) mp_free_acct(buf[k], rows_max * sizeof(float), MP_MEM_CKPT);
     free(path);
     free(d);
     return rc;

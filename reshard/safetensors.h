@@ -88,6 +88,9 @@ uint16_t st_f32_to_bf16(float x);
 float st_bf16_to_f32(uint16_t h);
 uint16_t st_f32_to_f16(float x);
 float st_f16_to_f32(uint16_t h);
+/* st_f32_to_f16 over n elements, vectorised (dst and src must not overlap); bitwise the same results.
+ * The bf16 twin is core/tensor.h's mp_f32_to_bf16_n (st_f32_to_bf16 and mp_f32_to_bf16 agree). */
+void st_f32_to_f16_n(uint16_t *restrict dst, const float *restrict src, int64_t n);
 
 /* ------------------------------------------------------------------------------------ writer */
 

@@ -1,14 +1,16 @@
 #!/bin/bash
 # tests/convert_overlap.sh MESHPOINT EQUAL_TOOL WORKDIR — the overlapped band pipelines of the conversions
-# (ckpt/writer_files.c: band k hashed on a helper thread while band k+1 is read and written; reshard/hf_sink.c:
-# band k written on the helper while band k+1 is read) against the serial path (MP_FAULT=ckpt_serial_fill),
+# (ckpt/writer_files.c: band k hashed on a helper thread while band k+1 is read and written; reshard/hf_items.c,
+# HF and GGUF export: band k written on the helper while band k+1 is read) against the serial path
+# (MP_FAULT=ckpt_serial_fill),
 # on a model whose boxes span many bands (--max-memory 4M: 1 MiB bands, 2-4 MiB boxes):
 #   - init, reshard (tp2 -> tp1, tp2 -> tp4) and import: every dataset and attribute of every file
 #     identical (created_utc aside), box checksums included, and the same as with 64 MiB bands, which
 #     the writer hands to HDF5 in 1 MiB pieces, the serial path in one H5Dwrite per band;
-#   - export fp32 and bf16: the directories byte-identical;
+#   - export fp32 and bf16: the directories byte-identical; export --format gguf f16 and q8_0: the files
+#     byte-identical, and the same with the default (larger) bands;
 #   - a read error in the middle of a box (one byte flipped in the source's data, past several bands):
-#     reshard and export exit 1 naming the rank file and the tensor, and leave no output or .partial.
+#     reshard, export and GGUF export exit 1 naming the rank file and the tensor, and leave no output or .partial.
 set -u
 bin=$1; equal=$2; work=$3
 case=convert_overlap; . "$(dirname "$0")/lib.sh"
@@ -72,10 +74,22 @@ for dt in fp32 bf16; do
     run "$work/es$dt.log" serial "$bin" export "$work/src" --out "$work/hfs_$dt" --dtype $dt $mm
     diff -r "$work/hf_$dt" "$work/hfs_$dt" >/dev/null || fail "export $dt: the overlapped and serial outputs differ"
 done
+# GGUF export (reshard/gguf_sink.c through rs_hf_items_stream: q/k permuted row by row on the worker): the
+# same file overlapped, serial and with the default bands (at most 4 MiB each); f16 and q8_0 (whole blocks
+# per row), every other byte path's twin. The model name comes from the file name: same names, own dirs.
+for dt in f16 q8_0; do
+    mkdir -p "$work/g_o" "$work/g_s" "$work/g_b"
+    run "$work/g$dt.log" "$bin" export "$work/src" --format gguf --dtype $dt --out "$work/g_o/m_$dt.gguf" $mm
+    run "$work/gs$dt.log" serial "$bin" export "$work/src" --format gguf --dtype $dt --out "$work/g_s/m_$dt.gguf" $mm
+    run "$work/gb$dt.log" "$bin" export "$work/src" --format gguf --dtype $dt --out "$work/g_b/m_$dt.gguf"
+    cmp "$work/g_o/m_$dt.gguf" "$work/g_s/m_$dt.gguf" >/dev/null || fail "GGUF export $dt: the overlapped and serial files differ"
+    cmp "$work/g_o/m_$dt.gguf" "$work/g_b/m_$dt.gguf" >/dev/null ||
+        fail "GGUF export $dt: 128 Ki-element bands and the default ones differ"
+done
 run "$work/m.log" "$bin" import "$work/hf_fp32" --tp 2 --dp 1 --out "$work/imp" $mm
 run "$work/ms.log" serial "$bin" import "$work/hf_fp32" --tp 2 --dp 1 --out "$work/imp_s" $mm
 h5same "$work/imp" "$work/imp_s"
-echo "ok: overlapped = serial for init, reshard, export, import"
+echo "ok: overlapped = serial for init, reshard, export (HF and GGUF), import"
 
 # a read error mid-box: flip one byte 1.5 MiB into model/embed_tokens's box in rank 1's file
 cp -r "$work/src" "$work/bad"
@@ -101,6 +115,9 @@ for mode in overlap serial; do
     expect 1 "rank_00001.h5.*embed_tokens|embed_tokens.*rank_00001.h5" "$work/bad_e.log" \
         "${pre[@]}" "$bin" export "$work/bad" --out "$work/bad_e" $mm
     [ ! -e "$work/bad_e" ] && [ ! -e "$work/bad_e.partial" ] || fail "$mode: a failed export left output behind"
+    expect 1 "rank_00001.h5.*embed_tokens|embed_tokens.*rank_00001.h5" "$work/bad_g.log" \
+        "${pre[@]}" "$bin" export "$work/bad" --format gguf --dtype f16 --out "$work/bad_g.gguf" $mm
+    [ -z "$(ls "$work" | grep '^bad_g\.gguf')" ] || fail "$mode: a failed GGUF export left output behind: $(ls "$work" | grep '^bad_g')"
     echo "ok ($mode): the corrupt band is named: $(grep -m1 -o 'rank_00001.h5[^;]*' "$work/bad_r.log" | head -c 200)"
 done
 rm -rf "$work"

@@ -163,6 +163,24 @@ Test(safetensors, f16_conversions) {
     }
 }
 
+/* The vectorised band conversion against the scalar one on every one of the 2^32 float bit patterns
+ * (zeros, subnormals, the subnormal/normal and overflow boundaries, inf, every NaN), 64 Ki at a time. */
+Test(safetensors, f16_band_conversion_matches_scalar_on_every_float, .timeout = 120) {
+    enum { CHUNK = 1 << 16 };
+    static float x[CHUNK];
+    static uint16_t h[CHUNK];
+    for (uint64_t base = 0; base < (1ull << 32); base += CHUNK) {
+        for (uint32_t i = 0; i < CHUNK; i++) {
+            uint32_t u = (uint32_t)base + i;
+            memcpy(&x[i], &u, 4);
+        }
+        st_f32_to_f16_n(h, x, CHUNK);
+        for (uint32_t i = 0; i < CHUNK; i++)
+            if (h[i] != st_f32_to_f16(x[i]))
+                cr_assert_fail("f32 0x%08x: band 0x%04x, scalar 0x%04x", (unsigned)(base + i), h[i], st_f32_to_f16(x[i]));
+    }
+}
+
 /* ------------------------------------------------------------------------------- round trip */
 
 /* Writes tensors a [5, 7] and b [9] of dtype dt, reads them back whole and in boxes. */
